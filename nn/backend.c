@@ -1,0 +1,75 @@
+/*
+ * backend.c: opening a backend by name and the public wrappers around the
+ * ops table that code outside nn/ may use (memory and host copies only; the
+ * math stays behind the units).
+ */
+#include "nn/backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PT_HAVE_CUDA
+int pt_cuda_backend_open(pt_backend **out, int threads, pt_err *err);
+#endif
+
+static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt_err *err)
+{
+    pt_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return pt_fail(err, PT_ENOMEM, "out of memory opening the %s backend", name);
+    be->ops = f64 ? &pt_cpu_ops_f64 : &pt_cpu_ops_f32;
+    be->name = f64 ? "cpu64" : "cpu";
+    be->real_size = be->act_size = f64 ? sizeof(double) : sizeof(float);
+    if (threads > 0) {
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    be->threads = omp_get_max_threads();
+    *out = be;
+    return 0;
+}
+
+int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err)
+{
+    *out = NULL;
+    if (strcmp(name, "cpu") == 0)
+        return open_cpu(out, name, 0, threads, err);
+    if (strcmp(name, "cpu64") == 0)
+        return open_cpu(out, name, 1, threads, err);
+    if (strcmp(name, "cuda") == 0) {
+#ifdef PT_HAVE_CUDA
+        return pt_cuda_backend_open(out, threads, err);
+#else
+        return pt_fail(err, PT_EBACKEND,
+                       "device 'cuda' was asked for, but this pipetrain was built without CUDA");
+#endif
+    }
+    return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cpu64 or cuda)", name);
+}
+
+void pt_backend_close(pt_backend *be) { free(be); }
+
+const char *pt_backend_name(const pt_backend *be) { return be->name; }
+size_t pt_backend_real_size(const pt_backend *be) { return be->real_size; }
+size_t pt_backend_act_size(const pt_backend *be) { return be->act_size; }
+void *pt_backend_alloc(pt_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+
+void pt_backend_free(pt_backend *be, void *p)
+{
+    if (p)
+        be->ops->free(be, p);
+}
+
+void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n)
+{
+    be->ops->act_from_f32(be, dst, src, n);
+}
+
+void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t n)
+{
+    be->ops->act_to_f32(be, dst, src, n);
+}
+
+int pt_backend_sync(pt_backend *be, pt_err *err) { return be->ops->sync(be, err); }

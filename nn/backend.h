@@ -1,0 +1,113 @@
+/*
+ * backend.h (internal to nn/): the ops table every backend implements and the
+ * units are written against. Units never touch memory directly: each step of
+ * a layer is one call here, so a layer is written once for every backend.
+ *
+ * Buffers marked "act" hold activation elements (pt_backend_act_size bytes),
+ * buffers marked "par" hold parameter, gradient or moment elements
+ * (pt_backend_real_size bytes). Integer buffers (tokens, targets) are int32 in
+ * backend memory. Shapes are row-major; n is examples, T tokens, d model
+ * width.
+ *
+ * Accumulation: every op that produces a parameter gradient adds into it
+ * (gradients accumulate over micro-batches). Ops that produce an activation
+ * gradient overwrite it unless their `accumulate` flag is set, which units use
+ * for the residual stream.
+ */
+#ifndef PT_NN_BACKEND_H
+#define PT_NN_BACKEND_H
+
+#include "nn/nn.h"
+
+typedef struct pt_adamw_args {
+    double lr, beta1, beta2, eps;
+    double weight_decay;  /* already 0 for parameters without decay */
+    double bias_corr1;    /* 1 - beta1^step */
+    double bias_corr2;    /* 1 - beta2^step */
+    double grad_scale;
+} pt_adamw_args;
+
+typedef struct pt_ops {
+    /* memory */
+    void *(*alloc)(pt_backend *be, size_t bytes);
+    void (*free)(pt_backend *be, void *p);
+    void (*upload)(pt_backend *be, void *dst, const void *src, size_t bytes);   /* raw bytes */
+    void (*download)(pt_backend *be, void *dst, const void *src, size_t bytes); /* raw bytes */
+    void (*zero)(pt_backend *be, void *dst, size_t bytes);
+    void (*copy)(pt_backend *be, void *dst, const void *src, size_t bytes);
+    /* host float <-> par elements */
+    void (*par_from_f32)(pt_backend *be, void *dst, const float *src, size_t n);
+    void (*par_to_f32)(pt_backend *be, float *dst, const void *src, size_t n);
+    /* host float <-> act elements */
+    void (*act_from_f32)(pt_backend *be, void *dst, const float *src, size_t n);
+    void (*act_to_f32)(pt_backend *be, float *dst, const void *src, size_t n);
+    int (*sync)(pt_backend *be, pt_err *err);
+
+    /* y[rows,out] (+)= x[rows,in] . w[out,in]^T + b[out]; b may be NULL. */
+    void (*linear_fwd)(pt_backend *be, void *y, const void *x, const void *w, const void *b,
+                       int rows, int out, int in, int accumulate);
+    /* dx[rows,in] (+)= dy . w;  dw[out,in] += dy^T . x;  db[out] += sum_rows dy.
+     * dx, dw, db may each be NULL (not wanted). */
+    void (*linear_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                       const void *x, const void *w, int rows, int out, int in, int accumulate);
+    /* y = (x - mean) * rstd * w + b per row of length dim; saves mean, rstd [rows]. */
+    void (*layernorm_fwd)(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
+                          const void *w, const void *b, int rows, int dim);
+    /* dx (+)= ...; dw, db += ...; dx may be NULL. */
+    void (*layernorm_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                          const void *x, const void *mean, const void *rstd, const void *w,
+                          int rows, int dim, int accumulate);
+    /* y = x * Phi(x) (erf form); dx = dy * (Phi(x) + x phi(x)); dx may alias dy. */
+    void (*gelu_fwd)(pt_backend *be, void *y, const void *x, size_t n);
+    void (*gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *x, size_t n);
+    /* Multi-head scaled dot-product attention.
+     * qkv [n, T, 3, H, hd] (the output of one fused projection), out [n, T, H*hd],
+     * probs [n, H, T, T] softmax probabilities kept for backward. */
+    void (*attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
+                          int T, int H, int hd, int causal);
+    void (*attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
+                          const void *probs, int n, int T, int H, int hd, int causal);
+    /* images [n, C, H, W] -> patches [n, (H/p)*(W/p), C*p*p] in (c, py, px) order. */
+    void (*patchify)(pt_backend *be, void *patches, const void *images, int n, int C, int H,
+                     int W, int p);
+    /* ViT token assembly: x[b,0] = cls + pos[0]; x[b,1+i] = proj[b,i] + pos[1+i]. */
+    void (*vit_assemble_fwd)(pt_backend *be, void *x, const void *proj, const void *cls,
+                             const void *pos, int n, int T, int d);
+    /* dproj[b,i] = dx[b,1+i]; dcls += sum_b dx[b,0]; dpos += sum_b dx[b,:]. */
+    void (*vit_assemble_bwd)(pt_backend *be, void *dproj, void *dcls, void *dpos, const void *dx,
+                             int n, int T, int d);
+    /* x[b,t] = wte[tokens[b,t]] + wpe[t]. */
+    void (*token_embed_fwd)(pt_backend *be, void *x, const int32_t *tokens, const void *wte,
+                            const void *wpe, int n, int T, int d);
+    /* dwte[tokens[b,t]] += dx[b,t]; dwpe[t] += sum_b dx[b,t]. */
+    void (*token_embed_bwd)(pt_backend *be, void *dwte, void *dwpe, const void *dx,
+                            const int32_t *tokens, int n, int T, int d);
+    /* dst[r, :cols] (+)= src[r, :cols] for rows with given strides (elements). */
+    void (*copy_rows)(pt_backend *be, void *dst, int dst_stride, const void *src, int src_stride,
+                      int rows, int cols, int accumulate);
+    /* Softmax cross-entropy per row of logits [rows, classes] against targets.
+     * dlogits (may be NULL) = (softmax - onehot) * scale. Returns the sum of row
+     * losses (unscaled), adds to *correct the rows whose argmax is the target. */
+    double (*cross_entropy)(pt_backend *be, void *dlogits, const void *logits,
+                            const int32_t *targets, int rows, int classes, double scale,
+                            int64_t *correct);
+    /* AdamW on n elements (see pt_adamw in nn.h). */
+    void (*adamw)(pt_backend *be, void *p, const void *g, void *m, void *v, size_t n,
+                  const pt_adamw_args *args);
+    double (*sumsq)(pt_backend *be, const void *x, size_t n); /* par elements */
+    void (*scale)(pt_backend *be, void *x, size_t n, double f); /* par elements */
+} pt_ops;
+
+struct pt_backend {
+    const pt_ops *ops;
+    const char *name;
+    size_t real_size; /* par element bytes */
+    size_t act_size;  /* act element bytes */
+    int threads;
+    void *impl;       /* backend-private state */
+};
+
+extern const pt_ops pt_cpu_ops_f32;
+extern const pt_ops pt_cpu_ops_f64;
+
+#endif

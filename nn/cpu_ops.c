@@ -1,0 +1,702 @@
+/*
+ * cpu_ops.c: the CPU backend's ops table: OpenBLAS for the matrix multiplies,
+ * OpenMP loops for the rest. This file is compiled twice, once with
+ * PT_REAL_F64 undefined (float32: the training backend, `pt_cpu_ops_f32`) and
+ * once with it defined (float64: the finite-difference oracle,
+ * `pt_cpu_ops_f64`); the two differ only in the typedef and the math
+ * functions chosen below.
+ *
+ * Determinism: every reduction runs over fixed-size chunks whose partial sums
+ * are added in chunk order, so results do not depend on the thread count or
+ * on scheduling; the only thread-count dependence left is inside OpenBLAS.
+ */
+#include "nn/backend.h"
+#include "nn/cpu_math.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PT_REAL_F64
+typedef double real;
+#define GEMM cblas_dgemm
+#define R_EXP(x) exp(x)
+#define R_SQRT(x) sqrt(x)
+#define R_CDF(x) pt_normal_cdf(x)
+#define OPS_NAME pt_cpu_ops_f64
+#else
+typedef float real;
+#define GEMM cblas_sgemm
+#define R_EXP(x) pt_expf(x)
+#define R_SQRT(x) sqrtf(x)
+#define R_CDF(x) pt_normal_cdff(x)
+#define OPS_NAME pt_cpu_ops_f32
+#endif
+
+#define INV_SQRT_2PI 0.39894228040143267794
+
+/* Rows per chunk of a chunked reduction: fixed, so sums do not depend on threads. */
+enum { CHUNK_ROWS = 64, CHUNK_ELEMS = 8192 };
+
+/* Parallelise a loop only when it has enough work to pay for waking threads. */
+#define PAR_IF(work) if ((work) > 32768)
+
+/* Scratch of a few kilobytes inside an op: if even that fails the process is
+ * out of memory and no error path could do anything useful. */
+static void *scratch_alloc(size_t bytes)
+{
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "pipetrain: out of memory allocating %zu bytes of CPU scratch\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+/* ----------------------------------------------------------------- memory */
+
+static void *cpu_alloc(pt_backend *be, size_t bytes)
+{
+    (void)be;
+    size_t size = (bytes + 63) / 64 * 64;
+    if (size == 0)
+        size = 64;
+    void *p = aligned_alloc(64, size);
+    if (p)
+        memset(p, 0, size);
+    return p;
+}
+
+static void cpu_free(pt_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static void cpu_memcpy(pt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    (void)be;
+    if (bytes && dst != src)
+        memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(pt_backend *be, void *dst, size_t bytes)
+{
+    (void)be;
+    memset(dst, 0, bytes);
+}
+
+static void cpu_from_f32(pt_backend *be, void *dst, const float *src, size_t n)
+{
+    (void)be;
+    real *d = dst;
+    for (size_t i = 0; i < n; i++)
+        d[i] = (real)src[i];
+}
+
+static void cpu_to_f32(pt_backend *be, float *dst, const void *src, size_t n)
+{
+    (void)be;
+    const real *s = src;
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)s[i];
+}
+
+static int cpu_sync(pt_backend *be, pt_err *err)
+{
+    (void)be;
+    (void)err;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- linear */
+
+static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *w, const void *b_,
+                           int rows, int out, int in, int accumulate)
+{
+    (void)be;
+    real *y = y_;
+    const real *b = b_;
+    double beta = accumulate ? 1.0 : 0.0;
+    if (b) {
+#pragma omp parallel for schedule(static) PAR_IF((size_t)rows * out)
+        for (int r = 0; r < rows; r++) {
+            real *yr = y + (size_t)r * out;
+            if (accumulate) {
+#pragma omp simd
+                for (int o = 0; o < out; o++)
+                    yr[o] += b[o];
+            } else {
+#pragma omp simd
+                for (int o = 0; o < out; o++)
+                    yr[o] = b[o];
+            }
+        }
+        beta = 1.0;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y, out);
+}
+
+/* db[o] += sum over rows of dy[r, o]: each thread owns a range of columns and
+ * walks every row, so the summation order is fixed. */
+static void column_sums(real *db, const real *dy, int rows, int cols)
+{
+    enum { STRIPE = 16 };
+    int stripes = (cols + STRIPE - 1) / STRIPE;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)rows * cols)
+    for (int s = 0; s < stripes; s++) {
+        int c0 = s * STRIPE, c1 = c0 + STRIPE < cols ? c0 + STRIPE : cols;
+        real acc[STRIPE] = {0};
+        for (int r = 0; r < rows; r++) {
+            const real *row = dy + (size_t)r * cols;
+#pragma omp simd
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++)
+            db[c] += acc[c - c0];
+    }
+}
+
+static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                           const void *x, const void *w, int rows, int out, int in, int accumulate)
+{
+    (void)be;
+    if (dx)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0, dy, out, w, in,
+             accumulate ? 1.0 : 0.0, dx, in);
+    if (dw)
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0, dy, out, x, in, 1.0, dw,
+             in);
+    if (db)
+        column_sums(db, dy, rows, out);
+}
+
+/* -------------------------------------------------------------- layernorm */
+
+#define LN_EPS 1e-5
+
+static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_, const void *x_,
+                              const void *w_, const void *b_, int rows, int dim)
+{
+    (void)be;
+    real *y = y_, *mean = mean_, *rstd = rstd_;
+    const real *x = x_, *w = w_, *b = b_;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)rows * dim)
+    for (int r = 0; r < rows; r++) {
+        const real *xr = x + (size_t)r * dim;
+        real *yr = y + (size_t)r * dim;
+        real s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < dim; i++)
+            s += xr[i];
+        real m = s / dim;
+        real v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int i = 0; i < dim; i++)
+            v += (xr[i] - m) * (xr[i] - m);
+        real rs = (real)1 / R_SQRT(v / dim + (real)LN_EPS);
+#pragma omp simd
+        for (int i = 0; i < dim; i++)
+            yr[i] = (xr[i] - m) * rs * w[i] + b[i];
+        mean[r] = m;
+        rstd[r] = rs;
+    }
+}
+
+static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, const void *dy_,
+                              const void *x_, const void *mean_, const void *rstd_,
+                              const void *w_, int rows, int dim, int accumulate)
+{
+    (void)be;
+    real *dx = dx_, *dw = dw_, *db = db_;
+    const real *dy = dy_, *x = x_, *mean = mean_, *rstd = rstd_, *w = w_;
+    int chunks = (rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
+    real *part = (dw || db) ? scratch_alloc((size_t)chunks * 2 * dim * sizeof *part) : NULL;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)rows * dim)
+    for (int c = 0; c < chunks; c++) {
+        real *pw = part ? part + (size_t)c * 2 * dim : NULL, *pb = pw ? pw + dim : NULL;
+        int r1 = (c + 1) * CHUNK_ROWS < rows ? (c + 1) * CHUNK_ROWS : rows;
+        for (int r = c * CHUNK_ROWS; r < r1; r++) {
+            const real *xr = x + (size_t)r * dim, *dyr = dy + (size_t)r * dim;
+            const real m = mean[r], rs = rstd[r];
+            if (pw) {
+#pragma omp simd
+                for (int i = 0; i < dim; i++) {
+                    real xhat = (xr[i] - m) * rs;
+                    pw[i] += dyr[i] * xhat;
+                    pb[i] += dyr[i];
+                }
+            }
+            if (!dx)
+                continue;
+            /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w */
+            real sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int i = 0; i < dim; i++) {
+                real g = dyr[i] * w[i];
+                sg += g;
+                sgx += g * (xr[i] - m) * rs;
+            }
+            sg /= dim;
+            sgx /= dim;
+            real *dxr = dx + (size_t)r * dim;
+            if (accumulate) {
+#pragma omp simd
+                for (int i = 0; i < dim; i++)
+                    dxr[i] += rs * (dyr[i] * w[i] - sg - (xr[i] - m) * rs * sgx);
+            } else {
+#pragma omp simd
+                for (int i = 0; i < dim; i++)
+                    dxr[i] = rs * (dyr[i] * w[i] - sg - (xr[i] - m) * rs * sgx);
+            }
+        }
+    }
+    if (part) {
+        for (int c = 0; c < chunks; c++) {
+            const real *pw = part + (size_t)c * 2 * dim, *pb = pw + dim;
+            for (int i = 0; i < dim; i++) {
+                if (dw)
+                    dw[i] += pw[i];
+                if (db)
+                    db[i] += pb[i];
+            }
+        }
+        free(part);
+    }
+}
+
+/* ------------------------------------------------------------------- gelu */
+
+static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
+{
+    (void)be;
+    real *y = y_;
+    const real *x = x_;
+#pragma omp parallel for simd schedule(static) PAR_IF(n)
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] * R_CDF(x[i]);
+}
+
+static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_, size_t n)
+{
+    (void)be;
+    real *dx = dx_;
+    const real *dy = dy_, *x = x_;
+#pragma omp parallel for simd schedule(static) PAR_IF(n)
+    for (size_t i = 0; i < n; i++) {
+        real xi = x[i];
+        real pdf = (real)INV_SQRT_2PI * R_EXP((real)-0.5 * xi * xi);
+        dx[i] = dy[i] * (R_CDF(xi) + xi * pdf);
+    }
+}
+
+/* -------------------------------------------------------------- attention */
+
+/* Scratch per thread: K and V of one (example, head) transposed to [hd][T], so
+ * the inner loops run over key positions with unit stride and need no
+ * horizontal reductions; plus one row of scores. */
+static size_t attn_scratch_elems(int T, int hd) { return 2 * (size_t)hd * T + 2 * (size_t)T; }
+
+static void cpu_attention_fwd(pt_backend *be, void *out_, void *probs_, const void *qkv_, int n,
+                              int T, int H, int hd, int causal)
+{
+    (void)be;
+    real *out = out_, *probs = probs_;
+    const real *qkv = qkv_;
+    const int d = H * hd, stride = 3 * d;
+    const real scale = (real)1 / R_SQRT((real)hd);
+#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
+    {
+        real *kt = scratch_alloc(attn_scratch_elems(T, hd) * sizeof *kt);
+        real *s = kt + 2 * (size_t)hd * T;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < n * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const real *base = qkv + (size_t)b * T * stride;
+            for (int j = 0; j < T; j++)
+                for (int c = 0; c < hd; c++)
+                    kt[(size_t)c * T + j] = base[(size_t)j * stride + d + h * hd + c];
+            real *P = probs + (size_t)bh * T * T;
+            for (int i = 0; i < T; i++) {
+                const real *q = base + (size_t)i * stride + h * hd;
+                const int nj = causal ? i + 1 : T;
+                for (int j = 0; j < nj; j++)
+                    s[j] = 0;
+                for (int c = 0; c < hd; c++) {
+                    const real qc = q[c] * scale;
+                    const real *kc = kt + (size_t)c * T;
+#pragma omp simd
+                    for (int j = 0; j < nj; j++)
+                        s[j] += qc * kc[j];
+                }
+                real mx = s[0];
+                for (int j = 1; j < nj; j++)
+                    mx = s[j] > mx ? s[j] : mx;
+                real sum = 0;
+#pragma omp simd reduction(+ : sum)
+                for (int j = 0; j < nj; j++) {
+                    s[j] = R_EXP(s[j] - mx);
+                    sum += s[j];
+                }
+                const real inv = (real)1 / sum;
+                real *Pi = P + (size_t)i * T;
+#pragma omp simd
+                for (int j = 0; j < nj; j++)
+                    Pi[j] = s[j] * inv;
+                for (int j = nj; j < T; j++)
+                    Pi[j] = 0;
+                real *o = out + ((size_t)b * T + i) * d + h * hd;
+                for (int c = 0; c < hd; c++)
+                    o[c] = 0;
+                for (int j = 0; j < nj; j++) {
+                    const real pj = Pi[j];
+                    const real *v = base + (size_t)j * stride + 2 * d + h * hd;
+#pragma omp simd
+                    for (int c = 0; c < hd; c++)
+                        o[c] += pj * v[c];
+                }
+            }
+        }
+        free(kt);
+    }
+}
+
+static void cpu_attention_bwd(pt_backend *be, void *dqkv_, const void *dout_, const void *qkv_,
+                              const void *probs_, int n, int T, int H, int hd, int causal)
+{
+    (void)be;
+    real *dqkv = dqkv_;
+    const real *dout = dout_, *qkv = qkv_, *probs = probs_;
+    const int d = H * hd, stride = 3 * d;
+    const real scale = (real)1 / R_SQRT((real)hd);
+#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
+    {
+        real *vt = scratch_alloc(attn_scratch_elems(T, hd) * sizeof *vt);
+        real *dp = vt + 2 * (size_t)hd * T;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < n * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const real *base = qkv + (size_t)b * T * stride;
+            real *dbase = dqkv + (size_t)b * T * stride;
+            for (int j = 0; j < T; j++) {
+                for (int c = 0; c < hd; c++)
+                    vt[(size_t)c * T + j] = base[(size_t)j * stride + 2 * d + h * hd + c];
+                real *dq = dbase + (size_t)j * stride + h * hd;
+                for (int c = 0; c < hd; c++)
+                    dq[c] = dq[d + c] = dq[2 * d + c] = 0;
+            }
+            const real *P = probs + (size_t)bh * T * T;
+            for (int i = 0; i < T; i++) {
+                const int nj = causal ? i + 1 : T;
+                const real *go = dout + ((size_t)b * T + i) * d + h * hd;
+                const real *Pi = P + (size_t)i * T;
+                /* dP[j] = dout_i . v_j */
+                for (int j = 0; j < nj; j++)
+                    dp[j] = 0;
+                for (int c = 0; c < hd; c++) {
+                    const real gc = go[c];
+                    const real *vc = vt + (size_t)c * T;
+#pragma omp simd
+                    for (int j = 0; j < nj; j++)
+                        dp[j] += gc * vc[j];
+                }
+                /* dv_j += P_ij dout_i */
+                for (int j = 0; j < nj; j++) {
+                    const real pj = Pi[j];
+                    real *dv = dbase + (size_t)j * stride + 2 * d + h * hd;
+#pragma omp simd
+                    for (int c = 0; c < hd; c++)
+                        dv[c] += pj * go[c];
+                }
+                /* dS = P * (dP - sum_j P dP), then scaled into dq_i and dk_j */
+                real dot = 0;
+#pragma omp simd reduction(+ : dot)
+                for (int j = 0; j < nj; j++)
+                    dot += Pi[j] * dp[j];
+                const real *q = base + (size_t)i * stride + h * hd;
+                real *dq = dbase + (size_t)i * stride + h * hd;
+                for (int j = 0; j < nj; j++) {
+                    const real ds = Pi[j] * (dp[j] - dot) * scale;
+                    const real *k = base + (size_t)j * stride + d + h * hd;
+                    real *dk = dbase + (size_t)j * stride + d + h * hd;
+#pragma omp simd
+                    for (int c = 0; c < hd; c++) {
+                        dq[c] += ds * k[c];
+                        dk[c] += ds * q[c];
+                    }
+                }
+            }
+        }
+        free(vt);
+    }
+}
+
+/* -------------------------------------------------------------- embedding */
+
+static void cpu_patchify(pt_backend *be, void *patches_, const void *images_, int n, int C, int H,
+                         int W, int p)
+{
+    (void)be;
+    real *patches = patches_;
+    const real *images = images_;
+    const int gh = H / p, gw = W / p, plen = C * p * p;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * C * H * W)
+    for (int b = 0; b < n; b++)
+        for (int py = 0; py < gh; py++)
+            for (int px = 0; px < gw; px++) {
+                real *dst = patches + ((size_t)b * gh * gw + (size_t)py * gw + px) * plen;
+                for (int c = 0; c < C; c++)
+                    for (int y = 0; y < p; y++) {
+                        const real *src = images + (((size_t)b * C + c) * H + (size_t)py * p + y) * W +
+                                          (size_t)px * p;
+                        memcpy(dst + ((size_t)c * p + y) * p, src, (size_t)p * sizeof *src);
+                    }
+            }
+}
+
+static void cpu_vit_assemble_fwd(pt_backend *be, void *x_, const void *proj_, const void *cls_,
+                                 const void *pos_, int n, int T, int d)
+{
+    (void)be;
+    real *x = x_;
+    const real *proj = proj_, *cls = cls_, *pos = pos_;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int b = 0; b < n; b++) {
+        real *xb = x + (size_t)b * T * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++)
+            xb[c] = cls[c] + pos[c];
+        for (int t = 1; t < T; t++) {
+            const real *pr = proj + ((size_t)b * (T - 1) + t - 1) * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++)
+                xb[(size_t)t * d + c] = pr[c] + pos[(size_t)t * d + c];
+        }
+    }
+}
+
+static void cpu_vit_assemble_bwd(pt_backend *be, void *dproj_, void *dcls_, void *dpos_,
+                                 const void *dx_, int n, int T, int d)
+{
+    (void)be;
+    real *dproj = dproj_, *dcls = dcls_, *dpos = dpos_;
+    const real *dx = dx_;
+    /* Each thread owns token positions t and sums over examples in order. */
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int t = 0; t < T; t++) {
+        real *dp = dpos + (size_t)t * d;
+        for (int b = 0; b < n; b++) {
+            const real *g = dx + ((size_t)b * T + t) * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++)
+                dp[c] += g[c];
+            if (t == 0) {
+#pragma omp simd
+                for (int c = 0; c < d; c++)
+                    dcls[c] += g[c];
+            } else if (dproj) {
+                memcpy(dproj + ((size_t)b * (T - 1) + t - 1) * d, g, (size_t)d * sizeof *g);
+            }
+        }
+    }
+}
+
+static void cpu_token_embed_fwd(pt_backend *be, void *x_, const int32_t *tokens, const void *wte_,
+                                const void *wpe_, int n, int T, int d)
+{
+    (void)be;
+    real *x = x_;
+    const real *wte = wte_, *wpe = wpe_;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int r = 0; r < n * T; r++) {
+        const real *e = wte + (size_t)tokens[r] * d, *p = wpe + (size_t)(r % T) * d;
+        real *xr = x + (size_t)r * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++)
+            xr[c] = e[c] + p[c];
+    }
+}
+
+static void cpu_token_embed_bwd(pt_backend *be, void *dwte_, void *dwpe_, const void *dx_,
+                                const int32_t *tokens, int n, int T, int d)
+{
+    (void)be;
+    real *dwte = dwte_, *dwpe = dwpe_;
+    const real *dx = dx_;
+    /* Rows sharing a token add into the same row of dwte, so this stays serial:
+     * it is n*T*d additions, small next to any matrix multiply. */
+    for (int r = 0; r < n * T; r++) {
+        real *e = dwte + (size_t)tokens[r] * d;
+        const real *g = dx + (size_t)r * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++)
+            e[c] += g[c];
+    }
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int t = 0; t < T; t++) {
+        real *p = dwpe + (size_t)t * d;
+        for (int b = 0; b < n; b++) {
+            const real *g = dx + ((size_t)b * T + t) * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++)
+                p[c] += g[c];
+        }
+    }
+}
+
+static void cpu_copy_rows(pt_backend *be, void *dst_, int dst_stride, const void *src_,
+                          int src_stride, int rows, int cols, int accumulate)
+{
+    (void)be;
+    real *dst = dst_;
+    const real *src = src_;
+    for (int r = 0; r < rows; r++) {
+        real *o = dst + (size_t)r * dst_stride;
+        const real *i = src + (size_t)r * src_stride;
+        if (accumulate) {
+#pragma omp simd
+            for (int c = 0; c < cols; c++)
+                o[c] += i[c];
+        } else {
+            memcpy(o, i, (size_t)cols * sizeof *i);
+        }
+    }
+}
+
+/* ----------------------------------------------------------------- losses */
+
+static double cpu_cross_entropy(pt_backend *be, void *dlogits_, const void *logits_,
+                                const int32_t *targets, int rows, int classes, double scale,
+                                int64_t *correct)
+{
+    (void)be;
+    real *dlogits = dlogits_;
+    const real *logits = logits_;
+    double *row_loss = scratch_alloc((size_t)rows * sizeof *row_loss);
+    int64_t hits = 0;
+#pragma omp parallel for schedule(static) reduction(+ : hits) PAR_IF((size_t)rows * classes)
+    for (int r = 0; r < rows; r++) {
+        const real *z = logits + (size_t)r * classes;
+        int arg = 0;
+        real mx = z[0];
+        for (int c = 1; c < classes; c++)
+            if (z[c] > mx) {
+                mx = z[c];
+                arg = c;
+            }
+        real sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < classes; c++)
+            sum += R_EXP(z[c] - mx);
+        const int y = targets[r];
+        row_loss[r] = (double)mx + log((double)sum) - (double)z[y];
+        hits += arg == y;
+        if (dlogits) {
+            real *g = dlogits + (size_t)r * classes;
+            const real k = (real)scale / sum;
+#pragma omp simd
+            for (int c = 0; c < classes; c++)
+                g[c] = R_EXP(z[c] - mx) * k;
+            g[y] -= (real)scale;
+        }
+    }
+    double total = 0;
+    for (int r = 0; r < rows; r++)
+        total += row_loss[r];
+    free(row_loss);
+    *correct += hits;
+    return total;
+}
+
+/* -------------------------------------------------------------- optimizer */
+
+static void cpu_adamw(pt_backend *be, void *p_, const void *g_, void *m_, void *v_, size_t n,
+                      const pt_adamw_args *a)
+{
+    (void)be;
+    real *p = p_, *m = m_, *v = v_;
+    const real *g = g_;
+    const real decay = (real)(1.0 - a->lr * a->weight_decay);
+    const real b1 = (real)a->beta1, b2 = (real)a->beta2;
+    const real c1 = (real)(1.0 - a->beta1), c2 = (real)(1.0 - a->beta2);
+    const real step = (real)(a->lr / a->bias_corr1);
+    const real bc2_sqrt = (real)sqrt(a->bias_corr2);
+    const real eps = (real)a->eps, gs = (real)a->grad_scale;
+#pragma omp parallel for simd schedule(static) PAR_IF(n)
+    for (size_t i = 0; i < n; i++) {
+        real gi = g[i] * gs;
+        real mi = m[i] * b1 + c1 * gi;
+        real vi = v[i] * b2 + c2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        real pi = p[i] * decay;
+        p[i] = pi - step * (mi / (R_SQRT(vi) / bc2_sqrt + eps));
+    }
+}
+
+static double cpu_sumsq(pt_backend *be, const void *x_, size_t n)
+{
+    (void)be;
+    const real *x = x_;
+    size_t chunks = (n + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+    double *part = scratch_alloc(chunks * sizeof *part);
+#pragma omp parallel for schedule(static) PAR_IF(n)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t i1 = (c + 1) * CHUNK_ELEMS < n ? (c + 1) * CHUNK_ELEMS : n;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = c * CHUNK_ELEMS; i < i1; i++)
+            s += (double)x[i] * (double)x[i];
+        part[c] = s;
+    }
+    double total = 0;
+    for (size_t c = 0; c < chunks; c++)
+        total += part[c];
+    free(part);
+    return total;
+}
+
+static void cpu_scale(pt_backend *be, void *x_, size_t n, double f)
+{
+    (void)be;
+    real *x = x_;
+    const real k = (real)f;
+#pragma omp parallel for simd schedule(static) PAR_IF(n)
+    for (size_t i = 0; i < n; i++)
+        x[i] *= k;
+}
+
+const pt_ops OPS_NAME = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .zero = cpu_zero,
+    .copy = cpu_memcpy,
+    .par_from_f32 = cpu_from_f32,
+    .par_to_f32 = cpu_to_f32,
+    .act_from_f32 = cpu_from_f32,
+    .act_to_f32 = cpu_to_f32,
+    .sync = cpu_sync,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd = cpu_linear_bwd,
+    .layernorm_fwd = cpu_layernorm_fwd,
+    .layernorm_bwd = cpu_layernorm_bwd,
+    .gelu_fwd = cpu_gelu_fwd,
+    .gelu_bwd = cpu_gelu_bwd,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .patchify = cpu_patchify,
+    .vit_assemble_fwd = cpu_vit_assemble_fwd,
+    .vit_assemble_bwd = cpu_vit_assemble_bwd,
+    .token_embed_fwd = cpu_token_embed_fwd,
+    .token_embed_bwd = cpu_token_embed_bwd,
+    .copy_rows = cpu_copy_rows,
+    .cross_entropy = cpu_cross_entropy,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+};

@@ -1,0 +1,278 @@
+/*
+ * nn.h: the public interface of the nn module: errors, the RNG, model
+ * architectures and their units, backends, segments (a contiguous run of units
+ * with its memory), the optimizer and learning-rate schedules.
+ *
+ * Everything here is about one process and one device. Nothing in nn/ knows
+ * about ranks: a pipeline stage is just a segment covering some units, a frozen
+ * prefix is just a count of leading units that get no backward.
+ *
+ * Conventions kept throughout:
+ *  - functions that can fail return 0 on success or a PT_E* code, and fill the
+ *    caller's pt_err with a message that names the problem;
+ *  - shapes are written [rows, cols] and stored row-major; linear weights are
+ *    [out, in] as in PyTorch's nn.Linear;
+ *  - "backend memory" is memory owned by a backend (host memory for the CPU
+ *    backends, device memory for CUDA); host-side data is passed as float or
+ *    int32 and the backend copies it in.
+ */
+#ifndef PT_NN_H
+#define PT_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ errors */
+
+enum pt_code {
+    PT_OK = 0,
+    PT_EINPUT = 1,    /* bad user input: config, command line, dataset, checkpoint */
+    PT_ESYS = 2,      /* the operating system refused: open, write, mmap, ... */
+    PT_ENOMEM = 3,    /* an allocation failed */
+    PT_EBACKEND = 4,  /* the compute backend failed or is unavailable */
+    PT_EINTERNAL = 5, /* a broken invariant: a bug in pipetrain */
+    PT_EPEER = 6      /* another rank failed or stopped answering */
+};
+
+typedef struct pt_err {
+    int code;
+    char msg[1024];
+} pt_err;
+
+/* Formats msg into err (if err is non-NULL) and returns code. */
+int pt_fail(pt_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prefixes err->msg with "context: " (keeps the code). Returns err->code. */
+int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* --------------------------------------------------------------------- rng */
+
+/* xoshiro256** seeded through splitmix64 from (seed, stream). Streams make
+ * independent sequences for independent purposes (a unit's init, an epoch's
+ * permutation), so no result depends on the order things are created in. */
+typedef struct pt_rng {
+    uint64_t s[4];
+} pt_rng;
+
+void pt_rng_seed(pt_rng *rng, uint64_t seed, uint64_t stream);
+uint64_t pt_rng_next(pt_rng *rng);
+double pt_rng_uniform(pt_rng *rng);             /* [0, 1) with 53 random bits */
+double pt_rng_normal(pt_rng *rng);              /* N(0, 1), Box-Muller */
+uint64_t pt_rng_below(pt_rng *rng, uint64_t n); /* uniform in [0, n), unbiased; n > 0 */
+
+/* ------------------------------------------------------------ architecture */
+
+typedef enum { PT_MODEL_VIT = 0, PT_MODEL_GPT = 1 } pt_model_kind;
+
+typedef struct pt_arch {
+    pt_model_kind kind;
+    int dim;        /* d_model */
+    int layers;     /* transformer blocks; 2 units each */
+    int heads;      /* attention heads; dim % heads == 0 */
+    int mlp_hidden; /* hidden width of the MLP (usually 4 * dim) */
+    int causal;     /* 1: causal attention (GPT); 0: bidirectional (ViT) */
+    /* ViT */
+    int channels, height, width, patch, classes;
+    /* GPT */
+    int vocab, context;
+    /* initialisation: see docs/ARCHITECTURE.md "Initialisation" */
+    double init_std;
+    uint64_t seed;
+} pt_arch;
+
+/* Checks every field for range and consistency; the message names the field. */
+int pt_arch_check(const pt_arch *a, pt_err *err);
+int pt_arch_tokens(const pt_arch *a);         /* ViT: 1 + patches; GPT: context */
+int pt_arch_units(const pt_arch *a);          /* embed + 2 * layers + head */
+int pt_arch_out_classes(const pt_arch *a);    /* ViT: classes; GPT: vocab */
+int pt_arch_input_floats(const pt_arch *a);   /* ViT: C*H*W per example; GPT: 0 */
+int64_t pt_arch_rows_per_example(const pt_arch *a); /* loss terms: ViT 1, GPT context */
+/* Forward FLOPs of one example through unit u (multiply-add = 2 FLOPs). */
+double pt_arch_unit_flops(const pt_arch *a, int u);
+
+typedef enum { PT_UNIT_EMBED, PT_UNIT_ATTN, PT_UNIT_MLP, PT_UNIT_HEAD } pt_unit_role;
+
+#define PT_MAX_UNIT_PARAMS 8
+
+typedef struct pt_param_info {
+    char name[96];     /* full PyTorch-style name, e.g. "blocks.3.attn.qkv.weight" */
+    int ndim;
+    int64_t shape[4];
+    size_t offset;     /* elements from the start of the unit's parameter blob */
+    size_t numel;
+    int decay;         /* 1: AdamW weight decay applies (matrix weights only) */
+    int init;          /* PT_INIT_* */
+    double init_std;   /* for PT_INIT_NORMAL */
+} pt_param_info;
+
+enum { PT_INIT_ZERO, PT_INIT_ONE, PT_INIT_NORMAL };
+
+typedef struct pt_unit_info {
+    char name[40];     /* "embed", "blocks.3.attn", "blocks.3.mlp", "head" */
+    pt_unit_role role;
+    int block;         /* transformer block index, -1 for embed and head */
+    int n_params;
+    pt_param_info params[PT_MAX_UNIT_PARAMS];
+    size_t numel;      /* parameters in this unit */
+} pt_unit_info;
+
+/* Describes unit u (0 <= u < pt_arch_units(a)): name, parameters, layout. */
+void pt_unit_info_get(const pt_arch *a, int u, pt_unit_info *out);
+/* Index of the unit called name, or -1. */
+int pt_unit_find(const pt_arch *a, const char *name);
+
+/* ---------------------------------------------------------------- backends */
+
+typedef struct pt_backend pt_backend;
+
+/* name: "cpu" (float32, the training backend), "cpu64" (float64, the
+ * finite-difference oracle), "cuda" (where built with CUDA and a GPU exists).
+ * threads: OpenMP threads for the CPU backends (0 = leave OpenMP's default). */
+int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err);
+void pt_backend_close(pt_backend *be);
+const char *pt_backend_name(const pt_backend *be);
+size_t pt_backend_real_size(const pt_backend *be); /* bytes per parameter element */
+size_t pt_backend_act_size(const pt_backend *be);  /* bytes per activation element */
+/* Backend memory; NULL on failure. Freed with pt_backend_free. */
+void *pt_backend_alloc(pt_backend *be, size_t bytes);
+void pt_backend_free(pt_backend *be, void *p);
+/* Host <-> backend copies of activations (n activation elements, host float). */
+void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n);
+void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t n);
+/* Waits for all queued work (no-op on the CPU). */
+int pt_backend_sync(pt_backend *be, pt_err *err);
+
+/* ----------------------------------------------------------------- batches */
+
+/* One micro-batch, in host memory, as the data module produces it. */
+typedef struct pt_batch {
+    int n;                  /* examples */
+    const float *images;    /* ViT: [n, C*H*W], already normalised */
+    const int32_t *tokens;  /* GPT: [n, context] */
+    const int32_t *targets; /* ViT: [n] class labels; GPT: [n, context] next tokens */
+} pt_batch;
+
+/* What a forward pass through the head reports. loss is the sum of per-row
+ * losses times the segment's loss scale, so summing it over micro-batches and
+ * replicas gives the mean over the global batch. */
+typedef struct pt_stats {
+    double loss;
+    int64_t correct; /* rows whose argmax equals the target */
+    int64_t rows;    /* loss terms seen */
+} pt_stats;
+
+/* ---------------------------------------------------------------- segments */
+
+/* A segment is a contiguous run of units [first, first + count) instantiated on
+ * a backend: their parameters, gradients and AdamW moments (each one blob in
+ * unit order, so the active units' gradients are one contiguous range), and
+ * the activations saved by forward for backward, in `slots` independent slots
+ * (one per micro-batch in flight). */
+typedef struct pt_segment pt_segment;
+
+typedef struct pt_segment_spec {
+    int first, count; /* units */
+    int max_batch;    /* most examples in one forward call */
+    int slots;        /* micro-batches whose activations can be held at once */
+} pt_segment_spec;
+
+int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
+                      const pt_segment_spec *spec, pt_err *err);
+void pt_segment_destroy(pt_segment *s);
+
+int pt_segment_first(const pt_segment *s);
+int pt_segment_count(const pt_segment *s);
+const pt_arch *pt_segment_arch(const pt_segment *s);
+pt_backend *pt_segment_backend(const pt_segment *s);
+/* Elements in one boundary activation for n examples ([n, tokens, dim]). */
+size_t pt_segment_act_elems(const pt_segment *s, int n);
+
+/* Deterministic initialisation of every unit from (arch.seed, unit index):
+ * the same unit gets the same weights whatever segment it lives in. */
+int pt_segment_init_params(pt_segment *s, pt_err *err);
+
+/* The parts of a unit's state, as a host float32 copy (for checkpoints,
+ * export, moving units between ranks). */
+typedef enum { PT_PART_PARAM, PT_PART_GRAD, PT_PART_M, PT_PART_V } pt_part;
+size_t pt_segment_unit_numel(const pt_segment *s, int unit);
+int pt_segment_unit_get(const pt_segment *s, int unit, pt_part part, float *host, pt_err *err);
+int pt_segment_unit_set(pt_segment *s, int unit, pt_part part, const float *host, pt_err *err);
+/* Backend memory of a unit's part (pt_segment_unit_numel elements of
+ * pt_backend_real_size bytes), or NULL when the unit is not in the segment or
+ * is frozen and the part is not PT_PART_PARAM. For moving state between ranks
+ * without conversions, and for tests. */
+void *pt_segment_unit_data(pt_segment *s, int unit, pt_part part);
+
+/* Units [first, first + frozen) get no backward and no optimizer step, and
+ * their gradient and moment memory is released. frozen only grows. */
+int pt_segment_freeze(pt_segment *s, int frozen, pt_err *err);
+int pt_segment_frozen(const pt_segment *s);
+
+/* Loss scale used by the head: 1 / (loss terms in the global batch). */
+void pt_segment_set_loss_scale(pt_segment *s, double scale);
+
+/* Forward one micro-batch through the segment.
+ * x_in: [n, T, d] backend activation from the previous stage, or NULL when the
+ *       segment starts with the embedding (which reads batch->images/tokens).
+ *       It must stay valid until pt_segment_backward of the same slot.
+ * y_out: [n, T, d] backend activation for the next stage, or NULL when the
+ *       segment ends with the head (which adds its loss to *stats).
+ * train: 0 for evaluation (nothing kept for backward). */
+int pt_segment_forward(pt_segment *s, int slot, const pt_batch *batch, const void *x_in,
+                       void *y_out, int train, pt_stats *stats, pt_err *err);
+
+/* Backward of the micro-batch that ran forward in `slot`. Adds parameter
+ * gradients of the active units into the gradient blob.
+ * dy: [n, T, d] gradient of y_out (NULL when the segment ends with the head).
+ * dx: [n, T, d] receives the gradient of x_in; NULL when nobody needs it. */
+int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const void *dy,
+                        void *dx, pt_err *err);
+
+/* Logits of row r of the last forward in `slot` (segment must end with the
+ * head); out gets pt_arch_out_classes() floats. */
+int pt_segment_logits(pt_segment *s, int slot, int row, float *out, pt_err *err);
+
+/* Gradient blob of the active units: backend memory, count elements of
+ * pt_backend_real_size bytes, contiguous (for all-reduce). */
+void *pt_segment_grads(pt_segment *s, size_t *count);
+void pt_segment_zero_grads(pt_segment *s);
+/* Sum of squares of the active units' gradients (for global-norm clipping). */
+double pt_segment_grad_sumsq(pt_segment *s);
+/* Multiplies the active gradients by f (e.g. 1/replicas after a sum all-reduce). */
+void pt_segment_scale_grads(pt_segment *s, double f);
+
+/* ---------------------------------------------------------------- optimizer */
+
+/* torch.optim.AdamW, decoupled weight decay with bias correction. step is the
+ * 1-based count of updates including this one. grad_scale multiplies every
+ * gradient first (the clipping coefficient, 1.0 for none). Weight decay applies
+ * to parameters whose pt_param_info.decay is 1. */
+typedef struct pt_adamw {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+    double grad_scale;
+} pt_adamw;
+
+int pt_segment_adamw(pt_segment *s, const pt_adamw *opt, pt_err *err);
+
+/* Clipping coefficient as torch.nn.utils.clip_grad_norm_: min(1, max_norm /
+ * (norm + 1e-6)); max_norm <= 0 disables clipping (returns 1). */
+double pt_clip_coef(double total_norm, double max_norm);
+
+/* ------------------------------------------------------------ LR schedules */
+
+typedef enum { PT_LR_CONSTANT, PT_LR_COSINE, PT_LR_LINEAR } pt_lr_kind;
+
+/* Learning rate for update number step (0-based): linear warm-up from
+ * base/warmup to base over `warmup` steps, then constant, cosine or linear
+ * decay from base to min_lr at step `total`, min_lr after. */
+typedef struct pt_lr_schedule {
+    pt_lr_kind kind;
+    double base, min_lr;
+    int64_t warmup, total;
+} pt_lr_schedule;
+
+double pt_lr_at(const pt_lr_schedule *s, int64_t step);
+
+#endif

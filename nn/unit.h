@@ -1,0 +1,69 @@
+/*
+ * unit.h (internal to nn/): the interface every unit kind implements. A unit
+ * maps one activation [n, T, d] to another (the embedding reads the batch
+ * instead, the head writes a loss instead) and keeps in its `saved` area what
+ * its backward needs. Units are written against the ops table only.
+ */
+#ifndef PT_NN_UNIT_H
+#define PT_NN_UNIT_H
+
+#include "nn/backend.h"
+
+/* Everything a unit needs for one call. */
+typedef struct pt_unit_call {
+    pt_backend *be;
+    const pt_arch *arch;
+    const pt_unit_info *info;
+    const void *p;     /* the unit's parameter blob */
+    void *g;           /* the unit's gradient blob; NULL when the unit is frozen */
+    void *saved;       /* the unit's saved-activation area in this slot */
+    void *scratch;     /* segment-wide scratch, valid for the duration of the call */
+    int n;             /* examples */
+    int train;         /* forward: keep what backward needs (head: compute dlogits) */
+    double loss_scale; /* head only */
+} pt_unit_call;
+
+typedef struct pt_unit_impl {
+    size_t (*saved_bytes)(const pt_arch *a, const pt_backend *be, int n);
+    size_t (*scratch_bytes)(const pt_arch *a, const pt_backend *be, int n);
+    int (*forward)(const pt_unit_call *c, const pt_batch *batch, const void *x, void *y,
+                   pt_stats *stats, pt_err *err);
+    /* x: the forward input; dx may be NULL (not needed) */
+    int (*backward)(const pt_unit_call *c, const pt_batch *batch, const void *x, const void *dy,
+                    void *dx, pt_err *err);
+} pt_unit_impl;
+
+extern const pt_unit_impl pt_unit_embed_vit, pt_unit_embed_gpt, pt_unit_attn, pt_unit_mlp,
+    pt_unit_head;
+
+const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role);
+
+/* Logits of one row of the head's last forward in c->saved, as host floats. */
+int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
+
+/* Carving one area into named buffers. With base == NULL it only measures, so
+ * a unit's size and layout come from the same function and cannot disagree. */
+typedef struct pt_carve {
+    char *base;
+    size_t used;
+} pt_carve;
+
+static inline void *pt_carve_take(pt_carve *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += (bytes + 63) / 64 * 64;
+    return p;
+}
+
+/* Pointer to parameter i of the unit inside blob (params or grads). */
+static inline void *pt_unit_param(const pt_unit_call *c, const void *blob, int i)
+{
+    if (!blob)
+        return NULL;
+    return (char *)blob + c->info->params[i].offset * c->be->real_size;
+}
+
+#define PT_ACT(c, n) ((size_t)(n) * (c)->be->act_size)
+#define PT_PAR(c, n) ((size_t)(n) * (c)->be->real_size)
+
+#endif

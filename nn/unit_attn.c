@@ -1,0 +1,107 @@
+/*
+ * unit_attn.c: the attention unit, y = x + proj(attention(qkv(ln(x)))), pre-LN,
+ * fused QKV projection, multi-head scaled dot-product attention (causal or
+ * bidirectional per the arch), output projection and residual add.
+ *
+ * Parameters (see arch.c): ln.weight, ln.bias, qkv.weight [3d, d], qkv.bias,
+ * proj.weight [d, d], proj.bias.
+ */
+#include "nn/unit.h"
+
+enum { LN_W, LN_B, QKV_W, QKV_B, PROJ_W, PROJ_B };
+
+typedef struct {
+    void *mean, *rstd; /* [nT] */
+    void *ln;          /* [nT, d] */
+    void *qkv;         /* [nT, 3d] */
+    void *probs;       /* [n, H, T, T] */
+    void *att;         /* [nT, d] */
+} attn_saved;
+
+typedef struct {
+    void *datt, *dqkv, *dln;
+} attn_scratch;
+
+static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *base,
+                           attn_saved *s)
+{
+    const size_t rows = (size_t)n * pt_arch_tokens(a), T = pt_arch_tokens(a);
+    pt_carve c = {base, 0};
+    s->mean = pt_carve_take(&c, rows * be->real_size);
+    s->rstd = pt_carve_take(&c, rows * be->real_size);
+    s->ln = pt_carve_take(&c, rows * a->dim * be->act_size);
+    s->qkv = pt_carve_take(&c, rows * 3 * a->dim * be->act_size);
+    s->probs = pt_carve_take(&c, (size_t)n * a->heads * T * T * be->act_size);
+    s->att = pt_carve_take(&c, rows * a->dim * be->act_size);
+    return c.used;
+}
+
+static size_t scratch_layout(const pt_arch *a, const pt_backend *be, int n, void *base,
+                             attn_scratch *s)
+{
+    const size_t rows = (size_t)n * pt_arch_tokens(a);
+    pt_carve c = {base, 0};
+    s->datt = pt_carve_take(&c, rows * a->dim * be->act_size);
+    s->dqkv = pt_carve_take(&c, rows * 3 * a->dim * be->act_size);
+    s->dln = pt_carve_take(&c, rows * a->dim * be->act_size);
+    return c.used;
+}
+
+static size_t saved_bytes(const pt_arch *a, const pt_backend *be, int n)
+{
+    attn_saved s;
+    return saved_layout(a, be, n, NULL, &s);
+}
+
+static size_t scratch_bytes(const pt_arch *a, const pt_backend *be, int n)
+{
+    attn_scratch s;
+    return scratch_layout(a, be, n, NULL, &s);
+}
+
+static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, void *y,
+                   pt_stats *stats, pt_err *err)
+{
+    const pt_arch *a = c->arch;
+    const pt_ops *op = c->be->ops;
+    const int T = pt_arch_tokens(a), d = a->dim, rows = c->n * T;
+    attn_saved s;
+    saved_layout(a, c->be, c->n, c->saved, &s);
+    op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, x, pt_unit_param(c, c->p, LN_W),
+                      pt_unit_param(c, c->p, LN_B), rows, d);
+    op->linear_fwd(c->be, s.qkv, s.ln, pt_unit_param(c, c->p, QKV_W),
+                   pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, 0);
+    op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal);
+    op->copy(c->be, y, x, PT_ACT(c, (size_t)rows * d));
+    op->linear_fwd(c->be, y, s.att, pt_unit_param(c, c->p, PROJ_W),
+                   pt_unit_param(c, c->p, PROJ_B), rows, d, d, 1);
+    return 0;
+}
+
+static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x, const void *dy,
+                    void *dx, pt_err *err)
+{
+    const pt_arch *a = c->arch;
+    const pt_ops *op = c->be->ops;
+    const int T = pt_arch_tokens(a), d = a->dim, rows = c->n * T;
+    attn_saved s;
+    attn_scratch w;
+    saved_layout(a, c->be, c->n, c->saved, &s);
+    scratch_layout(a, c->be, c->n, c->scratch, &w);
+    /* residual path: dx = dy, then the branch adds into it */
+    if (dx)
+        op->copy(c->be, dx, dy, PT_ACT(c, (size_t)rows * d));
+    op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W), pt_unit_param(c, c->g, PROJ_B),
+                   dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d, 0);
+    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, c->n, T, a->heads, d / a->heads,
+                      a->causal);
+    op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),
+                   pt_unit_param(c, c->g, QKV_B), w.dqkv, s.ln, pt_unit_param(c, c->p, QKV_W),
+                   rows, 3 * d, d, 0);
+    op->layernorm_bwd(c->be, dx, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),
+                      w.dln, x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows,
+                      d, 1);
+    return 0;
+}
+
+const pt_unit_impl pt_unit_attn = {saved_bytes, scratch_bytes, forward, backward};

@@ -1,0 +1,222 @@
+/*
+ * test_grad.c: float64 finite-difference checks of every unit's backward and of
+ * the loss, on the cpu64 backend (the same op code as the float32 backend,
+ * compiled for double).
+ *
+ * For a unit with output y, the checked scalar is f = sum(y * r) for a fixed
+ * random r (so dy = r); for the head it is the scaled loss itself. Every input
+ * element and every parameter element is perturbed by +-h (central
+ * differences, h = 1e-5): truncation error is O(h^2 f''') ~ 1e-10 and rounding
+ * error O(eps f / h) ~ 1e-11, so |analytic - numeric| <= 1e-7 + 1e-6 |numeric|
+ * leaves a wide margin for correct code and none for a wrong term.
+ */
+#include "nn/nn.h"
+#include "tests/common/cunit_main.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define N 3 /* examples */
+#define H 1e-5
+
+static pt_arch vit_arch(void)
+{
+    pt_arch a = {.kind = PT_MODEL_VIT, .dim = 8, .layers = 2, .heads = 2, .mlp_hidden = 12,
+                 .causal = 0, .channels = 2, .height = 4, .width = 6, .patch = 2, .classes = 5,
+                 .init_std = 0.5, .seed = 7};
+    return a;
+}
+
+static pt_arch gpt_arch(void)
+{
+    pt_arch a = {.kind = PT_MODEL_GPT, .dim = 8, .layers = 2, .heads = 2, .mlp_hidden = 12,
+                 .causal = 1, .vocab = 11, .context = 5, .init_std = 0.5, .seed = 9};
+    return a;
+}
+
+typedef struct {
+    pt_backend *be;
+    pt_segment *seg;
+    pt_arch a;
+    int first, count;
+    double *x, *r, *dx, *y; /* activations as doubles (cpu64 memory is double) */
+    float *images;
+    int32_t *tokens, *targets;
+    pt_batch batch;
+} fixture;
+
+static void fill(pt_rng *rng, double *v, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = scale * (pt_rng_uniform(rng) * 2 - 1);
+}
+
+static void setup(fixture *f, pt_arch a, int first, int count)
+{
+    pt_err err = {0};
+    f->a = a;
+    f->first = first;
+    f->count = count;
+    CU_ASSERT_FATAL(pt_backend_open(&f->be, "cpu64", 1, &err) == 0);
+    pt_segment_spec spec = {first, count, N, 1};
+    CU_ASSERT_FATAL(pt_segment_create(&f->seg, &a, f->be, &spec, &err) == 0);
+    CU_ASSERT_FATAL(pt_segment_init_params(f->seg, &err) == 0);
+    pt_rng rng;
+    pt_rng_seed(&rng, 1234, (uint64_t)first);
+    /* random parameters everywhere: LayerNorm weights away from 1, biases non-zero */
+    for (int u = first; u < first + count; u++) {
+        size_t n = pt_segment_unit_numel(f->seg, u);
+        float *p = malloc(n * sizeof *p);
+        for (size_t i = 0; i < n; i++)
+            p[i] = (float)(pt_rng_uniform(&rng) * 1.2 - 0.6);
+        CU_ASSERT_FATAL(pt_segment_unit_set(f->seg, u, PT_PART_PARAM, p, &err) == 0);
+        free(p);
+    }
+    size_t act = pt_segment_act_elems(f->seg, N);
+    f->x = pt_backend_alloc(f->be, act * sizeof(double));
+    f->dx = pt_backend_alloc(f->be, act * sizeof(double));
+    f->y = pt_backend_alloc(f->be, act * sizeof(double));
+    f->r = malloc(act * sizeof(double));
+    fill(&rng, f->x, act, 1.0);
+    fill(&rng, f->r, act, 1.0);
+    int T = pt_arch_tokens(&a);
+    f->images = malloc((size_t)N * (pt_arch_input_floats(&a) + 1) * sizeof(float));
+    f->tokens = malloc((size_t)N * T * sizeof(int32_t));
+    f->targets = malloc((size_t)N * T * sizeof(int32_t));
+    for (int i = 0; i < N * pt_arch_input_floats(&a); i++)
+        f->images[i] = (float)(pt_rng_uniform(&rng) * 2 - 1);
+    for (int i = 0; i < N * T; i++) {
+        f->tokens[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a.kind == PT_MODEL_GPT ? a.vocab : 1));
+        f->targets[i] = (int32_t)pt_rng_below(&rng, (uint64_t)pt_arch_out_classes(&a));
+    }
+    f->batch = (pt_batch){N, f->images, f->tokens, f->targets};
+    pt_segment_set_loss_scale(f->seg, 0.37);
+}
+
+static void teardown(fixture *f)
+{
+    pt_backend_free(f->be, f->x);
+    pt_backend_free(f->be, f->dx);
+    pt_backend_free(f->be, f->y);
+    free(f->r);
+    free(f->images);
+    free(f->tokens);
+    free(f->targets);
+    pt_segment_destroy(f->seg);
+    pt_backend_close(f->be);
+}
+
+static int has_embed(const fixture *f) { return f->first == 0; }
+static int has_head(const fixture *f) { return f->first + f->count == pt_arch_units(&f->a); }
+
+/* The checked scalar at the current parameters and input. */
+static double objective(fixture *f)
+{
+    pt_err err = {0};
+    pt_stats st = {0};
+    int rc = pt_segment_forward(f->seg, 0, &f->batch, has_embed(f) ? NULL : f->x,
+                                has_head(f) ? NULL : f->y, 1, &st, &err);
+    CU_ASSERT_EQUAL(rc, 0);
+    if (has_head(f))
+        return st.loss;
+    double s = 0;
+    size_t act = pt_segment_act_elems(f->seg, N);
+    for (size_t i = 0; i < act; i++)
+        s += f->y[i] * f->r[i];
+    return s;
+}
+
+static int close_enough(double analytic, double numeric)
+{
+    return fabs(analytic - numeric) <= 1e-7 + 1e-6 * fabs(numeric);
+}
+
+static void check_unit_range(pt_arch a, int first, int count)
+{
+    fixture f;
+    pt_err err = {0};
+    setup(&f, a, first, count);
+    size_t act = pt_segment_act_elems(f.seg, N);
+
+    pt_segment_zero_grads(f.seg);
+    objective(&f);
+    CU_ASSERT_FATAL(pt_segment_backward(f.seg, 0, &f.batch, has_head(&f) ? NULL : f.r,
+                                        has_embed(&f) ? NULL : f.dx, &err) == 0);
+
+    int bad = 0, checked = 0;
+    if (!has_embed(&f)) {
+        for (size_t i = 0; i < act; i++) {
+            double keep = f.x[i];
+            f.x[i] = keep + H;
+            double fp = objective(&f);
+            f.x[i] = keep - H;
+            double fm = objective(&f);
+            f.x[i] = keep;
+            double num = (fp - fm) / (2 * H);
+            checked++;
+            if (!close_enough(f.dx[i], num) && bad++ < 5)
+                printf("\n  dx[%zu]: analytic %.10g numeric %.10g", i, f.dx[i], num);
+        }
+    }
+    for (int u = first; u < first + count; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(&a, u, &info);
+        double *p = pt_segment_unit_data(f.seg, u, PT_PART_PARAM);
+        const double *grad = pt_segment_unit_data(f.seg, u, PT_PART_GRAD);
+        CU_ASSERT_FATAL(p && grad);
+        for (size_t i = 0; i < info.numel; i++) {
+            double keep = p[i];
+            p[i] = keep + H;
+            double fp = objective(&f);
+            p[i] = keep - H;
+            double fm = objective(&f);
+            p[i] = keep;
+            double num = (fp - fm) / (2 * H);
+            checked++;
+            if (!close_enough(grad[i], num) && bad++ < 5) {
+                int k = 0;
+                while (k + 1 < info.n_params && info.params[k + 1].offset <= i)
+                    k++;
+                printf("\n  %s[%zu]: analytic %.10g numeric %.10g", info.params[k].name,
+                       i - info.params[k].offset, grad[i], num);
+            }
+        }
+    }
+    printf(" [%d values checked, %d off]", checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    teardown(&f);
+}
+
+/* unit indices: 0 embed, 1 blocks.0.attn, 2 blocks.0.mlp, ..., last head */
+static void vit_embed(void) { check_unit_range(vit_arch(), 0, 1); }
+static void vit_attn(void) { check_unit_range(vit_arch(), 1, 1); }
+static void vit_mlp(void) { check_unit_range(vit_arch(), 2, 1); }
+static void vit_head(void) { check_unit_range(vit_arch(), 5, 1); }
+static void vit_whole_model(void) { check_unit_range(vit_arch(), 0, 6); }
+static void vit_middle_segment(void) { check_unit_range(vit_arch(), 1, 3); }
+static void gpt_embed(void) { check_unit_range(gpt_arch(), 0, 1); }
+static void gpt_attn_causal(void) { check_unit_range(gpt_arch(), 1, 1); }
+static void gpt_mlp(void) { check_unit_range(gpt_arch(), 2, 1); }
+static void gpt_head(void) { check_unit_range(gpt_arch(), 5, 1); }
+static void gpt_whole_model(void) { check_unit_range(gpt_arch(), 0, 6); }
+
+static void vit_attn_causal(void)
+{
+    pt_arch a = vit_arch();
+    a.causal = 1;
+    check_unit_range(a, 1, 1);
+}
+
+static const pt_test unit_tests[] = {
+    {"vit_embed", vit_embed},   {"vit_attn", vit_attn},
+    {"vit_attn_causal", vit_attn_causal}, {"vit_mlp", vit_mlp},
+    {"vit_head_loss", vit_head},     {"gpt_embed", gpt_embed},
+    {"gpt_attn_causal", gpt_attn_causal}, {"gpt_mlp", gpt_mlp},
+    {"gpt_head_loss", gpt_head},     {NULL, NULL}};
+static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
+                                      {"vit_middle_segment", vit_middle_segment},
+                                      {"gpt_whole_model", gpt_whole_model},
+                                      {NULL, NULL}};
+static const pt_test_suite suites[] = {{"finite differences, one unit", unit_tests},
+                                       {"finite differences, unit runs", model_tests},
+                                       {NULL, NULL}};
