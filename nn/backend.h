@@ -10,9 +10,10 @@
  * width.
  *
  * Accumulation: every op that produces a parameter gradient adds into it
- * (gradients accumulate over micro-batches). Ops that produce an activation
- * gradient overwrite it unless their `accumulate` flag is set, which units use
- * for the residual stream.
+ * (gradients accumulate over micro-batches). Activations and activation
+ * gradients are overwritten; where a unit needs a residual sum, the op takes
+ * the tensor to add (`add`, which may alias the output) so the sum costs no
+ * extra pass over memory.
  */
 #ifndef PT_NN_BACKEND_H
 #define PT_NN_BACKEND_H
@@ -43,23 +44,26 @@ typedef struct pt_ops {
     void (*act_to_f32)(pt_backend *be, float *dst, const void *src, size_t n);
     int (*sync)(pt_backend *be, pt_err *err);
 
-    /* y[rows,out] (+)= x[rows,in] . w[out,in]^T + b[out]; b may be NULL. */
+    /* y[rows,out] = add + x[rows,in] . w[out,in]^T + b[out]; b and add may be NULL. */
     void (*linear_fwd)(pt_backend *be, void *y, const void *x, const void *w, const void *b,
-                       int rows, int out, int in, int accumulate);
-    /* dx[rows,in] (+)= dy . w;  dw[out,in] += dy^T . x;  db[out] += sum_rows dy.
+                       int rows, int out, int in, const void *add);
+    /* dx[rows,in] = dy . w;  dw[out,in] += dy^T . x;  db[out] += sum_rows dy.
      * dx, dw, db may each be NULL (not wanted). */
     void (*linear_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
-                       const void *x, const void *w, int rows, int out, int in, int accumulate);
+                       const void *x, const void *w, int rows, int out, int in);
     /* y = (x - mean) * rstd * w + b per row of length dim; saves mean, rstd [rows]. */
     void (*layernorm_fwd)(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
                           const void *w, const void *b, int rows, int dim);
-    /* dx (+)= ...; dw, db += ...; dx may be NULL. */
+    /* dx = add + (gradient through the norm); dw, db += ...; dx and add may be NULL. */
     void (*layernorm_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                           const void *x, const void *mean, const void *rstd, const void *w,
-                          int rows, int dim, int accumulate);
-    /* y = x * Phi(x) (erf form); dx = dy * (Phi(x) + x phi(x)); dx may alias dy. */
+                          int rows, int dim, const void *add);
+    /* y = x * Phi(x) (erf form); dx = dy * (Phi(x) + x phi(x)); dx may alias dy.
+     * gelu_bwd gets the forward's y too: Phi(x) = y / x away from 0 saves
+     * evaluating erf a second time. */
     void (*gelu_fwd)(pt_backend *be, void *y, const void *x, size_t n);
-    void (*gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *x, size_t n);
+    void (*gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *x, const void *y,
+                     size_t n);
     /* Multi-head scaled dot-product attention.
      * qkv [n, T, 3, H, hd] (the output of one fused projection), out [n, T, H*hd],
      * probs [n, H, T, T] softmax probabilities kept for backward. */

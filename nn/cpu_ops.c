@@ -10,8 +10,7 @@
  * are added in chunk order, so results do not depend on the thread count or
  * on scheduling; the only thread-count dependence left is inside OpenBLAS.
  */
-#include "nn/backend.h"
-#include "nn/cpu_math.h"
+#include "nn/cpu_real.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -20,32 +19,17 @@
 #include <string.h>
 
 #ifdef PT_REAL_F64
-typedef double real;
-#define GEMM cblas_dgemm
-#define R_EXP(x) exp(x)
-#define R_SQRT(x) sqrt(x)
-#define R_CDF(x) pt_normal_cdf(x)
 #define OPS_NAME pt_cpu_ops_f64
 #else
-typedef float real;
-#define GEMM cblas_sgemm
-#define R_EXP(x) pt_expf(x)
-#define R_SQRT(x) sqrtf(x)
-#define R_CDF(x) pt_normal_cdff(x)
 #define OPS_NAME pt_cpu_ops_f32
 #endif
-
-#define INV_SQRT_2PI 0.39894228040143267794
 
 /* Rows per chunk of a chunked reduction: fixed, so sums do not depend on threads. */
 enum { CHUNK_ROWS = 64, CHUNK_ELEMS = 8192 };
 
-/* Parallelise a loop only when it has enough work to pay for waking threads. */
-#define PAR_IF(work) if ((work) > 32768)
-
 /* Scratch of a few kilobytes inside an op: if even that fails the process is
  * out of memory and no error path could do anything useful. */
-static void *scratch_alloc(size_t bytes)
+void *CPU_FN(pt_cpu_scratch)(size_t bytes)
 {
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) {
@@ -114,24 +98,27 @@ static int cpu_sync(pt_backend *be, pt_err *err)
 /* ----------------------------------------------------------------- linear */
 
 static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *w, const void *b_,
-                           int rows, int out, int in, int accumulate)
+                           int rows, int out, int in, const void *add_)
 {
     (void)be;
     real *y = y_;
-    const real *b = b_;
-    double beta = accumulate ? 1.0 : 0.0;
-    if (b) {
+    const real *b = b_, *add = add_;
+    /* y starts as add + b (one pass), then the product accumulates onto it */
+    double beta = add ? 1.0 : 0.0;
+    if (b || (add && add != y)) {
 #pragma omp parallel for schedule(static) PAR_IF((size_t)rows * out)
         for (int r = 0; r < rows; r++) {
             real *yr = y + (size_t)r * out;
-            if (accumulate) {
+            const real *ar = add ? add + (size_t)r * out : NULL;
+            if (ar && b) {
 #pragma omp simd
                 for (int o = 0; o < out; o++)
-                    yr[o] += b[o];
+                    yr[o] = ar[o] + b[o];
             } else {
+                const real *src = ar ? ar : b;
 #pragma omp simd
                 for (int o = 0; o < out; o++)
-                    yr[o] = b[o];
+                    yr[o] = src[o];
             }
         }
         beta = 1.0;
@@ -161,12 +148,12 @@ static void column_sums(real *db, const real *dy, int rows, int cols)
 }
 
 static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
-                           const void *x, const void *w, int rows, int out, int in, int accumulate)
+                           const void *x, const void *w, int rows, int out, int in)
 {
     (void)be;
     if (dx)
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0, dy, out, w, in,
-             accumulate ? 1.0 : 0.0, dx, in);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0, dy, out, w, in, 0.0, dx,
+             in);
     if (dw)
         GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0, dy, out, x, in, 1.0, dw,
              in);
@@ -208,13 +195,13 @@ static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_
 
 static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, const void *dy_,
                               const void *x_, const void *mean_, const void *rstd_,
-                              const void *w_, int rows, int dim, int accumulate)
+                              const void *w_, int rows, int dim, const void *add_)
 {
     (void)be;
     real *dx = dx_, *dw = dw_, *db = db_;
-    const real *dy = dy_, *x = x_, *mean = mean_, *rstd = rstd_, *w = w_;
+    const real *dy = dy_, *x = x_, *mean = mean_, *rstd = rstd_, *w = w_, *add = add_;
     int chunks = (rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
-    real *part = (dw || db) ? scratch_alloc((size_t)chunks * 2 * dim * sizeof *part) : NULL;
+    real *part = (dw || db) ? CPU_FN(pt_cpu_scratch)((size_t)chunks * 2 * dim * sizeof *part) : NULL;
 #pragma omp parallel for schedule(static) PAR_IF((size_t)rows * dim)
     for (int c = 0; c < chunks; c++) {
         real *pw = part ? part + (size_t)c * 2 * dim : NULL, *pb = pw ? pw + dim : NULL;
@@ -243,10 +230,11 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
             sg /= dim;
             sgx /= dim;
             real *dxr = dx + (size_t)r * dim;
-            if (accumulate) {
+            if (add) {
+                const real *ar = add + (size_t)r * dim;
 #pragma omp simd
                 for (int i = 0; i < dim; i++)
-                    dxr[i] += rs * (dyr[i] * w[i] - sg - (xr[i] - m) * rs * sgx);
+                    dxr[i] = ar[i] + rs * (dyr[i] * w[i] - sg - (xr[i] - m) * rs * sgx);
             } else {
 #pragma omp simd
                 for (int i = 0; i < dim; i++)
@@ -276,161 +264,30 @@ static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
     real *y = y_;
     const real *x = x_;
 #pragma omp parallel for simd schedule(static) PAR_IF(n)
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] * R_CDF(x[i]);
+    for (size_t i = 0; i < n; i++) {
+        real cdf, pdf;
+        R_GELU_PARTS(x[i], &cdf, &pdf);
+        y[i] = x[i] * cdf;
+    }
 }
 
-static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_, size_t n)
+/* Phi(x) = y / x carries the relative error of y (an ulp or two) wherever
+ * |x| >= 1e-3; nearer 0, Phi(x) = 0.5 + x phi(0) is exact to x^3 / 15 < 1e-10.
+ * phi(x) itself is one exp. */
+static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
+                         const void *y_, size_t n)
 {
     (void)be;
     real *dx = dx_;
-    const real *dy = dy_, *x = x_;
+    const real *dy = dy_, *x = x_, *y = y_;
 #pragma omp parallel for simd schedule(static) PAR_IF(n)
     for (size_t i = 0; i < n; i++) {
-        real xi = x[i];
-        real pdf = (real)INV_SQRT_2PI * R_EXP((real)-0.5 * xi * xi);
-        dx[i] = dy[i] * (R_CDF(xi) + xi * pdf);
-    }
-}
-
-/* -------------------------------------------------------------- attention */
-
-/* Scratch per thread: K and V of one (example, head) transposed to [hd][T], so
- * the inner loops run over key positions with unit stride and need no
- * horizontal reductions; plus one row of scores. */
-static size_t attn_scratch_elems(int T, int hd) { return 2 * (size_t)hd * T + 2 * (size_t)T; }
-
-static void cpu_attention_fwd(pt_backend *be, void *out_, void *probs_, const void *qkv_, int n,
-                              int T, int H, int hd, int causal)
-{
-    (void)be;
-    real *out = out_, *probs = probs_;
-    const real *qkv = qkv_;
-    const int d = H * hd, stride = 3 * d;
-    const real scale = (real)1 / R_SQRT((real)hd);
-#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
-    {
-        real *kt = scratch_alloc(attn_scratch_elems(T, hd) * sizeof *kt);
-        real *s = kt + 2 * (size_t)hd * T;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < n * H; bh++) {
-            const int b = bh / H, h = bh % H;
-            const real *base = qkv + (size_t)b * T * stride;
-            for (int j = 0; j < T; j++)
-                for (int c = 0; c < hd; c++)
-                    kt[(size_t)c * T + j] = base[(size_t)j * stride + d + h * hd + c];
-            real *P = probs + (size_t)bh * T * T;
-            for (int i = 0; i < T; i++) {
-                const real *q = base + (size_t)i * stride + h * hd;
-                const int nj = causal ? i + 1 : T;
-                for (int j = 0; j < nj; j++)
-                    s[j] = 0;
-                for (int c = 0; c < hd; c++) {
-                    const real qc = q[c] * scale;
-                    const real *kc = kt + (size_t)c * T;
-#pragma omp simd
-                    for (int j = 0; j < nj; j++)
-                        s[j] += qc * kc[j];
-                }
-                real mx = s[0];
-                for (int j = 1; j < nj; j++)
-                    mx = s[j] > mx ? s[j] : mx;
-                real sum = 0;
-#pragma omp simd reduction(+ : sum)
-                for (int j = 0; j < nj; j++) {
-                    s[j] = R_EXP(s[j] - mx);
-                    sum += s[j];
-                }
-                const real inv = (real)1 / sum;
-                real *Pi = P + (size_t)i * T;
-#pragma omp simd
-                for (int j = 0; j < nj; j++)
-                    Pi[j] = s[j] * inv;
-                for (int j = nj; j < T; j++)
-                    Pi[j] = 0;
-                real *o = out + ((size_t)b * T + i) * d + h * hd;
-                for (int c = 0; c < hd; c++)
-                    o[c] = 0;
-                for (int j = 0; j < nj; j++) {
-                    const real pj = Pi[j];
-                    const real *v = base + (size_t)j * stride + 2 * d + h * hd;
-#pragma omp simd
-                    for (int c = 0; c < hd; c++)
-                        o[c] += pj * v[c];
-                }
-            }
-        }
-        free(kt);
-    }
-}
-
-static void cpu_attention_bwd(pt_backend *be, void *dqkv_, const void *dout_, const void *qkv_,
-                              const void *probs_, int n, int T, int H, int hd, int causal)
-{
-    (void)be;
-    real *dqkv = dqkv_;
-    const real *dout = dout_, *qkv = qkv_, *probs = probs_;
-    const int d = H * hd, stride = 3 * d;
-    const real scale = (real)1 / R_SQRT((real)hd);
-#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
-    {
-        real *vt = scratch_alloc(attn_scratch_elems(T, hd) * sizeof *vt);
-        real *dp = vt + 2 * (size_t)hd * T;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < n * H; bh++) {
-            const int b = bh / H, h = bh % H;
-            const real *base = qkv + (size_t)b * T * stride;
-            real *dbase = dqkv + (size_t)b * T * stride;
-            for (int j = 0; j < T; j++) {
-                for (int c = 0; c < hd; c++)
-                    vt[(size_t)c * T + j] = base[(size_t)j * stride + 2 * d + h * hd + c];
-                real *dq = dbase + (size_t)j * stride + h * hd;
-                for (int c = 0; c < hd; c++)
-                    dq[c] = dq[d + c] = dq[2 * d + c] = 0;
-            }
-            const real *P = probs + (size_t)bh * T * T;
-            for (int i = 0; i < T; i++) {
-                const int nj = causal ? i + 1 : T;
-                const real *go = dout + ((size_t)b * T + i) * d + h * hd;
-                const real *Pi = P + (size_t)i * T;
-                /* dP[j] = dout_i . v_j */
-                for (int j = 0; j < nj; j++)
-                    dp[j] = 0;
-                for (int c = 0; c < hd; c++) {
-                    const real gc = go[c];
-                    const real *vc = vt + (size_t)c * T;
-#pragma omp simd
-                    for (int j = 0; j < nj; j++)
-                        dp[j] += gc * vc[j];
-                }
-                /* dv_j += P_ij dout_i */
-                for (int j = 0; j < nj; j++) {
-                    const real pj = Pi[j];
-                    real *dv = dbase + (size_t)j * stride + 2 * d + h * hd;
-#pragma omp simd
-                    for (int c = 0; c < hd; c++)
-                        dv[c] += pj * go[c];
-                }
-                /* dS = P * (dP - sum_j P dP), then scaled into dq_i and dk_j */
-                real dot = 0;
-#pragma omp simd reduction(+ : dot)
-                for (int j = 0; j < nj; j++)
-                    dot += Pi[j] * dp[j];
-                const real *q = base + (size_t)i * stride + h * hd;
-                real *dq = dbase + (size_t)i * stride + h * hd;
-                for (int j = 0; j < nj; j++) {
-                    const real ds = Pi[j] * (dp[j] - dot) * scale;
-                    const real *k = base + (size_t)j * stride + d + h * hd;
-                    real *dk = dbase + (size_t)j * stride + d + h * hd;
-#pragma omp simd
-                    for (int c = 0; c < hd; c++) {
-                        dq[c] += ds * k[c];
-                        dk[c] += ds * q[c];
-                    }
-                }
-            }
-        }
-        free(vt);
+        const real xi = x[i];
+        const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
+        const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
+        const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
+        const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
+        dx[i] = dy[i] * (cdf + xi * pdf);
     }
 }
 
@@ -575,7 +432,7 @@ static double cpu_cross_entropy(pt_backend *be, void *dlogits_, const void *logi
     (void)be;
     real *dlogits = dlogits_;
     const real *logits = logits_;
-    double *row_loss = scratch_alloc((size_t)rows * sizeof *row_loss);
+    double *row_loss = CPU_FN(pt_cpu_scratch)((size_t)rows * sizeof *row_loss);
     int64_t hits = 0;
 #pragma omp parallel for schedule(static) reduction(+ : hits) PAR_IF((size_t)rows * classes)
     for (int r = 0; r < rows; r++) {
@@ -642,7 +499,7 @@ static double cpu_sumsq(pt_backend *be, const void *x_, size_t n)
     (void)be;
     const real *x = x_;
     size_t chunks = (n + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-    double *part = scratch_alloc(chunks * sizeof *part);
+    double *part = CPU_FN(pt_cpu_scratch)(chunks * sizeof *part);
 #pragma omp parallel for schedule(static) PAR_IF(n)
     for (size_t c = 0; c < chunks; c++) {
         size_t i1 = (c + 1) * CHUNK_ELEMS < n ? (c + 1) * CHUNK_ELEMS : n;
@@ -687,8 +544,8 @@ const pt_ops OPS_NAME = {
     .layernorm_bwd = cpu_layernorm_bwd,
     .gelu_fwd = cpu_gelu_fwd,
     .gelu_bwd = cpu_gelu_bwd,
-    .attention_fwd = cpu_attention_fwd,
-    .attention_bwd = cpu_attention_bwd,
+    .attention_fwd = CPU_FN(pt_cpu_attention_fwd),
+    .attention_bwd = CPU_FN(pt_cpu_attention_bwd),
     .patchify = cpu_patchify,
     .vit_assemble_fwd = cpu_vit_assemble_fwd,
     .vit_assemble_bwd = cpu_vit_assemble_bwd,

@@ -70,11 +70,10 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
     op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, x, pt_unit_param(c, c->p, LN_W),
                       pt_unit_param(c, c->p, LN_B), rows, d);
     op->linear_fwd(c->be, s.qkv, s.ln, pt_unit_param(c, c->p, QKV_W),
-                   pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, 0);
+                   pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, NULL);
     op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal);
-    op->copy(c->be, y, x, PT_ACT(c, (size_t)rows * d));
     op->linear_fwd(c->be, y, s.att, pt_unit_param(c, c->p, PROJ_W),
-                   pt_unit_param(c, c->p, PROJ_B), rows, d, d, 1);
+                   pt_unit_param(c, c->p, PROJ_B), rows, d, d, x);
     return 0;
 }
 
@@ -88,19 +87,17 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     attn_scratch w;
     saved_layout(a, c->be, c->n, c->saved, &s);
     scratch_layout(a, c->be, c->n, c->scratch, &w);
-    /* residual path: dx = dy, then the branch adds into it */
-    if (dx)
-        op->copy(c->be, dx, dy, PT_ACT(c, (size_t)rows * d));
     op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W), pt_unit_param(c, c->g, PROJ_B),
-                   dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d, 0);
+                   dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d);
     op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, c->n, T, a->heads, d / a->heads,
                       a->causal);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),
                    pt_unit_param(c, c->g, QKV_B), w.dqkv, s.ln, pt_unit_param(c, c->p, QKV_W),
-                   rows, 3 * d, d, 0);
+                   rows, 3 * d, d);
+    /* dx = dy (the residual path) + the branch's gradient */
     op->layernorm_bwd(c->be, dx, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),
                       w.dln, x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows,
-                      d, 1);
+                      d, dy);
     return 0;
 }
 

@@ -51,7 +51,7 @@ static int vit_forward(const pt_unit_call *c, const pt_batch *batch, const void 
     op->act_from_f32(c->be, images, batch->images, (size_t)c->n * pt_arch_input_floats(a));
     op->patchify(c->be, patches, images, c->n, a->channels, a->height, a->width, a->patch);
     op->linear_fwd(c->be, proj, patches, pt_unit_param(c, c->p, PATCH_W),
-                   pt_unit_param(c, c->p, PATCH_B), c->n * P, a->dim, plen, 0);
+                   pt_unit_param(c, c->p, PATCH_B), c->n * P, a->dim, plen, NULL);
     op->vit_assemble_fwd(c->be, y, proj, pt_unit_param(c, c->p, CLS), pt_unit_param(c, c->p, POS),
                          c->n, T, a->dim);
     return 0;
@@ -67,7 +67,7 @@ static int vit_backward(const pt_unit_call *c, const pt_batch *batch, const void
     op->vit_assemble_bwd(c->be, dproj, pt_unit_param(c, c->g, CLS), pt_unit_param(c, c->g, POS), dy,
                          c->n, T, a->dim);
     op->linear_bwd(c->be, NULL, pt_unit_param(c, c->g, PATCH_W), pt_unit_param(c, c->g, PATCH_B),
-                   dproj, c->saved, pt_unit_param(c, c->p, PATCH_W), c->n * P, a->dim, plen, 0);
+                   dproj, c->saved, pt_unit_param(c, c->p, PATCH_W), c->n * P, a->dim, plen);
     return 0;
 }
 

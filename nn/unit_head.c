@@ -75,7 +75,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                       pt_unit_param(c, c->p, LN_B), rows, d);
     op->linear_fwd(c->be, s.logits, s.ln, pt_unit_param(c, c->p, FC_W),
                    a->kind == PT_MODEL_VIT ? pt_unit_param(c, c->p, FC_B) : NULL, rows, classes, d,
-                   0);
+                   NULL);
     if (!batch || !batch->targets)
         return c->train ? pt_fail(err, PT_EINTERNAL, "training needs the batch's targets") : 0;
     op->upload(c->be, s.targets, batch->targets, (size_t)rows * sizeof(int32_t));
@@ -104,18 +104,18 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     void *dz = pt_carve_take(&w, (size_t)c->n * d * c->be->act_size);
     op->linear_bwd(c->be, dln, pt_unit_param(c, c->g, FC_W),
                    a->kind == PT_MODEL_VIT ? pt_unit_param(c, c->g, FC_B) : NULL, s.dlogits, s.ln,
-                   pt_unit_param(c, c->p, FC_W), rows, classes, d, 0);
+                   pt_unit_param(c, c->p, FC_W), rows, classes, d);
     if (a->kind == PT_MODEL_VIT) {
         op->layernorm_bwd(c->be, dx ? dz : NULL, pt_unit_param(c, c->g, LN_W),
                           pt_unit_param(c, c->g, LN_B), dln, s.z, s.mean, s.rstd,
-                          pt_unit_param(c, c->p, LN_W), rows, d, 0);
+                          pt_unit_param(c, c->p, LN_W), rows, d, NULL);
         if (dx) {
             op->zero(c->be, dx, PT_ACT(c, (size_t)c->n * T * d));
             op->copy_rows(c->be, dx, T * d, dz, d, c->n, d, 0);
         }
     } else {
         op->layernorm_bwd(c->be, dx, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),
-                          dln, x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, 0);
+                          dln, x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, NULL);
     }
     return 0;
 }

@@ -65,11 +65,10 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
     op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, x, pt_unit_param(c, c->p, LN_W),
                       pt_unit_param(c, c->p, LN_B), rows, d);
     op->linear_fwd(c->be, s.pre, s.ln, pt_unit_param(c, c->p, FC1_W),
-                   pt_unit_param(c, c->p, FC1_B), rows, h, d, 0);
+                   pt_unit_param(c, c->p, FC1_B), rows, h, d, NULL);
     op->gelu_fwd(c->be, s.act, s.pre, (size_t)rows * h);
-    op->copy(c->be, y, x, PT_ACT(c, (size_t)rows * d));
     op->linear_fwd(c->be, y, s.act, pt_unit_param(c, c->p, FC2_W),
-                   pt_unit_param(c, c->p, FC2_B), rows, d, h, 1);
+                   pt_unit_param(c, c->p, FC2_B), rows, d, h, x);
     return 0;
 }
 
@@ -83,15 +82,13 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     mlp_scratch w;
     saved_layout(a, c->be, c->n, c->saved, &s);
     scratch_layout(a, c->be, c->n, c->scratch, &w);
-    if (dx)
-        op->copy(c->be, dx, dy, PT_ACT(c, (size_t)rows * d));
     op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B), dy,
-                   s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h, 0);
-    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, (size_t)rows * h);
+                   s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h);
+    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, s.act, (size_t)rows * h);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, FC1_W), pt_unit_param(c, c->g, FC1_B),
-                   w.dact, s.ln, pt_unit_param(c, c->p, FC1_W), rows, h, d, 0);
+                   w.dact, s.ln, pt_unit_param(c, c->p, FC1_W), rows, h, d);
     op->layernorm_bwd(c->be, dx, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B), w.dln,
-                      x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, 1);
+                      x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, dy);
     return 0;
 }
 

@@ -1,37 +1,39 @@
 #!/usr/bin/env python3
-"""Derives the polynomial coefficients of the float erf/erfc used by the CPU
-backend (nn/cpu_math.h). Run it to check or regenerate them; it needs numpy.
+"""Derives the polynomial in the float erfc used by the CPU backend
+(nn/cpu_math.h, pt_gelu_partsf). Run it to check or regenerate the
+coefficients; it needs numpy.
 
-Two regions of z >= 0:
-  z <  1: erf(z) = z * A(z^2)                      (least squares in Chebyshev nodes)
-  z >= 1: erfc(z) = exp(-z^2) * B(1 / (1 + z))      (fit on [1, 9])
-It prints the coefficients (lowest degree first) and the worst relative error
-of each region evaluated in float64."""
+For z in [0, 9]:  erfc(z) = exp(-z^2) * B(t),  t = 1 / (1 + z/2),
+B of degree 9, least squares on Chebyshev nodes of z. It prints the
+coefficients (lowest degree first) and the worst relative error of
+exp(z^2) erfc(z) evaluated in float64 and with float32 Horner steps."""
 import math
 import numpy as np
 
 P = np.polynomial.polynomial
+DEG, LO, HI = 9, 0.0, 9.0
 
-def fit_a(deg=6, za=1.0):
-    u = (np.cos(np.linspace(0, np.pi, 4000)) + 1) * 0.5 * za * za
-    z = np.sqrt(u)
-    f = np.array([math.erf(t) / t if t > 0 else 2 / math.sqrt(math.pi) for t in z])
-    c = P.polyfit(u, f, deg)
-    zz = np.linspace(1e-6, za, 40000)
-    ref = np.array([math.erf(t) for t in zz])
-    return c, np.max(np.abs(P.polyval(zz * zz, c) * zz - ref) / ref)
 
-def fit_b(deg=10, lo=1.0, hi=9.0):
-    z = lo + (np.cos(np.linspace(0, np.pi, 8000)) + 1) * 0.5 * (hi - lo)
+def fit():
+    z = LO + (np.cos(np.linspace(0, np.pi, 8000)) + 1) * 0.5 * (HI - LO)
     f = np.array([math.erfc(x) * math.exp(x * x) for x in z])
-    c = P.polyfit(1 / (1 + z), f, deg)
-    zz = np.linspace(lo, hi, 40000)
-    ref = np.array([math.erfc(x) for x in zz])
-    got = P.polyval(1 / (1 + zz), c) * np.exp(-zz * zz)
-    return c, np.max(np.abs(got - ref) / ref)
+    return P.polyfit(1 / (1 + 0.5 * z), f, DEG)
+
+
+def errors(c):
+    zz = np.linspace(LO, HI, 40000)
+    ref = np.array([math.erfc(x) * math.exp(x * x) for x in zz])
+    t = 1 / (1 + 0.5 * zz)
+    e64 = np.max(np.abs(P.polyval(t, c) - ref) / ref)
+    t32, c32 = t.astype(np.float32), c.astype(np.float32)
+    acc = np.full_like(t32, c32[-1])
+    for k in range(len(c32) - 2, -1, -1):
+        acc = (acc * t32 + c32[k]).astype(np.float32)
+    return e64, np.max(np.abs(acc - ref) / ref)
+
 
 if __name__ == "__main__":
-    a, ea = fit_a()
-    b, eb = fit_b()
-    print("A:", ", ".join("%.9ef" % x for x in a), "  max rel err %.2e" % ea)
-    print("B:", ", ".join("%.9ef" % x for x in b), "  max rel err %.2e" % eb)
+    c = fit()
+    e64, e32 = errors(c)
+    print("B:", ", ".join("%.9ef" % x for x in c))
+    print("max rel err: float64 %.2e, float32 Horner %.2e" % (e64, e32))

@@ -200,6 +200,18 @@ static void gpt_mlp(void) { check_unit_range(gpt_arch(), 2, 1); }
 static void gpt_head(void) { check_unit_range(gpt_arch(), 5, 1); }
 static void gpt_whole_model(void) { check_unit_range(gpt_arch(), 0, 6); }
 
+/* T > the attention block width (16) and a head size of 16: the kernels' padded
+ * and specialised paths, which the small models above do not reach */
+static void attn_long_sequence(void)
+{
+    pt_arch a = gpt_arch();
+    a.dim = 32;
+    a.context = 21;
+    check_unit_range(a, 1, 1);
+    a.causal = 0;
+    check_unit_range(a, 1, 1);
+}
+
 static void vit_attn_causal(void)
 {
     pt_arch a = vit_arch();
@@ -212,7 +224,8 @@ static const pt_test unit_tests[] = {
     {"vit_attn_causal", vit_attn_causal}, {"vit_mlp", vit_mlp},
     {"vit_head_loss", vit_head},     {"gpt_embed", gpt_embed},
     {"gpt_attn_causal", gpt_attn_causal}, {"gpt_mlp", gpt_mlp},
-    {"gpt_head_loss", gpt_head},     {NULL, NULL}};
+    {"gpt_head_loss", gpt_head},     {"attn_long_sequence", attn_long_sequence},
+    {NULL, NULL}};
 static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"vit_middle_segment", vit_middle_segment},
                                       {"gpt_whole_model", gpt_whole_model},

@@ -1,0 +1,279 @@
+/*
+ * cpu_attention.c: multi-head scaled dot-product attention for the CPU
+ * backend (compiled for float32 and float64, see cpu_real.h).
+ *
+ * One (example, head) pair at a time, pairs spread over threads. Per pair the
+ * keys (forward) or values (backward) are transposed into a [hd][Tp] scratch
+ * with Tp = T rounded up to the block width VW and zero padding, so a row of
+ * scores is VW-wide blocks of multiply-adds with unit stride and no horizontal
+ * reductions; everything else is an axpy along the head dimension. The pair
+ * functions are inlined into one copy per common head size, so the loops over
+ * the head dimension have constant trip counts.
+ *
+ * probs [n, H, T, T] holds the softmax probabilities for backward, zero above
+ * the diagonal when causal. Each pair writes only its own rows of out and its
+ * own columns of dqkv, so the result does not depend on the thread count.
+ */
+#include "nn/cpu_real.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { VW = 16 };
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* VW elements in registers: GCC keeps these accumulators out of memory, which
+ * it does not do for an array indexed in an `omp simd` loop. */
+typedef real vreal __attribute__((vector_size(VW * sizeof(real))));
+/* the same, for unaligned loads and stores through any pointer */
+typedef real vreal_u __attribute__((vector_size(VW * sizeof(real)), aligned(sizeof(real)),
+                                     may_alias));
+
+INLINE vreal vload(const real *p) { return *(const vreal_u *)p; }
+INLINE void vstore(real *p, vreal v) { *(vreal_u *)p = v; }
+
+static int padded(int T) { return (T + VW - 1) / VW * VW; }
+
+/* s[j] = scale * sum_c a[c] * bt[c][j] for j < nblocks * VW. Two accumulators
+ * per block halve the chain of dependent multiply-adds (their latency, not
+ * their count, bounds this loop). */
+INLINE void score_row(real *s, const real *a, const real *bt, int hd, int Tp, int nblocks,
+                      real scale)
+{
+    for (int jb = 0; jb < nblocks; jb++) {
+        vreal acc0 = {0}, acc1 = {0};
+        const real *col = bt + jb * VW;
+        int c = 0;
+        for (; c + 1 < hd; c += 2) {
+            acc0 += a[c] * vload(col + (size_t)c * Tp);
+            acc1 += a[c + 1] * vload(col + (size_t)(c + 1) * Tp);
+        }
+        if (c < hd)
+            acc0 += a[c] * vload(col + (size_t)c * Tp);
+        vstore(s + jb * VW, (acc0 + acc1) * scale);
+    }
+}
+
+/* o[c] = sum_{j < nj} w[j * wstride] * rows[j][c] for c < hd; rows have the given stride. */
+INLINE void weighted_rows(real *o, const real *w, size_t wstride, const real *rows, size_t stride,
+                          int nj, int hd)
+{
+    int c0 = 0;
+    for (; c0 + VW <= hd; c0 += VW) {
+        vreal acc0 = {0}, acc1 = {0};
+        int j = 0;
+        for (; j + 1 < nj; j += 2) {
+            acc0 += w[j * wstride] * vload(rows + (size_t)j * stride + c0);
+            acc1 += w[(j + 1) * wstride] * vload(rows + (size_t)(j + 1) * stride + c0);
+        }
+        if (j < nj)
+            acc0 += w[j * wstride] * vload(rows + (size_t)j * stride + c0);
+        vstore(o + c0, acc0 + acc1);
+    }
+    for (int c = c0; c < hd; c++) {
+        real acc = 0;
+        for (int j = 0; j < nj; j++)
+            acc += w[j * wstride] * rows[(size_t)j * stride + c];
+        o[c] = acc;
+    }
+}
+
+/* bt[c][j] = rows[j][c] for j < T; rows have the given stride. */
+INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int Tp, int hd)
+{
+    for (int j = 0; j < T; j++)
+        for (int c = 0; c < hd; c++)
+            bt[(size_t)c * Tp + j] = rows[(size_t)j * stride + c];
+}
+
+/* Marks a masked score; exp() of it is then replaced by an exact 0. */
+#define MASKED ((real)-1e30)
+
+/*
+ * Scores are computed transposed, st[j][i] = k_j . q_i * scale (key rows,
+ * query columns), so the softmax over keys j runs down columns: its max and
+ * sum are vertical vector operations, with no horizontal reductions. probs
+ * keeps the same transposed layout, pt[j][i] = P[i][j], row length T.
+ * Causal: query i sees keys j <= i, so row j of st starts at column j.
+ */
+INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, size_t stride,
+                     int d, int T, int hd, int causal, real *qt, real *st, real *colmax,
+                     real *colsum)
+{
+    const int Tp = padded(T), nb = Tp / VW;
+    const real scale = (real)1 / R_SQRT((real)hd);
+    transpose_in(qt, base, stride, T, Tp, hd);
+    for (int j = 0; j < T; j++) {
+        real *row = st + (size_t)j * Tp;
+        const int jb0 = causal ? j / VW : 0;
+        for (int i = 0; i < jb0 * VW; i++)
+            row[i] = MASKED;
+        score_row(row + jb0 * VW, base + (size_t)j * stride + d, qt + jb0 * VW, hd, Tp, nb - jb0,
+                  scale);
+        if (causal)
+            for (int i = jb0 * VW; i < j; i++)
+                row[i] = MASKED;
+    }
+    for (int i = 0; i < Tp; i++) {
+        colmax[i] = MASKED;
+        colsum[i] = 0;
+    }
+    for (int j = 0; j < T; j++) {
+        const real *row = st + (size_t)j * Tp;
+#pragma omp simd
+        for (int i = 0; i < Tp; i++)
+            colmax[i] = row[i] > colmax[i] ? row[i] : colmax[i];
+    }
+    for (int j = 0; j < T; j++) {
+        real *row = st + (size_t)j * Tp;
+#pragma omp simd
+        for (int i = 0; i < Tp; i++) {
+            real e = R_EXP(row[i] - colmax[i]);
+            e = row[i] > (real)0.5 * MASKED ? e : 0;
+            row[i] = e;
+            colsum[i] += e;
+        }
+    }
+#pragma omp simd
+    for (int i = 0; i < Tp; i++)
+        colsum[i] = (real)1 / colsum[i];
+    for (int j = 0; j < T; j++) {
+        const real *row = st + (size_t)j * Tp;
+        real *prow = pt + (size_t)j * T;
+#pragma omp simd
+        for (int i = 0; i < T; i++)
+            prow[i] = row[i] * colsum[i];
+    }
+    for (int i = 0; i < T; i++) {
+        const int nj = causal ? i + 1 : T;
+        weighted_rows(out + (size_t)i * out_stride, pt + i, T, base + 2 * d, stride, nj, hd);
+    }
+}
+
+/*
+ * With P, dP and dS all kept transposed like the scores ([key j][query i]):
+ * dP^T[j][i] = v_j . dout_i, dot[i] = sum_j P dP, dS^T = P^T (dP^T - dot) scale,
+ * dq_i = sum_j dS^T[j][i] k_j, dk_j = sum_i dS^T[j][i] q_i, dv_j = sum_i P^T[j][i] dout_i;
+ * the last two are weighted sums along contiguous rows of dS^T and P^T.
+ */
+INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const real *probs,
+                     const real *base, size_t stride, int d, int T, int hd, int causal, real *got,
+                     real *pt, real *ds, real *dot)
+{
+    const int Tp = padded(T), nb = Tp / VW;
+    const real scale = (real)1 / R_SQRT((real)hd);
+    transpose_in(got, dout, out_stride, T, Tp, hd);
+    for (int j = 0; j < T; j++) {
+        memcpy(pt + (size_t)j * Tp, probs + (size_t)j * T, (size_t)T * sizeof *pt);
+        const int jb0 = causal ? j / VW : 0;
+        real *row = ds + (size_t)j * Tp;
+        for (int i = 0; i < jb0 * VW; i++)
+            row[i] = 0;
+        score_row(row + jb0 * VW, base + (size_t)j * stride + 2 * d, got + jb0 * VW, hd, Tp,
+                  nb - jb0, 1);
+    }
+    for (int i = 0; i < Tp; i++)
+        dot[i] = 0;
+    for (int j = 0; j < T; j++) {
+        const real *p = pt + (size_t)j * Tp, *dp = ds + (size_t)j * Tp;
+#pragma omp simd
+        for (int i = 0; i < Tp; i++)
+            dot[i] += p[i] * dp[i];
+    }
+    for (int j = 0; j < T; j++) {
+        const real *p = pt + (size_t)j * Tp;
+        real *row = ds + (size_t)j * Tp;
+#pragma omp simd
+        for (int i = 0; i < Tp; i++)
+            row[i] = p[i] * (row[i] - dot[i]) * scale;
+    }
+    for (int i = 0; i < T; i++) {
+        const int nj = causal ? i + 1 : T;
+        weighted_rows(dbase + (size_t)i * stride, ds + i, Tp, base + d, stride, nj, hd);
+    }
+    for (int j = 0; j < T; j++) {
+        const int i0 = causal ? j : 0;
+        weighted_rows(dbase + (size_t)j * stride + d, ds + (size_t)j * Tp + i0, 1,
+                      base + (size_t)i0 * stride, stride, T - i0, hd);
+        weighted_rows(dbase + (size_t)j * stride + 2 * d, pt + (size_t)j * Tp + i0, 1,
+                      dout + (size_t)i0 * out_stride, out_stride, T - i0, hd);
+    }
+}
+
+/* Calls body with HD a compile-time constant for the common head sizes. */
+#define DISPATCH_HD(hd, body)                                                                      \
+    switch (hd) {                                                                                  \
+    case 16: {                                                                                     \
+        const int HD = 16;                                                                         \
+        body;                                                                                      \
+    } break;                                                                                       \
+    case 32: {                                                                                     \
+        const int HD = 32;                                                                         \
+        body;                                                                                      \
+    } break;                                                                                       \
+    case 64: {                                                                                     \
+        const int HD = 64;                                                                         \
+        body;                                                                                      \
+    } break;                                                                                       \
+    default: {                                                                                     \
+        const int HD = hd;                                                                         \
+        body;                                                                                      \
+    }                                                                                              \
+    }
+
+void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, const void *qkv_,
+                                  int n, int T, int H, int hd, int causal)
+{
+    (void)be;
+    real *out = out_, *probs = probs_;
+    const real *qkv = qkv_;
+    const int d = H * hd, Tp = padded(T);
+    const size_t stride = 3 * (size_t)d;
+#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
+    {
+        /* zeroed once: the padding columns of qt are never written */
+        real *qt = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp) *
+                                          sizeof *qt);
+        real *st = qt + (size_t)hd * Tp, *colmax = st + (size_t)T * Tp, *colsum = colmax + Tp;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < n * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
+            real *o = out + (size_t)b * T * d + (size_t)h * hd;
+            real *P = probs + (size_t)bh * T * T;
+            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, HD, causal, qt, st, colmax,
+                                     colsum));
+        }
+        free(qt);
+    }
+}
+
+void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_,
+                                  const void *qkv_, const void *probs_, int n, int T, int H,
+                                  int hd, int causal)
+{
+    (void)be;
+    real *dqkv = dqkv_;
+    const real *dout = dout_, *qkv = qkv_, *probs = probs_;
+    const int d = H * hd, Tp = padded(T);
+    const size_t stride = 3 * (size_t)d;
+#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
+    {
+        /* zeroed once: the padding columns of got and pt are never written */
+        real *got = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + 2 * (size_t)T * Tp + Tp) *
+                                           sizeof *got);
+        real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < n * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
+            const real *go = dout + (size_t)b * T * d + (size_t)h * hd;
+            real *dbase = dqkv + (size_t)b * T * stride + (size_t)h * hd;
+            const real *P = probs + (size_t)bh * T * T;
+            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, HD, causal, got, pt, ds,
+                                     dot));
+        }
+        free(got);
+    }
+}

@@ -1,0 +1,47 @@
+/*
+ * cpu_real.h (internal to nn/): the element type of the CPU backend files,
+ * which are compiled twice: float32 (the training backend) and, with
+ * PT_REAL_F64, float64 (the finite-difference oracle). Functions shared
+ * between those files get the suffix of their element type via CPU_FN().
+ */
+#ifndef PT_NN_CPU_REAL_H
+#define PT_NN_CPU_REAL_H
+
+#include "nn/backend.h"
+#include "nn/cpu_math.h"
+
+#include <math.h>
+
+#define PT_CAT2(a, b) a##b
+#define PT_CAT(a, b) PT_CAT2(a, b)
+
+#ifdef PT_REAL_F64
+typedef double real;
+#define GEMM cblas_dgemm
+#define R_EXP(x) exp(x)
+#define R_SQRT(x) sqrt(x)
+#define R_CDF(x) pt_normal_cdf(x)
+#define R_GELU_PARTS(x, cdf, pdf) pt_gelu_parts(x, cdf, pdf)
+#define CPU_FN(name) PT_CAT(name, _f64)
+#else
+typedef float real;
+#define GEMM cblas_sgemm
+#define R_EXP(x) pt_expf(x)
+#define R_SQRT(x) sqrtf(x)
+#define R_CDF(x) pt_normal_cdff(x)
+#define R_GELU_PARTS(x, cdf, pdf) pt_gelu_partsf(x, cdf, pdf)
+#define CPU_FN(name) PT_CAT(name, _f32)
+#endif
+
+/* Parallelise a loop only when it has enough work to pay for waking threads. */
+#define PAR_IF(work) if ((work) > 32768)
+
+/* Scratch inside an op; aborts when even that is impossible (see cpu_ops.c). */
+void *CPU_FN(pt_cpu_scratch)(size_t bytes);
+
+void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
+                                  int T, int H, int hd, int causal);
+void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
+                                  const void *probs, int n, int T, int H, int hd, int causal);
+
+#endif
