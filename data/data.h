@@ -1,0 +1,161 @@
+/*
+ * data.h: the public interface of the data module: datasets (IDX images, byte
+ * text, synthetic images and text), random image augmentation, and the sampler
+ * that orders an epoch and shards each global batch over data-parallel replicas.
+ *
+ * Invariants kept throughout:
+ *  - a pt_dataset owns its arrays; a loader either fills the dataset completely
+ *    and returns 0, or returns a PT_E* code with the dataset zeroed (so
+ *    pt_dataset_free is always safe to call);
+ *  - every random choice is a pure function of a seed and the identity of what
+ *    it decides (an epoch, an example), never of the order of calls, the batch
+ *    size, the number of replicas or the rank;
+ *  - nothing here knows about ranks or models: a replica is just an index r of
+ *    D, and batches are plain host arrays in the layout nn's pt_batch expects.
+ *
+ * Error messages name the file, the position and what was expected, e.g.
+ * "train-images.gz: truncated: header says 60000 images of 28x28 (47040000
+ * bytes) but the file ends after 1234 bytes of pixels".
+ */
+#ifndef PT_DATA_H
+#define PT_DATA_H
+
+#include "nn/nn.h"
+
+#include <stdint.h>
+
+/* --------------------------------------------------------------- datasets */
+
+typedef enum { PT_DATA_IMAGES = 0, PT_DATA_TEXT = 1 } pt_data_kind;
+
+typedef struct pt_dataset {
+    pt_data_kind kind;
+    int64_t count; /* examples */
+    /* images */
+    int channels, height, width, classes;
+    float *images;    /* [count, C*H*W], (pixel/255 - mean) / std */
+    int32_t *labels;  /* [count], each in [0, classes) */
+    float zero_pixel; /* what a 0 pixel becomes after normalisation (-mean/std; 0 for
+                         synthetic images): the fill of padded crops */
+    /* text (byte-level: a token is a byte, vocab 256) */
+    int context;    /* tokens per example */
+    uint8_t *bytes; /* the text of this split */
+    int64_t nbytes;
+} pt_dataset;
+
+/* Largest accepted values, so that sizes computed from a file's header or a
+ * config can neither overflow nor ask for absurd amounts of memory. */
+#define PT_DATA_MAX_COUNT 2147483647LL /* examples in one dataset */
+#define PT_DATA_MAX_SIDE 16384         /* image height or width */
+#define PT_DATA_MAX_CHANNELS 64
+#define PT_DATA_MAX_CLASSES (1 << 20)
+#define PT_DATA_MAX_CONTEXT (1 << 20)
+
+/* Gzip'd (or plain: zlib's gzread reads both) IDX files: images magic 0x00000803
+ * with dims [count, rows, cols] (uint8), labels magic 0x00000801 with [count]
+ * (uint8). Checks magic, dimensions (ndim, nonzero, at most PT_DATA_MAX_*),
+ * that both files have the same count, that neither is truncated nor has
+ * trailing bytes (nor a corrupt gzip stream), and that every label is
+ * < classes (1 <= classes <= 256). std must be > 0; mean and std finite.
+ * channels = 1, zero_pixel = -mean/std. Memory grows with the data actually
+ * read, so a header that lies about its size fails as truncated, not as an
+ * allocation of the size it claims.
+ * Errors: PT_ESYS (cannot open or read), PT_EINPUT (bad content or
+ * arguments), PT_ENOMEM. */
+int pt_idx_load(pt_dataset *ds, const char *images_path, const char *labels_path, int classes,
+                double mean, double std, pt_err *err);
+
+/* Byte-level text, plain or gzip'd. The split is bytes [floor(begin*n),
+ * floor(end*n)) of the n bytes of the file (0 <= begin < end <= 1). Example i
+ * covers bytes [i*context, i*context + context + 1) of the split: tokens are
+ * the first `context`, targets the last `context` (shifted by one).
+ * count = (split_bytes - 1) / context; an error (PT_EINPUT) if that is < 1.
+ * 1 <= context <= PT_DATA_MAX_CONTEXT. */
+int pt_text_load(pt_dataset *ds, const char *path, int context, double begin, double end,
+                 pt_err *err);
+
+/* Synthetic data for tests, deterministic from seed.
+ * Images: each class has a fixed random prototype (N(0,1) per pixel); an
+ * example is its prototype plus N(0, 0.5^2) noise, with a uniformly random
+ * label. Prototypes depend on the seed, so a held-out split must come from the
+ * same draw: example i depends only on (seed, i), so draw count + held-out
+ * examples and split off the tail. zero_pixel = 0. */
+int pt_synthetic_images(pt_dataset *ds, int64_t count, int channels, int height, int width,
+                        int classes, uint64_t seed, pt_err *err);
+/* Text: nbytes drawn from an order-1 Markov chain over the 8 bytes 'a'..'h'
+ * in which each byte has a favourite successor (so the text is learnable).
+ * The chain is the same for every seed and the seed picks the walk, so two
+ * seeds give a training and a held-out sample of one distribution.
+ * nbytes must be >= context + 1. */
+int pt_synthetic_text(pt_dataset *ds, int64_t nbytes, int context, uint64_t seed, pt_err *err);
+
+/* Frees the dataset's arrays and zeroes it. Safe on a zeroed or already-freed
+ * dataset. */
+void pt_dataset_free(pt_dataset *ds);
+
+/* ----------------------------------------------------------- augmentation */
+
+/* Random input augmentation for images (none for text). Randomness is a pure
+ * function of (seed, epoch, example id), so it is reproducible and independent
+ * of batching and ranks. */
+typedef struct pt_augment {
+    int hflip;    /* flip left-right with probability 1/2 */
+    int crop_pad; /* pad by this many pixels (with zero_pixel, the value of a 0 pixel
+                     after normalisation) and crop back at a random offset; 0 = off */
+} pt_augment;
+
+/* 1 if aug (which may be NULL) changes anything, else 0. */
+int pt_augment_active(const pt_augment *aug);
+
+/* Checks aug against ds (PT_EINPUT): crop_pad in [0, min(height, width)], and
+ * no active augmentation on a text dataset. aug may be NULL (valid). */
+int pt_augment_check(const pt_augment *aug, const pt_dataset *ds, pt_err *err);
+
+/* Copies examples ids[0..n) (each in [0, count)) into host batch buffers:
+ * images: images [n, C*H*W] and targets [n] (the labels); tokens is unused.
+ * text:   tokens [n, context] and targets [n, context] (bytes as int32);
+ *         images and aug are unused.
+ * aug may be NULL (no augmentation). Example j of the batch gets the same
+ * values whatever the other ids are. */
+void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt_augment *aug,
+                       uint64_t seed, int64_t epoch, float *images, int32_t *tokens,
+                       int32_t *targets);
+
+/* ---------------------------------------------------------------- sampler */
+
+/* Deterministic epoch order and sharding of a fixed global batch over
+ * replicas. Because a global batch is the same set of examples whatever D is,
+ * changing the number of replicas between two steps (an elastic re-plan)
+ * neither loses nor repeats an example of the epoch. */
+typedef struct pt_sampler {
+    int64_t count, batch; /* examples; global batch */
+    uint64_t seed;
+    int shuffle;
+    int64_t epoch; /* epoch whose order is in perm; -1 before the first set_epoch */
+    int64_t *perm; /* [count] */
+} pt_sampler;
+
+/* Error (PT_EINPUT) if batch < 1 or batch > count (or batch > INT32_MAX),
+ * naming both numbers; PT_ENOMEM if perm cannot be allocated. Until the first
+ * pt_sampler_set_epoch, perm holds 0..count-1. */
+int pt_sampler_init(pt_sampler *s, int64_t count, int64_t global_batch, uint64_t seed, int shuffle,
+                    pt_err *err);
+/* Frees perm and zeroes s; safe on a zeroed or already-freed sampler. */
+void pt_sampler_free(pt_sampler *s);
+/* Order of epoch e: perm starts as 0..count-1; when shuffle is on it is then
+ * permuted by Fisher-Yates (for i = count-1 down to 1: swap perm[i] and
+ * perm[pt_rng_below(rng, i + 1)]) with rng seeded by pt_rng_seed(seed,
+ * (1ull << 32) + e). The order depends on nothing but (seed, shuffle, e). */
+void pt_sampler_set_epoch(pt_sampler *s, int64_t epoch);
+/* Global batches per epoch: count / batch (the last partial batch is dropped). */
+int64_t pt_sampler_steps(const pt_sampler *s);
+/* Replica r of D (0 <= r < D) gets a contiguous slice of global batch `step`
+ * (0 <= step < steps) of the current epoch, i.e. of perm[step*batch,
+ * (step+1)*batch): sizes differ by at most one, the first (batch % D) replicas
+ * take one extra, and the slices follow one another in replica order.
+ * *ids points into perm. D may be larger than the batch (some slices are
+ * empty: *n = 0). Out-of-range arguments give an empty slice (*ids = NULL). */
+void pt_sampler_slice(const pt_sampler *s, int64_t step, int replica, int replicas,
+                      const int64_t **ids, int *n);
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * dataset.c: what every dataset kind shares: freeing it, and gathering a list
+ * of examples into the host arrays of one (micro-)batch.
+ *
+ * Gathering is the only path from a dataset to the model, so it is where
+ * augmentation is applied; each example is produced from its id alone, which
+ * keeps batches identical however the ids are grouped.
+ */
+#include "data/data_internal.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pt_dataset_free(pt_dataset *ds)
+{
+    if (!ds)
+        return;
+    free(ds->images);
+    free(ds->labels);
+    free(ds->bytes);
+    memset(ds, 0, sizeof *ds);
+}
+
+static void gather_images(const pt_dataset *ds, const int64_t *ids, int n, const pt_augment *aug,
+                          uint64_t seed, int64_t epoch, float *images, int32_t *targets)
+{
+    size_t per = (size_t)ds->channels * (size_t)ds->height * (size_t)ds->width;
+    int augment = pt_augment_active(aug);
+    for (int j = 0; j < n; j++) {
+        int64_t id = ids[j];
+        assert(id >= 0 && id < ds->count);
+        const float *src = ds->images + (size_t)id * per;
+        float *dst = images + (size_t)j * per;
+        if (augment)
+            pt_augment_image(ds, aug, seed, epoch, id, src, dst);
+        else
+            memcpy(dst, src, per * sizeof *dst);
+        targets[j] = ds->labels[id];
+    }
+}
+
+static void gather_text(const pt_dataset *ds, const int64_t *ids, int n, int32_t *tokens,
+                        int32_t *targets)
+{
+    size_t context = (size_t)ds->context;
+    for (int j = 0; j < n; j++) {
+        int64_t id = ids[j];
+        assert(id >= 0 && id < ds->count);
+        const uint8_t *text = ds->bytes + (size_t)id * context;
+        int32_t *tok = tokens + (size_t)j * context;
+        int32_t *tgt = targets + (size_t)j * context;
+        for (size_t t = 0; t < context; t++) {
+            tok[t] = text[t];
+            tgt[t] = text[t + 1];
+        }
+    }
+}
+
+void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt_augment *aug,
+                       uint64_t seed, int64_t epoch, float *images, int32_t *tokens,
+                       int32_t *targets)
+{
+    if (ds->kind == PT_DATA_IMAGES)
+        gather_images(ds, ids, n, aug, seed, epoch, images, targets);
+    else
+        gather_text(ds, ids, n, tokens, targets);
+}

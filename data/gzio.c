@@ -1,0 +1,116 @@
+/*
+ * gzio.c: reading dataset files through zlib's gz* interface, which reads
+ * gzip'd and plain files alike, and turning zlib's error states into pt_err
+ * messages that name the file and how far into it the problem is.
+ *
+ * zlib reports a damaged deflate stream as a failed read (Z_DATA_ERROR) but a
+ * stream that simply stops as a short read with Z_BUF_ERROR set; callers see
+ * the first as PT_EINPUT "corrupt" and the second as a short read they report
+ * as "truncated" (with cut_short telling them why).
+ */
+#include "data/data_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+int pt_gz_open(gzFile *out, const char *path, pt_err *err)
+{
+    *out = NULL;
+    errno = 0;
+    gzFile gz = gzopen(path, "rb");
+    if (!gz) {
+        int e = errno;
+        if (e == 0) /* zlib could not allocate its state */
+            return pt_fail(err, PT_ENOMEM, "%s: cannot open: out of memory", path);
+        return pt_fail(err, PT_ESYS, "%s: cannot open: %s", path, strerror(e));
+    }
+    /* Bigger than zlib's 8 KiB default: fewer read() calls on 30-50 MB files. */
+    gzbuffer(gz, 1 << 17);
+    *out = gz;
+    return 0;
+}
+
+/* Turns the error state of gz (after gzread returned -1) into a pt_err. */
+static int read_failure(gzFile gz, const char *path, const char *what, uint64_t at, pt_err *err)
+{
+    int errnum = Z_OK;
+    const char *msg = gzerror(gz, &errnum);
+    /* zlib prefixes its message with the path it was opened with; ours does too. */
+    size_t plen = strlen(path);
+    if (strncmp(msg, path, plen) == 0 && msg[plen] == ':' && msg[plen + 1] == ' ')
+        msg += plen + 2;
+    unsigned long long pos = (unsigned long long)at;
+    if (errnum == Z_ERRNO) /* zlib's message is strerror(errno) here */
+        return pt_fail(err, PT_ESYS, "%s: read failed after %llu bytes of %s: %s", path, pos,
+                       what, msg);
+    if (errnum == Z_MEM_ERROR)
+        return pt_fail(err, PT_ENOMEM, "%s: out of memory decompressing after %llu bytes of %s",
+                       path, pos, what);
+    /* zlib decompresses ahead of what we asked for, so the damage can lie
+     * anywhere after `pos`: say where we were, not where it is. */
+    int check = strstr(msg, "incorrect data check") || strstr(msg, "incorrect length check");
+    return pt_fail(err, PT_EINPUT,
+                   "%s: corrupt gzip data (zlib: %s%s), found after %llu decompressed bytes while "
+                   "reading the %s",
+                   path, msg, check ? "; the content does not match the stream's checksum" : "",
+                   pos, what);
+}
+
+int pt_gz_read(gzFile gz, const char *path, void *buf, size_t len, size_t *got, int *cut_short,
+               const char *what, uint64_t offset, pt_err *err)
+{
+    size_t total = 0;
+    *got = 0;
+    if (cut_short)
+        *cut_short = 0;
+    while (total < len) {
+        /* gzread counts in unsigned and answers in int: stay well inside both. */
+        size_t left = len - total;
+        unsigned want = left > (1u << 30) ? 1u << 30 : (unsigned)left;
+        int r = gzread(gz, (char *)buf + total, want);
+        if (r < 0)
+            return read_failure(gz, path, what, offset + total, err);
+        if (r == 0)
+            break;
+        total += (size_t)r;
+    }
+    *got = total;
+    if (total < len && cut_short) {
+        int errnum = Z_OK;
+        gzerror(gz, &errnum);
+        *cut_short = errnum == Z_BUF_ERROR;
+    }
+    return 0;
+}
+
+int pt_gz_expect_end(gzFile gz, const char *path, uint64_t offset, const char *what,
+                     pt_err *err)
+{
+    /* Counting (rather than stopping at the first extra byte) makes the
+     * message useful; the limit keeps a huge wrong file from being read whole. */
+    const uint64_t limit = (uint64_t)1 << 20;
+    char scratch[1 << 14];
+    uint64_t rest = 0;
+    size_t got;
+    int cut = 0;
+    do {
+        int rc = pt_gz_read(gz, path, scratch, sizeof scratch, &got, &cut, "trailing data",
+                            offset + rest, err);
+        if (rc)
+            return rc;
+        rest += got;
+    } while (got == sizeof scratch && rest <= limit);
+    if (rest > 0)
+        return pt_fail(err, PT_EINPUT,
+                       "%s: %s%llu trailing byte%s after the %s the header declares (the data "
+                       "should end after %llu bytes)",
+                       path, rest > limit ? "more than " : "",
+                       (unsigned long long)(rest > limit ? limit : rest), rest == 1 ? "" : "s",
+                       what, (unsigned long long)offset);
+    if (cut)
+        return pt_fail(err, PT_EINPUT,
+                       "%s: truncated gzip stream: all %llu bytes of data are there but the "
+                       "stream stops before its trailer (the CRC that checks them)",
+                       path, (unsigned long long)offset);
+    return 0;
+}
