@@ -1,0 +1,369 @@
+/*
+ * fileio.c: crash-safe writes (write to a temporary name, fsync, rename, fsync
+ * the directory), whole-file reads with a size limit, mkdir -p, directory
+ * fsync, and a size_t-clean crc32.
+ *
+ * Invariants of a pt_wfile: fd is the open temporary file until commit or
+ * abort; buf holds `used` bytes not yet written to fd; crc and size describe
+ * every byte handed to pt_wfile_write, buffered or not; once `failed` is set
+ * the temporary file can only be removed.
+ */
+#include "launch/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* Large enough that checkpoint payloads go out in few system calls. */
+#define WFILE_BUFFER_BYTES ((size_t)1 << 20)
+
+struct pt_wfile {
+    int fd;
+    int failed;
+    char *path;
+    char *tmp;
+    unsigned char *buf;
+    size_t used;
+    uint32_t crc;
+    uint64_t size;
+};
+
+uint32_t pt_crc32(uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uLong c = crc;
+    while (n > 0) {
+        /* zlib takes a uInt length */
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        c = crc32(c, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+static char *copy_string(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = malloc(n);
+    if (c)
+        memcpy(c, s, n);
+    return c;
+}
+
+/* The directory holding path: "." for a bare name, "/" for "/name". */
+static char *directory_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return copy_string(".");
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    char *dir = malloc(n + 1);
+    if (dir) {
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    return dir;
+}
+
+static int write_all(int fd, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void wfile_free(pt_wfile *f)
+{
+    free(f->path);
+    free(f->tmp);
+    free(f->buf);
+    free(f);
+}
+
+int pt_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path, pt_err *err)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = offset > (uint64_t)INT64_MAX ? (errno = EOVERFLOW, -1)
+                                                 : pread(fd, p, n, (off_t)offset);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return pt_fail(err, PT_ESYS, "'%s': cannot read at byte %llu: %s", path,
+                           (unsigned long long)offset, strerror(errno));
+        if (r == 0)
+            return pt_fail(err, PT_EINPUT, "'%s': unexpected end of file at byte %llu (was it "
+                           "truncated?)", path, (unsigned long long)offset);
+        p += r;
+        n -= (size_t)r;
+        offset += (uint64_t)r;
+    }
+    return 0;
+}
+
+int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
+{
+    *out = NULL;
+    if (!path || !*path)
+        return pt_fail(err, PT_EINPUT, "cannot write a file with an empty path");
+    pt_wfile *f = calloc(1, sizeof *f);
+    size_t tmp_cap = strlen(path) + 32;
+    if (f) {
+        f->fd = -1;
+        f->path = copy_string(path);
+        f->tmp = malloc(tmp_cap);
+        f->buf = malloc(WFILE_BUFFER_BYTES);
+    }
+    if (!f || !f->path || !f->tmp || !f->buf) {
+        if (f)
+            wfile_free(f); /* nothing was created yet */
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory opening the file for writing", path);
+    }
+    snprintf(f->tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (f->fd < 0) {
+        int e = errno;
+        int rc = pt_fail(err, PT_ESYS, "'%s': cannot create the temporary file '%s': %s%s", path,
+                         f->tmp, strerror(e),
+                         e == EEXIST ? " (a leftover of a crashed run? remove it)" : "");
+        free(f->tmp);
+        f->tmp = NULL; /* not ours: abort must not unlink it */
+        pt_wfile_abort(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+static int flush_buffer(pt_wfile *f, pt_err *err)
+{
+    if (f->used == 0)
+        return 0;
+    if (write_all(f->fd, f->buf, f->used) != 0) {
+        f->failed = 1;
+        return pt_fail(err, PT_ESYS, "'%s': cannot write the temporary file '%s': %s", f->path,
+                       f->tmp, strerror(errno));
+    }
+    f->used = 0;
+    return 0;
+}
+
+int pt_wfile_write(pt_wfile *f, const void *data, size_t n, pt_err *err)
+{
+    if (f->failed)
+        return pt_fail(err, PT_EINTERNAL, "'%s': writing after an earlier write failed", f->path);
+    if (n > WFILE_BUFFER_BYTES - f->used) {
+        int rc = flush_buffer(f, err);
+        if (rc)
+            return rc;
+    }
+    if (n >= WFILE_BUFFER_BYTES) {
+        if (write_all(f->fd, data, n) != 0) {
+            f->failed = 1;
+            return pt_fail(err, PT_ESYS, "'%s': cannot write the temporary file '%s': %s",
+                           f->path, f->tmp, strerror(errno));
+        }
+    } else if (n > 0) {
+        memcpy(f->buf + f->used, data, n);
+        f->used += n;
+    }
+    f->crc = pt_crc32(f->crc, data, n);
+    f->size += n;
+    return 0;
+}
+
+uint32_t pt_wfile_crc(const pt_wfile *f) { return f->crc; }
+
+uint64_t pt_wfile_size(const pt_wfile *f) { return f->size; }
+
+const char *pt_wfile_path(const pt_wfile *f) { return f->path; }
+
+int pt_wfile_commit(pt_wfile *f, pt_err *err)
+{
+    int rc = 0;
+    if (f->failed)
+        rc = pt_fail(err, PT_EINTERNAL, "'%s': committing after an earlier write failed", f->path);
+    if (!rc)
+        rc = flush_buffer(f, err);
+    if (!rc && fsync(f->fd) != 0)
+        rc = pt_fail(err, PT_ESYS, "'%s': cannot fsync the temporary file '%s': %s", f->path,
+                     f->tmp, strerror(errno));
+    /* close can report a deferred write error (NFS): it counts */
+    if (close(f->fd) != 0 && !rc)
+        rc = pt_fail(err, PT_ESYS, "'%s': cannot close the temporary file '%s': %s", f->path,
+                     f->tmp, strerror(errno));
+    f->fd = -1;
+    if (!rc && rename(f->tmp, f->path) != 0)
+        rc = pt_fail(err, PT_ESYS, "'%s': cannot rename '%s' into place: %s", f->path, f->tmp,
+                     strerror(errno));
+    if (rc) {
+        unlink(f->tmp);
+        wfile_free(f);
+        return rc;
+    }
+    char *dir = directory_of(f->path);
+    if (!dir)
+        rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
+    else if ((rc = pt_fsync_dir(dir, err)) != 0)
+        pt_err_prefix(err, "'%s' is written but its rename may not survive a power loss", f->path);
+    free(dir);
+    wfile_free(f);
+    return rc;
+}
+
+void pt_wfile_abort(pt_wfile *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->tmp)
+        unlink(f->tmp);
+    wfile_free(f);
+}
+
+int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *err)
+{
+    pt_wfile *f;
+    int rc = pt_wfile_open(&f, path, err);
+    if (rc)
+        return rc;
+    rc = pt_wfile_write(f, data, n, err);
+    if (rc) {
+        pt_wfile_abort(f);
+        return rc;
+    }
+    return pt_wfile_commit(f, err);
+}
+
+int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_err *err)
+{
+    *data = NULL;
+    *n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int rc = pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return pt_fail(err, PT_EINPUT, "'%s' is %llu bytes, larger than the limit of %zu bytes",
+                       path, (unsigned long long)st.st_size, max_bytes);
+    }
+    /* The size is a hint only (pipes, /proc, a file growing under us): read
+     * until end of file, with room for one byte past the limit to detect it. */
+    size_t cap = 4096;
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size < SIZE_MAX - 2)
+        cap = (size_t)st.st_size + 2;
+    unsigned char *buf = malloc(cap);
+    size_t len = 0;
+    int rc = 0;
+    while (buf) {
+        if (cap - len < 2) {
+            size_t grown = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+            unsigned char *bigger = grown > cap ? realloc(buf, grown) : NULL;
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap = grown;
+        }
+        ssize_t r = read(fd, buf + len, cap - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = pt_fail(err, PT_ESYS, "'%s': cannot read: %s", path, strerror(errno));
+            break;
+        }
+        if (r == 0)
+            break;
+        len += (size_t)r;
+        if (len > max_bytes) {
+            rc = pt_fail(err, PT_EINPUT, "'%s' is larger than the limit of %zu bytes", path,
+                         max_bytes);
+            break;
+        }
+    }
+    close(fd);
+    if (!buf)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory reading the file", path);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[len] = '\0';
+    *data = buf;
+    *n = len;
+    return 0;
+}
+
+/* mkdir that accepts an existing directory. */
+static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
+{
+    if (mkdir(dir, mode) == 0)
+        return 0;
+    int e = errno;
+    struct stat st;
+    if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0;
+    if (e == EEXIST)
+        e = ENOTDIR;
+    return pt_fail(err, PT_ESYS, "cannot create directory '%s': %s", dir, strerror(e));
+}
+
+int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
+{
+    if (!path || !*path)
+        return pt_fail(err, PT_EINPUT, "cannot create a directory with an empty path");
+    char *dir = copy_string(path);
+    if (!dir)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    int rc = 0;
+    /* every proper prefix ending before a '/', skipping the root and empty components */
+    for (char *p = dir + 1; *p && !rc; p++) {
+        if (*p != '/' || p[-1] == '/')
+            continue;
+        *p = '\0';
+        rc = make_one_directory(dir, mode, err);
+        *p = '/';
+    }
+    if (!rc)
+        rc = make_one_directory(dir, mode, err);
+    free(dir);
+    return rc;
+}
+
+int pt_fsync_dir(const char *dir, pt_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return pt_fail(err, PT_ESYS, "cannot open directory '%s' to fsync it: %s", dir,
+                       strerror(errno));
+    int rc = 0;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        rc = pt_fail(err, PT_ESYS, "cannot fsync directory '%s': %s", dir, strerror(errno));
+    close(fd);
+    return rc;
+}

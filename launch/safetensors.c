@@ -1,0 +1,616 @@
+/*
+ * safetensors.c: validating safetensors reader (pread-based) and float32
+ * writer, on top of json.c and fileio.c.
+ *
+ * Reader invariants: after pt_st_open succeeds every entry has been checked
+ * against the file's real size (begin <= end <= data size, end - begin equal
+ * to its element count times its dtype size, no overlap with another entry),
+ * so reading an entry can only fail if the file changes under us, and then
+ * pread reports it. `by_name` holds the entries sorted by name for duplicate
+ * detection and binary-search lookup. `metadata` points into `header`, which
+ * stays alive until close.
+ */
+#include "launch/safetensors.h"
+
+#include "launch/fileio.h"
+#include "launch/json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CHUNK_BYTES ((size_t)1 << 20) /* conversion buffer; a multiple of every dtype size */
+
+static const struct { const char *name; unsigned size; } dtypes[] = {
+    {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+    {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1}, {"U64", 8}, {"U32", 4}, {"U16", 2},
+    {"U8", 1}, {"BOOL", 1}};
+
+struct pt_st_file {
+    char *path;
+    int fd;
+    uint64_t data_start, data_size;
+    pt_st_entry *entries;
+    int count;
+    const pt_st_entry **by_name;
+    pt_json *header;
+    const pt_json_value *metadata;
+};
+
+/* Bytes per element of a known dtype, 0 for an unknown one. */
+static unsigned dtype_size(const char *name)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dtypes[i].name, name) == 0)
+            return dtypes[i].size;
+    return 0;
+}
+
+uint64_t pt_st_numel(const pt_st_entry *e)
+{
+    uint64_t n = 1;
+    for (int d = 0; d < e->ndim; d++)
+        n *= (uint64_t)e->shape[d];
+    return n;
+}
+
+/* Bytes of a tensor of this shape: 0 and *bytes, or -1 on overflow. */
+static int shape_bytes(int ndim, const int64_t *shape, unsigned size, uint64_t *bytes)
+{
+    *bytes = 0;
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] == 0)
+            return 0;
+    uint64_t n = size;
+    for (int d = 0; d < ndim; d++) {
+        if (n > UINT64_MAX / (uint64_t)shape[d])
+            return -1;
+        n *= (uint64_t)shape[d];
+    }
+    *bytes = n;
+    return 0;
+}
+
+static const char *format_shape(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && k < cap; d++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (k < cap)
+        snprintf(buf + k, cap - k, "]");
+    return buf;
+}
+
+/* PT_EINPUT "'file': tensor 'name': <formatted>" */
+__attribute__((format(printf, 4, 5)))
+static int entry_fail(const pt_st_file *f, const char *name, pt_err *err, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return pt_fail(err, PT_EINPUT, "'%s': tensor '%s': %s", f->path, name, what);
+}
+
+/* The n-th element of a JSON array as a non-negative int64. */
+static int read_index(const pt_st_file *f, const char *name, const pt_json_value *arr,
+                      const char *field, size_t i, int64_t *out, pt_err *err)
+{
+    pt_err why = {0};
+    if (pt_json_int64(pt_json_at(arr, i), out, &why) != 0)
+        return entry_fail(f, name, err, "%s[%zu]: %s", field, i, why.msg);
+    if (*out < 0)
+        return entry_fail(f, name, err, "%s[%zu] is %lld; it must be >= 0", field, i,
+                          (long long)*out);
+    return 0;
+}
+
+/* Fetches field `key` of the entry and checks its JSON type. */
+static int entry_field(const pt_st_file *f, const char *name, const pt_json_value *entry,
+                       const char *key, pt_json_type type, const pt_json_value **out, pt_err *err)
+{
+    *out = pt_json_get(entry, key);
+    if (!*out)
+        return entry_fail(f, name, err, "has no \"%s\"", key);
+    if (pt_json_type_of(*out) != type)
+        return entry_fail(f, name, err, "\"%s\" is %s, not %s", key,
+                          pt_json_type_name(pt_json_type_of(*out)), pt_json_type_name(type));
+    return 0;
+}
+
+static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const pt_json_value *v,
+                       pt_st_entry *e, pt_err *err)
+{
+    if (key_len >= PT_ST_MAX_NAME)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s...' is %zu bytes; names must be "
+                       "shorter than %d bytes", f->path, key, key_len, PT_ST_MAX_NAME);
+    if (strlen(key) != key_len)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%s...' contains a NUL byte", f->path,
+                       key);
+    memcpy(e->name, key, key_len + 1);
+    const char *name = e->name;
+    if (pt_json_type_of(v) != PT_JSON_OBJECT)
+        return entry_fail(f, name, err, "its entry is %s, not an object",
+                          pt_json_type_name(pt_json_type_of(v)));
+    const pt_json_value *dtype, *shape, *offsets;
+    int rc = entry_field(f, name, v, "dtype", PT_JSON_STRING, &dtype, err);
+    if (!rc)
+        rc = entry_field(f, name, v, "shape", PT_JSON_ARRAY, &shape, err);
+    if (!rc)
+        rc = entry_field(f, name, v, "data_offsets", PT_JSON_ARRAY, &offsets, err);
+    if (rc)
+        return rc;
+    size_t dtype_len;
+    const char *dtype_name = pt_json_string(dtype, &dtype_len);
+    unsigned size = dtype_len < sizeof e->dtype ? dtype_size(dtype_name) : 0;
+    if (!size || strlen(dtype_name) != dtype_len)
+        return entry_fail(f, name, err, "unknown dtype '%.20s'", dtype_name);
+    memcpy(e->dtype, dtype_name, dtype_len + 1);
+    size_t ndim = pt_json_count(shape);
+    if (ndim > PT_ST_MAX_NDIM)
+        return entry_fail(f, name, err, "\"shape\" has %zu dimensions; at most %d are supported",
+                          ndim, PT_ST_MAX_NDIM);
+    e->ndim = (int)ndim;
+    for (size_t d = 0; d < ndim; d++)
+        if ((rc = read_index(f, name, shape, "shape", d, &e->shape[d], err)) != 0)
+            return rc;
+    if (pt_json_count(offsets) != 2)
+        return entry_fail(f, name, err, "\"data_offsets\" has %zu elements; it must have 2 "
+                          "(begin, end)", pt_json_count(offsets));
+    int64_t begin, end;
+    if ((rc = read_index(f, name, offsets, "data_offsets", 0, &begin, err)) != 0 ||
+        (rc = read_index(f, name, offsets, "data_offsets", 1, &end, err)) != 0)
+        return rc;
+    e->begin = (uint64_t)begin;
+    e->end = (uint64_t)end;
+    if (e->begin > e->end)
+        return entry_fail(f, name, err, "data_offsets [%llu, %llu]: begin is after end",
+                          (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (e->end > f->data_size)
+        return entry_fail(f, name, err, "data_offsets end %llu is past the end of the data "
+                          "section (%llu bytes): is the file truncated?",
+                          (unsigned long long)e->end, (unsigned long long)f->data_size);
+    char shown[256];
+    format_shape(shown, sizeof shown, e->ndim, e->shape);
+    uint64_t bytes;
+    if (shape_bytes(e->ndim, e->shape, size, &bytes) != 0)
+        return entry_fail(f, name, err, "shape %s is too large", shown);
+    if (e->end - e->begin != bytes)
+        return entry_fail(f, name, err, "data_offsets [%llu, %llu] span %llu bytes but shape %s "
+                          "of %s needs %llu", (unsigned long long)e->begin,
+                          (unsigned long long)e->end, (unsigned long long)(e->end - e->begin),
+                          shown, e->dtype, (unsigned long long)bytes);
+    return 0;
+}
+
+static int check_metadata(const pt_st_file *f, const pt_json_value *meta, pt_err *err)
+{
+    if (pt_json_type_of(meta) != PT_JSON_OBJECT)
+        return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" is %s, not an object of strings",
+                       f->path, pt_json_type_name(pt_json_type_of(meta)));
+    for (size_t i = 0; i < pt_json_count(meta); i++) {
+        size_t key_len, value_len;
+        const char *key = pt_json_key(meta, i, &key_len);
+        const pt_json_value *v = pt_json_member(meta, i);
+        const char *value = pt_json_string(v, &value_len);
+        if (!value)
+            return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" value of '%.60s' is %s, not a "
+                           "string", f->path, key, pt_json_type_name(pt_json_type_of(v)));
+        if (strlen(key) != key_len || strlen(value) != value_len)
+            return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" entry '%.60s' contains a NUL "
+                           "byte", f->path, key);
+    }
+    return 0;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp((*(const pt_st_entry *const *)a)->name, (*(const pt_st_entry *const *)b)->name);
+}
+
+static int compare_name_to_entry(const void *key, const void *entry)
+{
+    return strcmp(key, (*(const pt_st_entry *const *)entry)->name);
+}
+
+static int compare_begins(const void *a, const void *b)
+{
+    const pt_st_entry *x = *(const pt_st_entry *const *)a, *y = *(const pt_st_entry *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* Duplicate names and overlapping data ranges, once every entry is parsed. */
+static int check_entries_together(pt_st_file *f, pt_err *err)
+{
+    size_t n = (size_t)f->count;
+    f->by_name = malloc((n ? n : 1) * sizeof *f->by_name);
+    const pt_st_entry **by_begin = malloc((n ? n : 1) * sizeof *by_begin);
+    if (!f->by_name || !by_begin) {
+        free(by_begin);
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
+    }
+    for (size_t i = 0; i < n; i++)
+        f->by_name[i] = by_begin[i] = &f->entries[i];
+    qsort(f->by_name, n, sizeof *f->by_name, compare_names);
+    qsort(by_begin, n, sizeof *by_begin, compare_begins);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
+            rc = pt_fail(err, PT_EINPUT, "'%s': tensor name '%s' appears twice", f->path,
+                         f->by_name[i]->name);
+    /* sorted by begin, non-empty ranges are disjoint iff each ends before the next begins */
+    const pt_st_entry *last = NULL;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const pt_st_entry *e = by_begin[i];
+        if (e->begin == e->end)
+            continue;
+        if (last && e->begin < last->end)
+            rc = pt_fail(err, PT_EINPUT, "'%s': tensors '%s' and '%s' overlap: bytes [%llu, %llu) "
+                         "and [%llu, %llu)", f->path, last->name, e->name,
+                         (unsigned long long)last->begin, (unsigned long long)last->end,
+                         (unsigned long long)e->begin, (unsigned long long)e->end);
+        last = e;
+    }
+    free(by_begin);
+    return rc;
+}
+
+static int parse_header(pt_st_file *f, const pt_json_value *root, pt_err *err)
+{
+    if (pt_json_type_of(root) != PT_JSON_OBJECT)
+        return pt_fail(err, PT_EINPUT, "'%s': the header is %s, not a JSON object", f->path,
+                       pt_json_type_name(pt_json_type_of(root)));
+    size_t members = pt_json_count(root);
+    if (members > INT32_MAX)
+        return pt_fail(err, PT_EINPUT, "'%s': the header lists %zu tensors", f->path, members);
+    f->entries = calloc(members ? members : 1, sizeof *f->entries);
+    if (!f->entries)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
+    for (size_t i = 0; i < members; i++) {
+        size_t key_len;
+        const char *key = pt_json_key(root, i, &key_len);
+        const pt_json_value *v = pt_json_member(root, i);
+        int rc;
+        if (strcmp(key, "__metadata__") == 0 && key_len == 12) {
+            if (f->metadata)
+                return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" appears twice", f->path);
+            if ((rc = check_metadata(f, v, err)) != 0)
+                return rc;
+            f->metadata = v;
+            continue;
+        }
+        if ((rc = parse_entry(f, key, key_len, v, &f->entries[f->count], err)) != 0)
+            return rc;
+        f->count++;
+    }
+    return check_entries_together(f, err);
+}
+
+/* Opens the file, checks the header length field and parses the header JSON
+ * into f->header; *size gets the file size. */
+static int read_header(pt_st_file *f, uint64_t *size, uint64_t *header_len, pt_err *err)
+{
+    const char *path = f->path;
+    struct stat st;
+    unsigned char length_field[8];
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+    if (fstat(f->fd, &st) != 0)
+        return pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file", path);
+    *size = (uint64_t)st.st_size;
+    if (*size < 8)
+        return pt_fail(err, PT_EINPUT, "'%s': %llu bytes is too short for a safetensors file (the "
+                       "header length alone is 8 bytes)", path, (unsigned long long)*size);
+    int rc = pt_pread_all(f->fd, length_field, 8, 0, path, err);
+    if (rc)
+        return rc;
+    uint64_t n = *header_len = pt_get_le64(length_field);
+    if (n > PT_ST_MAX_HEADER)
+        return pt_fail(err, PT_EINPUT, "'%s': header length %llu is larger than the limit of %llu "
+                       "bytes (is this a safetensors file?)", path, (unsigned long long)n,
+                       (unsigned long long)PT_ST_MAX_HEADER);
+    if (n > *size - 8)
+        return pt_fail(err, PT_EINPUT, "'%s': header length %llu runs past the end of the file "
+                       "(%llu bytes): is the file truncated?", path, (unsigned long long)n,
+                       (unsigned long long)*size);
+    char *header = malloc(n ? (size_t)n : 1);
+    if (!header)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory for a %llu-byte header", path,
+                       (unsigned long long)n);
+    rc = pt_pread_all(f->fd, header, (size_t)n, 8, path, err);
+    if (!rc && (rc = pt_json_parse(&f->header, header, (size_t)n, err)) != 0)
+        pt_err_prefix(err, "'%s': header (%llu bytes, from byte 8)", path, (unsigned long long)n);
+    free(header);
+    return rc;
+}
+
+int pt_st_open(pt_st_file **out, const char *path, pt_err *err)
+{
+    *out = NULL;
+    pt_st_file *f = calloc(1, sizeof *f);
+    size_t path_len = strlen(path);
+    if (f)
+        f->path = malloc(path_len + 1);
+    if (!f || !f->path) {
+        free(f);
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    }
+    memcpy(f->path, path, path_len + 1);
+    uint64_t size = 0, header_len = 0;
+    int rc = read_header(f, &size, &header_len, err);
+    if (!rc) {
+        f->data_start = 8 + header_len;
+        f->data_size = size - f->data_start;
+        rc = parse_header(f, pt_json_root(f->header), err);
+    }
+    if (rc) {
+        pt_st_close(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int pt_st_count(const pt_st_file *f) { return f->count; }
+
+const pt_st_entry *pt_st_entry_at(const pt_st_file *f, int i)
+{
+    return i >= 0 && i < f->count ? &f->entries[i] : NULL;
+}
+
+int pt_st_find(const pt_st_file *f, const char *name)
+{
+    const pt_st_entry *const *hit =
+        f->count ? bsearch(name, f->by_name, (size_t)f->count, sizeof *f->by_name,
+                           compare_name_to_entry) : NULL;
+    return hit ? (int)(*hit - f->entries) : -1;
+}
+
+static float float_from_bits(uint32_t bits)
+{
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static float float_from_f16(uint32_t h)
+{
+    uint32_t sign = (h & 0x8000u) << 16, exponent = h >> 10 & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2^-24, exact in float */
+        float v = (float)mantissa * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (exponent == 31) /* infinity or NaN, payload kept */
+        return float_from_bits(sign | 0x7f800000u | mantissa << 13);
+    return float_from_bits(sign | (exponent + 112) << 23 | mantissa << 13);
+}
+
+static void convert(const char *dtype, const unsigned char *in, float *out, size_t count)
+{
+    if (strcmp(dtype, "F32") == 0) {
+        for (size_t i = 0; i < count; i++)
+            out[i] = float_from_bits(pt_get_le32(in + 4 * i));
+    } else if (strcmp(dtype, "F64") == 0) {
+        for (size_t i = 0; i < count; i++) {
+            uint64_t bits = pt_get_le64(in + 8 * i);
+            double d;
+            memcpy(&d, &bits, sizeof d);
+            out[i] = (float)d; /* IEEE rounding; beyond float's range gives infinity */
+        }
+    } else if (strcmp(dtype, "F16") == 0) {
+        for (size_t i = 0; i < count; i++)
+            out[i] = float_from_f16((uint32_t)in[2 * i] | (uint32_t)in[2 * i + 1] << 8);
+    } else { /* BF16: the top half of a float */
+        for (size_t i = 0; i < count; i++)
+            out[i] = float_from_bits((uint32_t)in[2 * i] << 16 | (uint32_t)in[2 * i + 1] << 24);
+    }
+}
+
+int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err)
+{
+    const pt_st_entry *e = pt_st_entry_at(f, i);
+    if (!e)
+        return pt_fail(err, PT_EINTERNAL, "'%s': tensor index %d is not in [0, %d)", f->path, i,
+                       f->count);
+    char shown[256];
+    uint64_t numel = pt_st_numel(e);
+    format_shape(shown, sizeof shown, e->ndim, e->shape);
+    if ((uint64_t)n != numel)
+        return entry_fail(f, e->name, err, "expected %zu elements, but the file stores shape %s "
+                          "(%llu elements)", n, shown, (unsigned long long)numel);
+    const char *t = e->dtype;
+    if (strcmp(t, "F32") && strcmp(t, "F64") && strcmp(t, "F16") && strcmp(t, "BF16"))
+        return entry_fail(f, e->name, err, "dtype %s cannot be read as float (only F32, F64, F16 "
+                          "and BF16 can)", t);
+    unsigned size = dtype_size(t);
+    uint64_t total = e->end - e->begin;
+    unsigned char *chunk = malloc(total < CHUNK_BYTES ? (size_t)total + 1 : CHUNK_BYTES);
+    if (!chunk)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
+    int rc = 0;
+    for (uint64_t done = 0; done < total && !rc;) {
+        size_t piece = total - done < CHUNK_BYTES ? (size_t)(total - done) : CHUNK_BYTES;
+        rc = pt_pread_all(f->fd, chunk, piece, f->data_start + e->begin + done, f->path, err);
+        if (rc)
+            pt_err_prefix(err, "reading tensor '%s'", e->name);
+        else
+            convert(t, chunk, out + done / size, piece / size);
+        done += piece;
+    }
+    free(chunk);
+    return rc;
+}
+
+const char *pt_st_metadata(const pt_st_file *f, const char *key)
+{
+    return f->metadata ? pt_json_string(pt_json_get(f->metadata, key), NULL) : NULL;
+}
+
+void pt_st_close(pt_st_file *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    pt_json_free(f->header);
+    free(f->entries);
+    free(f->by_name);
+    free(f->path);
+    free(f);
+}
+
+/* ------------------------------------------------------------------ writer */
+
+static void put_json_string(FILE *m, const char *s)
+{
+    fputc('"', m);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(m, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(m, "\\u%04x", c);
+        else
+            fputc(c, m);
+    }
+    fputc('"', m);
+}
+
+/* Checks one tensor argument; *bytes gets its data size. */
+static int check_tensor(const char *path, const pt_st_tensor *t, int i, uint64_t *bytes,
+                        pt_err *err)
+{
+    if (!t->name)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor %d has no name", path, i);
+    size_t len = strlen(t->name);
+    if (len >= PT_ST_MAX_NAME || !pt_json_utf8_valid(t->name, len) ||
+        strcmp(t->name, "__metadata__") == 0)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s' is not usable: names must be "
+                       "valid UTF-8, shorter than %d bytes and not \"__metadata__\"", path,
+                       t->name, PT_ST_MAX_NAME);
+    if (t->ndim < 0 || t->ndim > PT_ST_MAX_NDIM || (t->ndim > 0 && !t->shape))
+        return pt_fail(err, PT_EINPUT, "'%s': tensor '%s': ndim %d is not in [0, %d] or its shape "
+                       "is missing", path, t->name, t->ndim, PT_ST_MAX_NDIM);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 0)
+            return pt_fail(err, PT_EINPUT, "'%s': tensor '%s': shape[%d] is %lld", path, t->name,
+                           d, (long long)t->shape[d]);
+    if (shape_bytes(t->ndim, t->shape, 4, bytes) != 0 || *bytes > SIZE_MAX)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' is too large", path, t->name);
+    if (*bytes && !t->data)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has no data", path, t->name);
+    return 0;
+}
+
+static int put_metadata(FILE *m, const char *path, const char *const *meta, pt_err *err)
+{
+    fputs("\"__metadata__\":{", m);
+    for (size_t k = 0; meta[k]; k += 2) {
+        if (!meta[k + 1] || !pt_json_utf8_valid(meta[k], strlen(meta[k])) ||
+            !pt_json_utf8_valid(meta[k + 1], strlen(meta[k + 1])))
+            return pt_fail(err, PT_EINPUT, "'%s': metadata key '%.40s' has no value or is not "
+                           "valid UTF-8", path, meta[k]);
+        fputs(k ? "," : "", m);
+        put_json_string(m, meta[k]);
+        fputc(':', m);
+        put_json_string(m, meta[k + 1]);
+    }
+    fputc('}', m);
+    return 0;
+}
+
+/* Writes the header JSON, padded with spaces to a multiple of 8 bytes, to m. */
+static int put_header(FILE *m, const char *path, const pt_st_tensor *t, int n,
+                      const char *const *meta, pt_err *err)
+{
+    fputc('{', m);
+    int rc = meta && meta[0] ? put_metadata(m, path, meta, err) : 0;
+    int first = !(meta && meta[0]);
+    uint64_t offset = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        uint64_t bytes = 0;
+        if ((rc = check_tensor(path, &t[i], i, &bytes, err)) != 0)
+            break;
+        for (int j = 0; j < i && !rc; j++)
+            if (strcmp(t[j].name, t[i].name) == 0)
+                rc = pt_fail(err, PT_EINPUT, "'%s': tensor name '%s' is used twice", path,
+                             t[i].name);
+        if (rc)
+            break;
+        fputs(first ? "" : ",", m);
+        first = 0;
+        put_json_string(m, t[i].name);
+        fputs(":{\"dtype\":\"F32\",\"shape\":[", m);
+        for (int d = 0; d < t[i].ndim; d++)
+            fprintf(m, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
+        fprintf(m, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
+                (unsigned long long)(offset + bytes));
+        offset += bytes;
+    }
+    fputc('}', m);
+    long at = ftell(m);
+    if (!rc && at >= 0)
+        fprintf(m, "%*s", (int)((8 - at % 8) % 8), "");
+    if (!rc && (at < 0 || ferror(m)))
+        rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    return rc;
+}
+
+int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
+                pt_err *err)
+{
+    if (n < 0 || (n > 0 && !t))
+        return pt_fail(err, PT_EINPUT, "'%s': %d tensors to write", path, n);
+    char *header = NULL;
+    size_t header_len = 0;
+    FILE *m = open_memstream(&header, &header_len);
+    if (!m)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    int rc = put_header(m, path, t, n, meta, err);
+    if (fclose(m) != 0 && !rc)
+        rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    pt_wfile *file = NULL;
+    unsigned char *chunk = NULL;
+    if (!rc)
+        rc = pt_wfile_open(&file, path, err);
+    if (!rc && !(chunk = malloc(CHUNK_BYTES)))
+        rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    if (!rc) {
+        unsigned char length_field[8];
+        pt_put_le64(length_field, header_len);
+        rc = pt_wfile_write(file, length_field, 8, err);
+    }
+    if (!rc)
+        rc = pt_wfile_write(file, header, header_len, err);
+    for (int i = 0; i < n && !rc; i++) {
+        uint64_t bytes = 0;
+        shape_bytes(t[i].ndim, t[i].shape, 4, &bytes); /* checked by put_header */
+        size_t count = (size_t)(bytes / 4);
+        for (size_t done = 0; done < count && !rc;) {
+            size_t piece = count - done < CHUNK_BYTES / 4 ? count - done : CHUNK_BYTES / 4;
+            for (size_t k = 0; k < piece; k++) {
+                uint32_t bits;
+                memcpy(&bits, &t[i].data[done + k], sizeof bits);
+                pt_put_le32(chunk + 4 * k, bits);
+            }
+            rc = pt_wfile_write(file, chunk, 4 * piece, err);
+            done += piece;
+        }
+    }
+    free(chunk);
+    free(header);
+    if (rc) {
+        pt_wfile_abort(file);
+        return rc;
+    }
+    return pt_wfile_commit(file, err);
+}

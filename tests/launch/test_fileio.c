@@ -1,0 +1,302 @@
+/*
+ * test_fileio.c: crash-safe writes and the small file utilities of
+ * launch/fileio.h. The properties checked are the ones checkpoints rely on:
+ * the committed file has exactly the bytes written; before commit (and after
+ * abort) the old file is untouched and no temporary file remains; read limits
+ * and mkdir -p behave like their descriptions.
+ */
+#include "launch/fileio.h"
+#include "tests/launch/test_util.h"
+#include "tests/common/cunit_main.h"
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <zlib.h>
+
+/* A deterministic byte pattern that differs at every position of a block. */
+static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (unsigned char)(x >> 24);
+    }
+}
+
+static void test_commit_writes_exact_contents(void)
+{
+    char *dir = make_temp_dir();
+    CU_ASSERT_FATAL(dir != NULL);
+    char *path = join_path(dir, "data.bin");
+    /* pieces around the 1 MiB buffer size: small, exactly-fitting, larger than the buffer */
+    size_t sizes[] = {0, 1, 7, 1000, (1u << 20) - 1008, 1, (3u << 20) + 5, 13};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
+    unsigned char *expect = malloc(total);
+    fill_pattern(expect, total, 1);
+    pt_err err = {0};
+    pt_wfile *f;
+    CU_ASSERT_FATAL(pt_wfile_open(&f, path, &err) == 0);
+    CU_ASSERT_STRING_EQUAL(pt_wfile_path(f), path);
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        CU_ASSERT(pt_wfile_write(f, expect + at, sizes[i], &err) == 0);
+        at += sizes[i];
+    }
+    CU_ASSERT(pt_wfile_size(f) == total);
+    uLong crc = crc32(0, expect, (uInt)total);
+    CU_ASSERT(pt_wfile_crc(f) == (uint32_t)crc);
+    CU_ASSERT(!file_exists(path)); /* nothing at the final path before commit */
+    CU_ASSERT(count_entries(dir) == 1);
+    CU_ASSERT(pt_wfile_commit(f, &err) == 0);
+
+    void *data;
+    size_t n;
+    CU_ASSERT_FATAL(pt_read_file(path, total, &data, &n, &err) == 0);
+    CU_ASSERT(n == total);
+    CU_ASSERT(memcmp(data, expect, total) == 0);
+    CU_ASSERT(((unsigned char *)data)[n] == 0);
+    CU_ASSERT(count_entries(dir) == 1); /* the temporary name is gone */
+    CU_ASSERT(pt_crc32(0, expect, total) == (uint32_t)crc);
+    free(data);
+    free(expect);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_abort_leaves_nothing(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "never.bin");
+    pt_err err = {0};
+    pt_wfile *f;
+    CU_ASSERT_FATAL(pt_wfile_open(&f, path, &err) == 0);
+    CU_ASSERT(pt_wfile_write(f, "partial", 7, &err) == 0);
+    CU_ASSERT(count_entries(dir) == 1); /* the temporary file */
+    pt_wfile_abort(f);
+    CU_ASSERT(!file_exists(path));
+    CU_ASSERT(count_entries(dir) == 0);
+    pt_wfile_abort(NULL);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void expect_contents(const char *path, const char *text)
+{
+    void *data;
+    size_t n;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_read_file(path, 1 << 20, &data, &n, &err) == 0);
+    CU_ASSERT(n == strlen(text) && memcmp(data, text, n) == 0);
+    free(data);
+}
+
+static void test_existing_file_replaced_only_on_commit(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "state.txt");
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_write_file_atomic(path, "old contents", 12, &err) == 0);
+
+    pt_wfile *f;
+    CU_ASSERT_FATAL(pt_wfile_open(&f, path, &err) == 0);
+    CU_ASSERT(pt_wfile_write(f, "new", 3, &err) == 0);
+    expect_contents(path, "old contents");
+    pt_wfile_abort(f);
+    expect_contents(path, "old contents");
+    CU_ASSERT(count_entries(dir) == 1);
+
+    CU_ASSERT_FATAL(pt_wfile_open(&f, path, &err) == 0);
+    CU_ASSERT(pt_wfile_write(f, "new", 3, &err) == 0);
+    expect_contents(path, "old contents");
+    CU_ASSERT(pt_wfile_commit(f, &err) == 0);
+    expect_contents(path, "new");
+    CU_ASSERT(count_entries(dir) == 1);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_leftover_temp_file_is_not_clobbered(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "x.bin");
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    CU_ASSERT_FATAL(write_raw(tmp, "someone else's", 14) == 0);
+    pt_err err = {0};
+    pt_wfile *f = NULL;
+    CU_ASSERT(pt_wfile_open(&f, path, &err) == PT_ESYS);
+    CU_ASSERT(f == NULL);
+    CU_ASSERT(strstr(err.msg, ".tmp.") != NULL);
+    CU_ASSERT(strstr(err.msg, "leftover") != NULL);
+    expect_contents(tmp, "someone else's");
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_open_in_missing_directory_fails(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "no/such/dir/file.bin");
+    pt_err err = {0};
+    pt_wfile *f = NULL;
+    CU_ASSERT(pt_wfile_open(&f, path, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "no/such/dir/file.bin") != NULL);
+    CU_ASSERT(pt_write_file_atomic(path, "x", 1, &err) == PT_ESYS);
+    CU_ASSERT(pt_wfile_open(&f, "", &err) == PT_EINPUT);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_commit_onto_directory_fails_cleanly(void)
+{
+    /* rename(file, non-empty dir) fails: the temporary file must be removed */
+    char *dir = make_temp_dir();
+    char *target = join_path(dir, "sub");
+    char *inner = join_path(target, "keep");
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_mkdir_p(inner, 0755, &err) == 0);
+    pt_wfile *f;
+    CU_ASSERT_FATAL(pt_wfile_open(&f, target, &err) == 0);
+    CU_ASSERT(pt_wfile_write(f, "abc", 3, &err) == 0);
+    CU_ASSERT(pt_wfile_commit(f, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "rename") != NULL);
+    CU_ASSERT(count_entries(dir) == 1);
+    free(inner);
+    free(target);
+    free_temp_dir(dir);
+}
+
+static void test_read_file_limits(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "hundred.bin");
+    unsigned char bytes[100];
+    fill_pattern(bytes, sizeof bytes, 2);
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_write_file_atomic(path, bytes, sizeof bytes, &err) == 0);
+    void *data = NULL;
+    size_t n = 0;
+    CU_ASSERT(pt_read_file(path, 100, &data, &n, &err) == 0);
+    CU_ASSERT(n == 100 && memcmp(data, bytes, 100) == 0);
+    free(data);
+    CU_ASSERT(pt_read_file(path, 99, &data, &n, &err) == PT_EINPUT);
+    CU_ASSERT(data == NULL && n == 0);
+    CU_ASSERT(strstr(err.msg, "larger than the limit of 99 bytes") != NULL);
+    CU_ASSERT(strstr(err.msg, "hundred.bin") != NULL);
+    CU_ASSERT(pt_read_file(path, SIZE_MAX, &data, &n, &err) == 0);
+    CU_ASSERT(n == 100);
+    free(data);
+
+    /* an empty file gives an empty, NUL-terminated buffer */
+    char *empty = join_path(dir, "empty");
+    CU_ASSERT_FATAL(pt_write_file_atomic(empty, NULL, 0, &err) == 0);
+    CU_ASSERT(pt_read_file(empty, 0, &data, &n, &err) == 0);
+    CU_ASSERT(n == 0 && data && ((char *)data)[0] == '\0');
+    free(data);
+
+    /* not a regular file: the size is unknown in advance, the limit still holds */
+    CU_ASSERT(pt_read_file("/dev/zero", 5000, &data, &n, &err) == PT_EINPUT);
+    CU_ASSERT(data == NULL);
+
+    char *missing = join_path(dir, "missing");
+    CU_ASSERT(pt_read_file(missing, 10, &data, &n, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "missing") != NULL);
+    CU_ASSERT(pt_read_file(dir, 10, &data, &n, &err) == PT_ESYS); /* a directory */
+    free(missing);
+    free(empty);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_mkdir_p(void)
+{
+    char *dir = make_temp_dir();
+    char *deep = join_path(dir, "a/b//c/");
+    pt_err err = {0};
+    CU_ASSERT(pt_mkdir_p(deep, 0755, &err) == 0);
+    char *c = join_path(dir, "a/b/c");
+    struct stat st;
+    CU_ASSERT(stat(c, &st) == 0 && S_ISDIR(st.st_mode));
+    CU_ASSERT(pt_mkdir_p(deep, 0755, &err) == 0); /* already there */
+    CU_ASSERT(pt_mkdir_p(dir, 0755, &err) == 0);
+
+    char *file = join_path(dir, "a/file");
+    CU_ASSERT_FATAL(pt_write_file_atomic(file, "x", 1, &err) == 0);
+    char *through = join_path(dir, "a/file/sub");
+    CU_ASSERT(pt_mkdir_p(through, 0755, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "a/file") != NULL);
+    CU_ASSERT(pt_mkdir_p(file, 0755, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "Not a directory") != NULL);
+    CU_ASSERT(pt_mkdir_p("", 0755, &err) == PT_EINPUT);
+
+    CU_ASSERT(pt_fsync_dir(c, &err) == 0);
+    CU_ASSERT(pt_fsync_dir(through, &err) == PT_ESYS);
+    free(through);
+    free(file);
+    free(c);
+    free(deep);
+    free_temp_dir(dir);
+}
+
+static void test_write_after_failure_is_refused(void)
+{
+    /* A file-size limit makes the kernel refuse writes (EFBIG) like a full disk would. */
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "big.bin");
+    struct rlimit old;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = 1u << 20;
+    CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &small) == 0);
+
+    size_t n = 3u << 20;
+    unsigned char *bytes = calloc(1, n);
+    pt_err err = {0};
+    pt_wfile *f;
+    CU_ASSERT_FATAL(pt_wfile_open(&f, path, &err) == 0);
+    CU_ASSERT(pt_wfile_write(f, bytes, n, &err) == PT_ESYS);
+    CU_ASSERT(strstr(err.msg, "big.bin") != NULL);
+    CU_ASSERT(pt_wfile_write(f, bytes, 1, &err) == PT_EINTERNAL);
+    CU_ASSERT(pt_wfile_commit(f, &err) == PT_EINTERNAL);
+    CU_ASSERT(!file_exists(path));
+    CU_ASSERT(count_entries(dir) == 0);
+
+    /* the same through pt_write_file_atomic */
+    CU_ASSERT(pt_write_file_atomic(path, bytes, n, &err) == PT_ESYS);
+    CU_ASSERT(count_entries(dir) == 0);
+
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    free(bytes);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_little_endian_codecs(void)
+{
+    unsigned char b[8];
+    pt_put_le32(b, 0x11223344u);
+    CU_ASSERT(b[0] == 0x44 && b[1] == 0x33 && b[2] == 0x22 && b[3] == 0x11);
+    CU_ASSERT(pt_get_le32(b) == 0x11223344u);
+    pt_put_le64(b, 0x0102030405060708ull);
+    CU_ASSERT(b[0] == 8 && b[7] == 1);
+    CU_ASSERT(pt_get_le64(b) == 0x0102030405060708ull);
+}
+
+static const pt_test fileio_tests[] = {
+    {"commit_writes_exact_contents", test_commit_writes_exact_contents},
+    {"abort_leaves_nothing", test_abort_leaves_nothing},
+    {"existing_file_replaced_only_on_commit", test_existing_file_replaced_only_on_commit},
+    {"leftover_temp_file_is_not_clobbered", test_leftover_temp_file_is_not_clobbered},
+    {"open_in_missing_directory_fails", test_open_in_missing_directory_fails},
+    {"commit_onto_directory_fails_cleanly", test_commit_onto_directory_fails_cleanly},
+    {"read_file_limits", test_read_file_limits},
+    {"mkdir_p", test_mkdir_p},
+    {"write_after_failure_is_refused", test_write_after_failure_is_refused},
+    {"little_endian_codecs", test_little_endian_codecs},
+    {NULL, NULL}};
+
+static const pt_test_suite suites[] = {{"fileio", fileio_tests}, {NULL, NULL}};
