@@ -54,6 +54,7 @@ void pt_backend_close(pt_backend *be) { free(be); }
 const char *pt_backend_name(const pt_backend *be) { return be->name; }
 size_t pt_backend_real_size(const pt_backend *be) { return be->real_size; }
 size_t pt_backend_act_size(const pt_backend *be) { return be->act_size; }
+int pt_backend_threads(const pt_backend *be) { return be->threads; }
 void *pt_backend_alloc(pt_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 
 void pt_backend_free(pt_backend *be, void *p)

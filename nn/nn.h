@@ -31,7 +31,8 @@ enum pt_code {
     PT_ENOMEM = 3,    /* an allocation failed */
     PT_EBACKEND = 4,  /* the compute backend failed or is unavailable */
     PT_EINTERNAL = 5, /* a broken invariant: a bug in pipetrain */
-    PT_EPEER = 6      /* another rank failed or stopped answering */
+    PT_EPEER = 6,     /* another rank failed or stopped answering */
+    PT_ESTOPPED = 7   /* stopped on request (a signal), state saved */
 };
 
 typedef struct pt_err {
@@ -134,6 +135,7 @@ void pt_backend_close(pt_backend *be);
 const char *pt_backend_name(const pt_backend *be);
 size_t pt_backend_real_size(const pt_backend *be); /* bytes per parameter element */
 size_t pt_backend_act_size(const pt_backend *be);  /* bytes per activation element */
+int pt_backend_threads(const pt_backend *be);
 /* Backend memory; NULL on failure. Freed with pt_backend_free. */
 void *pt_backend_alloc(pt_backend *be, size_t bytes);
 void pt_backend_free(pt_backend *be, void *p);

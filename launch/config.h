@@ -1,0 +1,121 @@
+/*
+ * config.h (internal to launch/): the run configuration, read from YAML and
+ * `--set key=value` overrides.
+ *
+ * Every key is one row of a schema table (config_schema.c): its type, range or
+ * allowed words, default and one line of documentation. Parsing, range
+ * checks, error messages and `pipetrain keys` (the README's key table) all
+ * come from that table, so they cannot disagree.
+ */
+#ifndef PT_LAUNCH_CONFIG_H
+#define PT_LAUNCH_CONFIG_H
+
+#include "nn/nn.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define PT_PATH_MAX 1024
+#define PT_AUTO (-1) /* integer keys that accept the word `auto` store this */
+
+enum { PT_DATA_FASHION_MNIST, PT_DATA_IDX, PT_DATA_TEXT_FILE, PT_DATA_KJV, PT_DATA_SYNTH_IMAGES,
+       PT_DATA_SYNTH_TEXT };
+enum { PT_PIPE_GPIPE, PT_PIPE_1F1B };
+enum { PT_DEVICE_AUTO, PT_DEVICE_CPU, PT_DEVICE_CUDA };
+
+typedef struct pt_config {
+    char source[PT_PATH_MAX]; /* the YAML file it came from */
+
+    struct {
+        char dir[PT_PATH_MAX];
+        long long seed;
+        int threads;
+        int device; /* PT_DEVICE_* */
+        int metrics;
+    } run;
+
+    struct {
+        int kind; /* pt_model_kind */
+        int dim, layers, heads, mlp_hidden, patch, classes, context;
+        double init_std;
+        char init_from[PT_PATH_MAX];
+    } model;
+
+    struct {
+        int kind; /* PT_DATA_* */
+        char train_images[PT_PATH_MAX], train_labels[PT_PATH_MAX];
+        char test_images[PT_PATH_MAX], test_labels[PT_PATH_MAX];
+        char text[PT_PATH_MAX];
+        double test_fraction;
+        double mean, std;
+        int shuffle;
+        int hflip, crop_pad;
+        long long synthetic_examples;
+        int image_size;
+    } data;
+
+    struct {
+        long long batch;
+        int epochs;
+        long long max_steps;
+        double lr, min_lr;
+        int schedule; /* pt_lr_kind */
+        long long warmup_steps;
+        double weight_decay, beta1, beta2, eps, grad_clip;
+        long long log_every;
+        int eval_every;       /* epochs */
+        long long eval_examples;
+        long long checkpoint_every;
+        int keep_checkpoints;
+        char resume[PT_PATH_MAX];
+    } train;
+
+    struct {
+        int length;
+        double temperature;
+        int top_k;
+        char prompt[256];
+    } sample;
+
+    struct {
+        int stages;       /* PT_AUTO or K */
+        int microbatches; /* PT_AUTO or M */
+        int schedule;     /* PT_PIPE_* */
+        int recompute;
+    } pipeline;
+
+    /* Source line of each key that was set (0 = default, -1 = --set), for
+     * messages about cross-key problems found after parsing. */
+    int line[128];
+} pt_config;
+
+/* Defaults for every key. */
+void pt_config_defaults(pt_config *c);
+
+/* Reads a YAML file over the current values. Errors are PT_EINPUT with
+ * "FILE:LINE: KEY: problem; allowed: ..." in err. */
+int pt_config_load(pt_config *c, const char *path, pt_err *err);
+
+/* The same, from YAML text in memory; `name` stands for the file in messages. */
+int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err);
+
+/* Applies one "key=value" override. */
+int pt_config_set(pt_config *c, const char *assignment, pt_err *err);
+
+/* Cross-key checks and input files that must exist, after all overrides. */
+int pt_config_validate(const pt_config *c, pt_err *err);
+
+/* The model architecture the config describes (image geometry and class count
+ * of the dataset included). */
+void pt_config_arch(const pt_config *c, pt_arch *a);
+
+/* Writes every key and its current value as YAML (for checkpoints and logs). */
+int pt_config_write_yaml(const pt_config *c, FILE *out);
+
+/* Prints the key table as Markdown (the README's "Configuration" section). */
+void pt_config_print_keys(FILE *out);
+
+/* Name of a data kind, schedule, ... as written in the config. */
+const char *pt_config_word(const char *key, int value);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * config_schema.c: the table of every configuration key: where it lives in
+ * pt_config, its type, what values it allows, its default and its one-line
+ * documentation. config.c reads YAML and overrides through this table only;
+ * `pipetrain keys` prints it as the README's key reference.
+ */
+#include "launch/config_schema.h"
+
+#include <stddef.h>
+
+#define PT_WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define AT(field) offsetof(pt_config, field), sizeof(((pt_config *)0)->field)
+
+/* Where Debian's dataset-fashion-mnist package installs the data set. */
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+const pt_key_spec pt_config_keys[] = {
+    /* run */
+    {"run.dir", PT_K_STR, AT(run.dir), 0, 0, NULL, 0, "runs/default",
+     "directory for checkpoints and metrics (created if missing)"},
+    {"run.seed", PT_K_I64, AT(run.seed), 0, 9.2e18, NULL, 0, "1",
+     "seed for initialisation, data order and sampling"},
+    {"run.threads", PT_K_INT, AT(run.threads), 0, 1024, NULL, 0, "0",
+     "CPU threads per rank; 0 = the node's cores divided among its ranks"},
+    {"run.device", PT_K_ENUM, AT(run.device), 0, 0, PT_WORDS("auto", "cpu", "cuda"), 0, "auto",
+     "compute device; auto takes a GPU when the driver reports one"},
+    {"run.metrics", PT_K_BOOL, AT(run.metrics), 0, 0, NULL, 0, "true",
+     "write metrics as JSON lines to RUN_DIR/metrics.jsonl"},
+
+    /* model */
+    {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt"), 0, "vit",
+     "vit: image classifier on the CLS token; gpt: causal byte-level language model"},
+    {"model.dim", PT_K_INT, AT(model.dim), 1, 65536, NULL, 0, "64", "model width d_model"},
+    {"model.layers", PT_K_INT, AT(model.layers), 1, 1024, NULL, 0, "6", "transformer blocks"},
+    {"model.heads", PT_K_INT, AT(model.heads), 1, 4096, NULL, 0, "4",
+     "attention heads (must divide model.dim)"},
+    {"model.mlp_hidden", PT_K_INT, AT(model.mlp_hidden), 0, 262144, NULL, 0, "0",
+     "MLP hidden width; 0 = 4 * model.dim"},
+    {"model.patch", PT_K_INT, AT(model.patch), 1, 4096, NULL, 0, "7",
+     "ViT patch size in pixels (must divide the image size)"},
+    {"model.classes", PT_K_INT, AT(model.classes), 2, 1 << 20, NULL, 0, "10",
+     "ViT output classes (labels must be below this)"},
+    {"model.context", PT_K_INT, AT(model.context), 2, 65536, NULL, 0, "128",
+     "GPT context length in bytes"},
+    {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL, "0.02",
+     "standard deviation of the normal initialisation of weights"},
+    {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
+     "start from these weights (safetensors, names as `pipetrain export` writes)"},
+
+    /* data */
+    {"data.kind", PT_K_ENUM, AT(data.kind), 0, 0,
+     PT_WORDS("fashion_mnist", "idx", "text", "kjv", "synthetic_images", "synthetic_text"), 0, "fashion_mnist",
+     "fashion_mnist: Debian's dataset-fashion-mnist; idx: the four data.*_images/labels files; "
+     "text: data.text; kjv: the KJV text written by scripts/setup.sh; synthetic_*: generated"},
+    {"data.train_images", PT_K_STR, AT(data.train_images), 0, 0, NULL, PT_F_FILE,
+     FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", "IDX image file (gzip or plain) for training"},
+    {"data.train_labels", PT_K_STR, AT(data.train_labels), 0, 0, NULL, PT_F_FILE,
+     FASHION_MNIST_DIR "/train-labels-idx1-ubyte.gz", "IDX label file for training"},
+    {"data.test_images", PT_K_STR, AT(data.test_images), 0, 0, NULL, PT_F_FILE,
+     FASHION_MNIST_DIR "/t10k-images-idx3-ubyte.gz", "IDX image file for evaluation"},
+    {"data.test_labels", PT_K_STR, AT(data.test_labels), 0, 0, NULL, PT_F_FILE,
+     FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz", "IDX label file for evaluation"},
+    {"data.text", PT_K_STR, AT(data.text), 0, 0, NULL, PT_F_FILE, "datasets/kjv.txt",
+     "text file for data.kind text or kjv (bytes are tokens)"},
+    {"data.test_fraction", PT_K_FLOAT, AT(data.test_fraction), 0, 0.9, NULL, PT_F_MIN_EXCL,
+     "0.1", "text: the last fraction of the file is the test split"},
+    {"data.mean", PT_K_FLOAT, AT(data.mean), -1e3, 1e3, NULL, 0, "0.2860",
+     "images: pixels become (p/255 - mean) / std"},
+    {"data.std", PT_K_FLOAT, AT(data.std), 0, 1e3, NULL, PT_F_MIN_EXCL, "0.3530",
+     "images: see data.mean"},
+    {"data.shuffle", PT_K_BOOL, AT(data.shuffle), 0, 0, NULL, 0, "true",
+     "a new order every epoch from (run.seed, epoch); false = file order"},
+    {"data.hflip", PT_K_BOOL, AT(data.hflip), 0, 0, NULL, 0, "false",
+     "augmentation: random left-right flips of training images"},
+    {"data.crop_pad", PT_K_INT, AT(data.crop_pad), 0, 64, NULL, 0, "0",
+     "augmentation: pad training images by this many pixels and crop back randomly"},
+    {"data.synthetic_examples", PT_K_I64, AT(data.synthetic_examples), 16, 1e8, NULL, 0, "2048",
+     "synthetic_*: training examples (the test split has a quarter as many)"},
+    {"data.image_size", PT_K_INT, AT(data.image_size), 1, 4096, NULL, 0, "28",
+     "synthetic_images: height and width"},
+
+    /* train */
+    {"train.batch", PT_K_I64, AT(train.batch), 1, 1 << 24, NULL, 0, "128",
+     "global batch: examples per optimizer step, over all replicas and micro-batches"},
+    {"train.epochs", PT_K_INT, AT(train.epochs), 1, 1000000, NULL, 0, "10", "passes over the data"},
+    {"train.max_steps", PT_K_I64, AT(train.max_steps), 0, 1e15, NULL, 0, "0",
+     "stop after this many optimizer steps in all; 0 = no limit"},
+    {"train.lr", PT_K_FLOAT, AT(train.lr), 0, 10, NULL, PT_F_MIN_EXCL, "0.001",
+     "peak learning rate"},
+    {"train.min_lr", PT_K_FLOAT, AT(train.min_lr), 0, 10, NULL, 0, "0",
+     "learning rate at the end of the cosine or linear decay"},
+    {"train.schedule", PT_K_ENUM, AT(train.schedule), 0, 0, PT_WORDS("constant", "cosine", "linear"), 0, "cosine",
+     "learning-rate decay after warm-up, over all steps of the run"},
+    {"train.warmup_steps", PT_K_I64, AT(train.warmup_steps), 0, 1e15, NULL, 0, "0",
+     "linear warm-up from lr/warmup_steps to lr"},
+    {"train.weight_decay", PT_K_FLOAT, AT(train.weight_decay), 0, 10, NULL, 0, "0.05",
+     "AdamW decoupled weight decay (matrix weights only)"},
+    {"train.beta1", PT_K_FLOAT, AT(train.beta1), 0, 1, NULL, PT_F_MAX_EXCL, "0.9", "AdamW beta1"},
+    {"train.beta2", PT_K_FLOAT, AT(train.beta2), 0, 1, NULL, PT_F_MAX_EXCL, "0.999", "AdamW beta2"},
+    {"train.eps", PT_K_FLOAT, AT(train.eps), 0, 1, NULL, PT_F_MIN_EXCL, "1e-8", "AdamW epsilon"},
+    {"train.grad_clip", PT_K_FLOAT, AT(train.grad_clip), 0, 1e6, NULL, 0, "1.0",
+     "clip the global gradient norm to this; 0 = off"},
+    {"train.log_every", PT_K_I64, AT(train.log_every), 1, 1e9, NULL, 0, "50",
+     "steps between progress lines when stderr is not a terminal"},
+    {"train.eval_every", PT_K_INT, AT(train.eval_every), 0, 1000000, NULL, 0, "1",
+     "epochs between test-split evaluations; 0 = only at the end"},
+    {"train.eval_examples", PT_K_I64, AT(train.eval_examples), 0, 1e12, NULL, 0, "0",
+     "evaluate on this many test examples; 0 = all"},
+    {"train.checkpoint_every", PT_K_I64, AT(train.checkpoint_every), 0, 1e15, NULL, 0, "0",
+     "steps between checkpoints; 0 = at the end of every epoch (always at the end of the run)"},
+    {"train.keep_checkpoints", PT_K_INT, AT(train.keep_checkpoints), 1, 1000000, NULL, 0, "3",
+     "newest checkpoints kept in RUN_DIR/checkpoints; older ones are deleted"},
+    {"train.resume", PT_K_STR, AT(train.resume), 0, 0, NULL, 0, "",
+     "'' = start fresh; auto = newest checkpoint in RUN_DIR if any; or a checkpoint directory"},
+
+    /* sample (gpt) */
+    {"sample.length", PT_K_INT, AT(sample.length), 0, 1 << 20, NULL, 0, "200",
+     "GPT: bytes generated after each evaluation; 0 = none"},
+    {"sample.temperature", PT_K_FLOAT, AT(sample.temperature), 0, 100, NULL, PT_F_MIN_EXCL, "0.8",
+     "GPT: softmax temperature for sampling"},
+    {"sample.top_k", PT_K_INT, AT(sample.top_k), 0, 1 << 24, NULL, 0, "40",
+     "GPT: sample among the k most likely bytes; 0 = all"},
+    {"sample.prompt", PT_K_STR, AT(sample.prompt), 0, 0, NULL, 0, "And God said",
+     "GPT: text the sample continues"},
+
+    /* pipeline */
+    {"pipeline.stages", PT_K_INT, AT(pipeline.stages), 1, 4096, NULL, PT_F_AUTO, "1",
+     "pipeline stages K (ranks per pipeline), or auto: the planner's choice"},
+    {"pipeline.microbatches", PT_K_INT, AT(pipeline.microbatches), 1, 1 << 20, NULL, PT_F_AUTO,
+     "1", "micro-batches M per replica and step, or auto"},
+    {"pipeline.schedule", PT_K_ENUM, AT(pipeline.schedule), 0, 0, PT_WORDS("gpipe", "1f1b"), 0, "1f1b",
+     "gpipe: all forwards then all backwards; 1f1b: interleaved, fewer activations in flight"},
+    {"pipeline.recompute", PT_K_BOOL, AT(pipeline.recompute), 0, 0, NULL, 0, "false",
+     "keep only each stage's input per micro-batch and recompute the rest in backward"},
+};
+
+const int pt_config_key_count = (int)(sizeof pt_config_keys / sizeof pt_config_keys[0]);

@@ -1,0 +1,35 @@
+/*
+ * config_schema.h (internal to launch/): one row per configuration key. See
+ * config_schema.c for the table and config.c for how it is applied.
+ */
+#ifndef PT_LAUNCH_CONFIG_SCHEMA_H
+#define PT_LAUNCH_CONFIG_SCHEMA_H
+
+#include "launch/config.h"
+
+#include <stddef.h>
+
+typedef enum { PT_K_INT, PT_K_I64, PT_K_FLOAT, PT_K_BOOL, PT_K_STR, PT_K_ENUM } pt_key_type;
+
+enum {
+    PT_F_MIN_EXCL = 1, /* the minimum itself is not allowed */
+    PT_F_MAX_EXCL = 2, /* the maximum itself is not allowed */
+    PT_F_AUTO = 4,     /* integer key that also accepts `auto` (stored as PT_AUTO) */
+    PT_F_FILE = 8      /* a path to an existing file, checked when the data kind uses it */
+};
+
+typedef struct pt_key_spec {
+    const char *key;
+    pt_key_type type;
+    size_t offset, size; /* of the field in pt_config */
+    double min, max;     /* numbers: allowed range */
+    const char *const *words; /* enums: the allowed words (NULL-terminated), stored as their index */
+    int flags;
+    const char *def;     /* default, written as in YAML */
+    const char *doc;
+} pt_key_spec;
+
+extern const pt_key_spec pt_config_keys[];
+extern const int pt_config_key_count;
+
+#endif

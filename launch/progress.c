@@ -1,0 +1,125 @@
+/*
+ * progress.c: the progress line, plain log lines and the metrics file.
+ * Numbers in the metrics file are printed with 9 significant digits, enough
+ * to tell apart any two float32 values, so tests can compare runs from it.
+ */
+#include "launch/progress.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+double pt_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->tty = isatty(STDERR_FILENO);
+    p->quiet = quiet;
+    p->every = every > 0 ? every : 1;
+    p->start = p->window_start = pt_now();
+    if (metrics_path) {
+        p->metrics = fopen(metrics_path, "a");
+        if (!p->metrics)
+            return pt_fail(err, PT_ESYS, "cannot open metrics file '%s': %s", metrics_path,
+                           strerror(errno));
+    }
+    return 0;
+}
+
+void pt_progress_close(pt_progress *p)
+{
+    if (p->line_open)
+        fputc('\n', stderr);
+    p->line_open = 0;
+    if (p->metrics)
+        fclose(p->metrics);
+    p->metrics = NULL;
+}
+
+static void format_duration(double s, char *out, size_t n)
+{
+    if (!(s >= 0) || s > 1e8)
+        snprintf(out, n, "?");
+    else if (s < 60)
+        snprintf(out, n, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(out, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(out, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
+}
+
+void pt_progress_step(pt_progress *p, const pt_step_report *s)
+{
+    double now = pt_now();
+    p->samples += s->samples;
+    p->window_samples += s->samples;
+    /* samples/s over a window of at least two seconds, so it is steady */
+    if (now - p->window_start >= 2.0 || p->rate == 0) {
+        if (now > p->window_start)
+            p->rate = (double)p->window_samples / (now - p->window_start);
+        p->window_start = now;
+        p->window_samples = 0;
+    }
+    if (p->metrics) {
+        fprintf(p->metrics,
+                "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, "
+                "\"grad_norm\": %.9g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
+                (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, p->rate,
+                now - p->start);
+        fflush(p->metrics);
+    }
+    if (p->quiet)
+        return;
+    double per_step = (now - p->start) / (double)(s->step > 0 ? s->step : 1);
+    char eta[32];
+    format_duration(per_step * (double)(s->total_steps - s->step), eta, sizeof eta);
+    if (p->tty) {
+        if (now - p->last_draw < 0.2 && s->step != s->total_steps)
+            return;
+        p->last_draw = now;
+        fprintf(stderr, "\r\033[Kepoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s",
+                (long long)s->epoch + 1, (long long)s->epochs, (long long)s->step,
+                (long long)s->total_steps, s->loss, p->rate, eta);
+        p->line_open = 1;
+    } else if (s->step % p->every == 0 || s->step == s->total_steps) {
+        fprintf(stderr,
+                "epoch %lld/%lld step %lld/%lld loss %.4f lr %.3g grad_norm %.3g %.0f samples/s "
+                "ETA %s\n",
+                (long long)s->epoch + 1, (long long)s->epochs, (long long)s->step,
+                (long long)s->total_steps, s->loss, s->lr, s->grad_norm, p->rate, eta);
+    }
+    fflush(stderr);
+}
+
+void pt_progress_note(pt_progress *p, const char *fmt, ...)
+{
+    if (p->quiet)
+        return;
+    if (p->line_open) {
+        fputc('\n', stderr);
+        p->line_open = 0;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
+void pt_progress_metrics(pt_progress *p, const char *fields)
+{
+    if (!p->metrics)
+        return;
+    fprintf(p->metrics, "{%s}\n", fields);
+    fflush(p->metrics);
+}

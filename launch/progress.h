@@ -1,0 +1,49 @@
+/*
+ * progress.h (internal to launch/): what a run tells the user and writes for
+ * tools. On a terminal, one progress line redrawn in place (step, epoch,
+ * loss, samples/s, ETA); otherwise plain lines every `every` steps. Metrics
+ * go to a JSON-lines file, one object per step and per evaluation.
+ */
+#ifndef PT_LAUNCH_PROGRESS_H
+#define PT_LAUNCH_PROGRESS_H
+
+#include "nn/nn.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct pt_progress {
+    FILE *metrics;      /* NULL: no metrics file */
+    int tty;            /* stderr is a terminal */
+    int quiet;          /* print nothing (ranks other than 0) */
+    int64_t every;      /* steps between plain lines */
+    double start;       /* monotonic seconds at open */
+    double last_draw;   /* monotonic seconds of the last redraw */
+    double window_start;     /* for samples/s: time and samples at the window start */
+    int64_t window_samples;
+    int64_t samples;         /* since open */
+    double rate;             /* last samples/s */
+    int line_open;           /* a progress line is drawn without a newline */
+} pt_progress;
+
+double pt_now(void);
+
+/* metrics_path may be NULL. */
+int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err);
+void pt_progress_close(pt_progress *p);
+
+typedef struct pt_step_report {
+    int64_t step, total_steps;
+    int64_t epoch, epochs;
+    int64_t epoch_step, epoch_steps;
+    double loss, lr, grad_norm;
+    int64_t samples; /* examples in this step */
+} pt_step_report;
+
+void pt_progress_step(pt_progress *p, const pt_step_report *s);
+/* Free-form line (ends any open progress line first). */
+void pt_progress_note(pt_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One metrics record written verbatim: fields is the inside of a JSON object. */
+void pt_progress_metrics(pt_progress *p, const char *fields);
+
+#endif

@@ -1,0 +1,198 @@
+/*
+ * run.c: building a run from its configuration: the backend (device and
+ * threads), the training and test data, the model segment and the
+ * learning-rate schedule. Freed in the reverse order by pt_run_close, which
+ * is safe on a partly built run.
+ */
+#include "launch/run.h"
+
+#include "launch/fileio.h"
+#include "launch/weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int open_backend(pt_run *r, pt_err *err)
+{
+    int threads = r->cfg.run.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (int)cores : 1;
+    }
+    const char *device = "cpu";
+    if (r->cfg.run.device == PT_DEVICE_CUDA)
+        device = "cuda";
+    int rc = pt_backend_open(&r->be, device, threads, err);
+    if (rc)
+        return pt_err_prefix(err, "run.device");
+    return 0;
+}
+
+/* Moves the last n_test examples of all into test; all keeps the rest. */
+static int split_tail(pt_dataset *all, int64_t n_test, pt_dataset *test, pt_err *err)
+{
+    *test = *all;
+    test->count = n_test;
+    if (all->kind == PT_DATA_IMAGES) {
+        size_t per = (size_t)all->channels * all->height * all->width;
+        test->images = malloc((size_t)n_test * per * sizeof(float));
+        test->labels = malloc((size_t)n_test * sizeof(int32_t));
+        test->bytes = NULL;
+        if (!test->images || !test->labels) {
+            free(test->images);
+            free(test->labels);
+            memset(test, 0, sizeof *test);
+            return pt_fail(err, PT_ENOMEM, "out of memory splitting synthetic data");
+        }
+        int64_t first = all->count - n_test;
+        memcpy(test->images, all->images + (size_t)first * per, (size_t)n_test * per * sizeof(float));
+        memcpy(test->labels, all->labels + first, (size_t)n_test * sizeof(int32_t));
+        all->count = first;
+    }
+    return 0;
+}
+
+static int load_data(pt_run *r, pt_run_mode mode, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = 0;
+    switch (c->data.kind) {
+    case PT_DATA_FASHION_MNIST:
+    case PT_DATA_IDX:
+        if (mode == PT_RUN_TRAIN &&
+            (rc = pt_idx_load(&r->train, c->data.train_images, c->data.train_labels,
+                              c->model.classes, c->data.mean, c->data.std, err)))
+            return rc;
+        rc = pt_idx_load(&r->test, c->data.test_images, c->data.test_labels, c->model.classes,
+                         c->data.mean, c->data.std, err);
+        if (rc == 0 && (r->test.height != r->arch.height || r->test.width != r->arch.width ||
+                        r->test.height % r->arch.patch || r->test.width % r->arch.patch)) {
+            /* IDX files may hold any image size: the model follows the data */
+            r->arch.height = r->test.height;
+            r->arch.width = r->test.width;
+            if (r->arch.height % r->arch.patch || r->arch.width % r->arch.patch)
+                return pt_fail(err, PT_EINPUT,
+                               "model.patch (%d) does not divide the %dx%d images of '%s'",
+                               r->arch.patch, r->test.height, r->test.width, c->data.test_images);
+        }
+        if (rc == 0 && mode == PT_RUN_TRAIN &&
+            (r->train.height != r->test.height || r->train.width != r->test.width))
+            return pt_fail(err, PT_EINPUT, "training images are %dx%d but test images %dx%d",
+                           r->train.height, r->train.width, r->test.height, r->test.width);
+        return rc;
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV: {
+        double cut = 1.0 - c->data.test_fraction;
+        if (mode == PT_RUN_TRAIN &&
+            (rc = pt_text_load(&r->train, c->data.text, c->model.context, 0.0, cut, err)))
+            return rc;
+        return pt_text_load(&r->test, c->data.text, c->model.context, cut, 1.0, err);
+    }
+    case PT_DATA_SYNTH_IMAGES: {
+        /* one draw split in two, so both splits share the class prototypes */
+        int64_t n = c->data.synthetic_examples, n_test = n / 4 > 0 ? n / 4 : 1;
+        if ((rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size,
+                                      c->data.image_size, c->model.classes, (uint64_t)c->run.seed,
+                                      err)))
+            return rc;
+        return split_tail(&r->train, n_test, &r->test, err);
+    }
+    case PT_DATA_SYNTH_TEXT: {
+        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
+        if ((rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err)))
+            return rc;
+        return pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
+                                 (uint64_t)c->run.seed + 1, err);
+    }
+    }
+    return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
+}
+
+int pt_run_open(pt_run *r, const pt_config *cfg, pt_run_mode mode, pt_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = *cfg;
+    pt_config_arch(cfg, &r->arch);
+    int rc;
+    if ((rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
+        (rc = open_backend(r, err)))
+        goto fail;
+
+    const pt_config *c = &r->cfg;
+    r->aug.hflip = c->data.hflip;
+    r->aug.crop_pad = c->data.crop_pad;
+    r->micro = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
+    r->max_micro = (int)((c->train.batch + r->micro - 1) / r->micro);
+    if (mode == PT_RUN_TRAIN) {
+        if ((rc = pt_sampler_init(&r->sampler, r->train.count, c->train.batch,
+                                  (uint64_t)c->run.seed, c->data.shuffle, err))) {
+            pt_err_prefix(err, "train.batch");
+            goto fail;
+        }
+        int64_t per_epoch = pt_sampler_steps(&r->sampler);
+        r->total_steps = per_epoch * c->train.epochs;
+        if (c->train.max_steps > 0 && c->train.max_steps < r->total_steps)
+            r->total_steps = c->train.max_steps;
+        r->lr = (pt_lr_schedule){(pt_lr_kind)c->train.schedule, c->train.lr, c->train.min_lr,
+                                 c->train.warmup_steps, r->total_steps};
+    } else if (r->max_micro > r->test.count) {
+        r->max_micro = (int)r->test.count;
+    }
+
+    pt_segment_spec spec = {0, pt_arch_units(&r->arch), r->max_micro, 1};
+    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)) ||
+        (rc = pt_segment_init_params(r->seg, err)))
+        goto fail;
+    if (*c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err)))
+        goto fail;
+
+    const int T = pt_arch_tokens(&r->arch);
+    r->images = malloc(((size_t)r->max_micro * pt_arch_input_floats(&r->arch) + 1) * sizeof(float));
+    r->tokens = malloc(((size_t)r->max_micro * T + 1) * sizeof(int32_t));
+    r->targets = malloc(((size_t)r->max_micro * T + 1) * sizeof(int32_t));
+    if (!r->images || !r->tokens || !r->targets) {
+        rc = pt_fail(err, PT_ENOMEM, "out of memory for batch staging");
+        goto fail;
+    }
+
+    if (mode == PT_RUN_TRAIN) {
+        char metrics[PT_PATH_MAX + 32];
+        if ((rc = pt_mkdir_p(c->run.dir, 0755, err)))
+            goto fail;
+        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
+        if ((rc = pt_progress_open(&r->progress, c->run.metrics ? metrics : NULL,
+                                   c->train.log_every, 0, err)))
+            goto fail;
+    }
+    return 0;
+fail:
+    pt_run_close(r);
+    return rc;
+}
+
+void pt_run_close(pt_run *r)
+{
+    pt_progress_close(&r->progress);
+    free(r->images);
+    free(r->tokens);
+    free(r->targets);
+    pt_segment_destroy(r->seg);
+    if (r->be)
+        pt_backend_close(r->be);
+    pt_sampler_free(&r->sampler);
+    pt_dataset_free(&r->train);
+    pt_dataset_free(&r->test);
+    memset(r, 0, sizeof *r);
+}
+
+void pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int augment,
+                  pt_batch *batch)
+{
+    pt_dataset_gather(ds, ids, n, augment ? &r->aug : NULL, (uint64_t)r->cfg.run.seed, r->epoch,
+                      r->images, r->tokens, r->targets);
+    batch->n = n;
+    batch->images = ds->kind == PT_DATA_IMAGES ? r->images : NULL;
+    batch->tokens = ds->kind == PT_DATA_TEXT ? r->tokens : NULL;
+    batch->targets = r->targets;
+}

@@ -1,0 +1,172 @@
+/*
+ * train.c: the training loop. One step: this step's global batch from the
+ * sampler, cut into micro-batches, forward and backward of each (gradients
+ * accumulate), global-norm clipping, AdamW at the scheduled learning rate.
+ * Around the steps: evaluation and checkpoints at their cadence, progress and
+ * metrics, and a clean stop on SIGINT/SIGTERM (finish the step, save, exit).
+ *
+ * State that decides the next step is only in pt_run's training fields and
+ * the segment's parameters and moments, all of which checkpoints carry; that
+ * is what makes a resumed run bit-identical to one that never stopped.
+ */
+#include "launch/checkpoint.h"
+#include "launch/run.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The one piece of global state: a signal handler can reach nothing else. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) /* a second signal: the user means it */
+        _exit(128 + sig);
+    stop_signal = sig;
+}
+
+static void install_handlers(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int64_t *examples,
+                    pt_err *err)
+{
+    const int64_t *ids;
+    int n;
+    pt_sampler_slice(&r->sampler, r->epoch_step, 0, 1, &ids, &n);
+    pt_segment_zero_grads(r->seg);
+    pt_segment_set_loss_scale(r->seg, 1.0 / ((double)n * (double)pt_arch_rows_per_example(&r->arch)));
+    pt_stats st = {0};
+    int rc = 0, first = 0;
+    for (int m = 0; m < r->micro && rc == 0; m++) {
+        int count = n / r->micro + (m < n % r->micro);
+        if (count == 0)
+            continue;
+        pt_batch batch;
+        pt_run_stage(r, &r->train, ids + first, count, 1, &batch);
+        if ((rc = pt_segment_forward(r->seg, 0, &batch, NULL, NULL, 1, &st, err)) == 0)
+            rc = pt_segment_backward(r->seg, 0, &batch, NULL, NULL, err);
+        first += count;
+    }
+    if (rc)
+        return rc;
+    if (!isfinite(st.loss))
+        return pt_fail(err, PT_EINPUT,
+                       "the loss became %g at step %lld: training diverged (try a lower train.lr "
+                       "or a train.grad_clip)",
+                       st.loss, (long long)r->step + 1);
+    double norm = sqrt(pt_segment_grad_sumsq(r->seg));
+    double rate = pt_lr_at(&r->lr, r->step);
+    const pt_config *c = &r->cfg;
+    pt_adamw opt = {rate, c->train.beta1, c->train.beta2, c->train.eps, c->train.weight_decay,
+                    r->step + 1, pt_clip_coef(norm, c->train.grad_clip)};
+    if ((rc = pt_segment_adamw(r->seg, &opt, err)))
+        return rc;
+    *loss = st.loss;
+    *grad_norm = norm;
+    *lr = rate;
+    *examples = n;
+    return 0;
+}
+
+static int evaluate_and_report(pt_run *r, pt_err *err)
+{
+    pt_eval_result ev;
+    int rc = pt_evaluate(r, r->cfg.train.eval_examples, NULL, &ev, err);
+    if (rc)
+        return rc;
+    pt_progress_note(&r->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",
+                     (long long)r->epoch, (long long)r->step, ev.loss, 100.0 * ev.accuracy,
+                     (long long)ev.examples);
+    char fields[256];
+    snprintf(fields, sizeof fields,
+             "\"eval\": true, \"step\": %lld, \"epoch\": %lld, \"test_loss\": %.9g, "
+             "\"test_accuracy\": %.9g, \"examples\": %lld",
+             (long long)r->step, (long long)r->epoch, ev.loss, ev.accuracy, (long long)ev.examples);
+    pt_progress_metrics(&r->progress, fields);
+    if (r->arch.kind == PT_MODEL_GPT && r->cfg.sample.length > 0) {
+        char text[4097];
+        int len = r->cfg.sample.length < 4096 ? r->cfg.sample.length : 4096;
+        if ((rc = pt_sample_text(r, r->cfg.sample.prompt, len, r->cfg.sample.temperature,
+                                 r->cfg.sample.top_k, (uint64_t)r->cfg.run.seed + (uint64_t)r->step,
+                                 text, err)))
+            return rc;
+        pt_progress_note(&r->progress, "sample: %s%s", r->cfg.sample.prompt, text);
+    }
+    return 0;
+}
+
+int pt_train(pt_run *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    const int64_t per_epoch = pt_sampler_steps(&r->sampler);
+    size_t params = 0;
+    for (int u = 0; u < pt_arch_units(&r->arch); u++)
+        params += pt_segment_unit_numel(r->seg, u);
+    pt_progress_note(&r->progress,
+                     "pipetrain: %s, %zu parameters, %lld training / %lld test examples, batch %lld "
+                     "(%d micro-batches), %lld steps, %s backend with %d threads",
+                     pt_config_word("model.kind", c->model.kind), params,
+                     (long long)r->train.count, (long long)r->test.count, c->train.batch, r->micro,
+                     (long long)r->total_steps, pt_backend_name(r->be),
+                     pt_backend_threads(r->be));
+    if (r->step > 0)
+        pt_progress_note(&r->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
+                         (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
+    install_handlers();
+    int rc = 0;
+    int64_t saved_at = r->step, evaluated_at = -1;
+    while (rc == 0 && r->step < r->total_steps) {
+        if (r->epoch_step == 0 || r->sampler.epoch != r->epoch)
+            pt_sampler_set_epoch(&r->sampler, r->epoch);
+        double loss = 0, norm = 0, lr = 0;
+        int64_t examples = 0;
+        if ((rc = run_step(r, &loss, &norm, &lr, &examples, err)))
+            break;
+        r->step++;
+        r->epoch_step++;
+        pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
+                              per_epoch, loss, lr, norm, examples};
+        pt_progress_step(&r->progress, &rep);
+        int epoch_done = r->epoch_step == per_epoch;
+        if (epoch_done) {
+            r->epoch++;
+            r->epoch_step = 0;
+            if (c->train.eval_every > 0 && r->epoch % c->train.eval_every == 0) {
+                if ((rc = evaluate_and_report(r, err)))
+                    break;
+                evaluated_at = r->step;
+            }
+        }
+        int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
+        if (due || stop_signal) {
+            if ((rc = pt_checkpoint_save(r, err)))
+                break;
+            saved_at = r->step;
+        }
+        if (stop_signal) {
+            pt_progress_note(&r->progress, "stopped by signal %d after step %lld; resume with "
+                             "--set train.resume=auto", (int)stop_signal, (long long)r->step);
+            return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
+        }
+    }
+    if (rc)
+        return rc;
+    if (evaluated_at != r->step && (rc = evaluate_and_report(r, err)))
+        return rc;
+    if (saved_at != r->step && (rc = pt_checkpoint_save(r, err)))
+        return rc;
+    pt_progress_note(&r->progress, "done: %lld steps; checkpoints in %s/checkpoints",
+                     (long long)r->step, c->run.dir);
+    return 0;
+}

@@ -1,0 +1,134 @@
+/*
+ * weights.c: parameters of a segment to and from safetensors. The tensor
+ * list comes from nn's unit descriptions, so names, shapes and order are the
+ * ones the model defines; nothing here knows a layer.
+ */
+#include "launch/weights.h"
+
+#include "launch/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void shape_text(int ndim, const int64_t *shape, char *out, size_t n)
+{
+    size_t len = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (len < n)
+        snprintf(out + len, n - len, "]");
+}
+
+int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
+{
+    const pt_arch *a = pt_segment_arch(s);
+    pt_st_file *f;
+    int rc = pt_st_open(&f, path, err);
+    if (rc)
+        return rc;
+    int used = 0;
+    float *host = NULL;
+    for (int u = pt_segment_first(s); rc == 0 && u < pt_segment_first(s) + pt_segment_count(s); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        free(host);
+        host = malloc(info.numel * sizeof *host);
+        if (!host) {
+            rc = pt_fail(err, PT_ENOMEM, "out of memory loading '%s'", path);
+            break;
+        }
+        for (int k = 0; rc == 0 && k < info.n_params; k++) {
+            const pt_param_info *p = &info.params[k];
+            int i = pt_st_find(f, p->name);
+            if (i < 0) {
+                rc = pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path,
+                             p->name);
+                break;
+            }
+            const pt_st_entry *e = pt_st_entry_at(f, i);
+            int same = e->ndim == p->ndim;
+            for (int d = 0; same && d < p->ndim; d++)
+                same = e->shape[d] == p->shape[d];
+            if (!same) {
+                char want[96], got[96];
+                shape_text(p->ndim, p->shape, want, sizeof want);
+                shape_text(e->ndim, e->shape, got, sizeof got);
+                rc = pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s",
+                             path, p->name, got, want);
+                break;
+            }
+            rc = pt_st_read_f32(f, i, host + p->offset, p->numel, err);
+            used++;
+        }
+        if (rc == 0)
+            rc = pt_segment_unit_set(s, u, PT_PART_PARAM, host, err);
+    }
+    free(host);
+    if (rc == 0 && pt_segment_first(s) == 0 &&
+        pt_segment_count(s) == pt_arch_units(a) && used != pt_st_count(f)) {
+        /* only a segment holding the whole model can say a tensor is unused */
+        for (int i = 0; i < pt_st_count(f); i++) {
+            const char *name = pt_st_entry_at(f, i)->name;
+            int known = 0;
+            for (int u = 0; !known && u < pt_arch_units(a); u++) {
+                pt_unit_info info;
+                pt_unit_info_get(a, u, &info);
+                for (int k = 0; k < info.n_params; k++)
+                    known |= strcmp(info.params[k].name, name) == 0;
+            }
+            if (!known) {
+                rc = pt_fail(err, PT_EINPUT,
+                             "'%s' has tensor '%s', which this model does not have (model.* "
+                             "keys differ from the model that was saved?)",
+                             path, name);
+                break;
+            }
+        }
+    }
+    pt_st_close(f);
+    return rc;
+}
+
+int pt_weights_save(const pt_segment *s, const char *path, const char *const *meta, pt_err *err)
+{
+    const pt_arch *a = pt_segment_arch(s);
+    const int first = pt_segment_first(s), count = pt_segment_count(s);
+    int n = 0;
+    size_t total = 0;
+    for (int u = first; u < first + count; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        n += info.n_params;
+        total += info.numel;
+    }
+    float *host = malloc(total * sizeof *host);
+    pt_st_tensor *t = calloc((size_t)n, sizeof *t);
+    pt_param_info *params = calloc((size_t)n, sizeof *params);
+    int rc = 0;
+    if (!host || !t || !params) {
+        rc = pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", path);
+        goto done;
+    }
+    size_t at = 0;
+    int i = 0;
+    for (int u = first; u < first + count && rc == 0; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        if ((rc = pt_segment_unit_get(s, u, PT_PART_PARAM, host + at, err)))
+            break;
+        for (int k = 0; k < info.n_params; k++, i++) {
+            params[i] = info.params[k];
+            t[i] = (pt_st_tensor){params[i].name, params[i].ndim, params[i].shape,
+                                  host + at + params[i].offset};
+        }
+        at += info.numel;
+    }
+    if (rc == 0)
+        rc = pt_st_write(path, t, n, meta, err);
+done:
+    free(host);
+    free(t);
+    free(params);
+    return rc;
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up the machine, builds pipetrain and runs the whole test suite: every
+# ctest test of the normal build, then the tests labelled `sanitize` again
+# under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh build
+ctest --test-dir build --output-on-failure -j 2
+scripts/build.sh build-asan -DPT_SANITIZE=address
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j 2 -L sanitize
+echo "test: all passed"
