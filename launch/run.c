@@ -122,6 +122,10 @@ int pt_run_open(pt_run *r, const pt_config *cfg, pt_run_mode mode, pt_err *err)
     const pt_config *c = &r->cfg;
     r->aug.hflip = c->data.hflip;
     r->aug.crop_pad = c->data.crop_pad;
+    if (mode == PT_RUN_TRAIN && (rc = pt_augment_check(&r->aug, &r->train, err))) {
+        pt_err_prefix(err, "data.hflip / data.crop_pad");
+        goto fail;
+    }
     r->micro = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
     r->max_micro = (int)((c->train.batch + r->micro - 1) / r->micro);
     if (mode == PT_RUN_TRAIN) {

@@ -1,0 +1,54 @@
+/*
+ * pipe.h: the pipe module's public interface: pipeline schedules as data, and
+ * (later in this header) the executor that runs one stage's part of a
+ * schedule. pipe/ does not choose partitions; balance/ does.
+ */
+#ifndef PT_PIPE_H
+#define PT_PIPE_H
+
+#include "nn/nn.h"
+
+#include <stdio.h>
+
+/* ------------------------------------------------------------- schedules */
+
+typedef enum { PT_SCHED_GPIPE = 0, PT_SCHED_1F1B = 1 } pt_sched_kind;
+
+typedef enum {
+    PT_A_FWD,       /* forward of a micro-batch through this stage */
+    PT_A_BWD,       /* backward of a micro-batch */
+    PT_A_SEND_ACT,  /* output activation to the next stage */
+    PT_A_RECV_ACT,  /* input activation from the previous stage */
+    PT_A_SEND_GRAD, /* input gradient to the previous stage */
+    PT_A_RECV_GRAD  /* output gradient from the next stage */
+} pt_action_kind;
+
+typedef struct pt_action {
+    pt_action_kind kind;
+    int mb;    /* micro-batch */
+    int fused; /* 1: completes together with the next action (one transfer group) */
+} pt_action;
+
+/* For every stage, its list of actions in one training step. */
+typedef struct pt_schedule {
+    pt_sched_kind kind;
+    int stages, micro;
+    int *len;         /* [stages] */
+    pt_action **act;  /* [stages][len[s]] */
+} pt_schedule;
+
+int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro, pt_err *err);
+void pt_schedule_free(pt_schedule *s);
+/* Structure (each micro-batch forwarded and backwarded once per stage, in
+ * dependency order, every send matched by the peer's receive) and a
+ * deadlock-free run under rendezvous semantics. */
+int pt_schedule_validate(const pt_schedule *s, pt_err *err);
+/* The rendezvous simulation alone; rounds gets the number of lock-step rounds. */
+int pt_schedule_simulate(const pt_schedule *s, int *rounds, pt_err *err);
+/* Most micro-batches whose activations a stage holds at once (forward done,
+ * backward not yet): the activation slots it needs. */
+int pt_schedule_in_flight(const pt_schedule *s, int stage);
+void pt_schedule_print(const pt_schedule *s, FILE *out);
+const char *pt_action_name(pt_action_kind k);
+
+#endif
