@@ -8,6 +8,8 @@
 
 #include "nn/nn.h"
 
+#include <stdio.h>
+
 /* ------------------------------------------------------------ partition */
 
 /* A contiguous min-max partition problem. Costs are per unit; memory of a
@@ -25,5 +27,69 @@ typedef struct pt_partition_problem {
  * PT_EINPUT when no partition fits. */
 int pt_partition_solve(const pt_partition_problem *p, int *bounds, double *bottleneck, pt_err *err);
 double pt_partition_cost(const double *cost, const int *bounds, int stage);
+
+/* ------------------------------------------------------------ cost model */
+
+/* One unit's measured cost at the two profiled micro-batch sizes. */
+typedef struct pt_unit_cost {
+    double fwd[2], bwd[2];         /* seconds per micro-batch */
+    double param_bytes;            /* parameters */
+    double state_bytes;            /* gradients and AdamW moments (released when frozen) */
+    double saved_bytes[2];         /* activations kept per micro-batch in flight */
+    double scratch_bytes[2];       /* working memory while the unit runs */
+} pt_unit_cost;
+
+typedef struct pt_cost_model {
+    int units;
+    int batch[2];                  /* the profiled micro-batch sizes */
+    double boundary_bytes_per_example;
+    pt_unit_cost *unit;            /* [units] */
+} pt_cost_model;
+
+/* Times every unit of the model on this backend at micro-batch sizes small
+ * and large (small <= large). */
+int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
+                    pt_err *err);
+void pt_cost_model_free(pt_cost_model *m);
+/* Seconds of unit u per micro-batch of n examples: forward, plus backward
+ * unless frozen, plus a second forward under recompute. */
+double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recompute);
+double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n);
+double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n);
+
+/* ----------------------------------------------------------------- plans */
+
+#define PT_MAX_STAGES 64
+
+/* Schedules as the planner sees them: only their activation footprint
+ * differs (GPipe keeps all M micro-batches in flight, 1F1B K - s on stage s). */
+enum { PT_PLAN_GPIPE = 0, PT_PLAN_1F1B = 1 };
+
+typedef struct pt_plan_request {
+    int ranks;           /* ranks available to the pipeline */
+    int stages, micro;   /* fixed, or <= 0 to search */
+    int schedule;        /* PT_PLAN_GPIPE or PT_PLAN_1F1B */
+    int recompute;
+    int64_t batch;       /* examples per step through the pipeline */
+    double mem_limit;    /* bytes per rank; <= 0: unlimited */
+    int cores;           /* cores of the node the pipeline runs on */
+    int threads;         /* threads each rank used while profiling; K stages that need
+                            more than `cores` threads in all share them, and run slower */
+    int frozen_units;    /* leading units priced forward-only, without optimizer state */
+} pt_plan_request;
+
+typedef struct pt_plan {
+    int stages, micro, micro_batch;
+    int bounds[PT_MAX_STAGES + 1];         /* stage s: units [bounds[s], bounds[s+1]) */
+    double stage_time[PT_MAX_STAGES];      /* predicted compute seconds per step */
+    double stage_mem[PT_MAX_STAGES];       /* predicted bytes */
+    double step_time;                      /* (M + K - 1) * bottleneck per micro-batch */
+    double ideal_time;                     /* total compute / K */
+    double bubble;                         /* (K - 1) / (M + K - 1) */
+    double imbalance;                      /* max / mean stage compute */
+} pt_plan;
+
+int pt_plan_make(pt_plan *out, const pt_plan_request *req, const pt_cost_model *cm, pt_err *err);
+void pt_plan_print(const pt_plan *p, const pt_arch *a, FILE *out);
 
 #endif

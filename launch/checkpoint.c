@@ -203,7 +203,9 @@ static int write_units(const pt_run *r, const char *path, pt_err *err)
     return pt_recwriter_commit(w, err);
 }
 
-static int write_manifest(const pt_run *r, const char *dir, const char *units_file, pt_err *err)
+static void units_file(int stage, char *out, size_t n) { snprintf(out, n, "units-stage%d.bin", stage); }
+
+static int write_manifest(const pt_run *r, const char *dir, pt_err *err)
 {
     char path[PATH_BUF];
     join(path, dir, "manifest");
@@ -218,12 +220,16 @@ static int write_manifest(const pt_run *r, const char *dir, const char *units_fi
     fprintf(state.f, "batch=%lld\nseed=%lld\n", r->cfg.train.batch, r->cfg.run.seed);
     fprintf(state.f, "lr.kind=%d\nlr.base=%.17g\nlr.min=%.17g\nlr.warmup=%" PRId64 "\nlr.total=%" PRId64 "\n",
             (int)r->lr.kind, r->lr.base, r->lr.min_lr, r->lr.warmup, r->lr.total);
-    fprintf(state.f, "frozen_units=%d\n", pt_segment_frozen(r->seg));
+    fprintf(state.f, "frozen_units=%d\n", r->frozen_units);
     arch_write(arch.f, &r->arch);
-    for (int u = 0; u < pt_arch_units(&r->arch); u++) {
-        pt_unit_info info;
-        pt_unit_info_get(&r->arch, u, &info);
-        fprintf(units.f, "%s=%s\n", info.name, units_file);
+    for (int st = 0; st < r->plan.stages; st++) {
+        char file[64];
+        units_file(st, file, sizeof file);
+        for (int u = r->plan.bounds[st]; u < r->plan.bounds[st + 1]; u++) {
+            pt_unit_info info;
+            pt_unit_info_get(&r->arch, u, &info);
+            fprintf(units.f, "%s=%s\n", info.name, file);
+        }
     }
     pt_config_write_yaml(&r->cfg, config.f);
     fflush(state.f);
@@ -319,16 +325,23 @@ static void prune(const char *run_dir, int keep, int64_t current)
 
 int pt_checkpoint_save(pt_run *r, pt_err *err)
 {
-    char dir[PATH_BUF], path[PATH_BUF];
+    char dir[PATH_BUF], path[PATH_BUF], file[64];
     step_dir(r->cfg.run.dir, r->step, dir, sizeof dir);
-    int rc = pt_mkdir_p(dir, 0755, err);
-    if (rc)
-        return rc;
-    const char *units_file = "units-r0.bin";
-    join(path, dir, units_file);
-    if ((rc = write_units(r, path, err)) || (rc = write_manifest(r, dir, units_file, err)))
+    /* every stage writes its units, then (all of them done) rank 0 the manifest */
+    int rc = r->stage == 0 ? pt_mkdir_p(dir, 0755, err) : 0;
+    if ((rc = pt_agree(r->pipe, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
-    prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
+    units_file(r->stage, file, sizeof file);
+    rc = write_units(r, join(path, dir, file), err);
+    if ((rc = pt_agree(r->pipe, rc, err)))
+        return pt_err_prefix(err, "saving checkpoint %s", dir);
+    if (r->stage == 0) {
+        rc = write_manifest(r, dir, err);
+        if (rc == 0)
+            prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
+    }
+    if ((rc = pt_agree(r->pipe, rc, err)))
+        return pt_err_prefix(err, "saving checkpoint %s", dir);
     return 0;
 }
 
@@ -484,15 +497,22 @@ int pt_checkpoint_load_weights(pt_run *r, const char *dir, pt_err *err)
 {
     manifest m;
     int rc = manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
-    if ((rc = check_arch(r, dir, &m, err)) == 0)
-        rc = load_units(r, dir, &m, 0, err);
-    pt_recfile_close(m.f);
-    return rc;
+    if (rc == 0) {
+        if ((rc = check_arch(r, dir, &m, err)) == 0)
+            rc = load_units(r, dir, &m, 0, err);
+        pt_recfile_close(m.f);
+    }
+    return pt_agree(r->pipe, rc, err);
 }
 
+static int load_state(pt_run *r, const char *dir, pt_err *err);
+
 int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
+{
+    return pt_agree(r->pipe, load_state(r, dir, err), err);
+}
+
+static int load_state(pt_run *r, const char *dir, pt_err *err)
 {
     manifest m;
     int rc = manifest_open(&m, dir, err);
@@ -527,8 +547,17 @@ int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
                          " batches: the training data changed",
                          dir, epoch_step, pt_sampler_steps(&r->sampler));
-        else if (frozen != pt_segment_frozen(r->seg))
-            rc = pt_segment_freeze(r->seg, (int)frozen, err);
+        else if (frozen < 0 || frozen > pt_arch_units(&r->arch))
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " is out of range",
+                         dir, frozen);
+        else {
+            /* this segment's share of the frozen prefix */
+            int mine = (int)frozen - pt_segment_first(r->seg);
+            mine = mine < 0 ? 0 : mine > pt_segment_count(r->seg) ? pt_segment_count(r->seg) : mine;
+            r->frozen_units = (int)frozen;
+            if (mine > pt_segment_frozen(r->seg))
+                rc = pt_segment_freeze(r->seg, mine, err);
+        }
     }
     if (rc == 0 && (rc = load_units(r, dir, &m, 1, err)) == 0) {
         r->step = step;

@@ -32,6 +32,7 @@ typedef struct pt_config {
         int threads;
         int device; /* PT_DEVICE_* */
         int metrics;
+        double timeout_s;
     } run;
 
     struct {
@@ -82,6 +83,7 @@ typedef struct pt_config {
         int microbatches; /* PT_AUTO or M */
         int schedule;     /* PT_PIPE_* */
         int recompute;
+        double memory_gib; /* per device; 0 = what the device has */
     } pipeline;
 
     /* Source line of each key that was set (0 = default, -1 = --set), for

@@ -26,6 +26,8 @@ const pt_key_spec pt_config_keys[] = {
      "compute device; auto takes a GPU when the driver reports one"},
     {"run.metrics", PT_K_BOOL, AT(run.metrics), 0, 0, NULL, 0, "true",
      "write metrics as JSON lines to RUN_DIR/metrics.jsonl"},
+    {"run.timeout_s", PT_K_FLOAT, AT(run.timeout_s), 0, 1e6, NULL, PT_F_MIN_EXCL, "600",
+     "a rank that waits this long for another is treated as failed, and the job stops"},
 
     /* model */
     {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt"), 0, "vit",
@@ -132,6 +134,8 @@ const pt_key_spec pt_config_keys[] = {
      "gpipe: all forwards then all backwards; 1f1b: interleaved, fewer activations in flight"},
     {"pipeline.recompute", PT_K_BOOL, AT(pipeline.recompute), 0, 0, NULL, 0, "false",
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
+    {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
+     "memory per device the planner may use, in GiB; 0 = the device's (CPU: RAM / ranks on the node)"},
 };
 
 const int pt_config_key_count = (int)(sizeof pt_config_keys / sizeof pt_config_keys[0]);

@@ -1,7 +1,9 @@
 /*
- * evaluate.c: test-split evaluation and text sampling. Evaluation walks the
- * test split in file order in chunks of the micro-batch size, so its result
- * does not depend on shuffling or on the training batch layout.
+ * evaluate.c: test-split evaluation and text sampling, through the pipeline
+ * (forward only). Evaluation walks the test split in file order, up to M
+ * micro-batches at a time, so its result does not depend on shuffling or on
+ * the training layout beyond floating-point summation order. The last stage
+ * holds the loss and logits; sums are shared over the pipeline.
  */
 #include "launch/run.h"
 
@@ -9,38 +11,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pt_evaluate(pt_run *r, int64_t limit, float *logits, pt_eval_result *out, pt_err *err)
+int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
+                pt_err *err)
 {
     const pt_dataset *ds = &r->test;
-    int64_t count = limit > 0 && limit < ds->count ? limit : ds->count;
-    int64_t *ids = malloc((size_t)r->max_micro * sizeof *ids);
+    const int64_t count = limit > 0 && limit < ds->count ? limit : ds->count;
+    const int64_t rows_per = pt_arch_rows_per_example(&r->arch);
+    const int classes = pt_arch_out_classes(&r->arch);
+    /* with logits wanted, one micro-batch per pass: the head keeps only the last one's */
+    const int micro = with_logits ? 1 : r->micro;
+    const int64_t chunk = (int64_t)micro * r->max_micro;
+    int64_t *ids = malloc((size_t)chunk * sizeof *ids);
     if (!ids)
         return pt_fail(err, PT_ENOMEM, "out of memory for evaluation");
-    pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)pt_arch_rows_per_example(&r->arch)));
+    pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     pt_stats st = {0};
     int rc = 0;
-    for (int64_t first = 0; first < count && rc == 0; first += r->max_micro) {
-        int n = (int)(count - first < r->max_micro ? count - first : r->max_micro);
+    for (int64_t first = 0; first < count && rc == 0; first += chunk) {
+        int n = (int)(count - first < chunk ? count - first : chunk);
         for (int i = 0; i < n; i++)
             ids[i] = first + i;
-        pt_batch batch;
-        pt_run_stage(r, ds, ids, n, 0, &batch);
-        rc = pt_segment_forward(r->seg, 0, &batch, NULL, NULL, 0, &st, err);
-        if (logits) {
-            const int64_t rows = n * pt_arch_rows_per_example(&r->arch);
-            const int classes = pt_arch_out_classes(&r->arch);
-            float *at = logits + (size_t)first * pt_arch_rows_per_example(&r->arch) * classes;
-            for (int64_t row = 0; rc == 0 && row < rows; row++)
+        int m = pt_run_stage(r, ds, ids, n, micro, 0);
+        rc = pt_stage_exec_forward(r->exec, r->batches, m, &st, err);
+        if (rc == 0 && with_logits && pt_run_last_stage(r)) {
+            float *at = logits + (size_t)first * rows_per * classes;
+            for (int64_t row = 0; rc == 0 && row < n * rows_per; row++)
                 rc = pt_segment_logits(r->seg, 0, (int)row, at + (size_t)row * classes, err);
         }
     }
     free(ids);
+    double v[3] = {st.loss, (double)st.correct, (double)st.rows};
+    if (rc == 0)
+        rc = pt_run_reduce(r, v, 3, err);
     if (rc)
         return rc;
-    out->loss = st.loss;
-    out->accuracy = st.rows ? (double)st.correct / (double)st.rows : 0.0;
+    out->loss = v[0];
+    out->accuracy = v[2] > 0 ? v[1] / v[2] : 0.0;
     out->examples = count;
-    out->rows = st.rows;
+    out->rows = (int64_t)v[2];
     return 0;
 }
 
@@ -97,19 +105,26 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
         r->tokens[len++] = (unsigned char)*p;
     pt_rng rng;
     pt_rng_seed(&rng, seed, 3ULL << 32);
-    pt_batch batch = {1, NULL, r->tokens, NULL};
+    r->batches[0] = (pt_batch){1, NULL, r->tokens, NULL};
     int rc = 0;
     for (int i = 0; i < length && rc == 0; i++) {
-        if ((rc = pt_segment_forward(r->seg, 0, &batch, NULL, NULL, 0, NULL, err)) ||
-            (rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)))
+        if ((rc = pt_stage_exec_forward(r->exec, r->batches, 1, NULL, err)))
             break;
-        int next = sample_index(logits, V, temperature, top_k, &rng);
+        /* the last stage draws the next byte and tells the others */
+        int64_t next = 0;
+        if (pt_run_last_stage(r)) {
+            if ((rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)))
+                break;
+            next = sample_index(logits, V, temperature, top_k, &rng);
+        }
+        if (r->pipe && (rc = pt_bcast(r->pipe, &next, sizeof next, r->plan.stages - 1, err)))
+            break;
         out[i] = (char)next;
         if (len == T) {
             memmove(r->tokens, r->tokens + 1, (size_t)(T - 1) * sizeof(int32_t));
             len--;
         }
-        r->tokens[len++] = next;
+        r->tokens[len++] = (int32_t)next;
     }
     out[rc ? 0 : length] = '\0';
     free(logits);

@@ -1,8 +1,13 @@
 /*
  * main.c: the pipetrain command line. Parses the subcommand and its
- * arguments, turns every failure into one "pipetrain: error: ..." line and an
- * exit status: 0 success, 2 bad input (command line, config, data,
+ * arguments and turns every failure into one "pipetrain: error: ..." line and
+ * an exit status: 0 success, 2 bad input (command line, config, data,
  * checkpoint), 1 anything else, 130 stopped by a signal after saving.
+ *
+ * Under mpirun every rank runs this. Failures every rank sees alike (a bad
+ * config) are printed once, by rank 0, and the ranks exit together; a failure
+ * of one rank during training is printed by that rank with where it was, and
+ * the job is aborted so no rank waits forever for it.
  */
 #include "launch/checkpoint.h"
 #include "launch/run.h"
@@ -13,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PT_VERSION "0.1.0"
+#define PT_VERSION "0.2.0"
 
 static const char usage[] =
     "usage: pipetrain COMMAND [ARGUMENTS]\n"
@@ -23,10 +28,14 @@ static const char usage[] =
     "  eval CONFIG.yaml [--checkpoint DIR] [--logits OUT.safetensors] [--set KEY=VALUE ...]\n"
     "        test loss and accuracy of a checkpoint (default: the newest in run.dir);\n"
     "        --logits also writes every test row's logits\n"
+    "  plan CONFIG.yaml [--set KEY=VALUE ...]\n"
+    "        print the topology, the pipeline layout, predicted time and memory, and exit\n"
     "  export CHECKPOINT_DIR OUT.safetensors\n"
     "        the checkpoint's weights as safetensors, with PyTorch names and shapes\n"
     "  keys  every configuration key, its default and what it allows (Markdown)\n"
     "\n"
+    "train, eval and plan run under mpirun for several ranks, e.g.\n"
+    "  mpirun -np 4 pipetrain train CONFIG.yaml --set pipeline.stages=4\n"
     "Configuration keys are documented in README.md and by `pipetrain keys`.\n";
 
 static int exit_code(int rc)
@@ -43,9 +52,13 @@ static int exit_code(int rc)
     }
 }
 
-static int fail(int rc, const pt_err *err)
+/* Prints err (prefixed with the rank when there are several) and returns the exit status. */
+static int report(const pt_comm *comm, int rc, const pt_err *err)
 {
-    fprintf(stderr, "pipetrain: error: %s\n", err->msg);
+    if (comm && pt_comm_size(comm) > 1)
+        fprintf(stderr, "pipetrain: rank %d: error: %s\n", pt_comm_rank(comm), err->msg);
+    else
+        fprintf(stderr, "pipetrain: error: %s\n", err->msg);
     return exit_code(rc);
 }
 
@@ -57,105 +70,171 @@ static int usage_error(const char *fmt, const char *arg)
     return 2;
 }
 
-/* Reads CONFIG.yaml, the --set overrides and (for eval) --checkpoint and
- * --logits from argv[2..]; validates. */
-static int read_config(int argc, char **argv, pt_config *cfg, const char **checkpoint,
-                       const char **logits, pt_err *err)
+typedef struct cli {
+    pt_config cfg;
+    const char *checkpoint, *logits;
+} cli;
+
+/* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits (where
+ * allowed) from argv[2..]; validates. */
+static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *err)
 {
-    pt_config_defaults(cfg);
-    int rc = pt_config_load(cfg, argv[2], err);
+    pt_config_defaults(&a->cfg);
+    a->checkpoint = a->logits = NULL;
+    int rc = pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
-        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) {
-            rc = pt_config_set(cfg, argv[++i], err);
-        } else if (strncmp(argv[i], "--set=", 6) == 0) {
-            rc = pt_config_set(cfg, argv[i] + 6, err);
-        } else if (checkpoint && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc) {
-            *checkpoint = argv[++i];
-        } else if (logits && strcmp(argv[i], "--logits") == 0 && i + 1 < argc) {
-            *logits = argv[++i];
-        } else {
+        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc)
+            rc = pt_config_set(&a->cfg, argv[++i], err);
+        else if (strncmp(argv[i], "--set=", 6) == 0)
+            rc = pt_config_set(&a->cfg, argv[i] + 6, err);
+        else if (eval_options && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc)
+            a->checkpoint = argv[++i];
+        else if (eval_options && strcmp(argv[i], "--logits") == 0 && i + 1 < argc)
+            a->logits = argv[++i];
+        else
             rc = pt_fail(err, PT_EINPUT, "unexpected argument '%s' (see pipetrain --help)", argv[i]);
+    }
+    return rc ? rc : pt_config_validate(&a->cfg, err);
+}
+
+/* Collective over the world after setup: returns 0 when every rank is
+ * ready, else the exit status for this rank. When every rank failed (a bad
+ * config fails everywhere) only rank 0 speaks; otherwise each failed rank
+ * reports its own error and the others say nothing more. */
+static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
+{
+    int64_t v[2] = {rc != 0, rc};
+    pt_err ignore;
+    if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &ignore))
+        v[0] = 1; /* cannot even agree: treat as failed */
+    if (v[0] == 0)
+        return 0;
+    if (rc && (v[0] < pt_comm_size(comm) || pt_comm_rank(comm) == 0))
+        report(v[0] == pt_comm_size(comm) ? NULL : comm, rc, err);
+    return rc ? exit_code(rc) : exit_code(PT_EPEER);
+}
+
+static int cmd_train(pt_comm *comm, const cli *a)
+{
+    pt_err err = {0};
+    pt_run run;
+    memset(&run, 0, sizeof run);
+    const pt_config *cfg = &a->cfg;
+    char resume[PT_PATH_MAX + 64] = "";
+    int rc = 0;
+    if (strcmp(cfg->train.resume, "auto") == 0) {
+        pt_err none;
+        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
+            pt_comm_rank(comm) == 0)
+            fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
+    } else if (*cfg->train.resume) {
+        snprintf(resume, sizeof resume, "%s", cfg->train.resume);
+    } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &err) == 0) {
+        rc = pt_fail(&err, PT_EINPUT,
+                     "run.dir '%s' already holds checkpoints (newest: %s); resume with "
+                     "--set train.resume=auto or choose another run.dir",
+                     cfg->run.dir, resume);
+    }
+    if (rc == 0)
+        rc = pt_run_open(&run, comm, cfg, PT_RUN_TRAIN, &err);
+    if (rc == 0 && run.active && *resume)
+        rc = pt_checkpoint_load(&run, resume, &err);
+    if ((rc = setup_failed(comm, rc, &err))) {
+        pt_run_close(&run);
+        return rc;
+    }
+    if (run.active) {
+        rc = pt_train(&run, &err);
+        if (rc && rc != PT_ESTOPPED) {
+            int code = report(comm, rc, &err);
+            if (pt_comm_size(comm) > 1)
+                pt_comm_abort(comm, code); /* the others may be waiting for this rank */
+            pt_run_close(&run);
+            return code;
         }
     }
-    return rc ? rc : pt_config_validate(cfg, err);
-}
-
-static int cmd_train(int argc, char **argv)
-{
-    pt_err err = {0};
-    pt_config cfg;
-    pt_run run;
-    int rc = read_config(argc, argv, &cfg, NULL, NULL, &err);
-    if (rc)
-        return fail(rc, &err);
-    char resume[PT_PATH_MAX + 64] = "";
-    if (strcmp(cfg.train.resume, "auto") == 0) {
-        pt_err none;
-        if (pt_checkpoint_latest(cfg.run.dir, resume, sizeof resume, &none) != 0)
-            fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg.run.dir);
-    } else if (*cfg.train.resume) {
-        snprintf(resume, sizeof resume, "%s", cfg.train.resume);
-    } else if (pt_checkpoint_latest(cfg.run.dir, resume, sizeof resume, &err) == 0) {
-        fprintf(stderr,
-                "pipetrain: error: run.dir '%s' already holds checkpoints (newest: %s); resume with "
-                "--set train.resume=auto or choose another run.dir\n",
-                cfg.run.dir, resume);
-        return 2;
-    }
-    if ((rc = pt_run_open(&run, &cfg, PT_RUN_TRAIN, &err)))
-        return fail(rc, &err);
-    if (*resume && (rc = pt_checkpoint_load(&run, resume, &err))) {
-        pt_run_close(&run);
-        return fail(rc, &err);
-    }
-    rc = pt_train(&run, &err);
+    /* idle ranks wait here for the pipeline to finish (sleeping, not spinning) */
+    pt_err ignore;
+    pt_barrier(pt_comm_world(comm), &ignore);
     pt_run_close(&run);
-    return rc ? fail(rc, &err) : 0;
+    return exit_code(rc);
 }
 
-static int cmd_eval(int argc, char **argv)
+static int cmd_eval(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
-    pt_config cfg;
     pt_run run;
-    const char *checkpoint = NULL, *logits_path = NULL;
+    memset(&run, 0, sizeof run);
+    const pt_config *cfg = &a->cfg;
     char latest[PT_PATH_MAX + 64];
-    int rc = read_config(argc, argv, &cfg, &checkpoint, &logits_path, &err);
-    if (rc)
-        return fail(rc, &err);
-    if (!checkpoint) {
-        if ((rc = pt_checkpoint_latest(cfg.run.dir, latest, sizeof latest, &err)))
-            return fail(rc, &err);
+    const char *checkpoint = a->checkpoint;
+    int rc = 0;
+    if (!checkpoint && (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
         checkpoint = latest;
+    if (rc == 0)
+        rc = pt_run_open(&run, comm, cfg, PT_RUN_EVAL, &err);
+    if (rc == 0 && run.active)
+        rc = pt_checkpoint_load_weights(&run, checkpoint, &err);
+    if ((rc = setup_failed(comm, rc, &err))) {
+        pt_run_close(&run);
+        return rc;
     }
-    if ((rc = pt_run_open(&run, &cfg, PT_RUN_EVAL, &err)))
-        return fail(rc, &err);
-    pt_eval_result ev;
-    const int64_t rows = run.test.count * pt_arch_rows_per_example(&run.arch);
-    const int classes = pt_arch_out_classes(&run.arch);
-    float *logits = logits_path ? malloc((size_t)rows * classes * sizeof *logits) : NULL;
-    if (logits_path && !logits)
-        rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
-    if (rc == 0 && (rc = pt_checkpoint_load_weights(&run, checkpoint, &err)) == 0 &&
-        (rc = pt_evaluate(&run, 0, logits, &ev, &err)) == 0) {
-        if (logits) {
+    float *logits = NULL;
+    pt_eval_result ev = {0};
+    if (run.active) {
+        const int64_t rows = run.test.count * pt_arch_rows_per_example(&run.arch);
+        const int classes = pt_arch_out_classes(&run.arch);
+        if (a->logits && pt_run_last_stage(&run) &&
+            !(logits = malloc((size_t)rows * classes * sizeof *logits)))
+            rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
+        if (rc == 0)
+            rc = pt_evaluate(&run, 0, a->logits != NULL, logits, &ev, &err);
+        if (rc == 0 && logits) {
             const int64_t shape[2] = {rows, classes};
             const pt_st_tensor t = {"logits", 2, shape, logits};
-            rc = pt_st_write(logits_path, &t, 1, NULL, &err);
+            rc = pt_st_write(a->logits, &t, 1, NULL, &err);
         }
-        printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
-               ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
-        if (run.arch.kind == PT_MODEL_GPT && cfg.sample.length > 0) {
+        if (rc == 0 && run.rank == 0)
+            printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
+                   ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
+        if (rc == 0 && run.arch.kind == PT_MODEL_GPT && cfg->sample.length > 0) {
             char text[4097];
-            int len = cfg.sample.length < 4096 ? cfg.sample.length : 4096;
-            if ((rc = pt_sample_text(&run, cfg.sample.prompt, len, cfg.sample.temperature,
-                                     cfg.sample.top_k, (uint64_t)cfg.run.seed, text, &err)) == 0)
-                printf("sample: %s%s\n", cfg.sample.prompt, text);
+            int len = cfg->sample.length < 4096 ? cfg->sample.length : 4096;
+            if ((rc = pt_sample_text(&run, cfg->sample.prompt, len, cfg->sample.temperature,
+                                     cfg->sample.top_k, (uint64_t)cfg->run.seed, text, &err)) == 0 &&
+                run.rank == 0)
+                printf("sample: %s%s\n", cfg->sample.prompt, text);
+        }
+        if (rc) {
+            int code = report(comm, rc, &err);
+            if (pt_comm_size(comm) > 1)
+                pt_comm_abort(comm, code);
+            free(logits);
+            pt_run_close(&run);
+            return code;
         }
     }
     free(logits);
+    pt_err ignore;
+    pt_barrier(pt_comm_world(comm), &ignore);
     pt_run_close(&run);
-    return rc ? fail(rc, &err) : 0;
+    return 0;
+}
+
+static int cmd_plan(pt_comm *comm, const cli *a)
+{
+    pt_err err = {0};
+    pt_run run;
+    memset(&run, 0, sizeof run);
+    int rc = pt_run_open(&run, comm, &a->cfg, PT_RUN_EVAL, &err);
+    if ((rc = setup_failed(comm, rc, &err))) {
+        pt_run_close(&run);
+        return rc;
+    }
+    if (run.rank == 0)
+        pt_layout_print(&run, stdout);
+    pt_run_close(&run);
+    return 0;
 }
 
 static int cmd_export(int argc, char **argv)
@@ -180,7 +259,7 @@ static int cmd_export(int argc, char **argv)
     pt_segment_destroy(run.seg);
     if (run.be)
         pt_backend_close(run.be);
-    return rc ? fail(rc, &err) : 0;
+    return rc ? report(NULL, rc, &err) : 0;
 }
 
 int main(int argc, char **argv)
@@ -200,10 +279,26 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "export") == 0)
         return cmd_export(argc, argv);
-    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0) {
-        if (argc < 3)
-            return usage_error("%s needs a config file", cmd);
-        return strcmp(cmd, "train") == 0 ? cmd_train(argc, argv) : cmd_eval(argc, argv);
-    }
-    return usage_error("unknown command '%s'", cmd);
+    int (*run_cmd)(pt_comm *, const cli *) = strcmp(cmd, "train") == 0  ? cmd_train
+                                            : strcmp(cmd, "eval") == 0 ? cmd_eval
+                                            : strcmp(cmd, "plan") == 0 ? cmd_plan
+                                                                       : NULL;
+    if (!run_cmd)
+        return usage_error("unknown command '%s'", cmd);
+    if (argc < 3)
+        return usage_error("%s needs a config file", cmd);
+    pt_err err = {0};
+    pt_comm *comm;
+    int rc = pt_comm_open(&comm, &argc, &argv, &err);
+    if (rc)
+        return report(NULL, rc, &err);
+    cli *a = calloc(1, sizeof *a); /* large: keep it off the stack */
+    rc = a ? read_config(argc, argv, a, run_cmd == cmd_eval, &err)
+           : pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
+    int code = setup_failed(comm, rc, &err);
+    if (code == 0)
+        code = run_cmd(comm, a);
+    free(a);
+    pt_comm_close(comm);
+    return code;
 }

@@ -1,25 +1,22 @@
 /*
- * run.c: building a run from its configuration: the backend (device and
- * threads), the training and test data, the model segment and the
- * learning-rate schedule. Freed in the reverse order by pt_run_close, which
- * is safe on a partly built run.
+ * run.c: building a run from its configuration: core binding and threads,
+ * the backend, the training and test data, the sampler and learning-rate
+ * schedule, the layout (layout.c) and this rank's initial weights. Freed in
+ * the reverse order by pt_run_close, which is safe on a partly built run.
  */
 #include "launch/run.h"
 
 #include "launch/fileio.h"
 #include "launch/weights.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static int open_backend(pt_run *r, pt_err *err)
 {
-    int threads = r->cfg.run.threads;
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > 0 ? (int)cores : 1;
-    }
+    const int threads = r->threads > 0 ? r->threads : 1;
     const char *device = "cpu";
     if (r->cfg.run.device == PT_DEVICE_CUDA)
         device = "cuda";
@@ -109,12 +106,19 @@ static int load_data(pt_run *r, pt_run_mode mode, pt_err *err)
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
 }
 
-int pt_run_open(pt_run *r, const pt_config *cfg, pt_run_mode mode, pt_err *err)
+int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode, pt_err *err)
 {
     memset(r, 0, sizeof *r);
     r->cfg = *cfg;
+    r->comm = comm;
+    r->rank = pt_comm_rank(comm);
+    r->ranks = pt_comm_size(comm);
     pt_config_arch(cfg, &r->arch);
     int rc;
+    if ((rc = pt_comm_bind(comm, &r->threads, r->binding, sizeof r->binding, err)))
+        goto fail;
+    if (cfg->run.threads > 0)
+        r->threads = cfg->run.threads;
     if ((rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
         (rc = open_backend(r, err)))
         goto fail;
@@ -126,8 +130,6 @@ int pt_run_open(pt_run *r, const pt_config *cfg, pt_run_mode mode, pt_err *err)
         pt_err_prefix(err, "data.hflip / data.crop_pad");
         goto fail;
     }
-    r->micro = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
-    r->max_micro = (int)((c->train.batch + r->micro - 1) / r->micro);
     if (mode == PT_RUN_TRAIN) {
         if ((rc = pt_sampler_init(&r->sampler, r->train.count, c->train.batch,
                                   (uint64_t)c->run.seed, c->data.shuffle, err))) {
@@ -140,33 +142,34 @@ int pt_run_open(pt_run *r, const pt_config *cfg, pt_run_mode mode, pt_err *err)
             r->total_steps = c->train.max_steps;
         r->lr = (pt_lr_schedule){(pt_lr_kind)c->train.schedule, c->train.lr, c->train.min_lr,
                                  c->train.warmup_steps, r->total_steps};
-    } else if (r->max_micro > r->test.count) {
-        r->max_micro = (int)r->test.count;
     }
 
-    pt_segment_spec spec = {0, pt_arch_units(&r->arch), r->max_micro, 1};
-    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)) ||
-        (rc = pt_segment_init_params(r->seg, err)))
+    if ((rc = pt_layout_open(r, err)))
         goto fail;
-    if (*c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err)))
+    if (r->active && ((rc = pt_segment_init_params(r->seg, err)) ||
+                      (*c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err)))))
         goto fail;
 
     const int T = pt_arch_tokens(&r->arch);
-    r->images = malloc(((size_t)r->max_micro * pt_arch_input_floats(&r->arch) + 1) * sizeof(float));
-    r->tokens = malloc(((size_t)r->max_micro * T + 1) * sizeof(int32_t));
-    r->targets = malloc(((size_t)r->max_micro * T + 1) * sizeof(int32_t));
-    if (!r->images || !r->tokens || !r->targets) {
+    const size_t examples = (size_t)r->micro * r->max_micro;
+    r->images = malloc((examples * pt_arch_input_floats(&r->arch) + 1) * sizeof(float));
+    r->tokens = malloc((examples * T + 1) * sizeof(int32_t));
+    r->targets = malloc((examples * T + 1) * sizeof(int32_t));
+    r->batches = calloc((size_t)r->micro, sizeof *r->batches);
+    r->reduce = calloc((size_t)pt_arch_units(&r->arch) + 8, sizeof *r->reduce);
+    if (!r->images || !r->tokens || !r->targets || !r->batches || !r->reduce) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory for batch staging");
         goto fail;
     }
 
     if (mode == PT_RUN_TRAIN) {
         char metrics[PT_PATH_MAX + 32];
-        if ((rc = pt_mkdir_p(c->run.dir, 0755, err)))
+        int lead = r->rank == 0;
+        if (lead && (rc = pt_mkdir_p(c->run.dir, 0755, err)))
             goto fail;
         snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
-        if ((rc = pt_progress_open(&r->progress, c->run.metrics ? metrics : NULL,
-                                   c->train.log_every, 0, err)))
+        if ((rc = pt_progress_open(&r->progress, lead && c->run.metrics ? metrics : NULL,
+                                   c->train.log_every, !lead, err)))
             goto fail;
     }
     return 0;
@@ -181,7 +184,9 @@ void pt_run_close(pt_run *r)
     free(r->images);
     free(r->tokens);
     free(r->targets);
-    pt_segment_destroy(r->seg);
+    free(r->batches);
+    free(r->reduce);
+    pt_layout_close(r);
     if (r->be)
         pt_backend_close(r->be);
     pt_sampler_free(&r->sampler);
@@ -190,13 +195,39 @@ void pt_run_close(pt_run *r)
     memset(r, 0, sizeof *r);
 }
 
-void pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int augment,
-                  pt_batch *batch)
+int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int micro, int augment)
 {
+    const int per_image = pt_arch_input_floats(&r->arch);
+    const int rows = (int)pt_arch_rows_per_example(&r->arch), T = pt_arch_tokens(&r->arch);
     pt_dataset_gather(ds, ids, n, augment ? &r->aug : NULL, (uint64_t)r->cfg.run.seed, r->epoch,
                       r->images, r->tokens, r->targets);
-    batch->n = n;
-    batch->images = ds->kind == PT_DATA_IMAGES ? r->images : NULL;
-    batch->tokens = ds->kind == PT_DATA_TEXT ? r->tokens : NULL;
-    batch->targets = r->targets;
+    int m = micro < n ? micro : n, first = 0;
+    for (int k = 0; k < m; k++) {
+        int count = n / m + (k < n % m);
+        pt_batch *b = &r->batches[k];
+        b->n = count;
+        b->images = ds->kind == PT_DATA_IMAGES ? r->images + (size_t)first * per_image : NULL;
+        b->tokens = ds->kind == PT_DATA_TEXT ? r->tokens + (size_t)first * T : NULL;
+        b->targets = r->targets + (size_t)first * rows;
+        first += count;
+    }
+    return m;
+}
+
+int pt_run_reduce(pt_run *r, double *v, int n, pt_err *err)
+{
+    return r->pipe ? pt_allreduce_sum(r->pipe, v, (size_t)n, PT_DT_F64, err) : 0;
+}
+
+int pt_agree(pt_group *g, int rc, pt_err *err)
+{
+    if (!g)
+        return rc;
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(g, &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst != 0)
+        return pt_fail(err, (int)worst, "another rank failed (its message says why)");
+    return rc;
 }

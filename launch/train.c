@@ -15,17 +15,29 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* The one piece of global state: a signal handler can reach nothing else. */
+/* Signal handlers can reach nothing but globals, so these two are: the stop
+ * request, and where this rank's executor is (for the line a rank prints when
+ * the launcher terminates it because another rank died). */
 static volatile sig_atomic_t stop_signal;
+static const char *volatile current_where;
 
 static void on_stop_signal(int sig)
 {
     if (stop_signal) /* a second signal: the user means it */
         _exit(128 + sig);
     stop_signal = sig;
+    const char *where = current_where;
+    if (where) {
+        static const char head[] = "pipetrain: signal received while at ";
+        ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
+        ignored = write(STDERR_FILENO, where, strlen(where));
+        ignored = write(STDERR_FILENO, "\n", 1);
+        (void)ignored;
+    }
 }
 
 static void install_handlers(void)
@@ -38,41 +50,79 @@ static void install_handlers(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* Test hook: PIPETRAIN_TEST_FAULT=RANK:STEP:KIND makes world rank RANK fail at
+ * the start of step STEP, KIND being `error` (a reported error), `crash`
+ * (SIGKILL, as if the machine lost the process) or `hang` (stops answering). */
+static int injected_fault(const pt_run *r, pt_err *err)
+{
+    const char *spec = getenv("PIPETRAIN_TEST_FAULT");
+    int rank;
+    long long step;
+    char kind[16];
+    if (!spec || sscanf(spec, "%d:%lld:%15s", &rank, &step, kind) != 3 || rank != r->rank ||
+        step != r->step + 1)
+        return 0;
+    if (strcmp(kind, "crash") == 0)
+        raise(SIGKILL);
+    if (strcmp(kind, "hang") == 0)
+        for (;;)
+            pause();
+    return pt_fail(err, PT_EINTERNAL, "injected fault (PIPETRAIN_TEST_FAULT)");
+}
+
+/* Indexes of the step's scalars after the per-unit sums of squares. */
+enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_COUNT };
+
 static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int64_t *examples,
                     pt_err *err)
 {
     const int64_t *ids;
-    int n;
+    int n, rc;
+    if ((rc = injected_fault(r, err)))
+        return rc;
     pt_sampler_slice(&r->sampler, r->epoch_step, 0, 1, &ids, &n);
+    int m = pt_run_stage(r, &r->train, ids, n, r->micro, 1);
+    if (m != r->micro)
+        return pt_fail(err, PT_EINTERNAL, "a batch of %d examples makes %d micro-batches, not %d", n,
+                       m, r->micro);
     pt_segment_zero_grads(r->seg);
     pt_segment_set_loss_scale(r->seg, 1.0 / ((double)n * (double)pt_arch_rows_per_example(&r->arch)));
     pt_stats st = {0};
-    int rc = 0, first = 0;
-    for (int m = 0; m < r->micro && rc == 0; m++) {
-        int count = n / r->micro + (m < n % r->micro);
-        if (count == 0)
-            continue;
-        pt_batch batch;
-        pt_run_stage(r, &r->train, ids + first, count, 1, &batch);
-        if ((rc = pt_segment_forward(r->seg, 0, &batch, NULL, NULL, 1, &st, err)) == 0)
-            rc = pt_segment_backward(r->seg, 0, &batch, NULL, NULL, err);
-        first += count;
-    }
-    if (rc)
-        return rc;
-    if (!isfinite(st.loss))
+    current_where = pt_stage_exec_where(r->exec);
+    if ((rc = pt_stage_exec_step(r->exec, r->batches, &st, err)))
+        return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
+
+    /* one reduction over the pipeline: every unit's gradient sum of squares,
+     * summed below in unit order (so the norm does not depend on the
+     * partition), and the loss, which only the last stage knows */
+    const int units = pt_arch_units(&r->arch);
+    double *v = r->reduce;
+    memset(v, 0, (size_t)(units + R_COUNT) * sizeof *v);
+    pt_segment_unit_grad_sumsq(r->seg, v + pt_segment_first(r->seg));
+    v[units + R_LOSS] = st.loss;
+    v[units + R_CORRECT] = (double)st.correct;
+    v[units + R_ROWS] = (double)st.rows;
+    v[units + R_STOP] = stop_signal ? 1 : 0;
+    if ((rc = pt_run_reduce(r, v, units + R_COUNT, err)))
+        return pt_err_prefix(err, "step %lld: combining the stages' results", (long long)r->step + 1);
+    double sumsq = 0;
+    for (int u = 0; u < units; u++)
+        sumsq += v[u];
+    if (v[units + R_STOP] > 0 && !stop_signal)
+        stop_signal = SIGTERM; /* another stage was asked to stop: stop together */
+    if (!isfinite(v[units + R_LOSS]))
         return pt_fail(err, PT_EINPUT,
                        "the loss became %g at step %lld: training diverged (try a lower train.lr "
                        "or a train.grad_clip)",
-                       st.loss, (long long)r->step + 1);
-    double norm = sqrt(pt_segment_grad_sumsq(r->seg));
+                       v[units + R_LOSS], (long long)r->step + 1);
+    double norm = sqrt(sumsq);
     double rate = pt_lr_at(&r->lr, r->step);
     const pt_config *c = &r->cfg;
     pt_adamw opt = {rate, c->train.beta1, c->train.beta2, c->train.eps, c->train.weight_decay,
                     r->step + 1, pt_clip_coef(norm, c->train.grad_clip)};
     if ((rc = pt_segment_adamw(r->seg, &opt, err)))
         return rc;
-    *loss = st.loss;
+    *loss = v[units + R_LOSS];
     *grad_norm = norm;
     *lr = rate;
     *examples = n;
@@ -82,7 +132,7 @@ static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int6
 static int evaluate_and_report(pt_run *r, pt_err *err)
 {
     pt_eval_result ev;
-    int rc = pt_evaluate(r, r->cfg.train.eval_examples, NULL, &ev, err);
+    int rc = pt_evaluate(r, r->cfg.train.eval_examples, 0, NULL, &ev, err);
     if (rc)
         return rc;
     pt_progress_note(&r->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",
@@ -111,15 +161,18 @@ int pt_train(pt_run *r, pt_err *err)
     const pt_config *c = &r->cfg;
     const int64_t per_epoch = pt_sampler_steps(&r->sampler);
     size_t params = 0;
-    for (int u = 0; u < pt_arch_units(&r->arch); u++)
-        params += pt_segment_unit_numel(r->seg, u);
+    for (int u = 0; u < pt_arch_units(&r->arch); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(&r->arch, u, &info);
+        params += info.numel;
+    }
     pt_progress_note(&r->progress,
                      "pipetrain: %s, %zu parameters, %lld training / %lld test examples, batch %lld "
-                     "(%d micro-batches), %lld steps, %s backend with %d threads",
+                     "(%d micro-batches), %lld steps, %d stage%s, %s backend with %d threads per rank",
                      pt_config_word("model.kind", c->model.kind), params,
                      (long long)r->train.count, (long long)r->test.count, c->train.batch, r->micro,
-                     (long long)r->total_steps, pt_backend_name(r->be),
-                     pt_backend_threads(r->be));
+                     (long long)r->total_steps, r->plan.stages, r->plan.stages == 1 ? "" : "s",
+                     pt_backend_name(r->be), pt_backend_threads(r->be));
     if (r->step > 0)
         pt_progress_note(&r->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);

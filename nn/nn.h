@@ -123,6 +123,7 @@ void pt_unit_info_get(const pt_arch *a, int u, pt_unit_info *out);
 /* Index of the unit called name, or -1. */
 int pt_unit_find(const pt_arch *a, const char *name);
 
+
 /* ---------------------------------------------------------------- backends */
 
 typedef struct pt_backend pt_backend;
@@ -144,6 +145,12 @@ void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_
 void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t n);
 /* Waits for all queued work (no-op on the CPU). */
 int pt_backend_sync(pt_backend *be, pt_err *err);
+
+/* Memory a unit needs on a backend for micro-batches of n examples: its
+ * saved activations per micro-batch in flight, and its scratch (shared by
+ * all units of a segment, so a segment needs the largest). */
+size_t pt_unit_saved_bytes(const pt_arch *a, const pt_backend *be, int unit, int n);
+size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, int n);
 
 /* ----------------------------------------------------------------- batches */
 
@@ -241,6 +248,10 @@ void *pt_segment_grads(pt_segment *s, size_t *count);
 void pt_segment_zero_grads(pt_segment *s);
 /* Sum of squares of the active units' gradients (for global-norm clipping). */
 double pt_segment_grad_sumsq(pt_segment *s);
+/* The same per unit: out[i] for unit first + i (0 for frozen units). Summing
+ * these in unit order gives a norm that does not depend on how the model is
+ * cut into segments. */
+void pt_segment_unit_grad_sumsq(pt_segment *s, double *out);
 /* Multiplies the active gradients by f (e.g. 1/replicas after a sum all-reduce). */
 void pt_segment_scale_grads(pt_segment *s, double f);
 

@@ -55,6 +55,20 @@ const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role)
     return NULL;
 }
 
+size_t pt_unit_saved_bytes(const pt_arch *a, const pt_backend *be, int unit, int n)
+{
+    pt_unit_info info;
+    pt_unit_info_get(a, unit, &info);
+    return pt_unit_impl_for(a, info.role)->saved_bytes(a, be, n);
+}
+
+size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, int n)
+{
+    pt_unit_info info;
+    pt_unit_info_get(a, unit, &info);
+    return pt_unit_impl_for(a, info.role)->scratch_bytes(a, be, n);
+}
+
 static size_t par_bytes(const pt_segment *s, size_t n) { return n * s->be->real_size; }
 
 size_t pt_segment_act_elems(const pt_segment *s, int n)
@@ -416,6 +430,14 @@ double pt_segment_grad_sumsq(pt_segment *s)
 {
     size_t n = s->poff[s->count] - s->poff[s->frozen];
     return n ? s->be->ops->sumsq(s->be, s->grads, n) : 0.0;
+}
+
+void pt_segment_unit_grad_sumsq(pt_segment *s, double *out)
+{
+    for (int i = 0; i < s->count; i++)
+        out[i] = i < s->frozen ? 0.0
+                               : s->be->ops->sumsq(s->be, (char *)s->grads + par_bytes(s, active_off(s, i)),
+                                                   s->info[i].numel);
 }
 
 void pt_segment_scale_grads(pt_segment *s, double f)

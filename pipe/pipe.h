@@ -6,6 +6,7 @@
 #ifndef PT_PIPE_H
 #define PT_PIPE_H
 
+#include "comm/comm.h"
 #include "nn/nn.h"
 
 #include <stdio.h>
@@ -50,5 +51,44 @@ int pt_schedule_simulate(const pt_schedule *s, int *rounds, pt_err *err);
 int pt_schedule_in_flight(const pt_schedule *s, int stage);
 void pt_schedule_print(const pt_schedule *s, FILE *out);
 const char *pt_action_name(pt_action_kind k);
+
+/* -------------------------------------------------------------- executor */
+
+/* One rank's stage of a pipeline: its segment, its place in the schedule and
+ * the group of the pipeline's ranks (group rank == stage index; NULL for a
+ * one-stage pipeline). */
+typedef struct pt_stage_spec {
+    const pt_schedule *sched;
+    int stage;
+    pt_group *pipe;
+    pt_segment *seg;   /* created with pt_stage_exec_slots() slots */
+    int max_micro;     /* most examples in one micro-batch */
+    int recompute;     /* keep only the stage input per micro-batch; recompute in backward */
+} pt_stage_spec;
+
+typedef struct pt_stage_exec pt_stage_exec;
+
+/* Where one step's time went on this stage (seconds). compute_cpu is the
+ * process CPU time of forward and backward actions: unlike wall time it does
+ * not grow when ranks share a core. */
+typedef struct pt_exec_times {
+    double step_wall, compute_wall, compute_cpu, comm_wall;
+} pt_exec_times;
+
+/* Activation slots the stage's segment needs. */
+int pt_stage_exec_slots(const pt_schedule *s, int stage, int recompute);
+int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err *err);
+void pt_stage_exec_destroy(pt_stage_exec *x);
+/* One training step: batches[m] is micro-batch m (host data; the first stage
+ * reads the inputs, the last the targets, all read n). Gradients accumulate
+ * in the segment; the last stage adds the loss to *stats. */
+int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stats, pt_err *err);
+/* Forward only (evaluation, sampling) of n_micro <= M micro-batches, in slot 0. */
+int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro, pt_stats *stats,
+                          pt_err *err);
+/* The action in progress, e.g. "step 12, stage 1, action 7 of 36: recv-grad
+ * of micro-batch 3 (stage 2)". */
+const char *pt_stage_exec_where(const pt_stage_exec *x);
+const pt_exec_times *pt_stage_exec_times(const pt_stage_exec *x);
 
 #endif

@@ -1,0 +1,181 @@
+/*
+ * cost.c: the per-unit cost model, measured on the device that will run it.
+ * Each unit is built alone in a one-unit segment on the given backend and its
+ * forward and backward are timed (median of several runs, after a warm-up) at
+ * two micro-batch sizes, so the planner can interpolate the cost of any
+ * micro-batch size between them: per-call overheads make small micro-batches
+ * cost more per example, which is what limits how many of them pay off.
+ * Memory comes from nn's own accounting of the unit, not from a guess.
+ */
+#include "balance/balance.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median forward and backward seconds of unit u at n examples. */
+static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd, double *bwd,
+                     pt_err *err)
+{
+    pt_segment *s = NULL;
+    pt_segment_spec spec = {u, 1, n, 1};
+    int rc = pt_segment_create(&s, a, be, &spec, err);
+    if (rc)
+        return rc;
+    const int T = pt_arch_tokens(a);
+    const size_t act = pt_segment_act_elems(s, n);
+    float *host = malloc((act + (size_t)n * (pt_arch_input_floats(a) + 1)) * sizeof *host);
+    int32_t *ints = malloc((size_t)n * T * sizeof *ints);
+    void *x = pt_backend_alloc(be, act * pt_backend_act_size(be));
+    void *y = pt_backend_alloc(be, act * pt_backend_act_size(be));
+    void *dy = pt_backend_alloc(be, act * pt_backend_act_size(be));
+    void *dx = pt_backend_alloc(be, act * pt_backend_act_size(be));
+    if (!host || !ints || !x || !y || !dy || !dx) {
+        rc = pt_fail(err, PT_ENOMEM, "out of memory profiling unit %d", u);
+        goto done;
+    }
+    pt_rng rng;
+    pt_rng_seed(&rng, 0x9e3779b9u, (uint64_t)u);
+    for (size_t i = 0; i < act + (size_t)n * pt_arch_input_floats(a); i++)
+        host[i] = (float)(pt_rng_uniform(&rng) - 0.5);
+    for (int i = 0; i < n * T; i++)
+        ints[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a->kind == PT_MODEL_VIT ? a->classes : a->vocab));
+    pt_backend_act_from_host(be, x, host, act);
+    pt_backend_act_from_host(be, dy, host, act);
+    if ((rc = pt_segment_init_params(s, err)))
+        goto done;
+    const int first = u == 0, last = u == pt_arch_units(a) - 1;
+    pt_batch batch = {n, host + act, ints, ints};
+    pt_segment_set_loss_scale(s, 1.0 / n);
+    enum { MAX_REPS = 9 };
+    double tf[MAX_REPS], tb[MAX_REPS];
+    int reps = 0;
+    const double budget = now_s() + 0.25; /* per unit and size */
+    for (int r = -1; r < MAX_REPS && rc == 0; r++) {
+        pt_stats st = {0};
+        double t0 = now_s();
+        rc = pt_segment_forward(s, 0, &batch, first ? NULL : x, last ? NULL : y, 1, &st, err);
+        if (rc == 0)
+            rc = pt_backend_sync(be, err);
+        double t1 = now_s();
+        if (rc == 0)
+            rc = pt_segment_backward(s, 0, &batch, last ? NULL : dy, first ? NULL : dx, err);
+        if (rc == 0)
+            rc = pt_backend_sync(be, err);
+        double t2 = now_s();
+        if (r >= 0) { /* r = -1 warms caches and lazily allocated state */
+            tf[reps] = t1 - t0;
+            tb[reps] = t2 - t1;
+            reps++;
+            if (reps >= 3 && t2 > budget)
+                break;
+        }
+    }
+    if (rc == 0) {
+        qsort(tf, (size_t)reps, sizeof *tf, cmp_double);
+        qsort(tb, (size_t)reps, sizeof *tb, cmp_double);
+        *fwd = tf[reps / 2];
+        *bwd = tb[reps / 2];
+    }
+done:
+    free(host);
+    free(ints);
+    pt_backend_free(be, x);
+    pt_backend_free(be, y);
+    pt_backend_free(be, dy);
+    pt_backend_free(be, dx);
+    pt_segment_destroy(s);
+    return rc;
+}
+
+int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
+                    pt_err *err)
+{
+    const int units = pt_arch_units(a);
+    memset(m, 0, sizeof *m);
+    if (small < 1 || large < small)
+        return pt_fail(err, PT_EINTERNAL, "profiling sizes %d and %d", small, large);
+    m->unit = calloc((size_t)units, sizeof *m->unit);
+    if (!m->unit)
+        return pt_fail(err, PT_ENOMEM, "out of memory for the cost model");
+    m->units = units;
+    m->batch[0] = small;
+    m->batch[1] = large;
+    m->boundary_bytes_per_example = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(be);
+    for (int u = 0; u < units; u++) {
+        pt_unit_cost *c = &m->unit[u];
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        c->param_bytes = (double)info.numel * (double)pt_backend_real_size(be);
+        c->state_bytes = 3 * c->param_bytes;
+        for (int k = 0; k < 2; k++) {
+            int n = m->batch[k];
+            c->saved_bytes[k] = (double)pt_unit_saved_bytes(a, be, u, n);
+            c->scratch_bytes[k] = (double)pt_unit_scratch_bytes(a, be, u, n);
+            int rc = time_unit(a, be, u, n, &c->fwd[k], &c->bwd[k], err);
+            if (rc) {
+                pt_cost_model_free(m);
+                return pt_err_prefix(err, "profiling %s", info.name);
+            }
+            if (small == large) {
+                c->fwd[1] = c->fwd[0];
+                c->bwd[1] = c->bwd[0];
+                c->saved_bytes[1] = c->saved_bytes[0];
+                c->scratch_bytes[1] = c->scratch_bytes[0];
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+void pt_cost_model_free(pt_cost_model *m)
+{
+    free(m->unit);
+    memset(m, 0, sizeof *m);
+}
+
+/* Linear in the micro-batch size through the two profiled points, never
+ * below the smaller one's per-example rate times n (costs do not fall when
+ * micro-batches grow past what was measured). */
+static double at(const double v[2], const int b[2], double n)
+{
+    if (b[1] == b[0])
+        return v[0] * n / b[0];
+    double slope = (v[1] - v[0]) / (b[1] - b[0]);
+    double y = v[0] + slope * (n - b[0]);
+    double floor = v[1] / b[1] * n;
+    return y > floor ? y : floor;
+}
+
+double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recompute)
+{
+    const pt_unit_cost *c = &m->unit[u];
+    double f = at(c->fwd, m->batch, n);
+    if (frozen)
+        return f;
+    return f + at(c->bwd, m->batch, n) + (recompute ? f : 0);
+}
+
+double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n)
+{
+    return at(m->unit[u].saved_bytes, m->batch, n);
+}
+
+double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n)
+{
+    return at(m->unit[u].scratch_bytes, m->batch, n);
+}

@@ -1,0 +1,355 @@
+/*
+ * comm.c: comm.h over MPI. Waits poll MPI_Test with a deadline instead of
+ * blocking in MPI_Wait: a few fast polls, then short sleeps, so a waiting
+ * rank neither hangs forever on a lost peer nor takes the core from a rank
+ * that shares it (several ranks per core is normal in tests).
+ * Collectives are the non-blocking MPI ones waited on the same way.
+ */
+#include "comm/comm.h"
+
+#include <errno.h>
+#include <hwloc.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(((pt_req *)0)->opaque), "pt_req too small for MPI_Request");
+
+struct pt_group {
+    MPI_Comm mpi;
+    int rank, size;
+    double timeout;
+    int owned; /* MPI_Comm_free on release */
+};
+
+struct pt_comm {
+    int rank, size, local_rank, local_size, node, nodes;
+    int *node_of; /* [size] node index of every rank */
+    int cores;    /* of this node, from hwloc */
+    char host[MPI_MAX_PROCESSOR_NAME + 1];
+    MPI_Comm node_comm;
+    pt_group world;
+};
+
+static MPI_Request *req_of(pt_req *r) { return (MPI_Request *)(void *)r->opaque; }
+
+static int mpi_fail(pt_err *err, int code, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(code, msg, &len);
+    return pt_fail(err, PT_EPEER, "%s failed: %.*s", what, len, msg);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
+{
+    int provided, rc;
+    *out = NULL;
+    if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+        return pt_fail(err, PT_EPEER, "MPI_Init_thread failed (code %d)", rc);
+    /* errors come back as codes, so they become messages instead of aborts */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    pt_comm *c = calloc(1, sizeof *c);
+    if (!c) {
+        MPI_Finalize();
+        return pt_fail(err, PT_ENOMEM, "out of memory starting MPI");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    int len = 0;
+    MPI_Get_processor_name(c->host, &len);
+    c->host[len] = '\0';
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &c->node_comm);
+    MPI_Comm_rank(c->node_comm, &c->local_rank);
+    MPI_Comm_size(c->node_comm, &c->local_size);
+    /* node index: rank of this node's leader among all leaders, in world order */
+    int leader = c->rank;
+    MPI_Bcast(&leader, 1, MPI_INT, 0, c->node_comm);
+    int *leaders = malloc((size_t)c->size * sizeof *leaders);
+    if (!leaders) {
+        free(c);
+        MPI_Finalize();
+        return pt_fail(err, PT_ENOMEM, "out of memory starting MPI");
+    }
+    MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, MPI_COMM_WORLD);
+    c->node_of = calloc((size_t)c->size, sizeof *c->node_of);
+    if (!c->node_of) {
+        free(leaders);
+        free(c);
+        MPI_Finalize();
+        return pt_fail(err, PT_ENOMEM, "out of memory starting MPI");
+    }
+    for (int r = 0; r < c->size; r++)
+        if (leaders[r] == r) {
+            if (r < leader)
+                c->node++;
+            c->nodes++;
+        }
+    /* a rank's node index = how many leaders come before its leader */
+    for (int r = 0; r < c->size; r++)
+        for (int q = 0; q < leaders[r]; q++)
+            c->node_of[r] += leaders[q] == q;
+    free(leaders);
+    c->world = (pt_group){MPI_COMM_WORLD, c->rank, c->size, 600.0, 0};
+    *out = c;
+    return 0;
+}
+
+void pt_comm_close(pt_comm *c)
+{
+    if (!c)
+        return;
+    MPI_Comm_free(&c->node_comm);
+    free(c->node_of);
+    free(c);
+    MPI_Finalize();
+}
+
+void pt_comm_abort(pt_comm *c, int code)
+{
+    (void)c;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code); /* MPI_Abort does not return; this keeps the compiler sure of it */
+}
+
+int pt_comm_rank(const pt_comm *c) { return c->rank; }
+int pt_comm_size(const pt_comm *c) { return c->size; }
+int pt_comm_local_rank(const pt_comm *c) { return c->local_rank; }
+int pt_comm_local_size(const pt_comm *c) { return c->local_size; }
+int pt_comm_node(const pt_comm *c) { return c->node; }
+int pt_comm_nodes(const pt_comm *c) { return c->nodes; }
+int pt_comm_node_of(const pt_comm *c, int rank) { return c->node_of[rank]; }
+int pt_comm_cores(const pt_comm *c) { return c->cores; }
+const char *pt_comm_host(const pt_comm *c) { return c->host; }
+pt_group *pt_comm_world(pt_comm *c) { return &c->world; }
+
+int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
+{
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) || hwloc_topology_load(topo)) {
+        hwloc_topology_destroy(topo);
+        return pt_fail(err, PT_ESYS, "hwloc could not read the machine's topology");
+    }
+    int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    if (cores < 1)
+        cores = 1;
+    c->cores = cores;
+    int per = cores / c->local_size;
+    int rc = 0;
+    if (per < 1) {
+        *threads = 1;
+        snprintf(desc, n, "%d ranks share %d cores on %s: not bound, 1 thread each (oversubscribed)",
+                 c->local_size, cores, c->host);
+    } else {
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        for (int k = 0; k < per; k++) {
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, c->local_rank * per + k);
+            if (core && core->cpuset)
+                hwloc_bitmap_or(set, set, core->cpuset);
+        }
+        if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0) {
+            /* binding can be refused (containers); running unbound is still correct */
+            snprintf(desc, n, "%s: binding refused (%s); %d threads unbound", c->host,
+                     strerror(errno), per);
+        } else {
+            char *text = NULL;
+            hwloc_bitmap_list_asprintf(&text, set);
+            snprintf(desc, n, "%s: local rank %d bound to cores %d-%d (PUs %s), %d threads", c->host,
+                     c->local_rank, c->local_rank * per, c->local_rank * per + per - 1,
+                     text ? text : "?", per);
+            free(text);
+        }
+        hwloc_bitmap_free(set);
+        *threads = per;
+    }
+    hwloc_topology_destroy(topo);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- groups */
+
+int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err)
+{
+    MPI_Comm mpi;
+    *out = NULL;
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &mpi);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Comm_split");
+    if (mpi == MPI_COMM_NULL)
+        return 0;
+    pt_group *g = calloc(1, sizeof *g);
+    if (!g) {
+        MPI_Comm_free(&mpi);
+        return pt_fail(err, PT_ENOMEM, "out of memory creating a group");
+    }
+    MPI_Comm_set_errhandler(mpi, MPI_ERRORS_RETURN);
+    g->mpi = mpi;
+    g->owned = 1;
+    g->timeout = c->world.timeout;
+    MPI_Comm_rank(mpi, &g->rank);
+    MPI_Comm_size(mpi, &g->size);
+    *out = g;
+    return 0;
+}
+
+void pt_group_free(pt_group *g)
+{
+    if (!g || !g->owned)
+        return;
+    MPI_Comm_free(&g->mpi);
+    free(g);
+}
+
+int pt_group_rank(const pt_group *g) { return g->rank; }
+int pt_group_size(const pt_group *g) { return g->size; }
+void pt_group_set_timeout(pt_group *g, double seconds) { g->timeout = seconds; }
+
+int pt_group_world_rank(const pt_group *g, int rank)
+{
+    MPI_Group mine, world;
+    int out = -1;
+    MPI_Comm_group(g->mpi, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_translate_ranks(mine, 1, &rank, world, &out);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return out;
+}
+
+/* -------------------------------------------------------------- transfers */
+
+static int check_size(size_t bytes, pt_err *err)
+{
+    if (bytes > INT_MAX)
+        return pt_fail(err, PT_EINTERNAL, "a single transfer of %zu bytes exceeds MPI's int count", bytes);
+    return 0;
+}
+
+int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
+{
+    int rc = check_size(bytes, err);
+    if (rc)
+        return rc;
+    if ((rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Isend");
+    r->active = 1;
+    return 0;
+}
+
+int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
+{
+    int rc = check_size(bytes, err);
+    if (rc)
+        return rc;
+    if ((rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Irecv");
+    r->active = 1;
+    return 0;
+}
+
+int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
+{
+    if (!r->active)
+        return 0;
+    const double deadline = now_s() + g->timeout;
+    for (long polls = 0;; polls++) {
+        int done = 0;
+        MPI_Status st;
+        int rc = MPI_Test(req_of(r), &done, &st);
+        if (rc != MPI_SUCCESS) {
+            r->active = 0;
+            return mpi_fail(err, rc, what);
+        }
+        if (done) {
+            r->active = 0;
+            return 0;
+        }
+        if (polls > 200) {
+            if (now_s() > deadline)
+                return pt_fail(err, PT_EPEER, "no progress for %.0f s waiting for %s", g->timeout, what);
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+void pt_req_cancel(pt_req *r)
+{
+    if (!r->active)
+        return;
+    MPI_Cancel(req_of(r));
+    MPI_Request_free(req_of(r));
+    r->active = 0;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+static MPI_Datatype mpi_type(pt_dtype t)
+{
+    return t == PT_DT_F32 ? MPI_FLOAT : t == PT_DT_F64 ? MPI_DOUBLE : MPI_INT64_T;
+}
+
+static size_t type_size(pt_dtype t) { return t == PT_DT_F32 ? 4 : 8; }
+
+int pt_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err)
+{
+    /* in chunks that fit MPI's int count */
+    const size_t chunk = (size_t)1 << 28;
+    for (size_t at = 0; at < count; at += chunk) {
+        size_t n = count - at < chunk ? count - at : chunk;
+        pt_req r = {0};
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + at * type_size(t), (int)n, mpi_type(t),
+                                MPI_SUM, g->mpi, req_of(&r));
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(err, rc, "MPI_Iallreduce");
+        r.active = 1;
+        if ((rc = pt_wait(g, &r, "an all-reduce", err)))
+            return rc;
+    }
+    return 0;
+}
+
+int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err)
+{
+    pt_req r = {0};
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_MAX, g->mpi, req_of(&r));
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Iallreduce");
+    r.active = 1;
+    return pt_wait(g, &r, "an all-reduce", err);
+}
+
+int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
+{
+    int rc = check_size(bytes, err);
+    if (rc)
+        return rc;
+    pt_req r = {0};
+    if ((rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, g->mpi, req_of(&r))) != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Ibcast");
+    r.active = 1;
+    return pt_wait(g, &r, "a broadcast", err);
+}
+
+int pt_barrier(pt_group *g, pt_err *err)
+{
+    pt_req r = {0};
+    int rc = MPI_Ibarrier(g->mpi, req_of(&r));
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Ibarrier");
+    r.active = 1;
+    return pt_wait(g, &r, "a barrier", err);
+}

@@ -1,0 +1,83 @@
+/*
+ * comm.h: the comm module's public interface: the world of ranks and its
+ * nodes, process groups, point-to-point transfers and collectives on host
+ * buffers over MPI, and binding each rank to its share of the node's cores.
+ *
+ * MPI_COMM_WORLD is the control plane; a node is the set of ranks of one
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) group. Every blocking wait has a
+ * deadline, so a peer that stops answering becomes an error naming it, never
+ * a hang. comm/ moves bytes; it does not know what they mean.
+ */
+#ifndef PT_COMM_H
+#define PT_COMM_H
+
+#include "nn/nn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pt_comm pt_comm;
+typedef struct pt_group pt_group;
+
+/* A pending transfer. Opaque; zero-initialised means "none". */
+typedef struct pt_req {
+    uint64_t opaque[2];
+    int active;
+} pt_req;
+
+typedef enum { PT_DT_F32, PT_DT_F64, PT_DT_I64 } pt_dtype;
+
+/* MPI_Init_thread (funneled: only the main thread calls MPI) and the node
+ * split. Works without mpirun (a world of one). */
+int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err);
+/* MPI_Finalize. */
+void pt_comm_close(pt_comm *c);
+/* Kills every rank of the job (MPI_Abort); does not return. */
+void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));
+
+int pt_comm_rank(const pt_comm *c);
+int pt_comm_size(const pt_comm *c);
+int pt_comm_local_rank(const pt_comm *c);  /* rank within the node */
+int pt_comm_local_size(const pt_comm *c);  /* ranks on this node */
+int pt_comm_node(const pt_comm *c);        /* index of this node, 0..nodes-1 */
+int pt_comm_nodes(const pt_comm *c);
+int pt_comm_node_of(const pt_comm *c, int rank); /* node index of any world rank */
+const char *pt_comm_host(const pt_comm *c);
+
+/* Binds this rank to its share of the node's cores (hwloc): the node's cores
+ * split evenly among its ranks. *threads gets the cores this rank owns, or 1
+ * when there are more ranks than cores (then nothing is bound). desc gets a
+ * one-line description for the plan and the log. */
+int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err);
+/* Cores of this node (hwloc), known after pt_comm_bind; 0 before. */
+int pt_comm_cores(const pt_comm *c);
+
+/* Groups. The world group is owned by the comm. */
+pt_group *pt_comm_world(pt_comm *c);
+/* Collective over the world: ranks with the same color form a group, ordered
+ * by key. color < 0: this rank joins no group (*out = NULL). */
+int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err);
+void pt_group_free(pt_group *g);
+int pt_group_rank(const pt_group *g);
+int pt_group_size(const pt_group *g);
+/* The world rank of a member of the group. */
+int pt_group_world_rank(const pt_group *g, int rank);
+/* Seconds a wait may take before the peer counts as lost (default 600). */
+void pt_group_set_timeout(pt_group *g, double seconds);
+
+/* Non-blocking transfers of host memory. peer is a rank of the group. */
+int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err);
+int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err);
+/* Waits for a transfer (no-op on an inactive request). `what` names it in
+ * the timeout message ("gradient of micro-batch 3 from rank 2"). */
+int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err);
+/* Cancels and frees a pending transfer (after an error). */
+void pt_req_cancel(pt_req *r);
+
+/* Collectives on host memory, with the group's deadline. */
+int pt_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err);
+int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err);
+int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
+int pt_barrier(pt_group *g, pt_err *err);
+
+#endif

@@ -1,0 +1,300 @@
+/*
+ * exec.c: runs one stage's action list of a pipeline schedule for a training
+ * step, with non-blocking transfers so they overlap compute.
+ *
+ * At the start of a step every receive of the step is posted (into its own
+ * per-micro-batch buffer), so data arrives while the stage computes; a receive
+ * action only waits for its transfer, a send action only posts it, and all
+ * sends are completed at the end of the step. This is more permissive than
+ * the rendezvous semantics the schedule was validated under, so it cannot
+ * deadlock where the schedule does not.
+ *
+ * Activation memory: without recompute, micro-batch m occupies a segment slot
+ * from its forward to its backward (slots = the schedule's peak in flight);
+ * with recompute there is one slot, and backward first re-runs the forward
+ * from the stage's stored input. Either way the step's result is the same
+ * bits.
+ *
+ * `where` always names the action being executed, for failure messages.
+ */
+#include "pipe/pipe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct pt_stage_exec {
+    const pt_schedule *sched;
+    int stage, K, M, slots, recompute;
+    pt_group *pipe;
+    pt_segment *seg;
+    pt_backend *be;
+    int max_micro;
+    void **x_in, **y_out, **dy_in, **dx_out; /* [M]; NULL where the stage has no such edge */
+    void *y_scratch;                         /* recompute's discarded output */
+    pt_req *recv_act, *recv_grad, *send_act, *send_grad;
+    int *slot_of, *slot_busy;
+    int64_t steps;
+    char where[256];
+    pt_exec_times times;
+};
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int last_stage(const pt_stage_exec *x) { return x->stage == x->K - 1; }
+
+void pt_stage_exec_destroy(pt_stage_exec *x)
+{
+    if (!x)
+        return;
+    for (int m = 0; m < x->M; m++) {
+        if (x->x_in)
+            pt_backend_free(x->be, x->x_in[m]);
+        if (x->y_out)
+            pt_backend_free(x->be, x->y_out[m]);
+        if (x->dy_in)
+            pt_backend_free(x->be, x->dy_in[m]);
+        if (x->dx_out)
+            pt_backend_free(x->be, x->dx_out[m]);
+        if (x->recv_act) {
+            pt_req_cancel(&x->recv_act[m]);
+            pt_req_cancel(&x->recv_grad[m]);
+            pt_req_cancel(&x->send_act[m]);
+            pt_req_cancel(&x->send_grad[m]);
+        }
+    }
+    pt_backend_free(x->be, x->y_scratch);
+    free(x->x_in);
+    free(x->y_out);
+    free(x->dy_in);
+    free(x->dx_out);
+    free(x->recv_act);
+    free(x->recv_grad);
+    free(x->send_act);
+    free(x->send_grad);
+    free(x->slot_of);
+    free(x->slot_busy);
+    free(x);
+}
+
+static void **buffers(pt_stage_exec *x, int wanted, size_t bytes, int *ok)
+{
+    if (!wanted || !*ok || x->M < 1)
+        return NULL;
+    void **b = calloc((size_t)x->M, sizeof *b);
+    for (int m = 0; b && m < x->M; m++)
+        if (!(b[m] = pt_backend_alloc(x->be, bytes)))
+            *ok = 0;
+    if (!b)
+        *ok = 0;
+    return b;
+}
+
+int pt_stage_exec_slots(const pt_schedule *s, int stage, int recompute)
+{
+    return recompute ? 1 : pt_schedule_in_flight(s, stage);
+}
+
+int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err *err)
+{
+    *out = NULL;
+    const pt_schedule *s = spec->sched;
+    if (spec->stage < 0 || spec->stage >= s->stages || (spec->pipe && pt_group_rank(spec->pipe) != spec->stage) ||
+        (s->stages > 1 && !spec->pipe))
+        return pt_fail(err, PT_EINTERNAL, "stage %d does not match its pipeline group", spec->stage);
+    pt_stage_exec *x = calloc(1, sizeof *x);
+    if (!x)
+        return pt_fail(err, PT_ENOMEM, "out of memory creating a pipeline stage");
+    x->sched = s;
+    x->stage = spec->stage;
+    x->K = s->stages;
+    x->M = s->micro;
+    x->pipe = spec->pipe;
+    x->seg = spec->seg;
+    x->be = pt_segment_backend(spec->seg);
+    x->recompute = spec->recompute;
+    x->max_micro = spec->max_micro;
+    x->slots = pt_stage_exec_slots(s, spec->stage, spec->recompute);
+    const size_t act = pt_segment_act_elems(x->seg, x->max_micro) * pt_backend_act_size(x->be);
+    int ok = 1;
+    x->x_in = buffers(x, x->stage > 0, act, &ok);
+    x->dx_out = buffers(x, x->stage > 0, act, &ok);
+    x->y_out = buffers(x, !last_stage(x), act, &ok);
+    x->dy_in = buffers(x, !last_stage(x), act, &ok);
+    if (ok && x->recompute && !last_stage(x) && !(x->y_scratch = pt_backend_alloc(x->be, act)))
+        ok = 0;
+    x->recv_act = calloc((size_t)x->M, sizeof *x->recv_act);
+    x->recv_grad = calloc((size_t)x->M, sizeof *x->recv_grad);
+    x->send_act = calloc((size_t)x->M, sizeof *x->send_act);
+    x->send_grad = calloc((size_t)x->M, sizeof *x->send_grad);
+    x->slot_of = calloc((size_t)x->M, sizeof *x->slot_of);
+    x->slot_busy = calloc(x->slots > 0 ? (size_t)x->slots : 1, sizeof *x->slot_busy);
+    if (!ok || !x->recv_act || !x->recv_grad || !x->send_act || !x->send_grad || !x->slot_of ||
+        !x->slot_busy) {
+        pt_stage_exec_destroy(x);
+        return pt_fail(err, PT_ENOMEM, "out of memory for the transfer buffers of a pipeline stage");
+    }
+    snprintf(x->where, sizeof x->where, "stage %d, before the first step", x->stage);
+    *out = x;
+    return 0;
+}
+
+const char *pt_stage_exec_where(const pt_stage_exec *x) { return x->where; }
+const pt_exec_times *pt_stage_exec_times(const pt_stage_exec *x) { return &x->times; }
+
+static void describe(pt_stage_exec *x, int i, int len, pt_action a)
+{
+    const char *peer = "";
+    char buf[32] = "";
+    if (a.kind == PT_A_RECV_ACT || a.kind == PT_A_SEND_GRAD)
+        snprintf(buf, sizeof buf, " (stage %d)", x->stage - 1), peer = buf;
+    else if (a.kind == PT_A_SEND_ACT || a.kind == PT_A_RECV_GRAD)
+        snprintf(buf, sizeof buf, " (stage %d)", x->stage + 1), peer = buf;
+    snprintf(x->where, sizeof x->where, "step %lld, stage %d, action %d of %d: %s of micro-batch %d%s",
+             (long long)x->steps, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
+}
+
+static size_t act_bytes(const pt_stage_exec *x, int n)
+{
+    return pt_segment_act_elems(x->seg, n) * pt_backend_act_size(x->be);
+}
+
+static int take_slot(pt_stage_exec *x, int m, pt_err *err)
+{
+    for (int k = 0; k < x->slots; k++)
+        if (!x->slot_busy[k] || x->recompute) {
+            x->slot_busy[k] = 1;
+            x->slot_of[m] = k;
+            return 0;
+        }
+    return pt_fail(err, PT_EINTERNAL, "no free activation slot for micro-batch %d", m);
+}
+
+static int post_receives(pt_stage_exec *x, const pt_batch *batches, pt_err *err)
+{
+    int rc = 0;
+    for (int m = 0; m < x->M && rc == 0; m++) {
+        size_t bytes = act_bytes(x, batches[m].n);
+        if (x->stage > 0)
+            rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err);
+        if (rc == 0 && !last_stage(x))
+            rc = pt_irecv(x->pipe, x->dy_in[m], bytes, x->stage + 1, x->M + m, &x->recv_grad[m], err);
+    }
+    return rc;
+}
+
+static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt_stats *stats,
+                      pt_err *err)
+{
+    const int m = a.mb;
+    const pt_batch *b = &batches[m];
+    const size_t bytes = act_bytes(x, b->n);
+    const void *x_in = x->stage > 0 ? x->x_in[m] : NULL;
+    switch (a.kind) {
+    case PT_A_RECV_ACT:
+        return pt_wait(x->pipe, &x->recv_act[m], x->where, err);
+    case PT_A_RECV_GRAD:
+        return pt_wait(x->pipe, &x->recv_grad[m], x->where, err);
+    case PT_A_SEND_ACT:
+        return pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
+    case PT_A_SEND_GRAD:
+        return pt_isend(x->pipe, x->dx_out[m], bytes, x->stage - 1, x->M + m, &x->send_grad[m], err);
+    case PT_A_FWD: {
+        int rc = take_slot(x, m, err);
+        return rc ? rc
+                  : pt_segment_forward(x->seg, x->slot_of[m], b, x_in,
+                                       last_stage(x) ? NULL : x->y_out[m], 1,
+                                       last_stage(x) ? stats : NULL, err);
+    }
+    case PT_A_BWD: {
+        int rc = 0, slot = x->slot_of[m];
+        if (x->recompute)
+            rc = pt_segment_forward(x->seg, slot, b, x_in, last_stage(x) ? NULL : x->y_scratch, 1,
+                                    NULL, err);
+        if (rc == 0)
+            rc = pt_segment_backward(x->seg, slot, b, last_stage(x) ? NULL : x->dy_in[m],
+                                     x->stage > 0 ? x->dx_out[m] : NULL, err);
+        x->slot_busy[slot] = 0;
+        return rc;
+    }
+    }
+    return pt_fail(err, PT_EINTERNAL, "unknown action %d", (int)a.kind);
+}
+
+static int finish_sends(pt_stage_exec *x, pt_err *err)
+{
+    int rc = 0;
+    for (int m = 0; m < x->M && rc == 0; m++) {
+        snprintf(x->where, sizeof x->where, "step %lld, stage %d: completing the sends of micro-batch %d",
+                 (long long)x->steps, x->stage, m);
+        if ((rc = pt_wait(x->pipe, &x->send_act[m], x->where, err)) == 0)
+            rc = pt_wait(x->pipe, &x->send_grad[m], x->where, err);
+    }
+    return rc;
+}
+
+int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stats, pt_err *err)
+{
+    x->steps++;
+    memset(&x->times, 0, sizeof x->times);
+    const double t0 = wall_s();
+    memset(x->slot_busy, 0, (size_t)x->slots * sizeof *x->slot_busy);
+    int rc = post_receives(x, batches, err);
+    const pt_action *list = x->sched->act[x->stage];
+    const int len = x->sched->len[x->stage];
+    for (int i = 0; i < len && rc == 0; i++) {
+        describe(x, i, len, list[i]);
+        const int compute = list[i].kind == PT_A_FWD || list[i].kind == PT_A_BWD;
+        const double w = wall_s(), c = compute ? cpu_s() : 0;
+        rc = run_action(x, list[i], batches, stats, err);
+        if (compute) {
+            x->times.compute_wall += wall_s() - w;
+            x->times.compute_cpu += cpu_s() - c;
+        } else {
+            x->times.comm_wall += wall_s() - w;
+        }
+    }
+    if (rc == 0)
+        rc = finish_sends(x, err);
+    x->times.step_wall = wall_s() - t0;
+    if (rc == 0)
+        snprintf(x->where, sizeof x->where, "stage %d, between steps (after step %lld)", x->stage,
+                 (long long)x->steps);
+    return rc;
+}
+
+int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro, pt_stats *stats,
+                          pt_err *err)
+{
+    if (n_micro > x->M)
+        return pt_fail(err, PT_EINTERNAL, "%d micro-batches in one forward pass; the stage holds %d",
+                       n_micro, x->M);
+    int rc = 0;
+    for (int m = 0; m < n_micro && rc == 0; m++) {
+        const size_t bytes = act_bytes(x, batches[m].n);
+        snprintf(x->where, sizeof x->where, "evaluation, stage %d: forward of micro-batch %d", x->stage, m);
+        if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err)) == 0)
+            rc = pt_wait(x->pipe, &x->recv_act[m], x->where, err);
+        if (rc == 0)
+            rc = pt_segment_forward(x->seg, 0, &batches[m], x->stage > 0 ? x->x_in[m] : NULL,
+                                    last_stage(x) ? NULL : x->y_out[m], 0, last_stage(x) ? stats : NULL, err);
+        if (rc == 0 && !last_stage(x))
+            rc = pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
+    }
+    for (int m = 0; m < n_micro && rc == 0; m++)
+        rc = pt_wait(x->pipe, &x->send_act[m], x->where, err);
+    return rc;
+}
