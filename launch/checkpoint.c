@@ -6,6 +6,7 @@
  */
 #include "launch/checkpoint.h"
 
+#include "launch/fault.h"
 #include "launch/fileio.h"
 #include "launch/recfile.h"
 
@@ -333,6 +334,8 @@ int pt_checkpoint_save(pt_run *r, pt_err *err)
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     units_file(r->stage, file, sizeof file);
     rc = write_units(r, join(path, dir, file), err);
+    if (rc == 0)
+        rc = pt_test_fault("checkpoint", r->rank, r->step, err);
     if ((rc = pt_agree(r->pipe, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     if (r->stage == 0) {

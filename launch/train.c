@@ -10,6 +10,7 @@
  * is what makes a resumed run bit-identical to one that never stopped.
  */
 #include "launch/checkpoint.h"
+#include "launch/fault.h"
 #include "launch/run.h"
 
 #include <math.h>
@@ -50,26 +51,6 @@ static void install_handlers(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* Test hook: PIPETRAIN_TEST_FAULT=RANK:STEP:KIND makes world rank RANK fail at
- * the start of step STEP, KIND being `error` (a reported error), `crash`
- * (SIGKILL, as if the machine lost the process) or `hang` (stops answering). */
-static int injected_fault(const pt_run *r, pt_err *err)
-{
-    const char *spec = getenv("PIPETRAIN_TEST_FAULT");
-    int rank;
-    long long step;
-    char kind[16];
-    if (!spec || sscanf(spec, "%d:%lld:%15s", &rank, &step, kind) != 3 || rank != r->rank ||
-        step != r->step + 1)
-        return 0;
-    if (strcmp(kind, "crash") == 0)
-        raise(SIGKILL);
-    if (strcmp(kind, "hang") == 0)
-        for (;;)
-            pause();
-    return pt_fail(err, PT_EINTERNAL, "injected fault (PIPETRAIN_TEST_FAULT)");
-}
-
 /* Indexes of the step's scalars after the per-unit sums of squares. */
 enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_COUNT };
 
@@ -78,7 +59,7 @@ static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int6
 {
     const int64_t *ids;
     int n, rc;
-    if ((rc = injected_fault(r, err)))
+    if ((rc = pt_test_fault("step", r->rank, r->step + 1, err)))
         return rc;
     pt_sampler_slice(&r->sampler, r->epoch_step, 0, 1, &ids, &n);
     int m = pt_run_stage(r, &r->train, ids, n, r->micro, 1);

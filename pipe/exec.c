@@ -199,15 +199,17 @@ static int post_receives(pt_stage_exec *x, const pt_batch *batches, pt_err *err)
 static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt_stats *stats,
                       pt_err *err)
 {
+    char peer[32];
+    snprintf(peer, sizeof peer, "stage %d", a.kind == PT_A_RECV_ACT ? x->stage - 1 : x->stage + 1);
     const int m = a.mb;
     const pt_batch *b = &batches[m];
     const size_t bytes = act_bytes(x, b->n);
     const void *x_in = x->stage > 0 ? x->x_in[m] : NULL;
     switch (a.kind) {
     case PT_A_RECV_ACT:
-        return pt_wait(x->pipe, &x->recv_act[m], x->where, err);
+        return pt_wait(x->pipe, &x->recv_act[m], peer, err);
     case PT_A_RECV_GRAD:
-        return pt_wait(x->pipe, &x->recv_grad[m], x->where, err);
+        return pt_wait(x->pipe, &x->recv_grad[m], peer, err);
     case PT_A_SEND_ACT:
         return pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
     case PT_A_SEND_GRAD:
@@ -240,8 +242,8 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
     for (int m = 0; m < x->M && rc == 0; m++) {
         snprintf(x->where, sizeof x->where, "step %lld, stage %d: completing the sends of micro-batch %d",
                  (long long)x->steps, x->stage, m);
-        if ((rc = pt_wait(x->pipe, &x->send_act[m], x->where, err)) == 0)
-            rc = pt_wait(x->pipe, &x->send_grad[m], x->where, err);
+        if ((rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err)) == 0)
+            rc = pt_wait(x->pipe, &x->send_grad[m], "the previous stage", err);
     }
     return rc;
 }
@@ -287,7 +289,7 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
         const size_t bytes = act_bytes(x, batches[m].n);
         snprintf(x->where, sizeof x->where, "evaluation, stage %d: forward of micro-batch %d", x->stage, m);
         if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err)) == 0)
-            rc = pt_wait(x->pipe, &x->recv_act[m], x->where, err);
+            rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err);
         if (rc == 0)
             rc = pt_segment_forward(x->seg, 0, &batches[m], x->stage > 0 ? x->x_in[m] : NULL,
                                     last_stage(x) ? NULL : x->y_out[m], 0, last_stage(x) ? stats : NULL, err);
@@ -295,6 +297,6 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
             rc = pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
     }
     for (int m = 0; m < n_micro && rc == 0; m++)
-        rc = pt_wait(x->pipe, &x->send_act[m], x->where, err);
-    return rc;
+        rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err);
+    return rc ? pt_err_prefix(err, "%s", x->where) : 0;
 }

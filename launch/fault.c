@@ -1,0 +1,27 @@
+/*
+ * fault.c: see fault.h.
+ */
+#include "launch/fault.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
+{
+    const char *spec = getenv("PIPETRAIN_TEST_FAULT");
+    int want_rank;
+    long long want_step;
+    char kind[16], where[16] = "step";
+    if (!spec || sscanf(spec, "%d:%lld:%15[a-z]:%15[a-z]", &want_rank, &want_step, kind, where) < 3 ||
+        want_rank != rank || want_step != step || strcmp(where, point) != 0)
+        return 0;
+    if (strcmp(kind, "crash") == 0)
+        raise(SIGKILL);
+    if (strcmp(kind, "hang") == 0)
+        for (;;)
+            pause();
+    return pt_fail(err, PT_EINTERNAL, "injected fault at step %lld (%s)", want_step, point);
+}

@@ -1,0 +1,92 @@
+"""Shared helpers of the multi-rank tests: run pipetrain (under mpirun for
+several ranks, oversubscribed, one thread per rank), read its metrics and its
+exported weights, compare runs.
+
+The tests run from the repository root (the demo configs use paths relative
+to it) and write only into their own temporary directories."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+
+
+class Tools:
+    def __init__(self, argv):
+        if len(argv) < 3:
+            sys.exit("usage: %s PIPETRAIN MPIEXEC" % argv[0])
+        self.pipetrain, self.mpiexec = os.path.abspath(argv[1]), argv[2]
+
+    def command(self, ranks, args):
+        base = [self.pipetrain] + args
+        if ranks == 1:
+            return base
+        return [self.mpiexec, "--oversubscribe", "-np", str(ranks), "-x", "PIPETRAIN_TEST_FAULT"] + base
+
+    def run(self, ranks, args, env=None, timeout=600, check=True):
+        """returns (exit status, seconds, stdout + stderr)"""
+        start = time.time()
+        r = subprocess.run(self.command(ranks, args), cwd=ROOT, env=dict(ENV, **(env or {})),
+                           capture_output=True, text=True, timeout=timeout)
+        out = r.stdout + r.stderr
+        if check and r.returncode != 0:
+            sys.stderr.write("FAILED (%d): %s\n%s\n" % (r.returncode, " ".join(args), out))
+            sys.exit(1)
+        return r.returncode, time.time() - start, out
+
+    def export(self, checkpoint, path):
+        self.run(1, ["export", checkpoint, path])
+        return load_safetensors(path)
+
+
+def sets(**kv):
+    out = []
+    for k, v in kv.items():
+        out += ["--set", "%s=%s" % (k.replace("__", "."), v)]
+    return out
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    return {k: np.frombuffer(body[e["data_offsets"][0]:e["data_offsets"][1]], dtype=np.float32)
+            for k, e in header.items() if k != "__metadata__"}
+
+
+def step_losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [json.loads(l)["loss"] for l in f if '"eval"' not in l]
+
+
+def latest_checkpoint(run_dir):
+    root = os.path.join(run_dir, "checkpoints")
+    done = [d for d in sorted(os.listdir(root)) if os.path.exists(os.path.join(root, d, "manifest"))]
+    return os.path.join(root, done[-1])
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def compare_runs(name, base_losses, base_weights, losses, weights, tol):
+    """worst relative error of losses and weights; prints a line; returns (worst, identical)"""
+    worst = rel(losses, base_losses) if len(losses) == len(base_losses) else float("inf")
+    identical = losses == base_losses
+    for k, v in base_weights.items():
+        worst = max(worst, rel(weights[k], v))
+        identical &= bool(np.array_equal(weights[k], v))
+    status = "ok" if worst <= tol else "FAIL"
+    print("  %-46s worst rel err %.2e%s  %s" % (name, worst, " (bit-identical)" if identical else "", status),
+          flush=True)
+    return worst, identical

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""A rank that dies, errors or stops answering mid-step ends the whole job
+quickly, with messages naming the failed rank and the schedule step, and
+leaves no partial checkpoint.
+
+Each case runs the demo ViT with K = 4 (or 2) stages and injects a fault with
+PIPETRAIN_TEST_FAULT (launch/fault.h) at step 5; the job must exit non-zero
+within 30 s. The last case kills a rank while a checkpoint is being written:
+the directory of that step must not count as a checkpoint, and resuming must
+continue from the previous one and still reproduce an uninterrupted run.
+
+usage: test_pipeline_failure.py PIPETRAIN MPIEXEC"""
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as h  # noqa: E402
+
+CONFIG = "configs/vit_fmnist.yaml"
+LIMIT_S = 30
+failures = []
+
+
+def expect(cond, what):
+    print("  %s: %s" % ("ok" if cond else "FAIL", what), flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None):
+    run_dir = os.path.join(work, name)
+    args = ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=20, train__eval_examples=64,
+                                      pipeline__stages=ranks, pipeline__microbatches=4,
+                                      run__threads=1, **(extra or {}))
+    rc, secs, out = tools.run(ranks, args, env={"PIPETRAIN_TEST_FAULT": fault}, timeout=120, check=False)
+    print("%s (PIPETRAIN_TEST_FAULT=%s): exit %d after %.1f s" % (name, fault, rc, secs), flush=True)
+    expect(rc != 0, "%s: non-zero exit" % name)
+    expect(secs < LIMIT_S, "%s: every rank gone within %d s" % (name, LIMIT_S))
+    for pattern in must_say:
+        expect(re.search(pattern, out) is not None, "%s: output matches /%s/" % (name, pattern))
+    return run_dir, out
+
+
+def main():
+    tools = h.Tools(sys.argv)
+    with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
+        fault_case(tools, work, "crash", "2:5:crash",
+                   [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, stage \d"])
+        fault_case(tools, work, "error", "1:5:error",
+                   [r"rank 1: error: injected fault at step 5", r"step 5, stage \d"])
+        fault_case(tools, work, "hang", "3:5:hang",
+                   [r"no progress for 5 s waiting for stage \d", r"step 5, stage \d"],
+                   extra={"run.timeout_s": 5})
+
+        # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
+        ckpt = dict(train__max_steps=12, train__checkpoint_every=4, train__eval_examples=64,
+                    pipeline__stages=2, pipeline__microbatches=4, run__threads=1)
+        run_dir, out = fault_case(tools, work, "crash-in-checkpoint", "1:8:crash:checkpoint",
+                                  [r"rank 1\b.*(signal 9|Killed|exited)"], ranks=2,
+                                  extra={"train.checkpoint_every": 4, "train.max_steps": 12})
+        step8 = os.path.join(run_dir, "checkpoints", "step_0000000008")
+        expect(not os.path.exists(os.path.join(step8, "manifest")), "no manifest for the interrupted save")
+        expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"), "newest checkpoint is step 4")
+        rc, _, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=run_dir, train__resume="auto", **ckpt))
+        expect("resumed at step 4" in out, "resume starts from step 4")
+        straight = os.path.join(work, "straight")
+        tools.run(1, ["train", CONFIG] + h.sets(run__dir=straight, **dict(ckpt, pipeline__stages=1)))
+        a = tools.export(h.latest_checkpoint(run_dir), run_dir + ".safetensors")
+        b = tools.export(h.latest_checkpoint(straight), straight + ".safetensors")
+        expect(all(np.array_equal(a[k], b[k]) for k in b), "resumed run's weights equal an uninterrupted run's")
+    if failures:
+        sys.exit("FAILED: %d checks" % len(failures))
+    print("pipeline failure handling: passed")
+
+
+if __name__ == "__main__":
+    main()
