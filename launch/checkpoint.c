@@ -37,6 +37,15 @@ static char *join(char *out, const char *dir, const char *name)
     return out;
 }
 
+/* A checkpoint file the user pointed at that cannot be opened is bad input
+ * (exit status 2), like a missing config, not an internal failure. */
+static int input_error(int rc, pt_err *err)
+{
+    if (rc == PT_ESYS && err)
+        err->code = PT_EINPUT;
+    return rc == PT_ESYS ? PT_EINPUT : rc;
+}
+
 /* ------------------------------------------------------- key=value texts */
 
 typedef struct text {
@@ -110,15 +119,22 @@ static void arch_write(FILE *f, const pt_arch *a)
 }
 
 static const struct {
-    const char *name;
+    const char *name; /* in the manifest */
+    const char *says; /* what to tell the user: the config key behind it */
     size_t off;
 } arch_fields[] = {
-    {"dim", offsetof(pt_arch, dim)},           {"layers", offsetof(pt_arch, layers)},
-    {"heads", offsetof(pt_arch, heads)},       {"mlp_hidden", offsetof(pt_arch, mlp_hidden)},
-    {"causal", offsetof(pt_arch, causal)},     {"channels", offsetof(pt_arch, channels)},
-    {"height", offsetof(pt_arch, height)},     {"width", offsetof(pt_arch, width)},
-    {"patch", offsetof(pt_arch, patch)},       {"classes", offsetof(pt_arch, classes)},
-    {"vocab", offsetof(pt_arch, vocab)},       {"context", offsetof(pt_arch, context)},
+    {"dim", "model.dim", offsetof(pt_arch, dim)},
+    {"layers", "model.layers", offsetof(pt_arch, layers)},
+    {"heads", "model.heads", offsetof(pt_arch, heads)},
+    {"mlp_hidden", "model.mlp_hidden", offsetof(pt_arch, mlp_hidden)},
+    {"causal", "model.kind (causal attention)", offsetof(pt_arch, causal)},
+    {"channels", "the image channels of the data", offsetof(pt_arch, channels)},
+    {"height", "the image height of the data", offsetof(pt_arch, height)},
+    {"width", "the image width of the data", offsetof(pt_arch, width)},
+    {"patch", "model.patch", offsetof(pt_arch, patch)},
+    {"classes", "model.classes", offsetof(pt_arch, classes)},
+    {"vocab", "the vocabulary of the data", offsetof(pt_arch, vocab)},
+    {"context", "model.context", offsetof(pt_arch, context)},
 };
 
 static int arch_read(const char *data, size_t len, pt_arch *a)
@@ -153,7 +169,7 @@ static const char *arch_difference(const pt_arch *saved, const pt_arch *now, int
         if (a != b) {
             *was = a;
             *is = b;
-            return arch_fields[i].name;
+            return arch_fields[i].says;
         }
     }
     return NULL;
@@ -386,7 +402,7 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     join(path, dir, "manifest");
     int rc = pt_recfile_open(&m->f, path, MANIFEST_MAGIC, &version, err);
     if (rc)
-        return rc;
+        return input_error(rc, err);
     const void *p[4];
     if (version != FORMAT_VERSION)
         rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
@@ -414,7 +430,9 @@ int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt
     if (rc)
         return rc;
     pt_config_defaults(cfg);
-    rc = pt_config_load_text(cfg, m.config, m.config_len, "checkpoint config", err);
+    char name[PATH_BUF];
+    snprintf(name, sizeof name, "%s/manifest (config record)", dir);
+    rc = pt_config_load_text(cfg, m.config, m.config_len, name, err);
     if (rc == 0 && arch_read(m.arch, m.arch_len, arch))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", dir);
     pt_recfile_close(m.f);
@@ -443,8 +461,10 @@ static int load_units(pt_run *r, const char *dir, const manifest *m, int moments
             uint32_t version;
             pt_recfile_close(f);
             f = NULL;
-            if ((rc = pt_recfile_open(&f, join(path, dir, file), UNITS_MAGIC, &version, err)))
+            if ((rc = pt_recfile_open(&f, join(path, dir, file), UNITS_MAGIC, &version, err))) {
+                rc = input_error(rc, err);
                 break;
+            }
             if (version != FORMAT_VERSION) {
                 rc = pt_fail(err, PT_EINPUT, "'%s': unit file format %u, expected %d", path,
                              version, FORMAT_VERSION);
@@ -566,7 +586,21 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
         r->step = step;
         r->epoch = epoch;
         r->epoch_step = epoch_step;
-        r->lr = (pt_lr_schedule){(pt_lr_kind)kind, base, min_lr, warmup, total};
+        /* The schedule follows the config, as a PyTorch scheduler follows the
+         * arguments it is built with: resuming with more epochs or another
+         * train.lr trains the new steps with the new schedule. Only a changed
+         * schedule is worth a note; with the same config the steps are exact. */
+        const int same = (int)kind == (int)r->lr.kind && base == r->lr.base &&
+                         min_lr == r->lr.min_lr && warmup == r->lr.warmup && total == r->lr.total;
+        if (!same && r->rank == 0)
+            fprintf(stderr,
+                    "pipetrain: note: the learning-rate schedule differs from the checkpoint's "
+                    "(%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 " steps, now "
+                    "%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 "); step %" PRId64
+                    " onwards follows the new one\n",
+                    pt_config_word("train.schedule", (int)kind), base, min_lr, warmup, total,
+                    pt_config_word("train.schedule", (int)r->lr.kind), r->lr.base, r->lr.min_lr,
+                    r->lr.warmup, r->lr.total, step + 1);
     }
     pt_recfile_close(m.f);
     return rc;

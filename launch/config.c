@@ -115,12 +115,28 @@ const char *pt_config_word(const char *key, int value)
     return "?";
 }
 
+/* text with control characters written as escapes, so a message stays one line */
+static void printable(const char *text, char *out, size_t n)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && o + 5 < n; p++) {
+        if (*p == '\n')
+            o += (size_t)snprintf(out + o, n - o, "\\n");
+        else if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, n - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
 static int bad_value(pt_err *err, const char *where, const pt_key_spec *k, const char *text,
                      const char *why)
 {
-    char what[256];
+    char what[256], shown[256];
     allowed(k, what, sizeof what);
-    return pt_fail(err, PT_EINPUT, "%s: %s: %s '%s'; allowed: %s", where, k->key, why, text, what);
+    printable(text, shown, sizeof shown);
+    return pt_fail(err, PT_EINPUT, "%s: %s: %s '%s'; allowed: %s", where, k->key, why, shown, what);
 }
 
 /* Parses text into key k of c. where: "FILE:LINE" or "--set". */
@@ -256,7 +272,18 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
     if (node->type != YAML_MAPPING_NODE)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: expected 'key: value' lines%s%s", w->path,
                        (int)node->start_mark.line + 1, *prefix ? " under " : "", prefix);
-    for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top; p++) {
+    yaml_node_pair_t *first = node->data.mapping.pairs.start, *top = node->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = first; p < top; p++) {
+        /* YAML forbids a key twice in one mapping; libyaml does not check */
+        yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
+        for (yaml_node_pair_t *q = first; q < p && k->type == YAML_SCALAR_NODE; q++) {
+            yaml_node_t *e = yaml_document_get_node(w->doc, q->key);
+            if (e->type == YAML_SCALAR_NODE && strcmp((const char *)e->data.scalar.value,
+                                                      (const char *)k->data.scalar.value) == 0)
+                return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice (first on line %d)",
+                               w->path, (int)k->start_mark.line + 1, prefix, *prefix ? "." : "",
+                               (const char *)k->data.scalar.value, (int)e->start_mark.line + 1);
+        }
         int rc = walk_pair(w, p, prefix);
         if (rc)
             return rc;
@@ -379,6 +406,8 @@ static int need_file(const pt_config *c, const char *key, const char *path, pt_e
 int pt_config_validate(const pt_config *c, pt_err *err)
 {
     int rc;
+    if (!*c->run.dir)
+        return key_fail(c, err, "run.dir", "must name a directory");
     const int vit = c->model.kind == PT_MODEL_VIT;
     const int image_data = c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX ||
                            c->data.kind == PT_DATA_SYNTH_IMAGES;

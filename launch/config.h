@@ -32,6 +32,7 @@ typedef struct pt_config {
         int threads;
         int device; /* PT_DEVICE_* */
         int metrics;
+        int rank_metrics;
         double timeout_s;
     } run;
 

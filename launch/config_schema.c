@@ -26,6 +26,8 @@ const pt_key_spec pt_config_keys[] = {
      "compute device; auto takes a GPU when the driver reports one"},
     {"run.metrics", PT_K_BOOL, AT(run.metrics), 0, 0, NULL, 0, "true",
      "write metrics as JSON lines to RUN_DIR/metrics.jsonl"},
+    {"run.rank_metrics", PT_K_BOOL, AT(run.rank_metrics), 0, 0, NULL, 0, "false",
+     "every rank also writes its per-step compute and transfer times to RUN_DIR/metrics-rank<R>.jsonl"},
     {"run.timeout_s", PT_K_FLOAT, AT(run.timeout_s), 0, 1e6, NULL, PT_F_MIN_EXCL, "600",
      "a rank that waits this long for another is treated as failed, and the job stops"},
 

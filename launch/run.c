@@ -9,6 +9,7 @@
 #include "launch/fileio.h"
 #include "launch/weights.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,16 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
         if ((rc = pt_progress_open(&r->progress, lead && c->run.metrics ? metrics : NULL,
                                    c->train.log_every, !lead, err)))
             goto fail;
+        if (c->run.rank_metrics && r->active) {
+            /* rank 0 made the directory; the others wait for it */
+            if ((rc = pt_agree(r->pipe, 0, err)))
+                goto fail;
+            snprintf(metrics, sizeof metrics, "%s/metrics-rank%d.jsonl", c->run.dir, r->rank);
+            if (!(r->rank_metrics = fopen(metrics, "a"))) {
+                rc = pt_fail(err, PT_ESYS, "cannot open '%s': %s", metrics, strerror(errno));
+                goto fail;
+            }
+        }
     }
     return 0;
 fail:
@@ -181,6 +192,8 @@ fail:
 void pt_run_close(pt_run *r)
 {
     pt_progress_close(&r->progress);
+    if (r->rank_metrics)
+        fclose(r->rank_metrics);
     free(r->images);
     free(r->tokens);
     free(r->targets);

@@ -56,6 +56,7 @@ typedef struct pt_run {
     double *reduce;        /* per-unit gradient sums of squares, then the step's scalars */
 
     pt_progress progress;
+    FILE *rank_metrics;    /* run.rank_metrics: this rank's step timings */
 } pt_run;
 
 typedef enum { PT_RUN_TRAIN, PT_RUN_EVAL } pt_run_mode;

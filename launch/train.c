@@ -172,6 +172,15 @@ int pt_train(pt_run *r, pt_err *err)
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
                               per_epoch, loss, lr, norm, examples};
         pt_progress_step(&r->progress, &rep);
+        if (r->rank_metrics) {
+            const pt_exec_times *t = pt_stage_exec_times(r->exec);
+            fprintf(r->rank_metrics,
+                    "{\"step\": %lld, \"rank\": %d, \"stage\": %d, \"step_wall_s\": %.6f, "
+                    "\"compute_wall_s\": %.6f, \"compute_cpu_s\": %.6f, \"comm_wall_s\": %.6f}\n",
+                    (long long)r->step, r->rank, r->stage, t->step_wall, t->compute_wall,
+                    t->compute_cpu, t->comm_wall);
+            fflush(r->rank_metrics);
+        }
         int epoch_done = r->epoch_step == per_epoch;
         if (epoch_done) {
             r->epoch++;

@@ -1,0 +1,475 @@
+#!/usr/bin/env python3
+"""Bad checkpoints are refused cleanly, and checkpoint directories are kept tidy.
+
+Bad checkpoints: a short run saves checkpoints; each case copies the run,
+damages the newest checkpoint (truncated or bit-flipped files, wrong magic,
+missing files, well-formed files with bad content -- written with a correct
+CRC by cli_util.write_recfile -- or a config that does not match it) and then
+runs `train --set train.resume=auto`, `train --set train.resume=DIR`,
+`eval --checkpoint DIR` and `export DIR OUT` on it. Each must exit with status
+2 (bad input) and one error line naming the damaged file (or the key that does
+not match), without a crash or sanitizer report, without writing anything
+(`export` leaves no output file) and with every checkpoint file unchanged.
+
+Hygiene: train.keep_checkpoints prunes; a step directory without a manifest
+is not a checkpoint (resume auto skips it, pruning removes it); a fresh run in
+a run.dir that holds checkpoints is refused and deletes nothing.
+
+usage: test_checkpoints.py PIPETRAIN_BINARY
+"""
+import os
+import shutil
+import sys
+import threading
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+from cli_util import check  # noqa: E402
+
+LAST = 10  # 2 epochs of 5 steps; checkpoints at 3, 6, 9 and 10
+
+
+def keys(h, run_dir, kind="vit", **extra):
+    return U.tiny(kind, run_dir, **{"train.epochs": "2", "train.checkpoint_every": "3",
+                                    "train.keep_checkpoints": "10", **extra})
+
+
+_reference_lock = threading.Lock()
+
+
+def trained(h, name="orig", kind="vit", steps=(3, 6, 9, LAST), **extra):
+    """A trained run of its own for the test: (config path, run dir). The
+    run with the default settings is trained once and copied."""
+    run_dir = h.path(name)
+    cfg = U.write_config(h, name + ".yaml", keys(h, run_dir, kind, **extra))
+    if kind != "vit" or extra:
+        h.run(["train", cfg]).expect(0, "training the reference run")
+    else:
+        shared = os.path.join(os.path.dirname(h.dir), "shared-reference")
+        with _reference_lock:
+            if not os.path.exists(shared):
+                tmp = shared + ".tmp"
+                scfg = U.write(tmp + ".yaml", U.render(keys(h, tmp, kind)))
+                h.run(["train", scfg]).expect(0, "training the reference run")
+                os.rename(tmp, shared)
+        shutil.copytree(shared, run_dir)
+    check(U.checkpoints(run_dir) == ["step_%010d" % s for s in steps],
+          "unexpected checkpoints %s", U.checkpoints(run_dir))
+    return cfg, run_dir
+
+
+def copy_run(h, run_dir, name, kind="vit", **extra):
+    """A copy of run_dir with its own config (run.dir pointing at the copy)."""
+    dst = h.path(name)
+    shutil.copytree(run_dir, dst)
+    cfg = U.write_config(h, name + ".yaml", keys(h, dst, kind, **extra))
+    return cfg, dst
+
+
+def expect_refused(h, r, needles, what):
+    r.expect(2, what)
+    r.one_error(*needles)
+
+
+def all_refuse(h, cfg, run_dir, ckpt_dir, needles, modes=("auto", "path", "eval", "eval-default",
+                                                           "export")):
+    """Every way of reading ckpt_dir fails with status 2 and one error line
+    holding every needle; nothing on disk changes."""
+    before = U.snapshot(run_dir)
+    out = h.path("export-out.safetensors")
+    for mode in modes:
+        if mode == "auto":
+            r = h.run(["train", cfg, "--set", "train.resume=auto"])
+        elif mode == "path":
+            r = h.run(["train", cfg, "--set", "train.resume=" + ckpt_dir])
+        elif mode == "eval":
+            r = h.run(["eval", cfg, "--checkpoint", ckpt_dir])
+        elif mode == "eval-default":
+            r = h.run(["eval", cfg])
+        else:
+            r = h.run(["export", ckpt_dir, out])
+            check(not os.path.exists(out), "export of a bad checkpoint left %s", out)
+        expect_refused(h, r, needles, mode)
+        U.same_snapshot(before, U.snapshot(run_dir), "run.dir after %s" % mode)
+
+
+# ------------------------------------------------------------ damaged files
+
+def truncate_to(n):
+    def f(path):
+        size = os.path.getsize(path)
+        with open(path, "r+b") as fh:
+            fh.truncate(n(size) if callable(n) else n)
+    return f
+
+
+def flip(at):
+    def f(path):
+        size = os.path.getsize(path)
+        pos = at(size) if callable(at) else at
+        with open(path, "r+b") as fh:
+            fh.seek(pos)
+            b = fh.read(1)
+            fh.seek(pos)
+            fh.write(bytes([b[0] ^ 0x10]))
+    return f
+
+
+def set_magic(magic):
+    def f(path):
+        with open(path, "r+b") as fh:
+            fh.write(magic)
+    return f
+
+
+def damage_case(target, how, modes):
+    """target: 'units' or 'manifest'."""
+    def t(h):
+        _, orig = trained(h)
+        cfg, run_dir = copy_run(h, orig, "copy")
+        ck = U.ckpt(run_dir, LAST)
+        path = os.path.join(ck, "manifest") if target == "manifest" else U.unit_files(ck)[0]
+        how(path)
+        all_refuse(h, cfg, run_dir, ck, [os.path.basename(path), "step_%010d" % LAST], modes)
+    return t
+
+
+# every way of reading a checkpoint for a few kinds of damage; the cheaper
+# subset (the ASan build runs this too) for the rest
+ALL_MODES = ("auto", "path", "eval", "eval-default", "export")
+FULL_DAMAGE = ("units_truncated_to_0", "units_byte_flipped_in_payload", "manifest_byte_flipped",
+               "manifest_wrong_magic")
+DAMAGE = {
+    "units_truncated_to_0": ("units", truncate_to(0)),
+    "units_truncated_to_1": ("units", truncate_to(1)),
+    "units_truncated_to_39": ("units", truncate_to(39)),
+    "units_truncated_to_half": ("units", truncate_to(lambda s: s // 2)),
+    "units_truncated_by_1": ("units", truncate_to(lambda s: s - 1)),
+    "units_trailer_cut": ("units", truncate_to(lambda s: s - 12)),
+    "units_byte_flipped_in_payload": ("units", flip(lambda s: s // 2)),
+    "units_byte_flipped_in_version": ("units", flip(8)),
+    "units_byte_flipped_in_crc": ("units", flip(lambda s: s - 10)),
+    "units_wrong_magic": ("units", set_magic(b"PTCKMAN1")),
+    "manifest_truncated_to_0": ("manifest", truncate_to(0)),
+    "manifest_truncated_to_half": ("manifest", truncate_to(lambda s: s // 2)),
+    "manifest_byte_flipped": ("manifest", flip(lambda s: s // 3)),
+    "manifest_wrong_magic": ("manifest", set_magic(b"XXXXXXXX")),
+}
+
+
+def test_units_file_deleted(h):
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy")
+    ck = U.ckpt(run_dir, LAST)
+    unit = U.unit_files(ck)[0]
+    os.unlink(unit)
+    all_refuse(h, cfg, run_dir, ck, [os.path.basename(unit)])
+
+
+def test_manifest_deleted_explicit_path(h):
+    """A directory without a manifest is not a checkpoint: naming it is bad input."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy")
+    ck = U.ckpt(run_dir, LAST)
+    os.unlink(os.path.join(ck, "manifest"))
+    all_refuse(h, cfg, run_dir, ck, ["step_%010d" % LAST], modes=("path", "eval", "export"))
+
+
+def test_not_a_checkpoint_path(h):
+    cfg, run_dir = trained(h)
+    missing = h.path("no-such-checkpoint")
+    all_refuse(h, cfg, run_dir, missing, ["no-such-checkpoint"], modes=("path", "eval", "export"))
+
+
+def test_manifest_deleted_auto_takes_previous(h):
+    """resume=auto skips the step directory without a manifest and resumes
+    from the newest complete checkpoint."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy", **{"train.epochs": "3"})
+    os.unlink(os.path.join(U.ckpt(run_dir, LAST), "manifest"))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    check("resumed at step 9" in r.err, "expected a resume from step 9\n%s", r.describe())
+    check(os.path.isfile(os.path.join(U.ckpt(run_dir, 15), "manifest")),
+          "the resumed run did not save step 15: %s", U.checkpoints(run_dir))
+
+
+def test_only_checkpoint_without_manifest_starts_fresh(h):
+    """With no complete checkpoint, resume=auto says so and starts fresh."""
+    _, orig = trained(h, steps=(5,), **{"train.checkpoint_every": "0", "train.epochs": "1"})
+    cfg, run_dir = copy_run(h, orig, "copy", **{"train.checkpoint_every": "0",
+                                                 "train.epochs": "1"})
+    only = U.checkpoints(run_dir)
+    check(only == ["step_0000000005"], "expected one checkpoint, got %s", only)
+    os.unlink(os.path.join(U.ckpt(run_dir, 5), "manifest"))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    check("no checkpoint" in r.err and "starting fresh" in r.err,
+          "resume=auto did not say it starts fresh\n%s", r.describe())
+    check("resumed at" not in r.err, "resumed from a directory without a manifest\n%s",
+          r.describe())
+    check(os.path.isfile(os.path.join(U.ckpt(run_dir, 5), "manifest")),
+          "the fresh run saved no complete checkpoint")
+
+
+# --------------------------------------------- well-formed files, bad content
+
+def rewrite_manifest(ck, edit):
+    """edit(tag, payload bytes) -> payload, for every record; version kept."""
+    path = os.path.join(ck, "manifest")
+    magic, version, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, version, [(t, edit(t, p)) for t, p in recs])
+
+
+def kv_edit(record, old, new):
+    def e(tag, payload):
+        if tag != record:
+            return payload
+        text = payload.decode()
+        check(old in text, "%r not in the %s record:\n%s", old, record, text)
+        return text.replace(old, new, 1).encode()
+    return e
+
+
+def crafted_case(craft, needles, modes=("auto", "path", "eval", "export")):
+    def t(h):
+        _, orig = trained(h)
+        cfg, run_dir = copy_run(h, orig, "copy")
+        ck = U.ckpt(run_dir, LAST)
+        craft(ck)
+        all_refuse(h, cfg, run_dir, ck, needles, modes)
+    return t
+
+
+def manifest_version_2(ck):
+    path = os.path.join(ck, "manifest")
+    magic, _, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, 2, recs)
+
+
+def units_record_short(ck):
+    path = U.unit_files(ck)[0]
+    magic, version, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, version,
+                    [(t, p[:-4] if t == "head.param" else p) for t, p in recs])
+
+
+def units_record_missing(ck):
+    path = U.unit_files(ck)[0]
+    magic, version, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, version, [(t, p) for t, p in recs if t != "blocks.1.mlp.v"])
+
+
+def units_from_other_step_with_moments_dropped(ck):
+    """A unit file holding parameters only (as if every unit were frozen)."""
+    path = U.unit_files(ck)[0]
+    magic, version, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, version, [(t, p) for t, p in recs if t.endswith(".param")])
+
+
+def unit_file_name(name):
+    def craft(ck):
+        unit = os.path.basename(U.unit_files(ck)[0])
+        rewrite_manifest(ck, kv_edit("units", "head=" + unit, "head=" + name))
+    return craft
+
+
+CRAFTED = {
+    "manifest_version_2": (manifest_version_2, ["manifest", "format 2"], None),
+    "state_record_missing_step": (
+        lambda ck: rewrite_manifest(ck, kv_edit("state", "\nstep=%d\n" % LAST, "\n")),
+        ["manifest", "state"], ("auto", "path")),
+    "state_negative_epoch_step": (
+        lambda ck: rewrite_manifest(ck, kv_edit("state", "epoch_step=0", "epoch_step=-1")),
+        ["manifest", "state"], ("auto", "path")),
+    "state_lr_kind_out_of_range": (
+        lambda ck: rewrite_manifest(ck, kv_edit("state", "lr.kind=1", "lr.kind=9")),
+        ["manifest"], ("auto", "path")),
+    "state_frozen_units_out_of_range": (
+        lambda ck: rewrite_manifest(ck, kv_edit("state", "frozen_units=0", "frozen_units=99")),
+        ["frozen_units"], ("auto", "path")),
+    "arch_record_malformed": (
+        lambda ck: rewrite_manifest(ck, kv_edit("arch", "dim=16", "dim=sixteen")),
+        ["manifest", "arch"], None),
+    "units_record_escapes_directory": (unit_file_name("../../orig/checkpoints/x.bin"),
+                                      ["head"], None),
+    "units_record_names_missing_file": (unit_file_name("units-stage7.bin"),
+                                       ["units-stage7.bin"], None),
+    "unit_tensor_too_short": (units_record_short, ["head.param"], None),
+    "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
+    "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
+                                 ("auto", "path")),
+    "config_record_bad_key": (
+        lambda ck: rewrite_manifest(ck, kv_edit("config", "  layers: 2\n", "  layerz: 2\n")),
+        ["layerz", "step_%010d" % LAST], ("export",)),
+}
+
+
+# ------------------------------------------- a config that does not match it
+
+def mismatch_case(changes, needles, modes=("auto", "path")):
+    def t(h):
+        _, orig = trained(h)
+        cfg, run_dir = copy_run(h, orig, "copy", **changes)
+        all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), needles, modes)
+    return t
+
+
+MISMATCH = {
+    "resume_other_dim": ({"model.dim": "32"}, ["dim", "16", "32"], ("auto", "path", "eval",
+                                                                    "eval-default")),
+    "resume_other_layers": ({"model.layers": "3"}, ["layers"], ("auto", "eval")),
+    "resume_other_heads": ({"model.heads": "4"}, ["heads"], ("auto",)),
+    "resume_other_patch": ({"model.patch": "2"}, ["patch"], ("auto",)),
+    "resume_other_batch": ({"train.batch": "4"}, ["train.batch", "8", "4"], ("auto", "path")),
+    "resume_other_seed": ({"run.seed": "4"}, ["run.seed"], ("auto", "path")),
+}
+
+
+def test_resume_gpt_with_vit_checkpoint(h):
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy", kind="gpt")
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["kind"], ("auto", "eval"))
+
+
+def test_resume_mid_epoch_after_data_shrank(h):
+    """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy", **{"data.synthetic_examples": "16"})
+    ck = U.ckpt(run_dir, 3)
+    all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "data"], ("path",))
+
+
+def test_eval_without_checkpoints(h):
+    run_dir = h.path("empty-run")
+    cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
+    r = h.run(["eval", cfg]).expect(2)
+    r.one_error("no checkpoint", strict=False)
+    check(not os.path.exists(run_dir), "eval created run.dir")
+
+
+# ----------------------------------------------------------------- hygiene
+
+def test_keep_checkpoints_prunes(h):
+    for keep, want in [(2, [8, 10]), (1, [10])]:
+        run_dir = h.path("keep%d" % keep)
+        cfg = U.write_config(h, "keep%d.yaml" % keep, keys(h, run_dir, **{
+            "train.checkpoint_every": "2", "train.keep_checkpoints": str(keep)}))
+        h.run(["train", cfg]).expect(0)
+        got = U.checkpoints(run_dir)
+        check(got == ["step_%010d" % s for s in want], "keep_checkpoints=%d left %s", keep, got)
+        for name in got:
+            check(os.path.isfile(os.path.join(run_dir, "checkpoints", name, "manifest")),
+                  "%s has no manifest", name)
+
+
+def test_keep_checkpoints_default_per_epoch(h):
+    """checkpoint_every 0: one per epoch; the default keep_checkpoints is 3."""
+    run_dir = h.path("run")
+    k = keys(h, run_dir, **{"train.checkpoint_every": "0", "train.epochs": "5"})
+    del k["train.keep_checkpoints"]
+    cfg = U.write_config(h, "c.yaml", k)
+    h.run(["train", cfg]).expect(0)
+    got = U.checkpoints(run_dir)
+    check(got == ["step_%010d" % s for s in (15, 20, 25)], "left %s", got)
+
+
+def test_prune_removes_incomplete_and_keeps_foreign_entries(h):
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy", **{"train.epochs": "3",
+                                                "train.keep_checkpoints": "2"})
+    root = os.path.join(run_dir, "checkpoints")
+    # an interrupted save at a later step, and entries that are not pipetrain's
+    stale = os.path.join(root, "step_0000000099")
+    os.mkdir(stale)
+    shutil.copy(U.unit_files(U.ckpt(run_dir, LAST))[0], stale)
+    U.write(os.path.join(root, "notes.txt"), "mine\n")
+    os.mkdir(os.path.join(root, "step_best"))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    check("resumed at step %d" % LAST in r.err, "did not resume from step %d (the directory "
+          "without a manifest must be skipped)\n%s", LAST, r.describe())
+    left = sorted(os.listdir(root))
+    check(left == ["notes.txt", "step_0000000012", "step_0000000015", "step_best"],
+          "after pruning to 2: %s", left)
+
+
+def test_fresh_run_refused_where_checkpoints_exist(h):
+    cfg, run_dir = trained(h)
+    before = U.snapshot(run_dir)
+    for extra in ([], ["--set", "train.resume="]):
+        r = h.run(["train", cfg] + extra).expect(2)
+        r.one_error(run_dir, "train.resume=auto", "step_%010d" % LAST)
+        U.same_snapshot(before, U.snapshot(run_dir), "run.dir after a refused fresh start")
+
+
+def test_fresh_run_allowed_over_incomplete_checkpoint(h):
+    run_dir = h.path("run")
+    os.makedirs(os.path.join(run_dir, "checkpoints", "step_0000000007"))
+    cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
+    h.run(["train", cfg]).expect(0)
+    check("step_0000000007" not in U.checkpoints(run_dir),
+          "the incomplete step_0000000007 was not pruned: %s", U.checkpoints(run_dir))
+
+
+def test_resume_explicit_older_checkpoint(h):
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy")
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0)
+    check("resumed at step 6" in r.err, "no resume message\n%s", r.describe())
+
+
+def test_checkpoint_files_are_recfiles(h):
+    """Every checkpoint file has its magic, version 1 and a valid CRC, and
+    the manifest records what checkpoint.h promises."""
+    _, run_dir = trained(h)
+    ck = U.ckpt(run_dir, LAST)
+    magic, version, recs = U.read_recfile(os.path.join(ck, "manifest"))
+    check(magic == b"PTCKMAN1" and version == 1, "manifest magic %r version %d", magic, version)
+    rec = dict(recs)
+    for tag in ("state", "arch", "units", "config"):
+        check(tag in rec, "manifest lacks the %s record", tag)
+    state = rec["state"].decode()
+    for kv in ("step=%d" % LAST, "epoch=2", "epoch_step=0", "batch=8", "seed=3"):
+        check(kv in state.splitlines(), "state record lacks %s:\n%s", kv, state)
+    for unit in U.unit_files(ck):
+        magic, version, urecs = U.read_recfile(unit)
+        check(magic == b"PTUNITS1" and version == 1, "%s: magic %r version %d", unit, magic,
+              version)
+        tags = [t for t, _ in urecs]
+        for name in ("embed", "blocks.0.attn", "blocks.1.mlp", "head"):
+            for part in ("param", "m", "v"):
+                check("%s.%s" % (name, part) in tags, "%s lacks %s.%s", unit, name, part)
+    # no temporary files left behind
+    for name in os.listdir(ck):
+        check(name == "manifest" or name.endswith(".bin"), "stray file %s in %s", name, ck)
+
+
+def tests():
+    out = []
+    for name, (target, how) in DAMAGE.items():
+        t = damage_case(target, how,
+                        ALL_MODES if name in FULL_DAMAGE else ("auto", "eval", "export"))
+        t.__name__ = "test_" + name
+        out.append(t)
+    for name, (craft, needles, modes) in CRAFTED.items():
+        t = crafted_case(craft, needles, modes or ("auto", "path", "eval", "export"))
+        t.__name__ = "test_crafted_" + name
+        out.append(t)
+    for name, (changes, needles, modes) in MISMATCH.items():
+        t = mismatch_case(changes, needles, modes)
+        t.__name__ = "test_" + name
+        out.append(t)
+    return out + [
+        test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
+        test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
+        test_resume_gpt_with_vit_checkpoint, test_resume_mid_epoch_after_data_shrank,
+        test_eval_without_checkpoints, test_keep_checkpoints_prunes,
+        test_keep_checkpoints_default_per_epoch,
+        test_prune_removes_incomplete_and_keeps_foreign_entries,
+        test_fresh_run_refused_where_checkpoints_exist,
+        test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
+        test_checkpoint_files_are_recfiles,
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(U.main(tests(), sys.argv, workers=4))

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""The command line: help, version, `keys`, `plan`, `export` and `eval --logits`,
+and the demo configs.
+
+- `--help` / `-h` print the usage on stdout and exit 0; no arguments print it
+  on stderr and exit 2; `--version` prints "pipetrain X.Y.Z".
+- `keys` prints a Markdown table with one row per key of the schema
+  (launch/config_schema.c, read here as text), the same keys a checkpoint's
+  config record holds, and every default it shows is accepted back from YAML.
+- `export` writes safetensors (parsed here with json + struct) holding every
+  parameter with its PyTorch name and shape for a small ViT and GPT, and the
+  same floats as the checkpoint's parameter records; `model.init_from` reads
+  it back.
+- `eval --logits` writes one F32 tensor [test rows, classes].
+- configs/vit_fmnist.yaml and configs/gpt_kjv.yaml train 2 steps when their
+  data is installed (run from the repository root, as their relative paths
+  expect, with run.dir in a temporary directory); otherwise "skipped: ...".
+
+usage: test_cli.py PIPETRAIN_BINARY
+"""
+import math
+import os
+import re
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+from cli_util import check  # noqa: E402
+
+D, LAYERS, HEADS, PATCH, SIZE, CLASSES, CONTEXT = 16, 2, 2, 4, 8, 4, 16
+
+
+def schema_keys():
+    with open(os.path.join(U.REPO, "launch", "config_schema.c")) as f:
+        keys = re.findall(r'\{"([a-z_0-9]+\.[a-z_0-9]+)",\s*PT_K_', f.read())
+    check(len(keys) > 40, "found only %d keys in launch/config_schema.c", len(keys))
+    return keys
+
+
+def keys_table(h):
+    r = h.run(["keys"]).expect(0)
+    lines = r.out.splitlines()
+    check(len(lines) > 2 and re.match(r"^\|\s*key\s*\|", lines[0]),
+          "keys output does not start with a Markdown table header:\n%s", r.out[:500])
+    check(re.match(r"^\|(\s*:?-+:?\s*\|)+$", lines[1]), "no Markdown separator row: %r", lines[1])
+    cols = lines[0].count("|")
+    rows = {}
+    for line in lines[2:]:
+        if not line.strip():
+            continue
+        check(line.startswith("|") and line.endswith("|") and line.count("|") == cols,
+              "malformed table row (cells must not contain '|'): %r", line)
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        m = re.match(r"^`([^`]+)`$", cells[0])
+        check(m, "first cell is not a `key`: %r", line)
+        check(m.group(1) not in rows, "key %s listed twice", m.group(1))
+        rows[m.group(1)] = cells
+    return rows
+
+
+def test_help(h):
+    for flag in ("--help", "-h"):
+        r = h.run([flag]).expect(0, flag)
+        check("usage: pipetrain" in r.out, "%s: no usage on stdout\n%s", flag, r.describe())
+        for cmd in ("train", "eval", "export", "keys", "plan"):
+            check(re.search(r"^\s+%s\b" % cmd, r.out, re.M), "%s: usage lacks '%s'", flag, cmd)
+        check(r.err == "", "%s wrote on stderr: %r", flag, r.err)
+
+
+def test_no_arguments(h):
+    r = h.run([]).expect(2)
+    check("usage: pipetrain" in r.err, "no usage on stderr\n%s", r.describe())
+    check(r.out == "", "usage went to stdout")
+
+
+def test_version(h):
+    r = h.run(["--version"]).expect(0)
+    check(re.match(r"^pipetrain \d+\.\d+\.\d+\n$", r.out), "unexpected --version output %r", r.out)
+
+
+def test_keys_lists_every_schema_key(h):
+    rows = keys_table(h)
+    want = schema_keys()
+    missing = [k for k in want if k not in rows]
+    extra = [k for k in rows if k not in want]
+    check(not missing and not extra, "keys table: missing %s, unknown %s", missing, extra)
+    check(list(rows) == want, "keys table is not in schema order")
+    for k, cells in rows.items():
+        check(len(cells) == 4 and all(cells), "row of %s has an empty cell: %r", k, cells)
+
+
+def test_keys_match_checkpoint_config(h):
+    """The config a checkpoint stores names exactly the keys `keys` lists."""
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", U.tiny("vit", run_dir, **{"train.max_steps": "1"}))
+    h.run(["train", cfg]).expect(0)
+    _, _, recs = U.read_recfile(os.path.join(U.ckpt(run_dir, 1), "manifest"))
+    text = dict(recs)["config"].decode()
+    stored, section = [], None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            section = line.rstrip(":")
+        elif line.strip():
+            stored.append(section + "." + line.strip().split(":", 1)[0])
+    check(stored == list(keys_table(h)), "checkpoint config keys %s differ from `keys`", stored)
+
+
+def test_keys_defaults_are_accepted(h):
+    """Every key at the default `keys` shows, written as YAML, is a valid config."""
+    rows = keys_table(h)
+    keys = {}
+    for k, cells in rows.items():
+        m = re.match(r"^`(.*)`$", cells[1])
+        check(m, "default of %s is not in backquotes: %r", k, cells[1])
+        v = m.group(1)
+        keys[k] = v if v == "''" else '"%s"' % v if not re.match(r"^[-+.\w]+$", v) else v
+    cfg = U.write(h.path("defaults.yaml"), U.render(keys))
+    run_dir = h.path("run")
+    tiny = U.tiny("vit", run_dir, **{"train.max_steps": "1", "train.epochs": "1"})
+    args = ["train", cfg]
+    for k, v in tiny.items():
+        args += ["--set", "%s=%s" % (k, v)]
+    r = h.run(args)
+    r.expect(0, "training from every default")
+    check(U.checkpoints(run_dir) == ["step_0000000001"], "no checkpoint: %s",
+          U.checkpoints(run_dir))
+
+
+def test_readme_documents_every_key(h):
+    readme = os.path.join(U.REPO, "README.md")
+    if not os.path.exists(readme):
+        return "skipped: no README.md in the repository"
+    with open(readme) as f:
+        text = f.read()
+    missing = [k for k in schema_keys() if k not in text]
+    check(not missing, "README.md does not document %s", missing)
+
+
+# ------------------------------------------------------------------ export
+
+def expected_tensors(kind):
+    d, hidden = D, 4 * D
+    out = {}
+    if kind == "vit":
+        tokens = (SIZE // PATCH) ** 2 + 1
+        out.update({"embed.patch.weight": [d, PATCH * PATCH], "embed.patch.bias": [d],
+                    "embed.cls": [1, 1, d], "embed.pos": [1, tokens, d]})
+    else:
+        out.update({"embed.tok.weight": [256, d], "embed.pos.weight": [CONTEXT, d]})
+    for b in range(LAYERS):
+        p = "blocks.%d." % b
+        out.update({p + "attn.ln.weight": [d], p + "attn.ln.bias": [d],
+                    p + "attn.qkv.weight": [3 * d, d], p + "attn.qkv.bias": [3 * d],
+                    p + "attn.proj.weight": [d, d], p + "attn.proj.bias": [d],
+                    p + "mlp.ln.weight": [d], p + "mlp.ln.bias": [d],
+                    p + "mlp.fc1.weight": [hidden, d], p + "mlp.fc1.bias": [hidden],
+                    p + "mlp.fc2.weight": [d, hidden], p + "mlp.fc2.bias": [d]})
+    out.update({"head.ln.weight": [d], "head.ln.bias": [d]})
+    if kind == "vit":
+        out.update({"head.fc.weight": [CLASSES, d], "head.fc.bias": [CLASSES]})
+    else:
+        out["head.fc.weight"] = [256, d]
+    return out
+
+
+def tiny_keys(kind, run_dir, **extra):
+    k = U.tiny(kind, run_dir, **{"train.max_steps": "4", "train.checkpoint_every": "4", **extra})
+    k.update({"model.dim": str(D), "model.layers": str(LAYERS), "model.heads": str(HEADS)})
+    if kind == "vit":
+        k.update({"model.patch": str(PATCH), "data.image_size": str(SIZE),
+                  "model.classes": str(CLASSES)})
+    else:
+        k["model.context"] = str(CONTEXT)
+    return k
+
+
+def export_case(kind):
+    def t(h):
+        run_dir = h.path("run")
+        cfg = U.write_config(h, "c.yaml", tiny_keys(kind, run_dir))
+        h.run(["train", cfg]).expect(0)
+        ck = U.ckpt(run_dir, 4)
+        out = h.path("w.safetensors")
+        r = h.run(["export", ck, out]).expect(0)
+        check(out in r.out, "export did not say what it wrote: %r", r.out)
+        tensors, meta = U.read_safetensors(out)
+        want = expected_tensors(kind)
+        got = {k: v[1] for k, v in tensors.items()}
+        check(set(got) == set(want), "tensor names: missing %s, unexpected %s",
+              sorted(set(want) - set(got)), sorted(set(got) - set(want)))
+        for name, shape in want.items():
+            check(got[name] == shape, "%s has shape %s, expected %s", name, got[name], shape)
+            check(tensors[name][0] == "F32", "%s has dtype %s", name, tensors[name][0])
+        check(meta.get("model.kind") == kind, "metadata model.kind = %r", meta.get("model.kind"))
+        # the same floats as the checkpoint's parameter records, unit by unit
+        # (tensors of a unit are its parameter blob in order)
+        params = {}
+        for unit in U.unit_files(ck):
+            for tag, payload in U.read_recfile(unit)[2]:
+                if tag.endswith(".param"):
+                    params[tag[:-6]] = payload
+        for unit, blob in params.items():
+            names = [n for n in want if n.startswith(unit + ".")]
+            joined = b"".join(tensors[n][2] for n in names)
+            check(joined == blob, "export of unit %s differs from its checkpoint record", unit)
+        check(sum(len(v) for v in params.values()) == sum(len(v[2]) for v in tensors.values()),
+              "export holds tensors that are in no unit")
+        for name, (_, _, raw) in tensors.items():
+            check(all(math.isfinite(x) for x in U.floats(raw)), "%s is not finite", name)
+        # LayerNorm weights start at 1; after 4 steps they moved but stayed near it
+        ln = U.floats(tensors["head.ln.weight"][2])
+        check(any(x != 1.0 for x in ln) and all(0.5 < x < 1.5 for x in ln),
+              "head.ln.weight does not look trained: %s", ln[:4])
+
+        # round trip: init_from the export, one step at a learning rate too
+        # small to move float32 weights: the same weights come back
+        run2 = h.path("run2")
+        cfg2 = U.write_config(h, "c2.yaml", tiny_keys(kind, run2, **{
+            "model.init_from": out, "train.max_steps": "1", "train.lr": "1e-30",
+            "train.min_lr": "0", "train.weight_decay": "0", "train.warmup_steps": "0"}))
+        h.run(["train", cfg2]).expect(0)
+        out2 = h.path("w2.safetensors")
+        h.run(["export", U.ckpt(run2, 1), out2]).expect(0)
+        t2, _ = U.read_safetensors(out2)
+        for name, (_, _, raw) in tensors.items():
+            a, b = U.floats(raw), U.floats(t2[name][2])
+            worst = max(abs(x - y) for x, y in zip(a, b))
+            check(worst < 1e-20, "%s changed by %g through init_from", name, worst)
+    return t
+
+
+def test_export_errors(h):
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", tiny_keys("vit", run_dir))
+    h.run(["train", cfg]).expect(0)
+    ck = U.ckpt(run_dir, 4)
+    r = h.run(["export", ck]).expect(2, "missing output argument")
+    r.one_error(strict=False)
+    r = h.run(["export", ck, h.path("a.st"), "extra"]).expect(2, "extra argument")
+    r.one_error(strict=False)
+    out = h.path("no-such-dir", "w.safetensors")
+    r = h.run(["export", ck, out])
+    check(r.rc in (1, 2), "export into a missing directory: status %d", r.rc)
+    r.one_error("no-such-dir", strict=False)
+    check(not os.path.exists(h.path("no-such-dir")), "export created the missing directory")
+
+
+def logits_case(kind, rows, classes):
+    def t(h):
+        run_dir = h.path("run")
+        cfg = U.write_config(h, "c.yaml", tiny_keys(kind, run_dir))
+        h.run(["train", cfg]).expect(0)
+        out = h.path("logits.safetensors")
+        r = h.run(["eval", cfg, "--logits", out]).expect(0)
+        check(U.ckpt(run_dir, 4) in r.out, "eval did not use the newest checkpoint:\n%s", r.out)
+        m = re.search(r"examples (\d+)", r.out)
+        check(m, "eval printed no example count:\n%s", r.out)
+        tensors, _ = U.read_safetensors(out)
+        check(list(tensors) == ["logits"], "tensors %s", list(tensors))
+        dtype, shape, raw = tensors["logits"]
+        check(dtype == "F32" and shape == [rows, classes],
+              "logits are %s %s, expected F32 [%d, %d]", dtype, shape, rows, classes)
+        per = rows // int(m.group(1))
+        check(per * int(m.group(1)) == rows, "%d rows for %s examples", rows, m.group(1))
+        values = U.floats(raw)
+        check(all(math.isfinite(x) for x in values), "non-finite logits")
+        check(len(set(values)) > classes, "logits are constant")
+        check(re.search(r"test loss [\d.]+", r.out), "no test loss printed:\n%s", r.out)
+        # the same logits again (eval is deterministic), through --checkpoint
+        out2 = h.path("logits2.safetensors")
+        h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, 4), "--logits", out2]).expect(0)
+        check(U.read_bytes(out) == U.read_bytes(out2), "two evals of one checkpoint differ")
+    return t
+
+
+def test_plan_writes_nothing(h):
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", tiny_keys("vit", run_dir))
+    r = h.run(["plan", cfg]).expect(0)
+    check(r.out.strip(), "plan printed nothing")
+    check(not os.path.exists(run_dir), "plan created run.dir")
+
+
+# -------------------------------------------------------------- demo configs
+
+def demo(h, config, data_files, extra):
+    missing = [p for p in data_files if not os.path.exists(os.path.join(U.REPO, p))]
+    if missing:
+        return "skipped: %s not installed" % ", ".join(missing)
+    run_dir = h.path("run")
+    args = ["train", os.path.join("configs", config), "--set", "run.dir=" + run_dir,
+            "--set", "train.max_steps=2", "--set", "train.eval_examples=32", "--set",
+            "run.threads=1"] + extra
+    before = U.snapshot(os.path.join(U.REPO, "runs"))
+    r = h.run(args, cwd=U.REPO, timeout=280).expect(0, config)
+    check("done: 2 steps" in r.err, "%s did not train 2 steps\n%s", config, r.describe())
+    check(U.checkpoints(run_dir) == ["step_0000000002"], "checkpoints %s", U.checkpoints(run_dir))
+    U.same_snapshot(before, U.snapshot(os.path.join(U.REPO, "runs")), "the repository's runs/")
+    r = h.run(["eval", os.path.join("configs", config), "--set", "run.dir=" + run_dir, "--set",
+               "run.threads=1"] + extra, cwd=U.REPO, timeout=280).expect(0, "eval " + config)
+    check("test accuracy" in r.out, "eval printed no accuracy:\n%s", r.out)
+
+
+def test_demo_vit_fmnist(h):
+    return demo(h, "vit_fmnist.yaml",
+                ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
+                 "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"], [])
+
+
+def test_demo_gpt_kjv(h):
+    return demo(h, "gpt_kjv.yaml", ["datasets/kjv.txt"], ["--set", "sample.length=16"])
+
+
+def tests():
+    out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
+           test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
+           test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
+           test_demo_vit_fmnist, test_demo_gpt_kjv]
+    for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
+                    ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
+                    ("eval_logits_gpt", logits_case("gpt", 10 * CONTEXT, 256))]:
+        t.__name__ = "test_" + name
+        out.append(t)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(U.main(tests(), sys.argv, workers=4))

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Resuming from a checkpoint gives the same bits as not stopping.
+
+Each test trains a tiny model straight through, and again with a stop in the
+middle, then resumes with train.resume=auto and compares with the straight
+run: the unit files of the final checkpoint (parameters and AdamW moments)
+and `pipetrain export` of it must be byte-identical, and metrics.jsonl must
+hold the same loss, learning rate and gradient norm for every step (and the
+same evaluations), each step exactly once.
+
+Ways to stop:
+  crash     the straight run's directory, cut back to what a run killed right
+            after its step-S checkpoint leaves on disk (that checkpoint and the
+            metrics up to step S); same config throughout
+  sigint    SIGINT after a few steps of a long run (it finishes the step,
+            saves and exits 130)
+  max_steps a first run with train.max_steps=S, resumed with the straight
+            run's max_steps; bit-exactness is only defined here for a schedule
+            that does not depend on the run's length (constant), since the
+            cosine and linear schedules span train.max_steps; for the default
+            schedule, test_more_{max_steps,epochs}_on_resume_keeps_learning
+            check that an extended run is not silently stuck at min_lr
+
+Epochs are 5 steps (40 examples, batch 8), so a stop at step 4 or 6 is in the
+middle of an epoch and one at step 5 is at its end.
+
+usage: test_resume.py PIPETRAIN_BINARY
+"""
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+from cli_util import check  # noqa: E402
+
+STEPS = 12
+
+
+def config(h, kind, run_dir, **extra):
+    return U.tiny(kind, run_dir, **{"train.epochs": "3", "train.max_steps": str(STEPS),
+                                    "train.keep_checkpoints": "10", **extra})
+
+
+def train(h, name, kind, *sets, expect=0, **extra):
+    run_dir = h.path(name)
+    cfg = U.write_config(h, name + ".yaml", config(h, kind, run_dir, **extra))
+    args = ["train", cfg]
+    for s in sets:
+        args += ["--set", s]
+    r = h.run(args).expect(expect, "training " + name)
+    return cfg, run_dir, r
+
+
+def crash_copy(h, src, name, step):
+    """What a run killed just after saving step `step` leaves behind."""
+    dst = h.path(name)
+    shutil.copytree(src, dst)
+    for c in U.checkpoints(dst):
+        if int(c[5:]) > step:
+            shutil.rmtree(os.path.join(dst, "checkpoints", c))
+    check(U.checkpoints(dst) and U.checkpoints(dst)[-1] == "step_%010d" % step,
+          "the straight run saved no checkpoint at step %d: %s", step, U.checkpoints(src))
+    path = os.path.join(dst, "metrics.jsonl")
+    with open(path) as f:
+        lines = f.readlines()
+    with open(path, "w") as f:
+        f.writelines(l for l in lines if json.loads(l)["step"] <= step)
+    return dst
+
+
+def export(h, ckpt_dir, name):
+    out = h.path(name + ".safetensors")
+    h.run(["export", ckpt_dir, out]).expect(0, "export")
+    return U.read_bytes(out)
+
+
+def compare(h, straight, resumed, final=STEPS, resumed_at=None, run_ended_at=None):
+    """The final checkpoints and the metrics of the two runs agree exactly
+    (except for the evaluation a first run that ended at run_ended_at did at its end)."""
+    a, b = U.ckpt(straight, final), U.ckpt(resumed, final)
+    check(os.path.isfile(os.path.join(b, "manifest")), "the resumed run has no checkpoint at "
+          "step %d: %s", final, U.checkpoints(resumed))
+    sa, va = U.metrics(straight)
+    sb, vb = U.metrics(resumed)
+    if run_ended_at is not None and run_ended_at not in [r["step"] for r in va]:
+        vb = [r for r in vb if r["step"] != run_ended_at]
+    steps_b = [r["step"] for r in sb]
+    check(steps_b == list(range(1, final + 1)),
+          "the resumed run's metrics.jsonl has steps %s, expected 1..%d once each", steps_b, final)
+    for ra, rb in zip(sa, sb):
+        for k in ("step", "epoch", "loss", "lr", "grad_norm"):
+            check(ra[k] == rb[k], "step %d: %s is %r straight, %r resumed (resumed at %s)",
+                  ra["step"], k, ra[k], rb[k], resumed_at)
+    key = [(r["step"], r["test_loss"], r["test_accuracy"]) for r in va]
+    check(key == [(r["step"], r["test_loss"], r["test_accuracy"]) for r in vb],
+          "evaluations differ:\n straight %s\n resumed  %s", va, vb)
+    ua, ub = U.unit_files(a), U.unit_files(b)
+    check([os.path.basename(p) for p in ua] == [os.path.basename(p) for p in ub],
+          "unit files differ: %s vs %s", ua, ub)
+    for pa, pb in zip(ua, ub):
+        da, db = U.read_bytes(pa), U.read_bytes(pb)
+        if da != db:
+            first = next(i for i in range(min(len(da), len(db))) if da[i] != db[i]) \
+                if len(da) == len(db) else -1
+            raise U.Failure("%s differs from the straight run's (first differing byte %d of %d)"
+                            % (pb, first, len(da)))
+    ea, eb = export(h, a, "straight"), export(h, b, "resumed")
+    check(ea == eb, "exported weights differ from the straight run's")
+
+    return sa
+
+
+def not_trivial(h, run_dir, early, final=STEPS):
+    """The weights moved between the resume point and the end (else equal
+    results would prove nothing)."""
+    check(export(h, U.ckpt(run_dir, early), "early") != export(h, U.ckpt(run_dir, final), "late"),
+          "weights at step %d and %d are equal: nothing was trained", early, final)
+
+
+def crash_case(kind, stop, every, **extra):
+    def t(h):
+        _, straight, _ = train(h, "straight", kind, **{"train.checkpoint_every": str(every)},
+                               **extra)
+        resumed = crash_copy(h, straight, "resumed", stop)
+        cfg = U.write_config(h, "resumed.yaml", config(
+            h, kind, resumed, **{"train.checkpoint_every": str(every)}, **extra))
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume")
+        check("resumed at step %d" % stop in r.err, "no 'resumed at step %d'\n%s", stop,
+              r.describe())
+        compare(h, straight, resumed, resumed_at=stop)
+        not_trivial(h, straight, stop)
+    return t
+
+
+def max_steps_case(kind, stop, **extra):
+    def t(h):
+        _, straight, _ = train(h, "straight", kind, **extra)
+        cfg, resumed, _ = train(h, "resumed", kind, "train.max_steps=%d" % stop, **extra)
+        check(U.checkpoints(resumed)[-1] == "step_%010d" % stop, "no checkpoint at step %d: %s",
+              stop, U.checkpoints(resumed))
+        h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume")
+        compare(h, straight, resumed, resumed_at=stop, run_ended_at=stop)
+    return t
+
+
+def sigint_case(kind, epochs, **extra):
+    """SIGINT a long run after a few steps, resume it, compare with a straight run."""
+    long = {"train.epochs": str(epochs), "train.max_steps": "0", "train.eval_every": "0",
+            "train.checkpoint_every": "1000000", "train.log_every": "1000", **extra}
+
+    def t(h):
+        total = epochs * 5
+        _, straight, _ = train(h, "straight", kind, **long)
+        run_dir = h.path("resumed")
+        cfg = U.write_config(h, "resumed.yaml", config(h, kind, run_dir, **long))
+        p = h.popen(["train", cfg])
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        deadline = time.time() + 120
+        while p.poll() is None and time.time() < deadline:
+            try:
+                with open(metrics) as f:
+                    if sum(1 for _ in f) >= 3:
+                        break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.002)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        r = U.Result(p.args, p.returncode, out, err)
+        U.no_sanitizer(r)
+        r.expect(130, "stopped by SIGINT")
+        check("signal 2" in err, "no word of the signal on stderr\n%s", r.describe())
+        saved = U.checkpoints(run_dir)
+        check(len(saved) == 1, "expected one checkpoint after the stop, got %s", saved)
+        stop = int(saved[0][5:])
+        steps, _ = U.metrics(run_dir)
+        check(0 < stop < total and steps[-1]["step"] == stop,
+              "stopped at step %d (metrics end at %d) of %d", stop, steps[-1]["step"], total)
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume")
+        check("resumed at step %d" % stop in r.err, "no resume message\n%s", r.describe())
+        compare(h, straight, run_dir, final=total, resumed_at=stop)
+    return t
+
+
+def keeps_learning_case(key, first, then, **extra):
+    """With the default schedule (cosine over the run's steps) a run has
+    decayed to min_lr at its end. Resumed with a larger train.max_steps or
+    train.epochs (to train longer), either the run is refused with a message
+    naming that key, or the new steps train at a learning rate above min_lr --
+    not silently at min_lr, which wastes them."""
+    def t(h):
+        cfg, run_dir, _ = train(h, "run", "vit", "%s=%s" % (key, first), **extra)
+        done = len(U.metrics(run_dir)[0])
+        r = h.run(["train", cfg, "--set", "%s=%s" % (key, then), "--set", "train.resume=auto"])
+        if r.rc == 2:
+            r.one_error(key, strict=False)
+            return "refused (allowed)"
+        r.expect(0, "resume with more steps")
+        steps, _ = U.metrics(run_dir)
+        min_lr = float(config(h, "vit", run_dir)["train.min_lr"])
+        after = [s["lr"] for s in steps[done:]]
+        check(after, "no steps after the resume at step %d", done)
+        check(any(lr > min_lr * 1.001 for lr in after),
+              "after resuming with %s %s -> %s, every one of the %d new steps ran at min_lr "
+              "(%g): lr %s", key, first, then, len(after), min_lr, after)
+    return t
+
+
+def test_straight_runs_are_reproducible(h):
+    """Control: the same config twice gives the same bits."""
+    _, a, _ = train(h, "a", "vit", **{"train.checkpoint_every": "4"})
+    _, b, _ = train(h, "b", "vit", **{"train.checkpoint_every": "4"})
+    compare(h, a, b)
+
+
+def test_resume_when_already_done(h):
+    """Resuming a finished run trains nothing more and changes no checkpoint."""
+    cfg, run_dir, _ = train(h, "run", "vit", **{"train.checkpoint_every": "4"})
+    before = U.snapshot(os.path.join(run_dir, "checkpoints"))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    U.same_snapshot(before, U.snapshot(os.path.join(run_dir, "checkpoints")), "checkpoints")
+    steps, _ = U.metrics(run_dir)
+    check([r["step"] for r in steps] == list(range(1, STEPS + 1)), "steps ran again: %s",
+          [r["step"] for r in steps])
+
+
+T2 = {"run.threads": "2"}
+MB2 = {"pipeline.microbatches": "2"}
+CASES = {
+    "vit_crash_after_step4_threads1": crash_case("vit", 4, 4),
+    "vit_crash_after_step4_threads2": crash_case("vit", 4, 4, **T2),
+    "gpt_crash_after_step4_threads1": crash_case("gpt", 4, 4),
+    "gpt_crash_after_step4_threads2": crash_case("gpt", 4, 4, **T2),
+    "vit_crash_mid_epoch_step6": crash_case("vit", 6, 3),
+    "gpt_crash_mid_epoch_step6_threads2": crash_case("gpt", 6, 3, **T2),
+    "vit_crash_at_epoch_end_step5": crash_case("vit", 5, 5),
+    "vit_microbatches2_crash_after_step6": crash_case("vit", 6, 3, **MB2),
+    "gpt_microbatches2_threads2_crash_after_step4": crash_case("gpt", 4, 4, **MB2, **T2),
+    "vit_max_steps_4_then_12_constant_lr": max_steps_case(
+        "vit", 4, **{"train.schedule": "constant", "train.warmup_steps": "0"}),
+    "vit_max_steps_6_then_12_constant_lr": max_steps_case(
+        "vit", 6, **{"train.schedule": "constant", "train.warmup_steps": "0"}),
+    "gpt_max_steps_6_then_12_constant_lr": max_steps_case(
+        "gpt", 6, **{"train.schedule": "constant", "train.warmup_steps": "0"}),
+    "vit_microbatches3_crash_after_step4": crash_case("vit", 4, 4, **{
+        "pipeline.microbatches": "3"}),
+    "more_max_steps_on_resume_keeps_learning": keeps_learning_case("train.max_steps", 4, 12),
+    "more_epochs_on_resume_keeps_learning": keeps_learning_case("train.epochs", 2, 3, **{
+        "train.max_steps": "0"}),
+    "vit_sigint_then_resume": sigint_case("vit", 400),
+    "gpt_sigint_then_resume": sigint_case("gpt", 100),
+}
+
+
+def tests():
+    out = []
+    for name, t in CASES.items():
+        t.__name__ = "test_" + name
+        out.append(t)
+    return [test_straight_runs_are_reproducible, test_resume_when_already_done] + out
+
+
+if __name__ == "__main__":
+    sys.exit(U.main(tests(), sys.argv, workers=3))
