@@ -1,0 +1,65 @@
+/*
+ * cache.h: the cache module's public interface: a per-node store of the
+ * frozen prefix's output activation for each training sample, shared by every
+ * rank of the node, so a frozen prefix is computed once per sample instead of
+ * once per epoch.
+ *
+ * An entry is (sample id, depth): the activation after the first `depth`
+ * units. Each sample has at most one entry; storing a deeper one reuses the
+ * shallower one's space, which is how the old depth's memory is freed when the
+ * frozen prefix grows. Entries live in a POSIX shared-memory segment up to a
+ * byte budget, then in a file on disk up to another; when both are full the
+ * rest is computed, not cached. The cache decides nothing about what is
+ * frozen.
+ */
+#ifndef PT_CACHE_H
+#define PT_CACHE_H
+
+#include "nn/nn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pt_cache pt_cache;
+
+typedef struct pt_cache_spec {
+    const char *job;       /* identifies the job; the same on every rank of the node */
+    int64_t samples;       /* sample ids are 0 .. samples - 1 */
+    size_t entry_bytes;    /* bytes of one cached activation */
+    uint64_t memory_bytes; /* shared-memory tier: bytes of entries it may hold */
+    const char *disk_dir;  /* disk tier directory; NULL or "" for none */
+    uint64_t disk_bytes;   /* disk tier: bytes of entries it may hold */
+} pt_cache_spec;
+
+typedef struct pt_cache_stats {
+    uint64_t memory_entries, disk_entries; /* capacity */
+    uint64_t memory_used, disk_used;       /* entries allocated so far */
+} pt_cache_stats;
+
+/* The node's first rank creates the segment (O_EXCL, mode 0600, named after
+ * the user and the job) after sweeping segments of jobs that died; the other
+ * ranks of the node attach to it, after the creator is done. */
+int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
+int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
+/* Detaches; the creator also removes the segment and the disk file (call it
+ * after the other ranks of the node have closed). NULL-safe. */
+void pt_cache_close(pt_cache *c);
+
+/* Copies the entry of sample id into out if it has depth `depth`: 1 (hit)
+ * or 0 (miss). A concurrent store makes it a miss, never a torn read. */
+int pt_cache_get(pt_cache *c, int64_t id, int depth, void *out, pt_err *err);
+/* The depth of id's entry, 0 if none (or being written). */
+int pt_cache_depth(pt_cache *c, int64_t id);
+/* Stores id's activation at depth (> 0) unless an entry at least as deep
+ * exists or is being written: 1 stored or already present, 0 no room, <0 error. */
+int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *err);
+
+void pt_cache_stats_get(const pt_cache *c, pt_cache_stats *out);
+/* The shared-memory object's name ("/pipetrain-UID-JOB"). */
+const char *pt_cache_name(const pt_cache *c);
+
+/* Removes the segments (and disk files) of this user's pipetrain jobs whose
+ * creating process is gone; returns how many were removed. */
+int pt_cache_sweep(pt_err *err);
+
+#endif

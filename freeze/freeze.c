@@ -1,0 +1,199 @@
+/*
+ * freeze.c: the freeze policies.
+ *
+ * none: depth stays 0.
+ * schedule: depth after decision t is PipeTransformer's progressive bound
+ *   ceil(L (1 - (1 - alpha)^t)), capped at max_depth.
+ * auto: from the per-block gradient norms accumulated between decisions (as
+ *   AutoFreeze does): the change rate r_b = |G_prev - G| / G_prev of every
+ *   active block and the median of those rates. A block has settled when its
+ *   rate is at most the median and below the largest rate; the new depth is
+ *   the length of the prefix of settled blocks. (AutoFreeze's strict "below
+ *   the median" freezes nothing when most blocks have stopped changing
+ *   altogether, since the median is then 0; uniform change still freezes
+ *   nothing here.) The first decision only records the norms. The result
+ *   never exceeds the schedule's bound for the same t, nor max_depth.
+ */
+#include "freeze/freeze.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pt_freeze_bound(int blocks, double alpha, int t)
+{
+    double x = (double)blocks * (1.0 - pow(1.0 - alpha, (double)t));
+    /* 4.0000000000001 is 4, not 5: allow the rounding error of pow */
+    int b = (int)ceil(x - 1e-9 * (double)blocks);
+    return b < 0 ? 0 : b > blocks ? blocks : b;
+}
+
+int pt_freeze_units(int depth) { return depth > 0 ? 1 + 2 * depth : 0; }
+
+int pt_freeze_init(pt_freeze_state *s, const pt_freeze_config *cfg, int blocks, pt_err *err)
+{
+    memset(s, 0, sizeof *s);
+    if (cfg->kind != PT_FREEZE_NONE && !(cfg->alpha > 0 && cfg->alpha < 1))
+        return pt_fail(err, PT_EINPUT, "freeze.alpha is %g; it must be in (0, 1)", cfg->alpha);
+    s->cfg = *cfg;
+    if (s->cfg.max_depth <= 0 || s->cfg.max_depth > blocks)
+        s->cfg.max_depth = blocks;
+    s->blocks = blocks;
+    s->acc = calloc((size_t)blocks + 1, sizeof *s->acc);
+    s->prev = calloc((size_t)blocks + 1, sizeof *s->prev);
+    s->rate = calloc((size_t)blocks + 1, sizeof *s->rate);
+    if (!s->acc || !s->prev || !s->rate) {
+        pt_freeze_free(s);
+        return pt_fail(err, PT_ENOMEM, "out of memory for the freeze state");
+    }
+    return 0;
+}
+
+void pt_freeze_free(pt_freeze_state *s)
+{
+    free(s->acc);
+    free(s->prev);
+    free(s->rate);
+    s->acc = s->prev = s->rate = NULL;
+}
+
+void pt_freeze_accumulate(pt_freeze_state *s, const double *block_norm)
+{
+    for (int b = s->depth; b < s->blocks; b++)
+        s->acc[b] += block_norm[b];
+    s->acc_steps++;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of the change rates of blocks [from, L); blocks with G_prev == 0 rate 0. */
+static double median_rate(const pt_freeze_state *s, double *rate)
+{
+    int n = 0;
+    double *sorted = malloc((size_t)s->blocks * sizeof *sorted);
+    for (int b = s->depth; b < s->blocks; b++) {
+        rate[b] = s->prev[b] > 0 ? fabs(s->prev[b] - s->acc[b]) / s->prev[b] : 0.0;
+        if (sorted)
+            sorted[n++] = rate[b];
+    }
+    double med = 0;
+    if (sorted && n > 0) {
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+        med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    }
+    free(sorted);
+    return med;
+}
+
+int pt_freeze_decide(pt_freeze_state *s, pt_freeze_report *r)
+{
+    const int t = ++s->decisions;
+    const int bound = pt_freeze_bound(s->blocks, s->cfg.alpha, t);
+    memset(r, 0, sizeof *r);
+    r->decision = t;
+    r->old_depth = s->depth;
+    r->bound = bound;
+    int want = s->depth;
+    if (s->cfg.kind == PT_FREEZE_SCHEDULE) {
+        want = bound;
+        r->candidate = bound;
+    } else if (s->cfg.kind == PT_FREEZE_AUTO) {
+        double *rate = s->rate;
+        memset(rate, 0, (size_t)s->blocks * sizeof *rate);
+        r->candidate = s->depth;
+        if (s->have_prev && s->acc_steps > 0) {
+            r->threshold = median_rate(s, rate);
+            double most = 0;
+            for (int b = s->depth; b < s->blocks; b++)
+                most = rate[b] > most ? rate[b] : most;
+            /* rounding-level differences between equal rates must not decide */
+            const double tie = 1e-6 * most;
+            int b = s->depth;
+            while (b < s->blocks && rate[b] <= r->threshold + tie && rate[b] < most - tie)
+                b++;
+            r->candidate = b;
+            want = b < bound ? b : bound;
+        }
+        r->rates = rate;
+        r->norms = s->acc; /* this interval's sums, about to become prev */
+        /* this interval's sums become the reference of the next decision */
+        memcpy(s->prev, s->acc, (size_t)s->blocks * sizeof *s->prev);
+        memset(s->acc, 0, (size_t)s->blocks * sizeof *s->acc);
+        r->norms = s->prev;
+        s->have_prev = s->acc_steps > 0;
+        s->acc_steps = 0;
+    }
+    if (want > s->cfg.max_depth)
+        want = s->cfg.max_depth;
+    if (want > s->depth)
+        s->depth = want;
+    r->new_depth = s->depth;
+    return s->depth;
+}
+
+int pt_freeze_save(const pt_freeze_state *s, FILE *out)
+{
+    fprintf(out, "freeze.depth=%d\nfreeze.decisions=%d\nfreeze.have_prev=%d\nfreeze.acc_steps=%" PRId64 "\n",
+            s->depth, s->decisions, s->have_prev, s->acc_steps);
+    for (int b = 0; b < s->blocks; b++)
+        fprintf(out, "freeze.acc.%d=%.17g\nfreeze.prev.%d=%.17g\n", b, s->acc[b], b, s->prev[b]);
+    return ferror(out) ? PT_ESYS : 0;
+}
+
+/* Value of key in key=value lines. */
+static const char *find(const char *text, size_t len, const char *key, size_t *vlen)
+{
+    size_t kl = strlen(key);
+    for (size_t i = 0; i < len;) {
+        size_t end = i;
+        while (end < len && text[end] != '\n')
+            end++;
+        if (end - i > kl && memcmp(text + i, key, kl) == 0 && text[i + kl] == '=') {
+            *vlen = end - i - kl - 1;
+            return text + i + kl + 1;
+        }
+        i = end + 1;
+    }
+    return NULL;
+}
+
+static int number(const char *text, size_t len, const char *key, double *v)
+{
+    size_t vl;
+    const char *p = find(text, len, key, &vl);
+    char buf[64], *end;
+    if (!p || vl == 0 || vl >= sizeof buf)
+        return -1;
+    memcpy(buf, p, vl);
+    buf[vl] = '\0';
+    *v = strtod(buf, &end);
+    return *end ? -1 : 0;
+}
+
+int pt_freeze_load(pt_freeze_state *s, const char *text, size_t len, pt_err *err)
+{
+    double depth, decisions, have_prev, steps;
+    if (number(text, len, "freeze.depth", &depth) || number(text, len, "freeze.decisions", &decisions) ||
+        number(text, len, "freeze.have_prev", &have_prev) || number(text, len, "freeze.acc_steps", &steps) ||
+        depth < 0 || depth > s->blocks || decisions < 0)
+        return pt_fail(err, PT_EINPUT, "the freeze state is missing or malformed");
+    for (int b = 0; b < s->blocks; b++) {
+        char key[48];
+        snprintf(key, sizeof key, "freeze.acc.%d", b);
+        if (number(text, len, key, &s->acc[b]))
+            return pt_fail(err, PT_EINPUT, "the freeze state has no %s", key);
+        snprintf(key, sizeof key, "freeze.prev.%d", b);
+        if (number(text, len, key, &s->prev[b]))
+            return pt_fail(err, PT_EINPUT, "the freeze state has no %s", key);
+    }
+    s->depth = (int)depth;
+    s->decisions = (int)decisions;
+    s->have_prev = have_prev != 0;
+    s->acc_steps = (int64_t)steps;
+    return 0;
+}

@@ -1,0 +1,262 @@
+/*
+ * test_cache.c: the shared activation cache. Several processes fill and read
+ * overlapping samples at once and every hit returns exactly what was stored;
+ * the disk tier round-trips; full tiers make puts decline, not fail; a process
+ * killed with SIGKILL while holding a segment leaves it behind and the next
+ * sweep removes it (and its disk file), with /dev/shm left clean; segments
+ * are mode 0600 whatever the umask; a live segment is never swept.
+ */
+#include "cache/cache.h"
+#include "tests/common/cunit_main.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ENTRY 96 /* floats per entry */
+
+static void pattern(int64_t id, int depth, float *out)
+{
+    for (int i = 0; i < ENTRY; i++)
+        out[i] = (float)(id * 1000 + depth * 10) + (float)i * 0.001f;
+}
+
+static void job_name(char *out, size_t n, const char *what)
+{
+    snprintf(out, n, "test-%s-%d", what, (int)getpid());
+}
+
+static int shm_exists(const char *name)
+{
+    char path[300];
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    return stat(path, &st) == 0;
+}
+
+static void round_trip_and_depths(void)
+{
+    char job[64];
+    job_name(job, sizeof job, "basic");
+    pt_cache_spec spec = {job, 50, ENTRY * sizeof(float), 20 * ENTRY * sizeof(float), NULL, 0};
+    pt_cache *c;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    float in[ENTRY], out[ENTRY];
+    pattern(7, 2, in);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 7, 2, out, &err), 0); /* empty */
+    CU_ASSERT_EQUAL(pt_cache_put(c, 7, 2, in, &err), 1);
+    CU_ASSERT_EQUAL(pt_cache_depth(c, 7), 2);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 7, 2, out, &err), 1);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 7, 3, out, &err), 0); /* another depth */
+    float shallow[ENTRY];
+    pattern(7, 1, shallow);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 7, 1, shallow, &err), 1); /* a deeper entry exists: kept */
+    CU_ASSERT_EQUAL(pt_cache_depth(c, 7), 2);
+    pattern(7, 5, in);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 7, 5, in, &err), 1); /* deeper: replaces in place */
+    CU_ASSERT_EQUAL(pt_cache_get(c, 7, 5, out, &err), 1);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    pt_cache_stats st;
+    pt_cache_stats_get(c, &st);
+    CU_ASSERT_EQUAL(st.memory_used, 1); /* one location for the sample, reused */
+    CU_ASSERT_EQUAL(pt_cache_get(c, 50, 5, out, &err), 0); /* out of range */
+    CU_ASSERT_NOT_EQUAL(pt_cache_put(c, 50, 1, in, &err), 1);
+    pt_cache_close(c);
+    char name[128];
+    snprintf(name, sizeof name, "/pipetrain-%u-%s", (unsigned)getuid(), job);
+    CU_ASSERT_FALSE(shm_exists(name));
+}
+
+/* A child process: random puts and gets over every sample; returns wrong reads. */
+static int hammer(const pt_cache_spec *spec, int seed)
+{
+    pt_cache *c;
+    pt_err err;
+    if (pt_cache_attach(&c, spec, &err))
+        return 100;
+    pt_rng rng;
+    pt_rng_seed(&rng, (uint64_t)seed, 0);
+    float in[ENTRY], out[ENTRY];
+    int bad = 0, hits = 0;
+    for (int i = 0; i < 20000; i++) {
+        int64_t id = (int64_t)pt_rng_below(&rng, (uint64_t)spec->samples);
+        int depth = 1 + (int)pt_rng_below(&rng, 4);
+        if (pt_rng_below(&rng, 2)) {
+            pattern(id, depth, in);
+            if (pt_cache_put(c, id, depth, in, &err) < 0)
+                bad++;
+        } else {
+            int got = pt_cache_get(c, id, depth, out, &err);
+            if (got < 0)
+                bad++;
+            if (got == 1) {
+                hits++;
+                pattern(id, depth, in);
+                bad += memcmp(in, out, sizeof in) != 0;
+            }
+        }
+    }
+    pt_cache_close(c);
+    return bad ? (bad > 99 ? 99 : bad) : (hits ? 0 : 98);
+}
+
+static void concurrent_processes(void)
+{
+    char job[64], dir[] = "/tmp/pt-cache-XXXXXX";
+    job_name(job, sizeof job, "multi");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    /* memory for a third of the samples, disk for another third: both tiers in play */
+    pt_cache_spec spec = {job, 300, ENTRY * sizeof(float), 100 * ENTRY * sizeof(float), dir,
+                          100 * ENTRY * sizeof(float)};
+    pt_cache *c;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    pid_t kids[4];
+    for (int k = 0; k < 4; k++)
+        if ((kids[k] = fork()) == 0)
+            _exit(hammer(&spec, k + 1));
+    for (int k = 0; k < 4; k++) {
+        int status = 0;
+        waitpid(kids[k], &status, 0);
+        CU_ASSERT_TRUE(WIFEXITED(status));
+        if (WEXITSTATUS(status))
+            printf("\n  process %d: exit %d (wrong reads or no hits)", k, WEXITSTATUS(status));
+        CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+    }
+    pt_cache_stats st;
+    pt_cache_stats_get(c, &st);
+    CU_ASSERT_EQUAL(st.memory_used, 100);
+    CU_ASSERT_EQUAL(st.disk_used, 100);
+    /* after the storm every stored entry is still exactly its pattern */
+    float in[ENTRY], out[ENTRY];
+    int checked = 0;
+    for (int64_t id = 0; id < 300; id++) {
+        int d = pt_cache_depth(c, id);
+        if (d) {
+            CU_ASSERT_EQUAL(pt_cache_get(c, id, d, out, &err), 1);
+            pattern(id, d, in);
+            CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+            checked++;
+        }
+    }
+    CU_ASSERT_EQUAL(checked, 200); /* exactly what the two tiers hold */
+    pt_cache_close(c);
+    CU_ASSERT_EQUAL(rmdir(dir), 0); /* the disk file went with the cache */
+}
+
+static void disk_tier_and_full(void)
+{
+    char job[64], dir[] = "/tmp/pt-cache-XXXXXX";
+    job_name(job, sizeof job, "disk");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    pt_cache_spec spec = {job, 30, ENTRY * sizeof(float), 10 * ENTRY * sizeof(float), dir,
+                          10 * ENTRY * sizeof(float)};
+    pt_cache *c;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    float in[ENTRY], out[ENTRY];
+    int stored = 0;
+    for (int64_t id = 0; id < 30; id++) {
+        pattern(id, 1, in);
+        int rc = pt_cache_put(c, id, 1, in, &err);
+        CU_ASSERT(rc == 0 || rc == 1);
+        stored += rc;
+    }
+    CU_ASSERT_EQUAL(stored, 20); /* 10 in memory, 10 on disk, 10 computed every time */
+    for (int64_t id = 0; id < 30; id++) {
+        int hit = pt_cache_get(c, id, 1, out, &err);
+        CU_ASSERT_EQUAL(hit, id < 20);
+        pattern(id, 1, in);
+        if (hit)
+            CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    }
+    /* entries on disk are deepened in place like those in memory */
+    pattern(15, 3, in);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 15, 3, in, &err), 1);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 15, 3, out, &err), 1);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    pt_cache_close(c);
+    CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
+static void sigkill_then_sweep(void)
+{
+    char job[64], dir[] = "/tmp/pt-cache-XXXXXX", name[128];
+    job_name(job, sizeof job, "killed");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    snprintf(name, sizeof name, "/pipetrain-%u-%s", (unsigned)getuid(), job);
+    pt_cache_spec spec = {job, 40, ENTRY * sizeof(float), 4 * ENTRY * sizeof(float), dir,
+                          8 * ENTRY * sizeof(float)};
+    int ready[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(ready), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        pt_cache *c;
+        pt_err err;
+        float in[ENTRY];
+        if (pt_cache_create(&c, &spec, &err))
+            _exit(1);
+        for (int64_t id = 0; id < 10; id++) {
+            pattern(id, 1, in);
+            pt_cache_put(c, id, 1, in, &err);
+        }
+        ssize_t w = write(ready[1], "x", 1);
+        (void)w;
+        for (;;)
+            pause(); /* holds the segment until killed */
+    }
+    char byte;
+    CU_ASSERT_EQUAL(read(ready[0], &byte, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    CU_ASSERT_TRUE(shm_exists(name));
+    pt_err err = {0};
+    CU_ASSERT_EQUAL(pt_cache_sweep(&err) >= 0, 1);
+    CU_ASSERT_TRUE(shm_exists(name)); /* its creator is alive: not swept */
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    CU_ASSERT_TRUE(shm_exists(name)); /* a SIGKILL runs no cleanup */
+    CU_ASSERT_TRUE(pt_cache_sweep(&err) >= 1);
+    CU_ASSERT_FALSE(shm_exists(name));
+    CU_ASSERT_EQUAL(rmdir(dir), 0); /* the disk file was removed too */
+}
+
+static void mode_0600_and_attach_errors(void)
+{
+    char job[64], name[128], path[300];
+    job_name(job, sizeof job, "mode");
+    snprintf(name, sizeof name, "/pipetrain-%u-%s", (unsigned)getuid(), job);
+    pt_cache_spec spec = {job, 10, ENTRY * sizeof(float), ENTRY * sizeof(float), NULL, 0};
+    mode_t old = umask(0);
+    pt_cache *c;
+    pt_err err = {0};
+    int rc = pt_cache_create(&c, &spec, &err);
+    umask(old);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    CU_ASSERT_EQUAL(stat(path, &st), 0);
+    CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+    /* a second creator of the same job is refused (O_EXCL) */
+    pt_cache *again;
+    CU_ASSERT_NOT_EQUAL(pt_cache_create(&again, &spec, &err), 0);
+    /* attaching with another geometry is refused */
+    pt_cache_spec other = spec;
+    other.entry_bytes = 8;
+    CU_ASSERT_NOT_EQUAL(pt_cache_attach(&again, &other, &err), 0);
+    pt_cache_close(c);
+    CU_ASSERT_NOT_EQUAL(pt_cache_attach(&again, &spec, &err), 0); /* gone */
+}
+
+static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths},
+                                {"concurrent_processes", concurrent_processes},
+                                {"disk_tier_and_full", disk_tier_and_full},
+                                {"sigkill_then_sweep", sigkill_then_sweep},
+                                {"mode_0600_and_attach_errors", mode_0600_and_attach_errors},
+                                {NULL, NULL}};
+static const pt_test_suite suites[] = {{"shared activation cache", tests}, {NULL, NULL}};

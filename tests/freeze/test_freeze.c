@@ -1,0 +1,193 @@
+/*
+ * test_freeze.c: freeze policies. The schedule policy's depths for L = 6, 12
+ * and 24 against PipeTransformer's progressive bound (tables worked out by
+ * hand and in the research notes); the auto policy on synthetic gradient-norm
+ * histories (stable prefixes freeze, uniform change freezes nothing, the bound
+ * and max_depth cap it, depth never shrinks); and the saved state making the
+ * same decisions after a reload.
+ */
+#include "freeze/freeze.h"
+#include "tests/common/cunit_main.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int schedule_depths(int L, double alpha, int decisions, int *out)
+{
+    pt_freeze_state s;
+    pt_freeze_config cfg = {PT_FREEZE_SCHEDULE, alpha, 0};
+    pt_err err;
+    if (pt_freeze_init(&s, &cfg, L, &err))
+        return -1;
+    for (int t = 0; t < decisions; t++) {
+        pt_freeze_report r;
+        out[t] = pt_freeze_decide(&s, &r);
+    }
+    pt_freeze_free(&s);
+    return 0;
+}
+
+static void schedule_tables(void)
+{
+    /* ceil(L (1 - (1 - alpha)^t)) for t = 1.. */
+    const struct {
+        int L;
+        double alpha;
+        int want[9];
+    } rows[] = {
+        {12, 1.0 / 2, {6, 9, 11, 12, 12, 12, 12, 12, 12}},
+        {12, 2.0 / 5, {5, 8, 10, 11, 12, 12, 12, 12, 12}},
+        {12, 1.0 / 3, {4, 7, 9, 10, 11, 11, 12, 12, 12}},
+        {12, 1.0 / 4, {3, 6, 7, 9, 10, 10, 11, 11, 12}},
+        {12, 1.0 / 5, {3, 5, 6, 8, 9, 9, 10, 10, 11}},
+        {24, 1.0 / 3, {8, 14, 17, 20, 21, 22, 23, 24, 24}},
+        /* L = 6: 6 (1 - (2/3)^t) = 2, 3.33, 4.22, 4.81, 5.21, 5.47, 5.65, 5.77, 5.84 */
+        {6, 1.0 / 3, {2, 4, 5, 5, 6, 6, 6, 6, 6}},
+        /* L = 6, alpha 1/2: 3, 4.5, 5.25, 5.625, ... */
+        {6, 1.0 / 2, {3, 5, 6, 6, 6, 6, 6, 6, 6}},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int got[9];
+        CU_ASSERT_EQUAL_FATAL(schedule_depths(rows[i].L, rows[i].alpha, 9, got), 0);
+        for (int t = 0; t < 9; t++) {
+            if (got[t] != rows[i].want[t])
+                printf("\n  L=%d alpha=%g t=%d: depth %d, expected %d", rows[i].L, rows[i].alpha, t + 1,
+                       got[t], rows[i].want[t]);
+            CU_ASSERT_EQUAL(got[t], rows[i].want[t]);
+        }
+    }
+    /* exact integers stay exact: L (1 - (1/2)^1) = 6 exactly, not 7 */
+    CU_ASSERT_EQUAL(pt_freeze_bound(12, 0.5, 1), 6);
+    CU_ASSERT_EQUAL(pt_freeze_bound(8, 0.25, 2), 4); /* 8 (1 - 0.75^2) = 3.5 -> 4 */
+    CU_ASSERT_EQUAL(pt_freeze_units(0), 0);
+    CU_ASSERT_EQUAL(pt_freeze_units(1), 3); /* embedding + attn + mlp of block 0 */
+    CU_ASSERT_EQUAL(pt_freeze_units(6), 13);
+}
+
+static void max_depth_caps(void)
+{
+    pt_freeze_state s;
+    pt_freeze_config cfg = {PT_FREEZE_SCHEDULE, 0.5, 4};
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 12, &err), 0);
+    pt_freeze_report r;
+    for (int t = 0; t < 8; t++)
+        pt_freeze_decide(&s, &r);
+    CU_ASSERT_EQUAL(s.depth, 4);
+    pt_freeze_free(&s);
+    pt_freeze_config none = {PT_FREEZE_NONE, 0.5, 0};
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &none, 12, &err), 0);
+    for (int t = 0; t < 5; t++)
+        CU_ASSERT_EQUAL(pt_freeze_decide(&s, &r), 0);
+    pt_freeze_free(&s);
+    pt_freeze_config bad = {PT_FREEZE_AUTO, 1.0, 0};
+    CU_ASSERT_EQUAL(pt_freeze_init(&s, &bad, 12, &err), PT_EINPUT);
+}
+
+/* Feeds `steps` steps of norms norm(b, interval) for each interval, deciding after each. */
+static void run_auto(pt_freeze_state *s, int intervals, double (*norm)(int, int), int *depths,
+                     pt_freeze_report *last)
+{
+    double *v = calloc((size_t)s->blocks, sizeof *v);
+    for (int i = 0; i < intervals; i++) {
+        for (int step = 0; step < 10; step++) {
+            for (int b = 0; b < s->blocks; b++)
+                v[b] = norm(b, i);
+            pt_freeze_accumulate(s, v);
+        }
+        depths[i] = pt_freeze_decide(s, last);
+    }
+    free(v);
+}
+
+/* blocks 0..2 settle after the first interval; blocks 3..5 keep shrinking fast */
+static double settling_prefix(int b, int i) { return b < 3 ? 1.0 + 0.001 * i : 4.0 / (1 + i); }
+static double uniform_change(int b, int i) { return (1.0 + b) / (1.0 + i); }
+/* everything settled but the last block */
+static double all_but_last(int b, int i) { return b < 5 ? 2.0 : 1.0 / (1 + i); }
+
+static void auto_policy(void)
+{
+    pt_freeze_state s;
+    pt_freeze_report r;
+    pt_err err;
+    int d[6];
+    pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.5, 0};
+    /* the stable prefix freezes once the first decision has a reference */
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+    run_auto(&s, 3, settling_prefix, d, &r);
+    CU_ASSERT_EQUAL(d[0], 0); /* the first decision only records the norms */
+    CU_ASSERT_EQUAL(d[1], 3);
+    CU_ASSERT_EQUAL(d[2], 3);
+    CU_ASSERT_EQUAL(r.candidate, 3);
+    CU_ASSERT(r.threshold > 0);
+    pt_freeze_free(&s);
+    /* every block changes at the same rate: the first block is not below the median */
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+    run_auto(&s, 4, uniform_change, d, &r);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_EQUAL(d[i], 0);
+    pt_freeze_free(&s);
+    /* the norms say 5, the progressive bound says ceil(6 (1 - 0.5^t)) = 3, 5, 6 */
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+    run_auto(&s, 3, all_but_last, d, &r);
+    CU_ASSERT_EQUAL(d[0], 0);
+    CU_ASSERT_EQUAL(d[1], 5); /* bound at t=2 is 5 */
+    pt_freeze_free(&s);
+    pt_freeze_config slow = {PT_FREEZE_AUTO, 0.2, 0};
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &slow, 6, &err), 0);
+    run_auto(&s, 3, all_but_last, d, &r);
+    CU_ASSERT_EQUAL(d[1], pt_freeze_bound(6, 0.2, 2)); /* 6 (1 - 0.64) = 2.16 -> 3 */
+    CU_ASSERT_EQUAL(d[1], 3);
+    CU_ASSERT_EQUAL(r.candidate, 5);
+    pt_freeze_free(&s);
+    /* depth never shrinks, and max_depth caps it */
+    pt_freeze_config capped = {PT_FREEZE_AUTO, 0.5, 2};
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &capped, 6, &err), 0);
+    run_auto(&s, 6, settling_prefix, d, &r);
+    for (int i = 1; i < 6; i++)
+        CU_ASSERT(d[i] >= d[i - 1] && d[i] <= 2);
+    CU_ASSERT_EQUAL(d[5], 2);
+    pt_freeze_free(&s);
+}
+
+static void saved_state_decides_the_same(void)
+{
+    pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.5, 0};
+    pt_freeze_state a, b;
+    pt_freeze_report r;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&a, &cfg, 6, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&b, &cfg, 6, &err), 0);
+    int d[6];
+    run_auto(&a, 1, settling_prefix, d, &r);
+    double v[6];
+    for (int k = 0; k < 6; k++)
+        v[k] = 0.1 * (k + 1) / 3.0; /* not exactly representable: the text must keep every bit */
+    pt_freeze_accumulate(&a, v);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CU_ASSERT_EQUAL(pt_freeze_save(&a, f), 0);
+    fclose(f);
+    CU_ASSERT_EQUAL(pt_freeze_load(&b, text, len, &err), 0);
+    for (int k = 0; k < 6; k++)
+        CU_ASSERT_EQUAL(memcmp(&a.acc[k], &b.acc[k], sizeof(double)), 0);
+    int da[4], db[4];
+    run_auto(&a, 4, settling_prefix, da, &r);
+    run_auto(&b, 4, settling_prefix, db, &r);
+    CU_ASSERT_EQUAL(memcmp(da, db, sizeof da), 0);
+    CU_ASSERT_EQUAL(a.decisions, b.decisions);
+    CU_ASSERT_NOT_EQUAL(pt_freeze_load(&b, "freeze.depth=2\n", 15, &err), 0); /* incomplete */
+    free(text);
+    pt_freeze_free(&a);
+    pt_freeze_free(&b);
+}
+
+static const pt_test tests[] = {{"schedule_tables", schedule_tables},
+                                {"max_depth_caps", max_depth_caps},
+                                {"auto_policy", auto_policy},
+                                {"saved_state_decides_the_same", saved_state_decides_the_same},
+                                {NULL, NULL}};
+static const pt_test_suite suites[] = {{"freeze policies", tests}, {NULL, NULL}};
