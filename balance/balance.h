@@ -75,7 +75,10 @@ typedef struct pt_plan_request {
     int cores;           /* cores of the node the pipeline runs on */
     int threads;         /* threads each rank used while profiling; K stages that need
                             more than `cores` threads in all share them, and run slower */
-    int frozen_units;    /* leading units priced forward-only, without optimizer state */
+    int frozen_units;    /* leading units that no longer train: priced forward-only and without
+                            gradient or optimizer memory */
+    int cached_units;    /* the first of them (<= frozen_units) whose output the activation
+                            cache serves: priced zero and placed in front of stage 0 */
 } pt_plan_request;
 
 typedef struct pt_plan {

@@ -8,6 +8,11 @@
  * fastest feasible (K, M) wins; ties go to fewer stages, then fewer
  * micro-batches. Every rank runs this on the same inputs and gets the same
  * plan.
+ *
+ * Frozen units cost their forward only (no backward, no optimizer state). When
+ * the activation cache serves their output they cost nothing: only the active
+ * units are partitioned, and the frozen prefix is placed in front of stage 0,
+ * which is where the cache's activations enter the pipeline.
  */
 #include "balance/balance.h"
 
@@ -40,6 +45,8 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
                     pt_err *err)
 {
     const int n = cm->units;
+    /* units [skip, n) are partitioned; a cached frozen prefix rides in front of stage 0 */
+    const int skip = q->cached_units;
     const int b = (int)((q->batch + M - 1) / M);
     double *cost = malloc((size_t)n * sizeof *cost);
     double *fixed = malloc((size_t)(n + 1) * sizeof *fixed);
@@ -56,7 +63,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     const double slowdown = q->cores > 0 && want > q->cores ? want / q->cores : 1.0;
     for (int u = 0; u < n; u++) {
         int frozen = u < q->frozen_units;
-        cost[u] = pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
+        cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
         fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
         slot[u + 1] = slot[u] + pt_cost_saved_bytes(cm, u, b);
         double w = pt_cost_scratch_bytes(cm, u, b);
@@ -67,11 +74,20 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     double limit = q->mem_limit;
     if (limit > 0)
         limit -= scratch + 4.0 * M * cm->boundary_bytes_per_example * b;
-    pt_partition_problem prob = {n, K, cost, fixed, slot, slots, q->mem_limit > 0 ? (limit > 0 ? limit : 1e-300) : 0};
+    /* prefix sums restarted at skip; the prefix's parameters count on stage 0 */
+    double prefix_fixed = fixed[skip];
+    for (int u = 0; u <= n - skip; u++) {
+        fixed[u] = fixed[u + skip] - prefix_fixed + (u > 0 ? prefix_fixed : 0);
+        slot[u] = slot[u + skip] - slot[skip];
+    }
+    pt_partition_problem prob = {n - skip, K, cost + skip, fixed, slot, slots,
+                                 q->mem_limit > 0 ? (limit > 0 ? limit : 1e-300) : 0};
     double bottleneck;
     memset(p, 0, sizeof *p);
     if ((rc = pt_partition_solve(&prob, p->bounds, &bottleneck, err)))
         goto done;
+    for (int s = 1; s <= K; s++)
+        p->bounds[s] += skip;
     p->stages = K;
     p->micro = M;
     p->micro_batch = b;
@@ -95,14 +111,14 @@ done:
 
 int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm, pt_err *err)
 {
-    const int units = cm->units;
+    const int units = cm->units - q->cached_units;
     int k_lo = q->stages > 0 ? q->stages : 1;
     int k_hi = q->stages > 0 ? q->stages : (q->ranks < units ? q->ranks : units);
     if (k_hi > PT_MAX_STAGES)
         k_hi = PT_MAX_STAGES;
     if (q->stages > units)
-        return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but the model has only %d units",
-                       q->stages, units);
+        return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but the model has only %d %sunits",
+                       q->stages, units, q->cached_units ? "uncached " : "");
     if (q->stages > q->ranks)
         return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but only %d ranks are available",
                        q->stages, q->ranks);

@@ -37,7 +37,7 @@ def pipetrain(binary, threads, steps, work):
            "--set", "train.eval_every=0", "--set", "train.eval_examples=128",
            "--set", "train.batch=%d" % BATCH]
     subprocess.run(cmd, check=True, capture_output=True)
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if '"eval"' not in l]
+    rows = [r for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl"))) if r["event"] == "step"]
     t0, t1 = rows[WARMUP - 1]["time_s"], rows[steps - 1]["time_s"]
     return (steps - WARMUP) * BATCH / (t1 - t0)
 

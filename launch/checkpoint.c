@@ -226,9 +226,10 @@ static int write_manifest(const pt_run *r, const char *dir, pt_err *err)
 {
     char path[PATH_BUF];
     join(path, dir, "manifest");
-    text state = {0}, arch = {0}, units = {0}, config = {0};
+    text state = {0}, arch = {0}, units = {0}, config = {0}, freeze = {0};
     int rc = 0;
-    if (text_open(&state) || text_open(&arch) || text_open(&units) || text_open(&config)) {
+    if (text_open(&state) || text_open(&arch) || text_open(&units) || text_open(&config) ||
+        text_open(&freeze)) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory writing a manifest");
         goto done;
     }
@@ -249,6 +250,8 @@ static int write_manifest(const pt_run *r, const char *dir, pt_err *err)
         }
     }
     pt_config_write_yaml(&r->cfg, config.f);
+    pt_freeze_save(&r->freeze, freeze.f);
+    fflush(freeze.f);
     fflush(state.f);
     fflush(arch.f);
     fflush(units.f);
@@ -260,7 +263,8 @@ static int write_manifest(const pt_run *r, const char *dir, pt_err *err)
     if ((rc = pt_recwriter_add(w, "state", state.buf, state.len, err)) ||
         (rc = pt_recwriter_add(w, "arch", arch.buf, arch.len, err)) ||
         (rc = pt_recwriter_add(w, "units", units.buf, units.len, err)) ||
-        (rc = pt_recwriter_add(w, "config", config.buf, config.len, err))) {
+        (rc = pt_recwriter_add(w, "config", config.buf, config.len, err)) ||
+        (rc = pt_recwriter_add(w, "freeze", freeze.buf, freeze.len, err))) {
         pt_recwriter_abort(w);
         goto done;
     }
@@ -270,6 +274,7 @@ done:
     text_close(&arch);
     text_close(&units);
     text_close(&config);
+    text_close(&freeze);
     return rc;
 }
 
@@ -390,8 +395,8 @@ int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
 
 typedef struct manifest {
     pt_recfile *f;
-    const char *state, *arch, *units, *config;
-    uint64_t state_len, arch_len, units_len, config_len;
+    const char *state, *arch, *units, *config, *freeze;
+    uint64_t state_len, arch_len, units_len, config_len, freeze_len;
 } manifest;
 
 static int manifest_open(manifest *m, const char *dir, pt_err *err)
@@ -403,14 +408,15 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     int rc = pt_recfile_open(&m->f, path, MANIFEST_MAGIC, &version, err);
     if (rc)
         return input_error(rc, err);
-    const void *p[4];
+    const void *p[5];
     if (version != FORMAT_VERSION)
         rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
                      path, version, FORMAT_VERSION);
     else if ((rc = pt_recfile_find(m->f, "state", &p[0], &m->state_len, err)) == 0 &&
              (rc = pt_recfile_find(m->f, "arch", &p[1], &m->arch_len, err)) == 0 &&
-             (rc = pt_recfile_find(m->f, "units", &p[2], &m->units_len, err)) == 0)
-        rc = pt_recfile_find(m->f, "config", &p[3], &m->config_len, err);
+             (rc = pt_recfile_find(m->f, "units", &p[2], &m->units_len, err)) == 0 &&
+             (rc = pt_recfile_find(m->f, "config", &p[3], &m->config_len, err)) == 0)
+        rc = pt_recfile_find(m->f, "freeze", &p[4], &m->freeze_len, err);
     if (rc) {
         pt_recfile_close(m->f);
         m->f = NULL;
@@ -420,6 +426,7 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     m->arch = p[1];
     m->units = p[2];
     m->config = p[3];
+    m->freeze = p[4];
     return 0;
 }
 
@@ -570,16 +577,17 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
                          " batches: the training data changed",
                          dir, epoch_step, pt_sampler_steps(&r->sampler));
-        else if (frozen < 0 || frozen > pt_arch_units(&r->arch))
-            rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " is out of range",
-                         dir, frozen);
-        else {
-            /* this segment's share of the frozen prefix */
-            int mine = (int)frozen - pt_segment_first(r->seg);
-            mine = mine < 0 ? 0 : mine > pt_segment_count(r->seg) ? pt_segment_count(r->seg) : mine;
+        else if ((rc = pt_freeze_load(&r->freeze, m.freeze, m.freeze_len, err)))
+            pt_err_prefix(err, "'%s/manifest'", dir);
+        else if (frozen != pt_freeze_units(r->freeze.depth))
+            rc = pt_fail(err, PT_EINPUT,
+                         "'%s/manifest': frozen_units = %" PRId64 " does not match %d frozen blocks",
+                         dir, frozen, r->freeze.depth);
+        else if (frozen > 0) {
+            /* lay the stages out for the frozen prefix first: which units each
+             * rank holds, and which of them keep moments, depend on it */
             r->frozen_units = (int)frozen;
-            if (mine > pt_segment_frozen(r->seg))
-                rc = pt_segment_freeze(r->seg, mine, err);
+            rc = pt_layout_replan(r, err);
         }
     }
     if (rc == 0 && (rc = load_units(r, dir, &m, 1, err)) == 0) {

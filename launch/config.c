@@ -447,6 +447,19 @@ int pt_config_validate(const pt_config *c, pt_err *err)
     }
     if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
         return rc;
+    if (c->cache.enabled && (c->data.hflip || c->data.crop_pad))
+        return key_fail(c, err, "cache.enabled",
+                        "the cache would keep the frozen blocks' output for one random "
+                        "augmentation of each image and serve it every epoch, which is not the "
+                        "model being trained; turn off data.hflip and data.crop_pad, or the cache");
+    if (c->cache.enabled && c->freeze.policy == 0)
+        return key_fail(c, err, "cache.enabled", "the cache holds frozen blocks' output, but "
+                                                  "freeze.policy is none");
+    if (*c->cache.disk_dir) {
+        struct stat st;
+        if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return key_fail(c, err, "cache.disk_dir", "'%s' is not a directory", c->cache.disk_dir);
+    }
     if (!vit && c->sample.length > 0 && !*c->sample.prompt)
         return key_fail(c, err, "sample.prompt", "sampling needs a non-empty prompt");
     return 0;

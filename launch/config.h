@@ -22,6 +22,7 @@ enum { PT_DATA_FASHION_MNIST, PT_DATA_IDX, PT_DATA_TEXT_FILE, PT_DATA_KJV, PT_DA
        PT_DATA_SYNTH_TEXT };
 enum { PT_PIPE_GPIPE, PT_PIPE_1F1B };
 enum { PT_DEVICE_AUTO, PT_DEVICE_CPU, PT_DEVICE_CUDA };
+enum { PT_FREEZE_EVERY_EPOCH, PT_FREEZE_EVERY_STEP };
 
 typedef struct pt_config {
     char source[PT_PATH_MAX]; /* the YAML file it came from */
@@ -86,6 +87,23 @@ typedef struct pt_config {
         int recompute;
         double memory_gib; /* per device; 0 = what the device has */
     } pipeline;
+
+    struct {
+        int policy;        /* pt_freeze_kind */
+        double alpha;
+        int every;         /* decisions every this many epochs or steps */
+        int unit;          /* PT_FREEZE_EVERY_* */
+        int start;         /* no decision before this many epochs or steps */
+        int max_depth;     /* 0 = all blocks */
+    } freeze;
+
+    struct {
+        int enabled;
+        double memory_gib;
+        char disk_dir[PT_PATH_MAX];
+        double disk_gib;
+        int min_depth;     /* cache only from this many frozen blocks */
+    } cache;
 
     /* Source line of each key that was set (0 = default, -1 = --set), for
      * messages about cross-key problems found after parsing. */

@@ -138,6 +138,34 @@ const pt_key_spec pt_config_keys[] = {
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
     {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
      "memory per device the planner may use, in GiB; 0 = the device's (CPU: RAM / ranks on the node)"},
+
+    /* freeze */
+    {"freeze.policy", PT_K_ENUM, AT(freeze.policy), 0, 0, PT_WORDS("none", "schedule", "auto"), 0,
+     "none",
+     "none; schedule: after decision t, ceil(L (1 - (1 - alpha)^t)) blocks frozen; auto: the "
+     "prefix of blocks whose gradient norms stopped changing, at most the schedule's count"},
+    {"freeze.alpha", PT_K_FLOAT, AT(freeze.alpha), 0, 1, NULL, PT_F_MIN_EXCL | PT_F_MAX_EXCL, "0.33",
+     "freeze ratio of the progressive bound"},
+    {"freeze.every", PT_K_INT, AT(freeze.every), 1, 1000000000, NULL, 0, "1",
+     "a freeze decision every this many epochs (or steps, see freeze.unit)"},
+    {"freeze.unit", PT_K_ENUM, AT(freeze.unit), 0, 0, PT_WORDS("epoch", "step"), 0, "epoch",
+     "what freeze.every and freeze.start count"},
+    {"freeze.start", PT_K_INT, AT(freeze.start), 0, 1000000000, NULL, 0, "1",
+     "the first decision comes after this many epochs (or steps)"},
+    {"freeze.max_depth", PT_K_INT, AT(freeze.max_depth), 0, 1024, NULL, 0, "0",
+     "never freeze more than this many blocks; 0 = all of them (the head always trains)"},
+
+    /* cache */
+    {"cache.enabled", PT_K_BOOL, AT(cache.enabled), 0, 0, NULL, 0, "false",
+     "serve the frozen blocks' output from a per-node shared-memory cache instead of recomputing it"},
+    {"cache.memory_gib", PT_K_FLOAT, AT(cache.memory_gib), 0, 1e6, NULL, 0, "1",
+     "shared memory per node for cached activations, in GiB"},
+    {"cache.disk_dir", PT_K_STR, AT(cache.disk_dir), 0, 0, NULL, 0, "",
+     "directory for a disk tier of the cache ('' = none)"},
+    {"cache.disk_gib", PT_K_FLOAT, AT(cache.disk_gib), 0, 1e9, NULL, 0, "0",
+     "size of the disk tier, in GiB"},
+    {"cache.min_depth", PT_K_INT, AT(cache.min_depth), 1, 1024, NULL, 0, "1",
+     "cache only once at least this many blocks are frozen"},
 };
 
 const int pt_config_key_count = (int)(sizeof pt_config_keys / sizeof pt_config_keys[0]);

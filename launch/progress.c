@@ -71,7 +71,7 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
     }
     if (p->metrics) {
         fprintf(p->metrics,
-                "{\"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, "
+                "{\"event\": \"step\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, "
                 "\"grad_norm\": %.9g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
                 (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, p->rate,
                 now - p->start);

@@ -2,7 +2,8 @@
  * progress.h (internal to launch/): what a run tells the user and writes for
  * tools. On a terminal, one progress line redrawn in place (step, epoch,
  * loss, samples/s, ETA); otherwise plain lines every `every` steps. Metrics
- * go to a JSON-lines file, one object per step and per evaluation.
+ * go to a JSON-lines file, one object per event: "event" is "step", "eval",
+ * "epoch" (epoch timing) or "freeze" (a freeze decision).
  */
 #ifndef PT_LAUNCH_PROGRESS_H
 #define PT_LAUNCH_PROGRESS_H

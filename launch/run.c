@@ -145,6 +145,11 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
                                  c->train.warmup_steps, r->total_steps};
     }
 
+    pt_freeze_config fc = {(pt_freeze_kind)c->freeze.policy, c->freeze.alpha, c->freeze.max_depth};
+    if ((rc = pt_freeze_init(&r->freeze, &fc, r->arch.layers, err))) {
+        pt_err_prefix(err, "freeze");
+        goto fail;
+    }
     if ((rc = pt_layout_open(r, err)))
         goto fail;
     if (r->active && ((rc = pt_segment_init_params(r->seg, err)) ||
@@ -157,8 +162,11 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
     r->tokens = malloc((examples * T + 1) * sizeof(int32_t));
     r->targets = malloc((examples * T + 1) * sizeof(int32_t));
     r->batches = calloc((size_t)r->micro, sizeof *r->batches);
-    r->reduce = calloc((size_t)pt_arch_units(&r->arch) + 8, sizeof *r->reduce);
-    if (!r->images || !r->tokens || !r->targets || !r->batches || !r->reduce) {
+    r->batch_ids = calloc(examples + 1, sizeof *r->batch_ids);
+    r->batch_first = calloc((size_t)r->micro, sizeof *r->batch_first);
+    r->reduce = calloc((size_t)pt_arch_units(&r->arch) + (size_t)r->arch.layers + 8, sizeof *r->reduce);
+    if (!r->images || !r->tokens || !r->targets || !r->batches || !r->reduce || !r->batch_ids ||
+        !r->batch_first) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory for batch staging");
         goto fail;
     }
@@ -199,7 +207,10 @@ void pt_run_close(pt_run *r)
     free(r->targets);
     free(r->batches);
     free(r->reduce);
+    free(r->batch_ids);
+    free(r->batch_first);
     pt_layout_close(r);
+    pt_freeze_free(&r->freeze);
     if (r->be)
         pt_backend_close(r->be);
     pt_sampler_free(&r->sampler);
@@ -214,10 +225,12 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
     const int rows = (int)pt_arch_rows_per_example(&r->arch), T = pt_arch_tokens(&r->arch);
     pt_dataset_gather(ds, ids, n, augment ? &r->aug : NULL, (uint64_t)r->cfg.run.seed, r->epoch,
                       r->images, r->tokens, r->targets);
+    memcpy(r->batch_ids, ids, (size_t)n * sizeof *ids);
     int m = micro < n ? micro : n, first = 0;
     for (int k = 0; k < m; k++) {
         int count = n / m + (k < n % m);
         pt_batch *b = &r->batches[k];
+        r->batch_first[k] = first;
         b->n = count;
         b->images = ds->kind == PT_DATA_IMAGES ? r->images + (size_t)first * per_image : NULL;
         b->tokens = ds->kind == PT_DATA_TEXT ? r->tokens + (size_t)first * T : NULL;

@@ -10,8 +10,10 @@
 #define PT_LAUNCH_RUN_H
 
 #include "balance/balance.h"
+#include "cache/cache.h"
 #include "comm/comm.h"
 #include "data/data.h"
+#include "freeze/freeze.h"
 #include "launch/config.h"
 #include "launch/progress.h"
 #include "nn/nn.h"
@@ -30,6 +32,10 @@ typedef struct pt_run {
     pt_group *pipe;        /* the pipeline's ranks, group rank = stage (NULL when K = 1) */
     pt_schedule sched;
     pt_stage_exec *exec;
+    pt_cost_model cost;    /* per-unit costs, kept for re-planning (empty when K = 1 is fixed) */
+    struct pt_prefix *prefix; /* stage 0's input when a frozen prefix is in front of it */
+    pt_cache *cache;       /* the frozen prefix's activations (stage 0, cache.enabled) */
+    char job[64];          /* identifies this job on the node (the cache's name) */
     int threads;           /* compute threads of this rank */
     char binding[256];     /* how this rank was bound to cores */
 
@@ -48,11 +54,15 @@ typedef struct pt_run {
     pt_lr_schedule lr;
     int64_t total_steps;   /* steps the schedule spans */
     int frozen_units;      /* leading units of the model that are frozen */
+    int source_units;      /* of those, the ones stage 0's prefix source produces (cache or compute) */
+    pt_freeze_state freeze;
 
     /* host staging for the micro-batches of one step */
     float *images;
     int32_t *tokens, *targets;
     pt_batch *batches;     /* [micro] */
+    int64_t *batch_ids;    /* sample ids of the staged examples, in micro-batch order */
+    int *batch_first;      /* [micro] index of each micro-batch's first example */
     double *reduce;        /* per-unit gradient sums of squares, then the step's scalars */
 
     pt_progress progress;
@@ -86,6 +96,11 @@ int pt_agree(pt_group *g, int rc, pt_err *err);
  * rank 0 when something is left to choose), and builds this rank's stage. */
 int pt_layout_open(pt_run *r, pt_err *err);
 void pt_layout_close(pt_run *r);
+/* After r->frozen_units changed: re-plans the partition (K and M stay) with
+ * frozen units priced forward-only, or zero when the cache serves them, moves
+ * units to their new stages and rebuilds this rank's stage. Collective over
+ * the pipeline. */
+int pt_layout_replan(pt_run *r, pt_err *err);
 /* Describes topology, mode and plan (what `pipetrain plan` prints). */
 void pt_layout_print(const pt_run *r, FILE *out);
 

@@ -11,6 +11,7 @@
  */
 #include "launch/checkpoint.h"
 #include "launch/fault.h"
+#include "launch/prefix.h"
 #include "launch/run.h"
 
 #include <math.h>
@@ -96,6 +97,13 @@ static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int6
                        "the loss became %g at step %lld: training diverged (try a lower train.lr "
                        "or a train.grad_clip)",
                        v[units + R_LOSS], (long long)r->step + 1);
+    /* per-block gradient norms for the auto freeze policy: a block is its attn and mlp units */
+    if (r->freeze.cfg.kind == PT_FREEZE_AUTO) {
+        double *block = v + units + R_COUNT;
+        for (int b = 0; b < r->arch.layers; b++)
+            block[b] = sqrt(v[1 + 2 * b] + v[2 + 2 * b]);
+        pt_freeze_accumulate(&r->freeze, block);
+    }
     double norm = sqrt(sumsq);
     double rate = pt_lr_at(&r->lr, r->step);
     const pt_config *c = &r->cfg;
@@ -110,6 +118,69 @@ static int run_step(pt_run *r, double *loss, double *grad_norm, double *lr, int6
     return 0;
 }
 
+/* Whether a freeze decision is due now: after `step` steps, or at the end of
+ * epoch `epoch` (epoch_done). */
+static int decision_due(const pt_run *r, int epoch_done)
+{
+    const pt_config *c = &r->cfg;
+    if (c->freeze.policy == PT_FREEZE_NONE)
+        return 0;
+    if (c->freeze.unit == PT_FREEZE_EVERY_STEP)
+        return r->step >= c->freeze.start && (r->step - c->freeze.start) % c->freeze.every == 0;
+    return epoch_done && r->epoch >= c->freeze.start && (r->epoch - c->freeze.start) % c->freeze.every == 0;
+}
+
+/* Makes a freeze decision, logs it with what it was based on, and re-plans
+ * when the frozen prefix grew. */
+static int freeze_decision(pt_run *r, pt_err *err)
+{
+    pt_freeze_report rep;
+    int depth = pt_freeze_decide(&r->freeze, &rep);
+    char fields[2048], list[1500] = "";
+    size_t len = 0;
+    if (rep.norms) {
+        len += (size_t)snprintf(list + len, sizeof list - len, ", \"norms\": [");
+        for (int b = 0; b < r->arch.layers && len < sizeof list; b++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%.6g", b ? ", " : "", rep.norms[b]);
+        len += (size_t)snprintf(list + len, sizeof list - len, "], \"rates\": [");
+        for (int b = 0; b < r->arch.layers && len < sizeof list; b++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%.6g", b ? ", " : "", rep.rates[b]);
+        snprintf(list + len, sizeof list - len, "]");
+    }
+    snprintf(fields, sizeof fields,
+             "\"event\": \"freeze\", \"step\": %lld, \"epoch\": %lld, \"decision\": %d, \"depth\": %d, "
+             "\"old_depth\": %d, \"bound\": %d, \"candidate\": %d, \"threshold\": %.6g%s",
+             (long long)r->step, (long long)r->epoch, rep.decision, depth, rep.old_depth, rep.bound,
+             rep.candidate, rep.threshold, list);
+    pt_progress_metrics(&r->progress, fields);
+    if (rep.norms)
+        pt_progress_note(&r->progress,
+                         "freeze decision %d (auto): %d -> %d of %d blocks frozen (the norms say %d, "
+                         "median change rate %.3g, bound %d)",
+                         rep.decision, rep.old_depth, depth, r->arch.layers, rep.candidate,
+                         rep.threshold, rep.bound);
+    else
+        pt_progress_note(&r->progress, "freeze decision %d (%s): %d -> %d of %d blocks frozen (bound %d)",
+                         rep.decision, pt_config_word("freeze.policy", r->cfg.freeze.policy),
+                         rep.old_depth, depth, r->arch.layers, rep.bound);
+    if (depth == rep.old_depth)
+        return 0;
+    r->frozen_units = pt_freeze_units(depth);
+    int rc = pt_layout_replan(r, err);
+    if (rc)
+        return pt_err_prefix(err, "re-planning after freezing %d blocks", depth);
+    if (r->plan.stages > 1 && r->rank == 0) {
+        char desc[256] = "";
+        size_t n = 0;
+        for (int s = 0; s < r->plan.stages && n < sizeof desc; s++)
+            n += (size_t)snprintf(desc + n, sizeof desc - n, "%s[%d, %d)", s ? " " : "",
+                                  r->plan.bounds[s], r->plan.bounds[s + 1]);
+        pt_progress_note(&r->progress, "re-planned: stage units %s, predicted imbalance %.3f", desc,
+                         r->plan.imbalance);
+    }
+    return 0;
+}
+
 static int evaluate_and_report(pt_run *r, pt_err *err)
 {
     pt_eval_result ev;
@@ -121,7 +192,7 @@ static int evaluate_and_report(pt_run *r, pt_err *err)
                      (long long)ev.examples);
     char fields[256];
     snprintf(fields, sizeof fields,
-             "\"eval\": true, \"step\": %lld, \"epoch\": %lld, \"test_loss\": %.9g, "
+             "\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"test_loss\": %.9g, "
              "\"test_accuracy\": %.9g, \"examples\": %lld",
              (long long)r->step, (long long)r->epoch, ev.loss, ev.accuracy, (long long)ev.examples);
     pt_progress_metrics(&r->progress, fields);
@@ -160,6 +231,7 @@ int pt_train(pt_run *r, pt_err *err)
     install_handlers();
     int rc = 0;
     int64_t saved_at = r->step, evaluated_at = -1;
+    double epoch_started = pt_now();
     while (rc == 0 && r->step < r->total_steps) {
         if (r->epoch_step == 0 || r->sampler.epoch != r->epoch)
             pt_sampler_set_epoch(&r->sampler, r->epoch);
@@ -175,7 +247,7 @@ int pt_train(pt_run *r, pt_err *err)
         if (r->rank_metrics) {
             const pt_exec_times *t = pt_stage_exec_times(r->exec);
             fprintf(r->rank_metrics,
-                    "{\"step\": %lld, \"rank\": %d, \"stage\": %d, \"step_wall_s\": %.6f, "
+                    "{\"event\": \"step\", \"step\": %lld, \"rank\": %d, \"stage\": %d, \"step_wall_s\": %.6f, "
                     "\"compute_wall_s\": %.6f, \"compute_cpu_s\": %.6f, \"comm_wall_s\": %.6f}\n",
                     (long long)r->step, r->rank, r->stage, t->step_wall, t->compute_wall,
                     t->compute_cpu, t->comm_wall);
@@ -185,12 +257,27 @@ int pt_train(pt_run *r, pt_err *err)
         if (epoch_done) {
             r->epoch++;
             r->epoch_step = 0;
+            double took = pt_now() - epoch_started;
+            int64_t hits = 0, computed = 0;
+            if (r->prefix)
+                pt_prefix_counts(r->prefix, &hits, &computed);
+            char fields[256];
+            snprintf(fields, sizeof fields,
+                     "\"event\": \"epoch\", \"epoch\": %lld, \"step\": %lld, \"epoch_time_s\": %.3f, "
+                     "\"frozen_blocks\": %d, \"cache_hits\": %lld, \"prefix_computed\": %lld",
+                     (long long)r->epoch, (long long)r->step, took, r->freeze.depth, (long long)hits,
+                     (long long)computed);
+            pt_progress_metrics(&r->progress, fields);
             if (c->train.eval_every > 0 && r->epoch % c->train.eval_every == 0) {
                 if ((rc = evaluate_and_report(r, err)))
                     break;
                 evaluated_at = r->step;
             }
         }
+        if (decision_due(r, epoch_done) && (rc = freeze_decision(r, err)))
+            break;
+        if (epoch_done)
+            epoch_started = pt_now();
         int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
         if (due || stop_signal) {
             if ((rc = pt_checkpoint_save(r, err)))

@@ -63,6 +63,13 @@ void pt_backend_free(pt_backend *be, void *p)
         be->ops->free(be, p);
 }
 
+void pt_backend_copy(pt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    be->ops->copy(be, dst, src, bytes);
+}
+
+int pt_backend_is_host(const pt_backend *be) { return strcmp(be->name, "cuda") != 0; }
+
 void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n)
 {
     be->ops->act_from_f32(be, dst, src, n);

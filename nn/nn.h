@@ -140,6 +140,10 @@ int pt_backend_threads(const pt_backend *be);
 /* Backend memory; NULL on failure. Freed with pt_backend_free. */
 void *pt_backend_alloc(pt_backend *be, size_t bytes);
 void pt_backend_free(pt_backend *be, void *p);
+/* Copies bytes within backend memory. */
+void pt_backend_copy(pt_backend *be, void *dst, const void *src, size_t bytes);
+/* Whether backend memory is host memory (MPI can send it directly). */
+int pt_backend_is_host(const pt_backend *be);
 /* Host <-> backend copies of activations (n activation elements, host float). */
 void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n);
 void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t n);
@@ -230,6 +234,14 @@ void pt_segment_set_loss_scale(pt_segment *s, double scale);
  * train: 0 for evaluation (nothing kept for backward). */
 int pt_segment_forward(pt_segment *s, int slot, const pt_batch *batch, const void *x_in,
                        void *y_out, int train, pt_stats *stats, pt_err *err);
+/* Forward through the segment's units [from, to) only (0-based within the
+ * segment): x_in enters unit `from`, y_out receives what leaves unit to-1.
+ * Training is allowed when the skipped units [0, from) are frozen and to is
+ * the segment's end (backward then starts from x_in at unit `from`). For
+ * running a frozen prefix, or continuing a cached activation. */
+int pt_segment_forward_range(pt_segment *s, int slot, int from, int to, const pt_batch *batch,
+                             const void *x_in, void *y_out, int train, pt_stats *stats,
+                             pt_err *err);
 
 /* Backward of the micro-batch that ran forward in `slot`. Adds parameter
  * gradients of the active units into the gradient blob.

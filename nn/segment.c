@@ -35,6 +35,7 @@ struct pt_segment {
     void **bound;      /* [slots] count - 1 boundary activations each */
     const void **x_in; /* [slots] input recorded by forward */
     int *slot_n;
+    int *slot_from;    /* [slots] the unit the recorded input entered */
     void *scratch;
     void *gbuf[2];
     double loss_scale;
@@ -118,6 +119,7 @@ void pt_segment_destroy(pt_segment *s)
     free(s->bound);
     free(s->x_in);
     free(s->slot_n);
+    free(s->slot_from);
     free(s);
 }
 
@@ -164,8 +166,9 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
     s->bound = calloc(s->slots, sizeof *s->bound);
     s->x_in = calloc(s->slots, sizeof *s->x_in);
     s->slot_n = calloc(s->slots, sizeof *s->slot_n);
+    s->slot_from = calloc(s->slots, sizeof *s->slot_from);
     if (!s->info || !s->impl || !s->poff || !s->saved_off || !s->saved || !s->bound || !s->x_in ||
-        !s->slot_n) {
+        !s->slot_n || !s->slot_from) {
         pt_segment_destroy(s);
         return pt_fail(err, PT_ENOMEM, "out of memory creating a segment");
     }
@@ -353,11 +356,26 @@ static int check_slot(const pt_segment *s, int slot, int n, pt_err *err)
 int pt_segment_forward(pt_segment *s, int slot, const pt_batch *batch, const void *x_in,
                        void *y_out, int train, pt_stats *stats, pt_err *err)
 {
+    return pt_segment_forward_range(s, slot, 0, s->count, batch, x_in, y_out, train, stats, err);
+}
+
+int pt_segment_forward_range(pt_segment *s, int slot, int from, int to, const pt_batch *batch,
+                             const void *x_in, void *y_out, int train, pt_stats *stats,
+                             pt_err *err)
+{
     int rc = check_slot(s, slot, batch->n, err);
     if (rc)
         return rc;
-    const int starts_with_embed = s->info[0].role == PT_UNIT_EMBED;
-    const int ends_with_head = s->info[s->count - 1].role == PT_UNIT_HEAD;
+    if (from < 0 || from >= to || to > s->count)
+        return pt_fail(err, PT_EINTERNAL, "forward over units [%d, %d) of a %d-unit segment", from, to,
+                       s->count);
+    if (train && (from > s->frozen || to < s->count))
+        return pt_fail(err, PT_EINTERNAL,
+                       "a training forward must run every unit backward will reach (ran [%d, %d) of "
+                       "%d, %d frozen)",
+                       from, to, s->count, s->frozen);
+    const int starts_with_embed = from == 0 && s->info[0].role == PT_UNIT_EMBED;
+    const int ends_with_head = to == s->count && s->info[s->count - 1].role == PT_UNIT_HEAD;
     if (!starts_with_embed && !x_in)
         return pt_fail(err, PT_EINTERNAL, "segment starting at %s needs an input activation",
                        s->info[0].name);
@@ -366,9 +384,10 @@ int pt_segment_forward(pt_segment *s, int slot, const pt_batch *batch, const voi
                        s->info[s->count - 1].name);
     s->x_in[slot] = x_in;
     s->slot_n[slot] = batch->n;
-    for (int i = 0; i < s->count; i++) {
-        const void *x = i == 0 ? x_in : bound_at(s, slot, i - 1);
-        void *y = i == s->count - 1 ? y_out : bound_at(s, slot, i);
+    s->slot_from[slot] = from;
+    for (int i = from; i < to; i++) {
+        const void *x = i == from ? x_in : bound_at(s, slot, i - 1);
+        void *y = i == to - 1 ? y_out : bound_at(s, slot, i);
         pt_unit_call c = make_call(s, i, slot, batch->n, train);
         if ((rc = s->impl[i]->forward(&c, batch, x, y, stats, err)))
             return pt_err_prefix(err, "forward of %s", s->info[i].name);
@@ -389,7 +408,7 @@ int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const vo
                        s->info[s->count - 1].name);
     int cur = 0;
     for (int i = s->count - 1; i >= s->frozen; i--) {
-        const void *x = i == 0 ? s->x_in[slot] : bound_at(s, slot, i - 1);
+        const void *x = i == s->slot_from[slot] ? s->x_in[slot] : bound_at(s, slot, i - 1);
         const void *g_out = i == s->count - 1 ? dy : s->gbuf[cur];
         void *g_in = i == 0 ? dx : (i > s->frozen ? s->gbuf[1 - cur] : NULL);
         pt_unit_call c = make_call(s, i, slot, batch->n, 1);

@@ -27,6 +27,10 @@
 struct pt_stage_exec {
     const pt_schedule *sched;
     int stage, K, M, slots, recompute;
+    int frozen;                 /* a stage before sched->trainable: forward only */
+    pt_stage_input_fn input;    /* stage 0's input source, or NULL */
+    void *input_ctx;
+    int from;                   /* the segment unit the input enters (0 without a source) */
     pt_group *pipe;
     pt_segment *seg;
     pt_backend *be;
@@ -55,6 +59,9 @@ static double cpu_s(void)
 }
 
 static int last_stage(const pt_stage_exec *x) { return x->stage == x->K - 1; }
+
+/* The stage's input arrives in x_in[m]: from the previous stage or the source. */
+static int has_input(const pt_stage_exec *x) { return x->stage > 0 || x->input; }
 
 void pt_stage_exec_destroy(pt_stage_exec *x)
 {
@@ -105,7 +112,8 @@ static void **buffers(pt_stage_exec *x, int wanted, size_t bytes, int *ok)
 
 int pt_stage_exec_slots(const pt_schedule *s, int stage, int recompute)
 {
-    return recompute ? 1 : pt_schedule_in_flight(s, stage);
+    /* a frozen stage keeps nothing after a forward */
+    return recompute || stage < s->trainable ? 1 : pt_schedule_in_flight(s, stage);
 }
 
 int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err *err)
@@ -128,9 +136,18 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     x->recompute = spec->recompute;
     x->max_micro = spec->max_micro;
     x->slots = pt_stage_exec_slots(s, spec->stage, spec->recompute);
+    x->frozen = spec->stage < s->trainable;
+    x->input = spec->stage == 0 ? spec->input : NULL;
+    x->input_ctx = spec->input_ctx;
+    x->from = x->input ? spec->input_unit : 0;
+    if (x->from < 0 || x->from > pt_segment_frozen(spec->seg) || x->from >= pt_segment_count(spec->seg)) {
+        free(x);
+        return pt_fail(err, PT_EINTERNAL, "input enters unit %d of a segment with %d units, %d frozen",
+                       spec->input_unit, pt_segment_count(spec->seg), pt_segment_frozen(spec->seg));
+    }
     const size_t act = pt_segment_act_elems(x->seg, x->max_micro) * pt_backend_act_size(x->be);
     int ok = 1;
-    x->x_in = buffers(x, x->stage > 0, act, &ok);
+    x->x_in = buffers(x, has_input(x), act, &ok);
     x->dx_out = buffers(x, x->stage > 0, act, &ok);
     x->y_out = buffers(x, !last_stage(x), act, &ok);
     x->dy_in = buffers(x, !last_stage(x), act, &ok);
@@ -190,7 +207,7 @@ static int post_receives(pt_stage_exec *x, const pt_batch *batches, pt_err *err)
         size_t bytes = act_bytes(x, batches[m].n);
         if (x->stage > 0)
             rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err);
-        if (rc == 0 && !last_stage(x))
+        if (rc == 0 && !last_stage(x) && !x->frozen)
             rc = pt_irecv(x->pipe, x->dy_in[m], bytes, x->stage + 1, x->M + m, &x->recv_grad[m], err);
     }
     return rc;
@@ -204,7 +221,7 @@ static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt
     const int m = a.mb;
     const pt_batch *b = &batches[m];
     const size_t bytes = act_bytes(x, b->n);
-    const void *x_in = x->stage > 0 ? x->x_in[m] : NULL;
+    const void *x_in = has_input(x) ? x->x_in[m] : NULL;
     switch (a.kind) {
     case PT_A_RECV_ACT:
         return pt_wait(x->pipe, &x->recv_act[m], peer, err);
@@ -215,20 +232,27 @@ static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt
     case PT_A_SEND_GRAD:
         return pt_isend(x->pipe, x->dx_out[m], bytes, x->stage - 1, x->M + m, &x->send_grad[m], err);
     case PT_A_FWD: {
-        int rc = take_slot(x, m, err);
+        const int count = pt_segment_count(x->seg);
+        int rc = x->input ? x->input(x->input_ctx, m, b, 1, x->x_in[m], err) : 0;
+        if (rc == 0 && x->frozen) /* nothing to keep for a backward that never comes */
+            return pt_segment_forward_range(x->seg, 0, x->from, count, b, x_in, x->y_out[m], 0, NULL,
+                                            err);
+        if (rc == 0)
+            rc = take_slot(x, m, err);
         return rc ? rc
-                  : pt_segment_forward(x->seg, x->slot_of[m], b, x_in,
-                                       last_stage(x) ? NULL : x->y_out[m], 1,
-                                       last_stage(x) ? stats : NULL, err);
+                  : pt_segment_forward_range(x->seg, x->slot_of[m], x->from, count, b, x_in,
+                                             last_stage(x) ? NULL : x->y_out[m], 1,
+                                             last_stage(x) ? stats : NULL, err);
     }
     case PT_A_BWD: {
         int rc = 0, slot = x->slot_of[m];
         if (x->recompute)
-            rc = pt_segment_forward(x->seg, slot, b, x_in, last_stage(x) ? NULL : x->y_scratch, 1,
-                                    NULL, err);
+            rc = pt_segment_forward_range(x->seg, slot, x->from, pt_segment_count(x->seg), b, x_in,
+                                          last_stage(x) ? NULL : x->y_scratch, 1, NULL, err);
+        /* the first trainable stage sends no gradient back: the stages before it are frozen */
         if (rc == 0)
             rc = pt_segment_backward(x->seg, slot, b, last_stage(x) ? NULL : x->dy_in[m],
-                                     x->stage > 0 ? x->dx_out[m] : NULL, err);
+                                     x->stage > x->sched->trainable ? x->dx_out[m] : NULL, err);
         x->slot_busy[slot] = 0;
         return rc;
     }
@@ -290,9 +314,13 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
         snprintf(x->where, sizeof x->where, "evaluation, stage %d: forward of micro-batch %d", x->stage, m);
         if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err)) == 0)
             rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err);
+        if (rc == 0 && x->input)
+            rc = x->input(x->input_ctx, m, &batches[m], 0, x->x_in[m], err);
         if (rc == 0)
-            rc = pt_segment_forward(x->seg, 0, &batches[m], x->stage > 0 ? x->x_in[m] : NULL,
-                                    last_stage(x) ? NULL : x->y_out[m], 0, last_stage(x) ? stats : NULL, err);
+            rc = pt_segment_forward_range(x->seg, 0, x->from, pt_segment_count(x->seg), &batches[m],
+                                          has_input(x) ? x->x_in[m] : NULL,
+                                          last_stage(x) ? NULL : x->y_out[m], 0,
+                                          last_stage(x) ? stats : NULL, err);
         if (rc == 0 && !last_stage(x))
             rc = pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
     }

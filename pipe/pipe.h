@@ -30,15 +30,18 @@ typedef struct pt_action {
     int fused; /* 1: completes together with the next action (one transfer group) */
 } pt_action;
 
-/* For every stage, its list of actions in one training step. */
+/* For every stage, its list of actions in one training step. Stages before
+ * `trainable` hold only frozen units: they run forwards only, and no
+ * gradient flows back to them. */
 typedef struct pt_schedule {
     pt_sched_kind kind;
-    int stages, micro;
+    int stages, micro, trainable;
     int *len;         /* [stages] */
     pt_action **act;  /* [stages][len[s]] */
 } pt_schedule;
 
-int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro, pt_err *err);
+int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro, int trainable,
+                      pt_err *err);
 void pt_schedule_free(pt_schedule *s);
 /* Structure (each micro-batch forwarded and backwarded once per stage, in
  * dependency order, every send matched by the peer's receive) and a
@@ -57,6 +60,13 @@ const char *pt_action_name(pt_action_kind k);
 /* One rank's stage of a pipeline: its segment, its place in the schedule and
  * the group of the pipeline's ranks (group rank == stage index; NULL for a
  * one-stage pipeline). */
+/* A source for the first stage's input in place of running its first units:
+ * it writes the activation that enters segment unit `input_unit` for
+ * micro-batch mb into x ([n, T, d], backend memory); the units before it are
+ * frozen and are not run by the stage. `training` is 0 for evaluation. */
+typedef int (*pt_stage_input_fn)(void *ctx, int mb, const pt_batch *batch, int training, void *x,
+                                 pt_err *err);
+
 typedef struct pt_stage_spec {
     const pt_schedule *sched;
     int stage;
@@ -64,6 +74,10 @@ typedef struct pt_stage_spec {
     pt_segment *seg;   /* created with pt_stage_exec_slots() slots */
     int max_micro;     /* most examples in one micro-batch */
     int recompute;     /* keep only the stage input per micro-batch; recompute in backward */
+    pt_stage_input_fn input; /* stage 0 only, or NULL */
+    void *input_ctx;
+    int input_unit;          /* the segment unit the source's activation enters (units before it
+                                must be frozen) */
 } pt_stage_spec;
 
 typedef struct pt_stage_exec pt_stage_exec;

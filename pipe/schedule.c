@@ -17,7 +17,9 @@
  * send completing only when the peer is at the matching receive; a schedule
  * that passes cannot deadlock with buffered or non-blocking transfers either.
  * Backward runs micro-batches in increasing order on every stage, so
- * gradients accumulate in the same order as in a one-stage run.
+ * gradients accumulate in the same order as in a one-stage run. Stages before
+ * the first trainable one (all their units frozen) only forward: nothing is
+ * sent back to them.
  */
 #include "pipe/pipe.h"
 
@@ -41,13 +43,13 @@ void pt_schedule_free(pt_schedule *s)
 }
 
 /* Compute order of one stage: F and B actions only. */
-static int compute_order(pt_sched_kind kind, int K, int M, int stage, pt_action *out)
+static int compute_order(pt_sched_kind kind, int K, int M, int stage, int trainable, pt_action *out)
 {
     int n = 0;
-    if (kind == PT_SCHED_GPIPE) {
+    if (kind == PT_SCHED_GPIPE || stage < trainable) {
         for (int m = 0; m < M; m++)
             out[n++] = (pt_action){PT_A_FWD, m, 0};
-        for (int m = 0; m < M; m++)
+        for (int m = 0; m < M && stage >= trainable; m++)
             out[n++] = (pt_action){PT_A_BWD, m, 0};
         return n;
     }
@@ -67,15 +69,19 @@ static int compute_order(pt_sched_kind kind, int K, int M, int stage, pt_action 
 static int is_send(pt_action_kind k) { return k == PT_A_SEND_ACT || k == PT_A_SEND_GRAD; }
 static int is_recv(pt_action_kind k) { return k == PT_A_RECV_ACT || k == PT_A_RECV_GRAD; }
 
-int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro, pt_err *err)
+int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro, int trainable,
+                      pt_err *err)
 {
     memset(s, 0, sizeof *s);
-    if (stages < 1 || micro < 1)
-        return pt_fail(err, PT_EINPUT, "a schedule needs at least 1 stage and 1 micro-batch (got %d, %d)",
-                       stages, micro);
+    if (stages < 1 || micro < 1 || trainable < 0 || trainable >= stages)
+        return pt_fail(err, PT_EINPUT,
+                       "a schedule needs at least 1 stage and 1 micro-batch and a trainable last "
+                       "stage (got %d stages, %d micro-batches, first trainable %d)",
+                       stages, micro, trainable);
     s->kind = kind;
     s->stages = stages;
     s->micro = micro;
+    s->trainable = trainable;
     s->len = calloc((size_t)stages, sizeof *s->len);
     s->act = calloc((size_t)stages, sizeof *s->act);
     pt_action *order = malloc((size_t)2 * micro * sizeof *order);
@@ -85,7 +91,7 @@ int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro,
         return pt_fail(err, PT_ENOMEM, "out of memory building a schedule");
     }
     for (int st = 0; st < stages; st++) {
-        int n = compute_order(kind, stages, micro, st, order);
+        int n = compute_order(kind, stages, micro, st, trainable, order);
         pt_action *list = malloc((size_t)3 * n * sizeof *list);
         if (!list) {
             free(order);
@@ -105,7 +111,7 @@ int pt_schedule_build(pt_schedule *s, pt_sched_kind kind, int stages, int micro,
                 if (st < stages - 1)
                     list[len++] = (pt_action){PT_A_RECV_GRAD, m, 0};
                 list[len++] = order[i];
-                if (st > 0)
+                if (st > trainable)
                     list[len++] = (pt_action){PT_A_SEND_GRAD, m, 0};
             }
         }
@@ -146,7 +152,7 @@ static pt_action_kind matching(pt_action_kind k)
 
 static int check_structure(const pt_schedule *s, pt_err *err)
 {
-    const int K = s->stages, M = s->micro;
+    const int K = s->stages, M = s->micro, ft = s->trainable;
     int *seen = calloc((size_t)6 * M, sizeof *seen);
     if (!seen)
         return pt_fail(err, PT_ENOMEM, "out of memory validating a schedule");
@@ -178,6 +184,8 @@ static int check_structure(const pt_schedule *s, pt_err *err)
                 missing = "its activation receive";
             if (a.kind == PT_A_BWD && !seen[PT_A_FWD * M + a.mb])
                 missing = "its forward";
+            if ((a.kind == PT_A_BWD || a.kind == PT_A_RECV_GRAD) && st < ft)
+                missing = "any gradient (the stage is frozen)";
             if (a.kind == PT_A_BWD && st < K - 1 && !seen[PT_A_RECV_GRAD * M + a.mb])
                 missing = "its gradient receive";
             if (a.kind == PT_A_SEND_ACT && !seen[PT_A_FWD * M + a.mb])
@@ -189,7 +197,7 @@ static int check_structure(const pt_schedule *s, pt_err *err)
                              st, pt_action_name(a.kind), a.mb, missing);
         }
         for (int m = 0; m < M && rc == 0; m++) {
-            int want[6] = {1, 1, st < K - 1, st > 0, st > 0, st < K - 1};
+            int want[6] = {1, st >= ft, st < K - 1, st > 0, st > ft, st >= ft && st < K - 1};
             for (int k = 0; k < 6 && rc == 0; k++)
                 if (seen[k * M + m] != want[k])
                     rc = pt_fail(err, PT_EINTERNAL, "stage %d does %s of micro-batch %d %d times, not %d",

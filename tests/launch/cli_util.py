@@ -255,7 +255,10 @@ def metrics(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
-            (evals if rec.get("eval") else steps).append(rec)
+            if rec.get("event") == "eval":
+                evals.append(rec)
+            elif rec.get("event") == "step":
+                steps.append(rec)
     return steps, evals
 
 

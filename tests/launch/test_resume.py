@@ -69,7 +69,7 @@ def crash_copy(h, src, name, step):
     with open(path) as f:
         lines = f.readlines()
     with open(path, "w") as f:
-        f.writelines(l for l in lines if json.loads(l)["step"] <= step)
+        f.writelines(l for l in lines if json.loads(l).get("step", 0) <= step)
     return dst
 
 

@@ -65,7 +65,7 @@ def load_safetensors(path):
 
 def step_losses(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [json.loads(l)["loss"] for l in f if '"eval"' not in l]
+        return [r["loss"] for r in map(json.loads, f) if r["event"] == "step"]
 
 
 def latest_checkpoint(run_dir):

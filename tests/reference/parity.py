@@ -104,8 +104,8 @@ def pipetrain_run(binary, work, config):
     ckpt = os.path.join(run_dir, "checkpoints", ckpt)
     sh([binary, "export", ckpt, os.path.join(work, "final.safetensors")])
     sh([binary, "eval", cfg, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors")])
-    losses = [json.loads(l)["loss"] for l in open(os.path.join(run_dir, "metrics.jsonl"))
-              if '"eval"' not in l]
+    losses = [r["loss"] for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
+              if r["event"] == "step"]
     return (losses, st.load(os.path.join(work, "final.safetensors")),
             st.load(os.path.join(work, "logits.safetensors"))["logits"])
 

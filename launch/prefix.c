@@ -1,0 +1,165 @@
+/*
+ * prefix.c: the first stage's input when the model's frozen prefix sits in
+ * front of it: the activation after the first `depth` (frozen) units, per
+ * sample, from the activation cache when it has it and computed otherwise.
+ *
+ * For a training micro-batch: every sample whose entry is at the current
+ * depth is copied from the cache; the others are grouped by the depth the
+ * cache does have (0 for none) and only the missing units run, forward only,
+ * in the segment's spare slot: from the raw input for a sample never cached,
+ * from the shallower entry for one cached before the prefix grew (this is how
+ * the cache is advanced when more blocks freeze); the results are stored at
+ * the new depth, replacing the shallower entries in place. Evaluation and
+ * runs without a cache compute the whole prefix.
+ *
+ * Exactness: every op's forward treats each sample independently and, for a
+ * given sample, gives the same bits whatever else is in the call, so a cached
+ * activation equals the one the prefix would compute now.
+ */
+#include "launch/prefix.h"
+
+#include "launch/run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct pt_prefix {
+    pt_run *r;
+    int slot;                      /* the segment slot reserved for prefix work */
+    pt_cache *cache;               /* NULL: always compute */
+    size_t row_bytes;              /* one sample's activation */
+    int64_t hits, computed;        /* since the last report */
+    /* staging for groups of missing samples */
+    int *pick, *rest;              /* the group being computed, the samples still missing */
+    float *images;
+    int32_t *tokens;
+    void *in, *out;                /* backend activations [max_micro, T, d] */
+};
+
+void pt_prefix_destroy(pt_prefix *p)
+{
+    if (!p)
+        return;
+    pt_backend_free(p->r->be, p->in);
+    pt_backend_free(p->r->be, p->out);
+    free(p->pick);
+    free(p->rest);
+    free(p->images);
+    free(p->tokens);
+    free(p);
+}
+
+int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_err *err)
+{
+    *out = NULL;
+    if (!pt_backend_is_host(r->be))
+        return pt_fail(err, PT_EBACKEND, "the frozen-prefix source needs host memory");
+    pt_prefix *p = calloc(1, sizeof *p);
+    if (!p)
+        return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
+    p->r = r;
+    p->slot = slot;
+    p->cache = cache;
+    const int n = r->max_micro, T = pt_arch_tokens(&r->arch);
+    p->row_bytes = pt_segment_act_elems(r->seg, 1) * pt_backend_act_size(r->be);
+    p->pick = malloc((size_t)n * sizeof *p->pick);
+    p->rest = malloc((size_t)n * sizeof *p->rest);
+    p->images = malloc(((size_t)n * pt_arch_input_floats(&r->arch) + 1) * sizeof *p->images);
+    p->tokens = malloc(((size_t)n * T + 1) * sizeof *p->tokens);
+    p->in = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
+    p->out = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
+    if (!p->pick || !p->rest || !p->images || !p->tokens || !p->in || !p->out) {
+        pt_prefix_destroy(p);
+        return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
+    }
+    *out = p;
+    return 0;
+}
+
+void pt_prefix_counts(pt_prefix *p, int64_t *hits, int64_t *computed)
+{
+    *hits = p->hits;
+    *computed = p->computed;
+    p->hits = p->computed = 0;
+}
+
+/* Runs the prefix's units [from, depth) on the samples p->pick[0..k) of the
+ * micro-batch (their activations at `from` in p->in when from > 0) and puts
+ * the results into their rows of x, and into the cache. */
+static int compute_group(pt_prefix *p, const pt_batch *b, const int64_t *ids, int k, int from,
+                         int depth, void *x, pt_err *err)
+{
+    pt_run *r = p->r;
+    const int per_image = pt_arch_input_floats(&r->arch), T = pt_arch_tokens(&r->arch);
+    for (int j = 0; j < k; j++) {
+        const int i = p->pick[j];
+        if (b->images)
+            memcpy(p->images + (size_t)j * per_image, b->images + (size_t)i * per_image,
+                   (size_t)per_image * sizeof *p->images);
+        if (b->tokens)
+            memcpy(p->tokens + (size_t)j * T, b->tokens + (size_t)i * T, (size_t)T * sizeof *p->tokens);
+    }
+    pt_batch sub = {k, b->images ? p->images : NULL, b->tokens ? p->tokens : NULL, NULL};
+    int rc = pt_segment_forward_range(r->seg, p->slot, from, depth, &sub, from ? p->in : NULL, p->out,
+                                      0, NULL, err);
+    for (int j = 0; rc == 0 && j < k; j++) {
+        const int i = p->pick[j];
+        const char *row = (const char *)p->out + (size_t)j * p->row_bytes;
+        memcpy((char *)x + (size_t)i * p->row_bytes, row, p->row_bytes);
+        if (p->cache && ids && pt_cache_put(p->cache, ids[i], depth, row, err) < 0)
+            rc = err->code;
+    }
+    p->computed += k;
+    return rc;
+}
+
+int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x, pt_err *err)
+{
+    pt_prefix *p = ctx;
+    pt_run *r = p->r;
+    const int depth = r->source_units, n = b->n;
+    const int64_t *ids = training && p->cache ? r->batch_ids + r->batch_first[mb] : NULL;
+    if (!ids) { /* nothing to look up: the whole prefix for every sample */
+        for (int i = 0; i < n; i++)
+            p->pick[i] = i;
+        return compute_group(p, b, NULL, n, 0, depth, x, err);
+    }
+    /* hits go straight into x; the misses wait in `todo` */
+    int todo = 0, rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int got = pt_cache_get(p->cache, ids[i], depth, (char *)x + (size_t)i * p->row_bytes, err);
+        if (got < 0)
+            rc = err->code;
+        else if (got)
+            p->hits++;
+        else
+            p->rest[todo++] = i;
+    }
+    /* one group per depth the cache holds for them (0: nothing cached yet) */
+    while (rc == 0 && todo > 0) {
+        int start = pt_cache_depth(p->cache, ids[p->rest[0]]);
+        start = start < depth ? start : 0;
+        int k = 0, left = 0;
+        for (int j = 0; j < todo; j++) {
+            const int i = p->rest[j];
+            int d = pt_cache_depth(p->cache, ids[i]);
+            d = d < depth ? d : 0;
+            int take = d == start;
+            if (take && start > 0) /* its shallower entry becomes the group's input */
+                take = pt_cache_get(p->cache, ids[i], start, (char *)p->in + (size_t)k * p->row_bytes,
+                                    err) == 1;
+            if (take)
+                p->pick[k++] = i;
+            else
+                p->rest[left++] = i; /* left <= j: in place */
+        }
+        if (k == 0) { /* the entries changed under us: the first from the input */
+            p->pick[k++] = p->rest[0];
+            memmove(p->rest, p->rest + 1, (size_t)(--left) * sizeof *p->rest);
+            start = 0;
+        }
+        rc = compute_group(p, b, ids, k, start, depth, x, err);
+        todo = left;
+    }
+    return rc;
+}

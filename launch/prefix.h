@@ -1,0 +1,23 @@
+/*
+ * prefix.h (internal to launch/): the source of the first stage's input when
+ * the model's frozen prefix is in front of it (see prefix.c). It plugs into
+ * pipe/'s executor as a pt_stage_input_fn.
+ */
+#ifndef PT_LAUNCH_PREFIX_H
+#define PT_LAUNCH_PREFIX_H
+
+#include "cache/cache.h"
+#include "nn/nn.h"
+
+struct pt_run;
+typedef struct pt_prefix pt_prefix;
+
+/* slot: a segment slot no micro-batch uses; cache: NULL to always compute. */
+int pt_prefix_create(pt_prefix **out, struct pt_run *r, int slot, pt_cache *cache, pt_err *err);
+void pt_prefix_destroy(pt_prefix *p);
+/* The pt_stage_input_fn. */
+int pt_prefix_input(void *ctx, int mb, const pt_batch *batch, int training, void *x, pt_err *err);
+/* Samples served from the cache and computed since the last call. */
+void pt_prefix_counts(pt_prefix *p, int64_t *hits, int64_t *computed);
+
+#endif
