@@ -49,7 +49,12 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
     return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cpu64 or cuda)", name);
 }
 
-void pt_backend_close(pt_backend *be) { free(be); }
+void pt_backend_close(pt_backend *be)
+{
+    if (be && be->ops->close)
+        be->ops->close(be);
+    free(be);
+}
 
 const char *pt_backend_name(const pt_backend *be) { return be->name; }
 size_t pt_backend_real_size(const pt_backend *be) { return be->real_size; }

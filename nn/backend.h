@@ -66,7 +66,9 @@ typedef struct pt_ops {
                      size_t n);
     /* Multi-head scaled dot-product attention.
      * qkv [n, T, 3, H, hd] (the output of one fused projection), out [n, T, H*hd],
-     * probs [n, H, T, T] softmax probabilities kept for backward. */
+     * probs: what forward keeps for backward, attention_saved_bytes long (the
+     * CPU keeps the softmax probabilities [n, H, T, T]; the layout is the
+     * backend's own). */
     void (*attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
                           int T, int H, int hd, int causal);
     void (*attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
@@ -100,6 +102,14 @@ typedef struct pt_ops {
                   const pt_adamw_args *args);
     double (*sumsq)(pt_backend *be, const void *x, size_t n); /* par elements */
     void (*scale)(pt_backend *be, void *x, size_t n, double f); /* par elements */
+
+    /* Optional (NULL: the default stated). */
+    /* Bytes attention keeps per micro-batch for backward; default
+     * n * H * T * T act elements (the probabilities). A flash-style backend
+     * keeps only each row's log-sum-exp. */
+    size_t (*attention_saved_bytes)(const pt_backend *be, int n, int T, int H);
+    /* Releases the backend's own state (handles, streams, arenas). */
+    void (*close)(pt_backend *be);
 } pt_ops;
 
 struct pt_backend {

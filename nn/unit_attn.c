@@ -14,7 +14,7 @@ typedef struct {
     void *mean, *rstd; /* [nT] */
     void *ln;          /* [nT, d] */
     void *qkv;         /* [nT, 3d] */
-    void *probs;       /* [n, H, T, T] */
+    void *probs;       /* what attention keeps for backward: [n, H, T, T] probabilities on the CPU */
     void *att;         /* [nT, d] */
 } attn_saved;
 
@@ -31,7 +31,9 @@ static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *
     s->rstd = pt_carve_take(&c, rows * be->real_size);
     s->ln = pt_carve_take(&c, rows * a->dim * be->act_size);
     s->qkv = pt_carve_take(&c, rows * 3 * a->dim * be->act_size);
-    s->probs = pt_carve_take(&c, (size_t)n * a->heads * T * T * be->act_size);
+    s->probs = pt_carve_take(&c, be->ops->attention_saved_bytes
+                                     ? be->ops->attention_saved_bytes(be, n, (int)T, a->heads)
+                                     : (size_t)n * a->heads * T * T * be->act_size);
     s->att = pt_carve_take(&c, rows * a->dim * be->act_size);
     return c.used;
 }
