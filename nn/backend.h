@@ -110,6 +110,10 @@ typedef struct pt_ops {
     size_t (*attention_saved_bytes)(const pt_backend *be, int n, int T, int H);
     /* Releases the backend's own state (handles, streams, arenas). */
     void (*close)(pt_backend *be);
+    /* The first error any op met since the backend opened (ops return nothing;
+     * an asynchronous device records errors and reports them here), without
+     * waiting for queued work. Default: never an error. */
+    int (*status)(pt_backend *be, pt_err *err);
 } pt_ops;
 
 struct pt_backend {

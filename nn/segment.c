@@ -389,7 +389,8 @@ int pt_segment_forward_range(pt_segment *s, int slot, int from, int to, const pt
         const void *x = i == from ? x_in : bound_at(s, slot, i - 1);
         void *y = i == to - 1 ? y_out : bound_at(s, slot, i);
         pt_unit_call c = make_call(s, i, slot, batch->n, train);
-        if ((rc = s->impl[i]->forward(&c, batch, x, y, stats, err)))
+        if ((rc = s->impl[i]->forward(&c, batch, x, y, stats, err)) ||
+            (s->be->ops->status && (rc = s->be->ops->status(s->be, err))))
             return pt_err_prefix(err, "forward of %s", s->info[i].name);
     }
     return 0;
@@ -412,7 +413,8 @@ int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const vo
         const void *g_out = i == s->count - 1 ? dy : s->gbuf[cur];
         void *g_in = i == 0 ? dx : (i > s->frozen ? s->gbuf[1 - cur] : NULL);
         pt_unit_call c = make_call(s, i, slot, batch->n, 1);
-        if ((rc = s->impl[i]->backward(&c, batch, x, g_out, g_in, err)))
+        if ((rc = s->impl[i]->backward(&c, batch, x, g_out, g_in, err)) ||
+            (s->be->ops->status && (rc = s->be->ops->status(s->be, err))))
             return pt_err_prefix(err, "backward of %s", s->info[i].name);
         cur = 1 - cur;
     }
@@ -491,5 +493,5 @@ int pt_segment_adamw(pt_segment *s, const pt_adamw *opt, pt_err *err)
                               (char *)s->v + par_bytes(s, aofs), p->numel, &args);
         }
     }
-    return 0;
+    return s->be->ops->status ? s->be->ops->status(s->be, err) : 0;
 }
