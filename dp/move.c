@@ -4,6 +4,7 @@
  * copied locally, one that leaves is sent, one that arrives is received, all
  * transfers posted at once (tag = unit and part) and then waited for. The
  * bytes are moved raw, so a moved unit is bit-identical to the one that left.
+ * Device memory goes through host copies (the MPI here is not CUDA-aware).
  */
 #include "dp/dp.h"
 
@@ -22,15 +23,21 @@ int pt_dp_move_units(pt_group *pipe, int stage, int stages, const int *old_bound
                      pt_segment *new_seg, pt_err *err)
 {
     pt_backend *be = pt_segment_backend(new_seg);
-    if (!pt_backend_is_host(be))
-        return pt_fail(err, PT_EINTERNAL, "moving units needs host memory on the %s backend",
-                       pt_backend_name(be));
+    const int staged = !pt_backend_is_host(be);
     const int units = old_bounds[stages];
     const size_t real = pt_backend_real_size(be);
     static const pt_part parts[3] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
     pt_req *reqs = calloc((size_t)units * 3, sizeof *reqs);
-    if (!reqs)
+    void **host = calloc((size_t)units * 3, sizeof *host);   /* staging, when staged */
+    void **land = calloc((size_t)units * 3, sizeof *land);   /* where a staged receive goes */
+    size_t *size = calloc((size_t)units * 3, sizeof *size);
+    if (!reqs || !host || !land || !size) {
+        free(reqs);
+        free(host);
+        free(land);
+        free(size);
         return pt_fail(err, PT_ENOMEM, "out of memory moving units");
+    }
     int rc = 0;
     for (int u = 0; u < units && rc == 0; u++) {
         const int from = owner(old_bounds, stages, u), to = owner(new_bounds, stages, u);
@@ -46,21 +53,37 @@ int pt_dp_move_units(pt_group *pipe, int stage, int stages, const int *old_bound
                 rc = pt_fail(err, PT_EINTERNAL, "unit %d has no state to move (part %d)", u, k);
                 break;
             }
-            pt_req *r = &reqs[u * 3 + k];
-            if (from == stage && to == stage)
+            const int i = u * 3 + k;
+            if (from == stage && to == stage) {
                 pt_backend_copy(be, dst, src, bytes);
-            else if (from == stage)
-                rc = pt_isend(pipe, src, bytes, to, u * 3 + k, r, err);
-            else
-                rc = pt_irecv(pipe, dst, bytes, from, u * 3 + k, r, err);
+                continue;
+            }
+            if (staged && !(host[i] = malloc(bytes ? bytes : 1))) {
+                rc = pt_fail(err, PT_ENOMEM, "out of memory moving units");
+                break;
+            }
+            if (from == stage) {
+                if (staged)
+                    pt_backend_download(be, host[i], src, bytes);
+                rc = pt_isend(pipe, staged ? host[i] : src, bytes, to, i, &reqs[i], err);
+            } else {
+                land[i] = dst;
+                size[i] = bytes;
+                rc = pt_irecv(pipe, staged ? host[i] : dst, bytes, from, i, &reqs[i], err);
+            }
         }
     }
     for (int i = 0; i < units * 3; i++) {
-        if (rc == 0)
-            rc = pt_wait(pipe, &reqs[i], "a unit moving to its new stage", err);
-        else
+        if (rc == 0 && (rc = pt_wait(pipe, &reqs[i], "a unit moving to its new stage", err)) == 0 &&
+            staged && land[i])
+            pt_backend_upload(be, land[i], host[i], size[i]);
+        else if (rc)
             pt_req_cancel(&reqs[i]);
+        free(host[i]);
     }
     free(reqs);
+    free(host);
+    free(land);
+    free(size);
     return rc;
 }

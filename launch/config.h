@@ -23,6 +23,7 @@ enum { PT_DATA_FASHION_MNIST, PT_DATA_IDX, PT_DATA_TEXT_FILE, PT_DATA_KJV, PT_DA
 enum { PT_PIPE_GPIPE, PT_PIPE_1F1B };
 enum { PT_DEVICE_AUTO, PT_DEVICE_CPU, PT_DEVICE_CUDA };
 enum { PT_FREEZE_EVERY_EPOCH, PT_FREEZE_EVERY_STEP };
+enum { PT_PRECISION_FP32, PT_PRECISION_BF16 };
 
 typedef struct pt_config {
     char source[PT_PATH_MAX]; /* the YAML file it came from */
@@ -32,6 +33,7 @@ typedef struct pt_config {
         long long seed;
         int threads;
         int device; /* PT_DEVICE_* */
+        int precision; /* PT_PRECISION_* */
         int metrics;
         int rank_metrics;
         double timeout_s;

@@ -24,6 +24,8 @@ const pt_key_spec pt_config_keys[] = {
      "CPU threads per rank; 0 = the node's cores divided among its ranks"},
     {"run.device", PT_K_ENUM, AT(run.device), 0, 0, PT_WORDS("auto", "cpu", "cuda"), 0, "auto",
      "compute device; auto takes a GPU when the driver reports one"},
+    {"run.precision", PT_K_ENUM, AT(run.precision), 0, 0, PT_WORDS("fp32", "bf16"), 0, "fp32",
+     "fp32; bf16: bf16 matrix operands and activations, fp32 weights, moments and sums (GPU only)"},
     {"run.metrics", PT_K_BOOL, AT(run.metrics), 0, 0, NULL, 0, "true",
      "write metrics as JSON lines to RUN_DIR/metrics.jsonl"},
     {"run.rank_metrics", PT_K_BOOL, AT(run.rank_metrics), 0, 0, NULL, 0, "false",

@@ -12,6 +12,9 @@
  * the new depth, replacing the shallower entries in place. Evaluation and
  * runs without a cache compute the whole prefix.
  *
+ * The cache holds host memory; with a device backend rows pass through a
+ * host copy.
+ *
  * Exactness: every op's forward treats each sample independently and, for a
  * given sample, gives the same bits whatever else is in the call, so a cached
  * activation equals the one the prefix would compute now.
@@ -31,6 +34,8 @@ struct pt_prefix {
     int64_t hits, computed;        /* since the last report */
     /* staging for groups of missing samples */
     int *pick, *rest;              /* the group being computed, the samples still missing */
+    int staged;                    /* backend memory is not host memory */
+    char *row;                     /* one host row, when staged */
     float *images;
     int32_t *tokens;
     void *in, *out;                /* backend activations [max_micro, T, d] */
@@ -44,6 +49,7 @@ void pt_prefix_destroy(pt_prefix *p)
     pt_backend_free(p->r->be, p->out);
     free(p->pick);
     free(p->rest);
+    free(p->row);
     free(p->images);
     free(p->tokens);
     free(p);
@@ -52,8 +58,6 @@ void pt_prefix_destroy(pt_prefix *p)
 int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_err *err)
 {
     *out = NULL;
-    if (!pt_backend_is_host(r->be))
-        return pt_fail(err, PT_EBACKEND, "the frozen-prefix source needs host memory");
     pt_prefix *p = calloc(1, sizeof *p);
     if (!p)
         return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
@@ -62,18 +66,39 @@ int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_e
     p->cache = cache;
     const int n = r->max_micro, T = pt_arch_tokens(&r->arch);
     p->row_bytes = pt_segment_act_elems(r->seg, 1) * pt_backend_act_size(r->be);
+    p->staged = !pt_backend_is_host(r->be);
+    p->row = malloc(p->row_bytes);
     p->pick = malloc((size_t)n * sizeof *p->pick);
     p->rest = malloc((size_t)n * sizeof *p->rest);
     p->images = malloc(((size_t)n * pt_arch_input_floats(&r->arch) + 1) * sizeof *p->images);
     p->tokens = malloc(((size_t)n * T + 1) * sizeof *p->tokens);
     p->in = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
     p->out = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
-    if (!p->pick || !p->rest || !p->images || !p->tokens || !p->in || !p->out) {
+    if (!p->pick || !p->rest || !p->row || !p->images || !p->tokens || !p->in || !p->out) {
         pt_prefix_destroy(p);
         return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
     }
     *out = p;
     return 0;
+}
+
+/* Cache entry of id at depth into backend memory dst: 1 hit, 0 miss, < 0 error. */
+static int cache_get(pt_prefix *p, int64_t id, int depth, void *dst, pt_err *err)
+{
+    if (!p->staged)
+        return pt_cache_get(p->cache, id, depth, dst, err);
+    int got = pt_cache_get(p->cache, id, depth, p->row, err);
+    if (got == 1)
+        pt_backend_upload(p->r->be, dst, p->row, p->row_bytes);
+    return got;
+}
+
+static int cache_put(pt_prefix *p, int64_t id, int depth, const void *src, pt_err *err)
+{
+    if (!p->staged)
+        return pt_cache_put(p->cache, id, depth, src, err);
+    pt_backend_download(p->r->be, p->row, src, p->row_bytes);
+    return pt_cache_put(p->cache, id, depth, p->row, err);
 }
 
 void pt_prefix_counts(pt_prefix *p, int64_t *hits, int64_t *computed)
@@ -105,8 +130,8 @@ static int compute_group(pt_prefix *p, const pt_batch *b, const int64_t *ids, in
     for (int j = 0; rc == 0 && j < k; j++) {
         const int i = p->pick[j];
         const char *row = (const char *)p->out + (size_t)j * p->row_bytes;
-        memcpy((char *)x + (size_t)i * p->row_bytes, row, p->row_bytes);
-        if (p->cache && ids && pt_cache_put(p->cache, ids[i], depth, row, err) < 0)
+        pt_backend_copy(r->be, (char *)x + (size_t)i * p->row_bytes, row, p->row_bytes);
+        if (p->cache && ids && cache_put(p, ids[i], depth, row, err) < 0)
             rc = err->code;
     }
     p->computed += k;
@@ -127,7 +152,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
     /* hits go straight into x; the misses wait in `todo` */
     int todo = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        int got = pt_cache_get(p->cache, ids[i], depth, (char *)x + (size_t)i * p->row_bytes, err);
+        int got = cache_get(p, ids[i], depth, (char *)x + (size_t)i * p->row_bytes, err);
         if (got < 0)
             rc = err->code;
         else if (got)
@@ -146,8 +171,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             d = d < depth ? d : 0;
             int take = d == start;
             if (take && start > 0) /* its shallower entry becomes the group's input */
-                take = pt_cache_get(p->cache, ids[i], start, (char *)p->in + (size_t)k * p->row_bytes,
-                                    err) == 1;
+                take = cache_get(p, ids[i], start, (char *)p->in + (size_t)k * p->row_bytes, err) == 1;
             if (take)
                 p->pick[k++] = i;
             else

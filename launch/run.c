@@ -15,16 +15,30 @@
 #include <string.h>
 #include <unistd.h>
 
+/* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
 static int open_backend(pt_run *r, pt_err *err)
 {
     const int threads = r->threads > 0 ? r->threads : 1;
-    const char *device = "cpu";
-    if (r->cfg.run.device == PT_DEVICE_CUDA)
-        device = "cuda";
-    int rc = pt_backend_open(&r->be, device, threads, err);
-    if (rc)
-        return pt_err_prefix(err, "run.device");
-    return 0;
+    const int bf16 = r->cfg.run.precision == PT_PRECISION_BF16;
+    const char *gpu = bf16 ? "cuda-bf16" : "cuda";
+    int rc;
+    switch (r->cfg.run.device) {
+    case PT_DEVICE_CUDA:
+        if ((rc = pt_backend_open(&r->be, gpu, threads, err)))
+            return pt_err_prefix(err, "run.device is cuda");
+        return 0;
+    case PT_DEVICE_AUTO: {
+        pt_err none;
+        if (pt_backend_open(&r->be, gpu, threads, &none) == 0)
+            return 0;
+        break; /* no usable GPU: the CPU */
+    }
+    default:
+        break;
+    }
+    if (bf16)
+        return pt_fail(err, PT_EINPUT, "run.precision: bf16 needs a GPU; this run uses the CPU (run.device)");
+    return pt_backend_open(&r->be, "cpu", threads, err);
 }
 
 /* Moves the last n_test examples of all into test; all keeps the rest. */

@@ -73,7 +73,17 @@ void pt_backend_copy(pt_backend *be, void *dst, const void *src, size_t bytes)
     be->ops->copy(be, dst, src, bytes);
 }
 
-int pt_backend_is_host(const pt_backend *be) { return strcmp(be->name, "cuda") != 0; }
+void pt_backend_upload(pt_backend *be, void *dst, const void *host, size_t bytes)
+{
+    be->ops->upload(be, dst, host, bytes);
+}
+
+void pt_backend_download(pt_backend *be, void *host, const void *src, size_t bytes)
+{
+    be->ops->download(be, host, src, bytes);
+}
+
+int pt_backend_is_host(const pt_backend *be) { return strncmp(be->name, "cuda", 4) != 0; }
 
 void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n)
 {

@@ -140,8 +140,11 @@ int pt_backend_threads(const pt_backend *be);
 /* Backend memory; NULL on failure. Freed with pt_backend_free. */
 void *pt_backend_alloc(pt_backend *be, size_t bytes);
 void pt_backend_free(pt_backend *be, void *p);
-/* Copies bytes within backend memory. */
+/* Copies bytes within backend memory, and between host and backend memory
+ * (complete when they return). */
 void pt_backend_copy(pt_backend *be, void *dst, const void *src, size_t bytes);
+void pt_backend_upload(pt_backend *be, void *dst, const void *host, size_t bytes);
+void pt_backend_download(pt_backend *be, void *host, const void *src, size_t bytes);
 /* Whether backend memory is host memory (MPI can send it directly). */
 int pt_backend_is_host(const pt_backend *be);
 /* Host <-> backend copies of activations (n activation elements, host float). */

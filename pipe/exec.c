@@ -9,6 +9,10 @@
  * the rendezvous semantics the schedule was validated under, so it cannot
  * deadlock where the schedule does not.
  *
+ * Device memory: when the backend's memory is not host memory (a GPU; the
+ * MPI here is not CUDA-aware), transfers go through host staging buffers: a
+ * send downloads first, a completed receive uploads.
+ *
  * Activation memory: without recompute, micro-batch m occupies a segment slot
  * from its forward to its backward (slots = the schedule's peak in flight);
  * with recompute there is one slot, and backward first re-runs the forward
@@ -36,6 +40,8 @@ struct pt_stage_exec {
     pt_backend *be;
     int max_micro;
     void **x_in, **y_out, **dy_in, **dx_out; /* [M]; NULL where the stage has no such edge */
+    int staged;                              /* transfers go through host copies */
+    void **h_x_in, **h_y_out, **h_dy_in, **h_dx_out; /* [M] host staging when staged */
     void *y_scratch;                         /* recompute's discarded output */
     pt_req *recv_act, *recv_grad, *send_act, *send_grad;
     int *slot_of, *slot_busy;
@@ -76,6 +82,10 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
             pt_backend_free(x->be, x->dy_in[m]);
         if (x->dx_out)
             pt_backend_free(x->be, x->dx_out[m]);
+        void **staging[4] = {x->h_x_in, x->h_y_out, x->h_dy_in, x->h_dx_out};
+        for (int k = 0; k < 4; k++)
+            if (staging[k])
+                free(staging[k][m]);
         if (x->recv_act) {
             pt_req_cancel(&x->recv_act[m]);
             pt_req_cancel(&x->recv_grad[m]);
@@ -84,6 +94,10 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
         }
     }
     pt_backend_free(x->be, x->y_scratch);
+    free(x->h_x_in);
+    free(x->h_y_out);
+    free(x->h_dy_in);
+    free(x->h_dx_out);
     free(x->x_in);
     free(x->y_out);
     free(x->dy_in);
@@ -95,6 +109,19 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
     free(x->slot_of);
     free(x->slot_busy);
     free(x);
+}
+
+static void **host_buffers(pt_stage_exec *x, int wanted, size_t bytes, int *ok)
+{
+    if (!wanted || !x->staged || !*ok || x->M < 1)
+        return NULL;
+    void **b = calloc((size_t)x->M, sizeof *b);
+    for (int m = 0; b && m < x->M; m++)
+        if (!(b[m] = malloc(bytes ? bytes : 1)))
+            *ok = 0;
+    if (!b)
+        *ok = 0;
+    return b;
 }
 
 static void **buffers(pt_stage_exec *x, int wanted, size_t bytes, int *ok)
@@ -151,6 +178,11 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     x->dx_out = buffers(x, x->stage > 0, act, &ok);
     x->y_out = buffers(x, !last_stage(x), act, &ok);
     x->dy_in = buffers(x, !last_stage(x), act, &ok);
+    x->staged = !pt_backend_is_host(x->be);
+    x->h_x_in = host_buffers(x, x->stage > 0, act, &ok);
+    x->h_dx_out = host_buffers(x, x->stage > 0, act, &ok);
+    x->h_y_out = host_buffers(x, !last_stage(x), act, &ok);
+    x->h_dy_in = host_buffers(x, !last_stage(x), act, &ok);
     if (ok && x->recompute && !last_stage(x) && !(x->y_scratch = pt_backend_alloc(x->be, act)))
         ok = 0;
     x->recv_act = calloc((size_t)x->M, sizeof *x->recv_act);
@@ -206,9 +238,11 @@ static int post_receives(pt_stage_exec *x, const pt_batch *batches, pt_err *err)
     for (int m = 0; m < x->M && rc == 0; m++) {
         size_t bytes = act_bytes(x, batches[m].n);
         if (x->stage > 0)
-            rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err);
+            rc = pt_irecv(x->pipe, x->staged ? x->h_x_in[m] : x->x_in[m], bytes, x->stage - 1, m,
+                          &x->recv_act[m], err);
         if (rc == 0 && !last_stage(x) && !x->frozen)
-            rc = pt_irecv(x->pipe, x->dy_in[m], bytes, x->stage + 1, x->M + m, &x->recv_grad[m], err);
+            rc = pt_irecv(x->pipe, x->staged ? x->h_dy_in[m] : x->dy_in[m], bytes, x->stage + 1,
+                          x->M + m, &x->recv_grad[m], err);
     }
     return rc;
 }
@@ -223,14 +257,28 @@ static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt
     const size_t bytes = act_bytes(x, b->n);
     const void *x_in = has_input(x) ? x->x_in[m] : NULL;
     switch (a.kind) {
-    case PT_A_RECV_ACT:
-        return pt_wait(x->pipe, &x->recv_act[m], peer, err);
-    case PT_A_RECV_GRAD:
-        return pt_wait(x->pipe, &x->recv_grad[m], peer, err);
+    case PT_A_RECV_ACT: {
+        int rc = pt_wait(x->pipe, &x->recv_act[m], peer, err);
+        if (rc == 0 && x->staged)
+            pt_backend_upload(x->be, x->x_in[m], x->h_x_in[m], bytes);
+        return rc;
+    }
+    case PT_A_RECV_GRAD: {
+        int rc = pt_wait(x->pipe, &x->recv_grad[m], peer, err);
+        if (rc == 0 && x->staged)
+            pt_backend_upload(x->be, x->dy_in[m], x->h_dy_in[m], bytes);
+        return rc;
+    }
     case PT_A_SEND_ACT:
-        return pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
+        if (x->staged)
+            pt_backend_download(x->be, x->h_y_out[m], x->y_out[m], bytes);
+        return pt_isend(x->pipe, x->staged ? x->h_y_out[m] : x->y_out[m], bytes, x->stage + 1, m,
+                        &x->send_act[m], err);
     case PT_A_SEND_GRAD:
-        return pt_isend(x->pipe, x->dx_out[m], bytes, x->stage - 1, x->M + m, &x->send_grad[m], err);
+        if (x->staged)
+            pt_backend_download(x->be, x->h_dx_out[m], x->dx_out[m], bytes);
+        return pt_isend(x->pipe, x->staged ? x->h_dx_out[m] : x->dx_out[m], bytes, x->stage - 1,
+                        x->M + m, &x->send_grad[m], err);
     case PT_A_FWD: {
         const int count = pt_segment_count(x->seg);
         int rc = x->input ? x->input(x->input_ctx, m, b, 1, x->x_in[m], err) : 0;
@@ -312,8 +360,10 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
     for (int m = 0; m < n_micro && rc == 0; m++) {
         const size_t bytes = act_bytes(x, batches[m].n);
         snprintf(x->where, sizeof x->where, "evaluation, stage %d: forward of micro-batch %d", x->stage, m);
-        if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->x_in[m], bytes, x->stage - 1, m, &x->recv_act[m], err)) == 0)
-            rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err);
+        if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->staged ? x->h_x_in[m] : x->x_in[m], bytes,
+                                           x->stage - 1, m, &x->recv_act[m], err)) == 0 &&
+            (rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err)) == 0 && x->staged)
+            pt_backend_upload(x->be, x->x_in[m], x->h_x_in[m], bytes);
         if (rc == 0 && x->input)
             rc = x->input(x->input_ctx, m, &batches[m], 0, x->x_in[m], err);
         if (rc == 0)
@@ -321,8 +371,12 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
                                           has_input(x) ? x->x_in[m] : NULL,
                                           last_stage(x) ? NULL : x->y_out[m], 0,
                                           last_stage(x) ? stats : NULL, err);
-        if (rc == 0 && !last_stage(x))
-            rc = pt_isend(x->pipe, x->y_out[m], bytes, x->stage + 1, m, &x->send_act[m], err);
+        if (rc == 0 && !last_stage(x)) {
+            if (x->staged)
+                pt_backend_download(x->be, x->h_y_out[m], x->y_out[m], bytes);
+            rc = pt_isend(x->pipe, x->staged ? x->h_y_out[m] : x->y_out[m], bytes, x->stage + 1, m,
+                          &x->send_act[m], err);
+        }
     }
     for (int m = 0; m < n_micro && rc == 0; m++)
         rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err);
