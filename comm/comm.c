@@ -5,7 +5,7 @@
  * that shares it (several ranks per core is normal in tests).
  * Collectives are the non-blocking MPI ones waited on the same way.
  */
-#include "comm/comm.h"
+#include "comm/comm_group.h"
 
 #include <errno.h>
 #include <hwloc.h>
@@ -18,13 +18,6 @@
 #include <unistd.h>
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(((pt_req *)0)->opaque), "pt_req too small for MPI_Request");
-
-struct pt_group {
-    MPI_Comm mpi;
-    int rank, size;
-    double timeout;
-    int owned; /* MPI_Comm_free on release */
-};
 
 struct pt_comm {
     int rank, size, local_rank, local_size, node, nodes;
@@ -101,7 +94,7 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
         for (int q = 0; q < leaders[r]; q++)
             c->node_of[r] += leaders[q] == q;
     free(leaders);
-    c->world = (pt_group){MPI_COMM_WORLD, c->rank, c->size, 600.0, 0};
+    c->world = (pt_group){MPI_COMM_WORLD, c->rank, c->size, 600.0, 0, NULL};
     *out = c;
     return 0;
 }
@@ -110,6 +103,7 @@ void pt_comm_close(pt_comm *c)
 {
     if (!c)
         return;
+    pt_group_nccl_close(&c->world);
     MPI_Comm_free(&c->node_comm);
     free(c->node_of);
     free(c);
@@ -209,6 +203,7 @@ void pt_group_free(pt_group *g)
 {
     if (!g || !g->owned)
         return;
+    pt_group_nccl_close(g);
     MPI_Comm_free(&g->mpi);
     free(g);
 }

@@ -80,4 +80,24 @@ int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err);
 int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
 int pt_barrier(pt_group *g, pt_err *err);
 
+/* -------------------------------------------- NCCL, on device memory */
+
+/* Built when NCCL and the CUDA runtime are found (otherwise every call below
+ * fails with PT_EBACKEND). A group gets a NCCL communicator over its ranks:
+ * group rank 0 makes the unique id and broadcasts it over MPI. Operations are
+ * queued on the CUDA stream given at open (a cudaStream_t, passed as void * so
+ * this header needs no CUDA); pt_nccl_wait waits for them with the group's
+ * deadline and aborts the communicator if it passes. Transfers that must
+ * progress together go between pt_nccl_group_start and _end. */
+int pt_comm_has_nccl(void);
+int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err);
+void pt_group_nccl_close(pt_group *g);
+int pt_nccl_group_start(pt_err *err);
+int pt_nccl_group_end(pt_err *err);
+int pt_nccl_send(pt_group *g, const void *buf, size_t bytes, int peer, pt_err *err);
+int pt_nccl_recv(pt_group *g, void *buf, size_t bytes, int peer, pt_err *err);
+int pt_nccl_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err);
+int pt_nccl_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
+int pt_nccl_wait(pt_group *g, pt_err *err);
+
 #endif

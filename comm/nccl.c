@@ -1,0 +1,175 @@
+/*
+ * nccl.c: the NCCL half of comm.h, for device buffers. A group's NCCL
+ * communicator is created from a unique id made by group rank 0 and broadcast
+ * over the group's MPI communicator (MPI is the control plane), and destroyed
+ * with the group. Waiting polls the stream and NCCL's asynchronous error
+ * state with the group's deadline, so a lost peer ends in an error, not a
+ * hang. Without NCCL (PT_HAVE_NCCL undefined) every call fails cleanly.
+ */
+#include "comm/comm_group.h"
+
+#ifdef PT_HAVE_NCCL
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct pt_nccl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+};
+
+static int nccl_fail(pt_err *err, ncclResult_t r, const char *what)
+{
+    return pt_fail(err, PT_EBACKEND, "%s: %s", what, ncclGetErrorString(r));
+}
+
+int pt_comm_has_nccl(void) { return 1; }
+
+int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err)
+{
+    if (g->nccl)
+        return 0;
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess)
+        return pt_fail(err, PT_EBACKEND, "cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+    ncclUniqueId id;
+    ncclResult_t r;
+    if (g->rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess)
+        return nccl_fail(err, r, "ncclGetUniqueId");
+    int rc = pt_bcast(g, &id, sizeof id, 0, err);
+    if (rc)
+        return rc;
+    struct pt_nccl *n = calloc(1, sizeof *n);
+    if (!n)
+        return pt_fail(err, PT_ENOMEM, "out of memory for a NCCL communicator");
+    if ((r = ncclCommInitRank(&n->comm, g->size, id, g->rank)) != ncclSuccess) {
+        free(n);
+        return nccl_fail(err, r, "ncclCommInitRank");
+    }
+    n->stream = (cudaStream_t)stream;
+    g->nccl = n;
+    return 0;
+}
+
+void pt_group_nccl_close(pt_group *g)
+{
+    if (!g || !g->nccl)
+        return;
+    ncclCommDestroy(g->nccl->comm);
+    free(g->nccl);
+    g->nccl = NULL;
+}
+
+static int need(pt_group *g, pt_err *err)
+{
+    return g->nccl ? 0 : pt_fail(err, PT_EINTERNAL, "the group has no NCCL communicator");
+}
+
+int pt_nccl_group_start(pt_err *err)
+{
+    ncclResult_t r = ncclGroupStart();
+    return r == ncclSuccess ? 0 : nccl_fail(err, r, "ncclGroupStart");
+}
+
+int pt_nccl_group_end(pt_err *err)
+{
+    ncclResult_t r = ncclGroupEnd();
+    return r == ncclSuccess ? 0 : nccl_fail(err, r, "ncclGroupEnd");
+}
+
+int pt_nccl_send(pt_group *g, const void *buf, size_t bytes, int peer, pt_err *err)
+{
+    int rc = need(g, err);
+    ncclResult_t r;
+    if (rc == 0 && (r = ncclSend(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream)) != ncclSuccess)
+        rc = nccl_fail(err, r, "ncclSend");
+    return rc;
+}
+
+int pt_nccl_recv(pt_group *g, void *buf, size_t bytes, int peer, pt_err *err)
+{
+    int rc = need(g, err);
+    ncclResult_t r;
+    if (rc == 0 && (r = ncclRecv(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream)) != ncclSuccess)
+        rc = nccl_fail(err, r, "ncclRecv");
+    return rc;
+}
+
+static ncclDataType_t nccl_type(pt_dtype t)
+{
+    return t == PT_DT_F32 ? ncclFloat32 : t == PT_DT_F64 ? ncclFloat64 : ncclInt64;
+}
+
+int pt_nccl_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err)
+{
+    int rc = need(g, err);
+    ncclResult_t r;
+    if (rc == 0 && (r = ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, g->nccl->comm,
+                                      g->nccl->stream)) != ncclSuccess)
+        rc = nccl_fail(err, r, "ncclAllReduce");
+    return rc;
+}
+
+int pt_nccl_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
+{
+    int rc = need(g, err);
+    ncclResult_t r;
+    if (rc == 0 && (r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nccl->comm,
+                                      g->nccl->stream)) != ncclSuccess)
+        rc = nccl_fail(err, r, "ncclBroadcast");
+    return rc;
+}
+
+int pt_nccl_wait(pt_group *g, pt_err *err)
+{
+    int rc = need(g, err);
+    if (rc)
+        return rc;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        cudaError_t ce = cudaStreamQuery(g->nccl->stream);
+        if (ce == cudaSuccess)
+            return 0;
+        if (ce != cudaErrorNotReady)
+            return pt_fail(err, PT_EBACKEND, "waiting for NCCL: %s", cudaGetErrorString(ce));
+        ncclResult_t async;
+        if (ncclCommGetAsyncError(g->nccl->comm, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            ncclCommAbort(g->nccl->comm);
+            g->nccl->comm = NULL;
+            return nccl_fail(err, async, "NCCL reported an asynchronous error");
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > g->timeout) {
+            ncclCommAbort(g->nccl->comm);
+            g->nccl->comm = NULL;
+            return pt_fail(err, PT_EPEER, "no progress for %.0f s waiting for NCCL (a peer has stopped "
+                           "answering; run.timeout_s sets this limit)", g->timeout);
+        }
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+#else /* no NCCL */
+
+static int without(pt_err *err)
+{
+    return pt_fail(err, PT_EBACKEND, "this pipetrain was built without NCCL");
+}
+
+int pt_comm_has_nccl(void) { return 0; }
+int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err) { return without(err); }
+void pt_group_nccl_close(pt_group *g) { (void)g; }
+int pt_nccl_group_start(pt_err *err) { return without(err); }
+int pt_nccl_group_end(pt_err *err) { return without(err); }
+int pt_nccl_send(pt_group *g, const void *buf, size_t bytes, int peer, pt_err *err) { return without(err); }
+int pt_nccl_recv(pt_group *g, void *buf, size_t bytes, int peer, pt_err *err) { return without(err); }
+int pt_nccl_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err) { return without(err); }
+int pt_nccl_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err) { return without(err); }
+int pt_nccl_wait(pt_group *g, pt_err *err) { return without(err); }
+
+#endif
