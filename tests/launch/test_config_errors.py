@@ -122,6 +122,17 @@ CASES = [
     Case("mapping_where_value_expected",
          raw=lambda t: t.replace("  lr: 0.003\n", "  lr:\n    value: 0.1\n"),
          line=line_with("value:"), needles=["train.lr"]),
+    # ---- the activation cache
+    Case("cache_with_flip", {"freeze.policy": "schedule", "cache.enabled": "true", "data.hflip": "true"},
+         blame="cache.enabled", needles=["augmentation", "data.hflip"]),
+    Case("cache_with_crop", {"freeze.policy": "schedule", "cache.enabled": "true", "data.crop_pad": "2"},
+         blame="cache.enabled", needles=["augmentation", "data.crop_pad"]),
+    Case("cache_without_freezing", {"cache.enabled": "true"}, blame="cache.enabled",
+         needles=["freeze.policy is none"]),
+    Case("cache_disk_dir_missing", {"cache.disk_dir": "/nonexistent/dir"}, blame="cache.disk_dir",
+         needles=["not a directory"]),
+    Case("freeze_alpha_out_of_range", {"freeze.alpha": "1"}, blame="freeze.alpha",
+         needles=["allowed: a number > 0 and < 1"]),
     # ---- values of the wrong type
     Case("word_for_int", {"model.dim": "sixteen"}, blame="model.dim",
          needles=["sixteen", RANGE_DIM]),
