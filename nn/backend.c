@@ -11,7 +11,7 @@
 #include <string.h>
 
 #ifdef PT_HAVE_CUDA
-int pt_cuda_backend_open(pt_backend **out, int threads, pt_err *err);
+int pt_cuda_backend_open(pt_backend **out, int bf16, int threads, pt_err *err);
 #endif
 
 static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt_err *err)
@@ -38,15 +38,16 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
         return open_cpu(out, name, 0, threads, err);
     if (strcmp(name, "cpu64") == 0)
         return open_cpu(out, name, 1, threads, err);
-    if (strcmp(name, "cuda") == 0) {
+    if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-bf16") == 0) {
 #ifdef PT_HAVE_CUDA
-        return pt_cuda_backend_open(out, threads, err);
+        return pt_cuda_backend_open(out, strcmp(name, "cuda-bf16") == 0, threads, err);
 #else
         return pt_fail(err, PT_EBACKEND,
-                       "device 'cuda' was asked for, but this pipetrain was built without CUDA");
+                       "device '%s' was asked for, but this pipetrain was built without CUDA", name);
 #endif
     }
-    return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cpu64 or cuda)", name);
+    return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cpu64, cuda or cuda-bf16)",
+                   name);
 }
 
 void pt_backend_close(pt_backend *be)

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build
 ctest --test-dir build --output-on-failure -j 2
-scripts/build.sh build-asan -DPT_SANITIZE=address
+scripts/build.sh build-asan -DPT_SANITIZE=address -DPT_CUDA=OFF
 # Open MPI, hwloc and OpenBLAS keep allocations until exit by design; their
 # leaks are suppressed by library name (tests/lsan_third_party.supp), ours are not.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -282,6 +282,29 @@ def test_plan_writes_nothing(h):
     check(not os.path.exists(run_dir), "plan created run.dir")
 
 
+def gpu_visible():
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl"))
+
+
+def test_device_cuda_without_gpu(h):
+    """run.device: cuda where no GPU can be used is a clear error, not a silent
+    fall-back to the CPU; bf16 on the CPU is refused too. Nothing is written."""
+    if gpu_visible():
+        return "skipped: this machine has a GPU"
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", tiny_keys("vit", run_dir, **{"run.device": "cuda"}))
+    r = h.run(["train", cfg])
+    check(r.rc not in (0, None) and r.rc > 0, "run.device cuda without a GPU: exit status %s\n%s",
+          r.rc, r.describe())
+    r.one_error("run.device is cuda")
+    check(not os.path.exists(run_dir), "a failed device open created run.dir")
+    cfg = U.write_config(h, "d.yaml", tiny_keys("vit", run_dir, **{"run.precision": "bf16",
+                                                                   "run.device": "cpu"}))
+    r = h.run(["train", cfg]).expect(2)
+    r.one_error("run.precision", "bf16", "GPU")
+    check(not os.path.exists(run_dir), "a refused config created run.dir")
+
+
 # -------------------------------------------------------------- demo configs
 
 def demo(h, config, data_files, extra):
@@ -316,6 +339,7 @@ def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
+           test_device_cuda_without_gpu,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
