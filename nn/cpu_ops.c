@@ -97,6 +97,9 @@ static int cpu_sync(pt_backend *be, pt_err *err)
 
 /* ----------------------------------------------------------------- linear */
 
+/* Products of fewer rows than this are padded (see cpu_linear_fwd). */
+enum { LINEAR_MIN_ROWS = 32 };
+
 static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *w, const void *b_,
                            int rows, int out, int in, const void *add_)
 {
@@ -123,7 +126,29 @@ static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *
         }
         beta = 1.0;
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y, out);
+    if (rows >= LINEAR_MIN_ROWS) {
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
+             out);
+        return;
+    }
+    /* Few rows: OpenBLAS takes another kernel for small products, whose
+     * rounding differs, so a row's result would depend on how many rows came
+     * with it. The activation cache relies on a row's output being the same
+     * in any batch, so small calls run padded with zero rows. */
+    real *xp = calloc((size_t)LINEAR_MIN_ROWS * ((size_t)in + out), sizeof(real));
+    if (!xp) {
+        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
+             out);
+        return;
+    }
+    real *yp = xp + (size_t)LINEAR_MIN_ROWS * in;
+    memcpy(xp, x, (size_t)rows * in * sizeof(real));
+    if (beta != 0.0)
+        memcpy(yp, y, (size_t)rows * out * sizeof(real));
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, LINEAR_MIN_ROWS, out, in, 1.0, xp, in, w, in,
+         beta, yp, out);
+    memcpy(y, yp, (size_t)rows * out * sizeof(real));
+    free(xp);
 }
 
 /* db[o] += sum over rows of dy[r, o]: each thread owns a range of columns and
