@@ -1,0 +1,813 @@
+/*
+ * test_ops.c: every op of the CPU float32 backend ("cpu") against the same op
+ * on the float64 backend ("cpu64"), on random inputs (fixed seeds, never all
+ * zero) and shapes that are not multiples of the kernels' vector or block
+ * widths: odd row counts and widths, T = 1, T below, at and above the
+ * attention block width (16), head sizes that are not multiples of 8, causal
+ * and bidirectional attention, optional outputs left NULL, gradients
+ * accumulated onto what they already hold, residual `add` separate and
+ * aliased with the output.
+ *
+ * Both backends get identical inputs: the same host floats, converted by each
+ * backend's par_from_f32 / act_from_f32 (exact for the float64 backend). Both
+ * results come back through par_to_f32 / act_to_f32 and are compared
+ * normwise, max|f32 - f64| / max|f64|, against TOL = 1e-5 for every op.
+ * Why that bound holds for correct float32 code: every output here is at most
+ * a sum of a few hundred products of O(1) terms (in <= 300, classes <= 300,
+ * T <= 70, rows <= 200), so float32 rounding contributes about
+ * sqrt(k) * 2^-24 ~ 1e-6 relative to the largest output (the worst-case
+ * k * 2^-24 = 2e-5 needs every rounding error to line up, which random data
+ * does not do); exp and the normal CDF of the float32 backend are within
+ * about 1e-7 and 5e-7 relative (tests/nn/test_cpu_math.c); rounding the float64
+ * result to float for the comparison adds at most 2^-24 = 6e-8. A wrong term,
+ * index or mask changes an output by O(1) of the largest one and fails by
+ * orders of magnitude.
+ *
+ * The float64 backend is itself checked against finite differences
+ * (test_grad.c); this test checks that the float32 build agrees with it. So
+ * that a mistake both builds share still shows, outputs that an op must
+ * overwrite start as NaN (an element left unwritten, or read before being
+ * written, comes out NaN and fails the finiteness check), gradients that an
+ * op must accumulate into start at random values of the same size as what is
+ * added, copy_rows checks that it leaves the gaps between rows alone, and
+ * the cross-entropy's correct count is checked against a count made here.
+ *
+ * Every check also asserts that both results are finite and that the
+ * float64 result is not all zero (a normwise error against zero would say
+ * nothing). The worst error per op is printed at the end.
+ */
+#include "nn/backend.h"
+#include "tests/common/cunit_main.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+
+/* ------------------------------------------------------------- backends */
+
+static pt_backend *be[2]; /* 0: "cpu" (float32), 1: "cpu64" (float64) */
+static pt_rng rng;
+
+#define EACH for (int k_ = 0; k_ < 2; k_++)
+#define BE be[k_]
+#define OPS be[k_]->ops
+#define D(t) ((t).p[k_]) /* the tensor's memory on backend k_ */
+
+static void open_both(uint64_t seed)
+{
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_backend_open(&be[0], "cpu", 1, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_backend_open(&be[1], "cpu64", 1, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_backend_real_size(be[0]), sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(pt_backend_act_size(be[0]), sizeof(float));
+    CU_ASSERT_EQUAL_FATAL(pt_backend_real_size(be[1]), sizeof(double));
+    CU_ASSERT_EQUAL_FATAL(pt_backend_act_size(be[1]), sizeof(double));
+    pt_rng_seed(&rng, seed, 0);
+}
+
+static void close_both(void)
+{
+    pt_err err = {0};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(pt_backend_sync(be[k], &err), 0);
+        pt_backend_close(be[k]);
+        be[k] = NULL;
+    }
+}
+
+/* --------------------------------------------------------------- tensors */
+
+/* n elements on both backends: parameter elements (par) or activation elements. */
+typedef struct tens {
+    void *p[2];
+    size_t n;
+    int par;
+} tens;
+
+static size_t elem_bytes(int k, int par)
+{
+    return par ? pt_backend_real_size(be[k]) : pt_backend_act_size(be[k]);
+}
+
+static tens t_new(size_t n, int par)
+{
+    tens t = {{NULL, NULL}, n, par};
+    for (int k = 0; k < 2; k++) {
+        t.p[k] = pt_backend_alloc(be[k], n * elem_bytes(k, par));
+        CU_ASSERT_FATAL(t.p[k] != NULL);
+    }
+    return t;
+}
+
+static void t_free(tens *t)
+{
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], t->p[k]);
+    memset(t, 0, sizeof *t);
+}
+
+/* The same host floats to both backends. */
+static void t_set(tens *t, const float *h)
+{
+    for (int k = 0; k < 2; k++) {
+        if (t->par)
+            be[k]->ops->par_from_f32(be[k], t->p[k], h, t->n);
+        else
+            be[k]->ops->act_from_f32(be[k], t->p[k], h, t->n);
+    }
+}
+
+static float *t_get(const tens *t, int k)
+{
+    float *h = malloc(t->n * sizeof *h + 1);
+    CU_ASSERT_FATAL(h != NULL);
+    if (t->par)
+        be[k]->ops->par_to_f32(be[k], h, t->p[k], t->n);
+    else
+        be[k]->ops->act_to_f32(be[k], h, t->p[k], t->n);
+    return h;
+}
+
+static double urand(double lo, double hi) { return lo + (hi - lo) * pt_rng_uniform(&rng); }
+
+/* Uniform in [lo, hi), never exactly zero. */
+static float rand_nonzero(double lo, double hi)
+{
+    float x = (float)urand(lo, hi);
+    return x != 0.0f ? x : (float)(hi > 0 ? hi * 0.5 : lo * 0.5);
+}
+
+static void t_fill(tens *t, double lo, double hi)
+{
+    float *h = malloc(t->n * sizeof *h + 1);
+    for (size_t i = 0; i < t->n; i++)
+        h[i] = rand_nonzero(lo, hi);
+    t_set(t, h);
+    free(h);
+}
+
+/* For outputs the op must overwrite: any element it does not write stays NaN. */
+static void t_fill_nan(tens *t)
+{
+    float *h = malloc(t->n * sizeof *h + 1);
+    for (size_t i = 0; i < t->n; i++)
+        h[i] = NAN;
+    t_set(t, h);
+    free(h);
+}
+
+/* int32 data (tokens, targets): raw bytes, the same on both backends. */
+static void *ints_new(int k, const int32_t *v, size_t n)
+{
+    void *p = pt_backend_alloc(be[k], n * sizeof *v);
+    CU_ASSERT_FATAL(p != NULL);
+    be[k]->ops->upload(be[k], p, v, n * sizeof *v);
+    return p;
+}
+
+/* ------------------------------------------------------------ comparison */
+
+enum {
+    OP_LINEAR_FWD, OP_LINEAR_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_GELU_FWD, OP_GELU_BWD,
+    OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_PATCHIFY, OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD,
+    OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD, OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ,
+    OP_SCALE, OP_COUNT
+};
+
+static const char *const op_names[OP_COUNT] = {
+    "linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
+    "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd", "vit_assemble_bwd",
+    "token_embed_fwd", "token_embed_bwd", "copy_rows", "cross_entropy", "adamw", "sumsq",
+    "scale"};
+
+static struct {
+    double worst;
+    int checks;
+    char where[160];
+} stats[OP_COUNT];
+
+/* What a comparison found: the normwise error, max|f64|, and the first
+ * element of either result that is NaN or infinite (-1: none). */
+typedef struct cmp {
+    double err, ref_max;
+    long bad_index;
+    int bad_side; /* 0: float32, 1: float64 */
+} cmp;
+
+static cmp compare_arrays(const float *a32, const float *a64, size_t n)
+{
+    cmp c = {0, 0, -1, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (c.bad_index < 0 && (!isfinite(a32[i]) || !isfinite(a64[i]))) {
+            c.bad_index = (long)i;
+            c.bad_side = isfinite(a32[i]) ? 1 : 0;
+        }
+        double e = fabs((double)a32[i] - (double)a64[i]);
+        if (e > c.err || e != e)
+            c.err = e != e ? INFINITY : e;
+        if (fabs((double)a64[i]) > c.ref_max)
+            c.ref_max = fabs((double)a64[i]);
+    }
+    c.err = c.ref_max > 0 ? c.err / c.ref_max : c.err;
+    return c;
+}
+
+static void record(int op, double err, const char *what)
+{
+    stats[op].checks++;
+    if (err >= stats[op].worst) {
+        stats[op].worst = err;
+        snprintf(stats[op].where, sizeof stats[op].where, "%s", what);
+    }
+}
+
+/* Asserts t agrees between the backends within TOL (finite, reference not all zero). */
+__attribute__((format(printf, 3, 4))) static void check(const tens *t, int op, const char *fmt,
+                                                        ...)
+{
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    float *a32 = t_get(t, 0), *a64 = t_get(t, 1);
+    cmp c = compare_arrays(a32, a64, t->n);
+    if (c.bad_index >= 0)
+        printf("\n  %s: %s[%ld] = %g (float32 %g, float64 %g)", what,
+               c.bad_side ? "float64" : "float32", c.bad_index,
+               (double)(c.bad_side ? a64 : a32)[c.bad_index], (double)a32[c.bad_index],
+               (double)a64[c.bad_index]);
+    else if (c.ref_max == 0)
+        printf("\n  %s: the float64 result is all zero", what);
+    else if (!(c.err <= TOL))
+        printf("\n  %s: normwise error %.3g > %.3g", what, c.err, TOL);
+    CU_ASSERT(c.bad_index < 0);
+    CU_ASSERT(c.ref_max > 0);
+    CU_ASSERT(c.err <= TOL);
+    record(op, c.err, what);
+    free(a32);
+    free(a64);
+}
+
+/* The same for a scalar result: |v32 - v64| / |v64|. */
+__attribute__((format(printf, 4, 5))) static void check_scalar(double v32, double v64, int op,
+                                                               const char *fmt, ...)
+{
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    double err = fabs(v32 - v64) / fabs(v64);
+    if (!isfinite(v32) || !isfinite(v64) || v64 == 0 || !(err <= TOL))
+        printf("\n  %s: float32 %.10g float64 %.10g (relative error %.3g)", what, v32, v64, err);
+    CU_ASSERT(isfinite(v32) && isfinite(v64));
+    CU_ASSERT(v64 != 0);
+    CU_ASSERT(err <= TOL);
+    record(op, isfinite(err) ? err : INFINITY, what);
+}
+
+static void print_worst(int first, int last)
+{
+    for (int op = first; op <= last; op++)
+        printf("\n    %-17s worst %.3g over %d checks (%s)", op_names[op], stats[op].worst,
+               stats[op].checks, stats[op].where);
+    printf("\n  ");
+}
+
+/* -------------------------------------------------------- harness itself */
+
+/* The comparison flags what it must: one element off by 2e-5 of the largest,
+ * NaN or infinity on either side, and an all-zero reference. */
+static void harness_detects_errors(void)
+{
+    enum { N = 37 };
+    float a[N], b[N];
+    for (int i = 0; i < N; i++)
+        a[i] = b[i] = (float)(i - 18) * 0.25f; /* max |b| = 4.5 */
+    cmp c = compare_arrays(a, b, N);
+    CU_ASSERT(c.err == 0 && c.bad_index < 0 && c.ref_max == 4.5);
+    a[5] += 4.5f * 2e-5f;
+    c = compare_arrays(a, b, N);
+    CU_ASSERT(c.err > TOL && c.err < 3e-5);
+    a[5] = b[5];
+    a[36] = NAN;
+    c = compare_arrays(a, b, N);
+    CU_ASSERT(c.bad_index == 36 && c.bad_side == 0 && !(c.err <= TOL));
+    a[36] = b[36];
+    b[0] = -INFINITY;
+    c = compare_arrays(a, b, N);
+    CU_ASSERT(c.bad_index == 0 && c.bad_side == 1);
+    memset(b, 0, sizeof b);
+    c = compare_arrays(b, b, N);
+    CU_ASSERT(c.ref_max == 0);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+/* add_mode: 0 none, 1 a separate tensor, 2 aliased with y. */
+static void linear_case(int rows, int out, int in, int bias, int add_mode)
+{
+    tens x = t_new((size_t)rows * in, 0), y = t_new((size_t)rows * out, 0);
+    tens w = t_new((size_t)out * in, 1), b = t_new(out, 1), add = t_new((size_t)rows * out, 0);
+    t_fill(&x, -1, 1);
+    t_fill(&w, -0.5, 0.5);
+    t_fill(&b, -1, 1);
+    t_fill(&add, -2, 2);
+    if (add_mode == 2)
+        EACH OPS->copy(BE, D(y), D(add), add.n * elem_bytes(k_, 0));
+    else
+        t_fill_nan(&y);
+    EACH OPS->linear_fwd(BE, D(y), D(x), D(w), bias ? D(b) : NULL, rows, out, in,
+                         add_mode == 1 ? D(add) : add_mode == 2 ? D(y) : NULL);
+    check(&y, OP_LINEAR_FWD, "linear_fwd %dx%dx%d bias %d add %d", rows, out, in, bias, add_mode);
+
+    /* backward: every subset of (dx, dw, db); dx overwritten, dw and db
+     * accumulated onto values of the size of what is added */
+    tens dy = t_new((size_t)rows * out, 0), dx = t_new((size_t)rows * in, 0);
+    tens dw = t_new((size_t)out * in, 1), db = t_new(out, 1);
+    t_fill(&dy, -1, 1);
+    for (int want = 1; want < 8; want++) {
+        const int want_dx = want & 1, want_dw = want & 2, want_db = want & 4;
+        t_fill_nan(&dx);
+        t_fill(&dw, -2, 2);
+        t_fill(&db, -4, 4);
+        EACH OPS->linear_bwd(BE, want_dx ? D(dx) : NULL, want_dw ? D(dw) : NULL,
+                             want_db ? D(db) : NULL, D(dy), D(x), D(w), rows, out, in);
+        if (want_dx)
+            check(&dx, OP_LINEAR_BWD, "linear_bwd dx %dx%dx%d want %d", rows, out, in, want);
+        if (want_dw)
+            check(&dw, OP_LINEAR_BWD, "linear_bwd dw %dx%dx%d want %d", rows, out, in, want);
+        if (want_db)
+            check(&db, OP_LINEAR_BWD, "linear_bwd db %dx%dx%d want %d", rows, out, in, want);
+    }
+    tens *all[] = {&x, &y, &w, &b, &add, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        t_free(all[i]);
+}
+
+static void linear_all(void)
+{
+    open_both(101);
+    const int shapes[][3] = {{37, 19, 23}, {1, 5, 3},    {130, 96, 64}, {65, 37, 37},
+                             {8, 256, 300}, {200, 17, 9}, {3, 1, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int bias = 0; bias < 2; bias++)
+            for (int add_mode = 0; add_mode < 3; add_mode++)
+                linear_case(shapes[s][0], shapes[s][1], shapes[s][2], bias, add_mode);
+    print_worst(OP_LINEAR_FWD, OP_LINEAR_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+static void layernorm_case(int rows, int dim)
+{
+    tens x = t_new((size_t)rows * dim, 0), y = t_new((size_t)rows * dim, 0);
+    tens w = t_new(dim, 1), b = t_new(dim, 1), mean = t_new(rows, 1), rstd = t_new(rows, 1);
+    t_fill(&x, -2, 3);
+    t_fill(&w, 0.5, 1.5);
+    t_fill(&b, -0.5, 0.5);
+    t_fill_nan(&y);
+    t_fill_nan(&mean);
+    t_fill_nan(&rstd);
+    EACH OPS->layernorm_fwd(BE, D(y), D(mean), D(rstd), D(x), D(w), D(b), rows, dim);
+    check(&y, OP_LAYERNORM_FWD, "layernorm_fwd y %dx%d", rows, dim);
+    check(&mean, OP_LAYERNORM_FWD, "layernorm_fwd mean %dx%d", rows, dim);
+    check(&rstd, OP_LAYERNORM_FWD, "layernorm_fwd rstd %dx%d", rows, dim);
+
+    /* variants: 0 dx + separate add, 1 dx + add aliased with dx, 2 dx without
+     * add, 3 dx NULL (dw and db only); dw, db accumulated in all */
+    tens dy = t_new((size_t)rows * dim, 0), add = t_new((size_t)rows * dim, 0);
+    tens dx = t_new((size_t)rows * dim, 0), dw = t_new(dim, 1), db = t_new(dim, 1);
+    t_fill(&dy, -1, 1);
+    t_fill(&add, -1, 1);
+    for (int v = 0; v < 4; v++) {
+        if (v == 1)
+            EACH OPS->copy(BE, D(dx), D(add), add.n * elem_bytes(k_, 0));
+        else
+            t_fill_nan(&dx);
+        t_fill(&dw, -2, 2);
+        t_fill(&db, -2, 2);
+        EACH OPS->layernorm_bwd(BE, v == 3 ? NULL : D(dx), D(dw), D(db), D(dy), D(x), D(mean),
+                                D(rstd), D(w), rows, dim,
+                                v == 0 ? D(add) : v == 1 ? D(dx) : NULL);
+        if (v != 3)
+            check(&dx, OP_LAYERNORM_BWD, "layernorm_bwd dx %dx%d variant %d", rows, dim, v);
+        check(&dw, OP_LAYERNORM_BWD, "layernorm_bwd dw %dx%d variant %d", rows, dim, v);
+        check(&db, OP_LAYERNORM_BWD, "layernorm_bwd db %dx%d variant %d", rows, dim, v);
+    }
+    tens *all[] = {&x, &y, &w, &b, &mean, &rstd, &dy, &add, &dx, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        t_free(all[i]);
+}
+
+static void layernorm_all(void)
+{
+    open_both(202);
+    /* rows above 64 reach more than one chunk of the dw/db reduction */
+    const int shapes[][2] = {{1, 37}, {7, 5}, {37, 64}, {130, 37}, {65, 300}, {200, 16}, {3, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        layernorm_case(shapes[s][0], shapes[s][1]);
+    print_worst(OP_LAYERNORM_FWD, OP_LAYERNORM_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------------ gelu */
+
+enum { GELU_WIDE, GELU_NEAR0, GELU_TAIL, GELU_RANGES };
+static const char *const gelu_range_names[GELU_RANGES] = {"[-10,10]", "near 0", "[-10,-3]"};
+
+/* x for one range: [-10, 10] with some exact zeros; |x| in [1e-8, 5e-3]
+ * (either side of the switch at |x| = 1e-3 in gelu_bwd, and the switch
+ * itself) with some exact zeros; the left tail, where Phi(x) is tiny. */
+static float gelu_input(int range, size_t i)
+{
+    switch (range) {
+    case GELU_WIDE:
+        return i % 13 == 5 ? 0.0f : rand_nonzero(-10, 10);
+    case GELU_NEAR0: {
+        if (i % 11 == 3)
+            return 0.0f;
+        if (i % 11 == 7)
+            return i % 2 ? 1e-3f : -1e-3f;
+        float m = (float)pow(10.0, urand(-8, log10(5e-3)));
+        return urand(0, 1) < 0.5 ? -m : m;
+    }
+    default:
+        return rand_nonzero(-10, -3);
+    }
+}
+
+static void gelu_case(size_t n, int range)
+{
+    tens x = t_new(n, 0), y = t_new(n, 0), dy = t_new(n, 0), dx = t_new(n, 0);
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = gelu_input(range, i);
+    if (n == 1 && h[0] == 0.0f)
+        h[0] = 0.5f; /* never all zero */
+    t_set(&x, h);
+    free(h);
+    t_fill(&dy, -1, 1);
+    t_fill_nan(&y);
+    EACH OPS->gelu_fwd(BE, D(y), D(x), n);
+    check(&y, OP_GELU_FWD, "gelu_fwd n=%zu x in %s", n, gelu_range_names[range]);
+    /* a separate dx, then dx aliased with dy (as the MLP unit calls it) */
+    t_fill_nan(&dx);
+    EACH OPS->gelu_bwd(BE, D(dx), D(dy), D(x), D(y), n);
+    check(&dx, OP_GELU_BWD, "gelu_bwd n=%zu x in %s", n, gelu_range_names[range]);
+    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(x), D(y), n);
+    check(&dy, OP_GELU_BWD, "gelu_bwd in place n=%zu x in %s", n, gelu_range_names[range]);
+    t_free(&x);
+    t_free(&y);
+    t_free(&dy);
+    t_free(&dx);
+}
+
+static void gelu_all(void)
+{
+    open_both(303);
+    const size_t sizes[] = {1, 7, 16, 17, 33, 1003, 40000 + 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (int range = 0; range < GELU_RANGES; range++)
+            gelu_case(sizes[s], range);
+    /* exactly 0: y = 0, dx = dy / 2 */
+    tens x = t_new(5, 0), y = t_new(5, 0), dy = t_new(5, 0);
+    const float zeros[5] = {0.0f, -0.0f, 0.0f, 0.0f, -0.0f};
+    t_set(&x, zeros);
+    t_fill(&dy, -1, 1);
+    EACH OPS->gelu_fwd(BE, D(y), D(x), 5);
+    float *y32 = t_get(&y, 0), *dy_in = t_get(&dy, 0);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(y32[i], 0.0f);
+    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(x), D(y), 5);
+    check(&dy, OP_GELU_BWD, "gelu_bwd at x = 0");
+    float *dx32 = t_get(&dy, 0);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(dx32[i], 0.5f * dy_in[i]);
+    free(y32);
+    free(dy_in);
+    free(dx32);
+    t_free(&x);
+    t_free(&y);
+    t_free(&dy);
+    print_worst(OP_GELU_FWD, OP_GELU_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------- attention */
+
+static void attention_case(int n, int T, int H, int hd, int causal)
+{
+    const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+    tens qkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
+    tens probs = t_new((size_t)n * H * T * T, 0); /* both keep the probabilities */
+    tens dout = t_new(rows * d, 0), dqkv = t_new(rows * 3 * d, 0);
+    CU_ASSERT_FATAL(be[0]->ops->attention_saved_bytes == NULL &&
+                    be[1]->ops->attention_saved_bytes == NULL);
+    t_fill(&qkv, -2, 2); /* scores of a few units: the softmax neither flat nor one-hot */
+    t_fill(&dout, -1, 1);
+    t_fill_nan(&out);
+    t_fill_nan(&probs);
+    t_fill_nan(&dqkv);
+    EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal);
+    check(&out, OP_ATTENTION_FWD, "attention_fwd out n=%d T=%d H=%d hd=%d causal=%d", n, T, H,
+          hd, causal);
+    check(&probs, OP_ATTENTION_FWD, "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d", n, T,
+          H, hd, causal);
+    EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), n, T, H, hd, causal);
+    check(&dqkv, OP_ATTENTION_BWD, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd,
+          causal);
+    t_free(&qkv);
+    t_free(&out);
+    t_free(&probs);
+    t_free(&dout);
+    t_free(&dqkv);
+}
+
+static void attention_all(void)
+{
+    open_both(404);
+    /* T below, at and above the block width 16; head sizes with a compiled
+     * special case (16, 32, 64) and without, below and above one vector */
+    const int Ts[] = {1, 7, 16, 17, 33, 70};
+    const int hds[] = {3, 16, 24, 32, 37, 64};
+    for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
+        for (size_t j = 0; j < sizeof hds / sizeof *hds; j++)
+            for (int causal = 0; causal < 2; causal++)
+                attention_case(2, Ts[i], 3, hds[j], causal);
+    attention_case(1, 5, 1, 8, 1);
+    print_worst(OP_ATTENTION_FWD, OP_ATTENTION_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------ embeddings */
+
+static void patchify_case(int n, int C, int H, int W, int p)
+{
+    tens img = t_new((size_t)n * C * H * W, 0), pat = t_new((size_t)n * C * H * W, 0);
+    t_fill(&img, -1, 1);
+    t_fill_nan(&pat);
+    EACH OPS->patchify(BE, D(pat), D(img), n, C, H, W, p);
+    check(&pat, OP_PATCHIFY, "patchify n=%d C=%d H=%d W=%d p=%d", n, C, H, W, p);
+    t_free(&img);
+    t_free(&pat);
+}
+
+static void vit_assemble_case(int n, int T, int d)
+{
+    tens proj = t_new((size_t)n * (T - 1) * d, 0), x = t_new((size_t)n * T * d, 0);
+    tens cls = t_new(d, 1), pos = t_new((size_t)T * d, 1);
+    t_fill(&proj, -1, 1);
+    t_fill(&cls, -1, 1);
+    t_fill(&pos, -1, 1);
+    t_fill_nan(&x);
+    EACH OPS->vit_assemble_fwd(BE, D(x), D(proj), D(cls), D(pos), n, T, d);
+    check(&x, OP_VIT_ASSEMBLE_FWD, "vit_assemble_fwd n=%d T=%d d=%d", n, T, d);
+    tens dx = t_new((size_t)n * T * d, 0);
+    t_fill(&dx, -1, 1);
+    for (int with_proj = 0; with_proj < 2; with_proj++) {
+        t_fill(&cls, -2, 2); /* now dcls and dpos: accumulated onto */
+        t_fill(&pos, -2, 2);
+        t_fill_nan(&proj);
+        EACH OPS->vit_assemble_bwd(BE, with_proj ? D(proj) : NULL, D(cls), D(pos), D(dx), n, T,
+                                   d);
+        if (with_proj && T > 1)
+            check(&proj, OP_VIT_ASSEMBLE_BWD, "vit_assemble_bwd dproj n=%d T=%d d=%d", n, T, d);
+        check(&cls, OP_VIT_ASSEMBLE_BWD, "vit_assemble_bwd dcls n=%d T=%d d=%d proj %d", n, T, d,
+              with_proj);
+        check(&pos, OP_VIT_ASSEMBLE_BWD, "vit_assemble_bwd dpos n=%d T=%d d=%d proj %d", n, T, d,
+              with_proj);
+    }
+    t_free(&proj);
+    t_free(&x);
+    t_free(&cls);
+    t_free(&pos);
+    t_free(&dx);
+}
+
+static void token_embed_case(int n, int T, int d, int V)
+{
+    int32_t *tok = malloc((size_t)n * T * sizeof *tok);
+    for (int i = 0; i < n * T; i++)
+        tok[i] = (int32_t)pt_rng_below(&rng, (uint64_t)V);
+    void *tokens[2];
+    for (int k = 0; k < 2; k++)
+        tokens[k] = ints_new(k, tok, (size_t)n * T);
+    tens wte = t_new((size_t)V * d, 1), wpe = t_new((size_t)T * d, 1);
+    tens x = t_new((size_t)n * T * d, 0);
+    t_fill(&wte, -1, 1);
+    t_fill(&wpe, -1, 1);
+    t_fill_nan(&x);
+    EACH OPS->token_embed_fwd(BE, D(x), tokens[k_], D(wte), D(wpe), n, T, d);
+    check(&x, OP_TOKEN_EMBED_FWD, "token_embed_fwd n=%d T=%d d=%d V=%d", n, T, d, V);
+    t_fill(&x, -1, 1); /* now dx */
+    t_fill(&wte, -2, 2);
+    t_fill(&wpe, -2, 2);
+    EACH OPS->token_embed_bwd(BE, D(wte), D(wpe), D(x), tokens[k_], n, T, d);
+    check(&wte, OP_TOKEN_EMBED_BWD, "token_embed_bwd dwte n=%d T=%d d=%d V=%d", n, T, d, V);
+    check(&wpe, OP_TOKEN_EMBED_BWD, "token_embed_bwd dwpe n=%d T=%d d=%d V=%d", n, T, d, V);
+    t_free(&wte);
+    t_free(&wpe);
+    t_free(&x);
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], tokens[k]);
+    free(tok);
+}
+
+static void embeddings_all(void)
+{
+    open_both(505);
+    patchify_case(3, 2, 14, 21, 7);
+    patchify_case(2, 3, 8, 8, 4);
+    patchify_case(1, 1, 5, 3, 1);
+    vit_assemble_case(3, 7, 24);
+    vit_assemble_case(2, 5, 37);
+    vit_assemble_case(2, 1, 5); /* the class token alone */
+    token_embed_case(3, 9, 37, 11);
+    token_embed_case(8, 64, 40, 3); /* long runs of repeated tokens */
+    token_embed_case(2, 5, 8, 1000); /* most rows of wte unseen */
+    token_embed_case(1, 1, 5, 2);
+    print_worst(OP_PATCHIFY, OP_TOKEN_EMBED_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------- copy_rows */
+
+static void copy_rows_case(int rows, int cols, int ss, int ds)
+{
+    tens src = t_new((size_t)rows * ss, 0), dst = t_new((size_t)rows * ds, 0);
+    t_fill(&src, -1, 1);
+    float *before = malloc(dst.n * sizeof *before);
+    for (int acc = 0; acc < 2; acc++) {
+        for (size_t i = 0; i < dst.n; i++)
+            before[i] = rand_nonzero(-1, 1);
+        t_set(&dst, before);
+        EACH OPS->copy_rows(BE, D(dst), ds, D(src), ss, rows, cols, acc);
+        check(&dst, OP_COPY_ROWS, "copy_rows %dx%d strides %d/%d accumulate %d", rows, cols, ss,
+              ds, acc);
+        /* the columns past cols are left as they were */
+        float *after = t_get(&dst, 0);
+        int touched = 0;
+        for (int r = 0; r < rows; r++)
+            for (int c = cols; c < ds; c++)
+                touched += after[(size_t)r * ds + c] != before[(size_t)r * ds + c];
+        CU_ASSERT_EQUAL(touched, 0);
+        free(after);
+    }
+    free(before);
+    t_free(&src);
+    t_free(&dst);
+}
+
+static void copy_rows_all(void)
+{
+    open_both(606);
+    copy_rows_case(5, 13, 17, 20);
+    copy_rows_case(70, 37, 40, 37);
+    copy_rows_case(1, 1, 3, 2);
+    copy_rows_case(9, 24, 24, 24 * 3);
+    print_worst(OP_COPY_ROWS, OP_COPY_ROWS);
+    close_both();
+}
+
+/* --------------------------------------------------------- cross-entropy */
+
+static void cross_entropy_case(int rows, int classes)
+{
+    const size_t n = (size_t)rows * classes;
+    float *z = malloc(n * sizeof *z);
+    int32_t *tg = malloc((size_t)rows * sizeof *tg);
+    for (size_t i = 0; i < n; i++)
+        z[i] = rand_nonzero(-3, 3);
+    /* about half the rows get their argmax as target, so the count is neither 0 nor rows */
+    int64_t want_correct = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *zr = z + (size_t)r * classes;
+        int arg = 0;
+        for (int c = 1; c < classes; c++)
+            if (zr[c] > zr[arg])
+                arg = c;
+        tg[r] = urand(0, 1) < 0.5 ? arg : (int32_t)pt_rng_below(&rng, (uint64_t)classes);
+        want_correct += tg[r] == arg;
+    }
+    void *targets[2];
+    for (int k = 0; k < 2; k++)
+        targets[k] = ints_new(k, tg, rows);
+    tens logits = t_new(n, 0), dlogits = t_new(n, 0);
+    t_set(&logits, z);
+    for (int with_grad = 0; with_grad < 2; with_grad++) {
+        double loss[2];
+        int64_t correct[2] = {5, 5}; /* added to */
+        t_fill_nan(&dlogits);
+        EACH loss[k_] = OPS->cross_entropy(BE, with_grad ? D(dlogits) : NULL, D(logits),
+                                           targets[k_], rows, classes, 0.37, &correct[k_]);
+        check_scalar(loss[0], loss[1], OP_CROSS_ENTROPY, "cross_entropy loss %dx%d grad %d", rows,
+                     classes, with_grad);
+        CU_ASSERT_EQUAL(correct[0], 5 + want_correct);
+        CU_ASSERT_EQUAL(correct[1], 5 + want_correct);
+        if (with_grad)
+            check(&dlogits, OP_CROSS_ENTROPY, "cross_entropy dlogits %dx%d", rows, classes);
+    }
+    t_free(&logits);
+    t_free(&dlogits);
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], targets[k]);
+    free(z);
+    free(tg);
+}
+
+static void cross_entropy_all(void)
+{
+    open_both(707);
+    const int shapes[][2] = {{37, 10}, {37, 300}, {200, 256}, {3, 2}, {1, 5}, {65, 17}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        cross_entropy_case(shapes[s][0], shapes[s][1]);
+    print_worst(OP_CROSS_ENTROPY, OP_CROSS_ENTROPY);
+    close_both();
+}
+
+/* --------------------------------------------------------- optimizer ops */
+
+/* lr 0.3: the update is as large as p itself, so an error in it is not
+ * diluted by the part of p it leaves alone */
+static void adamw_case(size_t n, double lr, double weight_decay)
+{
+    tens p = t_new(n, 1), g = t_new(n, 1), m = t_new(n, 1), v = t_new(n, 1);
+    t_fill(&p, -1, 1);
+    t_fill(&m, -0.01, 0.01);
+    t_fill(&v, 1e-6, 1e-3);
+    for (int step = 3; step < 6; step++) {
+        t_fill(&g, -0.1, 0.1);
+        pt_adamw_args a = {.lr = lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                           .weight_decay = weight_decay, .bias_corr1 = 1 - pow(0.9, step),
+                           .bias_corr2 = 1 - pow(0.95, step), .grad_scale = 0.7};
+        EACH OPS->adamw(BE, D(p), D(g), D(m), D(v), n, &a);
+    }
+    check(&p, OP_ADAMW, "adamw p n=%zu lr %g decay %g", n, lr, weight_decay);
+    check(&m, OP_ADAMW, "adamw m n=%zu lr %g decay %g", n, lr, weight_decay);
+    check(&v, OP_ADAMW, "adamw v n=%zu lr %g decay %g", n, lr, weight_decay);
+    t_free(&p);
+    t_free(&g);
+    t_free(&m);
+    t_free(&v);
+}
+
+static void optimizer_all(void)
+{
+    open_both(808);
+    adamw_case(1001, 1e-2, 0.1);
+    adamw_case(1001, 0.3, 0.1);
+    adamw_case(37, 0.3, 0.0);
+    adamw_case(1, 1e-2, 0.1);
+    const size_t sizes[] = {1, 37, 1001, 100003};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        tens x = t_new(sizes[s], 1);
+        t_fill(&x, -2, 2);
+        double sq[2];
+        EACH sq[k_] = OPS->sumsq(BE, D(x), x.n);
+        check_scalar(sq[0], sq[1], OP_SUMSQ, "sumsq n=%zu", x.n);
+        const double f[] = {0.3, -1.7};
+        for (int i = 0; i < 2; i++) {
+            EACH OPS->scale(BE, D(x), x.n, f[i]);
+            check(&x, OP_SCALE, "scale n=%zu by %g", x.n, f[i]);
+        }
+        t_free(&x);
+    }
+    print_worst(OP_ADAMW, OP_SCALE);
+    close_both();
+}
+
+/* ---------------------------------------------------------------- summary */
+
+static void summary(void)
+{
+    int missing = 0;
+    for (int op = 0; op < OP_COUNT; op++)
+        missing += stats[op].checks == 0;
+    if (missing == 0) {
+        printf("\n  worst normwise error per op (tolerance %g):", TOL);
+        print_worst(0, OP_COUNT - 1);
+    } else {
+        printf("(some tests were left out) ");
+    }
+}
+
+static const pt_test tests[] = {{"harness_detects_errors", harness_detects_errors},
+                                {"linear", linear_all},
+                                {"layernorm", layernorm_all},
+                                {"gelu", gelu_all},
+                                {"attention", attention_all},
+                                {"embeddings", embeddings_all},
+                                {"copy_rows", copy_rows_all},
+                                {"cross_entropy", cross_entropy_all},
+                                {"optimizer", optimizer_all},
+                                {"summary", summary},
+                                {NULL, NULL}};
+
+static const pt_test_suite suites[] = {{"cpu float32 ops against float64", tests}, {NULL, NULL}};
