@@ -20,7 +20,9 @@ static int open_backend(pt_run *r, pt_err *err)
 {
     const int threads = r->threads > 0 ? r->threads : 1;
     const int bf16 = r->cfg.run.precision == PT_PRECISION_BF16;
-    const char *gpu = bf16 ? "cuda-bf16" : "cuda";
+    /* one GPU per rank of a node: the local rank's */
+    char gpu[32];
+    snprintf(gpu, sizeof gpu, "%s:%d", bf16 ? "cuda-bf16" : "cuda", pt_comm_local_rank(r->comm));
     int rc;
     switch (r->cfg.run.device) {
     case PT_DEVICE_CUDA:

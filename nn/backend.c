@@ -11,7 +11,7 @@
 #include <string.h>
 
 #ifdef PT_HAVE_CUDA
-int pt_cuda_backend_open(pt_backend **out, int bf16, int threads, pt_err *err);
+int pt_cuda_backend_open(pt_backend **out, int bf16, int device, int threads, pt_err *err);
 #endif
 
 static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt_err *err)
@@ -38,10 +38,23 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
         return open_cpu(out, name, 0, threads, err);
     if (strcmp(name, "cpu64") == 0)
         return open_cpu(out, name, 1, threads, err);
-    if (strcmp(name, "cuda") == 0 || strcmp(name, "cuda-bf16") == 0) {
+    /* cuda, cuda-bf16, each with an optional :N (the GPU) */
+    size_t base = strcspn(name, ":");
+    int bf16 = base == 9 && strncmp(name, "cuda-bf16", 9) == 0;
+    if ((base == 4 && strncmp(name, "cuda", 4) == 0) || bf16) {
+        int device = 0;
+        if (name[base] == ':') {
+            char *end;
+            long v = strtol(name + base + 1, &end, 10);
+            if (end == name + base + 1 || *end || v < 0 || v > 1 << 20)
+                return pt_fail(err, PT_EINPUT, "backend '%s': the GPU after ':' must be a number",
+                               name);
+            device = (int)v;
+        }
 #ifdef PT_HAVE_CUDA
-        return pt_cuda_backend_open(out, strcmp(name, "cuda-bf16") == 0, threads, err);
+        return pt_cuda_backend_open(out, bf16, device, threads, err);
 #else
+        (void)device;
         return pt_fail(err, PT_EBACKEND,
                        "device '%s' was asked for, but this pipetrain was built without CUDA", name);
 #endif

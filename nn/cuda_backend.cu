@@ -347,7 +347,8 @@ static int setup(cuda_impl *c, pt_err *err)
     return 0;
 }
 
-extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int threads, pt_err *err)
+extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, int threads,
+                                    pt_err *err)
 {
     *out = NULL;
     int count = 0;
@@ -363,6 +364,13 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int threads,
     }
     if (count == 0)
         return pt_fail(err, PT_EBACKEND, "no CUDA device: cudaGetDeviceCount found 0 devices");
+    /* more ranks on a node than GPUs share them round-robin */
+    e = cudaSetDevice(device % count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return pt_fail(err, PT_EBACKEND, "cudaSetDevice(%d) returned %s (%s)", device % count,
+                       cudaGetErrorName(e), cudaGetErrorString(e));
+    }
 
     pt_backend *be = (pt_backend *)calloc(1, sizeof *be);
     cuda_impl *c = (cuda_impl *)calloc(1, sizeof *c);

@@ -446,6 +446,7 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
     cudaErrorInvalidDeviceFunction = 98,
     cudaErrorNoKernelImageForDevice = 209,
     cudaErrorUnsupportedPtxVersion = 222,
@@ -479,6 +480,10 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = 1;
     return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d)
+{
+    return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 static inline cudaError_t cudaGetDevice(int *d)
 {

@@ -129,7 +129,9 @@ int pt_unit_find(const pt_arch *a, const char *name);
 typedef struct pt_backend pt_backend;
 
 /* name: "cpu" (float32, the training backend), "cpu64" (float64, the
- * finite-difference oracle), "cuda" (where built with CUDA and a GPU exists).
+ * finite-difference oracle), "cuda" or "cuda-bf16" (where built with CUDA and
+ * a GPU exists; float32 or bf16 activations), optionally followed by ":N" to
+ * use GPU N modulo the number of GPUs (one rank per GPU: N = local rank).
  * threads: OpenMP threads for the CPU backends (0 = leave OpenMP's default). */
 int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err);
 void pt_backend_close(pt_backend *be);

@@ -798,7 +798,32 @@ static void summary(void)
     }
 }
 
+/* Backend names: a bad one is refused as input; a GPU backend where none can
+ * be used is PT_EBACKEND (what `run.device: auto` falls back on). */
+static void backend_names(void)
+{
+    const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda-bf16:", "cudax",
+                         "cpu:0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pt_err err = {0};
+        pt_backend *b = NULL;
+        CU_ASSERT_EQUAL(pt_backend_open(&b, bad[i], 1, &err), PT_EINPUT);
+        CU_ASSERT_PTR_NULL(b);
+        CU_ASSERT(strstr(err.msg, bad[i]) != NULL);
+    }
+    const char *gpu[] = {"cuda", "cuda:0", "cuda:3", "cuda-bf16", "cuda-bf16:1"};
+    for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) {
+        pt_err err = {0};
+        pt_backend *b = NULL;
+        int rc = pt_backend_open(&b, gpu[i], 1, &err);
+        CU_ASSERT(rc == 0 || rc == PT_EBACKEND);
+        if (rc == 0)
+            pt_backend_close(b);
+    }
+}
+
 static const pt_test tests[] = {{"harness_detects_errors", harness_detects_errors},
+                                {"backend_names", backend_names},
                                 {"linear", linear_all},
                                 {"layernorm", layernorm_all},
                                 {"gelu", gelu_all},
