@@ -11,7 +11,7 @@ Everything else is the demo config (configs/vit_fmnist.yaml): same data order,
 same learning-rate schedule; freezing only removes work.
 
 usage: freeze_speed.py PIPETRAIN [--epochs 12] [--start 3] [--every 1]
-                       [--max-depth 0] [--threads 2] [--quick]"""
+                       [--max-depth 0] [--threads 2] [--quick | --sweep-only]"""
 import argparse
 import json
 import os
@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--max-depth", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="only baseline, schedule 1/3 with and without cache")
+    ap.add_argument("--sweep-only", action="store_true", help="only baseline and the alpha sweep")
     args = ap.parse_args()
     binary = os.path.abspath(args.pipetrain)
     common = {"freeze.start": args.start, "freeze.every": args.every, "freeze.max_depth": args.max_depth}
@@ -60,6 +61,8 @@ def main():
     if args.quick:
         runs = runs[:3]
         sweep = []
+    if args.sweep_only:
+        runs = runs[:1]
     print("demo ViT, Fashion-MNIST, %d epochs, %d threads; decisions after epoch %d, then every %d; "
           "max_depth %s" % (args.epochs, args.threads, args.start, args.every, args.max_depth or "all"))
     results = {}
