@@ -91,6 +91,16 @@ static void skip_space(parser *p)
     }
 }
 
+/* Consumes c if it is the next character. */
+static int accept(parser *p, char c)
+{
+    if (p->pos < p->n && p->s[p->pos] == c) {
+        p->pos++;
+        return 1;
+    }
+    return 0;
+}
+
 static int is_digit(const parser *p, size_t pos)
 {
     return pos < p->n && p->s[pos] >= '0' && p->s[pos] <= '9';
@@ -356,24 +366,18 @@ static int parse_array(parser *p, size_t *index)
     if (rc)
         return rc;
     size_t base = p->nstack, count = 0;
-    if (p->pos < p->n && p->s[p->pos] == ']') {
-        p->pos++;
+    if (accept(p, ']'))
         return close_container(p, *index, base, 0);
-    }
     for (;;) {
         size_t child;
         if ((rc = parse_value(p, &child)) != 0 || (rc = push_child(p, child)) != 0)
             return rc;
         count++;
         skip_space(p);
-        if (p->pos < p->n && p->s[p->pos] == ',') {
-            p->pos++;
+        if (accept(p, ','))
             continue;
-        }
-        if (p->pos < p->n && p->s[p->pos] == ']') {
-            p->pos++;
+        if (accept(p, ']'))
             return close_container(p, *index, base, count);
-        }
         return fail_at(p, p->pos, "',' or ']' in an array");
     }
 }
@@ -386,10 +390,8 @@ static int parse_object(parser *p, size_t *index)
     if (rc)
         return rc;
     size_t base = p->nstack, count = 0;
-    if (p->pos < p->n && p->s[p->pos] == '}') {
-        p->pos++;
+    if (accept(p, '}'))
         return close_container(p, *index, base, 0);
-    }
     for (;;) {
         skip_space(p);
         if (p->pos >= p->n || p->s[p->pos] != '"')
@@ -407,14 +409,10 @@ static int parse_object(parser *p, size_t *index)
             return rc;
         count++;
         skip_space(p);
-        if (p->pos < p->n && p->s[p->pos] == ',') {
-            p->pos++;
+        if (accept(p, ','))
             continue;
-        }
-        if (p->pos < p->n && p->s[p->pos] == '}') {
-            p->pos++;
+        if (accept(p, '}'))
             return close_container(p, *index, base, count);
-        }
         return fail_at(p, p->pos, "',' or '}' in an object");
     }
 }
