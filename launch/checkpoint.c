@@ -7,8 +7,7 @@
 #include "launch/checkpoint.h"
 
 #include "launch/fault.h"
-#include "launch/fileio.h"
-#include "launch/recfile.h"
+#include "formats/formats.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
  */
 #include "launch/checkpoint.h"
 #include "launch/run.h"
-#include "launch/safetensors.h"
+#include "formats/formats.h"
 #include "launch/weights.h"
 
 #include <stdio.h>

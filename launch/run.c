@@ -6,7 +6,7 @@
  */
 #include "launch/run.h"
 
-#include "launch/fileio.h"
+#include "formats/formats.h"
 #include "launch/weights.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
  */
 #include "launch/weights.h"
 
-#include "launch/safetensors.h"
+#include "formats/formats.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -307,7 +307,7 @@ REC_END = b"PTRECEND"
 
 def read_recfile(path):
     """(magic, version, [(tag, payload)]) of a recfile (format in
-    launch/recfile.h); checks the CRC."""
+    formats/formats.h); checks the CRC."""
     data = read_bytes(path)
     check(len(data) >= 40, "%s: too short for a recfile", path)
     magic, version, reserved = data[:8], *struct.unpack("<II", data[8:16])

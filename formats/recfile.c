@@ -13,9 +13,8 @@
  * [header end, trailer start); `by_tag` is the records sorted by tag, used for
  * duplicate detection and binary-search lookup.
  */
-#include "launch/recfile.h"
+#include "formats/formats.h"
 
-#include "launch/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
  * Invariants: the recursion depth never exceeds PT_JSON_MAX_DEPTH; no byte at
  * or beyond text + n is ever read; every error names the offset it happened at.
  */
-#include "launch/json.h"
+#include "formats/formats.h"
 
 #include <errno.h>
 #include <math.h>

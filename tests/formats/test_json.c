@@ -1,10 +1,10 @@
 /*
- * test_json.c: the JSON parser of launch/json.h. Valid documents (nesting,
+ * test_json.c: the JSON parser of formats/formats.h. Valid documents (nesting,
  * every escape, \u with surrogate pairs, raw UTF-8, numbers at the int64
  * limits), then a table of invalid ones, each of which must be refused with
  * the byte offset of the defect in the message.
  */
-#include "launch/json.h"
+#include "formats/formats.h"
 #include "tests/common/cunit_main.h"
 
 #include <math.h>

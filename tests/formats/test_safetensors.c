@@ -1,5 +1,5 @@
 /*
- * test_safetensors.c: safetensors reading and writing (launch/safetensors.h).
+ * test_safetensors.c: safetensors reading and writing (formats/formats.h).
  *
  * A round trip of several tensors (a scalar, an empty one, one larger than the
  * reader's conversion buffer) with metadata; headers built byte by byte here
@@ -8,8 +8,7 @@
  * small file (no crash, no accepted truncation); exact F16, BF16 and F64
  * conversion of known values.
  */
-#include "launch/fileio.h"
-#include "launch/safetensors.h"
+#include "formats/formats.h"
 #include "tests/launch/test_util.h"
 #include "tests/common/cunit_main.h"
 

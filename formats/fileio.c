@@ -8,7 +8,7 @@
  * every byte handed to pt_wfile_write, buffered or not; once `failed` is set
  * the temporary file can only be removed.
  */
-#include "launch/fileio.h"
+#include "formats/formats.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,10 +10,8 @@
  * detection and binary-search lookup. `metadata` points into `header`, which
  * stays alive until close.
  */
-#include "launch/safetensors.h"
+#include "formats/formats.h"
 
-#include "launch/fileio.h"
-#include "launch/json.h"
 
 #include <errno.h>
 #include <fcntl.h>

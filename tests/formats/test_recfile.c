@@ -1,5 +1,5 @@
 /*
- * test_recfile.c: the CRC-checked record container of launch/recfile.h.
+ * test_recfile.c: the CRC-checked record container of formats/formats.h.
  *
  * Round trips (several records, an 8 MB one written in pieces, an empty one),
  * then damage: truncation at every length and every single-byte change of a
@@ -8,8 +8,7 @@
  * built byte by byte here with a correct CRC, so each structural check is
  * exercised on its own.
  */
-#include "launch/fileio.h"
-#include "launch/recfile.h"
+#include "formats/formats.h"
 #include "tests/launch/test_util.h"
 #include "tests/common/cunit_main.h"
 

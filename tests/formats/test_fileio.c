@@ -1,11 +1,11 @@
 /*
  * test_fileio.c: crash-safe writes and the small file utilities of
- * launch/fileio.h. The properties checked are the ones checkpoints rely on:
+ * formats/formats.h. The properties checked are the ones checkpoints rely on:
  * the committed file has exactly the bytes written; before commit (and after
  * abort) the old file is untouched and no temporary file remains; read limits
  * and mkdir -p behave like their descriptions.
  */
-#include "launch/fileio.h"
+#include "formats/formats.h"
 #include "tests/launch/test_util.h"
 #include "tests/common/cunit_main.h"
 

@@ -1,0 +1,369 @@
+/*
+ * formats.h: the formats module's public interface: the generic file formats
+ * pipetrain's files are built on, none of which knows what its bytes mean
+ * for training:
+ *  - crash-safe file writing (temporary name, fsync, rename) and small file
+ *    utilities;
+ *  - recfile: a CRC-checked container of tagged records (checkpoint files);
+ *  - JSON, for headers that come from outside;
+ *  - safetensors, how weights travel to and from PyTorch.
+ */
+#ifndef PT_FORMATS_H
+#define PT_FORMATS_H
+
+#include "nn/nn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * Crash-safe file writing and the small file utilities the other formats
+ * are built on (checkpoints, safetensors, manifests).
+ *
+ * Invariant kept by pt_wfile: a file at `path` is either the old one or the
+ * complete new one, never a partial one, whatever the moment of a crash. The
+ * new contents go to "<path>.tmp.<pid>" in the same directory (so the final
+ * rename cannot cross file systems), are fsynced, renamed over `path`, and the
+ * directory is fsynced so the rename itself survives a power loss.
+ *
+ * Also here: explicit little-endian encoding helpers, because every multi-byte
+ * integer pipetrain puts on disk is little-endian whatever the host is.
+ */
+
+
+/* A file being written under a temporary name; see the comment at the top. */
+typedef struct pt_wfile pt_wfile;
+
+/* Creates "<path>.tmp.<pid>" (O_CREAT | O_EXCL, mode 0644). Fails with PT_ESYS
+ * if the directory is missing or a temporary file of that name already exists
+ * (a leftover of a crashed process with the same pid, or a second writer of
+ * the same path in this process). */
+int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err);
+
+/* Appends n bytes (buffered). Tracks the crc32 (zlib's) and size of what was
+ * written. After a failed write the file can only be aborted: later writes and
+ * pt_wfile_commit fail with PT_EINTERNAL, so a partial file is never committed
+ * by a caller that forgot to check. */
+int pt_wfile_write(pt_wfile *f, const void *data, size_t n, pt_err *err);
+
+/* crc32 of everything written so far (0 for nothing). */
+uint32_t pt_wfile_crc(const pt_wfile *f);
+
+/* Bytes written so far. */
+uint64_t pt_wfile_size(const pt_wfile *f);
+
+/* The final path the file will have once committed. */
+const char *pt_wfile_path(const pt_wfile *f);
+
+/* Flushes, fsyncs, closes, renames the temporary file to the final path and
+ * fsyncs the directory. Frees f in every case; on failure the temporary file is
+ * removed and whatever was at the final path before is untouched (unless only
+ * the directory fsync failed: then the new file is in place but its rename may
+ * not survive a power loss, and the error says so). */
+int pt_wfile_commit(pt_wfile *f, pt_err *err);
+
+/* Closes and unlinks the temporary file and frees f. NULL-safe. */
+void pt_wfile_abort(pt_wfile *f);
+
+/* pt_wfile_open + pt_wfile_write + pt_wfile_commit. */
+int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *err);
+
+/* Reads a whole file. *data is malloc'd (the caller frees it), holds *n bytes
+ * and one extra NUL byte after them, so text can be used as a C string.
+ * PT_EINPUT if the file holds more than max_bytes bytes; PT_ESYS if it cannot
+ * be opened or read. */
+int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_err *err);
+
+/* Creates a directory and any missing parents, like `mkdir -p`: an existing
+ * directory is fine, an existing non-directory is PT_ESYS. */
+int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
+
+/* fsyncs a directory, making renames and creations in it durable. File systems
+ * that cannot fsync a directory (EINVAL) are treated as success. */
+int pt_fsync_dir(const char *dir, pt_err *err);
+
+/* Reads exactly n bytes at offset of the open file fd (path names it in
+ * messages): PT_ESYS if the read fails, PT_EINPUT if the file ends first. */
+int pt_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path, pt_err *err);
+
+/* zlib's crc32 continued over n bytes (any n, unlike zlib's uInt length). */
+uint32_t pt_crc32(uint32_t crc, const void *data, size_t n);
+
+/* --------------------------------------------------- little-endian codecs */
+
+static inline void pt_put_le32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void pt_put_le64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t pt_get_le32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static inline uint64_t pt_get_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/*
+ * recfile: a CRC-checked binary container of tagged records, the format
+ * under every checkpoint file.
+ *
+ * Layout (all integers little-endian):
+ *   header   8-byte magic chosen by the caller (e.g. "PTUNITS1"), u32 version,
+ *            u32 reserved (0)
+ *   records  u32 tag length (1..255), tag bytes (no NUL), u64 payload length,
+ *            payload bytes; any number of records, tags unique
+ *   trailer  u32 0xFFFFFFFF, u64 record count, u32 crc32 (zlib) of every byte
+ *            before the crc field, 8 bytes "PTRECEND"
+ *
+ * The writer goes through pt_wfile, so a file either is complete or is not
+ * there. The reader trusts nothing: it checks size, magic, trailer and the CRC
+ * of the whole file before it parses a single record, then parses with bounds
+ * checks against the real size; every defect is PT_EINPUT with a message naming
+ * the file. Payloads are not aligned: callers memcpy them out.
+ *
+ * The reader maps the file read-only. Like any mmap reader it assumes nobody
+ * truncates the file while it is open (that would raise SIGBUS); checkpoint
+ * files are never modified in place, only replaced by rename.
+ */
+
+
+#define PT_RECFILE_MAX_TAG 255
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct pt_recwriter pt_recwriter;
+
+/* Starts a new file (under a temporary name until commit). */
+int pt_recwriter_open(pt_recwriter **out, const char *path, const char magic[8],
+                      uint32_t version, pt_err *err);
+
+/* Adds one record. tag: 1..255 bytes, unique in the file (PT_EINPUT
+ * otherwise). len may be 0 (data may then be NULL). */
+int pt_recwriter_add(pt_recwriter *w, const char *tag, const void *data, uint64_t len,
+                     pt_err *err);
+
+/* For large payloads written in pieces: pt_recwriter_begin declares the tag and
+ * the total length, then pt_recwriter_write calls must supply exactly that
+ * many bytes before the next record or the commit (PT_EINTERNAL otherwise). */
+int pt_recwriter_begin(pt_recwriter *w, const char *tag, uint64_t len, pt_err *err);
+int pt_recwriter_write(pt_recwriter *w, const void *data, uint64_t len, pt_err *err);
+
+/* Writes the trailer and moves the file into place atomically. Frees w in
+ * every case; on failure nothing appears at the path. */
+int pt_recwriter_commit(pt_recwriter *w, pt_err *err);
+
+/* Drops the file being written and frees w. NULL-safe. */
+void pt_recwriter_abort(pt_recwriter *w);
+
+/* ------------------------------------------------------------------ reader */
+
+typedef struct pt_recfile pt_recfile;
+
+/* Opens and fully validates a file: PT_ESYS if it cannot be opened or mapped,
+ * PT_EINPUT for anything wrong inside (too short, other magic, no end marker,
+ * checksum mismatch, a record running past the trailer, a tag of length 0 or
+ * over 255 or containing NUL, a record count different from the stored one,
+ * duplicate tags, non-zero reserved field). *version gets the stored version;
+ * the caller decides which versions it supports. */
+int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uint32_t *version,
+                    pt_err *err);
+
+/* Records in file order. */
+int pt_recfile_count(const pt_recfile *f);
+
+/* Record i (0 <= i < count; otherwise everything is set to NULL / 0). The tag
+ * is not NUL-terminated; data points into the mapping, valid until close. */
+void pt_recfile_get(const pt_recfile *f, int i, const char **tag, size_t *tag_len,
+                    const void **data, uint64_t *len);
+
+/* 0 and the payload of the record tagged `tag`, or PT_EINPUT with a message
+ * naming the tag and the file. */
+int pt_recfile_find(const pt_recfile *f, const char *tag, const void **data, uint64_t *len,
+                    pt_err *err);
+
+/* The path the file was opened with. */
+const char *pt_recfile_path(const pt_recfile *f);
+
+/* Unmaps and frees. NULL-safe. */
+void pt_recfile_close(pt_recfile *f);
+
+/*
+ * JSON: a small JSON parser (RFC 8259) for file headers that come from
+ * outside, such as safetensors headers.
+ *
+ * A parsed document owns all its values; values are read through accessors and
+ * stay valid until pt_json_free. Limits keep hostile input harmless: nesting
+ * deeper than PT_JSON_MAX_DEPTH and texts longer than PT_JSON_MAX_BYTES are
+ * rejected, so the recursive parser cannot exhaust the stack. Strings must be
+ * valid UTF-8; escapes (including \uXXXX surrogate pairs) are decoded to UTF-8.
+ * Decoded strings are NUL-terminated but may contain NUL (from \u0000): callers
+ * that need C strings compare the length with strlen. Numbers keep their text;
+ * the int64 and double accessors convert on demand. Duplicate object keys are
+ * kept (pt_json_get returns the first); callers that need unique keys check.
+ * Memory is about 50 bytes per value (a 100 MB array of one-digit numbers
+ * needs some 2.5 GB), so callers bound the text size to what they can afford.
+ *
+ * Errors say "offset N: expected X, found Y"; callers prefix the file name.
+ */
+
+
+#define PT_JSON_MAX_DEPTH 64
+#define PT_JSON_MAX_BYTES ((size_t)1 << 30)
+
+typedef enum {
+    PT_JSON_NULL,
+    PT_JSON_BOOL,
+    PT_JSON_NUMBER,
+    PT_JSON_STRING,
+    PT_JSON_ARRAY,
+    PT_JSON_OBJECT
+} pt_json_type;
+
+typedef struct pt_json pt_json;             /* a parsed document */
+typedef struct pt_json_value pt_json_value; /* one value inside it */
+
+/* Parses n bytes (no NUL terminator needed; a NUL byte is an error). */
+int pt_json_parse(pt_json **out, const char *text, size_t n, pt_err *err);
+void pt_json_free(pt_json *doc); /* NULL-safe */
+const pt_json_value *pt_json_root(const pt_json *doc);
+
+/* Accessors tolerate NULL and values of the wrong type: they then return
+ * NULL / 0, so lookups can be chained and checked once. */
+pt_json_type pt_json_type_of(const pt_json_value *v); /* PT_JSON_NULL for NULL */
+const char *pt_json_type_name(pt_json_type t);        /* "null", "a number", ... */
+
+/* Members of an object or elements of an array; 0 for anything else. */
+size_t pt_json_count(const pt_json_value *v);
+
+/* Object member i: its key (and the key's length) and its value. */
+const char *pt_json_key(const pt_json_value *obj, size_t i, size_t *len);
+const pt_json_value *pt_json_member(const pt_json_value *obj, size_t i);
+
+/* The first member whose key equals key, or NULL. Linear in the members. */
+const pt_json_value *pt_json_get(const pt_json_value *obj, const char *key);
+
+/* Array element i, or NULL. */
+const pt_json_value *pt_json_at(const pt_json_value *arr, size_t i);
+
+/* The decoded string (NUL-terminated) and its length, or NULL. */
+const char *pt_json_string(const pt_json_value *v, size_t *len);
+
+/* 1 for true, 0 for false (and for anything that is not a boolean). */
+int pt_json_bool(const pt_json_value *v);
+
+/* The number as written, e.g. "-1.5e3", or NULL. */
+const char *pt_json_number_text(const pt_json_value *v);
+
+/* An integer number: PT_EINPUT (err may be NULL) if v is not a number, has a
+ * fraction or exponent, or does not fit in int64. */
+int pt_json_int64(const pt_json_value *v, int64_t *out, pt_err *err);
+
+/* Any number as a double: PT_EINPUT if v is not a number or overflows a
+ * double (underflow to 0 is accepted). Uses strtod, so the C locale's '.'
+ * must be in effect (pipetrain never calls setlocale). */
+int pt_json_double(const pt_json_value *v, double *out, pt_err *err);
+
+/* 1 if the n bytes are valid UTF-8 (no overlong forms, surrogates or code
+ * points above U+10FFFF), else 0. Writers use it to avoid producing JSON that
+ * this parser would refuse. */
+int pt_json_utf8_valid(const char *s, size_t n);
+
+/*
+ * safetensors: reading and writing the safetensors format, how pipetrain's
+ * weights travel to and from PyTorch (shapes and names follow nn.Linear).
+ *
+ * Format: u64 little-endian header length N, N bytes of JSON header, then the
+ * data section. The header maps each tensor name to {"dtype": str, "shape":
+ * [ints], "data_offsets": [begin, end]} (offsets relative to the start of the
+ * data section, little-endian element data) and may hold "__metadata__", an
+ * object of string -> string.
+ *
+ * The reader validates the whole header at open (see pt_st_open) and reads
+ * tensor data with pread, so a file that shrinks while open gives an error,
+ * not a crash. The writer writes float32 only, with the header padded by
+ * spaces to a multiple of 8 bytes so the data section is 8-byte aligned, and
+ * goes through pt_wfile so the file appears complete or not at all.
+ */
+
+
+#define PT_ST_MAX_NDIM 8
+#define PT_ST_MAX_NAME 128                    /* names are shorter than this */
+#define PT_ST_MAX_HEADER ((uint64_t)100000000) /* 100 MB, as the reference reader */
+
+typedef struct pt_st_entry {
+    char name[PT_ST_MAX_NAME];
+    char dtype[8];     /* "F32", "F64", "F16", "BF16", "I64", ... as stored */
+    int ndim;          /* 0..8; 0 is a scalar (one element) */
+    int64_t shape[PT_ST_MAX_NDIM];
+    uint64_t begin, end; /* byte offsets in the data section */
+} pt_st_entry;
+
+typedef struct pt_st_file pt_st_file;
+
+/* Opens and validates a file: header length sane (<= 100 MB and within the
+ * file), JSON valid, the header an object, every entry an object with the three
+ * fields of the right types, dtype known (F64 F32 F16 BF16 F8_E4M3 F8_E5M2
+ * I64 I32 I16 I8 U64 U32 U16 U8 BOOL), at most 8 dimensions each >= 0,
+ * begin <= end <= data size, end - begin == numel * dtype size, no two tensors
+ * overlap, no duplicate names, names shorter than 128 bytes without NUL,
+ * "__metadata__" an object of strings. Anything else is PT_EINPUT with a
+ * message naming the file, the tensor and the defect; PT_ESYS if the file
+ * cannot be opened or read. */
+int pt_st_open(pt_st_file **out, const char *path, pt_err *err);
+
+/* Tensors, in header order. */
+int pt_st_count(const pt_st_file *f);
+const pt_st_entry *pt_st_entry_at(const pt_st_file *f, int i); /* NULL if out of range */
+
+/* Index of the tensor called name, or -1 (binary search). */
+int pt_st_find(const pt_st_file *f, const char *name);
+
+/* Elements of entry e (1 for a scalar). */
+uint64_t pt_st_numel(const pt_st_entry *e);
+
+/* Reads tensor i converted to float from F32, F64, F16 or BF16 (F64 values
+ * beyond float's range become infinities). n must equal the element count:
+ * otherwise PT_EINPUT naming the tensor, the expected count and the stored
+ * shape. Other dtypes are PT_EINPUT. */
+int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err);
+
+/* The metadata value for key, or NULL if absent. */
+const char *pt_st_metadata(const pt_st_file *f, const char *key);
+
+/* Closes and frees. NULL-safe. */
+void pt_st_close(pt_st_file *f);
+
+/* One tensor to write: shape may be NULL when ndim is 0; data holds the
+ * product of the shape floats (NULL allowed when that is 0). */
+typedef struct pt_st_tensor {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    const float *data;
+} pt_st_tensor;
+
+/* Writes n F32 tensors in the given order, atomically. meta: NULL or a
+ * NULL-terminated list of key, value, key, value, ... strings. Names must be
+ * unique, valid UTF-8, shorter than 128 bytes and not "__metadata__"; bad
+ * arguments are PT_EINPUT and leave nothing on disk. */
+int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
+                pt_err *err);
+
+#endif
