@@ -1,7 +1,7 @@
 /*
  * fileio.c: crash-safe writes (write to a temporary name, fsync, rename, fsync
  * the directory), whole-file reads with a size limit, mkdir -p, directory
- * fsync, and a size_t-clean crc32.
+ * fsync, a size_t-clean crc32, SHA-256 of a file (OpenSSL) and unique ids.
  *
  * Invariants of a pt_wfile: fd is the open temporary file until commit or
  * abort; buf holds `used` bytes not yet written to fd; crc and size describe
@@ -16,8 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+#include <openssl/evp.h>
 #include <zlib.h>
 
 /* Large enough that checkpoint payloads go out in few system calls. */
@@ -46,6 +49,71 @@ uint32_t pt_crc32(uint32_t crc, const void *data, size_t n)
         n -= chunk;
     }
     return (uint32_t)c;
+}
+
+void pt_unique_id(char *out, size_t n)
+{
+    unsigned char bytes[32];
+    size_t want = (n - 1) / 2 < sizeof bytes ? (n - 1) / 2 : sizeof bytes;
+    if (getrandom(bytes, want, 0) != (ssize_t)want) {
+        /* no entropy source: time, pid and an address still differ between
+         * processes and calls, which is all a temporary name needs */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        uint64_t mix[4] = {(uint64_t)t.tv_sec, (uint64_t)t.tv_nsec, (uint64_t)getpid(),
+                           (uint64_t)(uintptr_t)&t};
+        for (size_t i = 0; i < want; i++)
+            bytes[i] = (unsigned char)(mix[i % 4] >> (8 * (i / 4 % 8)));
+    }
+    pt_hex(bytes, want, out);
+}
+
+int pt_is_temporary_name(const char *name)
+{
+    return strstr(name, PT_TEMP_MARK) != NULL;
+}
+
+int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, pt_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char *buf = malloc(WFILE_BUFFER_BYTES);
+    int rc = 0;
+    if (!ctx || !buf || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1)
+        rc = pt_fail(err, PT_ENOMEM, "'%s': cannot start a SHA-256 digest", path);
+    *size = 0;
+    while (!rc) {
+        ssize_t got = read(fd, buf, WFILE_BUFFER_BYTES);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = pt_fail(err, PT_ESYS, "'%s': cannot read: %s", path, strerror(errno));
+        else if (got == 0)
+            break;
+        else if (EVP_DigestUpdate(ctx, buf, (size_t)got) != 1)
+            rc = pt_fail(err, PT_EINTERNAL, "'%s': SHA-256 update failed", path);
+        else
+            *size += (uint64_t)got;
+    }
+    unsigned int len = 0;
+    if (!rc && (EVP_DigestFinal_ex(ctx, digest, &len) != 1 || len != 32))
+        rc = pt_fail(err, PT_EINTERNAL, "'%s': SHA-256 finish failed", path);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+void pt_hex(const unsigned char *bytes, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[bytes[i] >> 4];
+        out[2 * i + 1] = hex[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
 }
 
 static char *copy_string(const char *s)
@@ -123,7 +191,7 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
     if (!path || !*path)
         return pt_fail(err, PT_EINPUT, "cannot write a file with an empty path");
     pt_wfile *f = calloc(1, sizeof *f);
-    size_t tmp_cap = strlen(path) + 32;
+    size_t tmp_cap = strlen(path) + 64;
     if (f) {
         f->fd = -1;
         f->path = copy_string(path);
@@ -135,13 +203,21 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
             wfile_free(f); /* nothing was created yet */
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory opening the file for writing", path);
     }
-    snprintf(f->tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
-    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* pid alone is not unique over time: PID 1 in a container, or a pid
+     * reused after a reboot, would meet a crashed writer's leftover on every
+     * retry. 64 random bits make a collision a non-event; a clash is retried. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        char id[17];
+        pt_unique_id(id, sizeof id);
+        snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
+        f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (f->fd >= 0 || errno != EEXIST)
+            break;
+    }
     if (f->fd < 0) {
         int e = errno;
-        int rc = pt_fail(err, PT_ESYS, "'%s': cannot create the temporary file '%s': %s%s", path,
-                         f->tmp, strerror(e),
-                         e == EEXIST ? " (a leftover of a crashed run? remove it)" : "");
+        int rc = pt_fail(err, PT_ESYS, "'%s': cannot create the temporary file '%s': %s", path,
+                         f->tmp, strerror(e));
         free(f->tmp);
         f->tmp = NULL; /* not ours: abort must not unlink it */
         pt_wfile_abort(f);

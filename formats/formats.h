@@ -5,7 +5,7 @@
  *  - crash-safe file writing (temporary name, fsync, rename) and small file
  *    utilities;
  *  - recfile: a CRC-checked container of tagged records (checkpoint files);
- *  - JSON, for headers that come from outside;
+ *  - JSON (jansson) helpers;
  *  - safetensors, how weights travel to and from PyTorch.
  */
 #ifndef PT_FORMATS_H
@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 #include <sys/types.h>
 
 /*
@@ -23,9 +24,12 @@
  *
  * Invariant kept by pt_wfile: a file at `path` is either the old one or the
  * complete new one, never a partial one, whatever the moment of a crash. The
- * new contents go to "<path>.tmp.<pid>" in the same directory (so the final
- * rename cannot cross file systems), are fsynced, renamed over `path`, and the
- * directory is fsynced so the rename itself survives a power loss.
+ * new contents go to "<path>.tmp.<pid>.<random>" in the same directory (so the
+ * final rename cannot cross file systems), are fsynced, renamed over `path`,
+ * and the directory is fsynced so the rename itself survives a power loss. A
+ * crashed writer leaves its temporary file behind; the random part means it
+ * never blocks a later writer, and the owner of the directory removes such
+ * leftovers (pt_is_temporary_name) when no writer of its own is running.
  *
  * Also here: explicit little-endian encoding helpers, because every multi-byte
  * integer pipetrain puts on disk is little-endian whatever the host is.
@@ -35,10 +39,8 @@
 /* A file being written under a temporary name; see the comment at the top. */
 typedef struct pt_wfile pt_wfile;
 
-/* Creates "<path>.tmp.<pid>" (O_CREAT | O_EXCL, mode 0644). Fails with PT_ESYS
- * if the directory is missing or a temporary file of that name already exists
- * (a leftover of a crashed process with the same pid, or a second writer of
- * the same path in this process). */
+/* Creates "<path>.tmp.<pid>.<random>" (O_CREAT | O_EXCL, mode 0644). Fails
+ * with PT_ESYS if the directory is missing or not writable. */
 int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err);
 
 /* Appends n bytes (buffered). Tracks the crc32 (zlib's) and size of what was
@@ -86,6 +88,19 @@ int pt_fsync_dir(const char *dir, pt_err *err);
 /* Reads exactly n bytes at offset of the open file fd (path names it in
  * messages): PT_ESYS if the read fails, PT_EINPUT if the file ends first. */
 int pt_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path, pt_err *err);
+
+/* The marker in temporary names, and whether a file name has it. */
+#define PT_TEMP_MARK ".tmp."
+int pt_is_temporary_name(const char *name);
+
+/* n - 1 random hex digits (at most 64) and a NUL into out: names that must
+ * not collide across processes, reboots and machines. */
+void pt_unique_id(char *out, size_t n);
+
+/* SHA-256 of a whole file, and its size. */
+int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, pt_err *err);
+/* n bytes as 2n lower-case hex digits and a NUL. */
+void pt_hex(const unsigned char *bytes, size_t n, char *out);
 
 /* zlib's crc32 continued over n bytes (any n, unlike zlib's uInt length). */
 uint32_t pt_crc32(uint32_t crc, const void *data, size_t n);
@@ -205,85 +220,27 @@ const char *pt_recfile_path(const pt_recfile *f);
 void pt_recfile_close(pt_recfile *f);
 
 /*
- * JSON: a small JSON parser (RFC 8259) for file headers that come from
- * outside, such as safetensors headers.
- *
- * A parsed document owns all its values; values are read through accessors and
- * stay valid until pt_json_free. Limits keep hostile input harmless: nesting
- * deeper than PT_JSON_MAX_DEPTH and texts longer than PT_JSON_MAX_BYTES are
- * rejected, so the recursive parser cannot exhaust the stack. Strings must be
- * valid UTF-8; escapes (including \uXXXX surrogate pairs) are decoded to UTF-8.
- * Decoded strings are NUL-terminated but may contain NUL (from \u0000): callers
- * that need C strings compare the length with strlen. Numbers keep their text;
- * the int64 and double accessors convert on demand. Duplicate object keys are
- * kept (pt_json_get returns the first); callers that need unique keys check.
- * Memory is about 50 bytes per value (a 100 MB array of one-digit numbers
- * needs some 2.5 GB), so callers bound the text size to what they can afford.
- *
- * Errors say "offset N: expected X, found Y"; callers prefix the file name.
+ * JSON, through jansson: every JSON pipetrain reads (safetensors headers,
+ * checkpoint manifests) or writes (metrics, manifests, safetensors headers)
+ * goes through it. These helpers fix the choices every caller must make the
+ * same way.
  */
 
+/* Parses n bytes (a NUL byte is an error, as is a \u0000 escape) into *out.
+ * Duplicate object keys are refused: a header with two values for one key
+ * has no meaning we could pick. Errors are PT_EINPUT "line L, column C: what";
+ * callers prefix the file name. */
+int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err);
 
-#define PT_JSON_MAX_DEPTH 64
-#define PT_JSON_MAX_BYTES ((size_t)1 << 30)
+/* A JSON number for v, or null when v is not finite (JSON has no NaN or
+ * infinity); NULL only when out of memory. */
+json_t *pt_json_number(double v);
 
-typedef enum {
-    PT_JSON_NULL,
-    PT_JSON_BOOL,
-    PT_JSON_NUMBER,
-    PT_JSON_STRING,
-    PT_JSON_ARRAY,
-    PT_JSON_OBJECT
-} pt_json_type;
-
-typedef struct pt_json pt_json;             /* a parsed document */
-typedef struct pt_json_value pt_json_value; /* one value inside it */
-
-/* Parses n bytes (no NUL terminator needed; a NUL byte is an error). */
-int pt_json_parse(pt_json **out, const char *text, size_t n, pt_err *err);
-void pt_json_free(pt_json *doc); /* NULL-safe */
-const pt_json_value *pt_json_root(const pt_json *doc);
-
-/* Accessors tolerate NULL and values of the wrong type: they then return
- * NULL / 0, so lookups can be chained and checked once. */
-pt_json_type pt_json_type_of(const pt_json_value *v); /* PT_JSON_NULL for NULL */
-const char *pt_json_type_name(pt_json_type t);        /* "null", "a number", ... */
-
-/* Members of an object or elements of an array; 0 for anything else. */
-size_t pt_json_count(const pt_json_value *v);
-
-/* Object member i: its key (and the key's length) and its value. */
-const char *pt_json_key(const pt_json_value *obj, size_t i, size_t *len);
-const pt_json_value *pt_json_member(const pt_json_value *obj, size_t i);
-
-/* The first member whose key equals key, or NULL. Linear in the members. */
-const pt_json_value *pt_json_get(const pt_json_value *obj, const char *key);
-
-/* Array element i, or NULL. */
-const pt_json_value *pt_json_at(const pt_json_value *arr, size_t i);
-
-/* The decoded string (NUL-terminated) and its length, or NULL. */
-const char *pt_json_string(const pt_json_value *v, size_t *len);
-
-/* 1 for true, 0 for false (and for anything that is not a boolean). */
-int pt_json_bool(const pt_json_value *v);
-
-/* The number as written, e.g. "-1.5e3", or NULL. */
-const char *pt_json_number_text(const pt_json_value *v);
-
-/* An integer number: PT_EINPUT (err may be NULL) if v is not a number, has a
- * fraction or exponent, or does not fit in int64. */
-int pt_json_int64(const pt_json_value *v, int64_t *out, pt_err *err);
-
-/* Any number as a double: PT_EINPUT if v is not a number or overflows a
- * double (underflow to 0 is accepted). Uses strtod, so the C locale's '.'
- * must be in effect (pipetrain never calls setlocale). */
-int pt_json_double(const pt_json_value *v, double *out, pt_err *err);
-
-/* 1 if the n bytes are valid UTF-8 (no overlong forms, surrogates or code
- * points above U+10FFFF), else 0. Writers use it to avoid producing JSON that
- * this parser would refuse. */
-int pt_json_utf8_valid(const char *s, size_t n);
+/* The integer at key of obj into *v: PT_EINPUT naming `what` and the key if
+ * it is missing or not an integer. */
+int pt_json_get_i64(const json_t *obj, const char *key, int64_t *v, const char *what, pt_err *err);
+/* The same for any number (integer or real). */
+int pt_json_get_f64(const json_t *obj, const char *key, double *v, const char *what, pt_err *err);
 
 /*
  * safetensors: reading and writing the safetensors format, how pipetrain's

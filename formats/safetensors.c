@@ -1,6 +1,6 @@
 /*
  * safetensors.c: validating safetensors reader (pread-based) and float32
- * writer, on top of json.c and fileio.c.
+ * writer, on top of jansson (the header) and fileio.c.
  *
  * Reader invariants: after pt_st_open succeeds every entry has been checked
  * against the file's real size (begin <= end <= data size, end - begin equal
@@ -11,7 +11,6 @@
  * stays alive until close.
  */
 #include "formats/formats.h"
-
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,8 +35,8 @@ struct pt_st_file {
     pt_st_entry *entries;
     int count;
     const pt_st_entry **by_name;
-    pt_json *header;
-    const pt_json_value *metadata;
+    json_t *header;
+    const json_t *metadata;
 };
 
 /* Bytes per element of a known dtype, 0 for an unknown one. */
@@ -96,13 +95,40 @@ static int entry_fail(const pt_st_file *f, const char *name, pt_err *err, const 
     return pt_fail(err, PT_EINPUT, "'%s': tensor '%s': %s", f->path, name, what);
 }
 
-/* The n-th element of a JSON array as a non-negative int64. */
-static int read_index(const pt_st_file *f, const char *name, const pt_json_value *arr,
-                      const char *field, size_t i, int64_t *out, pt_err *err)
+/* How a JSON value's type reads in a message: "a number", "an array", ... */
+static const char *type_name(const json_t *v)
 {
-    pt_err why = {0};
-    if (pt_json_int64(pt_json_at(arr, i), out, &why) != 0)
-        return entry_fail(f, name, err, "%s[%zu]: %s", field, i, why.msg);
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "?";
+}
+
+/* The n-th element of a JSON array as a non-negative int64. */
+static int read_index(const pt_st_file *f, const char *name, const json_t *arr, const char *field,
+                      size_t i, int64_t *out, pt_err *err)
+{
+    const json_t *v = json_array_get(arr, i);
+    if (json_is_real(v))
+        return entry_fail(f, name, err, "%s[%zu]: %.17g is written as a real number, not an "
+                          "integer", field, i, json_real_value(v));
+    if (!json_is_integer(v))
+        return entry_fail(f, name, err, "%s[%zu]: expected an integer, found %s", field, i,
+                          type_name(v));
+    *out = (int64_t)json_integer_value(v);
     if (*out < 0)
         return entry_fail(f, name, err, "%s[%zu] is %lld; it must be >= 0", field, i,
                           (long long)*out);
@@ -110,47 +136,43 @@ static int read_index(const pt_st_file *f, const char *name, const pt_json_value
 }
 
 /* Fetches field `key` of the entry and checks its JSON type. */
-static int entry_field(const pt_st_file *f, const char *name, const pt_json_value *entry,
-                       const char *key, pt_json_type type, const pt_json_value **out, pt_err *err)
+static int entry_field(const pt_st_file *f, const char *name, const json_t *entry,
+                       const char *key, json_type type, const json_t **out, pt_err *err)
 {
-    *out = pt_json_get(entry, key);
+    *out = json_object_get(entry, key);
     if (!*out)
         return entry_fail(f, name, err, "has no \"%s\"", key);
-    if (pt_json_type_of(*out) != type)
-        return entry_fail(f, name, err, "\"%s\" is %s, not %s", key,
-                          pt_json_type_name(pt_json_type_of(*out)), pt_json_type_name(type));
+    if (json_typeof(*out) != type)
+        return entry_fail(f, name, err, "\"%s\" is %s, not %s", key, type_name(*out),
+                          type == JSON_STRING ? "a string" : "an array");
     return 0;
 }
 
-static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const pt_json_value *v,
+static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const json_t *v,
                        pt_st_entry *e, pt_err *err)
 {
     if (key_len >= PT_ST_MAX_NAME)
         return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s...' is %zu bytes; names must be "
                        "shorter than %d bytes", f->path, key, key_len, PT_ST_MAX_NAME);
-    if (strlen(key) != key_len)
-        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%s...' contains a NUL byte", f->path,
-                       key);
     memcpy(e->name, key, key_len + 1);
     const char *name = e->name;
-    if (pt_json_type_of(v) != PT_JSON_OBJECT)
-        return entry_fail(f, name, err, "its entry is %s, not an object",
-                          pt_json_type_name(pt_json_type_of(v)));
-    const pt_json_value *dtype, *shape, *offsets;
-    int rc = entry_field(f, name, v, "dtype", PT_JSON_STRING, &dtype, err);
+    if (!json_is_object(v))
+        return entry_fail(f, name, err, "its entry is %s, not an object", type_name(v));
+    const json_t *dtype, *shape, *offsets;
+    int rc = entry_field(f, name, v, "dtype", JSON_STRING, &dtype, err);
     if (!rc)
-        rc = entry_field(f, name, v, "shape", PT_JSON_ARRAY, &shape, err);
+        rc = entry_field(f, name, v, "shape", JSON_ARRAY, &shape, err);
     if (!rc)
-        rc = entry_field(f, name, v, "data_offsets", PT_JSON_ARRAY, &offsets, err);
+        rc = entry_field(f, name, v, "data_offsets", JSON_ARRAY, &offsets, err);
     if (rc)
         return rc;
-    size_t dtype_len;
-    const char *dtype_name = pt_json_string(dtype, &dtype_len);
+    const char *dtype_name = json_string_value(dtype);
+    size_t dtype_len = json_string_length(dtype);
     unsigned size = dtype_len < sizeof e->dtype ? dtype_size(dtype_name) : 0;
-    if (!size || strlen(dtype_name) != dtype_len)
+    if (!size)
         return entry_fail(f, name, err, "unknown dtype '%.20s'", dtype_name);
     memcpy(e->dtype, dtype_name, dtype_len + 1);
-    size_t ndim = pt_json_count(shape);
+    size_t ndim = json_array_size(shape);
     if (ndim > PT_ST_MAX_NDIM)
         return entry_fail(f, name, err, "\"shape\" has %zu dimensions; at most %d are supported",
                           ndim, PT_ST_MAX_NDIM);
@@ -158,9 +180,9 @@ static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const pt_
     for (size_t d = 0; d < ndim; d++)
         if ((rc = read_index(f, name, shape, "shape", d, &e->shape[d], err)) != 0)
             return rc;
-    if (pt_json_count(offsets) != 2)
+    if (json_array_size(offsets) != 2)
         return entry_fail(f, name, err, "\"data_offsets\" has %zu elements; it must have 2 "
-                          "(begin, end)", pt_json_count(offsets));
+                          "(begin, end)", json_array_size(offsets));
     int64_t begin, end;
     if ((rc = read_index(f, name, offsets, "data_offsets", 0, &begin, err)) != 0 ||
         (rc = read_index(f, name, offsets, "data_offsets", 1, &end, err)) != 0)
@@ -187,22 +209,17 @@ static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const pt_
     return 0;
 }
 
-static int check_metadata(const pt_st_file *f, const pt_json_value *meta, pt_err *err)
+static int check_metadata(const pt_st_file *f, const json_t *meta, pt_err *err)
 {
-    if (pt_json_type_of(meta) != PT_JSON_OBJECT)
+    if (!json_is_object(meta))
         return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" is %s, not an object of strings",
-                       f->path, pt_json_type_name(pt_json_type_of(meta)));
-    for (size_t i = 0; i < pt_json_count(meta); i++) {
-        size_t key_len, value_len;
-        const char *key = pt_json_key(meta, i, &key_len);
-        const pt_json_value *v = pt_json_member(meta, i);
-        const char *value = pt_json_string(v, &value_len);
-        if (!value)
+                       f->path, type_name(meta));
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)meta, key, v) {
+        if (!json_is_string(v))
             return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" value of '%.60s' is %s, not a "
-                           "string", f->path, key, pt_json_type_name(pt_json_type_of(v)));
-        if (strlen(key) != key_len || strlen(value) != value_len)
-            return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" entry '%.60s' contains a NUL "
-                           "byte", f->path, key);
+                           "string", f->path, key, type_name(v));
     }
     return 0;
 }
@@ -259,31 +276,29 @@ static int check_entries_together(pt_st_file *f, pt_err *err)
     return rc;
 }
 
-static int parse_header(pt_st_file *f, const pt_json_value *root, pt_err *err)
+static int parse_header(pt_st_file *f, const json_t *root, pt_err *err)
 {
-    if (pt_json_type_of(root) != PT_JSON_OBJECT)
+    if (!json_is_object(root))
         return pt_fail(err, PT_EINPUT, "'%s': the header is %s, not a JSON object", f->path,
-                       pt_json_type_name(pt_json_type_of(root)));
-    size_t members = pt_json_count(root);
+                       type_name(root));
+    size_t members = json_object_size(root);
     if (members > INT32_MAX)
         return pt_fail(err, PT_EINPUT, "'%s': the header lists %zu tensors", f->path, members);
     f->entries = calloc(members ? members : 1, sizeof *f->entries);
     if (!f->entries)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
-    for (size_t i = 0; i < members; i++) {
-        size_t key_len;
-        const char *key = pt_json_key(root, i, &key_len);
-        const pt_json_value *v = pt_json_member(root, i);
+    /* jansson keeps members in file order, so tensors are listed as stored */
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)root, key, v) {
         int rc;
-        if (strcmp(key, "__metadata__") == 0 && key_len == 12) {
-            if (f->metadata)
-                return pt_fail(err, PT_EINPUT, "'%s': \"__metadata__\" appears twice", f->path);
+        if (strcmp(key, "__metadata__") == 0) {
             if ((rc = check_metadata(f, v, err)) != 0)
                 return rc;
             f->metadata = v;
             continue;
         }
-        if ((rc = parse_entry(f, key, key_len, v, &f->entries[f->count], err)) != 0)
+        if ((rc = parse_entry(f, key, strlen(key), v, &f->entries[f->count], err)) != 0)
             return rc;
         f->count++;
     }
@@ -325,7 +340,9 @@ static int read_header(pt_st_file *f, uint64_t *size, uint64_t *header_len, pt_e
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory for a %llu-byte header", path,
                        (unsigned long long)n);
     rc = pt_pread_all(f->fd, header, (size_t)n, 8, path, err);
-    if (!rc && (rc = pt_json_parse(&f->header, header, (size_t)n, err)) != 0)
+    if (!rc)
+        rc = pt_json_load(&f->header, header, (size_t)n, err);
+    if (rc)
         pt_err_prefix(err, "'%s': header (%llu bytes, from byte 8)", path, (unsigned long long)n);
     free(header);
     return rc;
@@ -348,7 +365,7 @@ int pt_st_open(pt_st_file **out, const char *path, pt_err *err)
     if (!rc) {
         f->data_start = 8 + header_len;
         f->data_size = size - f->data_start;
-        rc = parse_header(f, pt_json_root(f->header), err);
+        rc = parse_header(f, f->header, err);
     }
     if (rc) {
         pt_st_close(f);
@@ -450,7 +467,7 @@ int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err
 
 const char *pt_st_metadata(const pt_st_file *f, const char *key)
 {
-    return f->metadata ? pt_json_string(pt_json_get(f->metadata, key), NULL) : NULL;
+    return f->metadata ? json_string_value(json_object_get(f->metadata, key)) : NULL;
 }
 
 void pt_st_close(pt_st_file *f)
@@ -459,7 +476,7 @@ void pt_st_close(pt_st_file *f)
         return;
     if (f->fd >= 0)
         close(f->fd);
-    pt_json_free(f->header);
+    json_decref(f->header);
     free(f->entries);
     free(f->by_name);
     free(f->path);
@@ -468,33 +485,12 @@ void pt_st_close(pt_st_file *f)
 
 /* ------------------------------------------------------------------ writer */
 
-static void put_json_string(FILE *m, const char *s)
-{
-    fputc('"', m);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(m, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(m, "\\u%04x", c);
-        else
-            fputc(c, m);
-    }
-    fputc('"', m);
-}
-
 /* Checks one tensor argument; *bytes gets its data size. */
 static int check_tensor(const char *path, const pt_st_tensor *t, int i, uint64_t *bytes,
                         pt_err *err)
 {
     if (!t->name)
         return pt_fail(err, PT_EINPUT, "'%s': tensor %d has no name", path, i);
-    size_t len = strlen(t->name);
-    if (len >= PT_ST_MAX_NAME || !pt_json_utf8_valid(t->name, len) ||
-        strcmp(t->name, "__metadata__") == 0)
-        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s' is not usable: names must be "
-                       "valid UTF-8, shorter than %d bytes and not \"__metadata__\"", path,
-                       t->name, PT_ST_MAX_NAME);
     if (t->ndim < 0 || t->ndim > PT_ST_MAX_NDIM || (t->ndim > 0 && !t->shape))
         return pt_fail(err, PT_EINPUT, "'%s': tensor '%s': ndim %d is not in [0, %d] or its shape "
                        "is missing", path, t->name, t->ndim, PT_ST_MAX_NDIM);
@@ -509,57 +505,76 @@ static int check_tensor(const char *path, const pt_st_tensor *t, int i, uint64_t
     return 0;
 }
 
-static int put_metadata(FILE *m, const char *path, const char *const *meta, pt_err *err)
+/* The "__metadata__" object; jansson refuses strings that are not UTF-8. */
+static int put_metadata(json_t *header, const char *path, const char *const *meta, pt_err *err)
 {
-    fputs("\"__metadata__\":{", m);
-    for (size_t k = 0; meta[k]; k += 2) {
-        if (!meta[k + 1] || !pt_json_utf8_valid(meta[k], strlen(meta[k])) ||
-            !pt_json_utf8_valid(meta[k + 1], strlen(meta[k + 1])))
+    json_t *m = json_object();
+    if (!m || json_object_set_new(header, "__metadata__", m))
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    for (size_t k = 0; meta[k]; k += 2)
+        if (!meta[k + 1] || json_object_set_new(m, meta[k], json_string(meta[k + 1])))
             return pt_fail(err, PT_EINPUT, "'%s': metadata key '%.40s' has no value or is not "
                            "valid UTF-8", path, meta[k]);
-        fputs(k ? "," : "", m);
-        put_json_string(m, meta[k]);
-        fputc(':', m);
-        put_json_string(m, meta[k + 1]);
-    }
-    fputc('}', m);
     return 0;
 }
 
-/* Writes the header JSON, padded with spaces to a multiple of 8 bytes, to m. */
-static int put_header(FILE *m, const char *path, const pt_st_tensor *t, int n,
-                      const char *const *meta, pt_err *err)
+/* One tensor's header entry. */
+static int put_entry(json_t *header, const char *path, const pt_st_tensor *t, uint64_t offset,
+                     uint64_t bytes, pt_err *err)
 {
-    fputc('{', m);
-    int rc = meta && meta[0] ? put_metadata(m, path, meta, err) : 0;
-    int first = !(meta && meta[0]);
+    if (json_object_get(header, t->name) && strcmp(t->name, "__metadata__") != 0)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%s' is used twice", path, t->name);
+    if (strlen(t->name) >= PT_ST_MAX_NAME || strcmp(t->name, "__metadata__") == 0)
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s' is not usable: names must be "
+                       "unique, valid UTF-8, shorter than %d bytes and not \"__metadata__\"", path,
+                       t->name, PT_ST_MAX_NAME);
+    json_t *shape = json_array();
+    for (int d = 0; shape && d < t->ndim; d++)
+        if (json_array_append_new(shape, json_integer(t->shape[d]))) {
+            json_decref(shape);
+            shape = NULL;
+        }
+    json_t *entry = shape ? json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+                                      "data_offsets", (json_int_t)offset,
+                                      (json_int_t)(offset + bytes))
+                          : NULL;
+    if (!entry)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    if (json_object_set_new(header, t->name, entry)) /* fails for a name that is not UTF-8 */
+        return pt_fail(err, PT_EINPUT, "'%s': tensor name '%.40s' is not usable: names must be "
+                       "unique, valid UTF-8, shorter than %d bytes and not \"__metadata__\"", path,
+                       t->name, PT_ST_MAX_NAME);
+    return 0;
+}
+
+/* The header JSON, padded with spaces to a multiple of 8 bytes (malloc'd). */
+static int build_header(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
+                        char **out, size_t *len, pt_err *err)
+{
+    *out = NULL;
+    json_t *header = json_object();
+    if (!header)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    int rc = meta && meta[0] ? put_metadata(header, path, meta, err) : 0;
     uint64_t offset = 0;
     for (int i = 0; i < n && !rc; i++) {
         uint64_t bytes = 0;
-        if ((rc = check_tensor(path, &t[i], i, &bytes, err)) != 0)
-            break;
-        for (int j = 0; j < i && !rc; j++)
-            if (strcmp(t[j].name, t[i].name) == 0)
-                rc = pt_fail(err, PT_EINPUT, "'%s': tensor name '%s' is used twice", path,
-                             t[i].name);
-        if (rc)
-            break;
-        fputs(first ? "" : ",", m);
-        first = 0;
-        put_json_string(m, t[i].name);
-        fputs(":{\"dtype\":\"F32\",\"shape\":[", m);
-        for (int d = 0; d < t[i].ndim; d++)
-            fprintf(m, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
-        fprintf(m, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offset,
-                (unsigned long long)(offset + bytes));
+        if ((rc = check_tensor(path, &t[i], i, &bytes, err)) == 0)
+            rc = put_entry(header, path, &t[i], offset, bytes, err);
         offset += bytes;
     }
-    fputc('}', m);
-    long at = ftell(m);
-    if (!rc && at >= 0)
-        fprintf(m, "%*s", (int)((8 - at % 8) % 8), "");
-    if (!rc && (at < 0 || ferror(m)))
+    size_t need = rc ? 0 : json_dumpb(header, NULL, 0, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = need ? malloc(need + 8) : NULL;
+    if (!rc && !text)
         rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    if (!rc) {
+        size_t got = json_dumpb(header, text, need, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        while (got % 8)
+            text[got++] = ' ';
+        *out = text;
+        *len = got;
+    }
+    json_decref(header);
     return rc;
 }
 
@@ -570,12 +585,7 @@ int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *cons
         return pt_fail(err, PT_EINPUT, "'%s': %d tensors to write", path, n);
     char *header = NULL;
     size_t header_len = 0;
-    FILE *m = open_memstream(&header, &header_len);
-    if (!m)
-        return pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
-    int rc = put_header(m, path, t, n, meta, err);
-    if (fclose(m) != 0 && !rc)
-        rc = pt_fail(err, PT_ENOMEM, "'%s': out of memory building the header", path);
+    int rc = build_header(path, t, n, meta, &header, &header_len, err);
     pt_wfile *file = NULL;
     unsigned char *chunk = NULL;
     if (!rc)
@@ -591,7 +601,7 @@ int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *cons
         rc = pt_wfile_write(file, header, header_len, err);
     for (int i = 0; i < n && !rc; i++) {
         uint64_t bytes = 0;
-        shape_bytes(t[i].ndim, t[i].shape, 4, &bytes); /* checked by put_header */
+        shape_bytes(t[i].ndim, t[i].shape, 4, &bytes); /* checked by build_header */
         size_t count = (size_t)(bytes / 4);
         for (size_t done = 0; done < count && !rc;) {
             size_t piece = count - done < CHUNK_BYTES / 4 ? count - done : CHUNK_BYTES / 4;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package pipetrain needs (build tools, Open MPI, hwloc,
-# libyaml, CUnit, OpenBLAS, zlib, the two data sets, PyTorch for the reference
+# libyaml, CUnit, OpenBLAS, jansson, OpenSSL's libcrypto (SHA-256), zlib, the two data sets, PyTorch for the reference
 # tests) and writes the KJV text to datasets/kjv.txt. Non-interactive and safe
 # to run again: it installs only what is missing.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin libhwloc-dev libyaml-dev libcunit1-dev
-  libopenblas-openmp-dev zlib1g-dev
+  libopenblas-openmp-dev zlib1g-dev libjansson-dev libssl-dev
   dataset-fashion-mnist bible-kjv
   python3-torch python3-numpy
 )

@@ -117,20 +117,59 @@ static void test_existing_file_replaced_only_on_commit(void)
     free_temp_dir(dir);
 }
 
-static void test_leftover_temp_file_is_not_clobbered(void)
+/* A crashed writer's temporary file, even one carrying this very pid (PID 1
+ * in a container restarts with the same pid every time), neither blocks a
+ * new write nor is clobbered by it. */
+static void test_leftover_temp_file_neither_blocks_nor_is_clobbered(void)
 {
     char *dir = make_temp_dir();
     char *path = join_path(dir, "x.bin");
-    char tmp[4096];
+    char tmp[4096], tmp2[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp2, sizeof tmp2, "%s.tmp.%ld.0123456789abcdef", path, (long)getpid());
     CU_ASSERT_FATAL(write_raw(tmp, "someone else's", 14) == 0);
+    CU_ASSERT_FATAL(write_raw(tmp2, "another crash", 13) == 0);
+    CU_ASSERT(pt_is_temporary_name(tmp) && pt_is_temporary_name(tmp2) && !pt_is_temporary_name(path));
     pt_err err = {0};
-    pt_wfile *f = NULL;
-    CU_ASSERT(pt_wfile_open(&f, path, &err) == PT_ESYS);
-    CU_ASSERT(f == NULL);
-    CU_ASSERT(strstr(err.msg, ".tmp.") != NULL);
-    CU_ASSERT(strstr(err.msg, "leftover") != NULL);
+    for (int round = 0; round < 50; round++) {
+        char text[32];
+        int n = snprintf(text, sizeof text, "round %d", round);
+        CU_ASSERT_FATAL(pt_write_file_atomic(path, text, (size_t)n, &err) == 0);
+        expect_contents(path, text);
+    }
+    /* two writers of one path at once get two temporary files */
+    pt_wfile *a = NULL, *b = NULL;
+    CU_ASSERT_FATAL(pt_wfile_open(&a, path, &err) == 0);
+    CU_ASSERT_FATAL(pt_wfile_open(&b, path, &err) == 0);
+    CU_ASSERT(count_entries(dir) == 5);
+    pt_wfile_abort(a);
+    pt_wfile_abort(b);
     expect_contents(tmp, "someone else's");
+    expect_contents(tmp2, "another crash");
+    CU_ASSERT(count_entries(dir) == 3);
+    free(path);
+    free_temp_dir(dir);
+}
+
+static void test_unique_ids_and_sha256(void)
+{
+    char a[33], b[33];
+    pt_unique_id(a, sizeof a);
+    pt_unique_id(b, sizeof b);
+    CU_ASSERT(strlen(a) == 32 && strlen(b) == 32 && strcmp(a, b) != 0);
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "abc");
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_write_file_atomic(path, "abc", 3, &err) == 0);
+    unsigned char d[32];
+    uint64_t size = 0;
+    char hex[65];
+    CU_ASSERT_FATAL(pt_sha256_file(path, d, &size, &err) == 0);
+    pt_hex(d, 32, hex);
+    /* FIPS 180-2, appendix B.1 */
+    CU_ASSERT_STRING_EQUAL(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CU_ASSERT(size == 3);
+    CU_ASSERT(pt_sha256_file(dir, d, &size, &err) != 0 || size == 0);
     free(path);
     free_temp_dir(dir);
 }
@@ -290,7 +329,9 @@ static const pt_test fileio_tests[] = {
     {"commit_writes_exact_contents", test_commit_writes_exact_contents},
     {"abort_leaves_nothing", test_abort_leaves_nothing},
     {"existing_file_replaced_only_on_commit", test_existing_file_replaced_only_on_commit},
-    {"leftover_temp_file_is_not_clobbered", test_leftover_temp_file_is_not_clobbered},
+    {"leftover_temp_file_neither_blocks_nor_is_clobbered",
+     test_leftover_temp_file_neither_blocks_nor_is_clobbered},
+    {"unique_ids_and_sha256", test_unique_ids_and_sha256},
     {"open_in_missing_directory_fails", test_open_in_missing_directory_fails},
     {"commit_onto_directory_fails_cleanly", test_commit_onto_directory_fails_cleanly},
     {"read_file_limits", test_read_file_limits},
