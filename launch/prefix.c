@@ -31,7 +31,6 @@ struct pt_prefix {
     int slot;                      /* the segment slot reserved for prefix work */
     pt_cache *cache;               /* NULL: always compute */
     size_t row_bytes;              /* one sample's activation */
-    int64_t hits, computed;        /* since the last report */
     /* staging for groups of missing samples */
     int *pick, *rest;              /* the group being computed, the samples still missing */
     int staged;                    /* backend memory is not host memory */
@@ -101,13 +100,6 @@ static int cache_put(pt_prefix *p, int64_t id, int depth, const void *src, pt_er
     return pt_cache_put(p->cache, id, depth, p->row, err);
 }
 
-void pt_prefix_counts(pt_prefix *p, int64_t *hits, int64_t *computed)
-{
-    *hits = p->hits;
-    *computed = p->computed;
-    p->hits = p->computed = 0;
-}
-
 /* Runs the prefix's units [from, depth) on the samples p->pick[0..k) of the
  * micro-batch (their activations at `from` in p->in when from > 0) and puts
  * the results into their rows of x, and into the cache. */
@@ -134,7 +126,6 @@ static int compute_group(pt_prefix *p, const pt_batch *b, const int64_t *ids, in
         if (p->cache && ids && cache_put(p, ids[i], depth, row, err) < 0)
             rc = err->code;
     }
-    p->computed += k;
     return rc;
 }
 
@@ -147,6 +138,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
     if (!ids) { /* nothing to look up: the whole prefix for every sample */
         for (int i = 0; i < n; i++)
             p->pick[i] = i;
+        r->prefix_computed += training ? n : 0; /* evaluation is not the epoch's work */
         return compute_group(p, b, NULL, n, 0, depth, x, err);
     }
     /* hits go straight into x; the misses wait in `todo` */
@@ -156,7 +148,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         if (got < 0)
             rc = err->code;
         else if (got)
-            p->hits++;
+            r->cache_hits++;
         else
             p->rest[todo++] = i;
     }
@@ -183,6 +175,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             start = 0;
         }
         rc = compute_group(p, b, ids, k, start, depth, x, err);
+        r->prefix_computed += k;
         todo = left;
     }
     return rc;

@@ -15,9 +15,8 @@ typedef struct pt_prefix pt_prefix;
 /* slot: a segment slot no micro-batch uses; cache: NULL to always compute. */
 int pt_prefix_create(pt_prefix **out, struct pt_run *r, int slot, pt_cache *cache, pt_err *err);
 void pt_prefix_destroy(pt_prefix *p);
-/* The pt_stage_input_fn. */
+/* The pt_stage_input_fn. Training samples served from the cache and computed
+ * are counted in the run's cache_hits and prefix_computed. */
 int pt_prefix_input(void *ctx, int mb, const pt_batch *batch, int training, void *x, pt_err *err);
-/* Samples served from the cache and computed since the last call. */
-void pt_prefix_counts(pt_prefix *p, int64_t *hits, int64_t *computed);
 
 #endif

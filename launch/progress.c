@@ -1,13 +1,15 @@
 /*
  * progress.c: the progress line, plain log lines and the metrics file.
- * Numbers in the metrics file are printed with 9 significant digits, enough
- * to tell apart any two float32 values, so tests can compare runs from it.
+ * Metrics lines are JSON objects written by jansson; numbers keep 17
+ * significant digits (a double round-trips), so tests can compare runs bit
+ * for bit from them, and a non-finite number is written as null.
  */
 #include "launch/progress.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,12 +72,15 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
         p->window_samples = 0;
     }
     if (p->metrics) {
-        fprintf(p->metrics,
-                "{\"event\": \"step\", \"step\": %lld, \"epoch\": %lld, \"loss\": %.9g, \"lr\": %.9g, "
-                "\"grad_norm\": %.9g, \"samples_per_s\": %.1f, \"time_s\": %.3f}\n",
-                (long long)s->step, (long long)s->epoch, s->loss, s->lr, s->grad_norm, p->rate,
-                now - p->start);
-        fflush(p->metrics);
+        json_t *o = pt_metrics_event("step");
+        json_object_set_new(o, "step", json_integer(s->step));
+        json_object_set_new(o, "epoch", json_integer(s->epoch));
+        json_object_set_new(o, "loss", pt_json_number(s->loss));
+        json_object_set_new(o, "lr", pt_json_number(s->lr));
+        json_object_set_new(o, "grad_norm", pt_json_number(s->grad_norm));
+        json_object_set_new(o, "samples_per_s", pt_json_number(p->rate));
+        json_object_set_new(o, "time_s", pt_json_number(now - p->start));
+        pt_progress_metrics(p, o);
     }
     if (p->quiet)
         return;
@@ -116,10 +121,29 @@ void pt_progress_note(pt_progress *p, const char *fmt, ...)
     fflush(stderr);
 }
 
-void pt_progress_metrics(pt_progress *p, const char *fields)
+json_t *pt_metrics_event(const char *event)
 {
-    if (!p->metrics)
-        return;
-    fprintf(p->metrics, "{%s}\n", fields);
-    fflush(p->metrics);
+    return json_pack("{s:s}", "event", event);
+}
+
+void pt_json_line(FILE *f, json_t *record)
+{
+    /* json_object_set_new on a NULL record is a no-op, so a failed
+     * allocation anywhere ends here as a dropped line, never a crash */
+    char *text = record ? json_dumps(record, JSON_PRESERVE_ORDER) : NULL;
+    if (text) {
+        fputs(text, f);
+        fputc('\n', f);
+        fflush(f);
+    }
+    free(text);
+    json_decref(record);
+}
+
+void pt_progress_metrics(pt_progress *p, json_t *record)
+{
+    if (p->metrics)
+        pt_json_line(p->metrics, record);
+    else
+        json_decref(record);
 }

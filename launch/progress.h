@@ -8,6 +8,7 @@
 #ifndef PT_LAUNCH_PROGRESS_H
 #define PT_LAUNCH_PROGRESS_H
 
+#include "formats/formats.h"
 #include "nn/nn.h"
 
 #include <stdint.h>
@@ -44,7 +45,13 @@ typedef struct pt_step_report {
 void pt_progress_step(pt_progress *p, const pt_step_report *s);
 /* Free-form line (ends any open progress line first). */
 void pt_progress_note(pt_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* One metrics record written verbatim: fields is the inside of a JSON object. */
-void pt_progress_metrics(pt_progress *p, const char *fields);
+/* A new metrics record {"event": event} to fill with json_object_set_new;
+ * NULL when out of memory (pt_progress_metrics then drops it). */
+json_t *pt_metrics_event(const char *event);
+/* Writes one metrics record as a line and releases it (takes the reference;
+ * NULL-safe). */
+void pt_progress_metrics(pt_progress *p, json_t *record);
+/* Writes record as one JSON line to f (flushed) and releases it. */
+void pt_json_line(FILE *f, json_t *record);
 
 #endif

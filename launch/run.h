@@ -57,6 +57,10 @@ typedef struct pt_run {
     int source_units;      /* of those, the ones stage 0's prefix source produces (cache or compute) */
     pt_freeze_state freeze;
 
+    /* frozen-prefix samples of this epoch served by the cache and computed
+     * (stage 0; reported and reset with the epoch's metrics) */
+    int64_t cache_hits, prefix_computed;
+
     /* host staging for the micro-batches of one step */
     float *images;
     int32_t *tokens, *targets;

@@ -136,23 +136,25 @@ static int freeze_decision(pt_run *r, pt_err *err)
 {
     pt_freeze_report rep;
     int depth = pt_freeze_decide(&r->freeze, &rep);
-    char fields[2048], list[1500] = "";
-    size_t len = 0;
+    json_t *o = pt_metrics_event("freeze");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "decision", json_integer(rep.decision));
+    json_object_set_new(o, "depth", json_integer(depth));
+    json_object_set_new(o, "old_depth", json_integer(rep.old_depth));
+    json_object_set_new(o, "bound", json_integer(rep.bound));
+    json_object_set_new(o, "candidate", json_integer(rep.candidate));
+    json_object_set_new(o, "threshold", pt_json_number(rep.threshold));
     if (rep.norms) {
-        len += (size_t)snprintf(list + len, sizeof list - len, ", \"norms\": [");
-        for (int b = 0; b < r->arch.layers && len < sizeof list; b++)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%.6g", b ? ", " : "", rep.norms[b]);
-        len += (size_t)snprintf(list + len, sizeof list - len, "], \"rates\": [");
-        for (int b = 0; b < r->arch.layers && len < sizeof list; b++)
-            len += (size_t)snprintf(list + len, sizeof list - len, "%s%.6g", b ? ", " : "", rep.rates[b]);
-        snprintf(list + len, sizeof list - len, "]");
+        json_t *norms = json_array(), *rates = json_array();
+        for (int b = 0; b < r->arch.layers; b++) {
+            json_array_append_new(norms, pt_json_number(rep.norms[b]));
+            json_array_append_new(rates, pt_json_number(rep.rates[b]));
+        }
+        json_object_set_new(o, "norms", norms);
+        json_object_set_new(o, "rates", rates);
     }
-    snprintf(fields, sizeof fields,
-             "\"event\": \"freeze\", \"step\": %lld, \"epoch\": %lld, \"decision\": %d, \"depth\": %d, "
-             "\"old_depth\": %d, \"bound\": %d, \"candidate\": %d, \"threshold\": %.6g%s",
-             (long long)r->step, (long long)r->epoch, rep.decision, depth, rep.old_depth, rep.bound,
-             rep.candidate, rep.threshold, list);
-    pt_progress_metrics(&r->progress, fields);
+    pt_progress_metrics(&r->progress, o);
     if (rep.norms)
         pt_progress_note(&r->progress,
                          "freeze decision %d (auto): %d -> %d of %d blocks frozen (the norms say %d, "
@@ -190,12 +192,13 @@ static int evaluate_and_report(pt_run *r, pt_err *err)
     pt_progress_note(&r->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",
                      (long long)r->epoch, (long long)r->step, ev.loss, 100.0 * ev.accuracy,
                      (long long)ev.examples);
-    char fields[256];
-    snprintf(fields, sizeof fields,
-             "\"event\": \"eval\", \"step\": %lld, \"epoch\": %lld, \"test_loss\": %.9g, "
-             "\"test_accuracy\": %.9g, \"examples\": %lld",
-             (long long)r->step, (long long)r->epoch, ev.loss, ev.accuracy, (long long)ev.examples);
-    pt_progress_metrics(&r->progress, fields);
+    json_t *o = pt_metrics_event("eval");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "test_loss", pt_json_number(ev.loss));
+    json_object_set_new(o, "test_accuracy", pt_json_number(ev.accuracy));
+    json_object_set_new(o, "examples", json_integer(ev.examples));
+    pt_progress_metrics(&r->progress, o);
     if (r->arch.kind == PT_MODEL_GPT && r->cfg.sample.length > 0) {
         char text[4097];
         int len = r->cfg.sample.length < 4096 ? r->cfg.sample.length : 4096;
@@ -246,28 +249,32 @@ int pt_train(pt_run *r, pt_err *err)
         pt_progress_step(&r->progress, &rep);
         if (r->rank_metrics) {
             const pt_exec_times *t = pt_stage_exec_times(r->exec);
-            fprintf(r->rank_metrics,
-                    "{\"event\": \"step\", \"step\": %lld, \"rank\": %d, \"stage\": %d, \"step_wall_s\": %.6f, "
-                    "\"compute_wall_s\": %.6f, \"compute_cpu_s\": %.6f, \"comm_wall_s\": %.6f}\n",
-                    (long long)r->step, r->rank, r->stage, t->step_wall, t->compute_wall,
-                    t->compute_cpu, t->comm_wall);
-            fflush(r->rank_metrics);
+            json_t *o = pt_metrics_event("step");
+            json_object_set_new(o, "step", json_integer(r->step));
+            json_object_set_new(o, "rank", json_integer(r->rank));
+            json_object_set_new(o, "stage", json_integer(r->stage));
+            json_object_set_new(o, "step_wall_s", pt_json_number(t->step_wall));
+            json_object_set_new(o, "compute_wall_s", pt_json_number(t->compute_wall));
+            json_object_set_new(o, "compute_cpu_s", pt_json_number(t->compute_cpu));
+            json_object_set_new(o, "comm_wall_s", pt_json_number(t->comm_wall));
+            pt_json_line(r->rank_metrics, o);
         }
         int epoch_done = r->epoch_step == per_epoch;
         if (epoch_done) {
             r->epoch++;
             r->epoch_step = 0;
             double took = pt_now() - epoch_started;
-            int64_t hits = 0, computed = 0;
-            if (r->prefix)
-                pt_prefix_counts(r->prefix, &hits, &computed);
-            char fields[256];
-            snprintf(fields, sizeof fields,
-                     "\"event\": \"epoch\", \"epoch\": %lld, \"step\": %lld, \"epoch_time_s\": %.3f, "
-                     "\"frozen_blocks\": %d, \"cache_hits\": %lld, \"prefix_computed\": %lld",
-                     (long long)r->epoch, (long long)r->step, took, r->freeze.depth, (long long)hits,
-                     (long long)computed);
-            pt_progress_metrics(&r->progress, fields);
+            /* the counts live in the run, not in the prefix source, which
+             * every re-plan replaces: a mid-epoch decision loses nothing */
+            json_t *o = pt_metrics_event("epoch");
+            json_object_set_new(o, "epoch", json_integer(r->epoch));
+            json_object_set_new(o, "step", json_integer(r->step));
+            json_object_set_new(o, "epoch_time_s", pt_json_number(took));
+            json_object_set_new(o, "frozen_blocks", json_integer(r->freeze.depth));
+            json_object_set_new(o, "cache_hits", json_integer(r->cache_hits));
+            json_object_set_new(o, "prefix_computed", json_integer(r->prefix_computed));
+            pt_progress_metrics(&r->progress, o);
+            r->cache_hits = r->prefix_computed = 0;
             if (c->train.eval_every > 0 && r->epoch % c->train.eval_every == 0) {
                 if ((rc = evaluate_and_report(r, err)))
                     break;
