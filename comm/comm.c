@@ -342,6 +342,23 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
     return pt_wait(g, &r, "a broadcast", err);
 }
 
+int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err *err)
+{
+    if (!g) {
+        memcpy(all, mine, bytes);
+        return 0;
+    }
+    int rc = check_size(bytes, err);
+    if (rc)
+        return rc;
+    pt_req r = {0};
+    if ((rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->mpi,
+                             req_of(&r))) != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Iallgather");
+    r.active = 1;
+    return pt_wait(g, &r, "an all-gather", err);
+}
+
 int pt_barrier(pt_group *g, pt_err *err)
 {
     pt_req r = {0};

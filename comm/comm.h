@@ -78,6 +78,9 @@ void pt_req_cancel(pt_req *r);
 int pt_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err);
 int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err);
 int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
+/* Every member's `bytes` bytes of mine, in group rank order, into all
+ * (size * bytes). g NULL: only this rank (a copy). */
+int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err *err);
 int pt_barrier(pt_group *g, pt_err *err);
 
 /* -------------------------------------------- NCCL, on device memory */

@@ -136,64 +136,49 @@ int pt_freeze_decide(pt_freeze_state *s, pt_freeze_report *r)
     return s->depth;
 }
 
-int pt_freeze_save(const pt_freeze_state *s, FILE *out)
+json_t *pt_freeze_to_json(const pt_freeze_state *s)
 {
-    fprintf(out, "freeze.depth=%d\nfreeze.decisions=%d\nfreeze.have_prev=%d\nfreeze.acc_steps=%" PRId64 "\n",
-            s->depth, s->decisions, s->have_prev, s->acc_steps);
-    for (int b = 0; b < s->blocks; b++)
-        fprintf(out, "freeze.acc.%d=%.17g\nfreeze.prev.%d=%.17g\n", b, s->acc[b], b, s->prev[b]);
-    return ferror(out) ? PT_ESYS : 0;
-}
-
-/* Value of key in key=value lines. */
-static const char *find(const char *text, size_t len, const char *key, size_t *vlen)
-{
-    size_t kl = strlen(key);
-    for (size_t i = 0; i < len;) {
-        size_t end = i;
-        while (end < len && text[end] != '\n')
-            end++;
-        if (end - i > kl && memcmp(text + i, key, kl) == 0 && text[i + kl] == '=') {
-            *vlen = end - i - kl - 1;
-            return text + i + kl + 1;
-        }
-        i = end + 1;
+    json_t *acc = json_array(), *prev = json_array();
+    for (int b = 0; b < s->blocks && acc && prev; b++) {
+        /* a non-finite sum has no JSON form; the load refuses the null */
+        json_array_append_new(acc, isfinite(s->acc[b]) ? json_real(s->acc[b]) : json_null());
+        json_array_append_new(prev, isfinite(s->prev[b]) ? json_real(s->prev[b]) : json_null());
     }
-    return NULL;
+    return json_pack("{s:i, s:i, s:b, s:I, s:o, s:o}", "depth", s->depth, "decisions", s->decisions,
+                     "have_prev", s->have_prev, "acc_steps", (json_int_t)s->acc_steps, "acc", acc,
+                     "prev", prev);
 }
 
-static int number(const char *text, size_t len, const char *key, double *v)
+/* Array of `blocks` finite numbers into out. */
+static int numbers(const json_t *arr, int blocks, double *out)
 {
-    size_t vl;
-    const char *p = find(text, len, key, &vl);
-    char buf[64], *end;
-    if (!p || vl == 0 || vl >= sizeof buf)
+    if (!json_is_array(arr) || json_array_size(arr) != (size_t)blocks)
         return -1;
-    memcpy(buf, p, vl);
-    buf[vl] = '\0';
-    *v = strtod(buf, &end);
-    return *end ? -1 : 0;
+    for (int b = 0; b < blocks; b++) {
+        const json_t *v = json_array_get(arr, (size_t)b);
+        if (!json_is_number(v) || !isfinite(json_number_value(v)))
+            return -1;
+        out[b] = json_number_value(v);
+    }
+    return 0;
 }
 
-int pt_freeze_load(pt_freeze_state *s, const char *text, size_t len, pt_err *err)
+int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err)
 {
-    double depth, decisions, have_prev, steps;
-    if (number(text, len, "freeze.depth", &depth) || number(text, len, "freeze.decisions", &decisions) ||
-        number(text, len, "freeze.have_prev", &have_prev) || number(text, len, "freeze.acc_steps", &steps) ||
-        depth < 0 || depth > s->blocks || decisions < 0)
-        return pt_fail(err, PT_EINPUT, "the freeze state is missing or malformed");
-    for (int b = 0; b < s->blocks; b++) {
-        char key[48];
-        snprintf(key, sizeof key, "freeze.acc.%d", b);
-        if (number(text, len, key, &s->acc[b]))
-            return pt_fail(err, PT_EINPUT, "the freeze state has no %s", key);
-        snprintf(key, sizeof key, "freeze.prev.%d", b);
-        if (number(text, len, key, &s->prev[b]))
-            return pt_fail(err, PT_EINPUT, "the freeze state has no %s", key);
-    }
-    s->depth = (int)depth;
-    s->decisions = (int)decisions;
-    s->have_prev = have_prev != 0;
-    s->acc_steps = (int64_t)steps;
+    const json_t *depth = json_object_get(j, "depth"), *decisions = json_object_get(j, "decisions"),
+                 *have_prev = json_object_get(j, "have_prev"), *steps = json_object_get(j, "acc_steps");
+    if (!json_is_integer(depth) || !json_is_integer(decisions) || !json_is_boolean(have_prev) ||
+        !json_is_integer(steps) || json_integer_value(depth) < 0 ||
+        json_integer_value(depth) > s->blocks || json_integer_value(decisions) < 0 ||
+        json_integer_value(decisions) > INT32_MAX || json_integer_value(steps) < 0 ||
+        numbers(json_object_get(j, "acc"), s->blocks, s->acc) ||
+        numbers(json_object_get(j, "prev"), s->blocks, s->prev))
+        return pt_fail(err, PT_EINPUT, "the freeze state is missing or malformed (it needs depth "
+                       "0..%d, decisions, have_prev, acc_steps and %d finite acc and prev sums)",
+                       s->blocks, s->blocks);
+    s->depth = (int)json_integer_value(depth);
+    s->decisions = (int)json_integer_value(decisions);
+    s->have_prev = json_is_true(have_prev);
+    s->acc_steps = (int64_t)json_integer_value(steps);
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "nn/nn.h"
 
+#include <jansson.h>
 #include <stdio.h>
 
 typedef enum { PT_FREEZE_NONE = 0, PT_FREEZE_SCHEDULE = 1, PT_FREEZE_AUTO = 2 } pt_freeze_kind;
@@ -62,9 +63,10 @@ int pt_freeze_decide(pt_freeze_state *s, pt_freeze_report *report);
 /* Units frozen at a depth: 0, or the embedding and 2 units per block. */
 int pt_freeze_units(int depth);
 
-/* The state as "key=value" lines (exact: doubles in %.17g), and back; a
- * resumed run then makes the same decisions. */
-int pt_freeze_save(const pt_freeze_state *s, FILE *out);
-int pt_freeze_load(pt_freeze_state *s, const char *text, size_t len, pt_err *err);
+/* The state as a JSON object (doubles round-trip exactly), and back; a
+ * resumed run then makes the same decisions. to_json returns NULL when out
+ * of memory; from_json refuses anything malformed with PT_EINPUT. */
+json_t *pt_freeze_to_json(const pt_freeze_state *s);
+int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err);
 
 #endif

@@ -1,15 +1,26 @@
 /*
  * checkpoint.c: the checkpoint directory format (see checkpoint.h) on top of
- * recfile. The manifest's records are short "key=value" texts, so a user can
- * read them with any tool that skips the binary frame; unit files hold
- * float32 little-endian arrays.
+ * recfile and jansson.
+ *
+ * Binding. Every save makes a checkpoint id (128 random bits). Each unit file
+ * starts with a "checkpoint" record naming that id, the step and the file's
+ * own name; the manifest names the id and lists every file with its size and
+ * SHA-256. A reader uses a file only when its size and digest are the ones
+ * the manifest lists and its record names the manifest's id, step and the
+ * name it is found under; a manifest is used only in the step directory of
+ * its own step. So files mixed between checkpoints, steps or runs are refused
+ * with a message that says so, whatever else they hold.
+ *
+ * The manifest is one JSON record (training state, architecture, which file
+ * holds which unit, the files' digests, the freeze state and the config as
+ * YAML text); unit files hold float32 little-endian arrays, one record per
+ * unit part.
  */
 #include "launch/checkpoint.h"
 
-#include "launch/fault.h"
 #include "formats/formats.h"
+#include "launch/fault.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -22,22 +33,12 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 static const char MANIFEST_MAGIC[8] = {'P', 'T', 'C', 'K', 'M', 'A', 'N', '1'};
 static const char UNITS_MAGIC[8] = {'P', 'T', 'U', 'N', 'I', 'T', 'S', '1'};
-enum { FORMAT_VERSION = 1 };
+/* 2: JSON manifest binding its files by SHA-256 and checkpoint id */
+enum { FORMAT_VERSION = 2 };
+enum { ID_CHARS = 32, FILE_NAME_MAX = 64 };
 
-/* dir/name into out (PATH_BUF bytes); empty when it does not fit, so the
- * open that follows fails with a message instead of using a cut path. */
-enum { PATH_BUF = 2 * PT_PATH_MAX };
-
-static char *join(char *out, const char *dir, const char *name)
-{
-    int len = snprintf(out, PATH_BUF, "%s/%s", dir, name);
-    if (len < 0 || len >= PATH_BUF)
-        out[0] = '\0';
-    return out;
-}
-
-/* A checkpoint file the user pointed at that cannot be opened is bad input
- * (exit status 2), like a missing config, not an internal failure. */
+/* A file the user pointed at that cannot be opened is bad input (exit
+ * status 2), like a missing config, not an internal failure. */
 static int input_error(int rc, pt_err *err)
 {
     if (rc == PT_ESYS && err)
@@ -45,83 +46,16 @@ static int input_error(int rc, pt_err *err)
     return rc == PT_ESYS ? PT_EINPUT : rc;
 }
 
-/* ------------------------------------------------------- key=value texts */
-
-typedef struct text {
-    char *buf;
-    size_t len;
-    FILE *f;
-} text;
-
-static int text_open(text *t) { return (t->f = open_memstream(&t->buf, &t->len)) ? 0 : -1; }
-
-static void text_close(text *t)
-{
-    if (t->f)
-        fclose(t->f);
-    free(t->buf);
-    memset(t, 0, sizeof *t);
-}
-
-/* Value of `key=` in a record of key=value lines (copied into out). */
-static int kv_get(const char *data, size_t len, const char *key, char *out, size_t n)
-{
-    size_t kl = strlen(key);
-    for (size_t i = 0; i < len;) {
-        size_t end = i;
-        while (end < len && data[end] != '\n')
-            end++;
-        if (end - i > kl && memcmp(data + i, key, kl) == 0 && data[i + kl] == '=') {
-            size_t vl = end - i - kl - 1;
-            if (vl >= n)
-                return -1;
-            memcpy(out, data + i + kl + 1, vl);
-            out[vl] = '\0';
-            return 0;
-        }
-        i = end + 1;
-    }
-    return -1;
-}
-
-static int kv_i64(const char *data, size_t len, const char *key, int64_t *v)
-{
-    char buf[64], *end;
-    if (kv_get(data, len, key, buf, sizeof buf))
-        return -1;
-    errno = 0;
-    long long x = strtoll(buf, &end, 10);
-    if (errno || end == buf || *end)
-        return -1;
-    *v = x;
-    return 0;
-}
-
-static int kv_f64(const char *data, size_t len, const char *key, double *v)
-{
-    char buf[64], *end;
-    if (kv_get(data, len, key, buf, sizeof buf))
-        return -1;
-    *v = strtod(buf, &end);
-    return end == buf || *end ? -1 : 0;
-}
+static void units_file(int stage, char *out, size_t n) { snprintf(out, n, "units-stage%d.bin", stage); }
 
 /* ------------------------------------------------------------ arch record */
-
-static void arch_write(FILE *f, const pt_arch *a)
-{
-    fprintf(f, "kind=%d\ndim=%d\nlayers=%d\nheads=%d\nmlp_hidden=%d\ncausal=%d\n", (int)a->kind,
-            a->dim, a->layers, a->heads, a->mlp_hidden, a->causal);
-    fprintf(f, "channels=%d\nheight=%d\nwidth=%d\npatch=%d\nclasses=%d\nvocab=%d\ncontext=%d\n",
-            a->channels, a->height, a->width, a->patch, a->classes, a->vocab, a->context);
-    fprintf(f, "init_std=%.17g\nseed=%" PRIu64 "\n", a->init_std, a->seed);
-}
 
 static const struct {
     const char *name; /* in the manifest */
     const char *says; /* what to tell the user: the config key behind it */
     size_t off;
 } arch_fields[] = {
+    {"kind", "model.kind", offsetof(pt_arch, kind)},
     {"dim", "model.dim", offsetof(pt_arch, dim)},
     {"layers", "model.layers", offsetof(pt_arch, layers)},
     {"heads", "model.heads", offsetof(pt_arch, heads)},
@@ -135,34 +69,42 @@ static const struct {
     {"vocab", "the vocabulary of the data", offsetof(pt_arch, vocab)},
     {"context", "model.context", offsetof(pt_arch, context)},
 };
+enum { ARCH_FIELDS = sizeof arch_fields / sizeof arch_fields[0] };
+_Static_assert(sizeof(pt_model_kind) == sizeof(int), "arch fields are read as int");
 
-static int arch_read(const char *data, size_t len, pt_arch *a)
+static json_t *arch_json(const pt_arch *a)
+{
+    json_t *o = json_object();
+    for (int i = 0; o && i < ARCH_FIELDS; i++)
+        json_object_set_new(o, arch_fields[i].name,
+                            json_integer(*(const int *)((const char *)a + arch_fields[i].off)));
+    json_object_set_new(o, "init_std", json_real(a->init_std));
+    json_object_set_new(o, "seed", json_integer((json_int_t)a->seed));
+    return o;
+}
+
+static int arch_read(const json_t *o, pt_arch *a)
 {
     memset(a, 0, sizeof *a);
-    int64_t v;
-    if (kv_i64(data, len, "kind", &v) || (v != PT_MODEL_VIT && v != PT_MODEL_GPT))
-        return -1;
-    a->kind = (pt_model_kind)v;
-    for (size_t i = 0; i < sizeof arch_fields / sizeof arch_fields[0]; i++) {
-        if (kv_i64(data, len, arch_fields[i].name, &v) || v < 0 || v > INT32_MAX)
+    for (int i = 0; i < ARCH_FIELDS; i++) {
+        const json_t *v = json_object_get(o, arch_fields[i].name);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return -1;
-        *(int *)((char *)a + arch_fields[i].off) = (int)v;
+        *(int *)((char *)a + arch_fields[i].off) = (int)json_integer_value(v);
     }
-    if (kv_f64(data, len, "init_std", &a->init_std) || kv_i64(data, len, "seed", &v))
+    const json_t *std = json_object_get(o, "init_std"), *seed = json_object_get(o, "seed");
+    if ((a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT) || !json_is_number(std) ||
+        !json_is_integer(seed) || json_integer_value(seed) < 0)
         return -1;
-    a->seed = (uint64_t)v;
+    a->init_std = json_number_value(std);
+    a->seed = (uint64_t)json_integer_value(seed);
     return 0;
 }
 
 /* Names the first architecture field that differs, or returns NULL. */
 static const char *arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is)
 {
-    if (saved->kind != now->kind) {
-        *was = saved->kind;
-        *is = now->kind;
-        return "model.kind";
-    }
-    for (size_t i = 0; i < sizeof arch_fields / sizeof arch_fields[0]; i++) {
+    for (int i = 0; i < ARCH_FIELDS; i++) {
         int a = *(const int *)((const char *)saved + arch_fields[i].off);
         int b = *(const int *)((const char *)now + arch_fields[i].off);
         if (a != b) {
@@ -176,19 +118,27 @@ static const char *arch_difference(const pt_arch *saved, const pt_arch *now, int
 
 /* ------------------------------------------------------------------ save */
 
-static void step_dir(const char *run_dir, int64_t step, char *out, size_t n)
-{
-    int len = snprintf(out, n, "%s/checkpoints/step_%010" PRId64, run_dir, step);
-    if (len < 0 || (size_t)len >= n)
-        out[0] = '\0';
-}
+/* What a unit-owning rank tells the manifest writer about its file. */
+typedef struct file_entry {
+    char name[FILE_NAME_MAX]; /* "" when this rank wrote nothing */
+    uint64_t bytes;
+    unsigned char sha256[32];
+} file_entry;
 
-static int write_units(const pt_run *r, const char *path, pt_err *err)
+static int write_units(const pt_run *r, const char *path, const char *id, const char *name,
+                       pt_err *err)
 {
     pt_recwriter *w;
     int rc = pt_recwriter_open(&w, path, UNITS_MAGIC, FORMAT_VERSION, err);
     if (rc)
         return rc;
+    json_t *own = json_pack("{s:s, s:I, s:s}", "checkpoint", id, "step", (json_int_t)r->step,
+                            "file", name);
+    char *text = own ? json_dumps(own, JSON_COMPACT) : NULL;
+    json_decref(own);
+    rc = text ? pt_recwriter_add(w, "checkpoint", text, strlen(text), err)
+              : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
+    free(text);
     const pt_segment *s = r->seg;
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     float *host = NULL;
@@ -219,150 +169,101 @@ static int write_units(const pt_run *r, const char *path, pt_err *err)
     return pt_recwriter_commit(w, err);
 }
 
-static void units_file(int stage, char *out, size_t n) { snprintf(out, n, "units-stage%d.bin", stage); }
-
-static int write_manifest(const pt_run *r, const char *dir, pt_err *err)
+static json_t *manifest_json(const pt_run *r, const char *id, const file_entry *files, int n)
 {
-    char path[PATH_BUF];
-    join(path, dir, "manifest");
-    text state = {0}, arch = {0}, units = {0}, config = {0}, freeze = {0};
-    int rc = 0;
-    if (text_open(&state) || text_open(&arch) || text_open(&units) || text_open(&config) ||
-        text_open(&freeze)) {
-        rc = pt_fail(err, PT_ENOMEM, "out of memory writing a manifest");
-        goto done;
-    }
-    fprintf(state.f, "format=%d\nstep=%" PRId64 "\nepoch=%" PRId64 "\nepoch_step=%" PRId64 "\n",
-            FORMAT_VERSION, r->step, r->epoch, r->epoch_step);
-    fprintf(state.f, "batch=%lld\nseed=%lld\n", r->cfg.train.batch, r->cfg.run.seed);
-    fprintf(state.f, "lr.kind=%d\nlr.base=%.17g\nlr.min=%.17g\nlr.warmup=%" PRId64 "\nlr.total=%" PRId64 "\n",
-            (int)r->lr.kind, r->lr.base, r->lr.min_lr, r->lr.warmup, r->lr.total);
-    fprintf(state.f, "frozen_units=%d\n", r->frozen_units);
-    arch_write(arch.f, &r->arch);
+    json_t *units = json_object(), *listed = json_object();
     for (int st = 0; st < r->plan.stages; st++) {
-        char file[64];
+        char file[FILE_NAME_MAX];
         units_file(st, file, sizeof file);
         for (int u = r->plan.bounds[st]; u < r->plan.bounds[st + 1]; u++) {
             pt_unit_info info;
             pt_unit_info_get(&r->arch, u, &info);
-            fprintf(units.f, "%s=%s\n", info.name, file);
+            json_object_set_new(units, info.name, json_string(file));
         }
     }
-    pt_config_write_yaml(&r->cfg, config.f);
-    pt_freeze_save(&r->freeze, freeze.f);
-    fflush(freeze.f);
-    fflush(state.f);
-    fflush(arch.f);
-    fflush(units.f);
-    fflush(config.f);
-
-    pt_recwriter *w;
-    if ((rc = pt_recwriter_open(&w, path, MANIFEST_MAGIC, FORMAT_VERSION, err)))
-        goto done;
-    if ((rc = pt_recwriter_add(w, "state", state.buf, state.len, err)) ||
-        (rc = pt_recwriter_add(w, "arch", arch.buf, arch.len, err)) ||
-        (rc = pt_recwriter_add(w, "units", units.buf, units.len, err)) ||
-        (rc = pt_recwriter_add(w, "config", config.buf, config.len, err)) ||
-        (rc = pt_recwriter_add(w, "freeze", freeze.buf, freeze.len, err))) {
-        pt_recwriter_abort(w);
-        goto done;
-    }
-    rc = pt_recwriter_commit(w, err);
-done:
-    text_close(&state);
-    text_close(&arch);
-    text_close(&units);
-    text_close(&config);
-    text_close(&freeze);
-    return rc;
-}
-
-static int is_checkpoint_name(const char *name, int64_t *step)
-{
-    char *end;
-    if (strncmp(name, "step_", 5) != 0)
-        return 0;
-    long long v = strtoll(name + 5, &end, 10);
-    if (end == name + 5 || *end || v < 0)
-        return 0;
-    *step = v;
-    return 1;
-}
-
-static int has_manifest(const char *dir)
-{
-    char path[PATH_BUF];
-    struct stat st;
-    join(path, dir, "manifest");
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[PATH_BUF];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && *join(path, dir, e->d_name))
-            unlink(path);
-    closedir(d);
-    rmdir(dir);
-}
-
-/* Keeps the newest `keep` complete checkpoints; removes older ones and
- * incomplete directories other than `current`. */
-static void prune(const char *run_dir, int keep, int64_t current)
-{
-    char root[PATH_BUF], path[PATH_BUF];
-    DIR *d = opendir(join(root, run_dir, "checkpoints"));
-    if (!d)
-        return;
-    int64_t steps[4096];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 4096) {
-        int64_t step;
-        if (!is_checkpoint_name(e->d_name, &step))
-            continue;
-        join(path, root, e->d_name);
-        if (has_manifest(path))
-            steps[n++] = step;
-        else if (step != current)
-            remove_dir(path);
-    }
-    closedir(d);
     for (int i = 0; i < n; i++) {
-        int newer = 0;
-        for (int j = 0; j < n; j++)
-            newer += steps[j] > steps[i];
-        if (newer >= keep) {
-            step_dir(run_dir, steps[i], path, sizeof path);
-            remove_dir(path);
-        }
+        if (!files[i].name[0])
+            continue;
+        char hex[65];
+        pt_hex(files[i].sha256, 32, hex);
+        json_object_set_new(listed, files[i].name,
+                            json_pack("{s:I, s:s}", "bytes", (json_int_t)files[i].bytes, "sha256", hex));
     }
+    char *config = NULL;
+    size_t config_len = 0;
+    FILE *f = open_memstream(&config, &config_len);
+    if (f) {
+        pt_config_write_yaml(&r->cfg, f);
+        fclose(f);
+    }
+    json_t *m = json_pack(
+        "{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:{s:i, s:f, s:f, s:I, s:I}, s:i, s:o, s:o, s:o, s:o, "
+        "s:s?}",
+        "format", FORMAT_VERSION, "checkpoint", id, "step", (json_int_t)r->step, "epoch",
+        (json_int_t)r->epoch, "epoch_step", (json_int_t)r->epoch_step, "batch",
+        (json_int_t)r->cfg.train.batch, "seed", (json_int_t)r->cfg.run.seed, "lr", "kind",
+        (int)r->lr.kind, "base", r->lr.base, "min", r->lr.min_lr, "warmup", (json_int_t)r->lr.warmup,
+        "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", arch_json(&r->arch),
+        "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
+    free(config);
+    return m;
+}
+
+static int write_manifest(const pt_run *r, const char *dir, const char *id, const file_entry *files,
+                          int n, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, dir, "manifest");
+    json_t *m = manifest_json(r, id, files, n);
+    char *text = m && json_object_size(m) ? json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(m);
+    if (!text)
+        return pt_fail(err, PT_ENOMEM, "out of memory writing the manifest of %s", dir);
+    pt_recwriter *w;
+    int rc = pt_recwriter_open(&w, path, MANIFEST_MAGIC, FORMAT_VERSION, err);
+    if (rc == 0 && (rc = pt_recwriter_add(w, "manifest", text, strlen(text), err)))
+        pt_recwriter_abort(w);
+    else if (rc == 0)
+        rc = pt_recwriter_commit(w, err);
+    free(text);
+    return rc;
 }
 
 int pt_checkpoint_save(pt_run *r, pt_err *err)
 {
-    char dir[PATH_BUF], path[PATH_BUF], file[64];
-    step_dir(r->cfg.run.dir, r->step, dir, sizeof dir);
-    /* every stage writes its units, then (all of them done) rank 0 the manifest */
-    int rc = r->stage == 0 ? pt_mkdir_p(dir, 0755, err) : 0;
-    if ((rc = pt_agree(r->pipe, rc, err)))
+    char dir[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    pt_step_dir(r->cfg.run.dir, r->step, dir, sizeof dir);
+    /* stage 0 makes the id and an empty step directory; every stage writes
+     * its units and reports the file's digest; stage 0 writes the manifest
+     * last, naming them all */
+    char id[ID_CHARS + 1] = "";
+    int rc = 0;
+    if (r->stage == 0) {
+        pt_unique_id(id, sizeof id);
+        rc = pt_rundir_prepare_step(dir, err);
+    }
+    if ((rc = pt_agree(r->pipe, rc, err)) || (r->pipe && (rc = pt_bcast(r->pipe, id, sizeof id, 0, err))))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
-    units_file(r->stage, file, sizeof file);
-    rc = write_units(r, join(path, dir, file), err);
+    file_entry mine;
+    memset(&mine, 0, sizeof mine);
+    units_file(r->stage, mine.name, sizeof mine.name);
+    rc = write_units(r, pt_path_join(path, dir, mine.name), id, mine.name, err);
+    if (rc == 0)
+        rc = pt_sha256_file(path, mine.sha256, &mine.bytes, err);
     if (rc == 0)
         rc = pt_test_fault("checkpoint", r->rank, r->step, err);
     if ((rc = pt_agree(r->pipe, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
-    if (r->stage == 0) {
-        rc = write_manifest(r, dir, err);
+    const int n = r->pipe ? pt_group_size(r->pipe) : 1;
+    file_entry *all = calloc((size_t)n, sizeof *all);
+    rc = all ? pt_allgather(r->pipe, &mine, all, sizeof mine, err)
+             : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
+    if (rc == 0 && r->stage == 0) {
+        rc = write_manifest(r, dir, id, all, n, err);
         if (rc == 0)
-            prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
+            pt_rundir_prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
     }
+    free(all);
     if ((rc = pt_agree(r->pipe, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     return 0;
@@ -370,63 +271,79 @@ int pt_checkpoint_save(pt_run *r, pt_err *err)
 
 /* ------------------------------------------------------------------ load */
 
-int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
-{
-    char root[PATH_BUF], path[PATH_BUF];
-    DIR *d = opendir(join(root, run_dir, "checkpoints"));
-    int64_t best = -1;
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            int64_t step;
-            if (!is_checkpoint_name(e->d_name, &step) || step <= best)
-                continue;
-            if (has_manifest(join(path, root, e->d_name)))
-                best = step;
-        }
-        closedir(d);
-    }
-    if (best < 0)
-        return pt_fail(err, PT_EINPUT, "no checkpoint in '%s'", root);
-    step_dir(run_dir, best, out, n);
-    return 0;
-}
-
 typedef struct manifest {
     pt_recfile *f;
-    const char *state, *arch, *units, *config, *freeze;
-    uint64_t state_len, arch_len, units_len, config_len, freeze_len;
+    json_t *j;
+    const char *dir;
+    const char *id;
+    int64_t step;
+    const json_t *units, *files;
 } manifest;
+
+static void manifest_close(manifest *m)
+{
+    json_decref(m->j);
+    pt_recfile_close(m->f);
+    memset(m, 0, sizeof *m);
+}
+
+/* The step in a directory's name "step_N" (trailing slashes ignored), or -1
+ * when it is not named so (a checkpoint copied elsewhere by the user). */
+static int64_t step_of_dir(const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    size_t at = len;
+    while (at > 0 && dir[at - 1] != '/')
+        at--;
+    char name[64];
+    if (len - at >= sizeof name)
+        return -1;
+    memcpy(name, dir + at, len - at);
+    name[len - at] = '\0';
+    int64_t step;
+    return pt_checkpoint_dir_step(name, &step) ? step : -1;
+}
 
 static int manifest_open(manifest *m, const char *dir, pt_err *err)
 {
-    char path[PATH_BUF];
+    char path[PT_CKPT_PATH];
     uint32_t version;
     memset(m, 0, sizeof *m);
-    join(path, dir, "manifest");
+    m->dir = dir;
+    pt_path_join(path, dir, "manifest");
     int rc = pt_recfile_open(&m->f, path, MANIFEST_MAGIC, &version, err);
     if (rc)
         return input_error(rc, err);
-    const void *p[5];
+    const void *text;
+    uint64_t len;
     if (version != FORMAT_VERSION)
         rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
                      path, version, FORMAT_VERSION);
-    else if ((rc = pt_recfile_find(m->f, "state", &p[0], &m->state_len, err)) == 0 &&
-             (rc = pt_recfile_find(m->f, "arch", &p[1], &m->arch_len, err)) == 0 &&
-             (rc = pt_recfile_find(m->f, "units", &p[2], &m->units_len, err)) == 0 &&
-             (rc = pt_recfile_find(m->f, "config", &p[3], &m->config_len, err)) == 0)
-        rc = pt_recfile_find(m->f, "freeze", &p[4], &m->freeze_len, err);
-    if (rc) {
-        pt_recfile_close(m->f);
-        m->f = NULL;
-        return rc;
+    else if ((rc = pt_recfile_find(m->f, "manifest", &text, &len, err)) == 0 &&
+             (rc = pt_json_load(&m->j, text, (size_t)len, err)))
+        pt_err_prefix(err, "'%s'", path);
+    const json_t *id = json_object_get(m->j, "checkpoint"), *step = json_object_get(m->j, "step");
+    m->units = json_object_get(m->j, "units");
+    m->files = json_object_get(m->j, "files");
+    if (rc == 0 && (!json_is_string(id) || json_string_length(id) != ID_CHARS ||
+                    !json_is_integer(step) || json_integer_value(step) < 0 ||
+                    !json_is_object(m->units) || !json_is_object(m->files)))
+        rc = pt_fail(err, PT_EINPUT, "'%s': the manifest lacks its checkpoint id, step, units or "
+                     "files (or one of them is malformed)", path);
+    if (rc == 0) {
+        m->id = json_string_value(id);
+        m->step = (int64_t)json_integer_value(step);
+        int64_t named = step_of_dir(dir);
+        if (named >= 0 && named != m->step)
+            rc = pt_fail(err, PT_EINPUT, "'%s' is the manifest of step %" PRId64 " but lies in the "
+                         "directory of step %" PRId64 ": files of different checkpoints were mixed",
+                         path, m->step, named);
     }
-    m->state = p[0];
-    m->arch = p[1];
-    m->units = p[2];
-    m->config = p[3];
-    m->freeze = p[4];
-    return 0;
+    if (rc)
+        manifest_close(m);
+    return rc;
 }
 
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err)
@@ -436,46 +353,94 @@ int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt
     if (rc)
         return rc;
     pt_config_defaults(cfg);
-    char name[PATH_BUF];
+    char name[PT_CKPT_PATH];
     snprintf(name, sizeof name, "%s/manifest (config record)", dir);
-    rc = pt_config_load_text(cfg, m.config, m.config_len, name, err);
-    if (rc == 0 && arch_read(m.arch, m.arch_len, arch))
+    const json_t *config = json_object_get(m.j, "config");
+    if (!json_is_string(config))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", dir);
+    else
+        rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
+    if (rc == 0 && arch_read(json_object_get(m.j, "arch"), arch))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", dir);
-    pt_recfile_close(m.f);
+    manifest_close(&m);
+    return rc;
+}
+
+/* Opens unit file `file` of the checkpoint after checking that it is the one
+ * the manifest lists (size, SHA-256) and that it names the manifest's
+ * checkpoint id, step and its own name. */
+static int open_unit_file(const manifest *m, const char *file, pt_recfile **out, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, m->dir, file);
+    const json_t *listed = json_object_get(m->files, file);
+    const json_t *bytes = json_object_get(listed, "bytes"), *sha = json_object_get(listed, "sha256");
+    if (!json_is_integer(bytes) || !json_is_string(sha) || json_string_length(sha) != 64)
+        return pt_fail(err, PT_EINPUT, "'%s/manifest' names unit file '%s' but does not list its "
+                       "size and SHA-256", m->dir, file);
+    unsigned char digest[32];
+    uint64_t size;
+    char hex[65];
+    int rc = pt_sha256_file(path, digest, &size, err);
+    if (rc)
+        return input_error(rc, err);
+    pt_hex(digest, 32, hex);
+    if (size != (uint64_t)json_integer_value(bytes) || strcmp(hex, json_string_value(sha)) != 0)
+        return pt_fail(err, PT_EINPUT, "'%s' is not the file this checkpoint's manifest lists (%s): "
+                       "it was changed, damaged or copied from another checkpoint",
+                       path, size != (uint64_t)json_integer_value(bytes) ? "other size" : "other SHA-256");
+    uint32_t version;
+    if ((rc = pt_recfile_open(out, path, UNITS_MAGIC, &version, err)))
+        return input_error(rc, err);
+    const void *text;
+    uint64_t len;
+    json_t *own = NULL;
+    if (version != FORMAT_VERSION)
+        rc = pt_fail(err, PT_EINPUT, "'%s': unit file format %u, expected %d", path, version,
+                     FORMAT_VERSION);
+    else if ((rc = pt_recfile_find(*out, "checkpoint", &text, &len, err)) == 0 &&
+             (rc = pt_json_load(&own, text, (size_t)len, err)))
+        pt_err_prefix(err, "'%s'", path);
+    const char *id = json_string_value(json_object_get(own, "checkpoint"));
+    const char *name = json_string_value(json_object_get(own, "file"));
+    const json_t *step = json_object_get(own, "step");
+    if (rc == 0 && (!id || !name || !json_is_integer(step) || strcmp(id, m->id) != 0 ||
+                    strcmp(name, file) != 0 || json_integer_value(step) != m->step))
+        rc = pt_fail(err, PT_EINPUT, "'%s' belongs to checkpoint %.32s (step %lld, file %s), not to "
+                     "this manifest's %s (step %" PRId64 "): files of different checkpoints were mixed",
+                     path, id ? id : "?", json_is_integer(step) ? (long long)json_integer_value(step) : -1LL,
+                     name ? name : "?", m->id, m->step);
+    json_decref(own);
+    if (rc) {
+        pt_recfile_close(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
 /* Reads parameters (and moments when `moments`) of every unit of the run's
  * segment from the unit files the manifest names. */
-static int load_units(pt_run *r, const char *dir, const manifest *m, int moments, pt_err *err)
+static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
 {
     pt_segment *s = r->seg;
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     int rc = 0;
     pt_recfile *f = NULL;
-    char open_name[256] = "";
+    char open_name[FILE_NAME_MAX] = "";
     for (int u = first; rc == 0 && u < first + count; u++) {
         pt_unit_info info;
         pt_unit_info_get(&r->arch, u, &info);
-        char file[256], path[PATH_BUF];
-        if (kv_get(m->units, m->units_len, info.name, file, sizeof file) || strchr(file, '/')) {
-            rc = pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s", dir,
-                         info.name);
+        const char *file = json_string_value(json_object_get(m->units, info.name));
+        if (!file || strlen(file) >= FILE_NAME_MAX || strchr(file, '/') || !strcmp(file, "manifest")) {
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
+                         m->dir, info.name);
             break;
         }
         if (strcmp(file, open_name) != 0) {
-            uint32_t version;
             pt_recfile_close(f);
             f = NULL;
-            if ((rc = pt_recfile_open(&f, join(path, dir, file), UNITS_MAGIC, &version, err))) {
-                rc = input_error(rc, err);
+            if ((rc = open_unit_file(m, file, &f, err)))
                 break;
-            }
-            if (version != FORMAT_VERSION) {
-                rc = pt_fail(err, PT_EINPUT, "'%s': unit file format %u, expected %d", path,
-                             version, FORMAT_VERSION);
-                break;
-            }
             snprintf(open_name, sizeof open_name, "%s", file);
         }
         static const char *suffix[] = {"param", "grad", "m", "v"};
@@ -508,17 +473,17 @@ static int load_units(pt_run *r, const char *dir, const manifest *m, int moments
     return rc;
 }
 
-static int check_arch(const pt_run *r, const char *dir, const manifest *m, pt_err *err)
+static int check_arch(const pt_run *r, const manifest *m, pt_err *err)
 {
     pt_arch saved;
-    if (arch_read(m->arch, m->arch_len, &saved))
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", dir);
+    if (arch_read(json_object_get(m->j, "arch"), &saved))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
     int was, is;
     const char *field = arch_difference(&saved, &r->arch, &was, &is);
     if (field)
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with %s = %d, this config makes %s = %d",
-                       dir, field, was, field, is);
+                       m->dir, field, was, field, is);
     return 0;
 }
 
@@ -527,18 +492,42 @@ int pt_checkpoint_load_weights(pt_run *r, const char *dir, pt_err *err)
     manifest m;
     int rc = manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = check_arch(r, dir, &m, err)) == 0)
-            rc = load_units(r, dir, &m, 0, err);
-        pt_recfile_close(m.f);
+        if ((rc = check_arch(r, &m, err)) == 0)
+            rc = load_units(r, &m, 0, err);
+        manifest_close(&m);
     }
     return pt_agree(r->pipe, rc, err);
 }
 
-static int load_state(pt_run *r, const char *dir, pt_err *err);
+/* The training state of the manifest (everything but units and arch). */
+typedef struct saved_state {
+    int64_t epoch, epoch_step, batch, seed, frozen;
+    pt_lr_schedule lr;
+} saved_state;
 
-int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
+static int read_state(const manifest *m, saved_state *st, pt_err *err)
 {
-    return pt_agree(r->pipe, load_state(r, dir, err), err);
+    char what[PT_CKPT_PATH + 32];
+    snprintf(what, sizeof what, "'%s/manifest': the state is malformed", m->dir);
+    const json_t *lr = json_object_get(m->j, "lr");
+    int64_t kind = 0;
+    int rc;
+    if ((rc = pt_json_get_i64(m->j, "epoch", &st->epoch, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "epoch_step", &st->epoch_step, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "batch", &st->batch, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "seed", &st->seed, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "frozen_units", &st->frozen, what, err)) ||
+        (rc = pt_json_get_i64(lr, "kind", &kind, what, err)) ||
+        (rc = pt_json_get_f64(lr, "base", &st->lr.base, what, err)) ||
+        (rc = pt_json_get_f64(lr, "min", &st->lr.min_lr, what, err)) ||
+        (rc = pt_json_get_i64(lr, "warmup", &st->lr.warmup, what, err)) ||
+        (rc = pt_json_get_i64(lr, "total", &st->lr.total, what, err)))
+        return rc;
+    if (st->epoch < 0 || st->epoch_step < 0 || kind < 0 || kind > PT_LR_LINEAR)
+        return pt_fail(err, PT_EINPUT, "%s: epoch %" PRId64 ", epoch_step %" PRId64
+                       ", lr.kind %" PRId64 " out of range", what, st->epoch, st->epoch_step, kind);
+    st->lr.kind = (pt_lr_kind)kind;
+    return 0;
 }
 
 static int load_state(pt_run *r, const char *dir, pt_err *err)
@@ -547,68 +536,63 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
     int rc = manifest_open(&m, dir, err);
     if (rc)
         return rc;
-    int64_t step = 0, epoch = 0, epoch_step = 0, batch = 0, seed = 0, kind = 0, warmup = 0,
-            total = 0, frozen = 0;
-    double base = 0, min_lr = 0;
-    const char *s = m.state;
-    size_t sl = m.state_len;
-    if (kv_i64(s, sl, "step", &step) || kv_i64(s, sl, "epoch", &epoch) ||
-        kv_i64(s, sl, "epoch_step", &epoch_step) || kv_i64(s, sl, "batch", &batch) ||
-        kv_i64(s, sl, "seed", &seed) || kv_i64(s, sl, "lr.kind", &kind) ||
-        kv_f64(s, sl, "lr.base", &base) || kv_f64(s, sl, "lr.min", &min_lr) ||
-        kv_i64(s, sl, "lr.warmup", &warmup) || kv_i64(s, sl, "lr.total", &total) ||
-        kv_i64(s, sl, "frozen_units", &frozen) || step < 0 || epoch < 0 || epoch_step < 0 ||
-        kind < 0 || kind > PT_LR_LINEAR) {
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the state record is malformed", dir);
-    } else if ((rc = check_arch(r, dir, &m, err)) == 0) {
-        if (batch != r->cfg.train.batch)
+    saved_state st;
+    if ((rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(r, &m, err)) == 0) {
+        if (st.batch != r->cfg.train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
                          "the data position is only exact with the same batch",
-                         dir, batch, r->cfg.train.batch);
-        else if (seed != r->cfg.run.seed)
+                         dir, st.batch, r->cfg.train.batch);
+        else if (st.seed != r->cfg.run.seed)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
                          "set it back to resume the same data order",
-                         dir, seed, r->cfg.run.seed);
-        else if (epoch_step > 0 && epoch_step >= pt_sampler_steps(&r->sampler))
+                         dir, st.seed, r->cfg.run.seed);
+        else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
                          " batches: the training data changed",
-                         dir, epoch_step, pt_sampler_steps(&r->sampler));
-        else if ((rc = pt_freeze_load(&r->freeze, m.freeze, m.freeze_len, err)))
+                         dir, st.epoch_step, pt_sampler_steps(&r->sampler));
+        else if ((rc = pt_freeze_from_json(&r->freeze, json_object_get(m.j, "freeze"), err)))
             pt_err_prefix(err, "'%s/manifest'", dir);
-        else if (frozen != pt_freeze_units(r->freeze.depth))
+        else if (st.frozen != pt_freeze_units(r->freeze.depth))
             rc = pt_fail(err, PT_EINPUT,
                          "'%s/manifest': frozen_units = %" PRId64 " does not match %d frozen blocks",
-                         dir, frozen, r->freeze.depth);
-        else if (frozen > 0) {
+                         dir, st.frozen, r->freeze.depth);
+        else if (st.frozen > 0) {
             /* lay the stages out for the frozen prefix first: which units each
              * rank holds, and which of them keep moments, depend on it */
-            r->frozen_units = (int)frozen;
+            r->frozen_units = (int)st.frozen;
             rc = pt_layout_replan(r, err);
         }
     }
-    if (rc == 0 && (rc = load_units(r, dir, &m, 1, err)) == 0) {
-        r->step = step;
-        r->epoch = epoch;
-        r->epoch_step = epoch_step;
+    if (rc == 0 && (rc = load_units(r, &m, 1, err)) == 0) {
+        r->step = m.step;
+        r->epoch = st.epoch;
+        r->epoch_step = st.epoch_step;
         /* The schedule follows the config, as a PyTorch scheduler follows the
          * arguments it is built with: resuming with more epochs or another
          * train.lr trains the new steps with the new schedule. Only a changed
          * schedule is worth a note; with the same config the steps are exact. */
-        const int same = (int)kind == (int)r->lr.kind && base == r->lr.base &&
-                         min_lr == r->lr.min_lr && warmup == r->lr.warmup && total == r->lr.total;
+        const pt_lr_schedule *was = &st.lr, *now = &r->lr;
+        const int same = was->kind == now->kind && was->base == now->base &&
+                         was->min_lr == now->min_lr && was->warmup == now->warmup &&
+                         was->total == now->total;
         if (!same && r->rank == 0)
             fprintf(stderr,
                     "pipetrain: note: the learning-rate schedule differs from the checkpoint's "
                     "(%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 " steps, now "
                     "%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 "); step %" PRId64
                     " onwards follows the new one\n",
-                    pt_config_word("train.schedule", (int)kind), base, min_lr, warmup, total,
-                    pt_config_word("train.schedule", (int)r->lr.kind), r->lr.base, r->lr.min_lr,
-                    r->lr.warmup, r->lr.total, step + 1);
+                    pt_config_word("train.schedule", (int)was->kind), was->base, was->min_lr,
+                    was->warmup, was->total, pt_config_word("train.schedule", (int)now->kind),
+                    now->base, now->min_lr, now->warmup, now->total, m.step + 1);
     }
-    pt_recfile_close(m.f);
+    manifest_close(&m);
     return rc;
+}
+
+int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
+{
+    return pt_agree(r->pipe, load_state(r, dir, err), err);
 }

@@ -1,14 +1,22 @@
 /*
- * checkpoint.h (internal to launch/): saving and resuming runs.
+ * checkpoint.h (internal to launch/): saving and resuming runs, and the run
+ * directory that holds them.
  *
  * A checkpoint is a directory RUN_DIR/checkpoints/step_NNNNNNNNNN holding one
- * unit file per unit-owning rank (units-rR.bin: each unit's parameters and,
- * unless frozen, its AdamW moments, keyed by unit name) and a manifest (the
- * training state, the architecture, which file holds which unit, and the
- * config). Every file is a recfile (magic, version, CRC) written under a
- * temporary name and renamed into place; the manifest is written last, so a
- * directory without one is not a checkpoint. Units are keyed by name, not by
- * rank, so a checkpoint saved with one layout resumes with any other.
+ * unit file per unit-owning rank (each unit's parameters and, unless frozen,
+ * its AdamW moments, keyed by unit name) and a manifest (the training state,
+ * the architecture, which file holds which unit with every file's size and
+ * SHA-256, and the config). Every file is a recfile (magic, version, CRC)
+ * written under a temporary name and renamed into place; the manifest is
+ * written last, so a directory without one is not a checkpoint. Units are
+ * keyed by name, not by rank, so a checkpoint saved with one layout resumes
+ * with any other.
+ *
+ * The run directory belongs to one training job at a time: the job holds an
+ * exclusive lock on RUN_DIR/lock for its life (the kernel drops it when the
+ * process dies), and only under that lock are the leftovers of crashed jobs
+ * (temporary files; step directories without a manifest, at the next save)
+ * removed.
  */
 #ifndef PT_LAUNCH_CHECKPOINT_H
 #define PT_LAUNCH_CHECKPOINT_H
@@ -19,10 +27,6 @@
  * train.keep_checkpoints (and incomplete ones). */
 int pt_checkpoint_save(pt_run *r, pt_err *err);
 
-/* The newest complete checkpoint under RUN_DIR/checkpoints into out; returns
- * 0 if found, PT_EINPUT (with a message) if there is none. */
-int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
-
 /* Restores parameters, moments and training state into a run whose model and
  * batch match the checkpoint's (a mismatch is an error naming the key). */
 int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err);
@@ -32,5 +36,38 @@ int pt_checkpoint_load_weights(pt_run *r, const char *dir, pt_err *err);
 
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
+
+/* ---------------------------------------------- the run directory (rundir.c) */
+
+enum { PT_CKPT_PATH = 2 * PT_PATH_MAX };
+
+/* dir/name into out (PT_CKPT_PATH bytes); empty when it does not fit, so the
+ * open that follows fails with a message instead of using a cut path. */
+char *pt_path_join(char *out, const char *dir, const char *name);
+/* RUN_DIR/checkpoints/step_NNNNNNNNNN */
+void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n);
+/* Whether name is "step_N" (N >= 0), and N. */
+int pt_checkpoint_dir_step(const char *name, int64_t *step);
+
+/* The newest complete checkpoint under RUN_DIR/checkpoints into out; returns
+ * 0 if found, PT_EINPUT (with a message) if there is none. */
+int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
+
+/* An empty step directory for a new save: an existing one loses its manifest
+ * first (so it stops being a checkpoint before anything else changes). */
+int pt_rundir_prepare_step(const char *dir, pt_err *err);
+/* Keeps the newest `keep` complete checkpoints; removes older ones and
+ * incomplete directories other than step `current`. */
+void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
+
+typedef struct pt_rundir_lock {
+    int fd; /* -1: not held */
+} pt_rundir_lock;
+
+/* Creates run_dir if needed and takes its lock, without waiting: PT_EINPUT
+ * naming the holder when another job has it. Then removes the temporary
+ * files crashed jobs left. */
+int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
+void pt_rundir_lock_release(pt_rundir_lock *lock);
 
 #endif

@@ -121,7 +121,19 @@ static int cmd_train(pt_comm *comm, const cli *a)
     memset(&run, 0, sizeof run);
     const pt_config *cfg = &a->cfg;
     char resume[PT_PATH_MAX + 64] = "";
-    int rc = 0;
+    /* One job per run directory: rank 0 holds its lock until the job ends.
+     * It is taken once the run is built, which validates every input first,
+     * so bad input never creates run.dir; checkpoints are looked at only
+     * under it. */
+    pt_rundir_lock lock = {-1};
+    int rc = pt_run_open(&run, comm, cfg, PT_RUN_TRAIN, &err);
+    if (rc == 0 && pt_comm_rank(comm) == 0)
+        rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
+    if ((rc = setup_failed(comm, rc, &err))) {
+        pt_run_close(&run);
+        pt_rundir_lock_release(&lock);
+        return rc;
+    }
     if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
         if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
@@ -135,12 +147,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
                      "--set train.resume=auto or choose another run.dir",
                      cfg->run.dir, resume);
     }
-    if (rc == 0)
-        rc = pt_run_open(&run, comm, cfg, PT_RUN_TRAIN, &err);
     if (rc == 0 && run.active && *resume)
         rc = pt_checkpoint_load(&run, resume, &err);
     if ((rc = setup_failed(comm, rc, &err))) {
         pt_run_close(&run);
+        pt_rundir_lock_release(&lock);
         return rc;
     }
     if (run.active) {
@@ -150,6 +161,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
             if (pt_comm_size(comm) > 1)
                 pt_comm_abort(comm, code); /* the others may be waiting for this rank */
             pt_run_close(&run);
+            pt_rundir_lock_release(&lock);
             return code;
         }
     }
@@ -157,6 +169,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     pt_err ignore;
     pt_barrier(pt_comm_world(comm), &ignore);
     pt_run_close(&run);
+    pt_rundir_lock_release(&lock);
     return exit_code(rc);
 }
 

@@ -166,12 +166,15 @@ static void saved_state_decides_the_same(void)
     for (int k = 0; k < 6; k++)
         v[k] = 0.1 * (k + 1) / 3.0; /* not exactly representable: the text must keep every bit */
     pt_freeze_accumulate(&a, v);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    CU_ASSERT_EQUAL(pt_freeze_save(&a, f), 0);
-    fclose(f);
-    CU_ASSERT_EQUAL(pt_freeze_load(&b, text, len, &err), 0);
+    /* through text, as a checkpoint keeps it */
+    json_t *saved = pt_freeze_to_json(&a);
+    CU_ASSERT_FATAL(saved != NULL);
+    char *text = json_dumps(saved, 0);
+    json_decref(saved);
+    json_t *loaded = json_loads(text, 0, NULL);
+    CU_ASSERT_FATAL(loaded != NULL);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, loaded, &err), 0);
+    json_decref(loaded);
     for (int k = 0; k < 6; k++)
         CU_ASSERT_EQUAL(memcmp(&a.acc[k], &b.acc[k], sizeof(double)), 0);
     int da[4], db[4];
@@ -179,7 +182,27 @@ static void saved_state_decides_the_same(void)
     run_auto(&b, 4, settling_prefix, db, &r);
     CU_ASSERT_EQUAL(memcmp(da, db, sizeof da), 0);
     CU_ASSERT_EQUAL(a.decisions, b.decisions);
-    CU_ASSERT_NOT_EQUAL(pt_freeze_load(&b, "freeze.depth=2\n", 15, &err), 0); /* incomplete */
+    /* incomplete, out of range, wrong types, wrong lengths, non-finite */
+    const char *bad[] = {
+        "{\"depth\": 2}",
+        "{\"depth\": 7, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": -1, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": 1, \"decisions\": 1, \"have_prev\": 1, \"acc_steps\": 0, "
+        "\"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": 1, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"acc\": [0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": 1, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"acc\": [0,0,0,0,0,null], \"prev\": [0,0,0,0,0,0]}",
+        "[]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        json_t *j = json_loads(bad[i], 0, NULL);
+        CU_ASSERT_FATAL(j != NULL);
+        CU_ASSERT_EQUAL(pt_freeze_from_json(&b, j, &err), PT_EINPUT);
+        json_decref(j);
+    }
     free(text);
     pt_freeze_free(&a);
     pt_freeze_free(&b);

@@ -200,7 +200,9 @@ def write_config(h, name, keys):
 # ----------------------------------------------------------- files on disk
 
 def snapshot(root):
-    """{relative path: sha256} of every file under root ({} if it is missing)."""
+    """{relative path: sha256} of every file under root ({} if it is missing).
+    A run directory's `lock` is left out: it is the job lock, which every
+    train command takes (and writes its pid into) before it reads anything."""
     out = {}
     if not os.path.exists(root):
         return out
@@ -210,6 +212,8 @@ def snapshot(root):
         if rel != "." and not filenames and not dirnames:
             out[rel + "/"] = "dir"
         for fn in sorted(filenames):
+            if fn == "lock":
+                continue
             p = os.path.join(dirpath, fn)
             with open(p, "rb") as f:
                 out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()

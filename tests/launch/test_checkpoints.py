@@ -17,10 +17,14 @@ a run.dir that holds checkpoints is refused and deletes nothing.
 
 usage: test_checkpoints.py PIPETRAIN_BINARY
 """
+import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
+import time
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -213,21 +217,41 @@ def test_only_checkpoint_without_manifest_starts_fresh(h):
 
 # --------------------------------------------- well-formed files, bad content
 
+def read_manifest(ck):
+    """The manifest's JSON (format 2: one "manifest" record)."""
+    _, _, recs = U.read_recfile(os.path.join(ck, "manifest"))
+    rec = dict(recs)
+    check("manifest" in rec, "no manifest record in %s", ck)
+    return json.loads(rec["manifest"])
+
+
 def rewrite_manifest(ck, edit):
-    """edit(tag, payload bytes) -> payload, for every record; version kept."""
+    """edit(manifest dict) changes it in place; written back well-formed,
+    with a correct CRC and the version kept."""
     path = os.path.join(ck, "manifest")
     magic, version, recs = U.read_recfile(path)
-    U.write_recfile(path, magic, version, [(t, edit(t, p)) for t, p in recs])
+    m = json.loads(dict(recs)["manifest"])
+    edit(m)
+    U.write_recfile(path, magic, version, [("manifest", json.dumps(m).encode())])
 
 
-def kv_edit(record, old, new):
-    def e(tag, payload):
-        if tag != record:
-            return payload
-        text = payload.decode()
-        check(old in text, "%r not in the %s record:\n%s", old, record, text)
-        return text.replace(old, new, 1).encode()
-    return e
+def rebind(ck):
+    """Lists every unit file's current size and SHA-256 in the manifest, so a
+    crafted unit file gets past the binding and meets the checks behind it."""
+    def e(m):
+        for path in U.unit_files(ck):
+            name = os.path.basename(path)
+            data = U.read_bytes(path)
+            m["files"][name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    rewrite_manifest(ck, e)
+
+
+def edit_units_file(ck, edit, bind=True):
+    path = U.unit_files(ck)[0]
+    magic, version, recs = U.read_recfile(path)
+    U.write_recfile(path, magic, version, edit(recs))
+    if bind:
+        rebind(ck)
 
 
 def crafted_case(craft, needles, modes=("auto", "path", "eval", "export")):
@@ -240,68 +264,144 @@ def crafted_case(craft, needles, modes=("auto", "path", "eval", "export")):
     return t
 
 
-def manifest_version_2(ck):
+def manifest_version_1(ck):
     path = os.path.join(ck, "manifest")
     magic, _, recs = U.read_recfile(path)
-    U.write_recfile(path, magic, 2, recs)
+    U.write_recfile(path, magic, 1, recs)
 
 
 def units_record_short(ck):
-    path = U.unit_files(ck)[0]
-    magic, version, recs = U.read_recfile(path)
-    U.write_recfile(path, magic, version,
-                    [(t, p[:-4] if t == "head.param" else p) for t, p in recs])
+    edit_units_file(ck, lambda recs: [(t, p[:-4] if t == "head.param" else p) for t, p in recs])
 
 
 def units_record_missing(ck):
-    path = U.unit_files(ck)[0]
-    magic, version, recs = U.read_recfile(path)
-    U.write_recfile(path, magic, version, [(t, p) for t, p in recs if t != "blocks.1.mlp.v"])
+    edit_units_file(ck, lambda recs: [(t, p) for t, p in recs if t != "blocks.1.mlp.v"])
 
 
 def units_from_other_step_with_moments_dropped(ck):
     """A unit file holding parameters only (as if every unit were frozen)."""
-    path = U.unit_files(ck)[0]
-    magic, version, recs = U.read_recfile(path)
-    U.write_recfile(path, magic, version, [(t, p) for t, p in recs if t.endswith(".param")])
+    edit_units_file(ck, lambda recs: [(t, p) for t, p in recs
+                                      if t.endswith(".param") or t == "checkpoint"])
+
+
+def units_own_record(field, value):
+    """The unit file's own record names another checkpoint id, step or file."""
+    def edit(recs):
+        out = []
+        for t, p in recs:
+            if t == "checkpoint":
+                own = json.loads(p)
+                own[field] = value
+                p = json.dumps(own).encode()
+            out.append((t, p))
+        return out
+    return lambda ck: edit_units_file(ck, edit)
 
 
 def unit_file_name(name):
     def craft(ck):
-        unit = os.path.basename(U.unit_files(ck)[0])
-        rewrite_manifest(ck, kv_edit("units", "head=" + unit, "head=" + name))
+        def e(m):
+            m["units"]["head"] = name
+        rewrite_manifest(ck, e)
+    return craft
+
+
+def manifest_set(path, value):
+    """Sets (value not None) or deletes manifest field path ("lr.kind")."""
+    def craft(ck):
+        def e(m):
+            keys = path.split(".")
+            d = m
+            for k in keys[:-1]:
+                d = d[k]
+            if value is None:
+                del d[keys[-1]]
+            else:
+                d[keys[-1]] = value
+        rewrite_manifest(ck, e)
     return craft
 
 
 CRAFTED = {
-    "manifest_version_2": (manifest_version_2, ["manifest", "format 2"], None),
-    "state_record_missing_step": (
-        lambda ck: rewrite_manifest(ck, kv_edit("state", "\nstep=%d\n" % LAST, "\n")),
-        ["manifest", "state"], ("auto", "path")),
-    "state_negative_epoch_step": (
-        lambda ck: rewrite_manifest(ck, kv_edit("state", "epoch_step=0", "epoch_step=-1")),
-        ["manifest", "state"], ("auto", "path")),
-    "state_lr_kind_out_of_range": (
-        lambda ck: rewrite_manifest(ck, kv_edit("state", "lr.kind=1", "lr.kind=9")),
-        ["manifest"], ("auto", "path")),
-    "state_frozen_units_out_of_range": (
-        lambda ck: rewrite_manifest(ck, kv_edit("state", "frozen_units=0", "frozen_units=99")),
-        ["frozen_units"], ("auto", "path")),
-    "arch_record_malformed": (
-        lambda ck: rewrite_manifest(ck, kv_edit("arch", "dim=16", "dim=sixteen")),
-        ["manifest", "arch"], None),
+    "manifest_version_1": (manifest_version_1, ["manifest", "format 1"], None),
+    "manifest_not_json": (
+        lambda ck: U.write_recfile(os.path.join(ck, "manifest"), b"PTCKMAN1", 2,
+                                   [("manifest", b"{\"step\": 10,")]),
+        ["manifest", "line 1"], None),
+    "state_missing_epoch": (manifest_set("epoch", None), ["manifest", "epoch"], ("auto", "path")),
+    "state_negative_epoch_step": (manifest_set("epoch_step", -1), ["manifest", "epoch_step"],
+                                  ("auto", "path")),
+    "state_step_as_text": (manifest_set("step", "10"), ["manifest", "step"], None),
+    "state_lr_kind_out_of_range": (manifest_set("lr.kind", 9), ["manifest", "lr.kind"],
+                                   ("auto", "path")),
+    "state_lr_base_missing": (manifest_set("lr.base", None), ["manifest", "base"], ("auto", "path")),
+    "state_frozen_units_out_of_range": (manifest_set("frozen_units", 99), ["frozen_units"],
+                                        ("auto", "path")),
+    "freeze_state_malformed": (manifest_set("freeze.depth", 7), ["manifest", "freeze"],
+                               ("auto", "path")),
+    "arch_record_malformed": (manifest_set("arch.dim", "sixteen"), ["manifest", "architecture"],
+                              None),
     "units_record_escapes_directory": (unit_file_name("../../orig/checkpoints/x.bin"),
-                                      ["head"], None),
-    "units_record_names_missing_file": (unit_file_name("units-stage7.bin"),
-                                       ["units-stage7.bin"], None),
+                                       ["head"], None),
+    "units_record_names_unlisted_file": (unit_file_name("units-stage7.bin"),
+                                         ["units-stage7.bin"], None),
+    "files_entry_removed": (lambda ck: rewrite_manifest(ck, lambda m: m["files"].clear()),
+                            ["units-stage0.bin", "size and SHA-256"], None),
+    "files_entry_other_digest": (
+        lambda ck: rewrite_manifest(ck, lambda m: m["files"]["units-stage0.bin"].update(
+            sha256="0" * 64)), ["units-stage0.bin", "SHA-256"], None),
+    "unit_file_changed_after_save": (
+        lambda ck: edit_units_file(ck, lambda recs: recs[::-1], bind=False),
+        ["units-stage0.bin", "not the file this checkpoint's manifest lists"], None),
+    "unit_file_names_other_checkpoint": (units_own_record("checkpoint", "f" * 32),
+                                         ["units-stage0.bin", "different checkpoints"], None),
+    "unit_file_names_other_step": (units_own_record("step", 9),
+                                   ["units-stage0.bin", "different checkpoints"], None),
+    "unit_file_names_other_file": (units_own_record("file", "units-stage1.bin"),
+                                   ["units-stage0.bin", "different checkpoints"], None),
+    "unit_file_own_record_missing": (
+        lambda ck: edit_units_file(ck, lambda recs: [(t, p) for t, p in recs if t != "checkpoint"]),
+        ["units-stage0.bin", "checkpoint"], None),
     "unit_tensor_too_short": (units_record_short, ["head.param"], None),
     "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
     "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
                                  ("auto", "path")),
     "config_record_bad_key": (
-        lambda ck: rewrite_manifest(ck, kv_edit("config", "  layers: 2\n", "  layerz: 2\n")),
+        lambda ck: rewrite_manifest(ck, lambda m: m.update(
+            config=m["config"].replace("  layers: 2\n", "  layerz: 2\n", 1))),
         ["layerz", "step_%010d" % LAST], ("export",)),
 }
+
+
+# -------------------------------- files swapped between checkpoints and runs
+
+def swap_case(what):
+    """Step 9's (or another run's) file copied over step 10's."""
+    def t(h):
+        _, orig = trained(h)
+        cfg, run_dir = copy_run(h, orig, "copy")
+        ck, older = U.ckpt(run_dir, LAST), U.ckpt(run_dir, 9)
+        if what == "units":
+            shutil.copy(U.unit_files(older)[0], ck)
+            needles = ["units-stage0.bin", "not the file"]
+        elif what == "units_rebound":  # and the manifest re-pointed at its digest
+            shutil.copy(U.unit_files(older)[0], ck)
+            rebind(ck)
+            needles = ["units-stage0.bin", "different checkpoints"]
+        elif what == "manifest":
+            shutil.copy(os.path.join(older, "manifest"), ck)
+            needles = ["manifest", "step 9", "step 10"]
+        elif what == "whole_directory":  # step_9's files under step_10's name
+            shutil.rmtree(ck)
+            shutil.copytree(older, ck)
+            needles = ["manifest", "step 9", "step 10"]
+        else:  # the same step of another run (other seed: other weights)
+            _, other = trained(h, "other", **{"run.seed": "4"})
+            shutil.copy(U.unit_files(U.ckpt(other, LAST))[0], ck)
+            needles = ["units-stage0.bin", "not the file"]
+        all_refuse(h, cfg, run_dir, ck, needles, ("auto", "path", "eval", "export"))
+    t.__name__ = "test_swapped_" + what
+    return t
 
 
 # ------------------------------------------- a config that does not match it
@@ -418,29 +518,81 @@ def test_resume_explicit_older_checkpoint(h):
 
 
 def test_checkpoint_files_are_recfiles(h):
-    """Every checkpoint file has its magic, version 1 and a valid CRC, and
-    the manifest records what checkpoint.h promises."""
+    """Every checkpoint file has its magic, version 2 and a valid CRC, and
+    the manifest records what checkpoint.h promises, binding every file."""
     _, run_dir = trained(h)
     ck = U.ckpt(run_dir, LAST)
     magic, version, recs = U.read_recfile(os.path.join(ck, "manifest"))
-    check(magic == b"PTCKMAN1" and version == 1, "manifest magic %r version %d", magic, version)
-    rec = dict(recs)
-    for tag in ("state", "arch", "units", "config"):
-        check(tag in rec, "manifest lacks the %s record", tag)
-    state = rec["state"].decode()
-    for kv in ("step=%d" % LAST, "epoch=2", "epoch_step=0", "batch=8", "seed=3"):
-        check(kv in state.splitlines(), "state record lacks %s:\n%s", kv, state)
+    check(magic == b"PTCKMAN1" and version == 2, "manifest magic %r version %d", magic, version)
+    m = read_manifest(ck)
+    for key, want in (("step", LAST), ("epoch", 2), ("epoch_step", 0), ("batch", 8), ("seed", 3)):
+        check(m.get(key) == want, "manifest %s = %r, expected %r", key, m.get(key), want)
+    check(len(m["checkpoint"]) == 32, "checkpoint id %r", m["checkpoint"])
+    for key in ("arch", "units", "files", "freeze", "lr", "config"):
+        check(key in m, "manifest lacks %s", key)
     for unit in U.unit_files(ck):
+        name = os.path.basename(unit)
+        data = U.read_bytes(unit)
+        check(m["files"][name] == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+              "manifest's entry for %s: %r", name, m["files"].get(name))
         magic, version, urecs = U.read_recfile(unit)
-        check(magic == b"PTUNITS1" and version == 1, "%s: magic %r version %d", unit, magic,
+        check(magic == b"PTUNITS1" and version == 2, "%s: magic %r version %d", unit, magic,
               version)
+        own = json.loads(dict(urecs)["checkpoint"])
+        check(own == {"checkpoint": m["checkpoint"], "step": LAST, "file": name},
+              "%s names %r", name, own)
         tags = [t for t, _ in urecs]
-        for name in ("embed", "blocks.0.attn", "blocks.1.mlp", "head"):
+        for unit_name in ("embed", "blocks.0.attn", "blocks.1.mlp", "head"):
             for part in ("param", "m", "v"):
-                check("%s.%s" % (name, part) in tags, "%s lacks %s.%s", unit, name, part)
+                check("%s.%s" % (unit_name, part) in tags, "%s lacks %s.%s", unit, unit_name, part)
     # no temporary files left behind
     for name in os.listdir(ck):
         check(name == "manifest" or name.endswith(".bin"), "stray file %s in %s", name, ck)
+
+
+def test_leftovers_of_a_crashed_save_are_removed(h):
+    """Temporary files a killed save left (with any pid, this one included)
+    block nothing and are removed when the next job takes the run directory;
+    an incomplete step directory goes at the next save."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy", **{"train.epochs": "3"})
+    ck = U.ckpt(run_dir, LAST)
+    junk = [os.path.join(ck, "units-stage0.bin.tmp.1"),
+            os.path.join(ck, "manifest.tmp.1.0123456789abcdef")]
+    incomplete = os.path.join(run_dir, "checkpoints", "step_0000000012")
+    os.mkdir(incomplete)
+    junk.append(os.path.join(incomplete, "units-stage0.bin.tmp.1"))
+    for j in junk:
+        U.write(j, "partial")
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    check("resumed at step %d" % LAST in r.err, "did not resume\n%s", r.describe())
+    for j in junk:
+        check(not os.path.exists(j), "leftover %s still there", j)
+    check(U.checkpoints(run_dir)[-1] == "step_0000000015", "%s", U.checkpoints(run_dir))
+
+
+def test_two_jobs_in_one_run_dir(h):
+    """A second job in a run directory that a live job holds is refused
+    (with or without train.resume), and leaves the first job's files alone."""
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", keys(h, run_dir, **{"train.epochs": "400"}))
+    first = subprocess.Popen([h.binary, "train", cfg], cwd=h.dir, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(run_dir, "lock")) or not U.checkpoints(run_dir):
+            check(time.time() < deadline and first.poll() is None, "the first job did not start")
+            time.sleep(0.05)
+        for extra in ([], ["--set", "train.resume=auto"]):
+            r = h.run(["train", cfg] + extra).expect(2)
+            line = r.one_error(run_dir, "in use by another pipetrain job", "pid %d" % first.pid)
+            check("train.resume" not in line, "the refusal suggests resuming: %s", line)
+        check(first.poll() is None, "the first job stopped")
+    finally:
+        first.kill()
+        first.wait()
+    # the kernel dropped the dead job's lock: the next job may resume
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=12"]).expect(0)
 
 
 def tests():
@@ -454,6 +606,8 @@ def tests():
         t = crafted_case(craft, needles, modes or ("auto", "path", "eval", "export"))
         t.__name__ = "test_crafted_" + name
         out.append(t)
+    for what in ("units", "units_rebound", "manifest", "whole_directory", "other_run"):
+        out.append(swap_case(what))
     for name, (changes, needles, modes) in MISMATCH.items():
         t = mismatch_case(changes, needles, modes)
         t.__name__ = "test_" + name
@@ -467,7 +621,8 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
-        test_checkpoint_files_are_recfiles,
+        test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
+        test_two_jobs_in_one_run_dir,
     ]
 
 

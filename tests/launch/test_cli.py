@@ -19,6 +19,7 @@ and the demo configs.
 usage: test_cli.py PIPETRAIN_BINARY
 """
 import math
+import json
 import os
 import re
 import sys
@@ -96,7 +97,7 @@ def test_keys_match_checkpoint_config(h):
     cfg = U.write_config(h, "c.yaml", U.tiny("vit", run_dir, **{"train.max_steps": "1"}))
     h.run(["train", cfg]).expect(0)
     _, _, recs = U.read_recfile(os.path.join(U.ckpt(run_dir, 1), "manifest"))
-    text = dict(recs)["config"].decode()
+    text = json.loads(dict(recs)["manifest"])["config"]
     stored, section = [], None
     for line in text.splitlines():
         if line and not line.startswith(" "):

@@ -1,0 +1,222 @@
+/*
+ * rundir.c: the run directory a training job owns: its lock, the listing of
+ * its checkpoint directories (the newest, pruning) and the removal of what
+ * crashed jobs left there.
+ *
+ * Removing leftovers is safe only when no writer is running: a temporary file
+ * may be a live save of another rank. So it happens in two places only:
+ * when the lock is taken (no rank of this job writes yet, and the lock keeps
+ * other jobs out: temporary files), and when stage 0 prepares or prunes step
+ * directories other than the one being written (incomplete directories).
+ */
+#include "launch/checkpoint.h"
+
+#include "formats/formats.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+char *pt_path_join(char *out, const char *dir, const char *name)
+{
+    int len = snprintf(out, PT_CKPT_PATH, "%s/%s", dir, name);
+    if (len < 0 || len >= PT_CKPT_PATH)
+        out[0] = '\0';
+    return out;
+}
+
+void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n)
+{
+    int len = snprintf(out, n, "%s/checkpoints/step_%010" PRId64, run_dir, step);
+    if (len < 0 || (size_t)len >= n)
+        out[0] = '\0';
+}
+
+int pt_checkpoint_dir_step(const char *name, int64_t *step)
+{
+    char *end;
+    if (strncmp(name, "step_", 5) != 0 || name[5] < '0' || name[5] > '9')
+        return 0;
+    errno = 0;
+    long long v = strtoll(name + 5, &end, 10);
+    if (errno || end == name + 5 || *end || v < 0)
+        return 0;
+    *step = v;
+    return 1;
+}
+
+static int has_manifest(const char *dir)
+{
+    char path[PT_CKPT_PATH];
+    struct stat st;
+    pt_path_join(path, dir, "manifest");
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Removes the files of dir; only_temporary: just the temporary ones. Then
+ * the directory itself, unless only_temporary. */
+static void remove_files(const char *dir, int only_temporary)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[PT_CKPT_PATH];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            (!only_temporary || pt_is_temporary_name(e->d_name)) && *pt_path_join(path, dir, e->d_name))
+            unlink(path);
+    closedir(d);
+    if (!only_temporary)
+        rmdir(dir);
+}
+
+int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
+{
+    char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
+    int64_t best = -1;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int64_t step;
+            if (!pt_checkpoint_dir_step(e->d_name, &step) || step <= best)
+                continue;
+            if (has_manifest(pt_path_join(path, root, e->d_name)))
+                best = step;
+        }
+        closedir(d);
+    }
+    if (best < 0)
+        return pt_fail(err, PT_EINPUT, "no checkpoint in '%s'", root);
+    pt_step_dir(run_dir, best, out, n);
+    return 0;
+}
+
+int pt_rundir_prepare_step(const char *dir, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    if (unlink(pt_path_join(path, dir, "manifest")) == 0)
+        pt_fsync_dir(dir, NULL);
+    remove_files(dir, 0);
+    return pt_mkdir_p(dir, 0755, err);
+}
+
+void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
+{
+    char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
+    if (!d)
+        return;
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step;
+        if (!pt_checkpoint_dir_step(e->d_name, &step))
+            continue;
+        pt_path_join(path, root, e->d_name);
+        if (!has_manifest(path)) {
+            if (step != current)
+                remove_files(path, 0);
+            continue;
+        }
+        if (n == cap) {
+            size_t grown = cap ? 2 * cap : 64;
+            int64_t *more = realloc(steps, grown * sizeof *steps);
+            if (!more)
+                break; /* keeping too much is the safe failure */
+            steps = more;
+            cap = grown;
+        }
+        steps[n++] = step;
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++) {
+        size_t newer = 0;
+        for (size_t j = 0; j < n; j++)
+            newer += steps[j] > steps[i];
+        if (newer >= (size_t)keep && steps[i] != current) {
+            pt_step_dir(run_dir, steps[i], path, sizeof path);
+            remove_files(path, 0);
+        }
+    }
+    free(steps);
+}
+
+/* What crashed jobs left that is certainly garbage: temporary files in the
+ * step directories. A step directory without a manifest stays until the next
+ * save prunes it: the user may be pointing at it (and gets told it is not a
+ * checkpoint), and removing it early gains nothing. */
+static void remove_leftovers(const char *run_dir)
+{
+    char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t step;
+        if (!pt_checkpoint_dir_step(e->d_name, &step))
+            continue;
+        pt_path_join(path, root, e->d_name);
+        remove_files(path, 1);
+    }
+    closedir(d);
+}
+
+int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
+{
+    lock->fd = -1;
+    char path[PT_CKPT_PATH];
+    int rc = pt_mkdir_p(run_dir, 0755, err);
+    if (rc)
+        return rc;
+    int fd = open(pt_path_join(path, run_dir, "lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pt_fail(err, PT_ESYS, "cannot open the lock file '%s': %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[256] = "";
+        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return pt_fail(err, PT_EINPUT, "run.dir '%s' is in use by another pipetrain job (%s); "
+                           "wait for it to end or choose another run.dir",
+                           run_dir, *holder ? holder : "it holds the lock file");
+        return pt_fail(err, PT_ESYS, "cannot lock '%s': %s", path, strerror(e));
+    }
+    /* who holds it, for the message a second job prints */
+    char host[256] = "?", text[512];
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tm;
+    char when[64] = "?";
+    if (localtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(text, sizeof text, "pid %ld on %s since %s\n", (long)getpid(), host, when);
+    if (ftruncate(fd, 0) == 0 && len > 0) {
+        ssize_t ignored = pwrite(fd, text, (size_t)len, 0);
+        (void)ignored;
+    }
+    lock->fd = fd;
+    remove_leftovers(run_dir);
+    return 0;
+}
+
+void pt_rundir_lock_release(pt_rundir_lock *lock)
+{
+    if (lock->fd >= 0)
+        close(lock->fd); /* closing drops the flock */
+    lock->fd = -1;
+}
