@@ -294,9 +294,10 @@ double pt_clip_coef(double total_norm, double max_norm);
 
 typedef enum { PT_LR_CONSTANT, PT_LR_COSINE, PT_LR_LINEAR } pt_lr_kind;
 
-/* Learning rate for update number step (0-based): linear warm-up from
- * base/warmup to base over `warmup` steps, then constant, cosine or linear
- * decay from base to min_lr at step `total`, min_lr after. */
+/* Learning rate for update number step (0-based), as torch's SequentialLR of
+ * LinearLR warm-up over `warmup` steps (from base/warmup towards base) and
+ * then constant, CosineAnnealingLR or LinearLR decay over the remaining
+ * total - warmup steps, reaching min_lr at step `total` (see optim.c). */
 typedef struct pt_lr_schedule {
     pt_lr_kind kind;
     double base, min_lr;

@@ -16,16 +16,28 @@ double pt_clip_coef(double total_norm, double max_norm)
     return coef < 1.0 ? coef : 1.0;
 }
 
+/* The convention is torch.optim.lr_scheduler's, as a PyTorch user builds it:
+ *   warm-up  LinearLR(start_factor=1/w, end_factor=1, total_iters=w)
+ *   then     ConstantLR(factor=1) | CosineAnnealingLR(T_max=n-w, eta_min=min_lr)
+ *            | LinearLR(start_factor=1, end_factor=min_lr/lr, total_iters=n-w)
+ *   chained  SequentialLR(milestones=[w]), stepped once after every update.
+ * So update s (0-based) uses lr (1/w + (1 - 1/w) s/w) during warm-up, which
+ * rises from lr/w and never reaches lr; the peak is used once, by update w,
+ * the first of the decay; the decay reaches min_lr at step n, one past the
+ * last update (as torch's schedulers do with T_max = n - w). These are the
+ * closed forms of what torch computes recursively. */
 double pt_lr_at(const pt_lr_schedule *s, int64_t step)
 {
-    if (step < s->warmup)
-        return s->base * (double)(step + 1) / (double)s->warmup;
+    if (step < s->warmup) {
+        const double w = (double)s->warmup, start = 1.0 / w;
+        return s->base * (start + (1.0 - start) * (double)step / w);
+    }
     if (s->kind == PT_LR_CONSTANT)
         return s->base;
-    int64_t span = s->total - s->warmup;
-    double progress = span > 0 ? (double)(step - s->warmup) / (double)span : 1.0;
-    if (progress >= 1.0)
+    const int64_t span = s->total - s->warmup, t = step - s->warmup;
+    if (span <= 0 || t >= span)
         return s->min_lr;
+    const double progress = (double)t / (double)span;
     if (s->kind == PT_LR_COSINE)
         return s->min_lr + 0.5 * (s->base - s->min_lr) * (1.0 + cos(M_PI * progress));
     return s->base + (s->min_lr - s->base) * progress;

@@ -128,16 +128,21 @@ def decays(name, param):
     return name.endswith(".weight") and param.dim() == 2 and not name.startswith("embed.pos")
 
 
-def lr_at(step, base, min_lr, warmup, total, kind):
-    """pipetrain's schedule (nn/optim.c): step counts updates from 0"""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    if kind == "constant":
-        return base
+def lr_scheduler(opt, min_lr, warmup, total, kind):
+    """pipetrain's learning-rate schedule (nn/optim.c) as a PyTorch user
+    builds it from torch.optim.lr_scheduler: stepped once after every
+    optimizer step. The base rate is the optimizer's lr."""
+    S = torch.optim.lr_scheduler
+    base = opt.param_groups[0]["lr"]
     span = total - warmup
-    progress = (step - warmup) / span if span > 0 else 1.0
-    if progress >= 1.0:
-        return min_lr
-    if kind == "cosine":
-        return min_lr + 0.5 * (base - min_lr) * (1 + math.cos(math.pi * progress))
-    return base + (min_lr - base) * progress
+    if kind == "constant":
+        decay = S.ConstantLR(opt, factor=1.0, total_iters=0)
+    elif kind == "cosine":
+        decay = S.CosineAnnealingLR(opt, T_max=max(span, 1), eta_min=min_lr)
+    else:
+        decay = S.LinearLR(opt, start_factor=1.0, end_factor=min_lr / base,
+                           total_iters=max(span, 1))
+    if warmup == 0:
+        return decay
+    warm = S.LinearLR(opt, start_factor=1.0 / warmup, end_factor=1.0, total_iters=warmup)
+    return S.SequentialLR(opt, [warm, decay], milestones=[warmup])

@@ -81,15 +81,15 @@ def torch_train(model, batches, loss_fn):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["wd"]},
                              {"params": other, "weight_decay": 0.0}],
                             lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
+    sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
     losses = []
     for step, (x, y) in enumerate(batches):
         loss = loss_fn(model(x), y)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), HP["clip"])
-        for g in opt.param_groups:
-            g["lr"] = M.lr_at(step, HP["lr"], HP["min_lr"], HP["warmup"], STEPS, "cosine")
         opt.step()
+        sched.step()
         losses.append(loss.item())
     return losses
 
