@@ -139,6 +139,8 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
     rc = text ? pt_recwriter_add(w, "checkpoint", text, strlen(text), err)
               : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
     free(text);
+    if (rc == 0)
+        rc = pt_test_fault("checkpoint-writing", r->rank, r->step, err);
     const pt_segment *s = r->seg;
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     float *host = NULL;
@@ -241,6 +243,8 @@ int pt_checkpoint_save(pt_run *r, pt_err *err)
     if (r->stage == 0) {
         pt_unique_id(id, sizeof id);
         rc = pt_rundir_prepare_step(dir, err);
+        if (rc == 0)
+            rc = pt_test_fault("checkpoint-prepared", r->rank, r->step, err);
     }
     if ((rc = pt_agree(r->pipe, rc, err)) || (r->pipe && (rc = pt_bcast(r->pipe, id, sizeof id, 0, err))))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
@@ -260,6 +264,8 @@ int pt_checkpoint_save(pt_run *r, pt_err *err)
              : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
     if (rc == 0 && r->stage == 0) {
         rc = write_manifest(r, dir, id, all, n, err);
+        if (rc == 0)
+            rc = pt_test_fault("checkpoint-manifest", r->rank, r->step, err);
         if (rc == 0)
             pt_rundir_prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
     }

@@ -300,6 +300,9 @@ int main(int argc, char **argv)
         return usage_error("unknown command '%s'", cmd);
     if (argc < 3)
         return usage_error("%s needs a config file", cmd);
+    /* before MPI starts: mpirun forwards a stop signal as soon as it gets it */
+    if (run_cmd == cmd_train)
+        pt_train_catch_stop_signals();
     pt_err err = {0};
     pt_comm *comm;
     int rc = pt_comm_open(&comm, &argc, &argv, &err);

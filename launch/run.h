@@ -110,6 +110,10 @@ void pt_layout_print(const pt_run *r, FILE *out);
 
 /* train.c */
 int pt_train(pt_run *r, pt_err *err);
+/* From now on SIGINT, SIGTERM and SIGUSR1 ask pt_train to finish the step,
+ * save and stop (a second one exits at once). Called before the run is built,
+ * so a signal during setup is not fatal either: it stops after the first step. */
+void pt_train_catch_stop_signals(void);
 
 /* evaluate.c: loss and accuracy over the first `limit` test examples (0 = all).
  * Collective over the pipeline. with_logits (the same on every stage): keep

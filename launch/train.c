@@ -3,7 +3,8 @@
  * sampler, cut into micro-batches, forward and backward of each (gradients
  * accumulate), global-norm clipping, AdamW at the scheduled learning rate.
  * Around the steps: evaluation and checkpoints at their cadence, progress and
- * metrics, and a clean stop on SIGINT/SIGTERM (finish the step, save, exit).
+ * metrics, and a clean stop on SIGINT/SIGTERM/SIGUSR1 (finish the step, save,
+ * exit).
  *
  * State that decides the next step is only in pt_run's training fields and
  * the segment's parameters and moments, all of which checkpoints carry; that
@@ -42,7 +43,7 @@ static void on_stop_signal(int sig)
     }
 }
 
-static void install_handlers(void)
+void pt_train_catch_stop_signals(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -50,6 +51,11 @@ static void install_handlers(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* Open MPI's mpirun forwards SIGUSR1 to every rank and lets them finish;
+     * SIGTERM and SIGINT it turns into killing the job (ranks get a second
+     * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is
+     * the way to stop a job under mpirun with a checkpoint and status 130. */
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* Indexes of the step's scalars after the per-unit sums of squares. */
@@ -231,7 +237,6 @@ int pt_train(pt_run *r, pt_err *err)
     if (r->step > 0)
         pt_progress_note(&r->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
-    install_handlers();
     int rc = 0;
     int64_t saved_at = r->step, evaluated_at = -1;
     double epoch_started = pt_now();
