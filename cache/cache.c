@@ -17,11 +17,55 @@
  * Locations come from two bump counters (memory, then disk); when both are
  * exhausted a put reports no room and the sample is computed every time.
  *
- * The segment is named /pipetrain-UID-JOB, created O_EXCL with mode 0600 by
- * one rank per node and removed by it at close. A process killed before that
- * leaves it behind; pt_cache_sweep, run before every create, removes segments
- * whose creating process (pid and start time) is gone.
+ * Lifetime: who may remove a segment. The segment is /dev/shm/pipetrain-UID-JOB
+ * (JOB is pid-time of rank 0, so names are not reused), mode 0600. Every
+ * process that uses it holds a shared flock(2) on it: the creator from before
+ * the segment has a name until after it has removed it, each attached rank
+ * from attach to close. The kernel drops a process's locks however it dies,
+ * so "nobody holds the lock" means "nobody is using the segment", whatever
+ * the header says. flock, not fcntl record locks: those belong to a process,
+ * so a sweep inside a process that uses a segment would not conflict with its
+ * own lock, and closing any descriptor of the file would drop it. Descriptors
+ * are close-on-exec; a forked child that keeps one keeps the segment (in the
+ * safe direction).
+ *
+ * Creation never shows a half-made segment under its name: the creator opens
+ * an unnamed file in /dev/shm (O_TMPFILE), locks it, sizes it, writes the
+ * header (creator, geometry, disk path: all but the magic), and only then
+ * links it to its name; linkat fails if the name exists, the O_EXCL of
+ * shm_open. Then it creates the disk file (O_EXCL) and writes the magic last,
+ * which tells attaching ranks the segment is complete.
+ *
+ * pt_cache_sweep removes a segment only when all of these hold:
+ *  1. the name is pipetrain-UID-JOB with this process's uid and JOB made of
+ *     the characters segment names use (so a disk file NAME.cache kept in
+ *     /dev/shm is never taken for a segment), and it is a regular file owned
+ *     by this uid (root can open other users' files: the name is not enough);
+ *  2. flock(LOCK_EX | LOCK_NB) on it succeeds: no process uses it;
+ *  3. with that lock held, the name still names the file locked: a sweeper
+ *     that opened a dead segment and was overtaken (another sweeper removed
+ *     it, a new creator took the name) leaves the new one alone;
+ *  4. the header does not name a creator that is alive by pid and start time.
+ *     Creators of this version are covered by 2; this keeps segments of
+ *     pipetrain builds that locked nothing (version 1), and a reused pid can
+ *     only keep a segment, never remove one. A zero header names no creator,
+ *     so for it 2 alone decides, and 2 does not read the header. (A version 1
+ *     creator running beside this version is exposed only where it always
+ *     was: between its shm_open and its first header write.)
+ * While the sweeper holds the exclusive lock and the name names that file, no
+ * one else can remove or replace the name (removing takes the lock, creating
+ * finds the name taken), so the unlink removes exactly what was checked. The
+ * disk file named in the header goes first, and only if it is NAME.cache,
+ * regular and owned by this uid; the segment after it. A sweeper that dies
+ * between the two leaves a segment without its disk file, which the next sweep
+ * removes: never a disk file that no segment names. The creator's close keeps
+ * the same order, and removes the name only if it still names its segment.
+ *
+ * Attaching takes the shared lock without waiting: it fails only while a
+ * sweeper holds the exclusive one, i.e. when every user, creator included, is
+ * gone and the segment is being removed.
  */
+#define _GNU_SOURCE /* O_TMPFILE, AT_EMPTY_PATH */
 #include "cache/cache.h"
 
 #include <dirent.h>
@@ -32,12 +76,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAGIC "PTCACHE1"
-enum { VERSION = 1, ALIGN = 4096 };
+/* Where Linux keeps POSIX shared memory; the protocol above needs its files
+ * (O_TMPFILE, linkat, flock), so the segment is handled as one. */
+#define SHM_DIR "/dev/shm"
+/* Version 2: the segment is locked by its users (version 1 was not, and its
+ * sweep took any unlocked segment with a zero header for dead). A new magic,
+ * so a version 1 sweep never takes a complete version 2 segment for its own
+ * kind; before the magic, the creator's pid in the header keeps it off. */
+#define MAGIC "PTCACHE2"
+enum { VERSION = 2, ALIGN = 4096 };
 enum { ST_EMPTY = 0, ST_WRITING = 1, ST_READY = 2 };
 
 typedef struct header {
@@ -54,7 +106,9 @@ typedef struct header {
 
 struct pt_cache {
     char name[128];
-    int creator, fd, disk_fd;
+    int fd, disk_fd;
+    int linked;   /* the creator gave the segment its name: it removes the name at close */
+    int own_disk; /* the creator made the disk file: it removes it at close */
     header *h;
     _Atomic uint64_t *slot;
     char *data;
@@ -96,24 +150,33 @@ static uint64_t process_start(pid_t pid)
     return 0;
 }
 
+/* Whether the process that recorded (pid, start) may still run; when in
+ * doubt (a start time unknown then or now) it says yes, which only ever keeps
+ * a segment. */
 static int process_alive(int64_t pid, uint64_t start)
 {
     if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM))
         return 0;
-    return start == 0 || process_start((pid_t)pid) == start;
+    const uint64_t now = process_start((pid_t)pid);
+    return start == 0 || now == 0 || now == start;
 }
 
 /* ----------------------------------------------------------------- names */
+
+/* The characters segment_name leaves in a job: a name with any other (a
+ * disk file's ".cache") is not a segment. */
+static int job_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+           ch == '_';
+}
 
 static int segment_name(const char *job, char *out, size_t n, pt_err *err)
 {
     char clean[64];
     size_t k = 0;
     for (const char *p = job; *p && k + 1 < sizeof clean; p++)
-        clean[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                                    (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'
-                                ? *p
-                                : '_');
+        clean[k++] = job_char(*p) ? *p : '_';
     clean[k] = '\0';
     if (!k)
         return pt_fail(err, PT_EINTERNAL, "the cache needs a job identifier");
@@ -121,13 +184,16 @@ static int segment_name(const char *job, char *out, size_t n, pt_err *err)
     return 0;
 }
 
+static void shm_path(const char *name, char *out, size_t n) { snprintf(out, n, SHM_DIR "%s", name); }
+
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 /* -------------------------------------------------------- create / attach */
 
-static int map_segment(pt_cache *c, size_t bytes, int prot, pt_err *err)
+/* Maps the segment, whose header holds its offsets. */
+static int map_segment(pt_cache *c, size_t bytes, pt_err *err)
 {
-    void *p = mmap(NULL, bytes, prot, MAP_SHARED, c->fd, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
     if (p == MAP_FAILED)
         return pt_fail(err, PT_ESYS, "cannot map the cache segment %s: %s", c->name, strerror(errno));
     c->h = p;
@@ -137,25 +203,34 @@ static int map_segment(pt_cache *c, size_t bytes, int prot, pt_err *err)
     return 0;
 }
 
+/* Whether path names the file open as fd (not one that took its name since). */
+static int names_file(const char *path, int fd)
+{
+    struct stat a, b;
+    return fd >= 0 && fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 void pt_cache_close(pt_cache *c)
 {
     if (!c)
         return;
-    char disk[sizeof c->h->disk_path] = "";
+    char disk[sizeof c->h->disk_path] = "", path[256];
     if (c->h) {
         memcpy(disk, c->h->disk_path, sizeof disk);
         disk[sizeof disk - 1] = '\0';
         munmap(c->h, c->map_bytes);
     }
-    if (c->fd >= 0)
-        close(c->fd);
+    /* the disk file before the segment that names it, both while this
+     * process still holds the segment (see the top of this file) */
+    if (c->own_disk && names_file(disk, c->disk_fd))
+        unlink(disk);
+    shm_path(c->name, path, sizeof path);
+    if (c->linked && names_file(path, c->fd))
+        unlink(path);
     if (c->disk_fd >= 0)
         close(c->disk_fd);
-    if (c->creator) {
-        shm_unlink(c->name);
-        if (*disk)
-            unlink(disk);
-    }
+    if (c->fd >= 0)
+        close(c->fd); /* drops the lock */
     free(c);
 }
 
@@ -167,14 +242,25 @@ static pt_cache *new_cache(void)
     return c;
 }
 
+/* Gives the unnamed file open as fd the name path, or fails with EEXIST if
+ * the name is taken. Through /proc, which any user may do; without /proc,
+ * directly, which needs CAP_DAC_READ_SEARCH. */
+static int link_name(int fd, const char *path)
+{
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, self, AT_FDCWD, path, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    return errno == ENOENT ? linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) : -1;
+}
+
 int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
 {
     *out = NULL;
     if (spec->samples < 1 || spec->entry_bytes < 1)
         return pt_fail(err, PT_EINTERNAL, "cache of %lld samples of %zu bytes", (long long)spec->samples,
                        spec->entry_bytes);
-    pt_err ignored;
-    pt_cache_sweep(&ignored);
+    pt_cache_sweep(NULL);
     pt_cache *c = new_cache();
     if (!c)
         return pt_fail(err, PT_ENOMEM, "out of memory creating the cache");
@@ -188,56 +274,60 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     const uint64_t slots_offset = round_up(sizeof(header), 64);
     const uint64_t data_offset = round_up(slots_offset + 8 * (uint64_t)spec->samples, ALIGN);
     const uint64_t size = data_offset + memory_entries * spec->entry_bytes;
-
-    c->fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (c->fd < 0) {
-        rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s", c->name, strerror(errno));
+    /* everything but the magic, so that from the moment the segment has a
+     * name a sweep finds its disk file, and an older pipetrain's sweep its
+     * creator */
+    header h0 = {.version = VERSION, .uid = (uint32_t)getuid(), .samples = (uint64_t)spec->samples,
+                 .entry_bytes = spec->entry_bytes, .memory_entries = memory_entries,
+                 .disk_entries = disk_entries, .slots_offset = slots_offset, .data_offset = data_offset,
+                 .size = size, .creator_pid = getpid(), .creator_start = process_start(getpid())};
+    snprintf(h0.job, sizeof h0.job, "%s", spec->job);
+    if (disk_entries && snprintf(h0.disk_path, sizeof h0.disk_path, "%s%s.cache", spec->disk_dir, c->name) >=
+                            (int)sizeof h0.disk_path) {
         free(c);
+        return pt_fail(err, PT_EINPUT, "the disk cache directory '%s' is too long a path", spec->disk_dir);
+    }
+
+    /* unnamed and locked first, named when its header is written */
+    c->fd = open(SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (c->fd < 0) {
+        rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s (it needs " SHM_DIR
+                     " to be a tmpfs with O_TMPFILE, Linux 3.11 or later)", c->name, strerror(errno));
+        pt_cache_close(c);
         return rc;
     }
-    c->creator = 1;
-    if (fchmod(c->fd, 0600) != 0 || ftruncate(c->fd, (off_t)size) != 0) {
-        rc = pt_fail(err, PT_ESYS, "cannot size the cache segment %s to %llu bytes: %s", c->name,
+    if (flock(c->fd, LOCK_SH) != 0 || fchmod(c->fd, 0600) != 0 || ftruncate(c->fd, (off_t)size) != 0 ||
+        pwrite(c->fd, &h0, sizeof h0, 0) != (ssize_t)sizeof h0) {
+        rc = pt_fail(err, PT_ESYS, "cannot make the cache segment %s of %llu bytes: %s", c->name,
                      (unsigned long long)size, strerror(errno));
         pt_cache_close(c);
         return rc;
     }
-    /* the header fields map_segment reads, and the creator, so a sweep can
-     * remove the segment even if this process dies before finishing it */
-    header h0 = {.slots_offset = slots_offset, .data_offset = data_offset,
-                 .creator_pid = getpid(), .creator_start = process_start(getpid())};
-    if (pwrite(c->fd, &h0, sizeof h0, 0) != (ssize_t)sizeof h0 ||
-        (rc = map_segment(c, size, PROT_READ | PROT_WRITE, err))) {
-        rc = rc ? rc : pt_fail(err, PT_ESYS, "cannot write the cache header: %s", strerror(errno));
+    char path[256];
+    shm_path(c->name, path, sizeof path);
+    if ((rc = map_segment(c, size, err)) ||
+        (link_name(c->fd, path) != 0 &&
+         (rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s", c->name, strerror(errno))))) {
         pt_cache_close(c);
         return rc;
     }
+    c->linked = 1;
     header *h = c->h;
-    h->version = VERSION;
-    h->uid = (uint32_t)getuid();
-    h->samples = (uint64_t)spec->samples;
-    h->entry_bytes = spec->entry_bytes;
-    h->memory_entries = memory_entries;
-    h->disk_entries = disk_entries;
-    h->size = size;
-    h->creator_pid = getpid();
-    h->creator_start = process_start(getpid());
-    snprintf(h->job, sizeof h->job, "%s", spec->job);
-    atomic_init(&h->memory_next, 0);
-    atomic_init(&h->disk_next, 0);
     if (disk_entries) {
-        snprintf(h->disk_path, sizeof h->disk_path, "%s%s.cache", spec->disk_dir, c->name);
-        c->disk_fd = open(h->disk_path, O_CREAT | O_EXCL | O_RDWR, 0600);
+        c->disk_fd = open(h->disk_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        c->own_disk = c->disk_fd >= 0;
         if (c->disk_fd < 0 || ftruncate(c->disk_fd, (off_t)(disk_entries * spec->entry_bytes)) != 0) {
             rc = pt_fail(err, PT_ESYS, "cannot create the disk cache '%s': %s", h->disk_path,
                          strerror(errno));
-            if (c->disk_fd < 0)
-                h->disk_path[0] = '\0'; /* not ours to remove */
+            if (!c->own_disk)
+                h->disk_path[0] = '\0'; /* someone else's file: no sweep may take it for ours */
             pt_cache_close(c);
             return rc;
         }
     }
-    /* the slots are zero (empty) from ftruncate; the magic goes in last */
+    /* the slots are zero (empty) from ftruncate; the magic goes in last and
+     * tells attaching ranks the segment is complete */
+    atomic_thread_fence(memory_order_release);
     memcpy(h->magic, MAGIC, 8);
     *out = c;
     return 0;
@@ -250,24 +340,32 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     if (!c)
         return pt_fail(err, PT_ENOMEM, "out of memory attaching the cache");
     int rc = segment_name(spec->job, c->name, sizeof c->name, err);
+    char path[256];
+    shm_path(c->name, path, sizeof path);
     struct stat st;
-    if (rc == 0 && ((c->fd = shm_open(c->name, O_RDWR, 0)) < 0 || fstat(c->fd, &st) != 0))
+    if (rc == 0 && (c->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) < 0)
         rc = pt_fail(err, PT_ESYS, "cannot open the cache segment %s: %s", c->name, strerror(errno));
+    /* hold it before reading it; only a sweeper removing it (every user,
+     * creator included, is gone) holds it exclusively */
+    else if (rc == 0 && (flock(c->fd, LOCK_SH | LOCK_NB) != 0 || fstat(c->fd, &st) != 0 || st.st_nlink == 0))
+        rc = pt_fail(err, PT_ESYS, "the cache segment %s is being removed: the job that created it is gone",
+                     c->name);
     else if (rc == 0 && (size_t)st.st_size < sizeof(header))
         rc = pt_fail(err, PT_EINTERNAL, "the cache segment %s is too small", c->name);
     else if (rc == 0) {
         header h0;
         if (pread(c->fd, &h0, sizeof h0, 0) != (ssize_t)sizeof h0 || memcmp(h0.magic, MAGIC, 8) ||
-            h0.version != VERSION || h0.size != (uint64_t)st.st_size)
-            rc = pt_fail(err, PT_EINTERNAL, "%s is not a pipetrain cache of this version", c->name);
+            h0.version != VERSION || h0.size != (uint64_t)st.st_size ||
+            !memchr(h0.disk_path, '\0', sizeof h0.disk_path))
+            rc = pt_fail(err, PT_EINTERNAL, "%s is not a complete pipetrain cache of this version", c->name);
         else if (h0.samples != (uint64_t)spec->samples || h0.entry_bytes != spec->entry_bytes)
             rc = pt_fail(err, PT_EINTERNAL, "the cache segment %s holds %llu samples of %llu bytes, not %lld of %zu",
                          c->name, (unsigned long long)h0.samples, (unsigned long long)h0.entry_bytes,
                          (long long)spec->samples, spec->entry_bytes);
         else
-            rc = map_segment(c, (size_t)st.st_size, PROT_READ | PROT_WRITE, err);
+            rc = map_segment(c, (size_t)st.st_size, err);
     }
-    if (rc == 0 && c->h->disk_entries && (c->disk_fd = open(c->h->disk_path, O_RDWR)) < 0)
+    if (rc == 0 && c->h->disk_entries && (c->disk_fd = open(c->h->disk_path, O_RDWR | O_CLOEXEC)) < 0)
         rc = pt_fail(err, PT_ESYS, "cannot open the disk cache '%s': %s", c->h->disk_path, strerror(errno));
     if (rc) {
         pt_cache_close(c);
@@ -379,39 +477,67 @@ const char *pt_cache_name(const pt_cache *c) { return c->name; }
 
 /* ------------------------------------------------------------------ sweep */
 
+/* Removes the disk file a dead segment's header names, if it is that
+ * segment's (named NAME.cache, as create names it) and this user's. */
+static void remove_disk_file(header *h, const char *name, uid_t uid)
+{
+    h->disk_path[sizeof h->disk_path - 1] = '\0';
+    const size_t n = strlen(h->disk_path), k = strlen(name);
+    const char *tail = h->disk_path + n - (k + 7);
+    struct stat st;
+    if (n < k + 7 || tail[0] != '/' || strncmp(tail + 1, name, k) != 0 || strcmp(tail + 1 + k, ".cache") != 0)
+        return;
+    if (lstat(h->disk_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid)
+        unlink(h->disk_path);
+}
+
+/* Removes SHM_DIR/name (already known to carry this user's prefix) if the
+ * rules at the top of this file allow it; 1 if removed. */
+static int sweep_one(int dir, const char *name, uid_t uid)
+{
+    struct stat seen, held;
+    /* only regular files of this user are opened at all: another user's
+     * file is not ours whatever its name, and opening a FIFO can block */
+    if (fstatat(dir, name, &seen, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(seen.st_mode) || seen.st_uid != uid)
+        return 0;
+    int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    header h;
+    memset(&h, 0, sizeof h); /* a short segment reads as a zero header: no creator named */
+    int removed = 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 &&
+        fstatat(dir, name, &seen, AT_SYMLINK_NOFOLLOW) == 0 && seen.st_dev == held.st_dev &&
+        seen.st_ino == held.st_ino && held.st_uid == uid && pread(fd, &h, sizeof h, 0) >= 0 &&
+        !process_alive(h.creator_pid, h.creator_start)) {
+        remove_disk_file(&h, name, uid);
+        removed = unlinkat(dir, name, 0) == 0;
+    }
+    close(fd); /* drops the lock */
+    return removed;
+}
+
 int pt_cache_sweep(pt_err *err)
 {
+    (void)err; /* nothing to report: a segment that cannot be examined is left alone */
+    const uid_t uid = getuid();
     char prefix[64];
-    int removed = 0;
-    snprintf(prefix, sizeof prefix, "pipetrain-%u-", (unsigned)getuid());
-    DIR *d = opendir("/dev/shm"); /* where Linux keeps POSIX shared memory */
+    const size_t k = (size_t)snprintf(prefix, sizeof prefix, "pipetrain-%u-", (unsigned)uid);
+    DIR *d = opendir(SHM_DIR);
     if (!d)
         return 0;
+    int removed = 0;
     struct dirent *e;
+    /* a name comparison is all that other files cost */
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+        const char *job = e->d_name + k;
+        if (strncmp(e->d_name, prefix, k) != 0 || !*job || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
             continue;
-        char name[300];
-        snprintf(name, sizeof name, "/%s", e->d_name);
-        int fd = shm_open(name, O_RDONLY, 0);
-        if (fd < 0)
-            continue;
-        header h;
-        static const char unfinished[8] = {0};
-        int dead = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
-                   (memcmp(h.magic, MAGIC, 8) == 0 || memcmp(h.magic, unfinished, 8) == 0) &&
-                   !process_alive(h.creator_pid, h.creator_start);
-        close(fd);
-        if (!dead)
-            continue;
-        h.disk_path[sizeof h.disk_path - 1] = '\0';
-        if (shm_unlink(name) == 0) {
-            removed++;
-            if (*h.disk_path)
-                unlink(h.disk_path);
-        }
+        while (*job && job_char(*job))
+            job++;
+        if (!*job)
+            removed += sweep_one(dirfd(d), e->d_name, uid);
     }
     closedir(d);
-    (void)err;
     return removed;
 }

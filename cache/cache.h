@@ -36,12 +36,15 @@ typedef struct pt_cache_stats {
     uint64_t memory_used, disk_used;       /* entries allocated so far */
 } pt_cache_stats;
 
-/* The node's first rank creates the segment (O_EXCL, mode 0600, named after
- * the user and the job) after sweeping segments of jobs that died; the other
- * ranks of the node attach to it, after the creator is done. */
+/* The node's first rank creates the segment (mode 0600, named after the
+ * user and the job; it fails if the name is taken) after sweeping segments of
+ * jobs that died; the other ranks of the node attach to it, after the creator
+ * is done. Every process with the cache open holds a shared flock(2) on the
+ * segment until it closes or dies: that, not the segment's contents, is what
+ * tells a sweep the segment is in use (cache.c). */
 int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
 int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
-/* Detaches; the creator also removes the segment and the disk file (call it
+/* Detaches; the creator also removes the disk file and the segment (call it
  * after the other ranks of the node have closed). NULL-safe. */
 void pt_cache_close(pt_cache *c);
 
@@ -58,8 +61,14 @@ void pt_cache_stats_get(const pt_cache *c, pt_cache_stats *out);
 /* The shared-memory object's name ("/pipetrain-UID-JOB"). */
 const char *pt_cache_name(const pt_cache *c);
 
-/* Removes the segments (and disk files) of this user's pipetrain jobs whose
- * creating process is gone; returns how many were removed. */
+/* Removes the segments (and their disk files) of this user's pipetrain jobs
+ * that no live process holds; returns how many were removed. Never removes a
+ * segment in use, at any point of its creation included, nor a file that is
+ * not this user's segment. Safe to run at any time, concurrently with other
+ * sweeps and with jobs creating caches; run at every start of the program on
+ * one rank per node. Costs one name comparison per file in /dev/shm that is
+ * not one. It cannot fail (a segment it cannot examine is left alone): err
+ * may be NULL and is not written. */
 int pt_cache_sweep(pt_err *err);
 
 #endif

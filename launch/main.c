@@ -308,6 +308,8 @@ int main(int argc, char **argv)
     int rc = pt_comm_open(&comm, &argc, &argv, &err);
     if (rc)
         return report(NULL, rc, &err);
+    if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
+        pt_cache_sweep(NULL);
     cli *a = calloc(1, sizeof *a); /* large: keep it off the stack */
     rc = a ? read_config(argc, argv, a, run_cmd == cmd_eval, &err)
            : pt_fail(&err, PT_ENOMEM, "out of memory reading the config");

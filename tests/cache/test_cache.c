@@ -3,10 +3,12 @@
  * overlapping samples at once and every hit returns exactly what was stored;
  * the disk tier round-trips; full tiers make puts decline, not fail; a process
  * killed with SIGKILL while holding a segment leaves it behind and the next
- * sweep removes it (and its disk file), with /dev/shm left clean; segments
- * are mode 0600 whatever the umask; a live segment is never swept.
+ * sweep removes it (and its disk file); segments are mode 0600 whatever the
+ * umask. The sweep against live and dying processes is in test_cache_sweep.c
+ * and test_cache_sweep_steps.c.
  */
-#include "cache/cache.h"
+#define _GNU_SOURCE /* unshare, for cache_testing.h */
+#include "tests/cache/cache_testing.h"
 #include "tests/common/cunit_main.h"
 
 #include <signal.h>
@@ -15,27 +17,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define ENTRY 96 /* floats per entry */
-
-static void pattern(int64_t id, int depth, float *out)
-{
-    for (int i = 0; i < ENTRY; i++)
-        out[i] = (float)(id * 1000 + depth * 10) + (float)i * 0.001f;
-}
-
-static void job_name(char *out, size_t n, const char *what)
-{
-    snprintf(out, n, "test-%s-%d", what, (int)getpid());
-}
-
-static int shm_exists(const char *name)
-{
-    char path[300];
-    struct stat st;
-    snprintf(path, sizeof path, "/dev/shm%s", name);
-    return stat(path, &st) == 0;
-}
 
 static void round_trip_and_depths(void)
 {
@@ -186,6 +167,7 @@ static void disk_tier_and_full(void)
 
 static void sigkill_then_sweep(void)
 {
+    private_dev_shm();
     char job[64], dir[] = "/tmp/pt-cache-XXXXXX", name[128];
     job_name(job, sizeof job, "killed");
     CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
