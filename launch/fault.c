@@ -18,8 +18,12 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
     if (!spec || sscanf(spec, "%d:%lld:%15[a-z]:%31[a-z-]", &want_rank, &want_step, kind, where) < 3 ||
         want_rank != rank || want_step != step || strcmp(where, point) != 0)
         return 0;
-    if (strcmp(kind, "crash") == 0)
+    if (strcmp(kind, "crash") == 0) {
         raise(SIGKILL);
+        /* still here: PID 1 of a pid namespace ignores signals it sends
+         * itself; leaving without any cleanup is the same loss */
+        _exit(128 + SIGKILL);
+    }
     if (strcmp(kind, "hang") == 0)
         for (;;)
             pause();

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Kill-and-resume soak: a run killed at any moment and resumed with
+train.resume=auto, again and again, ends bit-identical to the run that was
+never interrupted, and leaves nothing of ours in /dev/shm.
+
+Variants (each against its own uninterrupted reference run):
+  single     one process
+  pipe2      a 2-stage pipeline under mpirun (a random rank is SIGKILLed;
+             mpirun then ends the job)
+  cache1     freezing decided every few steps with the activation cache on,
+             one process
+  cache2     the same as a 2-stage pipeline
+  pid1       one process as PID 1 of a new pid namespace (unshare -pf), where
+             the pid is the same after every restart
+Two kinds of kill:
+  - at a random moment (uniform over the expected run time), with a
+    checkpoint every 2 steps so many kills land inside a save;
+  - at each phase of a save, deterministically (PIPETRAIN_TEST_FAULT, see
+    launch/fault.h: directory prepared, unit file half written, unit files
+    written, manifest written), once plain and once as PID 1.
+And a stop signal to mpirun in the 2-stage pipeline: SIGUSR1 (every rank
+saves, mpirun exits 130) and SIGTERM (Open MPI kills the job; mpirun exits 1).
+Checked after the last resume: every step's loss that any attempt logged
+equals the reference's for that step (steps redone after a kill are logged
+twice, and both must match), the final weights are bit-identical, no
+temporary file is left in the last checkpoint, and /dev/shm holds no
+pipetrain segment.
+
+The whole test runs in a private mount namespace with its own /dev/shm (it
+re-executes itself under `unshare -m` as root), so the last check sees only
+what this test made. Without the right to do so it skips that check.
+
+usage: test_kill_resume.py PIPETRAIN MPIEXEC [--long] [--seed N] [--only VARIANT]
+  --long: many more kills per variant (a script for manual soaks)"""
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+import harness as h  # noqa: E402
+
+CONFIG = """run: {{dir: {run}, threads: 1, seed: 7}}
+model: {{kind: vit, dim: 32, layers: 2, heads: 2, patch: 7}}
+data: {{kind: synthetic_images, synthetic_examples: 192}}
+train: {{batch: 16, epochs: 3, lr: 0.003, warmup_steps: 3, eval_every: 0, eval_examples: 32,
+         checkpoint_every: 2, keep_checkpoints: 2}}
+pipeline: {{stages: {stages}, microbatches: 2}}
+"""
+FREEZE = """freeze: {policy: schedule, unit: step, start: 6, every: 6, alpha: 0.5}
+cache: {enabled: true}
+"""
+VARIANTS = {  # name: (ranks, freeze + cache, as PID 1)
+    "single": (1, False, False),
+    "pipe2": (2, False, False),
+    "cache1": (1, True, False),
+    "cache2": (2, True, False),
+    "pid1": (1, False, True),
+}
+PHASES = ("checkpoint-prepared", "checkpoint-writing", "checkpoint", "checkpoint-manifest")
+LIMIT_S = 60  # a killed job must be gone within this
+failures = []
+
+
+def expect(cond, what):
+    print("  %s: %s" % ("ok" if cond else "FAIL", what), flush=True)
+    if not cond:
+        failures.append(what)
+
+
+class Runner:
+    def __init__(self, tools, work):
+        self.tools, self.work = tools, work
+
+    def config(self, name, variant):
+        ranks, freeze, _ = VARIANTS[variant]
+        run_dir = os.path.join(self.work, name)
+        path = run_dir + ".yaml"
+        with open(path, "w") as f:
+            f.write(CONFIG.format(run=run_dir, stages=ranks) + (FREEZE if freeze else ""))
+        return path, run_dir
+
+    def command(self, variant, cfg, resume):
+        ranks, _, pid1 = VARIANTS[variant]
+        args = ["train", cfg] + (["--set", "train.resume=auto"] if resume else [])
+        cmd = self.tools.command(ranks, args)
+        if pid1:
+            cmd = ["unshare", "--pid", "--fork", "--mount-proc"] + cmd
+        return cmd
+
+    def start(self, variant, cfg, resume, fault=None):
+        env = dict(h.ENV)
+        if fault:
+            env["PIPETRAIN_TEST_FAULT"] = fault
+        return subprocess.Popen(self.command(variant, cfg, resume), cwd=h.ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)
+
+
+def children(pid):
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return []
+    return [int(x) for x in out.split()]
+
+
+def kill_one(p, variant):
+    """SIGKILL the process that trains: a random rank under mpirun, the
+    namespace's PID 1 under unshare, else the process itself."""
+    ranks, _, pid1 = VARIANTS[variant]
+    victims = [p.pid]
+    if ranks > 1 or pid1:
+        kids = children(p.pid)
+        if kids:
+            victims = [random.choice(kids)]
+    for v in victims:
+        try:
+            os.kill(v, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(p, variant):
+    """The job must end by itself within LIMIT_S once a rank is gone."""
+    try:
+        p.wait(timeout=LIMIT_S)
+        return True
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        return False
+
+
+def logged_losses(run_dir):
+    """{step: [loss, ...]} over every line any attempt wrote (a line cut by
+    a kill is skipped)."""
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("event") == "step":
+                out.setdefault(r["step"], []).append(r["loss"])
+    return out
+
+
+def check_run(runner, name, run_dir, ref):
+    ref_losses, ref_weights = ref
+    got = logged_losses(run_dir)
+    bad = [(s, v, ref_losses.get(s)) for s, vs in sorted(got.items()) for v in vs
+           if v != ref_losses.get(s)]
+    expect(sorted(got) == sorted(ref_losses),
+           "%s: every step was logged (%d of %d)" % (name, len(got), len(ref_losses)))
+    expect(not bad, "%s: every logged loss equals the uninterrupted run's%s" %
+           (name, "" if not bad else " (first: step %d %r vs %r)" % bad[0]))
+    last = h.latest_checkpoint(run_dir)
+    w = runner.tools.export(last, run_dir + ".st")
+    same = sorted(w) == sorted(ref_weights) and all(
+        w[k].tobytes() == ref_weights[k].tobytes() for k in ref_weights)
+    expect(same, "%s: final weights bit-identical" % name)
+    stray = [n for n in os.listdir(last) if ".tmp." in n]
+    expect(not stray, "%s: no temporary files in %s: %s" % (name, os.path.basename(last), stray))
+
+
+def reference(runner, variant):
+    cfg, run_dir = runner.config("ref-" + variant, variant)
+    p = runner.start(variant, cfg, False)
+    start = time.time()
+    _, err = p.communicate(timeout=600)
+    took = time.time() - start
+    if p.returncode != 0:
+        sys.exit("reference run %s failed (%d):\n%s" % (variant, p.returncode, err[-3000:]))
+    losses = {s: vs[-1] for s, vs in logged_losses(run_dir).items()}
+    weights = runner.tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+    return (losses, weights), took
+
+
+def random_kills(runner, variant, ref, took, kills):
+    """Kills at random moments until the run gets through; returns how many
+    attempts it took."""
+    cfg, run_dir = runner.config("random-%s" % variant, variant)
+    attempts, killed = 0, 0
+    while True:
+        attempts += 1
+        p = runner.start(variant, cfg, resume=attempts > 1)
+        if killed < kills:
+            # from just after start-up to the end of an uninterrupted run
+            time.sleep(random.uniform(0.05, took))
+            if p.poll() is None:
+                kill_one(p, variant)
+                killed += 1
+                if not wait_gone(p, variant):
+                    expect(False, "%s: the job did not end within %d s of a SIGKILL" %
+                           (variant, LIMIT_S))
+                continue
+        _, err = p.communicate(timeout=600)
+        if p.returncode == 0:
+            break
+        if attempts > kills + 3:
+            expect(False, "%s: resume keeps failing (exit %d):\n%s" % (variant, p.returncode,
+                                                                     err[-2000:]))
+            return attempts
+    check_run(runner, "%s, %d random kills" % (variant, killed), run_dir, ref)
+    return attempts
+
+
+def phase_kills(runner, variant, ref, step):
+    """A SIGKILL at every phase of the save of one step, each followed by a
+    resume, in one run directory."""
+    cfg, run_dir = runner.config("phases-%s" % variant, variant)
+    for i, phase in enumerate(PHASES):
+        s = step + 2 * i  # a later save each time: the run moves on between kills
+        p = runner.start(variant, cfg, resume=i > 0, fault="0:%d:crash:%s" % (s, phase))
+        _, err = p.communicate(timeout=600)
+        expect(p.returncode != 0, "%s: killed at step %d, %s (exit %d)" % (variant, s, phase,
+                                                                           p.returncode))
+        if phase == "checkpoint-writing":
+            leftovers = glob.glob(os.path.join(run_dir, "checkpoints", "*", "*.tmp.*"))
+            expect(leftovers, "%s: the kill left a temporary file behind (%d)" %
+                   (variant, len(leftovers)))
+    p = runner.start(variant, cfg, resume=True)
+    _, err = p.communicate(timeout=600)
+    expect(p.returncode == 0, "%s: resumed after the phase kills (exit %d)%s" %
+           (variant, p.returncode, "" if p.returncode == 0 else "\n" + err[-2000:]))
+    if p.returncode == 0:
+        check_run(runner, "%s, a kill at every phase of a save" % variant, run_dir, ref)
+
+
+def signal_mpirun(runner, ref, sig, want_rc):
+    """A stop signal to mpirun once training runs: with SIGUSR1 every rank
+    saves and mpirun exits 130; with SIGTERM Open MPI kills the job (exit 1).
+    Either way the job ends in time and the resumed run is exact."""
+    name = signal.Signals(sig).name
+    cfg, run_dir = runner.config("signal-" + name, "pipe2")
+    p = runner.start("pipe2", cfg, resume=False)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 60
+    while p.poll() is None and time.time() < deadline and not (
+            os.path.exists(metrics) and '"step"' in open(metrics).read()):
+        time.sleep(0.02)
+    p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+    expect(p.returncode == want_rc, "%s to mpirun: exit %s (want %d)" % (name, p.returncode, want_rc))
+    if want_rc == 130:
+        steps = max(logged_losses(run_dir))
+        last = os.path.basename(h.latest_checkpoint(run_dir))
+        expect(last == "step_%010d" % steps, "%s: saved at the last step done (%s, step %d)" %
+               (name, last, steps))
+    p = runner.start("pipe2", cfg, resume=True)
+    _, err = p.communicate(timeout=600)
+    expect(p.returncode == 0, "%s: resumed (exit %d)" % (name, p.returncode))
+    if p.returncode == 0:
+        check_run(runner, "pipe2 after %s to mpirun" % name, run_dir, ref)
+
+
+def our_segments():
+    return [n for n in os.listdir("/dev/shm") if n.startswith("pipetrain-%d-" % os.getuid())]
+
+
+def private_shm():
+    """Re-executes this test in a mount namespace with an empty /dev/shm of
+    its own, when allowed; returns True when already there."""
+    if os.environ.get("PT_SOAK_PRIVATE_SHM") == "1":
+        return True
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    script = 'mount -t tmpfs -o mode=1777 soak-shm /dev/shm && exec "$@"'
+    env = dict(os.environ, PT_SOAK_PRIVATE_SHM="1")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                        "sh", sys.executable] + sys.argv, env=env)
+    sys.exit(r.returncode)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    long_run = "--long" in sys.argv
+    seed = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else int(time.time())
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    args = [a for a in args if (not a.isdigit() or str(seed) != a) and a != only]
+    private = private_shm()
+    tools = h.Tools([sys.argv[0]] + args)
+    random.seed(seed)
+    print("seed %d (--seed %d repeats the kill times)%s" % (seed, seed, "" if private else
+          "; /dev/shm is shared with the machine, its check is skipped"), flush=True)
+    kills = 12 if long_run else 2
+    with tempfile.TemporaryDirectory(prefix="pt-soak-") as work:
+        runner = Runner(tools, work)
+        for variant in [only] if only else VARIANTS:
+            print("%s:" % variant, flush=True)
+            ref, took = reference(runner, variant)
+            random_kills(runner, variant, ref, took, kills)
+            if variant in ("single", "pid1", "cache1") or long_run:
+                phase_kills(runner, variant, ref, step=8)
+            if variant == "pipe2":
+                signal_mpirun(runner, ref, signal.SIGUSR1, 130)
+                signal_mpirun(runner, ref, signal.SIGTERM, 1)
+    if private:
+        left = our_segments()
+        expect(not left, "/dev/shm holds no pipetrain segment at the end: %s" % left)
+    if failures:
+        sys.exit("FAILED: %d checks (seed %d)" % (len(failures), seed))
+    print("kill and resume: passed")
+
+
+if __name__ == "__main__":
+    main()
