@@ -60,36 +60,58 @@ double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n);
 /* ----------------------------------------------------------------- plans */
 
 #define PT_MAX_STAGES 64
+#define PT_PLAN_ALTS 6
 
 /* Schedules as the planner sees them: only their activation footprint
  * differs (GPipe keeps all M micro-batches in flight, 1F1B K - s on stage s). */
 enum { PT_PLAN_GPIPE = 0, PT_PLAN_1F1B = 1 };
 
 typedef struct pt_plan_request {
-    int ranks;           /* ranks available to the pipeline */
-    int stages, micro;   /* fixed, or <= 0 to search */
-    int schedule;        /* PT_PLAN_GPIPE or PT_PLAN_1F1B */
+    int ranks;             /* world ranks */
+    const int *node_of;    /* [ranks] node index of every rank (NULL: one node) */
+    int stages, replicas, micro; /* fixed, or <= 0 to search */
+    int schedule;          /* PT_PLAN_GPIPE or PT_PLAN_1F1B */
     int recompute;
-    int64_t batch;       /* examples per step through the pipeline */
-    double mem_limit;    /* bytes per rank; <= 0: unlimited */
-    int cores;           /* cores of the node the pipeline runs on */
-    int threads;         /* threads each rank used while profiling; K stages that need
-                            more than `cores` threads in all share them, and run slower */
-    int frozen_units;    /* leading units that no longer train: priced forward-only and without
-                            gradient or optimizer memory */
-    int cached_units;    /* the first of them (<= frozen_units) whose output the activation
-                            cache serves: priced zero and placed in front of stage 0 */
+    int64_t batch;         /* global batch: examples per step over all replicas */
+    double mem_limit;      /* bytes per rank; <= 0: unlimited */
+    int cores;             /* cores of a node */
+    int threads;           /* threads each rank used while profiling; ranks of a node that
+                              need more than `cores` threads in all share them, and run slower */
+    int frozen_units;      /* leading units that no longer train: priced forward-only and without
+                              gradient or optimizer memory */
+    int cached_units;      /* the first of them (<= frozen_units) whose output the activation
+                              cache serves: priced zero and placed in front of stage 0 */
+    /* the gradient all-reduce between replicas: bytes/s within a node and
+     * between nodes, seconds per message; 0 bandwidth = free */
+    double bw_intra, bw_inter, latency;
+    int overlap;           /* the all-reduce overlaps the last micro-batch's backward */
 } pt_plan_request;
 
+/* A candidate the planner priced, for explaining its choice. */
+typedef struct pt_plan_candidate {
+    int stages, replicas, micro;
+    int feasible;
+    double step_time;      /* when feasible */
+    char why[160];         /* what made it lose */
+} pt_plan_candidate;
+
 typedef struct pt_plan {
-    int stages, micro, micro_batch;
+    int stages, replicas, micro, micro_batch;
     int bounds[PT_MAX_STAGES + 1];         /* stage s: units [bounds[s], bounds[s+1]) */
     double stage_time[PT_MAX_STAGES];      /* predicted compute seconds per step */
     double stage_mem[PT_MAX_STAGES];       /* predicted bytes */
-    double step_time;                      /* (M + K - 1) * bottleneck per micro-batch */
+    double stage_grad_bytes[PT_MAX_STAGES]; /* all-reduced per step (active units only) */
+    double step_time;                      /* pipeline + exposed all-reduce */
+    double compute_time;                   /* M * bottleneck micro-batch time */
+    double bubble_time;                    /* (K - 1) * bottleneck */
+    double allreduce_time;                 /* all-reduce of the largest stage, whole */
+    double exposed_time;                   /* the part of it not hidden behind compute */
     double ideal_time;                     /* total compute / K */
     double bubble;                         /* (K - 1) / (M + K - 1) */
     double imbalance;                      /* max / mean stage compute */
+    int spans_nodes;                       /* replicas on more than one node */
+    int n_alt;
+    pt_plan_candidate alt[PT_PLAN_ALTS];   /* the best runners-up, fastest first */
 } pt_plan;
 
 int pt_plan_make(pt_plan *out, const pt_plan_request *req, const pt_cost_model *cm, pt_err *err);

@@ -1,18 +1,30 @@
 /*
- * plan.c: choosing the pipeline layout. For each candidate number of stages K
- * and micro-batches M (fixed by the config or searched), price every unit at
- * the micro-batch size B / M, cut the units into K stages with the exact
- * min-max partition under the per-device memory limit, and predict the step:
- * a fill-drain pipeline takes (M + K - 1) bottleneck stage-times per step
- * (GPipe and 1F1B alike; 1F1B only needs fewer activations in flight). The
- * fastest feasible (K, M) wins; ties go to fewer stages, then fewer
- * micro-batches. Every rank runs this on the same inputs and gets the same
- * plan.
+ * plan.c: choosing the layout: K pipeline stages, D replicas of the pipeline
+ * and M micro-batches per replica and step, and which units each stage holds.
  *
- * Frozen units cost their forward only (no backward, no optimizer state). When
- * the activation cache serves their output they cost nothing: only the active
- * units are partitioned, and the frozen prefix is placed in front of stage 0,
- * which is where the cache's activations enter the pipeline.
+ * For each candidate (K, D, M) (each fixed by the config or searched), a
+ * replica gets ceil(B / D) of the global batch B and cuts it into M
+ * micro-batches; every unit is priced at that micro-batch size and the units
+ * are cut into K stages by the exact min-max partition under the per-device
+ * memory limit. The predicted step is
+ *   compute   M x bottleneck micro-batch time (the busiest stage),
+ *   bubble    (K - 1) x bottleneck (a fill-drain pipeline; GPipe and 1F1B
+ *             alike, 1F1B only holds fewer activations),
+ *   exposed   the part of the gradient all-reduce among the D replicas that
+ *             compute does not hide: stage s's all-reduce moves
+ *             2 (D-1)/D of its active units' gradients over the slowest link
+ *             it crosses (between nodes once the replicas span nodes), and
+ *             can run while the stages in front of it still compute their
+ *             last backward (s of them), and, with overlap, during its own
+ *             last backward.
+ * The fastest feasible candidate wins; a candidate must be 1% faster to be
+ * worth more stages or micro-batches, or fewer replicas. Every rank runs this
+ * on the same inputs and gets the same plan.
+ *
+ * Frozen units cost their forward only (no backward, no optimizer state, no
+ * all-reduce). When the activation cache serves their output they cost
+ * nothing: only the active units are partitioned, and the frozen prefix is
+ * placed in front of stage 0, which is where the cache's activations enter.
  */
 #include "balance/balance.h"
 
@@ -20,12 +32,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Ranks of the node with the most ranks, and of node 0 (where the first
+ * replicas go), from the request's topology. */
+static int ranks_on(const pt_plan_request *q, int node)
+{
+    if (!q->node_of)
+        return node == 0 ? q->ranks : 0;
+    int n = 0;
+    for (int r = 0; r < q->ranks; r++)
+        n += q->node_of[r] == node;
+    return n;
+}
+
+static int capacity(const pt_plan_request *q, int K)
+{
+    if (!q->node_of)
+        return q->ranks / K;
+    int d = 0;
+    for (int node = 0;; node++) {
+        int n = ranks_on(q, node);
+        if (n == 0)
+            break;
+        d += n / K;
+    }
+    return d;
+}
+
+/* Activation slots stage s holds under the request's schedule. */
+static int slots_of(const pt_plan_request *q, int K, int M, int s)
+{
+    return q->recompute ? 1 : (q->schedule == PT_PLAN_GPIPE ? M : (K - s < M ? K - s : M));
+}
+
 /* Memory of every stage for a given (K, M, b, bounds). */
 static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b,
                          const int *bounds, double *mem)
 {
     for (int s = 0; s < K; s++) {
-        int slots = q->recompute ? 1 : (q->schedule == PT_PLAN_GPIPE ? M : (K - s < M ? K - s : M));
         double fixed = 0, per_slot = 0, scratch = 0;
         for (int u = bounds[s]; u < bounds[s + 1]; u++) {
             int frozen = u < q->frozen_units;
@@ -36,41 +79,73 @@ static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int 
         }
         /* per micro-batch: input, output and the two gradients, plus stored inputs under recompute */
         double boundary = cm->boundary_bytes_per_example * b;
-        mem[s] = fixed + slots * per_slot + scratch + 4.0 * M * boundary;
+        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + 4.0 * M * boundary;
     }
 }
 
-/* Plans one (K, M); PT_EINPUT if no partition fits memory. */
-static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, pt_plan *p,
-                    pt_err *err)
+/* The gradient all-reduce of each stage: its bytes, its time, and the part
+ * left exposed; returns the step's exposed time (the worst stage's). */
+static double allreduce(const pt_cost_model *cm, const pt_plan_request *q, pt_plan *p,
+                        double bwd_bottleneck, const double *own_bwd)
+{
+    const int K = p->stages, D = p->replicas;
+    double worst = 0;
+    p->allreduce_time = 0;
+    for (int s = 0; s < K; s++) {
+        double bytes = 0;
+        for (int u = p->bounds[s]; u < p->bounds[s + 1]; u++)
+            bytes += u < q->frozen_units ? 0 : cm->unit[u].param_bytes;
+        p->stage_grad_bytes[s] = D > 1 ? bytes : 0;
+        if (D < 2 || bytes == 0)
+            continue;
+        double bw = p->spans_nodes ? q->bw_inter : q->bw_intra;
+        double t = (bw > 0 ? 2.0 * (D - 1) / D * bytes / bw : 0) + 2.0 * (D - 1) * q->latency;
+        /* stage s finishes its last backward s backward-times before stage 0 */
+        double hidden = s * bwd_bottleneck + (q->overlap ? own_bwd[s] : 0);
+        double exposed = t > hidden ? t - hidden : 0;
+        p->allreduce_time = t > p->allreduce_time ? t : p->allreduce_time;
+        worst = exposed > worst ? exposed : worst;
+    }
+    return worst;
+}
+
+/* Plans one (K, D, M); PT_EINPUT if no partition fits memory. */
+static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, int D, int M,
+                    pt_plan *p, pt_err *err)
 {
     const int n = cm->units;
     /* units [skip, n) are partitioned; a cached frozen prefix rides in front of stage 0 */
     const int skip = q->cached_units;
-    const int b = (int)((q->batch + M - 1) / M);
+    const int64_t share = (q->batch + D - 1) / D;
+    const int b = (int)((share + M - 1) / M);
     double *cost = malloc((size_t)n * sizeof *cost);
+    double *bwd = malloc((size_t)n * sizeof *bwd);
     double *fixed = malloc((size_t)(n + 1) * sizeof *fixed);
     double *slot = malloc((size_t)(n + 1) * sizeof *slot);
     int *slots = malloc((size_t)K * sizeof *slots);
     int rc = 0;
-    if (!cost || !fixed || !slot || !slots) {
+    if (!cost || !bwd || !fixed || !slot || !slots) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory planning");
         goto done;
     }
     double scratch = 0;
     fixed[0] = slot[0] = 0;
-    const double want = (double)K * (q->threads > 0 ? q->threads : 1);
+    /* ranks of node 0 that this layout keeps busy, sharing its cores */
+    const int per_node0 = ranks_on(q, 0) / K;
+    const int busy = K * (D < per_node0 ? D : per_node0);
+    const double want = (double)busy * (q->threads > 0 ? q->threads : 1);
     const double slowdown = q->cores > 0 && want > q->cores ? want / q->cores : 1.0;
     for (int u = 0; u < n; u++) {
         int frozen = u < q->frozen_units;
         cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
+        bwd[u] = frozen ? 0 : (pt_cost_time(cm, u, b, 0, 0) - pt_cost_time(cm, u, b, 1, 0)) * slowdown;
         fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
         slot[u + 1] = slot[u] + pt_cost_saved_bytes(cm, u, b);
         double w = pt_cost_scratch_bytes(cm, u, b);
         scratch = w > scratch ? w : scratch;
     }
     for (int s = 0; s < K; s++)
-        slots[s] = q->recompute ? 1 : (q->schedule == PT_PLAN_GPIPE ? M : (K - s < M ? K - s : M));
+        slots[s] = slots_of(q, K, M, s);
     double limit = q->mem_limit;
     if (limit > 0)
         limit -= scratch + 4.0 * M * cm->boundary_bytes_per_example * b;
@@ -89,24 +164,83 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     for (int s = 1; s <= K; s++)
         p->bounds[s] += skip;
     p->stages = K;
+    p->replicas = D;
     p->micro = M;
     p->micro_batch = b;
-    double total = 0;
+    p->spans_nodes = D > per_node0;
+    double total = 0, own_bwd[PT_MAX_STAGES], bwd_bottleneck = 0;
     for (int s = 0; s < K; s++) {
         p->stage_time[s] = M * pt_partition_cost(cost, p->bounds, s);
         total += p->stage_time[s];
+        own_bwd[s] = pt_partition_cost(bwd, p->bounds, s);
+        bwd_bottleneck = own_bwd[s] > bwd_bottleneck ? own_bwd[s] : bwd_bottleneck;
     }
     stage_memory(cm, q, K, M, b, p->bounds, p->stage_mem);
-    p->step_time = (M + K - 1) * bottleneck;
+    p->compute_time = M * bottleneck;
+    p->bubble_time = (K - 1) * bottleneck;
+    p->exposed_time = allreduce(cm, q, p, bwd_bottleneck, own_bwd);
+    p->step_time = p->compute_time + p->bubble_time + p->exposed_time;
     p->ideal_time = total / K;
     p->bubble = (double)(K - 1) / (M + K - 1);
     p->imbalance = total > 0 ? M * bottleneck / (total / K) : 1.0;
 done:
     free(cost);
+    free(bwd);
     free(fixed);
     free(slot);
     free(slots);
     return rc;
+}
+
+/* Keeps the PT_PLAN_ALTS best losing candidates of distinct (K, D), fastest
+ * first, infeasible ones after them. */
+static void remember(pt_plan_candidate *alt, int *n, const pt_plan_candidate *c)
+{
+    for (int i = 0; i < *n; i++)
+        if (alt[i].stages == c->stages && alt[i].replicas == c->replicas) {
+            if (alt[i].feasible && (!c->feasible || alt[i].step_time <= c->step_time))
+                return;
+            alt[i] = *c;
+            goto sort;
+        }
+    if (*n < PT_PLAN_ALTS)
+        alt[(*n)++] = *c;
+    else if (c->feasible && (!alt[*n - 1].feasible || c->step_time < alt[*n - 1].step_time))
+        alt[*n - 1] = *c;
+    else
+        return;
+sort:
+    for (int i = 1; i < *n; i++)
+        for (int j = i; j > 0; j--) {
+            const pt_plan_candidate *x = &alt[j - 1], *y = &alt[j];
+            int swap = (!x->feasible && y->feasible) ||
+                       (x->feasible && y->feasible && y->step_time < x->step_time);
+            if (!swap)
+                break;
+            pt_plan_candidate t = alt[j - 1];
+            alt[j - 1] = alt[j];
+            alt[j] = t;
+        }
+}
+
+/* Why a feasible candidate lost to the winner, in a few words. */
+static void explain(const pt_plan *won, const pt_plan *lost, char *out, size_t n)
+{
+    const double slower = lost->step_time / won->step_time;
+    const char *what = "compute";
+    double worst = lost->compute_time - won->compute_time;
+    if (lost->bubble_time - won->bubble_time > worst) {
+        worst = lost->bubble_time - won->bubble_time;
+        what = "pipeline bubble";
+    }
+    if (lost->exposed_time - won->exposed_time > worst)
+        what = "exposed all-reduce";
+    if (slower < 1.01)
+        snprintf(out, n, "within 1%% of the chosen layout, which uses fewer stages or micro-batches "
+                 "or more replicas");
+    else
+        snprintf(out, n, "%.2fx slower, mostly %s (bubble %.0f%%, all-reduce %.1f ms exposed)", slower,
+                 what, 100 * lost->bubble, 1e3 * lost->exposed_time);
 }
 
 int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm, pt_err *err)
@@ -119,45 +253,117 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
     if (q->stages > units)
         return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but the model has only %d %sunits",
                        q->stages, units, q->cached_units ? "uncached " : "");
-    if (q->stages > q->ranks)
-        return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but only %d ranks are available",
-                       q->stages, q->ranks);
-    int found = 0;
+    if (q->stages > 0 && capacity(q, q->stages) < 1)
+        return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but no node has that many ranks "
+                       "(%d on rank 0's node; a pipeline never crosses nodes)",
+                       q->stages, ranks_on(q, 0));
+    if (q->stages > 0 && q->replicas > 0 && capacity(q, q->stages) < q->replicas)
+        return pt_fail(err, PT_EINPUT, "pipeline.replicas is %d but the ranks hold at most %d "
+                       "pipelines of %d stages", q->replicas, capacity(q, q->stages), q->stages);
+    if (q->replicas > q->batch)
+        return pt_fail(err, PT_EINPUT, "pipeline.replicas is %d but a step has only %lld examples",
+                       q->replicas, (long long)q->batch);
+    int found = 0, n_alt = 0;
+    pt_plan_candidate alt[PT_PLAN_ALTS + 1];
+    pt_plan best;
     pt_err last = {0};
     for (int K = k_lo; K <= k_hi; K++) {
-        int m_lo = q->micro > 0 ? q->micro : 1;
-        int m_hi = q->micro > 0 ? q->micro : (int)(q->batch < 8 * K ? q->batch : 8 * K);
-        for (int M = m_lo; M <= m_hi; M++) {
-            pt_plan p;
-            if (M > q->batch || plan_one(cm, q, K, M, &p, &last))
-                continue;
-            /* 1% better, or it is not worth more stages or micro-batches */
-            if (!found || p.step_time < 0.99 * out->step_time) {
-                *out = p;
-                found = 1;
+        const int cap = capacity(q, K);
+        int d_hi = q->replicas > 0 ? q->replicas : cap;
+        int d_lo = q->replicas > 0 ? q->replicas : 1;
+        if (d_hi > cap || d_hi > q->batch)
+            d_hi = cap < q->batch ? cap : (int)q->batch;
+        /* more replicas first: on a tie they win, using the ranks the job was given */
+        for (int D = d_hi; D >= d_lo; D--) {
+            const int64_t share = q->batch / D; /* the smallest replica's share */
+            int m_lo = q->micro > 0 ? q->micro : 1;
+            int m_hi = q->micro > 0 ? q->micro : (int)(share < 8 * K ? share : 8 * K);
+            pt_plan_candidate c = {K, D, 0, 0, 0, ""};
+            pt_plan kd;
+            int kd_found = 0;
+            for (int M = m_lo; M <= m_hi; M++) {
+                pt_plan p;
+                if (M > share) {
+                    snprintf(c.why, sizeof c.why, "%d micro-batches do not fit a replica's %lld "
+                             "examples", M, (long long)share);
+                    continue;
+                }
+                if (plan_one(cm, q, K, D, M, &p, &last)) {
+                    if (!kd_found)
+                        snprintf(c.why, sizeof c.why, "does not fit: %.140s", last.msg);
+                    continue;
+                }
+                if (!kd_found || p.step_time < 0.99 * kd.step_time) {
+                    kd = p;
+                    kd_found = 1;
+                }
             }
+            if (kd_found && (!found || kd.step_time < 0.99 * best.step_time)) {
+                if (found) { /* the old winner becomes a runner-up */
+                    pt_plan_candidate o = {best.stages, best.replicas, best.micro, 1,
+                                           best.step_time, ""};
+                    remember(alt, &n_alt, &o);
+                }
+                best = kd;
+                found = 1;
+                continue;
+            }
+            c.micro = kd_found ? kd.micro : 0;
+            c.feasible = kd_found;
+            c.step_time = kd_found ? kd.step_time : 0;
+            remember(alt, &n_alt, &c);
         }
     }
     if (!found)
         return last.code ? pt_fail(err, last.code, "%s", last.msg)
-                         : pt_fail(err, PT_EINPUT, "no pipeline layout fits");
+                         : pt_fail(err, PT_EINPUT, "no layout fits");
+    /* explain the runners-up against the winner, once it is known */
+    best.n_alt = 0;
+    for (int i = 0; i < n_alt; i++) {
+        pt_plan_candidate c = alt[i];
+        if (c.stages == best.stages && c.replicas == best.replicas)
+            continue;
+        if (c.feasible) {
+            pt_plan p;
+            pt_err ignored;
+            if (plan_one(cm, q, c.stages, c.replicas, c.micro, &p, &ignored) == 0)
+                explain(&best, &p, c.why, sizeof c.why);
+        }
+        best.alt[best.n_alt++] = c;
+    }
+    *out = best;
     return 0;
 }
 
 void pt_plan_print(const pt_plan *p, const pt_arch *a, FILE *out)
 {
-    fprintf(out, "stages K = %d, micro-batches M = %d of up to %d examples\n", p->stages, p->micro,
-            p->micro_batch);
+    fprintf(out, "layout: K = %d stage%s x D = %d replica%s, M = %d micro-batches of up to %d "
+            "examples per replica\n", p->stages, p->stages == 1 ? "" : "s", p->replicas,
+            p->replicas == 1 ? "" : "s", p->micro, p->micro_batch);
     for (int s = 0; s < p->stages; s++) {
         pt_unit_info first, last;
         pt_unit_info_get(a, p->bounds[s], &first);
         pt_unit_info_get(a, p->bounds[s + 1] - 1, &last);
-        fprintf(out, "  stage %d: units %2d-%2d (%s .. %s)  compute %.1f ms/step  memory %.1f MiB\n",
-                s, p->bounds[s], p->bounds[s + 1] - 1, first.name, last.name, 1e3 * p->stage_time[s],
-                p->stage_mem[s] / (1 << 20));
+        fprintf(out, "  stage %d: units %2d-%2d (%s .. %s)  compute %.1f ms/step  memory %.1f MiB"
+                "  all-reduce %.2f MiB/step\n", s, p->bounds[s], p->bounds[s + 1] - 1, first.name,
+                last.name, 1e3 * p->stage_time[s], p->stage_mem[s] / (1 << 20),
+                p->stage_grad_bytes[s] / (1 << 20));
     }
-    fprintf(out, "predicted step %.1f ms (ideal %.1f ms: total compute / K)\n", 1e3 * p->step_time,
-            1e3 * p->ideal_time);
+    fprintf(out, "predicted step %.1f ms = compute %.1f + bubble %.1f + exposed all-reduce %.1f "
+            "(of %.1f)%s\n", 1e3 * p->step_time, 1e3 * p->compute_time, 1e3 * p->bubble_time,
+            1e3 * p->exposed_time, 1e3 * p->allreduce_time,
+            p->replicas > 1 ? (p->spans_nodes ? ", replicas across nodes" : ", replicas within a node")
+                            : "");
     fprintf(out, "bubble (K-1)/(M+K-1) = %.3f, imbalance max/mean stage compute = %.3f\n", p->bubble,
             p->imbalance);
+    if (p->n_alt > 0)
+        fprintf(out, "runners-up:\n");
+    for (int i = 0; i < p->n_alt; i++) {
+        const pt_plan_candidate *c = &p->alt[i];
+        if (c->feasible)
+            fprintf(out, "  K = %d x D = %d, M = %d: %.1f ms: %s\n", c->stages, c->replicas,
+                    c->micro, 1e3 * c->step_time, c->why);
+        else
+            fprintf(out, "  K = %d x D = %d: %s\n", c->stages, c->replicas, c->why);
+    }
 }

@@ -126,6 +126,7 @@ int pt_comm_local_size(const pt_comm *c) { return c->local_size; }
 int pt_comm_node(const pt_comm *c) { return c->node; }
 int pt_comm_nodes(const pt_comm *c) { return c->nodes; }
 int pt_comm_node_of(const pt_comm *c, int rank) { return c->node_of[rank]; }
+const int *pt_comm_node_map(const pt_comm *c) { return c->node_of; }
 int pt_comm_cores(const pt_comm *c) { return c->cores; }
 const char *pt_comm_host(const pt_comm *c) { return c->host; }
 pt_group *pt_comm_world(pt_comm *c) { return &c->world; }
@@ -211,6 +212,7 @@ void pt_group_free(pt_group *g)
 int pt_group_rank(const pt_group *g) { return g->rank; }
 int pt_group_size(const pt_group *g) { return g->size; }
 void pt_group_set_timeout(pt_group *g, double seconds) { g->timeout = seconds; }
+double pt_group_timeout(const pt_group *g) { return g->timeout; }
 
 int pt_group_world_rank(const pt_group *g, int rank)
 {
@@ -282,6 +284,23 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
             nanosleep(&ts, NULL);
         }
     }
+}
+
+int pt_req_test(pt_req *r, int *done, pt_err *err)
+{
+    *done = 1;
+    if (!r->active)
+        return 0;
+    MPI_Status st;
+    int flag = 0, rc = MPI_Test(req_of(r), &flag, &st);
+    if (rc != MPI_SUCCESS) {
+        r->active = 0;
+        return mpi_fail(err, rc, "MPI_Test");
+    }
+    *done = flag;
+    if (flag)
+        r->active = 0;
+    return 0;
 }
 
 void pt_req_cancel(pt_req *r)

@@ -64,6 +64,7 @@ int pt_group_size(const pt_group *g);
 int pt_group_world_rank(const pt_group *g, int rank);
 /* Seconds a wait may take before the peer counts as lost (default 600). */
 void pt_group_set_timeout(pt_group *g, double seconds);
+double pt_group_timeout(const pt_group *g);
 
 /* Non-blocking transfers of host memory. peer is a rank of the group. */
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err);
@@ -71,6 +72,9 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
 /* Waits for a transfer (no-op on an inactive request). `what` names it in
  * the timeout message ("gradient of micro-batch 3 from rank 2"). */
 int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err);
+/* Whether a transfer has completed (*done), without waiting; an inactive
+ * request is done. */
+int pt_req_test(pt_req *r, int *done, pt_err *err);
 /* Cancels and frees a pending transfer (after an error). */
 void pt_req_cancel(pt_req *r);
 
@@ -82,6 +86,39 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
  * (size * bytes). g NULL: only this rank (a copy). */
 int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err *err);
 int pt_barrier(pt_group *g, pt_err *err);
+
+/* --------------------------------------------------------- the process mesh */
+
+/* A layout's K stages x D replicas placed on the world's ranks (mesh.c):
+ * pipelines inside one node, replicas numbered node by node, the rest idle.
+ * A pure function of its inputs, so every rank computes the same mesh. */
+typedef struct pt_mesh {
+    int stages, replicas, ranks;
+    int *rank_of;    /* [replicas * stages]: world rank of (r, s) at r * stages + s */
+    int *replica_of; /* [ranks]: replica of each world rank, -1 when idle */
+    int *stage_of;   /* [ranks]: its stage, -1 when idle */
+} pt_mesh;
+
+/* Most replicas of a K-stage pipeline the ranks allow (node_of[r]: node index
+ * of world rank r, 0..nodes-1). */
+int pt_mesh_capacity(int ranks, const int *node_of, int stages);
+/* PT_EINPUT when D replicas do not fit. */
+int pt_mesh_build(pt_mesh *m, int ranks, const int *node_of, int stages, int replicas, pt_err *err);
+void pt_mesh_free(pt_mesh *m);
+int pt_mesh_rank(const pt_mesh *m, int replica, int stage);
+
+/* This rank's groups in a mesh (NULL where it has none): its pipeline (group
+ * rank = stage), its stage's replicas (group rank = replica) and all active
+ * ranks (group rank = replica * K + stage). */
+typedef struct pt_mesh_groups {
+    pt_group *pipe, *replicas, *active;
+} pt_mesh_groups;
+
+/* Collective over the world; waits time out after `timeout` seconds. */
+int pt_mesh_groups_build(pt_mesh_groups *g, pt_comm *c, const pt_mesh *m, double timeout, pt_err *err);
+void pt_mesh_groups_free(pt_mesh_groups *g);
+/* The world's node index of every rank ([size], owned by the comm). */
+const int *pt_comm_node_map(const pt_comm *c);
 
 /* -------------------------------------------- NCCL, on device memory */
 

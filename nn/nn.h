@@ -255,6 +255,12 @@ int pt_segment_forward_range(pt_segment *s, int slot, int from, int to, const pt
 int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const void *dy,
                         void *dx, pt_err *err);
 
+/* Called after the backward of each unit in pt_segment_backward, with the
+ * unit's model index, when set (NULL fn: none). Lets a caller start moving a
+ * unit's finished gradient while the units before it are still computed. */
+typedef void (*pt_unit_done_fn)(void *ctx, int unit);
+void pt_segment_set_backward_hook(pt_segment *s, pt_unit_done_fn fn, void *ctx);
+
 /* Logits of row r of the last forward in `slot` (segment must end with the
  * head); out gets pt_arch_out_classes() floats. */
 int pt_segment_logits(pt_segment *s, int slot, int row, float *out, pt_err *err);

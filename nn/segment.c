@@ -39,6 +39,8 @@ struct pt_segment {
     void *scratch;
     void *gbuf[2];
     double loss_scale;
+    pt_unit_done_fn done_hook;
+    void *done_ctx;
 };
 
 const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role)
@@ -416,10 +418,18 @@ int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const vo
         if ((rc = s->impl[i]->backward(&c, batch, x, g_out, g_in, err)) ||
             (s->be->ops->status && (rc = s->be->ops->status(s->be, err))))
             return pt_err_prefix(err, "backward of %s", s->info[i].name);
+        if (s->done_hook)
+            s->done_hook(s->done_ctx, s->first + i);
         cur = 1 - cur;
     }
     s->slot_n[slot] = 0;
     return 0;
+}
+
+void pt_segment_set_backward_hook(pt_segment *s, pt_unit_done_fn fn, void *ctx)
+{
+    s->done_hook = fn;
+    s->done_ctx = ctx;
 }
 
 int pt_segment_logits(pt_segment *s, int slot, int row, float *out, pt_err *err)

@@ -1,0 +1,182 @@
+/*
+ * test_plan.c: the layout planner (balance/plan.c) on synthetic cost models,
+ * so the expected choice can be worked out by hand:
+ *  - a model that fits one device gets K = 1 and D = every rank;
+ *  - one that does not gets the shortest pipeline that fits, with as many
+ *    replicas as the ranks allow, and freezing (less memory) shortens it;
+ *  - pipelines never cross nodes; replicas across a slow link make the
+ *    all-reduce costly, and with large gradients the planner prefers fewer
+ *    replicas;
+ *  - fixed K, D, M are honoured, impossible ones refused; the runners-up are
+ *    listed with a reason.
+ */
+#include "balance/balance.h"
+#include "tests/common/cunit_main.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* n identical units: forward f and backward 2f seconds per example, p
+ * parameter bytes, a bytes of saved activations per example. */
+static pt_cost_model model(int n, double f, double p, double a)
+{
+    pt_cost_model m = {0};
+    m.units = n;
+    m.batch[0] = 1;
+    m.batch[1] = 64;
+    m.boundary_bytes_per_example = 0;
+    m.unit = calloc((size_t)n, sizeof *m.unit);
+    for (int u = 0; u < n; u++) {
+        pt_unit_cost *c = &m.unit[u];
+        c->param_bytes = p;
+        c->state_bytes = 3 * p;
+        for (int k = 0; k < 2; k++) {
+            c->fwd[k] = f * m.batch[k];
+            c->bwd[k] = 2 * f * m.batch[k];
+            c->saved_bytes[k] = a * m.batch[k];
+            c->scratch_bytes[k] = 0;
+        }
+    }
+    return m;
+}
+
+static pt_plan_request request(int ranks, const int *node_of, int64_t batch, double mem)
+{
+    pt_plan_request q = {0};
+    q.ranks = ranks;
+    q.node_of = node_of;
+    q.schedule = PT_PLAN_1F1B;
+    q.batch = batch;
+    q.mem_limit = mem;
+    q.cores = 0; /* no sharing of cores */
+    q.threads = 1;
+    q.bw_intra = 1e10;
+    q.bw_inter = 1e10;
+    q.overlap = 1;
+    return q;
+}
+
+static void fits_one_device_is_data_parallel(void)
+{
+    pt_cost_model m = model(10, 1e-4, 1e3, 1e3);
+    for (int ranks = 1; ranks <= 8; ranks++) {
+        pt_plan_request q = request(ranks, NULL, 64, 0);
+        pt_plan p;
+        pt_err err;
+        CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+        CU_ASSERT_EQUAL(p.stages, 1);
+        CU_ASSERT_EQUAL(p.replicas, ranks);
+        CU_ASSERT_EQUAL(p.micro, 1); /* no pipeline: one micro-batch per replica */
+        CU_ASSERT_EQUAL(p.bounds[1], 10);
+        CU_ASSERT(ranks == 1 || p.n_alt > 0);
+    }
+    pt_cost_model_free(&m);
+}
+
+static void memory_forces_a_pipeline_and_freezing_shortens_it(void)
+{
+    /* 8 units of 1 MB parameters (+3 MB gradient and moments while they
+     * train): 32 MB in all, and 11.5 MB per device. Active, 3 units do not
+     * fit a device: K = 4. With 5 units frozen and cached (1 MB each, on
+     * stage 0 to compute cache misses) 3 active ones remain: stage 0 holds
+     * 5 + 4 MB, stage 1 8 MB, so K = 2 (K = 1 needs 17 MB). With 7 frozen:
+     * 7 + 4 MB, K = 1. The elastic test's (4, 1) -> (2, 2) -> (1, 4). */
+    pt_cost_model m = model(8, 1e-4, 1e6, 100);
+    int want_k[] = {4, 2, 1}, frozen[] = {0, 5, 7};
+    for (int i = 0; i < 3; i++) {
+        pt_plan_request q = request(4, NULL, 64, 11.5e6);
+        q.frozen_units = frozen[i];
+        q.cached_units = frozen[i];
+        pt_plan p;
+        pt_err err;
+        CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+        CU_ASSERT_EQUAL(p.stages, want_k[i]);
+        CU_ASSERT_EQUAL(p.replicas, 4 / want_k[i]);
+        for (int s = 0; s < p.stages; s++) {
+            CU_ASSERT(p.stage_mem[s] <= 11.5e6);
+            /* only active units are all-reduced: 1 MB of gradient each */
+            double active = 0;
+            for (int u = p.bounds[s]; u < p.bounds[s + 1]; u++)
+                active += u >= frozen[i] ? 1e6 : 0;
+            CU_ASSERT_DOUBLE_EQUAL(p.stage_grad_bytes[s], p.replicas > 1 ? active : 0, 1e-6);
+        }
+    }
+    /* a limit nothing fits */
+    pt_plan_request q = request(4, NULL, 64, 1e6);
+    pt_plan p;
+    pt_err err;
+    CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
+    pt_cost_model_free(&m);
+}
+
+static void nodes_and_the_inter_node_link(void)
+{
+    const int block[4] = {0, 0, 1, 1};
+    /* small gradients: replicas everywhere, K = 1 */
+    pt_cost_model small = model(8, 1e-4, 1e3, 100);
+    pt_plan_request q = request(4, block, 64, 0);
+    pt_plan p;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &small, &err), 0);
+    CU_ASSERT_EQUAL(p.stages, 1);
+    CU_ASSERT_EQUAL(p.replicas, 4);
+    CU_ASSERT(p.spans_nodes);
+    /* huge gradients over a slow link between nodes: the exposed all-reduce
+     * of 4 replicas across nodes costs more than a 2-stage pipeline's bubble */
+    pt_cost_model big = model(8, 1e-5, 1e8, 100);
+    q.bw_inter = 1e8;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &big, &err), 0);
+    CU_ASSERT(p.exposed_time >= 0);
+    const double chosen = p.step_time;
+    for (int i = 0; i < p.n_alt; i++)
+        CU_ASSERT(!p.alt[i].feasible || p.alt[i].step_time >= 0.99 * chosen);
+    /* the same with fixed K = 1 and D = 4 is slower than the choice */
+    q.stages = 1;
+    q.replicas = 4;
+    pt_plan fixed;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&fixed, &q, &big, &err), 0);
+    CU_ASSERT(fixed.step_time >= chosen);
+    CU_ASSERT(fixed.exposed_time > 0 && fixed.spans_nodes);
+    /* K = 3 cannot be placed: no node has 3 ranks */
+    q.stages = 3;
+    q.replicas = 0;
+    CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &small, &err), PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "pipeline.stages") != NULL);
+    q.stages = 2;
+    q.replicas = 3;
+    CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &small, &err), PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "pipeline.replicas") != NULL);
+    pt_cost_model_free(&small);
+    pt_cost_model_free(&big);
+}
+
+static void fixed_choices_are_honoured(void)
+{
+    pt_cost_model m = model(12, 1e-4, 1e4, 1e3);
+    for (int K = 1; K <= 4; K++)
+        for (int D = 1; D * K <= 4; D++)
+            for (int M = 1; M <= 4; M++) {
+                pt_plan_request q = request(4, NULL, 48, 0);
+                q.stages = K;
+                q.replicas = D;
+                q.micro = M;
+                pt_plan p;
+                pt_err err;
+                CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+                CU_ASSERT(p.stages == K && p.replicas == D && p.micro == M);
+                CU_ASSERT_EQUAL(p.micro_batch, (48 / D + M - 1) / M);
+                CU_ASSERT(fabs(p.step_time - (p.compute_time + p.bubble_time + p.exposed_time)) < 1e-12);
+                CU_ASSERT_EQUAL(p.bounds[0], 0);
+                CU_ASSERT_EQUAL(p.bounds[K], 12);
+            }
+    pt_cost_model_free(&m);
+}
+
+static const pt_test tests[] = {
+    {"fits_one_device_is_data_parallel", fits_one_device_is_data_parallel},
+    {"memory_forces_a_pipeline_and_freezing_shortens_it", memory_forces_a_pipeline_and_freezing_shortens_it},
+    {"nodes_and_the_inter_node_link", nodes_and_the_inter_node_link},
+    {"fixed_choices_are_honoured", fixed_choices_are_honoured},
+    {NULL, NULL}};
+static const pt_test_suite suites[] = {{"layout planner", tests}, {NULL, NULL}};
