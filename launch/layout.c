@@ -112,6 +112,7 @@ static int make_plan(pt_run *r, int candidates, pt_err *err)
     pt_plan_request q = {
         .ranks = candidates,
         .stages = K,
+        .replicas = 1,
         .micro = M,
         .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
         .recompute = c->pipeline.recompute,
@@ -146,6 +147,7 @@ static int replan(pt_run *r, pt_err *err)
     pt_plan_request q = {
         .ranks = r->plan.stages,
         .stages = r->plan.stages,
+        .replicas = 1,
         .micro = r->plan.micro,
         .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
         .recompute = c->pipeline.recompute,
@@ -208,7 +210,8 @@ static int build_stage(pt_run *r, pt_segment *old_seg, const int *old_bounds, pt
     if (prefix && (rc = pt_prefix_create(&r->prefix, r, slots - 1, C > 0 ? r->cache : NULL, err)))
         return rc;
     pt_stage_spec xs = {&r->sched, r->stage, r->pipe, r->seg, r->max_micro, c->pipeline.recompute,
-                        prefix ? pt_prefix_input : NULL, r->prefix, prefix ? r->source_units : 0};
+                        prefix ? pt_prefix_input : NULL, r->prefix, prefix ? r->source_units : 0,
+                        {NULL, NULL, NULL}, 0};
     return pt_stage_exec_create(&r->exec, &xs, err);
 }
 

@@ -48,6 +48,10 @@ struct pt_stage_exec {
     int64_t steps;
     char where[256];
     pt_exec_times times;
+    pt_stage_hooks hooks;
+    int replica;
+    int last_bwd;               /* index of the step's last backward in the action list */
+    int in_last_bwd;            /* that backward is running: unit gradients become final */
 };
 
 static double wall_s(void)
@@ -196,9 +200,25 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
         pt_stage_exec_destroy(x);
         return pt_fail(err, PT_ENOMEM, "out of memory for the transfer buffers of a pipeline stage");
     }
-    snprintf(x->where, sizeof x->where, "stage %d, before the first step", x->stage);
+    x->hooks = spec->hooks;
+    x->replica = spec->replica;
+    x->last_bwd = -1;
+    const pt_action *list = s->act[x->stage];
+    for (int i = 0; i < s->len[x->stage]; i++)
+        if (list[i].kind == PT_A_BWD)
+            x->last_bwd = i;
+    snprintf(x->where, sizeof x->where, "replica %d, stage %d, before the first step", x->replica,
+             x->stage);
     *out = x;
     return 0;
+}
+
+/* The segment's backward hook: only the last backward makes gradients final. */
+static void unit_backward_done(void *ctx, int unit)
+{
+    pt_stage_exec *x = ctx;
+    if (x->in_last_bwd && x->hooks.unit_done)
+        x->hooks.unit_done(x->hooks.ctx, unit);
 }
 
 const char *pt_stage_exec_where(const pt_stage_exec *x) { return x->where; }
@@ -212,8 +232,9 @@ static void describe(pt_stage_exec *x, int i, int len, pt_action a)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage - 1), peer = buf;
     else if (a.kind == PT_A_SEND_ACT || a.kind == PT_A_RECV_GRAD)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage + 1), peer = buf;
-    snprintf(x->where, sizeof x->where, "step %lld, stage %d, action %d of %d: %s of micro-batch %d%s",
-             (long long)x->steps, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
+    snprintf(x->where, sizeof x->where,
+             "step %lld, replica %d, stage %d, action %d of %d: %s of micro-batch %d%s",
+             (long long)x->steps, x->replica, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
 }
 
 static size_t act_bytes(const pt_stage_exec *x, int n)
@@ -312,8 +333,9 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
 {
     int rc = 0;
     for (int m = 0; m < x->M && rc == 0; m++) {
-        snprintf(x->where, sizeof x->where, "step %lld, stage %d: completing the sends of micro-batch %d",
-                 (long long)x->steps, x->stage, m);
+        snprintf(x->where, sizeof x->where,
+                 "step %lld, replica %d, stage %d: completing the sends of micro-batch %d",
+                 (long long)x->steps, x->replica, x->stage, m);
         if ((rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err)) == 0)
             rc = pt_wait(x->pipe, &x->send_grad[m], "the previous stage", err);
     }
@@ -329,24 +351,30 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
     int rc = post_receives(x, batches, err);
     const pt_action *list = x->sched->act[x->stage];
     const int len = x->sched->len[x->stage];
+    pt_segment_set_backward_hook(x->seg, x->hooks.unit_done ? unit_backward_done : NULL, x);
     for (int i = 0; i < len && rc == 0; i++) {
         describe(x, i, len, list[i]);
         const int compute = list[i].kind == PT_A_FWD || list[i].kind == PT_A_BWD;
         const double w = wall_s(), c = compute ? cpu_s() : 0;
+        x->in_last_bwd = i == x->last_bwd;
         rc = run_action(x, list[i], batches, stats, err);
+        x->in_last_bwd = 0;
         if (compute) {
             x->times.compute_wall += wall_s() - w;
             x->times.compute_cpu += cpu_s() - c;
         } else {
             x->times.comm_wall += wall_s() - w;
         }
+        if (x->hooks.progress)
+            x->hooks.progress(x->hooks.ctx);
     }
+    pt_segment_set_backward_hook(x->seg, NULL, NULL);
     if (rc == 0)
         rc = finish_sends(x, err);
     x->times.step_wall = wall_s() - t0;
     if (rc == 0)
-        snprintf(x->where, sizeof x->where, "stage %d, between steps (after step %lld)", x->stage,
-                 (long long)x->steps);
+        snprintf(x->where, sizeof x->where, "replica %d, stage %d, between steps (after step %lld)",
+                 x->replica, x->stage, (long long)x->steps);
     return rc;
 }
 
@@ -359,7 +387,8 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
     int rc = 0;
     for (int m = 0; m < n_micro && rc == 0; m++) {
         const size_t bytes = act_bytes(x, batches[m].n);
-        snprintf(x->where, sizeof x->where, "evaluation, stage %d: forward of micro-batch %d", x->stage, m);
+        snprintf(x->where, sizeof x->where, "evaluation, replica %d, stage %d: forward of micro-batch %d",
+                 x->replica, x->stage, m);
         if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->staged ? x->h_x_in[m] : x->x_in[m], bytes,
                                            x->stage - 1, m, &x->recv_act[m], err)) == 0 &&
             (rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err)) == 0 && x->staged)

@@ -67,6 +67,16 @@ const char *pt_action_name(pt_action_kind k);
 typedef int (*pt_stage_input_fn)(void *ctx, int mb, const pt_batch *batch, int training, void *x,
                                  pt_err *err);
 
+/* Optional callbacks into the layer above the executor (the gradient
+ * all-reduce): unit_done(ctx, unit) after each unit's backward in the step's
+ * last backward, when that unit's gradient for the step is final; progress
+ * between actions, to let transfers in flight advance. */
+typedef struct pt_stage_hooks {
+    void (*unit_done)(void *ctx, int unit);
+    void (*progress)(void *ctx);
+    void *ctx;
+} pt_stage_hooks;
+
 typedef struct pt_stage_spec {
     const pt_schedule *sched;
     int stage;
@@ -78,6 +88,8 @@ typedef struct pt_stage_spec {
     void *input_ctx;
     int input_unit;          /* the segment unit the source's activation enters (units before it
                                 must be frozen) */
+    pt_stage_hooks hooks;    /* all NULL: none */
+    int replica;             /* for messages: which replica this stage belongs to */
 } pt_stage_spec;
 
 typedef struct pt_stage_exec pt_stage_exec;
