@@ -1,5 +1,6 @@
 /*
- * cpu_ops.c: the CPU backend's ops table: OpenBLAS for the matrix multiplies,
+ * cpu_ops.c: the CPU backend's ops table: our own kernel for the float32
+ * forward linear (nn/cpu_gemm.c), OpenBLAS for the other matrix multiplies,
  * OpenMP loops for the rest. This file is compiled twice, once with
  * PT_REAL_F64 undefined (float32: the training backend, `pt_cpu_ops_f32`) and
  * once with it defined (float64: the finite-difference oracle,
@@ -8,9 +9,13 @@
  *
  * Determinism: every reduction runs over fixed-size chunks whose partial sums
  * are added in chunk order, so results do not depend on the thread count or
- * on scheduling; the only thread-count dependence left is inside OpenBLAS.
+ * on scheduling; the only thread-count dependence left is inside OpenBLAS,
+ * which only the backward (and the float64 oracle) calls.
  */
 #include "nn/cpu_real.h"
+#ifndef PT_REAL_F64
+#include "nn/cpu_gemm.h"
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -97,16 +102,20 @@ static int cpu_sync(pt_backend *be, pt_err *err)
 
 /* ----------------------------------------------------------------- linear */
 
-/* Products of fewer rows than this are padded (see cpu_linear_fwd). */
-enum { LINEAR_MIN_ROWS = 32 };
-
+/* The float32 forward is our own kernel (nn/cpu_gemm.h), not sgemm: its
+ * rounding per element is fixed, so a row's output does not depend on the
+ * rows that share the call, which the activation cache relies on. OpenBLAS
+ * picks kernels, edge paths and thread splits by the number of rows, so its
+ * bits for a row change with the batch. The float64 oracle has no such duty
+ * and keeps dgemm; its y starts as add + b and the product accumulates
+ * onto it (beta = 1), the same grouping as the float32 kernel's. */
 static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *w, const void *b_,
                            int rows, int out, int in, const void *add_)
 {
     (void)be;
+#ifdef PT_REAL_F64
     real *y = y_;
     const real *b = b_, *add = add_;
-    /* y starts as add + b (one pass), then the product accumulates onto it */
     double beta = add ? 1.0 : 0.0;
     if (b || (add && add != y)) {
 #pragma omp parallel for schedule(static) PAR_IF((size_t)rows * out)
@@ -126,29 +135,10 @@ static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *
         }
         beta = 1.0;
     }
-    if (rows >= LINEAR_MIN_ROWS) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
-             out);
-        return;
-    }
-    /* Few rows: OpenBLAS takes another kernel for small products, whose
-     * rounding differs, so a row's result would depend on how many rows came
-     * with it. The activation cache relies on a row's output being the same
-     * in any batch, so small calls run padded with zero rows. */
-    real *xp = calloc((size_t)LINEAR_MIN_ROWS * ((size_t)in + out), sizeof(real));
-    if (!xp) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
-             out);
-        return;
-    }
-    real *yp = xp + (size_t)LINEAR_MIN_ROWS * in;
-    memcpy(xp, x, (size_t)rows * in * sizeof(real));
-    if (beta != 0.0)
-        memcpy(yp, y, (size_t)rows * out * sizeof(real));
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, LINEAR_MIN_ROWS, out, in, 1.0, xp, in, w, in,
-         beta, yp, out);
-    memcpy(y, yp, (size_t)rows * out * sizeof(real));
-    free(xp);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y, out);
+#else
+    pt_gemm_nt_f32(y_, x, w, b_, add_, rows, out, in);
+#endif
 }
 
 /* db[o] += sum over rows of dy[r, o]: each thread owns a range of columns and

@@ -7,8 +7,9 @@
  *
  * The demo ViT's shapes (d = 64, 17 tokens, MLP 256, 7x7 patches) and a GPT's
  * run with batches of 1 to 9 examples against one batch of 40 holding the same
- * examples at other positions. Small batches are the risk: OpenBLAS switches
- * to other kernels for products of few rows (cpu_linear_fwd pads them).
+ * examples at other positions. Small batches are the risk: a matrix
+ * multiply that picks its kernel by the number of rows (as OpenBLAS does)
+ * rounds a row differently in a small batch.
  */
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
