@@ -6,11 +6,11 @@
  * Shapes: M rows (a micro-batch's tokens: 128 x 17 = 2176 for the demo ViT's
  * batch, and 17 and 34 for one or two examples as the cache's recomputation
  * sees them) by (N, K) = (out, in) of the layers of d = 64 and d = 256
- * models and a narrow d = 32 one. Each side is timed for about --min-time
- * seconds per sample, the two alternate, and the best of --repeats samples
- * of each is kept, so a burst of load on a shared machine does not decide
- * the ratio. Both include everything a call costs (ours packs w on every
- * call, as the backend does).
+ * models and a narrow d = 32 one. Each side runs for about --min-time
+ * seconds per sample, the two alternate --repeats times, and the fastest
+ * single call of each is kept, so load from other users of a shared machine
+ * does not decide the ratio. Both include everything a call costs (ours
+ * packs w on every call, as the backend does).
  *
  * usage: gemm_speed [--threads 1,2] [--min-time 0.05] [--repeats 5]
  * prints one line per (threads, shape) and the geometric mean of the ratios.
@@ -45,17 +45,20 @@ static void run_blas(shape *s)
                 s->K, 0.0f, s->y, s->N);
 }
 
-/* seconds per call over at least min_time */
+/* The fastest single call among those made in min_time seconds. On a
+ * shared machine most calls may be slowed by other work (and with two
+ * threads, one descheduled thread stalls the other at every barrier); the
+ * fastest call is the one that ran undisturbed, for either side alike. */
 static double sample(void (*fn)(shape *), shape *s, double min_time)
 {
-    long calls = 0;
-    double t0 = now(), t;
+    double t0 = now(), best = 1e30, t = t0;
     do {
+        const double a = now();
         fn(s);
-        calls++;
         t = now();
+        best = fmin(best, t - a);
     } while (t - t0 < min_time);
-    return (t - t0) / (double)calls;
+    return best;
 }
 
 int main(int argc, char **argv)
