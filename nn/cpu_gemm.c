@@ -16,14 +16,14 @@
  *    computes an element, and which tile shape it sits in, changes no
  *    operation on it.
  *
- * Blocking: w is packed once per call into panels of NR = 2 vectors of
- * columns, k-major ([k][NR], 64-byte aligned), so the micro-kernel loads two
- * vectors per k and broadcasts one x per row from x itself (x is not
- * packed: it is read row by row with unit stride). The micro-kernel keeps
- * MR x 2 accumulators in registers (6 x 2 zmm: 12 independent chains, enough
- * to cover the fused multiply-add latency) for all of k, then writes them to
- * a small tile that the epilogue adds to init. Rows are grouped into chunks
- * sized to stay in L2 while the thread walks every panel over them.
+ * Blocking: w is packed per call (at most PACK_BYTES of it at a time) into
+ * panels of NR = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
+ * so the micro-kernel loads two vectors per k and broadcasts one x per row
+ * from x itself (x is not packed: it is read row by row with unit stride).
+ * The micro-kernel keeps MR x 2 accumulators in registers (6 x 2 zmm: 12
+ * independent chains, enough to cover the fused multiply-add latency) for
+ * all of k, then adds init and stores straight from them. Rows are grouped
+ * into chunks sized to stay in L2 while a thread walks the panels over them.
  *
  * Built for AVX-512 (zmm), AVX2 + FMA (ymm) or neither (fmaf on arrays); the
  * build machine's flags choose. tests/nn/test_gemm.c compiles this file
@@ -117,6 +117,14 @@ enum { MR = 6, NR = 2 * VL };
 /* A row chunk holds about this many bytes of x, so it stays in L2 while a
  * thread runs every panel over it. */
 #define CHUNK_BYTES (128 * 1024)
+
+/* At most this much of w is packed at once (one panel if a panel is more):
+ * the buffer lives only for the call, but w may be as large as the model
+ * allows, and the planner's memory budget does not count a copy of it. */
+#ifndef PT_GEMM_PACK_BYTES /* the test builds one variant with little, to cover groups */
+#define PT_GEMM_PACK_BYTES (8 << 20)
+#endif
+#define PACK_BYTES ((size_t)PT_GEMM_PACK_BYTES)
 
 /* ------------------------------------------------------------------ packing */
 
@@ -317,27 +325,35 @@ static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *pa
 
 /* ------------------------------------------------------------------ driver */
 
-/* One call's shape and its split into panels, row blocks and row chunks. A
- * task is (chunk, panel): every row block of the chunk against the panel. */
+/* One call's shape and its split into panels, row blocks and row chunks.
+ * Panels are packed a group at a time (all of them, unless w is large); a
+ * task is (chunk, panel of the group): every row block of the chunk
+ * against the panel. */
 typedef struct {
     float *y;
     const float *x, *w, *b, *add;
     int rows, out, in;
-    float *packed;
-    int panels, last_pw, blocks, chunk_blocks, chunks;
+    float *packed; /* the group's panels */
+    int panels, last_pw, group, blocks, chunk_blocks, chunks;
 } plan;
 
 static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : NR; }
-static float *panel_at(const plan *pl, int p) { return pl->packed + (size_t)p * NR * pl->in; }
 
-static void pack_one(const plan *pl, int p)
+/* panel p of the group that starts at panel g0 */
+static float *panel_at(const plan *pl, int g0, int p)
 {
-    pack_panel(panel_at(pl, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+    return pl->packed + (size_t)(p - g0) * NR * pl->in;
 }
 
-static void run_task(const plan *pl, long task)
+static void pack_one(const plan *pl, int g0, int p)
 {
-    const int c = (int)(task / pl->panels), p = (int)(task % pl->panels);
+    pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+}
+
+/* task t of the group [g0, g1) */
+static void run_task(const plan *pl, int g0, int g1, long t)
+{
+    const int c = (int)(t / (g1 - g0)), p = g0 + (int)(t % (g1 - g0));
     const int o0 = p * NR, cols = pl->out - o0 < NR ? pl->out - o0 : NR;
     const int end = (c + 1) * pl->chunk_blocks < pl->blocks ? (c + 1) * pl->chunk_blocks : pl->blocks;
     for (int blk = c * pl->chunk_blocks; blk < end; blk++) {
@@ -346,7 +362,7 @@ static void run_task(const plan *pl, long task)
         const dest d = {pl->y + at, pl->add ? pl->add + at : NULL, pl->b ? pl->b + o0 : NULL,
                         (size_t)pl->out, cols};
         run_tile(mr, panel_width(pl, p) / VL, pl->x + (size_t)r0 * pl->in, (size_t)pl->in,
-                 panel_at(pl, p), pl->in, &d);
+                 panel_at(pl, g0, p), pl->in, &d);
     }
 }
 
@@ -355,12 +371,15 @@ void PT_GEMM_NAME(float *y, const float *x, const float *w, const float *b, cons
 {
     if (rows <= 0 || out <= 0)
         return;
-    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0};
+    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0, 0};
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
-    const size_t bytes = ((size_t)pl.panels * NR * (size_t)pl.in * sizeof(float) + 63) / 64 * 64;
-    pl.packed = aligned_alloc(64, bytes ? bytes : 64);
+    const size_t panel_bytes = (size_t)NR * (size_t)(pl.in ? pl.in : 1) * sizeof(float);
+    pl.group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
+    pl.group = pl.group > pl.panels ? pl.panels : pl.group;
+    const size_t bytes = ((size_t)pl.group * panel_bytes + 63) / 64 * 64;
+    pl.packed = aligned_alloc(64, bytes);
     if (!pl.packed) {
         fprintf(stderr, "pipetrain: out of memory allocating %zu bytes to pack a linear layer's "
                         "weights\n", bytes);
@@ -370,31 +389,35 @@ void PT_GEMM_NAME(float *y, const float *x, const float *w, const float *b, cons
     const int per = (int)(CHUNK_BYTES / ((size_t)MR * (pl.in ? pl.in : 1) * sizeof(float)));
     pl.chunk_blocks = per < 1 ? 1 : per > pl.blocks ? pl.blocks : per;
     pl.chunks = (pl.blocks + pl.chunk_blocks - 1) / pl.chunk_blocks;
-    const long tasks = (long)pl.chunks * pl.panels;
 
     if ((double)rows * out * (pl.in ? pl.in : 1) <= PARALLEL_WORK) {
         /* not even an inactive parallel region: it costs a futex call */
-        for (int p = 0; p < pl.panels; p++)
-            pack_one(&pl, p);
-        for (long t = 0; t < tasks; t++)
-            run_task(&pl, t);
-    } else if (pl.chunks == 1) {
+        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
+            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
+            for (int p = g0; p < g1; p++)
+                pack_one(&pl, g0, p);
+            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
+                run_task(&pl, g0, g1, t);
+        }
+    } else if (pl.chunks == 1 && pl.group == pl.panels) {
         /* task p is panel p: whoever packs a panel uses it, no barrier */
 #pragma omp parallel for schedule(static)
         for (int p = 0; p < pl.panels; p++) {
-            pack_one(&pl, p);
-            run_task(&pl, p);
+            pack_one(&pl, 0, p);
+            run_task(&pl, 0, pl.panels, p);
         }
     } else {
 #pragma omp parallel
-        {
+        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
+            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
 #pragma omp for schedule(static)
-            for (int p = 0; p < pl.panels; p++)
-                pack_one(&pl, p);
-            /* the implicit barrier: every panel is packed before any is used */
+            for (int p = g0; p < g1; p++)
+                pack_one(&pl, g0, p);
+            /* implicit barriers: every panel of the group is packed before
+             * any is used, and used before the next group overwrites it */
 #pragma omp for schedule(static)
-            for (long t = 0; t < tasks; t++)
-                run_task(&pl, t);
+            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
+                run_task(&pl, g0, g1, t);
         }
     }
     free(pl.packed);
