@@ -62,7 +62,10 @@ INLINE vec v_loadu(const float *p) { return _mm512_loadu_ps(p); }
 INLINE void v_storeu(float *p, vec v) { _mm512_storeu_ps(p, v); }
 INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
 /* c + a[0] * b, rounded once; GCC folds the broadcast into the FMA's operand */
-INLINE vec v_fma_bcast(const float *a, vec b, vec c) { return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, c); }
+INLINE vec v_fma_bcast(const float *a, vec b, vec c)
+{
+    return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, c);
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 #define ISA "avx2-fma"
 enum { VL = 8 };
@@ -73,7 +76,10 @@ INLINE void v_store(float *p, vec v) { _mm256_store_ps(p, v); }
 INLINE vec v_loadu(const float *p) { return _mm256_loadu_ps(p); }
 INLINE void v_storeu(float *p, vec v) { _mm256_storeu_ps(p, v); }
 INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
-INLINE vec v_fma_bcast(const float *a, vec b, vec c) { return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c); }
+INLINE vec v_fma_bcast(const float *a, vec b, vec c)
+{
+    return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c);
+}
 #else
 #define ISA "portable"
 enum { VL = 8 };
@@ -355,7 +361,8 @@ static void run_task(const plan *pl, int g0, int g1, long t)
 {
     const int c = (int)(t / (g1 - g0)), p = g0 + (int)(t % (g1 - g0));
     const int o0 = p * NR, cols = pl->out - o0 < NR ? pl->out - o0 : NR;
-    const int end = (c + 1) * pl->chunk_blocks < pl->blocks ? (c + 1) * pl->chunk_blocks : pl->blocks;
+    const int end = (c + 1) * pl->chunk_blocks < pl->blocks ? (c + 1) * pl->chunk_blocks
+                                                            : pl->blocks;
     for (int blk = c * pl->chunk_blocks; blk < end; blk++) {
         const int r0 = blk * MR, mr = pl->rows - r0 < MR ? pl->rows - r0 : MR;
         const size_t at = (size_t)r0 * pl->out + o0;

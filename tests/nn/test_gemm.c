@@ -216,7 +216,8 @@ static void rows_independent_of_batch(void)
         const int N = NKs[s][0], K = NKs[s][1];
         float *x = rand_floats((size_t)ROWS * K, -1, 1), *w = rand_floats((size_t)N * K, -1, 1);
         float *b = rand_floats((size_t)N, -1, 1), *add = rand_floats((size_t)ROWS * N, -2, 2);
-        float *all = malloc((size_t)ROWS * N * sizeof *all), *y = malloc((size_t)ROWS * N * sizeof *y);
+        float *all = malloc((size_t)ROWS * N * sizeof *all);
+        float *y = malloc((size_t)ROWS * N * sizeof *y);
         omp_set_num_threads(1);
         pt_gemm_nt_f32(all, x, w, b, add, ROWS, N, K);
         for (int threads = 1; threads <= 3; threads++) {
@@ -244,9 +245,10 @@ static void rows_independent_of_batch(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
-static const pt_test tests[] = {{"three_builds_differ", builds_differ},
-                                {"small_shapes_exact_and_within_bound", small_shapes_exact},
-                                {"parallel_shapes_exact_1_2_3_threads", parallel_shapes_exact},
-                                {"rows_independent_of_batch_and_threads", rows_independent_of_batch},
-                                {NULL, NULL}};
+static const pt_test tests[] = {
+    {"three_builds_differ", builds_differ},
+    {"small_shapes_exact_and_within_bound", small_shapes_exact},
+    {"parallel_shapes_exact_1_2_3_threads", parallel_shapes_exact},
+    {"rows_independent_of_batch_and_threads", rows_independent_of_batch},
+    {NULL, NULL}};
 static const pt_test_suite suites[] = {{"forward linear kernel", tests}, {NULL, NULL}};
