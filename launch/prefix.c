@@ -15,9 +15,10 @@
  * The cache holds host memory; with a device backend rows pass through a
  * host copy.
  *
- * Exactness: every op's forward treats each sample independently and, for a
- * given sample, gives the same bits whatever else is in the call, so a cached
- * activation equals the one the prefix would compute now.
+ * Exactness: on the CPU backend every op's forward gives a sample the same
+ * bits whatever else is in the call and whatever the thread count, by
+ * construction (docs/ARCHITECTURE.md, "Backends and ops"), so a cached
+ * activation equals the one the prefix would compute now, in any grouping.
  */
 #include "launch/prefix.h"
 

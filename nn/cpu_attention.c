@@ -13,6 +13,11 @@
  * probs [n, H, T, T] holds the softmax probabilities for backward, zero above
  * the diagonal when causal. Each pair writes only its own rows of out and its
  * own columns of dqkv, so the result does not depend on the thread count.
+ * Nor does a pair's forward depend on the other pairs of the batch: every
+ * loop's order and every vector/scalar path is fixed by T and hd (the
+ * explicit vectors above, tails chosen by index), and the scratch that the
+ * compiler-vectorised softmax loops run over is 64-byte aligned
+ * (pt_cpu_scratch), so no path depends on where a thread's scratch sits.
  */
 #include "nn/cpu_real.h"
 

@@ -1,5 +1,6 @@
 /*
- * cpu_ops.c: the CPU backend's ops table: OpenBLAS for the matrix multiplies,
+ * cpu_ops.c: the CPU backend's ops table: our own kernel for the float32
+ * forward linear (nn/cpu_gemm.c), OpenBLAS for the other matrix multiplies,
  * OpenMP loops for the rest. This file is compiled twice, once with
  * PT_REAL_F64 undefined (float32: the training backend, `pt_cpu_ops_f32`) and
  * once with it defined (float64: the finite-difference oracle,
@@ -8,9 +9,14 @@
  *
  * Determinism: every reduction runs over fixed-size chunks whose partial sums
  * are added in chunk order, so results do not depend on the thread count or
- * on scheduling; the only thread-count dependence left is inside OpenBLAS.
+ * on scheduling; the only thread-count dependence left is inside OpenBLAS,
+ * which only the backward (and the float64 oracle) calls.
  */
 #include "nn/cpu_real.h"
+#include "nn/cpu_lanes.h"
+#ifndef PT_REAL_F64
+#include "nn/cpu_gemm.h"
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -28,10 +34,17 @@
 enum { CHUNK_ROWS = 64, CHUNK_ELEMS = 8192 };
 
 /* Scratch of a few kilobytes inside an op: if even that fails the process is
- * out of memory and no error path could do anything useful. */
+ * out of memory and no error path could do anything useful. Aligned to 64
+ * bytes so that a vectorised loop over it starts at the same offset from an
+ * alignment boundary for every thread and call: the compiler's choice of
+ * which iterations run in a scalar peel then never depends on where malloc
+ * happened to put the block (attention's softmax relies on this). */
 void *CPU_FN(pt_cpu_scratch)(size_t bytes)
 {
-    void *p = calloc(1, bytes ? bytes : 1);
+    size_t size = (bytes + 63) / 64 * 64;
+    void *p = aligned_alloc(64, size ? size : 64);
+    if (p)
+        memset(p, 0, size ? size : 64);
     if (!p) {
         fprintf(stderr, "pipetrain: out of memory allocating %zu bytes of CPU scratch\n", bytes);
         abort();
@@ -97,58 +110,33 @@ static int cpu_sync(pt_backend *be, pt_err *err)
 
 /* ----------------------------------------------------------------- linear */
 
-/* Products of fewer rows than this are padded (see cpu_linear_fwd). */
-enum { LINEAR_MIN_ROWS = 32 };
-
+/* The float32 forward is our own kernel (nn/cpu_gemm.h), not sgemm: its
+ * rounding per element is fixed, so a row's output does not depend on the
+ * rows that share the call, which the activation cache relies on. OpenBLAS
+ * picks kernels, edge paths and thread splits by the number of rows, so its
+ * bits for a row change with the batch. The float64 oracle has no such duty
+ * and keeps dgemm; its y starts as add + b and the product accumulates
+ * onto it (beta = 1), the same grouping as the float32 kernel's. */
 static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *w, const void *b_,
                            int rows, int out, int in, const void *add_)
 {
     (void)be;
+#ifdef PT_REAL_F64
     real *y = y_;
     const real *b = b_, *add = add_;
-    /* y starts as add + b (one pass), then the product accumulates onto it */
-    double beta = add ? 1.0 : 0.0;
     if (b || (add && add != y)) {
 #pragma omp parallel for schedule(static) PAR_IF((size_t)rows * out)
-        for (int r = 0; r < rows; r++) {
-            real *yr = y + (size_t)r * out;
-            const real *ar = add ? add + (size_t)r * out : NULL;
-            if (ar && b) {
-#pragma omp simd
-                for (int o = 0; o < out; o++)
-                    yr[o] = ar[o] + b[o];
-            } else {
-                const real *src = ar ? ar : b;
-#pragma omp simd
-                for (int o = 0; o < out; o++)
-                    yr[o] = src[o];
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < out; o++) {
+                const size_t i = (size_t)r * out + o;
+                y[i] = add && b ? add[i] + b[o] : add ? add[i] : b[o];
             }
-        }
-        beta = 1.0;
     }
-    if (rows >= LINEAR_MIN_ROWS) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
-             out);
-        return;
-    }
-    /* Few rows: OpenBLAS takes another kernel for small products, whose
-     * rounding differs, so a row's result would depend on how many rows came
-     * with it. The activation cache relies on a row's output being the same
-     * in any batch, so small calls run padded with zero rows. */
-    real *xp = calloc((size_t)LINEAR_MIN_ROWS * ((size_t)in + out), sizeof(real));
-    if (!xp) {
-        GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in, beta, y,
-             out);
-        return;
-    }
-    real *yp = xp + (size_t)LINEAR_MIN_ROWS * in;
-    memcpy(xp, x, (size_t)rows * in * sizeof(real));
-    if (beta != 0.0)
-        memcpy(yp, y, (size_t)rows * out * sizeof(real));
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, LINEAR_MIN_ROWS, out, in, 1.0, xp, in, w, in,
-         beta, yp, out);
-    memcpy(y, yp, (size_t)rows * out * sizeof(real));
-    free(xp);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0, x, in, w, in,
+         add || b ? 1.0 : 0.0, y, out);
+#else
+    pt_gemm_nt_f32(y_, x, w, b_, add_, rows, out, in);
+#endif
 }
 
 /* db[o] += sum over rows of dy[r, o]: each thread owns a range of columns and
@@ -190,6 +178,8 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
 
 #define LN_EPS 1e-5
 
+/* Per row: the sums in lanes_sum's fixed order and the output by explicit
+ * fused multiply-adds, so a row's bits depend on the row alone. */
 static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_, const void *x_,
                               const void *w_, const void *b_, int rows, int dim)
 {
@@ -200,19 +190,12 @@ static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_
     for (int r = 0; r < rows; r++) {
         const real *xr = x + (size_t)r * dim;
         real *yr = y + (size_t)r * dim;
-        real s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < dim; i++)
-            s += xr[i];
-        real m = s / dim;
-        real v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int i = 0; i < dim; i++)
-            v += (xr[i] - m) * (xr[i] - m);
-        real rs = (real)1 / R_SQRT(v / dim + (real)LN_EPS);
+        const real m = lanes_sum(xr, dim) / dim;
+        const real v = lanes_sumsq_dev(xr, dim, m);
+        const real rs = (real)1 / R_SQRT(v / dim + (real)LN_EPS);
 #pragma omp simd
         for (int i = 0; i < dim; i++)
-            yr[i] = (xr[i] - m) * rs * w[i] + b[i];
+            yr[i] = R_FMA((xr[i] - m) * rs, w[i], b[i]);
         mean[r] = m;
         rstd[r] = rs;
     }
@@ -283,16 +266,35 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
 
 /* ------------------------------------------------------------------- gelu */
 
+/* The one compiled copy of GELU's arithmetic (see cpu_lanes.h): noinline so
+ * that full blocks, the last partial one and every thread run the same
+ * instructions on every element. 4 vectors a call, to spread its cost. */
+enum { GELU_BLOCK = 4 * LANES };
+
+static __attribute__((noinline)) void gelu_block(real *restrict y, const real *restrict x)
+{
+    y = __builtin_assume_aligned(y, 64);
+    x = __builtin_assume_aligned(x, 64);
+#pragma omp simd
+    for (int l = 0; l < GELU_BLOCK; l++) {
+        real cdf, pdf;
+        R_GELU_PARTS(x[l], &cdf, &pdf);
+        y[l] = x[l] * cdf;
+    }
+}
+
 static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
 {
     (void)be;
     real *y = y_;
     const real *x = x_;
-#pragma omp parallel for simd schedule(static) PAR_IF(n)
-    for (size_t i = 0; i < n; i++) {
-        real cdf, pdf;
-        R_GELU_PARTS(x[i], &cdf, &pdf);
-        y[i] = x[i] * cdf;
+    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+#pragma omp parallel for schedule(static) PAR_IF(n)
+    for (size_t k = 0; k < blocks; k++) {
+        real in[GELU_BLOCK] BLOCK_ALIGNED, out[GELU_BLOCK] BLOCK_ALIGNED;
+        const int have = block_load(in, GELU_BLOCK, x, k * GELU_BLOCK, n, 0);
+        gelu_block(out, in);
+        block_store(y, k * GELU_BLOCK, out, GELU_BLOCK, have);
     }
 }
 
@@ -450,6 +452,19 @@ static void cpu_copy_rows(pt_backend *be, void *dst_, int dst_stride, const void
 
 /* ----------------------------------------------------------------- losses */
 
+/* e = exp(z - mx) on one block of LANES: the one compiled copy, as gelu_block. */
+static __attribute__((noinline)) void exp_block(real *restrict e, const real *restrict z, real mx)
+{
+    e = __builtin_assume_aligned(e, 64);
+    z = __builtin_assume_aligned(z, 64);
+#pragma omp simd
+    for (int l = 0; l < LANES; l++)
+        e[l] = R_EXP(z[l] - mx);
+}
+
+/* Per row: the max (exact in any order), the exponentials by exp_block, their
+ * sum in lanes order (lane l takes blocks' element l in turn), so a row's
+ * loss and gradient depend on the row alone. */
 static double cpu_cross_entropy(pt_backend *be, void *dlogits_, const void *logits_,
                                 const int32_t *targets, int rows, int classes, double scale,
                                 int64_t *correct)
@@ -462,6 +477,7 @@ static double cpu_cross_entropy(pt_backend *be, void *dlogits_, const void *logi
 #pragma omp parallel for schedule(static) reduction(+ : hits) PAR_IF((size_t)rows * classes)
     for (int r = 0; r < rows; r++) {
         const real *z = logits + (size_t)r * classes;
+        real *g = dlogits ? dlogits + (size_t)r * classes : NULL;
         int arg = 0;
         real mx = z[0];
         for (int c = 1; c < classes; c++)
@@ -469,19 +485,26 @@ static double cpu_cross_entropy(pt_backend *be, void *dlogits_, const void *logi
                 mx = z[c];
                 arg = c;
             }
-        real sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < classes; c++)
-            sum += R_EXP(z[c] - mx);
+        lanes_v acc = {0};
+        for (int c0 = 0; c0 < classes; c0 += LANES) {
+            real zb[LANES] BLOCK_ALIGNED, e[LANES] BLOCK_ALIGNED;
+            const int have = block_load(zb, LANES, z, (size_t)c0, (size_t)classes, mx);
+            exp_block(e, zb, mx);
+            if (g)
+                block_store(g, (size_t)c0, e, LANES, have);
+            for (int l = have; l < LANES; l++)
+                e[l] = 0;
+            acc += *(const lanes_v *)e;
+        }
+        const real sum = lanes_fold(acc);
         const int y = targets[r];
         row_loss[r] = (double)mx + log((double)sum) - (double)z[y];
         hits += arg == y;
-        if (dlogits) {
-            real *g = dlogits + (size_t)r * classes;
+        if (g) {
             const real k = (real)scale / sum;
 #pragma omp simd
             for (int c = 0; c < classes; c++)
-                g[c] = R_EXP(z[c] - mx) * k;
+                g[c] *= k;
             g[y] -= (real)scale;
         }
     }

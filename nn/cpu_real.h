@@ -20,6 +20,7 @@ typedef double real;
 #define GEMM cblas_dgemm
 #define R_EXP(x) exp(x)
 #define R_SQRT(x) sqrt(x)
+#define R_FMA(a, b, c) fma(a, b, c)
 #define R_CDF(x) pt_normal_cdf(x)
 #define R_GELU_PARTS(x, cdf, pdf) pt_gelu_parts(x, cdf, pdf)
 #define CPU_FN(name) PT_CAT(name, _f64)
@@ -28,6 +29,7 @@ typedef float real;
 #define GEMM cblas_sgemm
 #define R_EXP(x) pt_expf(x)
 #define R_SQRT(x) sqrtf(x)
+#define R_FMA(a, b, c) fmaf(a, b, c)
 #define R_CDF(x) pt_normal_cdff(x)
 #define R_GELU_PARTS(x, cdf, pdf) pt_gelu_partsf(x, cdf, pdf)
 #define CPU_FN(name) PT_CAT(name, _f32)
@@ -36,7 +38,8 @@ typedef float real;
 /* Parallelise a loop only when it has enough work to pay for waking threads. */
 #define PAR_IF(work) if ((work) > 32768)
 
-/* Scratch inside an op; aborts when even that is impossible (see cpu_ops.c). */
+/* Scratch inside an op, zeroed and 64-byte aligned; aborts when even that
+ * is impossible (see cpu_ops.c). */
 void *CPU_FN(pt_cpu_scratch)(size_t bytes);
 
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,

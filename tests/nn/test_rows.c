@@ -5,10 +5,24 @@
  * written while example i sat in one micro-batch is read back in epochs where
  * i sits in another, and cache on must train exactly as cache off.
  *
- * The demo ViT's shapes (d = 64, 17 tokens, MLP 256, 7x7 patches) and a GPT's
- * run with batches of 1 to 9 examples against one batch of 40 holding the same
- * examples at other positions. Small batches are the risk: OpenBLAS switches
- * to other kernels for products of few rows (cpu_linear_fwd pads them).
+ * For every configuration below, at 1, 2 and 3 threads (pt_backend_open's
+ * threads), the prefix runs over:
+ *  - a big batch (BIG examples, in reverse order): the reference;
+ *  - the same examples in another big batch, rotated, so each sits at another
+ *    position;
+ *  - batches of 1 to 9 examples drawn from all over the pool;
+ * and each example's [T, d] output must be the same bits in all of them.
+ *
+ * Configurations: every width of 8 .. 256 in the list below (odd ones, ones
+ * just below and above the vector and tile widths of 16 and 32), with a head
+ * count dividing it (head sizes from 3 to 127), ViT token counts 2, 5, 17 and
+ * 50 (patch 28, 14, 7, 4 on 28 x 28 images) and 10 (patch 3 on 9 x 9, three
+ * channels), GPT contexts 2, 7, 16, 17, 33 and 64, MLP widths 4d and some odd
+ * ones. Each width gets one token count so the whole test stays a few
+ * seconds; together they cover every path of every forward op: the linear
+ * kernel's full and partial panels, row blocks and chunks, layernorm and
+ * cross-lane sums of every length modulo 16, attention with T below, at
+ * and above its 16-wide blocks, GELU's last partial block.
  */
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
@@ -18,19 +32,46 @@
 #include <string.h>
 
 #define BIG 40
+#define MAX_SMALL 9
 
-static pt_arch demo_vit(void)
-{
-    pt_arch a = {.kind = PT_MODEL_VIT, .dim = 64, .layers = 2, .heads = 4, .mlp_hidden = 256,
-                 .causal = 0, .channels = 1, .height = 28, .width = 28, .patch = 7, .classes = 10,
-                 .init_std = 0.02, .seed = 3};
-    return a;
-}
+typedef struct {
+    int dim, heads, mlp; /* mlp 0: 4 * dim */
+    int gpt;             /* 0: ViT, 1: GPT */
+    int tokens;          /* ViT: the patch (on 28 x 28, or 3 on 9 x 9 RGB); GPT: the context */
+} config;
 
-static pt_arch small_gpt(void)
+static const config configs[] = {
+    {8, 2, 0, 0, 7},      {9, 3, 0, 1, 17},    {12, 4, 37, 0, 4},   {17, 1, 0, 1, 33},
+    {24, 3, 0, 0, 3},     {31, 1, 0, 1, 16},   {32, 4, 0, 0, 7},    {33, 3, 0, 1, 7},
+    {40, 5, 0, 0, 14},    {48, 3, 0, 1, 64},   {63, 7, 0, 0, 28},   {64, 4, 0, 0, 7},
+    {65, 5, 129, 1, 24},  {96, 3, 0, 0, 3},    {100, 4, 0, 1, 2},   {127, 1, 0, 0, 7},
+    {128, 2, 0, 1, 17},   {129, 3, 0, 0, 14},  {160, 5, 0, 1, 16},  {192, 3, 257, 0, 7},
+    {255, 5, 0, 1, 7},    {256, 4, 0, 0, 28},
+};
+
+static pt_arch make_arch(const config *c)
 {
-    pt_arch a = {.kind = PT_MODEL_GPT, .dim = 48, .layers = 2, .heads = 3, .mlp_hidden = 192,
-                 .causal = 1, .vocab = 256, .context = 24, .init_std = 0.02, .seed = 4};
+    pt_arch a = {.dim = c->dim, .layers = 2, .heads = c->heads,
+                 .mlp_hidden = c->mlp ? c->mlp : 4 * c->dim, .init_std = 0.1,
+                 .seed = (uint64_t)c->dim};
+    if (c->gpt) {
+        a.kind = PT_MODEL_GPT;
+        a.causal = 1;
+        a.vocab = 256;
+        a.context = c->tokens;
+    } else if (c->tokens == 3) {
+        a.kind = PT_MODEL_VIT;
+        a.channels = 3;
+        a.height = a.width = 9;
+        a.patch = 3;
+        a.classes = 10;
+    } else {
+        a.kind = PT_MODEL_VIT;
+        a.channels = 1;
+        a.height = a.width = 28;
+        a.patch = c->tokens;
+        a.classes = 10;
+    }
     return a;
 }
 
@@ -62,9 +103,27 @@ static void prefix(pt_segment *seg, const pt_arch *a, const float *images,
     free(tgt);
 }
 
-static void check_arch(pt_arch a, int threads)
+/* Examples whose output in a batch of n differs from the reference. */
+static int compare(const float *got, const int *idx, int n, const float *ref, size_t per,
+                   const char *what, const config *c, int T, int threads)
+{
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (memcmp(got + i * per, ref + (size_t)(BIG - 1 - idx[i]) * per, per * sizeof *got)) {
+            if (!bad)
+                printf("\n  %s d=%d heads=%d T=%d, %d threads: %s of %d: example %d differs from "
+                       "the batch of %d", c->gpt ? "GPT" : "ViT", c->dim, c->heads, T, threads,
+                       what, n, idx[i], BIG);
+            bad++;
+        }
+    return bad;
+}
+
+static int check_config(const config *c, int threads)
 {
     pt_err err = {0};
+    pt_arch a = make_arch(c);
+    CU_ASSERT_FATAL(pt_arch_check(&a, &err) == 0);
     pt_backend *be;
     CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", threads, &err) == 0);
     pt_segment *seg;
@@ -74,7 +133,7 @@ static void check_arch(pt_arch a, int threads)
 
     int T = pt_arch_tokens(&a), in = pt_arch_input_floats(&a);
     pt_rng rng;
-    pt_rng_seed(&rng, 99, 1);
+    pt_rng_seed(&rng, 99, (uint64_t)c->dim);
     float *images = malloc((size_t)BIG * (in ? in : 1) * sizeof *images);
     int32_t *tokens = malloc((size_t)BIG * T * sizeof *tokens);
     for (int i = 0; i < BIG * in; i++)
@@ -83,42 +142,48 @@ static void check_arch(pt_arch a, int threads)
         tokens[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a.vocab ? a.vocab : 1));
 
     /* the reference: all BIG examples in one batch, in reverse order */
-    int all[BIG];
+    int order[BIG];
     for (int i = 0; i < BIG; i++)
-        all[i] = BIG - 1 - i;
+        order[i] = BIG - 1 - i;
     size_t per = (size_t)T * a.dim;
     float *ref = malloc(BIG * per * sizeof *ref), *got = malloc(BIG * per * sizeof *got);
-    prefix(seg, &a, images, tokens, all, BIG, ref);
+    prefix(seg, &a, images, tokens, order, BIG, ref);
 
-    int mismatched = 0;
-    for (int n = 1; n <= 9; n++) {
-        int idx[9];
+    int bad = 0;
+    for (int i = 0; i < BIG; i++)
+        order[i] = (i + 13) % BIG;
+    prefix(seg, &a, images, tokens, order, BIG, got);
+    bad += compare(got, order, BIG, ref, per, "a rotated batch", c, T, threads);
+    for (int n = 1; n <= MAX_SMALL; n++) {
+        int idx[MAX_SMALL];
         for (int i = 0; i < n; i++)
-            idx[i] = (7 * i + 3 * n) % BIG;
+            idx[i] = (7 * i + 3 * n + c->dim) % BIG;
         prefix(seg, &a, images, tokens, idx, n, got);
-        for (int i = 0; i < n; i++)
-            if (memcmp(got + i * per, ref + (size_t)(BIG - 1 - idx[i]) * per, per * sizeof *got)) {
-                mismatched++;
-                printf("\n  batch of %d: example %d differs from the batch of %d", n, idx[i], BIG);
-            }
+        bad += compare(got, idx, n, ref, per, "a batch", c, T, threads);
     }
-    CU_ASSERT_EQUAL(mismatched, 0);
     free(ref);
     free(got);
     free(images);
     free(tokens);
     pt_segment_destroy(seg);
     pt_backend_close(be);
+    return bad;
 }
 
-static void vit_one_thread(void) { check_arch(demo_vit(), 1); }
-static void vit_two_threads(void) { check_arch(demo_vit(), 2); }
-static void gpt_one_thread(void) { check_arch(small_gpt(), 1); }
-static void gpt_two_threads(void) { check_arch(small_gpt(), 2); }
+static void check_threads(int threads)
+{
+    int bad = 0;
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++)
+        bad += check_config(&configs[i], threads);
+    CU_ASSERT_EQUAL(bad, 0);
+}
 
-static const pt_test tests[] = {{"vit_prefix_rows_independent_1_thread", vit_one_thread},
-                                {"vit_prefix_rows_independent_2_threads", vit_two_threads},
-                                {"gpt_prefix_rows_independent_1_thread", gpt_one_thread},
-                                {"gpt_prefix_rows_independent_2_threads", gpt_two_threads},
+static void one_thread(void) { check_threads(1); }
+static void two_threads(void) { check_threads(2); }
+static void three_threads(void) { check_threads(3); }
+
+static const pt_test tests[] = {{"prefix_rows_independent_1_thread", one_thread},
+                                {"prefix_rows_independent_2_threads", two_threads},
+                                {"prefix_rows_independent_3_threads", three_threads},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"batch composition", tests}, {NULL, NULL}};

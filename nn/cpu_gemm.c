@@ -1,0 +1,433 @@
+/*
+ * cpu_gemm.c: y = init + x w^T for the float32 CPU backend's forward linear,
+ * with the per-element arithmetic that nn/cpu_gemm.h promises: one
+ * accumulator per output, starting at 0, a fused multiply-add per k in
+ * ascending order, init added last. Nothing below may change that sequence
+ * for any element, which is what makes every path agree bit for bit:
+ *
+ *  - vectors run across output columns o, never across k, so no lane ever
+ *    holds a partial sum that a horizontal reduction would have to combine;
+ *  - the multiply-adds are explicit fused intrinsics (or fmaf), never a*b+c
+ *    left to the compiler's contraction, which may or may not fuse;
+ *  - edges cost no special arithmetic: a panel of w is padded with zero
+ *    columns (their results are computed and dropped), and a block of fewer
+ *    rows runs the same k loop with fewer rows;
+ *  - threads split the output into (row chunk, panel) tasks; which thread
+ *    computes an element, and which tile shape it sits in, changes no
+ *    operation on it.
+ *
+ * Blocking: w is packed per call (at most PACK_BYTES of it at a time) into
+ * panels of NR = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
+ * so the micro-kernel loads two vectors per k and broadcasts one x per row
+ * from x itself (x is not packed: it is read row by row with unit stride).
+ * The micro-kernel keeps MR x 2 accumulators in registers (6 x 2 zmm: 12
+ * independent chains, enough to cover the fused multiply-add latency) for
+ * all of k, then adds init and stores straight from them. Rows are grouped
+ * into chunks sized to stay in L2 while a thread walks the panels over them.
+ *
+ * Built for AVX-512 (zmm), AVX2 + FMA (ymm) or neither (fmaf on arrays); the
+ * build machine's flags choose. tests/nn/test_gemm.c compiles this file
+ * again for the other two and checks that all three give the same bits.
+ */
+#include "nn/cpu_gemm.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+/* The test compiles this file once more per instruction set under other names. */
+#ifndef PT_GEMM_NAME
+#define PT_GEMM_NAME pt_gemm_nt_f32
+#define PT_GEMM_ISA_NAME pt_gemm_nt_f32_isa
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* ------------------------------------------------------------ vector layer */
+
+#if defined(__AVX512F__)
+#define ISA "avx512"
+enum { VL = 16 };
+typedef __m512 vec;
+INLINE vec v_zero(void) { return _mm512_setzero_ps(); }
+INLINE vec v_load(const float *p) { return _mm512_load_ps(p); } /* packed panel: aligned */
+INLINE void v_store(float *p, vec v) { _mm512_store_ps(p, v); }
+INLINE vec v_loadu(const float *p) { return _mm512_loadu_ps(p); }
+INLINE void v_storeu(float *p, vec v) { _mm512_storeu_ps(p, v); }
+INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
+/* c + a[0] * b, rounded once; GCC folds the broadcast into the FMA's operand */
+INLINE vec v_fma_bcast(const float *a, vec b, vec c)
+{
+    return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, c);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ISA "avx2-fma"
+enum { VL = 8 };
+typedef __m256 vec;
+INLINE vec v_zero(void) { return _mm256_setzero_ps(); }
+INLINE vec v_load(const float *p) { return _mm256_load_ps(p); }
+INLINE void v_store(float *p, vec v) { _mm256_store_ps(p, v); }
+INLINE vec v_loadu(const float *p) { return _mm256_loadu_ps(p); }
+INLINE void v_storeu(float *p, vec v) { _mm256_storeu_ps(p, v); }
+INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
+INLINE vec v_fma_bcast(const float *a, vec b, vec c)
+{
+    return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c);
+}
+#else
+#define ISA "portable"
+enum { VL = 8 };
+typedef struct {
+    float l[VL];
+} vec;
+INLINE vec v_zero(void) { return (vec){{0}}; }
+INLINE vec v_load(const float *p)
+{
+    vec v;
+    memcpy(v.l, p, sizeof v.l);
+    return v;
+}
+INLINE void v_store(float *p, vec v) { memcpy(p, v.l, sizeof v.l); }
+INLINE vec v_loadu(const float *p) { return v_load(p); }
+INLINE void v_storeu(float *p, vec v) { v_store(p, v); }
+INLINE vec v_add(vec a, vec b)
+{
+    for (int i = 0; i < VL; i++)
+        a.l[i] += b.l[i];
+    return a;
+}
+/* fmaf is the correctly rounded fused operation of C99 (a library call where
+ * the CPU has no FMA: slow, and exactly the same result) */
+INLINE vec v_fma_bcast(const float *a, vec b, vec c)
+{
+    for (int i = 0; i < VL; i++)
+        c.l[i] = fmaf(*a, b.l[i], c.l[i]);
+    return c;
+}
+#endif
+
+/* MR rows x NR columns per micro-kernel call; a panel is NR (or, for a last
+ * panel of at most VL columns, VL) columns of w^T. */
+enum { MR = 6, NR = 2 * VL };
+
+/* Below this many multiply-adds the call runs on one thread: waking the
+ * others costs more than it saves (the result is the same either way). */
+#define PARALLEL_WORK (1 << 17)
+
+/* A row chunk holds about this many bytes of x, so it stays in L2 while a
+ * thread runs every panel over it. */
+#define CHUNK_BYTES (128 * 1024)
+
+/* At most this much of w is packed at once (one panel if a panel is more):
+ * the buffer lives only for the call, but w may be as large as the model
+ * allows, and the planner's memory budget does not count a copy of it. */
+#ifndef PT_GEMM_PACK_BYTES /* the test builds one variant with little, to cover groups */
+#define PT_GEMM_PACK_BYTES (8 << 20)
+#endif
+#define PACK_BYTES ((size_t)PT_GEMM_PACK_BYTES)
+
+/* ------------------------------------------------------------------ packing */
+
+/* Panel [k][pw] from columns o0 .. o0 + pw of w^T (rows of w), zero where
+ * o >= out. Packing moves bits and computes nothing, so its own vector and
+ * scalar paths cannot change a result. */
+#if defined(__AVX512F__)
+/* r[j] = row j of a 16 x 16 block in, column j out: unpack pairs of rows,
+ * then pairs of pairs, then exchange 128-bit lanes twice. */
+INLINE void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + c], 128-bit lane l: column 4l + c of rows 4g .. 4g + 3 */
+    for (int g = 0; g < 4; g++) {
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        __m512 w0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+
+/* 16 rows of w at a time, each read as one stream along k. */
+static void pack_panel(float *dst, int pw, const float *w, int o0, int out, int in)
+{
+    for (int jb = 0; jb < pw; jb += 16) {
+        const int have = out - (o0 + jb) < 16 ? out - (o0 + jb) : 16; /* may be <= 0 */
+        for (int k0 = 0; k0 < in; k0 += 16) {
+            const int kn = in - k0 < 16 ? in - k0 : 16;
+            const __mmask16 m = (__mmask16)(kn == 16 ? 0xFFFF : (1u << kn) - 1);
+            const float *src = w + (size_t)(o0 + jb) * in + k0;
+            __m512 r[16];
+            if (have == 16 && kn == 16) {
+                for (int j = 0; j < 16; j++)
+                    r[j] = _mm512_loadu_ps(src + (size_t)j * in);
+            } else {
+                for (int j = 0; j < 16; j++)
+                    r[j] = j < have ? _mm512_maskz_loadu_ps(m, src + (size_t)j * in)
+                                    : _mm512_setzero_ps();
+            }
+            transpose16(r);
+            float *d = dst + (size_t)k0 * pw + jb;
+            if (kn == 16) {
+                for (int kk = 0; kk < 16; kk++)
+                    _mm512_store_ps(d + (size_t)kk * pw, r[kk]);
+            } else {
+                for (int kk = 0; kk < kn; kk++)
+                    _mm512_store_ps(d + (size_t)kk * pw, r[kk]);
+            }
+        }
+    }
+}
+#else
+static void pack_panel(float *dst, int pw, const float *w, int o0, int out, int in)
+{
+    for (int j = 0; j < pw; j++) {
+        const float *src = o0 + j < out ? w + (size_t)(o0 + j) * in : NULL;
+        for (int k = 0; k < in; k++)
+            dst[(size_t)k * pw + j] = src ? src[k] : 0.0f;
+    }
+}
+#endif
+
+/* ------------------------------------------------------------ micro-kernel */
+
+/* Where a tile's results go: y (and add) at row stride ld, b, and how many
+ * of the panel's columns are real. */
+typedef struct {
+    float *y;
+    const float *add, *b;
+    size_t ld;
+    int cols;
+} dest;
+
+/* init + acc for one vector of a row; the same two additions as finish(). */
+INLINE vec with_init(vec acc, const float *ar, const float *b)
+{
+    if (ar && b)
+        return v_add(v_add(v_loadu(ar), v_loadu(b)), acc);
+    if (ar)
+        return v_add(v_loadu(ar), acc);
+    if (b)
+        return v_add(v_loadu(b), acc);
+    return acc;
+}
+
+/* y = init + t for mr rows and d->cols columns, from a tile in memory: the
+ * last panel's partial columns. Only additions, each of two floats and
+ * rounded once, so however the compiler vectorises this (and whether it
+ * checks add against y at run time) the bits are those of with_init. add may
+ * be y itself: each element is read before it is written. */
+static void finish(const dest *d, const float *t, int mr)
+{
+    for (int i = 0; i < mr; i++) {
+        float *yr = d->y + (size_t)i * d->ld;
+        const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL, *b = d->b, *ti = t + i * NR;
+        for (int j = 0; j < d->cols; j++) {
+            float v = ti[j];
+            if (ar && b) {
+                const float init = ar[j] + b[j];
+                v = init + v;
+            } else if (ar) {
+                v = ar[j] + v;
+            } else if (b) {
+                v = b[j] + v;
+            }
+            yr[j] = v;
+        }
+    }
+}
+
+/* Rows x[0 .. mr) times the panel, one fused multiply-add per (element, k),
+ * k ascending, into MR x NV vector accumulators; then init is added and the
+ * rows stored, straight from registers when the panel's columns are all
+ * real, through finish() when not. mr and NV are constants at every call
+ * (see run_tile), so the loops over them unroll and the accumulators live
+ * in registers. */
+INLINE void tile(const int mr, const int NV, const float *x, size_t ldx, const float *panel,
+                 int in, const dest *d)
+{
+    vec c0[MR], c1[MR];
+    const float *xr[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        c0[i] = v_zero();
+        c1[i] = v_zero();
+        xr[i] = x + (size_t)(i < mr ? i : 0) * ldx;
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < in; k++) {
+        const float *bk = panel + (size_t)k * NV * VL;
+        const vec b0 = v_load(bk);
+        const vec b1 = NV > 1 ? v_load(bk + VL) : v_zero();
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            c0[i] = v_fma_bcast(xr[i] + k, b0, c0[i]);
+            if (NV > 1)
+                c1[i] = v_fma_bcast(xr[i] + k, b1, c1[i]);
+        }
+    }
+    if (d->cols == NV * VL) {
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            float *yr = d->y + (size_t)i * d->ld;
+            const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL;
+            v_storeu(yr, with_init(c0[i], ar, d->b));
+            if (NV > 1)
+                v_storeu(yr + VL, with_init(c1[i], ar ? ar + VL : NULL, d->b ? d->b + VL : NULL));
+        }
+        return;
+    }
+    float t[MR * NR] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+        v_store(t + i * NR, c0[i]);
+        if (NV > 1)
+            v_store(t + i * NR + VL, c1[i]);
+    }
+    finish(d, t, mr);
+}
+
+/* One instance of tile() per (rows, panel vectors): constants inside. */
+static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *panel, int in,
+                     const dest *d)
+{
+#define TILE_CASE(m)                                                                               \
+    case m:                                                                                        \
+        if (nv > 1)                                                                                \
+            tile(m, 2, x, ldx, panel, in, d);                                                      \
+        else                                                                                       \
+            tile(m, 1, x, ldx, panel, in, d);                                                      \
+        break;
+    switch (mr) {
+        TILE_CASE(1)
+        TILE_CASE(2)
+        TILE_CASE(3)
+        TILE_CASE(4)
+        TILE_CASE(5)
+        TILE_CASE(6)
+    }
+#undef TILE_CASE
+}
+
+/* ------------------------------------------------------------------ driver */
+
+/* One call's shape and its split into panels, row blocks and row chunks.
+ * Panels are packed a group at a time (all of them, unless w is large); a
+ * task is (chunk, panel of the group): every row block of the chunk
+ * against the panel. */
+typedef struct {
+    float *y;
+    const float *x, *w, *b, *add;
+    int rows, out, in;
+    float *packed; /* the group's panels */
+    int panels, last_pw, group, blocks, chunk_blocks, chunks;
+} plan;
+
+static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : NR; }
+
+/* panel p of the group that starts at panel g0 */
+static float *panel_at(const plan *pl, int g0, int p)
+{
+    return pl->packed + (size_t)(p - g0) * NR * pl->in;
+}
+
+static void pack_one(const plan *pl, int g0, int p)
+{
+    pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+}
+
+/* task t of the group [g0, g1) */
+static void run_task(const plan *pl, int g0, int g1, long t)
+{
+    const int c = (int)(t / (g1 - g0)), p = g0 + (int)(t % (g1 - g0));
+    const int o0 = p * NR, cols = pl->out - o0 < NR ? pl->out - o0 : NR;
+    const int end = (c + 1) * pl->chunk_blocks < pl->blocks ? (c + 1) * pl->chunk_blocks
+                                                            : pl->blocks;
+    for (int blk = c * pl->chunk_blocks; blk < end; blk++) {
+        const int r0 = blk * MR, mr = pl->rows - r0 < MR ? pl->rows - r0 : MR;
+        const size_t at = (size_t)r0 * pl->out + o0;
+        const dest d = {pl->y + at, pl->add ? pl->add + at : NULL, pl->b ? pl->b + o0 : NULL,
+                        (size_t)pl->out, cols};
+        run_tile(mr, panel_width(pl, p) / VL, pl->x + (size_t)r0 * pl->in, (size_t)pl->in,
+                 panel_at(pl, g0, p), pl->in, &d);
+    }
+}
+
+void PT_GEMM_NAME(float *y, const float *x, const float *w, const float *b, const float *add,
+                  int rows, int out, int in)
+{
+    if (rows <= 0 || out <= 0)
+        return;
+    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0, 0};
+    pl.panels = (out + NR - 1) / NR;
+    /* the last panel is one vector wide when that covers it */
+    pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
+    const size_t panel_bytes = (size_t)NR * (size_t)(pl.in ? pl.in : 1) * sizeof(float);
+    pl.group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
+    pl.group = pl.group > pl.panels ? pl.panels : pl.group;
+    const size_t bytes = ((size_t)pl.group * panel_bytes + 63) / 64 * 64;
+    pl.packed = aligned_alloc(64, bytes);
+    if (!pl.packed) {
+        fprintf(stderr, "pipetrain: out of memory allocating %zu bytes to pack a linear layer's "
+                        "weights\n", bytes);
+        abort();
+    }
+    pl.blocks = (rows + MR - 1) / MR;
+    const int per = (int)(CHUNK_BYTES / ((size_t)MR * (pl.in ? pl.in : 1) * sizeof(float)));
+    pl.chunk_blocks = per < 1 ? 1 : per > pl.blocks ? pl.blocks : per;
+    pl.chunks = (pl.blocks + pl.chunk_blocks - 1) / pl.chunk_blocks;
+
+    if ((double)rows * out * (pl.in ? pl.in : 1) <= PARALLEL_WORK) {
+        /* not even an inactive parallel region: it costs a futex call */
+        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
+            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
+            for (int p = g0; p < g1; p++)
+                pack_one(&pl, g0, p);
+            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
+                run_task(&pl, g0, g1, t);
+        }
+    } else if (pl.chunks == 1 && pl.group == pl.panels) {
+        /* task p is panel p: whoever packs a panel uses it, no barrier */
+#pragma omp parallel for schedule(static)
+        for (int p = 0; p < pl.panels; p++) {
+            pack_one(&pl, 0, p);
+            run_task(&pl, 0, pl.panels, p);
+        }
+    } else {
+#pragma omp parallel
+        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
+            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
+#pragma omp for schedule(static)
+            for (int p = g0; p < g1; p++)
+                pack_one(&pl, g0, p);
+            /* implicit barriers: every panel of the group is packed before
+             * any is used, and used before the next group overwrites it */
+#pragma omp for schedule(static)
+            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
+                run_task(&pl, g0, g1, t);
+        }
+    }
+    free(pl.packed);
+}
+
+const char *PT_GEMM_ISA_NAME(void) { return ISA; }

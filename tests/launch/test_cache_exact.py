@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""With the frozen-prefix cache on, training is bit-identical to the cache off,
+and resuming with the cache on (from an empty cache) is bit-identical to not
+stopping (issue 10, item 1).
+
+The cache serves an example's prefix activation computed in one micro-batch
+in later epochs where the example sits with other examples, and computes the
+missing ones (from the input, or from a shallower cached depth after the
+frozen depth grew) in batches of only those: if any forward op gave a row
+bits that depend on its batch-mates, cache on would drift from cache off.
+
+  issue10_vit_d32      the hostile tester's reproduction: ViT d=32, 2 blocks,
+                       4 heads, patch 7, 1024 synthetic images, batch 32, 150
+                       steps, freezing by step (start 6, every 6, alpha 1/2);
+                       cache on vs off: the same loss, learning rate and
+                       gradient norm at every step, the same unit files
+                       (parameters and AdamW moments) and exported weights;
+                       then resumed with the cache on from the checkpoints of
+                       steps 15, 60 (a freeze decision step) and 135, each in
+                       a fresh run directory with an empty cache: the same
+                       steps after the resume point and the same final files;
+                       and cache on vs off again at run.threads 2
+  sweep_*              the same comparison of cache on and off for other
+                       widths (odd ones, below and above the 16- and 32-wide
+                       tiles), head counts, batch sizes, ViT and GPT, at
+                       run.threads 1 and 2, on shorter runs of smaller data
+                       that still freeze in two steps and serve mixed batches
+
+Every cache-on run must also show that the cache was used as the comparison
+needs it: it served hits, and computed examples in an epoch after the first
+(for examples not cached yet, or advancing entries after the frozen depth
+grew), so micro-batches were split between cached and computed examples or
+between cached depths; every cache-off run must show no hits. Otherwise equal
+results would prove nothing.
+
+usage: test_cache_exact.py PIPETRAIN_BINARY [--full]
+  --full  a longer sweep for manual runs (every width of tests/nn/test_rows.c
+          up to 128, three batch sizes, threads 1 and 2, 150 steps each;
+          several minutes)
+"""
+import json
+import os
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+from cli_util import check  # noqa: E402
+
+REPRO = {
+    "run.seed": "1", "run.threads": "1",
+    "model.kind": "vit", "model.dim": "32", "model.layers": "2", "model.heads": "4",
+    "model.patch": "7",
+    "data.kind": "synthetic_images", "data.synthetic_examples": "1024",
+    "train.batch": "32", "train.max_steps": "150", "train.epochs": "10",
+    "train.eval_every": "0", "train.eval_examples": "64", "train.log_every": "1000",
+    "freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": "6", "freeze.every": "6",
+    "freeze.alpha": "0.5",
+}
+EVERY = 15              # checkpoint interval of the reproduction
+RESUME_AT = (15, 60, 135)
+
+
+def keys(run_dir, base, cache, **extra):
+    k = dict(base)
+    k.update({"run.dir": run_dir, "cache.enabled": "true" if cache else "false"})
+    k.update(extra)
+    return k
+
+
+def train(h, name, k, *sets):
+    cfg = U.write_config(h, name + ".yaml", k)
+    args = ["train", cfg]
+    for s in sets:
+        args += ["--set", s]
+    h.run(args).expect(0, "training " + name)
+    return k["run.dir"]
+
+
+def steps_of(run_dir):
+    steps, _ = U.metrics(run_dir)
+    return [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in steps]
+
+
+def check_cache_use(run_dir, cache):
+    """A cache-on run served hits, and computed examples in an epoch after
+    the first (after the frozen depth grew, or for examples not cached yet),
+    so some micro-batches were split between cached and computed examples or
+    between cached depths; a cache-off run served no hits."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        epochs = [r for r in map(json.loads, f) if r.get("event") == "epoch"]
+    check(len(epochs) >= 3, "%s: fewer than 3 epoch records in metrics.jsonl", run_dir)
+    hits = [(e["cache_hits"], e["prefix_computed"]) for e in epochs]
+    if cache:
+        check(sum(a for a, _ in hits) > 0 and any(c > 0 for _, c in hits[1:]),
+              "%s: the cache served no hits or computed nothing after the first epoch "
+              "(hits, computed per epoch: %s), so the comparison tests nothing", run_dir, hits)
+    else:
+        check(all(a == 0 for a, _ in hits), "%s: the cache is off but served hits: %s",
+              run_dir, hits)
+
+
+def export(h, ckpt_dir, name):
+    out = h.path(name + ".safetensors")
+    h.run(["export", ckpt_dir, out]).expect(0, "export " + ckpt_dir)
+    return U.read_bytes(out)
+
+
+def same_final(h, a_dir, b_dir, step, what):
+    """The checkpoints of step `step` hold the same bytes (parameters and
+    moments of every unit), and export to the same weights."""
+    a, b = U.ckpt(a_dir, step), U.ckpt(b_dir, step)
+    check(os.path.isfile(os.path.join(b, "manifest")), "%s: no checkpoint of step %d in %s: %s",
+          what, step, b_dir, U.checkpoints(b_dir))
+    ua, ub = U.unit_files(a), U.unit_files(b)
+    check([os.path.basename(p) for p in ua] == [os.path.basename(p) for p in ub],
+          "%s: unit files differ: %s vs %s", what, ua, ub)
+    for pa, pb in zip(ua, ub):
+        check(U.read_bytes(pa) == U.read_bytes(pb), "%s: %s differs from %s", what, pb, pa)
+    check(export(h, a, "a-%d" % step) == export(h, b, "b-%d" % step),
+          "%s: exported weights differ", what)
+
+
+def same_steps(a, b, what, first=1):
+    """Step records from step `first` on agree exactly; names the first
+    step that does not."""
+    a = [r for r in a if r[0] >= first]
+    b = [r for r in b if r[0] >= first]
+    check([r[0] for r in a] == [r[0] for r in b], "%s: steps %s vs %s", what,
+          [r[0] for r in a][:5], [r[0] for r in b][:5])
+    bad = next((x for x, y in zip(a, b) if x != y), None)
+    check(bad is None, "%s: first differing step %s: (step, loss, lr, grad_norm) %s vs %s", what,
+          bad and bad[0], bad, bad and dict((r[0], r) for r in b)[bad[0]])
+
+
+def on_equals_off(h, base, name, final):
+    off = train(h, name + "-off", keys(h.path(name + "-off"), base, False))
+    on = train(h, name + "-on", keys(h.path(name + "-on"), base, True))
+    check_cache_use(off, False)
+    check_cache_use(on, True)
+    same_steps(steps_of(off), steps_of(on), name + ": cache on vs off")
+    same_final(h, off, on, final, name + ": cache on vs off")
+    return on
+
+
+def test_issue10_vit_d32(h):
+    base = dict(REPRO, **{"train.checkpoint_every": str(EVERY), "train.keep_checkpoints": "100"})
+    straight = on_equals_off(h, base, "repro", 150)
+    check(export(h, U.ckpt(straight, RESUME_AT[0]), "early") !=
+          export(h, U.ckpt(straight, 150), "late"), "the weights did not move: nothing trained")
+    want = steps_of(straight)
+    for s in RESUME_AT:
+        run_dir = h.path("resumed-%d" % s)
+        train(h, "resumed-%d" % s, keys(run_dir, base, True),
+              "train.resume=" + U.ckpt(straight, s))
+        same_steps(want, steps_of(run_dir), "resumed at step %d, cache on" % s, first=s + 1)
+        same_final(h, straight, run_dir, 150, "resumed at step %d, cache on" % s)
+
+
+def test_issue10_vit_d32_threads2(h):
+    on_equals_off(h, dict(REPRO, **{"run.threads": "2"}), "repro-t2", 150)
+
+
+def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3):
+    """A short run of kind at width dim that freezes 1 then 2 blocks after
+    `every` and 2 * `every` steps, over data that repeats every
+    `epoch_steps` steps."""
+    examples = epoch_steps * batch
+    k = dict(REPRO)
+    k.update({"run.threads": str(threads), "model.dim": str(dim), "model.heads": str(heads),
+              "data.synthetic_examples": str(examples), "train.batch": str(batch),
+              "train.max_steps": str(steps), "train.epochs": "1000",
+              "freeze.start": str(every), "freeze.every": str(every)})
+    if kind == "gpt":
+        for key in ("model.patch",):
+            k.pop(key)
+        k.update({"model.kind": "gpt", "model.context": "17", "data.kind": "synthetic_text",
+                  "sample.length": "0"})
+    else:
+        k.update({"model.patch": "7"})
+    return k
+
+
+def sweep_case(kind, dim, heads, batch, threads, **kw):
+    def t(h):
+        on_equals_off(h, small(kind, dim, heads, batch, threads, **kw), "run",
+                      kw.get("steps", 60))
+    t.__name__ = "test_sweep_%s_d%d_h%d_batch%d_threads%d_steps%d" % (
+        kind, dim, heads, batch, threads, kw.get("steps", 60))
+    return t
+
+
+QUICK = [
+    ("vit", 8, 2, 32, 1), ("vit", 9, 3, 24, 2), ("vit", 16, 2, 12, 1), ("vit", 24, 3, 12, 2),
+    ("vit", 31, 1, 24, 2), ("vit", 33, 3, 32, 1), ("vit", 48, 4, 20, 1), ("vit", 63, 7, 24, 2),
+    ("vit", 65, 5, 20, 1), ("vit", 96, 4, 32, 2), ("gpt", 16, 2, 12, 1), ("gpt", 17, 1, 16, 2),
+    ("gpt", 40, 5, 12, 1), ("gpt", 33, 3, 8, 2),
+]
+FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33, 3), (40, 5),
+               (48, 3), (63, 7), (64, 4), (65, 5), (96, 3), (100, 4), (127, 1), (128, 2)]
+
+
+def tests(full):
+    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2] + [sweep_case(*c) for c in QUICK]
+    if full:
+        for dim, heads in FULL_WIDTHS:
+            for batch in (8, 20, 32):
+                for threads in (1, 2):
+                    for kind in ("vit", "gpt"):
+                        out.append(sweep_case(kind, dim, heads, batch, threads, steps=150,
+                                              epoch_steps=8))
+    return out
+
+
+if __name__ == "__main__":
+    argv = [a for a in sys.argv if a != "--full"]
+    sys.exit(U.main(tests("--full" in sys.argv), argv, workers=2))

@@ -1,0 +1,254 @@
+/*
+ * test_gemm.c: the float32 forward linear's kernel (nn/cpu_gemm.h) computes
+ * exactly the arithmetic its header promises, whatever the shape, the rows
+ * that share a call, the thread count or the instruction set.
+ *
+ *  - exact: every element equals, bit for bit, an emulation written here
+ *    from the contract alone (acc = 0; acc = fmaf(x, w, acc) for k
+ *    ascending; y = init + acc, init = (add + b), add, b or nothing), for
+ *    M, N, K on and around every tile and vector width (MR = 6 rows, panels
+ *    of 16 and 32 columns, the 16 x 16 packing blocks), K = 1 and N = 1,
+ *    every init mode, add aliased with y, and the parallel paths (one row
+ *    chunk, several chunks, w packed in several groups) at 1, 2 and 3
+ *    threads;
+ *  - the same for the kernel compiled for AVX2 + FMA (and packing w 16 KiB
+ *    at a time) and for no vector extensions (fmaf loops), built from the
+ *    same source under other names (tests/nn/CMakeLists.txt), so the three
+ *    builds agree bit for bit;
+ *  - rows: a row's output computed alone, in any slice of a batch, at any
+ *    offset, with 1, 2 or 3 threads, is the same bits as in one call over
+ *    all rows (this is what the activation cache needs, checked directly);
+ *  - math: within a proven bound of a float64 reference. K fused
+ *    multiply-adds round K times, each by at most u = 2^-24 relative, and
+ *    forming init and adding it round twice more, so (Higham, recursive
+ *    summation) |y - exact| <= gamma(K + 2) * (|add| + |b| + sum |x w|),
+ *    gamma(n) = n u / (1 - n u). The float64 reference is exact to about
+ *    K 2^-53 relative, far inside that. A wrong index or a dropped term
+ *    changes y by about one |x w| term, which for these sizes is larger
+ *    than the bound (the emulation check above catches anything smaller).
+ *
+ * The emulation and the float64 reference share no code with the kernel.
+ */
+#include "nn/cpu_gemm.h"
+#include "nn/nn.h"
+#include "tests/common/cunit_main.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the kernel compiled for other instruction sets (tests/nn/CMakeLists.txt) */
+void pt_gemm_nt_f32_avx2(float *y, const float *x, const float *w, const float *b,
+                         const float *add, int rows, int out, int in);
+const char *pt_gemm_nt_f32_avx2_isa(void);
+void pt_gemm_nt_f32_portable(float *y, const float *x, const float *w, const float *b,
+                             const float *add, int rows, int out, int in);
+const char *pt_gemm_nt_f32_portable_isa(void);
+
+typedef void (*gemm_fn)(float *, const float *, const float *, const float *, const float *, int,
+                        int, int);
+static const struct {
+    gemm_fn fn;
+    const char *(*isa)(void);
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_nt_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_nt_f32_avx2_isa},
+              {pt_gemm_nt_f32_portable, pt_gemm_nt_f32_portable_isa}};
+enum { BUILDS = sizeof builds / sizeof *builds };
+
+static pt_rng rng;
+
+static float *rand_floats(size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = lo + (hi - lo) * (float)pt_rng_uniform(&rng);
+    return p;
+}
+
+/* The contract, written out the slow and obvious way. */
+static void emulate(float *y, const float *x, const float *w, const float *b, const float *add,
+                    int M, int N, int K)
+{
+    for (int r = 0; r < M; r++)
+        for (int o = 0; o < N; o++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                acc = fmaf(x[(size_t)r * K + k], w[(size_t)o * K + k], acc);
+            const float a = add ? add[(size_t)r * N + o] : 0.0f;
+            if (add && b) {
+                const float init = a + b[o];
+                y[(size_t)r * N + o] = init + acc;
+            } else if (add) {
+                y[(size_t)r * N + o] = a + acc;
+            } else if (b) {
+                y[(size_t)r * N + o] = b[o] + acc;
+            } else {
+                y[(size_t)r * N + o] = acc;
+            }
+        }
+}
+
+/* Number of elements outside the proven bound of the float64 result. */
+static long outside_bound(const float *y, const float *x, const float *w, const float *b,
+                          const float *add, int M, int N, int K)
+{
+    const double u = ldexp(1.0, -24), n = K + 2, gamma = n * u / (1 - n * u);
+    long bad = 0;
+    for (int r = 0; r < M; r++)
+        for (int o = 0; o < N; o++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)r * K + k] * (double)w[(size_t)o * K + k];
+                s += p;
+                mag += fabs(p);
+            }
+            if (add) {
+                s += add[(size_t)r * N + o];
+                mag += fabs((double)add[(size_t)r * N + o]);
+            }
+            if (b) {
+                s += b[o];
+                mag += fabs((double)b[o]);
+            }
+            bad += !(fabs((double)y[(size_t)r * N + o] - s) <= gamma * mag);
+        }
+    return bad;
+}
+
+/* init modes: 0 none, 1 bias, 2 add, 3 add + bias, 4 add aliased with y, 5 that + bias */
+static long one_case(int M, int N, int K, int mode, int threads, int check_bound)
+{
+    float *x = rand_floats((size_t)M * K, -1, 1), *w = rand_floats((size_t)N * K, -1, 1);
+    float *b = rand_floats((size_t)N, -1, 1), *add = rand_floats((size_t)M * N, -2, 2);
+    float *want = malloc((size_t)M * N * sizeof *want), *y = malloc((size_t)M * N * sizeof *y);
+    const int use_b = mode & 1, use_add = mode >= 2, aliased = mode >= 4;
+    emulate(want, x, w, use_b ? b : NULL, use_add ? add : NULL, M, N, K);
+    long bad = 0;
+    omp_set_num_threads(threads);
+    for (int v = 0; v < BUILDS; v++) {
+        if (aliased)
+            memcpy(y, add, (size_t)M * N * sizeof *y);
+        else
+            for (size_t i = 0; i < (size_t)M * N; i++)
+                y[i] = NAN; /* an element left unwritten fails */
+        builds[v].fn(y, x, w, use_b ? b : NULL, aliased ? y : use_add ? add : NULL, M, N, K);
+        if (memcmp(y, want, (size_t)M * N * sizeof *y)) {
+            bad++;
+            printf("\n  %s: M=%d N=%d K=%d init mode %d, %d threads: not the contract's bits",
+                   builds[v].isa(), M, N, K, mode, threads);
+        }
+    }
+    if (check_bound) {
+        long out = outside_bound(want, x, w, use_b ? b : NULL, use_add ? add : NULL, M, N, K);
+        if (out) {
+            bad++;
+            printf("\n  M=%d N=%d K=%d: %ld elements outside the float64 bound", M, N, K, out);
+        }
+    }
+    omp_set_num_threads(1);
+    free(x);
+    free(w);
+    free(b);
+    free(add);
+    free(want);
+    free(y);
+    return bad;
+}
+
+/* On x86 the other builds really are other code: the flags that take
+ * AVX-512 and then AVX2 + FMA away reached them (else the comparisons of
+ * the three below would compare one build with itself). */
+static void builds_differ(void)
+{
+    for (int v = 0; v < BUILDS; v++)
+        printf("%s%s", v ? ", " : " (", builds[v].isa());
+    printf(") ");
+#if defined(__x86_64__)
+    CU_ASSERT_STRING_NOT_EQUAL(builds[1].isa(), "avx512");
+    CU_ASSERT_STRING_EQUAL(builds[2].isa(), "portable");
+#endif
+}
+
+/* Shapes on and around every block width, every init mode, one thread. */
+static void small_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 11, 0);
+    static const int Ms[] = {1, 2, 5, 6, 7, 12, 13, 17};
+    static const int Ns[] = {1, 2, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 97};
+    static const int Ks[] = {1, 2, 3, 15, 16, 17, 31, 33, 64, 100};
+    long bad = 0;
+    int n = 0;
+    for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++)
+        for (size_t j = 0; j < sizeof Ns / sizeof *Ns; j++)
+            for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++, n++)
+                bad += one_case(Ms[i], Ns[j], Ks[k], n % 6, 1, 1);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The parallel paths: one row chunk (task = panel) and several chunks
+ * (packing, barrier, tasks), at 1, 2 and 3 threads, every init mode. */
+static void parallel_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 12, 0);
+    /* the last: a panel of 32 x 70000 floats is more than the 8 MiB the
+     * kernel packs at a time, so each panel is a group of its own */
+    static const int shapes[][3] = {{17, 256, 64}, {34, 100, 129}, {601, 47, 300},
+                                    {250, 33, 257}, {7, 40, 70000}};
+    long bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int threads = 1; threads <= 3; threads++)
+            bad += one_case(shapes[s][0], shapes[s][1], shapes[s][2], (int)(s + threads) % 6,
+                            threads, threads == 1);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* A row's bits alone, in slices at every offset, at 1, 2 and 3 threads,
+ * against one call over all rows: directly the property the cache needs. */
+static void rows_independent_of_batch(void)
+{
+    pt_rng_seed(&rng, 13, 0);
+    static const int NKs[][2] = {{1, 1}, {33, 17}, {96, 32}, {192, 64}, {65, 129}, {256, 64}};
+    enum { ROWS = 61 };
+    long bad = 0;
+    for (size_t s = 0; s < sizeof NKs / sizeof *NKs; s++) {
+        const int N = NKs[s][0], K = NKs[s][1];
+        float *x = rand_floats((size_t)ROWS * K, -1, 1), *w = rand_floats((size_t)N * K, -1, 1);
+        float *b = rand_floats((size_t)N, -1, 1), *add = rand_floats((size_t)ROWS * N, -2, 2);
+        float *all = malloc((size_t)ROWS * N * sizeof *all);
+        float *y = malloc((size_t)ROWS * N * sizeof *y);
+        omp_set_num_threads(1);
+        pt_gemm_nt_f32(all, x, w, b, add, ROWS, N, K);
+        for (int threads = 1; threads <= 3; threads++) {
+            omp_set_num_threads(threads);
+            static const int lens[] = {1, 2, 5, 6, 7, 13, 17, 34, ROWS};
+            for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
+                for (int r0 = 0; r0 + lens[l] <= ROWS; r0 += lens[l] > 6 ? 3 : 1) {
+                    const size_t at = (size_t)r0 * N;
+                    pt_gemm_nt_f32(y, x + (size_t)r0 * K, w, b, add + at, lens[l], N, K);
+                    if (memcmp(y, all + at, (size_t)lens[l] * N * sizeof *y)) {
+                        bad++;
+                        printf("\n  N=%d K=%d: rows %d..%d at %d threads differ from one call", N,
+                               K, r0, r0 + lens[l] - 1, threads);
+                    }
+                }
+        }
+        omp_set_num_threads(1);
+        free(x);
+        free(w);
+        free(b);
+        free(add);
+        free(all);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static const pt_test tests[] = {
+    {"three_builds_differ", builds_differ},
+    {"small_shapes_exact_and_within_bound", small_shapes_exact},
+    {"parallel_shapes_exact_1_2_3_threads", parallel_shapes_exact},
+    {"rows_independent_of_batch_and_threads", rows_independent_of_batch},
+    {NULL, NULL}};
+static const pt_test_suite suites[] = {{"forward linear kernel", tests}, {NULL, NULL}};
