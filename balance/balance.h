@@ -101,9 +101,10 @@ typedef struct pt_plan {
     double stage_time[PT_MAX_STAGES];      /* predicted compute seconds per step */
     double stage_mem[PT_MAX_STAGES];       /* predicted bytes */
     double stage_grad_bytes[PT_MAX_STAGES]; /* all-reduced per step (active units only) */
-    double step_time;                      /* pipeline + exposed all-reduce */
+    double step_time;                      /* compute + bubble + transfers + exposed all-reduce */
     double compute_time;                   /* M * bottleneck micro-batch time */
     double bubble_time;                    /* (K - 1) * bottleneck */
+    double transfer_time;                  /* stage-to-stage activations and gradients */
     double allreduce_time;                 /* all-reduce of the largest stage, whole */
     double exposed_time;                   /* the part of it not hidden behind compute */
     double ideal_time;                     /* total compute / K */

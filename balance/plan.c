@@ -10,6 +10,9 @@
  *   compute   M x bottleneck micro-batch time (the busiest stage),
  *   bubble    (K - 1) x bottleneck (a fill-drain pipeline; GPipe and 1F1B
  *             alike, 1F1B only holds fewer activations),
+ *   transfers the activation and gradient each micro-batch passes between
+ *             stages, on the critical path (M + K - 1) times: a message's
+ *             latency and its bytes over the link within the node,
  *   exposed   the part of the gradient all-reduce among the D replicas that
  *             compute does not hide: stage s's all-reduce moves
  *             2 (D-1)/D of its active units' gradients over the slowest link
@@ -178,8 +181,13 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     stage_memory(cm, q, K, M, b, p->bounds, p->stage_mem);
     p->compute_time = M * bottleneck;
     p->bubble_time = (K - 1) * bottleneck;
+    if (K > 1) {
+        const double bytes = cm->boundary_bytes_per_example * b;
+        const double one = q->latency + (q->bw_intra > 0 ? bytes / q->bw_intra : 0);
+        p->transfer_time = (M + K - 1) * 2 * one;
+    }
     p->exposed_time = allreduce(cm, q, p, bwd_bottleneck, own_bwd);
-    p->step_time = p->compute_time + p->bubble_time + p->exposed_time;
+    p->step_time = p->compute_time + p->bubble_time + p->transfer_time + p->exposed_time;
     p->ideal_time = total / K;
     p->bubble = (double)(K - 1) / (M + K - 1);
     p->imbalance = total > 0 ? M * bottleneck / (total / K) : 1.0;
@@ -232,6 +240,10 @@ static void explain(const pt_plan *won, const pt_plan *lost, char *out, size_t n
     if (lost->bubble_time - won->bubble_time > worst) {
         worst = lost->bubble_time - won->bubble_time;
         what = "pipeline bubble";
+    }
+    if (lost->transfer_time - won->transfer_time > worst) {
+        worst = lost->transfer_time - won->transfer_time;
+        what = "stage-to-stage transfers";
     }
     if (lost->exposed_time - won->exposed_time > worst)
         what = "exposed all-reduce";
@@ -349,9 +361,10 @@ void pt_plan_print(const pt_plan *p, const pt_arch *a, FILE *out)
                 last.name, 1e3 * p->stage_time[s], p->stage_mem[s] / (1 << 20),
                 p->stage_grad_bytes[s] / (1 << 20));
     }
-    fprintf(out, "predicted step %.1f ms = compute %.1f + bubble %.1f + exposed all-reduce %.1f "
-            "(of %.1f)%s\n", 1e3 * p->step_time, 1e3 * p->compute_time, 1e3 * p->bubble_time,
-            1e3 * p->exposed_time, 1e3 * p->allreduce_time,
+    fprintf(out, "predicted step %.1f ms = compute %.1f + bubble %.1f + transfers %.1f + exposed "
+            "all-reduce %.1f (of %.1f)%s\n", 1e3 * p->step_time, 1e3 * p->compute_time,
+            1e3 * p->bubble_time, 1e3 * p->transfer_time, 1e3 * p->exposed_time,
+            1e3 * p->allreduce_time,
             p->replicas > 1 ? (p->spans_nodes ? ", replicas across nodes" : ", replicas within a node")
                             : "");
     fprintf(out, "bubble (K-1)/(M+K-1) = %.3f, imbalance max/mean stage compute = %.3f\n", p->bubble,

@@ -25,7 +25,7 @@ struct pt_comm {
     int cores;    /* of this node, from hwloc */
     char host[MPI_MAX_PROCESSOR_NAME + 1];
     MPI_Comm node_comm;
-    pt_group world;
+    pt_group world, node_group;
 };
 
 static MPI_Request *req_of(pt_req *r) { return (MPI_Request *)(void *)r->opaque; }
@@ -95,6 +95,8 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
             c->node_of[r] += leaders[q] == q;
     free(leaders);
     c->world = (pt_group){MPI_COMM_WORLD, c->rank, c->size, 600.0, 0, NULL};
+    MPI_Comm_set_errhandler(c->node_comm, MPI_ERRORS_RETURN);
+    c->node_group = (pt_group){c->node_comm, c->local_rank, c->local_size, 600.0, 0, NULL};
     *out = c;
     return 0;
 }
@@ -130,6 +132,7 @@ const int *pt_comm_node_map(const pt_comm *c) { return c->node_of; }
 int pt_comm_cores(const pt_comm *c) { return c->cores; }
 const char *pt_comm_host(const pt_comm *c) { return c->host; }
 pt_group *pt_comm_world(pt_comm *c) { return &c->world; }
+pt_group *pt_comm_node_group(pt_comm *c) { return &c->node_group; }
 
 int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
 {
@@ -386,4 +389,79 @@ int pt_barrier(pt_group *g, pt_err *err)
         return mpi_fail(err, rc, "MPI_Ibarrier");
     r.active = 1;
     return pt_wait(g, &r, "a barrier", err);
+}
+
+/* ------------------------------------------------------------ link speed */
+
+/* Round trips of `bytes` between world ranks a and b (a starts); seconds per
+ * one-way message on a, 0 elsewhere. Ranks other than a and b do nothing. */
+static int ping_pong(pt_comm *c, int a, int b, size_t bytes, int reps, char *buf, double *one_way,
+                     pt_err *err)
+{
+    *one_way = 0;
+    const int me = c->rank;
+    if (me != a && me != b)
+        return 0;
+    const int peer = me == a ? b : a;
+    double t0 = 0;
+    for (int i = -1; i < reps; i++) { /* i = -1 warms up the connection */
+        if (i == 0)
+            t0 = now_s();
+        pt_req r = {0};
+        int rc;
+        if (me == a) {
+            if ((rc = pt_isend(&c->world, buf, bytes, peer, 77, &r, err)) ||
+                (rc = pt_wait(&c->world, &r, "a link measurement", err)) ||
+                (rc = pt_irecv(&c->world, buf, bytes, peer, 78, &r, err)) ||
+                (rc = pt_wait(&c->world, &r, "a link measurement", err)))
+                return rc;
+        } else {
+            if ((rc = pt_irecv(&c->world, buf, bytes, peer, 77, &r, err)) ||
+                (rc = pt_wait(&c->world, &r, "a link measurement", err)) ||
+                (rc = pt_isend(&c->world, buf, bytes, peer, 78, &r, err)) ||
+                (rc = pt_wait(&c->world, &r, "a link measurement", err)))
+                return rc;
+        }
+    }
+    if (me == a)
+        *one_way = (now_s() - t0) / (2.0 * reps);
+    return 0;
+}
+
+int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double *latency, pt_err *err)
+{
+    enum { BIG = 4 << 20, SMALL = 8 };
+    double v[3] = {0, 0, 0};
+    char *buf = malloc(BIG);
+    int rc = buf ? 0 : pt_fail(err, PT_ENOMEM, "out of memory measuring links");
+    int local_peer = -1, remote_peer = -1;
+    for (int r = 1; r < c->size; r++) {
+        if (local_peer < 0 && c->node_of[r] == c->node_of[0])
+            local_peer = r;
+        if (remote_peer < 0 && c->node_of[r] != c->node_of[0])
+            remote_peer = r;
+    }
+    if (buf)
+        memset(buf, 0, BIG);
+    double t_small = 0, t_big = 0;
+    /* the same sequence on every rank: measurements that do not involve it are no-ops */
+    if (rc == 0 && local_peer > 0 &&
+        (rc = ping_pong(c, 0, local_peer, SMALL, 20, buf, &t_small, err)) == 0 &&
+        (rc = ping_pong(c, 0, local_peer, BIG, 3, buf, &t_big, err)) == 0 && c->rank == 0) {
+        v[2] = t_small;
+        v[0] = t_big > t_small ? (double)BIG / (t_big - t_small) : 0;
+    }
+    if (rc == 0 && remote_peer > 0 &&
+        (rc = ping_pong(c, 0, remote_peer, SMALL, 20, buf, &t_small, err)) == 0 &&
+        (rc = ping_pong(c, 0, remote_peer, BIG, 3, buf, &t_big, err)) == 0 && c->rank == 0) {
+        v[2] = t_small > v[2] ? t_small : v[2];
+        v[1] = t_big > t_small ? (double)BIG / (t_big - t_small) : 0;
+    }
+    free(buf);
+    if (rc == 0)
+        rc = pt_bcast(&c->world, v, sizeof v, 0, err);
+    *bw_intra = v[0];
+    *bw_inter = v[1];
+    *latency = v[2];
+    return rc;
 }

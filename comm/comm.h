@@ -52,8 +52,10 @@ int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err);
 /* Cores of this node (hwloc), known after pt_comm_bind; 0 before. */
 int pt_comm_cores(const pt_comm *c);
 
-/* Groups. The world group is owned by the comm. */
+/* Groups. The world group and the node group (the ranks of this rank's
+ * node) are owned by the comm. */
 pt_group *pt_comm_world(pt_comm *c);
+pt_group *pt_comm_node_group(pt_comm *c);
 /* Collective over the world: ranks with the same color form a group, ordered
  * by key. color < 0: this rank joins no group (*out = NULL). */
 int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err);
@@ -117,6 +119,11 @@ typedef struct pt_mesh_groups {
 /* Collective over the world; waits time out after `timeout` seconds. */
 int pt_mesh_groups_build(pt_mesh_groups *g, pt_comm *c, const pt_mesh *m, double timeout, pt_err *err);
 void pt_mesh_groups_free(pt_mesh_groups *g);
+/* Measures the links the gradient all-reduce will use: bytes/s and seconds
+ * per message between two ranks of rank 0's node and between rank 0 and a
+ * rank of another node (ping-pong of a few MiB). Collective over the world;
+ * every rank gets rank 0's figures. A link that does not exist reports 0. */
+int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double *latency, pt_err *err);
 /* The world's node index of every rank ([size], owned by the comm). */
 const int *pt_comm_node_map(const pt_comm *c);
 

@@ -19,7 +19,7 @@
 #include "launch/checkpoint.h"
 
 #include "formats/formats.h"
-#include "launch/fault.h"
+#include "launch/session.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -171,8 +171,9 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
     return pt_recwriter_commit(w, err);
 }
 
-static json_t *manifest_json(const pt_run *r, const char *id, const file_entry *files, int n)
+static json_t *manifest_json(const pt_session *ss, const char *id, const file_entry *files, int n)
 {
+    const pt_run *r = &ss->run;
     json_t *units = json_object(), *listed = json_object();
     for (int st = 0; st < r->plan.stages; st++) {
         char file[FILE_NAME_MAX];
@@ -195,7 +196,7 @@ static json_t *manifest_json(const pt_run *r, const char *id, const file_entry *
     size_t config_len = 0;
     FILE *f = open_memstream(&config, &config_len);
     if (f) {
-        pt_config_write_yaml(&r->cfg, f);
+        pt_config_write_yaml(&ss->cfg, f);
         fclose(f);
     }
     json_t *m = json_pack(
@@ -203,7 +204,7 @@ static json_t *manifest_json(const pt_run *r, const char *id, const file_entry *
         "s:s?}",
         "format", FORMAT_VERSION, "checkpoint", id, "step", (json_int_t)r->step, "epoch",
         (json_int_t)r->epoch, "epoch_step", (json_int_t)r->epoch_step, "batch",
-        (json_int_t)r->cfg.train.batch, "seed", (json_int_t)r->cfg.run.seed, "lr", "kind",
+        (json_int_t)ss->cfg.train.batch, "seed", (json_int_t)ss->cfg.run.seed, "lr", "kind",
         (int)r->lr.kind, "base", r->lr.base, "min", r->lr.min_lr, "warmup", (json_int_t)r->lr.warmup,
         "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", arch_json(&r->arch),
         "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
@@ -211,12 +212,12 @@ static json_t *manifest_json(const pt_run *r, const char *id, const file_entry *
     return m;
 }
 
-static int write_manifest(const pt_run *r, const char *dir, const char *id, const file_entry *files,
-                          int n, pt_err *err)
+static int write_manifest(const pt_session *s, const char *dir, const char *id,
+                          const file_entry *files, int n, pt_err *err)
 {
     char path[PT_CKPT_PATH];
     pt_path_join(path, dir, "manifest");
-    json_t *m = manifest_json(r, id, files, n);
+    json_t *m = manifest_json(s, id, files, n);
     char *text = m && json_object_size(m) ? json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(m);
     if (!text)
@@ -231,46 +232,50 @@ static int write_manifest(const pt_run *r, const char *dir, const char *id, cons
     return rc;
 }
 
-int pt_checkpoint_save(pt_run *r, pt_err *err)
+int pt_checkpoint_save(pt_session *s, pt_err *err)
 {
+    pt_run *r = &s->run;
+    pt_group *world = pt_comm_world(s->comm);
     char dir[PT_CKPT_PATH], path[PT_CKPT_PATH];
-    pt_step_dir(r->cfg.run.dir, r->step, dir, sizeof dir);
-    /* stage 0 makes the id and an empty step directory; every stage writes
-     * its units and reports the file's digest; stage 0 writes the manifest
-     * last, naming them all */
+    pt_step_dir(s->cfg.run.dir, r->step, dir, sizeof dir);
+    /* rank 0 (replica 0's stage 0) makes the id and an empty step directory;
+     * replica 0's stages write their units (each unit once) and report the
+     * file's digest; rank 0 writes the manifest last, naming them all */
     char id[ID_CHARS + 1] = "";
     int rc = 0;
-    if (r->stage == 0) {
+    if (r->rank == 0) {
         pt_unique_id(id, sizeof id);
         rc = pt_rundir_prepare_step(dir, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-prepared", r->rank, r->step, err);
     }
-    if ((rc = pt_agree(r->pipe, rc, err)) || (r->pipe && (rc = pt_bcast(r->pipe, id, sizeof id, 0, err))))
+    if ((rc = pt_run_agree(r, rc, err)) || (rc = pt_bcast(world, id, sizeof id, 0, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     file_entry mine;
     memset(&mine, 0, sizeof mine);
-    units_file(r->stage, mine.name, sizeof mine.name);
-    rc = write_units(r, pt_path_join(path, dir, mine.name), id, mine.name, err);
-    if (rc == 0)
-        rc = pt_sha256_file(path, mine.sha256, &mine.bytes, err);
+    if (pt_run_writes_units(r)) {
+        units_file(r->stage, mine.name, sizeof mine.name);
+        rc = write_units(r, pt_path_join(path, dir, mine.name), id, mine.name, err);
+        if (rc == 0)
+            rc = pt_sha256_file(path, mine.sha256, &mine.bytes, err);
+    }
     if (rc == 0)
         rc = pt_test_fault("checkpoint", r->rank, r->step, err);
-    if ((rc = pt_agree(r->pipe, rc, err)))
+    if ((rc = pt_run_agree(r, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
-    const int n = r->pipe ? pt_group_size(r->pipe) : 1;
+    const int n = r->ranks;
     file_entry *all = calloc((size_t)n, sizeof *all);
-    rc = all ? pt_allgather(r->pipe, &mine, all, sizeof mine, err)
+    rc = all ? pt_allgather(world, &mine, all, sizeof mine, err)
              : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
-    if (rc == 0 && r->stage == 0) {
-        rc = write_manifest(r, dir, id, all, n, err);
+    if (rc == 0 && r->rank == 0) {
+        rc = write_manifest(s, dir, id, all, n, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-manifest", r->rank, r->step, err);
         if (rc == 0)
-            pt_rundir_prune(r->cfg.run.dir, r->cfg.train.keep_checkpoints, r->step);
+            pt_rundir_prune(s->cfg.run.dir, s->cfg.train.keep_checkpoints, r->step);
     }
     free(all);
-    if ((rc = pt_agree(r->pipe, rc, err)))
+    if ((rc = pt_run_agree(r, rc, err)))
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     return 0;
 }
@@ -424,18 +429,18 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
     return rc;
 }
 
-/* Reads parameters (and moments when `moments`) of every unit of the run's
+/* Reads parameters (and moments when `moments`) of every unit of the
  * segment from the unit files the manifest names. */
-static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
+static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err)
 {
-    pt_segment *s = r->seg;
+    const pt_arch *arch = pt_segment_arch(s);
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     int rc = 0;
     pt_recfile *f = NULL;
     char open_name[FILE_NAME_MAX] = "";
     for (int u = first; rc == 0 && u < first + count; u++) {
         pt_unit_info info;
-        pt_unit_info_get(&r->arch, u, &info);
+        pt_unit_info_get(arch, u, &info);
         const char *file = json_string_value(json_object_get(m->units, info.name));
         if (!file || strlen(file) >= FILE_NAME_MAX || strchr(file, '/') || !strcmp(file, "manifest")) {
             rc = pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
@@ -479,13 +484,13 @@ static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
     return rc;
 }
 
-static int check_arch(const pt_run *r, const manifest *m, pt_err *err)
+static int check_arch(const pt_arch *now, const manifest *m, pt_err *err)
 {
     pt_arch saved;
     if (arch_read(json_object_get(m->j, "arch"), &saved))
         return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
     int was, is;
-    const char *field = arch_difference(&saved, &r->arch, &was, &is);
+    const char *field = arch_difference(&saved, now, &was, &is);
     if (field)
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with %s = %d, this config makes %s = %d",
@@ -493,16 +498,22 @@ static int check_arch(const pt_run *r, const manifest *m, pt_err *err)
     return 0;
 }
 
-int pt_checkpoint_load_weights(pt_run *r, const char *dir, pt_err *err)
+int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 {
     manifest m;
     int rc = manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = check_arch(r, &m, err)) == 0)
-            rc = load_units(r, &m, 0, err);
+        if ((rc = check_arch(pt_segment_arch(seg), &m, err)) == 0)
+            rc = load_units(seg, &m, 0, err);
         manifest_close(&m);
     }
-    return pt_agree(r->pipe, rc, err);
+    return rc;
+}
+
+int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err)
+{
+    int rc = s->run.active ? pt_checkpoint_load_segment(s->run.seg, dir, err) : 0;
+    return pt_run_agree(&s->run, rc, err);
 }
 
 /* The training state of the manifest (everything but units and arch). */
@@ -536,24 +547,25 @@ static int read_state(const manifest *m, saved_state *st, pt_err *err)
     return 0;
 }
 
-static int load_state(pt_run *r, const char *dir, pt_err *err)
+static int load_state(pt_session *ss, const char *dir, pt_err *err)
 {
+    pt_run *r = &ss->run;
     manifest m;
-    int rc = manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
     saved_state st;
-    if ((rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(r, &m, err)) == 0) {
-        if (st.batch != r->cfg.train.batch)
+    memset(&st, 0, sizeof st);
+    /* every rank goes through the same collectives whatever fails where */
+    int rc = manifest_open(&m, dir, err);
+    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, err)) == 0) {
+        if (st.batch != ss->cfg.train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
                          "the data position is only exact with the same batch",
-                         dir, st.batch, r->cfg.train.batch);
-        else if (st.seed != r->cfg.run.seed)
+                         dir, st.batch, ss->cfg.train.batch);
+        else if (st.seed != ss->cfg.run.seed)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
                          "set it back to resume the same data order",
-                         dir, st.seed, r->cfg.run.seed);
+                         dir, st.seed, ss->cfg.run.seed);
         else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
@@ -565,14 +577,17 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
             rc = pt_fail(err, PT_EINPUT,
                          "'%s/manifest': frozen_units = %" PRId64 " does not match %d frozen blocks",
                          dir, st.frozen, r->freeze.depth);
-        else if (st.frozen > 0) {
-            /* lay the stages out for the frozen prefix first: which units each
-             * rank holds, and which of them keep moments, depend on it */
-            r->frozen_units = (int)st.frozen;
-            rc = pt_layout_replan(r, err);
-        }
     }
-    if (rc == 0 && (rc = load_units(r, &m, 1, err)) == 0) {
+    /* every rank learns whether the state was good before the layout changes */
+    if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen > 0) {
+        /* lay the stages out for the frozen prefix first: which units each
+         * rank holds, and which of them keep moments, depend on it */
+        r->frozen_units = (int)st.frozen;
+        rc = pt_layout_replan(r, NULL, err);
+    }
+    if (rc == 0 && r->active)
+        rc = load_units(r->seg, &m, 1, err);
+    if (rc == 0) {
         r->step = m.step;
         r->epoch = st.epoch;
         r->epoch_step = st.epoch_step;
@@ -594,11 +609,12 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
                     was->warmup, was->total, pt_config_word("train.schedule", (int)now->kind),
                     now->base, now->min_lr, now->warmup, now->total, m.step + 1);
     }
-    manifest_close(&m);
+    if (m.j || m.f)
+        manifest_close(&m);
     return rc;
 }
 
-int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
+int pt_checkpoint_load(pt_session *s, const char *dir, pt_err *err)
 {
-    return pt_agree(r->pipe, load_state(r, dir, err), err);
+    return pt_run_agree(&s->run, load_state(s, dir, err), err);
 }

@@ -21,18 +21,23 @@
 #ifndef PT_LAUNCH_CHECKPOINT_H
 #define PT_LAUNCH_CHECKPOINT_H
 
-#include "launch/run.h"
+#include "launch/session.h"
 
-/* Saves the run's current state and deletes checkpoints beyond
- * train.keep_checkpoints (and incomplete ones). */
-int pt_checkpoint_save(pt_run *r, pt_err *err);
+/* Saves the run's current state (each unit once: replica 0 writes) and
+ * deletes checkpoints beyond train.keep_checkpoints (and incomplete ones).
+ * Collective over the world. */
+int pt_checkpoint_save(pt_session *s, pt_err *err);
 
-/* Restores parameters, moments and training state into a run whose model and
- * batch match the checkpoint's (a mismatch is an error naming the key). */
-int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err);
+/* Restores parameters, moments and training state into a session whose
+ * model and batch match the checkpoint's (a mismatch is an error naming the
+ * key); the layout is re-planned for the checkpoint's frozen prefix first.
+ * Collective over the world. */
+int pt_checkpoint_load(pt_session *s, const char *dir, pt_err *err);
 
-/* Restores only the parameters (for evaluation). */
-int pt_checkpoint_load_weights(pt_run *r, const char *dir, pt_err *err);
+/* Restores only the parameters (for evaluation). Collective over the world. */
+int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err);
+/* The same into one segment, in one process (for export). */
+int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
 
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);

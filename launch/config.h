@@ -37,6 +37,8 @@ typedef struct pt_config {
         int metrics;
         int rank_metrics;
         double timeout_s;
+        long long check_replicas;
+        int log_samples;
     } run;
 
     struct {
@@ -84,10 +86,14 @@ typedef struct pt_config {
 
     struct {
         int stages;       /* PT_AUTO or K */
+        int replicas;     /* PT_AUTO or D */
         int microbatches; /* PT_AUTO or M */
         int schedule;     /* PT_PIPE_* */
         int recompute;
         double memory_gib; /* per device; 0 = what the device has */
+        int elastic;
+        int overlap;
+        double bucket_mib;
     } pipeline;
 
     struct {

@@ -32,6 +32,12 @@ const pt_key_spec pt_config_keys[] = {
      "every rank also writes its per-step compute and transfer times to RUN_DIR/metrics-rank<R>.jsonl"},
     {"run.timeout_s", PT_K_FLOAT, AT(run.timeout_s), 0, 1e6, NULL, PT_F_MIN_EXCL, "600",
      "a rank that waits this long for another is treated as failed, and the job stops"},
+    {"run.check_replicas", PT_K_I64, AT(run.check_replicas), 0, 1e9, NULL, 0, "0",
+     "debug: every this many steps compare a hash of every replica's weights and stop on a "
+     "mismatch; 0 = off"},
+    {"run.log_samples", PT_K_BOOL, AT(run.log_samples), 0, 0, NULL, 0, "false",
+     "every replica's first stage writes the sample ids of each step to "
+     "RUN_DIR/samples-rank<R>.jsonl"},
 
     /* model */
     {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt"), 0, "vit",
@@ -130,16 +136,25 @@ const pt_key_spec pt_config_keys[] = {
      "GPT: text the sample continues"},
 
     /* pipeline */
-    {"pipeline.stages", PT_K_INT, AT(pipeline.stages), 1, 4096, NULL, PT_F_AUTO, "1",
+    {"pipeline.stages", PT_K_INT, AT(pipeline.stages), 1, 4096, NULL, PT_F_AUTO, "auto",
      "pipeline stages K (ranks per pipeline), or auto: the planner's choice"},
+    {"pipeline.replicas", PT_K_INT, AT(pipeline.replicas), 1, 1 << 20, NULL, PT_F_AUTO, "auto",
+     "pipeline replicas D (data parallel), or auto: the planner's choice"},
     {"pipeline.microbatches", PT_K_INT, AT(pipeline.microbatches), 1, 1 << 20, NULL, PT_F_AUTO,
-     "1", "micro-batches M per replica and step, or auto"},
+     "auto", "micro-batches M per replica and step, or auto"},
     {"pipeline.schedule", PT_K_ENUM, AT(pipeline.schedule), 0, 0, PT_WORDS("gpipe", "1f1b"), 0, "1f1b",
      "gpipe: all forwards then all backwards; 1f1b: interleaved, fewer activations in flight"},
     {"pipeline.recompute", PT_K_BOOL, AT(pipeline.recompute), 0, 0, NULL, 0, "false",
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
     {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
      "memory per device the planner may use, in GiB; 0 = the device's (CPU: RAM / ranks on the node)"},
+    {"pipeline.elastic", PT_K_BOOL, AT(pipeline.elastic), 0, 0, NULL, 0, "true",
+     "at freeze decisions plan again whatever of stages, replicas and micro-batches is auto "
+     "(fewer stages, more replicas); false: keep the first layout, re-partition only"},
+    {"pipeline.overlap", PT_K_BOOL, AT(pipeline.overlap), 0, 0, NULL, 0, "true",
+     "start each bucket's gradient all-reduce during the last backward; false: after it"},
+    {"pipeline.bucket_mib", PT_K_FLOAT, AT(pipeline.bucket_mib), 0, 1024, NULL, PT_F_MIN_EXCL, "4",
+     "gradient all-reduce bucket size in MiB (whole units per bucket)"},
 
     /* freeze */
     {"freeze.policy", PT_K_ENUM, AT(freeze.policy), 0, 0, PT_WORDS("none", "schedule", "auto"), 0,

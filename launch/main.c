@@ -10,7 +10,7 @@
  * the job is aborted so no rank waits forever for it.
  */
 #include "launch/checkpoint.h"
-#include "launch/run.h"
+#include "launch/session.h"
 #include "formats/formats.h"
 #include "launch/weights.h"
 
@@ -117,23 +117,21 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
-    pt_run run;
-    memset(&run, 0, sizeof run);
+    pt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     const pt_config *cfg = &a->cfg;
     char resume[PT_PATH_MAX + 64] = "";
     /* One job per run directory: rank 0 holds its lock until the job ends.
-     * It is taken once the run is built, which validates every input first,
-     * so bad input never creates run.dir; checkpoints are looked at only
-     * under it. */
+     * It is taken once the session is built, which validates every input
+     * first, so bad input never creates run.dir; checkpoints are looked at
+     * only under it. */
     pt_rundir_lock lock = {-1};
-    int rc = pt_run_open(&run, comm, cfg, PT_RUN_TRAIN, &err);
+    int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, &err);
     if (rc == 0 && pt_comm_rank(comm) == 0)
         rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
-    if ((rc = setup_failed(comm, rc, &err))) {
-        pt_run_close(&run);
-        pt_rundir_lock_release(&lock);
-        return rc;
-    }
+    if ((rc = setup_failed(comm, rc, &err)))
+        goto done;
     if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
         if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
@@ -147,37 +145,34 @@ static int cmd_train(pt_comm *comm, const cli *a)
                      "--set train.resume=auto or choose another run.dir",
                      cfg->run.dir, resume);
     }
-    if (rc == 0 && run.active && *resume)
-        rc = pt_checkpoint_load(&run, resume, &err);
-    if ((rc = setup_failed(comm, rc, &err))) {
-        pt_run_close(&run);
-        pt_rundir_lock_release(&lock);
-        return rc;
+    /* every rank resolves `auto` alike (they see the same directory); the
+     * load is collective over the world */
+    if (rc == 0 && *resume)
+        rc = pt_checkpoint_load(s, resume, &err);
+    if ((rc = setup_failed(comm, rc, &err)))
+        goto done;
+    rc = pt_session_train(s, &err);
+    if (rc && rc != PT_ESTOPPED) {
+        int code = report(comm, rc, &err);
+        if (pt_comm_size(comm) > 1)
+            pt_comm_abort(comm, code); /* the others may be waiting for this rank */
+        rc = code;
+        goto done;
     }
-    if (run.active) {
-        rc = pt_train(&run, &err);
-        if (rc && rc != PT_ESTOPPED) {
-            int code = report(comm, rc, &err);
-            if (pt_comm_size(comm) > 1)
-                pt_comm_abort(comm, code); /* the others may be waiting for this rank */
-            pt_run_close(&run);
-            pt_rundir_lock_release(&lock);
-            return code;
-        }
-    }
-    /* idle ranks wait here for the pipeline to finish (sleeping, not spinning) */
-    pt_err ignore;
-    pt_barrier(pt_comm_world(comm), &ignore);
-    pt_run_close(&run);
+    rc = exit_code(rc);
+done:
+    pt_session_close(s);
+    free(s);
     pt_rundir_lock_release(&lock);
-    return exit_code(rc);
+    return rc;
 }
 
 static int cmd_eval(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
-    pt_run run;
-    memset(&run, 0, sizeof run);
+    pt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     const pt_config *cfg = &a->cfg;
     char latest[PT_PATH_MAX + 64];
     const char *checkpoint = a->checkpoint;
@@ -185,69 +180,65 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     if (!checkpoint && (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
         checkpoint = latest;
     if (rc == 0)
-        rc = pt_run_open(&run, comm, cfg, PT_RUN_EVAL, &err);
-    if (rc == 0 && run.active)
-        rc = pt_checkpoint_load_weights(&run, checkpoint, &err);
-    if ((rc = setup_failed(comm, rc, &err))) {
-        pt_run_close(&run);
-        return rc;
-    }
+        rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, &err);
+    if (rc == 0)
+        rc = pt_checkpoint_load_weights(s, checkpoint, &err);
     float *logits = NULL;
+    if ((rc = setup_failed(comm, rc, &err)))
+        goto done;
+    pt_run *run = &s->run;
     pt_eval_result ev = {0};
-    if (run.active) {
-        const int64_t rows = run.test.count * pt_arch_rows_per_example(&run.arch);
-        const int classes = pt_arch_out_classes(&run.arch);
-        if (a->logits && pt_run_last_stage(&run) &&
-            !(logits = malloc((size_t)rows * classes * sizeof *logits)))
-            rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
-        if (rc == 0)
-            rc = pt_evaluate(&run, 0, a->logits != NULL, logits, &ev, &err);
-        if (rc == 0 && logits) {
-            const int64_t shape[2] = {rows, classes};
-            const pt_st_tensor t = {"logits", 2, shape, logits};
-            rc = pt_st_write(a->logits, &t, 1, NULL, &err);
-        }
-        if (rc == 0 && run.rank == 0)
-            printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
-                   ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
-        if (rc == 0 && run.arch.kind == PT_MODEL_GPT && cfg->sample.length > 0) {
-            char text[4097];
-            int len = cfg->sample.length < 4096 ? cfg->sample.length : 4096;
-            if ((rc = pt_sample_text(&run, cfg->sample.prompt, len, cfg->sample.temperature,
-                                     cfg->sample.top_k, (uint64_t)cfg->run.seed, text, &err)) == 0 &&
-                run.rank == 0)
-                printf("sample: %s%s\n", cfg->sample.prompt, text);
-        }
-        if (rc) {
-            int code = report(comm, rc, &err);
-            if (pt_comm_size(comm) > 1)
-                pt_comm_abort(comm, code);
-            free(logits);
-            pt_run_close(&run);
-            return code;
-        }
+    const int64_t rows = s->test.count * pt_arch_rows_per_example(&run->arch);
+    const int classes = pt_arch_out_classes(&run->arch);
+    /* replica 0's last stage keeps the logits */
+    if (a->logits && pt_run_last_stage(run) && run->replica == 0 &&
+        !(logits = malloc((size_t)rows * classes * sizeof *logits)))
+        rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
+    if ((rc = pt_run_agree(run, rc, &err)) == 0)
+        rc = pt_evaluate(run, 0, a->logits != NULL, logits, &ev, &err);
+    if (rc == 0 && logits) {
+        const int64_t shape[2] = {rows, classes};
+        const pt_st_tensor t = {"logits", 2, shape, logits};
+        rc = pt_st_write(a->logits, &t, 1, NULL, &err);
     }
+    if ((rc = pt_run_agree(run, rc, &err)) == 0 && pt_comm_rank(comm) == 0)
+        printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
+               ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
+    if (rc == 0 && run->arch.kind == PT_MODEL_GPT && cfg->sample.length > 0) {
+        char text[4097];
+        int len = cfg->sample.length < 4096 ? cfg->sample.length : 4096;
+        if ((rc = pt_sample_text(run, cfg->sample.prompt, len, cfg->sample.temperature,
+                                 cfg->sample.top_k, (uint64_t)cfg->run.seed, text, &err)) == 0 &&
+            pt_comm_rank(comm) == 0)
+            printf("sample: %s%s\n", cfg->sample.prompt, text);
+    }
+    if (rc) {
+        int code = report(comm, rc, &err);
+        if (pt_comm_size(comm) > 1)
+            pt_comm_abort(comm, code);
+        rc = code;
+    }
+done:
     free(logits);
-    pt_err ignore;
-    pt_barrier(pt_comm_world(comm), &ignore);
-    pt_run_close(&run);
-    return 0;
+    pt_session_close(s);
+    free(s);
+    return rc;
 }
 
 static int cmd_plan(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
-    pt_run run;
-    memset(&run, 0, sizeof run);
-    int rc = pt_run_open(&run, comm, &a->cfg, PT_RUN_EVAL, &err);
-    if ((rc = setup_failed(comm, rc, &err))) {
-        pt_run_close(&run);
-        return rc;
+    pt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
+    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_EVAL, &err);
+    if ((rc = setup_failed(comm, rc, &err)) == 0 && pt_comm_rank(comm) == 0) {
+        printf("rank 0: %s\n", s->binding);
+        pt_layout_print(&s->run, stdout);
     }
-    if (run.rank == 0)
-        pt_layout_print(&run, stdout);
-    pt_run_close(&run);
-    return 0;
+    pt_session_close(s);
+    free(s);
+    return rc;
 }
 
 static int cmd_export(int argc, char **argv)
@@ -255,23 +246,27 @@ static int cmd_export(int argc, char **argv)
     if (argc != 4)
         return usage_error("export takes a checkpoint directory and an output file%s", "");
     pt_err err = {0};
-    pt_run run;
-    memset(&run, 0, sizeof run);
-    int rc = pt_checkpoint_read_config(argv[2], &run.cfg, &run.arch, &err);
+    pt_config *cfg = calloc(1, sizeof *cfg);
+    pt_arch arch;
+    pt_backend *be = NULL;
+    pt_segment *seg = NULL;
+    int rc = cfg ? pt_checkpoint_read_config(argv[2], cfg, &arch, &err)
+                 : pt_fail(&err, PT_ENOMEM, "out of memory");
     pt_segment_spec spec = {0, 0, 1, 1};
     if (rc == 0)
-        spec.count = pt_arch_units(&run.arch);
-    if (rc == 0 && (rc = pt_backend_open(&run.be, "cpu", 1, &err)) == 0 &&
-        (rc = pt_segment_create(&run.seg, &run.arch, run.be, &spec, &err)) == 0 &&
-        (rc = pt_checkpoint_load_weights(&run, argv[2], &err)) == 0) {
+        spec.count = pt_arch_units(&arch);
+    if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, &err)) == 0 &&
+        (rc = pt_segment_create(&seg, &arch, be, &spec, &err)) == 0 &&
+        (rc = pt_checkpoint_load_segment(seg, argv[2], &err)) == 0) {
         const char *meta[] = {"format", "pt", "producer", "pipetrain " PT_VERSION,
-                              "model.kind", pt_config_word("model.kind", run.cfg.model.kind), NULL};
-        if ((rc = pt_weights_save(run.seg, argv[3], meta, &err)) == 0)
+                              "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
+        if ((rc = pt_weights_save(seg, argv[3], meta, &err)) == 0)
             printf("wrote %s\n", argv[3]);
     }
-    pt_segment_destroy(run.seg);
-    if (run.be)
-        pt_backend_close(run.be);
+    pt_segment_destroy(seg);
+    if (be)
+        pt_backend_close(be);
+    free(cfg);
     return rc ? report(NULL, rc, &err) : 0;
 }
 
@@ -302,7 +297,7 @@ int main(int argc, char **argv)
         return usage_error("%s needs a config file", cmd);
     /* before MPI starts: mpirun forwards a stop signal as soon as it gets it */
     if (run_cmd == cmd_train)
-        pt_train_catch_stop_signals();
+        pt_catch_stop_signals();
     pt_err err = {0};
     pt_comm *comm;
     int rc = pt_comm_open(&comm, &argc, &argv, &err);

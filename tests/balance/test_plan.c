@@ -166,7 +166,7 @@ static void fixed_choices_are_honoured(void)
                 CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
                 CU_ASSERT(p.stages == K && p.replicas == D && p.micro == M);
                 CU_ASSERT_EQUAL(p.micro_batch, (48 / D + M - 1) / M);
-                CU_ASSERT(fabs(p.step_time - (p.compute_time + p.bubble_time + p.exposed_time)) < 1e-12);
+                CU_ASSERT(fabs(p.step_time - (p.compute_time + p.bubble_time + p.transfer_time + p.exposed_time)) < 1e-12);
                 CU_ASSERT_EQUAL(p.bounds[0], 0);
                 CU_ASSERT_EQUAL(p.bounds[K], 12);
             }

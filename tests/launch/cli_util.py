@@ -332,6 +332,12 @@ def read_recfile(path):
     return magic, version, recs
 
 
+def unit_records(path):
+    """A unit file's records but its own "checkpoint" record, which names the
+    checkpoint's random id: what two runs that trained alike share."""
+    return [(t, p) for t, p in read_recfile(path)[2] if t != "checkpoint"]
+
+
 def write_recfile(path, magic, version, recs):
     """Writes a recfile with a correct CRC (for crafting checkpoints that
     are well-formed files with bad content)."""

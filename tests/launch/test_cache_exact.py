@@ -116,7 +116,7 @@ def same_final(h, a_dir, b_dir, step, what):
     check([os.path.basename(p) for p in ua] == [os.path.basename(p) for p in ub],
           "%s: unit files differ: %s vs %s", what, ua, ub)
     for pa, pb in zip(ua, ub):
-        check(U.read_bytes(pa) == U.read_bytes(pb), "%s: %s differs from %s", what, pb, pa)
+        check(U.unit_records(pa) == U.unit_records(pb), "%s: %s differs from %s", what, pb, pa)
     check(export(h, a, "a-%d" % step) == export(h, b, "b-%d" % step),
           "%s: exported weights differ", what)
 

@@ -105,8 +105,7 @@ def compare(h, straight, resumed, final=STEPS, resumed_at=None, run_ended_at=Non
     for pa, pb in zip(ua, ub):
         # every record but the file's own "checkpoint" record, which names the
         # checkpoint's random id
-        ra = [(t, p) for t, p in U.read_recfile(pa)[2] if t != "checkpoint"]
-        rb = [(t, p) for t, p in U.read_recfile(pb)[2] if t != "checkpoint"]
+        ra, rb = U.unit_records(pa), U.unit_records(pb)
         check([t for t, _ in ra] == [t for t, _ in rb], "%s holds other records than the straight "
               "run's", pb)
         for (tag, da), (_, db) in zip(ra, rb):

@@ -49,11 +49,11 @@ def main():
     tools = h.Tools(sys.argv)
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
         fault_case(tools, work, "crash", "2:5:crash",
-                   [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, stage \d"])
+                   [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, replica \d, stage \d"])
         fault_case(tools, work, "error", "1:5:error",
-                   [r"rank 1: error: injected fault at step 5", r"step 5, stage \d"])
+                   [r"rank 1: error: injected fault at step 5", r"step 5, replica \d, stage \d"])
         fault_case(tools, work, "hang", "3:5:hang",
-                   [r"no progress for 5 s waiting for stage \d", r"step 5, stage \d"],
+                   [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
                    extra={"run.timeout_s": 5})
 
         # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint

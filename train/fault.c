@@ -1,7 +1,7 @@
 /*
- * fault.c: see fault.h.
+ * fault.c: the failure-injection hook of the failure tests (see train.h).
  */
-#include "launch/fault.h"
+#include "train/train.h"
 
 #include <signal.h>
 #include <stdio.h>

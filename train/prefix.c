@@ -20,9 +20,9 @@
  * construction (docs/ARCHITECTURE.md, "Backends and ops"), so a cached
  * activation equals the one the prefix would compute now, in any grouping.
  */
-#include "launch/prefix.h"
+#include "train/prefix.h"
 
-#include "launch/run.h"
+#include "train/train.h"
 
 #include <stdlib.h>
 #include <string.h>

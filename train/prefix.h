@@ -1,10 +1,10 @@
 /*
- * prefix.h (internal to launch/): the source of the first stage's input when
+ * prefix.h (internal to train/): the source of the first stage's input when
  * the model's frozen prefix is in front of it (see prefix.c). It plugs into
  * pipe/'s executor as a pt_stage_input_fn.
  */
-#ifndef PT_LAUNCH_PREFIX_H
-#define PT_LAUNCH_PREFIX_H
+#ifndef PT_TRAIN_PREFIX_H
+#define PT_TRAIN_PREFIX_H
 
 #include "cache/cache.h"
 #include "nn/nn.h"

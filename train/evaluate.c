@@ -1,11 +1,14 @@
 /*
  * evaluate.c: test-split evaluation and text sampling, through the pipeline
- * (forward only). Evaluation walks the test split in file order, up to M
- * micro-batches at a time, so its result does not depend on shuffling or on
- * the training layout beyond floating-point summation order. The last stage
- * holds the loss and logits; sums are shared over the pipeline.
+ * (forward only). Evaluation walks the test split in file order, each
+ * replica a contiguous share of it, up to M micro-batches at a time, so its
+ * result does not depend on shuffling or on the training layout beyond
+ * floating-point summation order. The last stages hold the loss and logits;
+ * the sums are shared over the world (idle ranks add zeros), so every rank
+ * gets the result. Sampling runs on replica 0; each byte it draws goes to
+ * every rank.
  */
-#include "launch/run.h"
+#include "train/train.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -14,8 +17,12 @@
 int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
                 pt_err *err)
 {
-    const pt_dataset *ds = &r->test;
+    const pt_dataset *ds = r->spec.test;
     const int64_t count = limit > 0 && limit < ds->count ? limit : ds->count;
+    /* this replica's share; with logits wanted, replica 0 does it all */
+    const int D = with_logits ? 1 : r->plan.replicas;
+    const int part = with_logits ? (r->replica == 0 ? 0 : -1) : r->replica;
+    const int64_t lo = part >= 0 ? count * part / D : 0, hi = part >= 0 ? count * (part + 1) / D : 0;
     const int64_t rows_per = pt_arch_rows_per_example(&r->arch);
     const int classes = pt_arch_out_classes(&r->arch);
     /* with logits wanted, one micro-batch per pass: the head keeps only the last one's */
@@ -24,11 +31,12 @@ int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eva
     int64_t *ids = malloc((size_t)chunk * sizeof *ids);
     if (!ids)
         return pt_fail(err, PT_ENOMEM, "out of memory for evaluation");
-    pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
+    if (r->active)
+        pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     pt_stats st = {0};
     int rc = 0;
-    for (int64_t first = 0; first < count && rc == 0; first += chunk) {
-        int n = (int)(count - first < chunk ? count - first : chunk);
+    for (int64_t first = lo; r->active && first < hi && rc == 0; first += chunk) {
+        int n = (int)(hi - first < chunk ? hi - first : chunk);
         for (int i = 0; i < n; i++)
             ids[i] = first + i;
         int m = pt_run_stage(r, ds, ids, n, micro, 0);
@@ -41,8 +49,8 @@ int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eva
     }
     free(ids);
     double v[3] = {st.loss, (double)st.correct, (double)st.rows};
-    if (rc == 0)
-        rc = pt_run_reduce(r, v, 3, err);
+    if ((rc = pt_run_agree(r, rc, err)) == 0)
+        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 3, PT_DT_F64, err);
     if (rc)
         return rc;
     out->loss = v[0];
@@ -106,18 +114,19 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
     pt_rng rng;
     pt_rng_seed(&rng, seed, 3ULL << 32);
     r->batches[0] = (pt_batch){1, NULL, r->tokens, NULL};
+    const int runs = r->active && r->replica == 0;
+    const int drawer = pt_mesh_rank(&r->mesh, 0, r->plan.stages - 1);
     int rc = 0;
     for (int i = 0; i < length && rc == 0; i++) {
-        if ((rc = pt_stage_exec_forward(r->exec, r->batches, 1, NULL, err)))
-            break;
-        /* the last stage draws the next byte and tells the others */
+        /* replica 0's last stage draws the next byte and tells every rank */
         int64_t next = 0;
-        if (pt_run_last_stage(r)) {
-            if ((rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)))
-                break;
+        if (runs)
+            rc = pt_stage_exec_forward(r->exec, r->batches, 1, NULL, err);
+        if (rc == 0 && runs && pt_run_last_stage(r) &&
+            (rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)) == 0)
             next = sample_index(logits, V, temperature, top_k, &rng);
-        }
-        if (r->pipe && (rc = pt_bcast(r->pipe, &next, sizeof next, r->plan.stages - 1, err)))
+        if ((rc = pt_run_agree(r, rc, err)) ||
+            (rc = pt_bcast(pt_comm_world(r->comm), &next, sizeof next, drawer, err)))
             break;
         out[i] = (char)next;
         if (len == T) {

@@ -1,0 +1,275 @@
+/*
+ * loop.c: the training loop around the engine's steps: epochs, evaluation
+ * and checkpoints at their cadence, freeze decisions (and the re-plans they
+ * cause), progress lines and metrics, and a clean stop on a signal (finish
+ * the step, save, exit with status 130). Every rank runs the same loop; the
+ * engine's step ends in an all-reduce over the world, so all ranks agree on
+ * every decision, stop requests included.
+ */
+#include "launch/checkpoint.h"
+#include "launch/session.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Signal handlers can reach nothing but globals, so these two are: the stop
+ * request, and where this rank's executor is (for the line a rank prints when
+ * the launcher terminates it because another rank died). */
+static volatile sig_atomic_t stop_signal;
+static const char *volatile current_where;
+
+static void on_stop_signal(int sig)
+{
+    if (stop_signal) /* a second signal: the user means it */
+        _exit(128 + sig);
+    stop_signal = sig;
+    const char *where = current_where;
+    if (where) {
+        static const char head[] = "pipetrain: signal received while at ";
+        ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
+        ignored = write(STDERR_FILENO, where, strlen(where));
+        ignored = write(STDERR_FILENO, "\n", 1);
+        (void)ignored;
+    }
+}
+
+void pt_catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    /* Open MPI's mpirun forwards SIGUSR1 to every rank and lets them finish;
+     * SIGTERM and SIGINT it turns into killing the job (ranks get a second
+     * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is
+     * the way to stop a job under mpirun with a checkpoint and status 130. */
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+static void layout_words(int K, int D, int M, char *out, size_t n)
+{
+    snprintf(out, n, "K = %d x D = %d, M = %d", K, D, M);
+}
+
+static void report_replan(pt_session *s, const pt_transition *t)
+{
+    const pt_run *r = &s->run;
+    json_t *o = pt_metrics_event("replan");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "frozen_units", json_integer(r->frozen_units));
+    json_object_set_new(o, "old", json_pack("{s:i, s:i, s:i}", "stages", t->old_stages, "replicas",
+                                            t->old_replicas, "micro", t->old_micro));
+    json_object_set_new(o, "new", json_pack("{s:i, s:i, s:i}", "stages", t->new_stages, "replicas",
+                                            t->new_replicas, "micro", t->new_micro));
+    json_t *bounds = json_array();
+    for (int st = 0; st <= r->plan.stages; st++)
+        json_array_append_new(bounds, json_integer(r->plan.bounds[st]));
+    json_object_set_new(o, "bounds", bounds);
+    json_object_set_new(o, "bytes_moved", json_integer((json_int_t)t->bytes));
+    json_object_set_new(o, "seconds", pt_json_number(t->seconds));
+    pt_progress_metrics(&s->progress, o);
+    char was[64], now[64];
+    layout_words(t->old_stages, t->old_replicas, t->old_micro, was, sizeof was);
+    layout_words(t->new_stages, t->new_replicas, t->new_micro, now, sizeof now);
+    pt_progress_note(&s->progress, "re-planned: %s -> %s, %.2f MiB moved in %.3f s", was, now,
+                     (double)t->bytes / (1 << 20), t->seconds);
+}
+
+/* Makes a freeze decision, logs it with what it was based on, and re-plans
+ * when the frozen prefix grew. */
+static int freeze_decision(pt_session *s, pt_err *err)
+{
+    pt_run *r = &s->run;
+    pt_freeze_report rep;
+    pt_transition t;
+    int moved = 0;
+    int rc = pt_run_freeze_decision(r, &rep, &moved, &t, err);
+    if (rc)
+        return rc;
+    const int depth = rep.new_depth;
+    json_t *o = pt_metrics_event("freeze");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "decision", json_integer(rep.decision));
+    json_object_set_new(o, "depth", json_integer(depth));
+    json_object_set_new(o, "old_depth", json_integer(rep.old_depth));
+    json_object_set_new(o, "bound", json_integer(rep.bound));
+    json_object_set_new(o, "candidate", json_integer(rep.candidate));
+    json_object_set_new(o, "threshold", pt_json_number(rep.threshold));
+    if (rep.norms) {
+        json_t *norms = json_array(), *rates = json_array();
+        for (int b = 0; b < r->arch.layers; b++) {
+            json_array_append_new(norms, pt_json_number(rep.norms[b]));
+            json_array_append_new(rates, pt_json_number(rep.rates[b]));
+        }
+        json_object_set_new(o, "norms", norms);
+        json_object_set_new(o, "rates", rates);
+    }
+    pt_progress_metrics(&s->progress, o);
+    if (rep.norms)
+        pt_progress_note(&s->progress,
+                         "freeze decision %d (auto): %d -> %d of %d blocks frozen (the norms say %d, "
+                         "median change rate %.3g, bound %d)",
+                         rep.decision, rep.old_depth, depth, r->arch.layers, rep.candidate,
+                         rep.threshold, rep.bound);
+    else
+        pt_progress_note(&s->progress, "freeze decision %d (%s): %d -> %d of %d blocks frozen (bound %d)",
+                         rep.decision, pt_config_word("freeze.policy", s->cfg.freeze.policy),
+                         rep.old_depth, depth, r->arch.layers, rep.bound);
+    if (moved)
+        report_replan(s, &t);
+    return 0;
+}
+
+static int evaluate_and_report(pt_session *s, pt_err *err)
+{
+    pt_run *r = &s->run;
+    const pt_config *c = &s->cfg;
+    pt_eval_result ev;
+    int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, &ev, err);
+    if (rc)
+        return rc;
+    pt_progress_note(&s->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",
+                     (long long)r->epoch, (long long)r->step, ev.loss, 100.0 * ev.accuracy,
+                     (long long)ev.examples);
+    json_t *o = pt_metrics_event("eval");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "test_loss", pt_json_number(ev.loss));
+    json_object_set_new(o, "test_accuracy", pt_json_number(ev.accuracy));
+    json_object_set_new(o, "examples", json_integer(ev.examples));
+    pt_progress_metrics(&s->progress, o);
+    if (r->arch.kind == PT_MODEL_GPT && c->sample.length > 0) {
+        char text[4097];
+        int len = c->sample.length < 4096 ? c->sample.length : 4096;
+        if ((rc = pt_sample_text(r, c->sample.prompt, len, c->sample.temperature, c->sample.top_k,
+                                 (uint64_t)c->run.seed + (uint64_t)r->step, text, err)))
+            return rc;
+        pt_progress_note(&s->progress, "sample: %s%s", c->sample.prompt, text);
+    }
+    return 0;
+}
+
+/* The per-rank timing line (run.rank_metrics). */
+static void rank_metrics(pt_session *s, const pt_step_result *res)
+{
+    const pt_run *r = &s->run;
+    json_t *o = pt_metrics_event("step");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "rank", json_integer(r->rank));
+    json_object_set_new(o, "replica", json_integer(r->replica));
+    json_object_set_new(o, "stage", json_integer(r->stage));
+    if (r->active) {
+        const pt_exec_times *t = pt_stage_exec_times(r->exec);
+        json_object_set_new(o, "step_wall_s", pt_json_number(t->step_wall));
+        json_object_set_new(o, "compute_wall_s", pt_json_number(t->compute_wall));
+        json_object_set_new(o, "compute_cpu_s", pt_json_number(t->compute_cpu));
+        json_object_set_new(o, "comm_wall_s", pt_json_number(t->comm_wall));
+    }
+    json_object_set_new(o, "allreduce_bytes", json_integer((json_int_t)res->allreduce.bytes));
+    json_object_set_new(o, "allreduce_s", pt_json_number(res->allreduce.total_s));
+    json_object_set_new(o, "allreduce_exposed_s", pt_json_number(res->allreduce.exposed_s));
+    pt_json_line(s->rank_metrics, o);
+}
+
+static void epoch_metrics(pt_session *s, double took)
+{
+    pt_run *r = &s->run;
+    /* the counts live in the run, not in the prefix source, which every
+     * re-plan replaces: a mid-epoch decision loses nothing */
+    json_t *o = pt_metrics_event("epoch");
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch_time_s", pt_json_number(took));
+    json_object_set_new(o, "frozen_blocks", json_integer(r->freeze.depth));
+    json_object_set_new(o, "stages", json_integer(r->plan.stages));
+    json_object_set_new(o, "replicas", json_integer(r->plan.replicas));
+    json_object_set_new(o, "cache_hits", json_integer(r->cache_hits));
+    json_object_set_new(o, "prefix_computed", json_integer(r->prefix_computed));
+    pt_progress_metrics(&s->progress, o);
+    r->cache_hits = r->prefix_computed = 0;
+}
+
+int pt_session_train(pt_session *s, pt_err *err)
+{
+    pt_run *r = &s->run;
+    const pt_config *c = &s->cfg;
+    const int64_t per_epoch = pt_sampler_steps(&r->sampler);
+    size_t params = 0;
+    for (int u = 0; u < pt_arch_units(&r->arch); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(&r->arch, u, &info);
+        params += info.numel;
+    }
+    pt_progress_note(&s->progress,
+                     "pipetrain: %s, %zu parameters, %lld training / %lld test examples, batch %lld, "
+                     "%lld steps, %s: K = %d stage%s x D = %d replica%s, M = %d, %s backend with %d "
+                     "threads per rank",
+                     pt_config_word("model.kind", c->model.kind), params, (long long)s->train.count,
+                     (long long)s->test.count, c->train.batch, (long long)r->total_steps,
+                     pt_layout_mode(r), r->plan.stages, r->plan.stages == 1 ? "" : "s",
+                     r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
+                     pt_backend_name(s->be), s->threads);
+    if (r->step > 0)
+        pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
+                         (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
+    int rc = 0;
+    int64_t saved_at = r->step, evaluated_at = -1;
+    double epoch_started = pt_now();
+    while (rc == 0 && r->step < r->total_steps) {
+        if (r->epoch_step == 0 || r->sampler.epoch != r->epoch)
+            pt_sampler_set_epoch(&r->sampler, r->epoch);
+        pt_step_result res;
+        current_where = r->active ? pt_stage_exec_where(r->exec) : "an idle rank, between steps";
+        if ((rc = pt_run_step(r, stop_signal != 0, &res, err)))
+            break;
+        if (res.stop && !stop_signal)
+            stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
+        pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
+                              per_epoch, res.loss, res.lr, res.grad_norm, res.examples};
+        pt_progress_step(&s->progress, &rep);
+        if (s->rank_metrics)
+            rank_metrics(s, &res);
+        const int epoch_done = r->epoch_step == per_epoch;
+        if (epoch_done) {
+            r->epoch++;
+            r->epoch_step = 0;
+            epoch_metrics(s, pt_now() - epoch_started);
+            if (c->train.eval_every > 0 && r->epoch % c->train.eval_every == 0) {
+                if ((rc = evaluate_and_report(s, err)))
+                    break;
+                evaluated_at = r->step;
+            }
+        }
+        if (pt_freeze_due(r, epoch_done) && (rc = freeze_decision(s, err)))
+            break;
+        if (epoch_done)
+            epoch_started = pt_now();
+        int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
+        if (due || stop_signal) {
+            if ((rc = pt_checkpoint_save(s, err)))
+                break;
+            saved_at = r->step;
+        }
+        if (stop_signal) {
+            pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume with "
+                             "--set train.resume=auto", (int)stop_signal, (long long)r->step);
+            return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
+        }
+    }
+    if (rc)
+        return rc;
+    if (evaluated_at != r->step && (rc = evaluate_and_report(s, err)))
+        return rc;
+    if (saved_at != r->step && (rc = pt_checkpoint_save(s, err)))
+        return rc;
+    pt_progress_note(&s->progress, "done: %lld steps; checkpoints in %s/checkpoints",
+                     (long long)r->step, c->run.dir);
+    return 0;
+}

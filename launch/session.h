@@ -1,0 +1,48 @@
+/*
+ * session.h (internal to launch/): one `pipetrain train`, `eval` or `plan`
+ * as the command line sees it: the config, what the config chose (device,
+ * threads, data), the training engine built from them (train/), and the
+ * run's output (progress, metrics, checkpoints). setup.c wires the config
+ * into the engine; loop.c is the training loop around its steps;
+ * checkpoint.c saves and resumes.
+ */
+#ifndef PT_LAUNCH_SESSION_H
+#define PT_LAUNCH_SESSION_H
+
+#include "launch/config.h"
+#include "launch/progress.h"
+#include "train/train.h"
+
+typedef struct pt_session {
+    pt_config cfg;
+    pt_comm *comm;         /* the world (not owned) */
+    int rank;
+    pt_backend *be;
+    int threads;           /* compute threads of this rank */
+    char binding[256];     /* how this rank was bound to cores */
+    pt_dataset train, test;
+    pt_run run;            /* the engine */
+    pt_progress progress;
+    FILE *rank_metrics;    /* run.rank_metrics: this rank's step timings */
+    FILE *sample_log;      /* run.log_samples: the sample ids of each step */
+} pt_session;
+
+/* Binds cores, opens the device, loads the data, builds the engine from the
+ * config (collective over the world), initialises the weights (from the seed
+ * or model.init_from) and, for training, opens the metrics files. Every
+ * failure that is the config's fault names the key, file and line. Does not
+ * resume; see pt_checkpoint_load. */
+int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
+                    pt_err *err);
+void pt_session_close(pt_session *s);
+
+/* loop.c: trains from the engine's position to the end of the run: steps,
+ * evaluation, freeze decisions (and re-plans), checkpoints, progress and
+ * metrics, and a clean stop on a signal (PT_ESTOPPED after saving). */
+int pt_session_train(pt_session *s, pt_err *err);
+/* From now on SIGINT, SIGTERM and SIGUSR1 ask pt_session_train to finish
+ * the step, save and stop (a second one exits at once). Called before the
+ * session is built, so a signal during setup is not fatal either. */
+void pt_catch_stop_signals(void);
+
+#endif

@@ -1,0 +1,433 @@
+/*
+ * layout.c: where this rank sits in the run, and changing it.
+ *
+ * At the start: measure the topology (nodes, cores, the links the gradient
+ * all-reduce will use), profile the per-unit costs on rank 0 when something
+ * is left to choose, plan (K, D, M) and the partition (balance/), lay the
+ * mesh over the world (comm/), split the groups, and build this rank's part:
+ * schedule, segment, executor, the all-reduce of its stage and, on stage 0
+ * with a frozen prefix, the prefix source. Every rank runs the same planner
+ * on the same inputs, so all agree on the layout without negotiating; the
+ * measured inputs (costs, links) come from rank 0.
+ *
+ * At a freeze decision the plan is made again with the frozen units priced
+ * forward-only (nothing when the cache serves them, then they sit in front
+ * of stage 0) and without gradient or optimizer memory. Elastic runs search
+ * again over whatever the config left to the planner (K, D, M); the others
+ * keep K, D and M and re-partition. The change is carried out as a list of
+ * unit moves (dp/): every rank builds its new segment, receives the units it
+ * did not hold (with their moments while they train) from a rank that held
+ * them, and the old one is dropped. Idle ranks take part: they may become
+ * replicas.
+ */
+#include "train/train.h"
+
+#include "train/prefix.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double device_memory(const pt_run *r)
+{
+    if (r->spec.mem_limit > 0)
+        return r->spec.mem_limit;
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
+}
+
+/* Rank 0 profiles; everyone gets the model (or rank 0's error). */
+static int shared_cost_model(pt_run *r, int small, int large, pt_err *err)
+{
+    pt_cost_model *cm = &r->cost;
+    pt_group *world = pt_comm_world(r->comm);
+    int64_t status = 0;
+    memset(cm, 0, sizeof *cm);
+    if (r->rank == 0 && pt_cost_profile(cm, &r->arch, r->be, small, large, err))
+        status = err->code;
+    int rc = pt_bcast(world, &status, sizeof status, 0, err);
+    if (rc == 0 && status) {
+        if (r->rank != 0)
+            pt_fail(err, (int)status, "profiling on rank 0 failed (rank 0 reports why)");
+        rc = (int)status;
+    }
+    if (rc == 0 && r->rank != 0) {
+        cm->units = pt_arch_units(&r->arch);
+        if (!(cm->unit = calloc((size_t)cm->units, sizeof *cm->unit)))
+            rc = pt_fail(err, PT_ENOMEM, "out of memory for the cost model");
+    }
+    if (rc == 0)
+        rc = pt_bcast(world, cm->batch, sizeof cm->batch, 0, err);
+    if (rc == 0)
+        rc = pt_bcast(world, &cm->boundary_bytes_per_example, sizeof(double), 0, err);
+    if (rc == 0)
+        rc = pt_bcast(world, cm->unit, (size_t)cm->units * sizeof *cm->unit, 0, err);
+    if (rc)
+        pt_cost_model_free(cm);
+    return rc;
+}
+
+/* Frozen units whose output the cache serves: all of them, but never so many
+ * that fewer than min_stages units are left. */
+static int cached_units(const pt_run *r, int min_stages)
+{
+    if (!r->spec.cache || r->freeze.depth < r->spec.cache_min_depth)
+        return 0;
+    const int limit = pt_arch_units(&r->arch) - min_stages;
+    return r->frozen_units < limit ? r->frozen_units : limit;
+}
+
+/* Whether the planner has anything to choose, now or at a later decision. */
+static int something_to_choose(const pt_run *r)
+{
+    const pt_train_spec *s = &r->spec;
+    if (r->ranks == 1)
+        return s->micro == PT_TRAIN_AUTO && s->mem_limit > 0;
+    const int autos = s->stages == PT_TRAIN_AUTO || s->replicas == PT_TRAIN_AUTO ||
+                      s->micro == PT_TRAIN_AUTO;
+    return autos || (s->freeze.kind != PT_FREEZE_NONE && s->stages != 1);
+}
+
+/* The plan for the current frozen prefix. fixed: keep K, D and M as they are
+ * (a re-partition); otherwise the spec's fixed values and a search over the
+ * rest. */
+static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
+{
+    const pt_train_spec *s = &r->spec;
+    const int units = pt_arch_units(&r->arch);
+    int K = fixed ? r->plan.stages : s->stages == PT_TRAIN_AUTO ? 0 : s->stages;
+    int D = fixed ? r->plan.replicas : s->replicas == PT_TRAIN_AUTO ? 0 : s->replicas;
+    int M = fixed ? r->plan.micro : s->micro == PT_TRAIN_AUTO ? 0 : s->micro;
+    if (r->ranks == 1) {
+        K = D = 1;
+        M = M ? M : (r->cost.units ? 0 : 1);
+    }
+    if (!r->cost.units) { /* nothing was profiled: one stage, the whole model */
+        memset(out, 0, sizeof *out);
+        out->stages = 1;
+        out->replicas = D ? D : r->ranks;
+        out->micro = M ? M : 1;
+        const int64_t share = (s->batch + out->replicas - 1) / out->replicas;
+        out->micro_batch = (int)((share + out->micro - 1) / out->micro);
+        out->bounds[1] = units;
+        out->imbalance = 1;
+        return 0;
+    }
+    pt_plan_request q = {
+        .ranks = r->ranks,
+        .node_of = pt_comm_node_map(r->comm),
+        .stages = K,
+        .replicas = D,
+        .micro = M,
+        .schedule = s->gpipe ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
+        .recompute = s->recompute,
+        .batch = s->batch,
+        .mem_limit = device_memory(r),
+        .cores = pt_comm_cores(r->comm),
+        .threads = s->threads,
+        .frozen_units = r->frozen_units,
+        .cached_units = cached_units(r, K ? K : 1),
+        .bw_intra = r->bw_intra,
+        .bw_inter = r->bw_inter,
+        .latency = r->latency,
+        .overlap = s->overlap,
+    };
+    return pt_plan_make(out, &q, &r->cost, err);
+}
+
+/* A name for this job's node-local resources, the same on every rank of a
+ * node and different between nodes (their disk tiers may share a directory). */
+static int job_name(pt_run *r, pt_err *err)
+{
+    char base[48] = "";
+    if (r->rank == 0)
+        snprintf(base, sizeof base, "%d-%llx", (int)getpid(), (unsigned long long)time(NULL));
+    int rc = pt_bcast(pt_comm_world(r->comm), base, sizeof base, 0, err);
+    snprintf(r->job, sizeof r->job, "%s-n%d", base, pt_comm_node(r->comm));
+    return rc;
+}
+
+/* The node's activation cache: its first rank creates it, the others attach. */
+static int open_cache(pt_run *r, pt_err *err)
+{
+    const size_t row = (size_t)pt_arch_tokens(&r->arch) * r->arch.dim * pt_backend_act_size(r->be);
+    pt_cache_spec cs = {r->job, r->spec.train->count, row, r->spec.cache_memory, r->spec.cache_dir,
+                        r->spec.cache_disk};
+    pt_group *node = pt_comm_node_group(r->comm);
+    int rc = pt_comm_local_rank(r->comm) == 0 ? pt_cache_create(&r->cache, &cs, err) : 0;
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(node, &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst)
+        return pt_fail(err, (int)worst, "creating the node's activation cache failed (the node's "
+                       "first rank says why)");
+    if (rc == 0 && pt_comm_local_rank(r->comm) != 0)
+        rc = pt_cache_attach(&r->cache, &cs, err);
+    return rc;
+}
+
+/* Staging for the largest micro-batches this layout runs. */
+static int stage_buffers(pt_run *r, pt_err *err)
+{
+    const int need = r->micro * r->max_micro;
+    if (need <= r->staged_examples)
+        return 0;
+    const int T = pt_arch_tokens(&r->arch);
+    free(r->images);
+    free(r->tokens);
+    free(r->targets);
+    free(r->batches);
+    free(r->batch_ids);
+    free(r->batch_first);
+    r->images = malloc(((size_t)need * pt_arch_input_floats(&r->arch) + 1) * sizeof(float));
+    r->tokens = malloc(((size_t)need * T + 1) * sizeof(int32_t));
+    r->targets = malloc(((size_t)need * T + 1) * sizeof(int32_t));
+    r->batches = calloc((size_t)r->micro + 1, sizeof *r->batches);
+    r->batch_ids = calloc((size_t)need + 1, sizeof *r->batch_ids);
+    r->batch_first = calloc((size_t)r->micro + 1, sizeof *r->batch_first);
+    r->staged_examples = need;
+    if (!r->images || !r->tokens || !r->targets || !r->batches || !r->batch_ids || !r->batch_first) {
+        r->staged_examples = 0;
+        return pt_fail(err, PT_ENOMEM, "out of memory for batch staging");
+    }
+    return 0;
+}
+
+static void reducer_unit_done(void *ctx, int unit) { pt_reducer_unit_done(ctx, unit); }
+static void reducer_progress(void *ctx) { pt_reducer_progress(ctx); }
+
+/* This rank's part of the current plan and mesh: schedule, segment (units
+ * from old_seg by the moves, or left to be initialised when moves is NULL),
+ * all-reduce, prefix source and executor. */
+static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg, uint64_t *sent,
+                       pt_err *err)
+{
+    const pt_train_spec *sp = &r->spec;
+    const int K = r->plan.stages, F = r->frozen_units;
+    r->micro = r->plan.micro;
+    r->max_micro = r->plan.micro_batch;
+    r->built_frozen = F;
+    int rc = stage_buffers(r, err);
+    if (rc || !r->active) /* an idle rank still gives away what it held */
+        return rc ? rc : moves ? pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg,
+                                                     NULL, sent, err)
+                               : 0;
+    int trainable = 0;
+    while (trainable < K - 1 && r->plan.bounds[trainable + 1] <= F)
+        trainable++;
+    if ((rc = pt_schedule_build(&r->sched, sp->gpipe ? PT_SCHED_GPIPE : PT_SCHED_1F1B, K,
+                                r->plan.micro, trainable, err)) ||
+        (rc = pt_schedule_validate(&r->sched, err)))
+        return rc;
+    const int first = r->plan.bounds[r->stage], count = r->plan.bounds[r->stage + 1] - first;
+    const int frozen_here = F - first < 0 ? 0 : F - first > count ? count : F - first;
+    /* Stage 0's first units come from the prefix source: the cached ones, or,
+     * without the cache, a frozen prefix that fits on stage 0 with something
+     * after it; the other frozen units run forward only where they are. */
+    const int C = cached_units(r, K);
+    r->source_units = C > 0 ? C : (F > 0 && F < r->plan.bounds[1] ? F : 0);
+    const int prefix = r->stage == 0 && r->source_units > 0;
+    const int slots = pt_stage_exec_slots(&r->sched, r->stage, sp->recompute) + prefix;
+    pt_segment_spec spec = {first, count, r->max_micro, slots};
+    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)) ||
+        (rc = pt_segment_freeze(r->seg, frozen_here, err)))
+        return rc;
+    if (moves && (rc = pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg, r->seg,
+                                           sent, err)))
+        return rc;
+    if ((rc = pt_reducer_create(&r->reducer, r->groups.replicas, r->seg, sp->bucket_bytes,
+                                sp->overlap, err)))
+        return rc;
+    if (prefix && (rc = pt_prefix_create(&r->prefix, r, slots - 1, C > 0 ? r->cache : NULL, err)))
+        return rc;
+    pt_stage_spec xs = {&r->sched, r->stage, r->groups.pipe, r->seg, r->max_micro, sp->recompute,
+                        prefix ? pt_prefix_input : NULL, r->prefix, prefix ? r->source_units : 0,
+                        {reducer_unit_done, reducer_progress, r->reducer}, r->replica};
+    return pt_stage_exec_create(&r->exec, &xs, err);
+}
+
+/* Frees the stage's executor, all-reduce, prefix source, schedule and
+ * (unless kept) segment. */
+static void release_stage(pt_run *r, int keep_segment)
+{
+    pt_stage_exec_destroy(r->exec);
+    r->exec = NULL;
+    pt_reducer_destroy(r->reducer);
+    r->reducer = NULL;
+    pt_prefix_destroy(r->prefix);
+    r->prefix = NULL;
+    pt_schedule_free(&r->sched);
+    if (!keep_segment)
+        pt_segment_destroy(r->seg);
+    r->seg = NULL;
+}
+
+/* The mesh and groups of r->plan; this rank's place in them. */
+static int place(pt_run *r, pt_err *err)
+{
+    int rc = pt_mesh_build(&r->mesh, r->ranks, pt_comm_node_map(r->comm), r->plan.stages,
+                           r->plan.replicas, err);
+    if (rc == 0)
+        rc = pt_mesh_groups_build(&r->groups, r->comm, &r->mesh, r->spec.timeout_s, err);
+    r->replica = rc ? -1 : r->mesh.replica_of[r->rank];
+    r->stage = rc ? -1 : r->mesh.stage_of[r->rank];
+    r->active = r->replica >= 0;
+    return rc;
+}
+
+int pt_layout_open(pt_run *r, pt_err *err)
+{
+    pt_group_set_timeout(pt_comm_world(r->comm), r->spec.timeout_s);
+    int rc = job_name(r, err);
+    if (rc == 0 && r->ranks > 1)
+        rc = pt_comm_measure_links(r->comm, &r->bw_intra, &r->bw_inter, &r->latency, err);
+    if (rc == 0 && something_to_choose(r)) {
+        /* profile at the largest and smallest micro-batch a search can pick */
+        const int64_t B = r->spec.batch;
+        const int units = pt_arch_units(&r->arch);
+        const int k_max = r->ranks < units ? r->ranks : units;
+        int large = (int)(B < 512 ? B : 512);
+        int small = (int)(B / (8 * k_max) > 0 ? B / (8 * k_max) : 1);
+        small = small < large ? small : large;
+        rc = shared_cost_model(r, small, large, err);
+    }
+    if (rc == 0)
+        rc = make_plan(r, 0, &r->plan, err);
+    if (rc == 0)
+        rc = place(r, err);
+    if (rc == 0 && r->spec.cache && r->spec.train)
+        rc = open_cache(r, err);
+    if (rc == 0)
+        rc = build_stage(r, NULL, NULL, NULL, err);
+    return rc;
+}
+
+void pt_layout_close(pt_run *r)
+{
+    release_stage(r, 0);
+    pt_cache_close(r->cache); /* the creator removes the segment */
+    r->cache = NULL;
+    pt_cost_model_free(&r->cost);
+    pt_mesh_groups_free(&r->groups);
+    pt_mesh_free(&r->mesh);
+}
+
+int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err)
+{
+    const double t0 = now_s();
+    pt_transition info = {r->plan.stages, r->plan.replicas, r->plan.micro, 0, 0, 0, 0, 0};
+    pt_plan next;
+    const int fixed = !r->spec.elastic || !r->cost.units;
+    int rc = make_plan(r, fixed, &next, err);
+    if ((rc = pt_run_agree(r, rc, err)))
+        return rc;
+    /* the old layout stays readable until the moves are done */
+    pt_plan old_plan = r->plan;
+    pt_mesh old_mesh = r->mesh;
+    pt_mesh_groups old_groups = r->groups;
+    const int old_frozen = r->built_frozen;
+    pt_segment *old_seg = r->seg;
+    release_stage(r, 1);
+    memset(&r->mesh, 0, sizeof r->mesh);
+    memset(&r->groups, 0, sizeof r->groups);
+    r->plan = next;
+    pt_dp_moves moves = {0, NULL};
+    rc = place(r, err);
+    if (rc == 0) {
+        pt_dp_layout from = {&old_mesh, old_plan.bounds, old_frozen};
+        pt_dp_layout to = {&r->mesh, r->plan.bounds, r->frozen_units};
+        rc = pt_dp_plan_moves(&moves, &from, &to, pt_comm_node_map(r->comm), err);
+    }
+    uint64_t sent = 0;
+    if (rc == 0)
+        rc = build_stage(r, &moves, old_seg, &sent, err);
+    pt_dp_moves_free(&moves);
+    pt_segment_destroy(old_seg);
+    pt_mesh_groups_free(&old_groups);
+    pt_mesh_free(&old_mesh);
+    /* bytes summed over the ranks; the time is rank 0's, all ranks having
+     * finished once the agreement below returns */
+    double v[2] = {(double)sent, 0};
+    if ((rc = pt_run_agree(r, rc, err)) == 0)
+        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 1, PT_DT_F64, err);
+    v[1] = now_s() - t0;
+    if (rc == 0)
+        rc = pt_bcast(pt_comm_world(r->comm), &v[1], sizeof v[1], 0, err);
+    double took = v[1];
+    info.new_stages = r->plan.stages;
+    info.new_replicas = r->plan.replicas;
+    info.new_micro = r->plan.micro;
+    info.bytes = (uint64_t)v[0];
+    info.seconds = took;
+    if (t)
+        *t = info;
+    return rc;
+}
+
+const char *pt_layout_mode(const pt_run *r)
+{
+    return r->ranks == 1 ? "single-device" : pt_comm_nodes(r->comm) == 1 ? "multi-device" : "multi-node";
+}
+
+void pt_layout_print(const pt_run *r, FILE *out)
+{
+    const int nodes = pt_comm_nodes(r->comm);
+    fprintf(out, "topology: %d rank%s on %d node%s, %d cores on rank 0's node (%s)\n", r->ranks,
+            r->ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", pt_comm_cores(r->comm),
+            pt_comm_host(r->comm));
+    if (r->ranks > 1)
+        fprintf(out, "links: %.0f MB/s within a node, %s between nodes, %.1f us per message\n",
+                r->bw_intra / 1e6, r->bw_inter > 0 ? "measured below" : "none", 1e6 * r->latency);
+    if (r->bw_inter > 0)
+        fprintf(out, "  between nodes: %.0f MB/s\n", r->bw_inter / 1e6);
+    fprintf(out, "mode: %s, device %s (%d threads per rank)\n", pt_layout_mode(r),
+            pt_backend_name(r->be), r->spec.threads);
+    fprintf(out, "model: %d units, batch %lld, schedule %s%s\n", pt_arch_units(&r->arch),
+            (long long)r->spec.batch, r->spec.gpipe ? "gpipe" : "1f1b",
+            r->spec.recompute ? " with recompute" : "");
+    if (r->plan.step_time > 0)
+        pt_plan_print(&r->plan, &r->arch, out);
+    else
+        fprintf(out, "layout: K = 1 stage x D = %d replica%s, M = %d micro-batches of up to %d "
+                "examples (fixed by the config and the ranks; nothing profiled)\n",
+                r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
+                r->plan.micro_batch);
+    fprintf(out, "ranks:\n");
+    for (int q = 0; q < r->ranks; q++) {
+        const int rep = r->mesh.replica_of[q], st = r->mesh.stage_of[q];
+        if (rep >= 0)
+            fprintf(out, "  rank %d (node %d): replica %d, stage %d, units %d-%d\n", q,
+                    pt_comm_node_of(r->comm, q), rep, st, r->plan.bounds[st],
+                    r->plan.bounds[st + 1] - 1);
+    }
+    int idle = 0;
+    for (int q = 0; q < r->ranks; q++)
+        idle += r->mesh.replica_of[q] < 0;
+    if (idle) {
+        fprintf(out, "idle ranks (they wait, and join if a later re-plan needs them):");
+        for (int q = 0; q < r->ranks; q++)
+            if (r->mesh.replica_of[q] < 0)
+                fprintf(out, " %d", q);
+        const int cap = pt_mesh_capacity(r->ranks, pt_comm_node_map(r->comm), r->plan.stages);
+        if (r->plan.replicas < cap)
+            fprintf(out, "\n  why: %d replica%s chosen of the %d that fit (pipeline.replicas, or "
+                    "too few examples per step for more)\n", r->plan.replicas,
+                    r->plan.replicas == 1 ? "" : "s", cap);
+        else
+            fprintf(out, "\n  why: a %d-stage pipeline needs %d ranks of one node; the ranks left "
+                    "over on each node cannot form one\n", r->plan.stages, r->plan.stages);
+    }
+    if (r->active && r->sched.stages > 0 && r->plan.micro <= 16) {
+        fprintf(out, "schedule (compute order per stage):\n");
+        pt_schedule_print(&r->sched, out);
+    }
+}

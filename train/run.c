@@ -1,0 +1,98 @@
+/*
+ * run.c: building one rank's engine from its spec: the sampler and the
+ * learning-rate schedule, the freeze state, the layout (layout.c) and the
+ * initial weights; the staging of micro-batches; the world's agreement on
+ * success. Freed in the reverse order by pt_run_close, which is safe on a
+ * partly built run.
+ */
+#include "train/train.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode mode, pt_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->spec = *spec;
+    r->arch = spec->arch;
+    r->comm = comm;
+    r->be = spec->be;
+    r->rank = pt_comm_rank(comm);
+    r->ranks = pt_comm_size(comm);
+    int rc;
+    if (mode == PT_RUN_TRAIN) {
+        if ((rc = pt_sampler_init(&r->sampler, spec->train->count, spec->batch, spec->seed,
+                                  spec->shuffle, err)))
+            goto fail;
+        int64_t per_epoch = pt_sampler_steps(&r->sampler);
+        r->total_steps = per_epoch * spec->epochs;
+        if (spec->max_steps > 0 && spec->max_steps < r->total_steps)
+            r->total_steps = spec->max_steps;
+        r->lr = (pt_lr_schedule){spec->lr_kind, spec->lr, spec->min_lr, spec->warmup, r->total_steps};
+    }
+    if ((rc = pt_freeze_init(&r->freeze, &spec->freeze, r->arch.layers, err))) {
+        pt_err_prefix(err, "freeze");
+        goto fail;
+    }
+    r->reduce = calloc((size_t)pt_arch_units(&r->arch) + (size_t)r->arch.layers + 8, sizeof *r->reduce);
+    if (!r->reduce) {
+        rc = pt_fail(err, PT_ENOMEM, "out of memory for the step's sums");
+        goto fail;
+    }
+    if ((rc = pt_layout_open(r, err)))
+        goto fail;
+    if (r->active && (rc = pt_segment_init_params(r->seg, err)))
+        goto fail;
+    return 0;
+fail:
+    pt_run_close(r);
+    return rc;
+}
+
+void pt_run_close(pt_run *r)
+{
+    free(r->images);
+    free(r->tokens);
+    free(r->targets);
+    free(r->batches);
+    free(r->reduce);
+    free(r->batch_ids);
+    free(r->batch_first);
+    pt_layout_close(r);
+    pt_freeze_free(&r->freeze);
+    pt_sampler_free(&r->sampler);
+    memset(r, 0, sizeof *r);
+}
+
+int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int micro, int augment)
+{
+    const int per_image = pt_arch_input_floats(&r->arch);
+    const int rows = (int)pt_arch_rows_per_example(&r->arch), T = pt_arch_tokens(&r->arch);
+    pt_dataset_gather(ds, ids, n, augment ? &r->spec.aug : NULL, r->spec.seed, r->epoch, r->images,
+                      r->tokens, r->targets);
+    memcpy(r->batch_ids, ids, (size_t)n * sizeof *ids);
+    int m = micro < n ? micro : n, first = 0;
+    for (int k = 0; k < m; k++) {
+        int count = n / m + (k < n % m);
+        pt_batch *b = &r->batches[k];
+        r->batch_first[k] = first;
+        b->n = count;
+        b->images = ds->kind == PT_DATA_IMAGES ? r->images + (size_t)first * per_image : NULL;
+        b->tokens = ds->kind == PT_DATA_TEXT ? r->tokens + (size_t)first * T : NULL;
+        b->targets = r->targets + (size_t)first * rows;
+        first += count;
+    }
+    return m;
+}
+
+int pt_run_agree(pt_run *r, int rc, pt_err *err)
+{
+    pt_group *world = pt_comm_world(r->comm);
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(world, &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst != 0)
+        return pt_fail(err, (int)worst, "another rank failed (its message says why)");
+    return rc;
+}

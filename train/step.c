@@ -1,0 +1,187 @@
+/*
+ * step.c: one optimizer step, and the freeze decisions between steps.
+ *
+ * A step: this replica's share of the step's global batch (the sampler gives
+ * each replica a contiguous slice; the global batch does not depend on D, so
+ * a re-plan mid-epoch neither loses nor repeats an example), cut into M
+ * micro-batches; the pipeline schedule runs with the loss scaled by
+ * 1 / (loss terms in the global batch), so summing over micro-batches and
+ * replicas gives the global mean; the stage's gradients are all-reduced among
+ * its replicas (started during the last backward, finished here); then one
+ * all-reduce over the world carries every unit's gradient sum of squares
+ * (replica 0's, summed afterwards in unit order, so the clipping norm does
+ * not depend on the layout), the loss, and the stop flag; every rank clips
+ * and applies AdamW to its units. Idle ranks add zeros to that all-reduce and
+ * so learn what every rank learns.
+ *
+ * State that decides the next step is only in pt_run's training fields and
+ * the segments' parameters and moments, all of which checkpoints carry; that
+ * is what makes a resumed run bit-identical to one that never stopped.
+ */
+#include "train/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Indexes of the step's scalars after the per-unit sums of squares. */
+enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_COUNT };
+
+/* FNV-1a over the bytes of this rank's parameters. */
+static uint64_t weights_hash(pt_run *r)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const size_t real = pt_backend_real_size(r->be);
+    const int first = pt_segment_first(r->seg), count = pt_segment_count(r->seg);
+    for (int u = first; u < first + count; u++) {
+        const size_t bytes = pt_segment_unit_numel(r->seg, u) * real;
+        unsigned char *host = malloc(bytes ? bytes : 1);
+        if (!host)
+            return 0;
+        pt_backend_download(r->be, host, pt_segment_unit_data(r->seg, u, PT_PART_PARAM), bytes);
+        for (size_t i = 0; i < bytes; i++)
+            h = (h ^ host[i]) * 1099511628211ULL;
+        free(host);
+    }
+    return h;
+}
+
+/* Debug check (check_replicas): every replica of this rank's stage holds the
+ * same weights. */
+static int check_replicas(pt_run *r, pt_err *err)
+{
+    pt_group *g = r->groups.replicas;
+    const int D = g ? pt_group_size(g) : 1;
+    if (D < 2)
+        return 0;
+    uint64_t mine = weights_hash(r);
+    uint64_t *all = calloc((size_t)D, sizeof *all);
+    if (!all)
+        return pt_fail(err, PT_ENOMEM, "out of memory checking the replicas");
+    int rc = pt_allgather(g, &mine, all, sizeof mine, err);
+    for (int j = 1; rc == 0 && j < D; j++)
+        if (all[j] != all[0])
+            rc = pt_fail(err, PT_EINTERNAL,
+                         "run.check_replicas: after step %lld, stage %d of replica %d (rank %d) "
+                         "holds other weights than replica 0 (rank %d): the replicas diverged",
+                         (long long)r->step, r->stage, j, pt_mesh_rank(&r->mesh, j, r->stage),
+                         pt_mesh_rank(&r->mesh, 0, r->stage));
+    free(all);
+    return rc;
+}
+
+static void log_samples(pt_run *r, const int64_t *ids, int n)
+{
+    FILE *f = r->spec.sample_log;
+    if (!f || !pt_run_first_stage(r))
+        return;
+    fprintf(f, "{\"step\": %lld, \"epoch\": %lld, \"replica\": %d, \"ids\": [", (long long)r->step + 1,
+            (long long)r->epoch, r->replica);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)ids[i]);
+    fprintf(f, "]}\n");
+    fflush(f);
+}
+
+/* This replica's part of the step: the pipeline and the gradient all-reduce. */
+static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *err)
+{
+    const int64_t *ids;
+    int n, rc;
+    pt_sampler_slice(&r->sampler, r->epoch_step, r->replica, r->plan.replicas, &ids, &n);
+    log_samples(r, ids, n);
+    int m = pt_run_stage(r, r->spec.train, ids, n, r->micro, 1);
+    if (m != r->micro)
+        return pt_fail(err, PT_EINTERNAL, "a share of %d examples makes %d micro-batches, not %d", n,
+                       m, r->micro);
+    pt_segment_zero_grads(r->seg);
+    pt_segment_set_loss_scale(r->seg, 1.0 / ((double)r->spec.batch *
+                                             (double)pt_arch_rows_per_example(&r->arch)));
+    pt_reducer_begin(r->reducer);
+    if ((rc = pt_stage_exec_step(r->exec, r->batches, st, err)))
+        return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
+    if ((rc = pt_reducer_finish(r->reducer, &out->allreduce, err)))
+        return pt_err_prefix(err, "step %lld, replica %d, stage %d", (long long)r->step + 1,
+                             r->replica, r->stage);
+    return 0;
+}
+
+int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
+{
+    int rc;
+    memset(out, 0, sizeof *out);
+    if ((rc = pt_test_fault("step", r->rank, r->step + 1, err)))
+        return rc;
+    pt_stats st = {0};
+    if (r->active && (rc = replica_step(r, &st, out, err)))
+        return rc;
+    const int units = pt_arch_units(&r->arch);
+    double *v = r->reduce;
+    memset(v, 0, (size_t)(units + R_COUNT) * sizeof *v);
+    if (r->active && r->replica == 0)
+        pt_segment_unit_grad_sumsq(r->seg, v + pt_segment_first(r->seg));
+    v[units + R_LOSS] = st.loss;
+    v[units + R_CORRECT] = (double)st.correct;
+    v[units + R_ROWS] = (double)st.rows;
+    v[units + R_STOP] = stop_requested ? 1 : 0;
+    if ((rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err)))
+        return pt_err_prefix(err, "step %lld: combining the ranks' results", (long long)r->step + 1);
+    double sumsq = 0;
+    for (int u = 0; u < units; u++)
+        sumsq += v[u];
+    if (!isfinite(v[units + R_LOSS]))
+        return pt_fail(err, PT_EINPUT,
+                       "the loss became %g at step %lld: training diverged (try a lower train.lr "
+                       "or a train.grad_clip)",
+                       v[units + R_LOSS], (long long)r->step + 1);
+    /* per-block gradient norms for the auto freeze policy: a block is its attn and mlp units */
+    if (r->freeze.cfg.kind == PT_FREEZE_AUTO) {
+        double *block = v + units + R_COUNT;
+        for (int b = 0; b < r->arch.layers; b++)
+            block[b] = sqrt(v[1 + 2 * b] + v[2 + 2 * b]);
+        pt_freeze_accumulate(&r->freeze, block);
+    }
+    const double norm = sqrt(sumsq), rate = pt_lr_at(&r->lr, r->step);
+    const pt_train_spec *s = &r->spec;
+    pt_adamw opt = {rate, s->beta1, s->beta2, s->eps, s->weight_decay, r->step + 1,
+                    pt_clip_coef(norm, s->grad_clip)};
+    if (r->active && (rc = pt_segment_adamw(r->seg, &opt, err)))
+        return rc;
+    r->step++;
+    r->epoch_step++;
+    if (s->check_replicas > 0 && r->step % s->check_replicas == 0 &&
+        (rc = pt_run_agree(r, r->active ? check_replicas(r, err) : 0, err)))
+        return rc;
+    out->loss = v[units + R_LOSS];
+    out->grad_norm = norm;
+    out->lr = rate;
+    out->examples = s->batch;
+    out->stop = v[units + R_STOP] > 0;
+    return 0;
+}
+
+int pt_freeze_due(const pt_run *r, int epoch_done)
+{
+    const pt_train_spec *s = &r->spec;
+    if (s->freeze.kind == PT_FREEZE_NONE)
+        return 0;
+    if (s->freeze_every_step)
+        return r->step >= s->freeze_start && (r->step - s->freeze_start) % s->freeze_every == 0;
+    return epoch_done && r->epoch >= s->freeze_start && (r->epoch - s->freeze_start) % s->freeze_every == 0;
+}
+
+int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_transition *t,
+                           pt_err *err)
+{
+    *moved = 0;
+    const int depth = pt_freeze_decide(&r->freeze, rep);
+    if (depth == rep->old_depth)
+        return 0;
+    r->frozen_units = pt_freeze_units(depth);
+    int rc = pt_layout_replan(r, t, err);
+    if (rc)
+        return pt_err_prefix(err, "re-planning after freezing %d blocks", depth);
+    *moved = 1;
+    return 0;
+}

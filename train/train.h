@@ -1,0 +1,214 @@
+/*
+ * train.h: the train module's public interface: the training engine as one
+ * rank runs it.
+ *
+ * A run is K pipeline stages x D replicas of the model over the world's
+ * ranks (comm/'s mesh), planned by balance/. A step takes the global batch
+ * from the sampler, gives each replica its share, runs the pipeline schedule
+ * (pipe/), all-reduces the gradients of each stage among its replicas (dp/),
+ * clips by the global norm and applies AdamW: every replica then holds the
+ * same weights. At freeze decisions (freeze/) the re-planning controller
+ * freezes the bottom blocks and, with an elastic layout, plans K and D again
+ * for the smaller active model: units move to their new owners (dp/) and the
+ * frozen prefix comes from the node's activation cache (cache/).
+ *
+ * The world is the control plane: every rank, active or idle, ends every
+ * step in the same all-reduce (idle ranks add zeros), so all ranks see the
+ * same losses, gradient norms and stop requests, make the same freeze
+ * decisions, and take part in every re-plan: an idle rank becomes a replica
+ * when a plan needs it.
+ *
+ * This module parses nothing: launch/ fills a pt_train_spec from the config.
+ */
+#ifndef PT_TRAIN_H
+#define PT_TRAIN_H
+
+#include "balance/balance.h"
+#include "cache/cache.h"
+#include "comm/comm.h"
+#include "data/data.h"
+#include "dp/dp.h"
+#include "freeze/freeze.h"
+#include "nn/nn.h"
+#include "pipe/pipe.h"
+
+#include <stdio.h>
+
+#define PT_TRAIN_AUTO (-1) /* a layout choice left to the planner */
+
+/* Everything the engine needs, from launch/ (which owns what it points to). */
+typedef struct pt_train_spec {
+    pt_arch arch;
+    pt_backend *be;               /* this rank's device */
+    int threads;                  /* compute threads of this rank */
+    const pt_dataset *train, *test;
+    uint64_t seed;
+    int shuffle;
+    pt_augment aug;
+    int64_t batch;                /* global batch */
+    int epochs;
+    int64_t max_steps;            /* 0: no limit */
+    /* optimizer */
+    pt_lr_kind lr_kind;
+    double lr, min_lr;
+    int64_t warmup;
+    double weight_decay, beta1, beta2, eps, grad_clip;
+    /* layout: each of stages, replicas, micro fixed or PT_TRAIN_AUTO */
+    int stages, replicas, micro;
+    int gpipe;                    /* 1: GPipe, 0: 1F1B */
+    int recompute;
+    double mem_limit;             /* bytes per device; 0: the node's RAM over its ranks */
+    int elastic;                  /* re-plan what is auto at freeze decisions */
+    int overlap;                  /* all-reduce overlaps the backward */
+    size_t bucket_bytes;          /* all-reduce bucket size */
+    double timeout_s;
+    int64_t check_replicas;       /* steps between weight-hash checks of the replicas; 0 off */
+    /* freezing and the activation cache */
+    pt_freeze_config freeze;
+    int freeze_every_step;        /* decisions counted in steps, not epochs */
+    int64_t freeze_start, freeze_every;
+    int cache;                    /* serve the frozen prefix from the node's cache */
+    uint64_t cache_memory, cache_disk;
+    const char *cache_dir;
+    int cache_min_depth;
+    FILE *sample_log;             /* each step's sample ids of this replica, or NULL */
+} pt_train_spec;
+
+/* One step as this rank saw it. */
+typedef struct pt_step_result {
+    double loss, grad_norm, lr;
+    int64_t examples;             /* in the global batch */
+    pt_reducer_stats allreduce;   /* this rank's gradient all-reduce */
+    int stop;                     /* some rank was asked to stop */
+} pt_step_result;
+
+/* What a re-plan did (the same on every rank; bytes summed over ranks). */
+typedef struct pt_transition {
+    int old_stages, old_replicas, old_micro;
+    int new_stages, new_replicas, new_micro;
+    uint64_t bytes;
+    double seconds;
+} pt_transition;
+
+typedef struct pt_run {
+    pt_train_spec spec;
+    pt_arch arch;
+    pt_comm *comm;
+    int rank, ranks;
+    pt_backend *be;
+    pt_sampler sampler;
+
+    /* layout (layout.c) */
+    pt_plan plan;          /* K, D, M, unit bounds, predictions */
+    pt_mesh mesh;          /* who is (replica, stage) */
+    pt_mesh_groups groups; /* this rank's pipeline, stage replicas and active ranks */
+    int active, replica, stage;
+    pt_schedule sched;
+    pt_stage_exec *exec;
+    pt_reducer *reducer;
+    pt_cost_model cost;    /* per-unit costs, for (re-)planning; empty when nothing is chosen */
+    double bw_intra, bw_inter, latency; /* measured links */
+    struct pt_prefix *prefix;
+    pt_cache *cache;       /* this node's activation cache (cache on) */
+    char job[64];          /* identifies the job on its nodes */
+    pt_segment *seg;       /* this rank's units */
+    int micro, max_micro;
+
+    /* training state, all of it in every checkpoint */
+    int64_t step, epoch, epoch_step;
+    pt_lr_schedule lr;
+    int64_t total_steps;
+    int frozen_units;      /* leading units of the model that are frozen */
+    int built_frozen;      /* frozen_units when the current layout was built */
+    int source_units;      /* of those, the ones stage 0's prefix source produces */
+    pt_freeze_state freeze;
+
+    /* this epoch's frozen-prefix samples served by the cache and computed
+     * (stage 0; reset by whoever reports them) */
+    int64_t cache_hits, prefix_computed;
+
+    /* host staging for one step's micro-batches */
+    float *images;
+    int32_t *tokens, *targets;
+    pt_batch *batches;
+    int64_t *batch_ids;
+    int *batch_first;
+    int staged_examples;   /* capacity of the staging, in examples */
+    double *reduce;        /* per-unit sums of squares, then the step's scalars */
+} pt_run;
+
+typedef enum { PT_RUN_TRAIN, PT_RUN_EVAL } pt_run_mode;
+
+/* run.c: builds this rank's engine: sampler and schedule (training), freeze
+ * state, layout (profiling and planning, collective over the world) and the
+ * segment, initialised from the seed. Does not resume. */
+int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode mode, pt_err *err);
+void pt_run_close(pt_run *r);
+
+static inline int pt_run_first_stage(const pt_run *r) { return r->active && r->stage == 0; }
+static inline int pt_run_last_stage(const pt_run *r)
+{
+    return r->active && r->stage == r->plan.stages - 1;
+}
+/* The rank that writes a unit's state in checkpoints: replica 0's. */
+static inline int pt_run_writes_units(const pt_run *r) { return r->active && r->replica == 0; }
+
+/* Stages examples ids[0..n) as r->batches[0..m): m micro-batches of sizes
+ * differing by at most one; returns m. */
+int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int micro, int augment);
+
+/* Collective over the world: every rank passes its status and gets an error
+ * if any failed (its own message, or "another rank failed"). */
+int pt_run_agree(pt_run *r, int rc, pt_err *err);
+
+/* layout.c: the layout at the start, and again after r->frozen_units grew:
+ * re-planned (elastic: K, D and M as far as they are auto) and carried out
+ * (units move to their new owners with their moments). Collective over the
+ * world; *t (may be NULL) says what changed. */
+int pt_layout_open(pt_run *r, pt_err *err);
+void pt_layout_close(pt_run *r);
+int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err);
+/* What `pipetrain plan` prints: topology, mode, layout, who does what,
+ * predictions, runners-up, idle ranks and why. */
+void pt_layout_print(const pt_run *r, FILE *out);
+/* "single-device", "multi-device" or "multi-node". */
+const char *pt_layout_mode(const pt_run *r);
+
+/* step.c: one optimizer step at the sampler's position, on every rank (idle
+ * ranks only join the step's all-reduce). Advances step, epoch_step. */
+int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err);
+/* Whether a freeze decision is due now (epoch_done: an epoch just ended). */
+int pt_freeze_due(const pt_run *r, int epoch_done);
+/* Makes the decision; when the frozen prefix grew, re-plans (*moved set and
+ * *t filled). Collective over the world. */
+int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_transition *t,
+                           pt_err *err);
+
+/* evaluate.c: loss and accuracy over the first `limit` test examples (0 =
+ * all), split over the replicas. with_logits: replica 0 alone, keeping every
+ * row's logits in `logits` on its last stage ([rows, classes], test order;
+ * NULL elsewhere). Collective over the world. */
+typedef struct pt_eval_result {
+    double loss, accuracy;
+    int64_t examples, rows;
+} pt_eval_result;
+int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
+                pt_err *err);
+/* GPT only: continues prompt by `length` bytes into out (length + 1 bytes,
+ * NUL-terminated; the same on every rank). Collective over the world. */
+int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature, int top_k,
+                   uint64_t seed, char *out, pt_err *err);
+
+/* fault.c: the failure-injection hook of the failure tests.
+ * PIPETRAIN_TEST_FAULT=RANK:STEP:KIND[:POINT] makes world rank RANK fail at
+ * optimizer step STEP (1-based) at POINT: `step` (default, before the step
+ * runs), or one of the phases of saving the checkpoint of step STEP:
+ * `checkpoint-prepared` (the step directory is empty), `checkpoint-writing`
+ * (a unit file is half written under its temporary name), `checkpoint` (the
+ * unit files are written, the manifest is not) and `checkpoint-manifest` (the
+ * manifest is written, older checkpoints are not pruned yet). KIND is `error`
+ * (a reported error), `crash` (SIGKILL, as if the process were lost) or
+ * `hang` (stops answering). Unset, it costs one getenv per call. */
+int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err);
+
+#endif
