@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package pipetrain needs (build tools, Open MPI, hwloc,
 # libyaml, CUnit, OpenBLAS, jansson, OpenSSL's libcrypto (SHA-256), zlib, the two data sets, PyTorch for the reference
-# tests) and writes the KJV text to datasets/kjv.txt. Non-interactive and safe
+# tests, iproute2 for the simulated hosts of tests/multinode) and writes the KJV text to datasets/kjv.txt. Non-interactive and safe
 # to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,7 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libjansson-dev libssl-dev
   dataset-fashion-mnist bible-kjv
   python3-torch python3-numpy
+  iproute2
 )
 missing=()
 for p in "${packages[@]}"; do
