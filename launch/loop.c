@@ -232,7 +232,9 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (res.stop && !stop_signal)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
-                              per_epoch, res.loss, res.lr, res.grad_norm, res.examples};
+                              per_epoch, res.loss, res.lr, res.grad_norm, res.examples,
+                              (int64_t)res.allreduce.bytes, res.allreduce.total_s,
+                              res.allreduce.exposed_s};
         pt_progress_step(&s->progress, &rep);
         if (s->rank_metrics)
             rank_metrics(s, &res);

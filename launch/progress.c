@@ -79,6 +79,9 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
         json_object_set_new(o, "lr", pt_json_number(s->lr));
         json_object_set_new(o, "grad_norm", pt_json_number(s->grad_norm));
         json_object_set_new(o, "samples_per_s", pt_json_number(p->rate));
+        json_object_set_new(o, "allreduce_bytes", json_integer(s->allreduce_bytes));
+        json_object_set_new(o, "allreduce_s", pt_json_number(s->allreduce_s));
+        json_object_set_new(o, "allreduce_exposed_s", pt_json_number(s->allreduce_exposed_s));
         json_object_set_new(o, "time_s", pt_json_number(now - p->start));
         pt_progress_metrics(p, o);
     }

@@ -40,6 +40,10 @@ typedef struct pt_step_report {
     int64_t epoch_step, epoch_steps;
     double loss, lr, grad_norm;
     int64_t samples; /* examples in this step */
+    /* this rank's gradient all-reduce: bytes sent, seconds in all, seconds
+     * left exposed after compute */
+    int64_t allreduce_bytes;
+    double allreduce_s, allreduce_exposed_s;
 } pt_step_report;
 
 void pt_progress_step(pt_progress *p, const pt_step_report *s);

@@ -85,15 +85,15 @@ static int cached_units(const pt_run *r, int min_stages)
     return r->frozen_units < limit ? r->frozen_units : limit;
 }
 
-/* Whether the planner has anything to choose, now or at a later decision. */
-static int something_to_choose(const pt_run *r)
+/* Whether the per-unit costs are needed: to choose something now or at a
+ * later decision, or to partition the units into more than one stage. One
+ * process, or one stage with D and M fixed, needs none. */
+static int needs_costs(const pt_run *r)
 {
     const pt_train_spec *s = &r->spec;
     if (r->ranks == 1)
         return s->micro == PT_TRAIN_AUTO && s->mem_limit > 0;
-    const int autos = s->stages == PT_TRAIN_AUTO || s->replicas == PT_TRAIN_AUTO ||
-                      s->micro == PT_TRAIN_AUTO;
-    return autos || (s->freeze.kind != PT_FREEZE_NONE && s->stages != 1);
+    return s->stages != 1 || s->replicas == PT_TRAIN_AUTO || s->micro == PT_TRAIN_AUTO;
 }
 
 /* The plan for the current frozen prefix. fixed: keep K, D and M as they are
@@ -290,7 +290,7 @@ int pt_layout_open(pt_run *r, pt_err *err)
     int rc = job_name(r, err);
     if (rc == 0 && r->ranks > 1)
         rc = pt_comm_measure_links(r->comm, &r->bw_intra, &r->bw_inter, &r->latency, err);
-    if (rc == 0 && something_to_choose(r)) {
+    if (rc == 0 && needs_costs(r)) {
         /* profile at the largest and smallest micro-batch a search can pick */
         const int64_t B = r->spec.batch;
         const int units = pt_arch_units(&r->arch);
