@@ -76,7 +76,8 @@ static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int 
         for (int u = bounds[s]; u < bounds[s + 1]; u++) {
             int frozen = u < q->frozen_units;
             fixed += cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
-            per_slot += pt_cost_saved_bytes(cm, u, b);
+            /* a frozen unit runs forward only and keeps nothing for a backward */
+            per_slot += frozen ? 0 : pt_cost_saved_bytes(cm, u, b);
             double w = pt_cost_scratch_bytes(cm, u, b);
             scratch = w > scratch ? w : scratch;
         }
@@ -143,7 +144,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
         bwd[u] = frozen ? 0 : (pt_cost_time(cm, u, b, 0, 0) - pt_cost_time(cm, u, b, 1, 0)) * slowdown;
         fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
-        slot[u + 1] = slot[u] + pt_cost_saved_bytes(cm, u, b);
+        slot[u + 1] = slot[u] + (frozen ? 0 : pt_cost_saved_bytes(cm, u, b));
         double w = pt_cost_scratch_bytes(cm, u, b);
         scratch = w > scratch ? w : scratch;
     }

@@ -91,6 +91,7 @@ typedef struct pt_config {
         int schedule;     /* PT_PIPE_* */
         int recompute;
         double memory_gib; /* per device; 0 = what the device has */
+        int cores;         /* per node, for the planner; 0 = hwloc's count */
         int elastic;
         int overlap;
         double bucket_mib;

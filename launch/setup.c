@@ -157,6 +157,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->gpipe = c->pipeline.schedule == PT_PIPE_GPIPE;
     sp->recompute = c->pipeline.recompute;
     sp->mem_limit = c->pipeline.memory_gib * gib;
+    sp->cores = c->pipeline.cores;
     sp->elastic = c->pipeline.elastic;
     sp->overlap = c->pipeline.overlap;
     sp->bucket_bytes = (size_t)(c->pipeline.bucket_mib * (double)(1 << 20));

@@ -131,7 +131,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .recompute = s->recompute,
         .batch = s->batch,
         .mem_limit = device_memory(r),
-        .cores = pt_comm_cores(r->comm),
+        .cores = s->cores > 0 ? s->cores : pt_comm_cores(r->comm),
         .threads = s->threads,
         .frozen_units = r->frozen_units,
         .cached_units = cached_units(r, K ? K : 1),

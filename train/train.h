@@ -58,6 +58,7 @@ typedef struct pt_train_spec {
     int gpipe;                    /* 1: GPipe, 0: 1F1B */
     int recompute;
     double mem_limit;             /* bytes per device; 0: the node's RAM over its ranks */
+    int cores;                    /* per node, as the planner prices sharing; 0: hwloc's count */
     int elastic;                  /* re-plan what is auto at freeze decisions */
     int overlap;                  /* all-reduce overlaps the backward */
     size_t bucket_bytes;          /* all-reduce bucket size */
