@@ -46,6 +46,13 @@ class Tools:
         return load_safetensors(path)
 
 
+def export_weights(pipetrain, checkpoint, path):
+    """pipetrain export of a checkpoint, loaded as {name: float32 array}."""
+    subprocess.run([pipetrain, "export", checkpoint, path], check=True, capture_output=True,
+                   env=ENV)
+    return load_safetensors(path)
+
+
 def sets(**kv):
     out = []
     for k, v in kv.items():
