@@ -36,6 +36,8 @@ static void on_stop_signal(int sig)
     }
 }
 
+const char *volatile *pt_stop_signal_where(void) { return &current_where; }
+
 void pt_catch_stop_signals(void)
 {
     struct sigaction sa;
@@ -226,7 +228,6 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (r->epoch_step == 0 || r->sampler.epoch != r->epoch)
             pt_sampler_set_epoch(&r->sampler, r->epoch);
         pt_step_result res;
-        current_where = r->active ? pt_stage_exec_where(r->exec) : "an idle rank, between steps";
         if ((rc = pt_run_step(r, stop_signal != 0, &res, err)))
             break;
         if (res.stop && !stop_signal)

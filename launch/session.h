@@ -44,5 +44,8 @@ int pt_session_train(pt_session *s, pt_err *err);
  * the step, save and stop (a second one exits at once). Called before the
  * session is built, so a signal during setup is not fatal either. */
 void pt_catch_stop_signals(void);
+/* Where the signal handler reads what to print ("signal received while at
+ * ..."): the engine keeps it up to date. */
+const char *volatile *pt_stop_signal_where(void);
 
 #endif

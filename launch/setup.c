@@ -174,6 +174,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->cache_dir = c->cache.disk_dir;
     sp->cache_min_depth = c->cache.min_depth;
     sp->sample_log = ss->sample_log;
+    sp->where = pt_stop_signal_where();
 }
 
 /* RUN_DIR/NAME-rankR.jsonl, opened for appending. */

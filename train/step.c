@@ -21,6 +21,7 @@
 #include "train/train.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,24 @@ static void log_samples(pt_run *r, const int64_t *ids, int n)
     fflush(f);
 }
 
+/* Publishes where this rank is (see pt_train_spec.where). */
+static void at(pt_run *r, const char *where)
+{
+    if (r->spec.where)
+        *r->spec.where = where;
+}
+
+__attribute__((format(printf, 2, 3))) static void at_phase(pt_run *r, const char *fmt, ...)
+{
+    char *buf = r->where[r->where_next];
+    r->where_next = 1 - r->where_next;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof r->where[0], fmt, ap);
+    va_end(ap);
+    at(r, buf);
+}
+
 /* This replica's part of the step: the pipeline and the gradient all-reduce. */
 static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *err)
 {
@@ -99,8 +118,11 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
     pt_segment_set_loss_scale(r->seg, 1.0 / ((double)r->spec.batch *
                                              (double)pt_arch_rows_per_example(&r->arch)));
     pt_reducer_begin(r->reducer);
+    at(r, pt_stage_exec_where(r->exec));
     if ((rc = pt_stage_exec_step(r->exec, r->batches, st, err)))
         return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
+    at_phase(r, "step %lld, replica %d, stage %d: the gradient all-reduce among %d replicas",
+             (long long)r->step + 1, r->replica, r->stage, r->plan.replicas);
     if ((rc = pt_reducer_finish(r->reducer, &out->allreduce, err)))
         return pt_err_prefix(err, "step %lld, replica %d, stage %d", (long long)r->step + 1,
                              r->replica, r->stage);
@@ -125,6 +147,11 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     v[units + R_CORRECT] = (double)st.correct;
     v[units + R_ROWS] = (double)st.rows;
     v[units + R_STOP] = stop_requested ? 1 : 0;
+    if (r->active)
+        at_phase(r, "step %lld, replica %d, stage %d: combining the step's results over all ranks",
+                 (long long)r->step + 1, r->replica, r->stage);
+    else
+        at_phase(r, "step %lld, an idle rank: waiting for the step's results", (long long)r->step + 1);
     if ((rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err)))
         return pt_err_prefix(err, "step %lld: combining the ranks' results", (long long)r->step + 1);
     double sumsq = 0;

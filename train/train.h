@@ -73,6 +73,10 @@ typedef struct pt_train_spec {
     const char *cache_dir;
     int cache_min_depth;
     FILE *sample_log;             /* each step's sample ids of this replica, or NULL */
+    /* where this rank is, kept up to date for a signal handler to print (it
+     * may read the pointer at any moment: it always points at a whole
+     * string); NULL: not wanted */
+    const char *volatile *where;
 } pt_train_spec;
 
 /* One step as this rank saw it. */
@@ -136,6 +140,9 @@ typedef struct pt_run {
     int *batch_first;
     int staged_examples;   /* capacity of the staging, in examples */
     double *reduce;        /* per-unit sums of squares, then the step's scalars */
+    char where[2][256];    /* the step's phase outside the executor (two, so the one
+                              a signal handler may be reading is never rewritten) */
+    int where_next;
 } pt_run;
 
 typedef enum { PT_RUN_TRAIN, PT_RUN_EVAL } pt_run_mode;

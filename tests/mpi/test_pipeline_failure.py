@@ -56,6 +56,22 @@ def main():
                    [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
                    extra={"run.timeout_s": 5})
 
+        # the same in a replica: K = 2 stages x D = 2 replicas; rank 3 is
+        # replica 1's stage 1, rank 2 replica 1's stage 0
+        dp = {"pipeline.stages": 2, "pipeline.replicas": 2}
+        fault_case(tools, work, "replica-crash", "3:5:crash",
+                   [r"rank 3\b.*(signal 9|Killed|exited)", r"step 5, replica 0, stage \d"], extra=dp)
+        fault_case(tools, work, "replica-error", "2:5:error",
+                   [r"rank 2: error: injected fault at step 5", r"replica \d, stage \d"], extra=dp)
+        fault_case(tools, work, "replica-hang", "3:5:hang",
+                   [r"no progress for 5 s", r"replica 1, stage 0"], extra=dict(dp, **{"run.timeout_s": 5}))
+        run_dir, _ = fault_case(tools, work, "replica-crash-in-checkpoint", "3:8:crash:checkpoint",
+                                [r"rank 3\b.*(signal 9|Killed|exited)"],
+                                extra=dict(dp, **{"train.checkpoint_every": 4, "train.max_steps": 12}))
+        expect(not os.path.exists(os.path.join(run_dir, "checkpoints", "step_0000000008", "manifest")),
+               "replicas: no manifest for the interrupted save")
+        expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"), "replicas: newest checkpoint is step 4")
+
         # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
         ckpt = dict(train__max_steps=12, train__checkpoint_every=4, train__eval_examples=64,
                     pipeline__stages=2, pipeline__microbatches=4, run__threads=1)
