@@ -216,6 +216,7 @@ int pt_group_rank(const pt_group *g) { return g->rank; }
 int pt_group_size(const pt_group *g) { return g->size; }
 void pt_group_set_timeout(pt_group *g, double seconds) { g->timeout = seconds; }
 double pt_group_timeout(const pt_group *g) { return g->timeout; }
+int pt_group_nccl_ready(const pt_group *g) { return g && g->nccl != NULL; }
 
 int pt_group_world_rank(const pt_group *g, int rank)
 {

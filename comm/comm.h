@@ -138,6 +138,8 @@ const int *pt_comm_node_map(const pt_comm *c);
  * progress together go between pt_nccl_group_start and _end. */
 int pt_comm_has_nccl(void);
 int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err);
+/* Whether the group has a NCCL communicator (NULL group: no). */
+int pt_group_nccl_ready(const pt_group *g);
 void pt_group_nccl_close(pt_group *g);
 int pt_nccl_group_start(pt_err *err);
 int pt_nccl_group_end(pt_err *err);

@@ -15,6 +15,11 @@
  * and the same layout gives the same bits run after run: MPI_Allreduce
  * promises neither. Volume per rank is 2 (D-1)/D of the bucket, as a ring's.
  *
+ * Where the replicas' group has a NCCL communicator (one GPU per rank), the
+ * whole blob is instead one NCCL all-reduce in pt_reducer_finish, on the
+ * device's stream: NCCL's ring gives every replica the same result, and the
+ * same bits for the same layout and NCCL version.
+ *
  * Nothing blocks before pt_reducer_finish: pt_reducer_progress tests the
  * transfers in flight and moves a bucket to its next phase; the pipeline
  * executor calls it between actions, and the backward hook after each unit.
@@ -42,6 +47,8 @@ typedef struct bucket {
 struct pt_reducer {
     pt_group *g;
     int D, me, overlap;
+    int nccl;              /* one NCCL all-reduce of the blob at finish */
+    size_t total;          /* gradient elements of the blob */
     pt_segment *seg;
     pt_backend *be;
     int staged;            /* gradients in device memory: work on a host copy */
@@ -107,6 +114,12 @@ int pt_reducer_create(pt_reducer **out, pt_group *replicas, pt_segment *seg, siz
     }
     size_t total;
     void *blob = pt_segment_grads(seg, &total);
+    r->total = total;
+    r->nccl = pt_group_nccl_ready(replicas);
+    if (r->nccl) {
+        r->device = blob;
+        return 0;
+    }
     r->staged = !pt_backend_is_host(r->be);
     r->device = blob;
     r->grads = r->staged ? malloc((total ? total : 1) * sizeof(float)) : blob;
@@ -261,7 +274,7 @@ static int phase_done(pt_reducer *r, bucket *b)
 
 void pt_reducer_progress(pt_reducer *r)
 {
-    if (r->D < 2 || r->failed)
+    if (r->D < 2 || r->failed || r->nccl)
         return;
     for (int i = 0; i < r->nb && !r->failed; i++) {
         bucket *b = &r->b[i];
@@ -279,7 +292,7 @@ void pt_reducer_progress(pt_reducer *r)
 
 void pt_reducer_unit_done(pt_reducer *r, int unit)
 {
-    if (r->D < 2 || r->failed)
+    if (r->D < 2 || r->failed || r->nccl)
         return;
     const int i = unit - r->first_unit;
     if (i < 0 || i >= pt_segment_count(r->seg) || r->bucket_of[i] < 0)
@@ -296,6 +309,15 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
     if (r->D < 2)
         return 0;
     const double t0 = now_s();
+    if (r->nccl) {
+        int rc = r->total ? pt_nccl_allreduce_sum(r->g, r->device, r->total, PT_DT_F32, err) : 0;
+        if (rc == 0 && r->total)
+            rc = pt_nccl_wait(r->g, err);
+        stats->bytes = (uint64_t)(2.0 * (r->D - 1) / r->D * (double)r->total * sizeof(float));
+        stats->exposed_s = stats->total_s = now_s() - t0;
+        return rc ? pt_err_prefix(err, "gradient all-reduce over NCCL (replica %d of %d)", r->me, r->D)
+                  : 0;
+    }
     for (int i = 0; i < r->nb && !r->failed; i++)
         if (r->b[i].phase == IDLE)
             start_scatter(r, i);

@@ -97,6 +97,13 @@ void pt_backend_download(pt_backend *be, void *host, const void *src, size_t byt
     be->ops->download(be, host, src, bytes);
 }
 
+void *pt_backend_device_stream(pt_backend *be, int *device, int *devices)
+{
+    *device = -1;
+    *devices = 0;
+    return be->ops->device_stream ? be->ops->device_stream(be, device, devices) : NULL;
+}
+
 int pt_backend_is_host(const pt_backend *be) { return strncmp(be->name, "cuda", 4) != 0; }
 
 void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n)

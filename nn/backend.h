@@ -108,6 +108,10 @@ typedef struct pt_ops {
      * n * H * T * T act elements (the probabilities). A flash-style backend
      * keeps only each row's log-sum-exp. */
     size_t (*attention_saved_bytes)(const pt_backend *be, int n, int T, int H);
+    /* The device's stream (a cudaStream_t) and index, and how many devices
+     * the process sees: for a communication library that queues on the same
+     * stream. NULL: not a device backend. */
+    void *(*device_stream)(pt_backend *be, int *device, int *devices);
     /* Releases the backend's own state (handles, streams, arenas). */
     void (*close)(pt_backend *be);
     /* The first error any op met since the backend opened (ops return nothing;

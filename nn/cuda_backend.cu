@@ -347,6 +347,14 @@ static int setup(cuda_impl *c, pt_err *err)
     return 0;
 }
 
+static void *cuda_device_stream(pt_backend *be, int *device, int *devices)
+{
+    cuda_impl *c = cuda_of(be);
+    *device = c->device;
+    *devices = c->device_count;
+    return (void *)c->stream;
+}
+
 extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, int threads,
                                     pt_err *err)
 {
@@ -380,6 +388,7 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, 
         return pt_fail(err, PT_ENOMEM, "out of memory opening the CUDA backend");
     }
     c->use_bf16 = use_bf16;
+    c->device_count = count;
     int rc = setup(c, err);
     if (rc) {
         pt_err_prefix(err, "opening the CUDA backend");
@@ -401,6 +410,7 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, 
     o->sync = cuda_sync;
     o->attention_saved_bytes = cuda_attention_saved_bytes;
     o->close = cuda_close;
+    o->device_stream = cuda_device_stream;
     o->status = cuda_status;
     cuda_fill_gemm_ops(o, use_bf16);
     cuda_fill_norm_ops(o, use_bf16);

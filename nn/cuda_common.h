@@ -83,6 +83,7 @@ typedef struct cuda_impl {
     pt_ops ops;
     int use_bf16;
     int device;
+    int device_count; /* devices the process sees */
     char device_name[256];
     int sm_count;
     size_t smem_optin;

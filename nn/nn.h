@@ -147,6 +147,9 @@ void pt_backend_free(pt_backend *be, void *p);
 void pt_backend_copy(pt_backend *be, void *dst, const void *src, size_t bytes);
 void pt_backend_upload(pt_backend *be, void *dst, const void *host, size_t bytes);
 void pt_backend_download(pt_backend *be, void *host, const void *src, size_t bytes);
+/* A device backend's stream (a cudaStream_t, as void *), its device index
+ * and the number of devices the process sees; NULL for host backends. */
+void *pt_backend_device_stream(pt_backend *be, int *device, int *devices);
 /* Whether backend memory is host memory (MPI can send it directly). */
 int pt_backend_is_host(const pt_backend *be);
 /* Host <-> backend copies of activations (n activation elements, host float). */

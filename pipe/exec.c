@@ -51,6 +51,7 @@ struct pt_stage_exec {
     pt_stage_hooks hooks;
     int replica;
     int last_bwd;               /* index of the step's last backward in the action list */
+    int nccl;                   /* transfers through the pipeline group's NCCL communicator */
     int in_last_bwd;            /* that backward is running: unit gradients become final */
 };
 
@@ -182,7 +183,9 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     x->dx_out = buffers(x, x->stage > 0, act, &ok);
     x->y_out = buffers(x, !last_stage(x), act, &ok);
     x->dy_in = buffers(x, !last_stage(x), act, &ok);
-    x->staged = !pt_backend_is_host(x->be);
+    x->nccl = pt_group_nccl_ready(spec->pipe);
+    /* NCCL moves device memory itself; MPI needs host copies of it */
+    x->staged = !pt_backend_is_host(x->be) && !x->nccl;
     x->h_x_in = host_buffers(x, x->stage > 0, act, &ok);
     x->h_dx_out = host_buffers(x, x->stage > 0, act, &ok);
     x->h_y_out = host_buffers(x, !last_stage(x), act, &ok);
@@ -268,6 +271,49 @@ static int post_receives(pt_stage_exec *x, const pt_batch *batches, pt_err *err)
     return rc;
 }
 
+/* With NCCL: the transfers of actions list[i..] that complete together (a
+ * fused send and receive), issued as one NCCL group on the backend's stream
+ * and waited for at once. The schedule's rendezvous validation is what keeps
+ * this free of deadlock: it checks the schedule with transfers that complete
+ * only when the peer is at the matching action, which is how these behave.
+ * Returns how many actions were done in *count. */
+static int nccl_transfers(pt_stage_exec *x, const pt_action *list, int i, int len,
+                          const pt_batch *batches, int *count, pt_err *err)
+{
+    int n = 1;
+    while (i + n - 1 < len - 1 && list[i + n - 1].fused)
+        n++;
+    int rc = pt_nccl_group_start(err);
+    for (int k = 0; rc == 0 && k < n; k++) {
+        const pt_action a = list[i + k];
+        const size_t bytes = act_bytes(x, batches[a.mb].n);
+        switch (a.kind) {
+        case PT_A_SEND_ACT:
+            rc = pt_nccl_send(x->pipe, x->y_out[a.mb], bytes, x->stage + 1, err);
+            break;
+        case PT_A_SEND_GRAD:
+            rc = pt_nccl_send(x->pipe, x->dx_out[a.mb], bytes, x->stage - 1, err);
+            break;
+        case PT_A_RECV_ACT:
+            rc = pt_nccl_recv(x->pipe, x->x_in[a.mb], bytes, x->stage - 1, err);
+            break;
+        case PT_A_RECV_GRAD:
+            rc = pt_nccl_recv(x->pipe, x->dy_in[a.mb], bytes, x->stage + 1, err);
+            break;
+        default:
+            rc = pt_fail(err, PT_EINTERNAL, "action %d is not a transfer", (int)a.kind);
+        }
+    }
+    if (rc == 0)
+        rc = pt_nccl_group_end(err);
+    if (rc == 0)
+        rc = pt_nccl_wait(x->pipe, err);
+    *count = n;
+    return rc;
+}
+
+static int is_transfer(pt_action_kind k) { return k != PT_A_FWD && k != PT_A_BWD; }
+
 static int run_action(pt_stage_exec *x, pt_action a, const pt_batch *batches, pt_stats *stats,
                       pt_err *err)
 {
@@ -348,7 +394,7 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
     memset(&x->times, 0, sizeof x->times);
     const double t0 = wall_s();
     memset(x->slot_busy, 0, (size_t)x->slots * sizeof *x->slot_busy);
-    int rc = post_receives(x, batches, err);
+    int rc = x->nccl ? 0 : post_receives(x, batches, err);
     const pt_action *list = x->sched->act[x->stage];
     const int len = x->sched->len[x->stage];
     pt_segment_set_backward_hook(x->seg, x->hooks.unit_done ? unit_backward_done : NULL, x);
@@ -357,7 +403,13 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
         const int compute = list[i].kind == PT_A_FWD || list[i].kind == PT_A_BWD;
         const double w = wall_s(), c = compute ? cpu_s() : 0;
         x->in_last_bwd = i == x->last_bwd;
-        rc = run_action(x, list[i], batches, stats, err);
+        if (x->nccl && is_transfer(list[i].kind)) {
+            int done = 1;
+            rc = nccl_transfers(x, list, i, len, batches, &done, err);
+            i += done - 1;
+        } else {
+            rc = run_action(x, list[i], batches, stats, err);
+        }
         x->in_last_bwd = 0;
         if (compute) {
             x->times.compute_wall += wall_s() - w;
@@ -369,7 +421,7 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
             x->hooks.progress(x->hooks.ctx);
     }
     pt_segment_set_backward_hook(x->seg, NULL, NULL);
-    if (rc == 0)
+    if (rc == 0 && !x->nccl)
         rc = finish_sends(x, err);
     x->times.step_wall = wall_s() - t0;
     if (rc == 0)
@@ -389,6 +441,22 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
         const size_t bytes = act_bytes(x, batches[m].n);
         snprintf(x->where, sizeof x->where, "evaluation, replica %d, stage %d: forward of micro-batch %d",
                  x->replica, x->stage, m);
+        if (x->nccl) { /* one micro-batch at a time along the pipeline */
+            if (x->stage > 0 && ((rc = pt_nccl_recv(x->pipe, x->x_in[m], bytes, x->stage - 1, err)) ||
+                                 (rc = pt_nccl_wait(x->pipe, err))))
+                break;
+            if (x->input && (rc = x->input(x->input_ctx, m, &batches[m], 0, x->x_in[m], err)))
+                break;
+            if ((rc = pt_segment_forward_range(x->seg, 0, x->from, pt_segment_count(x->seg), &batches[m],
+                                               has_input(x) ? x->x_in[m] : NULL,
+                                               last_stage(x) ? NULL : x->y_out[m], 0,
+                                               last_stage(x) ? stats : NULL, err)))
+                break;
+            if (!last_stage(x) && ((rc = pt_nccl_send(x->pipe, x->y_out[m], bytes, x->stage + 1, err)) ||
+                                   (rc = pt_nccl_wait(x->pipe, err))))
+                break;
+            continue;
+        }
         if (x->stage > 0 && (rc = pt_irecv(x->pipe, x->staged ? x->h_x_in[m] : x->x_in[m], bytes,
                                            x->stage - 1, m, &x->recv_act[m], err)) == 0 &&
             (rc = pt_wait(x->pipe, &x->recv_act[m], "the previous stage", err)) == 0 && x->staged)
@@ -407,7 +475,7 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
                           &x->send_act[m], err);
         }
     }
-    for (int m = 0; m < n_micro && rc == 0; m++)
+    for (int m = 0; m < n_micro && rc == 0 && !x->nccl; m++)
         rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err);
     return rc ? pt_err_prefix(err, "%s", x->where) : 0;
 }

@@ -271,6 +271,26 @@ static void release_stage(pt_run *r, int keep_segment)
     r->seg = NULL;
 }
 
+/* NCCL communicators on this rank's pipeline and replica groups, so stage
+ * transfers and the all-reduce move device memory directly: where the device
+ * is a GPU, NCCL is built in, and every node has a GPU per rank (NCCL refuses
+ * two ranks on one GPU). The world decides together, since groups span nodes;
+ * otherwise everything goes through host memory over MPI. */
+static int open_nccl(pt_run *r, pt_err *err)
+{
+    int device, devices;
+    void *stream = pt_backend_device_stream(r->be, &device, &devices);
+    int64_t unfit = !(stream && pt_comm_has_nccl() && devices >= pt_comm_local_size(r->comm));
+    int rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &unfit, err);
+    if (rc || unfit)
+        return rc;
+    pt_group *groups[2] = {r->groups.pipe, r->groups.replicas};
+    for (int i = 0; i < 2 && rc == 0; i++)
+        if (groups[i] && pt_group_size(groups[i]) > 1)
+            rc = pt_group_nccl_open(groups[i], device, stream, err);
+    return rc;
+}
+
 /* The mesh and groups of r->plan; this rank's place in them. */
 static int place(pt_run *r, pt_err *err)
 {
@@ -278,6 +298,8 @@ static int place(pt_run *r, pt_err *err)
                            r->plan.replicas, err);
     if (rc == 0)
         rc = pt_mesh_groups_build(&r->groups, r->comm, &r->mesh, r->spec.timeout_s, err);
+    if (rc == 0)
+        rc = open_nccl(r, err);
     r->replica = rc ? -1 : r->mesh.replica_of[r->rank];
     r->stage = rc ? -1 : r->mesh.stage_of[r->rank];
     r->active = r->replica >= 0;
