@@ -92,6 +92,19 @@ def main():
             _, same = h.compare_runs("resumed at step 40, cache %s" % cache, off_loss, off_w, loss, w, 0.0)
             expect(same, "resumed run (cache %s) is bit-identical to the straight one" % cache)
 
+        print("cache counts with decisions in the middle of epochs", flush=True)
+        # decisions every 6 steps from step 4, epochs of 16 steps: every epoch
+        # has a re-plan (which replaces the prefix source) in its middle
+        run_dir = os.path.join(work, "mid-epoch")
+        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled="true",
+                                                freeze__unit="step", freeze__start=4, freeze__every=6))
+        counts = [e["cache_hits"] + e["prefix_computed"] for e in records(run_dir, "epoch")]
+        # epoch 0 has a frozen prefix from step 4 on: its last 12 steps of 32;
+        # every later epoch all of its 512 examples
+        expect(counts == [12 * 32] + [512] * 5,
+               "every sample that went through the frozen prefix is counted, however many re-plans "
+               "the epoch had: %s" % counts)
+
         print("auto policy", flush=True)
         auto = dict(freeze__policy="auto", freeze__alpha="0.5", cache__enabled="true")
         auto_dir, auto_loss, auto_w = train("auto", **auto)
