@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
@@ -81,21 +82,122 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
     return 0;
 }
 
-/* Loads the YAML document the parser is set up to read; `name` is what
- * messages call it. */
-static int load_with(pt_config *c, yaml_parser_t *parser, const char *name, pt_err *err)
+/* A config is a few dozen `key: value` lines in sections: a few kilobytes,
+ * nested two levels deep (three with a flow list as a value), with an anchor
+ * or two at most. The limits below are far above that, and far below what
+ * makes libyaml slow: its scanner visits every open flow level for every
+ * token, and its loader finds each anchor and alias by a linear search, so
+ * deep nesting and many anchors take quadratic time (a 200 KB `[[[...]]]`
+ * took 46 s to refuse). They are checked on libyaml's event stream, which
+ * stops at the first excess, before the document is built. */
+#define MAX_BYTES ((size_t)1 << 20)
+#define MAX_DEPTH 16
+#define MAX_ANCHORS 64
+
+/* Line (1-based) of byte `at` of text. */
+static int line_at(const char *text, size_t at)
 {
+    int line = 1;
+    for (size_t i = 0; i < at; i++)
+        line += text[i] == '\n';
+    return line;
+}
+
+static int syntax_error(const yaml_parser_t *p, const char *name, pt_err *err)
+{
+    if (p->error == YAML_MEMORY_ERROR)
+        return pt_fail(err, PT_ENOMEM, "%s: out of memory parsing the YAML", name);
+    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
+                   (int)p->problem_mark.line + 1, p->problem ? p->problem : "?");
+}
+
+/* The first pass: size, nesting depth, anchors and documents, checked on the
+ * event stream (constant memory, stopped at the first problem). */
+static int prescan(const char *text, size_t len, const char *name, pt_err *err)
+{
+    if (len > MAX_BYTES)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%d: the file is larger than 1 MiB (%zu bytes), the most a config "
+                       "may be, and passes that on this line; a config is a few kilobytes of "
+                       "key: value lines",
+                       name, line_at(text, MAX_BYTES), MAX_BYTES);
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = 0, depth = 0, anchors = 0, documents = 0, done = 0;
+    while (rc == 0 && !done) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&p, &e)) {
+            rc = syntax_error(&p, name, err);
+            break;
+        }
+        const int line = (int)e.start_mark.line + 1;
+        const yaml_char_t *anchor = e.type == YAML_SCALAR_EVENT           ? e.data.scalar.anchor
+                                    : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
+                                    : e.type == YAML_MAPPING_START_EVENT  ? e.data.mapping_start.anchor
+                                                                          : NULL;
+        if (anchor && ++anchors > MAX_ANCHORS)
+            rc = pt_fail(err, PT_EINPUT,
+                         "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
+                         name, line, MAX_ANCHORS);
+        switch (e.type) {
+        case YAML_DOCUMENT_START_EVENT:
+            /* libyaml's loader reads the first document only: keys in a
+             * second one would be ignored without a word */
+            if (++documents > 1)
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%d: a second YAML document starts here ('---'); a config is "
+                             "one document, and keys in a second one would be ignored: move them "
+                             "into the first and remove the '---'",
+                             name, line);
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > MAX_DEPTH)
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%d: nested more than %d levels deep here; a config needs 2 "
+                             "(a section, then key: value lines under it)",
+                             name, line, MAX_DEPTH);
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            break;
+        case YAML_STREAM_END_EVENT:
+            done = 1;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&e);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
+{
+    int rc = prescan(text, len, name, err);
+    if (rc)
+        return rc;
+    yaml_parser_t parser;
     yaml_document_t doc;
-    int rc = 0;
-    if (!yaml_parser_load(parser, &doc))
-        return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
-                       (int)parser->problem_mark.line + 1, parser->problem ? parser->problem : "?");
+    if (!yaml_parser_initialize(&parser))
+        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = syntax_error(&parser, name, err);
+        yaml_parser_delete(&parser);
+        return rc;
+    }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (root) {
         walk_ctx w = {c, name, &doc, err};
         rc = walk(&w, root, "");
     }
     yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
     if (rc == 0)
         snprintf(c->source, sizeof c->source, "%s", name);
     return rc;
@@ -106,25 +208,16 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
     FILE *f = fopen(path, "rb");
     if (!f)
         return pt_fail(err, PT_EINPUT, "cannot open config '%s': %s", path, strerror(errno));
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
+    /* one byte more than the limit, so that prescan sees a file that is too long */
+    char *text = malloc(MAX_BYTES + 1);
+    if (!text) {
         fclose(f);
-        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
+        return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
     }
-    yaml_parser_set_input_file(&parser, f);
-    int rc = load_with(c, &parser, path, err);
-    yaml_parser_delete(&parser);
+    size_t len = fread(text, 1, MAX_BYTES + 1, f);
+    int rc = ferror(f) ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
+                       : pt_config_load_text(c, text, len, path, err);
+    free(text);
     fclose(f);
-    return rc;
-}
-
-int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
-{
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int rc = load_with(c, &parser, name, err);
-    yaml_parser_delete(&parser);
     return rc;
 }

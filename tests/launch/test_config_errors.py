@@ -8,13 +8,15 @@ offending key; the key's name; the allowed values or range for a bad value,
 or a "did you mean" hint for a misspelt key; and that nothing was written
 (no run directory, the test's directory unchanged). A positive control
 checks that the untouched base config trains, so the cases fail for their own
-reason.
+reason. Input built to be slow (deep nesting, a huge file) must also be
+refused fast: within a second of how long a plainly bad config takes.
 
 usage: test_config_errors.py PIPETRAIN_BINARY
 """
 import os
 import re
 import sys
+import time
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,10 +31,17 @@ def base(h, kind="vit", **keys):
 
 class Case:
     def __init__(self, name, changes=None, kind="vit", raw=None, sets=(), blame=None, line=None,
-                 needles=(), cmd="train", strict=True, setup=None, config_name="bad.yaml"):
+                 needles=(), cmd="train", strict=True, setup=None, config_name="bad.yaml",
+                 fast=False, absent=()):
         self.name, self.changes, self.kind, self.raw = name, changes or {}, kind, raw
         self.sets, self.blame, self.line, self.needles = list(sets), blame, line, list(needles)
         self.cmd, self.strict, self.setup, self.config_name = cmd, strict, setup, config_name
+        self.fast, self.absent = fast, list(absent)  # absent: words the message must not hold
+
+
+# How much slower than a plainly bad config a refusal may be (start-up is
+# most of both); before the YAML limits, 100,000 levels of nesting took 46 s.
+FAST_MARGIN_S = 1.0
 
 
 def run_case(h, c):
@@ -50,7 +59,9 @@ def run_case(h, c):
     args = [c.cmd, cfg]
     for s in c.sets:
         args += ["--set", s.format(**extra)] if not s.startswith("--") else [s.format(**extra)]
-    r = h.run(args, timeout=120)
+    t0 = time.time()
+    r = h.run(args, timeout=20 if c.fast else 120)
+    elapsed = time.time() - t0
     r.expect(2, "bad input")
     needles = [n.format(cfg=cfg, **extra) for n in c.needles]
     if c.blame:
@@ -58,11 +69,20 @@ def run_case(h, c):
         needles.append(c.blame)
     if c.line:
         needles.append("%s:%d: " % (cfg, c.line(text) if callable(c.line) else c.line))
-    r.one_error(*needles, strict=c.strict)
+    line = r.one_error(*needles, strict=c.strict)
+    for a in c.absent:
+        check(a not in line, "error line mentions %r:\n  %s", a, line)
     check(not os.path.exists(h.path("run")), "a refused config created run.dir %s\n%s",
           h.path("run"), r.describe())
     U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
     check(r.out == "", "a refused config printed on stdout: %r", r.out[:300])
+    if c.fast:
+        plain = U.write(h.path("plain.yaml"), U.render(base(h, **{"colour.red": "1"})))
+        t0 = time.time()
+        h.run(["train", plain]).expect(2, "the plainly bad config")
+        check(elapsed < time.time() - t0 + FAST_MARGIN_S,
+              "refused after %.1fs, more than %.1fs longer than a plainly bad config",
+              elapsed, FAST_MARGIN_S)
 
 
 def files(h):
@@ -103,6 +123,30 @@ def append(extra):
 
 def inserted_under(section, extra):
     return lambda text: text.replace("%s:\n" % section, "%s:\n%s" % (section, extra), 1)
+
+
+DEEP = 100000  # levels of nesting: 200 KB of brackets
+
+
+def block_nest(text):
+    """1000 levels of block mappings, one per line, under a new section."""
+    return text + "pipeline:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(1000))
+
+
+def padded(size):
+    """The config with comment lines after it, `size` bytes in all."""
+    def pad(text):
+        out, left = [text], size - len(text)
+        while left > 0:
+            n = min(left, 80)
+            out.append("#" * (n - 1) + "\n" if n > 1 else "\n")
+            left -= n
+        return "".join(out)
+    return pad
+
+
+def line_of_byte(at):
+    return lambda text: text[:at].count("\n") + 1
 
 
 RANGE_DIM = "allowed: an integer from 1 to 65536"
@@ -181,6 +225,32 @@ CASES = [
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
          needles=["allowed: a number > 0 and <= 10"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
+    # YAML built to be slow, refused before libyaml builds a document
+    Case("nested_flow_lists", raw=append("pipeline: " + "[" * DEEP + "]" * DEEP + "\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    Case("nested_flow_mappings", raw=append("pipeline: " + "{a: " * DEEP + "1" + "}" * DEEP + "\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    Case("nested_block_sequences", raw=append("pipeline:\n  " + "- " * DEEP + "x\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    # the 17th level (root, pipeline, then 15 `a:`) opens 16 lines below `pipeline:`
+    Case("nested_block_mappings", raw=block_nest,
+         line=lambda t: line_with("pipeline:")(t) + 16, needles=["nested more than 16 levels"],
+         fast=True),
+    # 16 levels are allowed (root, train, 14 lists): the list is refused as a value instead
+    Case("nesting_at_the_limit", raw=lambda t: t.replace("  lr: 0.003\n", "  lr: %s%s\n" % (
+        "[" * 14, "]" * 14)), blame="train.lr", needles=["expected one value"], absent=["nested"]),
+    Case("nesting_one_past_the_limit", raw=lambda t: t.replace("  lr: 0.003\n", "  lr: %s%s\n" % (
+        "[" * 15, "]" * 15)), line=line_with("lr: ["), needles=["nested more than 16 levels"]),
+    Case("config_over_1_mib", raw=padded((1 << 20) + 1), line=line_of_byte(1 << 20),
+         needles=["larger than 1 MiB (1048576 bytes)"], fast=True),
+    Case("config_of_2_mib", raw=padded(2 << 20), line=line_of_byte(1 << 20),
+         needles=["larger than 1 MiB"], fast=True),
+    Case("many_anchors", raw=append("x: [%s]\n" % ", ".join("&a%d 1" % i for i in range(1000))),
+         line=last_line, needles=["more than 64 YAML anchors"], fast=True),
+    Case("second_document", raw=append("---\ntrain:\n  lr: 0.1\n"), line=line_with("---"),
+         needles=["second YAML document"]),
+    Case("empty_second_document", raw=append("---\n"), line=last_line,
+         needles=["second YAML document"]),
     # one error line even when the bad value holds a newline
     Case("newline_in_bad_value", {"train.schedule": '"cos\\nine"'}, blame="train.schedule",
          needles=["train.schedule"]),
@@ -273,6 +343,36 @@ def test_yaml_unterminated_quote(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_config_of_1_mib_is_read(h):
+    """The size limit is on the bytes: a config of exactly 1 MiB (padded with
+    comments) is read, and anchors and aliases are still allowed."""
+    text = U.render(base(h)).replace("  layers: 2\n", "  layers: &two 2\n")
+    text = text.replace("  heads: 2\n", "  heads: *two\n")
+    cfg = U.write(h.path("big.yaml"), padded(1 << 20)(text))
+    check(os.path.getsize(cfg) == 1 << 20, "padding made %d bytes", os.path.getsize(cfg))
+    r = h.run(["plan", cfg]).expect(0, "a config of exactly 1 MiB")
+    check("model:" in r.out, "plan printed no model line:\n%s", r.out)
+
+
+def test_deep_config_in_checkpoint_refused_fast(h):
+    """A checkpoint's stored config goes through the same limits as a file."""
+    run_dir = h.path("run")
+    cfg = U.write(h.path("good.yaml"), U.render(base(h, **{"train.max_steps": "1"})))
+    h.run(["train", cfg]).expect(0)
+    ck = U.ckpt(run_dir, 1)
+    manifest = os.path.join(ck, "manifest")
+    magic, version, recs = U.read_recfile(manifest)
+    deep = ("run:\n  seed: 1\nmodel: " + "[" * DEEP + "]" * DEEP + "\n").encode()
+    U.write_recfile(manifest, magic, version, [(t, deep if t == "config" else p) for t, p in recs])
+    before = U.snapshot(h.dir)
+    t0 = time.time()
+    r = h.run(["export", ck, h.path("w.safetensors")], timeout=20).expect(2)
+    elapsed = time.time() - t0
+    r.one_error(manifest + " (config record):3: ", "nested more than 16 levels", strict=False)
+    check(elapsed < 2.0, "export took %.1fs to refuse the stored config", elapsed)
+    U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+
+
 def test_duplicate_key_names_both_lines(h):
     text = dup(U.render(base(h)))
     first, second = line_with("lr: 0.003")(text), line_with("lr: 0.005")(text)
@@ -306,6 +406,7 @@ def test_usage_errors(h):
 
 TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
+         test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_usage_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
