@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -66,6 +67,42 @@ void pt_config_suggest(const char *key, char *out, size_t n)
         snprintf(out, n, "; `pipetrain keys` lists every key");
 }
 
+/* Integer keys keep their range in the schema's double columns, which hold
+ * each bound exactly (schema_bug checks it); values are compared as
+ * integers, because near 2^63 a double cannot tell v from v + 1 (one past
+ * run.seed's maximum used to pass the check). */
+static long long int_min(const pt_key_spec *k) { return (long long)k->min; }
+static long long int_max(const pt_key_spec *k) { return (long long)k->max; }
+
+/* Why schema row k cannot be applied as written, or NULL. */
+static const char *schema_bug(const pt_key_spec *k)
+{
+    const double two63 = 9223372036854775808.0;
+    switch (k->type) {
+    case PT_K_INT:
+    case PT_K_I64:
+        if (k->size != (k->type == PT_K_INT ? sizeof(int) : sizeof(long long)))
+            return "the field is not of the key's integer type";
+        if (!(k->min >= -two63 && k->max < two63 && k->min <= k->max) ||
+            (double)int_min(k) != k->min || (double)int_max(k) != k->max)
+            return "a bound is not an integer a long long holds";
+        if (k->type == PT_K_INT && (int_min(k) < INT_MIN || int_max(k) > INT_MAX))
+            return "a bound does not fit the int field";
+        if ((k->flags & PT_F_AUTO) && int_min(k) <= PT_AUTO)
+            return "the range includes the value that stands for auto";
+        return NULL;
+    case PT_K_FLOAT:
+        return k->min <= k->max ? NULL : "the range is empty";
+    case PT_K_ENUM:
+        return k->words && k->size == sizeof(int) ? NULL : "an enum needs words and an int field";
+    case PT_K_BOOL:
+        return k->size == sizeof(int) ? NULL : "a boolean needs an int field";
+    case PT_K_STR:
+        return k->size > 1 ? NULL : "a string needs room";
+    }
+    return "no type";
+}
+
 /* Human description of the values a key allows. */
 static void allowed(const pt_key_spec *k, char *out, size_t n)
 {
@@ -74,7 +111,7 @@ static void allowed(const pt_key_spec *k, char *out, size_t n)
     switch (k->type) {
     case PT_K_INT:
     case PT_K_I64:
-        snprintf(out, n, "an integer from %.0f to %.0f%s", k->min, k->max,
+        snprintf(out, n, "an integer from %lld to %lld%s", int_min(k), int_max(k),
                  (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_FLOAT:
@@ -153,9 +190,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         } else {
             errno = 0;
             v = strtoll(text, &end, 10);
-            if (errno || end == text || *end)
+            if (end == text || *end)
                 return pt_config_bad_value(err, where, k, text, "not an integer:");
-            if ((double)v < k->min || (double)v > k->max)
+            /* ERANGE: an integer beyond what a long long holds, so beyond any range */
+            if (errno == ERANGE || v < int_min(k) || v > int_max(k))
                 return pt_config_bad_value(err, where, k, text, "out of range:");
         }
         if (k->type == PT_K_INT)
@@ -212,6 +250,11 @@ void pt_config_defaults(pt_config *c)
     }
     for (int i = 0; i < pt_config_key_count; i++) {
         pt_err err;
+        const char *bug = schema_bug(&pt_config_keys[i]);
+        if (bug) {
+            fprintf(stderr, "pipetrain: bug: schema row %s: %s\n", pt_config_keys[i].key, bug);
+            abort();
+        }
         if (pt_config_set_value(c, i, pt_config_keys[i].def, "default", &err)) {
             fprintf(stderr, "pipetrain: bug: %s\n", err.msg);
             abort();

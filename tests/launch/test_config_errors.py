@@ -15,6 +15,7 @@ usage: test_config_errors.py PIPETRAIN_BINARY
 """
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -307,6 +308,66 @@ CASES = [
 ]
 
 
+# ---- every integer key at both ends of the range `pipetrain keys` documents
+
+def integer_ranges(keys_table):
+    """[(key, lo, hi)] of the integer keys in the Markdown of `pipetrain keys`."""
+    out = []
+    for row in keys_table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        m = re.match(r"^an integer from (-?\d+) to (-?\d+)", cells[2])
+        if m:
+            out.append((cells[0].strip("`"), int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def test_integer_bounds_accepted(h):
+    """Every integer key at its documented minimum, and at its maximum, is
+    read: YAML and --set with them all fail only at the first cross-key rule,
+    the empty run.dir put there on purpose (each bound alone may break a rule
+    between keys, such as heads dividing dim; that is not what is tested)."""
+    ranges = integer_ranges(h.run(["keys"]).expect(0).out)
+    for side in (1, 2):
+        keys = base(h, **{"run.dir": '""'})
+        keys.update({k: str(b[side - 1]) for k, *b in ranges})
+        text = U.render(keys)
+        cfg = U.write(h.path("bounds%d.yaml" % side), text)
+        r = h.run(["train", cfg]).expect(2, "every integer key at its %s" % ("min", "max")[side - 1])
+        r.one_error("%s:%d: run.dir: must name a directory" % (cfg, U.line_of(text, "run.dir")))
+        sets = sum((["--set", "%s=%d" % (k, b[side - 1])] for k, *b in ranges), [])
+        cfg = U.write(h.path("plain%d.yaml" % side), U.render(base(h, **{"run.dir": '""'})))
+        r = h.run(["train", cfg] + sets).expect(2, "--set of every integer key")
+        r.one_error("run.dir: must name a directory")
+    check(not os.path.exists(h.path("run")), "run.dir created")
+
+
+def bound_test(key, lo, hi):
+    def t(h):
+        text = U.render(base(h, **{key: str(hi + 1)}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        good = U.write(h.path("good.yaml"), U.render(base(h)))
+        before = U.snapshot(h.dir)
+        allowed = "allowed: an integer from %d to %d" % (lo, hi)
+        r = h.run(["train", cfg]).expect(2, "%s one past its maximum" % key)
+        r.one_error("%s:%d: %s: out of range: '%d'" % (cfg, U.line_of(text, key), key, hi + 1),
+                    allowed)
+        r = h.run(["train", good, "--set", "%s=%d" % (key, lo - 1)]).expect(2, "below the minimum")
+        r.one_error("--set: %s: out of range: '%d'" % (key, lo - 1), allowed)
+        check(not os.path.exists(h.path("run")), "run.dir created")
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+    t.__name__ = "test_bounds_" + key.replace(".", "_")
+    return t
+
+
+def bound_tests(binary):
+    """One test per integer key that `pipetrain keys` lists."""
+    table = subprocess.run([binary, "keys"], capture_output=True, text=True, check=True).stdout
+    ranges = integer_ranges(table)
+    if len(ranges) < 20:
+        sys.exit("found only %d integer keys in `pipetrain keys`:\n%s" % (len(ranges), table))
+    return [bound_test(*r) for r in ranges]
+
+
 def make(case):
     def t(h):
         run_case(h, case)
@@ -407,7 +468,10 @@ def test_usage_errors(h):
 TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
+         test_integer_bounds_accepted,
          test_usage_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
-    sys.exit(U.main(TESTS, sys.argv, workers=6))
+    # 8 workers: most of a refused run is waiting for MPI to start, not CPU
+    more = bound_tests(sys.argv[1]) if len(sys.argv) == 2 and os.path.isfile(sys.argv[1]) else []
+    sys.exit(U.main(TESTS + more, sys.argv, workers=8))
