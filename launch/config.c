@@ -288,8 +288,7 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
 
 /* ------------------------------------------------ messages about keys */
 
-/* "FILE:LINE: " where key was set, "--set: " or "" (a default). */
-static void where(const pt_config *c, const char *key, char *out, size_t n)
+void pt_config_where(const pt_config *c, const char *key, char *out, size_t n)
 {
     int ki = pt_config_find_key(key);
     int line = ki >= 0 ? c->line[ki] : 0;
@@ -308,8 +307,15 @@ int pt_config_key_fail(const pt_config *c, pt_err *err, const char *key, const c
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    where(c, key, at, sizeof at);
+    pt_config_where(c, key, at, sizeof at);
     return pt_fail(err, PT_EINPUT, "%s%s: %s", at, key, msg);
+}
+
+int pt_config_key_prefix(const pt_config *c, pt_err *err, const char *key)
+{
+    char at[PT_PATH_MAX + 32];
+    pt_config_where(c, key, at, sizeof at);
+    return pt_err_prefix(err, "%s%s", at, key);
 }
 
 void pt_config_arch(const pt_config *c, pt_arch *a)

@@ -22,34 +22,100 @@ static int need_file(const pt_config *c, const char *key, const char *path, pt_e
     return 0;
 }
 
-int pt_config_validate(const pt_config *c, pt_err *err)
+static int is_image_data(const pt_config *c)
 {
-    int rc;
-    if (!*c->run.dir)
-        return pt_config_key_fail(c, err, "run.dir", "must name a directory");
+    return c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX ||
+           c->data.kind == PT_DATA_SYNTH_IMAGES;
+}
+
+/* Side of the images, or 0 where the files decide it (data.kind idx). */
+static int image_side(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_SYNTH_IMAGES ? c->data.image_size
+           : c->data.kind == PT_DATA_FASHION_MNIST ? 28
+                                                  : 0;
+}
+
+static int model_rules(const pt_config *c, pt_err *err)
+{
     const int vit = c->model.kind == PT_MODEL_VIT;
-    const int image_data = c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX ||
-                           c->data.kind == PT_DATA_SYNTH_IMAGES;
-    if (vit != image_data)
-        return pt_config_key_fail(c, err, "data.kind", "%s data cannot train a %s model (model.kind)",
-                        pt_config_word("data.kind", c->data.kind),
-                        pt_config_word("model.kind", c->model.kind));
+    if (vit != is_image_data(c))
+        return pt_config_key_fail(c, err, "data.kind",
+                                  "%s data cannot train a %s model (model.kind); allowed with %s: %s",
+                                  pt_config_word("data.kind", c->data.kind),
+                                  pt_config_word("model.kind", c->model.kind),
+                                  pt_config_word("model.kind", c->model.kind),
+                                  vit ? "fashion_mnist, idx, synthetic_images"
+                                      : "text, kjv, synthetic_text");
     if (c->model.dim % c->model.heads)
-        return pt_config_key_fail(c, err, "model.heads", "%d does not divide model.dim (%d)",
-                        c->model.heads, c->model.dim);
-    if (vit) {
-        int size = c->data.kind == PT_DATA_SYNTH_IMAGES ? c->data.image_size : 28;
-        if (c->data.kind != PT_DATA_IDX && size % c->model.patch)
-            return pt_config_key_fail(c, err, "model.patch", "%d does not divide the image size %d",
-                            c->model.patch, size);
+        return pt_config_key_fail(c, err, "model.heads",
+                                  "%d does not divide model.dim (%d); allowed: a divisor of %d",
+                                  c->model.heads, c->model.dim, c->model.dim);
+    const int side = image_side(c);
+    if (vit && side && side % c->model.patch)
+        return pt_config_key_fail(c, err, "model.patch",
+                                  "%d does not divide the image size %d; allowed: a divisor of %d",
+                                  c->model.patch, side, side);
+    /* IDX labels are bytes, and the loader takes at most 256 classes */
+    const int idx = c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX;
+    if (idx && c->model.classes > 256)
+        return pt_config_key_fail(c, err, "model.classes",
+                                  "%d, but IDX labels are bytes (0 to 255); allowed with data.kind "
+                                  "%s: 2 to 256",
+                                  c->model.classes, pt_config_word("data.kind", c->data.kind));
+    if (c->run.device == PT_DEVICE_CPU && c->run.precision == PT_PRECISION_BF16)
+        return pt_config_key_fail(c, err, "run.precision",
+                                  "bf16 needs a GPU, and run.device is cpu; allowed on the CPU: fp32");
+    return 0;
+}
+
+static int data_rules(const pt_config *c, pt_err *err)
+{
+    if (!is_image_data(c)) {
+        if (c->data.hflip)
+            return pt_config_key_fail(c, err, "data.hflip",
+                                      "flips images, and data.kind %s is text; allowed with text: "
+                                      "false",
+                                      pt_config_word("data.kind", c->data.kind));
+        if (c->data.crop_pad)
+            return pt_config_key_fail(c, err, "data.crop_pad",
+                                      "%d crops images, and data.kind %s is text; allowed with "
+                                      "text: 0",
+                                      c->data.crop_pad, pt_config_word("data.kind", c->data.kind));
     }
+    const int side = image_side(c);
+    if (is_image_data(c) && side && c->data.crop_pad > side)
+        return pt_config_key_fail(c, err, "data.crop_pad",
+                                  "%d is more than the image size %d; allowed: 0 to %d",
+                                  c->data.crop_pad, side, side);
+    return 0;
+}
+
+static int train_rules(const pt_config *c, pt_err *err)
+{
     if (c->train.min_lr > c->train.lr)
-        return pt_config_key_fail(c, err, "train.min_lr", "%g is above train.lr (%g)", c->train.min_lr,
-                        c->train.lr);
+        return pt_config_key_fail(c, err, "train.min_lr",
+                                  "%g is above train.lr (%g); allowed: 0 to train.lr",
+                                  c->train.min_lr, c->train.lr);
     if (c->pipeline.microbatches != PT_AUTO && c->pipeline.microbatches > c->train.batch)
         return pt_config_key_fail(c, err, "pipeline.microbatches",
-                        "%d micro-batches cannot be cut from a batch of %lld",
-                        c->pipeline.microbatches, c->train.batch);
+                                  "%d micro-batches cannot be cut from a batch of %lld "
+                                  "(train.batch); allowed: 1 to %lld, or auto",
+                                  c->pipeline.microbatches, c->train.batch, c->train.batch);
+    /* a stage holds at least one unit: embedding, 2 per block, head */
+    const int units = 2 * c->model.layers + 2;
+    if (c->pipeline.stages != PT_AUTO && c->pipeline.stages > units)
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but a model of %d blocks (model.layers) has %d units "
+                                  "to share among them (embedding, 2 per block, head); allowed: 1 "
+                                  "to %d, or auto",
+                                  c->pipeline.stages, c->model.layers, units, units);
+    return 0;
+}
+
+static int file_rules(const pt_config *c, pt_err *err)
+{
+    int rc;
     if (c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX) {
         if ((rc = need_file(c, "data.train_images", c->data.train_images, err)) ||
             (rc = need_file(c, "data.train_labels", c->data.train_labels, err)) ||
@@ -66,20 +132,45 @@ int pt_config_validate(const pt_config *c, pt_err *err)
     }
     if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
         return rc;
+    return 0;
+}
+
+static int cache_rules(const pt_config *c, pt_err *err)
+{
     if (c->cache.enabled && (c->data.hflip || c->data.crop_pad))
         return pt_config_key_fail(c, err, "cache.enabled",
-                        "the cache would keep the frozen blocks' output for one random "
-                        "augmentation of each image and serve it every epoch, which is not the "
-                        "model being trained; turn off data.hflip and data.crop_pad, or the cache");
+                                  "the cache would keep the frozen blocks' output for one random "
+                                  "augmentation of each image and serve it every epoch, which is "
+                                  "not the model being trained; turn off data.hflip and "
+                                  "data.crop_pad, or the cache");
     if (c->cache.enabled && c->freeze.policy == 0)
-        return pt_config_key_fail(c, err, "cache.enabled", "the cache holds frozen blocks' output, but "
-                                                  "freeze.policy is none");
+        return pt_config_key_fail(c, err, "cache.enabled",
+                                  "the cache holds frozen blocks' output, but freeze.policy is "
+                                  "none; allowed with freeze.policy none: false");
     if (*c->cache.disk_dir) {
         struct stat st;
         if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory", c->cache.disk_dir);
+            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
+                                      c->cache.disk_dir);
     }
-    if (!vit && c->sample.length > 0 && !*c->sample.prompt)
-        return pt_config_key_fail(c, err, "sample.prompt", "sampling needs a non-empty prompt");
+    return 0;
+}
+
+static int sample_rules(const pt_config *c, pt_err *err)
+{
+    if (c->model.kind == PT_MODEL_GPT && c->sample.length > 0 && !*c->sample.prompt)
+        return pt_config_key_fail(c, err, "sample.prompt",
+                                  "sampling needs a non-empty prompt (or sample.length 0)");
+    return 0;
+}
+
+int pt_config_validate(const pt_config *c, pt_err *err)
+{
+    int rc;
+    if (!*c->run.dir)
+        return pt_config_key_fail(c, err, "run.dir", "must name a directory");
+    if ((rc = model_rules(c, err)) || (rc = data_rules(c, err)) || (rc = train_rules(c, err)) ||
+        (rc = file_rules(c, err)) || (rc = cache_rules(c, err)) || (rc = sample_rules(c, err)))
+        return rc;
     return 0;
 }

@@ -86,12 +86,16 @@ static int make_plan(pt_run *r, int candidates, pt_err *err)
     const int64_t B = c->train.batch;
     const int units = pt_arch_units(&r->arch);
     if (K > candidates)
-        return pt_fail(err, PT_EINPUT,
-                       "pipeline.stages is %d but rank 0's node has %d ranks (a pipeline never "
-                       "crosses nodes): start at least %d ranks per node with mpirun",
-                       K, candidates, K);
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but rank 0's node has %d rank%s and a pipeline never "
+                                  "crosses nodes; allowed here: 1 to %d, or auto (or start at "
+                                  "least %d ranks per node with mpirun)",
+                                  K, candidates, candidates == 1 ? "" : "s", candidates, K);
     if (K > units)
-        return pt_fail(err, PT_EINPUT, "pipeline.stages is %d but the model has only %d units", K, units);
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but the model has only %d units; allowed: 1 to %d, "
+                                  "or auto",
+                                  K, units, units);
     memset(&r->plan, 0, sizeof r->plan);
     if (K == 1 && M > 0) { /* nothing to choose */
         r->plan.stages = 1;

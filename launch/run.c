@@ -3,6 +3,10 @@
  * the backend, the training and test data, the sampler and learning-rate
  * schedule, the layout (layout.c) and this rank's initial weights. Freed in
  * the reverse order by pt_run_close, which is safe on a partly built run.
+ *
+ * What can only be checked here (the data's size and labels, memory, the
+ * device, the weights) is reported against the key that asked for it, with
+ * the file and line where it was set (pt_config_key_fail).
  */
 #include "launch/run.h"
 
@@ -26,8 +30,11 @@ static int open_backend(pt_run *r, pt_err *err)
     int rc;
     switch (r->cfg.run.device) {
     case PT_DEVICE_CUDA:
-        if ((rc = pt_backend_open(&r->be, gpu, threads, err)))
-            return pt_err_prefix(err, "run.device is cuda");
+        if ((rc = pt_backend_open(&r->be, gpu, threads, err))) {
+            char at[PT_PATH_MAX + 32];
+            pt_config_where(&r->cfg, "run.device", at, sizeof at);
+            return pt_err_prefix(err, "%srun.device is cuda", at);
+        }
         return 0;
     case PT_DEVICE_AUTO: {
         pt_err none;
@@ -38,8 +45,10 @@ static int open_backend(pt_run *r, pt_err *err)
     default:
         break;
     }
-    if (bf16)
-        return pt_fail(err, PT_EINPUT, "run.precision: bf16 needs a GPU; this run uses the CPU (run.device)");
+    if (bf16) /* run.device cpu is refused earlier, by pt_config_validate */
+        return pt_config_key_fail(&r->cfg, err, "run.precision",
+                                  "bf16 needs a GPU, and run.device is auto but found none, so this "
+                                  "run would use the CPU; allowed on the CPU: fp32");
     return pt_backend_open(&r->be, "cpu", threads, err);
 }
 
@@ -67,6 +76,123 @@ static int split_tail(pt_dataset *all, int64_t n_test, pt_dataset *test, pt_err 
     return 0;
 }
 
+/* One split of IDX images. A label >= model.classes is reported against
+ * model.classes (found by loading again with every byte a class); any other
+ * problem names the file, and the key that chose it. */
+static int load_idx(pt_run *r, pt_dataset *ds, const char *images_key, const char *images,
+                    const char *labels_key, const char *labels, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_idx_load(ds, images, labels, c->model.classes, c->data.mean, c->data.std, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset all;
+    pt_err again;
+    if (pt_idx_load(&all, images, labels, 256, c->data.mean, c->data.std, &again) == 0) {
+        int64_t at = 0;
+        for (int64_t i = 1; i < all.count; i++)
+            at = all.labels[i] > all.labels[at] ? i : at;
+        const int top = all.labels[at];
+        pt_dataset_free(&all);
+        if (top >= c->model.classes)
+            return pt_config_key_fail(c, err, "model.classes",
+                                      "%d, but '%s' (%s) holds label %d (example %lld), and labels "
+                                      "must be below model.classes; allowed for this data: %d to 256",
+                                      c->model.classes, labels, labels_key, top, (long long)at,
+                                      top + 1 > 2 ? top + 1 : 2);
+    }
+    /* the data module's messages start with the file they are about */
+    size_t n = strlen(labels);
+    int about_labels = strncmp(err->msg, labels, n) == 0 && err->msg[n] == ':';
+    return pt_config_key_prefix(c, err, about_labels ? labels_key : images_key);
+}
+
+/* One split of a text file. When the split is too short for model.context
+ * (found by loading it again with a context of 1), that is what is reported. */
+static int load_text(pt_run *r, pt_dataset *ds, double begin, double end, const char *split,
+                     pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset shortest;
+    pt_err again;
+    if (pt_text_load(&shortest, c->data.text, 1, begin, end, &again) == 0) {
+        const int64_t bytes = shortest.nbytes;
+        pt_dataset_free(&shortest);
+        char allowed[96];
+        if (bytes - 1 >= 2)
+            snprintf(allowed, sizeof allowed, "2 to %lld", (long long)bytes - 1);
+        else
+            snprintf(allowed, sizeof allowed, "none (a longer text, or another data.test_fraction)");
+        return pt_config_key_fail(c, err, "model.context",
+                                  "%d, but the %s split of '%s' (data.text, the last "
+                                  "data.test_fraction = %g of it for testing) has %lld bytes, and "
+                                  "one example needs model.context + 1; allowed for this text: %s",
+                                  c->model.context, split, c->data.text, c->data.test_fraction,
+                                  (long long)bytes, allowed);
+    }
+    return pt_config_key_prefix(c, err, "data.text");
+}
+
+/* Memory this rank may give its copy of the data: the node's RAM divided
+ * among the node's ranks (each holds the whole data set). */
+static double memory_per_rank(const pt_run *r)
+{
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
+}
+
+/* Synthetic data is generated in memory, so data.synthetic_examples is
+ * limited by it: refused before generating, when it clearly cannot fit. */
+static int check_synthetic_memory(pt_run *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    const double n = (double)c->data.synthetic_examples, gib = (double)(1ull << 30);
+    double per_example, fixed = 0;
+    char what[96];
+    if (c->data.kind == PT_DATA_SYNTH_IMAGES) {
+        /* float pixels and a label; the test quarter is drawn with the
+         * training set and then copied; one prototype per class */
+        const double pixels = (double)c->data.image_size * c->data.image_size;
+        per_example = 1.5 * (4 * pixels + 4);
+        fixed = 4 * pixels * c->model.classes;
+        snprintf(what, sizeof what, "%dx%d images", c->data.image_size, c->data.image_size);
+    } else {
+        per_example = 1.25 * c->model.context; /* the test split is a quarter as long */
+        snprintf(what, sizeof what, "%d bytes of text", c->model.context);
+    }
+    /* half of it: the rest is for the model, its activations and the batches */
+    const double need = n * per_example + fixed, have = memory_per_rank(r) / 2;
+    if (have <= 0 || need <= have)
+        return 0;
+    const double fit = (have - fixed) / per_example;
+    char allowed[96];
+    if (fit >= 16)
+        snprintf(allowed, sizeof allowed, "at most %.0f here", fit);
+    else
+        snprintf(allowed, sizeof allowed, "none fits here, even 16: make the examples smaller");
+    return pt_config_key_fail(c, err, "data.synthetic_examples",
+                              "%lld examples of %s need %.1f GiB with their test split, more than "
+                              "%.1f GiB, half the memory each rank has here (the node's RAM over "
+                              "its %d rank%s); allowed: %s",
+                              c->data.synthetic_examples, what, need / gib, have / gib,
+                              pt_comm_local_size(r->comm), pt_comm_local_size(r->comm) > 1 ? "s" : "",
+                              allowed);
+}
+
+/* Out of memory (an allocation limit below the RAM) or a size the data
+ * module refuses: either way, fewer synthetic examples is the fix. */
+static int synthetic_failed(pt_run *r, int rc, pt_err *err)
+{
+    if (rc == PT_ENOMEM)
+        return pt_config_key_fail(&r->cfg, err, "data.synthetic_examples",
+                                  "%s; allowed: fewer examples than %lld", err->msg,
+                                  r->cfg.data.synthetic_examples);
+    return rc ? pt_config_key_prefix(&r->cfg, err, "data.synthetic_examples") : 0;
+}
+
 static int load_data(pt_run *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -75,52 +201,80 @@ static int load_data(pt_run *r, pt_run_mode mode, pt_err *err)
     case PT_DATA_FASHION_MNIST:
     case PT_DATA_IDX:
         if (mode == PT_RUN_TRAIN &&
-            (rc = pt_idx_load(&r->train, c->data.train_images, c->data.train_labels,
-                              c->model.classes, c->data.mean, c->data.std, err)))
+            (rc = load_idx(r, &r->train, "data.train_images", c->data.train_images,
+                           "data.train_labels", c->data.train_labels, err)))
             return rc;
-        rc = pt_idx_load(&r->test, c->data.test_images, c->data.test_labels, c->model.classes,
-                         c->data.mean, c->data.std, err);
-        if (rc == 0 && (r->test.height != r->arch.height || r->test.width != r->arch.width ||
-                        r->test.height % r->arch.patch || r->test.width % r->arch.patch)) {
+        if ((rc = load_idx(r, &r->test, "data.test_images", c->data.test_images, "data.test_labels",
+                           c->data.test_labels, err)))
+            return rc;
+        if (r->test.height != r->arch.height || r->test.width != r->arch.width ||
+            r->test.height % r->arch.patch || r->test.width % r->arch.patch) {
             /* IDX files may hold any image size: the model follows the data */
             r->arch.height = r->test.height;
             r->arch.width = r->test.width;
             if (r->arch.height % r->arch.patch || r->arch.width % r->arch.patch)
-                return pt_fail(err, PT_EINPUT,
-                               "model.patch (%d) does not divide the %dx%d images of '%s'",
-                               r->arch.patch, r->test.height, r->test.width, c->data.test_images);
+                return pt_config_key_fail(c, err, "model.patch",
+                                          "%d does not divide the %dx%d images of '%s' "
+                                          "(data.test_images); allowed: a divisor of both sides",
+                                          r->arch.patch, r->test.height, r->test.width,
+                                          c->data.test_images);
         }
-        if (rc == 0 && mode == PT_RUN_TRAIN &&
+        if (mode == PT_RUN_TRAIN &&
             (r->train.height != r->test.height || r->train.width != r->test.width))
-            return pt_fail(err, PT_EINPUT, "training images are %dx%d but test images %dx%d",
-                           r->train.height, r->train.width, r->test.height, r->test.width);
-        return rc;
+            return pt_config_key_fail(c, err, "data.test_images",
+                                      "'%s' holds %dx%d images, but data.train_images '%s' holds "
+                                      "%dx%d; both splits must have images of one size",
+                                      c->data.test_images, r->test.height, r->test.width,
+                                      c->data.train_images, r->train.height, r->train.width);
+        return 0;
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV: {
         double cut = 1.0 - c->data.test_fraction;
-        if (mode == PT_RUN_TRAIN &&
-            (rc = pt_text_load(&r->train, c->data.text, c->model.context, 0.0, cut, err)))
+        if (mode == PT_RUN_TRAIN && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
             return rc;
-        return pt_text_load(&r->test, c->data.text, c->model.context, cut, 1.0, err);
+        return load_text(r, &r->test, cut, 1.0, "test", err);
     }
     case PT_DATA_SYNTH_IMAGES: {
+        if ((rc = check_synthetic_memory(r, err)))
+            return rc;
         /* one draw split in two, so both splits share the class prototypes */
         int64_t n = c->data.synthetic_examples, n_test = n / 4 > 0 ? n / 4 : 1;
-        if ((rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size,
-                                      c->data.image_size, c->model.classes, (uint64_t)c->run.seed,
-                                      err)))
-            return rc;
-        return split_tail(&r->train, n_test, &r->test, err);
+        rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size, c->data.image_size,
+                                 c->model.classes, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = split_tail(&r->train, n_test, &r->test, err);
+        return synthetic_failed(r, rc, err);
     }
     case PT_DATA_SYNTH_TEXT: {
-        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
-        if ((rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err)))
+        if ((rc = check_synthetic_memory(r, err)))
             return rc;
-        return pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
-                                 (uint64_t)c->run.seed + 1, err);
+        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
+        rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
+                                   (uint64_t)c->run.seed + 1, err);
+        return synthetic_failed(r, rc, err);
     }
     }
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
+}
+
+/* What the training split is made of, for messages about its size. */
+static void describe_train(const pt_config *c, char *out, size_t n)
+{
+    switch (c->data.kind) {
+    case PT_DATA_SYNTH_IMAGES:
+    case PT_DATA_SYNTH_TEXT:
+        snprintf(out, n, "data.synthetic_examples");
+        break;
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV:
+        snprintf(out, n, "'%s' (data.text) cut into examples of model.context = %d bytes",
+                 c->data.text, c->model.context);
+        break;
+    default:
+        snprintf(out, n, "'%s' (data.train_images)", c->data.train_images);
+    }
 }
 
 int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode, pt_err *err)
@@ -143,14 +297,26 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
     const pt_config *c = &r->cfg;
     r->aug.hflip = c->data.hflip;
     r->aug.crop_pad = c->data.crop_pad;
+    /* text data with augmentation is refused by pt_config_validate, so
+     * what is left is a crop larger than the images (IDX: any size) */
     if (mode == PT_RUN_TRAIN && (rc = pt_augment_check(&r->aug, &r->train, err))) {
-        pt_err_prefix(err, "data.hflip / data.crop_pad");
+        pt_config_key_prefix(c, err, c->data.crop_pad ? "data.crop_pad" : "data.hflip");
         goto fail;
     }
     if (mode == PT_RUN_TRAIN) {
+        char split[PT_PATH_MAX + 96];
+        describe_train(c, split, sizeof split);
+        if (c->train.batch > r->train.count) {
+            rc = pt_config_key_fail(c, err, "train.batch",
+                                    "%lld, but the training split has only %lld examples (%s); "
+                                    "allowed for this data: 1 to %lld",
+                                    c->train.batch, (long long)r->train.count, split,
+                                    (long long)r->train.count);
+            goto fail;
+        }
         if ((rc = pt_sampler_init(&r->sampler, r->train.count, c->train.batch,
                                   (uint64_t)c->run.seed, c->data.shuffle, err))) {
-            pt_err_prefix(err, "train.batch");
+            pt_config_key_prefix(c, err, "train.batch");
             goto fail;
         }
         int64_t per_epoch = pt_sampler_steps(&r->sampler);
@@ -168,9 +334,12 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
     }
     if ((rc = pt_layout_open(r, err)))
         goto fail;
-    if (r->active && ((rc = pt_segment_init_params(r->seg, err)) ||
-                      (*c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err)))))
+    if (r->active && (rc = pt_segment_init_params(r->seg, err)))
         goto fail;
+    if (r->active && *c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err))) {
+        pt_config_key_prefix(c, err, "model.init_from");
+        goto fail;
+    }
 
     const int T = pt_arch_tokens(&r->arch);
     const size_t examples = (size_t)r->micro * r->max_micro;

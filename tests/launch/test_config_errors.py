@@ -14,7 +14,10 @@ refused fast: within a second of how long a plainly bad config takes.
 usage: test_config_errors.py PIPETRAIN_BINARY
 """
 import os
+import json
+import math
 import re
+import struct
 import subprocess
 import sys
 import time
@@ -104,6 +107,45 @@ def short_text(h):
     out = files(h)
     out["short"] = U.write(h.path("short.txt"), "In the beginning\n")
     return out
+
+
+def idx_file(path, count, side=None, labels=None):
+    """A plain (not gzip'd) IDX file: images (count of side x side) or labels."""
+    if labels is not None:
+        return U.write(path, struct.pack(">II", 0x801, len(labels)) + bytes(labels), "wb")
+    pixels = bytes((i * 37) % 256 for i in range(count * side * side))
+    return U.write(path, struct.pack(">IIII", 0x803, count, side, side) + pixels, "wb")
+
+
+def idx_data(h):
+    """40 training and 12 test images of 8x8 with labels 0..3; test images of
+    12x12; and labels with a 9 at example 5."""
+    out = files(h)
+    out["ti"] = idx_file(h.path("train-images"), 40, 8)
+    out["tl"] = idx_file(h.path("train-labels"), 40, labels=[i % 4 for i in range(40)])
+    out["vi"] = idx_file(h.path("test-images"), 12, 8)
+    out["vl"] = idx_file(h.path("test-labels"), 12, labels=[i % 4 for i in range(12)])
+    out["vi12"] = idx_file(h.path("test-images-12"), 12, 12)
+    out["tl9"] = idx_file(h.path("train-labels-9"), 40, labels=[9 if i == 5 else i % 4
+                                                                for i in range(40)])
+    return out
+
+
+IDX = {"data.kind": "idx", "data.train_images": "{ti}", "data.train_labels": "{tl}",
+       "data.test_images": "{vi}", "data.test_labels": "{vl}", "data.image_size": None}
+
+
+def without_section(section):
+    """Drops a section (its header and indented lines) from rendered YAML."""
+    def drop(text):
+        out, skip = [], False
+        for line in text.splitlines(True):
+            if not line.startswith(" "):
+                skip = line.startswith(section + ":")
+            if not skip:
+                out.append(line)
+        return "".join(out)
+    return drop
 
 
 def last_line(text):
@@ -281,13 +323,54 @@ CASES = [
          needles=["{missing}"], setup=files),
     Case("missing_config_file", config_name="missing.yaml", needles=["{cfg}"]),
     Case("config_is_a_directory", config_name="adir", setup=files, needles=["{cfg}"]),
-    # ---- found while building the run (after the YAML was accepted)
-    Case("batch_above_dataset", {"train.batch": "1000"}, needles=["train.batch"]),
-    Case("augmentation_on_text", {"data.hflip": "true"}, kind="gpt", needles=["data.hflip"]),
+    # ---- found while building the run (after the YAML was accepted): the
+    # message still names where the key it blames was set
+    Case("batch_above_dataset", {"train.batch": "1000"}, blame="train.batch",
+         needles=["only 40 examples", "allowed for this data: 1 to 40"]),
+    Case("augmentation_on_text", {"data.hflip": "true"}, kind="gpt", blame="data.hflip",
+         needles=["allowed with text: false"]),
+    Case("crop_on_text", {"data.crop_pad": "2"}, kind="gpt", blame="data.crop_pad",
+         needles=["allowed with text: 0"]),
+    Case("crop_above_image_size", {"data.crop_pad": "9"}, blame="data.crop_pad",
+         needles=["allowed: 0 to 8"]),
     Case("text_too_short_for_context", {"data.kind": "text", "data.text": "{short}"},
-         kind="gpt", needles=["{short}"], setup=short_text),
-    Case("init_from_not_safetensors", {"model.init_from": "{garbage}"}, needles=["{garbage}"],
-         setup=garbage_weights),
+         kind="gpt", blame="model.context", needles=["{short}", "allowed for this text: 2 to 14"],
+         setup=short_text),
+    Case("init_from_not_safetensors", {"model.init_from": "{garbage}"}, blame="model.init_from",
+         needles=["{garbage}"], setup=garbage_weights),
+    Case("stages_above_ranks", {"pipeline.stages": "2"}, blame="pipeline.stages",
+         needles=["node has 1 rank", "allowed here: 1 to 1"]),
+    Case("stages_above_units", {"pipeline.stages": "7"}, blame="pipeline.stages",
+         needles=["6 units", "allowed: 1 to 6"]),
+    Case("bf16_on_the_cpu", {"run.precision": "bf16", "run.device": "cpu"}, blame="run.precision",
+         needles=["needs a GPU", "allowed on the CPU: fp32"]),
+    Case("synthetic_images_beyond_memory", {"data.synthetic_examples": "100000000",
+                                            "data.image_size": "1024"},
+         blame="data.synthetic_examples", needles=["GiB", "allowed:"]),
+    Case("synthetic_text_beyond_memory", {"data.synthetic_examples": "100000000",
+                                          "model.context": "65536"}, kind="gpt",
+         blame="data.synthetic_examples", needles=["GiB", "allowed:"]),
+    Case("classes_below_a_label", {**IDX, "data.train_labels": "{tl9}"}, blame="model.classes",
+         needles=["{tl9}", "label 9 (example 5)", "allowed for this data: 10 to 256"],
+         setup=idx_data),
+    Case("classes_above_idx_bytes", {**IDX, "model.classes": "300"}, blame="model.classes",
+         needles=["allowed with data.kind idx: 2 to 256"], setup=idx_data),
+    Case("test_images_of_another_size", {**IDX, "data.test_images": "{vi12}"},
+         blame="data.test_images", needles=["{vi12}", "12x12", "data.train_images '{ti}'", "8x8"],
+         setup=idx_data),
+    Case("patch_does_not_divide_idx_images", {**IDX, "model.patch": "3"}, blame="model.patch",
+         needles=["8x8", "{vi}"], setup=idx_data),
+    Case("crop_above_idx_image_size", {**IDX, "data.crop_pad": "9"}, blame="data.crop_pad",
+         needles=["at most 8"], setup=idx_data),
+    Case("idx_file_not_idx", {**IDX, "data.train_labels": "{dir}/a.gz"}, blame="data.train_labels",
+         needles=["{dir}/a.gz"], setup=idx_data),
+    Case("section_is_a_list", raw=lambda t: without_section("model")(t) + "model: [vit, 16]\n",
+         line=last_line, needles=["model: section model must be a mapping of key: value lines",
+                                  "a list"], absent=["unknown key"]),
+    Case("section_is_a_word", raw=lambda t: without_section("model")(t) + "model: vit\n",
+         line=last_line, needles=["section model must be a mapping", "a single value"]),
+    Case("section_is_empty", raw=lambda t: without_section("model")(t) + "model:\n",
+         line=last_line, needles=["section model must be a mapping", "empty"]),
     Case("empty_run_dir", {"run.dir": '""'}, needles=["run.dir"]),
     # ---- --set overrides and the command line
     Case("set_unknown_key", sets=["train.lrr=0.1"],
@@ -434,6 +517,41 @@ def test_deep_config_in_checkpoint_refused_fast(h):
     U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
 
 
+def test_init_from_nan_or_inf(h):
+    """Weights holding NaN or Inf are refused when they are loaded, naming the
+    file and the tensor, not later as a loss of nan."""
+    cfg = U.write(h.path("good.yaml"), U.render(base(h, **{"train.max_steps": "1"})))
+    h.run(["train", cfg]).expect(0)
+    good = h.path("w.safetensors")
+    h.run(["export", U.ckpt(h.path("run"), 1), good]).expect(0)
+    data = U.read_bytes(good)
+    (n,) = struct.unpack("<Q", data[:8])
+    begin = 8 + n + json.loads(data[8:8 + n])["blocks.1.mlp.fc1.weight"]["data_offsets"][0]
+    for word, value in (("NaN", math.nan), ("Inf", -math.inf)):
+        bad = U.write(h.path(word + ".safetensors"),
+                      data[:begin + 12] + struct.pack("<f", value) + data[begin + 16:], "wb")
+        text = U.render(base(h, **{"model.init_from": bad, "run.dir": h.path("run2")}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg]).expect(2, word)
+        r.one_error("%s:%d: model.init_from: " % (cfg, U.line_of(text, "model.init_from")),
+                    "'%s'" % bad, "'blocks.1.mlp.fc1.weight' holds %s at element 3" % word)
+        check(not os.path.exists(h.path("run2")), "refused weights created run.dir")
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+
+
+def test_bf16_without_a_gpu(h):
+    """run.device auto finds no GPU: bf16 is refused naming run.precision."""
+    if any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
+        return "skipped: this machine has a GPU"
+    text = U.render(base(h, **{"run.precision": "bf16"}))
+    cfg = U.write(h.path("bad.yaml"), text)
+    r = h.run(["train", cfg]).expect(2)
+    r.one_error("%s:%d: run.precision: " % (cfg, U.line_of(text, "run.precision")),
+                "found none", "allowed on the CPU: fp32")
+    check(not os.path.exists(h.path("run")), "run.dir created")
+
+
 def test_duplicate_key_names_both_lines(h):
     text = dup(U.render(base(h)))
     first, second = line_with("lr: 0.003")(text), line_with("lr: 0.005")(text)
@@ -468,7 +586,7 @@ def test_usage_errors(h):
 TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
-         test_integer_bounds_accepted,
+         test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_usage_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
