@@ -28,6 +28,15 @@ int pt_config_find_key(const char *key)
     return -1;
 }
 
+int pt_config_is_section(const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < pt_config_key_count; i++)
+        if (strncmp(pt_config_keys[i].key, name, n) == 0 && pt_config_keys[i].key[n] == '.')
+            return 1;
+    return 0;
+}
+
 static int edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -263,6 +272,16 @@ void pt_config_defaults(pt_config *c)
 }
 
 
+/* Index of the first key of a section (one that exists). */
+static int first_in_section(const char *section)
+{
+    size_t n = strlen(section);
+    for (int i = 0; i < pt_config_key_count; i++)
+        if (strncmp(pt_config_keys[i].key, section, n) == 0 && pt_config_keys[i].key[n] == '.')
+            return i;
+    return 0;
+}
+
 int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
 {
     const char *eq = strchr(assignment, '=');
@@ -275,6 +294,11 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
     memcpy(key, assignment, len);
     key[len] = '\0';
     int ki = pt_config_find_key(key);
+    if (ki < 0 && pt_config_is_section(key))
+        return pt_fail(err, PT_EINPUT,
+                       "--set: %s: a section, and --set sets one key: section.key=value, such as "
+                       "%s=...; `pipetrain keys` lists every key",
+                       key, pt_config_keys[first_in_section(key)].key);
     if (ki < 0) {
         char hint[160];
         pt_config_suggest(key, hint, sizeof hint);

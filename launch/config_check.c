@@ -153,24 +153,112 @@ static int cache_rules(const pt_config *c, pt_err *err)
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
                                       c->cache.disk_dir);
     }
+    /* Half a disk tier is refused rather than warned about: either way the
+     * run would go on without one, and a warning scrolls away with the
+     * progress lines while the user believes the tier is there. */
+    if (c->cache.disk_gib > 0 && !*c->cache.disk_dir)
+        return pt_config_key_fail(c, err, "cache.disk_gib",
+                                  "%g GiB of disk tier, but cache.disk_dir names no directory to "
+                                  "put it in; allowed without cache.disk_dir: 0",
+                                  c->cache.disk_gib);
+    if (*c->cache.disk_dir && c->cache.disk_gib <= 0)
+        return pt_config_key_fail(c, err, "cache.disk_dir",
+                                  "'%s' is set, but cache.disk_gib is 0, so nothing would be "
+                                  "written there; allowed with cache.disk_gib 0: ''",
+                                  c->cache.disk_dir);
+    if (c->cache.enabled && c->cache.memory_gib <= 0 && c->cache.disk_gib <= 0)
+        return pt_config_key_fail(c, err, "cache.memory_gib",
+                                  "0, and there is no disk tier, so the cache could hold nothing; "
+                                  "allowed with cache.enabled: more than 0, or a disk tier");
+    /* the cache starts at min_depth frozen blocks: more than can ever freeze
+     * would leave it unused without a word */
+    if (c->cache.min_depth > c->model.layers)
+        return pt_config_key_fail(c, err, "cache.min_depth",
+                                  "%d, but the model has %d blocks (model.layers); allowed: 1 to %d",
+                                  c->cache.min_depth, c->model.layers, c->model.layers);
+    if (c->freeze.max_depth > 0 && c->cache.min_depth > c->freeze.max_depth)
+        return pt_config_key_fail(c, err, "cache.min_depth",
+                                  "%d, but at most %d block%s ever freeze (freeze.max_depth); "
+                                  "allowed: 1 to %d",
+                                  c->cache.min_depth, c->freeze.max_depth,
+                                  c->freeze.max_depth == 1 ? "" : "s", c->freeze.max_depth);
     return 0;
 }
 
 static int sample_rules(const pt_config *c, pt_err *err)
 {
-    if (c->model.kind == PT_MODEL_GPT && c->sample.length > 0 && !*c->sample.prompt)
+    if (c->model.kind != PT_MODEL_GPT || c->sample.length == 0)
+        return 0;
+    const size_t len = strlen(c->sample.prompt);
+    if (len == 0)
         return pt_config_key_fail(c, err, "sample.prompt",
                                   "sampling needs a non-empty prompt (or sample.length 0)");
+    /* The sampler's window is model.context bytes: the prompt and the byte
+     * being drawn. It would keep only the last context - 1 bytes of a longer
+     * prompt and continue a text the user did not write. */
+    if (len > (size_t)c->model.context - 1)
+        return pt_config_key_fail(c, err, "sample.prompt",
+                                  "%zu bytes, but the model sees model.context = %d bytes, the "
+                                  "prompt and the byte it samples; allowed: 1 to %d bytes",
+                                  len, c->model.context, c->model.context - 1);
+    return 0;
+}
+
+/* run.dir is made (with its parents) when training starts: a file in the way
+ * would stop the run only then, with nothing said about the key. */
+static int run_dir_rules(const pt_config *c, pt_err *err)
+{
+    if (!*c->run.dir)
+        return pt_config_key_fail(c, err, "run.dir", "must name a directory");
+    char path[PT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", c->run.dir);
+    for (char *cut = path + strlen(path);; ) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode) && strcmp(path, c->run.dir) == 0)
+                return pt_config_key_fail(c, err, "run.dir",
+                                          "'%s' is a file, not a directory; allowed: a "
+                                          "directory, or a path to make one at",
+                                          path);
+            if (!S_ISDIR(st.st_mode))
+                return pt_config_key_fail(c, err, "run.dir",
+                                          "'%s' is a file, so '%s' cannot be made under it; "
+                                          "allowed: a directory, or a path to make one at",
+                                          path, c->run.dir);
+            return 0;
+        }
+        while (cut > path && *cut != '/')
+            cut--;
+        if (cut == path)
+            return 0; /* nothing of it exists yet: made from the current directory */
+        *cut = '\0';
+    }
+}
+
+/* train.resume names a checkpoint: a directory holding a manifest. */
+static int resume_rules(const pt_config *c, pt_err *err)
+{
+    const char *dir = c->train.resume;
+    if (!*dir || strcmp(dir, "auto") == 0)
+        return 0;
+    char manifest[PT_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/manifest", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || stat(manifest, &st) != 0)
+        return pt_config_key_fail(c, err, "train.resume",
+                                  "'%s' is not a checkpoint (a directory with a manifest); "
+                                  "allowed: '' (start fresh), auto (the newest in run.dir), or a "
+                                  "directory such as RUN_DIR/checkpoints/step_0000000100",
+                                  dir);
     return 0;
 }
 
 int pt_config_validate(const pt_config *c, pt_err *err)
 {
     int rc;
-    if (!*c->run.dir)
-        return pt_config_key_fail(c, err, "run.dir", "must name a directory");
-    if ((rc = model_rules(c, err)) || (rc = data_rules(c, err)) || (rc = train_rules(c, err)) ||
-        (rc = file_rules(c, err)) || (rc = cache_rules(c, err)) || (rc = sample_rules(c, err)))
+    if ((rc = run_dir_rules(c, err)) || (rc = model_rules(c, err)) || (rc = data_rules(c, err)) ||
+        (rc = train_rules(c, err)) || (rc = file_rules(c, err)) || (rc = cache_rules(c, err)) ||
+        (rc = sample_rules(c, err)) || (rc = resume_rules(c, err)))
         return rc;
     return 0;
 }

@@ -36,6 +36,8 @@ extern const int pt_config_key_count;
 
 /* Index of key in pt_config_keys, or -1. */
 int pt_config_find_key(const char *key);
+/* Whether name is a section: the part before the dot of some key. */
+int pt_config_is_section(const char *name);
 /* " (did you mean 'x'?)" for the closest known key, or a pointer to `pipetrain keys`. */
 void pt_config_suggest(const char *key, char *out, size_t n);
 /* Parses text into key ki of c. where: "FILE:LINE", "--set" or "default". */

@@ -22,16 +22,6 @@ typedef struct {
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
 
-/* Whether name is a section (the part before the dot of some key). */
-static int is_section(const char *name)
-{
-    size_t n = strlen(name);
-    for (int i = 0; i < pt_config_key_count; i++)
-        if (strncmp(pt_config_keys[i].key, name, n) == 0 && pt_config_keys[i].key[n] == '.')
-            return 1;
-    return 0;
-}
-
 static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
 {
     yaml_node_t *kn = yaml_document_get_node(w->doc, pair->key);
@@ -47,7 +37,7 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     if (vn->type == YAML_MAPPING_NODE)
         return walk(w, vn, key);
     int ki = pt_config_find_key(key);
-    if (ki < 0 && is_section(key))
+    if (ki < 0 && pt_config_is_section(key))
         return pt_fail(w->err, PT_EINPUT,
                        "%s:%d: %s: section %s must be a mapping of key: value lines, indented "
                        "under '%s:'; here it is %s",

@@ -124,7 +124,9 @@ static int make_plan(pt_run *r, int candidates, pt_err *err)
         .cores = pt_comm_cores(r->comm),
         .threads = r->threads,
     };
-    return pt_plan_make(&r->plan, &q, cm, err);
+    rc = pt_plan_make(&r->plan, &q, cm, err);
+    /* K, M and the ranks were checked above: what is left is memory */
+    return rc == PT_EINPUT ? pt_config_key_prefix(c, err, "pipeline.memory_gib") : rc;
 }
 
 /* Frozen units whose output the cache serves: all of them, but never so many

@@ -288,8 +288,22 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
     int rc;
     if ((rc = pt_comm_bind(comm, &r->threads, r->binding, sizeof r->binding, err)))
         goto fail;
-    if (cfg->run.threads > 0)
+    if (cfg->run.threads > 0) {
         r->threads = cfg->run.threads;
+        /* Allowed (a config may be written for a bigger machine), but the
+         * threads take turns on the cores and every step waits for the
+         * slowest: a run that crawls should say why. */
+        const int cores = pt_comm_cores(comm) / pt_comm_local_size(comm);
+        if (r->rank == 0 && r->threads > (cores > 1 ? cores : 1)) {
+            char at[PT_PATH_MAX + 32];
+            pt_config_where(cfg, "run.threads", at, sizeof at);
+            fprintf(stderr,
+                    "pipetrain: warning: %srun.threads: %d threads per rank, but each rank has %d "
+                    "core%s here; extra threads take turns and slow every step (0 = the cores "
+                    "divided among the ranks)\n",
+                    at, r->threads, cores > 1 ? cores : 1, cores > 1 ? "s" : "");
+        }
+    }
     if ((rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
         (rc = open_backend(r, err)))
         goto fail;

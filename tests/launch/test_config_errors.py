@@ -220,6 +220,38 @@ CASES = [
          needles=["not a directory"]),
     Case("freeze_alpha_out_of_range", {"freeze.alpha": "1"}, blame="freeze.alpha",
          needles=["allowed: a number > 0 and < 1"]),
+    Case("cache_min_depth_above_layers", {"cache.min_depth": "3"}, blame="cache.min_depth",
+         needles=["2 blocks", "allowed: 1 to 2"]),
+    Case("cache_min_depth_above_freeze_max_depth", {"freeze.max_depth": "1", "cache.min_depth": "2"},
+         blame="cache.min_depth", needles=["freeze.max_depth", "allowed: 1 to 1"]),
+    Case("cache_disk_gib_without_dir", {"cache.disk_gib": "1"}, blame="cache.disk_gib",
+         needles=["cache.disk_dir", "allowed without cache.disk_dir: 0"]),
+    Case("cache_disk_dir_without_gib", {"cache.disk_dir": "{adir}"}, blame="cache.disk_dir",
+         needles=["{adir}", "cache.disk_gib is 0"], setup=files),
+    Case("cache_that_holds_nothing", {"freeze.policy": "schedule", "cache.enabled": "true",
+                                      "cache.memory_gib": "0"}, blame="cache.memory_gib",
+         needles=["could hold nothing"]),
+    # ---- ranges that follow what the code can do
+    Case("top_k_above_the_byte_vocabulary", {"sample.top_k": "257"}, kind="gpt",
+         blame="sample.top_k", needles=["allowed: an integer from 0 to 256"]),
+    Case("sample_length_above_the_sampler", {"sample.length": "4097"}, kind="gpt",
+         blame="sample.length", needles=["allowed: an integer from 0 to 4096"]),
+    Case("stages_above_the_planner", {"pipeline.stages": "65"}, blame="pipeline.stages",
+         needles=["allowed: an integer from 1 to 64, or auto"]),
+    Case("init_std_of_ten", {"model.init_std": "10"}, blame="model.init_std",
+         needles=["allowed: a number > 0 and < 10"]),
+    Case("prompt_longer_than_context", {"sample.prompt": '"%s"' % ("x" * 16)}, kind="gpt",
+         blame="sample.prompt", needles=["16 bytes", "model.context = 16", "allowed: 1 to 15 bytes"]),
+    Case("default_prompt_longer_than_context", {"model.context": "8"}, kind="gpt",
+         needles=["(default) sample.prompt: 12 bytes", "model.context = 8"]),
+    Case("resume_from_a_directory_without_manifest", {"train.resume": "{adir}"},
+         blame="train.resume", needles=["{adir}", "not a checkpoint"], setup=files),
+    Case("run_dir_is_a_file", {"run.dir": "{dir}/a.gz"}, blame="run.dir",
+         needles=["'{dir}/a.gz' is a file"], setup=files),
+    Case("run_dir_under_a_file", {"run.dir": "{dir}/a.gz/run"}, blame="run.dir",
+         needles=["'{dir}/a.gz' is a file"], setup=files),
+    Case("planner_memory_too_small", {"pipeline.stages": "auto", "pipeline.memory_gib": "1e-6"},
+         blame="pipeline.memory_gib", needles=["fits"]),
     # ---- values of the wrong type
     Case("word_for_int", {"model.dim": "sixteen"}, blame="model.dim",
          needles=["sixteen", RANGE_DIM]),
@@ -379,6 +411,9 @@ CASES = [
     Case("set_empty_key", sets=["=3"], needles=["--set", "key=value"]),
     Case("set_bad_value", sets=["train.batch=0"],
          needles=["--set", "train.batch", "allowed: an integer from 1 to 16777216"]),
+    Case("set_a_section", sets=["model=5"], needles=["--set: model: a section", "model.kind="]),
+    Case("set_seed_one_past_max", sets=["run.seed=9200000000000000001"],
+         needles=["--set: run.seed: out of range", "to 9200000000000000000"]),
     Case("set_equals_form_bad_enum", sets=["--set=pipeline.schedule=zigzag"],
          needles=["--set", "pipeline.schedule", "gpipe, 1f1b"]),
     Case("set_breaks_cross_key_rule", sets=["model.heads=5"],
@@ -552,6 +587,19 @@ def test_bf16_without_a_gpu(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_threads_above_cores_warned(h):
+    """More threads than cores is allowed (a config may be for a bigger
+    machine), but said once, with where run.threads was set."""
+    threads = (os.cpu_count() or 1) + 1
+    text = U.render(base(h, **{"run.threads": str(threads)}))
+    cfg = U.write(h.path("c.yaml"), text)
+    r = h.run(["plan", cfg]).expect(0)
+    warnings = [l for l in r.err.splitlines() if l.startswith("pipetrain: warning: ")]
+    check(len(warnings) == 1, "expected one warning, got:\n%s", r.err)
+    want = "%s:%d: run.threads: %d threads" % (cfg, U.line_of(text, "run.threads"), threads)
+    check(want in warnings[0], "the warning does not say %r:\n%s", want, warnings[0])
+
+
 def test_duplicate_key_names_both_lines(h):
     text = dup(U.render(base(h)))
     first, second = line_with("lr: 0.003")(text), line_with("lr: 0.005")(text)
@@ -587,6 +635,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
+         test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
