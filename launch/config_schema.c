@@ -145,7 +145,8 @@ const pt_key_spec pt_config_keys[] = {
     {"pipeline.recompute", PT_K_BOOL, AT(pipeline.recompute), 0, 0, NULL, 0, "false",
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
     {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
-     "memory per device the planner may use, in GiB; 0 = the device's (CPU: RAM / ranks on the node)"},
+     "memory per device a pipeline stage may use, in GiB; 0 = the device's (CPU: RAM / ranks on the "
+     "node)"},
 
     /* freeze */
     {"freeze.policy", PT_K_ENUM, AT(freeze.policy), 0, 0, PT_WORDS("none", "schedule", "auto"), 0,

@@ -259,6 +259,65 @@ static int load_data(pt_run *r, pt_run_mode mode, pt_err *err)
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
 }
 
+/* One stage with a fixed number of micro-batches leaves nothing to plan, so
+ * nothing checked that the model fits: the segment's allocation failed with
+ * "out of memory" and no key. Checked here with what the planner counts:
+ * parameters with their gradients and AdamW moments, and the activations of
+ * one micro-batch (a lower bound: a schedule may keep more in flight). */
+static int check_model_memory(pt_run *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    if (c->pipeline.stages != 1 || c->pipeline.microbatches == PT_AUTO)
+        return 0; /* planned: the planner checks memory (layout.c) */
+    const pt_arch *a = &r->arch;
+    const int64_t micro = (c->train.batch + c->pipeline.microbatches - 1) / c->pipeline.microbatches;
+    double params = 0, saved = 0, scratch = 0;
+    for (int u = 0; u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        params += (double)info.numel;
+        /* per example, scaled in double: a long sequence times a large batch
+         * passes what size_t holds */
+        saved += (double)pt_unit_saved_bytes(a, r->be, u, 1);
+        double w = (double)pt_unit_scratch_bytes(a, r->be, u, 1);
+        scratch = w > scratch ? w : scratch;
+    }
+    const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
+        ? r->cfg.pipeline.memory_gib * gib : memory_per_rank(r);
+    const double weights = 4 * params * (double)pt_backend_real_size(r->be);
+    const double example = saved + scratch, need = weights + (double)micro * example;
+    if (have <= 0 || need <= have)
+        return 0;
+    char where[] = "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's "
+                   "RAM over its ranks)";
+    char room[160];
+    snprintf(room, sizeof room, where, have / gib);
+    if (weights >= have || weights >= need - weights)
+        return pt_config_key_fail(c, err, "model.dim",
+                                  "%d wide with %d blocks (model.layers): %.0f parameters take %.3g "
+                                  "GiB with their gradients and AdamW moments, %s; allowed: a "
+                                  "smaller model, or more pipeline.stages over more ranks",
+                                  a->dim, a->layers, params, weights / gib, room);
+    const int tokens = pt_arch_tokens(a);
+    if (example > have - weights)
+        return a->kind == PT_MODEL_GPT
+                   ? pt_config_key_fail(c, err, "model.context",
+                                        "%d: one example's activations take %.3g GiB, %s; allowed: "
+                                        "a shorter context",
+                                        a->context, example / gib, room)
+                   : pt_config_key_fail(c, err, "model.patch",
+                                        "%d cuts %dx%d images into %d tokens, and one example's "
+                                        "activations take %.3g GiB, %s; allowed: a larger patch, "
+                                        "or smaller images",
+                                        a->patch, a->height, a->width, tokens, example / gib, room);
+    return pt_config_key_fail(c, err, "train.batch",
+                              "%lld in micro-batches of %lld examples (pipeline.microbatches = %d), "
+                              "whose activations take %.3g GiB, %s; allowed: at most %.0f examples "
+                              "per micro-batch (more micro-batches, or a smaller batch)",
+                              c->train.batch, (long long)micro, c->pipeline.microbatches,
+                              (double)micro * example / gib, room, (have - weights) / example);
+}
+
 /* What the training split is made of, for messages about its size. */
 static void describe_train(const pt_config *c, char *out, size_t n)
 {
@@ -304,8 +363,14 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
                     at, r->threads, cores > 1 ? cores : 1, cores > 1 ? "s" : "");
         }
     }
-    if ((rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
-        (rc = open_backend(r, err)))
+    /* the backend first, so the model's memory is checked before data that
+     * can take long to make; IDX files decide the image size, so there the
+     * check waits for them */
+    const int geometry_known = cfg->data.kind != PT_DATA_IDX;
+    if ((rc = open_backend(r, err)) ||
+        (geometry_known && ((rc = pt_arch_check(&r->arch, err)) || (rc = check_model_memory(r, err)))) ||
+        (rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
+        (!geometry_known && (rc = check_model_memory(r, err))))
         goto fail;
 
     const pt_config *c = &r->cfg;
