@@ -33,10 +33,12 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
                      (const char *)kn->data.scalar.value);
     if (n < 0 || (size_t)n >= sizeof key)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: key too long", w->path, line);
-    if (vn->type == YAML_MAPPING_NODE)
-        return walk(w, vn, key);
+        return pt_fail(w->err, PT_EINPUT,
+                       "%s:%d: key '%.60s...' is longer than any key; `pipetrain keys` lists every "
+                       "key", w->path, line, key);
     int ki = pt_config_find_key(key);
+    if (vn->type == YAML_MAPPING_NODE && ki < 0)
+        return walk(w, vn, key);
     if (ki < 0 && pt_config_is_section(key))
         return pt_fail(w->err, PT_EINPUT,
                        "%s:%d: %s: section %s must be a mapping of key: value lines, indented "
@@ -51,12 +53,14 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s'%s", w->path, line, key, hint);
     }
     if (w->c->line[ki] > 0)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: %s is set twice (first on line %d)", w->path,
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: set twice (first on line %d)", w->path,
                        line, key, w->c->line[ki]);
     char where[PT_PATH_MAX + 16];
     snprintf(where, sizeof where, "%s:%d", w->path, (int)vn->start_mark.line + 1);
     if (vn->type != YAML_SCALAR_NODE)
-        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], "(a list)", "expected one value, got");
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki],
+                                   vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",
+                                   "expected one value, got");
     const char *text = (const char *)vn->data.scalar.value;
     if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *text == '\0')
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], "", "no value");

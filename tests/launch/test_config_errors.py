@@ -254,6 +254,9 @@ CASES = [
     Case("mapping_where_value_expected",
          raw=lambda t: t.replace("  lr: 0.003\n", "  lr:\n    value: 0.1\n"),
          line=line_with("value:"), needles=["train.lr"]),
+    Case("flow_mapping_where_value_expected", {"train.lr": "{{value: 0.1}}"}, blame="train.lr",
+         needles=["train.lr: expected one value, got '(a mapping)'", "allowed: a number > 0"],
+         absent=["unknown key"]),
     # ---- the activation cache
     Case("cache_with_flip", {"freeze.policy": "schedule", "cache.enabled": "true", "data.hflip": "true"},
          blame="cache.enabled", needles=["augmentation", "data.hflip"]),
