@@ -41,7 +41,8 @@ static int model_rules(const pt_config *c, pt_err *err)
     const int vit = c->model.kind == PT_MODEL_VIT;
     if (vit != is_image_data(c))
         return pt_config_key_fail(c, err, "data.kind",
-                                  "%s data cannot train a %s model (model.kind); allowed with %s: %s",
+                                  "%s data cannot train a %s model (model.kind); allowed with %s: "
+                                  "%s",
                                   pt_config_word("data.kind", c->data.kind),
                                   pt_config_word("model.kind", c->model.kind),
                                   pt_config_word("model.kind", c->model.kind),
@@ -65,7 +66,8 @@ static int model_rules(const pt_config *c, pt_err *err)
                                   c->model.classes, pt_config_word("data.kind", c->data.kind));
     if (c->run.device == PT_DEVICE_CPU && c->run.precision == PT_PRECISION_BF16)
         return pt_config_key_fail(c, err, "run.precision",
-                                  "bf16 needs a GPU, and run.device is cpu; allowed on the CPU: fp32");
+                                  "bf16 needs a GPU, and run.device is cpu; allowed on the CPU: "
+                                  "fp32");
     return 0;
 }
 
@@ -174,7 +176,8 @@ static int cache_rules(const pt_config *c, pt_err *err)
      * would leave it unused without a word */
     if (c->cache.min_depth > c->model.layers)
         return pt_config_key_fail(c, err, "cache.min_depth",
-                                  "%d, but the model has %d blocks (model.layers); allowed: 1 to %d",
+                                  "%d, but the model has %d blocks (model.layers); allowed: 1 to "
+                                  "%d",
                                   c->cache.min_depth, c->model.layers, c->model.layers);
     if (c->freeze.max_depth > 0 && c->cache.min_depth > c->freeze.max_depth)
         return pt_config_key_fail(c, err, "cache.min_depth",

@@ -145,10 +145,13 @@ static int prescan(const char *text, size_t len, const char *name, pt_err *err)
             break;
         }
         const int line = (int)e.start_mark.line + 1;
-        const yaml_char_t *anchor = e.type == YAML_SCALAR_EVENT           ? e.data.scalar.anchor
-                                    : e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.anchor
-                                    : e.type == YAML_MAPPING_START_EVENT  ? e.data.mapping_start.anchor
-                                                                          : NULL;
+        const yaml_char_t *anchor = NULL;
+        if (e.type == YAML_SCALAR_EVENT)
+            anchor = e.data.scalar.anchor;
+        else if (e.type == YAML_SEQUENCE_START_EVENT)
+            anchor = e.data.sequence_start.anchor;
+        else if (e.type == YAML_MAPPING_START_EVENT)
+            anchor = e.data.mapping_start.anchor;
         if (anchor && ++anchors > MAX_ANCHORS)
             rc = pt_fail(err, PT_EINPUT,
                          "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
@@ -227,8 +230,9 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
         return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
     }
     size_t len = fread(text, 1, MAX_BYTES + 1, f);
-    int rc = ferror(f) ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
-                       : pt_config_load_text(c, text, len, path, err);
+    int rc = ferror(f)
+                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
+                 : pt_config_load_text(c, text, len, path, err);
     free(text);
     fclose(f);
     return rc;

@@ -47,8 +47,8 @@ static int open_backend(pt_run *r, pt_err *err)
     }
     if (bf16) /* run.device cpu is refused earlier, by pt_config_validate */
         return pt_config_key_fail(&r->cfg, err, "run.precision",
-                                  "bf16 needs a GPU, and run.device is auto but found none, so this "
-                                  "run would use the CPU; allowed on the CPU: fp32");
+                                  "bf16 needs a GPU, and run.device is auto but found none, so "
+                                  "this run would use the CPU; allowed on the CPU: fp32");
     return pt_backend_open(&r->be, "cpu", threads, err);
 }
 
@@ -96,8 +96,9 @@ static int load_idx(pt_run *r, pt_dataset *ds, const char *images_key, const cha
         pt_dataset_free(&all);
         if (top >= c->model.classes)
             return pt_config_key_fail(c, err, "model.classes",
-                                      "%d, but '%s' (%s) holds label %d (example %lld), and labels "
-                                      "must be below model.classes; allowed for this data: %d to 256",
+                                      "%d, but '%s' (%s) holds label %d (example %lld), and "
+                                      "labels must be below model.classes; allowed for this "
+                                      "data: %d to 256",
                                       c->model.classes, labels, labels_key, top, (long long)at,
                                       top + 1 > 2 ? top + 1 : 2);
     }
@@ -125,7 +126,8 @@ static int load_text(pt_run *r, pt_dataset *ds, double begin, double end, const 
         if (bytes - 1 >= 2)
             snprintf(allowed, sizeof allowed, "2 to %lld", (long long)bytes - 1);
         else
-            snprintf(allowed, sizeof allowed, "none (a longer text, or another data.test_fraction)");
+            snprintf(allowed, sizeof allowed,
+                     "none (a longer text, or another data.test_fraction)");
         return pt_config_key_fail(c, err, "model.context",
                                   "%d, but the %s split of '%s' (data.text, the last "
                                   "data.test_fraction = %g of it for testing) has %lld bytes, and "
@@ -165,6 +167,7 @@ static int check_synthetic_memory(pt_run *r, pt_err *err)
     }
     /* half of it: the rest is for the model, its activations and the batches */
     const double need = n * per_example + fixed, have = memory_per_rank(r) / 2;
+    const int ranks = pt_comm_local_size(r->comm);
     if (have <= 0 || need <= have)
         return 0;
     const double fit = (have - fixed) / per_example;
@@ -177,9 +180,8 @@ static int check_synthetic_memory(pt_run *r, pt_err *err)
                               "%lld examples of %s need %.1f GiB with their test split, more than "
                               "%.1f GiB, half the memory each rank has here (the node's RAM over "
                               "its %d rank%s); allowed: %s",
-                              c->data.synthetic_examples, what, need / gib, have / gib,
-                              pt_comm_local_size(r->comm), pt_comm_local_size(r->comm) > 1 ? "s" : "",
-                              allowed);
+                              c->data.synthetic_examples, what, need / gib, have / gib, ranks,
+                              ranks > 1 ? "s" : "", allowed);
 }
 
 /* Out of memory (an allocation limit below the RAM) or a size the data
@@ -270,7 +272,7 @@ static int check_model_memory(pt_run *r, pt_err *err)
     if (c->pipeline.stages != 1 || c->pipeline.microbatches == PT_AUTO)
         return 0; /* planned: the planner checks memory (layout.c) */
     const pt_arch *a = &r->arch;
-    const int64_t micro = (c->train.batch + c->pipeline.microbatches - 1) / c->pipeline.microbatches;
+    const int64_t m = c->pipeline.microbatches, micro = (c->train.batch + m - 1) / m;
     double params = 0, saved = 0, scratch = 0;
     for (int u = 0; u < pt_arch_units(a); u++) {
         pt_unit_info info;
@@ -294,8 +296,8 @@ static int check_model_memory(pt_run *r, pt_err *err)
     snprintf(room, sizeof room, where, have / gib);
     if (weights >= have || weights >= need - weights)
         return pt_config_key_fail(c, err, "model.dim",
-                                  "%d wide with %d blocks (model.layers): %.0f parameters take %.3g "
-                                  "GiB with their gradients and AdamW moments, %s; allowed: a "
+                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
+                                  "%.3g GiB with their gradients and AdamW moments, %s; allowed: a "
                                   "smaller model, or more pipeline.stages over more ranks",
                                   a->dim, a->layers, params, weights / gib, room);
     const int tokens = pt_arch_tokens(a);
@@ -311,9 +313,9 @@ static int check_model_memory(pt_run *r, pt_err *err)
                                         "or smaller images",
                                         a->patch, a->height, a->width, tokens, example / gib, room);
     return pt_config_key_fail(c, err, "train.batch",
-                              "%lld in micro-batches of %lld examples (pipeline.microbatches = %d), "
-                              "whose activations take %.3g GiB, %s; allowed: at most %.0f examples "
-                              "per micro-batch (more micro-batches, or a smaller batch)",
+                              "%lld in micro-batches of %lld examples (pipeline.microbatches = "
+                              "%d), whose activations take %.3g GiB, %s; allowed: at most %.0f "
+                              "examples per micro-batch (more micro-batches, or a smaller batch)",
                               c->train.batch, (long long)micro, c->pipeline.microbatches,
                               (double)micro * example / gib, room, (have - weights) / example);
 }
@@ -366,11 +368,11 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
     /* the backend first, so the model's memory is checked before data that
      * can take long to make; IDX files decide the image size, so there the
      * check waits for them */
-    const int geometry_known = cfg->data.kind != PT_DATA_IDX;
+    const int known = cfg->data.kind != PT_DATA_IDX; /* the image size */
     if ((rc = open_backend(r, err)) ||
-        (geometry_known && ((rc = pt_arch_check(&r->arch, err)) || (rc = check_model_memory(r, err)))) ||
+        (known && ((rc = pt_arch_check(&r->arch, err)) || (rc = check_model_memory(r, err)))) ||
         (rc = load_data(r, mode, err)) || (rc = pt_arch_check(&r->arch, err)) ||
-        (!geometry_known && (rc = check_model_memory(r, err))))
+        (!known && (rc = check_model_memory(r, err))))
         goto fail;
 
     const pt_config *c = &r->cfg;
@@ -415,7 +417,8 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_config *cfg, pt_run_mode mode
         goto fail;
     if (r->active && (rc = pt_segment_init_params(r->seg, err)))
         goto fail;
-    if (r->active && *c->model.init_from && (rc = pt_weights_load(r->seg, c->model.init_from, err))) {
+    if (r->active && *c->model.init_from &&
+        (rc = pt_weights_load(r->seg, c->model.init_from, err))) {
         pt_config_key_prefix(c, err, "model.init_from");
         goto fail;
     }
