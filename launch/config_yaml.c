@@ -156,7 +156,7 @@ static int prescan(const char *text, size_t len, const char *name, pt_err *err)
             rc = pt_fail(err, PT_EINPUT,
                          "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
                          name, line, MAX_ANCHORS);
-        switch (e.type) {
+        switch (rc ? YAML_NO_EVENT : e.type) { /* one problem, one message */
         case YAML_DOCUMENT_START_EVENT:
             /* libyaml's loader reads the first document only: keys in a
              * second one would be ignored without a word */
