@@ -125,8 +125,18 @@ static int make_plan(pt_run *r, int candidates, pt_err *err)
         .threads = r->threads,
     };
     rc = pt_plan_make(&r->plan, &q, cm, err);
+    if (rc != PT_EINPUT)
+        return rc;
     /* K, M and the ranks were checked above: what is left is memory */
-    return rc == PT_EINPUT ? pt_config_key_prefix(c, err, "pipeline.memory_gib") : rc;
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return pt_config_key_fail(c, err, "pipeline.memory_gib",
+                              "%.3g GiB per device%s, and no pipeline layout fits in it (%s); "
+                              "allowed: more memory, more stages over more ranks, or a smaller "
+                              "model or batch",
+                              q.mem_limit / (double)(1ull << 30),
+                              c->pipeline.memory_gib > 0 ? "" : " (the node's RAM over its ranks)",
+                              why);
 }
 
 /* Frozen units whose output the cache serves: all of them, but never so many
