@@ -1,31 +1,40 @@
 /*
- * config.c: reading the run configuration. YAML (through libyaml's document
- * API, which keeps line numbers) and `--set key=value` overrides both end in
- * set_value(), which parses one value against its schema row; cross-key rules
- * and input files are checked once, in pt_config_validate(), after every
- * override. Every error names where the value came from, the key and what is
- * allowed, so the user can fix it without reading this file.
+ * config.c: the configuration values themselves. Every value, whether it
+ * comes from YAML (config_yaml.c), a `--set key=value` override or a default,
+ * is parsed by pt_config_set_value() against its schema row, so all three
+ * accept the same text with the same messages; cross-key rules are checked
+ * afterwards (config_check.c). Every error names where the value came from,
+ * the key and what is allowed, so the user can fix it without reading this
+ * file. Also here: writing the config back as YAML, and the key table.
  */
 #include "launch/config_schema.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <yaml.h>
 
 _Static_assert(sizeof(((pt_config *)0)->line) / sizeof(int) >= 64,
                "pt_config.line must have a slot per key");
 
-static int find_key(const char *key)
+int pt_config_find_key(const char *key)
 {
     for (int i = 0; i < pt_config_key_count; i++)
         if (strcmp(pt_config_keys[i].key, key) == 0)
             return i;
     return -1;
+}
+
+int pt_config_is_section(const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < pt_config_key_count; i++)
+        if (strncmp(pt_config_keys[i].key, name, n) == 0 && pt_config_keys[i].key[n] == '.')
+            return 1;
+    return 0;
 }
 
 static int edit_distance(const char *a, const char *b)
@@ -48,7 +57,7 @@ static int edit_distance(const char *a, const char *b)
 }
 
 /* " (did you mean 'x'?)" for the closest known key, or "" when none is close. */
-static void suggest(const char *key, char *out, size_t n)
+void pt_config_suggest(const char *key, char *out, size_t n)
 {
     int best = -1, dist = 4;
     for (int i = 0; i < pt_config_key_count; i++) {
@@ -67,6 +76,42 @@ static void suggest(const char *key, char *out, size_t n)
         snprintf(out, n, "; `pipetrain keys` lists every key");
 }
 
+/* Integer keys keep their range in the schema's double columns, which hold
+ * each bound exactly (schema_bug checks it); values are compared as
+ * integers, because near 2^63 a double cannot tell v from v + 1 (one past
+ * run.seed's maximum used to pass the check). */
+static long long int_min(const pt_key_spec *k) { return (long long)k->min; }
+static long long int_max(const pt_key_spec *k) { return (long long)k->max; }
+
+/* Why schema row k cannot be applied as written, or NULL. */
+static const char *schema_bug(const pt_key_spec *k)
+{
+    const double two63 = 9223372036854775808.0;
+    switch (k->type) {
+    case PT_K_INT:
+    case PT_K_I64:
+        if (k->size != (k->type == PT_K_INT ? sizeof(int) : sizeof(long long)))
+            return "the field is not of the key's integer type";
+        if (!(k->min >= -two63 && k->max < two63 && k->min <= k->max) ||
+            (double)int_min(k) != k->min || (double)int_max(k) != k->max)
+            return "a bound is not an integer a long long holds";
+        if (k->type == PT_K_INT && (int_min(k) < INT_MIN || int_max(k) > INT_MAX))
+            return "a bound does not fit the int field";
+        if ((k->flags & PT_F_AUTO) && int_min(k) <= PT_AUTO)
+            return "the range includes the value that stands for auto";
+        return NULL;
+    case PT_K_FLOAT:
+        return k->min <= k->max ? NULL : "the range is empty";
+    case PT_K_ENUM:
+        return k->words && k->size == sizeof(int) ? NULL : "an enum needs words and an int field";
+    case PT_K_BOOL:
+        return k->size == sizeof(int) ? NULL : "a boolean needs an int field";
+    case PT_K_STR:
+        return k->size > 1 ? NULL : "a string needs room";
+    }
+    return "no type";
+}
+
 /* Human description of the values a key allows. */
 static void allowed(const pt_key_spec *k, char *out, size_t n)
 {
@@ -75,7 +120,7 @@ static void allowed(const pt_key_spec *k, char *out, size_t n)
     switch (k->type) {
     case PT_K_INT:
     case PT_K_I64:
-        snprintf(out, n, "an integer from %.0f to %.0f%s", k->min, k->max,
+        snprintf(out, n, "an integer from %lld to %lld%s", int_min(k), int_max(k),
                  (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_FLOAT:
@@ -106,7 +151,7 @@ static int word_index(const char *const *words, const char *word)
 
 const char *pt_config_word(const char *key, int value)
 {
-    int i = find_key(key);
+    int i = pt_config_find_key(key);
     if (i < 0 || pt_config_keys[i].type != PT_K_ENUM || value < 0)
         return "?";
     for (int w = 0; pt_config_keys[i].words[w]; w++)
@@ -130,7 +175,7 @@ static void printable(const char *text, char *out, size_t n)
     out[o] = '\0';
 }
 
-static int bad_value(pt_err *err, const char *where, const pt_key_spec *k, const char *text,
+int pt_config_bad_value(pt_err *err, const char *where, const pt_key_spec *k, const char *text,
                      const char *why)
 {
     char what[256], shown[256];
@@ -140,7 +185,7 @@ static int bad_value(pt_err *err, const char *where, const pt_key_spec *k, const
 }
 
 /* Parses text into key k of c. where: "FILE:LINE" or "--set". */
-static int set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err)
+int pt_config_set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err)
 {
     const pt_key_spec *k = &pt_config_keys[ki];
     char *field = (char *)c + k->offset;
@@ -154,10 +199,11 @@ static int set_value(pt_config *c, int ki, const char *text, const char *where, 
         } else {
             errno = 0;
             v = strtoll(text, &end, 10);
-            if (errno || end == text || *end)
-                return bad_value(err, where, k, text, "not an integer:");
-            if ((double)v < k->min || (double)v > k->max)
-                return bad_value(err, where, k, text, "out of range:");
+            if (end == text || *end)
+                return pt_config_bad_value(err, where, k, text, "not an integer:");
+            /* ERANGE: an integer beyond what a long long holds, so beyond any range */
+            if (errno == ERANGE || v < int_min(k) || v > int_max(k))
+                return pt_config_bad_value(err, where, k, text, "out of range:");
         }
         if (k->type == PT_K_INT)
             *(int *)field = (int)v;
@@ -169,11 +215,11 @@ static int set_value(pt_config *c, int ki, const char *text, const char *where, 
         errno = 0;
         double v = strtod(text, &end);
         if (errno || end == text || *end || !isfinite(v))
-            return bad_value(err, where, k, text, "not a number:");
+            return pt_config_bad_value(err, where, k, text, "not a number:");
         int below = (k->flags & PT_F_MIN_EXCL) ? v <= k->min : v < k->min;
         int above = (k->flags & PT_F_MAX_EXCL) ? v >= k->max : v > k->max;
         if (below || above)
-            return bad_value(err, where, k, text, "out of range:");
+            return pt_config_bad_value(err, where, k, text, "out of range:");
         *(double *)field = v;
         return 0;
     }
@@ -186,17 +232,17 @@ static int set_value(pt_config *c, int ki, const char *text, const char *where, 
         for (int i = 0; no[i]; i++)
             if (strcmp(text, no[i]) == 0)
                 return *(int *)field = 0, 0;
-        return bad_value(err, where, k, text, "not a boolean:");
+        return pt_config_bad_value(err, where, k, text, "not a boolean:");
     }
     case PT_K_STR:
         if (strlen(text) >= k->size)
-            return bad_value(err, where, k, text, "too long:");
+            return pt_config_bad_value(err, where, k, text, "too long:");
         memcpy(field, text, strlen(text) + 1);
         return 0;
     case PT_K_ENUM: {
         int idx = word_index(k->words, text);
         if (idx < 0)
-            return bad_value(err, where, k, text, "unknown value");
+            return pt_config_bad_value(err, where, k, text, "unknown value");
         *(int *)field = idx;
         return 0;
     }
@@ -213,130 +259,27 @@ void pt_config_defaults(pt_config *c)
     }
     for (int i = 0; i < pt_config_key_count; i++) {
         pt_err err;
-        if (set_value(c, i, pt_config_keys[i].def, "default", &err)) {
+        const char *bug = schema_bug(&pt_config_keys[i]);
+        if (bug) {
+            fprintf(stderr, "pipetrain: bug: schema row %s: %s\n", pt_config_keys[i].key, bug);
+            abort();
+        }
+        if (pt_config_set_value(c, i, pt_config_keys[i].def, "default", &err)) {
             fprintf(stderr, "pipetrain: bug: %s\n", err.msg);
             abort();
         }
     }
 }
 
-/* ------------------------------------------------------------------ YAML */
 
-typedef struct {
-    pt_config *c;
-    const char *path;
-    yaml_document_t *doc;
-    pt_err *err;
-} walk_ctx;
-
-static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
-
-static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
+/* Index of the first key of a section (one that exists). */
+static int first_in_section(const char *section)
 {
-    yaml_node_t *kn = yaml_document_get_node(w->doc, pair->key);
-    yaml_node_t *vn = yaml_document_get_node(w->doc, pair->value);
-    int line = (int)kn->start_mark.line + 1;
-    if (kn->type != YAML_SCALAR_NODE)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: a key must be a plain word", w->path, line);
-    char key[256];
-    int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
-                     (const char *)kn->data.scalar.value);
-    if (n < 0 || (size_t)n >= sizeof key)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: key too long", w->path, line);
-    if (vn->type == YAML_MAPPING_NODE)
-        return walk(w, vn, key);
-    int ki = find_key(key);
-    if (ki < 0) {
-        char hint[160];
-        suggest(key, hint, sizeof hint);
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s'%s", w->path, line, key, hint);
-    }
-    if (w->c->line[ki] > 0)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: %s is set twice (first on line %d)", w->path,
-                       line, key, w->c->line[ki]);
-    char where[PT_PATH_MAX + 16];
-    snprintf(where, sizeof where, "%s:%d", w->path, (int)vn->start_mark.line + 1);
-    if (vn->type != YAML_SCALAR_NODE)
-        return bad_value(w->err, where, &pt_config_keys[ki], "(a list)", "expected one value, got");
-    const char *text = (const char *)vn->data.scalar.value;
-    if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *text == '\0')
-        return bad_value(w->err, where, &pt_config_keys[ki], "", "no value");
-    int rc = set_value(w->c, ki, text, where, w->err);
-    if (rc == 0)
-        w->c->line[ki] = line;
-    return rc;
-}
-
-static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
-{
-    if (node->type != YAML_MAPPING_NODE)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: expected 'key: value' lines%s%s", w->path,
-                       (int)node->start_mark.line + 1, *prefix ? " under " : "", prefix);
-    yaml_node_pair_t *first = node->data.mapping.pairs.start, *top = node->data.mapping.pairs.top;
-    for (yaml_node_pair_t *p = first; p < top; p++) {
-        /* YAML forbids a key twice in one mapping; libyaml does not check */
-        yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
-        for (yaml_node_pair_t *q = first; q < p && k->type == YAML_SCALAR_NODE; q++) {
-            yaml_node_t *e = yaml_document_get_node(w->doc, q->key);
-            if (e->type == YAML_SCALAR_NODE && strcmp((const char *)e->data.scalar.value,
-                                                      (const char *)k->data.scalar.value) == 0)
-                return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice (first on line %d)",
-                               w->path, (int)k->start_mark.line + 1, prefix, *prefix ? "." : "",
-                               (const char *)k->data.scalar.value, (int)e->start_mark.line + 1);
-        }
-        int rc = walk_pair(w, p, prefix);
-        if (rc)
-            return rc;
-    }
+    size_t n = strlen(section);
+    for (int i = 0; i < pt_config_key_count; i++)
+        if (strncmp(pt_config_keys[i].key, section, n) == 0 && pt_config_keys[i].key[n] == '.')
+            return i;
     return 0;
-}
-
-/* Loads the YAML document the parser is set up to read; `name` is what
- * messages call it. */
-static int load_with(pt_config *c, yaml_parser_t *parser, const char *name, pt_err *err)
-{
-    yaml_document_t doc;
-    int rc = 0;
-    if (!yaml_parser_load(parser, &doc))
-        return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
-                       (int)parser->problem_mark.line + 1, parser->problem ? parser->problem : "?");
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root) {
-        walk_ctx w = {c, name, &doc, err};
-        rc = walk(&w, root, "");
-    }
-    yaml_document_delete(&doc);
-    if (rc == 0)
-        snprintf(c->source, sizeof c->source, "%s", name);
-    return rc;
-}
-
-int pt_config_load(pt_config *c, const char *path, pt_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_fail(err, PT_EINPUT, "cannot open config '%s': %s", path, strerror(errno));
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        fclose(f);
-        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
-    }
-    yaml_parser_set_input_file(&parser, f);
-    int rc = load_with(c, &parser, path, err);
-    yaml_parser_delete(&parser);
-    fclose(f);
-    return rc;
-}
-
-int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
-{
-    yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser))
-        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    int rc = load_with(c, &parser, name, err);
-    yaml_parser_delete(&parser);
-    return rc;
 }
 
 int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
@@ -350,24 +293,28 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
         return pt_fail(err, PT_EINPUT, "--set: key too long");
     memcpy(key, assignment, len);
     key[len] = '\0';
-    int ki = find_key(key);
+    int ki = pt_config_find_key(key);
+    if (ki < 0 && pt_config_is_section(key))
+        return pt_fail(err, PT_EINPUT,
+                       "--set: %s: a section, and --set sets one key: section.key=value, such as "
+                       "%s=...; `pipetrain keys` lists every key",
+                       key, pt_config_keys[first_in_section(key)].key);
     if (ki < 0) {
         char hint[160];
-        suggest(key, hint, sizeof hint);
+        pt_config_suggest(key, hint, sizeof hint);
         return pt_fail(err, PT_EINPUT, "--set: unknown key '%s'%s", key, hint);
     }
-    int rc = set_value(c, ki, eq + 1, "--set", err);
+    int rc = pt_config_set_value(c, ki, eq + 1, "--set", err);
     if (rc == 0)
         c->line[ki] = -1;
     return rc;
 }
 
-/* ------------------------------------------------------------ validation */
+/* ------------------------------------------------ messages about keys */
 
-/* "FILE:LINE: " where key was set, "--set: " or "" (a default). */
-static void where(const pt_config *c, const char *key, char *out, size_t n)
+void pt_config_where(const pt_config *c, const char *key, char *out, size_t n)
 {
-    int ki = find_key(key);
+    int ki = pt_config_find_key(key);
     int line = ki >= 0 ? c->line[ki] : 0;
     if (line > 0)
         snprintf(out, n, "%s:%d: ", c->source, line);
@@ -377,92 +324,22 @@ static void where(const pt_config *c, const char *key, char *out, size_t n)
         snprintf(out, n, "%s%s(default) ", c->source, *c->source ? ": " : "");
 }
 
-static int key_fail(const pt_config *c, pt_err *err, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int key_fail(const pt_config *c, pt_err *err, const char *key, const char *fmt, ...)
+int pt_config_key_fail(const pt_config *c, pt_err *err, const char *key, const char *fmt, ...)
 {
     char at[PT_PATH_MAX + 32], msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    where(c, key, at, sizeof at);
+    pt_config_where(c, key, at, sizeof at);
     return pt_fail(err, PT_EINPUT, "%s%s: %s", at, key, msg);
 }
 
-static int need_file(const pt_config *c, const char *key, const char *path, pt_err *err)
+int pt_config_key_prefix(const pt_config *c, pt_err *err, const char *key)
 {
-    struct stat st;
-    if (!*path)
-        return key_fail(c, err, key, "a file is needed here");
-    if (stat(path, &st) != 0)
-        return key_fail(c, err, key, "cannot use '%s': %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return key_fail(c, err, key, "'%s' is not a regular file", path);
-    return 0;
-}
-
-int pt_config_validate(const pt_config *c, pt_err *err)
-{
-    int rc;
-    if (!*c->run.dir)
-        return key_fail(c, err, "run.dir", "must name a directory");
-    const int vit = c->model.kind == PT_MODEL_VIT;
-    const int image_data = c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX ||
-                           c->data.kind == PT_DATA_SYNTH_IMAGES;
-    if (vit != image_data)
-        return key_fail(c, err, "data.kind", "%s data cannot train a %s model (model.kind)",
-                        pt_config_word("data.kind", c->data.kind),
-                        pt_config_word("model.kind", c->model.kind));
-    if (c->model.dim % c->model.heads)
-        return key_fail(c, err, "model.heads", "%d does not divide model.dim (%d)",
-                        c->model.heads, c->model.dim);
-    if (vit) {
-        int size = c->data.kind == PT_DATA_SYNTH_IMAGES ? c->data.image_size : 28;
-        if (c->data.kind != PT_DATA_IDX && size % c->model.patch)
-            return key_fail(c, err, "model.patch", "%d does not divide the image size %d",
-                            c->model.patch, size);
-    }
-    if (c->train.min_lr > c->train.lr)
-        return key_fail(c, err, "train.min_lr", "%g is above train.lr (%g)", c->train.min_lr,
-                        c->train.lr);
-    if (c->pipeline.microbatches != PT_AUTO && c->pipeline.microbatches > c->train.batch)
-        return key_fail(c, err, "pipeline.microbatches",
-                        "%d micro-batches cannot be cut from a batch of %lld",
-                        c->pipeline.microbatches, c->train.batch);
-    if (c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX) {
-        if ((rc = need_file(c, "data.train_images", c->data.train_images, err)) ||
-            (rc = need_file(c, "data.train_labels", c->data.train_labels, err)) ||
-            (rc = need_file(c, "data.test_images", c->data.test_images, err)) ||
-            (rc = need_file(c, "data.test_labels", c->data.test_labels, err)))
-            return rc;
-    }
-    if ((c->data.kind == PT_DATA_TEXT_FILE || c->data.kind == PT_DATA_KJV) &&
-        (rc = need_file(c, "data.text", c->data.text, err))) {
-        if (c->data.kind == PT_DATA_KJV)
-            strncat(err->msg, " (scripts/setup.sh writes the KJV text there)",
-                    sizeof err->msg - strlen(err->msg) - 1);
-        return rc;
-    }
-    if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
-        return rc;
-    if (c->cache.enabled && (c->data.hflip || c->data.crop_pad))
-        return key_fail(c, err, "cache.enabled",
-                        "the cache would keep the frozen blocks' output for one random "
-                        "augmentation of each image and serve it every epoch, which is not the "
-                        "model being trained; turn off data.hflip and data.crop_pad, or the cache");
-    if (c->cache.enabled && c->freeze.policy == 0)
-        return key_fail(c, err, "cache.enabled", "the cache holds frozen blocks' output, but "
-                                                  "freeze.policy is none");
-    if (*c->cache.disk_dir) {
-        struct stat st;
-        if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return key_fail(c, err, "cache.disk_dir", "'%s' is not a directory", c->cache.disk_dir);
-    }
-    if (!vit && c->sample.length > 0 && !*c->sample.prompt)
-        return key_fail(c, err, "sample.prompt", "sampling needs a non-empty prompt");
-    return 0;
+    char at[PT_PATH_MAX + 32];
+    pt_config_where(c, key, at, sizeof at);
+    return pt_err_prefix(err, "%s%s", at, key);
 }
 
 void pt_config_arch(const pt_config *c, pt_arch *a)

@@ -135,6 +135,19 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err);
 /* Cross-key checks and input files that must exist, after all overrides. */
 int pt_config_validate(const pt_config *c, pt_err *err);
 
+/* PT_EINPUT with "FILE:LINE: KEY: message" (or "--set: KEY: ..." or
+ * "FILE: (default) KEY: ...", wherever key got its value): for problems with
+ * a key found after the config was accepted (the data, the ranks, the device),
+ * so every message about a key says where to change it. */
+int pt_config_key_fail(const pt_config *c, pt_err *err, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Puts "FILE:LINE: KEY: " (as pt_config_key_fail) in front of err's message,
+ * keeping its code: for errors from a module that names the file it read or
+ * the value it got, but cannot know which key chose it. Returns the code. */
+int pt_config_key_prefix(const pt_config *c, pt_err *err, const char *key);
+/* "FILE:LINE: " where key got its value, "--set: ", or "FILE: (default) ". */
+void pt_config_where(const pt_config *c, const char *key, char *out, size_t n);
+
 /* The model architecture the config describes (image geometry and class count
  * of the dataset included). */
 void pt_config_arch(const pt_config *c, pt_arch *a);

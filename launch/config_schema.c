@@ -6,6 +6,8 @@
  */
 #include "launch/config_schema.h"
 
+#include "balance/balance.h"
+
 #include <stddef.h>
 
 #define PT_WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -54,8 +56,9 @@ const pt_key_spec pt_config_keys[] = {
      "ViT output classes (labels must be below this)"},
     {"model.context", PT_K_INT, AT(model.context), 2, 65536, NULL, 0, "128",
      "GPT context length in bytes"},
-    {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL, "0.02",
-     "standard deviation of the normal initialisation of weights"},
+    /* below 10: nn's pt_arch_check refuses 10 itself */
+    {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL | PT_F_MAX_EXCL,
+     "0.02", "standard deviation of the normal initialisation of weights"},
     {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
      "start from these weights (safetensors, names as `pipetrain export` writes)"},
 
@@ -126,17 +129,20 @@ const pt_key_spec pt_config_keys[] = {
      "'' = start fresh; auto = newest checkpoint in RUN_DIR if any; or a checkpoint directory"},
 
     /* sample (gpt) */
-    {"sample.length", PT_K_INT, AT(sample.length), 0, 1 << 20, NULL, 0, "200",
+    /* at most 4096: the sampler writes no more (train.c, main.c) */
+    {"sample.length", PT_K_INT, AT(sample.length), 0, 4096, NULL, 0, "200",
      "GPT: bytes generated after each evaluation; 0 = none"},
     {"sample.temperature", PT_K_FLOAT, AT(sample.temperature), 0, 100, NULL, PT_F_MIN_EXCL, "0.8",
      "GPT: softmax temperature for sampling"},
-    {"sample.top_k", PT_K_INT, AT(sample.top_k), 0, 1 << 24, NULL, 0, "40",
+    /* at most the vocabulary: a token is a byte */
+    {"sample.top_k", PT_K_INT, AT(sample.top_k), 0, 256, NULL, 0, "40",
      "GPT: sample among the k most likely bytes; 0 = all"},
     {"sample.prompt", PT_K_STR, AT(sample.prompt), 0, 0, NULL, 0, "And God said",
      "GPT: text the sample continues"},
 
     /* pipeline */
-    {"pipeline.stages", PT_K_INT, AT(pipeline.stages), 1, 4096, NULL, PT_F_AUTO, "auto",
+    /* at most the planner's limit: it finds no layout for more */
+    {"pipeline.stages", PT_K_INT, AT(pipeline.stages), 1, PT_MAX_STAGES, NULL, PT_F_AUTO, "auto",
      "pipeline stages K (ranks per pipeline), or auto: the planner's choice"},
     {"pipeline.replicas", PT_K_INT, AT(pipeline.replicas), 1, 1 << 20, NULL, PT_F_AUTO, "auto",
      "pipeline replicas D (data parallel), or auto: the planner's choice"},
@@ -147,7 +153,8 @@ const pt_key_spec pt_config_keys[] = {
     {"pipeline.recompute", PT_K_BOOL, AT(pipeline.recompute), 0, 0, NULL, 0, "false",
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
     {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
-     "memory per device the planner may use, in GiB; 0 = the device's (CPU: RAM / ranks on the node)"},
+     "memory per device a pipeline stage may use, in GiB; 0 = the device's (CPU: RAM / ranks on the "
+     "node)"},
     {"pipeline.cores", PT_K_INT, AT(pipeline.cores), 0, 1 << 20, NULL, 0, "0",
      "cores per node the planner assumes the ranks of a node share; 0 = what hwloc counts"},
     {"pipeline.elastic", PT_K_BOOL, AT(pipeline.elastic), 0, 0, NULL, 0, "true",

@@ -1,6 +1,8 @@
 /*
- * config_schema.h (internal to launch/): one row per configuration key. See
- * config_schema.c for the table and config.c for how it is applied.
+ * config_schema.h (internal to the config files of launch/): one row per
+ * configuration key, and the helpers config.c, config_yaml.c and
+ * config_check.c share. See config_schema.c for the table and config.c for
+ * how it is applied.
  */
 #ifndef PT_LAUNCH_CONFIG_SCHEMA_H
 #define PT_LAUNCH_CONFIG_SCHEMA_H
@@ -31,5 +33,17 @@ typedef struct pt_key_spec {
 
 extern const pt_key_spec pt_config_keys[];
 extern const int pt_config_key_count;
+
+/* Index of key in pt_config_keys, or -1. */
+int pt_config_find_key(const char *key);
+/* Whether name is a section: the part before the dot of some key. */
+int pt_config_is_section(const char *name);
+/* " (did you mean 'x'?)" for the closest known key, or a pointer to `pipetrain keys`. */
+void pt_config_suggest(const char *key, char *out, size_t n);
+/* Parses text into key ki of c. where: "FILE:LINE", "--set" or "default". */
+int pt_config_set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err);
+/* PT_EINPUT "WHERE: KEY: WHY 'TEXT'; allowed: ..." */
+int pt_config_bad_value(pt_err *err, const char *where, const pt_key_spec *k, const char *text,
+                        const char *why);
 
 #endif

@@ -282,6 +282,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "keys") == 0) {
+        if (argc > 2)
+            return usage_error("keys takes no arguments, got '%s'", argv[2]);
         pt_config_print_keys(stdout);
         return 0;
     }

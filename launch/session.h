@@ -20,6 +20,7 @@ typedef struct pt_session {
     pt_backend *be;
     int threads;           /* compute threads of this rank */
     char binding[256];     /* how this rank was bound to cores */
+    pt_arch arch;          /* the config's model, fitted to the data (IDX image size) */
     pt_dataset train, test;
     pt_run run;            /* the engine */
     pt_progress progress;

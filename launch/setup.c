@@ -27,8 +27,11 @@ static int open_backend(pt_session *r, pt_err *err)
     int rc;
     switch (r->cfg.run.device) {
     case PT_DEVICE_CUDA:
-        if ((rc = pt_backend_open(&r->be, gpu, threads, err)))
-            return pt_err_prefix(err, "run.device is cuda");
+        if ((rc = pt_backend_open(&r->be, gpu, threads, err))) {
+            char at[PT_PATH_MAX + 32];
+            pt_config_where(&r->cfg, "run.device", at, sizeof at);
+            return pt_err_prefix(err, "%srun.device is cuda", at);
+        }
         return 0;
     case PT_DEVICE_AUTO: {
         pt_err none;
@@ -39,8 +42,10 @@ static int open_backend(pt_session *r, pt_err *err)
     default:
         break;
     }
-    if (bf16)
-        return pt_fail(err, PT_EINPUT, "run.precision: bf16 needs a GPU; this run uses the CPU (run.device)");
+    if (bf16) /* run.device cpu is refused earlier, by pt_config_validate */
+        return pt_config_key_fail(&r->cfg, err, "run.precision",
+                                  "bf16 needs a GPU, and run.device is auto but found none, so "
+                                  "this run would use the CPU; allowed on the CPU: fp32");
     return pt_backend_open(&r->be, "cpu", threads, err);
 }
 
@@ -68,7 +73,126 @@ static int split_tail(pt_dataset *all, int64_t n_test, pt_dataset *test, pt_err 
     return 0;
 }
 
-static int load_data(pt_session *r, pt_arch *arch, pt_run_mode mode, pt_err *err)
+/* One split of IDX images. A label >= model.classes is reported against
+ * model.classes (found by loading again with every byte a class); any other
+ * problem names the file, and the key that chose it. */
+static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const char *images,
+                    const char *labels_key, const char *labels, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_idx_load(ds, images, labels, c->model.classes, c->data.mean, c->data.std, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset all;
+    pt_err again;
+    if (pt_idx_load(&all, images, labels, 256, c->data.mean, c->data.std, &again) == 0) {
+        int64_t at = 0;
+        for (int64_t i = 1; i < all.count; i++)
+            at = all.labels[i] > all.labels[at] ? i : at;
+        const int top = all.labels[at];
+        pt_dataset_free(&all);
+        if (top >= c->model.classes)
+            return pt_config_key_fail(c, err, "model.classes",
+                                      "%d, but '%s' (%s) holds label %d (example %lld), and "
+                                      "labels must be below model.classes; allowed for this "
+                                      "data: %d to 256",
+                                      c->model.classes, labels, labels_key, top, (long long)at,
+                                      top + 1 > 2 ? top + 1 : 2);
+    }
+    /* the data module's messages start with the file they are about */
+    size_t n = strlen(labels);
+    int about_labels = strncmp(err->msg, labels, n) == 0 && err->msg[n] == ':';
+    return pt_config_key_prefix(c, err, about_labels ? labels_key : images_key);
+}
+
+/* One split of a text file. When the split is too short for model.context
+ * (found by loading it again with a context of 1), that is what is reported. */
+static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, const char *split,
+                     pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset shortest;
+    pt_err again;
+    if (pt_text_load(&shortest, c->data.text, 1, begin, end, &again) == 0) {
+        const int64_t bytes = shortest.nbytes;
+        pt_dataset_free(&shortest);
+        char allowed[96];
+        if (bytes - 1 >= 2)
+            snprintf(allowed, sizeof allowed, "2 to %lld", (long long)bytes - 1);
+        else
+            snprintf(allowed, sizeof allowed,
+                     "none (a longer text, or another data.test_fraction)");
+        return pt_config_key_fail(c, err, "model.context",
+                                  "%d, but the %s split of '%s' (data.text, the last "
+                                  "data.test_fraction = %g of it for testing) has %lld bytes, and "
+                                  "one example needs model.context + 1; allowed for this text: %s",
+                                  c->model.context, split, c->data.text, c->data.test_fraction,
+                                  (long long)bytes, allowed);
+    }
+    return pt_config_key_prefix(c, err, "data.text");
+}
+
+/* Memory this rank may give its copy of the data: the node's RAM divided
+ * among the node's ranks (each holds the whole data set). */
+static double memory_per_rank(const pt_session *r)
+{
+    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
+}
+
+/* Synthetic data is generated in memory, so data.synthetic_examples is
+ * limited by it: refused before generating, when it clearly cannot fit. */
+static int check_synthetic_memory(pt_session *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    const double n = (double)c->data.synthetic_examples, gib = (double)(1ull << 30);
+    double per_example, fixed = 0;
+    char what[96];
+    if (c->data.kind == PT_DATA_SYNTH_IMAGES) {
+        /* float pixels and a label; the test quarter is drawn with the
+         * training set and then copied; one prototype per class */
+        const double pixels = (double)c->data.image_size * c->data.image_size;
+        per_example = 1.5 * (4 * pixels + 4);
+        fixed = 4 * pixels * c->model.classes;
+        snprintf(what, sizeof what, "%dx%d images", c->data.image_size, c->data.image_size);
+    } else {
+        per_example = 1.25 * c->model.context; /* the test split is a quarter as long */
+        snprintf(what, sizeof what, "%d bytes of text", c->model.context);
+    }
+    /* half of it: the rest is for the model, its activations and the batches */
+    const double need = n * per_example + fixed, have = memory_per_rank(r) / 2;
+    const int ranks = pt_comm_local_size(r->comm);
+    if (have <= 0 || need <= have)
+        return 0;
+    const double fit = (have - fixed) / per_example;
+    char allowed[96];
+    if (fit >= 16)
+        snprintf(allowed, sizeof allowed, "at most %.0f here", fit);
+    else
+        snprintf(allowed, sizeof allowed, "none fits here, even 16: make the examples smaller");
+    return pt_config_key_fail(c, err, "data.synthetic_examples",
+                              "%lld examples of %s need %.1f GiB with their test split, more than "
+                              "%.1f GiB, half the memory each rank has here (the node's RAM over "
+                              "its %d rank%s); allowed: %s",
+                              c->data.synthetic_examples, what, need / gib, have / gib, ranks,
+                              ranks > 1 ? "s" : "", allowed);
+}
+
+/* Out of memory (an allocation limit below the RAM) or a size the data
+ * module refuses: either way, fewer synthetic examples is the fix. */
+static int synthetic_failed(pt_session *r, int rc, pt_err *err)
+{
+    if (rc == PT_ENOMEM)
+        return pt_config_key_fail(&r->cfg, err, "data.synthetic_examples",
+                                  "%s; allowed: fewer examples than %lld", err->msg,
+                                  r->cfg.data.synthetic_examples);
+    return rc ? pt_config_key_prefix(&r->cfg, err, "data.synthetic_examples") : 0;
+}
+
+static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     int rc = 0;
@@ -76,52 +200,190 @@ static int load_data(pt_session *r, pt_arch *arch, pt_run_mode mode, pt_err *err
     case PT_DATA_FASHION_MNIST:
     case PT_DATA_IDX:
         if (mode == PT_RUN_TRAIN &&
-            (rc = pt_idx_load(&r->train, c->data.train_images, c->data.train_labels,
-                              c->model.classes, c->data.mean, c->data.std, err)))
+            (rc = load_idx(r, &r->train, "data.train_images", c->data.train_images,
+                           "data.train_labels", c->data.train_labels, err)))
             return rc;
-        rc = pt_idx_load(&r->test, c->data.test_images, c->data.test_labels, c->model.classes,
-                         c->data.mean, c->data.std, err);
-        if (rc == 0 && (r->test.height != arch->height || r->test.width != arch->width ||
-                        r->test.height % arch->patch || r->test.width % arch->patch)) {
+        if ((rc = load_idx(r, &r->test, "data.test_images", c->data.test_images, "data.test_labels",
+                           c->data.test_labels, err)))
+            return rc;
+        if (r->test.height != r->arch.height || r->test.width != r->arch.width ||
+            r->test.height % r->arch.patch || r->test.width % r->arch.patch) {
             /* IDX files may hold any image size: the model follows the data */
-            arch->height = r->test.height;
-            arch->width = r->test.width;
-            if (arch->height % arch->patch || arch->width % arch->patch)
-                return pt_fail(err, PT_EINPUT,
-                               "model.patch (%d) does not divide the %dx%d images of '%s'",
-                               arch->patch, r->test.height, r->test.width, c->data.test_images);
+            r->arch.height = r->test.height;
+            r->arch.width = r->test.width;
+            if (r->arch.height % r->arch.patch || r->arch.width % r->arch.patch)
+                return pt_config_key_fail(c, err, "model.patch",
+                                          "%d does not divide the %dx%d images of '%s' "
+                                          "(data.test_images); allowed: a divisor of both sides",
+                                          r->arch.patch, r->test.height, r->test.width,
+                                          c->data.test_images);
         }
-        if (rc == 0 && mode == PT_RUN_TRAIN &&
+        if (mode == PT_RUN_TRAIN &&
             (r->train.height != r->test.height || r->train.width != r->test.width))
-            return pt_fail(err, PT_EINPUT, "training images are %dx%d but test images %dx%d",
-                           r->train.height, r->train.width, r->test.height, r->test.width);
-        return rc;
+            return pt_config_key_fail(c, err, "data.test_images",
+                                      "'%s' holds %dx%d images, but data.train_images '%s' holds "
+                                      "%dx%d; both splits must have images of one size",
+                                      c->data.test_images, r->test.height, r->test.width,
+                                      c->data.train_images, r->train.height, r->train.width);
+        return 0;
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV: {
         double cut = 1.0 - c->data.test_fraction;
-        if (mode == PT_RUN_TRAIN &&
-            (rc = pt_text_load(&r->train, c->data.text, c->model.context, 0.0, cut, err)))
+        if (mode == PT_RUN_TRAIN && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
             return rc;
-        return pt_text_load(&r->test, c->data.text, c->model.context, cut, 1.0, err);
+        return load_text(r, &r->test, cut, 1.0, "test", err);
     }
     case PT_DATA_SYNTH_IMAGES: {
+        if ((rc = check_synthetic_memory(r, err)))
+            return rc;
         /* one draw split in two, so both splits share the class prototypes */
         int64_t n = c->data.synthetic_examples, n_test = n / 4 > 0 ? n / 4 : 1;
-        if ((rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size,
-                                      c->data.image_size, c->model.classes, (uint64_t)c->run.seed,
-                                      err)))
-            return rc;
-        return split_tail(&r->train, n_test, &r->test, err);
+        rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size, c->data.image_size,
+                                 c->model.classes, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = split_tail(&r->train, n_test, &r->test, err);
+        return synthetic_failed(r, rc, err);
     }
     case PT_DATA_SYNTH_TEXT: {
-        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
-        if ((rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err)))
+        if ((rc = check_synthetic_memory(r, err)))
             return rc;
-        return pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
-                                 (uint64_t)c->run.seed + 1, err);
+        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
+        rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
+                                   (uint64_t)c->run.seed + 1, err);
+        return synthetic_failed(r, rc, err);
     }
     }
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
+}
+
+/* One stage with a fixed number of micro-batches leaves nothing to plan, so
+ * nothing checked that the model fits: the segment's allocation failed with
+ * "out of memory" and no key. Checked here with what the planner counts:
+ * parameters with their gradients and AdamW moments, and the activations of
+ * one micro-batch (a lower bound: a schedule may keep more in flight). */
+static int check_model_memory(pt_session *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    /* one process runs one stage and one replica, with one micro-batch
+     * unless the config says otherwise; with several ranks only a fixed
+     * single stage with fixed micro-batches goes unplanned */
+    const int ranks = pt_comm_size(r->comm);
+    const int single = ranks == 1 || (c->pipeline.stages == 1 && c->pipeline.microbatches != PT_AUTO);
+    if (!single)
+        return 0; /* planned: the planner checks memory (train/layout.c) */
+    const pt_arch *a = &r->arch;
+    const int64_t replicas = ranks == 1 ? 1 : c->pipeline.replicas == PT_AUTO ? ranks : c->pipeline.replicas;
+    const int64_t share = (c->train.batch + replicas - 1) / replicas;
+    const int64_t m = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
+    const int64_t micro = (share + m - 1) / m;
+    double params = 0, saved = 0, scratch = 0;
+    for (int u = 0; u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        params += (double)info.numel;
+        /* per example, scaled in double: a long sequence times a large batch
+         * passes what size_t holds */
+        saved += (double)pt_unit_saved_bytes(a, r->be, u, 1);
+        double w = (double)pt_unit_scratch_bytes(a, r->be, u, 1);
+        scratch = w > scratch ? w : scratch;
+    }
+    const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
+        ? r->cfg.pipeline.memory_gib * gib : memory_per_rank(r);
+    const double weights = 4 * params * (double)pt_backend_real_size(r->be);
+    const double example = saved + scratch, need = weights + (double)micro * example;
+    if (have <= 0 || need <= have)
+        return 0;
+    char where[] = "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's "
+                   "RAM over its ranks)";
+    char room[160];
+    snprintf(room, sizeof room, where, have / gib);
+    if (weights >= have || weights >= need - weights)
+        return pt_config_key_fail(c, err, "model.dim",
+                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
+                                  "%.3g GiB with their gradients and AdamW moments, %s; allowed: a "
+                                  "smaller model, or more pipeline.stages over more ranks",
+                                  a->dim, a->layers, params, weights / gib, room);
+    const int tokens = pt_arch_tokens(a);
+    if (example > have - weights)
+        return a->kind == PT_MODEL_GPT
+                   ? pt_config_key_fail(c, err, "model.context",
+                                        "%d: one example's activations take %.3g GiB, %s; allowed: "
+                                        "a shorter context",
+                                        a->context, example / gib, room)
+                   : pt_config_key_fail(c, err, "model.patch",
+                                        "%d cuts %dx%d images into %d tokens, and one example's "
+                                        "activations take %.3g GiB, %s; allowed: a larger patch, "
+                                        "or smaller images",
+                                        a->patch, a->height, a->width, tokens, example / gib, room);
+    return pt_config_key_fail(c, err, "train.batch",
+                              "%lld in micro-batches of %lld examples (pipeline.microbatches = "
+                              "%d), whose activations take %.3g GiB, %s; allowed: at most %.0f "
+                              "examples per micro-batch (more micro-batches, or a smaller batch)",
+                              c->train.batch, (long long)micro, (int)m,
+                              (double)micro * example / gib, room, (have - weights) / example);
+}
+
+/* What the training split is made of, for messages about its size. */
+static void describe_train(const pt_config *c, char *out, size_t n)
+{
+    switch (c->data.kind) {
+    case PT_DATA_SYNTH_IMAGES:
+    case PT_DATA_SYNTH_TEXT:
+        snprintf(out, n, "data.synthetic_examples");
+        break;
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV:
+        snprintf(out, n, "'%s' (data.text) cut into examples of model.context = %d bytes",
+                 c->data.text, c->model.context);
+        break;
+    default:
+        snprintf(out, n, "'%s' (data.train_images)", c->data.train_images);
+    }
+}
+
+/* pipeline.stages and pipeline.replicas against the ranks and the model,
+ * before anything is planned, so the message names the key. */
+static int check_layout_keys(const pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int ranks = pt_comm_size(s->comm), units = pt_arch_units(&s->arch);
+    const int *node_of = pt_comm_node_map(s->comm);
+    int widest = 0; /* most ranks on one node */
+    for (int n = 0; n < pt_comm_nodes(s->comm); n++) {
+        int k = 0;
+        for (int q = 0; q < ranks; q++)
+            k += node_of[q] == n;
+        widest = k > widest ? k : widest;
+    }
+    const int K = c->pipeline.stages, D = c->pipeline.replicas;
+    if (K != PT_AUTO && K > widest)
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but %s %d rank%s and a pipeline never crosses nodes; "
+                                  "allowed here: 1 to %d, or auto (or start at least %d ranks per "
+                                  "node with mpirun)",
+                                  K, pt_comm_nodes(s->comm) == 1 ? "rank 0's node has" : "no node has more than",
+                                  widest, widest == 1 ? "" : "s", widest, K);
+    if (K != PT_AUTO && K > units)
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but the model has only %d units; allowed: 1 to %d, or "
+                                  "auto", K, units, units);
+    if (D != PT_AUTO) {
+        const int cap = pt_mesh_capacity(ranks, node_of, K != PT_AUTO ? K : 1);
+        if (D > cap)
+            return pt_config_key_fail(c, err, "pipeline.replicas",
+                                      "%d replicas, but %d rank%s hold at most %d pipelines of %d "
+                                      "stage%s (a pipeline never crosses nodes); allowed here: 1 to "
+                                      "%d, or auto", D, ranks, ranks == 1 ? "" : "s", cap,
+                                      K != PT_AUTO ? K : 1, K == 1 || K == PT_AUTO ? "" : "s", cap);
+        if (D > c->train.batch)
+            return pt_config_key_fail(c, err, "pipeline.replicas",
+                                      "%d replicas, but a step has only train.batch = %lld examples "
+                                      "to share; allowed: 1 to %lld, or auto", D, c->train.batch,
+                                      c->train.batch);
+    }
+    return 0;
 }
 
 /* The engine's spec from the config; the session's device and data. */
@@ -194,34 +456,78 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->comm = comm;
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
-    pt_arch arch;
-    pt_config_arch(cfg, &arch);
+    pt_config_arch(cfg, &s->arch);
     int rc;
     if ((rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
         goto fail;
-    if (c->run.threads > 0)
+    if (c->run.threads > 0) {
         s->threads = c->run.threads;
-    if ((rc = load_data(s, &arch, mode, err)) || (rc = pt_arch_check(&arch, err)) ||
-        (rc = open_backend(s, err)))
+        /* Allowed (a config may be written for a bigger machine), but the
+         * threads take turns on the cores and every step waits for the
+         * slowest: a run that crawls should say why. */
+        const int cores = pt_comm_cores(comm) / pt_comm_local_size(comm);
+        if (s->rank == 0 && s->threads > (cores > 1 ? cores : 1)) {
+            char at[PT_PATH_MAX + 32];
+            pt_config_where(c, "run.threads", at, sizeof at);
+            fprintf(stderr,
+                    "pipetrain: warning: %srun.threads: %d threads per rank, but each rank has %d "
+                    "core%s here; extra threads take turns and slow every step (0 = the cores "
+                    "divided among the ranks)\n",
+                    at, s->threads, cores > 1 ? cores : 1, cores > 1 ? "s" : "");
+        }
+    }
+    /* the backend first, so the model's memory is checked before data that
+     * can take long to make; IDX files decide the image size, so there the
+     * check waits for them */
+    const int known = c->data.kind != PT_DATA_IDX; /* the image size */
+    if ((rc = open_backend(s, err)) ||
+        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, err)))) ||
+        (rc = load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
+        (!known && (rc = check_model_memory(s, err))))
         goto fail;
     if (mode == PT_RUN_TRAIN) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
+        /* text data with augmentation is refused by pt_config_validate, so
+         * what is left is a crop larger than the images (IDX: any size) */
         if ((rc = pt_augment_check(&aug, &s->train, err))) {
-            pt_err_prefix(err, "data.hflip / data.crop_pad");
+            pt_config_key_prefix(c, err, c->data.crop_pad ? "data.crop_pad" : "data.hflip");
             goto fail;
         }
+        char split[PT_PATH_MAX + 96];
+        describe_train(c, split, sizeof split);
         if (c->train.batch > s->train.count) {
-            rc = pt_fail(err, PT_EINPUT, "train.batch is %lld but the training data holds %lld "
-                         "examples", c->train.batch, (long long)s->train.count);
+            rc = pt_config_key_fail(c, err, "train.batch",
+                                    "%lld, but the training split has only %lld examples (%s); "
+                                    "allowed for this data: 1 to %lld",
+                                    c->train.batch, (long long)s->train.count, split,
+                                    (long long)s->train.count);
             goto fail;
         }
     }
-    pt_train_spec spec;
-    make_spec(s, &arch, &spec);
-    if ((rc = pt_run_open(&s->run, comm, &spec, mode, err)))
+    if ((rc = check_layout_keys(s, err)))
         goto fail;
+    pt_train_spec spec;
+    make_spec(s, &s->arch, &spec);
+    if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
+        /* the layout keys were checked above: what the planner refuses is memory */
+        if (rc == PT_EINPUT && strstr(err->msg, "fits")) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            const double gib = (double)(1ull << 30);
+            const double have = c->pipeline.memory_gib > 0 ? c->pipeline.memory_gib * gib : memory_per_rank(s);
+            rc = pt_config_key_fail(c, err, "pipeline.memory_gib",
+                                    "%.3g GiB per device%s, and no pipeline layout fits in it (%.400s); "
+                                    "allowed: more memory, more stages over more ranks, or a smaller "
+                                    "model or batch", have / gib,
+                                    c->pipeline.memory_gib > 0 ? "" : " (the node's RAM over its ranks)",
+                                    why);
+        }
+        goto fail;
+    }
     /* only active ranks load weights: the others learn of a failure here */
     rc = s->run.active && *c->model.init_from ? pt_weights_load(s->run.seg, c->model.init_from, err) : 0;
+    if (rc)
+        pt_config_key_prefix(c, err, "model.init_from");
     if ((rc = pt_run_agree(&s->run, rc, err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {

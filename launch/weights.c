@@ -1,12 +1,14 @@
 /*
  * weights.c: parameters of a segment to and from safetensors. The tensor
  * list comes from nn's unit descriptions, so names, shapes and order are the
- * ones the model defines; nothing here knows a layer.
+ * ones the model defines; nothing here knows a layer. Loaded weights must be
+ * finite: a NaN or Inf is refused naming the file and the tensor.
  */
 #include "launch/weights.h"
 
 #include "formats/formats.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +60,19 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
                              path, p->name, got, want);
                 break;
             }
-            rc = pt_st_read_f32(f, i, host + p->offset, p->numel, err);
+            if ((rc = pt_st_read_f32(f, i, host + p->offset, p->numel, err)))
+                break;
             used++;
+            /* a NaN or Inf would only show later, as a loss of nan at step 1 */
+            const float *w = host + p->offset;
+            for (size_t j = 0; j < p->numel; j++)
+                if (!isfinite(w[j])) {
+                    rc = pt_fail(err, PT_EINPUT,
+                                 "'%s': tensor '%s' holds %s at element %zu of %zu; weights must "
+                                 "be finite numbers",
+                                 path, p->name, isnan(w[j]) ? "NaN" : "Inf", j, p->numel);
+                    break;
+                }
         }
         if (rc == 0)
             rc = pt_segment_unit_set(s, u, PT_PART_PARAM, host, err);

@@ -9,8 +9,9 @@
 #include "nn/nn.h"
 
 /* Sets every parameter of the segment's units from the file. Strict, like
- * load_state_dict(strict=True): a missing tensor, a shape that differs or a
- * tensor the segment does not have is an error naming it. */
+ * load_state_dict(strict=True): a missing tensor, a shape that differs, a
+ * tensor the segment does not have or a value that is NaN or Inf is an error
+ * (PT_EINPUT) naming the file and the tensor. */
 int pt_weights_load(pt_segment *s, const char *path, pt_err *err);
 
 /* Writes every parameter of the segment's units. meta: NULL or a

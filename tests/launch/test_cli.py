@@ -6,7 +6,8 @@ and the demo configs.
   on stderr and exit 2; `--version` prints "pipetrain X.Y.Z".
 - `keys` prints a Markdown table with one row per key of the schema
   (launch/config_schema.c, read here as text), the same keys a checkpoint's
-  config record holds, and every default it shows is accepted back from YAML.
+  config record holds, and every default it shows is accepted back from YAML;
+  it takes no arguments.
 - `export` writes safetensors (parsed here with json + struct) holding every
   parameter with its PyTorch name and shape for a small ViT and GPT, and the
   same floats as the checkpoint's parameter records; `model.init_from` reads
@@ -89,6 +90,16 @@ def test_keys_lists_every_schema_key(h):
     check(list(rows) == want, "keys table is not in schema order")
     for k, cells in rows.items():
         check(len(cells) == 4 and all(cells), "row of %s has an empty cell: %r", k, cells)
+
+
+def test_keys_takes_no_arguments(h):
+    """`keys` with anything after it is a usage error: nothing on stdout, one
+    error line naming the argument, then the usage."""
+    for extra in (["extra"], ["--set", "a=b"], ["x", "y"]):
+        r = h.run(["keys"] + extra).expect(2, "keys " + " ".join(extra))
+        r.one_error("keys takes no arguments", "'%s'" % extra[0], strict=False)
+        check(r.out == "", "keys %s printed on stdout: %r", extra, r.out[:200])
+        check("usage: pipetrain" in r.err, "no usage after the error:\n%s", r.describe())
 
 
 def test_keys_match_checkpoint_config(h):
@@ -338,6 +349,7 @@ def test_demo_gpt_kjv(h):
 
 def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
+           test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_device_cuda_without_gpu,

@@ -8,13 +8,23 @@ offending key; the key's name; the allowed values or range for a bad value,
 or a "did you mean" hint for a misspelt key; and that nothing was written
 (no run directory, the test's directory unchanged). A positive control
 checks that the untouched base config trains, so the cases fail for their own
-reason.
+reason. Input built to be slow (deep nesting, a huge file, many anchors)
+must also be refused fast: within a CPU second of a plainly bad config.
+Problems found after the config was read (the data, the ranks, memory, the
+weights) still name the file, the line and the key. Every integer key of
+`pipetrain keys` is tried at both ends of its range and one past each.
 
 usage: test_config_errors.py PIPETRAIN_BINARY
 """
+import json
 import os
+import math
 import re
+import struct
+import subprocess
 import sys
+import threading
+import time
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,10 +39,60 @@ def base(h, kind="vit", **keys):
 
 class Case:
     def __init__(self, name, changes=None, kind="vit", raw=None, sets=(), blame=None, line=None,
-                 needles=(), cmd="train", strict=True, setup=None, config_name="bad.yaml"):
+                 needles=(), cmd="train", strict=True, setup=None, config_name="bad.yaml",
+                 fast=False, absent=(), timeout=None):
         self.name, self.changes, self.kind, self.raw = name, changes or {}, kind, raw
         self.sets, self.blame, self.line, self.needles = list(sets), blame, line, list(needles)
         self.cmd, self.strict, self.setup, self.config_name = cmd, strict, setup, config_name
+        self.fast, self.absent = fast, list(absent)  # absent: words the message must not hold
+        # fast: within FAST_MARGIN_S of a plainly bad config; timeout: the
+        # seconds a case may take at all (for checks made after start-up)
+        self.timeout = timeout or (20 if fast else 120)
+
+
+# How much more CPU time than a plainly bad config a refusal may take
+# (start-up is most of both); before the YAML limits, 100,000 levels of
+# nesting took 46 s. CPU time, not the clock: the clock also counts the other
+# tests running beside this one.
+FAST_MARGIN_S = 1.0
+
+
+def timed_run(h, args, timeout):
+    """h.run, also returning the user + system seconds the binary (and what
+    it starts) spent, measured by a wrapper process of its own so that other
+    tests' processes are not counted."""
+    code = ("import json, resource, subprocess, sys\n"
+            "p = subprocess.run(sys.argv[1:], capture_output=True, stdin=subprocess.DEVNULL)\n"
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "print(json.dumps([p.returncode, p.stdout.decode(errors='replace'),"
+            " p.stderr.decode(errors='replace'), u.ru_utime + u.ru_stime]))\n")
+    cmd = [h.binary] + [str(a) for a in args]
+    try:
+        p = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True,
+                           timeout=timeout, env=U.sanitizer_env(), cwd=h.dir)
+    except subprocess.TimeoutExpired:
+        raise U.Failure("timed out after %ss: %s" % (timeout, " ".join(cmd)))
+    check(p.returncode == 0, "timing wrapper failed: %s", p.stderr[-2000:])
+    rc, out, err, cpu = json.loads(p.stdout)
+    r = U.Result(cmd, rc, out, err)
+    U.no_sanitizer(r)
+    return r, cpu
+
+
+_usual = []
+_usual_lock = threading.Lock()
+
+
+def usual_cpu(h):
+    """CPU seconds of refusing a plainly bad config (measured once)."""
+    with _usual_lock:
+        if not _usual:
+            plain = U.write(h.path("plain.yaml"), U.render(base(h, **{"colour.red": "1"})))
+            r, cpu = timed_run(h, ["train", plain], 60)
+            r.expect(2, "the plainly bad config")
+            os.remove(plain)
+            _usual.append(cpu)
+        return _usual[0]
 
 
 def run_case(h, c):
@@ -50,7 +110,13 @@ def run_case(h, c):
     args = [c.cmd, cfg]
     for s in c.sets:
         args += ["--set", s.format(**extra)] if not s.startswith("--") else [s.format(**extra)]
-    r = h.run(args, timeout=120)
+    if c.fast:
+        usual = usual_cpu(h)
+        t0 = time.time()
+        r, spent = timed_run(h, args, c.timeout)
+        elapsed = time.time() - t0
+    else:
+        r = h.run(args, timeout=c.timeout)
     r.expect(2, "bad input")
     needles = [n.format(cfg=cfg, **extra) for n in c.needles]
     if c.blame:
@@ -58,11 +124,17 @@ def run_case(h, c):
         needles.append(c.blame)
     if c.line:
         needles.append("%s:%d: " % (cfg, c.line(text) if callable(c.line) else c.line))
-    r.one_error(*needles, strict=c.strict)
+    line = r.one_error(*needles, strict=c.strict)
+    for a in c.absent:
+        check(a not in line, "error line mentions %r:\n  %s", a, line)
     check(not os.path.exists(h.path("run")), "a refused config created run.dir %s\n%s",
           h.path("run"), r.describe())
     U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
     check(r.out == "", "a refused config printed on stdout: %r", r.out[:300])
+    if c.fast:
+        check(spent < usual + FAST_MARGIN_S,
+              "refusing took %.2f CPU seconds (%.1fs on the clock), more than %.1f over the %.2f "
+              "of a plainly bad config", spent, elapsed, FAST_MARGIN_S, usual)
 
 
 def files(h):
@@ -85,6 +157,45 @@ def short_text(h):
     return out
 
 
+def idx_file(path, count, side=None, labels=None):
+    """A plain (not gzip'd) IDX file: images (count of side x side) or labels."""
+    if labels is not None:
+        return U.write(path, struct.pack(">II", 0x801, len(labels)) + bytes(labels), "wb")
+    pixels = bytes((i * 37) % 256 for i in range(count * side * side))
+    return U.write(path, struct.pack(">IIII", 0x803, count, side, side) + pixels, "wb")
+
+
+def idx_data(h):
+    """40 training and 12 test images of 8x8 with labels 0..3; test images of
+    12x12; and labels with a 9 at example 5."""
+    out = files(h)
+    out["ti"] = idx_file(h.path("train-images"), 40, 8)
+    out["tl"] = idx_file(h.path("train-labels"), 40, labels=[i % 4 for i in range(40)])
+    out["vi"] = idx_file(h.path("test-images"), 12, 8)
+    out["vl"] = idx_file(h.path("test-labels"), 12, labels=[i % 4 for i in range(12)])
+    out["vi12"] = idx_file(h.path("test-images-12"), 12, 12)
+    out["tl9"] = idx_file(h.path("train-labels-9"), 40, labels=[9 if i == 5 else i % 4
+                                                                for i in range(40)])
+    return out
+
+
+IDX = {"data.kind": "idx", "data.train_images": "{ti}", "data.train_labels": "{tl}",
+       "data.test_images": "{vi}", "data.test_labels": "{vl}", "data.image_size": None}
+
+
+def without_section(section):
+    """Drops a section (its header and indented lines) from rendered YAML."""
+    def drop(text):
+        out, skip = [], False
+        for line in text.splitlines(True):
+            if not line.startswith(" "):
+                skip = line.startswith(section + ":")
+            if not skip:
+                out.append(line)
+        return "".join(out)
+    return drop
+
+
 def last_line(text):
     return len(text.splitlines())
 
@@ -105,6 +216,30 @@ def inserted_under(section, extra):
     return lambda text: text.replace("%s:\n" % section, "%s:\n%s" % (section, extra), 1)
 
 
+DEEP = 100000  # levels of nesting: 200 KB of brackets
+
+
+def block_nest(text):
+    """1000 levels of block mappings, one per line, under a new section."""
+    return text + "pipeline:\n" + "".join(" " * (i + 1) + "a:\n" for i in range(1000))
+
+
+def padded(size):
+    """The config with comment lines after it, `size` bytes in all."""
+    def pad(text):
+        out, left = [text], size - len(text)
+        while left > 0:
+            n = min(left, 80)
+            out.append("#" * (n - 1) + "\n" if n > 1 else "\n")
+            left -= n
+        return "".join(out)
+    return pad
+
+
+def line_of_byte(at):
+    return lambda text: text[:at].count("\n") + 1
+
+
 RANGE_DIM = "allowed: an integer from 1 to 65536"
 CASES = [
     # ---- keys that do not exist
@@ -122,6 +257,9 @@ CASES = [
     Case("mapping_where_value_expected",
          raw=lambda t: t.replace("  lr: 0.003\n", "  lr:\n    value: 0.1\n"),
          line=line_with("value:"), needles=["train.lr"]),
+    Case("flow_mapping_where_value_expected", {"train.lr": "{{value: 0.1}}"}, blame="train.lr",
+         needles=["train.lr: expected one value, got '(a mapping)'", "allowed: a number > 0"],
+         absent=["unknown key"]),
     # ---- the activation cache
     Case("cache_with_flip", {"freeze.policy": "schedule", "cache.enabled": "true", "data.hflip": "true"},
          blame="cache.enabled", needles=["augmentation", "data.hflip"]),
@@ -133,6 +271,50 @@ CASES = [
          needles=["not a directory"]),
     Case("freeze_alpha_out_of_range", {"freeze.alpha": "1"}, blame="freeze.alpha",
          needles=["allowed: a number > 0 and < 1"]),
+    Case("cache_min_depth_above_layers", {"cache.min_depth": "3"}, blame="cache.min_depth",
+         needles=["2 blocks", "allowed: 1 to 2"]),
+    Case("cache_min_depth_above_freeze_max_depth", {"freeze.max_depth": "1", "cache.min_depth": "2"},
+         blame="cache.min_depth", needles=["freeze.max_depth", "allowed: 1 to 1"]),
+    Case("cache_disk_gib_without_dir", {"cache.disk_gib": "1"}, blame="cache.disk_gib",
+         needles=["cache.disk_dir", "allowed without cache.disk_dir: 0"]),
+    Case("cache_disk_dir_without_gib", {"cache.disk_dir": "{adir}"}, blame="cache.disk_dir",
+         needles=["{adir}", "cache.disk_gib is 0"], setup=files),
+    Case("cache_that_holds_nothing", {"freeze.policy": "schedule", "cache.enabled": "true",
+                                      "cache.memory_gib": "0"}, blame="cache.memory_gib",
+         needles=["could hold nothing"]),
+    # ---- one stage and fixed micro-batches: nothing is planned, memory is still
+    # checked (before any data is made: 20 s is far less than making it takes)
+    Case("model_dim_at_its_maximum", {"model.dim": "65536"}, blame="model.dim",
+         needles=["parameters take", "allowed: a smaller model"], timeout=20),
+    Case("model_beyond_stage_memory", {"pipeline.memory_gib": "0.000001"}, blame="model.dim",
+         needles=["parameters take", "1e-06 GiB one stage may use"]),
+    Case("micro_batch_beyond_stage_memory", {"train.batch": "40", "pipeline.memory_gib": "0.0003"},
+         blame="train.batch", needles=["micro-batches of 40 examples", "allowed: at most"]),
+    Case("context_beyond_stage_memory", {"model.context": "4096", "pipeline.memory_gib": "0.01"},
+         kind="gpt", blame="model.context", needles=["one example's activations"]),
+    Case("image_tokens_beyond_memory", {"data.image_size": "4096"}, blame="model.patch",
+         needles=["4096x4096 images into 1048577 tokens"], timeout=20),
+    # ---- ranges that follow what the code can do
+    Case("top_k_above_the_byte_vocabulary", {"sample.top_k": "257"}, kind="gpt",
+         blame="sample.top_k", needles=["allowed: an integer from 0 to 256"]),
+    Case("sample_length_above_the_sampler", {"sample.length": "4097"}, kind="gpt",
+         blame="sample.length", needles=["allowed: an integer from 0 to 4096"]),
+    Case("stages_above_the_planner", {"pipeline.stages": "65"}, blame="pipeline.stages",
+         needles=["allowed: an integer from 1 to 64, or auto"]),
+    Case("init_std_of_ten", {"model.init_std": "10"}, blame="model.init_std",
+         needles=["allowed: a number > 0 and < 10"]),
+    Case("prompt_longer_than_context", {"sample.prompt": '"%s"' % ("x" * 16)}, kind="gpt",
+         blame="sample.prompt", needles=["16 bytes", "model.context = 16", "allowed: 1 to 15 bytes"]),
+    Case("default_prompt_longer_than_context", {"model.context": "8"}, kind="gpt",
+         needles=["(default) sample.prompt: 12 bytes", "model.context = 8"]),
+    Case("resume_from_a_directory_without_manifest", {"train.resume": "{adir}"},
+         blame="train.resume", needles=["{adir}", "not a checkpoint"], setup=files),
+    Case("run_dir_is_a_file", {"run.dir": "{dir}/a.gz"}, blame="run.dir",
+         needles=["'{dir}/a.gz' is a file"], setup=files),
+    Case("run_dir_under_a_file", {"run.dir": "{dir}/a.gz/run"}, blame="run.dir",
+         needles=["'{dir}/a.gz' is a file"], setup=files),
+    Case("planner_memory_too_small", {"pipeline.stages": "auto", "pipeline.memory_gib": "1e-6"},
+         blame="pipeline.memory_gib", needles=["fits"]),
     # ---- values of the wrong type
     Case("word_for_int", {"model.dim": "sixteen"}, blame="model.dim",
          needles=["sixteen", RANGE_DIM]),
@@ -181,6 +363,32 @@ CASES = [
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
          needles=["allowed: a number > 0 and <= 10"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
+    # YAML built to be slow, refused before libyaml builds a document
+    Case("nested_flow_lists", raw=append("pipeline: " + "[" * DEEP + "]" * DEEP + "\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    Case("nested_flow_mappings", raw=append("pipeline: " + "{a: " * DEEP + "1" + "}" * DEEP + "\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    Case("nested_block_sequences", raw=append("pipeline:\n  " + "- " * DEEP + "x\n"),
+         line=last_line, needles=["nested more than 16 levels"], fast=True),
+    # the 17th level (root, pipeline, then 15 `a:`) opens 16 lines below `pipeline:`
+    Case("nested_block_mappings", raw=block_nest,
+         line=lambda t: line_with("pipeline:")(t) + 16, needles=["nested more than 16 levels"],
+         fast=True),
+    # 16 levels are allowed (root, train, 14 lists): the list is refused as a value instead
+    Case("nesting_at_the_limit", raw=lambda t: t.replace("  lr: 0.003\n", "  lr: %s%s\n" % (
+        "[" * 14, "]" * 14)), blame="train.lr", needles=["expected one value"], absent=["nested"]),
+    Case("nesting_one_past_the_limit", raw=lambda t: t.replace("  lr: 0.003\n", "  lr: %s%s\n" % (
+        "[" * 15, "]" * 15)), line=line_with("lr: ["), needles=["nested more than 16 levels"]),
+    Case("config_over_1_mib", raw=padded((1 << 20) + 1), line=line_of_byte(1 << 20),
+         needles=["larger than 1 MiB (1048576 bytes)"], fast=True),
+    Case("config_of_2_mib", raw=padded(2 << 20), line=line_of_byte(1 << 20),
+         needles=["larger than 1 MiB"], fast=True),
+    Case("many_anchors", raw=append("x: [%s]\n" % ", ".join("&a%d 1" % i for i in range(40000))),
+         line=last_line, needles=["more than 64 YAML anchors"], fast=True),
+    Case("second_document", raw=append("---\ntrain:\n  lr: 0.1\n"), line=line_with("---"),
+         needles=["second YAML document"]),
+    Case("empty_second_document", raw=append("---\n"), line=last_line,
+         needles=["second YAML document"]),
     # one error line even when the bad value holds a newline
     Case("newline_in_bad_value", {"train.schedule": '"cos\\nine"'}, blame="train.schedule",
          needles=["train.schedule"]),
@@ -210,13 +418,55 @@ CASES = [
          needles=["{missing}"], setup=files),
     Case("missing_config_file", config_name="missing.yaml", needles=["{cfg}"]),
     Case("config_is_a_directory", config_name="adir", setup=files, needles=["{cfg}"]),
-    # ---- found while building the run (after the YAML was accepted)
-    Case("batch_above_dataset", {"train.batch": "1000"}, needles=["train.batch"]),
-    Case("augmentation_on_text", {"data.hflip": "true"}, kind="gpt", needles=["data.hflip"]),
+    # ---- found while building the run (after the YAML was accepted): the
+    # message still names where the key it blames was set
+    Case("batch_above_dataset", {"train.batch": "1000"}, blame="train.batch",
+         needles=["only 40 examples", "allowed for this data: 1 to 40"]),
+    Case("augmentation_on_text", {"data.hflip": "true"}, kind="gpt", blame="data.hflip",
+         needles=["allowed with text: false"]),
+    Case("crop_on_text", {"data.crop_pad": "2"}, kind="gpt", blame="data.crop_pad",
+         needles=["allowed with text: 0"]),
+    Case("crop_above_image_size", {"data.crop_pad": "9"}, blame="data.crop_pad",
+         needles=["allowed: 0 to 8"]),
     Case("text_too_short_for_context", {"data.kind": "text", "data.text": "{short}"},
-         kind="gpt", needles=["{short}"], setup=short_text),
-    Case("init_from_not_safetensors", {"model.init_from": "{garbage}"}, needles=["{garbage}"],
-         setup=garbage_weights),
+         kind="gpt", blame="model.context", needles=["{short}", "allowed for this text: 2 to 14"],
+         setup=short_text),
+    Case("init_from_not_safetensors", {"model.init_from": "{garbage}"}, blame="model.init_from",
+         needles=["{garbage}"], setup=garbage_weights),
+    Case("stages_above_ranks", {"pipeline.stages": "2"}, blame="pipeline.stages",
+         needles=["node has 1 rank", "allowed here: 1 to 1"]),
+    Case("stages_above_units", {"pipeline.stages": "7"}, blame="pipeline.stages",
+         needles=["6 units", "allowed: 1 to 6"]),
+    Case("bf16_on_the_cpu", {"run.precision": "bf16", "run.device": "cpu"}, blame="run.precision",
+         needles=["needs a GPU", "allowed on the CPU: fp32"]),
+    # a small model (one 256x256 patch; a batch of 1 of 4096 bytes) on data no machine holds
+    Case("synthetic_images_beyond_memory", {"data.synthetic_examples": "100000000",
+                                            "data.image_size": "256", "model.patch": "256"},
+         blame="data.synthetic_examples", needles=["GiB", "allowed:"], timeout=20),
+    Case("synthetic_text_beyond_memory", {"data.synthetic_examples": "100000000",
+                                          "model.context": "4096", "train.batch": "1"}, kind="gpt",
+         blame="data.synthetic_examples", needles=["GiB", "allowed:"], timeout=20),
+    Case("classes_below_a_label", {**IDX, "data.train_labels": "{tl9}"}, blame="model.classes",
+         needles=["{tl9}", "label 9 (example 5)", "allowed for this data: 10 to 256"],
+         setup=idx_data),
+    Case("classes_above_idx_bytes", {**IDX, "model.classes": "300"}, blame="model.classes",
+         needles=["allowed with data.kind idx: 2 to 256"], setup=idx_data),
+    Case("test_images_of_another_size", {**IDX, "data.test_images": "{vi12}"},
+         blame="data.test_images", needles=["{vi12}", "12x12", "data.train_images '{ti}'", "8x8"],
+         setup=idx_data),
+    Case("patch_does_not_divide_idx_images", {**IDX, "model.patch": "3"}, blame="model.patch",
+         needles=["8x8", "{vi}"], setup=idx_data),
+    Case("crop_above_idx_image_size", {**IDX, "data.crop_pad": "9"}, blame="data.crop_pad",
+         needles=["at most 8"], setup=idx_data),
+    Case("idx_file_not_idx", {**IDX, "data.train_labels": "{dir}/a.gz"}, blame="data.train_labels",
+         needles=["{dir}/a.gz"], setup=idx_data),
+    Case("section_is_a_list", raw=lambda t: without_section("model")(t) + "model: [vit, 16]\n",
+         line=last_line, needles=["model: section model must be a mapping of key: value lines",
+                                  "a list"], absent=["unknown key"]),
+    Case("section_is_a_word", raw=lambda t: without_section("model")(t) + "model: vit\n",
+         line=last_line, needles=["section model must be a mapping", "a single value"]),
+    Case("section_is_empty", raw=lambda t: without_section("model")(t) + "model:\n",
+         line=last_line, needles=["section model must be a mapping", "empty"]),
     Case("empty_run_dir", {"run.dir": '""'}, needles=["run.dir"]),
     # ---- --set overrides and the command line
     Case("set_unknown_key", sets=["train.lrr=0.1"],
@@ -225,6 +475,9 @@ CASES = [
     Case("set_empty_key", sets=["=3"], needles=["--set", "key=value"]),
     Case("set_bad_value", sets=["train.batch=0"],
          needles=["--set", "train.batch", "allowed: an integer from 1 to 16777216"]),
+    Case("set_a_section", sets=["model=5"], needles=["--set: model: a section", "model.kind="]),
+    Case("set_seed_one_past_max", sets=["run.seed=9200000000000000001"],
+         needles=["--set: run.seed: out of range", "to 9200000000000000000"]),
     Case("set_equals_form_bad_enum", sets=["--set=pipeline.schedule=zigzag"],
          needles=["--set", "pipeline.schedule", "gpipe, 1f1b"]),
     Case("set_breaks_cross_key_rule", sets=["model.heads=5"],
@@ -235,6 +488,66 @@ CASES = [
     Case("eval_with_bad_config", {"model.heads": "3"}, cmd="eval", blame="model.heads"),
     Case("plan_with_bad_config", {"train.schedule": "cosin"}, cmd="plan", blame="train.schedule"),
 ]
+
+
+# ---- every integer key at both ends of the range `pipetrain keys` documents
+
+def integer_ranges(keys_table):
+    """[(key, lo, hi)] of the integer keys in the Markdown of `pipetrain keys`."""
+    out = []
+    for row in keys_table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        m = re.match(r"^an integer from (-?\d+) to (-?\d+)", cells[2])
+        if m:
+            out.append((cells[0].strip("`"), int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def test_integer_bounds_accepted(h):
+    """Every integer key at its documented minimum, and at its maximum, is
+    read: YAML and --set with them all fail only at the first cross-key rule,
+    the empty run.dir put there on purpose (each bound alone may break a rule
+    between keys, such as heads dividing dim; that is not what is tested)."""
+    ranges = integer_ranges(h.run(["keys"]).expect(0).out)
+    for side in (1, 2):
+        keys = base(h, **{"run.dir": '""'})
+        keys.update({k: str(b[side - 1]) for k, *b in ranges})
+        text = U.render(keys)
+        cfg = U.write(h.path("bounds%d.yaml" % side), text)
+        r = h.run(["train", cfg]).expect(2, "every integer key at its %s" % ("min", "max")[side - 1])
+        r.one_error("%s:%d: run.dir: must name a directory" % (cfg, U.line_of(text, "run.dir")))
+        sets = sum((["--set", "%s=%d" % (k, b[side - 1])] for k, *b in ranges), [])
+        cfg = U.write(h.path("plain%d.yaml" % side), U.render(base(h, **{"run.dir": '""'})))
+        r = h.run(["train", cfg] + sets).expect(2, "--set of every integer key")
+        r.one_error("run.dir: must name a directory")
+    check(not os.path.exists(h.path("run")), "run.dir created")
+
+
+def bound_test(key, lo, hi):
+    def t(h):
+        text = U.render(base(h, **{key: str(hi + 1)}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        good = U.write(h.path("good.yaml"), U.render(base(h)))
+        before = U.snapshot(h.dir)
+        allowed = "allowed: an integer from %d to %d" % (lo, hi)
+        r = h.run(["train", cfg]).expect(2, "%s one past its maximum" % key)
+        r.one_error("%s:%d: %s: out of range: '%d'" % (cfg, U.line_of(text, key), key, hi + 1),
+                    allowed)
+        r = h.run(["train", good, "--set", "%s=%d" % (key, lo - 1)]).expect(2, "below the minimum")
+        r.one_error("--set: %s: out of range: '%d'" % (key, lo - 1), allowed)
+        check(not os.path.exists(h.path("run")), "run.dir created")
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+    t.__name__ = "test_bounds_" + key.replace(".", "_")
+    return t
+
+
+def bound_tests(binary):
+    """One test per integer key that `pipetrain keys` lists."""
+    table = subprocess.run([binary, "keys"], capture_output=True, text=True, check=True).stdout
+    ranges = integer_ranges(table)
+    if len(ranges) < 20:
+        sys.exit("found only %d integer keys in `pipetrain keys`:\n%s" % (len(ranges), table))
+    return [bound_test(*r) for r in ranges]
 
 
 def make(case):
@@ -273,6 +586,85 @@ def test_yaml_unterminated_quote(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_config_of_1_mib_is_read(h):
+    """The size limit is on the bytes: a config of exactly 1 MiB (padded with
+    comments) is read, and anchors and aliases are still allowed."""
+    text = U.render(base(h)).replace("  layers: 2\n", "  layers: &two 2\n")
+    text = text.replace("  heads: 2\n", "  heads: *two\n")
+    cfg = U.write(h.path("big.yaml"), padded(1 << 20)(text))
+    check(os.path.getsize(cfg) == 1 << 20, "padding made %d bytes", os.path.getsize(cfg))
+    r = h.run(["plan", cfg]).expect(0, "a config of exactly 1 MiB")
+    check("model:" in r.out, "plan printed no model line:\n%s", r.out)
+
+
+def test_deep_config_in_checkpoint_refused_fast(h):
+    """A checkpoint's stored config goes through the same limits as a file."""
+    run_dir = h.path("run")
+    cfg = U.write(h.path("good.yaml"), U.render(base(h, **{"train.max_steps": "1"})))
+    h.run(["train", cfg]).expect(0)
+    ck = U.ckpt(run_dir, 1)
+    manifest = os.path.join(ck, "manifest")
+    magic, version, recs = U.read_recfile(manifest)
+    deep = ("run:\n  seed: 1\nmodel: " + "[" * DEEP + "]" * DEEP + "\n").encode()
+    U.write_recfile(manifest, magic, version, [(t, deep if t == "config" else p) for t, p in recs])
+    usual = usual_cpu(h)  # of `train`, which starts MPI: more than `export` needs
+    before = U.snapshot(h.dir)
+    r, spent = timed_run(h, ["export", ck, h.path("w.safetensors")], 20)
+    r.expect(2)
+    r.one_error(manifest + " (config record):3: ", "nested more than 16 levels", strict=False)
+    check(spent < usual + FAST_MARGIN_S, "export took %.2f CPU seconds to refuse the stored config",
+          spent)
+    U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+
+
+def test_init_from_nan_or_inf(h):
+    """Weights holding NaN or Inf are refused when they are loaded, naming the
+    file and the tensor, not later as a loss of nan."""
+    cfg = U.write(h.path("good.yaml"), U.render(base(h, **{"train.max_steps": "1"})))
+    h.run(["train", cfg]).expect(0)
+    good = h.path("w.safetensors")
+    h.run(["export", U.ckpt(h.path("run"), 1), good]).expect(0)
+    data = U.read_bytes(good)
+    (n,) = struct.unpack("<Q", data[:8])
+    begin = 8 + n + json.loads(data[8:8 + n])["blocks.1.mlp.fc1.weight"]["data_offsets"][0]
+    for word, value in (("NaN", math.nan), ("Inf", -math.inf)):
+        bad = U.write(h.path(word + ".safetensors"),
+                      data[:begin + 12] + struct.pack("<f", value) + data[begin + 16:], "wb")
+        text = U.render(base(h, **{"model.init_from": bad, "run.dir": h.path("run2")}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg]).expect(2, word)
+        r.one_error("%s:%d: model.init_from: " % (cfg, U.line_of(text, "model.init_from")),
+                    "'%s'" % bad, "'blocks.1.mlp.fc1.weight' holds %s at element 3" % word)
+        check(not os.path.exists(h.path("run2")), "refused weights created run.dir")
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+
+
+def test_bf16_without_a_gpu(h):
+    """run.device auto finds no GPU: bf16 is refused naming run.precision."""
+    if any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
+        return "skipped: this machine has a GPU"
+    text = U.render(base(h, **{"run.precision": "bf16"}))
+    cfg = U.write(h.path("bad.yaml"), text)
+    r = h.run(["train", cfg]).expect(2)
+    r.one_error("%s:%d: run.precision: " % (cfg, U.line_of(text, "run.precision")),
+                "found none", "allowed on the CPU: fp32")
+    check(not os.path.exists(h.path("run")), "run.dir created")
+
+
+def test_threads_above_cores_warned(h):
+    """More threads than cores is allowed (a config may be for a bigger
+    machine), but said once, with where run.threads was set."""
+    threads = (os.cpu_count() or 1) + 1
+    text = U.render(base(h, **{"run.threads": str(threads)}))
+    cfg = U.write(h.path("c.yaml"), text)
+    r = h.run(["plan", cfg]).expect(0)
+    warnings = [l for l in r.err.splitlines() if l.startswith("pipetrain: warning: ")]
+    check(len(warnings) == 1, "expected one warning, got:\n%s", r.err)
+    want = "%s:%d: run.threads: %d threads" % (cfg, U.line_of(text, "run.threads"), threads)
+    check(want in warnings[0], "the warning does not say %r:\n%s", want, warnings[0])
+
+
 def test_duplicate_key_names_both_lines(h):
     text = dup(U.render(base(h)))
     first, second = line_with("lr: 0.003")(text), line_with("lr: 0.005")(text)
@@ -306,7 +698,12 @@ def test_usage_errors(h):
 
 TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
+         test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
+         test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
+         test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
-    sys.exit(U.main(TESTS, sys.argv, workers=6))
+    # 8 workers: most of a refused run is waiting for MPI to start, not CPU
+    more = bound_tests(sys.argv[1]) if len(sys.argv) == 2 and os.path.isfile(sys.argv[1]) else []
+    sys.exit(U.main(TESTS + more, sys.argv, workers=8))

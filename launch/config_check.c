@@ -1,0 +1,267 @@
+/*
+ * config_check.c: the rules between keys, and the input files that must
+ * exist, checked once after the YAML file and every `--set` override were
+ * applied. Each message names where the key it blames was set (FILE:LINE,
+ * --set, or the default), what is wrong and what would be allowed.
+ */
+#include "launch/config_schema.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int need_file(const pt_config *c, const char *key, const char *path, pt_err *err)
+{
+    struct stat st;
+    if (!*path)
+        return pt_config_key_fail(c, err, key, "a file is needed here");
+    if (stat(path, &st) != 0)
+        return pt_config_key_fail(c, err, key, "cannot use '%s': %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return pt_config_key_fail(c, err, key, "'%s' is not a regular file", path);
+    return 0;
+}
+
+static int is_image_data(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX ||
+           c->data.kind == PT_DATA_SYNTH_IMAGES;
+}
+
+/* Side of the images, or 0 where the files decide it (data.kind idx). */
+static int image_side(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_SYNTH_IMAGES ? c->data.image_size
+           : c->data.kind == PT_DATA_FASHION_MNIST ? 28
+                                                  : 0;
+}
+
+static int model_rules(const pt_config *c, pt_err *err)
+{
+    const int vit = c->model.kind == PT_MODEL_VIT;
+    if (vit != is_image_data(c))
+        return pt_config_key_fail(c, err, "data.kind",
+                                  "%s data cannot train a %s model (model.kind); allowed with %s: "
+                                  "%s",
+                                  pt_config_word("data.kind", c->data.kind),
+                                  pt_config_word("model.kind", c->model.kind),
+                                  pt_config_word("model.kind", c->model.kind),
+                                  vit ? "fashion_mnist, idx, synthetic_images"
+                                      : "text, kjv, synthetic_text");
+    if (c->model.dim % c->model.heads)
+        return pt_config_key_fail(c, err, "model.heads",
+                                  "%d does not divide model.dim (%d); allowed: a divisor of %d",
+                                  c->model.heads, c->model.dim, c->model.dim);
+    const int side = image_side(c);
+    if (vit && side && side % c->model.patch)
+        return pt_config_key_fail(c, err, "model.patch",
+                                  "%d does not divide the image size %d; allowed: a divisor of %d",
+                                  c->model.patch, side, side);
+    /* IDX labels are bytes, and the loader takes at most 256 classes */
+    const int idx = c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX;
+    if (idx && c->model.classes > 256)
+        return pt_config_key_fail(c, err, "model.classes",
+                                  "%d, but IDX labels are bytes (0 to 255); allowed with data.kind "
+                                  "%s: 2 to 256",
+                                  c->model.classes, pt_config_word("data.kind", c->data.kind));
+    if (c->run.device == PT_DEVICE_CPU && c->run.precision == PT_PRECISION_BF16)
+        return pt_config_key_fail(c, err, "run.precision",
+                                  "bf16 needs a GPU, and run.device is cpu; allowed on the CPU: "
+                                  "fp32");
+    return 0;
+}
+
+static int data_rules(const pt_config *c, pt_err *err)
+{
+    if (!is_image_data(c)) {
+        if (c->data.hflip)
+            return pt_config_key_fail(c, err, "data.hflip",
+                                      "flips images, and data.kind %s is text; allowed with text: "
+                                      "false",
+                                      pt_config_word("data.kind", c->data.kind));
+        if (c->data.crop_pad)
+            return pt_config_key_fail(c, err, "data.crop_pad",
+                                      "%d crops images, and data.kind %s is text; allowed with "
+                                      "text: 0",
+                                      c->data.crop_pad, pt_config_word("data.kind", c->data.kind));
+    }
+    const int side = image_side(c);
+    if (is_image_data(c) && side && c->data.crop_pad > side)
+        return pt_config_key_fail(c, err, "data.crop_pad",
+                                  "%d is more than the image size %d; allowed: 0 to %d",
+                                  c->data.crop_pad, side, side);
+    return 0;
+}
+
+static int train_rules(const pt_config *c, pt_err *err)
+{
+    if (c->train.min_lr > c->train.lr)
+        return pt_config_key_fail(c, err, "train.min_lr",
+                                  "%g is above train.lr (%g); allowed: 0 to train.lr",
+                                  c->train.min_lr, c->train.lr);
+    if (c->pipeline.microbatches != PT_AUTO && c->pipeline.microbatches > c->train.batch)
+        return pt_config_key_fail(c, err, "pipeline.microbatches",
+                                  "%d micro-batches cannot be cut from a batch of %lld "
+                                  "(train.batch); allowed: 1 to %lld, or auto",
+                                  c->pipeline.microbatches, c->train.batch, c->train.batch);
+    /* a stage holds at least one unit: embedding, 2 per block, head */
+    const int units = 2 * c->model.layers + 2;
+    if (c->pipeline.stages != PT_AUTO && c->pipeline.stages > units)
+        return pt_config_key_fail(c, err, "pipeline.stages",
+                                  "%d stages, but a model of %d blocks (model.layers) has %d units "
+                                  "to share among them (embedding, 2 per block, head); allowed: 1 "
+                                  "to %d, or auto",
+                                  c->pipeline.stages, c->model.layers, units, units);
+    return 0;
+}
+
+static int file_rules(const pt_config *c, pt_err *err)
+{
+    int rc;
+    if (c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX) {
+        if ((rc = need_file(c, "data.train_images", c->data.train_images, err)) ||
+            (rc = need_file(c, "data.train_labels", c->data.train_labels, err)) ||
+            (rc = need_file(c, "data.test_images", c->data.test_images, err)) ||
+            (rc = need_file(c, "data.test_labels", c->data.test_labels, err)))
+            return rc;
+    }
+    if ((c->data.kind == PT_DATA_TEXT_FILE || c->data.kind == PT_DATA_KJV) &&
+        (rc = need_file(c, "data.text", c->data.text, err))) {
+        if (c->data.kind == PT_DATA_KJV)
+            strncat(err->msg, " (scripts/setup.sh writes the KJV text there)",
+                    sizeof err->msg - strlen(err->msg) - 1);
+        return rc;
+    }
+    if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
+        return rc;
+    return 0;
+}
+
+static int cache_rules(const pt_config *c, pt_err *err)
+{
+    if (c->cache.enabled && (c->data.hflip || c->data.crop_pad))
+        return pt_config_key_fail(c, err, "cache.enabled",
+                                  "the cache would keep the frozen blocks' output for one random "
+                                  "augmentation of each image and serve it every epoch, which is "
+                                  "not the model being trained; turn off data.hflip and "
+                                  "data.crop_pad, or the cache");
+    if (c->cache.enabled && c->freeze.policy == 0)
+        return pt_config_key_fail(c, err, "cache.enabled",
+                                  "the cache holds frozen blocks' output, but freeze.policy is "
+                                  "none; allowed with freeze.policy none: false");
+    if (*c->cache.disk_dir) {
+        struct stat st;
+        if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
+                                      c->cache.disk_dir);
+    }
+    /* Half a disk tier is refused rather than warned about: either way the
+     * run would go on without one, and a warning scrolls away with the
+     * progress lines while the user believes the tier is there. */
+    if (c->cache.disk_gib > 0 && !*c->cache.disk_dir)
+        return pt_config_key_fail(c, err, "cache.disk_gib",
+                                  "%g GiB of disk tier, but cache.disk_dir names no directory to "
+                                  "put it in; allowed without cache.disk_dir: 0",
+                                  c->cache.disk_gib);
+    if (*c->cache.disk_dir && c->cache.disk_gib <= 0)
+        return pt_config_key_fail(c, err, "cache.disk_dir",
+                                  "'%s' is set, but cache.disk_gib is 0, so nothing would be "
+                                  "written there; allowed with cache.disk_gib 0: ''",
+                                  c->cache.disk_dir);
+    if (c->cache.enabled && c->cache.memory_gib <= 0 && c->cache.disk_gib <= 0)
+        return pt_config_key_fail(c, err, "cache.memory_gib",
+                                  "0, and there is no disk tier, so the cache could hold nothing; "
+                                  "allowed with cache.enabled: more than 0, or a disk tier");
+    /* the cache starts at min_depth frozen blocks: more than can ever freeze
+     * would leave it unused without a word */
+    if (c->cache.min_depth > c->model.layers)
+        return pt_config_key_fail(c, err, "cache.min_depth",
+                                  "%d, but the model has %d blocks (model.layers); allowed: 1 to "
+                                  "%d",
+                                  c->cache.min_depth, c->model.layers, c->model.layers);
+    if (c->freeze.max_depth > 0 && c->cache.min_depth > c->freeze.max_depth)
+        return pt_config_key_fail(c, err, "cache.min_depth",
+                                  "%d, but at most %d block%s ever freeze (freeze.max_depth); "
+                                  "allowed: 1 to %d",
+                                  c->cache.min_depth, c->freeze.max_depth,
+                                  c->freeze.max_depth == 1 ? "" : "s", c->freeze.max_depth);
+    return 0;
+}
+
+static int sample_rules(const pt_config *c, pt_err *err)
+{
+    if (c->model.kind != PT_MODEL_GPT || c->sample.length == 0)
+        return 0;
+    const size_t len = strlen(c->sample.prompt);
+    if (len == 0)
+        return pt_config_key_fail(c, err, "sample.prompt",
+                                  "sampling needs a non-empty prompt (or sample.length 0)");
+    /* The sampler's window is model.context bytes: the prompt and the byte
+     * being drawn. It would keep only the last context - 1 bytes of a longer
+     * prompt and continue a text the user did not write. */
+    if (len > (size_t)c->model.context - 1)
+        return pt_config_key_fail(c, err, "sample.prompt",
+                                  "%zu bytes, but the model sees model.context = %d bytes, the "
+                                  "prompt and the byte it samples; allowed: 1 to %d bytes",
+                                  len, c->model.context, c->model.context - 1);
+    return 0;
+}
+
+/* run.dir is made (with its parents) when training starts: a file in the way
+ * would stop the run only then, with nothing said about the key. */
+static int run_dir_rules(const pt_config *c, pt_err *err)
+{
+    if (!*c->run.dir)
+        return pt_config_key_fail(c, err, "run.dir", "must name a directory");
+    char path[PT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", c->run.dir);
+    for (char *cut = path + strlen(path);; ) {
+        struct stat st;
+        if (stat(path, &st) == 0) {
+            if (!S_ISDIR(st.st_mode) && strcmp(path, c->run.dir) == 0)
+                return pt_config_key_fail(c, err, "run.dir",
+                                          "'%s' is a file, not a directory; allowed: a "
+                                          "directory, or a path to make one at",
+                                          path);
+            if (!S_ISDIR(st.st_mode))
+                return pt_config_key_fail(c, err, "run.dir",
+                                          "'%s' is a file, so '%s' cannot be made under it; "
+                                          "allowed: a directory, or a path to make one at",
+                                          path, c->run.dir);
+            return 0;
+        }
+        while (cut > path && *cut != '/')
+            cut--;
+        if (cut == path)
+            return 0; /* nothing of it exists yet: made from the current directory */
+        *cut = '\0';
+    }
+}
+
+/* train.resume names a checkpoint: a directory holding a manifest. */
+static int resume_rules(const pt_config *c, pt_err *err)
+{
+    const char *dir = c->train.resume;
+    if (!*dir || strcmp(dir, "auto") == 0)
+        return 0;
+    char manifest[PT_PATH_MAX + 16];
+    snprintf(manifest, sizeof manifest, "%s/manifest", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || stat(manifest, &st) != 0)
+        return pt_config_key_fail(c, err, "train.resume",
+                                  "'%s' is not a checkpoint (a directory with a manifest); "
+                                  "allowed: '' (start fresh), auto (the newest in run.dir), or a "
+                                  "directory such as RUN_DIR/checkpoints/step_0000000100",
+                                  dir);
+    return 0;
+}
+
+int pt_config_validate(const pt_config *c, pt_err *err)
+{
+    int rc;
+    if ((rc = run_dir_rules(c, err)) || (rc = model_rules(c, err)) || (rc = data_rules(c, err)) ||
+        (rc = train_rules(c, err)) || (rc = file_rules(c, err)) || (rc = cache_rules(c, err)) ||
+        (rc = sample_rules(c, err)) || (rc = resume_rules(c, err)))
+        return rc;
+    return 0;
+}

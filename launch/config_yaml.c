@@ -1,0 +1,239 @@
+/*
+ * config_yaml.c: reading a configuration from YAML, through libyaml's
+ * document API (which keeps line numbers). Every key goes through the schema
+ * (pt_config_set_value), so YAML, `--set` and checkpoints' stored configs
+ * accept the same values with the same messages: "FILE:LINE: KEY: problem;
+ * allowed: ...".
+ */
+#include "launch/config_schema.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef struct {
+    pt_config *c;
+    const char *path;
+    yaml_document_t *doc;
+    pt_err *err;
+} walk_ctx;
+
+static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
+
+static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
+{
+    yaml_node_t *kn = yaml_document_get_node(w->doc, pair->key);
+    yaml_node_t *vn = yaml_document_get_node(w->doc, pair->value);
+    int line = (int)kn->start_mark.line + 1;
+    if (kn->type != YAML_SCALAR_NODE)
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: a key must be a plain word", w->path, line);
+    char key[256];
+    int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
+                     (const char *)kn->data.scalar.value);
+    if (n < 0 || (size_t)n >= sizeof key)
+        return pt_fail(w->err, PT_EINPUT,
+                       "%s:%d: key '%.60s...' is longer than any key; `pipetrain keys` lists every "
+                       "key", w->path, line, key);
+    int ki = pt_config_find_key(key);
+    if (vn->type == YAML_MAPPING_NODE && ki < 0)
+        return walk(w, vn, key);
+    if (ki < 0 && pt_config_is_section(key))
+        return pt_fail(w->err, PT_EINPUT,
+                       "%s:%d: %s: section %s must be a mapping of key: value lines, indented "
+                       "under '%s:'; here it is %s",
+                       w->path, line, key, key, key,
+                       vn->type == YAML_SEQUENCE_NODE ? "a list"
+                       : *(const char *)vn->data.scalar.value ? "a single value"
+                                                              : "empty");
+    if (ki < 0) {
+        char hint[160];
+        pt_config_suggest(key, hint, sizeof hint);
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s'%s", w->path, line, key, hint);
+    }
+    if (w->c->line[ki] > 0)
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: set twice (first on line %d)", w->path,
+                       line, key, w->c->line[ki]);
+    char where[PT_PATH_MAX + 16];
+    snprintf(where, sizeof where, "%s:%d", w->path, (int)vn->start_mark.line + 1);
+    if (vn->type != YAML_SCALAR_NODE)
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki],
+                                   vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",
+                                   "expected one value, got");
+    const char *text = (const char *)vn->data.scalar.value;
+    if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *text == '\0')
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], "", "no value");
+    int rc = pt_config_set_value(w->c, ki, text, where, w->err);
+    if (rc == 0)
+        w->c->line[ki] = line;
+    return rc;
+}
+
+static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
+{
+    if (node->type != YAML_MAPPING_NODE)
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: expected 'key: value' lines%s%s", w->path,
+                       (int)node->start_mark.line + 1, *prefix ? " under " : "", prefix);
+    yaml_node_pair_t *first = node->data.mapping.pairs.start, *top = node->data.mapping.pairs.top;
+    for (yaml_node_pair_t *p = first; p < top; p++) {
+        /* YAML forbids a key twice in one mapping; libyaml does not check */
+        yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
+        for (yaml_node_pair_t *q = first; q < p && k->type == YAML_SCALAR_NODE; q++) {
+            yaml_node_t *e = yaml_document_get_node(w->doc, q->key);
+            if (e->type == YAML_SCALAR_NODE && strcmp((const char *)e->data.scalar.value,
+                                                      (const char *)k->data.scalar.value) == 0)
+                return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice (first on line %d)",
+                               w->path, (int)k->start_mark.line + 1, prefix, *prefix ? "." : "",
+                               (const char *)k->data.scalar.value, (int)e->start_mark.line + 1);
+        }
+        int rc = walk_pair(w, p, prefix);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* A config is a few dozen `key: value` lines in sections: a few kilobytes,
+ * nested two levels deep (three with a flow list as a value), with an anchor
+ * or two at most. The limits below are far above that, and far below what
+ * makes libyaml slow: its scanner visits every open flow level for every
+ * token, and its loader finds each anchor and alias by a linear search, so
+ * deep nesting and many anchors take quadratic time (a 200 KB `[[[...]]]`
+ * took 46 s to refuse). They are checked on libyaml's event stream, which
+ * stops at the first excess, before the document is built. */
+#define MAX_BYTES ((size_t)1 << 20)
+#define MAX_DEPTH 16
+#define MAX_ANCHORS 64
+
+/* Line (1-based) of byte `at` of text. */
+static int line_at(const char *text, size_t at)
+{
+    int line = 1;
+    for (size_t i = 0; i < at; i++)
+        line += text[i] == '\n';
+    return line;
+}
+
+static int syntax_error(const yaml_parser_t *p, const char *name, pt_err *err)
+{
+    if (p->error == YAML_MEMORY_ERROR)
+        return pt_fail(err, PT_ENOMEM, "%s: out of memory parsing the YAML", name);
+    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
+                   (int)p->problem_mark.line + 1, p->problem ? p->problem : "?");
+}
+
+/* The first pass: size, nesting depth, anchors and documents, checked on the
+ * event stream (constant memory, stopped at the first problem). */
+static int prescan(const char *text, size_t len, const char *name, pt_err *err)
+{
+    if (len > MAX_BYTES)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%d: the file is larger than 1 MiB (%zu bytes), the most a config "
+                       "may be, and passes that on this line; a config is a few kilobytes of "
+                       "key: value lines",
+                       name, line_at(text, MAX_BYTES), MAX_BYTES);
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = 0, depth = 0, anchors = 0, documents = 0, done = 0;
+    while (rc == 0 && !done) {
+        yaml_event_t e;
+        if (!yaml_parser_parse(&p, &e)) {
+            rc = syntax_error(&p, name, err);
+            break;
+        }
+        const int line = (int)e.start_mark.line + 1;
+        const yaml_char_t *anchor = NULL;
+        if (e.type == YAML_SCALAR_EVENT)
+            anchor = e.data.scalar.anchor;
+        else if (e.type == YAML_SEQUENCE_START_EVENT)
+            anchor = e.data.sequence_start.anchor;
+        else if (e.type == YAML_MAPPING_START_EVENT)
+            anchor = e.data.mapping_start.anchor;
+        if (anchor && ++anchors > MAX_ANCHORS)
+            rc = pt_fail(err, PT_EINPUT,
+                         "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
+                         name, line, MAX_ANCHORS);
+        switch (rc ? YAML_NO_EVENT : e.type) { /* one problem, one message */
+        case YAML_DOCUMENT_START_EVENT:
+            /* libyaml's loader reads the first document only: keys in a
+             * second one would be ignored without a word */
+            if (++documents > 1)
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%d: a second YAML document starts here ('---'); a config is "
+                             "one document, and keys in a second one would be ignored: move them "
+                             "into the first and remove the '---'",
+                             name, line);
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > MAX_DEPTH)
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%d: nested more than %d levels deep here; a config needs 2 "
+                             "(a section, then key: value lines under it)",
+                             name, line, MAX_DEPTH);
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            break;
+        case YAML_STREAM_END_EVENT:
+            done = 1;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&e);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
+{
+    int rc = prescan(text, len, name, err);
+    if (rc)
+        return rc;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser))
+        return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        rc = syntax_error(&parser, name, err);
+        yaml_parser_delete(&parser);
+        return rc;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root) {
+        walk_ctx w = {c, name, &doc, err};
+        rc = walk(&w, root, "");
+    }
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (rc == 0)
+        snprintf(c->source, sizeof c->source, "%s", name);
+    return rc;
+}
+
+int pt_config_load(pt_config *c, const char *path, pt_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pt_fail(err, PT_EINPUT, "cannot open config '%s': %s", path, strerror(errno));
+    /* one byte more than the limit, so that prescan sees a file that is too long */
+    char *text = malloc(MAX_BYTES + 1);
+    if (!text) {
+        fclose(f);
+        return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
+    }
+    size_t len = fread(text, 1, MAX_BYTES + 1, f);
+    int rc = ferror(f)
+                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
+                 : pt_config_load_text(c, text, len, path, err);
+    free(text);
+    fclose(f);
+    return rc;
+}
