@@ -270,7 +270,11 @@ static int check_model_memory(pt_session *r, pt_err *err)
      * unless the config says otherwise; with several ranks only a fixed
      * single stage with fixed micro-batches goes unplanned */
     const int ranks = pt_comm_size(r->comm);
-    const int single = ranks == 1 || (c->pipeline.stages == 1 && c->pipeline.microbatches != PT_AUTO);
+    const int micro_auto = c->pipeline.microbatches == PT_AUTO;
+    /* (one process with micro-batches left to the planner under a memory
+     * limit is planned: train/layout.c) */
+    const int single = ranks == 1 ? !(micro_auto && c->pipeline.memory_gib > 0)
+                                  : c->pipeline.stages == 1 && !micro_auto;
     if (!single)
         return 0; /* planned: the planner checks memory (train/layout.c) */
     const pt_arch *a = &r->arch;
