@@ -102,22 +102,30 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     return rc;
 }
 
+/* The manifest's config (YAML text, over the defaults) and architecture. */
+static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
+{
+    pt_config_defaults(cfg);
+    char name[PT_CKPT_PATH];
+    snprintf(name, sizeof name, "%s/manifest (config record)", m->dir);
+    const json_t *config = json_object_get(m->j, "config");
+    int rc;
+    if (!json_is_string(config))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
+    else
+        rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
+    if (rc == 0 && pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    return rc;
+}
+
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err)
 {
     manifest m;
     int rc = manifest_open(&m, dir, err);
     if (rc)
         return rc;
-    pt_config_defaults(cfg);
-    char name[PT_CKPT_PATH];
-    snprintf(name, sizeof name, "%s/manifest (config record)", dir);
-    const json_t *config = json_object_get(m.j, "config");
-    if (!json_is_string(config))
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", dir);
-    else
-        rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
-    if (rc == 0 && pt_ckpt_arch_read(json_object_get(m.j, "arch"), arch))
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", dir);
+    rc = read_config_record(&m, cfg, arch, err);
     manifest_close(&m);
     return rc;
 }
@@ -174,6 +182,51 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
     return rc;
 }
 
+/* The unit files of a manifest, opened one at a time as units ask for them
+ * (a stage's units are consecutive, so each file is opened once). */
+typedef struct unit_reader {
+    const manifest *m;
+    pt_recfile *f;
+    char open_name[PT_CKPT_FILE_MAX];
+} unit_reader;
+
+/* Whether a name the manifest gives for a unit file is one we may open: a
+ * plain name inside the checkpoint's own directory. */
+static int usable_file_name(const char *file)
+{
+    return file && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') && strcmp(file, "manifest");
+}
+
+/* The record of one part of unit `info` in the file the manifest names for
+ * it, checked to hold exactly the unit's floats. */
+static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, const void **data,
+                       uint64_t *len, pt_err *err)
+{
+    static const char *suffix[] = {"param", "grad", "m", "v"};
+    const manifest *m = ur->m;
+    const char *file = json_string_value(json_object_get(m->units, info->name));
+    if (!usable_file_name(file))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
+                       m->dir, info->name);
+    int rc;
+    if (strcmp(file, ur->open_name) != 0) {
+        pt_recfile_close(ur->f);
+        ur->f = NULL;
+        ur->open_name[0] = '\0';
+        if ((rc = open_unit_file(m, file, &ur->f, err)))
+            return rc;
+        snprintf(ur->open_name, sizeof ur->open_name, "%s", file);
+    }
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s.%s", info->name, suffix[part]);
+    if ((rc = pt_recfile_find(ur->f, tag, data, len, err)))
+        return rc;
+    if (*len != info->numel * sizeof(float))
+        return pt_fail(err, PT_EINPUT, "'%s': %s holds %" PRIu64 " values; the model's unit has %zu",
+                       pt_recfile_path(ur->f), tag, *len / sizeof(float), info->numel);
+    return 0;
+}
+
 /* Reads parameters (and moments when `moments`) of every unit of the run's
  * segment from the unit files the manifest names. */
 static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
@@ -181,40 +234,17 @@ static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
     pt_segment *s = r->seg;
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     int rc = 0;
-    pt_recfile *f = NULL;
-    char open_name[PT_CKPT_FILE_MAX] = "";
+    unit_reader ur = {m, NULL, ""};
     for (int u = first; rc == 0 && u < first + count; u++) {
         pt_unit_info info;
         pt_unit_info_get(&r->arch, u, &info);
-        const char *file = json_string_value(json_object_get(m->units, info.name));
-        if (!file || strlen(file) >= PT_CKPT_FILE_MAX || strchr(file, '/') || !strcmp(file, "manifest")) {
-            rc = pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
-                         m->dir, info.name);
-            break;
-        }
-        if (strcmp(file, open_name) != 0) {
-            pt_recfile_close(f);
-            f = NULL;
-            if ((rc = open_unit_file(m, file, &f, err)))
-                break;
-            snprintf(open_name, sizeof open_name, "%s", file);
-        }
-        static const char *suffix[] = {"param", "grad", "m", "v"};
         const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
         const int frozen = u - first < pt_segment_frozen(s);
         for (int k = 0; rc == 0 && k < (moments && !frozen ? 3 : 1); k++) {
-            char tag[96];
             const void *data;
             uint64_t len;
-            snprintf(tag, sizeof tag, "%s.%s", info.name, suffix[parts[k]]);
-            if ((rc = pt_recfile_find(f, tag, &data, &len, err)))
+            if ((rc = unit_record(&ur, &info, parts[k], &data, &len, err)))
                 break;
-            if (len != info.numel * sizeof(float)) {
-                rc = pt_fail(err, PT_EINPUT,
-                             "'%s': %s holds %" PRIu64 " values; the model's unit has %zu",
-                             pt_recfile_path(f), tag, len / sizeof(float), info.numel);
-                break;
-            }
             float *host = malloc(len + 1);
             if (!host) {
                 rc = pt_fail(err, PT_ENOMEM, "out of memory loading a checkpoint");
@@ -225,7 +255,7 @@ static int load_units(pt_run *r, const manifest *m, int moments, pt_err *err)
             free(host);
         }
     }
-    pt_recfile_close(f);
+    pt_recfile_close(ur.f);
     return rc;
 }
 
@@ -351,4 +381,75 @@ static int load_state(pt_run *r, const char *dir, pt_err *err)
 int pt_checkpoint_load(pt_run *r, const char *dir, pt_err *err)
 {
     return pt_agree(r->pipe, load_state(r, dir, err), err);
+}
+
+/* The units of a whole model as a resume of any layout reads them (frozen
+ * units without moments), then every file the manifest lists, each opened
+ * and checked even if no unit names it. */
+static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, pt_err *err)
+{
+    unit_reader ur = {m, NULL, ""};
+    int rc = 0;
+    for (int u = 0; rc == 0 && u < pt_arch_units(arch); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(arch, u, &info);
+        const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
+        for (int k = 0; rc == 0 && k < (u < frozen ? 1 : 3); k++) {
+            const void *data;
+            uint64_t len;
+            rc = unit_record(&ur, &info, parts[k], &data, &len, err);
+        }
+    }
+    pt_recfile_close(ur.f);
+    const char *file;
+    const json_t *listed;
+    json_object_foreach((json_t *)m->files, file, listed) {
+        pt_recfile *f = NULL;
+        if (rc)
+            break;
+        if (!usable_file_name(file))
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest' lists a file named '%.80s', which is not a "
+                         "unit file of this directory", m->dir, file);
+        else
+            rc = open_unit_file(m, file, &f, err);
+        pt_recfile_close(f);
+    }
+    return rc;
+}
+
+int pt_checkpoint_verify(const char *dir, pt_err *err)
+{
+    manifest m;
+    int rc = manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    pt_config *cfg = malloc(sizeof *cfg); /* large: keep it off the stack */
+    pt_arch arch;
+    saved_state st;
+    pt_freeze_state freeze;
+    memset(&freeze, 0, sizeof freeze);
+    if (!cfg)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
+    if (rc == 0)
+        rc = read_config_record(&m, cfg, &arch, err);
+    /* a resume compares the architecture with its own; here it must at least be a model */
+    if (rc == 0 && (rc = pt_arch_check(&arch, err)))
+        pt_err_prefix(err, "'%s/manifest': the architecture record", dir);
+    if (rc == 0)
+        rc = read_state(&m, &st, err);
+    if (rc == 0) {
+        const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
+        rc = pt_freeze_init(&freeze, &none, arch.layers, err);
+    }
+    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m.j, "freeze"), err)))
+        pt_err_prefix(err, "'%s/manifest'", dir);
+    if (rc == 0 && st.frozen != pt_freeze_units(freeze.depth))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "
+                     "frozen blocks", dir, st.frozen, freeze.depth);
+    if (rc == 0)
+        rc = verify_files(&m, &arch, st.frozen, err);
+    pt_freeze_free(&freeze);
+    free(cfg);
+    manifest_close(&m);
+    return rc;
 }
