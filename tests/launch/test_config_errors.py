@@ -170,6 +170,9 @@ CASES = [
          needles=["allowed: an integer from 1 to 1024"]),
     Case("string_too_long", {"sample.prompt": '"%s"' % ("x" * 300)}, blame="sample.prompt",
          needles=["at most 255 bytes"]),
+    # strings must survive the YAML a checkpoint stores the config in
+    Case("control_character_in_string", {"sample.prompt": '"And\\x01God"'},
+         blame="sample.prompt", needles=["not text", "control character"]),
     # ---- YAML structure
     Case("yaml_syntax_tab", raw=inserted_under("train", "\tlr2: 1\n"), needles=["YAML"],
          line=line_with("\t")),
@@ -223,6 +226,8 @@ CASES = [
          needles=["--set", "train.lrr", "did you mean 'train.lr'"]),
     Case("set_without_equals", sets=["train.lr"], needles=["--set", "train.lr", "key=value"]),
     Case("set_empty_key", sets=["=3"], needles=["--set", "key=value"]),
+    Case("set_string_not_utf8", sets=["run.dir=r\udcff"],
+         needles=["--set", "run.dir", "invalid UTF-8"]),
     Case("set_bad_value", sets=["train.batch=0"],
          needles=["--set", "train.batch", "allowed: an integer from 1 to 16777216"]),
     Case("set_equals_form_bad_enum", sets=["--set=pipeline.schedule=zigzag"],
