@@ -259,6 +259,7 @@ typedef struct {
     const char *path;
     yaml_document_t *doc;
     pt_err *err;
+    unsigned char *walked; /* per node of doc: a mapping already walked */
 } walk_ctx;
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
@@ -275,8 +276,17 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
                      (const char *)kn->data.scalar.value);
     if (n < 0 || (size_t)n >= sizeof key)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: key too long", w->path, line);
-    if (vn->type == YAML_MAPPING_NODE)
+    if (vn->type == YAML_MAPPING_NODE) {
+        /* An alias (*name) reaches a mapping a second time: walking it again
+         * would take exponential time for aliases of aliases of empty
+         * mappings, and forever for one inside its own anchor. */
+        size_t node = (size_t)(vn - w->doc->nodes.start);
+        if (w->walked[node])
+            return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: aliases (*name) of mappings are not "
+                           "supported; write the keys out", w->path, line, key);
+        w->walked[node] = 1;
         return walk(w, vn, key);
+    }
     int ki = find_key(key);
     if (ki < 0) {
         char hint[160];
@@ -333,10 +343,14 @@ static int load_with(pt_config *c, yaml_parser_t *parser, const char *name, pt_e
         return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
                        (int)parser->problem_mark.line + 1, parser->problem ? parser->problem : "?");
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root) {
-        walk_ctx w = {c, name, &doc, err};
+    unsigned char *walked = root ? calloc((size_t)(doc.nodes.top - doc.nodes.start), 1) : NULL;
+    if (root && !walked)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory reading %s", name);
+    if (root && walked) {
+        walk_ctx w = {c, name, &doc, err, walked};
         rc = walk(&w, root, "");
     }
+    free(walked);
     yaml_document_delete(&doc);
     if (rc == 0)
         snprintf(c->source, sizeof c->source, "%s", name);

@@ -184,6 +184,13 @@ CASES = [
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
          needles=["allowed: a number > 0 and <= 10"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
+    # empty mappings of unknown names pass, but not 2^40 walks of one through aliases
+    Case("aliases_of_mappings",
+         raw=append("l0: &l0 {}\n" + "".join("l%d: &l%d {a: *l%d, b: *l%d}\n" % (i, i, i - 1, i - 1)
+                                             for i in range(1, 41))),
+         line=line_with("l1:"), needles=["l1.a", "aliases (*name) of mappings"]),
+    Case("mapping_inside_its_own_anchor", raw=append("sample: &s {prompt: x, more: *s}\n"),
+         line=last_line, needles=["sample.more", "aliases (*name) of mappings"]),
     # one error line even when the bad value holds a newline
     Case("newline_in_bad_value", {"train.schedule": '"cos\\nine"'}, blame="train.schedule",
          needles=["train.schedule"]),
