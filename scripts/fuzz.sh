@@ -3,7 +3,7 @@
 # ASan and UBSan, and fuzzes each target in turn, one process at a time:
 #
 #   scripts/fuzz.sh [--runs N] [--time S] [--build-dir DIR] [--no-build]
-#                   [--fresh] [TARGET...]
+#                   [--build-only] [--fresh] [TARGET...]
 #
 # TARGET: config recfile checkpoint safetensors idx (default: all). Each runs
 # for N executions (-runs, default 1000000) or S seconds (-max_total_time,
@@ -26,6 +26,7 @@ runs=1000000
 seconds=3600
 dir=build-fuzz
 build=1
+run=1
 fresh=0
 targets=()
 all=(config recfile checkpoint safetensors idx)
@@ -35,6 +36,7 @@ while (($#)); do
     --time) seconds=$2; shift 2 ;;
     --build-dir) dir=$2; shift 2 ;;
     --no-build) build=0; shift ;;
+    --build-only) run=0; shift ;;
     --fresh) fresh=1; shift ;;
     -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
@@ -47,15 +49,17 @@ for t in "${targets[@]}"; do
 done
 
 if ((build)); then
-  if ! command -v clang > /dev/null; then
+  cc=$(command -v clang-14 || command -v clang || true)
+  if [ -z "$cc" ]; then
     echo "fuzz: clang is not installed (scripts/setup.sh installs clang-14 and libclang-rt-14-dev)" >&2
     exit 1
   fi
   # RelWithDebInfo: -O2 -g, the usual trade between speed and readable reports
-  cmake -S . -B "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPT_FUZZ=ON \
+  cmake -S . -B "$dir" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPT_FUZZ=ON \
     -DPT_CUDA=OFF -DPT_WERROR=ON > /dev/null
   cmake --build "$dir" --target fuzz -j 2
 fi
+((run)) || exit 0
 dir=$(cd "$dir" && pwd)
 
 # Input size limits: a little over the largest seed of each target, so the
