@@ -42,6 +42,14 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
 
+/* Checks a checkpoint directory without a run, reading everything a resume
+ * reads: the manifest (in its own step's directory), the training state, the
+ * architecture (which must be a valid model), the freeze state, the config,
+ * and every unit's records in the unit files it names (size, SHA-256,
+ * binding to this checkpoint, record sizes); also every other file the
+ * manifest lists. 0, or PT_EINPUT with the message a resume would give. */
+int pt_checkpoint_verify(const char *dir, pt_err *err);
+
 /* ---------------------------------------------- the run directory (rundir.c) */
 
 enum { PT_CKPT_PATH = 2 * PT_PATH_MAX };

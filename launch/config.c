@@ -14,6 +14,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -184,6 +185,36 @@ int pt_config_bad_value(pt_err *err, const char *where, const pt_key_spec *k, co
     return pt_fail(err, PT_EINPUT, "%s: %s: %s '%s'; allowed: %s", where, k->key, why, shown, what);
 }
 
+/* Whether a string value can be written back as a double-quoted YAML scalar
+ * (format_value) and read again unchanged, as a checkpoint's config record
+ * must be: valid UTF-8 of the characters a YAML file may hold (tab, CR and LF
+ * included: format_value escapes the line breaks), less NEL, which YAML
+ * reads as a line break. Bytes that are not UTF-8 (from --set) and control
+ * characters (from escapes like "\x01" or "\N") are not. */
+static int yaml_text(const char *text)
+{
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000}; /* no overlong forms */
+    for (const unsigned char *p = (const unsigned char *)text; *p;) {
+        int n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3
+              : (*p & 0xF8) == 0xF0 ? 4 : 0;
+        if (!n)
+            return 0;
+        uint32_t c = n == 1 ? *p : *p & (0x7F >> n);
+        for (int i = 1; i < n; i++) { /* a NUL (end of string) fails this too */
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+            c = c << 6 | (p[i] & 0x3F);
+        }
+        if (c < least[n] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+            return 0;
+        if (!(c == '\t' || c == '\n' || c == '\r' || (c >= 0x20 && c <= 0x7E) ||
+              (c >= 0xA0 && c <= 0xFFFD) || c >= 0x10000)) /* C0, DEL, C1 (NEL), U+FFFE/F */
+            return 0;
+        p += n;
+    }
+    return 1;
+}
+
 /* Parses text into key k of c. where: "FILE:LINE" or "--set". */
 int pt_config_set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err)
 {
@@ -237,6 +268,9 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
     case PT_K_STR:
         if (strlen(text) >= k->size)
             return pt_config_bad_value(err, where, k, text, "too long:");
+        if (!yaml_text(text))
+            return pt_config_bad_value(err, where, k, text,
+                                       "not text (invalid UTF-8 or a control character):");
         memcpy(field, text, strlen(text) + 1);
         return 0;
     case PT_K_ENUM: {
@@ -397,9 +431,9 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
             if (*s == '"' || *s == '\\') {
                 out[o++] = '\\';
                 out[o++] = *s;
-            } else if (*s == '\n') {
+            } else if (*s == '\n' || *s == '\r') { /* raw, YAML would fold them */
                 out[o++] = '\\';
-                out[o++] = 'n';
+                out[o++] = *s == '\n' ? 'n' : 'r';
             } else {
                 out[o++] = *s;
             }

@@ -18,6 +18,7 @@ typedef struct {
     const char *path;
     yaml_document_t *doc;
     pt_err *err;
+    unsigned char *walked; /* per node of doc: a mapping already walked */
 } walk_ctx;
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
@@ -37,8 +38,17 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
                        "%s:%d: key '%.60s...' is longer than any key; `pipetrain keys` lists every "
                        "key", w->path, line, key);
     int ki = pt_config_find_key(key);
-    if (vn->type == YAML_MAPPING_NODE && ki < 0)
+    if (vn->type == YAML_MAPPING_NODE && ki < 0) {
+        /* An alias (*name) reaches a mapping a second time: walking it again
+         * would take exponential time for aliases of aliases of empty
+         * mappings, and forever for one inside its own anchor. */
+        size_t node = (size_t)(vn - w->doc->nodes.start);
+        if (w->walked[node])
+            return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: aliases (*name) of mappings are not "
+                           "supported; write the keys out", w->path, line, key);
+        w->walked[node] = 1;
         return walk(w, vn, key);
+    }
     if (ki < 0 && pt_config_is_section(key))
         return pt_fail(w->err, PT_EINPUT,
                        "%s:%d: %s: section %s must be a mapping of key: value lines, indented "
@@ -207,10 +217,14 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
         return rc;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (root) {
-        walk_ctx w = {c, name, &doc, err};
+    unsigned char *walked = root ? calloc((size_t)(doc.nodes.top - doc.nodes.start), 1) : NULL;
+    if (root && !walked)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory reading %s", name);
+    if (root && walked) {
+        walk_ctx w = {c, name, &doc, err, walked};
         rc = walk(&w, root, "");
     }
+    free(walked);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
     if (rc == 0)

@@ -69,12 +69,28 @@ static inline __attribute__((always_inline)) lanes_v lanes_at(const real *v, int
 /* lane 0 + ... + lane 15 in a fixed tree: lane l adds lane l + 8, then the
  * sums add l + 4, l + 2 and l + 1 (rotations of the whole vector, constant
  * shuffles). */
+#if defined(__clang__)
+#define LANES_ROTATE(v, k)                                                                      \
+    __builtin_shufflevector(v, v, (k) % 16, (k + 1) % 16, (k + 2) % 16, (k + 3) % 16,             \
+                            (k + 4) % 16, (k + 5) % 16, (k + 6) % 16, (k + 7) % 16, (k + 8) % 16, \
+                            (k + 9) % 16, (k + 10) % 16, (k + 11) % 16, (k + 12) % 16,            \
+                            (k + 13) % 16, (k + 14) % 16, (k + 15) % 16)
+#else
+#define LANES_ROTATE(v, k)                                                                      \
+    __builtin_shuffle(v, (lanes_iv){(k) % 16, (k + 1) % 16, (k + 2) % 16, (k + 3) % 16,           \
+                                    (k + 4) % 16, (k + 5) % 16, (k + 6) % 16, (k + 7) % 16,       \
+                                    (k + 8) % 16, (k + 9) % 16, (k + 10) % 16, (k + 11) % 16,     \
+                                    (k + 12) % 16, (k + 13) % 16, (k + 14) % 16, (k + 15) % 16})
+#endif
+
+/* (GCC spells a constant shuffle __builtin_shuffle, clang
+ * __builtin_shufflevector; both give the same rotation.) */
 static inline real lanes_fold(lanes_v acc)
 {
-    acc += __builtin_shuffle(acc, (lanes_iv){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    acc += __builtin_shuffle(acc, (lanes_iv){4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3});
-    acc += __builtin_shuffle(acc, (lanes_iv){2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1});
-    acc += __builtin_shuffle(acc, (lanes_iv){1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0});
+    acc += LANES_ROTATE(acc, 8);
+    acc += LANES_ROTATE(acc, 4);
+    acc += LANES_ROTATE(acc, 2);
+    acc += LANES_ROTATE(acc, 1);
     return acc[0];
 }
 

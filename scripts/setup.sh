@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package pipetrain needs (build tools, Open MPI, hwloc,
 # libyaml, CUnit, OpenBLAS, jansson, OpenSSL's libcrypto (SHA-256), zlib, the two data sets, PyTorch for the reference
-# tests, iproute2 for the simulated hosts of tests/multinode) and writes the KJV text to datasets/kjv.txt. Non-interactive and safe
+# tests, clang-14 with libFuzzer and OpenMP for the fuzz targets, iproute2 for
+# the simulated hosts of tests/multinode) and writes the KJV text to
+# datasets/kjv.txt. Non-interactive and safe
 # to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +12,7 @@ packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin libhwloc-dev libyaml-dev libcunit1-dev
   libopenblas-openmp-dev zlib1g-dev libjansson-dev libssl-dev
+  clang-14 libclang-rt-14-dev libomp-14-dev
   dataset-fashion-mnist bible-kjv
   python3-torch python3-numpy
   iproute2

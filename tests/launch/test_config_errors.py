@@ -358,6 +358,9 @@ CASES = [
          needles=["allowed: an integer from 1 to 1024"]),
     Case("string_too_long", {"sample.prompt": '"%s"' % ("x" * 300)}, blame="sample.prompt",
          needles=["at most 255 bytes"]),
+    # strings must survive the YAML a checkpoint stores the config in
+    Case("control_character_in_string", {"sample.prompt": '"And\\x01God"'},
+         blame="sample.prompt", needles=["not text", "control character"]),
     # ---- YAML structure
     Case("yaml_syntax_tab", raw=inserted_under("train", "\tlr2: 1\n"), needles=["YAML"],
          line=line_with("\t")),
@@ -395,6 +398,13 @@ CASES = [
          needles=["second YAML document"]),
     Case("empty_second_document", raw=append("---\n"), line=last_line,
          needles=["second YAML document"]),
+    # empty mappings of unknown names pass, but not 2^40 walks of one through aliases
+    Case("aliases_of_mappings",
+         raw=append("l0: &l0 {}\n" + "".join("l%d: &l%d {a: *l%d, b: *l%d}\n" % (i, i, i - 1, i - 1)
+                                             for i in range(1, 41))),
+         line=line_with("l1:"), needles=["l1.a", "aliases (*name) of mappings"]),
+    Case("mapping_inside_its_own_anchor", raw=append("sample: &s {prompt: x, more: *s}\n"),
+         line=last_line, needles=["sample.more", "aliases (*name) of mappings"]),
     # one error line even when the bad value holds a newline
     Case("newline_in_bad_value", {"train.schedule": '"cos\\nine"'}, blame="train.schedule",
          needles=["train.schedule"]),
@@ -479,6 +489,8 @@ CASES = [
          needles=["--set", "train.lrr", "did you mean 'train.lr'"]),
     Case("set_without_equals", sets=["train.lr"], needles=["--set", "train.lr", "key=value"]),
     Case("set_empty_key", sets=["=3"], needles=["--set", "key=value"]),
+    Case("set_string_not_utf8", sets=["run.dir=r\udcff"],
+         needles=["--set", "run.dir", "invalid UTF-8"]),
     Case("set_bad_value", sets=["train.batch=0"],
          needles=["--set", "train.batch", "allowed: an integer from 1 to 16777216"]),
     Case("set_a_section", sets=["model=5"], needles=["--set: model: a section", "model.kind="]),

@@ -1,0 +1,31 @@
+/*
+ * checkpoint_format.h (private to launch/checkpoint.c, the writer, and
+ * launch/checkpoint_read.c, the reader): what both sides of the checkpoint
+ * format must agree on, kept in one place so they cannot drift apart.
+ */
+#ifndef PT_LAUNCH_CHECKPOINT_FORMAT_H
+#define PT_LAUNCH_CHECKPOINT_FORMAT_H
+
+#include "launch/checkpoint.h"
+
+#include <jansson.h>
+
+/* The recfile magics of the manifest and of unit files (8 bytes each; the
+ * literal's NUL is not part of it). */
+#define PT_CKPT_MANIFEST_MAGIC "PTCKMAN1"
+#define PT_CKPT_UNITS_MAGIC "PTUNITS1"
+
+/* PT_CKPT_FORMAT 2: JSON manifest binding its files by SHA-256 and checkpoint
+ * id. Ids are PT_CKPT_ID_CHARS hex digits; unit file names are shorter than
+ * PT_CKPT_FILE_MAX bytes. */
+enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
+
+/* The manifest's "arch" record: written, read (-1 when a field is missing or
+ * out of range; it is not checked as a model, see pt_arch_check) and
+ * compared field by field from one table. pt_ckpt_arch_difference names the
+ * config key behind the first field that differs, or returns NULL. */
+json_t *pt_ckpt_arch_json(const pt_arch *a);
+int pt_ckpt_arch_read(const json_t *o, pt_arch *a);
+const char *pt_ckpt_arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is);
+
+#endif

@@ -1,0 +1,468 @@
+/*
+ * checkpoint_read.c: reading checkpoints (see checkpoint.h, and checkpoint.c
+ * for the format and how its files are bound to each other): resuming a run,
+ * loading weights for evaluation or export, and the config a checkpoint was
+ * saved with.
+ *
+ * Nothing read is trusted: the manifest is used only in the directory of its
+ * own step, a unit file only when its size, SHA-256 and own record agree with
+ * the manifest, and every value is range-checked before it is used.
+ */
+#include "launch/checkpoint_format.h"
+
+#include "launch/session.h"
+
+#include "formats/formats.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A file the user pointed at that cannot be opened is bad input (exit
+ * status 2), like a missing config, not an internal failure. */
+static int input_error(int rc, pt_err *err)
+{
+    if (rc == PT_ESYS && err)
+        err->code = PT_EINPUT;
+    return rc == PT_ESYS ? PT_EINPUT : rc;
+}
+
+/* ------------------------------------------------------------------ load */
+
+typedef struct manifest {
+    pt_recfile *f;
+    json_t *j;
+    const char *dir;
+    const char *id;
+    int64_t step;
+    const json_t *units, *files;
+} manifest;
+
+static void manifest_close(manifest *m)
+{
+    json_decref(m->j);
+    pt_recfile_close(m->f);
+    memset(m, 0, sizeof *m);
+}
+
+/* The step in a directory's name "step_N" (trailing slashes ignored), or -1
+ * when it is not named so (a checkpoint copied elsewhere by the user). */
+static int64_t step_of_dir(const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    size_t at = len;
+    while (at > 0 && dir[at - 1] != '/')
+        at--;
+    char name[64];
+    if (len - at >= sizeof name)
+        return -1;
+    memcpy(name, dir + at, len - at);
+    name[len - at] = '\0';
+    int64_t step;
+    return pt_checkpoint_dir_step(name, &step) ? step : -1;
+}
+
+static int manifest_open(manifest *m, const char *dir, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    uint32_t version;
+    memset(m, 0, sizeof *m);
+    m->dir = dir;
+    pt_path_join(path, dir, "manifest");
+    int rc = pt_recfile_open(&m->f, path, PT_CKPT_MANIFEST_MAGIC, &version, err);
+    if (rc)
+        return input_error(rc, err);
+    const void *text;
+    uint64_t len;
+    if (version != PT_CKPT_FORMAT)
+        rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
+                     path, version, PT_CKPT_FORMAT);
+    else if ((rc = pt_recfile_find(m->f, "manifest", &text, &len, err)) == 0 &&
+             (rc = pt_json_load(&m->j, text, (size_t)len, err)))
+        pt_err_prefix(err, "'%s'", path);
+    const json_t *id = json_object_get(m->j, "checkpoint"), *step = json_object_get(m->j, "step");
+    m->units = json_object_get(m->j, "units");
+    m->files = json_object_get(m->j, "files");
+    if (rc == 0 && (!json_is_string(id) || json_string_length(id) != PT_CKPT_ID_CHARS ||
+                    !json_is_integer(step) || json_integer_value(step) < 0 ||
+                    !json_is_object(m->units) || !json_is_object(m->files)))
+        rc = pt_fail(err, PT_EINPUT, "'%s': the manifest lacks its checkpoint id, step, units or "
+                     "files (or one of them is malformed)", path);
+    if (rc == 0) {
+        m->id = json_string_value(id);
+        m->step = (int64_t)json_integer_value(step);
+        int64_t named = step_of_dir(dir);
+        if (named >= 0 && named != m->step)
+            rc = pt_fail(err, PT_EINPUT, "'%s' is the manifest of step %" PRId64 " but lies in the "
+                         "directory of step %" PRId64 ": files of different checkpoints were mixed",
+                         path, m->step, named);
+    }
+    if (rc)
+        manifest_close(m);
+    return rc;
+}
+
+/* The manifest's config (YAML text, over the defaults) and architecture. */
+static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
+{
+    pt_config_defaults(cfg);
+    char name[PT_CKPT_PATH];
+    snprintf(name, sizeof name, "%s/manifest (config record)", m->dir);
+    const json_t *config = json_object_get(m->j, "config");
+    int rc;
+    if (!json_is_string(config))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
+    else
+        rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
+    if (rc == 0 && pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    return rc;
+}
+
+int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err)
+{
+    manifest m;
+    int rc = manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    rc = read_config_record(&m, cfg, arch, err);
+    manifest_close(&m);
+    return rc;
+}
+
+/* Opens unit file `file` of the checkpoint after checking that it is the one
+ * the manifest lists (size, SHA-256) and that it names the manifest's
+ * checkpoint id, step and its own name. */
+static int open_unit_file(const manifest *m, const char *file, pt_recfile **out, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, m->dir, file);
+    const json_t *listed = json_object_get(m->files, file);
+    const json_t *bytes = json_object_get(listed, "bytes"), *sha = json_object_get(listed, "sha256");
+    if (!json_is_integer(bytes) || !json_is_string(sha) || json_string_length(sha) != 64)
+        return pt_fail(err, PT_EINPUT, "'%s/manifest' names unit file '%s' but does not list its "
+                       "size and SHA-256", m->dir, file);
+    unsigned char digest[32];
+    uint64_t size;
+    char hex[65];
+    int rc = pt_sha256_file(path, digest, &size, err);
+    if (rc)
+        return input_error(rc, err);
+    pt_hex(digest, 32, hex);
+    if (size != (uint64_t)json_integer_value(bytes) || strcmp(hex, json_string_value(sha)) != 0)
+        return pt_fail(err, PT_EINPUT, "'%s' is not the file this checkpoint's manifest lists (%s): "
+                       "it was changed, damaged or copied from another checkpoint",
+                       path, size != (uint64_t)json_integer_value(bytes) ? "other size" : "other SHA-256");
+    uint32_t version;
+    if ((rc = pt_recfile_open(out, path, PT_CKPT_UNITS_MAGIC, &version, err)))
+        return input_error(rc, err);
+    const void *text;
+    uint64_t len;
+    json_t *own = NULL;
+    if (version != PT_CKPT_FORMAT)
+        rc = pt_fail(err, PT_EINPUT, "'%s': unit file format %u, expected %d", path, version,
+                     PT_CKPT_FORMAT);
+    else if ((rc = pt_recfile_find(*out, "checkpoint", &text, &len, err)) == 0 &&
+             (rc = pt_json_load(&own, text, (size_t)len, err)))
+        pt_err_prefix(err, "'%s'", path);
+    const char *id = json_string_value(json_object_get(own, "checkpoint"));
+    const char *name = json_string_value(json_object_get(own, "file"));
+    const json_t *step = json_object_get(own, "step");
+    if (rc == 0 && (!id || !name || !json_is_integer(step) || strcmp(id, m->id) != 0 ||
+                    strcmp(name, file) != 0 || json_integer_value(step) != m->step))
+        rc = pt_fail(err, PT_EINPUT, "'%s' belongs to checkpoint %.32s (step %lld, file %s), not to "
+                     "this manifest's %s (step %" PRId64 "): files of different checkpoints were mixed",
+                     path, id ? id : "?", json_is_integer(step) ? (long long)json_integer_value(step) : -1LL,
+                     name ? name : "?", m->id, m->step);
+    json_decref(own);
+    if (rc) {
+        pt_recfile_close(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* The unit files of a manifest, opened one at a time as units ask for them
+ * (a stage's units are consecutive, so each file is opened once). */
+typedef struct unit_reader {
+    const manifest *m;
+    pt_recfile *f;
+    char open_name[PT_CKPT_FILE_MAX];
+} unit_reader;
+
+/* Whether a name the manifest gives for a unit file is one we may open: a
+ * plain name inside the checkpoint's own directory. */
+static int usable_file_name(const char *file)
+{
+    return file && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') && strcmp(file, "manifest");
+}
+
+/* The record of one part of unit `info` in the file the manifest names for
+ * it, checked to hold exactly the unit's floats. */
+static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, const void **data,
+                       uint64_t *len, pt_err *err)
+{
+    static const char *suffix[] = {"param", "grad", "m", "v"};
+    const manifest *m = ur->m;
+    const char *file = json_string_value(json_object_get(m->units, info->name));
+    if (!usable_file_name(file))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
+                       m->dir, info->name);
+    int rc;
+    if (strcmp(file, ur->open_name) != 0) {
+        pt_recfile_close(ur->f);
+        ur->f = NULL;
+        ur->open_name[0] = '\0';
+        if ((rc = open_unit_file(m, file, &ur->f, err)))
+            return rc;
+        snprintf(ur->open_name, sizeof ur->open_name, "%s", file);
+    }
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s.%s", info->name, suffix[part]);
+    if ((rc = pt_recfile_find(ur->f, tag, data, len, err)))
+        return rc;
+    if (*len != info->numel * sizeof(float))
+        return pt_fail(err, PT_EINPUT, "'%s': %s holds %" PRIu64 " values; the model's unit has %zu",
+                       pt_recfile_path(ur->f), tag, *len / sizeof(float), info->numel);
+    return 0;
+}
+
+/* Reads parameters (and moments when `moments`) of every unit of the
+ * segment from the unit files the manifest names. */
+static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err)
+{
+    const pt_arch *arch = pt_segment_arch(s);
+    const int first = pt_segment_first(s), count = pt_segment_count(s);
+    int rc = 0;
+    unit_reader ur = {m, NULL, ""};
+    for (int u = first; rc == 0 && u < first + count; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(arch, u, &info);
+        const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
+        const int frozen = u - first < pt_segment_frozen(s);
+        for (int k = 0; rc == 0 && k < (moments && !frozen ? 3 : 1); k++) {
+            const void *data;
+            uint64_t len;
+            if ((rc = unit_record(&ur, &info, parts[k], &data, &len, err)))
+                break;
+            float *host = malloc(len + 1);
+            if (!host) {
+                rc = pt_fail(err, PT_ENOMEM, "out of memory loading a checkpoint");
+                break;
+            }
+            memcpy(host, data, len);
+            rc = pt_segment_unit_set(s, u, parts[k], host, err);
+            free(host);
+        }
+    }
+    pt_recfile_close(ur.f);
+    return rc;
+}
+
+static int check_arch(const pt_arch *now, const manifest *m, pt_err *err)
+{
+    pt_arch saved;
+    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), &saved))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    int was, is;
+    const char *field = pt_ckpt_arch_difference(&saved, now, &was, &is);
+    if (field)
+        return pt_fail(err, PT_EINPUT,
+                       "checkpoint %s holds a model with %s = %d, this config makes %s = %d",
+                       m->dir, field, was, field, is);
+    return 0;
+}
+
+int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
+{
+    manifest m;
+    int rc = manifest_open(&m, dir, err);
+    if (rc == 0) {
+        if ((rc = check_arch(pt_segment_arch(seg), &m, err)) == 0)
+            rc = load_units(seg, &m, 0, err);
+        manifest_close(&m);
+    }
+    return rc;
+}
+
+int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err)
+{
+    int rc = s->run.active ? pt_checkpoint_load_segment(s->run.seg, dir, err) : 0;
+    return pt_run_agree(&s->run, rc, err);
+}
+
+/* The training state of the manifest (everything but units and arch). */
+typedef struct saved_state {
+    int64_t epoch, epoch_step, batch, seed, frozen;
+    pt_lr_schedule lr;
+} saved_state;
+
+static int read_state(const manifest *m, saved_state *st, pt_err *err)
+{
+    char what[PT_CKPT_PATH + 32];
+    snprintf(what, sizeof what, "'%s/manifest': the state is malformed", m->dir);
+    const json_t *lr = json_object_get(m->j, "lr");
+    int64_t kind = 0;
+    int rc;
+    if ((rc = pt_json_get_i64(m->j, "epoch", &st->epoch, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "epoch_step", &st->epoch_step, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "batch", &st->batch, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "seed", &st->seed, what, err)) ||
+        (rc = pt_json_get_i64(m->j, "frozen_units", &st->frozen, what, err)) ||
+        (rc = pt_json_get_i64(lr, "kind", &kind, what, err)) ||
+        (rc = pt_json_get_f64(lr, "base", &st->lr.base, what, err)) ||
+        (rc = pt_json_get_f64(lr, "min", &st->lr.min_lr, what, err)) ||
+        (rc = pt_json_get_i64(lr, "warmup", &st->lr.warmup, what, err)) ||
+        (rc = pt_json_get_i64(lr, "total", &st->lr.total, what, err)))
+        return rc;
+    if (st->epoch < 0 || st->epoch_step < 0 || kind < 0 || kind > PT_LR_LINEAR)
+        return pt_fail(err, PT_EINPUT, "%s: epoch %" PRId64 ", epoch_step %" PRId64
+                       ", lr.kind %" PRId64 " out of range", what, st->epoch, st->epoch_step, kind);
+    st->lr.kind = (pt_lr_kind)kind;
+    return 0;
+}
+
+static int load_state(pt_session *ss, const char *dir, pt_err *err)
+{
+    pt_run *r = &ss->run;
+    manifest m;
+    saved_state st;
+    memset(&st, 0, sizeof st);
+    /* every rank goes through the same collectives whatever fails where */
+    int rc = manifest_open(&m, dir, err);
+    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, err)) == 0) {
+        if (st.batch != ss->cfg.train.batch)
+            rc = pt_fail(err, PT_EINPUT,
+                         "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
+                         "the data position is only exact with the same batch",
+                         dir, st.batch, ss->cfg.train.batch);
+        else if (st.seed != ss->cfg.run.seed)
+            rc = pt_fail(err, PT_EINPUT,
+                         "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
+                         "set it back to resume the same data order",
+                         dir, st.seed, ss->cfg.run.seed);
+        else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
+            rc = pt_fail(err, PT_EINPUT,
+                         "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
+                         " batches: the training data changed",
+                         dir, st.epoch_step, pt_sampler_steps(&r->sampler));
+        else if ((rc = pt_freeze_from_json(&r->freeze, json_object_get(m.j, "freeze"), err)))
+            pt_err_prefix(err, "'%s/manifest'", dir);
+        else if (st.frozen != pt_freeze_units(r->freeze.depth))
+            rc = pt_fail(err, PT_EINPUT,
+                         "'%s/manifest': frozen_units = %" PRId64 " does not match %d frozen blocks",
+                         dir, st.frozen, r->freeze.depth);
+    }
+    /* every rank learns whether the state was good before the layout changes */
+    if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen > 0) {
+        /* lay the stages out for the frozen prefix first: which units each
+         * rank holds, and which of them keep moments, depend on it */
+        r->frozen_units = (int)st.frozen;
+        rc = pt_layout_replan(r, NULL, err);
+    }
+    if (rc == 0 && r->active)
+        rc = load_units(r->seg, &m, 1, err);
+    if (rc == 0) {
+        r->step = m.step;
+        r->epoch = st.epoch;
+        r->epoch_step = st.epoch_step;
+        /* The schedule follows the config, as a PyTorch scheduler follows the
+         * arguments it is built with: resuming with more epochs or another
+         * train.lr trains the new steps with the new schedule. Only a changed
+         * schedule is worth a note; with the same config the steps are exact. */
+        const pt_lr_schedule *was = &st.lr, *now = &r->lr;
+        const int same = was->kind == now->kind && was->base == now->base &&
+                         was->min_lr == now->min_lr && was->warmup == now->warmup &&
+                         was->total == now->total;
+        if (!same && r->rank == 0)
+            fprintf(stderr,
+                    "pipetrain: note: the learning-rate schedule differs from the checkpoint's "
+                    "(%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 " steps, now "
+                    "%s, lr %g, min_lr %g, warm-up %" PRId64 ", over %" PRId64 "); step %" PRId64
+                    " onwards follows the new one\n",
+                    pt_config_word("train.schedule", (int)was->kind), was->base, was->min_lr,
+                    was->warmup, was->total, pt_config_word("train.schedule", (int)now->kind),
+                    now->base, now->min_lr, now->warmup, now->total, m.step + 1);
+    }
+    if (m.j || m.f)
+        manifest_close(&m);
+    return rc;
+}
+
+int pt_checkpoint_load(pt_session *s, const char *dir, pt_err *err)
+{
+    return pt_run_agree(&s->run, load_state(s, dir, err), err);
+}
+
+/* The units of a whole model as a resume of any layout reads them (frozen
+ * units without moments), then every file the manifest lists, each opened
+ * and checked even if no unit names it. */
+static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, pt_err *err)
+{
+    unit_reader ur = {m, NULL, ""};
+    int rc = 0;
+    for (int u = 0; rc == 0 && u < pt_arch_units(arch); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(arch, u, &info);
+        const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
+        for (int k = 0; rc == 0 && k < (u < frozen ? 1 : 3); k++) {
+            const void *data;
+            uint64_t len;
+            rc = unit_record(&ur, &info, parts[k], &data, &len, err);
+        }
+    }
+    pt_recfile_close(ur.f);
+    const char *file;
+    const json_t *listed;
+    json_object_foreach((json_t *)m->files, file, listed) {
+        pt_recfile *f = NULL;
+        if (rc)
+            break;
+        if (!usable_file_name(file))
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest' lists a file named '%.80s', which is not a "
+                         "unit file of this directory", m->dir, file);
+        else
+            rc = open_unit_file(m, file, &f, err);
+        pt_recfile_close(f);
+    }
+    return rc;
+}
+
+int pt_checkpoint_verify(const char *dir, pt_err *err)
+{
+    manifest m;
+    int rc = manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    pt_config *cfg = malloc(sizeof *cfg); /* large: keep it off the stack */
+    pt_arch arch;
+    saved_state st;
+    pt_freeze_state freeze;
+    memset(&freeze, 0, sizeof freeze);
+    if (!cfg)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
+    if (rc == 0)
+        rc = read_config_record(&m, cfg, &arch, err);
+    /* a resume compares the architecture with its own; here it must at least be a model */
+    if (rc == 0 && (rc = pt_arch_check(&arch, err)))
+        pt_err_prefix(err, "'%s/manifest': the architecture record", dir);
+    if (rc == 0)
+        rc = read_state(&m, &st, err);
+    if (rc == 0) {
+        const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
+        rc = pt_freeze_init(&freeze, &none, arch.layers, err);
+    }
+    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m.j, "freeze"), err)))
+        pt_err_prefix(err, "'%s/manifest'", dir);
+    if (rc == 0 && st.frozen != pt_freeze_units(freeze.depth))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "
+                     "frozen blocks", dir, st.frozen, freeze.depth);
+    if (rc == 0)
+        rc = verify_files(&m, &arch, st.frozen, err);
+    pt_freeze_free(&freeze);
+    free(cfg);
+    manifest_close(&m);
+    return rc;
+}
