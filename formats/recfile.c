@@ -339,14 +339,12 @@ int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uin
     *out = NULL;
     *version = 0;
     pt_recfile *f = calloc(1, sizeof *f);
-    size_t path_len = strlen(path);
     if (f)
-        f->path = malloc(path_len + 1);
+        f->path = strdup(path);
     if (!f || !f->path) {
         free(f);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
-    memcpy(f->path, path, path_len + 1);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int rc = pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));

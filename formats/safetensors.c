@@ -352,14 +352,12 @@ int pt_st_open(pt_st_file **out, const char *path, pt_err *err)
 {
     *out = NULL;
     pt_st_file *f = calloc(1, sizeof *f);
-    size_t path_len = strlen(path);
     if (f)
-        f->path = malloc(path_len + 1);
+        f->path = strdup(path);
     if (!f || !f->path) {
         free(f);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
-    memcpy(f->path, path, path_len + 1);
     uint64_t size = 0, header_len = 0;
     int rc = read_header(f, &size, &header_len, err);
     if (!rc) {
