@@ -660,6 +660,27 @@ def test_init_from_nan_or_inf(h):
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
 
 
+def test_auto_freeze_of_many_blocks_logged_whole(h):
+    """The auto policy logs every block's gradient norm and change rate at
+    each decision. A 300-block model (the schema allows 1024) once overflowed
+    a fixed buffer there (found by ASan; this test runs under it): every
+    decision must be one JSON line holding all 300 of each."""
+    blocks = 300
+    keys = base(h, **{"model.dim": "8", "model.layers": str(blocks), "model.heads": "1",
+                      "train.max_steps": "4", "freeze.policy": "auto", "freeze.unit": "step",
+                      "freeze.start": "1", "freeze.every": "1", "freeze.alpha": "0.5"})
+    cfg = U.write_config(h, "deep.yaml", keys)
+    r = h.run(["train", cfg]).expect(0, "%d blocks with the auto freeze policy" % blocks)
+    U.no_sanitizer(r)
+    with open(os.path.join(h.path("run"), "metrics.jsonl")) as f:
+        decisions = [rec for rec in map(json.loads, f) if rec.get("event") == "freeze"]
+    check(len(decisions) >= 3, "expected a decision after each of steps 1..4, got %d", len(decisions))
+    later = decisions[1:]  # the first decision only records the norms
+    check(all(len(d.get("norms", [])) == blocks and len(d.get("rates", [])) == blocks for d in later),
+          "decisions do not carry %d norms and rates: %s", blocks,
+          [(len(d.get("norms", [])), len(d.get("rates", []))) for d in later])
+
+
 def test_bf16_without_a_gpu(h):
     """run.device auto finds no GPU: bf16 is refused naming run.precision."""
     if any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
@@ -720,6 +741,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
+         test_auto_freeze_of_many_blocks_logged_whole,
          test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 
