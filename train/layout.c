@@ -178,6 +178,10 @@ static int open_cache(pt_run *r, pt_err *err)
 /* Staging for the largest micro-batches this layout runs. */
 static int stage_buffers(pt_run *r, pt_err *err)
 {
+    /* A step stages at most M micro-batches of at most max_micro examples,
+     * and never more micro-batches than examples: the per-micro-batch
+     * records are sized by examples too, so a re-plan that doubles M and
+     * halves the micro-batch (as many examples, more records) fits. */
     const int need = r->micro * r->max_micro;
     if (need <= r->staged_examples)
         return 0;
@@ -191,9 +195,9 @@ static int stage_buffers(pt_run *r, pt_err *err)
     r->images = malloc(((size_t)need * pt_arch_input_floats(&r->arch) + 1) * sizeof(float));
     r->tokens = malloc(((size_t)need * T + 1) * sizeof(int32_t));
     r->targets = malloc(((size_t)need * T + 1) * sizeof(int32_t));
-    r->batches = calloc((size_t)r->micro + 1, sizeof *r->batches);
+    r->batches = calloc((size_t)need + 1, sizeof *r->batches);
     r->batch_ids = calloc((size_t)need + 1, sizeof *r->batch_ids);
-    r->batch_first = calloc((size_t)r->micro + 1, sizeof *r->batch_first);
+    r->batch_first = calloc((size_t)need + 1, sizeof *r->batch_first);
     r->staged_examples = need;
     if (!r->images || !r->tokens || !r->targets || !r->batches || !r->batch_ids || !r->batch_first) {
         r->staged_examples = 0;
