@@ -18,6 +18,7 @@
  * unit part.
  */
 #include "launch/checkpoint_format.h"
+#include "launch/profile.h"
 
 #include "formats/formats.h"
 #include "launch/session.h"
@@ -193,6 +194,20 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
         "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", pt_ckpt_arch_json(&r->arch),
         "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
     free(config);
+    /* the planner's measured inputs, so a resume plans the same layouts */
+    pt_profile prof;
+    pt_err ignored;
+    if (m && pt_layout_profile(r, &prof, &ignored) == 0) {
+        json_t *pj = pt_profile_json(&prof, &r->arch);
+        pt_profile_free(&prof);
+        if (!pj || json_object_set_new(m, "profile", pj)) {
+            json_decref(m);
+            m = NULL;
+        }
+    } else {
+        json_decref(m);
+        m = NULL;
+    }
     return m;
 }
 

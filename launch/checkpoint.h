@@ -39,6 +39,11 @@ int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err);
 /* The same into one segment, in one process (for export). */
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
 
+/* The profile (the planner's measured inputs) a checkpoint's manifest
+ * carries, for a run of model arch; empty (ranks 0) when it carries none.
+ * Free with pt_profile_free. */
+int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile *out, pt_err *err);
+
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
 

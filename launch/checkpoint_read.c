@@ -9,6 +9,7 @@
  * the manifest, and every value is range-checked before it is used.
  */
 #include "launch/checkpoint_format.h"
+#include "launch/profile.h"
 
 #include "launch/session.h"
 
@@ -101,6 +102,32 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     }
     if (rc)
         manifest_close(m);
+    return rc;
+}
+
+/* The manifest's profile (the planner's measured inputs) into *out; a
+ * manifest without one (none was saved before the format carried it) gives
+ * an empty profile (ranks 0). */
+static int read_profile(const manifest *m, const pt_arch *arch, pt_profile *out, pt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *o = json_object_get(m->j, "profile");
+    if (!o)
+        return 0;
+    char where[PT_CKPT_PATH + 16];
+    snprintf(where, sizeof where, "'%s/manifest'", m->dir);
+    return pt_profile_parse(o, arch, where, out, err);
+}
+
+int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile *out, pt_err *err)
+{
+    manifest m;
+    memset(out, 0, sizeof *out);
+    int rc = manifest_open(&m, dir, err);
+    if (rc == 0) {
+        rc = read_profile(&m, arch, out, err);
+        manifest_close(&m);
+    }
     return rc;
 }
 
@@ -354,6 +381,11 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
             rc = pt_fail(err, PT_EINPUT,
                          "'%s/manifest': frozen_units = %" PRId64 " does not match %d frozen blocks",
                          dir, st.frozen, r->freeze.depth);
+        else {
+            pt_profile prof; /* used before the load (setup.c); here only checked */
+            if ((rc = read_profile(&m, &r->arch, &prof, err)) == 0)
+                pt_profile_free(&prof);
+        }
     }
     /* every rank learns whether the state was good before the layout changes */
     if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen > 0) {
@@ -459,6 +491,9 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     if (rc == 0 && st.frozen != pt_freeze_units(freeze.depth))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "
                      "frozen blocks", dir, st.frozen, freeze.depth);
+    pt_profile prof;
+    if (rc == 0 && (rc = read_profile(&m, &arch, &prof, err)) == 0)
+        pt_profile_free(&prof);
     if (rc == 0)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);

@@ -95,6 +95,7 @@ typedef struct pt_config {
         int elastic;
         int overlap;
         double bucket_mib;
+        char profile[PT_PATH_MAX]; /* the planner's measured inputs from this file; "" = measure */
     } pipeline;
 
     struct {

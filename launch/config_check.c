@@ -134,6 +134,8 @@ static int file_rules(const pt_config *c, pt_err *err)
     }
     if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
         return rc;
+    if (*c->pipeline.profile && (rc = need_file(c, "pipeline.profile", c->pipeline.profile, err)))
+        return rc;
     return 0;
 }
 

@@ -164,6 +164,9 @@ const pt_key_spec pt_config_keys[] = {
      "start each bucket's gradient all-reduce during the last backward; false: after it"},
     {"pipeline.bucket_mib", PT_K_FLOAT, AT(pipeline.bucket_mib), 0, 1024, NULL, PT_F_MIN_EXCL, "4",
      "gradient all-reduce bucket size in MiB (whole units per bucket)"},
+    {"pipeline.profile", PT_K_STR, AT(pipeline.profile), 0, 0, NULL, 0, "",
+     "plan from the unit costs and links measured by an earlier run (its RUN_DIR/profile.json) "
+     "instead of measuring: the same layouts, run after run ('' = measure)"},
 
     /* freeze */
     {"freeze.policy", PT_K_ENUM, AT(freeze.policy), 0, 0, PT_WORDS("none", "schedule", "auto"), 0,

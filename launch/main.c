@@ -127,7 +127,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * first, so bad input never creates run.dir; checkpoints are looked at
      * only under it. */
     pt_rundir_lock lock = {-1};
-    int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, &err);
+    /* the checkpoint a resume would take, looked at (read only) so the run
+     * plans from its profile; which one is resumed is settled under the lock */
+    char planned[PT_PATH_MAX + 64] = "";
+    pt_err quiet;
+    if (strcmp(cfg->train.resume, "auto") == 0)
+        pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
+    else
+        snprintf(planned, sizeof planned, "%s", cfg->train.resume);
+    int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
     if (rc == 0 && pt_comm_rank(comm) == 0)
         rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
     if ((rc = setup_failed(comm, rc, &err)))
@@ -149,6 +157,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * load is collective over the world */
     if (rc == 0 && *resume)
         rc = pt_checkpoint_load(s, resume, &err);
+    /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
+    if (rc == 0)
+        rc = pt_session_write_profile(s, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_train(s, &err);
@@ -180,7 +191,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     if (!checkpoint && (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
         checkpoint = latest;
     if (rc == 0)
-        rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, &err);
+        rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
     if (rc == 0)
         rc = pt_checkpoint_load_weights(s, checkpoint, &err);
     float *logits = NULL;
@@ -231,7 +242,7 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     pt_session *s = calloc(1, sizeof *s);
     if (!s)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
-    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_EVAL, &err);
+    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_EVAL, NULL, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0 && pt_comm_rank(comm) == 0) {
         printf("rank 0: %s\n", s->binding);
         pt_layout_print(&s->run, stdout);

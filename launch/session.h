@@ -26,15 +26,21 @@ typedef struct pt_session {
     pt_progress progress;
     FILE *rank_metrics;    /* run.rank_metrics: this rank's step timings */
     FILE *sample_log;      /* run.log_samples: the sample ids of each step */
+    pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
 } pt_session;
 
 /* Binds cores, opens the device, loads the data, builds the engine from the
  * config (collective over the world), initialises the weights (from the seed
  * or model.init_from) and, for training, opens the metrics files. Every
  * failure that is the config's fault names the key, file and line. Does not
- * resume; see pt_checkpoint_load. */
+ * resume (see pt_checkpoint_load), but plans from the profile of checkpoint
+ * `resume` (NULL or "": none) when it applies to this world, so the resumed
+ * run makes the saved run's layouts; pipeline.profile comes first. */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
-                    pt_err *err);
+                    const char *resume, pt_err *err);
+/* Writes RUN_DIR/profile.json: the measured inputs this run planned from
+ * (rank 0; a run that planned nothing has no unit costs in it). */
+int pt_session_write_profile(const pt_session *s, pt_err *err);
 void pt_session_close(pt_session *s);
 
 /* loop.c: trains from the engine's position to the end of the run: steps,

@@ -6,6 +6,8 @@
  * pt_session_close, which is safe on a partly built session.
  */
 #include "launch/session.h"
+#include "launch/profile.h"
+#include "launch/checkpoint.h"
 
 #include "formats/formats.h"
 #include "launch/weights.h"
@@ -453,7 +455,42 @@ static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_
     return 0;
 }
 
-int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode, pt_err *err)
+/* The profile the engine plans from: pipeline.profile's (an error names
+ * the key), else the resumed checkpoint's when it has a good one (a bad one
+ * is the load's to report), else none. Every rank reads it, as it reads the
+ * data; the engine uses rank 0's. */
+static int given_profile(pt_session *s, const char *resume, int *strict, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    *strict = 0;
+    if (*c->pipeline.profile) {
+        *strict = 1;
+        int rc = pt_profile_read(c->pipeline.profile, &s->arch, &s->profile, err);
+        return rc ? pt_config_key_prefix(c, err, "pipeline.profile") : 0;
+    }
+    pt_err ignored;
+    if (resume && *resume && pt_checkpoint_read_profile(resume, &s->arch, &s->profile, &ignored))
+        memset(&s->profile, 0, sizeof s->profile);
+    return 0;
+}
+
+int pt_session_write_profile(const pt_session *s, pt_err *err)
+{
+    if (s->rank != 0)
+        return 0;
+    pt_profile p;
+    char path[PT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/profile.json", s->cfg.run.dir);
+    int rc = pt_layout_profile(&s->run, &p, err);
+    if (rc == 0) {
+        rc = pt_profile_write(path, &p, &s->run.arch, err);
+        pt_profile_free(&p);
+    }
+    return rc;
+}
+
+int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
+                    const char *resume, pt_err *err)
 {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
@@ -512,7 +549,18 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);
+    if ((rc = given_profile(s, resume, &spec.profile_strict, err)))
+        goto fail;
+    spec.profile = s->profile.ranks ? &s->profile : NULL;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
+        if (rc == PT_EINPUT && spec.profile_strict && strncmp(err->msg, "measured on another", 19) == 0) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            rc = pt_config_key_fail(c, err, "pipeline.profile", "'%s' was %.800s; measure again "
+                                    "(pipeline.profile: '') or use a profile of this world",
+                                    c->pipeline.profile, why);
+            goto fail;
+        }
         /* the layout keys were checked above: what the planner refuses is memory */
         if (rc == PT_EINPUT && strstr(err->msg, "fits")) {
             char why[sizeof err->msg];
@@ -566,6 +614,7 @@ void pt_session_close(pt_session *s)
     if (s->sample_log)
         fclose(s->sample_log);
     pt_run_close(&s->run);
+    pt_profile_free(&s->profile);
     if (s->be)
         pt_backend_close(s->be);
     pt_dataset_free(&s->train);

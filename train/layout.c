@@ -44,15 +44,83 @@ static double device_memory(const pt_run *r)
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
-/* Rank 0 profiles; everyone gets the model (or rank 0's error). */
-static int shared_cost_model(pt_run *r, int small, int large, pt_err *err)
+/* The cores of a node as the planner prices them. */
+static int planner_cores(const pt_run *r)
+{
+    return r->spec.cores > 0 ? r->spec.cores : pt_comm_cores(r->comm);
+}
+
+/* The micro-batch sizes the units are timed at: the largest and the smallest
+ * a search can pick. */
+static void profiled_sizes(const pt_run *r, int *small, int *large)
+{
+    const int64_t B = r->spec.batch;
+    const int units = pt_arch_units(&r->arch);
+    const int k_max = r->ranks < units ? r->ranks : units;
+    *large = (int)(B < 512 ? B : 512);
+    *small = (int)(B / (8 * k_max) > 0 ? B / (8 * k_max) : 1);
+    if (*small > *large)
+        *small = *large;
+}
+
+/* Whether profile p was measured on this world for what this run plans:
+ * 1, or 0 with the first difference in why. */
+static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int small, int large,
+                        char *why, size_t n)
+{
+    const int *node_of = pt_comm_node_map(r->comm);
+    const int units = pt_arch_units(&r->arch);
+    if (p->ranks != r->ranks) {
+        snprintf(why, n, "it was measured with %d rank%s, this run has %d", p->ranks,
+                 p->ranks == 1 ? "" : "s", r->ranks);
+        return 0;
+    }
+    for (int q = 0; q < r->ranks; q++)
+        if ((node_of ? node_of[q] : 0) != p->node_of[q]) {
+            snprintf(why, n, "rank %d was on node %d there and is on node %d here", q, p->node_of[q],
+                     node_of ? node_of[q] : 0);
+            return 0;
+        }
+    if (p->cores != planner_cores(r))
+        snprintf(why, n, "it priced %d cores per node, this run %d", p->cores, planner_cores(r));
+    else if (p->threads != r->spec.threads)
+        snprintf(why, n, "it was timed with %d threads per rank, this run uses %d", p->threads,
+                 r->spec.threads);
+    else if (strcmp(p->backend, pt_backend_name(r->be)) != 0)
+        snprintf(why, n, "it was timed on the %s backend, this run uses %s", p->backend,
+                 pt_backend_name(r->be));
+    else if (costs && p->cost.units == 0)
+        snprintf(why, n, "it holds no unit costs (that run had nothing to choose), this run needs them");
+    else if (costs && p->cost.units != units)
+        snprintf(why, n, "it holds the costs of %d units, this model has %d", p->cost.units, units);
+    else if (costs && (p->cost.batch[0] != small || p->cost.batch[1] != large))
+        snprintf(why, n, "it timed micro-batches of %d and %d examples, this run needs %d and %d "
+                 "(train.batch or the ranks differ)", p->cost.batch[0], p->cost.batch[1], small, large);
+    else
+        return 1;
+    return 0;
+}
+
+/* Rank 0 profiles, or copies the given profile's costs; everyone gets the
+ * model (or rank 0's error). */
+static int shared_cost_model(pt_run *r, int small, int large, const pt_profile *given, pt_err *err)
 {
     pt_cost_model *cm = &r->cost;
     pt_group *world = pt_comm_world(r->comm);
     int64_t status = 0;
     memset(cm, 0, sizeof *cm);
-    if (r->rank == 0 && pt_cost_profile(cm, &r->arch, r->be, small, large, err))
+    if (r->rank == 0 && given) {
+        cm->units = given->cost.units;
+        cm->batch[0] = given->cost.batch[0];
+        cm->batch[1] = given->cost.batch[1];
+        cm->boundary_bytes_per_example = given->cost.boundary_bytes_per_example;
+        if (!(cm->unit = malloc((size_t)cm->units * sizeof *cm->unit)))
+            status = pt_fail(err, PT_ENOMEM, "out of memory for the cost model");
+        else
+            memcpy(cm->unit, given->cost.unit, (size_t)cm->units * sizeof *cm->unit);
+    } else if (r->rank == 0 && pt_cost_profile(cm, &r->arch, r->be, small, large, err)) {
         status = err->code;
+    }
     int rc = pt_bcast(world, &status, sizeof status, 0, err);
     if (rc == 0 && status) {
         if (r->rank != 0)
@@ -73,6 +141,31 @@ static int shared_cost_model(pt_run *r, int small, int large, pt_err *err)
     if (rc)
         pt_cost_model_free(cm);
     return rc;
+}
+
+/* Rank 0 decides whether the spec's profile is used: 1 yes, 0 measure, or
+ * an error when a strict one does not fit. The same answer on every rank. */
+static int use_given_profile(pt_run *r, int costs, int small, int large, pt_err *err)
+{
+    const pt_profile *p = r->spec.profile;
+    char why[256] = "";
+    int64_t use = 0;
+    if (r->rank == 0 && p && (costs || r->ranks > 1)) { /* else nothing is measured */
+        use = profile_fits(r, p, costs, small, large, why, sizeof why);
+        if (!use && r->spec.profile_strict)
+            use = -pt_fail(err, PT_EINPUT, "measured on another world: %s", why);
+        else if (!use)
+            fprintf(stderr, "pipetrain: note: the checkpoint's measurements of unit costs and links "
+                    "do not apply here (%s); measuring again, so the layout may differ from the "
+                    "saved run's and the results agree with it only up to the order of "
+                    "floating-point sums\n", why);
+    }
+    int rc = pt_bcast(pt_comm_world(r->comm), &use, sizeof use, 0, err);
+    if (rc == 0 && use < 0 && r->rank != 0)
+        rc = pt_fail(err, (int)-use, "rank 0 refused the given profile (rank 0 reports why)");
+    else if (rc == 0 && use < 0)
+        rc = (int)-use;
+    return rc ? -rc : (int)use;
 }
 
 /* Frozen units whose output the cache serves: all of them, but never so many
@@ -131,7 +224,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .recompute = s->recompute,
         .batch = s->batch,
         .mem_limit = device_memory(r),
-        .cores = s->cores > 0 ? s->cores : pt_comm_cores(r->comm),
+        .cores = planner_cores(r),
         .threads = s->threads,
         .frozen_units = r->frozen_units,
         .cached_units = cached_units(r, K ? K : 1),
@@ -314,18 +407,27 @@ int pt_layout_open(pt_run *r, pt_err *err)
 {
     pt_group_set_timeout(pt_comm_world(r->comm), r->spec.timeout_s);
     int rc = job_name(r, err);
-    if (rc == 0 && r->ranks > 1)
+    int small, large, use = 0;
+    profiled_sizes(r, &small, &large);
+    const int costs = needs_costs(r);
+    if (rc == 0 && (use = use_given_profile(r, costs, small, large, err)) < 0)
+        rc = -use;
+    if (rc == 0 && use && r->ranks > 1) { /* rank 0's figures, as measuring gives them */
+        double links[3] = {0, 0, 0};
+        if (r->rank == 0) {
+            links[0] = r->spec.profile->bw_intra;
+            links[1] = r->spec.profile->bw_inter;
+            links[2] = r->spec.profile->latency;
+        }
+        rc = pt_bcast(pt_comm_world(r->comm), links, sizeof links, 0, err);
+        r->bw_intra = links[0];
+        r->bw_inter = links[1];
+        r->latency = links[2];
+    } else if (rc == 0 && r->ranks > 1) {
         rc = pt_comm_measure_links(r->comm, &r->bw_intra, &r->bw_inter, &r->latency, err);
-    if (rc == 0 && needs_costs(r)) {
-        /* profile at the largest and smallest micro-batch a search can pick */
-        const int64_t B = r->spec.batch;
-        const int units = pt_arch_units(&r->arch);
-        const int k_max = r->ranks < units ? r->ranks : units;
-        int large = (int)(B < 512 ? B : 512);
-        int small = (int)(B / (8 * k_max) > 0 ? B / (8 * k_max) : 1);
-        small = small < large ? small : large;
-        rc = shared_cost_model(r, small, large, err);
     }
+    if (rc == 0 && costs)
+        rc = shared_cost_model(r, small, large, use ? r->spec.profile : NULL, err);
     if (rc == 0)
         rc = make_plan(r, 0, &r->plan, err);
     if (rc == 0)
@@ -397,6 +499,43 @@ int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err)
     if (t)
         *t = info;
     return rc;
+}
+
+void pt_profile_free(pt_profile *p)
+{
+    if (!p)
+        return;
+    free(p->node_of);
+    pt_cost_model_free(&p->cost);
+    memset(p, 0, sizeof *p);
+}
+
+int pt_layout_profile(const pt_run *r, pt_profile *out, pt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const int *node_of = pt_comm_node_map(r->comm);
+    out->ranks = r->ranks;
+    out->cores = planner_cores(r);
+    out->threads = r->spec.threads;
+    snprintf(out->backend, sizeof out->backend, "%s", pt_backend_name(r->be));
+    out->bw_intra = r->bw_intra;
+    out->bw_inter = r->bw_inter;
+    out->latency = r->latency;
+    out->cost.units = r->cost.units;
+    out->cost.batch[0] = r->cost.batch[0];
+    out->cost.batch[1] = r->cost.batch[1];
+    out->cost.boundary_bytes_per_example = r->cost.boundary_bytes_per_example;
+    out->node_of = malloc((size_t)r->ranks * sizeof *out->node_of);
+    out->cost.unit = malloc(((size_t)r->cost.units + 1) * sizeof *out->cost.unit);
+    if (!out->node_of || !out->cost.unit) {
+        pt_profile_free(out);
+        return pt_fail(err, PT_ENOMEM, "out of memory for the run's profile");
+    }
+    for (int q = 0; q < r->ranks; q++)
+        out->node_of[q] = node_of ? node_of[q] : 0;
+    if (r->cost.units)
+        memcpy(out->cost.unit, r->cost.unit, (size_t)r->cost.units * sizeof *out->cost.unit);
+    return 0;
 }
 
 const char *pt_layout_mode(const pt_run *r)

@@ -73,11 +73,33 @@ typedef struct pt_train_spec {
     const char *cache_dir;
     int cache_min_depth;
     FILE *sample_log;             /* each step's sample ids of this replica, or NULL */
+    /* the planner's measured inputs to use instead of measuring (rank 0's
+     * counts; NULL: measure); strict: one measured on another world is an
+     * error (pipeline.profile), else it is measured again with a note (the
+     * profile a resumed checkpoint carries) */
+    const struct pt_profile *profile;
+    int profile_strict;
     /* where this rank is, kept up to date for a signal handler to print (it
      * may read the pointer at any moment: it always points at a whole
      * string); NULL: not wanted */
     const char *volatile *where;
 } pt_train_spec;
+
+/* The planner's measured inputs: the unit costs and links a plan is made
+ * from, and the world they were measured on. A plan is a function of these
+ * and the config, so a run given the profile an earlier run measured (its
+ * checkpoints carry it) makes the same layouts at the same freeze decisions,
+ * and so computes the same bits; measuring again may pick another layout,
+ * which agrees only up to the order of floating-point sums. */
+typedef struct pt_profile {
+    int ranks, cores, threads;    /* cores: of a node, as the planner priced them */
+    int *node_of;                 /* [ranks] */
+    char backend[32];
+    double bw_intra, bw_inter, latency;
+    pt_cost_model cost;           /* units 0: nothing was profiled (nothing to choose) */
+} pt_profile;
+
+void pt_profile_free(pt_profile *p);
 
 /* One step as this rank saw it. */
 typedef struct pt_step_result {
@@ -138,7 +160,7 @@ typedef struct pt_run {
     pt_batch *batches;
     int64_t *batch_ids;
     int *batch_first;
-    int staged_examples;   /* capacity of the staging, in examples */
+    int staged_examples;   /* capacity of the staging, in examples (and micro-batches) */
     double *reduce;        /* per-unit sums of squares, then the step's scalars */
     char where[2][256];    /* the step's phase outside the executor (two, so the one
                               a signal handler may be reading is never rewritten) */
@@ -176,6 +198,8 @@ int pt_run_agree(pt_run *r, int rc, pt_err *err);
 int pt_layout_open(pt_run *r, pt_err *err);
 void pt_layout_close(pt_run *r);
 int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err);
+/* This run's measured inputs, as a new pt_profile (free with pt_profile_free). */
+int pt_layout_profile(const pt_run *r, pt_profile *out, pt_err *err);
 /* What `pipetrain plan` prints: topology, mode, layout, who does what,
  * predictions, runners-up, idle ranks and why. */
 void pt_layout_print(const pt_run *r, FILE *out);

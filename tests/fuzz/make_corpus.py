@@ -48,6 +48,8 @@ train:
   batch: 8
   epochs: 1
   eval_every: 0
+pipeline:
+  memory_gib: 1  # leaves M to the planner: the manifest's profile holds unit costs
 """
 
 
@@ -182,7 +184,10 @@ def main():
               "classes", "vocab", "context", "init_std", "freeze", "depth", "decisions",
               "have_prev", "acc_steps", "acc", "prev", "units", "files", "bytes", "sha256",
               "config", "embed", "blocks.0.attn", "blocks.0.mlp", "head", "units-stage0.bin",
-              "manifest", "../", "."]
+              "manifest", "../", ".", "profile", "ranks", "node_of", "cores", "threads",
+              "backend", "cpu", "links", "intra_bytes_per_s", "inter_bytes_per_s", "latency_s",
+              "costs", "boundary_bytes_per_example", "fwd", "bwd", "param_bytes", "state_bytes",
+              "saved_bytes", "scratch_bytes", "model", "pipetrain-profile-1"]
     tokens = ['"%s"' % f for f in fields] + ["true", "false", "null", "-1", "0.0", "1e400",
                                              "9223372036854775807", "\\u0000", "\\n", "{}",
                                              "[]"]

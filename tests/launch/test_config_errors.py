@@ -660,6 +660,74 @@ def test_init_from_nan_or_inf(h):
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
 
 
+def test_profile_refused_with_its_key(h):
+    """pipeline.profile: a run's RUN_DIR/profile.json plans a new run alike;
+    a file that is not one, is damaged, or was measured for another model or
+    world is refused naming the key, the file and what is wrong, before
+    run.dir exists."""
+    # a memory limit on one rank leaves M to the planner, so the costs are measured
+    good_keys = base(h, **{"train.max_steps": "1", "pipeline.memory_gib": "1"})
+    cfg = U.write(h.path("good.yaml"), U.render(good_keys))
+    h.run(["train", cfg]).expect(0)
+    prof_path = h.path("run", "profile.json")
+    prof = json.load(open(prof_path))
+    check(len(prof["costs"]["units"]) == 6 and prof["ranks"] == 1, "profile.json: %s", prof)
+    text = U.render(base(h, **{"train.max_steps": "1", "pipeline.memory_gib": "1",
+                               "pipeline.profile": prof_path, "run.dir": h.path("again")}))
+    h.run(["train", U.write(h.path("again.yaml"), text)]).expect(0)
+    check(json.load(open(h.path("again", "profile.json"))) == prof,
+          "a run given a profile did not plan from it")
+
+    def edited(**changes):
+        def f(p):
+            for path, value in changes.items():
+                d, keys = p, path.split(".")
+                for k in keys[:-1]:
+                    d = d[int(k)] if isinstance(d, list) else d[k]
+                d[keys[-1]] = value
+            return json.dumps(p)
+        return f
+    cases = [
+        ("not_json", lambda p: '{"format": ', ["line 1"]),
+        ("empty", lambda p: "", ["line 1"]),
+        ("a_list", lambda p: "[1]", ["must be a JSON object"]),
+        ("other_format", edited(format="pipetrain-profile-9"), ["'format'"]),
+        ("other_model", edited(**{"model.dim": 64}), ["another model", "model.dim was 64"]),
+        ("negative_time", edited(**{"costs.units.2.fwd": [-1.0, 1.0]}), ["'costs.units[2].fwd[0]'"]),
+        ("time_as_text", edited(**{"costs.units.0.bwd": ["a", 1.0]}), ["'costs.units[0].bwd[0]'"]),
+        ("one_unit", edited(**{"costs.units": prof["costs"]["units"][:1]}), ["'costs.units'"]),
+        ("node_out_of_range", edited(node_of=[5]), ["'node_of[0]'"]),
+        ("huge_ranks", edited(ranks=1 << 40), ["'ranks'"]),
+        ("backend_not_text", edited(backend=7), ["'backend'"]),
+        ("links_missing", edited(links=None), ["'links'"]),
+        ("other_world_ranks", edited(ranks=2, node_of=[0, 0]), ["measured on another world",
+                                                               "2 ranks, this run has 1"]),
+        ("other_world_cores", edited(cores=prof["cores"] + 7), ["measured on another world",
+                                                                "cores"]),
+        ("other_world_threads", edited(threads=prof["threads"] + 1),
+         ["measured on another world", "threads"]),
+        ("other_batch_sizes", edited(**{"costs.batch": [3, 5]}), ["measured on another world",
+                                                                  "micro-batches of 3 and 5"]),
+    ]
+    for name, make, needles in cases:
+        bad = U.write(h.path("bad-%s.json" % name), make(json.loads(json.dumps(prof))))
+        run_dir = h.path("run-" + name)
+        text = U.render(base(h, **{"train.max_steps": "1", "pipeline.memory_gib": "1",
+                                   "pipeline.profile": bad, "run.dir": run_dir}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg]).expect(2, name)
+        r.one_error("%s:%d: pipeline.profile: " % (cfg, U.line_of(text, "pipeline.profile")), bad,
+                    *needles)
+        check(not os.path.exists(run_dir), "%s: a refused profile created run.dir", name)
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    for name, target in (("missing", h.path("nothing.json")), ("a_directory", h.dir)):
+        text = U.render(base(h, **{"pipeline.profile": target, "run.dir": h.path("run-" + name)}))
+        cfg = U.write(h.path("bad.yaml"), text)
+        r = h.run(["train", cfg]).expect(2, name)
+        r.one_error("%s:%d: pipeline.profile: " % (cfg, U.line_of(text, "pipeline.profile")), target)
+
+
 def test_auto_freeze_of_many_blocks_logged_whole(h):
     """The auto policy logs every block's gradient norm and change rate at
     each decision. A 300-block model (the schema allows 1024) once overflowed
@@ -741,7 +809,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
-         test_auto_freeze_of_many_blocks_logged_whole,
+         test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 

@@ -14,7 +14,17 @@ Checked:
     ||b||); as in test_replica_equivalence.py, only the order of sums differs,
     the one-process run using one micro-batch per step; the key third of every
     qkv.bias, whose true gradient is 0, is held to its bound instead;
-  - cache on and cache off take the same layouts and are bit-identical;
+  - cache on and cache off take the same layouts and are bit-identical. The
+    layouts are a function of the planner's measured inputs (unit costs,
+    links), which vary from run to run, so every 4-rank run plans from one
+    profile (elastic_profile.json, a measurement of this model with the
+    links' latency set low, pipeline.profile): then the layouts, and the
+    bits, are the same run after run. (With the cache the frozen blocks cost
+    nothing, so on other inputs the planner may rightly pick fewer replicas
+    with the cache than without; bit-identity holds for equal layouts.);
+  - resume with the same config and world, the profile coming from the
+    checkpoint and not pipeline.profile: the same layouts as the run that
+    never stopped, and bit-identical to it;
   - every example is seen exactly once per epoch (run.log_samples: the ids
     each replica's first stage processed), across the transitions;
   - the replicas hold the same weights (run.check_replicas);
@@ -22,6 +32,12 @@ Checked:
     resumed on 1 rank, as (4, 1) and as (1, 4), each ending within the same
     tolerance of the run that never stopped;
   - /dev/shm holds none of the runs' cache segments afterwards.
+The ASan build runs this test too (label sanitize), for memory errors in
+every change of layout; there (PT_TEST_SANITIZED=1) the comparisons with the
+one-process run are printed but not held to the tolerances, which are set
+for the optimized build: the instrumented code rounds differently (losses
+differ by 1.3e-6 from its own one-process run, against 5.4e-7 here). Every
+other check holds there as it is.
 
 usage: test_elastic.py PIPETRAIN MPIEXEC"""
 import glob
@@ -51,6 +67,7 @@ MEMORY = "0.002"  # GiB per device: 4 stages for the whole model, fewer once blo
 # machines the layout is meant for (a run on 2 cores is right to prefer fewer
 # busy ranks).
 CORES = "4"
+PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_profile.json")
 failures = []
 
 
@@ -70,7 +87,7 @@ def nrel(a, b):
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
-def compare(name, ref, got, steps):
+def compare(name, ref, got, steps, ref_is_serial=False):
     """Losses (the last logged value of each step) and weights as the
     docstring says."""
     (ref_loss, ref_w), (loss, w) = ref, got
@@ -91,8 +108,11 @@ def compare(name, ref, got, steps):
             worst, where = e, k
     print("  %-44s losses %.1e, weights %.1e (%s)%s" % (name, worst_loss, worst, where,
                                                       " bit-identical" if identical else ""), flush=True)
-    expect(worst_loss <= LOSS_TOL and worst <= TOL,
-           "%s: losses within %.0e and weights within %.0e" % (name, LOSS_TOL, TOL))
+    if os.environ.get("PT_TEST_SANITIZED") == "1" and ref_is_serial:
+        print("    (sanitizer build: the tolerances are the optimized build's to check)", flush=True)
+    else:
+        expect(worst_loss <= LOSS_TOL and worst <= TOL,
+               "%s: losses within %.0e and weights within %.0e" % (name, LOSS_TOL, TOL))
     return identical
 
 
@@ -120,7 +140,8 @@ def main():
         runs = {}
         for cache in ("true", "false"):
             run_dir = train("elastic-" + cache, 4, pipeline__memory_gib=MEMORY, pipeline__cores=CORES,
-                            cache__enabled=cache, run__log_samples="true", run__check_replicas=4)
+                            pipeline__profile=PROFILE, cache__enabled=cache, run__log_samples="true",
+                            run__check_replicas=4)
             runs[cache] = run_dir
             plans = [(e["old"]["stages"], e["old"]["replicas"], e["new"]["stages"],
                       e["new"]["replicas"]) for e in events(run_dir, "replan")]
@@ -130,7 +151,8 @@ def main():
                 print("    transition at step %d: %.2f MiB moved in %.3f s" %
                       (e["step"], e["bytes_moved"] / 2**20, e["seconds"]), flush=True)
                 expect(e["seconds"] < 5, "a transition takes seconds, not minutes (%.3f s)" % e["seconds"])
-            compare("elastic, cache %s, against one process" % cache, ref, result(run_dir), steps)
+            compare("elastic, cache %s, against one process" % cache, ref, result(run_dir), steps,
+                    ref_is_serial=True)
             # every example exactly once per epoch
             seen = {}
             for path in glob.glob(os.path.join(run_dir, "samples-rank*.jsonl")):
@@ -141,13 +163,34 @@ def main():
                    "cache %s: every example exactly once in each of the 4 epochs (%s)"
                    % (cache, {e: len(v) for e, v in sorted(seen.items())}))
         on, off = result(runs["true"]), result(runs["false"])
-        identical = on[0] == off[0] and all(np.array_equal(on[1][k], off[1][k]) for k in on[1])
-        expect(identical, "cache on and cache off are bit-identical")
+        differ = [s for s in sorted(on[0]) if on[0][s] != off[0].get(s)]
+        differ_w = sorted(k for k in on[1] if not np.array_equal(on[1][k], off[1][k]))
+        expect(not differ and not differ_w and on[0].keys() == off[0].keys(),
+               "cache on and cache off are bit-identical (losses differ at steps %s, weights in %s)"
+               % (differ[:5], differ_w[:5]))
 
         print("resume across layouts from the checkpoint saved at (2, 2)", flush=True)
         saved = os.path.join(runs["true"], "checkpoints", "step_0000000016")
         expect(os.path.isfile(os.path.join(saved, "manifest")), "the step 16 checkpoint exists")
         uninterrupted = result(runs["true"])
+
+        # the same config and world, planning from the checkpoint's profile
+        run_dir = os.path.join(work, "resumed-same")
+        shutil.copytree(saved, os.path.join(run_dir, "checkpoints", "step_0000000016"))
+        tools.run(4, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto",
+                                                pipeline__memory_gib=MEMORY, pipeline__cores=CORES))
+        plans = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
+                 for e in events(run_dir, "replan")]
+        was = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
+               for e in events(runs["true"], "replan")]
+        expect(plans == was[-len(plans):] and len(plans) >= 1,
+               "resumed with the same config: the same layouts as the run that never stopped (%s, %s)"
+               % (plans, was))
+        loss, w = result(run_dir)
+        same = all(loss[k] == uninterrupted[0][k] for k in loss) and len(loss) == steps - 16 and \
+            all(np.array_equal(w[k], uninterrupted[1][k]) for k in w)
+        expect(same, "resumed with the same config: bit-identical to the run that never stopped")
+
         for name, ranks, kv in (("(1, 1)", 1, {}),
                                 ("(4, 1)", 4, dict(pipeline__stages=4, pipeline__replicas=1)),
                                 ("(1, 4)", 4, dict(pipeline__stages=1, pipeline__replicas=4))):
