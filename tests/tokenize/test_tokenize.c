@@ -1,0 +1,344 @@
+/*
+ * test_tokenize.c: the WordPiece tokenizer on a small vocabulary written by
+ * the test: greedy longest match (and its lack of backtracking), "##"
+ * continuations, [UNK] for an unmatchable and for a 101-code-point word,
+ * punctuation and CJK splitting, accents and case, dropped control
+ * characters, invalid UTF-8, truncation, and vocabularies refused with the
+ * line named. Parity with Hugging Face on real text is tokenize_parity's.
+ */
+#include "tokenize/tokenize.h"
+#include "tests/common/cunit_main.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *VOCAB[] = {
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "un", "una", "##ffable", "##aff",
+    "##able", "a", "##a", ",", "!", "$", "\xc2\xab", "\xc2\xbb", "\xe4\xb8\xad", "\xe5\x9b\xbd",
+    "b", "x", "##y", "cafe", "σ", "ς", NULL};
+
+static char g_dir[256];
+
+static void make_dir(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/pt_test_tokenize_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CU_ASSERT_FATAL(mkdtemp(g_dir) != NULL);
+}
+
+/* Writes text to g_dir/name; path receives the full path. */
+static void write_text(char *path, size_t size, const char *name, const char *text, size_t n)
+{
+    snprintf(path, size, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(fwrite(text, 1, n, f) == n);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+}
+
+static pt_vocab *small_vocab(void)
+{
+    char text[1024] = "", path[512];
+    for (int i = 0; VOCAB[i]; i++) {
+        strcat(text, VOCAB[i]);
+        strcat(text, "\n");
+    }
+    make_dir();
+    write_text(path, sizeof path, "vocab.txt", text, strlen(text));
+    pt_vocab *v = NULL;
+    pt_err err = {0};
+    int rc = pt_vocab_load(&v, path, &err);
+    if (rc)
+        fprintf(stderr, "%s\n", err.msg);
+    CU_ASSERT_FATAL(rc == 0);
+    unlink(path);
+    rmdir(g_dir);
+    return v;
+}
+
+/* Encodes text (n bytes) with room for max_ids and returns the tokens
+ * joined by spaces (static buffer), "ERROR" on failure. */
+static const char *enc_n(const pt_vocab *v, const char *text, size_t n, int max_ids)
+{
+    static char out[65536];
+    int32_t *ids = malloc((size_t)max_ids * sizeof *ids);
+    CU_ASSERT_FATAL(ids != NULL);
+    int count = -1;
+    pt_err err = {0};
+    if (pt_tokenize(v, text, n, ids, max_ids, &count, &err)) {
+        free(ids);
+        return "ERROR";
+    }
+    CU_ASSERT(count >= 2 && count <= max_ids);
+    out[0] = 0;
+    size_t used = 0;
+    for (int i = 0; i < count; i++) {
+        const char *t = pt_vocab_token(v, ids[i]);
+        CU_ASSERT_FATAL(t != NULL);
+        used += (size_t)snprintf(out + used, sizeof out - used, "%s%s", i ? " " : "", t);
+        CU_ASSERT_FATAL(used < sizeof out);
+    }
+    for (int i = count; i < max_ids; i++)
+        CU_ASSERT(ids[i] == pt_vocab_specials(v).pad);
+    free(ids);
+    return out;
+}
+
+static const char *enc(const pt_vocab *v, const char *text)
+{
+    return enc_n(v, text, strlen(text), 4096);
+}
+
+#define EXPECT_ENC(v, text, want)                                                               \
+    do {                                                                                        \
+        const char *got_ = enc(v, text);                                                        \
+        if (strcmp(got_, want))                                                                 \
+            fprintf(stderr, "\n  '%s': got '%s', want '%s'\n", text, got_, want);               \
+        CU_ASSERT_STRING_EQUAL(got_, want);                                                     \
+    } while (0)
+
+static void test_vocab_basics(void)
+{
+    pt_vocab *v = small_vocab();
+    int n = 0;
+    while (VOCAB[n])
+        n++;
+    CU_ASSERT(pt_vocab_size(v) == n);
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT(pt_vocab_id(v, VOCAB[i], strlen(VOCAB[i])) == i);
+        CU_ASSERT_STRING_EQUAL(pt_vocab_token(v, i), VOCAB[i]);
+    }
+    CU_ASSERT(pt_vocab_id(v, "hell", 4) == -1);
+    CU_ASSERT(pt_vocab_id(v, "##hello", 7) == -1);
+    CU_ASSERT(pt_vocab_token(v, -1) == NULL && pt_vocab_token(v, n) == NULL);
+    pt_vocab_special sp = pt_vocab_specials(v);
+    CU_ASSERT(sp.pad == 0 && sp.unk == 1 && sp.cls == 2 && sp.sep == 3);
+    pt_vocab_free(v);
+    pt_vocab_free(NULL);
+}
+
+static void test_greedy(void)
+{
+    pt_vocab *v = small_vocab();
+    EXPECT_ENC(v, "", "[CLS] [SEP]");
+    EXPECT_ENC(v, "   \t\n ", "[CLS] [SEP]");
+    EXPECT_ENC(v, "hello world", "[CLS] hello world [SEP]");
+    /* longest first: "una" beats "un", then "##ffable" */
+    EXPECT_ENC(v, "unaffable", "[CLS] una ##ffable [SEP]");
+    /* no backtracking: una + "##ble" fails, so the word is [UNK] although
+     * un + ##able would have covered it */
+    EXPECT_ENC(v, "unable", "[CLS] [UNK] [SEP]");
+    /* a failure anywhere makes the whole word [UNK], not just its tail */
+    EXPECT_ENC(v, "unaffablez hello", "[CLS] [UNK] hello [SEP]");
+    EXPECT_ENC(v, "xyyy", "[CLS] x ##y ##y ##y [SEP]");
+    EXPECT_ENC(v, "zzz", "[CLS] [UNK] [SEP]");
+    pt_vocab_free(v);
+}
+
+static void test_long_words(void)
+{
+    pt_vocab *v = small_vocab();
+    char word[200];
+    memset(word, 'a', sizeof word);
+    char want[2048] = "[CLS] a";
+    for (int i = 1; i < 100; i++)
+        strcat(want, " ##a");
+    strcat(want, " [SEP]");
+    CU_ASSERT_STRING_EQUAL(enc_n(v, word, 100, 4096), want);
+    CU_ASSERT_STRING_EQUAL(enc_n(v, word, 101, 4096), "[CLS] [UNK] [SEP]");
+    /* the limit counts code points after normalisation: 100 "á" (each 3 code
+     * points before the accent goes, 2 bytes precomposed) is still a word */
+    char acc[400];
+    for (int i = 0; i < 100; i++)
+        memcpy(acc + 2 * i, "\xc3\xa1", 2);
+    CU_ASSERT_STRING_EQUAL(enc_n(v, acc, 200, 4096), want);
+    /* punctuation splits a long run before the length is counted */
+    char split[300];
+    memset(split, 'a', 150);
+    split[50] = ',';
+    split[100] = ',';
+    const char *got = enc_n(v, split, 150, 4096);
+    CU_ASSERT(strncmp(got, "[CLS] a ##a", 11) == 0);
+    CU_ASSERT(strstr(got, "[UNK]") == NULL);
+    pt_vocab_free(v);
+}
+
+static void test_punct_cjk(void)
+{
+    pt_vocab *v = small_vocab();
+    EXPECT_ENC(v, "hello,world!", "[CLS] hello , world ! [SEP]");
+    EXPECT_ENC(v, "a$a", "[CLS] a $ a [SEP]");
+    /* « and » are Unicode punctuation (Pi, Pf) */
+    EXPECT_ENC(v, "\xc2\xabhello\xc2\xbb", "[CLS] \xc2\xab hello \xc2\xbb [SEP]");
+    /* ASCII symbols 33-47 etc. are split even when not in the vocabulary */
+    EXPECT_ENC(v, "hello#world", "[CLS] hello [UNK] world [SEP]");
+    EXPECT_ENC(v, "\xe4\xb8\xad\xe5\x9b\xbd", "[CLS] \xe4\xb8\xad \xe5\x9b\xbd [SEP]");
+    EXPECT_ENC(v, "a\xe4\xb8\xad" "b", "[CLS] a \xe4\xb8\xad b [SEP]");
+    /* a CJK compatibility ideograph (U+F9A8) is split too, and then
+     * decomposes (NFD) to U+4EE4, not in this vocabulary */
+    EXPECT_ENC(v, "a\xef\xa6\xa8" "b", "[CLS] a [UNK] b [SEP]");
+    pt_vocab_free(v);
+}
+
+static void test_normalise(void)
+{
+    pt_vocab *v = small_vocab();
+    EXPECT_ENC(v, "H\xc3\xa9llo", "[CLS] hello [SEP]");     /* precomposed é */
+    EXPECT_ENC(v, "He\xcc\x81llo", "[CLS] hello [SEP]");    /* e + combining acute */
+    EXPECT_ENC(v, "HELLO W\xc3\x96RLD", "[CLS] hello world [SEP]");
+    EXPECT_ENC(v, "CAF\xc3\x89", "[CLS] cafe [SEP]");
+    /* İ (U+0130): its full lowercase is i + U+0307, which never matters
+     * since NFD takes the dot off first */
+    EXPECT_ENC(v, "\xc4\xb0", "[CLS] [UNK] [SEP]");
+    /* per code point lowercase: final sigma is not made ς (as in HF) */
+    EXPECT_ENC(v, "\xce\xa3", "[CLS] σ [SEP]");
+    pt_vocab_free(v);
+}
+
+static void test_cleaning(void)
+{
+    pt_vocab *v = small_vocab();
+    EXPECT_ENC(v, "hel\x01lo", "[CLS] hello [SEP]");              /* Cc dropped */
+    EXPECT_ENC(v, "hel\x7flo wor\x1bld", "[CLS] hello world [SEP]");
+    EXPECT_ENC(v, "hel\xe2\x80\x8dlo", "[CLS] hello [SEP]");      /* ZWJ (Cf) dropped */
+    EXPECT_ENC(v, "\xef\xbb\xbfhello", "[CLS] hello [SEP]");      /* BOM (Cf) */
+    EXPECT_ENC(v, "hel\xee\x80\x80lo", "[CLS] hello [SEP]");      /* private use (Co) */
+    EXPECT_ENC(v, "hel\xef\xbf\xbdlo", "[CLS] hello [SEP]");      /* U+FFFD */
+    EXPECT_ENC(v, "hello\x0bworld", "[CLS] [UNK] [SEP]");         /* \v is Cc: dropped, joins */
+    EXPECT_ENC(v, "hello\tworld\r\nx", "[CLS] hello world x [SEP]");
+    EXPECT_ENC(v, "hello\xc2\xa0world", "[CLS] hello world [SEP]"); /* NBSP (Zs) */
+    EXPECT_ENC(v, "hello\xe2\x80\xa8world", "[CLS] hello world [SEP]"); /* U+2028 (Zl) */
+    EXPECT_ENC(v, "hello\xe3\x80\x80world", "[CLS] hello world [SEP]"); /* ideographic space */
+    CU_ASSERT_STRING_EQUAL(enc_n(v, "hel\0lo", 6, 64), "[CLS] hello [SEP]");
+    pt_vocab_free(v);
+}
+
+static void test_invalid_utf8(void)
+{
+    pt_vocab *v = small_vocab();
+    EXPECT_ENC(v, "hel\xfflo", "[CLS] hello [SEP]");
+    EXPECT_ENC(v, "\xe0\x80hello", "[CLS] hello [SEP]");         /* overlong start */
+    EXPECT_ENC(v, "\xed\xa0\x80hello", "[CLS] hello [SEP]");     /* a surrogate */
+    EXPECT_ENC(v, "\xf4\x90\x80\x80hello", "[CLS] hello [SEP]"); /* above U+10FFFF */
+    EXPECT_ENC(v, "hello\xe4\xb8", "[CLS] hello [SEP]");         /* cut at the end */
+    /* the maximal subpart: a lead byte followed by ASCII takes only itself,
+     * so no letter is swallowed */
+    EXPECT_ENC(v, "\xe4hello \xf0\x9f" "a", "[CLS] hello a [SEP]");
+    EXPECT_ENC(v, "\xc3hello", "[CLS] hello [SEP]");
+    /* every byte value alone, and random bytes: no crash, a valid encoding */
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        CU_ASSERT(strcmp(enc_n(v, &c, 1, 8), "ERROR") != 0);
+    }
+    unsigned seed = 12345;
+    char buf[4096];
+    for (int t = 0; t < 200; t++) {
+        for (size_t i = 0; i < sizeof buf; i++) {
+            seed = seed * 1103515245u + 12345u;
+            buf[i] = (char)(seed >> 16);
+        }
+        size_t n = (size_t)(seed >> 8) % sizeof buf;
+        CU_ASSERT(strcmp(enc_n(v, buf, n, 64), "ERROR") != 0);
+    }
+    pt_vocab_free(v);
+}
+
+static void test_truncation(void)
+{
+    pt_vocab *v = small_vocab();
+    const char *t = "hello world hello world";
+    CU_ASSERT_STRING_EQUAL(enc_n(v, t, strlen(t), 4), "[CLS] hello world [SEP]");
+    CU_ASSERT_STRING_EQUAL(enc_n(v, t, strlen(t), 5), "[CLS] hello world hello [SEP]");
+    CU_ASSERT_STRING_EQUAL(enc_n(v, t, strlen(t), 6), "[CLS] hello world hello world [SEP]");
+    CU_ASSERT_STRING_EQUAL(enc_n(v, t, strlen(t), 9), "[CLS] hello world hello world [SEP]");
+    CU_ASSERT_STRING_EQUAL(enc_n(v, t, strlen(t), 2), "[CLS] [SEP]");
+    /* a word's pieces are cut like any others */
+    CU_ASSERT_STRING_EQUAL(enc_n(v, "unaffable", 9, 3), "[CLS] una [SEP]");
+    int32_t ids[8];
+    int count = 0;
+    pt_err err = {0};
+    CU_ASSERT(pt_tokenize(v, t, strlen(t), ids, 1, &count, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "max_ids 1") != NULL);
+    CU_ASSERT(pt_tokenize(v, NULL, 3, ids, 8, &count, &err) == PT_EINPUT);
+    CU_ASSERT(pt_tokenize(v, NULL, 0, ids, 8, &count, &err) == 0 && count == 2);
+    pt_vocab_free(v);
+}
+
+/* Loading `text` as a vocabulary fails with code, and the message holds each
+ * of the needles. */
+static void expect_refused(const char *text, size_t n, int code, const char *n1, const char *n2)
+{
+    char path[512];
+    make_dir();
+    write_text(path, sizeof path, "vocab.txt", text, n);
+    pt_vocab *v = (pt_vocab *)1;
+    pt_err err = {0};
+    int rc = pt_vocab_load(&v, path, &err);
+    CU_ASSERT(rc == code);
+    CU_ASSERT(v == NULL);
+    CU_ASSERT(strstr(err.msg, path) != NULL);
+    if (n1 && !strstr(err.msg, n1))
+        fprintf(stderr, "\n  message '%s' lacks '%s'\n", err.msg, n1);
+    CU_ASSERT(!n1 || strstr(err.msg, n1) != NULL);
+    CU_ASSERT(!n2 || strstr(err.msg, n2) != NULL);
+    unlink(path);
+    rmdir(g_dir);
+}
+
+#define SPECIALS "[PAD]\n[UNK]\n[CLS]\n[SEP]\n"
+
+static void test_vocab_errors(void)
+{
+    pt_vocab *v = (pt_vocab *)1;
+    pt_err err = {0};
+    CU_ASSERT(pt_vocab_load(&v, "/nonexistent/vocab.txt", &err) == PT_ESYS);
+    CU_ASSERT(v == NULL && strstr(err.msg, "/nonexistent/vocab.txt") != NULL);
+
+    const char dup[] = SPECIALS "hello\nworld\nhello\n";
+    expect_refused(dup, sizeof dup - 1, PT_EINPUT, ":7: duplicate token 'hello'", "line 5");
+    const char empty_line[] = SPECIALS "hello\n\nworld\n";
+    expect_refused(empty_line, sizeof empty_line - 1, PT_EINPUT, ":6: empty line", NULL);
+    char long_tok[600] = SPECIALS;
+    memset(long_tok + strlen(long_tok), 'x', 300);
+    expect_refused(long_tok, strlen(long_tok), PT_EINPUT, ":5: token of 300 bytes", NULL);
+    const char space[] = SPECIALS "hello world\n";
+    expect_refused(space, sizeof space - 1, PT_EINPUT, ":5: token holds a space", NULL);
+    const char bad_utf8[] = SPECIALS "ok\nhel\xfflo\n";
+    expect_refused(bad_utf8, sizeof bad_utf8 - 1, PT_EINPUT, ":6: token is not valid UTF-8",
+                   NULL);
+    const char nul[] = SPECIALS "he\0llo\n";
+    expect_refused(nul, sizeof nul - 1, PT_EINPUT, ":5: token holds a space or control byte 0x00",
+                   NULL);
+    const char no_pad[] = "[UNK]\n[CLS]\n[SEP]\nhello\n";
+    expect_refused(no_pad, sizeof no_pad - 1, PT_EINPUT, "no [PAD] token", NULL);
+    const char no_cls[] = "[PAD]\n[UNK]\n[SEP]\n";
+    expect_refused(no_cls, sizeof no_cls - 1, PT_EINPUT, "no [CLS] token", NULL);
+    expect_refused("", 0, PT_EINPUT, "empty vocabulary", NULL);
+
+    /* CRLF line ends and a missing last newline are fine */
+    char path[512];
+    make_dir();
+    const char crlf[] = "[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\nhello";
+    write_text(path, sizeof path, "vocab.txt", crlf, sizeof crlf - 1);
+    v = NULL;
+    CU_ASSERT_FATAL(pt_vocab_load(&v, path, &err) == 0);
+    CU_ASSERT(pt_vocab_size(v) == 5 && pt_vocab_id(v, "hello", 5) == 4);
+    CU_ASSERT_STRING_EQUAL(enc(v, "Hello"), "[CLS] hello [SEP]");
+    pt_vocab_free(v);
+    unlink(path);
+    rmdir(g_dir);
+}
+
+static const pt_test tokenize_tests[] = {
+    {"vocab_basics", test_vocab_basics},
+    {"greedy", test_greedy},
+    {"long_words", test_long_words},
+    {"punct_cjk", test_punct_cjk},
+    {"normalise", test_normalise},
+    {"cleaning", test_cleaning},
+    {"invalid_utf8", test_invalid_utf8},
+    {"truncation", test_truncation},
+    {"vocab_errors", test_vocab_errors},
+    {NULL, NULL}};
+
+static const pt_test_suite suites[] = {{"tokenize", tokenize_tests}, {NULL, NULL}};

@@ -1,0 +1,35 @@
+/*
+ * tokenize_internal.h: private to tokenize/: the vocabulary's layout and the
+ * UTF-8 decoder shared by the vocabulary reader and the tokenizer.
+ */
+#ifndef PT_TOKENIZE_INTERNAL_H
+#define PT_TOKENIZE_INTERNAL_H
+
+#include "tokenize/tokenize.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct pt_vocab {
+    int32_t count;     /* tokens */
+    char *text;        /* every token, NUL-terminated, one after another */
+    size_t text_bytes; /* used bytes of text */
+    uint32_t *off;     /* [count] offset of each token in text */
+    uint8_t *len;      /* [count] bytes of each token */
+    size_t max_len;    /* the longest token's bytes: longer strings are not looked up */
+    int32_t *index;    /* [slots] open addressing: a token id or -1 (empty) */
+    size_t slots;      /* a power of two, at least 2 * count */
+    pt_vocab_special special;
+};
+
+/* What pt_utf8_next reports for an ill-formed subpart (U+FFFD). */
+#define PT_UTF8_INVALID 0xFFFDu
+
+/* Decodes the code point at s (n >= 1 bytes) and returns the bytes it takes.
+ * An ill-formed sequence gives PT_UTF8_INVALID and takes its maximal subpart
+ * (at least one byte): the longest prefix that could start a well-formed
+ * sequence, as Unicode recommends and Python's decoder does. A literal U+FFFD
+ * in the input also gives 0xFFFD (3 bytes). */
+size_t pt_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
+
+#endif

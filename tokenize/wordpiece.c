@@ -1,0 +1,311 @@
+/*
+ * wordpiece.c: text to ids, the steps listed in tokenize.h.
+ *
+ * The text is read once, code point by code point. Cleaning (step 2) and
+ * the CJK rule (step 3) cut it into "pre-words" at whitespace and around
+ * ideographs; each pre-word is decomposed (NFD) code point by code point,
+ * its Mn marks dropped, its runs of remaining combining marks put in
+ * canonical order, lowercased, split at punctuation and each part turned
+ * into pieces. Decomposing per pre-word gives the same text as decomposing
+ * the whole string: pre-words are cut at starters (spaces, ideographs), and
+ * canonical reordering never moves anything across a starter.
+ *
+ * Memory is one code point array as long as the longest pre-word; time is
+ * linear in the text (a part of more than 100 code points is [UNK] without
+ * being looked up; a shorter one costs at most 100 * 100 lookups).
+ */
+#include "tokenize/tokenize_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+size_t pt_utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t need;
+    uint32_t v;
+    unsigned lo = 0x80, hi = 0xBF; /* the allowed range of the next byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        v = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        v = c & 0x0F;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlong forms */
+        else if (c == 0xED)
+            hi = 0x9F; /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        v = c & 0x07;
+        if (c == 0xF0)
+            lo = 0x90; /* no overlong forms */
+        else if (c == 0xF4)
+            hi = 0x8F; /* nothing above U+10FFFF */
+    } else {
+        *cp = PT_UTF8_INVALID; /* a continuation byte, C0, C1 or F5..FF: one byte */
+        return 1;
+    }
+    size_t i = 1;
+    for (; i <= need; i++) {
+        if (i >= n || s[i] < lo || s[i] > hi) {
+            *cp = PT_UTF8_INVALID; /* the prefix read so far is the maximal subpart */
+            return i;
+        }
+        v = (v << 6) | (s[i] & 0x3Fu);
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *cp = v;
+    return i;
+}
+
+/* Google BERT's CJK ranges as Hugging Face's tokenizers has them (with its
+ * 2B920 where Google has 2B820). */
+static int is_cjk(uint32_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+static int is_punct(uint32_t c)
+{
+    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
+        (c >= 123 && c <= 126))
+        return 1;
+    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+typedef struct {
+    const pt_vocab *v;
+    int32_t *out; /* pieces go here */
+    int cap;      /* at most this many */
+    int n;        /* written so far */
+    int full;     /* a piece did not fit: the rest of the text cannot matter */
+    uint32_t *cps; /* the current pre-word, decomposed, Mn dropped */
+    uint8_t *ccc;  /* [len] canonical combining class of each */
+    size_t len, room;
+    uint32_t *tmp; /* room code points: scratch of the reordering */
+    uint8_t *tmp_ccc;
+} tok_state;
+
+static void emit(tok_state *st, int32_t id)
+{
+    if (st->n < st->cap)
+        st->out[st->n++] = id;
+    else
+        st->full = 1;
+}
+
+/* WordPiece of one part: code points w[0..k), no whitespace nor punctuation. */
+static void wordpiece(tok_state *st, const uint32_t *w, size_t k)
+{
+    if (k == 0)
+        return;
+    int32_t unk = st->v->special.unk;
+    if (k > PT_WORDPIECE_MAX_WORD_CHARS) {
+        emit(st, unk);
+        return;
+    }
+    /* 2 bytes of room for "##", 4 bytes per code point */
+    char buf[2 + 4 * PT_WORDPIECE_MAX_WORD_CHARS];
+    size_t off[PT_WORDPIECE_MAX_WORD_CHARS + 1];
+    char *base = buf + 2;
+    size_t b = 0;
+    for (size_t i = 0; i < k; i++) {
+        off[i] = b;
+        b += (size_t)utf8proc_encode_char((utf8proc_int32_t)w[i], (utf8proc_uint8_t *)base + b);
+    }
+    off[k] = b;
+    int32_t pieces[PT_WORDPIECE_MAX_WORD_CHARS];
+    int np = 0;
+    size_t start = 0;
+    while (start < k) {
+        int32_t id = -1;
+        size_t end = k;
+        if (start > 0) {
+            /* the bytes before `start` are done with: the prefix goes there */
+            base[off[start] - 2] = '#';
+            base[off[start] - 1] = '#';
+        }
+        for (; end > start; end--) {
+            const char *s = start ? base + off[start] - 2 : base;
+            size_t n = off[end] - off[start] + (start ? 2 : 0);
+            if ((id = pt_vocab_id(st->v, s, n)) >= 0)
+                break;
+        }
+        if (id < 0) {
+            emit(st, unk);
+            return;
+        }
+        pieces[np++] = id;
+        start = end;
+    }
+    for (int i = 0; i < np; i++)
+        emit(st, pieces[i]);
+}
+
+/* Puts each run of non-starters (ccc > 0) in canonical order: a stable sort
+ * by combining class, as a counting sort so a long run stays linear. */
+static void reorder(tok_state *st)
+{
+    size_t i = 0;
+    while (i < st->len) {
+        if (st->ccc[i] == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i + 1, sorted = 1;
+        for (; j < st->len && st->ccc[j] != 0; j++)
+            if (st->ccc[j] < st->ccc[j - 1])
+                sorted = 0;
+        if (!sorted) {
+            size_t count[257] = {0};
+            for (size_t t = i; t < j; t++)
+                count[st->ccc[t] + 1]++;
+            for (int c = 1; c < 257; c++)
+                count[c] += count[c - 1];
+            for (size_t t = i; t < j; t++) {
+                size_t at = count[st->ccc[t]]++;
+                st->tmp[at] = st->cps[t];
+                st->tmp_ccc[at] = st->ccc[t];
+            }
+            memcpy(st->cps + i, st->tmp, (j - i) * sizeof *st->cps);
+            memcpy(st->ccc + i, st->tmp_ccc, j - i);
+        }
+        i = j;
+    }
+}
+
+/* The pre-word collected so far: reorder, lowercase, split at punctuation,
+ * WordPiece each part. */
+static void flush(tok_state *st)
+{
+    if (st->len == 0)
+        return;
+    reorder(st);
+    size_t a = 0;
+    for (size_t i = 0; i < st->len; i++) {
+        uint32_t c = (uint32_t)utf8proc_tolower((utf8proc_int32_t)st->cps[i]);
+        st->cps[i] = c;
+        if (is_punct(c)) {
+            wordpiece(st, st->cps + a, i - a);
+            wordpiece(st, st->cps + i, 1);
+            a = i + 1;
+        }
+    }
+    wordpiece(st, st->cps + a, st->len - a);
+    st->len = 0;
+}
+
+/* Appends code point c to the pre-word: its canonical decomposition, less the
+ * Mn marks. Returns 0 or -1 (out of memory). */
+static int append(tok_state *st, uint32_t c)
+{
+    utf8proc_int32_t d[8];
+    int bound = 0;
+    utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 8, UTF8PROC_DECOMPOSE,
+                                                 &bound);
+    if (k < 0 || k > 8) {
+        d[0] = (utf8proc_int32_t)c; /* cannot happen for a valid code point */
+        k = 1;
+    }
+    if (st->len + (size_t)k > st->room) {
+        size_t r = st->room ? 2 * st->room : 256;
+        while (r < st->len + (size_t)k)
+            r *= 2;
+        uint32_t *cps = realloc(st->cps, r * sizeof *cps);
+        if (!cps)
+            return -1;
+        st->cps = cps;
+        uint8_t *ccc = realloc(st->ccc, r);
+        if (!ccc)
+            return -1;
+        st->ccc = ccc;
+        uint32_t *tmp = realloc(st->tmp, r * sizeof *tmp);
+        if (!tmp)
+            return -1;
+        st->tmp = tmp;
+        uint8_t *tmp_ccc = realloc(st->tmp_ccc, r);
+        if (!tmp_ccc)
+            return -1;
+        st->tmp_ccc = tmp_ccc;
+        st->room = r;
+    }
+    for (utf8proc_ssize_t i = 0; i < k; i++) {
+        const utf8proc_property_t *p = utf8proc_get_property(d[i]);
+        if (p->category == UTF8PROC_CATEGORY_MN)
+            continue;
+        st->cps[st->len] = (uint32_t)d[i];
+        st->ccc[st->len] = (uint8_t)p->combining_class;
+        st->len++;
+    }
+    return 0;
+}
+
+int pt_tokenize(const pt_vocab *v, const char *text, size_t n, int32_t *ids, int max_ids,
+                int *count, pt_err *err)
+{
+    *count = 0;
+    if (!v || !ids)
+        return pt_fail(err, PT_EINPUT, "tokenize: no vocabulary or no output array");
+    if (max_ids < 2)
+        return pt_fail(err, PT_EINPUT, "tokenize: max_ids %d leaves no room for [CLS] and [SEP]",
+                       max_ids);
+    if (!text && n > 0)
+        return pt_fail(err, PT_EINPUT, "tokenize: NULL text of %zu bytes", n);
+    tok_state st = {.v = v, .out = ids + 1, .cap = max_ids - 2};
+    const unsigned char *s = (const unsigned char *)text;
+    int rc = 0;
+    size_t i = 0;
+    while (i < n && !st.full) {
+        uint32_t c;
+        i += pt_utf8_next(s + i, n - i, &c);
+        if (c == 0 || c == 0xFFFD)
+            continue;
+        if (c == '\t' || c == '\n' || c == '\r') {
+            flush(&st);
+            continue;
+        }
+        utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+        if (k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO)
+            continue;
+        if (k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP) {
+            flush(&st);
+            continue;
+        }
+        int cjk = is_cjk(c);
+        if (cjk)
+            flush(&st);
+        if (append(&st, c)) {
+            rc = pt_fail(err, PT_ENOMEM, "tokenize: out of memory for a word of %zu code points",
+                         st.len);
+            break;
+        }
+        if (cjk)
+            flush(&st);
+    }
+    if (!rc && !st.full)
+        flush(&st);
+    free(st.cps);
+    free(st.ccc);
+    free(st.tmp);
+    free(st.tmp_ccc);
+    if (rc)
+        return rc;
+    pt_vocab_special sp = v->special;
+    ids[0] = sp.cls;
+    ids[1 + st.n] = sp.sep;
+    *count = st.n + 2;
+    for (int j = *count; j < max_ids; j++)
+        ids[j] = sp.pad;
+    return 0;
+}
