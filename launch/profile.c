@@ -3,7 +3,7 @@
  *
  *   {"format": "pipetrain-profile-1", "model": {...the manifest's arch...},
  *    "ranks": R, "node_of": [R node indexes], "cores": C, "threads": T,
- *    "backend": "cpu", "links": {"intra_bytes_per_s", "inter_bytes_per_s",
+ *    "backend": "cpu", "ram_bytes_per_rank": B, "links": {"intra_bytes_per_s", "inter_bytes_per_s",
  *    "latency_s"}, "costs": {"batch": [small, large],
  *    "boundary_bytes_per_example", "units": [{"fwd": [2], "bwd": [2],
  *    "param_bytes", "state_bytes", "saved_bytes": [2], "scratch_bytes": [2]}]}}
@@ -22,9 +22,13 @@
 #include <string.h>
 
 #define PROFILE_FORMAT "pipetrain-profile-1"
-/* bounds of what a profile may claim, generous for any machine we plan for */
-enum { MAX_RANKS = 1 << 20, MAX_CORES = 1 << 20, MAX_THREADS = 1 << 16, MAX_UNITS = 1 << 21,
-       MAX_BATCH = 1 << 24, MAX_FILE = 256 << 20 };
+/* bounds of what a profile may claim, generous for any machine we plan for
+ * and small enough that the planner's sums of them stay finite */
+enum { MAX_RANKS = 1 << 20, MAX_CORES = 1 << 20, MAX_THREADS = 1 << 16, MAX_BATCH = 1 << 24,
+       MAX_FILE = 32 << 20 };
+#define MAX_SECONDS 1e6   /* a unit's time per micro-batch; a latency */
+#define MAX_BYTES 1e17    /* a unit's memory; bytes per example at a stage boundary */
+#define MAX_RATE 1e15     /* a link's bytes per second */
 
 static json_t *pair(const double v[2])
 {
@@ -34,26 +38,27 @@ static json_t *pair(const double v[2])
 json_t *pt_profile_json(const pt_profile *p, const pt_arch *arch)
 {
     json_t *nodes = json_array(), *units = json_array();
-    for (int q = 0; nodes && q < p->ranks; q++)
-        json_array_append_new(nodes, json_integer(p->node_of[q]));
-    for (int u = 0; units && u < p->cost.units; u++) {
+    int failed = !nodes || !units;
+    for (int q = 0; !failed && q < p->ranks; q++)
+        failed = json_array_append_new(nodes, json_integer(p->node_of[q])) != 0;
+    for (int u = 0; !failed && u < p->cost.units; u++) {
         const pt_unit_cost *c = &p->cost.unit[u];
-        json_array_append_new(units, json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "fwd", pair(c->fwd),
+        failed = json_array_append_new(units, json_pack("{s:o, s:o, s:o, s:o, s:o, s:o}", "fwd", pair(c->fwd),
                                                "bwd", pair(c->bwd), "param_bytes",
                                                pt_json_number(c->param_bytes), "state_bytes",
                                                pt_json_number(c->state_bytes), "saved_bytes",
                                                pair(c->saved_bytes), "scratch_bytes",
-                                               pair(c->scratch_bytes)));
+                                               pair(c->scratch_bytes))) != 0;
     }
-    if (!nodes || !units) {
+    if (failed) {
         json_decref(nodes);
         json_decref(units);
         return NULL;
     }
-    return json_pack("{s:s, s:o, s:i, s:o, s:i, s:i, s:s, s:{s:o, s:o, s:o}, s:{s:[i, i], s:o, s:o}}",
+    return json_pack("{s:s, s:o, s:i, s:o, s:i, s:i, s:s, s:o, s:{s:o, s:o, s:o}, s:{s:[i, i], s:o, s:o}}",
                      "format", PROFILE_FORMAT, "model", pt_ckpt_arch_json(arch), "ranks", p->ranks,
                      "node_of", nodes, "cores", p->cores, "threads", p->threads, "backend",
-                     p->backend, "links", "intra_bytes_per_s", pt_json_number(p->bw_intra),
+                     p->backend, "ram_bytes_per_rank", pt_json_number(p->ram_per_rank), "links", "intra_bytes_per_s", pt_json_number(p->bw_intra),
                      "inter_bytes_per_s", pt_json_number(p->bw_inter), "latency_s",
                      pt_json_number(p->latency), "costs", "batch", p->cost.batch[0],
                      p->cost.batch[1], "boundary_bytes_per_example",
@@ -79,16 +84,21 @@ static int get_int(const json_t *o, const char *name, const char *key, long long
     return 0;
 }
 
-/* A finite number >= 0. */
-static int get_num(const json_t *j, const char *key, double *v, const char *where, pt_err *err)
+/* A number from 0 to max (not -0). */
+static int get_num(const json_t *j, const char *key, double max, double *v, const char *where,
+                   pt_err *err)
 {
-    if (!json_is_number(j) || !isfinite(json_number_value(j)) || json_number_value(j) < 0)
-        return bad(err, where, key, j ? "must be a finite number >= 0" : "is missing");
-    *v = json_number_value(j);
+    const double x = json_is_number(j) ? json_number_value(j) : -1;
+    if (!(x >= 0 && x <= max) || signbit(x)) {
+        char what[64];
+        snprintf(what, sizeof what, "must be a number from 0 to %g", max);
+        return bad(err, where, key, j ? what : "is missing");
+    }
+    *v = x;
     return 0;
 }
 
-static int get_pair(const json_t *o, const char *name, const char *prefix, double v[2],
+static int get_pair(const json_t *o, const char *name, const char *prefix, double max, double v[2],
                     const char *where, pt_err *err)
 {
     char key[96];
@@ -100,7 +110,7 @@ static int get_pair(const json_t *o, const char *name, const char *prefix, doubl
     for (size_t i = 0; rc == 0 && i < 2; i++) {
         char item[112];
         snprintf(item, sizeof item, "%s[%zu]", key, i);
-        rc = get_num(json_array_get(a, i), item, &v[i], where, err);
+        rc = get_num(json_array_get(a, i), item, max, &v[i], where, err);
     }
     return rc;
 }
@@ -112,20 +122,20 @@ static int parse_unit(const json_t *o, int u, pt_unit_cost *c, const char *where
     if (!json_is_object(o))
         return bad(err, where, key, "must be a mapping");
     char k2[96];
-    int rc = get_pair(o, "fwd", key, c->fwd, where, err);
+    int rc = get_pair(o, "fwd", key, MAX_SECONDS, c->fwd, where, err);
     if (rc == 0)
-        rc = get_pair(o, "bwd", key, c->bwd, where, err);
+        rc = get_pair(o, "bwd", key, MAX_SECONDS, c->bwd, where, err);
     if (rc == 0)
-        rc = get_pair(o, "saved_bytes", key, c->saved_bytes, where, err);
+        rc = get_pair(o, "saved_bytes", key, MAX_BYTES, c->saved_bytes, where, err);
     if (rc == 0)
-        rc = get_pair(o, "scratch_bytes", key, c->scratch_bytes, where, err);
+        rc = get_pair(o, "scratch_bytes", key, MAX_BYTES, c->scratch_bytes, where, err);
     if (rc == 0) {
         snprintf(k2, sizeof k2, "%s.param_bytes", key);
-        rc = get_num(json_object_get(o, "param_bytes"), k2, &c->param_bytes, where, err);
+        rc = get_num(json_object_get(o, "param_bytes"), k2, MAX_BYTES, &c->param_bytes, where, err);
     }
     if (rc == 0) {
         snprintf(k2, sizeof k2, "%s.state_bytes", key);
-        rc = get_num(json_object_get(o, "state_bytes"), k2, &c->state_bytes, where, err);
+        rc = get_num(json_object_get(o, "state_bytes"), k2, MAX_BYTES, &c->state_bytes, where, err);
     }
     return rc;
 }
@@ -182,18 +192,21 @@ int pt_profile_parse(const json_t *o, const pt_arch *arch, const char *where, pt
         else
             out->node_of[q] = (int)json_integer_value(j);
     }
+    if (rc == 0)
+        rc = get_num(json_object_get(o, "ram_bytes_per_rank"), "ram_bytes_per_rank", MAX_BYTES,
+                     &out->ram_per_rank, where, err);
     const json_t *links = json_object_get(o, "links");
     if (rc == 0 && !json_is_object(links))
         rc = bad(err, where, "links", links ? "must be a mapping" : "is missing");
     if (rc == 0)
         rc = get_num(json_object_get(links, "intra_bytes_per_s"), "links.intra_bytes_per_s",
-                     &out->bw_intra, where, err);
+                     MAX_RATE, &out->bw_intra, where, err);
     if (rc == 0)
         rc = get_num(json_object_get(links, "inter_bytes_per_s"), "links.inter_bytes_per_s",
-                     &out->bw_inter, where, err);
+                     MAX_RATE, &out->bw_inter, where, err);
     if (rc == 0)
-        rc = get_num(json_object_get(links, "latency_s"), "links.latency_s", &out->latency, where,
-                     err);
+        rc = get_num(json_object_get(links, "latency_s"), "links.latency_s", MAX_SECONDS,
+                     &out->latency, where, err);
     const json_t *costs = json_object_get(o, "costs");
     if (rc == 0 && !json_is_object(costs))
         rc = bad(err, where, "costs", costs ? "must be a mapping" : "is missing");
@@ -216,8 +229,8 @@ int pt_profile_parse(const json_t *o, const pt_arch *arch, const char *where, pt
     }
     if (rc == 0)
         rc = get_num(json_object_get(costs, "boundary_bytes_per_example"),
-                     "costs.boundary_bytes_per_example", &out->cost.boundary_bytes_per_example,
-                     where, err);
+                     "costs.boundary_bytes_per_example", MAX_BYTES,
+                     &out->cost.boundary_bytes_per_example, where, err);
     if (rc == 0) {
         out->cost.units = (int)json_array_size(units);
         if (!(out->cost.unit = calloc((size_t)out->cost.units + 1, sizeof *out->cost.unit)))

@@ -455,23 +455,37 @@ static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_
     return 0;
 }
 
-/* The profile the engine plans from: pipeline.profile's (an error names
- * the key), else the resumed checkpoint's when it has a good one (a bad one
- * is the load's to report), else none. Every rank reads it, as it reads the
- * data; the engine uses rank 0's. */
+/* The profile the engine plans from, read by rank 0 alone (the engine uses
+ * rank 0's): a resumed checkpoint's own when it has one, so the resumed run
+ * makes the saved run's layouts whatever became of files outside it (a bad
+ * one is the load's to report); else pipeline.profile's (an error names the
+ * key); else none. Every rank learns whether rank 0 failed. */
 static int given_profile(pt_session *s, const char *resume, int *strict, pt_err *err)
 {
     const pt_config *c = &s->cfg;
+    int rc = 0;
     *strict = 0;
-    if (*c->pipeline.profile) {
-        *strict = 1;
-        int rc = pt_profile_read(c->pipeline.profile, &s->arch, &s->profile, err);
-        return rc ? pt_config_key_prefix(c, err, "pipeline.profile") : 0;
+    if (s->rank == 0) {
+        pt_err ignored;
+        if (resume && *resume &&
+            pt_checkpoint_read_profile(resume, &s->arch, &s->profile, &ignored) != 0)
+            memset(&s->profile, 0, sizeof s->profile);
+        if (s->profile.ranks && *c->pipeline.profile)
+            fprintf(stderr, "pipetrain: note: resuming %s, which carries the measurements its run "
+                    "planned from: they are used, not pipeline.profile's\n", resume);
+        if (!s->profile.ranks && *c->pipeline.profile) {
+            *strict = 1;
+            if ((rc = pt_profile_read(c->pipeline.profile, &s->arch, &s->profile, err)))
+                pt_config_key_prefix(c, err, "pipeline.profile");
+        }
     }
-    pt_err ignored;
-    if (resume && *resume && pt_checkpoint_read_profile(resume, &s->arch, &s->profile, &ignored))
-        memset(&s->profile, 0, sizeof s->profile);
-    return 0;
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(pt_comm_world(s->comm), &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst != 0)
+        return pt_fail(err, (int)worst, "rank 0 refused pipeline.profile (its message says why)");
+    return rc;
 }
 
 int pt_session_write_profile(const pt_session *s, pt_err *err)
@@ -553,7 +567,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
-        if (rc == PT_EINPUT && spec.profile_strict && strncmp(err->msg, "measured on another", 19) == 0) {
+        if (rc == PT_EINPUT && s->rank == 0 && spec.profile_strict &&
+            strncmp(err->msg, "measured on another", 19) == 0) {
             char why[sizeof err->msg];
             snprintf(why, sizeof why, "%s", err->msg);
             rc = pt_config_key_fail(c, err, "pipeline.profile", "'%s' was %.800s; measure again "
@@ -567,12 +582,16 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
             snprintf(why, sizeof why, "%s", err->msg);
             const double gib = (double)(1ull << 30);
             const double have = c->pipeline.memory_gib > 0 ? c->pipeline.memory_gib * gib : memory_per_rank(s);
+            char from[PT_PATH_MAX + 64] = "";
+            if (spec.profile_strict)
+                snprintf(from, sizeof from, "; the unit sizes are pipeline.profile's, '%s'",
+                         c->pipeline.profile);
             rc = pt_config_key_fail(c, err, "pipeline.memory_gib",
-                                    "%.3g GiB per device%s, and no pipeline layout fits in it (%.400s); "
+                                    "%.3g GiB per device%s, and no pipeline layout fits in it (%.400s%s); "
                                     "allowed: more memory, more stages over more ranks, or a smaller "
                                     "model or batch", have / gib,
                                     c->pipeline.memory_gib > 0 ? "" : " (the node's RAM over its ranks)",
-                                    why);
+                                    why, from);
         }
         goto fail;
     }

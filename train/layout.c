@@ -3,7 +3,9 @@
  *
  * At the start: measure the topology (nodes, cores, the links the gradient
  * all-reduce will use), profile the per-unit costs on rank 0 when something
- * is left to choose, plan (K, D, M) and the partition (balance/), lay the
+ * is left to choose (or take both from a given pt_profile that fits this
+ * world: a resumed checkpoint's, pipeline.profile's), plan (K, D, M) and the
+ * partition (balance/), lay the
  * mesh over the world (comm/), split the groups, and build this rank's part:
  * schedule, segment, executor, the all-reduce of its stage and, on stage 0
  * with a frozen prefix, the prefix source. Every rank runs the same planner
@@ -36,12 +38,16 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static double device_memory(const pt_run *r)
+/* The node's RAM over its ranks. */
+static double ram_per_rank(const pt_run *r)
 {
-    if (r->spec.mem_limit > 0)
-        return r->spec.mem_limit;
     double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
+}
+
+static double device_memory(const pt_run *r)
+{
+    return r->spec.mem_limit > 0 ? r->spec.mem_limit : ram_per_rank(r);
 }
 
 /* The cores of a node as the planner prices them. */
@@ -81,8 +87,20 @@ static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int sma
                      node_of ? node_of[q] : 0);
             return 0;
         }
+    int local0 = 0, nodes = 1;
+    for (int q = 0; q < r->ranks; q++) {
+        local0 += p->node_of[q] == p->node_of[0];
+        nodes = p->node_of[q] + 1 > nodes ? p->node_of[q] + 1 : nodes;
+    }
     if (p->cores != planner_cores(r))
-        snprintf(why, n, "it priced %d cores per node, this run %d", p->cores, planner_cores(r));
+        snprintf(why, n, "it priced %d cores per node, this run %d (pipeline.cores, else the "
+                 "node's)", p->cores, planner_cores(r));
+    else if ((local0 > 1 && !(p->bw_intra > 0)) || (nodes > 1 && !(p->bw_inter > 0)))
+        snprintf(why, n, "it has no measurement of a link this world uses");
+    else if (r->spec.mem_limit <= 0 && p->ram_per_rank != ram_per_rank(r))
+        snprintf(why, n, "it planned with %.3g GiB per rank (the node's RAM over its ranks), this "
+                 "machine has %.3g (pipeline.memory_gib sets the limit instead)",
+                 p->ram_per_rank / (1u << 30), ram_per_rank(r) / (1u << 30));
     else if (p->threads != r->spec.threads)
         snprintf(why, n, "it was timed with %d threads per rank, this run uses %d", p->threads,
                  r->spec.threads);
@@ -517,6 +535,7 @@ int pt_layout_profile(const pt_run *r, pt_profile *out, pt_err *err)
     out->ranks = r->ranks;
     out->cores = planner_cores(r);
     out->threads = r->spec.threads;
+    out->ram_per_rank = ram_per_rank(r);
     snprintf(out->backend, sizeof out->backend, "%s", pt_backend_name(r->be));
     out->bw_intra = r->bw_intra;
     out->bw_inter = r->bw_inter;

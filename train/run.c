@@ -69,13 +69,13 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
 {
     const int per_image = pt_arch_input_floats(&r->arch);
     const int rows = (int)pt_arch_rows_per_example(&r->arch), T = pt_arch_tokens(&r->arch);
-    pt_dataset_gather(ds, ids, n, augment ? &r->spec.aug : NULL, r->spec.seed, r->epoch, r->images,
-                      r->tokens, r->targets);
     if (n > r->staged_examples) { /* stage_buffers sizes for every layout's steps */
         fprintf(stderr, "pipetrain: internal error: %d examples staged in room for %d\n", n,
                 r->staged_examples);
         abort();
     }
+    pt_dataset_gather(ds, ids, n, augment ? &r->spec.aug : NULL, r->spec.seed, r->epoch, r->images,
+                      r->tokens, r->targets);
     memcpy(r->batch_ids, ids, (size_t)n * sizeof *ids);
     int m = micro < n ? micro : n, first = 0;
     for (int k = 0; k < m; k++) {

@@ -95,6 +95,8 @@ typedef struct pt_profile {
     int ranks, cores, threads;    /* cores: of a node, as the planner priced them */
     int *node_of;                 /* [ranks] */
     char backend[32];
+    double ram_per_rank;          /* bytes: the node's RAM over its ranks, the memory
+                                     limit when pipeline.memory_gib is not set */
     double bw_intra, bw_inter, latency;
     pt_cost_model cost;           /* units 0: nothing was profiled (nothing to choose) */
 } pt_profile;

@@ -31,6 +31,13 @@ Checked:
   - resume across layouts after a transition: the checkpoint saved at (2, 2)
     resumed on 1 rank, as (4, 1) and as (1, 4), each ending within the same
     tolerance of the run that never stopped;
+  - a re-plan that doubles M and halves the micro-batch (as many examples,
+    more micro-batches): K = 4, D = 1 fixed, M from growing_micro_profile.json
+    (the same measurements with the first 5 units' costs made independent of
+    the micro-batch size and the others proportional to it, so freezing them
+    makes more micro-batches pay) goes 16 -> 32 at the first decision; the
+    staging once had room for the old M's micro-batches only (a heap
+    overflow that ASan reports, hence this test's sanitize label);
   - /dev/shm holds none of the runs' cache segments afterwards.
 The ASan build runs this test too (label sanitize), for memory errors in
 every change of layout; there (PT_TEST_SANITIZED=1) the comparisons with the
@@ -68,6 +75,7 @@ MEMORY = "0.002"  # GiB per device: 4 stages for the whole model, fewer once blo
 # busy ranks).
 CORES = "4"
 PROFILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_profile.json")
+GROWING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "growing_micro_profile.json")
 failures = []
 
 
@@ -168,6 +176,13 @@ def main():
         expect(not differ and not differ_w and on[0].keys() == off[0].keys(),
                "cache on and cache off are bit-identical (losses differ at steps %s, weights in %s)"
                % (differ[:5], differ_w[:5]))
+
+        print("a re-plan to more, smaller micro-batches", flush=True)
+        run_dir = train("growing-micro", 4, pipeline__memory_gib=MEMORY, pipeline__cores=CORES,
+                        pipeline__profile=GROWING, pipeline__stages=4, pipeline__replicas=1)
+        micro = [(e["old"]["micro"], e["new"]["micro"]) for e in events(run_dir, "replan")]
+        expect(micro[:1] == [(16, 32)], "M went 16 -> 32 at the first decision: %s" % micro)
+        compare("M 16 -> 32, against one process", ref, result(run_dir), steps, ref_is_serial=True)
 
         print("resume across layouts from the checkpoint saved at (2, 2)", flush=True)
         saved = os.path.join(runs["true"], "checkpoints", "step_0000000016")
