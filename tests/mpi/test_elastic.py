@@ -23,8 +23,8 @@ Checked:
     nothing, so on other inputs the planner may rightly pick fewer replicas
     with the cache than without; bit-identity holds for equal layouts.);
   - resume with the same config and world, the profile coming from the
-    checkpoint and not pipeline.profile: the same layouts as the run that
-    never stopped, and bit-identical to it;
+    checkpoint, not from pipeline.profile (given another one on resume): the
+    same layouts as the run that never stopped, and bit-identical to it;
   - every example is seen exactly once per epoch (run.log_samples: the ids
     each replica's first stage processed), across the transitions;
   - the replicas hold the same weights (run.check_replicas);
@@ -189,11 +189,13 @@ def main():
         expect(os.path.isfile(os.path.join(saved, "manifest")), "the step 16 checkpoint exists")
         uninterrupted = result(runs["true"])
 
-        # the same config and world, planning from the checkpoint's profile
+        # the same config and world, planning from the checkpoint's profile,
+        # which wins over a pipeline.profile given on resume (here another one)
         run_dir = os.path.join(work, "resumed-same")
         shutil.copytree(saved, os.path.join(run_dir, "checkpoints", "step_0000000016"))
         tools.run(4, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto",
-                                                pipeline__memory_gib=MEMORY, pipeline__cores=CORES))
+                                                pipeline__memory_gib=MEMORY, pipeline__cores=CORES,
+                                                pipeline__profile=GROWING))
         plans = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
                  for e in events(run_dir, "replan")]
         was = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
