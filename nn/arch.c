@@ -22,14 +22,31 @@ int pt_arch_tokens(const pt_arch *a)
     return a->context;
 }
 
-int pt_arch_out_classes(const pt_arch *a) { return a->kind == PT_MODEL_VIT ? a->classes : a->vocab; }
+int pt_arch_out_classes(const pt_arch *a) { return a->kind == PT_MODEL_GPT ? a->vocab : a->classes; }
 
 int pt_arch_input_floats(const pt_arch *a)
 {
     return a->kind == PT_MODEL_VIT ? a->channels * a->height * a->width : 0;
 }
 
-int64_t pt_arch_rows_per_example(const pt_arch *a) { return a->kind == PT_MODEL_VIT ? 1 : a->context; }
+int64_t pt_arch_rows_per_example(const pt_arch *a) { return a->kind == PT_MODEL_GPT ? a->context : 1; }
+
+double pt_arch_ln_eps(const pt_arch *a) { return a->ln_eps > 0 ? a->ln_eps : 1e-5; }
+
+void pt_arch_token_lengths(const pt_arch *a, const int32_t *tokens, int n, int32_t *lens)
+{
+    const int T = pt_arch_tokens(a);
+    for (int b = 0; b < n; b++) {
+        int len = T;
+        if (a->kind == PT_MODEL_BERT && tokens)
+            for (int t = 1; t < T; t++)
+                if (tokens[(size_t)b * T + t] == a->pad_id) {
+                    len = t;
+                    break;
+                }
+        lens[b] = len;
+    }
+}
 
 static int check_range(pt_err *err, const char *what, long long v, long long lo, long long hi)
 {
@@ -41,8 +58,11 @@ static int check_range(pt_err *err, const char *what, long long v, long long lo,
 int pt_arch_check(const pt_arch *a, pt_err *err)
 {
     int rc;
-    if (a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT)
-        return pt_fail(err, PT_EINPUT, "model kind %d is neither vit nor gpt", (int)a->kind);
+    if (a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT && a->kind != PT_MODEL_BERT)
+        return pt_fail(err, PT_EINPUT, "model kind %d is none of vit, gpt, bert", (int)a->kind);
+    if (!(a->ln_eps >= 0.0 && a->ln_eps <= 1.0))
+        return pt_fail(err, PT_EINPUT, "the LayerNorm epsilon is %g; it must be in [0, 1]",
+                       a->ln_eps);
     if ((rc = check_range(err, "model.dim", a->dim, 1, 1 << 16)) ||
         (rc = check_range(err, "model.layers", a->layers, 1, 1024)) ||
         (rc = check_range(err, "model.heads", a->heads, 1, a->dim)) ||
@@ -67,6 +87,16 @@ int pt_arch_check(const pt_arch *a, pt_err *err)
     } else {
         if ((rc = check_range(err, "vocabulary size", a->vocab, 2, 1 << 24)) ||
             (rc = check_range(err, "model.context", a->context, 1, 1 << 16)))
+            return rc;
+    }
+    if (a->kind == PT_MODEL_BERT) {
+        if (a->causal)
+            return pt_fail(err, PT_EINPUT, "a BERT encoder's attention is not causal");
+        if ((rc = check_range(err, "number of classes", a->classes, 2, 1 << 20)) ||
+            (rc = check_range(err, "model.context", a->context, 2, 1 << 16)) ||
+            (rc = check_range(err, "position embeddings", a->positions, a->context, 1 << 20)) ||
+            (rc = check_range(err, "token types", a->type_vocab, 1, 1 << 10)) ||
+            (rc = check_range(err, "the [PAD] id", a->pad_id, 0, a->vocab - 1)))
             return rc;
     }
     return 0;
@@ -116,6 +146,49 @@ static void linear_params(pt_unit_info *u, const char *local, int64_t out, int64
     }
 }
 
+/* BERT's units: the parameters of Hugging Face's BertModel, each under our
+ * unit's name (the mapping is in hf/): embed = word, position and token-type
+ * tables and the LayerNorm after their sum; attn = the fused q, k, v
+ * projection, the output projection and the LayerNorm after the residual
+ * add (post-LN); mlp = intermediate (fc1), output (fc2) and its LayerNorm;
+ * head = the new classifier on the mean of the real tokens' states. Word
+ * embeddings and matrices decay, as every matrix weight does here. */
+static void bert_unit_info(const pt_arch *a, int u, pt_unit_info *out)
+{
+    const int64_t d = a->dim;
+    const double std = a->init_std;
+    const int last = pt_arch_units(a) - 1;
+    if (u == 0) {
+        snprintf(out->name, sizeof out->name, "embed");
+        out->role = PT_UNIT_EMBED;
+        out->block = -1;
+        add_param(out, "word.weight", 2, SHAPE(a->vocab, d), 1, PT_INIT_NORMAL, std);
+        add_param(out, "pos.weight", 2, SHAPE(a->positions, d), 0, PT_INIT_NORMAL, std);
+        add_param(out, "type.weight", 2, SHAPE(a->type_vocab, d), 0, PT_INIT_NORMAL, std);
+        layer_norm_params(out, "ln", d);
+    } else if (u == last) {
+        snprintf(out->name, sizeof out->name, "head");
+        out->role = PT_UNIT_HEAD;
+        out->block = -1;
+        linear_params(out, "fc", a->classes, d, 1, std);
+    } else {
+        int block = (u - 1) / 2;
+        int is_attn = (u - 1) % 2 == 0;
+        snprintf(out->name, sizeof out->name, "blocks.%d.%s", block, is_attn ? "attn" : "mlp");
+        out->block = block;
+        if (is_attn) {
+            out->role = PT_UNIT_ATTN;
+            linear_params(out, "qkv", 3 * d, d, 1, std);
+            linear_params(out, "proj", d, d, 1, std);
+        } else {
+            out->role = PT_UNIT_MLP;
+            linear_params(out, "fc1", a->mlp_hidden, d, 1, std);
+            linear_params(out, "fc2", d, a->mlp_hidden, 1, std);
+        }
+        layer_norm_params(out, "ln", d);
+    }
+}
+
 void pt_unit_info_get(const pt_arch *a, int u, pt_unit_info *out)
 {
     memset(out, 0, sizeof *out);
@@ -126,6 +199,10 @@ void pt_unit_info_get(const pt_arch *a, int u, pt_unit_info *out)
     const double std_resid = a->init_std / sqrt(2.0 * a->layers);
     const int last = pt_arch_units(a) - 1;
 
+    if (a->kind == PT_MODEL_BERT) {
+        bert_unit_info(a, u, out);
+        return;
+    }
     if (u == 0) {
         snprintf(out->name, sizeof out->name, "embed");
         out->role = PT_UNIT_EMBED;
@@ -181,6 +258,8 @@ double pt_arch_unit_flops(const pt_arch *a, int u)
     pt_unit_info_get(a, u, &info);
     switch (info.role) {
     case PT_UNIT_EMBED:
+        if (a->kind == PT_MODEL_BERT)
+            return 10.0 * T * d; /* three lookups, their sum and a LayerNorm */
         if (a->kind == PT_MODEL_VIT)
             return 2.0 * (T - 1) * ((double)a->channels * a->patch * a->patch) * d;
         return T * d;
@@ -191,6 +270,8 @@ double pt_arch_unit_flops(const pt_arch *a, int u)
     case PT_UNIT_MLP:
         return 4.0 * T * d * h;
     case PT_UNIT_HEAD: {
+        if (a->kind == PT_MODEL_BERT)
+            return T * d + 2.0 * d * a->classes;
         double rows = a->kind == PT_MODEL_VIT ? 1 : T;
         return 2.0 * rows * d * pt_arch_out_classes(a);
     }

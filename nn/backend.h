@@ -51,9 +51,10 @@ typedef struct pt_ops {
      * dx, dw, db may each be NULL (not wanted). */
     void (*linear_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                        const void *x, const void *w, int rows, int out, int in);
-    /* y = (x - mean) * rstd * w + b per row of length dim; saves mean, rstd [rows]. */
+    /* y = (x - mean) * rstd * w + b per row of length dim, rstd = 1 / sqrt(var + eps)
+     * (biased variance); saves mean, rstd [rows]. */
     void (*layernorm_fwd)(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
-                          const void *w, const void *b, int rows, int dim);
+                          const void *w, const void *b, int rows, int dim, double eps);
     /* dx = add + (gradient through the norm); dw, db += ...; dx and add may be NULL. */
     void (*layernorm_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                           const void *x, const void *mean, const void *rstd, const void *w,
@@ -68,11 +69,25 @@ typedef struct pt_ops {
      * qkv [n, T, 3, H, hd] (the output of one fused projection), out [n, T, H*hd],
      * probs: what forward keeps for backward, attention_saved_bytes long (the
      * CPU keeps the softmax probabilities [n, H, T, T]; the layout is the
-     * backend's own). */
+     * backend's own).
+     * lens: NULL, or int32 [n] in backend memory, 1 <= lens[b] <= T: example b's
+     * queries see only its keys j < lens[b] (a padding mask; the positions from
+     * lens[b] on are padding). Outputs of padded query rows are still written
+     * (they attend to the real keys), and the gradients of padded keys and
+     * values are 0. */
     void (*attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
-                          int T, int H, int hd, int causal);
+                          int T, int H, int hd, int causal, const int32_t *lens);
     void (*attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *probs, int n, int T, int H, int hd, int causal);
+                          const void *probs, int n, int T, int H, int hd, int causal,
+                          const int32_t *lens);
+    /* Mean over each example's first lens[b] positions (lens: int32 [n] in
+     * backend memory, 1 <= lens[b] <= T): y[b] = sum_{t < lens[b]} x[b, t] /
+     * lens[b], summed in order of t; x [n, T, d], y [n, d]. Backward overwrites
+     * dx [n, T, d]: dy[b] / lens[b] at t < lens[b], 0 at the padding. */
+    void (*mean_pool_fwd)(pt_backend *be, void *y, const void *x, const int32_t *lens, int n,
+                          int T, int d);
+    void (*mean_pool_bwd)(pt_backend *be, void *dx, const void *dy, const int32_t *lens, int n,
+                          int T, int d);
     /* images [n, C, H, W] -> patches [n, (H/p)*(W/p), C*p*p] in (c, py, px) order. */
     void (*patchify)(pt_backend *be, void *patches, const void *images, int n, int C, int H,
                      int W, int p);

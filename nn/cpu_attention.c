@@ -103,13 +103,13 @@ INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int T
  * Causal: query i sees keys j <= i, so row j of st starts at column j.
  */
 INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, size_t stride,
-                     int d, int T, int hd, int causal, real *qt, real *st, real *colmax,
+                     int d, int T, int L, int hd, int causal, real *qt, real *st, real *colmax,
                      real *colsum)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const real scale = (real)1 / R_SQRT((real)hd);
     transpose_in(qt, base, stride, T, Tp, hd);
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         real *row = st + (size_t)j * Tp;
         const int jb0 = causal ? j / VW : 0;
         for (int i = 0; i < jb0 * VW; i++)
@@ -124,13 +124,13 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
         colmax[i] = MASKED;
         colsum[i] = 0;
     }
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         const real *row = st + (size_t)j * Tp;
 #pragma omp simd
         for (int i = 0; i < Tp; i++)
             colmax[i] = row[i] > colmax[i] ? row[i] : colmax[i];
     }
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         real *row = st + (size_t)j * Tp;
 #pragma omp simd
         for (int i = 0; i < Tp; i++) {
@@ -143,15 +143,17 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
 #pragma omp simd
     for (int i = 0; i < Tp; i++)
         colsum[i] = (real)1 / colsum[i];
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         const real *row = st + (size_t)j * Tp;
         real *prow = pt + (size_t)j * T;
 #pragma omp simd
         for (int i = 0; i < T; i++)
             prow[i] = row[i] * colsum[i];
     }
+    for (int j = L; j < T; j++) /* padded keys: no query sees them */
+        memset(pt + (size_t)j * T, 0, (size_t)T * sizeof *pt);
     for (int i = 0; i < T; i++) {
-        const int nj = causal ? i + 1 : T;
+        const int nj = causal && i + 1 < L ? i + 1 : L;
         weighted_rows(out + (size_t)i * out_stride, pt + i, T, base + 2 * d, stride, nj, hd);
     }
 }
@@ -163,13 +165,13 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
  * the last two are weighted sums along contiguous rows of dS^T and P^T.
  */
 INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const real *probs,
-                     const real *base, size_t stride, int d, int T, int hd, int causal, real *got,
-                     real *pt, real *ds, real *dot)
+                     const real *base, size_t stride, int d, int T, int L, int hd, int causal,
+                     real *got, real *pt, real *ds, real *dot)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const real scale = (real)1 / R_SQRT((real)hd);
     transpose_in(got, dout, out_stride, T, Tp, hd);
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         memcpy(pt + (size_t)j * Tp, probs + (size_t)j * T, (size_t)T * sizeof *pt);
         const int jb0 = causal ? j / VW : 0;
         real *row = ds + (size_t)j * Tp;
@@ -180,13 +182,13 @@ INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const rea
     }
     for (int i = 0; i < Tp; i++)
         dot[i] = 0;
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         const real *p = pt + (size_t)j * Tp, *dp = ds + (size_t)j * Tp;
 #pragma omp simd
         for (int i = 0; i < Tp; i++)
             dot[i] += p[i] * dp[i];
     }
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         const real *p = pt + (size_t)j * Tp;
         real *row = ds + (size_t)j * Tp;
 #pragma omp simd
@@ -194,16 +196,28 @@ INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const rea
             row[i] = p[i] * (row[i] - dot[i]) * scale;
     }
     for (int i = 0; i < T; i++) {
-        const int nj = causal ? i + 1 : T;
+        const int nj = causal && i + 1 < L ? i + 1 : L;
         weighted_rows(dbase + (size_t)i * stride, ds + i, Tp, base + d, stride, nj, hd);
     }
-    for (int j = 0; j < T; j++) {
+    for (int j = 0; j < L; j++) {
         const int i0 = causal ? j : 0;
         weighted_rows(dbase + (size_t)j * stride + d, ds + (size_t)j * Tp + i0, 1,
                       base + (size_t)i0 * stride, stride, T - i0, hd);
         weighted_rows(dbase + (size_t)j * stride + 2 * d, pt + (size_t)j * Tp + i0, 1,
                       dout + (size_t)i0 * out_stride, out_stride, T - i0, hd);
     }
+    for (int j = L; j < T; j++) { /* padded keys and values: nothing depends on them */
+        memset(dbase + (size_t)j * stride + d, 0, (size_t)hd * sizeof *dbase);
+        memset(dbase + (size_t)j * stride + 2 * d, 0, (size_t)hd * sizeof *dbase);
+    }
+}
+
+/* Example b's valid keys: lens[b] clamped to [1, T], or T without a mask. */
+static int key_count(const int32_t *lens, int b, int T)
+{
+    if (!lens)
+        return T;
+    return lens[b] < 1 ? 1 : lens[b] > T ? T : lens[b];
 }
 
 /* Calls body with HD a compile-time constant for the common head sizes. */
@@ -228,7 +242,7 @@ INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const rea
     }
 
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, const void *qkv_,
-                                  int n, int T, int H, int hd, int causal)
+                                  int n, int T, int H, int hd, int causal, const int32_t *lens)
 {
     (void)be;
     real *out = out_, *probs = probs_;
@@ -247,7 +261,8 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
             const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
             real *o = out + (size_t)b * T * d + (size_t)h * hd;
             real *P = probs + (size_t)bh * T * T;
-            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, HD, causal, qt, st, colmax,
+            const int L = key_count(lens, b, T);
+            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, L, HD, causal, qt, st, colmax,
                                      colsum));
         }
         free(qt);
@@ -256,7 +271,7 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
 
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_,
                                   const void *qkv_, const void *probs_, int n, int T, int H,
-                                  int hd, int causal)
+                                  int hd, int causal, const int32_t *lens)
 {
     (void)be;
     real *dqkv = dqkv_;
@@ -276,8 +291,9 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
             const real *go = dout + (size_t)b * T * d + (size_t)h * hd;
             real *dbase = dqkv + (size_t)b * T * stride + (size_t)h * hd;
             const real *P = probs + (size_t)bh * T * T;
-            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, HD, causal, got, pt, ds,
-                                     dot));
+            const int L = key_count(lens, b, T);
+            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, got, pt,
+                                     ds, dot));
         }
         free(got);
     }

@@ -176,12 +176,10 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
 
 /* -------------------------------------------------------------- layernorm */
 
-#define LN_EPS 1e-5
-
 /* Per row: the sums in lanes_sum's fixed order and the output by explicit
  * fused multiply-adds, so a row's bits depend on the row alone. */
 static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_, const void *x_,
-                              const void *w_, const void *b_, int rows, int dim)
+                              const void *w_, const void *b_, int rows, int dim, double eps)
 {
     (void)be;
     real *y = y_, *mean = mean_, *rstd = rstd_;
@@ -192,7 +190,7 @@ static void cpu_layernorm_fwd(pt_backend *be, void *y_, void *mean_, void *rstd_
         real *yr = y + (size_t)r * dim;
         const real m = lanes_sum(xr, dim) / dim;
         const real v = lanes_sumsq_dev(xr, dim, m);
-        const real rs = (real)1 / R_SQRT(v / dim + (real)LN_EPS);
+        const real rs = (real)1 / R_SQRT(v / dim + (real)eps);
 #pragma omp simd
         for (int i = 0; i < dim; i++)
             yr[i] = R_FMA((xr[i] - m) * rs, w[i], b[i]);
@@ -450,6 +448,59 @@ static void cpu_copy_rows(pt_backend *be, void *dst_, int dst_stride, const void
     }
 }
 
+/* -------------------------------------------------------------- mean pool */
+
+static int pool_len(const int32_t *lens, int b, int T)
+{
+    return lens[b] < 1 ? 1 : lens[b] > T ? T : lens[b];
+}
+
+/* Each example's sum runs over t in order, the same order whatever else is
+ * in the batch. */
+static void cpu_mean_pool_fwd(pt_backend *be, void *y_, const void *x_, const int32_t *lens,
+                              int n, int T, int d)
+{
+    (void)be;
+    real *y = y_;
+    const real *x = x_;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int b = 0; b < n; b++) {
+        const int L = pool_len(lens, b, T);
+        real *yb = y + (size_t)b * d;
+        const real *xb = x + (size_t)b * T * d;
+        memcpy(yb, xb, (size_t)d * sizeof *yb);
+        for (int t = 1; t < L; t++) {
+#pragma omp simd
+            for (int c = 0; c < d; c++)
+                yb[c] += xb[(size_t)t * d + c];
+        }
+        const real inv = (real)1 / (real)L;
+#pragma omp simd
+        for (int c = 0; c < d; c++)
+            yb[c] *= inv;
+    }
+}
+
+static void cpu_mean_pool_bwd(pt_backend *be, void *dx_, const void *dy_, const int32_t *lens,
+                              int n, int T, int d)
+{
+    (void)be;
+    real *dx = dx_;
+    const real *dy = dy_;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * T * d)
+    for (int b = 0; b < n; b++) {
+        const int L = pool_len(lens, b, T);
+        const real inv = (real)1 / (real)L;
+        real *db = dx + (size_t)b * T * d;
+        for (int t = 0; t < L; t++) {
+#pragma omp simd
+            for (int c = 0; c < d; c++)
+                db[(size_t)t * d + c] = dy[(size_t)b * d + c] * inv;
+        }
+        memset(db + (size_t)L * d, 0, (size_t)(T - L) * d * sizeof *db);
+    }
+}
+
 /* ----------------------------------------------------------------- losses */
 
 /* e = exp(z - mx) on one block of LANES: the one compiled copy, as gelu_block. */
@@ -600,6 +651,8 @@ const pt_ops OPS_NAME = {
     .token_embed_fwd = cpu_token_embed_fwd,
     .token_embed_bwd = cpu_token_embed_bwd,
     .copy_rows = cpu_copy_rows,
+    .mean_pool_fwd = cpu_mean_pool_fwd,
+    .mean_pool_bwd = cpu_mean_pool_bwd,
     .cross_entropy = cpu_cross_entropy,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,

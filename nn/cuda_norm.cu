@@ -21,7 +21,6 @@
  */
 #include "nn/cuda_common.h"
 
-#define LN_EPS 1e-5f
 
 enum { LN_THREADS = 256, LN_MAX_BLOCKS = 256, LN_SMEM_LIMIT = 48 * 1024 };
 
@@ -58,7 +57,8 @@ __device__ __forceinline__ void add8(float *p, const float v[8])
 
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(LN_THREADS) ln_fwd_kernel(T *y, float *mean, float *rstd, const T *x,
-                                                            const float *w, const float *b, int rows, int dim)
+                                                            const float *w, const float *b, int rows, int dim,
+                                                            float eps)
 {
     const int row = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     const int lane = threadIdx.x & 31;
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(LN_THREADS) ln_fwd_kernel(T *y, float *mean, f
     const float m = warp_sum(s) / (float)dim;
     float q = 0.0f;
     for_row<T, VEC>(xr, dim, lane, [&](int, float v) { q += (v - m) * (v - m); });
-    const float rs = 1.0f / sqrtf(warp_sum(q) / (float)dim + LN_EPS);
+    const float rs = 1.0f / sqrtf(warp_sum(q) / (float)dim + eps);
     if (VEC) {
         for (int j = lane * 8; j < dim; j += 256) {
             float v[8], wv[8], bv[8];
@@ -218,7 +218,7 @@ __global__ void ln_bwd_finish_kernel(float *dw, float *db, const float *part, in
 
 template <typename T>
 static void op_layernorm_fwd(pt_backend *be, void *y, void *mean, void *rstd, const void *x, const void *w,
-                             const void *b, int rows, int dim)
+                             const void *b, int rows, int dim, double eps)
 {
     cuda_impl *c = cuda_of(be);
     if (c->failed || rows <= 0 || dim <= 0)
@@ -228,10 +228,10 @@ static void op_layernorm_fwd(pt_backend *be, void *y, void *mean, void *rstd, co
     const unsigned blocks = (unsigned)((rows + LN_THREADS / 32 - 1) / (LN_THREADS / 32));
     if (vec)
         PT_LAUNCH((ln_fwd_kernel<T, true>), blocks, LN_THREADS, 0, c->stream, (T *)y, (float *)mean,
-                  (float *)rstd, (const T *)x, (const float *)w, (const float *)b, rows, dim);
+                  (float *)rstd, (const T *)x, (const float *)w, (const float *)b, rows, dim, (float)eps);
     else
         PT_LAUNCH((ln_fwd_kernel<T, false>), blocks, LN_THREADS, 0, c->stream, (T *)y, (float *)mean,
-                  (float *)rstd, (const T *)x, (const float *)w, (const float *)b, rows, dim);
+                  (float *)rstd, (const T *)x, (const float *)w, (const float *)b, rows, dim, (float)eps);
     CUDA_LAUNCHED(c, "ln_fwd_kernel");
 }
 

@@ -64,7 +64,7 @@ uint64_t pt_rng_below(pt_rng *rng, uint64_t n); /* uniform in [0, n), unbiased; 
 
 /* ------------------------------------------------------------ architecture */
 
-typedef enum { PT_MODEL_VIT = 0, PT_MODEL_GPT = 1 } pt_model_kind;
+typedef enum { PT_MODEL_VIT = 0, PT_MODEL_GPT = 1, PT_MODEL_BERT = 2 } pt_model_kind;
 
 typedef struct pt_arch {
     pt_model_kind kind;
@@ -72,11 +72,19 @@ typedef struct pt_arch {
     int layers;     /* transformer blocks; 2 units each */
     int heads;      /* attention heads; dim % heads == 0 */
     int mlp_hidden; /* hidden width of the MLP (usually 4 * dim) */
-    int causal;     /* 1: causal attention (GPT); 0: bidirectional (ViT) */
-    /* ViT */
+    int causal;     /* 1: causal attention (GPT); 0: bidirectional (ViT, BERT) */
+    /* ViT (classes: BERT too) */
     int channels, height, width, patch, classes;
-    /* GPT */
+    /* GPT and BERT: tokens per example */
     int vocab, context;
+    /* BERT (a post-LN encoder with a mean-pooled classifier, see
+     * docs/ARCHITECTURE.md): rows of the position table (>= context; Hugging
+     * Face's max_position_embeddings), rows of the token-type table (every
+     * token has type 0), and the [PAD] id: an example's tokens from its first
+     * [PAD] on are padding, which attention and pooling leave out. */
+    int positions, type_vocab, pad_id;
+    /* LayerNorm epsilon; 0 means 1e-5 (ViT and GPT) */
+    double ln_eps;
     /* initialisation: see docs/ARCHITECTURE.md "Initialisation" */
     double init_std;
     uint64_t seed;
@@ -84,11 +92,16 @@ typedef struct pt_arch {
 
 /* Checks every field for range and consistency; the message names the field. */
 int pt_arch_check(const pt_arch *a, pt_err *err);
-int pt_arch_tokens(const pt_arch *a);         /* ViT: 1 + patches; GPT: context */
+int pt_arch_tokens(const pt_arch *a);         /* ViT: 1 + patches; GPT, BERT: context */
 int pt_arch_units(const pt_arch *a);          /* embed + 2 * layers + head */
-int pt_arch_out_classes(const pt_arch *a);    /* ViT: classes; GPT: vocab */
-int pt_arch_input_floats(const pt_arch *a);   /* ViT: C*H*W per example; GPT: 0 */
-int64_t pt_arch_rows_per_example(const pt_arch *a); /* loss terms: ViT 1, GPT context */
+int pt_arch_out_classes(const pt_arch *a);    /* ViT, BERT: classes; GPT: vocab */
+int pt_arch_input_floats(const pt_arch *a);   /* ViT: C*H*W per example; GPT, BERT: 0 */
+int64_t pt_arch_rows_per_example(const pt_arch *a); /* loss terms: ViT, BERT 1; GPT context */
+double pt_arch_ln_eps(const pt_arch *a);      /* the LayerNorm epsilon in use */
+/* BERT: the number of real (not padding) tokens of each of n examples
+ * [n, context]: the position of the first pad_id, at least 1; context when
+ * there is none. Other kinds: context (or the token count) for every example. */
+void pt_arch_token_lengths(const pt_arch *a, const int32_t *tokens, int n, int32_t *lens);
 /* Forward FLOPs of one example through unit u (multiply-add = 2 FLOPs). */
 double pt_arch_unit_flops(const pt_arch *a, int u);
 
@@ -170,8 +183,8 @@ size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, i
 typedef struct pt_batch {
     int n;                  /* examples */
     const float *images;    /* ViT: [n, C*H*W], already normalised */
-    const int32_t *tokens;  /* GPT: [n, context] */
-    const int32_t *targets; /* ViT: [n] class labels; GPT: [n, context] next tokens */
+    const int32_t *tokens;  /* GPT, BERT: [n, context] */
+    const int32_t *targets; /* ViT, BERT: [n] class labels; GPT: [n, context] next tokens */
 } pt_batch;
 
 /* What a forward pass through the head reports. loss is the sum of per-row

@@ -47,13 +47,15 @@ const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role)
 {
     switch (role) {
     case PT_UNIT_EMBED:
-        return a->kind == PT_MODEL_VIT ? &pt_unit_embed_vit : &pt_unit_embed_gpt;
+        return a->kind == PT_MODEL_VIT    ? &pt_unit_embed_vit
+               : a->kind == PT_MODEL_BERT ? &pt_unit_embed_bert
+                                          : &pt_unit_embed_gpt;
     case PT_UNIT_ATTN:
-        return &pt_unit_attn;
+        return a->kind == PT_MODEL_BERT ? &pt_unit_attn_post : &pt_unit_attn;
     case PT_UNIT_MLP:
-        return &pt_unit_mlp;
+        return a->kind == PT_MODEL_BERT ? &pt_unit_mlp_post : &pt_unit_mlp;
     case PT_UNIT_HEAD:
-        return &pt_unit_head;
+        return a->kind == PT_MODEL_BERT ? &pt_unit_head_pooled : &pt_unit_head;
     }
     return NULL;
 }
@@ -149,6 +151,11 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
                        spec->first, spec->first + spec->count, units);
     if (spec->max_batch < 1 || spec->slots < 1)
         return pt_fail(err, PT_EINTERNAL, "segment needs max_batch >= 1 and slots >= 1");
+    if (a->kind == PT_MODEL_BERT && (!be->ops->mean_pool_fwd || !be->ops->mean_pool_bwd))
+        return pt_fail(err, PT_EBACKEND,
+                       "the %s backend does not implement BERT's padding mask and pooling yet; "
+                       "use run.device cpu",
+                       be->name);
 
     pt_segment *s = calloc(1, sizeof *s);
     if (!s)

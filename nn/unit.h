@@ -35,11 +35,16 @@ typedef struct pt_unit_impl {
 
 extern const pt_unit_impl pt_unit_embed_vit, pt_unit_embed_gpt, pt_unit_attn, pt_unit_mlp,
     pt_unit_head;
+/* BERT (unit_bert.c): embeddings with token types and a LayerNorm, post-LN
+ * attention and MLP with the padding mask, the mean-pooled classifier. */
+extern const pt_unit_impl pt_unit_embed_bert, pt_unit_attn_post, pt_unit_mlp_post,
+    pt_unit_head_pooled;
 
 const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role);
 
 /* Logits of one row of the head's last forward in c->saved, as host floats. */
 int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
+int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 
 /* Carving one area into named buffers. With base == NULL it only measures, so
  * a unit's size and layout come from the same function and cannot disagree. */

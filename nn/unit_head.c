@@ -72,7 +72,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
         z = s.z;
     }
     op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, z, pt_unit_param(c, c->p, LN_W),
-                      pt_unit_param(c, c->p, LN_B), rows, d);
+                      pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.logits, s.ln, pt_unit_param(c, c->p, FC_W),
                    a->kind == PT_MODEL_VIT ? pt_unit_param(c, c->p, FC_B) : NULL, rows, classes, d,
                    NULL);
@@ -124,6 +124,8 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
 int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err)
 {
     const pt_arch *a = c->arch;
+    if (a->kind == PT_MODEL_BERT)
+        return pt_unit_head_pooled_logits(c, row, out, err);
     const int classes = pt_arch_out_classes(a);
     if (row < 0 || row >= head_rows(a, c->n))
         return pt_fail(err, PT_EINTERNAL, "logits row %d out of range", row);

@@ -63,7 +63,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
     mlp_saved s;
     saved_layout(a, c->be, c->n, c->saved, &s);
     op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, x, pt_unit_param(c, c->p, LN_W),
-                      pt_unit_param(c, c->p, LN_B), rows, d);
+                      pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.pre, s.ln, pt_unit_param(c, c->p, FC1_W),
                    pt_unit_param(c, c->p, FC1_B), rows, h, d, NULL);
     op->gelu_fwd(c->be, s.act, s.pre, (size_t)rows * h);

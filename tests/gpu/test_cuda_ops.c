@@ -127,7 +127,7 @@ static void sticky_errors(void)
         CU_ASSERT_EQUAL_FATAL(rc, 0);
         CU_ASSERT_EQUAL(g->ops->status(g, &err), 0);
         void *qkv = pt_backend_alloc(g, 4096), *out = pt_backend_alloc(g, 4096);
-        g->ops->attention_fwd(g, out, out, qkv, 1, 2, 1, 200, 0); /* head size 200: refused */
+        g->ops->attention_fwd(g, out, out, qkv, 1, 2, 1, 200, 0, NULL); /* head size 200: refused */
         CU_ASSERT_EQUAL(g->ops->status(g, &err), PT_EBACKEND);
         CU_ASSERT(strstr(err.msg, "head size 200") != NULL);
         g->ops->gelu_fwd(g, out, qkv, 16); /* a no-op now */
@@ -229,7 +229,7 @@ static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign)
     tp_fill(&P, &x, -2, 3);
     tp_fill(&P, &w, 0.5, 1.5);
     tp_fill(&P, &b, -0.5, 0.5);
-    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim);
+    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim, 1e-5);
     EXPECT_CLOSE(&P, y, P.tol, "layernorm_fwd y %dx%d", rows, dim);
     EXPECT_CLOSE(&P, mean, FP32_TOL, "layernorm_fwd mean %dx%d", rows, dim);
     EXPECT_CLOSE(&P, rstd, FP32_TOL, "layernorm_fwd rstd %dx%d", rows, dim);
@@ -309,10 +309,10 @@ static void attention_case(gpu_pair *pp, int n, int T, int H, int hd, int causal
     tp_fill(&P, &qkv, -2, 2); /* scores of a few units: softmax neither flat nor one-hot */
     tp_fill(&P, &dout, -1, 1);
     tp_fill(&P, &dqkv, -9, 9);
-    EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal);
+    EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal, NULL);
     EXPECT_CLOSE(&P, out, P.tol, "attention_fwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd, causal);
     EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc, n, T, H, hd,
-                                             causal);
+                                             causal, NULL);
     EXPECT_CLOSE(&P, dqkv, P.tol, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd, causal);
     pt_backend_free(P.cpu, pc);
     pt_backend_free(P.gpu, pg);

@@ -34,6 +34,17 @@ static pt_arch gpt_arch(void)
     return a;
 }
 
+/* T = 6 positions of a table of 9, two token types, [PAD] = 0, BERT's
+ * epsilon; the fixture pads example 1 from position 3 and example 2 from 1
+ * (only [CLS] is real), so the mask's every case is differentiated. */
+static pt_arch bert_arch(void)
+{
+    pt_arch a = {.kind = PT_MODEL_BERT, .dim = 8, .layers = 2, .heads = 2, .mlp_hidden = 12,
+                 .causal = 0, .vocab = 11, .context = 6, .classes = 4, .positions = 9,
+                 .type_vocab = 2, .pad_id = 0, .ln_eps = 1e-12, .init_std = 0.5, .seed = 5};
+    return a;
+}
+
 typedef struct {
     pt_backend *be;
     pt_segment *seg;
@@ -87,8 +98,14 @@ static void setup(fixture *f, pt_arch a, int first, int count)
         f->images[i] = (float)(pt_rng_uniform(&rng) * 2 - 1);
     for (int i = 0; i < N * T; i++) {
         f->tokens[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a.kind == PT_MODEL_GPT ? a.vocab : 1));
+        if (a.kind == PT_MODEL_BERT) /* real tokens are never [PAD] */
+            f->tokens[i] = 1 + (int32_t)pt_rng_below(&rng, (uint64_t)a.vocab - 1);
         f->targets[i] = (int32_t)pt_rng_below(&rng, (uint64_t)pt_arch_out_classes(&a));
     }
+    if (a.kind == PT_MODEL_BERT)
+        for (int b = 1; b < N; b++)
+            for (int t = b == 1 ? 3 : 1; t < T; t++)
+                f->tokens[(size_t)b * T + t] = a.pad_id;
     f->batch = (pt_batch){N, f->images, f->tokens, f->targets};
     pt_segment_set_loss_scale(f->seg, 0.37);
 }
@@ -199,6 +216,22 @@ static void gpt_attn_causal(void) { check_unit_range(gpt_arch(), 1, 1); }
 static void gpt_mlp(void) { check_unit_range(gpt_arch(), 2, 1); }
 static void gpt_head(void) { check_unit_range(gpt_arch(), 5, 1); }
 static void gpt_whole_model(void) { check_unit_range(gpt_arch(), 0, 6); }
+static void bert_embed(void) { check_unit_range(bert_arch(), 0, 1); }
+static void bert_attn_masked(void) { check_unit_range(bert_arch(), 1, 1); }
+static void bert_mlp(void) { check_unit_range(bert_arch(), 2, 1); }
+static void bert_head_pooled(void) { check_unit_range(bert_arch(), 5, 1); }
+static void bert_whole_model(void) { check_unit_range(bert_arch(), 0, 6); }
+static void bert_middle_segment(void) { check_unit_range(bert_arch(), 1, 3); }
+
+/* T above the attention block width, head size 16 (a specialised path) */
+static void bert_attn_long_sequence(void)
+{
+    pt_arch a = bert_arch();
+    a.dim = 32;
+    a.context = 21;
+    a.positions = 21;
+    check_unit_range(a, 1, 1);
+}
 
 /* T > the attention block width (16) and a head size of 16: the kernels' padded
  * and specialised paths, which the small models above do not reach */
@@ -225,10 +258,15 @@ static const pt_test unit_tests[] = {
     {"vit_head_loss", vit_head},     {"gpt_embed", gpt_embed},
     {"gpt_attn_causal", gpt_attn_causal}, {"gpt_mlp", gpt_mlp},
     {"gpt_head_loss", gpt_head},     {"attn_long_sequence", attn_long_sequence},
+    {"bert_embed", bert_embed},       {"bert_attn_masked", bert_attn_masked},
+    {"bert_mlp", bert_mlp},           {"bert_head_pooled_loss", bert_head_pooled},
+    {"bert_attn_long_sequence", bert_attn_long_sequence},
     {NULL, NULL}};
 static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"vit_middle_segment", vit_middle_segment},
                                       {"gpt_whole_model", gpt_whole_model},
+                                      {"bert_whole_model", bert_whole_model},
+                                      {"bert_middle_segment", bert_middle_segment},
                                       {NULL, NULL}};
 static const pt_test_suite suites[] = {{"finite differences, one unit", unit_tests},
                                        {"finite differences, unit runs", model_tests},

@@ -56,6 +56,7 @@ static pt_rng rng;
 #define BE be[k_]
 #define OPS be[k_]->ops
 #define D(t) ((t).p[k_]) /* the tensor's memory on backend k_ */
+#define D_OF(t, k) ((t).p[k])
 
 static void open_both(uint64_t seed)
 {
@@ -175,14 +176,14 @@ enum {
     OP_LINEAR_FWD, OP_LINEAR_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_GELU_FWD, OP_GELU_BWD,
     OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_PATCHIFY, OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD,
     OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD, OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ,
-    OP_SCALE, OP_COUNT
+    OP_SCALE, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
     "linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
     "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd", "vit_assemble_bwd",
     "token_embed_fwd", "token_embed_bwd", "copy_rows", "cross_entropy", "adamw", "sumsq",
-    "scale"};
+    "scale", "mean_pool_fwd", "mean_pool_bwd"};
 
 static struct {
     double worst;
@@ -365,7 +366,7 @@ static void linear_all(void)
 
 /* ------------------------------------------------------------- layernorm */
 
-static void layernorm_case(int rows, int dim)
+static void layernorm_case(int rows, int dim, double eps)
 {
     tens x = t_new((size_t)rows * dim, 0), y = t_new((size_t)rows * dim, 0);
     tens w = t_new(dim, 1), b = t_new(dim, 1), mean = t_new(rows, 1), rstd = t_new(rows, 1);
@@ -375,10 +376,24 @@ static void layernorm_case(int rows, int dim)
     t_fill_nan(&y);
     t_fill_nan(&mean);
     t_fill_nan(&rstd);
-    EACH OPS->layernorm_fwd(BE, D(y), D(mean), D(rstd), D(x), D(w), D(b), rows, dim);
-    check(&y, OP_LAYERNORM_FWD, "layernorm_fwd y %dx%d", rows, dim);
-    check(&mean, OP_LAYERNORM_FWD, "layernorm_fwd mean %dx%d", rows, dim);
-    check(&rstd, OP_LAYERNORM_FWD, "layernorm_fwd rstd %dx%d", rows, dim);
+    EACH OPS->layernorm_fwd(BE, D(y), D(mean), D(rstd), D(x), D(w), D(b), rows, dim, eps);
+    check(&y, OP_LAYERNORM_FWD, "layernorm_fwd y %dx%d eps %g", rows, dim, eps);
+    check(&mean, OP_LAYERNORM_FWD, "layernorm_fwd mean %dx%d eps %g", rows, dim, eps);
+    check(&rstd, OP_LAYERNORM_FWD, "layernorm_fwd rstd %dx%d eps %g", rows, dim, eps);
+    if (dim > 1) { /* eps is the one given: rstd = 1 / sqrt(var + eps) of the first row */
+        float *h = malloc((size_t)dim * sizeof *h), *r = t_get(&rstd, 1);
+        be[1]->ops->act_to_f32(be[1], h, D_OF(x, 1), (size_t)dim);
+        double m = 0, v = 0;
+        for (int i = 0; i < dim; i++)
+            m += h[i];
+        m /= dim;
+        for (int i = 0; i < dim; i++)
+            v += (h[i] - m) * (h[i] - m);
+        double want = 1 / sqrt(v / dim + eps);
+        CU_ASSERT(fabs(r[0] - want) <= 1e-6 * want);
+        free(h);
+        free(r);
+    }
 
     /* variants: 0 dx + separate add, 1 dx + add aliased with dx, 2 dx without
      * add, 3 dx NULL (dw and db only); dw, db accumulated in all */
@@ -412,7 +427,8 @@ static void layernorm_all(void)
     /* rows above 64 reach more than one chunk of the dw/db reduction */
     const int shapes[][2] = {{1, 37}, {7, 5}, {37, 64}, {130, 37}, {65, 300}, {200, 16}, {3, 3}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-        layernorm_case(shapes[s][0], shapes[s][1]);
+        for (int e = 0; e < 3; e++) /* ViT and GPT's 1e-5, BERT's 1e-12, a large one */
+            layernorm_case(shapes[s][0], shapes[s][1], e == 0 ? 1e-5 : e == 1 ? 1e-12 : 0.5);
     print_worst(OP_LAYERNORM_FWD, OP_LAYERNORM_BWD);
     close_both();
 }
@@ -502,9 +518,45 @@ static void gelu_all(void)
 
 /* ------------------------------------------------------------- attention */
 
-static void attention_case(int n, int T, int H, int hd, int causal)
+/* Example b alone over its first L tokens, without a mask, on the float64
+ * backend: what the masked op must give on b's first L rows. */
+static void attention_alone_matches(const tens *qkv, const tens *out, int b, int L, int T, int H,
+                                    int hd, int causal)
+{
+    const size_t d = (size_t)H * hd;
+    pt_backend *b64 = be[1];
+    double *sub = pt_backend_alloc(b64, (size_t)L * 3 * d * sizeof *sub);
+    double *o = pt_backend_alloc(b64, (size_t)L * d * sizeof *o);
+    double *p = pt_backend_alloc(b64, (size_t)H * L * L * sizeof *p);
+    CU_ASSERT_FATAL(sub && o && p);
+    const double *all = D_OF(*qkv, 1), *masked = D_OF(*out, 1);
+    memcpy(sub, all + (size_t)b * T * 3 * d, (size_t)L * 3 * d * sizeof *sub);
+    b64->ops->attention_fwd(b64, o, p, sub, 1, L, H, hd, causal, NULL);
+    double worst = 0, ref = 0;
+    for (size_t i = 0; i < (size_t)L * d; i++) {
+        worst = fmax(worst, fabs(o[i] - masked[(size_t)b * T * d + i]));
+        ref = fmax(ref, fabs(o[i]));
+    }
+    CU_ASSERT(ref > 0 && worst <= 1e-12 * ref);
+    if (!(worst <= 1e-12 * ref))
+        printf("\n  masked attention example %d (L %d of T %d): %g from it alone", b, L, T,
+               worst / ref);
+    pt_backend_free(b64, sub);
+    pt_backend_free(b64, o);
+    pt_backend_free(b64, p);
+}
+
+static void attention_case(int n, int T, int H, int hd, int causal, int masked)
 {
     const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+    int32_t lens_h[8];
+    CU_ASSERT_FATAL(n <= 8);
+    for (int b = 0; b < n; b++) /* the first example unpadded, then random lengths */
+        lens_h[b] = b == 0 ? T : 1 + (int)pt_rng_below(&rng, (uint64_t)T);
+    void *lens[2] = {NULL, NULL};
+    if (masked)
+        for (int k = 0; k < 2; k++)
+            lens[k] = ints_new(k, lens_h, (size_t)n);
     tens qkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
     tens probs = t_new((size_t)n * H * T * T, 0); /* both keep the probabilities */
     tens dout = t_new(rows * d, 0), dqkv = t_new(rows * 3 * d, 0);
@@ -515,14 +567,29 @@ static void attention_case(int n, int T, int H, int hd, int causal)
     t_fill_nan(&out);
     t_fill_nan(&probs);
     t_fill_nan(&dqkv);
-    EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal);
-    check(&out, OP_ATTENTION_FWD, "attention_fwd out n=%d T=%d H=%d hd=%d causal=%d", n, T, H,
-          hd, causal);
-    check(&probs, OP_ATTENTION_FWD, "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d", n, T,
-          H, hd, causal);
-    EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), n, T, H, hd, causal);
-    check(&dqkv, OP_ATTENTION_BWD, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd,
-          causal);
+    EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal, lens[k_]);
+    check(&out, OP_ATTENTION_FWD, "attention_fwd out n=%d T=%d H=%d hd=%d causal=%d masked=%d",
+          n, T, H, hd, causal, masked);
+    check(&probs, OP_ATTENTION_FWD,
+          "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d masked=%d", n, T, H, hd, causal,
+          masked);
+    EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), n, T, H, hd, causal,
+                            lens[k_]);
+    check(&dqkv, OP_ATTENTION_BWD, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d masked=%d", n,
+          T, H, hd, causal, masked);
+    if (masked) {
+        const double *g = D_OF(dqkv, 1);
+        for (int b = 0; b < n; b++) {
+            attention_alone_matches(&qkv, &out, b, lens_h[b], T, H, hd, causal);
+            int nonzero = 0; /* padded keys and values get no gradient */
+            for (int t = lens_h[b]; t < T; t++)
+                for (size_t c = d; c < 3 * d; c++)
+                    nonzero += g[((size_t)b * T + t) * 3 * d + c] != 0;
+            CU_ASSERT_EQUAL(nonzero, 0);
+        }
+        for (int k = 0; k < 2; k++)
+            pt_backend_free(be[k], lens[k]);
+    }
     t_free(&qkv);
     t_free(&out);
     t_free(&probs);
@@ -540,9 +607,63 @@ static void attention_all(void)
     for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
         for (size_t j = 0; j < sizeof hds / sizeof *hds; j++)
             for (int causal = 0; causal < 2; causal++)
-                attention_case(2, Ts[i], 3, hds[j], causal);
-    attention_case(1, 5, 1, 8, 1);
+                for (int masked = 0; masked < 2; masked++)
+                    attention_case(masked ? 4 : 2, Ts[i], 3, hds[j], causal, masked);
+    attention_case(1, 5, 1, 8, 1, 0);
+    attention_case(1, 5, 1, 8, 0, 1);
     print_worst(OP_ATTENTION_FWD, OP_ATTENTION_BWD);
+    close_both();
+}
+
+/* ------------------------------------------------------------- mean pool */
+
+static void mean_pool_case(int n, int T, int d)
+{
+    int32_t lens_h[8];
+    CU_ASSERT_FATAL(n <= 8);
+    for (int b = 0; b < n; b++)
+        lens_h[b] = b == 0 ? T : 1 + (int)pt_rng_below(&rng, (uint64_t)T);
+    void *lens[2] = {ints_new(0, lens_h, (size_t)n), ints_new(1, lens_h, (size_t)n)};
+    tens x = t_new((size_t)n * T * d, 0), y = t_new((size_t)n * d, 0);
+    tens dy = t_new((size_t)n * d, 0), dx = t_new((size_t)n * T * d, 0);
+    t_fill(&x, -2, 2);
+    t_fill(&dy, -1, 1);
+    t_fill_nan(&y);
+    t_fill_nan(&dx);
+    EACH OPS->mean_pool_fwd(BE, D(y), D(x), lens[k_], n, T, d);
+    check(&y, OP_MEAN_POOL_FWD, "mean_pool_fwd n=%d T=%d d=%d", n, T, d);
+    EACH OPS->mean_pool_bwd(BE, D(dx), D(dy), lens[k_], n, T, d);
+    check(&dx, OP_MEAN_POOL_BWD, "mean_pool_bwd n=%d T=%d d=%d", n, T, d);
+    /* the meaning, on the float64 backend: the mean of the real rows; the
+     * gradient spread over them and 0 on the padding */
+    const double *x64 = D_OF(x, 1), *y64 = D_OF(y, 1), *dx64 = D_OF(dx, 1), *dy64 = D_OF(dy, 1);
+    for (int b = 0; b < n; b++)
+        for (int c = 0; c < d; c++) {
+            double m = 0;
+            for (int t = 0; t < lens_h[b]; t++)
+                m += x64[((size_t)b * T + t) * d + c];
+            m /= lens_h[b];
+            CU_ASSERT(fabs(y64[(size_t)b * d + c] - m) <= 1e-12);
+            for (int t = 0; t < T; t++) {
+                double want = t < lens_h[b] ? dy64[(size_t)b * d + c] / lens_h[b] : 0.0;
+                CU_ASSERT(fabs(dx64[((size_t)b * T + t) * d + c] - want) <= 1e-15);
+            }
+        }
+    t_free(&x);
+    t_free(&y);
+    t_free(&dy);
+    t_free(&dx);
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], lens[k]);
+}
+
+static void mean_pool_all(void)
+{
+    open_both(707);
+    const int shapes[][3] = {{1, 1, 5}, {3, 7, 13}, {5, 17, 64}, {8, 33, 37}, {2, 70, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        mean_pool_case(shapes[s][0], shapes[s][1], shapes[s][2]);
+    print_worst(OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD);
     close_both();
 }
 
@@ -641,7 +762,8 @@ static void embeddings_all(void)
 
 static void copy_rows_case(int rows, int cols, int ss, int ds)
 {
-    tens src = t_new((size_t)rows * ss, 0), dst = t_new((size_t)rows * ds, 0);
+    /* ss = 0: one source row added to (or copied into) every row (BERT's token type) */
+    tens src = t_new((size_t)(ss ? rows * ss : cols), 0), dst = t_new((size_t)rows * ds, 0);
     t_fill(&src, -1, 1);
     float *before = malloc(dst.n * sizeof *before);
     for (int acc = 0; acc < 2; acc++) {
@@ -672,6 +794,7 @@ static void copy_rows_all(void)
     copy_rows_case(70, 37, 40, 37);
     copy_rows_case(1, 1, 3, 2);
     copy_rows_case(9, 24, 24, 24 * 3);
+    copy_rows_case(70, 37, 0, 40);
     print_worst(OP_COPY_ROWS, OP_COPY_ROWS);
     close_both();
 }
@@ -830,6 +953,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"attention", attention_all},
                                 {"embeddings", embeddings_all},
                                 {"copy_rows", copy_rows_all},
+                                {"mean_pool", mean_pool_all},
                                 {"cross_entropy", cross_entropy_all},
                                 {"optimizer", optimizer_all},
                                 {"summary", summary},
