@@ -40,20 +40,24 @@ static const struct {
     const char *name; /* in the manifest */
     const char *says; /* what to tell the user: the config key behind it */
     size_t off;
+    int since_bert;   /* 1: absent from manifests written before bert existed (read as 0) */
 } arch_fields[] = {
-    {"kind", "model.kind", offsetof(pt_arch, kind)},
-    {"dim", "model.dim", offsetof(pt_arch, dim)},
-    {"layers", "model.layers", offsetof(pt_arch, layers)},
-    {"heads", "model.heads", offsetof(pt_arch, heads)},
-    {"mlp_hidden", "model.mlp_hidden", offsetof(pt_arch, mlp_hidden)},
-    {"causal", "model.kind (causal attention)", offsetof(pt_arch, causal)},
-    {"channels", "the image channels of the data", offsetof(pt_arch, channels)},
-    {"height", "the image height of the data", offsetof(pt_arch, height)},
-    {"width", "the image width of the data", offsetof(pt_arch, width)},
-    {"patch", "model.patch", offsetof(pt_arch, patch)},
-    {"classes", "model.classes", offsetof(pt_arch, classes)},
-    {"vocab", "the vocabulary of the data", offsetof(pt_arch, vocab)},
-    {"context", "model.context", offsetof(pt_arch, context)},
+    {"kind", "model.kind", offsetof(pt_arch, kind), 0},
+    {"dim", "model.dim", offsetof(pt_arch, dim), 0},
+    {"layers", "model.layers", offsetof(pt_arch, layers), 0},
+    {"heads", "model.heads", offsetof(pt_arch, heads), 0},
+    {"mlp_hidden", "model.mlp_hidden", offsetof(pt_arch, mlp_hidden), 0},
+    {"causal", "model.kind (causal attention)", offsetof(pt_arch, causal), 0},
+    {"channels", "the image channels of the data", offsetof(pt_arch, channels), 0},
+    {"height", "the image height of the data", offsetof(pt_arch, height), 0},
+    {"width", "the image width of the data", offsetof(pt_arch, width), 0},
+    {"patch", "model.patch", offsetof(pt_arch, patch), 0},
+    {"classes", "model.classes", offsetof(pt_arch, classes), 0},
+    {"vocab", "the vocabulary of the data", offsetof(pt_arch, vocab), 0},
+    {"context", "model.context", offsetof(pt_arch, context), 0},
+    {"positions", "model.positions", offsetof(pt_arch, positions), 1},
+    {"type_vocab", "model.type_vocab", offsetof(pt_arch, type_vocab), 1},
+    {"pad_id", "the [PAD] id", offsetof(pt_arch, pad_id), 1},
 };
 enum { ARCH_FIELDS = sizeof arch_fields / sizeof arch_fields[0] };
 _Static_assert(sizeof(pt_model_kind) == sizeof(int), "arch fields are read as int");
@@ -65,6 +69,7 @@ json_t *pt_ckpt_arch_json(const pt_arch *a)
         json_object_set_new(o, arch_fields[i].name,
                             json_integer(*(const int *)((const char *)a + arch_fields[i].off)));
     json_object_set_new(o, "init_std", json_real(a->init_std));
+    json_object_set_new(o, "ln_eps", json_real(a->ln_eps));
     json_object_set_new(o, "seed", json_integer((json_int_t)a->seed));
     return o;
 }
@@ -74,14 +79,19 @@ int pt_ckpt_arch_read(const json_t *o, pt_arch *a)
     memset(a, 0, sizeof *a);
     for (int i = 0; i < ARCH_FIELDS; i++) {
         const json_t *v = json_object_get(o, arch_fields[i].name);
+        if (!v && arch_fields[i].since_bert)
+            continue;
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return -1;
         *(int *)((char *)a + arch_fields[i].off) = (int)json_integer_value(v);
     }
     const json_t *std = json_object_get(o, "init_std"), *seed = json_object_get(o, "seed");
-    if ((a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT) || !json_is_number(std) ||
-        !json_is_integer(seed) || json_integer_value(seed) < 0)
+    const json_t *eps = json_object_get(o, "ln_eps");
+    if ((a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT && a->kind != PT_MODEL_BERT) ||
+        !json_is_number(std) || !json_is_integer(seed) || json_integer_value(seed) < 0 ||
+        (eps && !(json_is_number(eps) && json_number_value(eps) >= 0 && json_number_value(eps) < 1)))
         return -1;
+    a->ln_eps = eps ? json_number_value(eps) : 0;
     a->init_std = json_number_value(std);
     a->seed = (uint64_t)json_integer_value(seed);
     return 0;

@@ -392,11 +392,22 @@ void pt_config_arch(const pt_config *c, pt_arch *a)
         a->height = a->width = c->data.kind == PT_DATA_SYNTH_IMAGES ? c->data.image_size : 28;
         a->patch = c->model.patch;
         a->classes = c->model.classes;
+    } else if (a->kind == PT_MODEL_BERT) {
+        a->causal = 0;
+        a->vocab = c->model.vocab;
+        a->context = c->model.context;
+        a->classes = c->model.classes;
+        a->positions = c->model.positions;
+        a->type_vocab = c->model.type_vocab;
+        a->pad_id = 0;
+        a->ln_eps = c->model.ln_eps > 0 ? c->model.ln_eps : 1e-12;
     } else {
         a->causal = 1;
         a->vocab = 256;
         a->context = c->model.context;
     }
+    if (a->kind != PT_MODEL_BERT)
+        a->ln_eps = c->model.ln_eps;
 }
 
 /* ---------------------------------------------------------------- output */

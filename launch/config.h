@@ -44,6 +44,8 @@ typedef struct pt_config {
     struct {
         int kind; /* pt_model_kind */
         int dim, layers, heads, mlp_hidden, patch, classes, context;
+        int vocab, positions, type_vocab; /* bert */
+        double ln_eps;
         double init_std;
         char init_from[PT_PATH_MAX];
     } model;

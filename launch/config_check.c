@@ -48,6 +48,10 @@ static int model_rules(const pt_config *c, pt_err *err)
                                   pt_config_word("model.kind", c->model.kind),
                                   vit ? "fashion_mnist, idx, synthetic_images"
                                       : "text, kjv, synthetic_text");
+    if (c->model.kind == PT_MODEL_BERT && c->model.positions < c->model.context)
+        return pt_config_key_fail(c, err, "model.positions",
+                                  "%d is fewer than model.context (%d); allowed: at least %d",
+                                  c->model.positions, c->model.context, c->model.context);
     if (c->model.dim % c->model.heads)
         return pt_config_key_fail(c, err, "model.heads",
                                   "%d does not divide model.dim (%d); allowed: a divisor of %d",
@@ -132,8 +136,15 @@ static int file_rules(const pt_config *c, pt_err *err)
                     sizeof err->msg - strlen(err->msg) - 1);
         return rc;
     }
-    if (*c->model.init_from && (rc = need_file(c, "model.init_from", c->model.init_from, err)))
+    if (*c->model.init_from && c->model.kind == PT_MODEL_BERT) { /* a directory, or its file */
+        struct stat st;
+        if (stat(c->model.init_from, &st) != 0)
+            return pt_config_key_fail(c, err, "model.init_from", "cannot use '%s': %s",
+                                      c->model.init_from, strerror(errno));
+    } else if (*c->model.init_from &&
+               (rc = need_file(c, "model.init_from", c->model.init_from, err))) {
         return rc;
+    }
     if (*c->pipeline.profile && (rc = need_file(c, "pipeline.profile", c->pipeline.profile, err)))
         return rc;
     return 0;

@@ -42,8 +42,9 @@ const pt_key_spec pt_config_keys[] = {
      "RUN_DIR/samples-rank<R>.jsonl"},
 
     /* model */
-    {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt"), 0, "vit",
-     "vit: image classifier on the CLS token; gpt: causal byte-level language model"},
+    {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt", "bert"), 0, "vit",
+     "vit: image classifier on the CLS token; gpt: causal byte-level language model; bert: "
+     "post-LN encoder (Hugging Face's BERT) with a classifier on the mean of the real tokens"},
     {"model.dim", PT_K_INT, AT(model.dim), 1, 65536, NULL, 0, "64", "model width d_model"},
     {"model.layers", PT_K_INT, AT(model.layers), 1, 1024, NULL, 0, "6", "transformer blocks"},
     {"model.heads", PT_K_INT, AT(model.heads), 1, 4096, NULL, 0, "4",
@@ -53,14 +54,24 @@ const pt_key_spec pt_config_keys[] = {
     {"model.patch", PT_K_INT, AT(model.patch), 1, 4096, NULL, 0, "7",
      "ViT patch size in pixels (must divide the image size)"},
     {"model.classes", PT_K_INT, AT(model.classes), 2, 1 << 20, NULL, 0, "10",
-     "ViT output classes (labels must be below this)"},
+     "ViT and BERT output classes (labels must be below this)"},
     {"model.context", PT_K_INT, AT(model.context), 2, 65536, NULL, 0, "128",
-     "GPT context length in bytes"},
+     "GPT: context length in bytes; BERT: tokens per example ([CLS] text [SEP], truncated or "
+     "padded to this)"},
+    {"model.vocab", PT_K_INT, AT(model.vocab), 2, 1 << 24, NULL, 0, "30522",
+     "BERT: vocabulary size (the lines of data.vocab)"},
+    {"model.positions", PT_K_INT, AT(model.positions), 2, 1 << 20, NULL, 0, "512",
+     "BERT: rows of the position table (at least model.context)"},
+    {"model.type_vocab", PT_K_INT, AT(model.type_vocab), 1, 1024, NULL, 0, "2",
+     "BERT: rows of the token-type table (every token has type 0)"},
+    {"model.ln_eps", PT_K_FLOAT, AT(model.ln_eps), 0, 1, NULL, PT_F_MAX_EXCL, "0",
+     "LayerNorm epsilon; 0 = 1e-5 for vit and gpt, 1e-12 for bert"},
     /* below 10: nn's pt_arch_check refuses 10 itself */
     {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL | PT_F_MAX_EXCL,
      "0.02", "standard deviation of the normal initialisation of weights"},
     {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
-     "start from these weights (safetensors, names as `pipetrain export` writes)"},
+     "start from these weights (safetensors, names as `pipetrain export` writes; bert: a Hugging "
+     "Face BERT directory with config.json and model.safetensors, or its model.safetensors)"},
 
     /* data */
     {"data.kind", PT_K_ENUM, AT(data.kind), 0, 0,

@@ -13,6 +13,7 @@
 #include "launch/session.h"
 #include "formats/formats.h"
 #include "launch/weights.h"
+#include "hf/hf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,9 @@ static const char usage[] =
     "  plan CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        print the topology, the pipeline layout, predicted time and memory, and exit\n"
     "  export CHECKPOINT_DIR OUT.safetensors\n"
-    "        the checkpoint's weights as safetensors, with PyTorch names and shapes\n"
+    "        the checkpoint's weights as safetensors, with PyTorch names and shapes;\n"
+    "        model.kind bert: OUT is a directory that gets a Hugging Face BERT\n"
+    "        (model.safetensors with transformers' names, config.json)\n"
     "  keys  every configuration key, its default and what it allows (Markdown)\n"
     "\n"
     "train, eval and plan run under mpirun for several ranks, e.g.\n"
@@ -271,8 +274,12 @@ static int cmd_export(int argc, char **argv)
         (rc = pt_checkpoint_load_segment(seg, argv[2], &err)) == 0) {
         const char *meta[] = {"format", "pt", "producer", "pipetrain " PT_VERSION,
                               "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
-        if ((rc = pt_weights_save(seg, argv[3], meta, &err)) == 0)
+        if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
+            if ((rc = pt_hf_bert_save(seg, argv[3], &err)) == 0)
+                printf("wrote %s/model.safetensors and %s/config.json\n", argv[3], argv[3]);
+        } else if ((rc = pt_weights_save(seg, argv[3], meta, &err)) == 0) {
             printf("wrote %s\n", argv[3]);
+        }
     }
     pt_segment_destroy(seg);
     if (be)

@@ -11,6 +11,7 @@
 
 #include "formats/formats.h"
 #include "launch/weights.h"
+#include "hf/hf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +20,31 @@
 #include <unistd.h>
 
 /* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
+/* model.init_from: our own safetensors, or for bert a Hugging Face BERT
+ * (its config.json, when there is one, must describe the model.* keys). */
+static int load_init(pt_segment *seg, const pt_config *c, pt_err *err)
+{
+    int rc;
+    if (c->model.kind != PT_MODEL_BERT) {
+        if ((rc = pt_weights_load(seg, c->model.init_from, err)))
+            pt_config_key_prefix(c, err, "model.init_from");
+        return rc;
+    }
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
+    if ((rc = pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err)))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (*config) {
+        pt_hf_bert_config hc;
+        const char *key = "model.init_from";
+        if ((rc = pt_hf_bert_config_read(config, &hc, err)) ||
+            (rc = pt_hf_bert_config_check(&hc, pt_segment_arch(seg), config, &key, err)))
+            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
+    }
+    if ((rc = pt_hf_bert_load(seg, weights, err)))
+        pt_config_key_prefix(c, err, "model.init_from");
+    return rc;
+}
+
 static int open_backend(pt_session *r, pt_err *err)
 {
     const int threads = r->threads > 0 ? r->threads : 1;
@@ -596,9 +622,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         goto fail;
     }
     /* only active ranks load weights: the others learn of a failure here */
-    rc = s->run.active && *c->model.init_from ? pt_weights_load(s->run.seg, c->model.init_from, err) : 0;
-    if (rc)
-        pt_config_key_prefix(c, err, "model.init_from");
+    rc = s->run.active && *c->model.init_from ? load_init(s->run.seg, c, err) : 0;
     if ((rc = pt_run_agree(&s->run, rc, err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {

@@ -1,0 +1,450 @@
+/*
+ * hf.c: Hugging Face BERT files to and from pipetrain's bert units (the
+ * mapping is in hf.h). Names come from nn's unit descriptions: the local part
+ * of each of our parameter names decides its Hugging Face name, so nothing
+ * here lists layers.
+ */
+#include "hf/hf.h"
+
+#include "formats/formats.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define NAME_MAX_LEN PT_ST_MAX_NAME
+
+/* ------------------------------------------------------------ config.json */
+
+static int get_int(const json_t *root, const char *path, const char *key, int lo, int hi, int *v,
+                   pt_err *err)
+{
+    json_t *j = json_object_get(root, key);
+    if (!j)
+        return pt_fail(err, PT_EINPUT, "%s: %s: missing", path, key);
+    if (!json_is_integer(j))
+        return pt_fail(err, PT_EINPUT, "%s: %s: not an integer", path, key);
+    json_int_t x = json_integer_value(j);
+    if (x < lo || x > hi)
+        return pt_fail(err, PT_EINPUT, "%s: %s: %lld is out of range [%d, %d]", path, key,
+                       (long long)x, lo, hi);
+    *v = (int)x;
+    return 0;
+}
+
+int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    void *text = NULL;
+    size_t n = 0;
+    int rc = pt_read_file(path, 1 << 20, &text, &n, err);
+    if (rc)
+        return rc;
+    json_t *root = NULL;
+    rc = pt_json_load(&root, text, n, err);
+    free(text);
+    if (rc)
+        return pt_err_prefix(err, "%s", path);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return pt_fail(err, PT_EINPUT, "%s: not a JSON object", path);
+    }
+    const json_t *type = json_object_get(root, "model_type");
+    if (!json_is_string(type) || strcmp(json_string_value(type), "bert") != 0)
+        rc = pt_fail(err, PT_EINPUT, "%s: model_type: %s; allowed: \"bert\"", path,
+                     json_is_string(type) ? json_string_value(type) : "missing or not a string");
+    if (rc == 0)
+        rc = get_int(root, path, "hidden_size", 1, 1 << 16, &out->hidden, err);
+    if (rc == 0)
+        rc = get_int(root, path, "num_hidden_layers", 1, 1024, &out->layers, err);
+    if (rc == 0)
+        rc = get_int(root, path, "num_attention_heads", 1, 1 << 16, &out->heads, err);
+    if (rc == 0)
+        rc = get_int(root, path, "intermediate_size", 1, 1 << 18, &out->intermediate, err);
+    if (rc == 0)
+        rc = get_int(root, path, "vocab_size", 2, 1 << 24, &out->vocab, err);
+    if (rc == 0)
+        rc = get_int(root, path, "max_position_embeddings", 2, 1 << 20, &out->positions, err);
+    if (rc == 0) {
+        out->type_vocab = 2; /* transformers' defaults where a field is absent */
+        out->ln_eps = 1e-12;
+        if (json_object_get(root, "type_vocab_size"))
+            rc = get_int(root, path, "type_vocab_size", 1, 1 << 10, &out->type_vocab, err);
+        if (rc == 0 && json_object_get(root, "pad_token_id"))
+            rc = get_int(root, path, "pad_token_id", 0, out->vocab - 1, &out->pad_id, err);
+    }
+    if (rc == 0 && json_object_get(root, "layer_norm_eps")) {
+        const json_t *e = json_object_get(root, "layer_norm_eps");
+        if (!json_is_number(e) || !(json_number_value(e) > 0 && json_number_value(e) < 1))
+            rc = pt_fail(err, PT_EINPUT, "%s: layer_norm_eps: must be a number in (0, 1)", path);
+        else
+            out->ln_eps = json_number_value(e);
+    }
+    if (rc == 0) {
+        const json_t *act = json_object_get(root, "hidden_act");
+        if (act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu") != 0))
+            rc = pt_fail(err, PT_EINPUT,
+                         "%s: hidden_act: %s; pipetrain's bert has the erf GELU (\"gelu\") only",
+                         path, json_is_string(act) ? json_string_value(act) : "not a string");
+    }
+    if (rc == 0) {
+        const json_t *pos = json_object_get(root, "position_embedding_type");
+        if (pos && (!json_is_string(pos) || strcmp(json_string_value(pos), "absolute") != 0))
+            rc = pt_fail(err, PT_EINPUT,
+                         "%s: position_embedding_type: %s; allowed: \"absolute\"", path,
+                         json_is_string(pos) ? json_string_value(pos) : "not a string");
+    }
+    if (rc == 0 && out->hidden % out->heads != 0)
+        rc = pt_fail(err, PT_EINPUT,
+                     "%s: num_attention_heads: %d does not divide hidden_size %d", path,
+                     out->heads, out->hidden);
+    json_decref(root);
+    return rc;
+}
+
+int pt_hf_bert_config_check(const pt_hf_bert_config *c, const pt_arch *a, const char *path,
+                            const char **key, pt_err *err)
+{
+    const struct {
+        const char *key, *field;
+        long long ours, theirs;
+    } pairs[] = {
+        {"model.dim", "hidden_size", a->dim, c->hidden},
+        {"model.layers", "num_hidden_layers", a->layers, c->layers},
+        {"model.heads", "num_attention_heads", a->heads, c->heads},
+        {"model.mlp_hidden", "intermediate_size", a->mlp_hidden, c->intermediate},
+        {"model.vocab", "vocab_size", a->vocab, c->vocab},
+        {"model.positions", "max_position_embeddings", a->positions, c->positions},
+        {"model.type_vocab", "type_vocab_size", a->type_vocab, c->type_vocab},
+    };
+    *key = "";
+    for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++)
+        if (pairs[i].ours != pairs[i].theirs) {
+            *key = pairs[i].key;
+            return pt_fail(err, PT_EINPUT, "is %lld, but %s says %s %lld", pairs[i].ours, path,
+                           pairs[i].field, pairs[i].theirs);
+        }
+    if (c->pad_id != a->pad_id) {
+        *key = "model.init_from";
+        return pt_fail(err, PT_EINPUT, "%s: pad_token_id is %d; pipetrain's bert pads with id %d",
+                       path, c->pad_id, a->pad_id);
+    }
+    if (fabs(c->ln_eps - pt_arch_ln_eps(a)) > 1e-6 * c->ln_eps) {
+        *key = "model.ln_eps";
+        return pt_fail(err, PT_EINPUT, "is %g, but %s says layer_norm_eps %g", pt_arch_ln_eps(a),
+                       path, c->ln_eps);
+    }
+    return 0;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
+int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t cn, pt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return pt_fail(err, PT_ESYS, "%s: %s", path, strerror(errno));
+    int n;
+    if (S_ISDIR(st.st_mode)) {
+        n = snprintf(weights, wn, "%s/model.safetensors", path);
+        if (n < 0 || (size_t)n >= wn)
+            return pt_fail(err, PT_EINPUT, "%s: path too long", path);
+        n = snprintf(config, cn, "%s/config.json", path);
+    } else {
+        n = snprintf(weights, wn, "%s", path);
+        if (n < 0 || (size_t)n >= wn)
+            return pt_fail(err, PT_EINPUT, "%s: path too long", path);
+        const char *slash = strrchr(path, '/');
+        int dir = slash ? (int)(slash - path) : 1;
+        n = snprintf(config, cn, "%.*s/config.json", dir, slash ? path : ".");
+    }
+    if (n < 0 || (size_t)n >= cn)
+        return pt_fail(err, PT_EINPUT, "%s: path too long", path);
+    if (stat(config, &st) != 0 || !S_ISREG(st.st_mode))
+        config[0] = '\0';
+    if (stat(weights, &st) != 0)
+        return pt_fail(err, PT_ESYS, "%s: %s", weights, strerror(errno));
+    return 0;
+}
+
+/* ------------------------------------------------------------- the names */
+
+/* Hugging Face names of parameter k of a unit (without a "bert." prefix):
+ * 3 for the fused qkv (its rows split in equal thirds), 1 otherwise, 0 for
+ * the head (not a BERT tensor). */
+static int hf_names(const pt_unit_info *u, int k, char names[3][NAME_MAX_LEN])
+{
+    const char *full = u->params[k].name, *local = full + strlen(u->name) + 1;
+    const char *wb = ends_with(local, ".weight") ? "weight" : "bias";
+    if (u->role == PT_UNIT_HEAD)
+        return 0;
+    if (u->role == PT_UNIT_EMBED) {
+        const char *table = strncmp(local, "word.", 5) == 0   ? "word_embeddings"
+                            : strncmp(local, "pos.", 4) == 0  ? "position_embeddings"
+                            : strncmp(local, "type.", 5) == 0 ? "token_type_embeddings"
+                                                              : "LayerNorm";
+        snprintf(names[0], NAME_MAX_LEN, "embeddings.%s.%s", table, wb);
+        return 1;
+    }
+    const int N = u->block;
+    if (strncmp(local, "qkv.", 4) == 0) {
+        const char *part[3] = {"query", "key", "value"};
+        for (int i = 0; i < 3; i++)
+            snprintf(names[i], NAME_MAX_LEN, "encoder.layer.%d.attention.self.%s.%s", N, part[i],
+                     wb);
+        return 3;
+    }
+    const char *where = u->role == PT_UNIT_ATTN
+                            ? (strncmp(local, "proj.", 5) == 0 ? "attention.output.dense"
+                                                               : "attention.output.LayerNorm")
+                        : strncmp(local, "fc1.", 4) == 0 ? "intermediate.dense"
+                        : strncmp(local, "fc2.", 4) == 0 ? "output.dense"
+                                                         : "output.LayerNorm";
+    snprintf(names[0], NAME_MAX_LEN, "encoder.layer.%d.%s.%s", N, where, wb);
+    return 1;
+}
+
+/* Tensors a BERT file may hold that pipetrain's bert has no use for. */
+static int ignorable(const char *name)
+{
+    return strncmp(name, "pooler.", 7) == 0 || strcmp(name, "embeddings.position_ids") == 0 ||
+           strncmp(name, "classifier.", 11) == 0 || strncmp(name, "cls.", 4) == 0;
+}
+
+static int known_name(const pt_arch *a, const char *name)
+{
+    for (int u = 0; u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        for (int k = 0; k < info.n_params; k++) {
+            char names[3][NAME_MAX_LEN];
+            int n = hf_names(&info, k, names);
+            for (int i = 0; i < n; i++)
+                if (strcmp(names[i], name) == 0)
+                    return 1;
+        }
+    }
+    return 0;
+}
+
+static void shape_text(int ndim, const int64_t *shape, char *out, size_t n)
+{
+    size_t len = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (len < n)
+        snprintf(out + len, n - len, "]");
+}
+
+/* ----------------------------------------------------------------- load */
+
+/* Reads one Hugging Face tensor of the expected shape into dst. */
+static int read_part(pt_st_file *f, const char *path, const char *prefix, const char *name,
+                     int ndim, const int64_t *shape, float *dst, size_t numel, pt_err *err)
+{
+    char full[NAME_MAX_LEN + 8];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    int i = pt_st_find(f, full);
+    if (i < 0)
+        return pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path, full);
+    const pt_st_entry *e = pt_st_entry_at(f, i);
+    int same = e->ndim == ndim;
+    for (int d = 0; same && d < ndim; d++)
+        same = e->shape[d] == shape[d];
+    if (!same) {
+        char want[96], got[96];
+        shape_text(ndim, shape, want, sizeof want);
+        shape_text(e->ndim, e->shape, got, sizeof got);
+        return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s", path,
+                       full, got, want);
+    }
+    int rc = pt_st_read_f32(f, i, dst, numel, err);
+    if (rc)
+        return rc;
+    for (size_t j = 0; j < numel; j++)
+        if (!isfinite(dst[j]))
+            return pt_fail(err, PT_EINPUT,
+                           "'%s': tensor '%s' holds %s at element %zu of %zu; weights must be "
+                           "finite numbers",
+                           path, full, isnan(dst[j]) ? "NaN" : "Inf", j, numel);
+    return 0;
+}
+
+int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
+{
+    const pt_arch *a = pt_segment_arch(s);
+    if (a->kind != PT_MODEL_BERT)
+        return pt_fail(err, PT_EINTERNAL, "Hugging Face BERT weights for a model that is not bert");
+    pt_st_file *f;
+    int rc = pt_st_open(&f, path, err);
+    if (rc)
+        return rc;
+    /* BertForSequenceClassification and BertForMaskedLM save the encoder under "bert." */
+    const char *prefix = pt_st_find(f, "embeddings.word_embeddings.weight") < 0 &&
+                                 pt_st_find(f, "bert.embeddings.word_embeddings.weight") >= 0
+                             ? "bert."
+                             : "";
+    float *host = NULL;
+    const int first = pt_segment_first(s), last = first + pt_segment_count(s);
+    for (int u = first; rc == 0 && u < last; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        if (info.role == PT_UNIT_HEAD)
+            continue;
+        free(host);
+        host = malloc(info.numel * sizeof *host + 1);
+        if (!host) {
+            rc = pt_fail(err, PT_ENOMEM, "out of memory loading '%s'", path);
+            break;
+        }
+        for (int k = 0; rc == 0 && k < info.n_params; k++) {
+            const pt_param_info *p = &info.params[k];
+            char names[3][NAME_MAX_LEN];
+            int parts = hf_names(&info, k, names);
+            int64_t shape[4];
+            memcpy(shape, p->shape, sizeof shape);
+            shape[0] /= parts;
+            size_t numel = p->numel / (size_t)parts;
+            for (int i = 0; rc == 0 && i < parts; i++)
+                rc = read_part(f, path, prefix, names[i], p->ndim, shape,
+                               host + p->offset + (size_t)i * numel, numel, err);
+        }
+        if (rc == 0)
+            rc = pt_segment_unit_set(s, u, PT_PART_PARAM, host, err);
+    }
+    free(host);
+    for (int i = 0; rc == 0 && i < pt_st_count(f); i++) {
+        const char *name = pt_st_entry_at(f, i)->name;
+        const size_t pl = strlen(prefix);
+        if (strncmp(name, prefix, pl) != 0) {
+            if (!ignorable(name))
+                rc = pt_fail(err, PT_EINPUT,
+                             "'%s' has tensor '%s' outside the encoder's '%s' names, which this "
+                             "model does not have",
+                             path, name, prefix);
+            continue;
+        }
+        if (!ignorable(name + pl) && !known_name(a, name + pl))
+            rc = pt_fail(err, PT_EINPUT,
+                         "'%s' has tensor '%s', which this model does not have (model.layers is "
+                         "%d: more layers in the file?)",
+                         path, name, a->layers);
+    }
+    pt_st_close(f);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- save */
+
+static int write_config(const pt_arch *a, const char *path, pt_err *err)
+{
+    json_t *o = json_object();
+    if (!o)
+        return pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", path);
+    json_t *arch = json_array();
+    json_array_append_new(arch, json_string("BertModel"));
+    json_object_set_new(o, "architectures", arch);
+    json_object_set_new(o, "model_type", json_string("bert"));
+    json_object_set_new(o, "hidden_size", json_integer(a->dim));
+    json_object_set_new(o, "num_hidden_layers", json_integer(a->layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(a->heads));
+    json_object_set_new(o, "intermediate_size", json_integer(a->mlp_hidden));
+    json_object_set_new(o, "vocab_size", json_integer(a->vocab));
+    json_object_set_new(o, "max_position_embeddings", json_integer(a->positions));
+    json_object_set_new(o, "type_vocab_size", json_integer(a->type_vocab));
+    json_object_set_new(o, "pad_token_id", json_integer(a->pad_id));
+    json_object_set_new(o, "layer_norm_eps", pt_json_number(pt_arch_ln_eps(a)));
+    json_object_set_new(o, "hidden_act", json_string("gelu"));
+    json_object_set_new(o, "position_embedding_type", json_string("absolute"));
+    json_object_set_new(o, "hidden_dropout_prob", pt_json_number(0.1));
+    json_object_set_new(o, "attention_probs_dropout_prob", pt_json_number(0.1));
+    json_object_set_new(o, "initializer_range", pt_json_number(a->init_std));
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!text)
+        return pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", path);
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 2);
+    if (!line) {
+        free(text);
+        return pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", path);
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    int rc = pt_write_file_atomic(path, line, n + 1, err);
+    free(line);
+    return rc;
+}
+
+int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err)
+{
+    const pt_arch *a = pt_segment_arch(s);
+    const int units = pt_arch_units(a);
+    if (a->kind != PT_MODEL_BERT || pt_segment_first(s) != 0 || pt_segment_count(s) != units)
+        return pt_fail(err, PT_EINTERNAL, "Hugging Face export needs a whole bert model");
+    char weights[4096], config[4096];
+    if (snprintf(weights, sizeof weights, "%s/model.safetensors", dir) >= (int)sizeof weights ||
+        snprintf(config, sizeof config, "%s/config.json", dir) >= (int)sizeof config)
+        return pt_fail(err, PT_EINPUT, "%s: path too long", dir);
+    int rc = pt_mkdir_p(dir, 0777, err);
+    if (rc)
+        return rc;
+    size_t total = 0;
+    int n = 0;
+    for (int u = 0; u < units; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        total += info.numel;
+        n += info.n_params + 2 * (u > 0 && u < units - 1); /* qkv: 3 tensors, not 1 */
+    }
+    float *host = malloc(total * sizeof *host + 1);
+    pt_st_tensor *t = calloc((size_t)n, sizeof *t);
+    char(*names)[NAME_MAX_LEN] = calloc((size_t)n, NAME_MAX_LEN);
+    int64_t(*shapes)[4] = calloc((size_t)n, sizeof *shapes);
+    if (!host || !t || !names || !shapes) {
+        rc = pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", weights);
+        goto done;
+    }
+    size_t at = 0;
+    int i = 0;
+    for (int u = 0; rc == 0 && u < units; u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        if ((rc = pt_segment_unit_get(s, u, PT_PART_PARAM, host + at, err)))
+            break;
+        for (int k = 0; k < info.n_params; k++) {
+            const pt_param_info *p = &info.params[k];
+            char hf[3][NAME_MAX_LEN];
+            int parts = hf_names(&info, k, hf);
+            if (parts == 0) { /* the classifier, under its own name */
+                parts = 1;
+                snprintf(hf[0], NAME_MAX_LEN, "%s", p->name);
+            }
+            size_t numel = p->numel / (size_t)parts;
+            for (int j = 0; j < parts; j++, i++) {
+                memcpy(names[i], hf[j], NAME_MAX_LEN);
+                memcpy(shapes[i], p->shape, sizeof shapes[i]);
+                shapes[i][0] /= parts;
+                t[i] = (pt_st_tensor){names[i], p->ndim, shapes[i],
+                                      host + at + p->offset + (size_t)j * numel};
+            }
+        }
+        at += info.numel;
+    }
+    const char *meta[] = {"format", "pt", NULL};
+    if (rc == 0 && (rc = pt_st_write(weights, t, i, meta, err)) == 0)
+        rc = write_config(a, config, err);
+done:
+    free(host);
+    free(t);
+    free(names);
+    free(shapes);
+    return rc;
+}

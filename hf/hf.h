@@ -1,0 +1,70 @@
+/*
+ * hf.h: the public interface of the hf module: Hugging Face BERT model files
+ * (config.json and model.safetensors with transformers' tensor names) read
+ * into and written from pipetrain's bert units.
+ *
+ * The mapping, per encoder layer N (HF names; a "bert." prefix, as
+ * BertForSequenceClassification saves them, is accepted on reading):
+ *   embeddings.word_embeddings.weight      -> embed.word.weight
+ *   embeddings.position_embeddings.weight  -> embed.pos.weight
+ *   embeddings.token_type_embeddings.weight-> embed.type.weight
+ *   embeddings.LayerNorm.{weight,bias}     -> embed.ln.*
+ *   encoder.layer.N.attention.self.{query,key,value}.{weight,bias}
+ *                                          -> blocks.N.attn.qkv.* (rows q, k, v)
+ *   encoder.layer.N.attention.output.dense.*      -> blocks.N.attn.proj.*
+ *   encoder.layer.N.attention.output.LayerNorm.*  -> blocks.N.attn.ln.*
+ *   encoder.layer.N.intermediate.dense.*          -> blocks.N.mlp.fc1.*
+ *   encoder.layer.N.output.dense.*                -> blocks.N.mlp.fc2.*
+ *   encoder.layer.N.output.LayerNorm.*            -> blocks.N.mlp.ln.*
+ * The classifier (head.fc.*) is pipetrain's own: it is not read (it starts
+ * from the seed) and is written under its own name. Tensors a BERT file may
+ * carry that the model does not use are ignored on reading: pooler.*,
+ * embeddings.position_ids, classifier.*, cls.* (pre-training heads). Any other
+ * tensor is refused, so a file with more layers than model.layers is an
+ * error, not a silent truncation.
+ *
+ * Functions return 0 or a PT_E* code with a message naming the file and the
+ * tensor or config field; nothing here prints or exits.
+ */
+#ifndef PT_HF_H
+#define PT_HF_H
+
+#include "nn/nn.h"
+
+/* What a BERT config.json says (the fields pipetrain's bert depends on). */
+typedef struct pt_hf_bert_config {
+    int hidden, layers, heads, intermediate, vocab, positions, type_vocab, pad_id;
+    double ln_eps;
+} pt_hf_bert_config;
+
+/* Reads a config.json. Refused (PT_EINPUT, "PATH: field: problem"): not
+ * JSON, model_type other than "bert", a missing or non-integer size, sizes
+ * out of range, hidden_act other than "gelu" (the erf GELU), a
+ * position_embedding_type other than "absolute". */
+int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err);
+
+/* The first difference between the config and the arch, as the pipetrain
+ * config key that differs and a message ("model.dim is 64, but PATH says
+ * hidden_size 384"); 0 and key "" when they agree. */
+int pt_hf_bert_config_check(const pt_hf_bert_config *c, const pt_arch *a, const char *path,
+                            const char **key, pt_err *err);
+
+/* The model files under path: a directory holding model.safetensors (and
+ * config.json), or a .safetensors file (with config.json beside it or not).
+ * weights gets the safetensors path; config the config.json path, or "" when
+ * there is none. */
+int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t cn, pt_err *err);
+
+/* Sets the parameters of the segment's encoder units (embed, blocks) from a
+ * BERT model.safetensors; the head keeps its values. Strict: a missing
+ * tensor, a shape that differs, a value that is NaN or Inf, or a tensor the
+ * model has no place for is PT_EINPUT naming the file and the tensor. */
+int pt_hf_bert_load(pt_segment *s, const char *weights_path, pt_err *err);
+
+/* Writes the segment's units (the whole model) under Hugging Face's names
+ * into dir/model.safetensors and the matching dir/config.json (BertModel),
+ * each atomically; dir is created if missing. The classifier goes into
+ * model.safetensors as head.fc.weight and head.fc.bias. */
+int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err);
+
+#endif
