@@ -296,7 +296,9 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
     for (int u = first; rc == 0 && u < last; u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
-        if (info.role == PT_UNIT_HEAD)
+        /* the classifier: from the file when it has one (a pipetrain export), else the seed's */
+        if (info.role == PT_UNIT_HEAD && pt_st_find(f, info.params[0].name) < 0 &&
+            pt_st_find(f, info.params[1].name) < 0)
             continue;
         free(host);
         host = malloc(info.numel * sizeof *host + 1);
@@ -308,12 +310,16 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
             const pt_param_info *p = &info.params[k];
             char names[3][NAME_MAX_LEN];
             int parts = hf_names(&info, k, names);
+            if (parts == 0) { /* our own name */
+                parts = 1;
+                snprintf(names[0], NAME_MAX_LEN, "%s", p->name);
+            }
             int64_t shape[4];
             memcpy(shape, p->shape, sizeof shape);
             shape[0] /= parts;
             size_t numel = p->numel / (size_t)parts;
             for (int i = 0; rc == 0 && i < parts; i++)
-                rc = read_part(f, path, prefix, names[i], p->ndim, shape,
+                rc = read_part(f, path, info.role == PT_UNIT_HEAD ? "" : prefix, names[i], p->ndim, shape,
                                host + p->offset + (size_t)i * numel, numel, err);
         }
         if (rc == 0)
@@ -323,6 +329,12 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
     for (int i = 0; rc == 0 && i < pt_st_count(f); i++) {
         const char *name = pt_st_entry_at(f, i)->name;
         const size_t pl = strlen(prefix);
+        if (strncmp(name, "head.fc.", 8) == 0 && pt_unit_find(a, "head") >= 0) {
+            pt_unit_info head;
+            pt_unit_info_get(a, pt_arch_units(a) - 1, &head);
+            if (strcmp(name, head.params[0].name) == 0 || strcmp(name, head.params[1].name) == 0)
+                continue;
+        }
         if (strncmp(name, prefix, pl) != 0) {
             if (!ignorable(name))
                 rc = pt_fail(err, PT_EINPUT,

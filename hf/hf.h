@@ -16,8 +16,9 @@
  *   encoder.layer.N.intermediate.dense.*          -> blocks.N.mlp.fc1.*
  *   encoder.layer.N.output.dense.*                -> blocks.N.mlp.fc2.*
  *   encoder.layer.N.output.LayerNorm.*            -> blocks.N.mlp.ln.*
- * The classifier (head.fc.*) is pipetrain's own: it is not read (it starts
- * from the seed) and is written under its own name. Tensors a BERT file may
+ * The classifier (head.fc.*) is pipetrain's own and keeps its own names: it
+ * is written under them, and read when the file has them (a pipetrain
+ * export, to continue from it); otherwise it starts from the seed. Tensors a BERT file may
  * carry that the model does not use are ignored on reading: pooler.*,
  * embeddings.position_ids, classifier.*, cls.* (pre-training heads). Any other
  * tensor is refused, so a file with more layers than model.layers is an
@@ -56,7 +57,8 @@ int pt_hf_bert_config_check(const pt_hf_bert_config *c, const pt_arch *a, const 
 int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t cn, pt_err *err);
 
 /* Sets the parameters of the segment's encoder units (embed, blocks) from a
- * BERT model.safetensors; the head keeps its values. Strict: a missing
+ * BERT model.safetensors, and the head's when the file has head.fc.weight
+ * and head.fc.bias (else the head keeps its values). Strict: a missing
  * tensor, a shape that differs, a value that is NaN or Inf, or a tensor the
  * model has no place for is PT_EINPUT naming the file and the tensor. */
 int pt_hf_bert_load(pt_segment *s, const char *weights_path, pt_err *err);
