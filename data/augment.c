@@ -22,7 +22,7 @@ int pt_augment_check(const pt_augment *aug, const pt_dataset *ds, pt_err *err)
     if (aug->crop_pad < 0)
         return pt_fail(err, PT_EINPUT, "augmentation crop_pad is %d; it must be >= 0 (0 = off)",
                        aug->crop_pad);
-    if (ds->kind == PT_DATA_TEXT) {
+    if (ds->kind != PT_DATA_IMAGES) {
         if (pt_augment_active(aug))
             return pt_fail(err, PT_EINPUT,
                            "augmentation (hflip %d, crop_pad %d) applies to images only, and this "

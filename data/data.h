@@ -1,7 +1,8 @@
 /*
  * data.h: the public interface of the data module: datasets (IDX images, byte
- * text, synthetic images and text), random image augmentation, and the sampler
- * that orders an epoch and shards each global batch over data-parallel replicas.
+ * text, synthetic images and text, text classification: labelled texts
+ * tokenized by tokenize/), random image augmentation, and the sampler that
+ * orders an epoch and shards each global batch over data-parallel replicas.
  *
  * Invariants kept throughout:
  *  - a pt_dataset owns its arrays; a loader either fills the dataset completely
@@ -21,26 +22,30 @@
 #define PT_DATA_H
 
 #include "nn/nn.h"
+#include "tokenize/tokenize.h"
 
 #include <stdint.h>
 
 /* --------------------------------------------------------------- datasets */
 
-typedef enum { PT_DATA_IMAGES = 0, PT_DATA_TEXT = 1 } pt_data_kind;
+typedef enum { PT_DATA_IMAGES = 0, PT_DATA_TEXT = 1, PT_DATA_TEXTCLS = 2 } pt_data_kind;
 
 typedef struct pt_dataset {
     pt_data_kind kind;
     int64_t count; /* examples */
-    /* images */
+    /* images (classes and labels: also text classification's) */
     int channels, height, width, classes;
     float *images;    /* [count, C*H*W], (pixel/255 - mean) / std */
     int32_t *labels;  /* [count], each in [0, classes) */
     float zero_pixel; /* what a 0 pixel becomes after normalisation (-mean/std; 0 for
                          synthetic images): the fill of padded crops */
     /* text (byte-level: a token is a byte, vocab 256) */
-    int context;    /* tokens per example */
+    int context;    /* tokens per example (text and text classification) */
     uint8_t *bytes; /* the text of this split */
     int64_t nbytes;
+    /* text classification (with context, labels and classes above) */
+    int32_t *tokens;    /* [count, context]: [CLS] pieces [SEP], then [PAD] to context */
+    char **label_names; /* [classes]: the name of class k, in increasing byte order */
 } pt_dataset;
 
 /* Largest accepted values, so that sizes computed from a file's header or a
@@ -50,6 +55,11 @@ typedef struct pt_dataset {
 #define PT_DATA_MAX_CHANNELS 64
 #define PT_DATA_MAX_CLASSES (1 << 20)
 #define PT_DATA_MAX_CONTEXT (1 << 20)
+/* Text classification files: bytes in one line (without its newline),
+ * distinct labels, and bytes in one label. */
+#define PT_TEXTCLS_MAX_LINE (1 << 20)
+#define PT_TEXTCLS_MAX_CLASSES 4096
+#define PT_TEXTCLS_MAX_LABEL 256
 
 /* Gzip'd (or plain: zlib's gzread reads both) IDX files: images magic 0x00000803
  * with dims [count, rows, cols] (uint8), labels magic 0x00000801 with [count]
@@ -73,6 +83,52 @@ int pt_idx_load(pt_dataset *ds, const char *images_path, const char *labels_path
  * 1 <= context <= PT_DATA_MAX_CONTEXT. */
 int pt_text_load(pt_dataset *ds, const char *path, int context, double begin, double end,
                  pt_err *err);
+
+/* Text classification: (text, label) pairs from a file chosen by its name:
+ *  - NAME.tsv: each line LABEL<TAB>TEXT, split at the first tab (TEXT may
+ *    hold more tabs);
+ *  - NAME.jsonl: each line one JSON object with a string "text" and a
+ *    "label" that is a string or an integer (whose name is its decimal
+ *    digits: 10 sorts before 2); other keys are ignored.
+ * Lines end in "\n" or "\r\n"; the last may lack it; a UTF-8 byte order
+ * mark at the start is skipped, and so are lines of nothing but ASCII
+ * whitespace. Texts are tokenized at load (pt_tokenize with max_ids =
+ * context: [CLS] pieces [SEP], truncated, then [PAD]). Memory grows with the
+ * lines read: the tokens take 4 * context bytes per example.
+ *
+ * Without classes_from (a training file), the classes are the distinct
+ * labels of the file, numbered in increasing byte order of their names
+ * (strcmp), and label_names lists them. With classes_from (a test file: a
+ * loaded text-classification dataset), its classes and label names are
+ * used, and a label that is not among them is refused.
+ *
+ * Refused with PT_EINPUT and "PATH:LINE: what is wrong": a line longer than
+ * PT_TEXTCLS_MAX_LINE bytes; TSV without a tab; JSON that does not parse
+ * (duplicate keys included), is not an object, lacks "text" or "label", or
+ * has either of another type; a label that is empty, longer than
+ * PT_TEXTCLS_MAX_LABEL bytes, not UTF-8, holding a control byte, or starting
+ * or ending with a space; an empty (or whitespace) text; more than
+ * PT_TEXTCLS_MAX_CLASSES distinct labels or PT_DATA_MAX_COUNT examples. And
+ * with "PATH: ...": a name ending neither in .tsv nor .jsonl, a file without
+ * examples, context outside [2, PT_DATA_MAX_CONTEXT]. PT_ESYS if the file
+ * cannot be opened or read, PT_ENOMEM. */
+int pt_textcls_load(pt_dataset *ds, const char *path, const pt_vocab *vocab, int context,
+                    const pt_dataset *classes_from, pt_err *err);
+
+/* 0 if path's name is one pt_textcls_load reads (.tsv or .jsonl, in any
+ * case), else PT_EINPUT with its message. Looks at the name only. */
+int pt_textcls_check_path(const char *path, pt_err *err);
+
+/* Splits a test set off a loaded text-classification dataset, the same way
+ * whatever the seed of the run: n_test = round(fraction * count) examples,
+ * those whose indices come first in 0..count-1 shuffled as the sampler
+ * shuffles an epoch (Fisher-Yates) with an RNG seeded by pt_rng_seed(0,
+ * 6 << 32). test gets them and all keeps the rest, each in file order; both
+ * keep all's classes and label names. A file in the order of its labels is
+ * thus split evenly. PT_EINPUT unless 0 < fraction < 1 and both splits get
+ * at least one example; then, and on PT_ENOMEM, all is unchanged and test
+ * zeroed. */
+int pt_textcls_split(pt_dataset *all, double fraction, pt_dataset *test, pt_err *err);
 
 /* Synthetic data for tests, deterministic from seed.
  * Images: each class has a fixed random prototype (N(0,1) per pixel); an
@@ -108,13 +164,16 @@ typedef struct pt_augment {
 int pt_augment_active(const pt_augment *aug);
 
 /* Checks aug against ds (PT_EINPUT): crop_pad in [0, min(height, width)], and
- * no active augmentation on a text dataset. aug may be NULL (valid). */
+ * no active augmentation on a text (or text-classification) dataset. aug may
+ * be NULL (valid). */
 int pt_augment_check(const pt_augment *aug, const pt_dataset *ds, pt_err *err);
 
 /* Copies examples ids[0..n) (each in [0, count)) into host batch buffers:
  * images: images [n, C*H*W] and targets [n] (the labels); tokens is unused.
  * text:   tokens [n, context] and targets [n, context] (bytes as int32);
  *         images and aug are unused.
+ * text classification: tokens [n, context] (as loaded) and targets [n] (the
+ *         labels); images and aug are unused.
  * aug may be NULL (no augmentation). Example j of the batch gets the same
  * values whatever the other ids are. */
 void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt_augment *aug,

@@ -19,6 +19,7 @@
 #define PT_STREAM_PROTOTYPE (3ull << 32)       /* + class: synthetic image prototypes */
 #define PT_STREAM_SYNTH_EXAMPLE (4ull << 32)   /* + example: synthetic label and noise */
 #define PT_STREAM_SYNTH_TEXT (5ull << 32)      /* synthetic text: chain and sample */
+#define PT_STREAM_TEXTCLS_SPLIT (6ull << 32)   /* text classification: the test split */
 
 /* Opens path for reading, gzip'd or plain. PT_ESYS with strerror on failure. */
 int pt_gz_open(gzFile *out, const char *path, pt_err *err);

@@ -19,6 +19,11 @@ void pt_dataset_free(pt_dataset *ds)
     free(ds->images);
     free(ds->labels);
     free(ds->bytes);
+    free(ds->tokens);
+    if (ds->label_names)
+        for (int k = 0; k < ds->classes; k++)
+            free(ds->label_names[k]);
+    free(ds->label_names);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -57,12 +62,27 @@ static void gather_text(const pt_dataset *ds, const int64_t *ids, int n, int32_t
     }
 }
 
+static void gather_textcls(const pt_dataset *ds, const int64_t *ids, int n, int32_t *tokens,
+                           int32_t *targets)
+{
+    size_t context = (size_t)ds->context;
+    for (int j = 0; j < n; j++) {
+        int64_t id = ids[j];
+        assert(id >= 0 && id < ds->count);
+        memcpy(tokens + (size_t)j * context, ds->tokens + (size_t)id * context,
+               context * sizeof *tokens);
+        targets[j] = ds->labels[id];
+    }
+}
+
 void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt_augment *aug,
                        uint64_t seed, int64_t epoch, float *images, int32_t *tokens,
                        int32_t *targets)
 {
     if (ds->kind == PT_DATA_IMAGES)
         gather_images(ds, ids, n, aug, seed, epoch, images, targets);
+    else if (ds->kind == PT_DATA_TEXTCLS)
+        gather_textcls(ds, ids, n, tokens, targets);
     else
         gather_text(ds, ids, n, tokens, targets);
 }

@@ -19,7 +19,7 @@
 #define PT_AUTO (-1) /* integer keys that accept the word `auto` store this */
 
 enum { PT_DATA_FASHION_MNIST, PT_DATA_IDX, PT_DATA_TEXT_FILE, PT_DATA_KJV, PT_DATA_SYNTH_IMAGES,
-       PT_DATA_SYNTH_TEXT };
+       PT_DATA_SYNTH_TEXT, PT_DATA_TEXT_CLASSIFICATION };
 enum { PT_PIPE_GPIPE, PT_PIPE_1F1B };
 enum { PT_DEVICE_AUTO, PT_DEVICE_CPU, PT_DEVICE_CUDA };
 enum { PT_FREEZE_EVERY_EPOCH, PT_FREEZE_EVERY_STEP };
@@ -55,6 +55,8 @@ typedef struct pt_config {
         char train_images[PT_PATH_MAX], train_labels[PT_PATH_MAX];
         char test_images[PT_PATH_MAX], test_labels[PT_PATH_MAX];
         char text[PT_PATH_MAX];
+        char train_file[PT_PATH_MAX], test_file[PT_PATH_MAX]; /* text classification */
+        char vocab[PT_PATH_MAX];
         double test_fraction;
         double mean, std;
         int shuffle;

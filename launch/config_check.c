@@ -6,6 +6,8 @@
  */
 #include "launch/config_schema.h"
 
+#include "data/data.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,7 +41,13 @@ static int image_side(const pt_config *c)
 static int model_rules(const pt_config *c, pt_err *err)
 {
     const int vit = c->model.kind == PT_MODEL_VIT;
-    if (vit != is_image_data(c))
+    /* text classification's model is checked after its files (textcls_rules) */
+    if (c->model.kind == PT_MODEL_BERT && c->data.kind != PT_DATA_TEXT_CLASSIFICATION)
+        return pt_config_key_fail(c, err, "data.kind",
+                                  "%s data cannot train a bert model (model.kind); allowed with "
+                                  "bert: text_classification",
+                                  pt_config_word("data.kind", c->data.kind));
+    if (c->data.kind != PT_DATA_TEXT_CLASSIFICATION && vit != is_image_data(c))
         return pt_config_key_fail(c, err, "data.kind",
                                   "%s data cannot train a %s model (model.kind); allowed with %s: "
                                   "%s",
@@ -119,6 +127,25 @@ static int train_rules(const pt_config *c, pt_err *err)
     return 0;
 }
 
+/* The error in err, with a pointer to scripts/setup.sh when key has its
+ * default value (a file setup.sh makes). Returns the code. */
+static int setup_writes(const pt_config *c, const char *key, const char *path, pt_err *err)
+{
+    const int ki = pt_config_find_key(key);
+    if (ki >= 0 && strcmp(path, pt_config_keys[ki].def) == 0)
+        strncat(err->msg, " (scripts/setup.sh writes it)", sizeof err->msg - strlen(err->msg) - 1);
+    return err->code;
+}
+
+/* A text-classification file: there, and named .tsv or .jsonl. */
+static int textcls_file(const pt_config *c, const char *key, const char *path, pt_err *err)
+{
+    int rc = need_file(c, key, path, err);
+    if (!rc && (rc = pt_textcls_check_path(path, err)))
+        pt_config_key_prefix(c, err, key);
+    return rc;
+}
+
 static int file_rules(const pt_config *c, pt_err *err)
 {
     int rc;
@@ -136,6 +163,14 @@ static int file_rules(const pt_config *c, pt_err *err)
                     sizeof err->msg - strlen(err->msg) - 1);
         return rc;
     }
+    if (c->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
+        if ((rc = textcls_file(c, "data.train_file", c->data.train_file, err)))
+            return setup_writes(c, "data.train_file", c->data.train_file, err);
+        if (*c->data.test_file && (rc = textcls_file(c, "data.test_file", c->data.test_file, err)))
+            return rc;
+        if ((rc = need_file(c, "data.vocab", c->data.vocab, err)))
+            return setup_writes(c, "data.vocab", c->data.vocab, err);
+    }
     if (*c->model.init_from && c->model.kind == PT_MODEL_BERT) { /* a directory, or its file */
         struct stat st;
         if (stat(c->model.init_from, &st) != 0)
@@ -148,6 +183,22 @@ static int file_rules(const pt_config *c, pt_err *err)
     if (*c->pipeline.profile && (rc = need_file(c, "pipeline.profile", c->pipeline.profile, err)))
         return rc;
     return 0;
+}
+
+/* Text classification trains a BERT classifier (model.kind bert); checked
+ * once its files have been. */
+static int textcls_rules(const pt_config *c, pt_err *err)
+{
+    if (c->data.kind != PT_DATA_TEXT_CLASSIFICATION || c->model.kind == PT_MODEL_BERT)
+        return 0;
+    const int vit = c->model.kind == PT_MODEL_VIT;
+    return pt_config_key_fail(c, err, "data.kind",
+                              "text_classification needs a BERT classifier (model.kind bert), "
+                              "and model.kind is %s; allowed with %s: %s",
+                              pt_config_word("model.kind", c->model.kind),
+                              pt_config_word("model.kind", c->model.kind),
+                              vit ? "fashion_mnist, idx, synthetic_images"
+                                  : "text, kjv, synthetic_text");
 }
 
 static int cache_rules(const pt_config *c, pt_err *err)
@@ -273,7 +324,8 @@ int pt_config_validate(const pt_config *c, pt_err *err)
 {
     int rc;
     if ((rc = run_dir_rules(c, err)) || (rc = model_rules(c, err)) || (rc = data_rules(c, err)) ||
-        (rc = train_rules(c, err)) || (rc = file_rules(c, err)) || (rc = cache_rules(c, err)) ||
+        (rc = train_rules(c, err)) || (rc = file_rules(c, err)) || (rc = textcls_rules(c, err)) ||
+        (rc = cache_rules(c, err)) ||
         (rc = sample_rules(c, err)) || (rc = resume_rules(c, err)))
         return rc;
     return 0;

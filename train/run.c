@@ -84,7 +84,9 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
         r->batch_first[k] = first;
         b->n = count;
         b->images = ds->kind == PT_DATA_IMAGES ? r->images + (size_t)first * per_image : NULL;
-        b->tokens = ds->kind == PT_DATA_TEXT ? r->tokens + (size_t)first * T : NULL;
+        b->tokens = ds->kind == PT_DATA_TEXT || ds->kind == PT_DATA_TEXTCLS
+                        ? r->tokens + (size_t)first * T
+                        : NULL;
         b->targets = r->targets + (size_t)first * rows;
         first += count;
     }

@@ -7,7 +7,8 @@
  * removed afterwards. Every error test checks the code, that the message names
  * the file and the problem, and that the dataset was left zeroed; the ASan
  * build checks that no error path leaks. The augmentation and sampler tests
- * live in test_batching.c; all suites are registered here.
+ * live in test_batching.c, the text-classification tests in test_textcls.c;
+ * all suites are registered here.
  */
 #include "data/data.h"
 #include "tests/common/cunit_main.h"
@@ -27,6 +28,15 @@ void test_sampler_permutation(void);
 void test_sampler_no_shuffle(void);
 void test_sampler_slices(void);
 void test_sampler_errors(void);
+/* From test_textcls.c. */
+void test_textcls_tsv(void);
+void test_textcls_jsonl(void);
+void test_textcls_label_order(void);
+void test_textcls_split(void);
+void test_textcls_test_file(void);
+void test_textcls_hostile(void);
+void test_textcls_limits(void);
+void test_textcls_kjv(void);
 
 #define FASHION_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -602,6 +612,17 @@ static const pt_test text_tests[] = {
     {"text_errors", test_text_errors},
     {NULL, NULL},
 };
+static const pt_test textcls_tests[] = {
+    {"textcls_tsv", test_textcls_tsv},
+    {"textcls_jsonl", test_textcls_jsonl},
+    {"textcls_label_order", test_textcls_label_order},
+    {"textcls_split", test_textcls_split},
+    {"textcls_test_file", test_textcls_test_file},
+    {"textcls_hostile", test_textcls_hostile},
+    {"textcls_limits", test_textcls_limits},
+    {"textcls_kjv", test_textcls_kjv},
+    {NULL, NULL},
+};
 static const pt_test synthetic_tests[] = {
     {"synthetic_images", test_synthetic_images},
     {"synthetic_text", test_synthetic_text},
@@ -622,6 +643,7 @@ static const pt_test sampler_tests[] = {
     {NULL, NULL},
 };
 static const pt_test_suite suites[] = {
-    {"idx", idx_tests},           {"text", text_tests},       {"synthetic", synthetic_tests},
-    {"augment", augment_tests},   {"sampler", sampler_tests}, {NULL, NULL},
+    {"idx", idx_tests},         {"text", text_tests},       {"textcls", textcls_tests},
+    {"synthetic", synthetic_tests}, {"augment", augment_tests}, {"sampler", sampler_tests},
+    {NULL, NULL},
 };

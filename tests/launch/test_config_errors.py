@@ -179,6 +179,28 @@ def idx_data(h):
     return out
 
 
+def textcls_files(h):
+    """Labelled texts for data.kind text_classification: 40 good lines of 2
+    labels (TSV and JSONL), files with a bad line 3 or 2, a test file with a
+    label the training file lacks, a .csv, a small vocabulary and a bad one."""
+    out = files(h)
+    good = "".join("%s\tthe verse %d\n" % ("law" if i < 20 else "wisdom", i) for i in range(40))
+    out["tsv"] = U.write(h.path("train.tsv"), good)
+    out["three"] = U.write(h.path("three.tsv"), good + "psalms\tthe end\n")
+    out["bad_tsv"] = U.write(h.path("bad.tsv"), "law\tthe\nwisdom\tthe\nno tab here\n")
+    out["bad_jsonl"] = U.write(h.path("bad.jsonl"), '{"text": "the", "label": "law"}\n'
+                                                    '{"text": "the", "label": 1.5}\n')
+    out["stranger"] = U.write(h.path("stranger.tsv"), "law\tthe\n\nprophets\tthe\n")
+    out["csv"] = U.write(h.path("train.csv"), "law,the verse\n")
+    out["vocab"] = U.write(h.path("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
+    out["bad_vocab"] = U.write(h.path("bad-vocab.txt"), "[PAD]\n\n[CLS]\n[SEP]\n[UNK]\n")
+    return out
+
+
+TEXTCLS = {"data.kind": "text_classification", "data.train_file": "{tsv}",
+           "data.vocab": "{vocab}"}
+
+
 IDX = {"data.kind": "idx", "data.train_images": "{ti}", "data.train_labels": "{tl}",
        "data.test_images": "{vi}", "data.test_labels": "{vl}", "data.image_size": None}
 
@@ -430,6 +452,29 @@ CASES = [
          blame="data.text", needles=["{missing}"], setup=files),
     Case("text_file_is_a_directory", {"data.kind": "text", "data.text": "{adir}"}, kind="gpt",
          blame="data.text", needles=["{adir}"], setup=files),
+    # text classification: its files are checked before the model kind
+    Case("textcls_missing_train_file", {**TEXTCLS, "data.train_file": "{missing}"},
+         blame="data.train_file", needles=["{missing}"], absent=["setup.sh"], setup=textcls_files),
+    Case("textcls_train_file_is_a_directory", {**TEXTCLS, "data.train_file": "{adir}"},
+         blame="data.train_file", needles=["'{adir}' is not a regular file"], setup=textcls_files),
+    Case("textcls_train_file_unknown_extension", {**TEXTCLS, "data.train_file": "{csv}"},
+         blame="data.train_file", needles=["{csv}: unknown file type",
+                                           "allowed: a name ending in .tsv"], setup=textcls_files),
+    Case("textcls_test_file_unknown_extension", {**TEXTCLS, "data.test_file": "{dir}/a.gz"},
+         blame="data.test_file", needles=["{dir}/a.gz: unknown file type"], setup=textcls_files),
+    Case("textcls_missing_test_file", {**TEXTCLS, "data.test_file": "{missing}.jsonl"},
+         blame="data.test_file", needles=["{missing}.jsonl"], setup=textcls_files),
+    Case("textcls_missing_vocab", {**TEXTCLS, "data.vocab": "{missing}"}, blame="data.vocab",
+         needles=["{missing}"], setup=textcls_files),
+    Case("textcls_default_train_file_missing", {"data.kind": "text_classification"},
+         needles=["{cfg}: (default) data.train_file: cannot use 'datasets/kjv_books.tsv'",
+                  "(scripts/setup.sh writes it)"]),
+    Case("textcls_with_a_vit", TEXTCLS, blame="data.kind",
+         needles=["text_classification needs a BERT classifier (model.kind bert",
+                  "model.kind is vit", "allowed with vit: fashion_mnist"], setup=textcls_files),
+    Case("textcls_with_a_gpt", TEXTCLS, kind="gpt", blame="data.kind",
+         needles=["model.kind bert", "model.kind is gpt", "allowed with gpt: text, kjv"],
+         setup=textcls_files),
     Case("missing_init_from", {"model.init_from": "{missing}"}, blame="model.init_from",
          needles=["{missing}"], setup=files),
     Case("missing_config_file", config_name="missing.yaml", needles=["{cfg}"]),
@@ -754,6 +799,49 @@ def test_auto_freeze_of_many_blocks_logged_whole(h):
           [(len(d.get("norms", [])), len(d.get("rates", []))) for d in later])
 
 
+def test_text_classification_data_errors(h):
+    """Problems found when the labelled texts are read (a bad line of a
+    training or test file, a test label the training file lacks, a bad
+    vocabulary, too few model.classes, a test fraction that leaves a split
+    empty) name the config's file, line and key, and the data file's line.
+    They are read for a BERT classifier (model.kind bert) only: until that
+    model kind exists, text_classification is refused before any file is
+    read (the textcls_with_* cases), and this test is skipped."""
+    table = h.run(["keys"]).expect(0).out
+    kinds = next(l for l in table.splitlines() if l.startswith("| `model.kind`")).split("|")[3]
+    if "bert" not in kinds:
+        return "skipped: model.kind bert does not exist yet"
+    f = textcls_files(h)
+    cases = [
+        ("bad_train_line", {"data.train_file": f["bad_tsv"]}, "data.train_file",
+         ["%s:3: no tab" % f["bad_tsv"]]),
+        ("bad_train_json", {"data.train_file": f["bad_jsonl"]}, "data.train_file",
+         ["%s:2: \"label\" is a real number" % f["bad_jsonl"]]),
+        ("bad_test_line", {"data.test_file": f["bad_tsv"]}, "data.test_file",
+         ["%s:3: no tab" % f["bad_tsv"]]),
+        ("unknown_test_label", {"data.test_file": f["stranger"]}, "data.test_file",
+         ["%s:3: label 'prophets' is not among the 2 labels" % f["stranger"]]),
+        ("bad_vocab", {"data.vocab": f["bad_vocab"]}, "data.vocab",
+         ["'%s':2: empty line" % f["bad_vocab"]]),
+        ("classes_below_labels", {"data.train_file": f["three"], "model.classes": "2"},
+         "model.classes", ["'%s' (data.train_file) has 3 labels" % f["three"],
+                           "allowed for this data: 3 to"]),
+        ("fraction_leaves_no_test", {"data.test_fraction": "0.01"}, "data.test_fraction",
+         ["leaves 0 for testing", f["tsv"]]),
+    ]
+    for name, changes, key, needles in cases:
+        keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                                 "data.train_file": f["tsv"], "data.vocab": f["vocab"],
+                                 **changes})
+        text = U.render(keys)
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg]).expect(2, name)
+        r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), *needles)
+        check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+
+
 def test_bf16_without_a_gpu(h):
     """run.device auto finds no GPU: bf16 is refused naming run.precision."""
     if any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
@@ -815,6 +903,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
+         test_text_classification_data_errors,
          test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 
