@@ -123,7 +123,9 @@ int pt_textcls_check_path(const char *path, pt_err *err);
  * whatever the seed of the run: n_test = round(fraction * count) examples,
  * those whose indices come first in 0..count-1 shuffled as the sampler
  * shuffles an epoch (Fisher-Yates) with an RNG seeded by pt_rng_seed(0,
- * 6 << 32). test gets them and all keeps the rest, each in file order; both
+ * 6 << 32). test gets them in that shuffled order (so its first examples are a
+ * uniform sample: what train.eval_examples evaluates), and all keeps the rest
+ * in file order; both
  * keep all's classes and label names. A file in the order of its labels is
  * thus split evenly. PT_EINPUT unless 0 < fraction < 1 and both splits get
  * at least one example; then, and on PT_ENOMEM, all is unchanged and test

@@ -595,17 +595,19 @@ int pt_textcls_split(pt_dataset *all, double fraction, pt_dataset *test, pt_err 
         perm[i] = perm[j];
         perm[j] = t;
     }
-    for (int64_t i = 0; i < n_test; i++)
+    /* the test split in shuffled order, so that its first examples (what
+     * train.eval_examples evaluates) are a uniform sample of it */
+    for (int64_t i = 0; i < n_test; i++) {
         in_test[perm[i]] = 1;
+        memcpy(test->tokens + (size_t)i * T, all->tokens + (size_t)perm[i] * T, T * sizeof *test->tokens);
+        test->labels[i] = all->labels[perm[i]];
+    }
     free(perm);
-    /* file order within each split; the training examples move down in place */
-    int64_t kept = 0, moved = 0;
+    /* the training examples keep file order, moved down in place */
+    int64_t kept = 0;
     for (int64_t i = 0; i < count; i++) {
         const int32_t *src = all->tokens + (size_t)i * T;
-        if (in_test[i]) {
-            memcpy(test->tokens + (size_t)moved * T, src, T * sizeof *src);
-            test->labels[moved++] = all->labels[i];
-        } else {
+        if (!in_test[i]) {
             if (kept != i)
                 memmove(all->tokens + (size_t)kept * T, src, T * sizeof *src);
             all->labels[kept++] = all->labels[i];

@@ -804,9 +804,9 @@ def test_text_classification_data_errors(h):
     training or test file, a test label the training file lacks, a bad
     vocabulary, too few model.classes, a test fraction that leaves a split
     empty) name the config's file, line and key, and the data file's line.
-    They are read for a BERT classifier (model.kind bert) only: until that
-    model kind exists, text_classification is refused before any file is
-    read (the textcls_with_* cases), and this test is skipped."""
+    They are read for a BERT classifier (model.kind bert) only: with other
+    models text_classification is refused before any file is read (the
+    textcls_with_* cases)."""
     table = h.run(["keys"]).expect(0).out
     kinds = next(l for l in table.splitlines() if l.startswith("| `model.kind`")).split("|")[3]
     if "bert" not in kinds:
@@ -832,7 +832,7 @@ def test_text_classification_data_errors(h):
     for name, changes, key, needles in cases:
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
                                  "data.train_file": f["tsv"], "data.vocab": f["vocab"],
-                                 **changes})
+                                 "model.vocab": "6", **changes})
         text = U.render(keys)
         cfg = U.write(h.path("bad.yaml"), text)
         before = U.snapshot(h.dir)

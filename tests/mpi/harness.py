@@ -61,6 +61,8 @@ def sets(**kv):
 
 
 def load_safetensors(path):
+    if os.path.isdir(path):  # a bert export: a Hugging Face model directory
+        path = os.path.join(path, "model.safetensors")
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
