@@ -39,11 +39,12 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
     const size_t act = pt_segment_act_elems(s, n);
     float *host = malloc((act + (size_t)n * (pt_arch_input_floats(a) + 1)) * sizeof *host);
     int32_t *ints = malloc((size_t)n * T * sizeof *ints);
+    int32_t *targets = malloc((size_t)n * T * sizeof *targets);
     void *x = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *y = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *dy = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *dx = pt_backend_alloc(be, act * pt_backend_act_size(be));
-    if (!host || !ints || !x || !y || !dy || !dx) {
+    if (!host || !ints || !targets || !x || !y || !dy || !dx) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory profiling unit %d", u);
         goto done;
     }
@@ -51,14 +52,22 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
     pt_rng_seed(&rng, 0x9e3779b9u, (uint64_t)u);
     for (size_t i = 0; i < act + (size_t)n * pt_arch_input_floats(a); i++)
         host[i] = (float)(pt_rng_uniform(&rng) - 0.5);
-    for (int i = 0; i < n * T; i++)
-        ints[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a->kind == PT_MODEL_VIT ? a->classes : a->vocab));
+    /* tokens: a BERT's have no padding (the cost of full-length examples);
+     * targets: classes of the head */
+    for (int i = 0; i < n * T; i++) {
+        if (a->kind == PT_MODEL_BERT) /* never the [PAD] id, which is 0 */
+            ints[i] = 1 + (int32_t)pt_rng_below(&rng, (uint64_t)a->vocab - 1);
+        else
+            ints[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a->kind == PT_MODEL_VIT ? a->classes
+                                                                                      : a->vocab));
+        targets[i] = (int32_t)pt_rng_below(&rng, (uint64_t)pt_arch_out_classes(a));
+    }
     pt_backend_act_from_host(be, x, host, act);
     pt_backend_act_from_host(be, dy, host, act);
     if ((rc = pt_segment_init_params(s, err)))
         goto done;
     const int first = u == 0, last = u == pt_arch_units(a) - 1;
-    pt_batch batch = {n, host + act, ints, ints};
+    pt_batch batch = {n, host + act, ints, targets};
     pt_segment_set_loss_scale(s, 1.0 / n);
     enum { MAX_REPS = 9 };
     double tf[MAX_REPS], tb[MAX_REPS];
@@ -93,6 +102,7 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
 done:
     free(host);
     free(ints);
+    free(targets);
     pt_backend_free(be, x);
     pt_backend_free(be, y);
     pt_backend_free(be, dy);

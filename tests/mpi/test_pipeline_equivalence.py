@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Pipeline training equals one-process training.
 
-For the demo ViT (Fashion-MNIST) and the GPT (KJV text) configs: 20 steps
+For the demo ViT (Fashion-MNIST), the GPT (KJV text) and a small BERT on the
+fine-tuning demo's labelled verses: 20 steps
 with K = 2 and K = 4 stages under mpirun, each schedule (GPipe, 1F1B), with
 and without activation recompute, against K = 1 with the same micro-batch
 count M = 4. Per-step losses and the exported final weights must agree to
@@ -22,6 +23,10 @@ TOL = 1e-5
 CASES = {
     "vit": ("configs/vit_fmnist.yaml", dict(train__eval_examples=256)),
     "gpt": ("configs/gpt_kjv.yaml", dict(train__eval_examples=32, sample__length=0)),
+    # the demo's data and tokenizer, a small BERT from scratch (padding masks in every stage)
+    "bert": ("configs/bert_finetune.yaml",
+             dict(train__eval_examples=64, model__init_from="", model__dim=32, model__layers=2,
+                  model__heads=2, model__mlp_hidden=64, model__context=32, train__lr=0.001)),
 }
 
 
