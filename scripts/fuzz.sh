@@ -5,7 +5,7 @@
 #   scripts/fuzz.sh [--runs N] [--time S] [--build-dir DIR] [--no-build]
 #                   [--build-only] [--fresh] [TARGET...]
 #
-# TARGET: config recfile checkpoint safetensors idx (default: all). Each runs
+# TARGET: config recfile checkpoint safetensors idx textcls (default: all). Each runs
 # for N executions (-runs, default 1000000) or S seconds (-max_total_time,
 # default 3600), whichever comes first, from the seeds in
 # tests/fuzz/corpus/TARGET, the inputs of bugs found before in
@@ -29,7 +29,7 @@ build=1
 run=1
 fresh=0
 targets=()
-all=(config recfile checkpoint safetensors idx)
+all=(config recfile checkpoint safetensors idx textcls)
 while (($#)); do
   case $1 in
     --runs) runs=$2; shift 2 ;;
@@ -64,7 +64,8 @@ dir=$(cd "$dir" && pwd)
 
 # Input size limits: a little over the largest seed of each target, so the
 # fuzzer can grow an input without spending its time on huge ones.
-declare -A max_len=([config]=4096 [recfile]=8192 [checkpoint]=8192 [safetensors]=8192 [idx]=4096)
+declare -A max_len=([config]=4096 [recfile]=8192 [checkpoint]=8192 [safetensors]=8192 [idx]=4096
+                   [textcls]=4096)
 
 # The targets rewrite their files at every execution: on tmpfs, not on a disk
 # file system (ext4 flushes a truncated and rewritten file at close, which

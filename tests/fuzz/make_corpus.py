@@ -106,6 +106,30 @@ def idx_input(flags, classes, images, labels):
     return bytes([flags, classes - 1]) + struct.pack("<H", len(images)) + images + labels
 
 
+def textcls_input(flags, context, fraction_byte, train, test=b""):
+    train, test = (t.encode() if isinstance(t, str) else t for t in (train, test))
+    return bytes([flags, context - 2, fraction_byte]) + struct.pack("<H", len(train)) + train + test
+
+
+def write_textcls(corpus):
+    """Seeds of fuzz_textcls: TSV and JSONL, a split and a test file."""
+    folder = os.path.join(corpus, "textcls")
+    fresh(folder)
+    tsv = ("\ufefflaw\tThe LORD said,\r\n\nwisdom\tgod\tcafe \u4e2d\n"
+           "law\tthe gods said.\n  \n\u00e9t\u00e9\tthe\n")
+    jsonl = ('{"text": "The LORD said", "label": "law"}\n\n'
+             '{"label": 3, "text": "God\\u0027s", "id": [1]}\r\n'
+             '{"text": "the the the the the the", "label": "law"}\n')
+    put(os.path.join(folder, "tsv_split"), textcls_input(0, 6, 127, tsv))
+    put(os.path.join(folder, "jsonl_split"), textcls_input(1, 4, 63, jsonl))
+    put(os.path.join(folder, "tsv_test_jsonl"), textcls_input(
+        6, 8, 0, tsv, '{"text": "the", "label": "law"}\n{"text": "x", "label": "nope"}\n'))
+    put(os.path.join(folder, "jsonl_test_tsv"), textcls_input(5, 3, 0, jsonl, "3\tgod\nlaw\tthe"))
+    write_dict("textcls", "text-classification file syntax",
+               ["\t", "\r\n", "\n", "\ufeff", "{", "}", '"text": ', '"label": ', "\\u0000",
+                "\\ud800", "[CLS]", "the", "##s", b"\xff"])
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_corpus.py PIPETRAIN")
@@ -225,6 +249,7 @@ def main():
     put(os.path.join(folder, "harness_gzip"), idx_input(3, 10, images, labels))
     put(os.path.join(folder, "input_gzip"),
         idx_input(0, 10, gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)))
+    write_textcls(corpus)
     print("wrote", corpus, "and", fixture)
 
 
