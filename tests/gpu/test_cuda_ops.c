@@ -8,9 +8,9 @@
  * sizes and T below, at and above the 64-row tile (32 rows for fp32 head size
  * 128), with and without a padding mask (per-example lengths from 1 to T,
  * around the tile edges, padded keys and values holding huge values or NaN
- * that no output may see, padded dK/dV exactly 0, a second run bit-identical).
- * Also memory, host copies through the staging ring, and the sticky error
- * path.
+ * that no output may see, padded dK/dV exactly 0, a second run bit-identical),
+ * mean pooling. Also memory, host copies through the staging ring, and the
+ * sticky error path.
  *
  * Without a GPU every test prints "skipped: no GPU" and passes.
  */
@@ -469,6 +469,52 @@ static void attention_all(void)
     }
 }
 
+/* ------------------------------------------------------------- mean pool */
+
+/* misalign: x and y (dx and dy) one element past an aligned address. */
+static void mean_pool_case(gpu_pair *pp, int n, int T, int d, int misalign)
+{
+    gpu_pair P = *pp;
+    int32_t *lens = malloc((size_t)n * sizeof *lens);
+    CU_ASSERT_FATAL(lens != NULL);
+    pick_lens(lens, n, T);
+    ipair lp = ip_new(&P, lens, (size_t)n);
+    tpair x = tp_new_at(&P, (size_t)n * T * d, 0, misalign), y = tp_new_at(&P, (size_t)n * d, 0, misalign);
+    tp_fill(&P, &x, -2, 2);
+    tp_fill(&P, &y, -9, 9); /* overwritten */
+    EACH_BACKEND BE(gpu)->ops->mean_pool_fwd(BE(gpu), S(y), S(x), S(lp), n, T, d);
+    EXPECT_CLOSE(&P, y, P.tol, "mean_pool_fwd n=%d T=%d d=%d misalign %d", n, T, d, misalign);
+    /* backward: y is now dy, x is dx (garbage first: every element is written) */
+    tp_fill(&P, &y, -1, 1);
+    tp_fill(&P, &x, -9, 9);
+    EACH_BACKEND BE(gpu)->ops->mean_pool_bwd(BE(gpu), S(x), S(y), S(lp), n, T, d);
+    EXPECT_CLOSE(&P, x, P.tol, "mean_pool_bwd n=%d T=%d d=%d misalign %d", n, T, d, misalign);
+    float *g = tp_get(&P, &x, 1);
+    size_t nonzero = 0;
+    for (int b = 0; b < n; b++)
+        for (size_t e = (size_t)lens[b] * d; e < (size_t)T * d; e++)
+            nonzero += g[(size_t)b * T * d + e] != 0.0f;
+    CU_ASSERT_EQUAL(nonzero, 0);
+    free(g);
+    free(lens);
+    tp_free(&P, &x);
+    tp_free(&P, &y);
+    ip_free(&P, &lp);
+}
+
+static void mean_pool_all(void)
+{
+    EACH_PRECISION(P)
+    {
+        mean_pool_case(&P, 6, 70, 24, 0);  /* 128-bit path */
+        mean_pool_case(&P, 6, 70, 24, 1);  /* misaligned: scalar path */
+        mean_pool_case(&P, 5, 9, 20, 0);   /* width not a multiple of 8 */
+        mean_pool_case(&P, 3, 1, 8, 0);    /* T = 1 */
+        mean_pool_case(&P, 40, 130, 384, 0);
+        mean_pool_case(&P, 2, 3, 1, 0);
+    }
+}
+
 /* ------------------------------------------------------------ embeddings */
 
 static void patchify_all(void)
@@ -660,6 +706,7 @@ static const pt_test tests[] = {
     {"layernorm", layernorm_all},
     {"gelu", gelu_all},
     {"attention", attention_all},
+    {"mean_pool", mean_pool_all},
     {"patchify", patchify_all},
     {"vit_assemble", vit_assemble_all},
     {"token_embed", token_embed_all},
