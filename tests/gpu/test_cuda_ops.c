@@ -9,8 +9,8 @@
  * 128), with and without a padding mask (per-example lengths from 1 to T,
  * around the tile edges, padded keys and values holding huge values or NaN
  * that no output may see, padded dK/dV exactly 0, a second run bit-identical),
- * mean pooling. Also memory, host copies through the staging ring, and the
- * sticky error path.
+ * mean pooling, LayerNorm at epsilons 1e-12, 1e-5 and 0.5. Also memory, host
+ * copies through the staging ring, and the sticky error path.
  *
  * Without a GPU every test prints "skipped: no GPU" and passes.
  */
@@ -206,6 +206,7 @@ static void linear_all(void)
         linear_case(&P, 64, 10, 49, 1, 0, 0); /* the ViT patch embedding: in = 49 */
         linear_case(&P, 200, 256, 96, 0, 0, 0);
         linear_case(&P, 1, 3, 5, 1, 1, 0);
+        linear_case(&P, 37, 24, 1, 1, 2, 0); /* width 1, add aliased: BERT's type row */
     }
 }
 
@@ -218,25 +219,28 @@ static void linear_fallback(void)
     {
         linear_case(&P, 37, 19, 23, 1, 1, 1);
         linear_case(&P, 130, 96, 64, 1, 2, 0);
+        linear_case(&P, 37, 24, 1, 1, 2, 0);
     }
     unsetenv("PT_CUDA_GEMM");
 }
 
 /* ------------------------------------------------------------- layernorm */
 
-static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign)
+/* x uniform in [-2 xs, 3 xs): with xs = 1e-3 the variance (~2e-6) is near
+ * enough to the epsilon that any other epsilon shows in y and rstd. */
+static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign, double eps, double xs)
 {
     gpu_pair P = *pp;
     tpair x = tp_new(&P, (size_t)rows * dim, 0), y = tp_new(&P, (size_t)rows * dim, 0);
     tpair w = tp_new_at(&P, dim, 1, misalign), b = tp_new_at(&P, dim, 1, misalign);
     tpair mean = tp_new(&P, rows, 1), rstd = tp_new(&P, rows, 1);
-    tp_fill(&P, &x, -2, 3);
+    tp_fill(&P, &x, -2 * xs, 3 * xs);
     tp_fill(&P, &w, 0.5, 1.5);
     tp_fill(&P, &b, -0.5, 0.5);
-    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim, 1e-5);
-    EXPECT_CLOSE(&P, y, P.tol, "layernorm_fwd y %dx%d", rows, dim);
-    EXPECT_CLOSE(&P, mean, FP32_TOL, "layernorm_fwd mean %dx%d", rows, dim);
-    EXPECT_CLOSE(&P, rstd, FP32_TOL, "layernorm_fwd rstd %dx%d", rows, dim);
+    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim, eps);
+    EXPECT_CLOSE(&P, y, P.tol, "layernorm_fwd y %dx%d eps %g x scale %g", rows, dim, eps, xs);
+    EXPECT_CLOSE(&P, mean, FP32_TOL, "layernorm_fwd mean %dx%d eps %g x scale %g", rows, dim, eps, xs);
+    EXPECT_CLOSE(&P, rstd, FP32_TOL, "layernorm_fwd rstd %dx%d eps %g x scale %g", rows, dim, eps, xs);
 
     tpair dy = tp_new(&P, (size_t)rows * dim, 0), add = tp_new(&P, (size_t)rows * dim, 0);
     tpair dx = tp_new(&P, (size_t)rows * dim, 0);
@@ -252,9 +256,9 @@ static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign)
         EACH_BACKEND BE(gpu)->ops->layernorm_bwd(BE(gpu), want_dx ? S(dx) : NULL, want_dwb ? S(dw) : NULL,
                                                  want_dwb ? S(db) : NULL, S(dy), S(x), S(mean), S(rstd), S(w),
                                                  rows, dim, v == 0 ? S(add) : NULL);
-        EXPECT_CLOSE(&P, dx, P.tol, "layernorm_bwd dx %dx%d variant %d", rows, dim, v);
-        EXPECT_CLOSE(&P, dw, P.tol, "layernorm_bwd dw %dx%d variant %d", rows, dim, v);
-        EXPECT_CLOSE(&P, db, P.tol, "layernorm_bwd db %dx%d variant %d", rows, dim, v);
+        EXPECT_CLOSE(&P, dx, P.tol, "layernorm_bwd dx %dx%d eps %g variant %d", rows, dim, eps, v);
+        EXPECT_CLOSE(&P, dw, P.tol, "layernorm_bwd dw %dx%d eps %g variant %d", rows, dim, eps, v);
+        EXPECT_CLOSE(&P, db, P.tol, "layernorm_bwd db %dx%d eps %g variant %d", rows, dim, eps, v);
     }
     tpair *all[] = {&x, &y, &w, &b, &mean, &rstd, &dy, &add, &dx, &dw, &db};
     for (size_t k = 0; k < sizeof all / sizeof *all; k++)
@@ -265,12 +269,19 @@ static void layernorm_all(void)
 {
     EACH_PRECISION(P)
     {
-        layernorm_case(&P, 33, 7, 0);   /* scalar path */
-        layernorm_case(&P, 33, 64, 0);  /* 128-bit path */
-        layernorm_case(&P, 33, 64, 1);  /* misaligned parameters: scalar path */
-        layernorm_case(&P, 300, 200, 0);/* more rows than one block's share */
-        layernorm_case(&P, 5, 768, 0);
-        layernorm_case(&P, 9, 7000, 0); /* warp slices do not fit in shared memory */
+        layernorm_case(&P, 33, 7, 0, 1e-5, 1);   /* scalar path */
+        layernorm_case(&P, 33, 64, 0, 1e-5, 1);  /* 128-bit path */
+        layernorm_case(&P, 33, 64, 1, 1e-5, 1);  /* misaligned parameters: scalar path */
+        layernorm_case(&P, 300, 200, 0, 1e-5, 1);/* more rows than one block's share */
+        layernorm_case(&P, 5, 768, 0, 1e-5, 1);
+        layernorm_case(&P, 9, 7000, 0, 1e-5, 1); /* warp slices do not fit in shared memory */
+        /* the epsilon is the one passed: BERT's 1e-12, and 0.5 (far from 1e-5) */
+        layernorm_case(&P, 33, 64, 0, 1e-12, 1e-3);
+        layernorm_case(&P, 33, 7, 0, 1e-12, 1e-3);
+        layernorm_case(&P, 17, 384, 0, 1e-12, 1);
+        layernorm_case(&P, 33, 64, 0, 0.5, 1);
+        layernorm_case(&P, 33, 7, 1, 0.5, 1e-3);
+        layernorm_case(&P, 33, 64, 0, 1e-5, 1e-3);
     }
 }
 
