@@ -14,7 +14,18 @@
  * (Q, K, V, dO) live in shared memory, zero-padded past T and past hd up to
  * the instantiated head size HD (16, 32, 64 or 128), so any T and any
  * hd <= 128 work and padding adds nothing to any dot product. Masked scores
- * (causal j > i, or j >= T) become exact zeros after the exponential.
+ * (causal j > i, or j >= L) become exact zeros after the exponential.
+ *
+ * Padding mask (lens, BERT): example b has L = lens[b] real keys (clamped to
+ * [1, T] as the CPU backend does; L = T without a mask). Key and value tiles
+ * are loaded as zeros from row L on, so padded positions are never read as
+ * keys or values; the forward and dQ kernels stop their key loops at the
+ * tile holding key L - 1 (whole tiles past it are skipped) and mask the
+ * columns j >= L inside it, so each row's max, sum and log-sum-exp run over
+ * its real keys only; padded query rows i >= L are computed like any other
+ * (they attend to the real keys). A dK/dV block whose key tile starts at or
+ * past L runs no query tile at all, and every block writes its key rows j >= L
+ * as exact zeros (set in the staging, not left to arithmetic on zeros).
  *
  * Products are warp-level 16 x N tiles through one of two engines:
  *  - Wmma (bf16 backend): bf16 tensor cores through nvcuda::wmma, float
@@ -48,11 +59,34 @@
 #define PT_CUDA_ARCHS "(unknown)"
 #endif
 
+/* Example b's real keys: lens[b] clamped to [1, T], as the CPU backend's
+ * key_count, or T without a mask. Every thread reads the same value. */
+__device__ __forceinline__ int key_count(const int32_t *lens, int b, int Tn)
+{
+    if (!lens)
+        return Tn;
+    const int L = lens[b];
+    return L < 1 ? 1 : L > Tn ? Tn : L;
+}
+
+/* Rows first.. of the warp's 16 staged rows (float, stride LDO) become zeros. */
+template <int HD, int LDO>
+__device__ void zero_rows16(float *s, int first)
+{
+    const int lane = threadIdx.x & 31;
+    for (int idx = lane; idx < 16 * HD; idx += 32) {
+        const int r = idx / HD;
+        if (r >= first)
+            s[r * LDO + idx % HD] = 0.0f;
+    }
+}
+
 /* ------------------------------------------------------------------ forward */
 
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
-    attn_fwd_kernel(T *out, float *lse, const T *qkv, int Tn, int H, int hd, int causal, float sl2, int vec)
+    attn_fwd_kernel(T *out, float *lse, const T *qkv, const int32_t *lens, int Tn, int H, int hd, int causal,
+                    float sl2, int vec)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -68,7 +102,8 @@ __global__ void __launch_bounds__(NW * 32)
     const size_t stride = 3 * (size_t)d;
     const T *base = qkv + (size_t)b * Tn * stride + (size_t)h * hd;
     const int q0 = qb * G::BR, w0 = warp * 16, i = q0 + w0 + r;
-    const int nk = causal ? qb + 1 : (Tn + G::BC - 1) / G::BC;
+    const int L = key_count(lens, b, Tn); /* keys j >= L are masked */
+    const int nk = min(causal ? qb + 1 : (Tn + G::BC - 1) / G::BC, (L + G::BC - 1) / G::BC);
     const float *srow = sS + (w0 + r) * G::LDS;
 
     load_tile<T, O, HD, G::BR, G::LD>(sQ, base + (size_t)q0 * stride, stride, Tn - q0, hd, vec);
@@ -78,7 +113,7 @@ __global__ void __launch_bounds__(NW * 32)
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
         __syncthreads(); /* the previous tile's readers are done */
-        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         __syncthreads();
         product<E, G::BC, HD, true>(sS + w0 * G::LDS, G::LDS, sQ + w0 * G::LD, G::LD, sK, G::LD);
         __syncwarp();
@@ -87,9 +122,9 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p;
             PT_CHECK_ALIGN(srow + col, 8);
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            if (visible(i, k0 + col, Tn, causal))
+            if (visible(i, k0 + col, L, causal))
                 bm = fmaxf(bm, s.x * sl2);
-            if (visible(i, k0 + col + 1, Tn, causal))
+            if (visible(i, k0 + col + 1, L, causal))
                 bm = fmaxf(bm, s.y * sl2);
         }
         bm = fmaxf(bm, __shfl_xor_sync(FULL_MASK, bm, 1));
@@ -98,9 +133,9 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            if (visible(i, k0 + col, Tn, causal))
+            if (visible(i, k0 + col, L, causal))
                 sum += exp2f(s.x * sl2 - ref);
-            if (visible(i, k0 + col + 1, Tn, causal))
+            if (visible(i, k0 + col + 1, L, causal))
                 sum += exp2f(s.y * sl2 - ref);
         }
         sum += __shfl_xor_sync(FULL_MASK, sum, 1);
@@ -115,8 +150,8 @@ __global__ void __launch_bounds__(NW * 32)
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
         __syncthreads();
-        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
-        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         __syncthreads();
         product<E, G::BC, HD, true>(sS + w0 * G::LDS, G::LDS, sQ + w0 * G::LD, G::LD, sK, G::LD);
         __syncwarp();
@@ -124,8 +159,8 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = visible(i, k0 + col, Tn, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = visible(i, k0 + col + 1, Tn, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            const float p0 = visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
+            const float p1 = visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -144,8 +179,8 @@ __global__ void __launch_bounds__(NW * 32)
 
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
-    attn_dq_kernel(T *dqkv, float *Dg, const T *dout, const T *qkv, const float *lse, int Tn, int H, int hd,
-                   int causal, float sl2, float scale, int vec)
+    attn_dq_kernel(T *dqkv, float *Dg, const T *dout, const T *qkv, const float *lse, const int32_t *lens,
+                   int Tn, int H, int hd, int causal, float sl2, float scale, int vec)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -163,7 +198,8 @@ __global__ void __launch_bounds__(NW * 32)
     const T *base = qkv + (size_t)b * Tn * stride + (size_t)h * hd;
     const T *gbase = dout + (size_t)b * Tn * d + (size_t)h * hd;
     const int q0 = qb * G::BR, w0 = warp * 16, i = q0 + w0 + r;
-    const int nk = causal ? qb + 1 : (Tn + G::BC - 1) / G::BC;
+    const int L = key_count(lens, b, Tn);
+    const int nk = min(causal ? qb + 1 : (Tn + G::BC - 1) / G::BC, (L + G::BC - 1) / G::BC);
     const float lse2 = i < Tn ? lse[(size_t)bh * Tn + i] : INFINITY;
     const float *srow = sS + (w0 + r) * G::LDS, *dprow = sdP + (w0 + r) * G::LDS;
     O *prow = sP + (w0 + r) * G::LDP;
@@ -177,16 +213,16 @@ __global__ void __launch_bounds__(NW * 32)
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
         __syncthreads();
-        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
-        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         __syncthreads();
         product<E, G::BC, HD, true>(sS + w0 * G::LDS, G::LDS, sQ + w0 * G::LD, G::LD, sK, G::LD);
         __syncwarp();
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = i < Tn && visible(i, k0 + col, Tn, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = i < Tn && visible(i, k0 + col + 1, Tn, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            const float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
+            const float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -207,8 +243,8 @@ __global__ void __launch_bounds__(NW * 32)
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
         __syncthreads(); /* the staging (sweep 1) or the previous tile is no longer read */
-        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
-        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
+        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         __syncthreads();
         product<E, G::BC, HD, true>(sS + w0 * G::LDS, G::LDS, sQ + w0 * G::LD, G::LD, sK, G::LD);
         product<E, G::BC, HD, true>(sdP + w0 * G::LDS, G::LDS, sdO + w0 * G::LD, G::LD, sV, G::LD);
@@ -217,8 +253,8 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             const float2 dp = *reinterpret_cast<const float2 *>(dprow + col);
-            const float p0 = i < Tn && visible(i, k0 + col, Tn, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = i < Tn && visible(i, k0 + col + 1, Tn, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            const float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
+            const float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
             st2(prow + col, p0 * (dp.x - D) * scale, p1 * (dp.y - D) * scale);
         }
         __syncwarp();
@@ -235,8 +271,8 @@ __global__ void __launch_bounds__(NW * 32)
 
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
-    attn_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dg, int Tn, int H,
-                    int hd, int causal, float sl2, float scale, int vec)
+    attn_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dg,
+                    const int32_t *lens, int Tn, int H, int hd, int causal, float sl2, float scale, int vec)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -255,16 +291,19 @@ __global__ void __launch_bounds__(NW * 32)
     const T *base = qkv + (size_t)b * Tn * stride + (size_t)h * hd;
     const T *gbase = dout + (size_t)b * Tn * d + (size_t)h * hd;
     const int k0 = kb * G::BC, w0 = warp * 16, j = k0 + w0 + r; /* this lane pair's key */
+    const int L = key_count(lens, b, Tn);
+    /* a tile of padded keys only: no query tile to run, its rows are written as zeros */
+    const int qfirst = causal ? kb : 0, qend = k0 < L ? nq : qfirst;
     const float *srow = sS + (w0 + r) * G::LDS, *dprow = sdP + (w0 + r) * G::LDS;
     O *prow = sP + (w0 + r) * G::LDP;
 
-    load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
-    load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, Tn - k0, hd, vec);
+    load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
+    load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
 
     typename E::template Acc<HD> dk, dv;
     E::zero(dk);
     E::zero(dv);
-    for (int qb = causal ? kb : 0; qb < nq; qb++) {
+    for (int qb = qfirst; qb < qend; qb++) {
         const int q0 = qb * G::BR;
         __syncthreads();
         load_tile<T, O, HD, G::BR, G::LD>(sQ, base + (size_t)q0 * stride, stride, Tn - q0, hd, vec);
@@ -282,9 +321,9 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BR / 4; t++) {
             const int col = 4 * t + 2 * p, ii = q0 + col;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = ii < Tn && visible(ii, j, Tn, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
+            const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
             const float p1 =
-                ii + 1 < Tn && visible(ii + 1, j, Tn, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -294,9 +333,9 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p, ii = q0 + col;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             const float2 dp = *reinterpret_cast<const float2 *>(dprow + col);
-            const float p0 = ii < Tn && visible(ii, j, Tn, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
+            const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
             const float p1 =
-                ii + 1 < Tn && visible(ii + 1, j, Tn, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
             st2(prow + col, p0 * (dp.x - sD[col]) * scale, p1 * (dp.y - sD[col + 1]) * scale);
         }
         __syncwarp();
@@ -304,11 +343,18 @@ __global__ void __launch_bounds__(NW * 32)
     }
     __syncthreads();
     T *dst = dqkv + ((size_t)b * Tn + k0 + w0) * stride + (size_t)h * hd;
+    const int real = L - k0 - w0; /* the warp's rows from this one on are padded keys */
     E::store(dk, sO + w0 * G::LDO, G::LDO);
+    __syncwarp();
+    if (real < 16)
+        zero_rows16<HD, G::LDO>(sO + w0 * G::LDO, real);
     __syncwarp();
     store_rows16<T, HD, G::LDO>(dst + d, stride, sO + w0 * G::LDO, Tn - k0 - w0, hd, vec);
     __syncwarp();
     E::store(dv, sO + w0 * G::LDO, G::LDO);
+    __syncwarp();
+    if (real < 16)
+        zero_rows16<HD, G::LDO>(sO + w0 * G::LDO, real);
     __syncwarp();
     store_rows16<T, HD, G::LDO>(dst + 2 * d, stride, sO + w0 * G::LDO, Tn - k0 - w0, hd, vec);
 }
@@ -361,6 +407,7 @@ typedef struct attn_call {
     const void *dout;
     float *lse;
     float *D;
+    const int32_t *lens; /* NULL: no padding mask */
     int n, T, H, hd, causal, backward;
 } attn_call;
 
@@ -383,17 +430,18 @@ static void run(cuda_impl *c, const attn_call *a)
     const dim3 grid((unsigned)(a->n * a->H), (unsigned)tiles);
     if (!a->backward) {
         PT_LAUNCH((attn_fwd_kernel<E, T, HD, NW>), grid, NW * 32, G::FWD, c->stream, (T *)a->out, a->lse,
-                  (const T *)a->qkv, a->T, a->H, a->hd, a->causal, sl2, vec);
+                  (const T *)a->qkv, a->lens, a->T, a->H, a->hd, a->causal, sl2, vec);
         CUDA_LAUNCHED(c, "attn_fwd_kernel");
         return;
     }
     PT_LAUNCH((attn_dq_kernel<E, T, HD, NW>), grid, NW * 32, G::DQ, c->stream, (T *)a->out, a->D,
-              (const T *)a->dout, (const T *)a->qkv, a->lse, a->T, a->H, a->hd, a->causal, sl2, scale, vec);
+              (const T *)a->dout, (const T *)a->qkv, a->lse, a->lens, a->T, a->H, a->hd, a->causal, sl2, scale,
+              vec);
     if (CUDA_LAUNCHED(c, "attn_dq_kernel"))
         return;
     PT_LAUNCH((attn_dkv_kernel<E, T, HD, NW>), grid, NW * 32, G::DKV, c->stream, (T *)a->out,
-              (const T *)a->dout, (const T *)a->qkv, a->lse, a->D, a->T, a->H, a->hd, a->causal, sl2, scale,
-              vec);
+              (const T *)a->dout, (const T *)a->qkv, a->lse, a->D, a->lens, a->T, a->H, a->hd, a->causal, sl2,
+              scale, vec);
     CUDA_LAUNCHED(c, "attn_dkv_kernel");
 }
 
@@ -443,24 +491,14 @@ static int check_shape(cuda_impl *c, int n, int T, int H, int hd)
     return 0;
 }
 
-/* The padding mask (BERT) is not implemented by these kernels yet. */
-static int check_no_mask(cuda_impl *c, const int32_t *lens)
-{
-    if (!lens)
-        return 0;
-    cuda_record(c, PT_EBACKEND, "attention with a padding mask (model.kind bert) is not implemented by "
-                                "the CUDA backend yet; use run.device cpu");
-    return -1;
-}
-
 template <typename T>
 static void op_attention_fwd(pt_backend *be, void *out, void *probs, const void *qkv, int n, int Tn, int H,
                              int hd, int causal, const int32_t *lens)
 {
     cuda_impl *c = cuda_of(be);
-    if (check_shape(c, n, Tn, H, hd) || check_no_mask(c, lens))
+    if (check_shape(c, n, Tn, H, hd))
         return;
-    attn_call a = {out, qkv, NULL, (float *)probs, NULL, n, Tn, H, hd, causal, 0};
+    attn_call a = {out, qkv, NULL, (float *)probs, NULL, lens, n, Tn, H, hd, causal, 0};
     dispatch<T>(c, &a);
 }
 
@@ -469,12 +507,12 @@ static void op_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const
                              int n, int Tn, int H, int hd, int causal, const int32_t *lens)
 {
     cuda_impl *c = cuda_of(be);
-    if (check_shape(c, n, Tn, H, hd) || check_no_mask(c, lens))
+    if (check_shape(c, n, Tn, H, hd))
         return;
     float *D = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * H * Tn * sizeof(float));
     if (!D)
         return;
-    attn_call a = {dqkv, qkv, dout, (float *)probs, D, n, Tn, H, hd, causal, 1};
+    attn_call a = {dqkv, qkv, dout, (float *)probs, D, lens, n, Tn, H, hd, causal, 1};
     dispatch<T>(c, &a);
 }
 

@@ -1,7 +1,8 @@
 /*
  * cuda_misc.cu: the elementwise and reduction ops of the CUDA backend: GELU,
- * row copies, cross-entropy, AdamW, sums of squares and scaling, and the
- * deterministic column sum other files use for bias-like gradients.
+ * row copies, mean pooling over each example's real tokens, cross-entropy,
+ * AdamW, sums of squares and scaling, and the deterministic column sum other
+ * files use for bias-like gradients.
  *
  * Determinism: no float atomics anywhere. Column sums add per-block partials
  * in block order; reductions reported to the host (loss, sum of squares) are
@@ -198,6 +199,107 @@ void cuda_colsum_add(cuda_impl *c, float *dst, const T *src, int rows, int cols,
 
 template void cuda_colsum_add<float>(cuda_impl *, float *, const float *, int, int, size_t);
 template void cuda_colsum_add<bf16>(cuda_impl *, float *, const bf16 *, int, int, size_t);
+
+/* -------------------------------------------------------------- mean pool */
+
+/* Example b's real tokens: lens[b] clamped to [1, T], as the CPU backend. */
+__device__ __forceinline__ int pool_len(const int32_t *lens, int b, int Tn)
+{
+    const int L = lens[b];
+    return L < 1 ? 1 : L > Tn ? Tn : L;
+}
+
+/*
+ * y[b, c] = (sum over t < L of x[b, t, c]) * (1 / L): one thread per output
+ * element (per group of 8 consecutive ones on the vector path), a float sum
+ * from x[b, 0] over t in order, then the one multiply, as the CPU backend
+ * does. Both paths add the same values in the same order, so they give the
+ * same bits, and no two threads share a sum.
+ */
+template <typename T>
+__global__ void mean_pool_fwd_kernel(T *y, const T *x, const int32_t *lens, int n, int Tn, int d, int vec)
+{
+    const int g = vec ? 8 : 1, groups = d / g;
+    GRID_STRIDE(k, 0, (size_t)n * groups)
+    {
+        const int b = (int)(k / (size_t)groups), c = (int)(k % (size_t)groups) * g;
+        const int L = pool_len(lens, b, Tn);
+        const float inv = 1.0f / (float)L;
+        const T *xb = x + (size_t)b * Tn * d + c;
+        if (vec) {
+            float acc[8], v[8];
+            ld8(xb, acc);
+            for (int t = 1; t < L; t++) {
+                ld8(xb + (size_t)t * d, v);
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    acc[e] += v[e];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                acc[e] *= inv;
+            st8(y + (size_t)b * d + c, acc);
+        } else {
+            float acc = to_f(xb[0]);
+            for (int t = 1; t < L; t++)
+                acc += to_f(xb[(size_t)t * d]);
+            y[(size_t)b * d + c] = from_f<T>(acc * inv);
+        }
+    }
+}
+
+/* dx[b, t, c] = dy[b, c] * (1 / L) for t < L, 0 for the padding: every
+ * element of dx is written. */
+template <typename T>
+__global__ void mean_pool_bwd_kernel(T *dx, const T *dy, const int32_t *lens, int n, int Tn, int d, int vec)
+{
+    const int g = vec ? 8 : 1, groups = d / g;
+    GRID_STRIDE(k, 0, (size_t)n * Tn * groups)
+    {
+        const size_t row = k / (size_t)groups; /* b * T + t */
+        const int b = (int)(row / (size_t)Tn), t = (int)(row % (size_t)Tn), c = (int)(k % (size_t)groups) * g;
+        const int L = pool_len(lens, b, Tn);
+        const float inv = 1.0f / (float)L;
+        T *o = dx + row * d + c;
+        const T *in = dy + (size_t)b * d + c;
+        if (vec) {
+            float v[8];
+            ld8(in, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v[e] = t < L ? v[e] * inv : 0.0f;
+            st8(o, v);
+        } else {
+            *o = from_f<T>(t < L ? to_f(*in) * inv : 0.0f);
+        }
+    }
+}
+
+template <typename T>
+static void op_mean_pool_fwd(pt_backend *be, void *y, const void *x, const int32_t *lens, int n, int Tn, int d)
+{
+    cuda_impl *c = cuda_of(be);
+    if (c->failed || n <= 0 || Tn <= 0 || d <= 0)
+        return;
+    const int vec = d % 8 == 0 && cuda_aligned(y, 16) && cuda_aligned(x, 16);
+    const size_t work = (size_t)n * (vec ? d / 8 : d);
+    PT_LAUNCH(mean_pool_fwd_kernel<T>, cuda_blocks(work, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)y,
+              (const T *)x, lens, n, Tn, d, vec);
+    CUDA_LAUNCHED(c, "mean_pool_fwd_kernel");
+}
+
+template <typename T>
+static void op_mean_pool_bwd(pt_backend *be, void *dx, const void *dy, const int32_t *lens, int n, int Tn, int d)
+{
+    cuda_impl *c = cuda_of(be);
+    if (c->failed || n <= 0 || Tn <= 0 || d <= 0)
+        return;
+    const int vec = d % 8 == 0 && cuda_aligned(dx, 16) && cuda_aligned(dy, 16);
+    const size_t work = (size_t)n * Tn * (vec ? d / 8 : d);
+    PT_LAUNCH(mean_pool_bwd_kernel<T>, cuda_blocks(work, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)dx,
+              (const T *)dy, lens, n, Tn, d, vec);
+    CUDA_LAUNCHED(c, "mean_pool_bwd_kernel");
+}
 
 /* ----------------------------------------------------------- cross-entropy */
 
@@ -449,6 +551,8 @@ void cuda_fill_misc_ops(pt_ops *ops, int use_bf16)
     ops->gelu_fwd = PICK(op_gelu_fwd);
     ops->gelu_bwd = PICK(op_gelu_bwd);
     ops->copy_rows = PICK(op_copy_rows);
+    ops->mean_pool_fwd = PICK(op_mean_pool_fwd);
+    ops->mean_pool_bwd = PICK(op_mean_pool_bwd);
     ops->cross_entropy = PICK(op_cross_entropy);
 #undef PICK
     ops->adamw = op_adamw;

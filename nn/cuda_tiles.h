@@ -248,11 +248,13 @@ __device__ __forceinline__ void product(float *S, int lds, const typename E::op_
     E::store(acc, S, lds);
 }
 
-/* Key j is visible from query i. Rows i >= T are padding and see nothing in
- * backward; in forward they are computed (never stored) and see keys < T. */
-__device__ __forceinline__ bool visible(int i, int j, int T, int causal)
+/* Key j is visible from query i when j < L, the example's real keys (T
+ * without a padding mask), and j <= i when causal. Tile rows i >= T are
+ * padding and see nothing in backward; in forward they are computed (never
+ * stored) and see keys < L. */
+__device__ __forceinline__ bool visible(int i, int j, int L, int causal)
 {
-    return j < T && (!causal || j <= i);
+    return j < L && (!causal || j <= i);
 }
 
 #endif

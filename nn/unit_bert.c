@@ -65,7 +65,7 @@ static size_t embed_saved_bytes(const pt_arch *a, const pt_backend *be, int n)
     return embed_layout(a, be, n, NULL, &s);
 }
 
-/* dsum [nT, d] */
+/* forward: zeros [nT] (act); backward: dsum [nT, d] (act) */
 static size_t embed_scratch_bytes(const pt_arch *a, const pt_backend *be, int n)
 {
     pt_carve c = {NULL, 0};
@@ -86,8 +86,14 @@ static int embed_forward(const pt_unit_call *c, const pt_batch *batch, const voi
     op->upload(c->be, s.tokens, batch->tokens, (size_t)rows * sizeof(int32_t));
     op->token_embed_fwd(c->be, s.sum, s.tokens, pt_unit_param(c, c->p, E_WORD),
                         pt_unit_param(c, c->p, E_POS), c->n, T, d);
-    /* + type[0] on every row (source stride 0) */
-    op->copy_rows(c->be, s.sum, d, pt_unit_param(c, c->p, E_TYPE), 0, rows, d, 1);
+    /* + type[0] on every row: the bias of a linear layer of width 1 over zero
+     * inputs (a parameter row added to activations of either precision;
+     * copy_rows moves activation elements only). x . w^T is exactly 0, so
+     * every row gets sum + type[0] as one addition. */
+    void *zeros = c->scratch;
+    op->zero(c->be, zeros, (size_t)rows * c->be->act_size);
+    op->linear_fwd(c->be, s.sum, zeros, pt_unit_param(c, c->p, E_TYPE),
+                   pt_unit_param(c, c->p, E_TYPE), rows, d, 1, s.sum);
     op->layernorm_fwd(c->be, y, s.mean, s.rstd, s.sum, pt_unit_param(c, c->p, E_LN_W),
                       pt_unit_param(c, c->p, E_LN_B), rows, d, pt_arch_ln_eps(a));
     return 0;

@@ -5,8 +5,12 @@
  * of any tile: vector and scalar paths, misaligned parameter pointers,
  * accumulate and overwrite rules, residual `add` (separate and aliased),
  * optional outputs left NULL, attention causal and not over several head
- * sizes and T below, at and above the 64-row tile. Also memory, host copies
- * through the staging ring, and the sticky error path.
+ * sizes and T below, at and above the 64-row tile (32 rows for fp32 head size
+ * 128), with and without a padding mask (per-example lengths from 1 to T,
+ * around the tile edges, padded keys and values holding huge values or NaN
+ * that no output may see, padded dK/dV exactly 0, a second run bit-identical),
+ * mean pooling, LayerNorm at epsilons 1e-12, 1e-5 and 0.5. Also memory, host
+ * copies through the staging ring, and the sticky error path.
  *
  * Without a GPU every test prints "skipped: no GPU" and passes.
  */
@@ -202,6 +206,7 @@ static void linear_all(void)
         linear_case(&P, 64, 10, 49, 1, 0, 0); /* the ViT patch embedding: in = 49 */
         linear_case(&P, 200, 256, 96, 0, 0, 0);
         linear_case(&P, 1, 3, 5, 1, 1, 0);
+        linear_case(&P, 37, 24, 1, 1, 2, 0); /* width 1, add aliased: BERT's type row */
     }
 }
 
@@ -214,25 +219,28 @@ static void linear_fallback(void)
     {
         linear_case(&P, 37, 19, 23, 1, 1, 1);
         linear_case(&P, 130, 96, 64, 1, 2, 0);
+        linear_case(&P, 37, 24, 1, 1, 2, 0);
     }
     unsetenv("PT_CUDA_GEMM");
 }
 
 /* ------------------------------------------------------------- layernorm */
 
-static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign)
+/* x uniform in [-2 xs, 3 xs): with xs = 1e-3 the variance (~2e-6) is near
+ * enough to the epsilon that any other epsilon shows in y and rstd. */
+static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign, double eps, double xs)
 {
     gpu_pair P = *pp;
     tpair x = tp_new(&P, (size_t)rows * dim, 0), y = tp_new(&P, (size_t)rows * dim, 0);
     tpair w = tp_new_at(&P, dim, 1, misalign), b = tp_new_at(&P, dim, 1, misalign);
     tpair mean = tp_new(&P, rows, 1), rstd = tp_new(&P, rows, 1);
-    tp_fill(&P, &x, -2, 3);
+    tp_fill(&P, &x, -2 * xs, 3 * xs);
     tp_fill(&P, &w, 0.5, 1.5);
     tp_fill(&P, &b, -0.5, 0.5);
-    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim, 1e-5);
-    EXPECT_CLOSE(&P, y, P.tol, "layernorm_fwd y %dx%d", rows, dim);
-    EXPECT_CLOSE(&P, mean, FP32_TOL, "layernorm_fwd mean %dx%d", rows, dim);
-    EXPECT_CLOSE(&P, rstd, FP32_TOL, "layernorm_fwd rstd %dx%d", rows, dim);
+    EACH_BACKEND BE(gpu)->ops->layernorm_fwd(BE(gpu), S(y), S(mean), S(rstd), S(x), S(w), S(b), rows, dim, eps);
+    EXPECT_CLOSE(&P, y, P.tol, "layernorm_fwd y %dx%d eps %g x scale %g", rows, dim, eps, xs);
+    EXPECT_CLOSE(&P, mean, FP32_TOL, "layernorm_fwd mean %dx%d eps %g x scale %g", rows, dim, eps, xs);
+    EXPECT_CLOSE(&P, rstd, FP32_TOL, "layernorm_fwd rstd %dx%d eps %g x scale %g", rows, dim, eps, xs);
 
     tpair dy = tp_new(&P, (size_t)rows * dim, 0), add = tp_new(&P, (size_t)rows * dim, 0);
     tpair dx = tp_new(&P, (size_t)rows * dim, 0);
@@ -248,9 +256,9 @@ static void layernorm_case(gpu_pair *pp, int rows, int dim, int misalign)
         EACH_BACKEND BE(gpu)->ops->layernorm_bwd(BE(gpu), want_dx ? S(dx) : NULL, want_dwb ? S(dw) : NULL,
                                                  want_dwb ? S(db) : NULL, S(dy), S(x), S(mean), S(rstd), S(w),
                                                  rows, dim, v == 0 ? S(add) : NULL);
-        EXPECT_CLOSE(&P, dx, P.tol, "layernorm_bwd dx %dx%d variant %d", rows, dim, v);
-        EXPECT_CLOSE(&P, dw, P.tol, "layernorm_bwd dw %dx%d variant %d", rows, dim, v);
-        EXPECT_CLOSE(&P, db, P.tol, "layernorm_bwd db %dx%d variant %d", rows, dim, v);
+        EXPECT_CLOSE(&P, dx, P.tol, "layernorm_bwd dx %dx%d eps %g variant %d", rows, dim, eps, v);
+        EXPECT_CLOSE(&P, dw, P.tol, "layernorm_bwd dw %dx%d eps %g variant %d", rows, dim, eps, v);
+        EXPECT_CLOSE(&P, db, P.tol, "layernorm_bwd db %dx%d eps %g variant %d", rows, dim, eps, v);
     }
     tpair *all[] = {&x, &y, &w, &b, &mean, &rstd, &dy, &add, &dx, &dw, &db};
     for (size_t k = 0; k < sizeof all / sizeof *all; k++)
@@ -261,12 +269,19 @@ static void layernorm_all(void)
 {
     EACH_PRECISION(P)
     {
-        layernorm_case(&P, 33, 7, 0);   /* scalar path */
-        layernorm_case(&P, 33, 64, 0);  /* 128-bit path */
-        layernorm_case(&P, 33, 64, 1);  /* misaligned parameters: scalar path */
-        layernorm_case(&P, 300, 200, 0);/* more rows than one block's share */
-        layernorm_case(&P, 5, 768, 0);
-        layernorm_case(&P, 9, 7000, 0); /* warp slices do not fit in shared memory */
+        layernorm_case(&P, 33, 7, 0, 1e-5, 1);   /* scalar path */
+        layernorm_case(&P, 33, 64, 0, 1e-5, 1);  /* 128-bit path */
+        layernorm_case(&P, 33, 64, 1, 1e-5, 1);  /* misaligned parameters: scalar path */
+        layernorm_case(&P, 300, 200, 0, 1e-5, 1);/* more rows than one block's share */
+        layernorm_case(&P, 5, 768, 0, 1e-5, 1);
+        layernorm_case(&P, 9, 7000, 0, 1e-5, 1); /* warp slices do not fit in shared memory */
+        /* the epsilon is the one passed: BERT's 1e-12, and 0.5 (far from 1e-5) */
+        layernorm_case(&P, 33, 64, 0, 1e-12, 1e-3);
+        layernorm_case(&P, 33, 7, 0, 1e-12, 1e-3);
+        layernorm_case(&P, 17, 384, 0, 1e-12, 1);
+        layernorm_case(&P, 33, 64, 0, 0.5, 1);
+        layernorm_case(&P, 33, 7, 1, 0.5, 1e-3);
+        layernorm_case(&P, 33, 64, 0, 1e-5, 1e-3);
     }
 }
 
@@ -296,30 +311,132 @@ static void gelu_all(void)
 
 /* ------------------------------------------------------------- attention */
 
-static void attention_case(gpu_pair *pp, int n, int T, int H, int hd, int causal)
+/* What padded keys and values hold in a masked case (no output may depend on it). */
+enum { PAD_RANDOM, PAD_HUGE, PAD_NAN };
+
+/*
+ * lens: NULL (no mask) or the n per-example lengths. With a mask, the key and
+ * value slots of the padded positions hold `pad` (queries and dout there stay
+ * ordinary: padded query rows are computed, and their gradients reach the real
+ * keys); besides the comparison with the CPU, the GPU's dK and dV must be
+ * exactly 0 at padded keys (dqkv starts as garbage), and a second run must
+ * give the same bits.
+ */
+static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int causal, const int32_t *lens,
+                                int pad)
 {
     gpu_pair P = *pp;
     const size_t d = (size_t)H * hd, rows = (size_t)n * T;
     tpair qkv = tp_new(&P, rows * 3 * d, 0), out = tp_new(&P, rows * d, 0);
     tpair dout = tp_new(&P, rows * d, 0), dqkv = tp_new(&P, rows * 3 * d, 0);
+    ipair lp = {NULL, NULL};
+    if (lens)
+        lp = ip_new(&P, lens, (size_t)n);
+    const int32_t *lc = lens ? lp.c : NULL, *lg = lens ? lp.g : NULL;
+    char what[160];
+    const char *padding = !lens ? "" : pad == PAD_NAN ? " (NaN padding)" : pad == PAD_HUGE ? " (huge padding)" : "";
+    snprintf(what, sizeof what, "n=%d T=%d H=%d hd=%d causal=%d%s%s", n, T, H, hd, causal, lens ? " masked" : "",
+             padding);
     /* what each keeps for backward: the CPU its probabilities, the GPU its own */
     void *pc = pt_backend_alloc(P.cpu, (size_t)n * H * T * T * sizeof(float));
-    void *pg = pt_backend_alloc(P.gpu, P.gpu->ops->attention_saved_bytes(P.gpu, n, T, H));
+    const size_t gbytes = P.gpu->ops->attention_saved_bytes(P.gpu, n, T, H);
+    void *pg = pt_backend_alloc(P.gpu, gbytes);
     CU_ASSERT_FATAL(pc && pg);
-    tp_fill(&P, &qkv, -2, 2); /* scores of a few units: softmax neither flat nor one-hot */
+    /* scores of a few units: softmax neither flat nor one-hot */
+    float *hq = malloc(rows * 3 * d * sizeof *hq);
+    CU_ASSERT_FATAL(hq != NULL);
+    for (size_t e = 0; e < rows * 3 * d; e++) {
+        float v = (float)(-2 + 4 * urand());
+        hq[e] = v != 0.0f ? v : 0.5f;
+    }
+    if (lens && pad != PAD_RANDOM)
+        for (int b = 0; b < n; b++)
+            for (int t = lens[b] < 1 ? 1 : lens[b]; t < T; t++)
+                for (size_t e = d; e < 3 * d; e++) /* the key and value slots */
+                    hq[((size_t)b * T + t) * 3 * d + e] = pad == PAD_NAN ? NAN : (e % 2 ? 30.0f : -30.0f);
+    tp_set(&P, &qkv, hq);
+    free(hq);
     tp_fill(&P, &dout, -1, 1);
     tp_fill(&P, &dqkv, -9, 9);
-    EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal, NULL);
-    EXPECT_CLOSE(&P, out, P.tol, "attention_fwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd, causal);
+    EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal,
+                                             gpu ? lg : lc);
+    EXPECT_CLOSE(&P, out, P.tol, "attention_fwd %s", what);
     EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc, n, T, H, hd,
-                                             causal, NULL);
-    EXPECT_CLOSE(&P, dqkv, P.tol, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d", n, T, H, hd, causal);
+                                             causal, gpu ? lg : lc);
+    EXPECT_CLOSE(&P, dqkv, P.tol, "attention_bwd %s", what);
+    if (lens) {
+        /* padded keys and values: gradients exactly 0 */
+        float *g = tp_get(&P, &dqkv, 1);
+        size_t nonzero = 0;
+        for (int b = 0; b < n; b++) {
+            const int L = lens[b] < 1 ? 1 : lens[b] > T ? T : lens[b];
+            for (int t = L; t < T; t++)
+                for (size_t e = d; e < 3 * d; e++)
+                    nonzero += g[((size_t)b * T + t) * 3 * d + e] != 0.0f;
+        }
+        if (nonzero)
+            printf("\n  [%s] attention_bwd %s: %zu gradients of padded keys or values are not 0",
+                   gpu_names[P.bf16], what, nonzero);
+        CU_ASSERT_EQUAL(nonzero, 0);
+        /* the same call again, into fresh garbage: the same bits */
+        const size_t ob = rows * d * pt_backend_act_size(P.gpu), qb = 3 * ob;
+        void *out2 = pt_backend_alloc(P.gpu, ob), *dq2 = pt_backend_alloc(P.gpu, qb);
+        void *pg2 = pt_backend_alloc(P.gpu, gbytes);
+        unsigned char *h1 = malloc(qb), *h2 = malloc(qb);
+        CU_ASSERT_FATAL(out2 && dq2 && pg2 && h1 && h2);
+        memset(h1, 0x5a, qb);
+        P.gpu->ops->upload(P.gpu, out2, h1, ob);
+        P.gpu->ops->upload(P.gpu, dq2, h1, qb);
+        P.gpu->ops->attention_fwd(P.gpu, out2, pg2, qkv.g, n, T, H, hd, causal, lg);
+        P.gpu->ops->attention_bwd(P.gpu, dq2, dout.g, qkv.g, pg2, n, T, H, hd, causal, lg);
+        P.gpu->ops->download(P.gpu, h1, out.g, ob);
+        P.gpu->ops->download(P.gpu, h2, out2, ob);
+        CU_ASSERT(memcmp(h1, h2, ob) == 0);
+        P.gpu->ops->download(P.gpu, h1, dqkv.g, qb);
+        P.gpu->ops->download(P.gpu, h2, dq2, qb);
+        CU_ASSERT(memcmp(h1, h2, qb) == 0);
+        free(h1);
+        free(h2);
+        free(g);
+        pt_backend_free(P.gpu, out2);
+        pt_backend_free(P.gpu, dq2);
+        pt_backend_free(P.gpu, pg2);
+        ip_free(&P, &lp);
+    }
     pt_backend_free(P.cpu, pc);
     pt_backend_free(P.gpu, pg);
     tp_free(&P, &qkv);
     tp_free(&P, &out);
     tp_free(&P, &dout);
     tp_free(&P, &dqkv);
+}
+
+static void attention_case(gpu_pair *pp, int n, int T, int H, int hd, int causal)
+{
+    attention_case_mask(pp, n, T, H, hd, causal, NULL, PAD_RANDOM);
+}
+
+/* n lengths in [1, T]: 1 and T first, then the tile edges that fit (the
+ * tiles are 64 rows, 32 for fp32 head size 128), then random ones. */
+static void pick_lens(int32_t *lens, int n, int T)
+{
+    const int edge[] = {1, T, 65, 33, 64, 32, 63, 16, 128, 129};
+    int k = 0;
+    for (size_t e = 0; e < sizeof edge / sizeof *edge && k < n; e++)
+        if (edge[e] <= T && (e < 2 || edge[e] != T))
+            lens[k++] = edge[e];
+    while (k < n)
+        lens[k++] = 1 + (int)(urand() * T);
+}
+
+/* Masked attention for n examples with the lengths pick_lens gives. */
+static void attention_masked(gpu_pair *P, int n, int T, int H, int hd, int causal, int pad)
+{
+    int32_t *lens = malloc((size_t)n * sizeof *lens);
+    CU_ASSERT_FATAL(lens != NULL);
+    pick_lens(lens, n, T);
+    attention_case_mask(P, n, T, H, hd, causal, lens, pad);
+    free(lens);
 }
 
 static void attention_all(void)
@@ -333,6 +450,18 @@ static void attention_all(void)
                 for (int causal = 0; causal < 2; causal++)
                     attention_case(&P, 1, cases[k][0], 2, cases[k][1], causal);
             attention_case(&P, 2, 33, 3, 16, 1);
+            /* padding masks: T below, at and above the 64-row tile (and the
+             * 32-row one of fp32 head size 128), lengths at the tile edges */
+            const int masked[][3] = {{20, 16, 4}, {64, 64, 4}, {65, 24, 4}, {130, 32, 5}, {40, 128, 4}, {1, 16, 2}};
+            for (size_t k = 0; k < sizeof masked / sizeof *masked; k++)
+                for (int causal = 0; causal < 2; causal++)
+                    attention_masked(&P, masked[k][2], masked[k][0], 2, masked[k][1], causal, PAD_HUGE);
+            attention_masked(&P, 4, 67, 2, 40, 0, PAD_NAN);
+            attention_masked(&P, 4, 67, 2, 16, 1, PAD_NAN);
+            attention_masked(&P, 4, 50, 1, 32, 0, PAD_RANDOM);
+            /* lengths outside [1, T] are clamped, as by the CPU backend */
+            const int32_t wild[3] = {0, 99, -4};
+            attention_case_mask(&P, 3, 40, 2, 16, 0, wild, PAD_RANDOM);
             continue;
         }
         const int Ts[] = {1, 17, 63, 64, 65, 130, 200, 513};
@@ -342,6 +471,58 @@ static void attention_all(void)
                 for (int causal = 0; causal < 2; causal++)
                     attention_case(&P, 2, Ts[i], 3, hds[j], causal);
         attention_case(&P, 4, 1024, 12, 64, 1); /* GPT-2 small's shape */
+        for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
+            for (size_t j = 0; j < sizeof hds / sizeof *hds; j++)
+                for (int causal = 0; causal < 2; causal++)
+                    attention_masked(&P, 6, Ts[i], 2, hds[j], causal, (int)(i + j) % 3 == 0 ? PAD_NAN : PAD_HUGE);
+        attention_masked(&P, 16, 128, 12, 64, 0, PAD_HUGE); /* BERT-base's shape */
+        attention_masked(&P, 16, 256, 12, 32, 0, PAD_RANDOM); /* all-MiniLM-L6-v2's heads */
+    }
+}
+
+/* ------------------------------------------------------------- mean pool */
+
+/* misalign: x and y (dx and dy) one element past an aligned address. */
+static void mean_pool_case(gpu_pair *pp, int n, int T, int d, int misalign)
+{
+    gpu_pair P = *pp;
+    int32_t *lens = malloc((size_t)n * sizeof *lens);
+    CU_ASSERT_FATAL(lens != NULL);
+    pick_lens(lens, n, T);
+    ipair lp = ip_new(&P, lens, (size_t)n);
+    tpair x = tp_new_at(&P, (size_t)n * T * d, 0, misalign), y = tp_new_at(&P, (size_t)n * d, 0, misalign);
+    tp_fill(&P, &x, -2, 2);
+    tp_fill(&P, &y, -9, 9); /* overwritten */
+    EACH_BACKEND BE(gpu)->ops->mean_pool_fwd(BE(gpu), S(y), S(x), S(lp), n, T, d);
+    EXPECT_CLOSE(&P, y, P.tol, "mean_pool_fwd n=%d T=%d d=%d misalign %d", n, T, d, misalign);
+    /* backward: y is now dy, x is dx (garbage first: every element is written) */
+    tp_fill(&P, &y, -1, 1);
+    tp_fill(&P, &x, -9, 9);
+    EACH_BACKEND BE(gpu)->ops->mean_pool_bwd(BE(gpu), S(x), S(y), S(lp), n, T, d);
+    EXPECT_CLOSE(&P, x, P.tol, "mean_pool_bwd n=%d T=%d d=%d misalign %d", n, T, d, misalign);
+    float *g = tp_get(&P, &x, 1);
+    size_t nonzero = 0;
+    for (int b = 0; b < n; b++)
+        for (size_t e = (size_t)lens[b] * d; e < (size_t)T * d; e++)
+            nonzero += g[(size_t)b * T * d + e] != 0.0f;
+    CU_ASSERT_EQUAL(nonzero, 0);
+    free(g);
+    free(lens);
+    tp_free(&P, &x);
+    tp_free(&P, &y);
+    ip_free(&P, &lp);
+}
+
+static void mean_pool_all(void)
+{
+    EACH_PRECISION(P)
+    {
+        mean_pool_case(&P, 6, 70, 24, 0);  /* 128-bit path */
+        mean_pool_case(&P, 6, 70, 24, 1);  /* misaligned: scalar path */
+        mean_pool_case(&P, 5, 9, 20, 0);   /* width not a multiple of 8 */
+        mean_pool_case(&P, 3, 1, 8, 0);    /* T = 1 */
+        mean_pool_case(&P, 40, 130, 384, 0);
+        mean_pool_case(&P, 2, 3, 1, 0);
     }
 }
 
@@ -536,6 +717,7 @@ static const pt_test tests[] = {
     {"layernorm", layernorm_all},
     {"gelu", gelu_all},
     {"attention", attention_all},
+    {"mean_pool", mean_pool_all},
     {"patchify", patchify_all},
     {"vit_assemble", vit_assemble_all},
     {"token_embed", token_embed_all},

@@ -2,8 +2,11 @@
  * test_cuda_train.c (label gpu): whole training steps through the public
  * nn.h API (pt_segment_*) on the CUDA backend and on the CPU float32
  * backend, from the same initial weights and batches: the demo ViT (d=64,
- * 6 blocks, 4 heads, patch 7, batch 32, random 28x28 images) and a small
- * causal GPT whose context (80) is longer than one attention tile. After the
+ * 6 blocks, 4 heads, patch 7, batch 32, random 28x28 images), a small
+ * causal GPT whose context (80) is longer than one attention tile, and a
+ * small BERT of the same context whose examples are padded from positions 1
+ * (only the first token real), 80 (none), 65 and 33, so the attention mask
+ * (skipped tiles, a boundary tile) and the mean pooling run. After the
  * first step every gradient tensor is compared; then 5 AdamW steps (global
  * norm clipping included) compare every step's loss and, at the end, every
  * parameter tensor. Tolerances are normwise per tensor: 1e-4 for "cuda",
@@ -60,6 +63,36 @@ static pt_arch gpt_arch(void)
     return a;
 }
 
+static pt_arch bert_arch(void)
+{
+    pt_arch a = {.kind = PT_MODEL_BERT, .dim = 64, .layers = 2, .heads = 4, .mlp_hidden = 256, .causal = 0,
+                 .vocab = 100, .context = 80, .classes = 5, .positions = 96, .type_vocab = 2, .pad_id = 0,
+                 .ln_eps = 1e-12, .init_std = 0.02, .seed = 13};
+    return a;
+}
+
+/* [batch, T] tokens. GPT: uniform over the vocabulary. BERT: never [PAD]
+ * before each example's length, [PAD] from there; the lengths run through
+ * 1, T, 65, 33, then random ones. */
+static int32_t *make_tokens(const pt_arch *a, int batch)
+{
+    const int T = pt_arch_tokens(a);
+    int32_t *tokens = malloc((size_t)batch * T * sizeof *tokens);
+    for (int e = 0; e < batch; e++) {
+        const int lens[] = {1, T, 65, 33};
+        int len = T;
+        if (a->kind == PT_MODEL_BERT)
+            len = e < 4 && lens[e] <= T ? lens[e] : 1 + (int)(urand() * T);
+        for (int t = 0; t < T; t++) {
+            int32_t v = (int32_t)(urand() * a->vocab);
+            if (a->kind == PT_MODEL_BERT)
+                v = t < len ? 1 + (int32_t)(urand() * (a->vocab - 1)) : a->pad_id;
+            tokens[(size_t)e * T + t] = v;
+        }
+    }
+    return tokens;
+}
+
 /* Worst normwise error over the parameter tensors of every unit, for one
  * part, each relative to max(max |cpu|, floor); names the worst tensor. */
 static double compare_part(const pt_arch *a, side *s, pt_part part, double floor, char *worst, size_t worst_len)
@@ -110,9 +143,7 @@ static void train_compare(const char *what, pt_arch a, int batch)
         for (int i = 0; i < batch * pt_arch_input_floats(&a); i++)
             images[i] = (float)(2 * urand() - 1);
     } else {
-        tokens = malloc((size_t)batch * T * sizeof *tokens);
-        for (int i = 0; i < batch * T; i++)
-            tokens[i] = (int32_t)(urand() * a.vocab);
+        tokens = make_tokens(&a, batch);
     }
     for (int64_t i = 0; i < rows; i++)
         targets[i] = (int32_t)(urand() * pt_arch_out_classes(&a));
@@ -206,9 +237,7 @@ static void repeatable(const char *what, pt_arch a, int batch)
         for (int i = 0; i < batch * pt_arch_input_floats(&a); i++)
             images[i] = (float)(2 * urand() - 1);
     } else {
-        tokens = malloc((size_t)batch * T * sizeof *tokens);
-        for (int i = 0; i < batch * T; i++)
-            tokens[i] = (int32_t)(urand() * a.vocab);
+        tokens = make_tokens(&a, batch);
     }
     for (int64_t i = 0; i < (int64_t)batch * pt_arch_rows_per_example(&a); i++)
         targets[i] = (int32_t)(urand() * pt_arch_out_classes(&a));
@@ -255,15 +284,18 @@ static void repeatable(const char *what, pt_arch a, int batch)
 
 static void vit_demo(void) { train_compare("ViT", vit_arch(), 32); }
 static void gpt_small(void) { train_compare("GPT", gpt_arch(), 4); }
+static void bert_small(void) { train_compare("BERT", bert_arch(), 4); }
 
 static void bitwise_repeatable(void)
 {
     repeatable("GPT", gpt_arch(), 4);
+    repeatable("BERT", bert_arch(), 4);
     repeatable("ViT", vit_arch(), gpu_small() ? 4 : 32);
 }
 
 static const pt_test tests[] = {{"vit_demo_5_steps", vit_demo},
                                 {"gpt_small_5_steps", gpt_small},
+                                {"bert_small_5_steps", bert_small},
                                 {"bitwise_repeatable", bitwise_repeatable},
                                 {NULL, NULL}};
 
