@@ -22,7 +22,8 @@ bits that depend on its batch-mates, cache on would drift from cache off.
                        and cache on vs off again at run.threads 2
   sweep_*              the same comparison of cache on and off for other
                        widths (odd ones, below and above the 16- and 32-wide
-                       tiles), head counts, batch sizes, ViT and GPT, at
+                       tiles), head counts, batch sizes, ViT, GPT and BERT
+                       (texts padded by different amounts and cut), at
                        run.threads 1 and 2, on shorter runs of smaller data
                        that still freeze in two steps and serve mixed batches
 
@@ -103,6 +104,8 @@ def check_cache_use(run_dir, cache):
 def export(h, ckpt_dir, name):
     out = h.path(name + ".safetensors")
     h.run(["export", ckpt_dir, out]).expect(0, "export " + ckpt_dir)
+    if os.path.isdir(out):  # bert: a Hugging Face directory
+        return U.read_bytes(os.path.join(out, "model.safetensors"))
     return U.read_bytes(out)
 
 
@@ -176,15 +179,40 @@ def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3):
             k.pop(key)
         k.update({"model.kind": "gpt", "model.context": "17", "data.kind": "synthetic_text",
                   "sample.length": "0"})
+    elif kind == "bert":
+        k.pop("model.patch")
+        k.update({"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                  "model.classes": "3", "data.kind": "text_classification"})
     else:
         k.update({"model.patch": "7"})
     return k
 
 
+WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "was",
+         "without", "form", "void", "darkness", "upon", "face", "of", "deep", "spirit"]
+
+
+def bert_files(h, examples, seed):
+    """A vocabulary of whole words and labelled texts of 1 to 30 words, so
+    that with 17 tokens most examples are padded (by different amounts) and
+    some are cut: the padding mask takes every shape through the cache."""
+    import random
+    rnd = random.Random(seed)
+    vocab = U.write(h.path("vocab.txt"), "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + WORDS) + "\n")
+    lines = ["%s\t%s" % (rnd.choice("abc"), " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 30))))
+             for _ in range(examples + 16)]
+    train = U.write(h.path("train.tsv"), "\n".join(lines[:examples]) + "\n")
+    test = U.write(h.path("test.tsv"), "\n".join(lines[examples:]) + "\n")
+    return {"data.vocab": vocab, "data.train_file": train, "data.test_file": test,
+            "model.vocab": str(4 + len(WORDS))}
+
+
 def sweep_case(kind, dim, heads, batch, threads, **kw):
     def t(h):
-        on_equals_off(h, small(kind, dim, heads, batch, threads, **kw), "run",
-                      kw.get("steps", 60))
+        base = small(kind, dim, heads, batch, threads, **kw)
+        if kind == "bert":
+            base.update(bert_files(h, kw.get("epoch_steps", 6) * batch, dim))
+        on_equals_off(h, base, "run", kw.get("steps", 60))
     t.__name__ = "test_sweep_%s_d%d_h%d_batch%d_threads%d_steps%d" % (
         kind, dim, heads, batch, threads, kw.get("steps", 60))
     return t
@@ -195,6 +223,7 @@ QUICK = [
     ("vit", 31, 1, 24, 2), ("vit", 33, 3, 32, 1), ("vit", 48, 4, 20, 1), ("vit", 63, 7, 24, 2),
     ("vit", 65, 5, 20, 1), ("vit", 96, 4, 32, 2), ("gpt", 16, 2, 12, 1), ("gpt", 17, 1, 16, 2),
     ("gpt", 40, 5, 12, 1), ("gpt", 33, 3, 8, 2),
+    ("bert", 16, 2, 12, 1), ("bert", 33, 3, 16, 2), ("bert", 48, 4, 20, 1),
 ]
 FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33, 3), (40, 5),
                (48, 3), (63, 7), (64, 4), (65, 5), (96, 3), (100, 4), (127, 1), (128, 2)]
@@ -206,7 +235,7 @@ def tests(full):
         for dim, heads in FULL_WIDTHS:
             for batch in (8, 20, 32):
                 for threads in (1, 2):
-                    for kind in ("vit", "gpt"):
+                    for kind in ("vit", "gpt", "bert"):
                         out.append(sweep_case(kind, dim, heads, batch, threads, steps=150,
                                               epoch_steps=8))
     return out
