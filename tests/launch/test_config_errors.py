@@ -18,6 +18,7 @@ usage: test_config_errors.py PIPETRAIN_BINARY
 """
 import json
 import os
+import shutil
 import math
 import re
 import struct
@@ -842,6 +843,114 @@ def test_text_classification_data_errors(h):
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
 
 
+def write_st(path, tensors):
+    """float32 safetensors from {name: (shape, [values])}"""
+    import struct
+    from array import array
+    header, blobs, off = {}, [], 0
+    for name, (shape, values) in tensors.items():
+        raw = array("f", values).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    return path
+
+
+def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None, raw_config=None):
+    """A tiny Hugging Face BERT directory (d 8, 1 layer, 2 heads, vocab 6,
+    16 positions) with the given defects."""
+    d, hid, V, P = 8, 16, 6, 16
+    cfg = {"model_type": "bert", "hidden_size": d, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "intermediate_size": hid, "vocab_size": V,
+           "max_position_embeddings": P, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+           "pad_token_id": 0, "hidden_act": "gelu"}
+    cfg.update(cfg_changes or {})
+    t = {"embeddings.word_embeddings.weight": (V, d), "embeddings.position_embeddings.weight": (P, d),
+         "embeddings.token_type_embeddings.weight": (2, d), "embeddings.LayerNorm.weight": (d,),
+         "embeddings.LayerNorm.bias": (d,), "pooler.dense.weight": (d, d), "pooler.dense.bias": (d,)}
+    L = "encoder.layer.0."
+    for part in ("query", "key", "value"):
+        t[L + "attention.self.%s.weight" % part] = (d, d)
+        t[L + "attention.self.%s.bias" % part] = (d,)
+    t.update({L + "attention.output.dense.weight": (d, d), L + "attention.output.dense.bias": (d,),
+              L + "attention.output.LayerNorm.weight": (d,), L + "attention.output.LayerNorm.bias": (d,),
+              L + "intermediate.dense.weight": (hid, d), L + "intermediate.dense.bias": (hid,),
+              L + "output.dense.weight": (d, hid), L + "output.dense.bias": (d,),
+              L + "output.LayerNorm.weight": (d,), L + "output.LayerNorm.bias": (d,)})
+    for k in drop:
+        del t[k]
+    t.update(add or {})
+    t.update(reshape or {})
+    tensors = {}
+    for k, shape in t.items():
+        n = 1
+        for x in shape:
+            n *= x
+        values = [0.01 * ((i * 7) % 13 - 6) for i in range(n)]
+        if k == nan:
+            values[n // 2] = float("nan")
+        tensors[k] = (shape, values)
+    root = h.path(name)
+    os.makedirs(root, exist_ok=True)
+    U.write(os.path.join(root, "config.json"), raw_config if raw_config is not None else json.dumps(cfg))
+    write_st(os.path.join(root, "model.safetensors"), tensors)
+    return root
+
+
+def test_bert_init_from_refused(h):
+    """A Hugging Face BERT for model.init_from: a good one trains; a config.json
+    that disagrees with a model.* key blames that key; a missing, extra,
+    misshapen or NaN tensor, or a config.json that is not BERT's, blames
+    model.init_from and names the tensor or field; a bert model with
+    another data kind, or model.vocab unlike data.vocab's size, is refused.
+    Nothing is created on a refusal."""
+    f = textcls_files(h)
+    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
+            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
+            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
+            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    good = hf_bert(h, "good")
+    text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good})))
+    h.run(["train", U.write(h.path("good.yaml"), text)]).expect(0, "a good Hugging Face BERT")
+    shutil.rmtree(h.path("run"))
+    L = "encoder.layer.0."
+    cases = [
+        ("config_disagrees", hf_bert(h, "wide", {"hidden_size": 16}), {}, "model.dim",
+         ["hidden_size 16"]),
+        ("config_eps", hf_bert(h, "eps", {"layer_norm_eps": 1e-5}), {"model.ln_eps": "1e-12"},
+         "model.ln_eps",
+         ["layer_norm_eps 1e-05"]),
+        ("config_relu", hf_bert(h, "relu", {"hidden_act": "relu"}), {}, "model.init_from",
+         ["hidden_act", "relu"]),
+        ("config_not_json", hf_bert(h, "notjson", raw_config="{not json"), {}, "model.init_from",
+         ["config.json"]),
+        ("config_not_bert", hf_bert(h, "gpt2", {"model_type": "gpt2"}), {}, "model.init_from",
+         ["model_type", "gpt2"]),
+        ("tensor_missing", hf_bert(h, "missing", drop=[L + "output.dense.weight"]), {},
+         "model.init_from", ["has no tensor", L + "output.dense.weight"]),
+        ("extra_layer", hf_bert(h, "extra", add={"encoder.layer.1.output.dense.bias": (8,)}), {},
+         "model.init_from", ["encoder.layer.1.output.dense.bias"]),
+        ("misshapen", hf_bert(h, "shape", reshape={L + "attention.self.query.weight": (8, 4)}), {},
+         "model.init_from", [L + "attention.self.query.weight", "has shape [8, 4]"]),
+        ("nan", hf_bert(h, "nan", nan="embeddings.word_embeddings.weight"), {}, "model.init_from",
+         ["embeddings.word_embeddings.weight", "NaN"]),
+        ("vocab_size", good, {"model.vocab": "7"}, "model.vocab", ["has 6 tokens"]),
+        ("kjv_data", good, {"data.kind": "kjv"}, "data.kind", ["allowed with bert"]),
+    ]
+    for name, init, changes, key, needles in cases:
+        keys = base(h, "gpt", **dict(bert, **{"model.init_from": init}, **changes))
+        text = U.render(keys)
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg]).expect(2, name)
+        r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), *needles)
+        check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+
+
 def test_bf16_without_a_gpu(h):
     """run.device auto finds no GPU: bf16 is refused naming run.precision."""
     if any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl")):
@@ -903,7 +1012,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
-         test_text_classification_data_errors,
+         test_text_classification_data_errors, test_bert_init_from_refused,
          test_threads_above_cores_warned,
          test_usage_errors] + [make(c) for c in CASES]
 
