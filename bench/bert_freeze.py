@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""Freezing while fine-tuning a pretrained BERT: the fine-tuning demo
+(configs/bert_finetune.yaml, the real all-MiniLM-L6-v2, 8 parts of the KJV
+Bible) on a fixed subset of datasets/kjv_books.tsv, trained without freezing
+and with each freeze setting, one after the other in this run of the script:
+
+  baseline            freeze.policy none
+  schedule a, cache   freeze.policy schedule at each alpha of --alphas, cache on
+  auto, cache         freeze.policy auto (bound: --auto-alpha), cache on
+  schedule a, no cache  the same as the cache-on run at --nocache-alpha, cache
+                      off: what the cache adds (same bits, less time)
+
+Freeze decisions come after epoch --start and every --every epochs after it.
+Everything else is the demo config: same data order, same learning-rate
+schedule (linear warm-up and decay over the run's steps); freezing only
+removes work. Each run evaluates on the whole test subset after every epoch
+(train.eval_every 1, train.eval_examples 0) and saves one checkpoint, at the
+end (train.checkpoint_every is set past the run's last step).
+
+Data: --train verses for training and --test other verses for evaluation,
+drawn from datasets/kjv_books.tsv by seed --data-seed, stratified: every
+label gets its share of the file's verses (largest remainders), so both
+subsets have the file's class proportions. Verses longer than
+model.context - 2 word pieces are cut; the script counts them with
+pipetrain's own tokenizer (tokenize_dump of the same build) and prints it.
+
+For every run: the wall time of the whole process (start-up, training,
+evaluations, the final checkpoint), the test accuracy after each epoch at the
+wall time its line appeared on pipetrain's stderr, the final accuracy and its
+difference to the baseline's in points, the time at which it first reached the
+baseline's final accuracy (the same number of correct test verses, or more),
+the end-to-end speedup (baseline's wall time over the run's) and each epoch's
+time with its frozen blocks and cache hits. It says whether any run meets
+issue 12's target: at least 2.5x end-to-end at no more than 0.3 point below
+the baseline's accuracy.
+
+--plot PNG draws test accuracy against wall time, one line per run, with
+matplotlib from a venv the script makes once (build/venv-bench beside the
+binary, or --venv; Debian's python has no matplotlib); it is made before
+the first run, and the script stops if that fails. --out DIR keeps the data
+subsets, each run's metrics.jsonl and log, results.json and table.md.
+
+--quick: 256 training and 128 test verses, 4 epochs (so that at alpha 0.7
+an epoch reads the cache), context 16, every run of the full set: a smoke
+test of every path in a minute or two (its accuracies mean nothing). The full run (the defaults) takes about 25 minutes
+on the 2-core development machine.
+
+usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
+                      [--context 32] [--threads 2] [--alphas 0.33,0.5,0.7]
+                      [--auto-alpha 0.5] [--nocache-alpha 0.5] [--start 1]
+                      [--every 1] [--data-seed 1] [--out DIR] [--plot PNG]
+                      [--venv DIR] [--quick]"""
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "bert_finetune.yaml")
+DATA = os.path.join(ROOT, "datasets", "kjv_books.tsv")
+VOCAB = os.path.join(ROOT, "datasets", "minilm", "vocab.txt")
+MATPLOTLIB = "3.10.8"
+TARGET_SPEEDUP, TARGET_POINTS = 2.5, 0.3
+EVAL_LINE = re.compile(r"^eval\s+epoch (\d+) step (\d+): test loss \S+, accuracy ([0-9.]+)% \((\d+) examples\)")
+
+
+def fail(msg):
+    sys.exit("bert_freeze: " + msg)
+
+
+# ------------------------------------------------------------------ data
+
+def read_verses(path):
+    verses = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line:
+                label, text = line.split("\t", 1)
+                verses.append((label, text))
+    return verses
+
+
+def shares(sizes, total, want):
+    """want items split over classes of these sizes in proportion, by largest remainders."""
+    exact = [want * s / total for s in sizes]
+    got = [int(math.floor(e)) for e in exact]
+    for i in sorted(range(len(sizes)), key=lambda i: (got[i] - exact[i], i))[:want - sum(got)]:
+        got[i] += 1
+    return got
+
+
+def stratified_split(verses, n_train, n_test, seed):
+    """Disjoint training and test subsets, each with the file's class proportions."""
+    by_label = {}
+    for v in verses:
+        by_label.setdefault(v[0], []).append(v)
+    labels = sorted(by_label)
+    sizes = [len(by_label[l]) for l in labels]
+    tr, te = shares(sizes, len(verses), n_train), shares(sizes, len(verses), n_test)
+    rng = random.Random(seed)
+    train, test = [], []
+    for l, a, b in zip(labels, tr, te):
+        pool = list(by_label[l])
+        rng.shuffle(pool)
+        train += pool[:a]
+        test += pool[a:a + b]
+    rng.shuffle(train)
+    rng.shuffle(test)
+    return train, test, {l: (a, b) for l, a, b in zip(labels, tr, te)}
+
+
+def write_tsv(path, verses):
+    with open(path, "w", encoding="utf-8") as f:
+        for label, text in verses:
+            f.write("%s\t%s\n" % (label, text))
+
+
+def token_lengths(binary, verses, work):
+    """Ids per verse ([CLS] pieces [SEP], uncut) by pipetrain's tokenizer, or None."""
+    dump = os.path.join(os.path.dirname(binary), "tests", "tokenize", "tokenize_dump")
+    if not os.access(dump, os.X_OK):
+        return None
+    lines = os.path.join(work, "lines.txt")
+    with open(lines, "w", encoding="utf-8") as f:
+        for _, text in verses:
+            f.write(text + "\n")
+    p = subprocess.run([dump, VOCAB, lines, "0"], capture_output=True, text=True)
+    os.remove(lines)
+    if p.returncode != 0:
+        fail("tokenize_dump failed:\n" + p.stderr)
+    n = [len(l.split()) for l in p.stdout.splitlines()]
+    return n if len(n) == len(verses) else None
+
+
+# ------------------------------------------------------------------ runs
+
+def settings(args):
+    freeze = {"freeze.start": args.start, "freeze.every": args.every, "freeze.unit": "epoch"}
+    runs = [("baseline (no freezing)", "baseline", {"freeze.policy": "none"})]
+    for a in args.alphas:
+        runs.append(("schedule %s, cache" % a, "schedule-%s-cache" % a,
+                     dict(freeze, **{"freeze.policy": "schedule", "freeze.alpha": a, "cache.enabled": "true"})))
+    if args.auto_alpha:
+        a = args.auto_alpha
+        runs.append(("auto (bound %s), cache" % a, "auto-%s-cache" % a,
+                     dict(freeze, **{"freeze.policy": "auto", "freeze.alpha": a, "cache.enabled": "true"})))
+    if args.nocache_alpha:
+        a = args.nocache_alpha
+        runs.append(("schedule %s, no cache" % a, "schedule-%s-nocache" % a,
+                     dict(freeze, **{"freeze.policy": "schedule", "freeze.alpha": a, "cache.enabled": "false"})))
+    return runs
+
+
+def train(args, binary, work, files, slug, extra, cache_gib):
+    run_dir = os.path.join(work, "runs", slug)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    sets = {"run.dir": run_dir, "run.threads": args.threads, "data.train_file": files[0],
+            "data.test_file": files[1], "model.context": args.context, "train.epochs": args.epochs,
+            "train.eval_every": 1, "train.eval_examples": 0,
+            "train.checkpoint_every": 10**15, "train.keep_checkpoints": 1,
+            # one process: one stage, one replica, one micro-batch in every run
+            "pipeline.stages": 1, "pipeline.replicas": 1, "pipeline.microbatches": 1,
+            "cache.memory_gib": cache_gib}
+    sets.update(extra)
+    cmd = [binary, "train", CONFIG]
+    for k, v in sets.items():
+        cmd += ["--set", "%s=%s" % (k, v)]
+    log_lines, evals = [], []
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         bufsize=1)
+    for line in p.stdout:
+        t = time.monotonic() - start
+        log_lines.append("%9.3f %s" % (t, line.rstrip("\n")))
+        m = EVAL_LINE.match(line)
+        if m:
+            evals.append(t)
+            print("    %6.1f s  epoch %s: test accuracy %s%%" % (t, m.group(1), m.group(3)), flush=True)
+        elif line.startswith("freeze decision"):
+            print("    %6.1f s  %s" % (t, line.strip()), flush=True)
+    rc = p.wait()
+    wall = time.monotonic() - start
+    with open(os.path.join(run_dir if os.path.isdir(run_dir) else work, "log.txt"), "w") as f:
+        f.write("\n".join(log_lines) + "\n")
+    if rc != 0:
+        fail("%s exited %d:\n%s" % (" ".join(cmd), rc, "\n".join(log_lines[-30:])))
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        recs = [json.loads(l) for l in f]
+    ev = [r for r in recs if r["event"] == "eval"]
+    if len(ev) != len(evals):
+        fail("%s: %d eval records in metrics.jsonl but %d eval lines on stderr" % (slug, len(ev), len(evals)))
+    epochs = [{"epoch": r["epoch"], "seconds": r["epoch_time_s"], "frozen": r["frozen_blocks"],
+               "cache_hits": r["cache_hits"], "prefix_computed": r["prefix_computed"]}
+              for r in recs if r["event"] == "epoch"]
+    steps = [r for r in recs if r["event"] == "step"]
+    shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)  # 100s of MB, not needed
+    return {"wall": wall, "steps": len(steps),
+            "evals": [{"time": t, "epoch": r["epoch"], "accuracy": r["test_accuracy"],
+                       "correct": int(round(r["test_accuracy"] * r["examples"])), "examples": r["examples"],
+                       "loss": r["test_loss"]} for t, r in zip(evals, ev)],
+            "epochs": epochs}
+
+
+# ------------------------------------------------------------------ report
+
+def summarise(results):
+    base = results[0]
+    b_final = base["evals"][-1]
+    for r in results:
+        final = r["evals"][-1]
+        r["accuracy"] = final["accuracy"]
+        r["points"] = 100.0 * (final["accuracy"] - b_final["accuracy"])
+        r["speedup"] = base["wall"] / r["wall"]
+        reach = next((e["time"] for e in r["evals"] if e["correct"] >= b_final["correct"]), None)
+        r["time_to_baseline"] = reach
+        r["meets_target"] = (r is not base and r["speedup"] >= TARGET_SPEEDUP and
+                             r["points"] >= -TARGET_POINTS - 1e-9)
+    b_reach = base["time_to_baseline"]
+    for r in results:
+        t = r["time_to_baseline"]
+        r["tta_speedup"] = b_reach / t if t else None
+
+
+def table(results):
+    out = ["| run | wall (s) | test accuracy | vs baseline (points) | time to baseline accuracy (s) | "
+           "speedup (end to end) | speedup (to baseline accuracy) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        t = r["time_to_baseline"]
+        out.append("| %s | %.1f | %.2f%% | %+.2f | %s | %.2fx | %s |" % (
+            r["name"], r["wall"], 100 * r["accuracy"], r["points"], "%.1f" % t if t is not None else "never",
+            r["speedup"], "%.2fx" % r["tta_speedup"] if r["tta_speedup"] else "-"))
+    return out
+
+
+def details(results):
+    out = ["per run: test accuracy after each epoch at wall time (s); epoch training time (s) "
+           "[frozen blocks, cache hits]"]
+    for r in results:
+        acc = " ".join("%.2f%%@%.0f" % (100 * e["accuracy"], e["time"]) for e in r["evals"])
+        ep = " ".join("%.1f[%d,%d]" % (e["seconds"], e["frozen"], e["cache_hits"]) for e in r["epochs"])
+        out.append("- %s: %s; epochs %s" % (r["name"], acc, ep))
+    return out
+
+
+def sweep(results, alphas):
+    out = ["| alpha | test accuracy | speedup |", "| --- | --- | --- |",
+           "| baseline (no freezing) | %.2f%% | 1.00x |" % (100 * results[0]["accuracy"])]
+    for r in results:
+        if r["slug"].startswith("schedule-") and r["slug"].endswith("-cache"):
+            out.append("| %s | %.2f%% | %.2fx |" % (r["alpha"], 100 * r["accuracy"], r["speedup"]))
+    return out
+
+
+def verdict(results):
+    met = [r for r in results if r["meets_target"]]
+    head = "target (>= %.1fx end to end, <= %.1f point below the baseline's accuracy): " % (
+        TARGET_SPEEDUP, TARGET_POINTS)
+    if met:
+        return head + "met by " + ", ".join("%s (%.2fx, %+.2f points)" % (r["name"], r["speedup"], r["points"])
+                                            for r in met)
+    return head + "NOT met by any run (" + "; ".join(
+        "%s %.2fx, %+.2f points" % (r["name"], r["speedup"], r["points"]) for r in results[1:]) + ")"
+
+
+# ------------------------------------------------------------------ plot
+
+def ensure_venv(venv):
+    py = os.path.join(venv, "bin", "python")
+    check = "import matplotlib, sys; sys.exit(matplotlib.__version__ != %r)" % MATPLOTLIB
+    if os.path.exists(py) and subprocess.run([py, "-c", check], capture_output=True).returncode == 0:
+        return py
+    print("making the venv %s with matplotlib %s (once)" % (venv, MATPLOTLIB), flush=True)
+    r = subprocess.run([sys.executable, "-m", "venv", "--clear", venv], capture_output=True, text=True)
+    if r.returncode:
+        fail("--plot: cannot make the venv %s (Debian: apt-get install python3-venv):\n%s%s"
+             % (venv, r.stdout, r.stderr))
+    r = subprocess.run([py, "-m", "pip", "install", "--quiet", "matplotlib==" + MATPLOTLIB],
+                       capture_output=True, text=True)
+    if r.returncode:
+        fail("--plot: pip install matplotlib==%s into %s failed:\n%s%s" % (MATPLOTLIB, venv, r.stdout, r.stderr))
+    if subprocess.run([py, "-c", check], capture_output=True).returncode:
+        fail("--plot: matplotlib %s does not import in %s" % (MATPLOTLIB, venv))
+    return py
+
+
+def render(results_json, png):
+    """Runs in the venv: test accuracy against wall time, one line per run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with open(results_json) as f:
+        res = json.load(f)
+    runs = res["runs"]
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    for i, r in enumerate(runs):
+        xs = [e["time"] for e in r["evals"]]
+        ys = [100 * e["accuracy"] for e in r["evals"]]
+        style = dict(color="black", linewidth=2.2) if i == 0 else dict(linewidth=1.4)
+        line, = ax.plot(xs, ys, marker="o", markersize=4,
+                        label="%s: %.2f%%, %.2fx" % (r["name"], ys[-1], r["speedup"]), **style)
+        # after the last evaluation the run still saves its checkpoint and exits: its end is the x
+        ax.plot([xs[-1], r["wall"]], [ys[-1], ys[-1]], color=line.get_color(), linestyle="--",
+                linewidth=0.8)
+        ax.plot([r["wall"]], [ys[-1]], marker="x", color=line.get_color(), markersize=6)
+    b = 100 * runs[0]["accuracy"]
+    ax.axhline(b, color="black", linestyle=":", linewidth=1)
+    ax.axhspan(b - TARGET_POINTS, b, color="green", alpha=0.12, label="within %.1f point of the baseline" % TARGET_POINTS)
+    ax.set_xlabel("wall time since the process started (s); x: the run's end")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_xlim(left=0)
+    ax.set_title("\n".join(textwrap.wrap(res["title"], 100)), fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(png)
+
+
+# ------------------------------------------------------------------ main
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--render":  # the script itself, in the venv
+        render(sys.argv[2], sys.argv[3])
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pipetrain")
+    ap.add_argument("--train", type=int, default=5000, help="training verses")
+    ap.add_argument("--test", type=int, default=1000, help="test verses")
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--context", type=int, default=32, help="model.context in tokens, [CLS] and [SEP] included")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--alphas", default="0.33,0.5,0.7", help="schedule alphas, cache on")
+    ap.add_argument("--auto-alpha", default="0.5", help="the auto policy's bound ('' = no auto run)")
+    ap.add_argument("--nocache-alpha", default="0.5", help="a schedule run without the cache ('' = none)")
+    ap.add_argument("--start", type=int, default=1, help="first freeze decision after this many epochs")
+    ap.add_argument("--every", type=int, default=1, help="then one every this many epochs")
+    ap.add_argument("--data-seed", type=int, default=1, help="seed of the training and test subsets")
+    ap.add_argument("--out", help="keep subsets, metrics, logs, results.json and table.md here")
+    ap.add_argument("--plot", help="write a PNG of test accuracy against wall time")
+    ap.add_argument("--venv", help="venv for matplotlib (default: venv-bench beside the binary)")
+    ap.add_argument("--quick", action="store_true", help="tiny smoke run of every path")
+    args = ap.parse_args()
+    if args.quick:
+        args.train, args.test, args.epochs, args.context = 256, 128, 4, 16
+    args.alphas = [a.strip() for a in args.alphas.split(",") if a.strip()]
+    binary = os.path.abspath(args.pipetrain)
+    if not os.access(binary, os.X_OK):
+        fail("%s is not an executable" % binary)
+    for path in (DATA, VOCAB, os.path.join(ROOT, "datasets", "minilm", "model.safetensors")):
+        if not os.path.exists(path):
+            fail("%s is missing (bash scripts/setup.sh writes it)" % path)
+    plot = os.path.abspath(args.plot) if args.plot else None
+    if plot:  # before the runs: a missing matplotlib must not cost a whole benchmark
+        venv_py = ensure_venv(os.path.abspath(args.venv or os.path.join(os.path.dirname(binary), "venv-bench")))
+
+    verses = read_verses(DATA)
+    if args.train + args.test > len(verses):
+        fail("--train + --test = %d, more than the %d verses" % (args.train + args.test, len(verses)))
+    train_v, test_v, per_label = stratified_split(verses, args.train, args.test, args.data_seed)
+
+    out = os.path.abspath(args.out) if args.out else None
+    tmp = None
+    if out:
+        os.makedirs(out, exist_ok=True)
+        work = out
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="pt-bertfreeze-", dir=os.environ.get("TMPDIR", "/tmp"))
+        work = tmp.name
+    files = (os.path.join(work, "train.tsv"), os.path.join(work, "test.tsv"))
+    write_tsv(files[0], train_v)
+    write_tsv(files[1], test_v)
+
+    lengths = token_lengths(binary, train_v + test_v, work)
+    batch = 32  # configs/bert_finetune.yaml
+    steps = args.epochs * -(-args.train // batch)
+    # cached activations: one context x 384 float32 row block per training verse, with room to spare
+    cache_gib = max(1, math.ceil(1.5 * args.train * args.context * 384 * 4 / 2**30))
+    title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, %d threads; "
+             "freezing decided after epoch %d, then every %d" % (args.train, args.test, args.context,
+                                                                 args.epochs, args.threads, args.start, args.every))
+    print(title)
+    print("subsets (stratified by label, seed %d): %s" % (args.data_seed, ", ".join(
+        "%s %d/%d" % (l, a, b) for l, (a, b) in sorted(per_label.items()))))
+    if lengths:
+        cut = sum(n > args.context for n in lengths)
+        print("verses cut at context %d (more than %d word pieces): %d of %d (%.1f%%); median %d ids, longest %d"
+              % (args.context, args.context - 2, cut, len(lengths), 100.0 * cut / len(lengths),
+                 sorted(lengths)[len(lengths) // 2], max(lengths)))
+    else:
+        print("verses cut at context %d: not counted (no tokenize_dump beside the binary)" % args.context)
+    print("%d optimizer steps of batch %d; config %s otherwise" % (steps, batch, os.path.relpath(CONFIG, ROOT)),
+          flush=True)
+
+    results = []
+    for name, slug, extra in settings(args):
+        print("\n%s:" % name, flush=True)
+        r = train(args, binary, work, files, slug, extra, cache_gib)
+        r.update(name=name, slug=slug, alpha=extra.get("freeze.alpha"), settings=extra)
+        results.append(r)
+        ep = r["epochs"]
+        rate = args.train / ep[0]["seconds"] if ep and ep[0]["seconds"] > 0 else 0
+        print("  %.1f s in all, final test accuracy %.2f%%, %.2fx against the baseline; first epoch %.1f s "
+              "(%.1f verses/s)" % (r["wall"], 100 * r["evals"][-1]["accuracy"], results[0]["wall"] / r["wall"],
+                                   ep[0]["seconds"] if ep else 0, rate), flush=True)
+    summarise(results)
+
+    lines = ["", title, ""] + table(results) + [""] + details(results)
+    if any(r["slug"].startswith("schedule-") and r["slug"].endswith("-cache") for r in results):
+        lines += ["", "alpha sweep (schedule policy, cache on):", ""] + sweep(results, args.alphas)
+    lines += ["", verdict(results)]
+    text = "\n".join(lines)
+    print(text, flush=True)
+
+    res_path = os.path.join(work, "results.json")
+    with open(res_path, "w") as f:
+        json.dump({"title": title, "args": {k: v for k, v in vars(args).items()}, "runs": results}, f, indent=1)
+    if out:
+        with open(os.path.join(out, "table.md"), "w") as f:
+            f.write(text + "\n")
+    if plot:
+        r = subprocess.run([venv_py, os.path.abspath(__file__), "--render", res_path, plot],
+                           capture_output=True, text=True)
+        if r.returncode:
+            fail("plotting failed:\n%s%s" % (r.stdout, r.stderr))
+        print("\nplot: %s" % plot)
+    if tmp:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
