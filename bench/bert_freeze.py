@@ -165,6 +165,7 @@ def train(args, binary, work, files, slug, extra, cache_gib):
     shutil.rmtree(run_dir, ignore_errors=True)
     sets = {"run.dir": run_dir, "run.threads": args.threads, "data.train_file": files[0],
             "data.test_file": files[1], "model.context": args.context, "train.epochs": args.epochs,
+            "train.max_steps": 0,  # the whole epochs, whatever the config stops at
             "train.eval_every": 1, "train.eval_examples": 0,
             "train.checkpoint_every": 10**15, "train.keep_checkpoints": 1,
             # one process: one stage, one replica, one micro-batch in every run
