@@ -301,6 +301,9 @@ uint64_t pt_st_numel(const pt_st_entry *e);
  * shape. Other dtypes are PT_EINPUT. */
 int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err);
 
+/* A shape as messages write it, "[384, 1536]" (NUL-terminated, cut to n). */
+void pt_st_shape_text(int ndim, const int64_t *shape, char *out, size_t n);
+
 /* The metadata value for key, or NULL if absent. */
 const char *pt_st_metadata(const pt_st_file *f, const char *key);
 

@@ -620,3 +620,12 @@ int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *cons
     }
     return pt_wfile_commit(file, err);
 }
+
+void pt_st_shape_text(int ndim, const int64_t *shape, char *out, size_t n)
+{
+    size_t len = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && len < n; i++)
+        len += (size_t)snprintf(out + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (len < n)
+        snprintf(out + len, n - len, "]");
+}

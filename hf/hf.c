@@ -234,15 +234,6 @@ static int known_name(const pt_arch *a, const char *name)
     return 0;
 }
 
-static void shape_text(int ndim, const int64_t *shape, char *out, size_t n)
-{
-    size_t len = (size_t)snprintf(out, n, "[");
-    for (int i = 0; i < ndim && len < n; i++)
-        len += (size_t)snprintf(out + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (len < n)
-        snprintf(out + len, n - len, "]");
-}
-
 /* ----------------------------------------------------------------- load */
 
 /* Reads one Hugging Face tensor of the expected shape into dst. */
@@ -260,8 +251,8 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
         same = e->shape[d] == shape[d];
     if (!same) {
         char want[96], got[96];
-        shape_text(ndim, shape, want, sizeof want);
-        shape_text(e->ndim, e->shape, got, sizeof got);
+        pt_st_shape_text(ndim, shape, want, sizeof want);
+        pt_st_shape_text(e->ndim, e->shape, got, sizeof got);
         return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s", path,
                        full, got, want);
     }

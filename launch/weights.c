@@ -13,15 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void shape_text(int ndim, const int64_t *shape, char *out, size_t n)
-{
-    size_t len = (size_t)snprintf(out, n, "[");
-    for (int i = 0; i < ndim && len < n; i++)
-        len += (size_t)snprintf(out + len, n - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (len < n)
-        snprintf(out + len, n - len, "]");
-}
-
 int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
 {
     const pt_arch *a = pt_segment_arch(s);
@@ -54,8 +45,8 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
                 same = e->shape[d] == p->shape[d];
             if (!same) {
                 char want[96], got[96];
-                shape_text(p->ndim, p->shape, want, sizeof want);
-                shape_text(e->ndim, e->shape, got, sizeof got);
+                pt_st_shape_text(p->ndim, p->shape, want, sizeof want);
+                pt_st_shape_text(e->ndim, e->shape, got, sizeof got);
                 rc = pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s",
                              path, p->name, got, want);
                 break;

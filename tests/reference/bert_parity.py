@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -48,24 +47,12 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bert as B  # noqa: E402
 import model as M  # noqa: E402
+from parity import rel, sh  # noqa: E402
 import st  # noqa: E402
 
 STEPS, TOL, BATCH, CONTEXT, CLASSES = 5, 1e-4, 8, 24, 4
 HP = dict(lr=1e-4, min_lr=1e-5, warmup=2, wd=0.01, clip=1.0, b1=0.9, b2=0.999, eps=1e-8)
 LABELS = ["acts", "gospel", "law", "psalm"]  # sorted: class index = position
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
-
-
-def sh(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.stderr.write("command failed: %s\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
-        sys.exit(1)
-    return r.stdout
 
 
 def make_data(vocab, rng, n):
