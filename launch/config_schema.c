@@ -208,7 +208,7 @@ const pt_key_spec pt_config_keys[] = {
     {"freeze.unit", PT_K_ENUM, AT(freeze.unit), 0, 0, PT_WORDS("epoch", "step"), 0, "epoch",
      "what freeze.every and freeze.start count"},
     {"freeze.start", PT_K_INT, AT(freeze.start), 0, 1000000000, NULL, 0, "1",
-     "the first decision comes after this many epochs (or steps)"},
+     "the first decision comes after this many epochs (or steps); 0: one before training too"},
     {"freeze.max_depth", PT_K_INT, AT(freeze.max_depth), 0, 1024, NULL, 0, "0",
      "never freeze more than this many blocks; 0 = all of them (the head always trains)"},
 

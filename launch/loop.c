@@ -222,6 +222,10 @@ int pt_session_train(pt_session *s, pt_err *err)
         pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
     int rc = 0;
+    /* freeze.start 0: the first decision comes before any training (the
+     * schedule's first bound; auto has no gradient norms yet and keeps 0) */
+    if (r->step == 0 && pt_freeze_due(r, 0) && (rc = freeze_decision(s, err)))
+        return rc;
     int64_t saved_at = r->step, evaluated_at = -1;
     double epoch_started = pt_now();
     while (rc == 0 && r->step < r->total_steps) {

@@ -193,6 +193,8 @@ int pt_freeze_due(const pt_run *r, int epoch_done)
     const pt_train_spec *s = &r->spec;
     if (s->freeze.kind == PT_FREEZE_NONE)
         return 0;
+    if (r->step == 0) /* before the first step: only a start of 0 decides here */
+        return s->freeze_start == 0;
     if (s->freeze_every_step)
         return r->step >= s->freeze_start && (r->step - s->freeze_start) % s->freeze_every == 0;
     return epoch_done && r->epoch >= s->freeze_start && (r->epoch - s->freeze_start) % s->freeze_every == 0;

@@ -211,7 +211,8 @@ const char *pt_layout_mode(const pt_run *r);
 /* step.c: one optimizer step at the sampler's position, on every rank (idle
  * ranks only join the step's all-reduce). Advances step, epoch_step. */
 int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err);
-/* Whether a freeze decision is due now (epoch_done: an epoch just ended). */
+/* Whether a freeze decision is due now (epoch_done: an epoch just ended; at
+ * step 0, before training, only when freeze.start is 0). */
 int pt_freeze_due(const pt_run *r, int epoch_done);
 /* Makes the decision; when the frozen prefix grew, re-plans (*moved set and
  * *t filled). Collective over the world. */

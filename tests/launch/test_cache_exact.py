@@ -26,6 +26,8 @@ bits that depend on its batch-mates, cache on would drift from cache off.
                        (texts padded by different amounts and cut), at
                        run.threads 1 and 2, on shorter runs of smaller data
                        that still freeze in two steps and serve mixed batches
+  start0_*             freeze.start 0 (ViT, GPT, BERT): the first decision
+                       comes before the first step; cache on vs off as above
 
 Every cache-on run must also show that the cache was used as the comparison
 needs it: it served hits, and computed examples in an epoch after the first
@@ -164,16 +166,17 @@ def test_issue10_vit_d32_threads2(h):
     on_equals_off(h, dict(REPRO, **{"run.threads": "2"}), "repro-t2", 150)
 
 
-def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3):
+def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
-    `every` and 2 * `every` steps, over data that repeats every
+    `every` and 2 * `every` steps (or before the first step and after
+    `every` steps, with start 0), over data that repeats every
     `epoch_steps` steps."""
     examples = epoch_steps * batch
     k = dict(REPRO)
     k.update({"run.threads": str(threads), "model.dim": str(dim), "model.heads": str(heads),
               "data.synthetic_examples": str(examples), "train.batch": str(batch),
               "train.max_steps": str(steps), "train.epochs": "1000",
-              "freeze.start": str(every), "freeze.every": str(every)})
+              "freeze.start": str(every if start is None else start), "freeze.every": str(every)})
     if kind == "gpt":
         for key in ("model.patch",):
             k.pop(key)
@@ -207,6 +210,29 @@ def bert_files(h, examples, seed):
             "model.vocab": str(4 + len(WORDS))}
 
 
+def freeze_events(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [(r["step"], r["old_depth"], r["depth"]) for r in map(json.loads, f)
+                if r.get("event") == "freeze"]
+
+
+def start0_case(kind, threads):
+    """freeze.start 0: a decision before the first step freezes the
+    schedule's first bound (1 of 2 blocks at alpha 0.5), so every step
+    trains only the top; the cache fills in the first epoch and serves
+    the next ones, bit-identical to recomputing."""
+    def t(h):
+        base = small(kind, 16, 2, 12, threads, start=0)
+        if kind == "bert":
+            base.update(bert_files(h, 6 * 12, 16))
+        on = on_equals_off(h, base, "run", 60)
+        ev = freeze_events(on)
+        check(ev[:2] == [(0, 0, 1), (3, 1, 2)], "%s: freeze decisions (step, old, new) %s; "
+              "wanted 0 -> 1 at step 0, 1 -> 2 at step 3", on, ev[:4])
+    t.__name__ = "test_start0_%s_threads%d" % (kind, threads)
+    return t
+
+
 def sweep_case(kind, dim, heads, batch, threads, **kw):
     def t(h):
         base = small(kind, dim, heads, batch, threads, **kw)
@@ -231,6 +257,7 @@ FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33,
 
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2] + [sweep_case(*c) for c in QUICK]
+    out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     if full:
         for dim, heads in FULL_WIDTHS:
             for batch in (8, 20, 32):
