@@ -146,6 +146,7 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
     json_object_set_new(o, "test_loss", pt_json_number(ev.loss));
     json_object_set_new(o, "test_accuracy", pt_json_number(ev.accuracy));
     json_object_set_new(o, "examples", json_integer(ev.examples));
+    json_object_set_new(o, "cache_hits", json_integer(ev.cache_hits));
     pt_progress_metrics(&s->progress, o);
     if (r->arch.kind == PT_MODEL_GPT && c->sample.length > 0) {
         char text[4097];

@@ -1,6 +1,7 @@
 /*
  * evaluate.c: test-split evaluation and text sampling, through the pipeline
- * (forward only). Evaluation walks the test split in file order, each
+ * (forward only). With the cache on, the frozen prefix of a test example is
+ * cached too, under id train count + index (train/prefix.c). Evaluation walks the test split in file order, each
  * replica a contiguous share of it, up to M micro-batches at a time, so its
  * result does not depend on shuffling or on the training layout beyond
  * floating-point summation order. The last stages hold the loss and logits;
@@ -35,6 +36,8 @@ int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eva
         pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     pt_stats st = {0};
     int rc = 0;
+    r->evaluating = 1;
+    r->eval_hits = 0;
     for (int64_t first = lo; r->active && first < hi && rc == 0; first += chunk) {
         int n = (int)(hi - first < chunk ? hi - first : chunk);
         for (int i = 0; i < n; i++)
@@ -48,15 +51,17 @@ int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eva
         }
     }
     free(ids);
-    double v[3] = {st.loss, (double)st.correct, (double)st.rows};
+    r->evaluating = 0;
+    double v[4] = {st.loss, (double)st.correct, (double)st.rows, (double)r->eval_hits};
     if ((rc = pt_run_agree(r, rc, err)) == 0)
-        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 3, PT_DT_F64, err);
+        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 4, PT_DT_F64, err);
     if (rc)
         return rc;
     out->loss = v[0];
     out->accuracy = v[2] > 0 ? v[1] / v[2] : 0.0;
     out->examples = count;
     out->rows = (int64_t)v[2];
+    out->cache_hits = (int64_t)v[3];
     return 0;
 }
 

@@ -270,8 +270,10 @@ static int job_name(pt_run *r, pt_err *err)
 static int open_cache(pt_run *r, pt_err *err)
 {
     const size_t row = (size_t)pt_arch_tokens(&r->arch) * r->arch.dim * pt_backend_act_size(r->be);
-    pt_cache_spec cs = {r->job, r->spec.train->count, row, r->spec.cache_memory, r->spec.cache_dir,
-                        r->spec.cache_disk};
+    /* ids: the training split's examples, then the test split's */
+    const int64_t test = r->spec.test ? r->spec.test->count : 0;
+    pt_cache_spec cs = {r->job, r->spec.train->count + test, row, r->spec.cache_memory,
+                        r->spec.cache_dir, r->spec.cache_disk};
     pt_group *node = pt_comm_node_group(r->comm);
     int rc = pt_comm_local_rank(r->comm) == 0 ? pt_cache_create(&r->cache, &cs, err) : 0;
     int64_t worst = rc;

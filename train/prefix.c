@@ -9,8 +9,10 @@
  * in the segment's spare slot: from the raw input for a sample never cached,
  * from the shallower entry for one cached before the prefix grew (this is how
  * the cache is advanced when more blocks freeze); the results are stored at
- * the new depth, replacing the shallower entries in place. Evaluation and
- * runs without a cache compute the whole prefix.
+ * the new depth, replacing the shallower entries in place. Evaluation of the
+ * test split does the same under ids train count + test index (the frozen
+ * prefix is the same function for both splits); text sampling and runs
+ * without a cache compute the whole prefix.
  *
  * The cache holds host memory; with a device backend rows pass through a
  * host copy.
@@ -34,6 +36,7 @@ struct pt_prefix {
     size_t row_bytes;              /* one sample's activation */
     /* staging for groups of missing samples */
     int *pick, *rest;              /* the group being computed, the samples still missing */
+    int64_t *test_ids;             /* a test micro-batch's cache ids */
     int staged;                    /* backend memory is not host memory */
     char *row;                     /* one host row, when staged */
     float *images;
@@ -49,6 +52,7 @@ void pt_prefix_destroy(pt_prefix *p)
     pt_backend_free(p->r->be, p->out);
     free(p->pick);
     free(p->rest);
+    free(p->test_ids);
     free(p->row);
     free(p->images);
     free(p->tokens);
@@ -70,11 +74,12 @@ int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_e
     p->row = malloc(p->row_bytes);
     p->pick = malloc((size_t)n * sizeof *p->pick);
     p->rest = malloc((size_t)n * sizeof *p->rest);
+    p->test_ids = malloc((size_t)n * sizeof *p->test_ids);
     p->images = malloc(((size_t)n * pt_arch_input_floats(&r->arch) + 1) * sizeof *p->images);
     p->tokens = malloc(((size_t)n * T + 1) * sizeof *p->tokens);
     p->in = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
     p->out = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
-    if (!p->pick || !p->rest || !p->row || !p->images || !p->tokens || !p->in || !p->out) {
+    if (!p->pick || !p->rest || !p->test_ids || !p->row || !p->images || !p->tokens || !p->in || !p->out) {
         pt_prefix_destroy(p);
         return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
     }
@@ -135,13 +140,21 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
     pt_prefix *p = ctx;
     pt_run *r = p->r;
     const int depth = r->source_units, n = b->n;
-    const int64_t *ids = training && p->cache ? r->batch_ids + r->batch_first[mb] : NULL;
+    const int64_t *ids = (training || r->evaluating) && p->cache ? r->batch_ids + r->batch_first[mb]
+                                                                  : NULL;
     if (!ids) { /* nothing to look up: the whole prefix for every sample */
         for (int i = 0; i < n; i++)
             p->pick[i] = i;
         r->prefix_computed += training ? n : 0; /* evaluation is not the epoch's work */
         return compute_group(p, b, NULL, n, 0, depth, x, err);
     }
+    if (!training) { /* the test split's ids follow the training split's */
+        for (int i = 0; i < n; i++)
+            p->test_ids[i] = r->spec.train->count + ids[i];
+        ids = p->test_ids;
+    }
+    /* evaluation is not the epoch's work: its hits are counted apart */
+    int64_t *hits = training ? &r->cache_hits : &r->eval_hits;
     /* hits go straight into x; the misses wait in `todo` */
     int todo = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -149,7 +162,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         if (got < 0)
             rc = err->code;
         else if (got)
-            r->cache_hits++;
+            (*hits)++;
         else
             p->rest[todo++] = i;
     }
@@ -176,7 +189,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             start = 0;
         }
         rc = compute_group(p, b, ids, k, start, depth, x, err);
-        r->prefix_computed += k;
+        r->prefix_computed += training ? k : 0;
         todo = left;
     }
     return rc;

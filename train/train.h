@@ -155,6 +155,11 @@ typedef struct pt_run {
     /* this epoch's frozen-prefix samples served by the cache and computed
      * (stage 0; reset by whoever reports them) */
     int64_t cache_hits, prefix_computed;
+    /* set by pt_evaluate while it runs the test split: batch_ids then hold
+     * test indices, cached as ids train->count + index; eval_hits counts
+     * its cache hits */
+    int evaluating;
+    int64_t eval_hits;
 
     /* host staging for one step's micro-batches */
     float *images;
@@ -226,6 +231,7 @@ int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_tran
 typedef struct pt_eval_result {
     double loss, accuracy;
     int64_t examples, rows;
+    int64_t cache_hits; /* test examples whose frozen prefix came from the cache */
 } pt_eval_result;
 int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
                 pt_err *err);

@@ -25,7 +25,9 @@ bits that depend on its batch-mates, cache on would drift from cache off.
                        tiles), head counts, batch sizes, ViT, GPT and BERT
                        (texts padded by different amounts and cut), at
                        run.threads 1 and 2, on shorter runs of smaller data
-                       that still freeze in two steps and serve mixed batches
+                       that still freeze in two steps and serve mixed batches;
+                       these also evaluate every 2 epochs: the same test loss
+                       and accuracy, the later ones read from the cache
   start0_*             freeze.start 0 (ViT, GPT, BERT): the first decision
                        comes before the first step; cache on vs off as above
 
@@ -138,12 +140,32 @@ def same_steps(a, b, what, first=1):
           bad and bad[0], bad, bad and dict((r[0], r) for r in b)[bad[0]])
 
 
+def evals_of(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r.get("event") == "eval"]
+
+
+def same_evals(off, on, what):
+    """Evaluations agree exactly (test loss and accuracy); with the cache on,
+    later evaluations read test examples' frozen prefix from the cache."""
+    a, b = evals_of(off), evals_of(on)
+    key = lambda e: (e["step"], e["test_loss"], e["test_accuracy"], e["examples"])
+    check([key(e) for e in a] == [key(e) for e in b], "%s: evaluations differ: %s vs %s", what,
+          [key(e) for e in a], [key(e) for e in b])
+    check(all(e["cache_hits"] == 0 for e in a), "%s: cache off, eval hits %s", what,
+          [e["cache_hits"] for e in a])
+    if len(b) >= 3:  # (the reproduction evaluates once, at its end: nothing to hit)
+        check(any(e["cache_hits"] > 0 for e in b), "%s: the cache served no evaluation (hits %s), "
+              "so the comparison tests nothing", what, [e["cache_hits"] for e in b])
+
+
 def on_equals_off(h, base, name, final):
     off = train(h, name + "-off", keys(h.path(name + "-off"), base, False))
     on = train(h, name + "-on", keys(h.path(name + "-on"), base, True))
     check_cache_use(off, False)
     check_cache_use(on, True)
     same_steps(steps_of(off), steps_of(on), name + ": cache on vs off")
+    same_evals(off, on, name + ": cache on vs off")
     same_final(h, off, on, final, name + ": cache on vs off")
     return on
 
@@ -176,6 +198,7 @@ def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, st
     k.update({"run.threads": str(threads), "model.dim": str(dim), "model.heads": str(heads),
               "data.synthetic_examples": str(examples), "train.batch": str(batch),
               "train.max_steps": str(steps), "train.epochs": "1000",
+              "train.eval_every": "2", "train.eval_examples": "0",
               "freeze.start": str(every if start is None else start), "freeze.every": str(every)})
     if kind == "gpt":
         for key in ("model.patch",):
@@ -189,25 +212,6 @@ def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, st
     else:
         k.update({"model.patch": "7"})
     return k
-
-
-WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "was",
-         "without", "form", "void", "darkness", "upon", "face", "of", "deep", "spirit"]
-
-
-def bert_files(h, examples, seed):
-    """A vocabulary of whole words and labelled texts of 1 to 30 words, so
-    that with 17 tokens most examples are padded (by different amounts) and
-    some are cut: the padding mask takes every shape through the cache."""
-    import random
-    rnd = random.Random(seed)
-    vocab = U.write(h.path("vocab.txt"), "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + WORDS) + "\n")
-    lines = ["%s\t%s" % (rnd.choice("abc"), " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 30))))
-             for _ in range(examples + 16)]
-    train = U.write(h.path("train.tsv"), "\n".join(lines[:examples]) + "\n")
-    test = U.write(h.path("test.tsv"), "\n".join(lines[examples:]) + "\n")
-    return {"data.vocab": vocab, "data.train_file": train, "data.test_file": test,
-            "model.vocab": str(4 + len(WORDS))}
 
 
 def freeze_events(run_dir):
@@ -224,7 +228,7 @@ def start0_case(kind, threads):
     def t(h):
         base = small(kind, 16, 2, 12, threads, start=0)
         if kind == "bert":
-            base.update(bert_files(h, 6 * 12, 16))
+            base.update(U.bert_files(h, 6 * 12, 16))
         on = on_equals_off(h, base, "run", 60)
         ev = freeze_events(on)
         check(ev[:2] == [(0, 0, 1), (3, 1, 2)], "%s: freeze decisions (step, old, new) %s; "
@@ -237,7 +241,7 @@ def sweep_case(kind, dim, heads, batch, threads, **kw):
     def t(h):
         base = small(kind, dim, heads, batch, threads, **kw)
         if kind == "bert":
-            base.update(bert_files(h, kw.get("epoch_steps", 6) * batch, dim))
+            base.update(U.bert_files(h, kw.get("epoch_steps", 6) * batch, dim))
         on_equals_off(h, base, "run", kw.get("steps", 60))
     t.__name__ = "test_sweep_%s_d%d_h%d_batch%d_threads%d_steps%d" % (
         kind, dim, heads, batch, threads, kw.get("steps", 60))
