@@ -9,13 +9,19 @@ and with each freeze setting, one after the other in this run of the script:
   auto, cache         freeze.policy auto (bound: --auto-alpha), cache on
   schedule a, no cache  the same as the cache-on run at --nocache-alpha, cache
                       off: what the cache adds (same bits, less time)
+  bottom d from start for each d of --bottom: the embedding and the first d
+                      blocks frozen before the first step (freeze.start 0,
+                      freeze.max_depth d), the rest trained throughout, cache
+                      on: the usual way of fine-tuning with a frozen bottom
 
-Freeze decisions come after epoch --start and every --every epochs after it.
+Freeze decisions (but the bottom-d runs') come after epoch --start and every
+--every epochs after it.
 Everything else is the demo config: same data order, same learning-rate
 schedule (linear warm-up and decay over the run's steps); freezing only
 removes work. Each run evaluates on the whole test subset after every epoch
-(train.eval_every 1, train.eval_examples 0) and saves one checkpoint, at the
-end (train.checkpoint_every is set past the run's last step).
+(train.eval_every 1, train.eval_examples 0; with the cache on, the frozen
+prefix of the test verses is cached too) and saves one checkpoint, at the end
+(train.checkpoint_every is set past the run's last step).
 
 Data: --train verses for training and --test other verses for evaluation,
 drawn from datasets/kjv_books.tsv by seed --data-seed, stratified: every
@@ -47,7 +53,7 @@ on the 2-core development machine.
 
 usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
                       [--context 32] [--threads 2] [--alphas 0.33,0.5,0.7]
-                      [--auto-alpha 0.5] [--nocache-alpha 0.5] [--start 1]
+                      [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4] [--start 1]
                       [--every 1] [--data-seed 1] [--out DIR] [--plot PNG]
                       [--venv DIR] [--quick]"""
 import argparse
@@ -157,6 +163,12 @@ def settings(args):
         a = args.nocache_alpha
         runs.append(("schedule %s, no cache" % a, "schedule-%s-nocache" % a,
                      dict(freeze, **{"freeze.policy": "schedule", "freeze.alpha": a, "cache.enabled": "false"})))
+    for d in args.bottom:
+        # the schedule's first bound (alpha 0.9: all blocks) capped at d, decided before step 1
+        runs.append(("bottom %d frozen from the start, cache" % d, "bottom-%d-cache" % d,
+                     {"freeze.policy": "schedule", "freeze.alpha": 0.9, "freeze.start": 0,
+                      "freeze.every": 1, "freeze.unit": "epoch", "freeze.max_depth": d,
+                      "cache.enabled": "true"}))
     return runs
 
 
@@ -342,6 +354,7 @@ def main():
     ap.add_argument("--alphas", default="0.33,0.5,0.7", help="schedule alphas, cache on")
     ap.add_argument("--auto-alpha", default="0.5", help="the auto policy's bound ('' = no auto run)")
     ap.add_argument("--nocache-alpha", default="0.5", help="a schedule run without the cache ('' = none)")
+    ap.add_argument("--bottom", default="2,4", help="runs with this many blocks frozen from the start ('' = none)")
     ap.add_argument("--start", type=int, default=1, help="first freeze decision after this many epochs")
     ap.add_argument("--every", type=int, default=1, help="then one every this many epochs")
     ap.add_argument("--data-seed", type=int, default=1, help="seed of the training and test subsets")
@@ -353,6 +366,7 @@ def main():
     if args.quick:
         args.train, args.test, args.epochs, args.context = 256, 128, 4, 16
     args.alphas = [a.strip() for a in args.alphas.split(",") if a.strip()]
+    args.bottom = [int(d) for d in args.bottom.split(",") if d.strip()]
     binary = os.path.abspath(args.pipetrain)
     if not os.access(binary, os.X_OK):
         fail("%s is not an executable" % binary)
@@ -383,8 +397,8 @@ def main():
     lengths = token_lengths(binary, train_v + test_v, work)
     batch = 32  # configs/bert_finetune.yaml
     steps = args.epochs * -(-args.train // batch)
-    # cached activations: one context x 384 float32 row block per training verse, with room to spare
-    cache_gib = max(1, math.ceil(1.5 * args.train * args.context * 384 * 4 / 2**30))
+    # cached activations: one context x 384 float32 row block per verse (training and test), with room to spare
+    cache_gib = max(1, math.ceil(1.5 * (args.train + args.test) * args.context * 384 * 4 / 2**30))
     title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, %d threads; "
              "freezing decided after epoch %d, then every %d" % (args.train, args.test, args.context,
                                                                  args.epochs, args.threads, args.start, args.every))

@@ -299,6 +299,20 @@ static int check_arch(const pt_arch *now, const manifest *m, pt_err *err)
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with %s = %d, this config makes %s = %d",
                        m->dir, field, was, field, is);
+    /* the epsilon in use: 0 in either means the default */
+    const double a = pt_arch_ln_eps(&saved), b = pt_arch_ln_eps(now);
+    if (a != b) {
+        char sa[32], sb[32]; /* short when that tells them apart */
+        snprintf(sa, sizeof sa, "%g", a);
+        snprintf(sb, sizeof sb, "%g", b);
+        if (strcmp(sa, sb) == 0) {
+            snprintf(sa, sizeof sa, "%.17g", a);
+            snprintf(sb, sizeof sb, "%.17g", b);
+        }
+        return pt_fail(err, PT_EINPUT,
+                       "checkpoint %s holds a model with model.ln_eps = %s, this config makes "
+                       "model.ln_eps = %s", m->dir, sa, sb);
+    }
     return 0;
 }
 

@@ -81,8 +81,8 @@ const pt_key_spec pt_config_keys[] = {
      0, "fashion_mnist",
      "fashion_mnist: Debian's dataset-fashion-mnist; idx: the four data.*_images/labels files; "
      "text: data.text; kjv: the KJV text written by scripts/setup.sh; synthetic_*: generated; "
-     "text_classification: the labelled texts of data.train_file (a BERT classifier, model.kind "
-     "bert, not built yet)"},
+     "text_classification: the labelled texts (TSV or JSON lines) of data.train_file, for model.kind "
+     "bert"},
     {"data.train_images", PT_K_STR, AT(data.train_images), 0, 0, NULL, PT_F_FILE,
      FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", "IDX image file (gzip or plain) for training"},
     {"data.train_labels", PT_K_STR, AT(data.train_labels), 0, 0, NULL, PT_F_FILE,

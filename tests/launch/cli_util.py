@@ -158,6 +158,25 @@ def tiny(kind, run_dir, **keys):
     return c
 
 
+WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "was",
+         "without", "form", "void", "darkness", "upon", "face", "of", "deep", "spirit"]
+
+
+def bert_files(h, examples, seed):
+    """Keys for a bert run on files of its own: a vocabulary of whole words
+    and labelled texts (3 labels) of 1 to 30 words, so that with 17 tokens
+    most examples are padded (by different amounts) and some are cut."""
+    import random
+    rnd = random.Random(seed)
+    vocab = write(h.path("vocab.txt"), "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + WORDS) + "\n")
+    lines = ["%s\t%s" % (rnd.choice("abc"), " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(1, 30))))
+             for _ in range(examples + 16)]
+    train = write(h.path("train.tsv"), "\n".join(lines[:examples]) + "\n")
+    test = write(h.path("test.tsv"), "\n".join(lines[examples:]) + "\n")
+    return {"data.vocab": vocab, "data.train_file": train, "data.test_file": test,
+            "model.vocab": str(4 + len(WORDS))}
+
+
 def render(keys):
     """{section.key: text} -> YAML text, sections in first-seen order; a
     value of None leaves the key out."""

@@ -446,6 +446,24 @@ def test_resume_gpt_with_vit_checkpoint(h):
     all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["kind"], ("auto", "eval"))
 
 
+def test_resume_bert_other_ln_eps(h):
+    """model.ln_eps is part of the model: a bert checkpoint trained with one
+    epsilon is not resumed or evaluated under another (0 means bert's
+    default, 1e-12: 0 against 1e-12 is the same model and resumes)."""
+    files = U.bert_files(h, 40, 1)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "model.ln_eps": "1e-12", "sample.length": None})
+    _, orig = trained(h, kind="gpt", **bert)
+    cfg, run_dir = copy_run(h, orig, "copy", kind="gpt", **dict(bert, **{"model.ln_eps": "1e-6"}))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, 6), ["model.ln_eps = 1e-12", "model.ln_eps = 1e-06"],
+               ("auto", "path", "eval"))
+    _, zero = trained(h, "zero", kind="gpt", **dict(bert, **{"model.ln_eps": "0"}))
+    cfg, run_dir = copy_run(h, zero, "zero-copy", kind="gpt", **dict(bert, **{"model.ln_eps": "1e-12",
+                                                                              "train.epochs": "3"}))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming eps 0 as 1e-12")
+
+
 def test_resume_mid_epoch_after_data_shrank(h):
     """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
     _, orig = trained(h)
@@ -630,7 +648,8 @@ def tests():
     return out + [
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
-        test_resume_gpt_with_vit_checkpoint, test_resume_mid_epoch_after_data_shrank,
+        test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
+        test_resume_mid_epoch_after_data_shrank,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
         test_prune_removes_incomplete_and_keeps_foreign_entries,
