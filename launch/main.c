@@ -27,9 +27,10 @@ static const char usage[] =
     "\n"
     "  train CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        train; resume an interrupted run with --set train.resume=auto\n"
-    "  eval CONFIG.yaml [--checkpoint DIR] [--logits OUT.safetensors]\n"
+    "  eval CONFIG.yaml [--checkpoint DIR | --init] [--logits OUT.safetensors]\n"
     "       [--hidden OUT.safetensors] [--set KEY=VALUE ...]\n"
-    "        test loss and accuracy of a checkpoint (default: the newest in run.dir);\n"
+    "        test loss and accuracy of a checkpoint (default: the newest in run.dir;\n"
+    "        --init: no checkpoint, the initial weights, model.init_from or seeded);\n"
     "        --logits also writes every test row's logits [rows, classes], --hidden\n"
     "        every test example's final hidden states [examples, T, d] (what enters\n"
     "        the head)\n"
@@ -80,6 +81,7 @@ static int usage_error(const char *fmt, const char *arg)
 typedef struct cli {
     pt_config cfg;
     const char *checkpoint, *logits, *hidden;
+    int init; /* eval --init */
 } cli;
 
 /* eval's options that take a path. Returns 1 when argv[*i] is one of them
@@ -112,6 +114,7 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
 {
     pt_config_defaults(&a->cfg);
     a->checkpoint = a->logits = a->hidden = NULL;
+    a->init = 0;
     int rc = pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
         int got = 0;
@@ -121,9 +124,14 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
             rc = pt_config_set(&a->cfg, argv[i] + 6, err);
         else if (eval_options && (got = path_option(argc, argv, &i, a, err)) != 0)
             rc = got < 0 ? -got : 0;
+        else if (eval_options && strcmp(argv[i], "--init") == 0)
+            a->init = 1;
         else
             rc = pt_fail(err, PT_EINPUT, "unexpected argument '%s' (see pipetrain --help)", argv[i]);
     }
+    if (rc == 0 && a->init && a->checkpoint)
+        rc = pt_fail(err, PT_EINPUT, "--init and --checkpoint '%s' both choose the weights; give one",
+                     a->checkpoint);
     if (rc == 0 && a->logits && a->hidden && strcmp(a->logits, a->hidden) == 0)
         rc = pt_fail(err, PT_EINPUT, "--logits and --hidden name the same file '%s'", a->hidden);
     return rc ? rc : pt_config_validate(&a->cfg, err);
@@ -238,12 +246,16 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     char latest[PT_PATH_MAX + 64];
     const char *checkpoint = a->checkpoint;
     int rc = 0;
-    if (!checkpoint && (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
+    if (!checkpoint && !a->init &&
+        (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
         checkpoint = latest;
     if (rc == 0)
         rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
-    if (rc == 0)
+    if (rc == 0 && checkpoint)
         rc = pt_checkpoint_load_weights(s, checkpoint, &err);
+    if (!checkpoint) /* --init: what pt_session_open set up */
+        checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
+                                           : "none (the initial weights, seeded)";
     float *logits = NULL, *hidden = NULL;
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
