@@ -134,7 +134,7 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
     pt_run *r = &s->run;
     const pt_config *c = &s->cfg;
     pt_eval_result ev;
-    int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, &ev, err);
+    int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, NULL, &ev, err);
     if (rc)
         return rc;
     pt_progress_note(&s->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define PT_VERSION "0.2.0"
 
@@ -26,9 +27,13 @@ static const char usage[] =
     "\n"
     "  train CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        train; resume an interrupted run with --set train.resume=auto\n"
-    "  eval CONFIG.yaml [--checkpoint DIR] [--logits OUT.safetensors] [--set KEY=VALUE ...]\n"
-    "        test loss and accuracy of a checkpoint (default: the newest in run.dir);\n"
-    "        --logits also writes every test row's logits\n"
+    "  eval CONFIG.yaml [--checkpoint DIR | --init] [--logits OUT.safetensors]\n"
+    "       [--hidden OUT.safetensors] [--set KEY=VALUE ...]\n"
+    "        test loss and accuracy of a checkpoint (default: the newest in run.dir;\n"
+    "        --init: no checkpoint, the initial weights, model.init_from or seeded);\n"
+    "        --logits also writes every test row's logits [rows, classes], --hidden\n"
+    "        every test example's final hidden states [examples, T, d] (what enters\n"
+    "        the head)\n"
     "  plan CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        print the topology, the pipeline layout, predicted time and memory, and exit\n"
     "  export CHECKPOINT_DIR OUT.safetensors\n"
@@ -75,28 +80,60 @@ static int usage_error(const char *fmt, const char *arg)
 
 typedef struct cli {
     pt_config cfg;
-    const char *checkpoint, *logits;
+    const char *checkpoint, *logits, *hidden;
+    int init; /* eval --init */
 } cli;
 
-/* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits (where
- * allowed) from argv[2..]; validates. */
+/* eval's options that take a path. Returns 1 when argv[*i] is one of them
+ * (its value stored and *i moved past it), 0 when it is not, or an error
+ * (PT_EINPUT, negated) for a missing or repeated value. */
+static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
+{
+    const char *names[] = {"--checkpoint", "--logits", "--hidden"};
+    const char **fields[] = {&a->checkpoint, &a->logits, &a->hidden};
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(argv[*i], names[k]) != 0)
+            continue;
+        const char *what = k == 0 ? "a checkpoint directory" : "an output file (OUT.safetensors)";
+        const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+        if (!next || !*next || strncmp(next, "--", 2) == 0)
+            return -pt_fail(err, PT_EINPUT, "%s needs %s%s%s%s (see pipetrain --help)", names[k], what,
+                            next ? ", got '" : "", next ? next : "", next ? "'" : "");
+        if (*fields[k])
+            return -pt_fail(err, PT_EINPUT, "%s given twice ('%s' and '%s')", names[k], *fields[k], next);
+        *fields[k] = next;
+        ++*i;
+        return 1;
+    }
+    return 0;
+}
+
+/* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits /
+ * --hidden (where allowed) from argv[2..]; validates. */
 static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *err)
 {
     pt_config_defaults(&a->cfg);
-    a->checkpoint = a->logits = NULL;
+    a->checkpoint = a->logits = a->hidden = NULL;
+    a->init = 0;
     int rc = pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
+        int got = 0;
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc)
             rc = pt_config_set(&a->cfg, argv[++i], err);
         else if (strncmp(argv[i], "--set=", 6) == 0)
             rc = pt_config_set(&a->cfg, argv[i] + 6, err);
-        else if (eval_options && strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc)
-            a->checkpoint = argv[++i];
-        else if (eval_options && strcmp(argv[i], "--logits") == 0 && i + 1 < argc)
-            a->logits = argv[++i];
+        else if (eval_options && (got = path_option(argc, argv, &i, a, err)) != 0)
+            rc = got < 0 ? -got : 0;
+        else if (eval_options && strcmp(argv[i], "--init") == 0)
+            a->init = 1;
         else
             rc = pt_fail(err, PT_EINPUT, "unexpected argument '%s' (see pipetrain --help)", argv[i]);
     }
+    if (rc == 0 && a->init && a->checkpoint)
+        rc = pt_fail(err, PT_EINPUT, "--init and --checkpoint '%s' both choose the weights; give one",
+                     a->checkpoint);
+    if (rc == 0 && a->logits && a->hidden && strcmp(a->logits, a->hidden) == 0)
+        rc = pt_fail(err, PT_EINPUT, "--logits and --hidden name the same file '%s'", a->hidden);
     return rc ? rc : pt_config_validate(&a->cfg, err);
 }
 
@@ -181,6 +218,24 @@ done:
     return rc;
 }
 
+/* Whether eval can write its output option's file: creates and removes the
+ * temporary file a write would start with. A path that cannot be written is
+ * bad input (PT_EINPUT). */
+static int probe_output(const char *option, const char *path, pt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is a directory; it takes a file name", option, path);
+    pt_wfile *f = NULL;
+    if (pt_wfile_open(&f, path, err) == 0) {
+        pt_wfile_abort(f);
+        return 0;
+    }
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
+}
+
 static int cmd_eval(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -191,29 +246,48 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     char latest[PT_PATH_MAX + 64];
     const char *checkpoint = a->checkpoint;
     int rc = 0;
-    if (!checkpoint && (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
+    if (!checkpoint && !a->init &&
+        (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
         checkpoint = latest;
     if (rc == 0)
         rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
-    if (rc == 0)
+    if (rc == 0 && checkpoint)
         rc = pt_checkpoint_load_weights(s, checkpoint, &err);
-    float *logits = NULL;
+    if (!checkpoint) /* --init: what pt_session_open set up */
+        checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
+                                           : "none (the initial weights, seeded)";
+    float *logits = NULL, *hidden = NULL;
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     pt_run *run = &s->run;
     pt_eval_result ev = {0};
     const int64_t rows = s->test.count * pt_arch_rows_per_example(&run->arch);
     const int classes = pt_arch_out_classes(&run->arch);
-    /* replica 0's last stage keeps the logits */
-    if (a->logits && pt_run_last_stage(run) && run->replica == 0 &&
-        !(logits = malloc((size_t)rows * classes * sizeof *logits)))
+    const int64_t T = pt_arch_tokens(&run->arch), d = run->arch.dim;
+    /* replica 0's last stage keeps the outputs and writes them: it finds
+     * out now, not after the evaluation, whether it can */
+    const int writes = pt_run_last_stage(run) && run->replica == 0;
+    if (writes && a->logits && rc == 0)
+        rc = probe_output("--logits", a->logits, &err);
+    if (writes && a->hidden && rc == 0)
+        rc = probe_output("--hidden", a->hidden, &err);
+    if (writes && a->logits && rc == 0 && !(logits = malloc((size_t)rows * classes * sizeof *logits)))
         rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
+    if (writes && a->hidden && rc == 0 &&
+        !(hidden = malloc((size_t)s->test.count * T * d * sizeof *hidden)))
+        rc = pt_fail(&err, PT_ENOMEM, "out of memory for the hidden states of %lld test examples (%.0f MiB)",
+                     (long long)s->test.count, (double)s->test.count * T * d * 4 / (1 << 20));
     if ((rc = pt_run_agree(run, rc, &err)) == 0)
-        rc = pt_evaluate(run, 0, a->logits != NULL, logits, &ev, &err);
+        rc = pt_evaluate(run, 0, a->logits || a->hidden, logits, hidden, &ev, &err);
     if (rc == 0 && logits) {
         const int64_t shape[2] = {rows, classes};
         const pt_st_tensor t = {"logits", 2, shape, logits};
         rc = pt_st_write(a->logits, &t, 1, NULL, &err);
+    }
+    if (rc == 0 && hidden) {
+        const int64_t shape[3] = {s->test.count, T, d};
+        const pt_st_tensor t = {"hidden", 3, shape, hidden};
+        rc = pt_st_write(a->hidden, &t, 1, NULL, &err);
     }
     if ((rc = pt_run_agree(run, rc, &err)) == 0 && pt_comm_rank(comm) == 0)
         printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
@@ -234,6 +308,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     }
 done:
     free(logits);
+    free(hidden);
     pt_session_close(s);
     free(s);
     return rc;

@@ -280,6 +280,12 @@ void pt_segment_set_backward_hook(pt_segment *s, pt_unit_done_fn fn, void *ctx);
 /* Logits of row r of the last forward in `slot` (segment must end with the
  * head); out gets pt_arch_out_classes() floats. */
 int pt_segment_logits(pt_segment *s, int slot, int row, float *out, pt_err *err);
+/* What entered the head in the last forward in `slot`, for example `example`
+ * of that micro-batch (segment must end with the head): the final hidden
+ * states, [T, d] (pt_arch_tokens x dim) floats into out. For BERT (post-LN)
+ * they are the encoder's last hidden states; for ViT and GPT (pre-LN) the
+ * residual stream before the head's final LayerNorm. */
+int pt_segment_head_input(pt_segment *s, int slot, int example, float *out, pt_err *err);
 
 /* Gradient blob of the active units: backend memory, count elements of
  * pt_backend_real_size bytes, contiguous (for all-reduce). */

@@ -450,6 +450,24 @@ int pt_segment_logits(pt_segment *s, int slot, int row, float *out, pt_err *err)
     return pt_unit_head_logits(&c, row, out, err);
 }
 
+int pt_segment_head_input(pt_segment *s, int slot, int example, float *out, pt_err *err)
+{
+    const int last = s->count - 1;
+    if (s->info[last].role != PT_UNIT_HEAD)
+        return pt_fail(err, PT_EINTERNAL, "the head's input asked of a segment without the head");
+    if (slot < 0 || slot >= s->slots || s->slot_n[slot] < 1)
+        return pt_fail(err, PT_EINTERNAL, "no forward has run in slot %d", slot);
+    if (example < 0 || example >= s->slot_n[slot])
+        return pt_fail(err, PT_EINTERNAL, "example %d of a micro-batch of %d", example,
+                       s->slot_n[slot]);
+    /* what forward passed the head: the recorded input when the head was the
+     * first unit run, else the boundary activation before it (kept per slot) */
+    const char *x = s->slot_from[slot] == last ? s->x_in[slot] : bound_at(s, slot, last - 1);
+    const size_t per = pt_segment_act_elems(s, 1);
+    s->be->ops->act_to_f32(s->be, out, x + (size_t)example * per * s->be->act_size, per);
+    return s->be->ops->status ? s->be->ops->status(s->be, err) : 0;
+}
+
 /* -------------------------------------------------------------- optimizer */
 
 void *pt_segment_grads(pt_segment *s, size_t *count)

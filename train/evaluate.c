@@ -15,19 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
-                pt_err *err)
+int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
+                pt_eval_result *out, pt_err *err)
 {
     const pt_dataset *ds = r->spec.test;
     const int64_t count = limit > 0 && limit < ds->count ? limit : ds->count;
-    /* this replica's share; with logits wanted, replica 0 does it all */
-    const int D = with_logits ? 1 : r->plan.replicas;
-    const int part = with_logits ? (r->replica == 0 ? 0 : -1) : r->replica;
+    /* this replica's share; with outputs kept, replica 0 does it all */
+    const int D = keep ? 1 : r->plan.replicas;
+    const int part = keep ? (r->replica == 0 ? 0 : -1) : r->replica;
     const int64_t lo = part >= 0 ? count * part / D : 0, hi = part >= 0 ? count * (part + 1) / D : 0;
     const int64_t rows_per = pt_arch_rows_per_example(&r->arch);
     const int classes = pt_arch_out_classes(&r->arch);
-    /* with logits wanted, one micro-batch per pass: the head keeps only the last one's */
-    const int micro = with_logits ? 1 : r->micro;
+    const int64_t per_hidden = (int64_t)pt_arch_tokens(&r->arch) * r->arch.dim;
+    /* with outputs kept, one micro-batch per pass: the head keeps only the last one's */
+    const int micro = keep ? 1 : r->micro;
     const int64_t chunk = (int64_t)micro * r->max_micro;
     int64_t *ids = malloc((size_t)chunk * sizeof *ids);
     if (!ids)
@@ -44,11 +45,14 @@ int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eva
             ids[i] = first + i;
         int m = pt_run_stage(r, ds, ids, n, micro, 0);
         rc = pt_stage_exec_forward(r->exec, r->batches, m, &st, err);
-        if (rc == 0 && with_logits && pt_run_last_stage(r)) {
+        if (rc == 0 && keep && logits && pt_run_last_stage(r)) {
             float *at = logits + (size_t)first * rows_per * classes;
             for (int64_t row = 0; rc == 0 && row < n * rows_per; row++)
                 rc = pt_segment_logits(r->seg, 0, (int)row, at + (size_t)row * classes, err);
         }
+        if (rc == 0 && keep && hidden && pt_run_last_stage(r))
+            for (int i = 0; rc == 0 && i < n; i++)
+                rc = pt_segment_head_input(r->seg, 0, i, hidden + (size_t)(first + i) * per_hidden, err);
     }
     free(ids);
     r->evaluating = 0;

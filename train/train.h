@@ -225,16 +225,18 @@ int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_tran
                            pt_err *err);
 
 /* evaluate.c: loss and accuracy over the first `limit` test examples (0 =
- * all), split over the replicas. with_logits: replica 0 alone, keeping every
- * row's logits in `logits` on its last stage ([rows, classes], test order;
- * NULL elsewhere). Collective over the world. */
+ * all), split over the replicas. keep: replica 0 alone, keeping on its last
+ * stage (NULL elsewhere, or when not wanted), in test order, every row's
+ * logits in `logits` ([rows, classes]) and every example's head input (the
+ * final hidden states, pt_segment_head_input) in `hidden` ([examples, T, d]).
+ * Collective over the world. */
 typedef struct pt_eval_result {
     double loss, accuracy;
     int64_t examples, rows;
     int64_t cache_hits; /* test examples whose frozen prefix came from the cache */
 } pt_eval_result;
-int pt_evaluate(pt_run *r, int64_t limit, int with_logits, float *logits, pt_eval_result *out,
-                pt_err *err);
+int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
+                pt_eval_result *out, pt_err *err);
 /* GPT only: continues prompt by `length` bytes into out (length + 1 bytes,
  * NUL-terminated; the same on every rank). Collective over the world. */
 int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature, int top_k,

@@ -9,7 +9,8 @@
  * (skipped tiles, a boundary tile) and the mean pooling run. After the
  * first step every gradient tensor is compared; then 5 AdamW steps (global
  * norm clipping included) compare every step's loss and, at the end, every
- * parameter tensor. Tolerances are normwise per tensor: 1e-4 for "cuda",
+ * parameter tensor; the first step's head input (pt_segment_head_input, what
+ * `eval --hidden` downloads) is compared too. Tolerances are normwise per tensor: 1e-4 for "cuda",
  * 2e-2 for "cuda-bf16". Finally the same step run twice on one segment must
  * give the same bits (the backend has no float atomics).
  *
@@ -165,6 +166,9 @@ static void train_compare(const char *what, pt_arch a, int batch)
             pt_segment_set_loss_scale(s[k].seg, 1.0 / (double)rows);
         }
         char worst[128] = "";
+        float *hidden[2];
+        for (int k = 0; k < 2; k++)
+            CU_ASSERT_PTR_NOT_NULL_FATAL(hidden[k] = malloc((size_t)batch * T * a.dim * sizeof(float)));
         for (int step = 1; step <= STEPS; step++) {
             pt_stats st[2];
             memset(st, 0, sizeof st);
@@ -172,6 +176,8 @@ static void train_compare(const char *what, pt_arch a, int batch)
             for (int k = 0; k < 2; k++) {
                 pt_segment_zero_grads(s[k].seg);
                 int rc = pt_segment_forward(s[k].seg, 0, &b, NULL, NULL, 1, &st[k], &err);
+                for (int e = 0; !rc && step == 1 && e < batch; e++) /* before backward ends the slot */
+                    rc = pt_segment_head_input(s[k].seg, 0, e, hidden[k] + (size_t)e * T * a.dim, &err);
                 if (!rc)
                     rc = pt_segment_backward(s[k].seg, 0, &b, NULL, NULL, &err);
                 if (!rc)
@@ -187,6 +193,17 @@ static void train_compare(const char *what, pt_arch a, int batch)
                        st[0].loss);
             CU_ASSERT(dl <= P.tol);
             CU_ASSERT_EQUAL(st[1].rows, st[0].rows);
+            if (step == 1) { /* the head's input, downloaded (eval --hidden), normwise */
+                double num = 0, den = 0;
+                for (size_t i = 0; i < (size_t)batch * T * a.dim; i++) {
+                    num += (hidden[1][i] - hidden[0][i]) * (hidden[1][i] - hidden[0][i]);
+                    den += (double)hidden[0][i] * hidden[0][i];
+                }
+                const double e = sqrt(num / (den > 0 ? den : 1)), tol = prec ? GRAD_TOL_BF16 : P.tol;
+                if (e > tol || getenv("PT_TEST_VERBOSE"))
+                    printf("\n  [%s] %s head input at step 1: %.3g", gpu_names[prec], what, e);
+                CU_ASSERT(e <= tol && den > 0);
+            }
             CU_ASSERT(fabs(norm[1] - norm[0]) <= (prec ? GRAD_TOL_BF16 : P.tol) * norm[0]);
             if (getenv("PT_TEST_VERBOSE"))
                 printf("\n  [%s] %s step %d: loss %.7f vs %.7f, grad norm %.7g vs %.7g", gpu_names[prec], what,
@@ -216,6 +233,8 @@ static void train_compare(const char *what, pt_arch a, int batch)
                 printf("\n  [%s] %s second moments: worst %s at %.3g", gpu_names[prec], what, worst, e);
             CU_ASSERT(e <= P.tol);
         }
+        free(hidden[0]);
+        free(hidden[1]);
         pt_segment_destroy(s[0].seg);
         pt_segment_destroy(s[1].seg);
         pair_close(&P);

@@ -12,7 +12,9 @@ and the demo configs.
   parameter with its PyTorch name and shape for a small ViT and GPT, and the
   same floats as the checkpoint's parameter records; `model.init_from` reads
   it back.
-- `eval --logits` writes one F32 tensor [test rows, classes].
+- `eval --logits` writes one F32 tensor [test rows, classes]; `--hidden` one
+  F32 tensor [test examples, T, d], the activation entering the head, from
+  which the exported head's LayerNorm and linear layer give back the logits.
 - configs/vit_fmnist.yaml and configs/gpt_kjv.yaml train 2 steps when their
   data is installed (run from the repository root, as their relative paths
   expect, with run.dir in a temporary directory); otherwise "skipped: ...".
@@ -258,13 +260,32 @@ def test_export_errors(h):
     check(not os.path.exists(h.path("no-such-dir")), "export created the missing directory")
 
 
+def head_logits(kind, hidden, tokens, weights):
+    """the logits the exported head computes from the hidden states
+    (a flat list, [examples, tokens, D]): LayerNorm (eps 1e-5) then the linear
+    layer, of the [CLS] position for vit and of every position for gpt"""
+    w = {k: U.floats(v[2]) for k, v in weights.items()}
+    W, bias = w["head.fc.weight"], w.get("head.fc.bias")
+    out = []
+    for e in range(len(hidden) // (tokens * D)):
+        for t in range(1 if kind == "vit" else tokens):
+            x = hidden[(e * tokens + t) * D:(e * tokens + t + 1) * D]
+            mean = sum(x) / D
+            var = sum((v - mean) ** 2 for v in x) / D
+            z = [(v - mean) / math.sqrt(var + 1e-5) * w["head.ln.weight"][i] + w["head.ln.bias"][i]
+                 for i, v in enumerate(x)]
+            for c in range(len(W) // D):
+                out.append(sum(W[c * D + i] * z[i] for i in range(D)) + (bias[c] if bias else 0.0))
+    return out
+
+
 def logits_case(kind, rows, classes):
     def t(h):
         run_dir = h.path("run")
         cfg = U.write_config(h, "c.yaml", tiny_keys(kind, run_dir))
         h.run(["train", cfg]).expect(0)
-        out = h.path("logits.safetensors")
-        r = h.run(["eval", cfg, "--logits", out]).expect(0)
+        out, hid = h.path("logits.safetensors"), h.path("hidden.safetensors")
+        r = h.run(["eval", cfg, "--logits", out, "--hidden", hid]).expect(0)
         check(U.ckpt(run_dir, 4) in r.out, "eval did not use the newest checkpoint:\n%s", r.out)
         m = re.search(r"examples (\d+)", r.out)
         check(m, "eval printed no example count:\n%s", r.out)
@@ -279,6 +300,21 @@ def logits_case(kind, rows, classes):
         check(all(math.isfinite(x) for x in values), "non-finite logits")
         check(len(set(values)) > classes, "logits are constant")
         check(re.search(r"test loss [\d.]+", r.out), "no test loss printed:\n%s", r.out)
+        # the hidden states: what the head turns into those logits
+        tensors, _ = U.read_safetensors(hid)
+        check(list(tensors) == ["hidden"], "tensors %s", list(tensors))
+        dtype, shape, raw = tensors["hidden"]
+        tokens = (SIZE // PATCH) ** 2 + 1 if kind == "vit" else CONTEXT
+        examples = int(m.group(1))
+        check(dtype == "F32" and shape == [examples, tokens, D],
+              "hidden states are %s %s, expected F32 [%d, %d, %d]", dtype, shape, examples, tokens, D)
+        hidden = U.floats(raw)
+        check(all(math.isfinite(x) for x in hidden), "non-finite hidden states")
+        h.run(["export", U.ckpt(run_dir, 4), h.path("w.safetensors")]).expect(0)
+        mine = head_logits(kind, hidden, tokens, U.read_safetensors(h.path("w.safetensors"))[0])
+        worst = max(abs(a - b) for a, b in zip(mine, values)) / max(abs(b) for b in values)
+        check(len(mine) == len(values) and worst < 1e-4,
+              "the head of the hidden states gives other logits: rel err %.2e", worst)
         # the same logits again (eval is deterministic), through --checkpoint
         out2 = h.path("logits2.safetensors")
         h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, 4), "--logits", out2]).expect(0)

@@ -1007,6 +1007,38 @@ def test_usage_errors(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_eval_output_errors(h):
+    """eval's --logits / --hidden / --checkpoint / --init misused: one clear
+    error line, exit 2, nothing written. An output that cannot be written is
+    refused before the evaluation (here from --init, so no run is needed)."""
+    cfg = U.write_config(h, "good.yaml", base(h))
+    os.makedirs(h.path("a-dir"))
+    missing = h.path("no-such-dir", "h.safetensors")
+    for args, needles in [
+            (["--hidden"], ["--hidden needs an output file"]),
+            (["--logits"], ["--logits needs an output file"]),
+            (["--checkpoint"], ["--checkpoint needs a checkpoint directory"]),
+            (["--hidden", "--set", "run.threads=1"], ["--hidden needs an output file", "got '--set'"]),
+            (["--hidden", ""], ["--hidden needs an output file", "got ''"]),
+            (["--hidden", "a.st", "--hidden", "b.st"], ["--hidden given twice", "a.st", "b.st"]),
+            (["--init", "--logits", "x.st", "--hidden", "x.st"], ["--logits and --hidden", "x.st"]),
+            (["--init", "--checkpoint", h.path("a-dir")], ["--init and --checkpoint"]),
+            (["--init", "--hidden", missing], ["--hidden", missing, "No such file or directory"]),
+            (["--init", "--logits", "x.st", "--hidden", h.path("a-dir")], ["--hidden", "is a directory"])]:
+        r = h.run(["eval", cfg] + args).expect(2, " ".join(args))
+        r.one_error(*needles)
+    r = h.run(["train", cfg, "--hidden", "h.st"]).expect(2, "--hidden on train")
+    r.one_error("unexpected argument '--hidden'")
+    check(not os.path.exists(h.path("no-such-dir")), "eval created the missing directory")
+    left = sorted(f for f in os.listdir(h.dir) if f not in ("good.yaml", "a-dir"))
+    check(not left and not os.listdir(h.path("a-dir")), "refused evals left files: %s", left)
+    # the same --init evaluation with writable outputs succeeds and writes both
+    r = h.run(["eval", cfg, "--init", "--logits", "l.st", "--hidden", "h.st"]).expect(0)
+    check("checkpoint none (the initial weights" in r.out, "eval --init printed:\n%s", r.out)
+    check(os.path.exists(h.path("l.st")) and os.path.exists(h.path("h.st")), "outputs not written")
+    check(not os.path.exists(h.path("run")), "eval created run.dir")
+
+
 TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
@@ -1014,7 +1046,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_bert_init_from_refused,
          test_threads_above_cores_warned,
-         test_usage_errors] + [make(c) for c in CASES]
+         test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
     # 8 workers: most of a refused run is waiting for MPI to start, not CPU

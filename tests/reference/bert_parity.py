@@ -12,6 +12,14 @@ truncated and padded). Compared, float32 on both sides:
   - the test logits, pipetrain's from batches of mixed lengths padded to 24,
     torch's from each example run alone at its own length, with no padding
     (so the padding mask is checked across implementations);
+  - the test examples' final hidden states (the encoder's output, what enters
+    the head: `pipetrain eval --hidden`), torch's again from each example
+    alone and unpadded: the [CLS] position of every example, and every real
+    (non-pad) position of every example; pipetrain's positions from the first
+    [PAD] on are padding and not compared;
+  - the test logits and hidden states also at step 0, from the pretrained
+    weights (`pipetrain eval --init`), which checks that the Hugging Face
+    checkpoint loads into the same model before any training;
   - every tensor of the model after the 5 steps, from `pipetrain export`'s
     Hugging Face directory under transformers' names;
 each as max|pipetrain - torch| / max|torch| over the tensor, against 1e-4.
@@ -81,6 +89,26 @@ def padded(rows):
     return torch.tensor(ids), torch.tensor([label for label, _, _ in rows])
 
 
+def alone(ref, rows):
+    """torch's logits [n, classes] and final hidden states (a list of [len, d]),
+    each example run alone at its own length, with no padding"""
+    with torch.no_grad():
+        logits = np.stack([ref(torch.tensor([ids]))[0].numpy() for _, _, ids in rows])
+        hidden = [ref.hidden(torch.tensor([ids]))[0][0].numpy() for _, _, ids in rows]
+    return logits, hidden
+
+
+def hidden_checks(when, ours, theirs):
+    """pipetrain's hidden states [n, CONTEXT, d] against torch's unpadded ones:
+    the [CLS] position of every example, and every real position"""
+    if ours.shape != (len(theirs), CONTEXT, theirs[0].shape[1]):
+        sys.exit("pipetrain's hidden states have shape %s, not [%d, %d, %d]"
+                 % (ours.shape, len(theirs), CONTEXT, theirs[0].shape[1]))
+    real = np.concatenate([ours[i, :len(h)] for i, h in enumerate(theirs)])
+    return {"%s [CLS] hidden states (torch unpadded)" % when: rel(ours[:, 0], np.stack([h[0] for h in theirs])),
+            "%s hidden states, all %d real positions" % (when, len(real)): rel(real, np.concatenate(theirs))}
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -137,15 +165,21 @@ pipeline: {{microbatches: 2}}
 """
         path = os.path.join(work, "config.yaml")
         open(path, "w").write(config)
+        init_out = os.path.join(work, "init_logits.safetensors"), os.path.join(work, "init_hidden.safetensors")
+        sh([binary, "eval", path, "--init", "--logits", init_out[0], "--hidden", init_out[1]])
         sh([binary, "train", path])
         run = os.path.join(work, "run")
         ckpt = os.path.join(run, "checkpoints", sorted(os.listdir(os.path.join(run, "checkpoints")))[-1])
         sh([binary, "export", ckpt, os.path.join(work, "export")])
-        sh([binary, "eval", path, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors")])
+        sh([binary, "eval", path, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors"),
+            "--hidden", os.path.join(work, "hidden.safetensors")])
         losses = [r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))
                   if r["event"] == "step"]
         ours = st.load(os.path.join(work, "export", "model.safetensors"))
         logits = st.load(os.path.join(work, "logits.safetensors"))["logits"]
+        hidden = st.load(os.path.join(work, "hidden.safetensors"))["hidden"]
+        init_logits = st.load(init_out[0])["logits"]
+        init_hidden = st.load(init_out[1])["hidden"]
         exported_cfg = json.load(open(os.path.join(work, "export", "config.json")))
 
     ref = B.BertClassifier(cfg["vocab_size"], cfg["max_position_embeddings"], cfg.get("type_vocab_size", 2), d,
@@ -157,6 +191,7 @@ pipeline: {{microbatches: 2}}
     if missing:
         sys.exit("the reference has tensors the checkpoint lacks: %s" % sorted(missing))
     ref.load_state_dict(start)
+    ref_init_logits, ref_init_hidden = alone(ref, test)
     decay = [p for n, p in ref.named_parameters() if B.decays(n, p)]
     other = [p for n, p in ref.named_parameters() if not B.decays(n, p)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["wd"]},
@@ -173,14 +208,18 @@ pipeline: {{microbatches: 2}}
         opt.step()
         sched.step()
         ref_losses.append(loss.item())
-    with torch.no_grad():  # each test example alone, at its own length
-        ref_logits = np.stack([ref(torch.tensor([ids]))[0].numpy() for _, _, ids in test])
+    ref_logits, ref_hidden = alone(ref, test)
+    with torch.no_grad():
         batched = ref(padded(test)[0]).numpy()
 
     failures = []
     print("step losses pipetrain %s" % " ".join("%.6f" % v for v in losses))
     print("step losses torch     %s" % " ".join("%.6f" % v for v in ref_losses))
-    checks = {"losses": rel(losses, ref_losses), "test logits (torch unpadded)": rel(logits, ref_logits),
+    checks = {"losses": rel(losses, ref_losses),
+              "step 0 test logits (torch unpadded)": rel(init_logits, ref_init_logits),
+              **hidden_checks("step 0", init_hidden, ref_init_hidden),
+              "step %d test logits (torch unpadded)" % STEPS: rel(logits, ref_logits),
+              **hidden_checks("step %d" % STEPS, hidden, ref_hidden),
               "torch padded against torch unpadded": rel(batched, ref_logits)}
     theirs = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
     if set(theirs) != set(ours):
