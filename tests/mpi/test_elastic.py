@@ -94,7 +94,8 @@ data: {{kind: synthetic_images, synthetic_examples: 512}}""",
 model: {{kind: bert, dim: 64, layers: 4, heads: 4, mlp_hidden: 256, context: 16, positions: 16,
         vocab: {vocab}, classes: 3}}
 data: {{{data}}}""",
-             os.path.join(HERE, "elastic_bert_profile.json"), os.path.join(HERE, "growing_micro_bert_profile.json")),
+             os.path.join(HERE, "elastic_bert_profile.json"),
+             os.path.join(HERE, "growing_micro_bert_profile.json")),
 }
 EXAMPLES = 512
 MEMORY = "0.002"  # GiB per device: 4 stages for the whole model, fewer once blocks freeze
@@ -223,7 +224,8 @@ def check_model(tools, work, model):
             with open(path) as f:
                 for rec in map(json.loads, f):
                     seen.setdefault(rec["epoch"], []).extend(rec["ids"])
-        expect(sorted(seen) == [0, 1, 2, 3] and all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
+        expect(sorted(seen) == [0, 1, 2, 3] and
+               all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
                "%s, cache %s: every example exactly once in each of the 4 epochs (%s)"
                % (model, cache, {e: len(v) for e, v in sorted(seen.items())}))
     on, off = result(runs["true"]), result(runs["false"])
