@@ -60,6 +60,33 @@ def sets(**kv):
     return out
 
 
+# the words of the small BERT cases' texts (whole words of their vocabulary)
+BERT_WORDS = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "was",
+              "without", "form", "void", "darkness", "upon", "face", "of", "deep", "spirit"]
+
+
+def bert_data(directory, train, test, seed, words=20):
+    """Writes a small BERT case's files into directory: vocab.txt ([PAD],
+    [UNK], [CLS], [SEP], then BERT_WORDS) and train.tsv / test.tsv of
+    `label<TAB>text` lines (labels a, b, c; texts of 1 to `words` words, so
+    that at a context of 16 or so most examples are padded, by different
+    amounts, and some are cut). Returns the YAML of the data section's keys
+    and the vocabulary's size, for model.vocab."""
+    import random
+    rnd = random.Random(seed)
+    paths = {k: os.path.join(directory, k) for k in ("vocab.txt", "train.tsv", "test.tsv")}
+    with open(paths["vocab.txt"], "w") as f:
+        f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + BERT_WORDS) + "\n")
+    for name, count in (("train.tsv", train), ("test.tsv", test)):
+        with open(paths[name], "w") as f:
+            for _ in range(count):
+                f.write("%s\t%s\n" % (rnd.choice("abc"), " ".join(
+                    rnd.choice(BERT_WORDS) for _ in range(rnd.randint(1, words)))))
+    data = 'kind: text_classification, train_file: "%s", test_file: "%s", vocab: "%s"' % (
+        paths["train.tsv"], paths["test.tsv"], paths["vocab.txt"])
+    return data, 4 + len(BERT_WORDS)
+
+
 def load_safetensors(path):
     if os.path.isdir(path):  # a bert export: a Hugging Face model directory
         path = os.path.join(path, "model.safetensors")

@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 """Freezing during training is exact and resumable.
 
-A small ViT on synthetic images, 6 epochs, a freeze decision after every
-epoch (schedule policy, alpha 1/2: 2, 3, 4 of 4 blocks):
+Two small models, each 6 epochs of 16 steps with a freeze decision after
+every epoch (schedule policy, alpha 1/2: 2, 3, 4 of 4 blocks):
+  vit   a ViT (dim 32, 4 blocks) on 512 synthetic images, batch 32;
+  bert  a BERT classifier (dim 32, 4 blocks, context 16) on 256 synthetic
+        labelled texts of 1 to 20 words over an 18-word vocabulary, batch 16:
+        most examples are padded, by different amounts, and some are cut, so
+        the padding mask (which every BERT unit takes from the batch's
+        tokens) goes through the cache, the stages and the resume.
+For each:
   - cache on against cache off, one process: bit-identical per-step losses and
     final weights (the cache returns exactly what the prefix computes);
   - K = 2 stages under mpirun, cache off and on, against K = 1: within 1e-5
@@ -16,7 +23,8 @@ epoch (schedule policy, alpha 1/2: 2, 3, 4 of 4 blocks):
     never freezes beyond the schedule's bound, and a resumed auto run makes
     the same decisions;
   - the cache counts: after the prefix stops growing, whole epochs are served
-    from the cache.
+    from the cache, and with decisions in the middle of epochs every example
+    that went through the frozen prefix is counted.
 
 usage: test_freeze_training.py PIPETRAIN MPIEXEC"""
 import json
@@ -29,14 +37,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 TOL = 1e-5
-CONFIG = """
-run: {seed: 5, threads: 1}
-model: {kind: vit, dim: 32, layers: 4, heads: 2, patch: 4, classes: 10}
-data: {kind: synthetic_images, image_size: 16, synthetic_examples: 512}
-train: {batch: 32, epochs: 6, lr: 0.003, eval_every: 1, eval_examples: 64, checkpoint_every: 8}
-pipeline: {microbatches: 2}
-freeze: {policy: schedule, alpha: 0.5, every: 1, start: 1}
+COMMON = """
+train: {{batch: {batch}, epochs: 6, lr: 0.003, eval_every: 1, eval_examples: 64, checkpoint_every: 8}}
+pipeline: {{microbatches: 2}}
+freeze: {{policy: schedule, alpha: 0.5, every: 1, start: 1}}
 """
+# name: (the model and data sections, examples, batch); 16 steps per epoch each
+MODELS = {
+    "vit": ("""run: {{seed: 5, threads: 1}}
+model: {{kind: vit, dim: 32, layers: 4, heads: 2, patch: 4, classes: 10}}
+data: {{kind: synthetic_images, image_size: 16, synthetic_examples: 512}}""", 512, 32),
+    "bert": ("""run: {{seed: 5, threads: 1}}
+model: {{kind: bert, dim: 32, layers: 4, heads: 2, mlp_hidden: 64, context: 16, positions: 16,
+        vocab: {vocab}, classes: 3}}
+data: {{{data}}}""", 256, 16),
+}
 failures = []
 
 
@@ -51,77 +66,91 @@ def records(run_dir, event):
         return [r for r in map(json.loads, f) if r["event"] == event]
 
 
+def check_model(tools, work, model):
+    """Every check of the docstring for one model of MODELS."""
+    text, examples, batch = MODELS[model]
+    work = os.path.join(work, model)
+    os.mkdir(work)
+    data, vocab = h.bert_data(work, examples, 64, seed=16) if model == "bert" else ("", 0)
+    config = os.path.join(work, "tiny.yaml")
+    with open(config, "w") as f:
+        f.write(text.format(data=data, vocab=vocab) + COMMON.format(batch=batch))
+
+    def train(name, ranks=1, **kv):
+        run_dir = os.path.join(work, name)
+        tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, **kv))
+        return run_dir, h.step_losses(run_dir), tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+
+    print("%s: cache on against cache off, one process" % model, flush=True)
+    off_dir, off_loss, off_w = train("k1-off", cache__enabled="false")
+    on_dir, on_loss, on_w = train("k1-on", cache__enabled="true")
+    _, same = h.compare_runs("%s cache on vs off" % model, off_loss, off_w, on_loss, on_w, 0.0)
+    expect(same, "%s: cache on is bit-identical to cache off" % model)
+    expect(len(off_loss) == 96, "%s: 6 epochs of 16 steps (%d steps)" % (model, len(off_loss)))
+    depths = [r["depth"] for r in records(off_dir, "freeze")]
+    expect(depths == [2, 3, 4, 4, 4, 4], "%s: schedule depths per decision: %s" % (model, depths))
+    epochs = records(on_dir, "epoch")
+    expect(epochs[-1]["cache_hits"] == examples and epochs[-2]["cache_hits"] == examples,
+           "%s: the last epochs are served from the cache (%s hits)"
+           % (model, [e["cache_hits"] for e in epochs]))
+
+    print("%s: K = 2 against K = 1" % model, flush=True)
+    for cache in ("false", "true"):
+        _, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
+        worst, _ = h.compare_runs("%s K=2 cache %s vs K=1" % (model, cache), off_loss, off_w, loss, w, TOL)
+        expect(worst <= TOL, "%s: K=2 with cache %s within %.0e of K=1" % (model, cache, TOL))
+
+    print("%s: stop and resume across decisions" % model, flush=True)
+    for cache in ("false", "true"):
+        run_dir = os.path.join(work, "resume-" + cache)
+        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled=cache),
+                  env={"PIPETRAIN_TEST_FAULT": "0:41:crash"}, check=False)
+        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled=cache,
+                                                 train__resume="auto"))
+        loss = h.step_losses(run_dir)
+        w = tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+        _, same = h.compare_runs("%s resumed at step 40, cache %s" % (model, cache), off_loss, off_w,
+                                 loss, w, 0.0)
+        expect(same, "%s: resumed run (cache %s) is bit-identical to the straight one" % (model, cache))
+
+    print("%s: cache counts with decisions in the middle of epochs" % model, flush=True)
+    # decisions every 6 steps from step 4, epochs of 16 steps: every epoch
+    # has a re-plan (which replaces the prefix source) in its middle
+    run_dir = os.path.join(work, "mid-epoch")
+    tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled="true",
+                                            freeze__unit="step", freeze__start=4, freeze__every=6))
+    counts = [e["cache_hits"] + e["prefix_computed"] for e in records(run_dir, "epoch")]
+    # epoch 0 has a frozen prefix from step 4 on: its last 12 steps of 16;
+    # every later epoch all of its examples
+    expect(counts == [12 * batch] + [examples] * 5,
+           "%s: every sample that went through the frozen prefix is counted, however many re-plans "
+           "the epoch had: %s" % (model, counts))
+
+    print("%s: auto policy" % model, flush=True)
+    auto = dict(freeze__policy="auto", freeze__alpha="0.5", cache__enabled="true")
+    auto_dir, auto_loss, auto_w = train("auto", **auto)
+    decisions = records(auto_dir, "freeze")
+    expect(len(decisions) == 6, "%s: one logged decision per epoch" % model)
+    expect(all(len(d.get("norms", [])) == 4 and len(d.get("rates", [])) == 4 for d in decisions[1:]),
+           "%s: decisions after the first carry 4 block norms and change rates" % model)
+    expect(all(d["depth"] <= math.ceil(4 * (1 - 0.5 ** d["decision"]) - 1e-9) for d in decisions),
+           "%s: never beyond the progressive bound: %s"
+           % (model, [(d["decision"], d["depth"]) for d in decisions]))
+    run_dir = os.path.join(work, "auto-resume")
+    tools.run(1, ["train", config] + h.sets(run__dir=run_dir, **auto),
+              env={"PIPETRAIN_TEST_FAULT": "0:57:crash"}, check=False)
+    tools.run(1, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto", **auto))
+    loss = h.step_losses(run_dir)
+    w = tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+    _, same = h.compare_runs("%s auto, resumed at step 56" % model, auto_loss, auto_w, loss, w, 0.0)
+    expect(same, "%s: a resumed auto run makes the same decisions (bit-identical)" % model)
+
+
 def main():
     tools = h.Tools(sys.argv)
     with tempfile.TemporaryDirectory(prefix="pt-freeze-") as work:
-        config = os.path.join(work, "tiny.yaml")
-        with open(config, "w") as f:
-            f.write(CONFIG)
-
-        def train(name, ranks=1, **kv):
-            run_dir = os.path.join(work, name)
-            tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, **kv))
-            return run_dir, h.step_losses(run_dir), tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
-
-        print("cache on against cache off, one process", flush=True)
-        off_dir, off_loss, off_w = train("k1-off", cache__enabled="false")
-        on_dir, on_loss, on_w = train("k1-on", cache__enabled="true")
-        _, same = h.compare_runs("cache on vs off", off_loss, off_w, on_loss, on_w, 0.0)
-        expect(same, "cache on is bit-identical to cache off")
-        depths = [r["depth"] for r in records(off_dir, "freeze")]
-        expect(depths == [2, 3, 4, 4, 4, 4], "schedule depths per decision: %s" % depths)
-        epochs = records(on_dir, "epoch")
-        expect(epochs[-1]["cache_hits"] == 512 and epochs[-2]["cache_hits"] == 512,
-               "the last epochs are served from the cache (%s hits)" % [e["cache_hits"] for e in epochs])
-
-        print("K = 2 against K = 1", flush=True)
-        for cache in ("false", "true"):
-            _, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
-            worst, _ = h.compare_runs("K=2 cache %s vs K=1" % cache, off_loss, off_w, loss, w, TOL)
-            expect(worst <= TOL, "K=2 with cache %s within %.0e of K=1" % (cache, TOL))
-
-        print("stop and resume across decisions", flush=True)
-        for cache in ("false", "true"):
-            run_dir = os.path.join(work, "resume-" + cache)
-            tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled=cache),
-                      env={"PIPETRAIN_TEST_FAULT": "0:41:crash"}, check=False)
-            tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled=cache,
-                                                     train__resume="auto"))
-            loss = h.step_losses(run_dir)
-            w = tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
-            _, same = h.compare_runs("resumed at step 40, cache %s" % cache, off_loss, off_w, loss, w, 0.0)
-            expect(same, "resumed run (cache %s) is bit-identical to the straight one" % cache)
-
-        print("cache counts with decisions in the middle of epochs", flush=True)
-        # decisions every 6 steps from step 4, epochs of 16 steps: every epoch
-        # has a re-plan (which replaces the prefix source) in its middle
-        run_dir = os.path.join(work, "mid-epoch")
-        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, cache__enabled="true",
-                                                freeze__unit="step", freeze__start=4, freeze__every=6))
-        counts = [e["cache_hits"] + e["prefix_computed"] for e in records(run_dir, "epoch")]
-        # epoch 0 has a frozen prefix from step 4 on: its last 12 steps of 32;
-        # every later epoch all of its 512 examples
-        expect(counts == [12 * 32] + [512] * 5,
-               "every sample that went through the frozen prefix is counted, however many re-plans "
-               "the epoch had: %s" % counts)
-
-        print("auto policy", flush=True)
-        auto = dict(freeze__policy="auto", freeze__alpha="0.5", cache__enabled="true")
-        auto_dir, auto_loss, auto_w = train("auto", **auto)
-        decisions = records(auto_dir, "freeze")
-        expect(len(decisions) == 6, "one logged decision per epoch")
-        expect(all(len(d.get("norms", [])) == 4 and len(d.get("rates", [])) == 4 for d in decisions[1:]),
-               "decisions after the first carry 4 block norms and change rates")
-        expect(all(d["depth"] <= math.ceil(4 * (1 - 0.5 ** d["decision"]) - 1e-9) for d in decisions),
-               "never beyond the progressive bound: %s" % [(d["decision"], d["depth"]) for d in decisions])
-        run_dir = os.path.join(work, "auto-resume")
-        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, **auto),
-                  env={"PIPETRAIN_TEST_FAULT": "0:57:crash"}, check=False)
-        tools.run(1, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto", **auto))
-        loss = h.step_losses(run_dir)
-        w = tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
-        _, same = h.compare_runs("auto, resumed at step 56", auto_loss, auto_w, loss, w, 0.0)
-        expect(same, "a resumed auto run makes the same decisions (bit-identical)")
+        for model in MODELS:
+            check_model(tools, work, model)
     if failures:
         sys.exit("FAILED: %d checks" % len(failures))
     print("freeze training: passed")
