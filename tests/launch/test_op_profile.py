@@ -10,7 +10,8 @@ changes nothing else:
   totals_*           RUN_DIR/op_profile-rank0.json is whole and adds up: the
                      ops' seconds sum to ops_s, which is inside the step's
                      wall time and most of it (a model big enough that the
-                     ops, not the host's loop, take the step), the recorded
+                     ops, not the host's loop, take the step; up to 3 tries
+                     on a busy machine), the recorded
                      steps are the run's but the first 3, the nominal FLOPs
                      of one linear are what its shape says, every op the
                      model runs per step shows up, and a measured peak is
@@ -64,14 +65,19 @@ def bits_case(kind, threads):
 
 
 def test_totals_vit(h):
-    # big enough that the ops take nearly all of a step
+    # big enough that the ops take nearly all of a step (99% on a quiet
+    # machine); beside other busy processes the wall time outside ops can
+    # grow to half the step, so the run is tried up to 3 times for that bound
     d, layers, batch, tokens = 64, 2, 32, 17
-    run_dir, r = train(h, "vit", "vit", **{
-        "run.profile_ops": "true", "model.dim": str(d), "model.layers": str(layers),
-        "model.heads": "4", "model.patch": "4", "data.image_size": "16",
-        "data.synthetic_examples": "320", "train.batch": str(batch)})
-    with open(os.path.join(run_dir, "op_profile-rank0.json")) as f:
-        p = json.load(f)
+    for attempt in range(3):
+        run_dir, r = train(h, "vit%d" % attempt, "vit", **{
+            "run.profile_ops": "true", "model.dim": str(d), "model.layers": str(layers),
+            "model.heads": "4", "model.patch": "4", "data.image_size": "16",
+            "data.synthetic_examples": "320", "train.batch": str(batch)})
+        with open(os.path.join(run_dir, "op_profile-rank0.json")) as f:
+            p = json.load(f)
+        if p["ops_s"] >= 0.5 * p["step_s"]:
+            break
     check(p["format"] == "pipetrain-op-profile-1", "format %r", p["format"])
     check(p["steps"] == STEPS - 3, "recorded %d steps of %d, expected all but the first 3",
           p["steps"], STEPS)
@@ -109,9 +115,9 @@ def test_totals_vit(h):
 
 def test_eval_untouched(h):
     """eval runs no training steps: the key is accepted and writes nothing."""
-    run_dir, _ = train(h, "vit", "vit", **{"run.profile_ops": "true"})
+    run_dir, _ = train(h, "eval", "vit", **{"run.profile_ops": "true"})
     os.unlink(os.path.join(run_dir, "op_profile-rank0.json"))
-    cfg = os.path.join(h.dir, "vit.yaml")
+    cfg = os.path.join(h.dir, "eval.yaml")
     h.run(["eval", cfg]).expect(0, "eval")
     check(not os.path.exists(os.path.join(run_dir, "op_profile-rank0.json")),
           "eval wrote an op profile")
