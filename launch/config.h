@@ -39,6 +39,7 @@ typedef struct pt_config {
         double timeout_s;
         long long check_replicas;
         int log_samples;
+        int profile_ops;
     } run;
 
     struct {

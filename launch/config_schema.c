@@ -40,6 +40,10 @@ const pt_key_spec pt_config_keys[] = {
     {"run.log_samples", PT_K_BOOL, AT(run.log_samples), 0, 0, NULL, 0, "false",
      "every replica's first stage writes the sample ids of each step to "
      "RUN_DIR/samples-rank<R>.jsonl"},
+    {"run.profile_ops", PT_K_BOOL, AT(run.profile_ops), 0, 0, NULL, 0, "false",
+     "time every CPU backend op of the training steps after the first 3; at the end print a table "
+     "per op and shape (ms per step, GFLOP/s, % of the measured FMA peak) and write it to "
+     "RUN_DIR/op_profile-rank<R>.json"},
 
     /* model */
     {"model.kind", PT_K_ENUM, AT(model.kind), 0, 0, PT_WORDS("vit", "gpt", "bert"), 0, "vit",

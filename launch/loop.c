@@ -229,12 +229,27 @@ int pt_session_train(pt_session *s, pt_err *err)
         return rc;
     int64_t saved_at = r->step, evaluated_at = -1;
     double epoch_started = pt_now();
+    /* run.profile_ops: the steps after this run's first 3 (first touches of
+     * memory, the BLAS's buffers) are timed; with fewer, all but the first */
+    const int64_t left = r->total_steps - r->step;
+    const int64_t profile_from = r->step + (left > 3 ? 3 : left > 1 ? 1 : 0);
+    int64_t profiled = 0;
+    double profiled_s = 0.0;
     while (rc == 0 && r->step < r->total_steps) {
         if (r->epoch_step == 0 || r->sampler.epoch != r->epoch)
             pt_sampler_set_epoch(&r->sampler, r->epoch);
         pt_step_result res;
-        if ((rc = pt_run_step(r, stop_signal != 0, &res, err)))
+        const int timed = c->run.profile_ops && r->step >= profile_from;
+        const double step_start = timed ? pt_now() : 0.0;
+        pt_op_profile_record(s->be, timed);
+        rc = pt_run_step(r, stop_signal != 0, &res, err);
+        pt_op_profile_record(s->be, 0);
+        if (rc)
             break;
+        if (timed) {
+            profiled_s += pt_now() - step_start;
+            profiled++;
+        }
         if (res.stop && !stop_signal)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
@@ -266,12 +281,16 @@ int pt_session_train(pt_session *s, pt_err *err)
             saved_at = r->step;
         }
         if (stop_signal) {
+            if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
+                break;
             pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume with "
                              "--set train.resume=auto", (int)stop_signal, (long long)r->step);
             return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
         }
     }
     if (rc)
+        return rc;
+    if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
         return rc;
     if (evaluated_at != r->step && (rc = evaluate_and_report(s, err)))
         return rc;

@@ -47,6 +47,10 @@ void pt_session_close(pt_session *s);
  * evaluation, freeze decisions (and re-plans), checkpoints, progress and
  * metrics, and a clean stop on a signal (PT_ESTOPPED after saving). */
 int pt_session_train(pt_session *s, pt_err *err);
+/* op_report.c (run.profile_ops): the op timings of the `steps` recorded
+ * steps, which took step_s wall seconds in all, as a table on the progress
+ * stream and RUN_DIR/op_profile-rank<R>.json. */
+int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err);
 /* From now on SIGINT, SIGTERM and SIGUSR1 ask pt_session_train to finish
  * the step, save and stop (a second one exits at once). Called before the
  * session is built, so a signal during setup is not fatal either. */

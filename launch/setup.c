@@ -640,6 +640,13 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         (rc = load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (!known && (rc = check_model_memory(s, err))))
         goto fail;
+    if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
+        rc = pt_config_key_fail(c, err, "run.profile_ops",
+                                "true, but this run trains on the %s backend, whose ops are "
+                                "queued on a device; allowed there: false (op timing is for the "
+                                "CPU backend)", pt_backend_name(s->be));
+        goto fail;
+    }
     if (mode == PT_RUN_TRAIN) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
         /* text data with augmentation is refused by pt_config_validate, so

@@ -171,6 +171,26 @@ void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t 
 /* Waits for all queued work (no-op on the CPU). */
 int pt_backend_sync(pt_backend *be, pt_err *err);
 
+/* Op timing (run.profile_ops, nn/op_profile.c). pt_backend_profile_ops puts
+ * a timing layer in front of a host backend's ops (PT_EINPUT for a device
+ * backend); a backend without it is not slowed at all. While recording is
+ * on, every op call adds its wall time and nominal FLOPs and bytes to one
+ * row per (op, shape); the results do not change. pt_op_profile_stats copies
+ * up to max rows out and returns how many (0 without the layer). */
+typedef struct pt_op_stat {
+    char op[24];     /* the ops-table entry, e.g. linear_fwd */
+    char shape[64];  /* what tells this row from the op's others */
+    int64_t calls;
+    double seconds, flops, bytes;
+} pt_op_stat;
+int pt_backend_profile_ops(pt_backend *be, pt_err *err);
+void pt_op_profile_record(pt_backend *be, int on);
+int pt_op_profile_stats(const pt_backend *be, pt_op_stat *out, int max);
+/* Single-precision FLOP/s of `threads` threads running independent FMA
+ * chains of the widest vector the build uses (about half a second); how
+ * (may be NULL) gets how it was measured. */
+double pt_cpu_peak_flops(int threads, char *how, size_t how_size);
+
 /* Memory a unit needs on a backend for micro-batches of n examples: its
  * saved activations per micro-batch in flight, and its scratch (shared by
  * all units of a segment, so a segment needs the largest). */

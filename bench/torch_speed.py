@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Training throughput (samples/s) of pipetrain against PyTorch on the CPU,
+same model, same batch, same threads, measured in one run.
+
+Columns:
+  pipetrain        `pipetrain train` (its data staging included), timed from
+                   its metrics file over the steps after the warm-up
+  torch eager      current PyTorch from PyPI (pinned, --torch; installed by
+                   this script into a venv it makes once, --venv), eager
+  torch compile    the same with torch.compile of the loss (forward and
+                   backward; the default mode). Compilation happens in the
+                   warm-up steps and is not timed: only the steps after the
+                   warm-up are
+  torch 1.13       Debian's python3-torch (/usr/bin/python3), eager; left
+                   out when that Python has no torch
+
+Both PyTorch 2 columns keep the better of two attention variants: the
+reference model's own (matmul, softmax, matmul) and
+F.scaled_dot_product_attention. Every PyTorch side trains the reference model
+(tests/reference/model.py, checked against pipetrain by tests/reference/
+parity.py: pre-LN, erf GELU, CLS head, same initialisation scheme) with
+AdamW (betas 0.9, 0.999, eps 1e-8, weight decay 0.05 on matrix weights only;
+PyTorch 2's fused CPU kernel), gradient clipping at norm 1 and pipetrain's
+cosine schedule with warm-up, on Fashion-MNIST batches drawn in a shuffled
+order from tensors in memory. The parameter counts of both sides are printed
+and the run stops if they differ.
+
+Models:
+  demo   configs/vit_fmnist.yaml: d 64, 6 blocks, 4 heads, patch 7, MLP 4d
+  wide   d 256, 4 blocks, 8 heads, patch 4, MLP 4d (matrix products take
+         most of a step); pipetrain gets the same config with --set overrides
+both at batch 128 on Fashion-MNIST (/usr/share/datasets/fashion-mnist).
+
+Thread settings: OMP_NUM_THREADS and torch.set_num_threads are the thread
+count; with more than one thread each PyTorch column is also tried under other
+settings (Debian's torch calls a pthread OpenBLAS beside its own OpenMP pool,
+which oversubscribe the cores unless OPENBLAS_NUM_THREADS=1; OpenMP's
+spinning waits) and keeps its best. Which variant and setting a column uses is
+chosen in a selection round (every candidate once, on fewer steps) before the
+timed rounds; then the four columns run alternately, --repeats rounds, and
+the medians are reported, with the ratio of pipetrain to the best current
+PyTorch column per (model, threads) and the smallest such ratio.
+
+--quick runs every path (each column, each attention variant, the default
+thread setting) once on a few steps, at 1 thread unless --threads says
+otherwise: a smoke test of the script, whose numbers mean little. The first run needs the network for the venv (pip,
+about 5 GB with PyTorch's CUDA dependencies); later runs reuse it.
+
+usage: torch_speed.py PIPETRAIN_BINARY [--threads 1,2] [--models demo,wide]
+                      [--repeats 3] [--venv DIR] [--torch VERSION] [--quick]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
+DEBIAN_PYTHON = "/usr/bin/python3"
+TORCH_PIN = "2.15.0"  # the newest torch on PyPI when this script was written
+BATCH = 128
+
+# dim, layers, heads, patch (MLP 4 * dim); steps: (warm-up, timed) per run
+MODELS = {
+    "demo": {"dim": 64, "layers": 6, "heads": 4, "patch": 7, "steps": (20, 100)},
+    "wide": {"dim": 256, "layers": 4, "heads": 8, "patch": 4, "steps": (5, 15)},
+}
+QUICK_STEPS = {"demo": (3, 5), "wide": (2, 2)}
+
+
+# ------------------------------------------------------------------ worker
+# Runs under the PyTorch being measured (venv or Debian's Python): trains
+# and prints one JSON line. Only this part imports torch.
+
+def idx_file(path):
+    import gzip
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = np.frombuffer(raw[4:4 + 4 * ndim], dtype=">u4")
+    return np.frombuffer(raw[4 + 4 * ndim:], dtype=np.uint8).reshape(dims)
+
+
+def sdpa_forward(self, x):
+    """Attn.forward of tests/reference/model.py through F.scaled_dot_product_attention"""
+    import torch.nn.functional as F
+    B, T, C = x.shape
+    q, k, v = self.qkv(self.ln(x)).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+    return x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+def worker(job):
+    import types
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import model as M
+
+    torch.set_num_threads(job["threads"])
+    images = idx_file(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
+    labels = idx_file(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))
+    x = torch.tensor(((images / 255.0 - 0.2860) / 0.3530).astype(np.float32)).unsqueeze(1)
+    y = torch.tensor(labels.astype(np.int64))
+    m = MODELS[job["model"]]
+    torch.manual_seed(1)
+    model = M.PipetrainViT(m["dim"], m["layers"], m["heads"], 4 * m["dim"], 1, 28, m["patch"], 10)
+    if job["attention"] == "sdpa":
+        for b in model.blocks:
+            b.attn.forward = types.MethodType(sdpa_forward, b.attn)
+    decay = [p for n, p in model.named_parameters() if M.decays(n, p)]
+    other = [p for n, p in model.named_parameters() if not M.decays(n, p)]
+    fused = {"fused": True} if hasattr(torch, "compile") else {}  # PyTorch 2
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=0.002, betas=(0.9, 0.999), eps=1e-8, **fused)
+    warmup, steps = job["warmup"], job["steps"]
+    sched = M.lr_scheduler(opt, 2e-5, 300, 12 * (len(x) // BATCH), "cosine")
+
+    def loss_of(xb, yb):
+        return F.cross_entropy(model(xb), yb)
+
+    step_loss = torch.compile(loss_of) if job["mode"] == "compile" else loss_of
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
+    started = time.perf_counter()
+    for step in range(warmup + steps):
+        if step == warmup:
+            warm_s = time.perf_counter() - started
+            start = time.perf_counter()
+        i = step * BATCH % (len(x) - BATCH)
+        batch = order[i:i + BATCH]
+        loss = step_loss(x.index_select(0, batch), y.index_select(0, batch))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    last = loss.item()
+    elapsed = time.perf_counter() - start
+    print(json.dumps({"samples_per_s": steps * BATCH / elapsed, "loss": last, "warmup_s": warm_s,
+                      "params": sum(p.numel() for p in model.parameters()),
+                      "torch": torch.__version__}))
+
+
+# ------------------------------------------------------------------ driver
+
+def ensure_venv(venv, version, base_python):
+    """The venv's Python, with torch==version in it (made and installed once)."""
+    py = os.path.join(venv, "bin", "python")
+    probe = "import torch, numpy; print(torch.__version__.split('+')[0])"
+    if os.path.isfile(py):
+        r = subprocess.run([py, "-c", probe], capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip() == version:
+            return py
+    else:
+        print("making %s (%s -m venv)" % (venv, base_python), flush=True)
+        subprocess.run([base_python, "-m", "venv", venv], check=True)
+    print("installing torch==%s and numpy into %s (once; large)" % (version, venv), flush=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "torch==" + version, "numpy"], check=True)
+    r = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True)
+    if r.stdout.strip() != version:
+        sys.exit("the venv has torch %s, not %s" % (r.stdout.strip(), version))
+    return py
+
+
+def has_torch(python):
+    return os.path.isfile(python) and subprocess.run(
+        [python, "-c", "import torch, numpy"], capture_output=True).returncode == 0
+
+
+def pipetrain_cmd(binary, model, threads, total_steps, run_dir, *sets):
+    """`pipetrain train` of the demo config with the model's overrides, sets added"""
+    m = MODELS[model]
+    cmd = [binary, "train", os.path.join(ROOT, "configs", "vit_fmnist.yaml"),
+           "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
+           "--set", "train.max_steps=%d" % total_steps, "--set", "train.epochs=1",
+           "--set", "train.eval_every=0", "--set", "train.eval_examples=128",
+           "--set", "train.batch=%d" % BATCH, "--set", "model.dim=%d" % m["dim"],
+           "--set", "model.layers=%d" % m["layers"], "--set", "model.heads=%d" % m["heads"],
+           "--set", "model.patch=%d" % m["patch"], "--set", "model.mlp_hidden=0"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def pipetrain_run(binary, model, threads, warmup, steps, work, env):
+    run_dir = os.path.join(work, "run-%s-%d" % (model, threads))
+    subprocess.run(["rm", "-rf", run_dir], check=True)
+    total = warmup + steps
+    cmd = pipetrain_cmd(binary, model, threads, total, run_dir)
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    params = int(re.search(r"pipetrain: vit, (\d+) parameters", r.stdout + r.stderr).group(1))
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [r for r in map(json.loads, f) if r["event"] == "step"]
+    # time_s of step s is when it ended: the window is steps warmup+1 .. total
+    t0, t1 = rows[warmup - 1]["time_s"], rows[total - 1]["time_s"]
+    return {"samples_per_s": steps * BATCH / (t1 - t0), "params": params}
+
+
+def torch_run(python, job, setting):
+    env = dict(os.environ, OMP_NUM_THREADS=str(job["threads"]), **setting)
+    r = subprocess.run([python, os.path.abspath(__file__), "--worker", json.dumps(job)],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("PyTorch run failed (%s %s):\n%s" % (python, json.dumps(job), r.stderr[-3000:]))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def settings(threads, debian):
+    """environment settings a PyTorch column tries at this thread count"""
+    if threads == 1:
+        return [{}]
+    if debian:
+        return [{}, {"OPENBLAS_NUM_THREADS": "1"}, {"OMP_WAIT_POLICY": "passive"}]
+    return [{}, {"OMP_WAIT_POLICY": "passive"}]
+
+
+def words(setting):
+    return " ".join("%s=%s" % kv for kv in sorted(setting.items())) or "default"
+
+
+class Column:
+    """one PyTorch side: its Python, mode and candidates (attention, setting)"""
+
+    def __init__(self, name, python, mode, attentions, debian):
+        self.name, self.python, self.mode = name, python, mode
+        self.attentions, self.debian = attentions, debian
+
+    def candidates(self, threads):
+        return [(a, s) for a in self.attentions for s in settings(threads, self.debian)]
+
+    def run(self, model, threads, warmup, steps, cand):
+        job = {"model": model, "threads": threads, "warmup": warmup, "steps": steps,
+               "mode": self.mode, "attention": cand[0]}
+        return torch_run(self.python, job, cand[1])
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        worker(json.loads(sys.argv[2]))
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pipetrain")
+    ap.add_argument("--threads", help="thread counts (default 1,2; --quick: 1)")
+    ap.add_argument("--models", default="demo,wide")
+    ap.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
+    ap.add_argument("--venv", help="venv for current PyTorch (default: venv-torch beside the binary)")
+    ap.add_argument("--torch", default=TORCH_PIN, help="PyTorch version from PyPI (default %(default)s)")
+    ap.add_argument("--base-python", default=DEBIAN_PYTHON, help="Python the venv is made from")
+    ap.add_argument("--debian-python", default=DEBIAN_PYTHON, help="Python with Debian's torch")
+    ap.add_argument("--quick", action="store_true", help="every path once on a few steps (smoke test)")
+    args = ap.parse_args()
+    binary = os.path.abspath(args.pipetrain)
+    venv = os.path.abspath(args.venv or os.path.join(os.path.dirname(binary), "venv-torch"))
+    models = args.models.split(",")
+    threads_list = [int(t) for t in (args.threads or ("1" if args.quick else "1,2")).split(",")]
+    for m in models:
+        if m not in MODELS:
+            sys.exit("unknown model %r (demo, wide)" % m)
+    new_py = ensure_venv(venv, args.torch, args.base_python)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(venv, "inductor-cache"))
+    os.environ.update(env)  # the workers inherit it: compiled kernels are kept between runs
+    columns = [Column("torch %s eager" % args.torch, new_py, "eager", ["naive", "sdpa"], False),
+               Column("torch %s compile" % args.torch, new_py, "compile", ["naive", "sdpa"], False)]
+    if has_torch(args.debian_python):
+        old = subprocess.run([args.debian_python, "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        columns.append(Column("torch %s (Debian)" % old, args.debian_python, "eager", ["naive"], True))
+    else:
+        print("%s has no torch: the Debian column is left out" % args.debian_python)
+    repeats = 1 if args.quick else args.repeats
+    print("pipetrain %s; PyTorch from PyPI %s (%s); batch %d; %s" % (
+        binary, args.torch, venv, BATCH,
+        "QUICK: one round on a few steps, a smoke test" if args.quick else
+        "medians of %d alternating rounds after a selection round" % repeats), flush=True)
+    print("torch.compile's compilation runs in the warm-up steps, which are not timed")
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="pt-torch-speed-") as work:
+        for model in models:
+            warmup, steps = QUICK_STEPS[model] if args.quick else MODELS[model]["steps"]
+            for threads in threads_list:
+                chosen, noted = {}, []
+                for col in columns:
+                    cands = col.candidates(threads)
+                    if args.quick:  # every attention variant, the default setting
+                        chosen[col.name] = [c for c in cands if not c[1]]
+                        continue
+                    if len(cands) == 1:
+                        chosen[col.name] = cands
+                        continue
+                    # selection: every candidate once on half the timed steps
+                    rates = [(col.run(model, threads, warmup, max(steps // 2, 2), c)["samples_per_s"], i)
+                             for i, c in enumerate(cands)]
+                    best = max(rates)[1]
+                    chosen[col.name] = [cands[best]]
+                    noted.append("%s: %s" % (col.name, ", ".join(
+                        "%s/%s %.0f" % (c[0], words(c[1]), r) for (r, _), c in zip(rates, cands))))
+                rates = {"pipetrain": []}
+                rates.update({c.name: [] for c in columns})
+                params = {}
+                for _ in range(repeats):
+                    p = pipetrain_run(binary, model, threads, warmup, steps, work, env)
+                    rates["pipetrain"].append(p["samples_per_s"])
+                    params["pipetrain"] = p["params"]
+                    for col in columns:
+                        # quick: every candidate once, the best kept
+                        best = 0.0
+                        for c in chosen[col.name]:
+                            t = col.run(model, threads, warmup, steps, c)
+                            params[col.name] = t["params"]
+                            best = max(best, t["samples_per_s"])
+                        rates[col.name].append(best)
+                if len(set(params.values())) != 1:
+                    sys.exit("parameter counts differ for %s: %s" % (model, params))
+                med = {k: statistics.median(v) for k, v in rates.items()}
+                best_new = max(med[c.name] for c in columns if not c.debian)
+                results.append((model, threads, params["pipetrain"], med, best_new,
+                                {k: chosen[k][0] for k in chosen}, noted))
+                print("%s, %d thread%s: %s parameters each; %s" % (
+                    model, threads, "" if threads == 1 else "s", params["pipetrain"],
+                    ", ".join("%s %.0f" % (k, v) for k, v in med.items())), flush=True)
+                for n in noted:
+                    print("  selection (samples/s): " + n, flush=True)
+
+    heads = ["pipetrain"] + [c.name for c in columns]
+    print()
+    print("| model | threads | params | " + " | ".join(h + " samples/s" for h in heads) +
+          " | pipetrain / best torch %s |" % args.torch)
+    print("|" + " --- |" * (len(heads) + 4))
+    ratios = []
+    for model, threads, n, med, best_new, chose, _ in results:
+        ratios.append(med["pipetrain"] / best_new)
+        print("| %s | %d | %d | %s | %.2f |" % (model, threads, n, " | ".join(
+            "%.0f" % med[h] for h in heads), ratios[-1]))
+    print()
+    if not args.quick:
+        for model, threads, _, _, _, chose, _ in results:
+            print("%s, %d thread%s: %s" % (model, threads, "" if threads == 1 else "s", "; ".join(
+                "%s: %s attention, %s" % (k, a, words(s)) for k, (a, s) in chose.items())))
+    print("min ratio %.2f" % min(ratios))
+
+
+if __name__ == "__main__":
+    main()

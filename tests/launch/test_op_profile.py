@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""run.profile_ops (nn/op_profile.c, launch/op_report.c) times the ops and
+changes nothing else:
+
+  bits_unchanged_*   a run with the op timing on trains to the same bits as
+                     one with it off: the same loss, gradient norm and
+                     learning rate at every step and the same unit files
+                     (parameters and AdamW moments) at the end; ViT and GPT,
+                     1 and 2 threads
+  totals_*           RUN_DIR/op_profile-rank0.json is whole and adds up: the
+                     ops' seconds sum to ops_s, which is inside the step's
+                     wall time and most of it (a model big enough that the
+                     ops, not the host's loop, take the step; up to 3 tries
+                     on a busy machine), the recorded
+                     steps are the run's but the first 3, the nominal FLOPs
+                     of one linear are what its shape says, every op the
+                     model runs per step shows up, and a measured peak is
+                     there with how it was measured
+
+usage: test_op_profile.py PIPETRAIN_BINARY
+"""
+import json
+import os
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+from cli_util import check  # noqa: E402
+
+STEPS = 10
+
+
+def train(h, name, kind, **keys):
+    run_dir = h.path(name)
+    cfg = U.write_config(h, name + ".yaml", U.tiny(kind, run_dir, **{
+        "train.max_steps": str(STEPS), "train.checkpoint_every": str(STEPS), **keys}))
+    r = h.run(["train", cfg]).expect(0, "training " + name)
+    return run_dir, r
+
+
+def steps_of(run_dir):
+    steps, _ = U.metrics(run_dir)
+    return [(s["step"], s["loss"], s["grad_norm"], s["lr"]) for s in steps]
+
+
+def bits_case(kind, threads):
+    def t(h):
+        off, _ = train(h, "off", kind, **{"run.threads": threads})
+        on, r = train(h, "on", kind, **{"run.threads": threads, "run.profile_ops": "true"})
+        check("op timing over" in r.err, "no op table on the progress stream\n%s", r.describe())
+        check(os.path.isfile(os.path.join(on, "op_profile-rank0.json")), "no op_profile-rank0.json")
+        check(not os.path.exists(os.path.join(off, "op_profile-rank0.json")),
+              "op_profile-rank0.json written with run.profile_ops false")
+        a, b = steps_of(off), steps_of(on)
+        check(len(a) == STEPS and a == b, "the steps differ with the op timing on:\n%s\n%s", a, b)
+        ua = U.unit_files(U.ckpt(off, STEPS))
+        ub = U.unit_files(U.ckpt(on, STEPS))
+        check([os.path.basename(p) for p in ua] == [os.path.basename(p) for p in ub],
+              "different unit files: %s vs %s", ua, ub)
+        for x, y in zip(ua, ub):
+            check(U.unit_records(x) == U.unit_records(y), "%s differs with the op timing on",
+                  os.path.basename(x))
+    return t
+
+
+def test_totals_vit(h):
+    # big enough that the ops take nearly all of a step (99% on a quiet
+    # machine); beside other busy processes the wall time outside ops can
+    # grow to half the step, so the run is tried up to 3 times for that bound
+    d, layers, batch, tokens = 64, 2, 32, 17
+    for attempt in range(3):
+        run_dir, r = train(h, "vit%d" % attempt, "vit", **{
+            "run.profile_ops": "true", "model.dim": str(d), "model.layers": str(layers),
+            "model.heads": "4", "model.patch": "4", "data.image_size": "16",
+            "data.synthetic_examples": "320", "train.batch": str(batch)})
+        with open(os.path.join(run_dir, "op_profile-rank0.json")) as f:
+            p = json.load(f)
+        if p["ops_s"] >= 0.5 * p["step_s"]:
+            break
+    check(p["format"] == "pipetrain-op-profile-1", "format %r", p["format"])
+    check(p["steps"] == STEPS - 3, "recorded %d steps of %d, expected all but the first 3",
+          p["steps"], STEPS)
+    ops = p["ops"]
+    total = sum(o["s_per_step"] for o in ops)
+    check(abs(total - p["ops_s"]) <= 1e-9 + 1e-6 * total, "ops sum to %r, ops_s says %r",
+          total, p["ops_s"])
+    # the ops run inside the step: their time is at most its wall time (and
+    # clock reads), and on a model this size most of it
+    check(p["ops_s"] <= p["step_s"] * 1.001 + 1e-5, "ops take %.6f s of a %.6f s step",
+          p["ops_s"], p["step_s"])
+    check(p["ops_s"] >= 0.5 * p["step_s"], "ops take only %.6f s of a %.6f s step",
+          p["ops_s"], p["step_s"])
+    times = [o["s_per_step"] for o in ops]
+    check(times == sorted(times, reverse=True), "ops not sorted by time")
+    names = {o["op"] for o in ops}
+    for want in ("linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd",
+                 "gelu_bwd", "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd",
+                 "vit_assemble_bwd", "cross_entropy", "adamw", "sumsq"):
+        check(want in names, "no %s among the ops: %s", want, sorted(names))
+    # the fused QKV projection: rows x 3d x d, once per block
+    rows = batch * tokens
+    qkv = [o for o in ops if o["op"] == "linear_fwd" and o["shape"].startswith(
+        "%dx%d . %dx%d^T" % (rows, d, 3 * d, d))]
+    check(len(qkv) == 1, "no single QKV linear_fwd row: %s", [o["shape"] for o in ops])
+    q = qkv[0]
+    check(q["calls_per_step"] == layers, "QKV linear ran %r times a step", q["calls_per_step"])
+    want = layers * (2.0 * rows * 3 * d * d + rows * 3 * d)
+    check(abs(q["flops_per_step"] - want) <= 1e-9 * want, "QKV FLOPs %r, expected %r",
+          q["flops_per_step"], want)
+    check(p["peak_flops"] > 1e8 and "FMA" in p["peak_how"], "peak %r (%s)", p["peak_flops"],
+          p["peak_how"])
+    check("| op | shape | calls/step | ms/step |" in r.err, "no table header\n%s", r.describe())
+
+
+def test_eval_untouched(h):
+    """eval runs no training steps: the key is accepted and writes nothing."""
+    run_dir, _ = train(h, "eval", "vit", **{"run.profile_ops": "true"})
+    os.unlink(os.path.join(run_dir, "op_profile-rank0.json"))
+    cfg = os.path.join(h.dir, "eval.yaml")
+    h.run(["eval", cfg]).expect(0, "eval")
+    check(not os.path.exists(os.path.join(run_dir, "op_profile-rank0.json")),
+          "eval wrote an op profile")
+
+
+CASES = {
+    "bits_unchanged_vit_1_thread": bits_case("vit", "1"),
+    "bits_unchanged_vit_2_threads": bits_case("vit", "2"),
+    "bits_unchanged_gpt_2_threads": bits_case("gpt", "2"),
+}
+
+
+def tests():
+    out = []
+    for name, t in CASES.items():
+        t.__name__ = "test_" + name
+        out.append(t)
+    return out + [test_totals_vit, test_eval_untouched]
+
+
+if __name__ == "__main__":
+    sys.exit(U.main(tests(), sys.argv, workers=3))
