@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+/* spins of a waiting OpenMP thread before it sleeps (libgomp's default: 300,000) */
+#define PT_GOMP_SPINCOUNT "10000"
 
 #define PT_VERSION "0.2.0"
 
@@ -363,6 +367,24 @@ static int cmd_export(int argc, char **argv)
     return rc ? report(NULL, rc, &err) : 0;
 }
 
+/* libgomp (our OpenMP runtime, and OpenBLAS's thread pool) lets a waiting
+ * thread spin for about 300,000 iterations before it sleeps. Beside other
+ * busy processes those spins take the time slices the working threads need:
+ * a 2-thread run then burns many times the CPU time of a quiet one (README,
+ * "Beside other work"). libgomp reads its setting once, when it is loaded,
+ * before main, so the only way to change it for this process is to set it
+ * and start again: execv keeps the pid, the arguments and the environment,
+ * and happens before MPI starts, so mpirun sees nothing of it. A setting the
+ * user made (OMP_WAIT_POLICY or GOMP_SPINCOUNT) is left alone; if the exec
+ * fails the run goes on with libgomp's defaults. Results do not depend on it. */
+static void bounded_openmp_spinning(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("GOMP_SPINCOUNT", PT_GOMP_SPINCOUNT, 1) == 0)
+        execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -390,6 +412,7 @@ int main(int argc, char **argv)
         return usage_error("unknown command '%s'", cmd);
     if (argc < 3)
         return usage_error("%s needs a config file", cmd);
+    bounded_openmp_spinning(argv);
     /* before MPI starts: mpirun forwards a stop signal as soon as it gets it */
     if (run_cmd == cmd_train)
         pt_catch_stop_signals();

@@ -105,10 +105,15 @@ class Harness:
         return os.path.join(self.dir, *parts)
 
     def run(self, args, cwd=None, timeout=240, env=None):
-        """Runs the binary with args; fails on a sanitizer report or a timeout."""
+        """Runs the binary with args; fails on a sanitizer report or a timeout.
+        env: variables to set, or to remove where the value is None."""
         cmd = [self.binary] + [str(a) for a in args]
         full_env = sanitizer_env()
-        full_env.update(env or {})
+        for k, v in (env or {}).items():
+            if v is None:
+                full_env.pop(k, None)
+            else:
+                full_env[k] = v
         self.runs += 1
         try:
             p = subprocess.run(cmd, cwd=cwd or self.dir, capture_output=True, text=True,

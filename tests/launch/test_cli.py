@@ -330,6 +330,22 @@ def test_plan_writes_nothing(h):
     check(not os.path.exists(run_dir), "plan created run.dir")
 
 
+def test_openmp_spin_count(h):
+    """With neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY set, pipetrain starts
+    itself again with GOMP_SPINCOUNT=10000 (launch/main.c), so waiting threads
+    soon sleep instead of spinning; what the user set is kept. `plan` says
+    which setting the process runs with."""
+    cfg = U.write_config(h, "c.yaml", tiny_keys("vit", h.path("run"), **{"run.threads": "2"}))
+    cases = [({"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, "GOMP_SPINCOUNT=10000"),
+             ({"GOMP_SPINCOUNT": "123", "OMP_WAIT_POLICY": None}, "GOMP_SPINCOUNT=123"),
+             ({"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "passive"}, "OMP_WAIT_POLICY=passive")]
+    for env, want in cases:
+        r = h.run(["plan", cfg], env=env).expect(0)
+        line = next((l for l in r.out.splitlines() if l.startswith("waiting threads:")), None)
+        check(line == "waiting threads: " + want, "with %s: plan says %r, wanted %r", env, line,
+              "waiting threads: " + want)
+
+
 def gpu_visible():
     return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl"))
 
@@ -388,7 +404,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
-           test_device_cuda_without_gpu,
+           test_device_cuda_without_gpu, test_openmp_spin_count,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
