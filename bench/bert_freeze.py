@@ -396,7 +396,7 @@ def main():
 
     lengths = token_lengths(binary, train_v + test_v, work)
     batch = 32  # configs/bert_finetune.yaml
-    steps = args.epochs * -(-args.train // batch)
+    steps = args.epochs * (args.train // batch)  # a last partial batch is dropped
     # cached activations: one context x 384 float32 row block per verse (training and test), with room to spare
     cache_gib = max(1, math.ceil(1.5 * (args.train + args.test) * args.context * 384 * 4 / 2**30))
     title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, %d threads; "
