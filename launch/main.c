@@ -381,8 +381,16 @@ static void bounded_openmp_spinning(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return;
+    /* the binary's own path, not /proc/self/exe: the process's name (comm,
+     * what ps, top and pkill show) comes from the path executed */
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || (size_t)n >= sizeof self - 1)
+        return;
+    self[n] = '\0';
     if (setenv("GOMP_SPINCOUNT", PT_GOMP_SPINCOUNT, 1) == 0)
-        execv("/proc/self/exe", argv);
+        execv(self, argv);
+    unsetenv("GOMP_SPINCOUNT"); /* not run again: say so truthfully (plan prints it) */
 }
 
 int main(int argc, char **argv)
