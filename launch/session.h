@@ -9,7 +9,7 @@
 #ifndef PT_LAUNCH_SESSION_H
 #define PT_LAUNCH_SESSION_H
 
-#include "launch/config.h"
+#include "config/config.h"
 #include "launch/progress.h"
 #include "train/train.h"
 

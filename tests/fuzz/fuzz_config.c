@@ -1,5 +1,5 @@
 /*
- * fuzz_config.c: libFuzzer target for the config reader (launch/config.c).
+ * fuzz_config.c: libFuzzer target for the config reader (config/config.c).
  *
  * Input: YAML text, optionally followed by a NUL byte and `--set`
  * assignments separated by NUL bytes ("key=value"), so one input exercises
@@ -15,7 +15,7 @@
  */
 #include "tests/fuzz/fuzz_util.h"
 
-#include "launch/config.h"
+#include "config/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@ and the demo configs.
 - `--help` / `-h` print the usage on stdout and exit 0; no arguments print it
   on stderr and exit 2; `--version` prints "pipetrain X.Y.Z".
 - `keys` prints a Markdown table with one row per key of the schema
-  (launch/config_schema.c, read here as text), the same keys a checkpoint's
+  (config/schema.c, read here as text), the same keys a checkpoint's
   config record holds, and every default it shows is accepted back from YAML;
   it takes no arguments.
 - `export` writes safetensors (parsed here with json + struct) holding every
@@ -36,9 +36,9 @@ D, LAYERS, HEADS, PATCH, SIZE, CLASSES, CONTEXT = 16, 2, 2, 4, 8, 4, 16
 
 
 def schema_keys():
-    with open(os.path.join(U.REPO, "launch", "config_schema.c")) as f:
+    with open(os.path.join(U.REPO, "config", "schema.c")) as f:
         keys = re.findall(r'\{"([a-z_0-9]+\.[a-z_0-9]+)",\s*PT_K_', f.read())
-    check(len(keys) > 40, "found only %d keys in launch/config_schema.c", len(keys))
+    check(len(keys) > 40, "found only %d keys in config/schema.c", len(keys))
     return keys
 
 

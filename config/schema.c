@@ -1,10 +1,10 @@
 /*
- * config_schema.c: the table of every configuration key: where it lives in
+ * schema.c: the table of every configuration key: where it lives in
  * pt_config, its type, what values it allows, its default and its one-line
  * documentation. config.c reads YAML and overrides through this table only;
  * `pipetrain keys` prints it as the README's key reference.
  */
-#include "launch/config_schema.h"
+#include "config/schema.h"
 
 #include "balance/balance.h"
 

@@ -1,11 +1,11 @@
 /*
- * config_yaml.c: reading a configuration from YAML, through libyaml's
+ * yaml.c: reading a configuration from YAML, through libyaml's
  * document API (which keeps line numbers). Every key goes through the schema
  * (pt_config_set_value), so YAML, `--set` and checkpoints' stored configs
  * accept the same values with the same messages: "FILE:LINE: KEY: problem;
  * allowed: ...".
  */
-#include "launch/config_schema.h"
+#include "config/schema.h"
 
 #include <errno.h>
 #include <stdio.h>

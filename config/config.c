@@ -1,13 +1,13 @@
 /*
  * config.c: the configuration values themselves. Every value, whether it
- * comes from YAML (config_yaml.c), a `--set key=value` override or a default,
+ * comes from YAML (yaml.c), a `--set key=value` override or a default,
  * is parsed by pt_config_set_value() against its schema row, so all three
  * accept the same text with the same messages; cross-key rules are checked
- * afterwards (config_check.c). Every error names where the value came from,
+ * afterwards (check.c). Every error names where the value came from,
  * the key and what is allowed, so the user can fix it without reading this
  * file. Also here: writing the config back as YAML, and the key table.
  */
-#include "launch/config_schema.h"
+#include "config/schema.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,10 +1,10 @@
 /*
- * config_check.c: the rules between keys, and the input files that must
+ * check.c: the rules between keys, and the input files that must
  * exist, checked once after the YAML file and every `--set` override were
  * applied. Each message names where the key it blames was set (FILE:LINE,
  * --set, or the default), what is wrong and what would be allowed.
  */
-#include "launch/config_schema.h"
+#include "config/schema.h"
 
 #include "data/data.h"
 

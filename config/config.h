@@ -1,14 +1,14 @@
 /*
- * config.h (internal to launch/): the run configuration, read from YAML and
- * `--set key=value` overrides.
+ * config.h: the run configuration, read from YAML and `--set key=value`
+ * overrides, validated, and written back (the public header of config/).
  *
- * Every key is one row of a schema table (config_schema.c): its type, range or
+ * Every key is one row of a schema table (schema.c): its type, range or
  * allowed words, default and one line of documentation. Parsing, range
  * checks, error messages and `pipetrain keys` (the README's key table) all
  * come from that table, so they cannot disagree.
  */
-#ifndef PT_LAUNCH_CONFIG_H
-#define PT_LAUNCH_CONFIG_H
+#ifndef PT_CONFIG_CONFIG_H
+#define PT_CONFIG_CONFIG_H
 
 #include "nn/nn.h"
 

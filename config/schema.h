@@ -1,13 +1,12 @@
 /*
- * config_schema.h (internal to the config files of launch/): one row per
- * configuration key, and the helpers config.c, config_yaml.c and
- * config_check.c share. See config_schema.c for the table and config.c for
- * how it is applied.
+ * schema.h (internal to config/): one row per configuration key, and the
+ * helpers config.c, yaml.c and check.c share. See schema.c for the table and
+ * config.c for how it is applied.
  */
-#ifndef PT_LAUNCH_CONFIG_SCHEMA_H
-#define PT_LAUNCH_CONFIG_SCHEMA_H
+#ifndef PT_CONFIG_SCHEMA_H
+#define PT_CONFIG_SCHEMA_H
 
-#include "launch/config.h"
+#include "config/config.h"
 
 #include <stddef.h>
 
