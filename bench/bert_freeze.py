@@ -13,11 +13,18 @@ and with each freeze setting, one after the other in this run of the script:
                       blocks frozen before the first step (freeze.start 0,
                       freeze.max_depth d), the rest trained throughout, cache
                       on: the usual way of fine-tuning with a frozen bottom
+  staged a:e for each of --staged: the schedule at alpha a with its first
+                      decision before the first step and the next ones every
+                      e epochs (freeze.start 0, freeze.every e), cache on: a
+                      frozen bottom from the start, then more of the encoder
+                      once the top has adapted (alpha 0.5, every 3: the bottom
+                      3 blocks, then 5 after epoch 3)
 
 Freeze decisions (but the bottom-d runs') come after epoch --start and every
 --every epochs after it.
 Everything else is the demo config: same data order, same learning-rate
-schedule (linear warm-up and decay over the run's steps); freezing only
+schedule (linear warm-up and decay over the run's steps) with the peak
+learning rate --lr in every run (the demo config's is 5e-5); freezing only
 removes work. Each run evaluates on the whole test subset after every epoch
 (train.eval_every 1, train.eval_examples 0; with the cache on, the frozen
 prefix of the test verses is cached too) and saves one checkpoint, at the end
@@ -52,8 +59,9 @@ test of every path in a minute or two (its accuracies mean nothing). The full ru
 on the 2-core development machine.
 
 usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
-                      [--context 32] [--threads 2] [--alphas 0.33,0.5,0.7]
-                      [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4] [--start 1]
+                      [--context 32] [--threads 2] [--lr 5e-5] [--alphas 0.33,0.5,0.7]
+                      [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4]
+                      [--staged 0.5:3] [--start 1]
                       [--every 1] [--data-seed 1] [--out DIR] [--plot PNG]
                       [--venv DIR] [--quick]"""
 import argparse
@@ -169,6 +177,10 @@ def settings(args):
                      {"freeze.policy": "schedule", "freeze.alpha": 0.9, "freeze.start": 0,
                       "freeze.every": 1, "freeze.unit": "epoch", "freeze.max_depth": d,
                       "cache.enabled": "true"}))
+    for a, e in args.staged:
+        runs.append(("schedule %s from the start, every %d epoch%s, cache" % (a, e, "s" if e > 1 else ""), "staged-%s-%d-cache" % (a, e),
+                     {"freeze.policy": "schedule", "freeze.alpha": a, "freeze.start": 0, "freeze.every": e,
+                      "freeze.unit": "epoch", "cache.enabled": "true"}))
     return runs
 
 
@@ -179,7 +191,7 @@ def train(args, binary, work, files, slug, extra, cache_gib):
             "data.test_file": files[1], "model.context": args.context, "train.epochs": args.epochs,
             "train.max_steps": 0,  # the whole epochs, whatever the config stops at
             "train.eval_every": 1, "train.eval_examples": 0,
-            "train.checkpoint_every": 10**15, "train.keep_checkpoints": 1,
+            "train.checkpoint_every": 10**15, "train.lr": args.lr, "train.keep_checkpoints": 1,
             # one process: one stage, one replica, one micro-batch in every run
             "pipeline.stages": 1, "pipeline.replicas": 1, "pipeline.microbatches": 1,
             "cache.memory_gib": cache_gib}
@@ -351,10 +363,13 @@ def main():
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--context", type=int, default=32, help="model.context in tokens, [CLS] and [SEP] included")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", default="5e-5", help="train.lr (the peak learning rate) of every run")
     ap.add_argument("--alphas", default="0.33,0.5,0.7", help="schedule alphas, cache on")
     ap.add_argument("--auto-alpha", default="0.5", help="the auto policy's bound ('' = no auto run)")
     ap.add_argument("--nocache-alpha", default="0.5", help="a schedule run without the cache ('' = none)")
     ap.add_argument("--bottom", default="2,4", help="runs with this many blocks frozen from the start ('' = none)")
+    ap.add_argument("--staged", default="", help="ALPHA:EVERY,...: schedule runs decided from the start, "
+                    "then every EVERY epochs ('' = none)")
     ap.add_argument("--start", type=int, default=1, help="first freeze decision after this many epochs")
     ap.add_argument("--every", type=int, default=1, help="then one every this many epochs")
     ap.add_argument("--data-seed", type=int, default=1, help="seed of the training and test subsets")
@@ -367,6 +382,11 @@ def main():
         args.train, args.test, args.epochs, args.context = 256, 128, 4, 16
     args.alphas = [a.strip() for a in args.alphas.split(",") if a.strip()]
     args.bottom = [int(d) for d in args.bottom.split(",") if d.strip()]
+    try:
+        args.staged = [(a.split(":")[0].strip(), int(a.split(":")[1])) for a in args.staged.split(",") if a.strip()]
+        float(args.lr)
+    except (ValueError, IndexError):
+        fail("--staged wants ALPHA:EVERY[,ALPHA:EVERY...] and --lr a number")
     binary = os.path.abspath(args.pipetrain)
     if not os.access(binary, os.X_OK):
         fail("%s is not an executable" % binary)
@@ -399,9 +419,9 @@ def main():
     steps = args.epochs * (args.train // batch)  # a last partial batch is dropped
     # cached activations: one context x 384 float32 row block per verse (training and test), with room to spare
     cache_gib = max(1, math.ceil(1.5 * (args.train + args.test) * args.context * 384 * 4 / 2**30))
-    title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, %d threads; "
-             "freezing decided after epoch %d, then every %d" % (args.train, args.test, args.context,
-                                                                 args.epochs, args.threads, args.start, args.every))
+    title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, peak lr %s, "
+             "%d threads; freezing decided after epoch %d, then every %d (but the runs decided from the start)"
+             % (args.train, args.test, args.context, args.epochs, args.lr, args.threads, args.start, args.every))
     print(title)
     print("subsets (stratified by label, seed %d): %s" % (args.data_seed, ", ".join(
         "%s %d/%d" % (l, a, b) for l, (a, b) in sorted(per_label.items()))))
