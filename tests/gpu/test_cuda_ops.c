@@ -314,6 +314,31 @@ static void gelu_all(void)
 
 /* ------------------------------------------------------------- attention */
 
+/* Dropout's example ids (int64) on both backends: mul * b + add for example b. */
+typedef struct idpair {
+    void *c, *g;
+} idpair;
+
+static idpair ids_new(gpu_pair *P, int n, int64_t mul, int64_t add)
+{
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    CU_ASSERT_FATAL(ids != NULL);
+    for (int b = 0; b < n; b++)
+        ids[b] = mul * b + add;
+    idpair t = {pt_backend_alloc(P->cpu, (size_t)n * sizeof *ids), pt_backend_alloc(P->gpu, (size_t)n * sizeof *ids)};
+    CU_ASSERT_FATAL(t.c && t.g);
+    P->cpu->ops->upload(P->cpu, t.c, ids, (size_t)n * sizeof *ids);
+    P->gpu->ops->upload(P->gpu, t.g, ids, (size_t)n * sizeof *ids);
+    free(ids);
+    return t;
+}
+
+static void ids_free(gpu_pair *P, idpair *t)
+{
+    pt_backend_free(P->cpu, t->c);
+    pt_backend_free(P->gpu, t->g);
+}
+
 /* What padded keys and values hold in a masked case (no output may depend on it). */
 enum { PAD_RANDOM, PAD_HUGE, PAD_NAN };
 
@@ -337,14 +362,8 @@ static void attention_case_drop(gpu_pair *pp, int n, int T, int H, int hd, int c
         lp = ip_new(&P, lens, (size_t)n);
     const int32_t *lc = lens ? lp.c : NULL, *lg = lens ? lp.g : NULL;
     /* dropout on the probabilities: the examples' ids on both backends */
-    int64_t *ids = malloc((size_t)n * sizeof *ids);
-    void *ids_c = pt_backend_alloc(P.cpu, (size_t)n * sizeof *ids), *ids_g = pt_backend_alloc(P.gpu, (size_t)n * sizeof *ids);
-    CU_ASSERT_FATAL(ids && ids_c && ids_g);
-    for (int b = 0; b < n; b++)
-        ids[b] = 77 * b + 5;
-    P.cpu->ops->upload(P.cpu, ids_c, ids, (size_t)n * sizeof *ids);
-    P.gpu->ops->upload(P.gpu, ids_g, ids, (size_t)n * sizeof *ids);
-    const pt_dropout drop_c = {p, pt_dropout_key(9, 3, 1, 0), ids_c}, drop_g = {p, drop_c.key, ids_g};
+    idpair ids = ids_new(&P, n, 77, 5);
+    const pt_dropout drop_c = {p, pt_dropout_key(9, 3, 1, 0), ids.c}, drop_g = {p, drop_c.key, ids.g};
     const pt_dropout *dc = p > 0 ? &drop_c : NULL, *dg = p > 0 ? &drop_g : NULL;
     char what[160];
     const char *padding = !lens ? "" : pad == PAD_NAN ? " (NaN padding)" : pad == PAD_HUGE ? " (huge padding)" : "";
@@ -418,9 +437,7 @@ static void attention_case_drop(gpu_pair *pp, int n, int T, int H, int hd, int c
     }
     pt_backend_free(P.cpu, pc);
     pt_backend_free(P.gpu, pg);
-    pt_backend_free(P.cpu, ids_c);
-    pt_backend_free(P.gpu, ids_g);
-    free(ids);
+    ids_free(&P, &ids);
     tp_free(&P, &qkv);
     tp_free(&P, &out);
     tp_free(&P, &dout);
@@ -531,14 +548,8 @@ static void attention_all(void)
 static void dropout_case(gpu_pair *pp, int n, size_t per, double p, int add_mode, int in_place)
 {
     gpu_pair P = *pp;
-    int64_t *ids = malloc((size_t)n * sizeof *ids);
-    void *ids_c = pt_backend_alloc(P.cpu, (size_t)n * sizeof *ids), *ids_g = pt_backend_alloc(P.gpu, (size_t)n * sizeof *ids);
-    CU_ASSERT_FATAL(ids && ids_c && ids_g);
-    for (int b = 0; b < n; b++)
-        ids[b] = 1000003 * b + 11;
-    P.cpu->ops->upload(P.cpu, ids_c, ids, (size_t)n * sizeof *ids);
-    P.gpu->ops->upload(P.gpu, ids_g, ids, (size_t)n * sizeof *ids);
-    const pt_dropout dc = {p, pt_dropout_key(4, 5, 6, 1), ids_c}, dg = {p, dc.key, ids_g};
+    idpair ids = ids_new(&P, n, 1000003, 11);
+    const pt_dropout dc = {p, pt_dropout_key(4, 5, 6, 1), ids.c}, dg = {p, dc.key, ids.g};
     const size_t total = (size_t)n * per;
     tpair x = tp_new(&P, total, 0), y = tp_new(&P, total, 0), add = tp_new(&P, total, 0);
     tp_fill(&P, &x, -2, 2);
@@ -562,9 +573,7 @@ static void dropout_case(gpu_pair *pp, int n, size_t per, double p, int add_mode
     tp_free(&P, &x);
     tp_free(&P, &y);
     tp_free(&P, &add);
-    pt_backend_free(P.cpu, ids_c);
-    pt_backend_free(P.gpu, ids_g);
-    free(ids);
+    ids_free(&P, &ids);
 }
 
 static void dropout_all(void)

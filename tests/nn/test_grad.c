@@ -251,14 +251,16 @@ static void bert_drop_mlp(void) { check_unit_range(bert_drop_arch(), 2, 1); }
 static void bert_drop_head(void) { check_unit_range(bert_drop_arch(), 5, 1); }
 static void bert_drop_whole_model(void) { check_unit_range(bert_drop_arch(), 0, 6); }
 static void bert_drop_middle_segment(void) { check_unit_range(bert_drop_arch(), 1, 3); }
-static void bert_drop_attn_long_sequence(void)
+/* T above the attention block width, head size 16 (a specialised path) */
+static pt_arch long_sequence(pt_arch a)
 {
-    pt_arch a = bert_drop_arch();
     a.dim = 32;
     a.context = 21;
     a.positions = 21;
-    check_unit_range(a, 1, 1);
+    return a;
 }
+
+static void bert_drop_attn_long_sequence(void) { check_unit_range(long_sequence(bert_drop_arch()), 1, 1); }
 /* each rate alone, so neither site's backward hides behind the other's */
 static void bert_drop_attn_sites_alone(void)
 {
@@ -352,15 +354,7 @@ static void dropout_op(void)
     pt_backend_close(be);
 }
 
-/* T above the attention block width, head size 16 (a specialised path) */
-static void bert_attn_long_sequence(void)
-{
-    pt_arch a = bert_arch();
-    a.dim = 32;
-    a.context = 21;
-    a.positions = 21;
-    check_unit_range(a, 1, 1);
-}
+static void bert_attn_long_sequence(void) { check_unit_range(long_sequence(bert_arch()), 1, 1); }
 
 /* T > the attention block width (16) and a head size of 16: the kernels' padded
  * and specialised paths, which the small models above do not reach */
