@@ -40,11 +40,12 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
     float *host = malloc((act + (size_t)n * (pt_arch_input_floats(a) + 1)) * sizeof *host);
     int32_t *ints = malloc((size_t)n * T * sizeof *ints);
     int32_t *targets = malloc((size_t)n * T * sizeof *targets);
+    int64_t *ids = malloc((size_t)n * sizeof *ids); /* dropout's identity of the examples */
     void *x = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *y = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *dy = pt_backend_alloc(be, act * pt_backend_act_size(be));
     void *dx = pt_backend_alloc(be, act * pt_backend_act_size(be));
-    if (!host || !ints || !targets || !x || !y || !dy || !dx) {
+    if (!host || !ints || !targets || !ids || !x || !y || !dy || !dx) {
         rc = pt_fail(err, PT_ENOMEM, "out of memory profiling unit %d", u);
         goto done;
     }
@@ -67,7 +68,9 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
     if ((rc = pt_segment_init_params(s, err)))
         goto done;
     const int first = u == 0, last = u == pt_arch_units(a) - 1;
-    pt_batch batch = {n, host + act, ints, targets};
+    for (int i = 0; i < n; i++)
+        ids[i] = i;
+    pt_batch batch = {n, host + act, ints, targets, ids, 0}; /* dropout (bert) is timed too */
     pt_segment_set_loss_scale(s, 1.0 / n);
     enum { MAX_REPS = 9 };
     double tf[MAX_REPS], tb[MAX_REPS];
@@ -103,6 +106,7 @@ done:
     free(host);
     free(ints);
     free(targets);
+    free(ids);
     pt_backend_free(be, x);
     pt_backend_free(be, y);
     pt_backend_free(be, dy);

@@ -194,7 +194,8 @@ def train(args, binary, work, files, slug, extra, cache_gib):
             "train.checkpoint_every": 10**15, "train.lr": args.lr, "train.keep_checkpoints": 1,
             # one process: one stage, one replica, one micro-batch in every run
             "pipeline.stages": 1, "pipeline.replicas": 1, "pipeline.microbatches": 1,
-            "cache.memory_gib": cache_gib}
+            "cache.memory_gib": cache_gib,
+            "model.dropout": args.dropout, "model.attention_dropout": args.dropout}
     sets.update(extra)
     cmd = [binary, "train", CONFIG]
     for k, v in sets.items():
@@ -364,6 +365,9 @@ def main():
     ap.add_argument("--context", type=int, default=32, help="model.context in tokens, [CLS] and [SEP] included")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", default="5e-5", help="train.lr (the peak learning rate) of every run")
+    ap.add_argument("--dropout", default="auto",
+                    help="model.dropout and model.attention_dropout (auto: MiniLM's 0.1, the demo's; "
+                         "0: the evaluation form, as the README's figures were measured)")
     ap.add_argument("--alphas", default="0.33,0.5,0.7", help="schedule alphas, cache on")
     ap.add_argument("--auto-alpha", default="0.5", help="the auto policy's bound ('' = no auto run)")
     ap.add_argument("--nocache-alpha", default="0.5", help="a schedule run without the cache ('' = none)")

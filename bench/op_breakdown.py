@@ -37,6 +37,7 @@ KINDS = [  # (kind, ops)
     ("attention", ("attention_fwd", "attention_bwd")),
     ("layernorm", ("layernorm_fwd", "layernorm_bwd")),
     ("gelu", ("gelu_fwd", "gelu_bwd")),
+    ("dropout (bert)", ("dropout",)),
     ("softmax + loss", ("cross_entropy",)),
     ("embed / patch / CLS", ("patchify", "vit_assemble_fwd", "vit_assemble_bwd", "token_embed_fwd",
                              "token_embed_bwd", "copy_rows", "mean_pool_fwd", "mean_pool_bwd")),

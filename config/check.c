@@ -60,6 +60,16 @@ static int model_rules(const pt_config *c, pt_err *err)
         return pt_config_key_fail(c, err, "model.positions",
                                   "%d is fewer than model.context (%d); allowed: at least %d",
                                   c->model.positions, c->model.context, c->model.context);
+    /* dropout is BERT's (nn's bert units); the pre-LN vit and gpt have none */
+    const char *drop_keys[2] = {"model.dropout", "model.attention_dropout"};
+    const double drop[2] = {c->model.hidden_dropout, c->model.attn_dropout};
+    for (int i = 0; i < 2; i++)
+        if (c->model.kind != PT_MODEL_BERT && drop[i] > 0)
+            return pt_config_key_fail(c, err, drop_keys[i],
+                                      "%g, but a %s model (model.kind) has no dropout; allowed "
+                                      "with %s: 0 or auto (bert has dropout)",
+                                      drop[i], pt_config_word("model.kind", c->model.kind),
+                                      pt_config_word("model.kind", c->model.kind));
     if (c->model.dim % c->model.heads)
         return pt_config_key_fail(c, err, "model.heads",
                                   "%d does not divide model.dim (%d); allowed: a divisor of %d",

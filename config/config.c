@@ -102,6 +102,8 @@ static const char *schema_bug(const pt_key_spec *k)
             return "the range includes the value that stands for auto";
         return NULL;
     case PT_K_FLOAT:
+        if ((k->flags & PT_F_AUTO) && k->min <= PT_AUTO)
+            return "the range includes the value that stands for auto";
         return k->min <= k->max ? NULL : "the range is empty";
     case PT_K_ENUM:
         return k->words && k->size == sizeof(int) ? NULL : "an enum needs words and an int field";
@@ -125,7 +127,8 @@ static void allowed(const pt_key_spec *k, char *out, size_t n)
                  (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_FLOAT:
-        snprintf(out, n, "a number %s %g and %s %g", lo, k->min, hi, k->max);
+        snprintf(out, n, "a number %s %g and %s %g%s", lo, k->min, hi, k->max,
+                 (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_BOOL:
         snprintf(out, n, "true or false");
@@ -243,6 +246,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         return 0;
     }
     case PT_K_FLOAT: {
+        if ((k->flags & PT_F_AUTO) && strcmp(text, "auto") == 0) {
+            *(double *)field = PT_AUTO;
+            return 0;
+        }
         errno = 0;
         double v = strtod(text, &end);
         if (errno || end == text || *end || !isfinite(v))
@@ -408,6 +415,10 @@ void pt_config_arch(const pt_config *c, pt_arch *a)
     }
     if (a->kind != PT_MODEL_BERT)
         a->ln_eps = c->model.ln_eps;
+    /* auto: 0 here; for a bert with model.init_from's config.json, the session
+     * puts that file's probabilities in (launch/setup.c) */
+    a->hidden_dropout = c->model.hidden_dropout >= 0 ? c->model.hidden_dropout : 0;
+    a->attn_dropout = c->model.attn_dropout >= 0 ? c->model.attn_dropout : 0;
 }
 
 /* ---------------------------------------------------------------- output */
@@ -426,7 +437,10 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
         snprintf(out, n, "%lld", *(const long long *)field);
         break;
     case PT_K_FLOAT:
-        snprintf(out, n, "%.17g", *(const double *)field);
+        if ((k->flags & PT_F_AUTO) && *(const double *)field == PT_AUTO)
+            snprintf(out, n, "auto");
+        else
+            snprintf(out, n, "%.17g", *(const double *)field);
         break;
     case PT_K_BOOL:
         snprintf(out, n, "%s", *(const int *)field ? "true" : "false");

@@ -71,6 +71,16 @@ const pt_key_spec pt_config_keys[] = {
      "BERT: rows of the token-type table (every token has type 0)"},
     {"model.ln_eps", PT_K_FLOAT, AT(model.ln_eps), 0, 1, NULL, PT_F_MAX_EXCL, "0",
      "LayerNorm epsilon; 0 = 1e-5 for vit and gpt, 1e-12 for bert"},
+    {"model.dropout", PT_K_FLOAT, AT(model.hidden_dropout), 0, 1, NULL, PT_F_MAX_EXCL | PT_F_AUTO,
+     "auto",
+     "bert: dropout probability of the hidden states while training (the embeddings' output, the "
+     "attention and MLP outputs before their residual adds, the pooled vector before the "
+     "classifier; Hugging Face's hidden_dropout_prob); auto = model.init_from's config.json "
+     "(0.1 where it says none), else 0; vit and gpt: 0 (auto)"},
+    {"model.attention_dropout", PT_K_FLOAT, AT(model.attn_dropout), 0, 1, NULL,
+     PT_F_MAX_EXCL | PT_F_AUTO, "auto",
+     "bert: dropout probability of the attention probabilities while training (Hugging Face's "
+     "attention_probs_dropout_prob); auto as model.dropout"},
     /* below 10: nn's pt_arch_check refuses 10 itself */
     {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL | PT_F_MAX_EXCL,
      "0.02", "standard deviation of the normal initialisation of weights"},

@@ -83,6 +83,19 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
         else
             out->ln_eps = json_number_value(e);
     }
+    /* dropout: a training choice, not the weights' shape; auto takes it */
+    out->hidden_dropout = out->attn_dropout = 0.1;
+    const char *drop_field[2] = {"hidden_dropout_prob", "attention_probs_dropout_prob"};
+    double *drop_value[2] = {&out->hidden_dropout, &out->attn_dropout};
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const json_t *e = json_object_get(root, drop_field[i]);
+        if (!e)
+            continue;
+        if (!json_is_number(e) || !(json_number_value(e) >= 0 && json_number_value(e) < 1))
+            rc = pt_fail(err, PT_EINPUT, "%s: %s: must be a number in [0, 1)", path, drop_field[i]);
+        else
+            *drop_value[i] = json_number_value(e);
+    }
     if (rc == 0) {
         const json_t *act = json_object_get(root, "hidden_act");
         if (act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu") != 0))
@@ -366,8 +379,8 @@ static int write_config(const pt_arch *a, const char *path, pt_err *err)
     json_object_set_new(o, "layer_norm_eps", pt_json_number(pt_arch_ln_eps(a)));
     json_object_set_new(o, "hidden_act", json_string("gelu"));
     json_object_set_new(o, "position_embedding_type", json_string("absolute"));
-    json_object_set_new(o, "hidden_dropout_prob", pt_json_number(0.1));
-    json_object_set_new(o, "attention_probs_dropout_prob", pt_json_number(0.1));
+    json_object_set_new(o, "hidden_dropout_prob", pt_json_number(a->hidden_dropout));
+    json_object_set_new(o, "attention_probs_dropout_prob", pt_json_number(a->attn_dropout));
     json_object_set_new(o, "initializer_range", pt_json_number(a->init_std));
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);

@@ -36,12 +36,17 @@
 typedef struct pt_hf_bert_config {
     int hidden, layers, heads, intermediate, vocab, positions, type_vocab, pad_id;
     double ln_eps;
+    /* hidden_dropout_prob, attention_probs_dropout_prob (transformers' 0.1
+     * where the file has none): what model.dropout and
+     * model.attention_dropout's auto take */
+    double hidden_dropout, attn_dropout;
 } pt_hf_bert_config;
 
 /* Reads a config.json. Refused (PT_EINPUT, "PATH: field: problem"): not
  * JSON, model_type other than "bert", a missing or non-integer size, sizes
  * out of range, hidden_act other than "gelu" (the erf GELU), a
- * position_embedding_type other than "absolute". */
+ * position_embedding_type other than "absolute", a dropout probability that
+ * is not a number in [0, 1). */
 int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err);
 
 /* The first difference between the config and the arch, as the pipetrain
@@ -64,9 +69,10 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
 int pt_hf_bert_load(pt_segment *s, const char *weights_path, pt_err *err);
 
 /* Writes the segment's units (the whole model) under Hugging Face's names
- * into dir/model.safetensors and the matching dir/config.json (BertModel),
- * each atomically; dir is created if missing. The classifier goes into
- * model.safetensors as head.fc.weight and head.fc.bias. */
+ * into dir/model.safetensors and the matching dir/config.json (BertModel,
+ * with the dropout probabilities the model trained with), each atomically;
+ * dir is created if missing. The classifier goes into model.safetensors as
+ * head.fc.weight and head.fc.bias. */
 int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err);
 
 #endif

@@ -70,8 +70,19 @@ json_t *pt_ckpt_arch_json(const pt_arch *a)
                             json_integer(*(const int *)((const char *)a + arch_fields[i].off)));
     json_object_set_new(o, "init_std", json_real(a->init_std));
     json_object_set_new(o, "ln_eps", json_real(a->ln_eps));
+    json_object_set_new(o, "hidden_dropout", json_real(a->hidden_dropout));
+    json_object_set_new(o, "attn_dropout", json_real(a->attn_dropout));
     json_object_set_new(o, "seed", json_integer((json_int_t)a->seed));
     return o;
+}
+
+/* A probability in [0, 1) at key, or absent (0: manifests from before
+ * dropout, whose runs had none). */
+static int read_dropout(const json_t *o, const char *key, double *out)
+{
+    const json_t *v = json_object_get(o, key);
+    *out = v ? json_number_value(v) : 0;
+    return !v || (json_is_number(v) && *out >= 0 && *out < 1) ? 0 : -1;
 }
 
 int pt_ckpt_arch_read(const json_t *o, pt_arch *a)
@@ -90,6 +101,9 @@ int pt_ckpt_arch_read(const json_t *o, pt_arch *a)
     if ((a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT && a->kind != PT_MODEL_BERT) ||
         !json_is_number(std) || !json_is_integer(seed) || json_integer_value(seed) < 0 ||
         (eps && !(json_is_number(eps) && json_number_value(eps) >= 0 && json_number_value(eps) < 1)))
+        return -1;
+    if (read_dropout(o, "hidden_dropout", &a->hidden_dropout) ||
+        read_dropout(o, "attn_dropout", &a->attn_dropout))
         return -1;
     a->ln_eps = eps ? json_number_value(eps) : 0;
     a->init_std = json_number_value(std);

@@ -288,7 +288,21 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
     return rc;
 }
 
-static int check_arch(const pt_arch *now, const manifest *m, pt_err *err)
+/* The two numbers as "%g", or "%.17g" when that is needed to tell them apart. */
+static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
+{
+    snprintf(sa, n, "%g", a);
+    snprintf(sb, n, "%g", b);
+    if (strcmp(sa, sb) == 0) {
+        snprintf(sa, n, "%.17g", a);
+        snprintf(sb, n, "%.17g", b);
+    }
+}
+
+/* training: resuming, where the dropout probabilities are part of the run
+ * (a different one would not continue the same training); reading weights
+ * to evaluate or export, they do not matter. */
+static int check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
 {
     pt_arch saved;
     if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), &saved))
@@ -301,18 +315,26 @@ static int check_arch(const pt_arch *now, const manifest *m, pt_err *err)
                        m->dir, field, was, field, is);
     /* the epsilon in use: 0 in either means the default */
     const double a = pt_arch_ln_eps(&saved), b = pt_arch_ln_eps(now);
+    char sa[32], sb[32]; /* short when that tells them apart */
     if (a != b) {
-        char sa[32], sb[32]; /* short when that tells them apart */
-        snprintf(sa, sizeof sa, "%g", a);
-        snprintf(sb, sizeof sb, "%g", b);
-        if (strcmp(sa, sb) == 0) {
-            snprintf(sa, sizeof sa, "%.17g", a);
-            snprintf(sb, sizeof sb, "%.17g", b);
-        }
+        two_numbers(a, b, sa, sb, sizeof sa);
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with model.ln_eps = %s, this config makes "
                        "model.ln_eps = %s", m->dir, sa, sb);
     }
+    const struct {
+        const char *key;
+        double was, is;
+    } drop[2] = {{"model.dropout", saved.hidden_dropout, now->hidden_dropout},
+                 {"model.attention_dropout", saved.attn_dropout, now->attn_dropout}};
+    for (int i = 0; training && i < 2; i++)
+        if (drop[i].was != drop[i].is) {
+            two_numbers(drop[i].was, drop[i].is, sa, sb, sizeof sa);
+            return pt_fail(err, PT_EINPUT,
+                           "checkpoint %s was trained with %s = %s, this config makes %s = %s "
+                           "(auto takes model.init_from's config.json for bert); set it to %s to "
+                           "resume", m->dir, drop[i].key, sa, drop[i].key, sb, sa);
+        }
     return 0;
 }
 
@@ -321,7 +343,7 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     manifest m;
     int rc = manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = check_arch(pt_segment_arch(seg), &m, err)) == 0)
+        if ((rc = check_arch(pt_segment_arch(seg), &m, 0, err)) == 0)
             rc = load_units(seg, &m, 0, err);
         manifest_close(&m);
     }
@@ -373,7 +395,7 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
     memset(&st, 0, sizeof st);
     /* every rank goes through the same collectives whatever fails where */
     int rc = manifest_open(&m, dir, err);
-    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, err)) == 0) {
+    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0) {
         if (st.batch != ss->cfg.train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "

@@ -46,6 +46,34 @@ static int load_init(pt_segment *seg, const pt_config *c, pt_err *err)
     return rc;
 }
 
+/* model.dropout and model.attention_dropout left at auto: 0, except for a
+ * bert whose model.init_from has a config.json beside its weights, which
+ * gives its own hidden_dropout_prob and attention_probs_dropout_prob
+ * (transformers' 0.1 where it names none), as from_pretrained does. A value
+ * set in the config wins over the file's, as a from_pretrained keyword does.
+ * What comes out is the arch's, and the checkpoint records it. */
+static int resolve_dropout(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int hidden_auto = c->model.hidden_dropout == PT_AUTO;
+    const int attn_auto = c->model.attn_dropout == PT_AUTO;
+    if ((!hidden_auto && !attn_auto) || c->model.kind != PT_MODEL_BERT || !*c->model.init_from)
+        return 0;
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
+    pt_hf_bert_config hc;
+    if (pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (!*config)
+        return 0;
+    if (pt_hf_bert_config_read(config, &hc, err))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (hidden_auto)
+        s->arch.hidden_dropout = hc.hidden_dropout;
+    if (attn_auto)
+        s->arch.attn_dropout = hc.attn_dropout;
+    return 0;
+}
+
 static int open_backend(pt_session *r, pt_err *err)
 {
     const int threads = r->threads > 0 ? r->threads : 1;
@@ -613,7 +641,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     const pt_config *c = &s->cfg;
     pt_config_arch(cfg, &s->arch);
     int rc;
-    if ((rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
+    if ((rc = resolve_dropout(s, err)) ||
+        (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
         goto fail;
     if (c->run.threads > 0) {
         s->threads = c->run.threads;

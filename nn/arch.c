@@ -63,6 +63,15 @@ int pt_arch_check(const pt_arch *a, pt_err *err)
     if (!(a->ln_eps >= 0.0 && a->ln_eps <= 1.0))
         return pt_fail(err, PT_EINPUT, "the LayerNorm epsilon is %g; it must be in [0, 1]",
                        a->ln_eps);
+    if (!(a->hidden_dropout >= 0.0 && a->hidden_dropout < 1.0) ||
+        !(a->attn_dropout >= 0.0 && a->attn_dropout < 1.0))
+        return pt_fail(err, PT_EINPUT,
+                       "the dropout probabilities are %g (hidden) and %g (attention); each must "
+                       "be in [0, 1)",
+                       a->hidden_dropout, a->attn_dropout);
+    if (a->kind != PT_MODEL_BERT && (a->hidden_dropout != 0.0 || a->attn_dropout != 0.0))
+        return pt_fail(err, PT_EINPUT, "dropout is %g (hidden) and %g (attention), but only bert "
+                       "has dropout", a->hidden_dropout, a->attn_dropout);
     if ((rc = check_range(err, "model.dim", a->dim, 1, 1 << 16)) ||
         (rc = check_range(err, "model.layers", a->layers, 1, 1024)) ||
         (rc = check_range(err, "model.heads", a->heads, 1, a->dim)) ||

@@ -18,6 +18,7 @@
 #ifndef PT_NN_BACKEND_H
 #define PT_NN_BACKEND_H
 
+#include "nn/dropout.h"
 #include "nn/nn.h"
 
 typedef struct pt_adamw_args {
@@ -27,6 +28,15 @@ typedef struct pt_adamw_args {
     double bias_corr2;    /* 1 - beta2^step */
     double grad_scale;
 } pt_adamw_args;
+
+/* One dropout site of one call (see nn/dropout.h): element e of example b is
+ * kept when pt_dropout_bits(pt_dropout_row(key, ids[b]), e) >=
+ * pt_dropout_threshold(p), and a kept element is scaled by 1 / (1 - p). */
+typedef struct pt_dropout {
+    double p;           /* probability of dropping, in [0, 1) */
+    uint64_t key;       /* pt_dropout_key(seed, step, unit, site) */
+    const int64_t *ids; /* [n] in backend memory: each example's id in its data set */
+} pt_dropout;
 
 typedef struct pt_ops {
     /* memory */
@@ -74,12 +84,18 @@ typedef struct pt_ops {
      * queries see only its keys j < lens[b] (a padding mask; the positions from
      * lens[b] on are padding). Outputs of padded query rows are still written
      * (they attend to the real keys), and the gradients of padded keys and
-     * values are 0. */
+     * values are 0.
+     * drop: NULL, or dropout on the probabilities (BERT's attention dropout):
+     * out = (P * mask / (1 - p)) V, the mask element of example b, head h,
+     * query i, key j being e = (h T + i) T + j. probs still keeps what the
+     * backend keeps without it; backward makes the same mask again from drop
+     * (which must be the forward's). */
     void (*attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
-                          int T, int H, int hd, int causal, const int32_t *lens);
+                          int T, int H, int hd, int causal, const int32_t *lens,
+                          const pt_dropout *drop);
     void (*attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
                           const void *probs, int n, int T, int H, int hd, int causal,
-                          const int32_t *lens);
+                          const int32_t *lens, const pt_dropout *drop);
     /* Mean over each example's first lens[b] positions (lens: int32 [n] in
      * backend memory, 1 <= lens[b] <= T): y[b] = sum_{t < lens[b]} x[b, t] /
      * lens[b], summed in order of t; x [n, T, d], y [n, d]. Backward overwrites
@@ -88,6 +104,13 @@ typedef struct pt_ops {
                           int T, int d);
     void (*mean_pool_bwd)(pt_backend *be, void *dx, const void *dy, const int32_t *lens, int n,
                           int T, int d);
+    /* Inverted dropout over n examples of `per` elements ([n, per] each):
+     * y = add + x * mask / (1 - p) (add may be NULL: y = x * mask / (1 - p)),
+     * the product rounded once into the sum (a fused multiply-add); a dropped
+     * element gives add (or 0). y may alias x or add. Its own backward:
+     * dx = dropout(dy) with add NULL and the forward's drop. */
+    void (*dropout)(pt_backend *be, void *y, const void *x, const void *add, int n, size_t per,
+                    const pt_dropout *drop);
     /* images [n, C, H, W] -> patches [n, (H/p)*(W/p), C*p*p] in (c, py, px) order. */
     void (*patchify)(pt_backend *be, void *patches, const void *images, int n, int C, int H,
                      int W, int p);

@@ -11,7 +11,11 @@
  * the head dimension have constant trip counts.
  *
  * probs [n, H, T, T] holds the softmax probabilities for backward, zero above
- * the diagonal when causal. Each pair writes only its own rows of out and its
+ * the diagonal when causal. With dropout on the probabilities, the forward
+ * multiplies them by the mask into the score scratch before the weighted sum
+ * of values (probs keeps them undropped), and the backward makes the same
+ * dropped probabilities again from the mask's hash: dV takes them, and dP is
+ * the dropped one times the mask. Each pair writes only its own rows of out and its
  * own columns of dqkv, so the result does not depend on the thread count.
  * Nor does a pair's forward depend on the other pairs of the batch: every
  * loop's order and every vector/scalar path is fixed by T and hd (the
@@ -92,6 +96,28 @@ INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int T
             bt[(size_t)c * Tp + j] = rows[(size_t)j * stride + c];
 }
 
+/* Dropout of one (example, head) pair's probabilities: the example's hash
+ * row, the element index of (query 0, key 0), the threshold and the scale
+ * of kept elements; on = 0: none. */
+typedef struct {
+    int on;
+    uint64_t row, base;
+    uint32_t thr;
+    real keep;
+} pair_drop;
+
+/* dst[i] = src[i] * mask(query i, key j) for i < T (the pair's probabilities
+ * of key j are a row of the transposed layout; element (i, j) is base + i T + j). */
+INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int T)
+{
+    const uint64_t e0 = dr->base + (uint64_t)j;
+#pragma omp simd
+    for (int i = 0; i < T; i++)
+        dst[i] = src[i] * (pt_dropout_bits(dr->row, e0 + (uint64_t)i * (uint64_t)T) >= dr->thr
+                               ? dr->keep
+                               : 0);
+}
+
 /* Marks a masked score; exp() of it is then replaced by an exact 0. */
 #define MASKED ((real)-1e30)
 
@@ -103,8 +129,8 @@ INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int T
  * Causal: query i sees keys j <= i, so row j of st starts at column j.
  */
 INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, size_t stride,
-                     int d, int T, int L, int hd, int causal, real *qt, real *st, real *colmax,
-                     real *colsum)
+                     int d, int T, int L, int hd, int causal, const pair_drop *dr, real *qt,
+                     real *st, real *colmax, real *colsum)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const real scale = (real)1 / R_SQRT((real)hd);
@@ -152,9 +178,19 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
     }
     for (int j = L; j < T; j++) /* padded keys: no query sees them */
         memset(pt + (size_t)j * T, 0, (size_t)T * sizeof *pt);
+    /* the weights of the values: the probabilities, or (dropout) the dropped
+     * ones, over the scores they came from */
+    const real *w = pt;
+    size_t wstride = (size_t)T;
+    if (dr->on) {
+        for (int j = 0; j < L; j++)
+            drop_row(st + (size_t)j * Tp, pt + (size_t)j * T, dr, j, T);
+        w = st;
+        wstride = (size_t)Tp;
+    }
     for (int i = 0; i < T; i++) {
         const int nj = causal && i + 1 < L ? i + 1 : L;
-        weighted_rows(out + (size_t)i * out_stride, pt + i, T, base + 2 * d, stride, nj, hd);
+        weighted_rows(out + (size_t)i * out_stride, w + i, wstride, base + 2 * d, stride, nj, hd);
     }
 }
 
@@ -163,10 +199,13 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
  * dP^T[j][i] = v_j . dout_i, dot[i] = sum_j P dP, dS^T = P^T (dP^T - dot) scale,
  * dq_i = sum_j dS^T[j][i] k_j, dk_j = sum_i dS^T[j][i] q_i, dv_j = sum_i P^T[j][i] dout_i;
  * the last two are weighted sums along contiguous rows of dS^T and P^T.
+ * Dropout (mask M, kept elements scaled): v_j . dout_i is the gradient of the
+ * dropped probability, dP = that times M, and dv_j takes the dropped
+ * probabilities (kept in pd); dot and dS are as without it.
  */
 INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const real *probs,
                      const real *base, size_t stride, int d, int T, int L, int hd, int causal,
-                     real *got, real *pt, real *ds, real *dot)
+                     const pair_drop *dr, real *got, real *pt, real *ds, real *dot, real *pd)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const real scale = (real)1 / R_SQRT((real)hd);
@@ -180,6 +219,12 @@ INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const rea
         score_row(row + jb0 * VW, base + (size_t)j * stride + 2 * d, got + jb0 * VW, hd, Tp,
                   nb - jb0, 1);
     }
+    if (dr->on)
+        for (int j = 0; j < L; j++) {
+            real *prow = pd + (size_t)j * Tp, *drow = ds + (size_t)j * Tp;
+            drop_row(prow, pt + (size_t)j * Tp, dr, j, T);
+            drop_row(drow, drow, dr, j, T);
+        }
     for (int i = 0; i < Tp; i++)
         dot[i] = 0;
     for (int j = 0; j < L; j++) {
@@ -203,8 +248,8 @@ INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const rea
         const int i0 = causal ? j : 0;
         weighted_rows(dbase + (size_t)j * stride + d, ds + (size_t)j * Tp + i0, 1,
                       base + (size_t)i0 * stride, stride, T - i0, hd);
-        weighted_rows(dbase + (size_t)j * stride + 2 * d, pt + (size_t)j * Tp + i0, 1,
-                      dout + (size_t)i0 * out_stride, out_stride, T - i0, hd);
+        weighted_rows(dbase + (size_t)j * stride + 2 * d, (dr->on ? pd : pt) + (size_t)j * Tp + i0,
+                      1, dout + (size_t)i0 * out_stride, out_stride, T - i0, hd);
     }
     for (int j = L; j < T; j++) { /* padded keys and values: nothing depends on them */
         memset(dbase + (size_t)j * stride + d, 0, (size_t)hd * sizeof *dbase);
@@ -218,6 +263,20 @@ static int key_count(const int32_t *lens, int b, int T)
     if (!lens)
         return T;
     return lens[b] < 1 ? 1 : lens[b] > T ? T : lens[b];
+}
+
+/* Example b, head h's dropout (none without drop or with p = 0). */
+static pair_drop pair_dropout(const pt_dropout *drop, int b, int h, int T)
+{
+    pair_drop dr = {0, 0, 0, 0, 0};
+    if (drop && drop->p > 0) {
+        dr.on = 1;
+        dr.row = pt_dropout_row(drop->key, drop->ids[b]);
+        dr.base = (uint64_t)h * (uint64_t)T * (uint64_t)T;
+        dr.thr = pt_dropout_threshold(drop->p);
+        dr.keep = (real)(1.0 / (1.0 - drop->p));
+    }
+    return dr;
 }
 
 /* Calls body with HD a compile-time constant for the common head sizes. */
@@ -242,7 +301,8 @@ static int key_count(const int32_t *lens, int b, int T)
     }
 
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, const void *qkv_,
-                                  int n, int T, int H, int hd, int causal, const int32_t *lens)
+                                  int n, int T, int H, int hd, int causal, const int32_t *lens,
+                                  const pt_dropout *drop)
 {
     (void)be;
     real *out = out_, *probs = probs_;
@@ -262,8 +322,9 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
             real *o = out + (size_t)b * T * d + (size_t)h * hd;
             real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
-            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, L, HD, causal, qt, st, colmax,
-                                     colsum));
+            const pair_drop dr = pair_dropout(drop, b, h, T);
+            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, L, HD, causal, &dr, qt, st,
+                                     colmax, colsum));
         }
         free(qt);
     }
@@ -271,19 +332,22 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
 
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_,
                                   const void *qkv_, const void *probs_, int n, int T, int H,
-                                  int hd, int causal, const int32_t *lens)
+                                  int hd, int causal, const int32_t *lens,
+                                  const pt_dropout *drop)
 {
     (void)be;
     real *dqkv = dqkv_;
     const real *dout = dout_, *qkv = qkv_, *probs = probs_;
     const int d = H * hd, Tp = padded(T);
     const size_t stride = 3 * (size_t)d;
+    const size_t dropped = drop && drop->p > 0 ? (size_t)T * Tp : 0; /* pd */
 #pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
     {
         /* zeroed once: the padding columns of got and pt are never written */
-        real *got = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + 2 * (size_t)T * Tp + Tp) *
+        real *got = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + 2 * (size_t)T * Tp + Tp + dropped) *
                                            sizeof *got);
         real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
+        real *pd = dot + Tp;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < n * H; bh++) {
             const int b = bh / H, h = bh % H;
@@ -292,8 +356,9 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
             real *dbase = dqkv + (size_t)b * T * stride + (size_t)h * hd;
             const real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
-            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, got, pt,
-                                     ds, dot));
+            const pair_drop dr = pair_dropout(drop, b, h, T);
+            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, &dr, got,
+                                     pt, ds, dot, pd));
         }
         free(got);
     }

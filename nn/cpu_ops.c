@@ -501,6 +501,38 @@ static void cpu_mean_pool_bwd(pt_backend *be, void *dx_, const void *dy_, const 
     }
 }
 
+/* ---------------------------------------------------------------- dropout */
+
+/* Elementwise, so an element's bits depend on its own inputs and mask bit
+ * only; the mask is a function of (key, the example's id, the element's
+ * index), never of where the example sits in the call. Chunks of one
+ * example's elements are spread over threads. */
+static void cpu_dropout(pt_backend *be, void *y_, const void *x_, const void *add_, int n,
+                        size_t per, const pt_dropout *drop)
+{
+    (void)be;
+    real *y = y_;
+    const real *x = x_, *add = add_;
+    const uint32_t thr = pt_dropout_threshold(drop->p);
+    const real keep = (real)(1.0 / (1.0 - drop->p));
+    const size_t chunks = (per + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+#pragma omp parallel for schedule(static) PAR_IF((size_t)n * per)
+    for (size_t c = 0; c < (size_t)n * chunks; c++) {
+        const size_t b = c / chunks, e0 = c % chunks * CHUNK_ELEMS;
+        const size_t e1 = e0 + CHUNK_ELEMS < per ? e0 + CHUNK_ELEMS : per, o = b * per;
+        const uint64_t row = pt_dropout_row(drop->key, drop->ids[b]);
+        if (add) {
+#pragma omp simd
+            for (size_t e = e0; e < e1; e++)
+                y[o + e] = R_FMA(x[o + e], pt_dropout_bits(row, e) >= thr ? keep : 0, add[o + e]);
+        } else {
+#pragma omp simd
+            for (size_t e = e0; e < e1; e++)
+                y[o + e] = x[o + e] * (pt_dropout_bits(row, e) >= thr ? keep : 0);
+        }
+    }
+}
+
 /* ----------------------------------------------------------------- losses */
 
 /* e = exp(z - mx) on one block of LANES: the one compiled copy, as gelu_block. */
@@ -653,6 +685,7 @@ const pt_ops OPS_NAME = {
     .copy_rows = cpu_copy_rows,
     .mean_pool_fwd = cpu_mean_pool_fwd,
     .mean_pool_bwd = cpu_mean_pool_bwd,
+    .dropout = cpu_dropout,
     .cross_entropy = cpu_cross_entropy,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,

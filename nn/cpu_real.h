@@ -43,9 +43,10 @@ typedef float real;
 void *CPU_FN(pt_cpu_scratch)(size_t bytes);
 
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
-                                  int T, int H, int hd, int causal, const int32_t *lens);
+                                  int T, int H, int hd, int causal, const int32_t *lens,
+                                  const pt_dropout *drop);
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
                                   const void *probs, int n, int T, int H, int hd, int causal,
-                                  const int32_t *lens);
+                                  const int32_t *lens, const pt_dropout *drop);
 
 #endif

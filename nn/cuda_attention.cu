@@ -50,6 +50,13 @@
  *    the query tiles (only those at or after the key tile when causal).
  * Work per block grows with the tile index when causal; blocks are numbered
  * so the longest start first.
+ *
+ * Dropout on the probabilities (BERT's attention dropout, cuda_drop): every
+ * place that forms P multiplies it by the mask element of (query i, key j),
+ * e = (h T + i) T + j, made from its hash where it is needed (nothing is
+ * stored): the forward's O = (P M) V; the dQ kernel's O again (so D is
+ * rowsum(dO * O) of the dropped output) and dS = P (dP M - D); the dK/dV
+ * kernel's dV = (P M)^T dO and the same dS.
  */
 #include "nn/cuda_tiles.h"
 
@@ -86,7 +93,7 @@ __device__ void zero_rows16(float *s, int first)
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
     attn_fwd_kernel(T *out, float *lse, const T *qkv, const int32_t *lens, int Tn, int H, int hd, int causal,
-                    float sl2, int vec)
+                    float sl2, int vec, cuda_drop dr)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -105,6 +112,9 @@ __global__ void __launch_bounds__(NW * 32)
     const int L = key_count(lens, b, Tn); /* keys j >= L are masked */
     const int nk = min(causal ? qb + 1 : (Tn + G::BC - 1) / G::BC, (L + G::BC - 1) / G::BC);
     const float *srow = sS + (w0 + r) * G::LDS;
+    /* dropout: the example's hash row and this row's element of key 0 */
+    const uint64_t drow = dr.on ? pt_dropout_row(dr.key, dr.ids[b]) : 0;
+    const uint64_t e_i = ((uint64_t)h * Tn + (uint64_t)i) * Tn;
 
     load_tile<T, O, HD, G::BR, G::LD>(sQ, base + (size_t)q0 * stride, stride, Tn - q0, hd, vec);
 
@@ -159,8 +169,12 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            float p0 = visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
+            float p1 = visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            if (dr.on) {
+                p0 *= drop_mul(dr, drow, e_i + k0 + col);
+                p1 *= drop_mul(dr, drow, e_i + k0 + col + 1);
+            }
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -180,7 +194,7 @@ __global__ void __launch_bounds__(NW * 32)
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
     attn_dq_kernel(T *dqkv, float *Dg, const T *dout, const T *qkv, const float *lse, const int32_t *lens,
-                   int Tn, int H, int hd, int causal, float sl2, float scale, int vec)
+                   int Tn, int H, int hd, int causal, float sl2, float scale, int vec, cuda_drop dr)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -203,11 +217,13 @@ __global__ void __launch_bounds__(NW * 32)
     const float lse2 = i < Tn ? lse[(size_t)bh * Tn + i] : INFINITY;
     const float *srow = sS + (w0 + r) * G::LDS, *dprow = sdP + (w0 + r) * G::LDS;
     O *prow = sP + (w0 + r) * G::LDP;
+    const uint64_t drow = dr.on ? pt_dropout_row(dr.key, dr.ids[b]) : 0;
+    const uint64_t e_i = ((uint64_t)h * Tn + (uint64_t)i) * Tn;
 
     load_tile<T, O, HD, G::BR, G::LD>(sQ, base + (size_t)q0 * stride, stride, Tn - q0, hd, vec);
     load_tile<T, O, HD, G::BR, G::LD>(sdO, gbase + (size_t)q0 * d, d, Tn - q0, hd, vec);
 
-    /* sweep 1: O = P V again, for D = rowsum(dO * O) */
+    /* sweep 1: O = P V again (dropped: (P M) V), for D = rowsum(dO * O) */
     typename E::template Acc<HD> acc;
     E::zero(acc);
     for (int kb = 0; kb < nk; kb++) {
@@ -221,8 +237,12 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
+            float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            if (dr.on) {
+                p0 *= drop_mul(dr, drow, e_i + k0 + col);
+                p1 *= drop_mul(dr, drow, e_i + k0 + col + 1);
+            }
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -238,7 +258,7 @@ __global__ void __launch_bounds__(NW * 32)
     if (p == 0 && i < Tn)
         Dg[(size_t)bh * Tn + i] = D;
 
-    /* sweep 2: dS = P (dP - D) scale, dQ = dS K */
+    /* sweep 2: dS = P (dP - D) scale, dQ = dS K (dropout: dP is dO V^T times M) */
     E::zero(acc);
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
@@ -255,7 +275,9 @@ __global__ void __launch_bounds__(NW * 32)
             const float2 dp = *reinterpret_cast<const float2 *>(dprow + col);
             const float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
             const float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
-            st2(prow + col, p0 * (dp.x - D) * scale, p1 * (dp.y - D) * scale);
+            const float m0 = dr.on ? drop_mul(dr, drow, e_i + k0 + col) : 1.0f;
+            const float m1 = dr.on ? drop_mul(dr, drow, e_i + k0 + col + 1) : 1.0f;
+            st2(prow + col, p0 * (dp.x * m0 - D) * scale, p1 * (dp.y * m1 - D) * scale);
         }
         __syncwarp();
         E::template mma<HD, G::BC, false>(acc, sP + w0 * G::LDP, G::LDP, sK, G::LD);
@@ -272,7 +294,8 @@ __global__ void __launch_bounds__(NW * 32)
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
     attn_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dg,
-                    const int32_t *lens, int Tn, int H, int hd, int causal, float sl2, float scale, int vec)
+                    const int32_t *lens, int Tn, int H, int hd, int causal, float sl2, float scale, int vec,
+                    cuda_drop dr)
 {
     typedef Geo<E, HD, NW> G;
     typedef typename E::op_t O;
@@ -296,6 +319,9 @@ __global__ void __launch_bounds__(NW * 32)
     const int qfirst = causal ? kb : 0, qend = k0 < L ? nq : qfirst;
     const float *srow = sS + (w0 + r) * G::LDS, *dprow = sdP + (w0 + r) * G::LDS;
     O *prow = sP + (w0 + r) * G::LDP;
+    /* dropout: element (query ii, key j) is e_h + ii T + j */
+    const uint64_t drow = dr.on ? pt_dropout_row(dr.key, dr.ids[b]) : 0;
+    const uint64_t e_h = (uint64_t)h * Tn * Tn + (uint64_t)j;
 
     load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
     load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
@@ -321,9 +347,12 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BR / 4; t++) {
             const int col = 4 * t + 2 * p, ii = q0 + col;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
-            const float p1 =
-                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+            float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
+            float p1 = ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+            if (dr.on) {
+                p0 *= drop_mul(dr, drow, e_h + (uint64_t)ii * Tn);
+                p1 *= drop_mul(dr, drow, e_h + (uint64_t)(ii + 1) * Tn);
+            }
             st2(prow + col, p0, p1);
         }
         __syncwarp();
@@ -336,7 +365,9 @@ __global__ void __launch_bounds__(NW * 32)
             const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
             const float p1 =
                 ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
-            st2(prow + col, p0 * (dp.x - sD[col]) * scale, p1 * (dp.y - sD[col + 1]) * scale);
+            const float m0 = dr.on ? drop_mul(dr, drow, e_h + (uint64_t)ii * Tn) : 1.0f;
+            const float m1 = dr.on ? drop_mul(dr, drow, e_h + (uint64_t)(ii + 1) * Tn) : 1.0f;
+            st2(prow + col, p0 * (dp.x * m0 - sD[col]) * scale, p1 * (dp.y * m1 - sD[col + 1]) * scale);
         }
         __syncwarp();
         E::template mma<HD, G::BR, false>(dk, sP + w0 * G::LDP, G::LDP, sQ, G::LD);
@@ -409,6 +440,7 @@ typedef struct attn_call {
     float *D;
     const int32_t *lens; /* NULL: no padding mask */
     int n, T, H, hd, causal, backward;
+    cuda_drop drop;      /* on the probabilities; .on = 0: none */
 } attn_call;
 
 template <class E, typename T, int HD, int NW>
@@ -430,18 +462,18 @@ static void run(cuda_impl *c, const attn_call *a)
     const dim3 grid((unsigned)(a->n * a->H), (unsigned)tiles);
     if (!a->backward) {
         PT_LAUNCH((attn_fwd_kernel<E, T, HD, NW>), grid, NW * 32, G::FWD, c->stream, (T *)a->out, a->lse,
-                  (const T *)a->qkv, a->lens, a->T, a->H, a->hd, a->causal, sl2, vec);
+                  (const T *)a->qkv, a->lens, a->T, a->H, a->hd, a->causal, sl2, vec, a->drop);
         CUDA_LAUNCHED(c, "attn_fwd_kernel");
         return;
     }
     PT_LAUNCH((attn_dq_kernel<E, T, HD, NW>), grid, NW * 32, G::DQ, c->stream, (T *)a->out, a->D,
               (const T *)a->dout, (const T *)a->qkv, a->lse, a->lens, a->T, a->H, a->hd, a->causal, sl2, scale,
-              vec);
+              vec, a->drop);
     if (CUDA_LAUNCHED(c, "attn_dq_kernel"))
         return;
     PT_LAUNCH((attn_dkv_kernel<E, T, HD, NW>), grid, NW * 32, G::DKV, c->stream, (T *)a->out,
               (const T *)a->dout, (const T *)a->qkv, a->lse, a->D, a->lens, a->T, a->H, a->hd, a->causal, sl2,
-              scale, vec);
+              scale, vec, a->drop);
     CUDA_LAUNCHED(c, "attn_dkv_kernel");
 }
 
@@ -493,18 +525,19 @@ static int check_shape(cuda_impl *c, int n, int T, int H, int hd)
 
 template <typename T>
 static void op_attention_fwd(pt_backend *be, void *out, void *probs, const void *qkv, int n, int Tn, int H,
-                             int hd, int causal, const int32_t *lens)
+                             int hd, int causal, const int32_t *lens, const pt_dropout *drop)
 {
     cuda_impl *c = cuda_of(be);
     if (check_shape(c, n, Tn, H, hd))
         return;
-    attn_call a = {out, qkv, NULL, (float *)probs, NULL, lens, n, Tn, H, hd, causal, 0};
+    attn_call a = {out, qkv, NULL, (float *)probs, NULL, lens, n, Tn, H, hd, causal, 0, cuda_drop_of(drop)};
     dispatch<T>(c, &a);
 }
 
 template <typename T>
 static void op_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const void *qkv, const void *probs,
-                             int n, int Tn, int H, int hd, int causal, const int32_t *lens)
+                             int n, int Tn, int H, int hd, int causal, const int32_t *lens,
+                             const pt_dropout *drop)
 {
     cuda_impl *c = cuda_of(be);
     if (check_shape(c, n, Tn, H, hd))
@@ -512,7 +545,7 @@ static void op_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const
     float *D = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * H * Tn * sizeof(float));
     if (!D)
         return;
-    attn_call a = {dqkv, qkv, dout, (float *)probs, D, lens, n, Tn, H, hd, causal, 1};
+    attn_call a = {dqkv, qkv, dout, (float *)probs, D, lens, n, Tn, H, hd, causal, 1, cuda_drop_of(drop)};
     dispatch<T>(c, &a);
 }
 

@@ -174,8 +174,38 @@ template <typename T>
 void cuda_copy_rows(cuda_impl *c, T *dst, size_t dst_stride, const T *src, size_t src_stride, int rows,
                     int cols, int accumulate);
 
+/* A dropout site as the kernels take it (by value): the examples' ids in
+ * device memory, the site's key, the threshold and the scale of a kept
+ * element (see nn/dropout.h); on = 0: none. */
+typedef struct cuda_drop {
+    const int64_t *ids;
+    uint64_t key;
+    uint32_t thr;
+    float keep;
+    int on;
+} cuda_drop;
+
+static inline cuda_drop cuda_drop_of(const pt_dropout *d)
+{
+    cuda_drop c = {NULL, 0, 0, 1.0f, 0};
+    if (d && d->p > 0) {
+        c.ids = d->ids;
+        c.key = d->key;
+        c.thr = pt_dropout_threshold(d->p);
+        c.keep = (float)(1.0 / (1.0 - d->p));
+        c.on = 1;
+    }
+    return c;
+}
+
 /* ------------------------------------------------------- device helpers */
 #if defined(__CUDACC__) || defined(PT_CUDA_EMU)
+
+/* What element e of an example whose hash row is `row` is multiplied by. */
+__device__ __forceinline__ float drop_mul(const cuda_drop &d, uint64_t row, uint64_t e)
+{
+    return pt_dropout_bits(row, e) >= d.thr ? d.keep : 0.0f;
+}
 
 #define FULL_MASK 0xffffffffu
 

@@ -1,6 +1,6 @@
 /*
  * cuda_misc.cu: the elementwise and reduction ops of the CUDA backend: GELU,
- * row copies, mean pooling over each example's real tokens, cross-entropy,
+ * dropout, row copies, mean pooling over each example's real tokens, cross-entropy,
  * AdamW, sums of squares and scaling, and the deterministic column sum other
  * files use for bias-like gradients.
  *
@@ -91,6 +91,39 @@ static void op_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *x,
     PT_LAUNCH(gelu_bwd_kernel<T>, cuda_blocks(n / 8 + 1, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)dx,
               (const T *)dy, (const T *)x, n, vec);
     CUDA_LAUNCHED(c, "gelu_bwd_kernel");
+}
+
+/* ---------------------------------------------------------------- dropout */
+
+/* y = add + x * mask / (1 - p) as one fused multiply-add in float (or
+ * x * mask / (1 - p) without add), the CPU backend's formula; elementwise,
+ * so y may alias x or add. */
+template <typename T>
+__global__ void dropout_kernel(T *y, const T *x, const T *add, size_t per, size_t n, cuda_drop d)
+{
+    GRID_STRIDE(i, 0, n)
+    {
+        const size_t b = i / per;
+        const float m = drop_mul(d, pt_dropout_row(d.key, d.ids[b]), i - b * per);
+        const float v = to_f(x[i]);
+        y[i] = from_f<T>(add ? fmaf(v, m, to_f(add[i])) : v * m);
+    }
+}
+
+template <typename T>
+static void op_dropout(pt_backend *be, void *y, const void *x, const void *add, int n, size_t per,
+                       const pt_dropout *drop)
+{
+    cuda_impl *c = cuda_of(be);
+    const size_t total = (size_t)n * per;
+    if (c->failed || !total)
+        return;
+    /* p = 0 keeps everything: threshold 0, scale 1 */
+    const cuda_drop d = {drop->ids, drop->key, pt_dropout_threshold(drop->p),
+                         (float)(1.0 / (1.0 - drop->p)), 1};
+    PT_LAUNCH(dropout_kernel<T>, cuda_blocks(total, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)y,
+              (const T *)x, (const T *)add, per, total, d);
+    CUDA_LAUNCHED(c, "dropout_kernel");
 }
 
 /* ------------------------------------------------------------- row copies */
@@ -553,6 +586,7 @@ void cuda_fill_misc_ops(pt_ops *ops, int use_bf16)
     ops->copy_rows = PICK(op_copy_rows);
     ops->mean_pool_fwd = PICK(op_mean_pool_fwd);
     ops->mean_pool_bwd = PICK(op_mean_pool_bwd);
+    ops->dropout = PICK(op_dropout);
     ops->cross_entropy = PICK(op_cross_entropy);
 #undef PICK
     ops->adamw = op_adamw;

@@ -85,6 +85,15 @@ typedef struct pt_arch {
     int positions, type_vocab, pad_id;
     /* LayerNorm epsilon; 0 means 1e-5 (ViT and GPT) */
     double ln_eps;
+    /* BERT's training-time dropout probabilities, in [0, 1) (0 for ViT and
+     * GPT): hidden_dropout on the embeddings' output, on the attention's and
+     * the MLP's output projections before their residual adds and on the
+     * pooled vector before the classifier; attn_dropout on the attention
+     * probabilities. Only a training forward of an active (not frozen) unit
+     * drops anything: evaluation and frozen units run in inference form.
+     * The masks are pure functions of (seed, pt_batch.step, pt_batch.ids,
+     * unit, site, element), see nn/dropout.h. */
+    double hidden_dropout, attn_dropout;
     /* initialisation: see docs/ARCHITECTURE.md "Initialisation" */
     double init_std;
     uint64_t seed;
@@ -205,6 +214,11 @@ typedef struct pt_batch {
     const float *images;    /* ViT: [n, C*H*W], already normalised */
     const int32_t *tokens;  /* GPT, BERT: [n, context] */
     const int32_t *targets; /* ViT, BERT: [n] class labels; GPT: [n, context] next tokens */
+    /* Dropout's identity of the examples (needed by a training forward with
+     * dropout, see pt_arch.hidden_dropout): each example's index in its data
+     * set, and the optimizer step (from 0) the micro-batch belongs to. */
+    const int64_t *ids;     /* [n], or NULL */
+    int64_t step;
 } pt_batch;
 
 /* What a forward pass through the head reports. loss is the sum of per-row

@@ -35,7 +35,7 @@
 
 enum {
     OP_LINEAR_FWD, OP_LINEAR_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_GELU_FWD, OP_GELU_BWD,
-    OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_PATCHIFY,
+    OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_DROPOUT, OP_PATCHIFY,
     OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD, OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD,
     OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ, OP_SCALE, OP_ZERO, OP_COPY, OP_UPLOAD,
     OP_DOWNLOAD, OP_PAR_FROM_F32, OP_PAR_TO_F32, OP_ACT_FROM_F32, OP_ACT_TO_F32, OP_KINDS
@@ -43,7 +43,7 @@ enum {
 
 static const char *const op_names[OP_KINDS] = {
     "linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
-    "attention_fwd", "attention_bwd", "mean_pool_fwd", "mean_pool_bwd", "patchify",
+    "attention_fwd", "attention_bwd", "mean_pool_fwd", "mean_pool_bwd", "dropout", "patchify",
     "vit_assemble_fwd", "vit_assemble_bwd", "token_embed_fwd", "token_embed_bwd", "copy_rows",
     "cross_entropy", "adamw", "sumsq", "scale", "zero", "copy", "upload", "download",
     "par_from_f32", "par_to_f32", "act_from_f32", "act_to_f32",
@@ -226,25 +226,38 @@ static void w_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *x, 
 /* score pairs per head: T^2, or T(T+1)/2 when causal */
 static double att_pairs(int T, int causal) { return causal ? 0.5 * T * (T + 1.0) : (double)T * T; }
 
+/* with dropout on the probabilities: one more multiply per pair (forward),
+ * two (backward), the mask's hash not counted */
+static int dropping(const pt_dropout *drop) { return drop && drop->p > 0; }
+
 static void w_attention_fwd(pt_backend *be, void *out, void *probs, const void *qkv, int n, int T,
-                            int H, int hd, int causal, const int32_t *lens)
+                            int H, int hd, int causal, const int32_t *lens, const pt_dropout *drop)
 {
     const double pairs = (double)n * H * att_pairs(T, causal);
-    TIMED(be, in_->attention_fwd(be, out, probs, qkv, n, T, H, hd, causal, lens),
-          OP_ATTENTION_FWD, n, T, H, hd, causal | (lens != NULL) << 1,
-          4.0 * pairs * hd + 5.0 * pairs,
+    TIMED(be, in_->attention_fwd(be, out, probs, qkv, n, T, H, hd, causal, lens, drop),
+          OP_ATTENTION_FWD, n, T, H, hd, causal | (lens != NULL) << 1 | dropping(drop) << 2,
+          4.0 * pairs * hd + (5.0 + dropping(drop)) * pairs,
           ES(be) * ((double)n * T * H * hd * 4.0 + (double)n * H * T * T));
 }
 
 static void w_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
                             const void *probs, int n, int T, int H, int hd, int causal,
-                            const int32_t *lens)
+                            const int32_t *lens, const pt_dropout *drop)
 {
     const double pairs = (double)n * H * att_pairs(T, causal);
-    TIMED(be, in_->attention_bwd(be, dqkv, dout, qkv, probs, n, T, H, hd, causal, lens),
-          OP_ATTENTION_BWD, n, T, H, hd, causal | (lens != NULL) << 1,
-          8.0 * pairs * hd + 3.0 * pairs,
+    TIMED(be, in_->attention_bwd(be, dqkv, dout, qkv, probs, n, T, H, hd, causal, lens, drop),
+          OP_ATTENTION_BWD, n, T, H, hd, causal | (lens != NULL) << 1 | dropping(drop) << 2,
+          8.0 * pairs * hd + (3.0 + 2.0 * dropping(drop)) * pairs,
           ES(be) * ((double)n * T * H * hd * 7.0 + (double)n * H * T * T));
+}
+
+/* a multiply (and an add with `add`) per element, the mask's hash not counted */
+static void w_dropout(pt_backend *be, void *y, const void *x, const void *add, int n, size_t per,
+                      const pt_dropout *drop)
+{
+    const double e = (double)n * per;
+    TIMED(be, in_->dropout(be, y, x, add, n, per, drop), OP_DROPOUT, n, (long long)per,
+          add != NULL, 0, 0, (add ? 2.0 : 1.0) * e, ES(be) * e * (add ? 3.0 : 2.0));
 }
 
 static void w_mean_pool_fwd(pt_backend *be, void *y, const void *x, const int32_t *lens, int n,
@@ -388,6 +401,7 @@ int pt_backend_profile_ops(pt_backend *be, pt_err *err)
     WRAP(attention_bwd);
     WRAP(mean_pool_fwd);
     WRAP(mean_pool_bwd);
+    WRAP(dropout);
     WRAP(patchify);
     WRAP(vit_assemble_fwd);
     WRAP(vit_assemble_bwd);
@@ -446,8 +460,11 @@ static void shape_words(const prof_row *r, char *out, size_t n)
         break;
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD:
-        snprintf(out, n, "n=%lld T=%lld H=%lld hd=%lld%s%s", d[0], d[1], d[2], d[3],
-                 d[4] & 1 ? " causal" : "", d[4] & 2 ? " masked" : "");
+        snprintf(out, n, "n=%lld T=%lld H=%lld hd=%lld%s%s%s", d[0], d[1], d[2], d[3],
+                 d[4] & 1 ? " causal" : "", d[4] & 2 ? " masked" : "", d[4] & 4 ? " dropout" : "");
+        break;
+    case OP_DROPOUT:
+        snprintf(out, n, "%lldx%lld%s", d[0], d[1], d[2] ? " +res" : "");
         break;
     case OP_PATCHIFY:
         snprintf(out, n, "%lldx%lldx%lldx%lld p=%lld", d[0], d[1], d[2], d[3], d[4]);

@@ -12,6 +12,11 @@
  *  - scratch shared by all units (one unit runs at a time) and two ping-pong
  *    buffers for activation gradients in backward.
  *
+ * Dropout (BERT): a unit applies it only in a training forward (and its
+ * backward) while it is active; frozen units and evaluation run in inference
+ * form, so a frozen prefix gives the same activations in training, in
+ * evaluation and in the activation cache.
+ *
  * Invariants: 0 <= frozen <= count; a frozen unit is never passed a gradient
  * pointer; slot_n[k] is the batch size of the last forward in slot k, 0 if
  * none ran since the last backward.
@@ -156,6 +161,8 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
                        "the %s backend does not implement BERT's padding mask and pooling yet; "
                        "use run.device cpu",
                        be->name);
+    if ((a->hidden_dropout > 0 || a->attn_dropout > 0) && !be->ops->dropout)
+        return pt_fail(err, PT_EBACKEND, "the %s backend does not implement dropout", be->name);
 
     pt_segment *s = calloc(1, sizeof *s);
     if (!s)
@@ -347,6 +354,8 @@ static pt_unit_call make_call(const pt_segment *s, int i, int slot, int n, int t
         .scratch = s->scratch,
         .n = n,
         .train = train,
+        .unit = s->first + i,
+        .dropout = train && i >= s->frozen,
         .loss_scale = s->loss_scale,
     };
     return c;

@@ -20,6 +20,9 @@ typedef struct pt_unit_call {
     void *scratch;     /* segment-wide scratch, valid for the duration of the call */
     int n;             /* examples */
     int train;         /* forward: keep what backward needs (head: compute dlogits) */
+    int unit;          /* the unit's index in the model (dropout's masks name it) */
+    int dropout;       /* 1: a training call of an active unit, which applies the arch's
+                          dropout (BERT); 0: inference form (evaluation, frozen units) */
     double loss_scale; /* head only */
 } pt_unit_call;
 

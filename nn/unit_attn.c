@@ -74,7 +74,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
     op->linear_fwd(c->be, s.qkv, s.ln, pt_unit_param(c, c->p, QKV_W),
                    pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, NULL);
     op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal,
-                      NULL);
+                      NULL, NULL);
     op->linear_fwd(c->be, y, s.att, pt_unit_param(c, c->p, PROJ_W),
                    pt_unit_param(c, c->p, PROJ_B), rows, d, d, x);
     return 0;
@@ -93,7 +93,7 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W), pt_unit_param(c, c->g, PROJ_B),
                    dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d);
     op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, c->n, T, a->heads, d / a->heads,
-                      a->causal, NULL);
+                      a->causal, NULL, NULL);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),
                    pt_unit_param(c, c->g, QKV_B), w.dqkv, s.ln, pt_unit_param(c, c->p, QKV_W),
                    rows, 3 * d, d);

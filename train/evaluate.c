@@ -122,7 +122,7 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
         r->tokens[len++] = (unsigned char)*p;
     pt_rng rng;
     pt_rng_seed(&rng, seed, 3ULL << 32);
-    r->batches[0] = (pt_batch){1, NULL, r->tokens, NULL};
+    r->batches[0] = (pt_batch){1, NULL, r->tokens, NULL, NULL, 0};
     const int runs = r->active && r->replica == 0;
     const int drawer = pt_mesh_rank(&r->mesh, 0, r->plan.stages - 1);
     int rc = 0;

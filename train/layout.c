@@ -584,9 +584,12 @@ void pt_layout_print(const pt_run *r, FILE *out)
         fprintf(out, "waiting threads: %s%s%s%s%s\n", policy ? "OMP_WAIT_POLICY=" : "",
                 policy ? policy : "", policy && spins ? ", " : "", spins ? "GOMP_SPINCOUNT=" : "",
                 spins ? spins : (policy ? "" : "libgomp's default"));
-    fprintf(out, "model: %d units, batch %lld, schedule %s%s\n", pt_arch_units(&r->arch),
+    fprintf(out, "model: %d units, batch %lld, schedule %s%s", pt_arch_units(&r->arch),
             (long long)r->spec.batch, r->spec.gpipe ? "gpipe" : "1f1b",
             r->spec.recompute ? " with recompute" : "");
+    if (r->arch.kind == PT_MODEL_BERT) /* what model.dropout's auto came to */
+        fprintf(out, ", dropout %g (attention %g)", r->arch.hidden_dropout, r->arch.attn_dropout);
+    fprintf(out, "\n");
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);
     else

@@ -122,7 +122,8 @@ static int compute_group(pt_prefix *p, const pt_batch *b, const int64_t *ids, in
         if (b->tokens)
             memcpy(p->tokens + (size_t)j * T, b->tokens + (size_t)i * T, (size_t)T * sizeof *p->tokens);
     }
-    pt_batch sub = {k, b->images ? p->images : NULL, b->tokens ? p->tokens : NULL, NULL};
+    /* forward only, so in inference form (no dropout): no ids wanted */
+    pt_batch sub = {k, b->images ? p->images : NULL, b->tokens ? p->tokens : NULL, NULL, NULL, 0};
     int rc = pt_segment_forward_range(r->seg, p->slot, from, depth, &sub, from ? p->in : NULL, p->out,
                                       0, NULL, err);
     for (int j = 0; rc == 0 && j < k; j++) {

@@ -88,6 +88,10 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
                         ? r->tokens + (size_t)first * T
                         : NULL;
         b->targets = r->targets + (size_t)first * rows;
+        /* dropout's identity of the examples: their ids in the data set and
+         * the step, whatever micro-batch, replica or stage they meet */
+        b->ids = r->batch_ids + first;
+        b->step = r->step;
         first += count;
     }
     return m;

@@ -9,8 +9,11 @@
  * 128), with and without a padding mask (per-example lengths from 1 to T,
  * around the tile edges, padded keys and values holding huge values or NaN
  * that no output may see, padded dK/dV exactly 0, a second run bit-identical),
- * mean pooling, LayerNorm at epsilons 1e-12, 1e-5 and 0.5. Also memory, host
- * copies through the staging ring, and the sticky error path.
+ * mean pooling, LayerNorm at epsilons 1e-12, 1e-5 and 0.5, dropout (the op:
+ * fp32 bit for bit against the CPU, the same mask; attention's dropout on the
+ * probabilities, made again from the hash inside the flash kernels, against
+ * the CPU's stored probabilities times the mask). Also memory, host copies
+ * through the staging ring, and the sticky error path.
  *
  * Without a GPU every test prints "skipped: no GPU" and passes.
  */
@@ -131,7 +134,7 @@ static void sticky_errors(void)
         CU_ASSERT_EQUAL_FATAL(rc, 0);
         CU_ASSERT_EQUAL(g->ops->status(g, &err), 0);
         void *qkv = pt_backend_alloc(g, 4096), *out = pt_backend_alloc(g, 4096);
-        g->ops->attention_fwd(g, out, out, qkv, 1, 2, 1, 200, 0, NULL); /* head size 200: refused */
+        g->ops->attention_fwd(g, out, out, qkv, 1, 2, 1, 200, 0, NULL, NULL); /* head size 200: refused */
         CU_ASSERT_EQUAL(g->ops->status(g, &err), PT_EBACKEND);
         CU_ASSERT(strstr(err.msg, "head size 200") != NULL);
         g->ops->gelu_fwd(g, out, qkv, 16); /* a no-op now */
@@ -311,6 +314,31 @@ static void gelu_all(void)
 
 /* ------------------------------------------------------------- attention */
 
+/* Dropout's example ids (int64) on both backends: mul * b + add for example b. */
+typedef struct idpair {
+    void *c, *g;
+} idpair;
+
+static idpair ids_new(gpu_pair *P, int n, int64_t mul, int64_t add)
+{
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    CU_ASSERT_FATAL(ids != NULL);
+    for (int b = 0; b < n; b++)
+        ids[b] = mul * b + add;
+    idpair t = {pt_backend_alloc(P->cpu, (size_t)n * sizeof *ids), pt_backend_alloc(P->gpu, (size_t)n * sizeof *ids)};
+    CU_ASSERT_FATAL(t.c && t.g);
+    P->cpu->ops->upload(P->cpu, t.c, ids, (size_t)n * sizeof *ids);
+    P->gpu->ops->upload(P->gpu, t.g, ids, (size_t)n * sizeof *ids);
+    free(ids);
+    return t;
+}
+
+static void ids_free(gpu_pair *P, idpair *t)
+{
+    pt_backend_free(P->cpu, t->c);
+    pt_backend_free(P->gpu, t->g);
+}
+
 /* What padded keys and values hold in a masked case (no output may depend on it). */
 enum { PAD_RANDOM, PAD_HUGE, PAD_NAN };
 
@@ -322,8 +350,8 @@ enum { PAD_RANDOM, PAD_HUGE, PAD_NAN };
  * exactly 0 at padded keys (dqkv starts as garbage), and a second run must
  * give the same bits.
  */
-static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int causal, const int32_t *lens,
-                                int pad)
+static void attention_case_drop(gpu_pair *pp, int n, int T, int H, int hd, int causal, const int32_t *lens,
+                                int pad, double p)
 {
     gpu_pair P = *pp;
     const size_t d = (size_t)H * hd, rows = (size_t)n * T;
@@ -333,10 +361,14 @@ static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int c
     if (lens)
         lp = ip_new(&P, lens, (size_t)n);
     const int32_t *lc = lens ? lp.c : NULL, *lg = lens ? lp.g : NULL;
+    /* dropout on the probabilities: the examples' ids on both backends */
+    idpair ids = ids_new(&P, n, 77, 5);
+    const pt_dropout drop_c = {p, pt_dropout_key(9, 3, 1, 0), ids.c}, drop_g = {p, drop_c.key, ids.g};
+    const pt_dropout *dc = p > 0 ? &drop_c : NULL, *dg = p > 0 ? &drop_g : NULL;
     char what[160];
     const char *padding = !lens ? "" : pad == PAD_NAN ? " (NaN padding)" : pad == PAD_HUGE ? " (huge padding)" : "";
-    snprintf(what, sizeof what, "n=%d T=%d H=%d hd=%d causal=%d%s%s", n, T, H, hd, causal, lens ? " masked" : "",
-             padding);
+    snprintf(what, sizeof what, "n=%d T=%d H=%d hd=%d causal=%d%s%s dropout %g", n, T, H, hd, causal,
+             lens ? " masked" : "", padding, p);
     /* what each keeps for backward: the CPU its probabilities, the GPU its own */
     void *pc = pt_backend_alloc(P.cpu, (size_t)n * H * T * T * sizeof(float));
     const size_t gbytes = P.gpu->ops->attention_saved_bytes(P.gpu, n, T, H);
@@ -359,10 +391,10 @@ static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int c
     tp_fill(&P, &dout, -1, 1);
     tp_fill(&P, &dqkv, -9, 9);
     EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal,
-                                             gpu ? lg : lc);
+                                             gpu ? lg : lc, gpu ? dg : dc);
     EXPECT_CLOSE(&P, out, P.tol, "attention_fwd %s", what);
     EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc, n, T, H, hd,
-                                             causal, gpu ? lg : lc);
+                                             causal, gpu ? lg : lc, gpu ? dg : dc);
     EXPECT_CLOSE(&P, dqkv, P.tol, "attention_bwd %s", what);
     if (lens) {
         /* padded keys and values: gradients exactly 0 */
@@ -387,8 +419,8 @@ static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int c
         memset(h1, 0x5a, qb);
         P.gpu->ops->upload(P.gpu, out2, h1, ob);
         P.gpu->ops->upload(P.gpu, dq2, h1, qb);
-        P.gpu->ops->attention_fwd(P.gpu, out2, pg2, qkv.g, n, T, H, hd, causal, lg);
-        P.gpu->ops->attention_bwd(P.gpu, dq2, dout.g, qkv.g, pg2, n, T, H, hd, causal, lg);
+        P.gpu->ops->attention_fwd(P.gpu, out2, pg2, qkv.g, n, T, H, hd, causal, lg, dg);
+        P.gpu->ops->attention_bwd(P.gpu, dq2, dout.g, qkv.g, pg2, n, T, H, hd, causal, lg, dg);
         P.gpu->ops->download(P.gpu, h1, out.g, ob);
         P.gpu->ops->download(P.gpu, h2, out2, ob);
         CU_ASSERT(memcmp(h1, h2, ob) == 0);
@@ -405,10 +437,17 @@ static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int c
     }
     pt_backend_free(P.cpu, pc);
     pt_backend_free(P.gpu, pg);
+    ids_free(&P, &ids);
     tp_free(&P, &qkv);
     tp_free(&P, &out);
     tp_free(&P, &dout);
     tp_free(&P, &dqkv);
+}
+
+static void attention_case_mask(gpu_pair *pp, int n, int T, int H, int hd, int causal, const int32_t *lens,
+                                int pad)
+{
+    attention_case_drop(pp, n, T, H, hd, causal, lens, pad, 0.0);
 }
 
 static void attention_case(gpu_pair *pp, int n, int T, int H, int hd, int causal)
@@ -439,6 +478,17 @@ static void attention_masked(gpu_pair *P, int n, int T, int H, int hd, int causa
     free(lens);
 }
 
+/* BERT's attention as it trains: the padding mask and dropout at rate p. */
+static void attention_dropout(gpu_pair *P, int n, int T, int H, int hd, int causal, double p)
+{
+    int32_t *lens = malloc((size_t)n * sizeof *lens);
+    CU_ASSERT_FATAL(lens != NULL);
+    pick_lens(lens, n, T);
+    attention_case_drop(P, n, T, H, hd, causal, lens, PAD_HUGE, p);
+    attention_case_drop(P, n, T, H, hd, causal, NULL, PAD_RANDOM, p);
+    free(lens);
+}
+
 static void attention_all(void)
 {
     EACH_PRECISION(P)
@@ -462,6 +512,11 @@ static void attention_all(void)
             /* lengths outside [1, T] are clamped, as by the CPU backend */
             const int32_t wild[3] = {0, 99, -4};
             attention_case_mask(&P, 3, 40, 2, 16, 0, wild, PAD_RANDOM);
+            /* dropout on the probabilities: below and above a tile, several head sizes */
+            attention_dropout(&P, 3, 20, 2, 16, 0, 0.1);
+            attention_dropout(&P, 3, 65, 2, 24, 0, 0.5);
+            attention_dropout(&P, 2, 40, 2, 128, 0, 0.3);
+            attention_dropout(&P, 2, 33, 3, 16, 1, 0.3);
             continue;
         }
         const int Ts[] = {1, 17, 63, 64, 65, 130, 200, 513};
@@ -477,6 +532,62 @@ static void attention_all(void)
                     attention_masked(&P, 6, Ts[i], 2, hds[j], causal, (int)(i + j) % 3 == 0 ? PAD_NAN : PAD_HUGE);
         attention_masked(&P, 16, 128, 12, 64, 0, PAD_HUGE); /* BERT-base's shape */
         attention_masked(&P, 16, 256, 12, 32, 0, PAD_RANDOM); /* all-MiniLM-L6-v2's heads */
+        for (size_t i = 0; i < sizeof Ts / sizeof *Ts; i++)
+            for (size_t j = 0; j < sizeof hds / sizeof *hds; j += 3)
+                attention_dropout(&P, 3, Ts[i], 2, hds[j], (int)(i + j) % 2, i % 2 ? 0.1 : 0.5);
+        attention_dropout(&P, 16, 128, 12, 32, 0, 0.1); /* all-MiniLM-L6-v2 fine-tuning */
+    }
+}
+
+/* --------------------------------------------------------------- dropout */
+
+/* The op against the CPU's: the same mask (the same hash), so fp32 agrees bit
+ * for bit (one multiply, or one fused multiply-add with add, on both); bf16
+ * within its tolerance. add_mode: 0 none, 1 separate, 2 aliased with y;
+ * in_place: y is x (the units' backward form). */
+static void dropout_case(gpu_pair *pp, int n, size_t per, double p, int add_mode, int in_place)
+{
+    gpu_pair P = *pp;
+    idpair ids = ids_new(&P, n, 1000003, 11);
+    const pt_dropout dc = {p, pt_dropout_key(4, 5, 6, 1), ids.c}, dg = {p, dc.key, ids.g};
+    const size_t total = (size_t)n * per;
+    tpair x = tp_new(&P, total, 0), y = tp_new(&P, total, 0), add = tp_new(&P, total, 0);
+    tp_fill(&P, &x, -2, 2);
+    tp_fill(&P, &add, -2, 2);
+    tp_fill(&P, &y, -9, 9);
+    if (add_mode == 2)
+        EACH_BACKEND BE(gpu)->ops->copy(BE(gpu), S(y), S(add), total * elem_size(BE(gpu), 0));
+    else if (in_place)
+        EACH_BACKEND BE(gpu)->ops->copy(BE(gpu), S(y), S(x), total * elem_size(BE(gpu), 0));
+    EACH_BACKEND BE(gpu)->ops->dropout(BE(gpu), S(y), in_place ? S(y) : S(x),
+                                       add_mode == 1 ? S(add) : add_mode == 2 ? S(y) : NULL, n, per,
+                                       gpu ? &dg : &dc);
+    EXPECT_CLOSE(&P, y, P.bf16 ? P.tol : 0.0, "dropout n=%d per=%zu p=%g add %d in place %d", n, per, p,
+                 add_mode, in_place);
+    if (!P.bf16) { /* the same bits, and the same elements dropped */
+        float *yc = tp_get(&P, &y, 0), *yg = tp_get(&P, &y, 1);
+        CU_ASSERT(memcmp(yc, yg, total * sizeof *yc) == 0);
+        free(yc);
+        free(yg);
+    }
+    tp_free(&P, &x);
+    tp_free(&P, &y);
+    tp_free(&P, &add);
+    ids_free(&P, &ids);
+}
+
+static void dropout_all(void)
+{
+    EACH_PRECISION(P)
+    {
+        const double rates[] = {0.0, 0.1, 0.5};
+        for (size_t r = 0; r < sizeof rates / sizeof *rates; r++)
+            for (int add_mode = 0; add_mode < 3; add_mode++) {
+                dropout_case(&P, 3, 1001, rates[r], add_mode, 0);
+                dropout_case(&P, 2, gpu_small() ? 5000 : 300007, rates[r], add_mode, 0);
+            }
+        dropout_case(&P, 4, 384, 0.1, 0, 1);
+        dropout_case(&P, 4, 384, 0.1, 1, 1);
     }
 }
 
@@ -718,6 +829,7 @@ static const pt_test tests[] = {
     {"gelu", gelu_all},
     {"attention", attention_all},
     {"mean_pool", mean_pool_all},
+    {"dropout", dropout_all},
     {"patchify", patchify_all},
     {"vit_assemble", vit_assemble_all},
     {"token_embed", token_embed_all},

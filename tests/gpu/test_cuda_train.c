@@ -6,7 +6,10 @@
  * causal GPT whose context (80) is longer than one attention tile, and a
  * small BERT of the same context whose examples are padded from positions 1
  * (only the first token real), 80 (none), 65 and 33, so the attention mask
- * (skipped tiles, a boundary tile) and the mean pooling run. After the
+ * (skipped tiles, a boundary tile) and the mean pooling run; and that BERT
+ * again with dropout (0.1 on the hidden states, 0.1 on the attention
+ * probabilities, every step a new mask from the step), which the two backends
+ * make from the same hash, so they must still agree. After the
  * first step every gradient tensor is compared; then 5 AdamW steps (global
  * norm clipping included) compare every step's loss and, at the end, every
  * parameter tensor; the first step's head input (pt_segment_head_input, what
@@ -148,7 +151,10 @@ static void train_compare(const char *what, pt_arch a, int batch)
     }
     for (int64_t i = 0; i < rows; i++)
         targets[i] = (int32_t)(urand() * pt_arch_out_classes(&a));
-    const pt_batch b = {batch, images, tokens, targets};
+    int64_t *ids = malloc((size_t)batch * sizeof *ids); /* dropout's identity of the examples */
+    for (int e = 0; e < batch; e++)
+        ids[e] = 1000 - 3 * e;
+    pt_batch b = {batch, images, tokens, targets, ids, 0};
 
     for (int prec = 0; prec < 2; prec++) {
         gpu_pair P;
@@ -170,6 +176,7 @@ static void train_compare(const char *what, pt_arch a, int batch)
         for (int k = 0; k < 2; k++)
             CU_ASSERT_PTR_NOT_NULL_FATAL(hidden[k] = malloc((size_t)batch * T * a.dim * sizeof(float)));
         for (int step = 1; step <= STEPS; step++) {
+            b.step = step - 1;
             pt_stats st[2];
             memset(st, 0, sizeof st);
             double norm[2];
@@ -242,6 +249,7 @@ static void train_compare(const char *what, pt_arch a, int batch)
     free(images);
     free(tokens);
     free(targets);
+    free(ids);
 }
 
 /* The same step twice on one segment gives the same bits: no float atomics
@@ -260,7 +268,10 @@ static void repeatable(const char *what, pt_arch a, int batch)
     }
     for (int64_t i = 0; i < (int64_t)batch * pt_arch_rows_per_example(&a); i++)
         targets[i] = (int32_t)(urand() * pt_arch_out_classes(&a));
-    const pt_batch b = {batch, images, tokens, targets};
+    int64_t *ids = malloc((size_t)batch * sizeof *ids);
+    for (int e = 0; e < batch; e++)
+        ids[e] = 7 * e + 1;
+    const pt_batch b = {batch, images, tokens, targets, ids, 3};
     for (int prec = 0; prec < 2; prec++) {
         gpu_pair P;
         if (!pair_open(&P, prec))
@@ -299,22 +310,34 @@ static void repeatable(const char *what, pt_arch a, int batch)
     free(images);
     free(tokens);
     free(targets);
+    free(ids);
+}
+
+static pt_arch bert_dropout_arch(void)
+{
+    pt_arch a = bert_arch();
+    a.hidden_dropout = 0.1;
+    a.attn_dropout = 0.1;
+    return a;
 }
 
 static void vit_demo(void) { train_compare("ViT", vit_arch(), 32); }
 static void gpt_small(void) { train_compare("GPT", gpt_arch(), 4); }
 static void bert_small(void) { train_compare("BERT", bert_arch(), 4); }
+static void bert_dropout(void) { train_compare("BERT with dropout", bert_dropout_arch(), 4); }
 
 static void bitwise_repeatable(void)
 {
     repeatable("GPT", gpt_arch(), 4);
     repeatable("BERT", bert_arch(), 4);
+    repeatable("BERT with dropout", bert_dropout_arch(), 4);
     repeatable("ViT", vit_arch(), gpu_small() ? 4 : 32);
 }
 
 static const pt_test tests[] = {{"vit_demo_5_steps", vit_demo},
                                 {"gpt_small_5_steps", gpt_small},
                                 {"bert_small_5_steps", bert_small},
+                                {"bert_dropout_5_steps", bert_dropout},
                                 {"bitwise_repeatable", bitwise_repeatable},
                                 {NULL, NULL}};
 

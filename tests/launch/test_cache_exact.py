@@ -30,6 +30,14 @@ bits that depend on its batch-mates, cache on would drift from cache off.
                        and accuracy, the later ones read from the cache
   start0_*             freeze.start 0 (ViT, GPT, BERT): the first decision
                        comes before the first step; cache on vs off as above
+  *_dropout*           BERT with dropout 0.1 (hidden states and attention
+                       probabilities): frozen units run in inference form, so
+                       the cached prefix is what the frozen units compute, and
+                       the trainable units' masks follow the examples' ids and
+                       the step, not their micro-batch: cache on vs off as
+                       above (sweep and freeze.start 0), and resumed with the
+                       cache on from an empty cache at steps 12 (a freeze
+                       decision) and 27: the same steps and final files
 
 Every cache-on run must also show that the cache was used as the comparison
 needs it: it served hits, and computed examples in an epoch after the first
@@ -188,11 +196,12 @@ def test_issue10_vit_d32_threads2(h):
     on_equals_off(h, dict(REPRO, **{"run.threads": "2"}), "repro-t2", 150)
 
 
-def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None):
+def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
+          dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
     `every` and 2 * `every` steps (or before the first step and after
     `every` steps, with start 0), over data that repeats every
-    `epoch_steps` steps."""
+    `epoch_steps` steps; bert with dropout (both probabilities) if given."""
     examples = epoch_steps * batch
     k = dict(REPRO)
     k.update({"run.threads": str(threads), "model.dim": str(dim), "model.heads": str(heads),
@@ -209,6 +218,8 @@ def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, st
         k.pop("model.patch")
         k.update({"model.kind": "bert", "model.context": "17", "model.positions": "20",
                   "model.classes": "3", "data.kind": "text_classification"})
+        if dropout:
+            k.update({"model.dropout": dropout, "model.attention_dropout": dropout})
     else:
         k.update({"model.patch": "7"})
     return k
@@ -220,20 +231,31 @@ def freeze_events(run_dir):
                 if r.get("event") == "freeze"]
 
 
-def start0_case(kind, threads):
+def check_dropout(run_dir, dropout):
+    """The run's checkpoints record the dropout it was given (so it trained with it)."""
+    _, _, recs = U.read_recfile(os.path.join(U.ckpt(run_dir, 60), "manifest"))
+    arch = json.loads(dict(recs)["manifest"])["arch"]
+    want = float(dropout or 0)
+    check(arch.get("hidden_dropout") == want and arch.get("attn_dropout") == want,
+          "%s: the checkpoint's arch %s, not dropout %g", run_dir, arch, want)
+
+
+def start0_case(kind, threads, dropout=None):
     """freeze.start 0: a decision before the first step freezes the
     schedule's first bound (1 of 2 blocks at alpha 0.5), so every step
     trains only the top; the cache fills in the first epoch and serves
     the next ones, bit-identical to recomputing."""
     def t(h):
-        base = small(kind, 16, 2, 12, threads, start=0)
+        base = small(kind, 16, 2, 12, threads, start=0, dropout=dropout)
         if kind == "bert":
             base.update(U.bert_files(h, 6 * 12, 16))
         on = on_equals_off(h, base, "run", 60)
         ev = freeze_events(on)
         check(ev[:2] == [(0, 0, 1), (3, 1, 2)], "%s: freeze decisions (step, old, new) %s; "
               "wanted 0 -> 1 at step 0, 1 -> 2 at step 3", on, ev[:4])
-    t.__name__ = "test_start0_%s_threads%d" % (kind, threads)
+        if kind == "bert":
+            check_dropout(on, dropout)
+    t.__name__ = "test_start0_%s%s_threads%d" % (kind, "_dropout" if dropout else "", threads)
     return t
 
 
@@ -242,10 +264,29 @@ def sweep_case(kind, dim, heads, batch, threads, **kw):
         base = small(kind, dim, heads, batch, threads, **kw)
         if kind == "bert":
             base.update(U.bert_files(h, kw.get("epoch_steps", 6) * batch, dim))
-        on_equals_off(h, base, "run", kw.get("steps", 60))
-    t.__name__ = "test_sweep_%s_d%d_h%d_batch%d_threads%d_steps%d" % (
-        kind, dim, heads, batch, threads, kw.get("steps", 60))
+        on = on_equals_off(h, base, "run", kw.get("steps", 60))
+        if kind == "bert" and kw.get("steps", 60) == 60:
+            check_dropout(on, kw.get("dropout"))
+    t.__name__ = "test_sweep_%s%s_d%d_h%d_batch%d_threads%d_steps%d" % (
+        kind, "_dropout" if kw.get("dropout") else "", dim, heads, batch, threads, kw.get("steps", 60))
     return t
+
+
+def test_bert_dropout_resumed(h):
+    """BERT with dropout, freezing and the cache: resumed with the cache on
+    (from an empty cache, in a fresh run directory) from the checkpoints of
+    step 12 (a freeze decision) and 27, the same steps and final files as the
+    run that never stopped (itself equal to cache off)."""
+    base = small("bert", 16, 2, 12, 1, dropout="0.1")
+    base.update(U.bert_files(h, 6 * 12, 16))
+    base.update({"train.checkpoint_every": "3", "train.keep_checkpoints": "100"})
+    straight = on_equals_off(h, base, "straight", 60)
+    want = steps_of(straight)
+    for s in (12, 27):
+        run_dir = h.path("resumed-%d" % s)
+        train(h, "resumed-%d" % s, keys(run_dir, base, True), "train.resume=" + U.ckpt(straight, s))
+        same_steps(want, steps_of(run_dir), "resumed at step %d, cache on" % s, first=s + 1)
+        same_final(h, straight, run_dir, 60, "resumed at step %d, cache on" % s)
 
 
 QUICK = [
@@ -262,6 +303,8 @@ FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33,
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2] + [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
+    out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),
+            start0_case("bert", 2, dropout="0.1"), test_bert_dropout_resumed]
     if full:
         for dim, heads in FULL_WIDTHS:
             for batch in (8, 20, 32):
@@ -269,6 +312,8 @@ def tests(full):
                     for kind in ("vit", "gpt", "bert"):
                         out.append(sweep_case(kind, dim, heads, batch, threads, steps=150,
                                               epoch_steps=8))
+                    out.append(sweep_case("bert", dim, heads, batch, threads, steps=150,
+                                          epoch_steps=8, dropout="0.1"))
     return out
 
 

@@ -464,6 +464,59 @@ def test_resume_bert_other_ln_eps(h):
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming eps 0 as 1e-12")
 
 
+def test_resume_bert_other_dropout(h):
+    """model.dropout and model.attention_dropout are part of the training: a
+    bert run trained with dropout 0.1 is not resumed (auto or a path) with
+    another probability of either, naming the key and both values, while
+    eval and export of its weights do not care. The value compared is the
+    one the run used: auto (0 from scratch) resumes as an explicit 0, and a
+    manifest written before dropout existed (no dropout fields: its run had
+    none) resumes with 0 and is refused with 0.1."""
+    files = U.bert_files(h, 40, 1)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    drop = dict(bert, **{"model.dropout": "0.1", "model.attention_dropout": "0.1"})
+    _, orig = trained(h, kind="gpt", **drop)
+    ck = U.ckpt(orig, 6)
+    cfg, run_dir = copy_run(h, orig, "hidden", kind="gpt", **dict(drop, **{"model.dropout": "0"}))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, 6),
+               ["model.dropout = 0.1", "model.dropout = 0", "set it to 0.1"], ("auto", "path"))
+    cfg, run_dir = copy_run(h, orig, "attention", kind="gpt",
+                            **dict(drop, **{"model.attention_dropout": "0.2"}))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, 6),
+               ["model.attention_dropout = 0.1", "model.attention_dropout = 0.2"], ("auto", "path"))
+    cfg, run_dir = copy_run(h, orig, "auto", kind="gpt", **bert)  # auto: 0 from scratch
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, 6), ["model.dropout = 0.1", "model.dropout = 0"],
+               ("path",))
+    h.run(["eval", cfg, "--checkpoint", ck]).expect(0, "eval under another dropout")
+    h.run(["export", ck, h.path("w.safetensors")]).expect(0, "export")
+    cfg, run_dir = copy_run(h, orig, "same", kind="gpt", **dict(drop, **{"train.epochs": "3"}))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming with the same dropout")
+    # auto from scratch is 0: resumed as an explicit 0
+    _, zero = trained(h, "zero", kind="gpt", **bert)
+    cfg, run_dir = copy_run(h, zero, "zero-copy", kind="gpt",
+                            **dict(bert, **{"model.dropout": "0", "model.attention_dropout": "0",
+                                            "train.epochs": "3"}))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming auto as 0")
+    # a manifest from before dropout: its run had none
+    old = h.path("old")
+    shutil.copytree(zero, old)
+
+    def no_dropout_fields(m):
+        check("hidden_dropout" in m["arch"] and "attn_dropout" in m["arch"],
+              "the manifest's arch record has no dropout: %s", m["arch"])
+        del m["arch"]["hidden_dropout"]
+        del m["arch"]["attn_dropout"]
+    for step in (9, LAST):
+        rewrite_manifest(U.ckpt(old, step), no_dropout_fields)
+    cfg, run_dir = copy_run(h, old, "old-drop", kind="gpt", **drop)
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["model.dropout = 0", "model.dropout = 0.1"],
+               ("auto",))
+    cfg, run_dir = copy_run(h, old, "old-zero", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming an old manifest")
+
+
 def test_resume_mid_epoch_after_data_shrank(h):
     """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
     _, orig = trained(h)
@@ -649,6 +702,7 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
+        test_resume_bert_other_dropout,
         test_resume_mid_epoch_after_data_shrank,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,

@@ -330,6 +330,37 @@ CASES = [
          needles=["allowed: an integer from 1 to 64, or auto"]),
     Case("init_std_of_ten", {"model.init_std": "10"}, blame="model.init_std",
          needles=["allowed: a number > 0 and < 10"]),
+    # ---- dropout: a probability in [0, 1) or auto, and only bert has any
+    Case("dropout_of_one", {"model.dropout": "1"}, blame="model.dropout",
+         needles=["out of range: '1'", "allowed: a number >= 0 and < 1, or auto"]),
+    Case("dropout_above_one", {"model.dropout": "1.5"}, blame="model.dropout",
+         needles=["out of range: '1.5'", "or auto"]),
+    Case("attention_dropout_negative", {"model.attention_dropout": "-0.1"},
+         blame="model.attention_dropout",
+         needles=["out of range: '-0.1'", "allowed: a number >= 0 and < 1, or auto"]),
+    Case("attention_dropout_of_one", {"model.attention_dropout": "1.0"},
+         blame="model.attention_dropout", needles=["out of range: '1.0'"]),
+    Case("dropout_nan", {"model.dropout": "nan"}, blame="model.dropout",
+         needles=["not a number: 'nan'"]),
+    Case("dropout_infinite", {"model.attention_dropout": "-inf"}, blame="model.attention_dropout",
+         needles=["not a number: '-inf'"]),
+    Case("dropout_a_word", {"model.dropout": "high"}, blame="model.dropout",
+         needles=["not a number: 'high'", "or auto"]),
+    Case("dropout_auto_misspelt", {"model.dropout": "Auto"}, blame="model.dropout",
+         needles=["not a number: 'Auto'"]),
+    Case("dropout_a_list", {"model.dropout": "[0.1, 0.2]"}, blame="model.dropout",
+         needles=["model.dropout"]),
+    Case("dropout_set_negative", sets=["model.dropout=-0.0001"],
+         needles=["--set: model.dropout: out of range: '-0.0001'", "or auto"]),
+    Case("dropout_set_one", sets=["model.attention_dropout=1"],
+         needles=["--set: model.attention_dropout: out of range: '1'"]),
+    Case("dropout_on_vit", {"model.dropout": "0.1"}, blame="model.dropout",
+         needles=["0.1, but a vit model", "has no dropout", "allowed with vit: 0 or auto"]),
+    Case("attention_dropout_on_gpt", {"model.attention_dropout": "0.2"}, kind="gpt",
+         blame="model.attention_dropout",
+         needles=["0.2, but a gpt model", "allowed with gpt: 0 or auto"]),
+    Case("dropout_on_gpt_by_set", kind="gpt", sets=["model.dropout=0.5"],
+         needles=["--set", "model.dropout", "0.5, but a gpt model"]),
     Case("prompt_longer_than_context", {"sample.prompt": '"%s"' % ("x" * 16)}, kind="gpt",
          blame="sample.prompt", needles=["16 bytes", "model.context = 16", "allowed: 1 to 15 bytes"]),
     Case("default_prompt_longer_than_context", {"model.context": "8"}, kind="gpt",
@@ -925,6 +956,15 @@ def test_bert_init_from_refused(h):
          ["layer_norm_eps 1e-05"]),
         ("config_relu", hf_bert(h, "relu", {"hidden_act": "relu"}), {}, "model.init_from",
          ["hidden_act", "relu"]),
+        # dropout probabilities that are not one: refused whether auto takes them or not
+        ("config_dropout_of_one", hf_bert(h, "drop1", {"hidden_dropout_prob": 1.0}), {},
+         "model.init_from", ["hidden_dropout_prob", "must be a number in [0, 1)"]),
+        ("config_dropout_negative", hf_bert(h, "dropneg", {"attention_probs_dropout_prob": -0.1}),
+         {"model.attention_dropout": "0.1"}, "model.init_from",
+         ["attention_probs_dropout_prob", "must be a number in [0, 1)"]),
+        ("config_dropout_text", hf_bert(h, "droptext", {"hidden_dropout_prob": "0.1"}),
+         {"model.dropout": "0", "model.attention_dropout": "0"}, "model.init_from",
+         ["hidden_dropout_prob", "must be a number"]),
         ("config_not_json", hf_bert(h, "notjson", raw_config="{not json"), {}, "model.init_from",
          ["config.json"]),
         ("config_not_bert", hf_bert(h, "gpt2", {"model_type": "gpt2"}), {}, "model.init_from",
@@ -949,6 +989,46 @@ def test_bert_init_from_refused(h):
         r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), *needles)
         check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+
+
+def test_bert_dropout_auto(h):
+    """model.dropout and model.attention_dropout at auto: a Hugging Face
+    BERT's config.json gives them (hidden_dropout_prob,
+    attention_probs_dropout_prob; transformers' 0.1 where it has none), a
+    value in the config wins, a bert from scratch has 0; `plan` prints what
+    they came to, the checkpoint records it and `export` writes it back into
+    config.json."""
+    f = textcls_files(h)
+    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
+            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
+            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
+            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    said = hf_bert(h, "said", {"hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3})
+    silent = hf_bert(h, "silent")
+    for init, sets, want in [(said, [], "dropout 0.2 (attention 0.3)"),
+                             (said, ["model.dropout=0"], "dropout 0 (attention 0.3)"),
+                             (said, ["model.attention_dropout=0.05"], "dropout 0.2 (attention 0.05)"),
+                             (silent, [], "dropout 0.1 (attention 0.1)"),
+                             ("", [], "dropout 0 (attention 0)"),
+                             ("", ["model.dropout=0.25"], "dropout 0.25 (attention 0)")]:
+        keys = base(h, "gpt", **dict(bert, **{"model.init_from": init or None}))
+        cfg = U.write(h.path("auto.yaml"), U.render(keys))
+        r = h.run(["plan", cfg] + sum((["--set", s] for s in sets), [])).expect(0, "plan")
+        check(want in r.out, "plan with model.init_from %r %s does not say %r:\n%s", init, sets, want, r.out)
+    keys = base(h, "gpt", **dict(bert, **{"model.init_from": said}))
+    cfg = U.write(h.path("auto.yaml"), U.render(keys))
+    h.run(["train", cfg]).expect(0, "training with config.json's dropout")
+    ck = os.path.join(h.path("run"), "checkpoints", U.checkpoints(h.path("run"))[-1])
+    _, _, recs = U.read_recfile(os.path.join(ck, "manifest"))
+    arch = json.loads(dict(recs)["manifest"])["arch"]
+    check(arch["hidden_dropout"] == 0.2 and arch["attn_dropout"] == 0.3, "the checkpoint records %s", arch)
+    out = h.path("exported")
+    h.run(["export", ck, out]).expect(0, "export")
+    with open(os.path.join(out, "config.json")) as fh:
+        exported = json.load(fh)
+    check(exported["hidden_dropout_prob"] == 0.2 and exported["attention_probs_dropout_prob"] == 0.3,
+          "the exported config.json says %s", exported)
+    shutil.rmtree(h.path("run"))
 
 
 def test_bf16_without_a_gpu(h):
@@ -1044,7 +1124,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
-         test_text_classification_data_errors, test_bert_init_from_refused,
+         test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
          test_threads_above_cores_warned,
          test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
 

@@ -8,7 +8,11 @@ Two models, each 4 blocks of width 64, 512 examples, batch 32:
         20 words over an 18-word vocabulary, so most examples are padded, by
         different amounts, and some are cut: the padding mask, which every
         BERT unit takes from the batch's tokens, must reach every stage of
-        every layout and the replicas' cached prefixes.
+        every layout and the replicas' cached prefixes;
+  bert_dropout  that BERT with dropout 0.1 on the hidden states and the
+        attention probabilities (the same profiles: the planner's inputs),
+        whose masks must follow the examples, not the layout, the replica or
+        the cache, through every transition and resume.
 Each trains 4 epochs on 4 ranks with a freeze decision after every epoch
 (schedule policy, alpha 1/2, at most 3 blocks) and a per-device memory limit
 under which the unfrozen model needs K = 4 stages. As blocks freeze, the
@@ -97,6 +101,9 @@ data: {{{data}}}""",
              os.path.join(HERE, "elastic_bert_profile.json"),
              os.path.join(HERE, "growing_micro_bert_profile.json")),
 }
+MODELS["bert_dropout"] = (MODELS["bert"][0].replace("classes: 3}}", "classes: 3, dropout: 0.1,\n"
+                                                    "        attention_dropout: 0.1}}"),
+                          *MODELS["bert"][1:])
 EXAMPLES = 512
 MEMORY = "0.002"  # GiB per device: 4 stages for the whole model, fewer once blocks freeze
 # The planner prices ranks that share cores as slower; this machine may have
@@ -183,7 +190,7 @@ def check_model(tools, work, model):
     text, profile, growing = MODELS[model]
     work = os.path.join(work, model)
     os.mkdir(work)
-    data, vocab = h.bert_data(work, EXAMPLES, 64, seed=17) if model == "bert" else ("", 0)
+    data, vocab = h.bert_data(work, EXAMPLES, 64, seed=17) if model.startswith("bert") else ("", 0)
     config = os.path.join(work, "elastic.yaml")
     with open(config, "w") as f:
         f.write(text.format(data=data, vocab=vocab) + COMMON.format(lr=LR))

@@ -8,7 +8,11 @@ every epoch (schedule policy, alpha 1/2: 2, 3, 4 of 4 blocks):
         labelled texts of 1 to 20 words over an 18-word vocabulary, batch 16:
         most examples are padded, by different amounts, and some are cut, so
         the padding mask (which every BERT unit takes from the batch's
-        tokens) goes through the cache, the stages and the resume.
+        tokens) goes through the cache, the stages and the resume;
+  bert_dropout  the same BERT with dropout 0.1 (hidden states and attention
+        probabilities): frozen units run without it (the cache holds what
+        they compute), trainable ones with masks from the examples' ids and
+        the step, whichever stage runs them and after a resume.
 For each:
   - cache on against cache off, one process: bit-identical per-step losses and
     final weights (the cache returns exactly what the prefix computes);
@@ -52,6 +56,9 @@ model: {{kind: bert, dim: 32, layers: 4, heads: 2, mlp_hidden: 64, context: 16, 
         vocab: {vocab}, classes: 3}}
 data: {{{data}}}""", 256, 16),
 }
+MODELS["bert_dropout"] = (MODELS["bert"][0].replace("classes: 3}}", "classes: 3, dropout: 0.1,\n"
+                                                    "        attention_dropout: 0.1}}"),
+                          256, 16)
 failures = []
 
 
@@ -71,7 +78,7 @@ def check_model(tools, work, model):
     text, examples, batch = MODELS[model]
     work = os.path.join(work, model)
     os.mkdir(work)
-    data, vocab = h.bert_data(work, examples, 64, seed=16) if model == "bert" else ("", 0)
+    data, vocab = h.bert_data(work, examples, 64, seed=16) if model.startswith("bert") else ("", 0)
     config = os.path.join(work, "tiny.yaml")
     with open(config, "w") as f:
         f.write(text.format(data=data, vocab=vocab) + COMMON.format(batch=batch))

@@ -2,14 +2,18 @@
 """Pipeline training equals one-process training.
 
 For the demo ViT (Fashion-MNIST), the GPT (KJV text) and a small BERT on the
-fine-tuning demo's labelled verses: 20 steps
+fine-tuning demo's labelled verses, without dropout and with BERT's dropout
+(0.1 on the hidden states and the attention probabilities): 20 steps
 with K = 2 and K = 4 stages under mpirun, each schedule (GPipe, 1F1B), with
-and without activation recompute, against K = 1 with the same micro-batch
-count M = 4. Per-step losses and the exported final weights must agree to
-1e-5 relative (max |a - b| / max |b| per tensor). Stages compute the same
-unit code on the same inputs and the gradient norm is summed per unit in
-unit order, so in practice the results are bit-identical; the tolerance is
-what the contract promises.
+and without activation recompute (which makes the dropout masks again in the
+backward), against K = 1 with the same micro-batch count M = 4. Per-step
+losses and the exported final weights must agree to 1e-5 relative (max
+|a - b| / max |b| per tensor). Stages compute the same unit code on the same
+inputs and the gradient norm is summed per unit in unit order, so in practice
+the results are bit-identical; the tolerance is what the contract promises.
+With dropout the runs must be bit-identical: a mask is a function of the
+example's id, the step and the model's unit index, not of the stage that
+applies it, and one mask bit off in one stage could hide under 1e-5.
 
 usage: test_pipeline_equivalence.py PIPETRAIN MPIEXEC"""
 import os
@@ -28,6 +32,8 @@ CASES = {
              dict(train__eval_examples=64, model__init_from="", model__dim=32, model__layers=2,
                   model__heads=2, model__mlp_hidden=64, model__context=32, train__lr=0.001)),
 }
+CASES["bert_dropout"] = (CASES["bert"][0], dict(CASES["bert"][1], model__dropout=0.1,
+                                                 model__attention_dropout=0.1))
 
 
 def main():
@@ -51,10 +57,13 @@ def main():
                         tag = "k%d-%s-%s" % (K, schedule, "recompute" if recompute == "true" else "keep")
                         got = train(tag, K, pipeline__stages=K, pipeline__schedule=schedule,
                                     pipeline__recompute=recompute)
-                        w, _ = h.compare_runs("%s %s" % (name, tag), base[0], base[1], got[0], got[1], TOL)
+                        w, same = h.compare_runs("%s %s" % (name, tag), base[0], base[1], got[0], got[1],
+                                                 TOL)
                         worst = max(worst, w)
                         if not w <= TOL:
                             failures.append(name + " " + tag)
+                        elif name == "bert_dropout" and not same:  # a mask off in one stage
+                            failures.append(name + " " + tag + " (not bit-identical)")
     print("worst relative error %.2e (tolerance %.0e)" % (worst, TOL))
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))

@@ -9,12 +9,20 @@
  * differences, h = 1e-5): truncation error is O(h^2 f''') ~ 1e-10 and rounding
  * error O(eps f / h) ~ 1e-11, so |analytic - numeric| <= 1e-7 + 1e-6 |numeric|
  * leaves a wide margin for correct code and none for a wrong term.
+ *
+ * Dropout (BERT): the masks are functions of (seed, step, example id, unit,
+ * site, element), so with the fixture's step and ids fixed every objective
+ * evaluation sees the same masks and the function stays smooth; the bert
+ * cases run again with dropout on, and the dropout op alone is checked the
+ * same way.
  */
+#include "nn/backend.h"
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N 3 /* examples */
 #define H 1e-5
@@ -53,6 +61,7 @@ typedef struct {
     double *x, *r, *dx, *y; /* activations as doubles (cpu64 memory is double) */
     float *images;
     int32_t *tokens, *targets;
+    int64_t ids[N];
     pt_batch batch;
 } fixture;
 
@@ -106,7 +115,10 @@ static void setup(fixture *f, pt_arch a, int first, int count)
         for (int b = 1; b < N; b++)
             for (int t = b == 1 ? 3 : 1; t < T; t++)
                 f->tokens[(size_t)b * T + t] = a.pad_id;
-    f->batch = (pt_batch){N, f->images, f->tokens, f->targets};
+    /* dropout's identity: ids in no order, a step past 0 */
+    const int64_t ids[N] = {40, 7, 1003};
+    memcpy(f->ids, ids, sizeof ids);
+    f->batch = (pt_batch){N, f->images, f->tokens, f->targets, f->ids, 12};
     pt_segment_set_loss_scale(f->seg, 0.37);
 }
 
@@ -223,15 +235,126 @@ static void bert_head_pooled(void) { check_unit_range(bert_arch(), 5, 1); }
 static void bert_whole_model(void) { check_unit_range(bert_arch(), 0, 6); }
 static void bert_middle_segment(void) { check_unit_range(bert_arch(), 1, 3); }
 
-/* T above the attention block width, head size 16 (a specialised path) */
-static void bert_attn_long_sequence(void)
+/* BERT as it trains: dropout on the hidden states and the attention
+ * probabilities (high rates, so the tiny tensors drop plenty) */
+static pt_arch bert_drop_arch(void)
 {
     pt_arch a = bert_arch();
+    a.hidden_dropout = 0.3;
+    a.attn_dropout = 0.25;
+    return a;
+}
+
+static void bert_drop_embed(void) { check_unit_range(bert_drop_arch(), 0, 1); }
+static void bert_drop_attn(void) { check_unit_range(bert_drop_arch(), 1, 1); }
+static void bert_drop_mlp(void) { check_unit_range(bert_drop_arch(), 2, 1); }
+static void bert_drop_head(void) { check_unit_range(bert_drop_arch(), 5, 1); }
+static void bert_drop_whole_model(void) { check_unit_range(bert_drop_arch(), 0, 6); }
+static void bert_drop_middle_segment(void) { check_unit_range(bert_drop_arch(), 1, 3); }
+/* T above the attention block width, head size 16 (a specialised path) */
+static pt_arch long_sequence(pt_arch a)
+{
     a.dim = 32;
     a.context = 21;
     a.positions = 21;
+    return a;
+}
+
+static void bert_drop_attn_long_sequence(void) { check_unit_range(long_sequence(bert_drop_arch()), 1, 1); }
+/* each rate alone, so neither site's backward hides behind the other's */
+static void bert_drop_attn_sites_alone(void)
+{
+    pt_arch a = bert_arch();
+    a.attn_dropout = 0.4;
+    check_unit_range(a, 1, 1);
+    a = bert_arch();
+    a.hidden_dropout = 0.4;
     check_unit_range(a, 1, 1);
 }
+
+/* The loss of the whole model in a training forward. */
+static double train_loss(pt_arch a, int frozen, int64_t step, const int64_t *ids)
+{
+    fixture f;
+    pt_err err = {0};
+    setup(&f, a, 0, pt_arch_units(&a));
+    CU_ASSERT_FATAL(pt_segment_freeze(f.seg, frozen, &err) == 0);
+    f.batch.step = step;
+    if (ids)
+        memcpy(f.ids, ids, sizeof f.ids);
+    double loss = objective(&f);
+    teardown(&f);
+    return loss;
+}
+
+/* The finite differences above would pass with masks that drop nothing:
+ * the loss must move with dropout on, with the step and with the ids, and
+ * not at all with dropout at 0 or with every unit frozen (inference form). */
+static void bert_drop_is_live(void)
+{
+    const pt_arch plain_arch = bert_arch();
+    const int units = pt_arch_units(&plain_arch);
+    const int64_t other[N] = {41, 7, 1003};
+    const double plain = train_loss(bert_arch(), 0, 12, NULL);
+    const double drop = train_loss(bert_drop_arch(), 0, 12, NULL);
+    CU_ASSERT(drop != plain);
+    CU_ASSERT(train_loss(bert_drop_arch(), 0, 13, NULL) != drop);  /* another step */
+    CU_ASSERT(train_loss(bert_drop_arch(), 0, 12, other) != drop); /* another example 0 */
+    CU_ASSERT(train_loss(bert_drop_arch(), 0, 12, NULL) == drop);  /* pure: the same again */
+    CU_ASSERT(train_loss(bert_arch(), 0, 13, other) == plain);     /* no dropout: no key */
+    /* every unit frozen: inference form, the loss of the model without dropout */
+    CU_ASSERT(train_loss(bert_drop_arch(), units, 12, NULL) == plain);
+    printf(" [loss %.9f, with dropout %.9f]", plain, drop);
+}
+
+/* The dropout op alone: y = add + x * mask / (1 - p), and its backward is
+ * itself applied to dy. f = sum(r * y) for a fixed r, so df/dx = dropout(r)
+ * and df/dadd = r, checked by finite differences over every element of
+ * both, for rates from 0 to 0.9. */
+static void dropout_op(void)
+{
+    pt_backend *be;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_backend_open(&be, "cpu64", 1, &err) == 0);
+    enum { NB = 3, PER = 37 };
+    const int64_t ids[NB] = {5, 900, 2};
+    double x[NB * PER], add[NB * PER], r[NB * PER], y[NB * PER], dx[NB * PER];
+    pt_rng rng;
+    pt_rng_seed(&rng, 77, 0);
+    fill(&rng, x, NB * PER, 1.0);
+    fill(&rng, add, NB * PER, 1.0);
+    fill(&rng, r, NB * PER, 1.0);
+    const double rates[] = {0.0, 0.1, 0.5, 0.9};
+    int bad = 0, checked = 0, dropped = 0;
+    for (size_t k = 0; k < sizeof rates / sizeof *rates; k++) {
+        const pt_dropout drop = {rates[k], pt_dropout_key(3, 4, 5, 1), ids};
+        be->ops->dropout(be, dx, r, NULL, NB, PER, &drop);
+        for (int which = 0; which < 2; which++) /* x, then add */
+            for (int i = 0; i < NB * PER; i++) {
+                double *v = which ? add : x, keep = v[i], f2[2];
+                for (int s2 = 0; s2 < 2; s2++) {
+                    v[i] = keep + (s2 ? -H : H);
+                    be->ops->dropout(be, y, x, add, NB, PER, &drop);
+                    f2[s2] = 0;
+                    for (int j = 0; j < NB * PER; j++)
+                        f2[s2] += r[j] * y[j];
+                }
+                v[i] = keep;
+                const double num = (f2[0] - f2[1]) / (2 * H), want = which ? r[i] : dx[i];
+                checked++;
+                dropped += !which && dx[i] == 0;
+                if (!close_enough(want, num) && bad++ < 5)
+                    printf("\n  p=%g d%s[%d]: analytic %.10g numeric %.10g", rates[k],
+                           which ? "add" : "x", i, want, num);
+            }
+    }
+    printf(" [%d values checked, %d dropped, %d off]", checked, dropped, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(dropped > 0);
+    pt_backend_close(be);
+}
+
+static void bert_attn_long_sequence(void) { check_unit_range(long_sequence(bert_arch()), 1, 1); }
 
 /* T > the attention block width (16) and a head size of 16: the kernels' padded
  * and specialised paths, which the small models above do not reach */
@@ -261,12 +384,20 @@ static const pt_test unit_tests[] = {
     {"bert_embed", bert_embed},       {"bert_attn_masked", bert_attn_masked},
     {"bert_mlp", bert_mlp},           {"bert_head_pooled_loss", bert_head_pooled},
     {"bert_attn_long_sequence", bert_attn_long_sequence},
+    {"dropout_op", dropout_op},
+    {"bert_dropout_embed", bert_drop_embed}, {"bert_dropout_attn", bert_drop_attn},
+    {"bert_dropout_attn_sites_alone", bert_drop_attn_sites_alone},
+    {"bert_dropout_mlp", bert_drop_mlp},     {"bert_dropout_head_loss", bert_drop_head},
+    {"bert_dropout_attn_long_sequence", bert_drop_attn_long_sequence},
+    {"bert_dropout_is_live", bert_drop_is_live},
     {NULL, NULL}};
 static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"vit_middle_segment", vit_middle_segment},
                                       {"gpt_whole_model", gpt_whole_model},
                                       {"bert_whole_model", bert_whole_model},
                                       {"bert_middle_segment", bert_middle_segment},
+                                      {"bert_dropout_whole_model", bert_drop_whole_model},
+                                      {"bert_dropout_middle_segment", bert_drop_middle_segment},
                                       {NULL, NULL}};
 static const pt_test_suite suites[] = {{"finite differences, one unit", unit_tests},
                                        {"finite differences, unit runs", model_tests},

@@ -35,6 +35,13 @@
  * Every check also asserts that both results are finite and that the
  * float64 result is not all zero (a normwise error against zero would say
  * nothing). The worst error per op is printed at the end.
+ *
+ * Dropout (the op, and attention's dropout on the probabilities) is also
+ * checked for what its mask must be (dropout_mask): the keep fraction
+ * within binomial bounds for several rates, kept elements scaled by exactly
+ * 1 / (1 - p), p = 0 the identity bit for bit, the same bits for an example
+ * whatever else shares the call and wherever it sits, and whatever the
+ * thread count; new masks for another step, unit, site or example.
  */
 #include "nn/backend.h"
 #include "tests/common/cunit_main.h"
@@ -170,20 +177,29 @@ static void *ints_new(int k, const int32_t *v, size_t n)
     return p;
 }
 
+/* Raw bytes (int64 ids), the same on both backends. */
+static void *bytes_new(int k, const void *v, size_t bytes)
+{
+    void *p = pt_backend_alloc(be[k], bytes);
+    CU_ASSERT_FATAL(p != NULL);
+    be[k]->ops->upload(be[k], p, v, bytes);
+    return p;
+}
+
 /* ------------------------------------------------------------ comparison */
 
 enum {
     OP_LINEAR_FWD, OP_LINEAR_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_GELU_FWD, OP_GELU_BWD,
     OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_PATCHIFY, OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD,
     OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD, OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ,
-    OP_SCALE, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_COUNT
+    OP_SCALE, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_DROPOUT, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
     "linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
     "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd", "vit_assemble_bwd",
     "token_embed_fwd", "token_embed_bwd", "copy_rows", "cross_entropy", "adamw", "sumsq",
-    "scale", "mean_pool_fwd", "mean_pool_bwd"};
+    "scale", "mean_pool_fwd", "mean_pool_bwd", "dropout"};
 
 static struct {
     double worst;
@@ -521,7 +537,7 @@ static void gelu_all(void)
 /* Example b alone over its first L tokens, without a mask, on the float64
  * backend: what the masked op must give on b's first L rows. */
 static void attention_alone_matches(const tens *qkv, const tens *out, int b, int L, int T, int H,
-                                    int hd, int causal)
+                                    int hd, int causal, const pt_dropout *drop)
 {
     const size_t d = (size_t)H * hd;
     pt_backend *b64 = be[1];
@@ -531,7 +547,15 @@ static void attention_alone_matches(const tens *qkv, const tens *out, int b, int
     CU_ASSERT_FATAL(sub && o && p);
     const double *all = D_OF(*qkv, 1), *masked = D_OF(*out, 1);
     memcpy(sub, all + (size_t)b * T * 3 * d, (size_t)L * 3 * d * sizeof *sub);
-    b64->ops->attention_fwd(b64, o, p, sub, 1, L, H, hd, causal, NULL);
+    /* with dropout, the example alone keeps its id (its mask), but its element
+     * indices are those of an L-token call: only the unmasked T = L case can
+     * be compared, which the caller arranges */
+    pt_dropout alone;
+    if (drop) {
+        alone = *drop;
+        alone.ids = drop->ids + b;
+    }
+    b64->ops->attention_fwd(b64, o, p, sub, 1, L, H, hd, causal, NULL, drop ? &alone : NULL);
     double worst = 0, ref = 0;
     for (size_t i = 0; i < (size_t)L * d; i++) {
         worst = fmax(worst, fabs(o[i] - masked[(size_t)b * T * d + i]));
@@ -546,14 +570,23 @@ static void attention_alone_matches(const tens *qkv, const tens *out, int b, int
     pt_backend_free(b64, p);
 }
 
-static void attention_case(int n, int T, int H, int hd, int causal, int masked)
+/* dropout: 0 none, else dropout on the probabilities at rate 0.3 */
+static void attention_case(int n, int T, int H, int hd, int causal, int masked, int dropout)
 {
     const size_t d = (size_t)H * hd, rows = (size_t)n * T;
     int32_t lens_h[8];
+    int64_t ids_h[8];
     CU_ASSERT_FATAL(n <= 8);
-    for (int b = 0; b < n; b++) /* the first example unpadded, then random lengths */
+    for (int b = 0; b < n; b++) { /* the first example unpadded, then random lengths */
         lens_h[b] = b == 0 ? T : 1 + (int)pt_rng_below(&rng, (uint64_t)T);
-    void *lens[2] = {NULL, NULL};
+        ids_h[b] = 1000 - 7 * b;
+    }
+    void *lens[2] = {NULL, NULL}, *ids[2] = {NULL, NULL};
+    pt_dropout drop[2];
+    for (int k = 0; k < 2 && dropout; k++) {
+        ids[k] = bytes_new(k, ids_h, (size_t)n * sizeof *ids_h);
+        drop[k] = (pt_dropout){0.3, pt_dropout_key(11, 2, 3, 0), ids[k]};
+    }
     if (masked)
         for (int k = 0; k < 2; k++)
             lens[k] = ints_new(k, lens_h, (size_t)n);
@@ -567,28 +600,36 @@ static void attention_case(int n, int T, int H, int hd, int causal, int masked)
     t_fill_nan(&out);
     t_fill_nan(&probs);
     t_fill_nan(&dqkv);
-    EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal, lens[k_]);
-    check(&out, OP_ATTENTION_FWD, "attention_fwd out n=%d T=%d H=%d hd=%d causal=%d masked=%d",
-          n, T, H, hd, causal, masked);
+    EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal, lens[k_],
+                            dropout ? &drop[k_] : NULL);
+    check(&out, OP_ATTENTION_FWD,
+          "attention_fwd out n=%d T=%d H=%d hd=%d causal=%d masked=%d dropout=%d", n, T, H, hd,
+          causal, masked, dropout);
     check(&probs, OP_ATTENTION_FWD,
-          "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d masked=%d", n, T, H, hd, causal,
-          masked);
+          "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d masked=%d dropout=%d", n, T, H, hd,
+          causal, masked, dropout);
     EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), n, T, H, hd, causal,
-                            lens[k_]);
-    check(&dqkv, OP_ATTENTION_BWD, "attention_bwd n=%d T=%d H=%d hd=%d causal=%d masked=%d", n,
-          T, H, hd, causal, masked);
-    if (masked) {
+                            lens[k_], dropout ? &drop[k_] : NULL);
+    check(&dqkv, OP_ATTENTION_BWD,
+          "attention_bwd n=%d T=%d H=%d hd=%d causal=%d masked=%d dropout=%d", n, T, H, hd,
+          causal, masked, dropout);
+    if (dropout && !masked) /* each example alone gives its rows of the batch's result: its mask is its own */
+        for (int b = 0; b < n; b++)
+            attention_alone_matches(&qkv, &out, b, T, T, H, hd, causal, &drop[1]);
+    if (masked && !dropout) {
         const double *g = D_OF(dqkv, 1);
         for (int b = 0; b < n; b++) {
-            attention_alone_matches(&qkv, &out, b, lens_h[b], T, H, hd, causal);
+            attention_alone_matches(&qkv, &out, b, lens_h[b], T, H, hd, causal, NULL);
             int nonzero = 0; /* padded keys and values get no gradient */
             for (int t = lens_h[b]; t < T; t++)
                 for (size_t c = d; c < 3 * d; c++)
                     nonzero += g[((size_t)b * T + t) * 3 * d + c] != 0;
             CU_ASSERT_EQUAL(nonzero, 0);
         }
-        for (int k = 0; k < 2; k++)
-            pt_backend_free(be[k], lens[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        pt_backend_free(be[k], lens[k]);
+        pt_backend_free(be[k], ids[k]);
     }
     t_free(&qkv);
     t_free(&out);
@@ -608,11 +649,173 @@ static void attention_all(void)
         for (size_t j = 0; j < sizeof hds / sizeof *hds; j++)
             for (int causal = 0; causal < 2; causal++)
                 for (int masked = 0; masked < 2; masked++)
-                    attention_case(masked ? 4 : 2, Ts[i], 3, hds[j], causal, masked);
-    attention_case(1, 5, 1, 8, 1, 0);
-    attention_case(1, 5, 1, 8, 0, 1);
+                    for (int dropout = 0; dropout < 2; dropout++)
+                        attention_case(masked ? 4 : 2, Ts[i], 3, hds[j], causal, masked, dropout);
+    attention_case(1, 5, 1, 8, 1, 0, 0);
+    attention_case(1, 5, 1, 8, 0, 1, 0);
+    attention_case(1, 5, 1, 8, 0, 1, 1);
     print_worst(OP_ATTENTION_FWD, OP_ATTENTION_BWD);
     close_both();
+}
+
+/* --------------------------------------------------------------- dropout */
+
+/* add_mode: 0 none, 1 a separate tensor, 2 aliased with y; in place: y is x. */
+static void dropout_case(int n, size_t per, double p, int add_mode, int in_place)
+{
+    int64_t ids_h[8];
+    CU_ASSERT_FATAL(n <= 8);
+    for (int b = 0; b < n; b++)
+        ids_h[b] = 3 * b * b + 17;
+    void *ids[2];
+    pt_dropout drop[2];
+    for (int k = 0; k < 2; k++) {
+        ids[k] = bytes_new(k, ids_h, (size_t)n * sizeof *ids_h);
+        drop[k] = (pt_dropout){p, pt_dropout_key(5, 6, 7, 1), ids[k]};
+    }
+    tens x = t_new((size_t)n * per, 0), y = t_new((size_t)n * per, 0), add = t_new((size_t)n * per, 0);
+    t_fill(&x, -2, 2);
+    t_fill(&add, -2, 2);
+    if (add_mode == 2)
+        EACH OPS->copy(BE, D(y), D(add), add.n * elem_bytes(k_, 0));
+    else if (in_place)
+        EACH OPS->copy(BE, D(y), D(x), x.n * elem_bytes(k_, 0));
+    else
+        t_fill_nan(&y);
+    EACH OPS->dropout(BE, D(y), in_place ? D(y) : D(x), add_mode == 1 ? D(add) : add_mode == 2 ? D(y) : NULL,
+                      n, per, &drop[k_]);
+    check(&y, OP_DROPOUT, "dropout n=%d per=%zu p=%g add %d in place %d", n, per, p, add_mode,
+          in_place);
+    t_free(&x);
+    t_free(&y);
+    t_free(&add);
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], ids[k]);
+}
+
+static void dropout_all(void)
+{
+    open_both(909);
+    const double rates[] = {0.0, 0.1, 0.5, 0.9};
+    for (size_t r = 0; r < sizeof rates / sizeof *rates; r++)
+        for (int add_mode = 0; add_mode < 3; add_mode++) {
+            dropout_case(3, 37, rates[r], add_mode, 0);
+            dropout_case(5, 20000, rates[r], add_mode, 0); /* several chunks per example */
+            dropout_case(1, 1, rates[r] < 0.5 ? rates[r] : 0.0, add_mode, 0);
+        }
+    dropout_case(4, 999, 0.3, 0, 1);
+    dropout_case(4, 999, 0.3, 1, 1);
+    print_worst(OP_DROPOUT, OP_DROPOUT);
+    close_both();
+}
+
+/* What the mask is, on the float32 backend (the float64 one is the same
+ * source): exactly x / (1 - p) or 0 per element, kept with probability
+ * 1 - p, the same bits for an example wherever it sits and with any thread
+ * count, and another mask for anything else in the key. */
+static void dropout_mask(void)
+{
+    pt_backend *b1, *b2;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_backend_open(&b1, "cpu", 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_backend_open(&b2, "cpu", 2, &err) == 0);
+    enum { NB = 8, PER = 1 << 17 }; /* 2^20 elements */
+    const size_t total = (size_t)NB * PER;
+    float *x = malloc(total * sizeof *x), *y = malloc(total * sizeof *y);
+    float *y2 = malloc(total * sizeof *y2), *add = malloc(total * sizeof *add);
+    int64_t ids[NB], rev[NB];
+    CU_ASSERT_FATAL(x && y && y2 && add);
+    pt_rng_seed(&rng, 31, 0);
+    for (size_t i = 0; i < total; i++) {
+        x[i] = rand_nonzero(-2, 2);
+        add[i] = rand_nonzero(-2, 2);
+    }
+    for (int b = 0; b < NB; b++) {
+        ids[b] = 100 + 13 * b;
+        rev[NB - 1 - b] = ids[b];
+    }
+    const uint64_t key = pt_dropout_key(1, 42, 3, 1);
+    const double rates[] = {0.01, 0.1, 0.25, 0.5, 0.9, 0.999};
+    for (size_t r = 0; r < sizeof rates / sizeof *rates; r++) {
+        const double p = rates[r];
+        const pt_dropout drop = {p, key, ids};
+        b1->ops->dropout(b1, y, x, NULL, NB, PER, &drop);
+        const float scale = (float)(1.0 / (1.0 - p));
+        size_t kept = 0, wrong = 0;
+        for (size_t i = 0; i < total; i++) {
+            kept += y[i] != 0;
+            wrong += y[i] != 0 && y[i] != x[i] * scale;
+        }
+        /* binomial: mean total (1 - p), standard deviation sqrt(total p (1 - p)); 6 of them */
+        const double mean = (double)total * (1 - p), sd = sqrt((double)total * p * (1 - p));
+        printf("\n    p = %-6g kept %.6f (expected %.6f, %+.2f sd)", p, (double)kept / (double)total,
+               1 - p, ((double)kept - mean) / sd);
+        CU_ASSERT(fabs((double)kept - mean) <= 6 * sd);
+        CU_ASSERT_EQUAL(wrong, 0);
+        /* every example on its own near the rate too */
+        for (int b = 0; b < NB; b++) {
+            size_t kb = 0;
+            for (size_t e = 0; e < PER; e++)
+                kb += y[(size_t)b * PER + e] != 0;
+            const double mb = (double)PER * (1 - p), sb = sqrt((double)PER * p * (1 - p));
+            CU_ASSERT(fabs((double)kb - mb) <= 6 * sb);
+        }
+        /* two threads: the same bits */
+        b2->ops->dropout(b2, y2, x, NULL, NB, PER, &drop);
+        CU_ASSERT(memcmp(y, y2, total * sizeof *y) == 0);
+        /* the examples in reverse order (ids with them): each example's bits unchanged */
+        float *xr = malloc(total * sizeof *xr);
+        for (int b = 0; b < NB; b++)
+            memcpy(xr + (size_t)(NB - 1 - b) * PER, x + (size_t)b * PER, PER * sizeof *x);
+        const pt_dropout dr = {p, key, rev};
+        b1->ops->dropout(b1, y2, xr, NULL, NB, PER, &dr);
+        int moved = 0;
+        for (int b = 0; b < NB; b++)
+            moved += memcmp(y2 + (size_t)(NB - 1 - b) * PER, y + (size_t)b * PER, PER * sizeof *y) != 0;
+        CU_ASSERT_EQUAL(moved, 0);
+        /* one example alone: its bits again */
+        const pt_dropout one = {p, key, ids + 5};
+        b1->ops->dropout(b1, y2, x + (size_t)5 * PER, NULL, 1, PER, &one);
+        CU_ASSERT(memcmp(y2, y + (size_t)5 * PER, PER * sizeof *y) == 0);
+        free(xr);
+        /* another step, unit, site or id: another mask, agreeing with this one on
+         * about p^2 + (1-p)^2 of the elements, as independent masks do */
+        const uint64_t keys[] = {pt_dropout_key(1, 43, 3, 1), pt_dropout_key(1, 42, 4, 1),
+                                 pt_dropout_key(1, 42, 3, 0), pt_dropout_key(2, 42, 3, 1), key};
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            int64_t shifted[NB];
+            for (int b = 0; b < NB; b++)
+                shifted[b] = ids[b] + (keys[k] == key); /* the last: the same key, other ids */
+            const pt_dropout other = {p, keys[k], shifted};
+            b1->ops->dropout(b1, y2, x, NULL, NB, PER, &other);
+            size_t same = 0;
+            for (size_t i = 0; i < total; i++)
+                same += (y2[i] != 0) == (y[i] != 0);
+            const double q = p * p + (1 - p) * (1 - p), sq = sqrt((double)total * q * (1 - q));
+            CU_ASSERT(fabs((double)same - (double)total * q) <= 6 * sq + 1);
+            CU_ASSERT(same < total);
+        }
+    }
+    /* p = 0: the identity, bit for bit, with and without add */
+    const pt_dropout none = {0.0, key, ids};
+    b1->ops->dropout(b1, y, x, NULL, NB, PER, &none);
+    CU_ASSERT(memcmp(y, x, total * sizeof *y) == 0);
+    b1->ops->dropout(b1, y, x, add, NB, PER, &none);
+    size_t off = 0;
+    for (size_t i = 0; i < total; i++)
+        off += y[i] != add[i] + x[i];
+    CU_ASSERT_EQUAL(off, 0);
+    /* the threshold: floor(p 2^32), never past the 32-bit range */
+    CU_ASSERT_EQUAL(pt_dropout_threshold(0.0), 0u);
+    CU_ASSERT_EQUAL(pt_dropout_threshold(0.5), 0x80000000u);
+    CU_ASSERT_EQUAL(pt_dropout_threshold(0.9999999999999999), 0xffffffffu);
+    printf("\n  ");
+    free(x);
+    free(y);
+    free(y2);
+    free(add);
+    pt_backend_close(b1);
+    pt_backend_close(b2);
 }
 
 /* ------------------------------------------------------------- mean pool */
@@ -954,6 +1157,8 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"embeddings", embeddings_all},
                                 {"copy_rows", copy_rows_all},
                                 {"mean_pool", mean_pool_all},
+                                {"dropout", dropout_all},
+                                {"dropout_mask", dropout_mask},
                                 {"cross_entropy", cross_entropy_all},
                                 {"optimizer", optimizer_all},
                                 {"summary", summary},

@@ -23,6 +23,12 @@
  * kernel's full and partial panels, row blocks and chunks, layernorm and
  * cross-lane sums of every length modulo 16, attention with T below, at
  * and above its 16-wide blocks, GELU's last partial block.
+ *
+ * BERT as it trains (dropout 0.1 on the hidden states and the attention
+ * probabilities, a training forward through active units, padded examples):
+ * the same must hold, because each dropout mask is a function of the
+ * example's id and the step, never of its position or its batch; this is
+ * what makes micro-batches, replicas and pipeline stages see the same masks.
  */
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
@@ -36,9 +42,11 @@
 
 typedef struct {
     int dim, heads, mlp; /* mlp 0: 4 * dim */
-    int gpt;             /* 0: ViT, 1: GPT */
-    int tokens;          /* ViT: the patch (on 28 x 28, or 3 on 9 x 9 RGB); GPT: the context */
+    int gpt;             /* 0: ViT, 1: GPT, 2: BERT with dropout, in a training forward */
+    int tokens;          /* ViT: the patch (on 28 x 28, or 3 on 9 x 9 RGB); GPT, BERT: the context */
 } config;
+
+enum { KIND_BERT_TRAIN = 2 };
 
 static const config configs[] = {
     {8, 2, 0, 0, 7},      {9, 3, 0, 1, 17},    {12, 4, 37, 0, 4},   {17, 1, 0, 1, 33},
@@ -47,6 +55,7 @@ static const config configs[] = {
     {65, 5, 129, 1, 24},  {96, 3, 0, 0, 3},    {100, 4, 0, 1, 2},   {127, 1, 0, 0, 7},
     {128, 2, 0, 1, 17},   {129, 3, 0, 0, 14},  {160, 5, 0, 1, 16},  {192, 3, 257, 0, 7},
     {255, 5, 0, 1, 7},    {256, 4, 0, 0, 28},
+    {16, 2, 0, 2, 9},     {32, 4, 0, 2, 17},   {48, 3, 37, 2, 33},  {64, 4, 0, 2, 16},
 };
 
 static pt_arch make_arch(const config *c)
@@ -54,7 +63,16 @@ static pt_arch make_arch(const config *c)
     pt_arch a = {.dim = c->dim, .layers = 2, .heads = c->heads,
                  .mlp_hidden = c->mlp ? c->mlp : 4 * c->dim, .init_std = 0.1,
                  .seed = (uint64_t)c->dim};
-    if (c->gpt) {
+    if (c->gpt == KIND_BERT_TRAIN) {
+        a.kind = PT_MODEL_BERT;
+        a.vocab = 50;
+        a.context = a.positions = c->tokens;
+        a.classes = 3;
+        a.type_vocab = 2;
+        a.ln_eps = 1e-12;
+        a.hidden_dropout = 0.1;
+        a.attn_dropout = 0.1;
+    } else if (c->gpt) {
         a.kind = PT_MODEL_GPT;
         a.causal = 1;
         a.vocab = 256;
@@ -89,13 +107,19 @@ static void prefix(pt_segment *seg, const pt_arch *a, const float *images,
             memcpy(im + (size_t)i * in, images + (size_t)idx[i] * in, (size_t)in * sizeof *im);
         memcpy(tok + (size_t)i * T, tokens + (size_t)idx[i] * T, (size_t)T * sizeof *tok);
     }
-    pt_batch b = {n, im, tok, tgt};
+    /* dropout's identity: the pool index is the example's id */
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int i = 0; i < n; i++)
+        ids[i] = idx[i];
+    const int train = a->kind == PT_MODEL_BERT;
+    pt_batch b = {n, im, tok, tgt, ids, 7};
     size_t act = pt_segment_act_elems(seg, n);
     pt_backend *be = pt_segment_backend(seg);
     void *y = pt_backend_alloc(be, act * sizeof(float));
     CU_ASSERT_FATAL(y != NULL);
     pt_stats st = {0};
-    CU_ASSERT_EQUAL(pt_segment_forward(seg, 0, &b, NULL, y, 0, &st, &err), 0);
+    CU_ASSERT_EQUAL(pt_segment_forward(seg, 0, &b, NULL, y, train, &st, &err), 0);
+    free(ids);
     pt_backend_download(be, out, y, act * sizeof(float));
     pt_backend_free(be, y);
     free(im);
@@ -112,7 +136,8 @@ static int compare(const float *got, const int *idx, int n, const float *ref, si
         if (memcmp(got + i * per, ref + (size_t)(BIG - 1 - idx[i]) * per, per * sizeof *got)) {
             if (!bad)
                 printf("\n  %s d=%d heads=%d T=%d, %d threads: %s of %d: example %d differs from "
-                       "the batch of %d", c->gpt ? "GPT" : "ViT", c->dim, c->heads, T, threads,
+                       "the batch of %d", c->gpt == KIND_BERT_TRAIN ? "BERT (dropout)" : c->gpt ? "GPT" : "ViT",
+                       c->dim, c->heads, T, threads,
                        what, n, idx[i], BIG);
             bad++;
         }
@@ -140,6 +165,12 @@ static int check_config(const config *c, int threads)
         images[i] = (float)(pt_rng_uniform(&rng) * 2 - 1);
     for (int i = 0; i < BIG * T; i++)
         tokens[i] = (int32_t)pt_rng_below(&rng, (uint64_t)(a.vocab ? a.vocab : 1));
+    if (a.kind == PT_MODEL_BERT) /* real tokens never [PAD] (0), then padding from a random length */
+        for (int e = 0; e < BIG; e++) {
+            const int len = 1 + (int)pt_rng_below(&rng, (uint64_t)T);
+            for (int t = 0; t < T; t++)
+                tokens[(size_t)e * T + t] = t < len ? 1 + (int32_t)pt_rng_below(&rng, 49) : 0;
+        }
 
     /* the reference: all BIG examples in one batch, in reverse order */
     int order[BIG];

@@ -1,7 +1,16 @@
 """A PyTorch BERT written from the BERT paper and Hugging Face's BertModel
-description (post-LN encoder, absolute positions, token types, erf GELU), in
-evaluation form (no dropout), with pipetrain's classifier on top: the mean of
-the final hidden states over the real tokens, then one linear layer.
+description (post-LN encoder, absolute positions, token types, erf GELU), with
+pipetrain's classifier on top: the mean of the final hidden states over the
+real tokens, then one linear layer.
+
+Dropout: none by default (evaluation form). A model given a `dropper` applies
+dropout where BertModel and BertForSequenceClassification do: the embeddings'
+output after their LayerNorm, the attention probabilities, the attention
+output projection and the FFN output before their residual adds, and the
+pooled vector before the classifier; dropper(unit, site, x) returns x times
+its mask, with pipetrain's unit numbering (embed 0, layer l's attention 1 + 2l
+and FFN 2 + 2l, head 2L + 1) and sites (nn/unit_bert.c). torch's own RNG
+cannot reproduce pipetrain's masks, so a parity test hands it pipetrain's.
 
 Its state_dict keys are Hugging Face's BertModel names plus head.fc.weight and
 head.fc.bias, exactly what `pipetrain export` writes for a bert checkpoint, so
@@ -65,7 +74,11 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(d, hidden)
         self.output = Output(hidden, d, eps)
 
-    def forward(self, x, key_ok):
+    def forward(self, x, key_ok, drop=None, unit=0):
+        """drop(unit, site, t): t with dropout, or None (unit: the attention's)"""
+        def d(u, site, t):
+            return t if drop is None else drop(u, site, t)
+
         B, T, C = x.shape
         hd = C // self.heads
         s = self.attention.self
@@ -76,11 +89,11 @@ class Layer(nn.Module):
         q, k, v = split(s.query(x)), split(s.key(x)), split(s.value(x))
         att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         att = att.masked_fill(~key_ok[:, None, None, :], float("-inf"))
-        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)
+        y = (d(unit, 0, att.softmax(-1)) @ v).transpose(1, 2).reshape(B, T, C)
         o = self.attention.output
-        x = o.LayerNorm(x + o.dense(y))
+        x = o.LayerNorm(x + d(unit, 1, o.dense(y)))
         h = F.gelu(self.intermediate.dense(x))
-        return self.output.LayerNorm(x + self.output.dense(h))
+        return self.output.LayerNorm(x + d(unit + 1, 0, self.output.dense(h)))
 
 
 class Encoder(nn.Module):
@@ -100,6 +113,7 @@ class BertClassifier(nn.Module):
                  pad_id=0):
         super().__init__()
         self.pad_id = pad_id
+        self.dropper = None  # dropper(unit, site, x): see the module's docstring
         self.embeddings = Embeddings(vocab, positions, types, d, eps)
         self.encoder = Encoder(layers, d, heads, hidden, eps)
         self.head = Head(d, classes)
@@ -112,8 +126,10 @@ class BertClassifier(nn.Module):
         first_pad = torch.where(pad.any(1), pad.float().argmax(1), torch.full_like(ids[:, 0], ids.shape[1]))
         ok = torch.arange(ids.shape[1])[None, :] < first_pad[:, None]
         x = self.embeddings(ids)
-        for layer in self.encoder.layer:
-            x = layer(x, ok)
+        if self.dropper is not None:
+            x = self.dropper(0, 0, x)
+        for i, layer in enumerate(self.encoder.layer):
+            x = layer(x, ok, self.dropper, 1 + 2 * i)
         return x, ok
 
     def pooled(self, ids):
@@ -122,7 +138,10 @@ class BertClassifier(nn.Module):
         return (x * m).sum(1) / m.sum(1)
 
     def forward(self, ids):
-        return self.head.fc(self.pooled(ids))
+        pooled = self.pooled(ids)
+        if self.dropper is not None:
+            pooled = self.dropper(2 * len(self.encoder.layer) + 1, 0, pooled)
+        return self.head.fc(pooled)
 
 
 def decays(name, p):

@@ -24,6 +24,18 @@ truncated and padded). Compared, float32 on both sides:
     Hugging Face directory under transformers' names;
 each as max|pipetrain - torch| / max|torch| over the tensor, against 1e-4.
 
+All of it twice. First in evaluation form, dropout 0 on both sides (set
+explicitly: model.dropout's auto would take the config.json's 0.1): parity
+with torch's own dropout is impossible, its masks come from torch's RNG.
+Then in BERT's training form, model.dropout and model.attention_dropout 0.1:
+pipetrain's masks are a pure function of (run.seed, step, example id, unit,
+site, element) (nn/dropout.h), which this script computes again in numpy and
+the torch reference applies where Hugging Face's BertModel and
+BertForSequenceClassification apply dropout (bert.py's dropper), for the
+examples pipetrain logged at each step (run.log_samples); so the losses and
+every tensor after 5 steps check the places, the masks and the 1 / (1 - p)
+scaling, and the exported config.json must say 0.1.
+
 Why 1e-4: float32 rounding differs between two implementations by a few 1e-7
 per op; through 6 post-LN layers and 5 Adam steps (whose division by sqrt(v)
 amplifies differences in near-zero gradients) that leaves about 1e-5.
@@ -109,30 +121,71 @@ def hidden_checks(when, ours, theirs):
             "%s hidden states, all %d real positions" % (when, len(real)): rel(real, np.concatenate(theirs))}
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    binary, minilm = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    torch.set_num_threads(1)
-    cfg = json.load(open(os.path.join(minilm, "config.json")))
-    vocab = open(os.path.join(minilm, "vocab.txt"), encoding="utf-8").read().split("\n")[:cfg["vocab_size"]]
-    rng = np.random.default_rng(4)
-    train, test = make_data(vocab, rng, STEPS * BATCH), make_data(vocab, rng, 12)
-    pretrained = st.load(os.path.join(minilm, "model.safetensors"))
-    d = cfg["hidden_size"]
-    head = {"head.fc.weight": (rng.standard_normal((CLASSES, d)) * 0.05).astype(np.float32),
-            "head.fc.bias": (rng.standard_normal(CLASSES) * 0.05).astype(np.float32)}
+# ------------------------------------------------ pipetrain's dropout masks
+# nn/dropout.h written again in numpy: a mask is a pure function of (run.seed,
+# the step, the example's id, the unit, the site, the element), so the torch
+# side can make pipetrain's masks itself and apply them where it applies
+# dropout.
+M64 = (1 << 64) - 1
+GAMMA = 0x9e3779b97f4a7c15
 
-    with tempfile.TemporaryDirectory(prefix="pt-bert-parity-") as work:
-        init = os.path.join(work, "init")
-        os.makedirs(init)
-        shutil.copy(os.path.join(minilm, "config.json"), init)
-        st.save(os.path.join(init, "model.safetensors"),
-                {**{k: v for k, v in pretrained.items() if k != "embeddings.position_ids"}, **head})
-        write_tsv(os.path.join(work, "train.tsv"), train)
-        write_tsv(os.path.join(work, "test.tsv"), test)
-        config = f"""
-run: {{dir: "{work}/run", seed: 3, threads: 1}}
+
+def mix(z):
+    """splitmix64's finaliser on uint64 arrays (or a Python int)"""
+    if isinstance(z, int):
+        z &= M64
+        z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+        z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+        return z ^ (z >> 31)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+    return z ^ (z >> np.uint64(31))
+
+
+def drop_key(seed, step, unit, site):
+    h = mix(seed ^ 0x6a09e667f3bcc909)
+    h = mix(h + GAMMA * (step + 1))
+    return mix(h + GAMMA * (unit * 16 + site + 1))
+
+
+def drop_mask(key, ids, shape, p):
+    """[len(ids), *shape] float32 multipliers: 1 / (1 - p) where kept, 0 where dropped"""
+    n = int(np.prod(shape))
+    e = np.arange(1, n + 1, dtype=np.uint64)
+    thr = np.uint64(int(p * 4294967296.0))
+    keep = np.float32(1.0 / (1.0 - p))
+    out = np.empty((len(ids), n), np.float32)
+    with np.errstate(over="ignore"):
+        for b, i in enumerate(ids):
+            row = np.uint64(mix(key + GAMMA * (int(i) + 1)))
+            bits = mix(row + np.uint64(GAMMA) * e) >> np.uint64(32)
+            out[b] = np.where(bits >= thr, keep, np.float32(0))
+    return torch.tensor(out.reshape((len(ids),) + tuple(shape)))
+
+
+def pipetrain_dropper(seed, p_hidden, p_attn):
+    """A dropper for bert.BertClassifier with pipetrain's masks; set .step and
+    .ids (the batch's examples' ids) before each forward."""
+    class Dropper:
+        step, ids = 0, []
+
+        def __call__(self, unit, site, x):
+            attn = x.dim() == 4  # the probabilities [B, H, T, T]; every other site is hidden
+            p = p_attn if attn else p_hidden
+            if p == 0:
+                return x
+            return x * drop_mask(drop_key(seed, self.step, unit, site), self.ids, x.shape[1:], p)
+    return Dropper()
+
+
+# ----------------------------------------------------------------- one phase
+
+def run_pipetrain(binary, work, init, minilm, cfg, d, train, test, dropout):
+    """pipetrain's side: eval --init, 5 steps, export, eval of the checkpoint"""
+    write_tsv(os.path.join(work, "train.tsv"), train)
+    write_tsv(os.path.join(work, "test.tsv"), test)
+    config = f"""
+run: {{dir: "{work}/run", seed: 3, threads: 1, log_samples: true}}
 model:
   kind: bert
   dim: {d}
@@ -144,6 +197,8 @@ model:
   context: {CONTEXT}
   classes: {CLASSES}
   init_from: "{init}"
+  dropout: {dropout[0]}
+  attention_dropout: {dropout[1]}
 data:
   kind: text_classification
   train_file: "{work}/train.tsv"
@@ -163,25 +218,32 @@ train:
   eval_every: 0
 pipeline: {{microbatches: 2}}
 """
-        path = os.path.join(work, "config.yaml")
-        open(path, "w").write(config)
-        init_out = os.path.join(work, "init_logits.safetensors"), os.path.join(work, "init_hidden.safetensors")
-        sh([binary, "eval", path, "--init", "--logits", init_out[0], "--hidden", init_out[1]])
-        sh([binary, "train", path])
-        run = os.path.join(work, "run")
-        ckpt = os.path.join(run, "checkpoints", sorted(os.listdir(os.path.join(run, "checkpoints")))[-1])
-        sh([binary, "export", ckpt, os.path.join(work, "export")])
-        sh([binary, "eval", path, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors"),
-            "--hidden", os.path.join(work, "hidden.safetensors")])
-        losses = [r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))
-                  if r["event"] == "step"]
-        ours = st.load(os.path.join(work, "export", "model.safetensors"))
-        logits = st.load(os.path.join(work, "logits.safetensors"))["logits"]
-        hidden = st.load(os.path.join(work, "hidden.safetensors"))["hidden"]
-        init_logits = st.load(init_out[0])["logits"]
-        init_hidden = st.load(init_out[1])["hidden"]
-        exported_cfg = json.load(open(os.path.join(work, "export", "config.json")))
+    path = os.path.join(work, "config.yaml")
+    open(path, "w").write(config)
+    out = {}
+    init_out = os.path.join(work, "init_logits.safetensors"), os.path.join(work, "init_hidden.safetensors")
+    sh([binary, "eval", path, "--init", "--logits", init_out[0], "--hidden", init_out[1]])
+    sh([binary, "train", path])
+    run = os.path.join(work, "run")
+    ckpt = os.path.join(run, "checkpoints", sorted(os.listdir(os.path.join(run, "checkpoints")))[-1])
+    sh([binary, "export", ckpt, os.path.join(work, "export")])
+    sh([binary, "eval", path, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors"),
+        "--hidden", os.path.join(work, "hidden.safetensors")])
+    out["losses"] = [r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))
+                     if r["event"] == "step"]
+    out["samples"] = [r["ids"] for r in map(json.loads, open(os.path.join(run, "samples-rank0.jsonl")))]
+    out["weights"] = st.load(os.path.join(work, "export", "model.safetensors"))
+    out["logits"] = st.load(os.path.join(work, "logits.safetensors"))["logits"]
+    out["hidden"] = st.load(os.path.join(work, "hidden.safetensors"))["hidden"]
+    out["init_logits"] = st.load(init_out[0])["logits"]
+    out["init_hidden"] = st.load(init_out[1])["hidden"]
+    out["config"] = json.load(open(os.path.join(work, "export", "config.json")))
+    return out
 
+
+def run_torch(cfg, d, pretrained, head, train, test, dropout, samples):
+    """torch's side of the same; with dropout, pipetrain's masks for the ids
+    pipetrain logged at each step"""
     ref = B.BertClassifier(cfg["vocab_size"], cfg["max_position_embeddings"], cfg.get("type_vocab_size", 2), d,
                            cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["intermediate_size"],
                            CLASSES, cfg.get("layer_norm_eps", 1e-12))
@@ -191,60 +253,113 @@ pipeline: {{microbatches: 2}}
     if missing:
         sys.exit("the reference has tensors the checkpoint lacks: %s" % sorted(missing))
     ref.load_state_dict(start)
-    ref_init_logits, ref_init_hidden = alone(ref, test)
+    out = {}
+    out["init_logits"], out["init_hidden"] = alone(ref, test)
     decay = [p for n, p in ref.named_parameters() if B.decays(n, p)]
     other = [p for n, p in ref.named_parameters() if not B.decays(n, p)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["wd"]},
                              {"params": other, "weight_decay": 0.0}],
                             lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
-    ref_losses = []
+    dropper = pipetrain_dropper(3, *dropout) if any(dropout) else None
+    losses = []
     for s in range(STEPS):
-        x, y = padded(train[s * BATCH:(s + 1) * BATCH])
+        ids = list(range(s * BATCH, (s + 1) * BATCH))  # no shuffling: file order
+        if samples[s] != ids:
+            sys.exit("pipetrain's step %d took examples %s, not %s" % (s + 1, samples[s], ids))
+        x, y = padded([train[i] for i in ids])
+        if dropper:
+            dropper.step, dropper.ids = s, ids
+        ref.dropper = dropper
         loss = F.cross_entropy(ref(x), y)
+        ref.dropper = None  # evaluation form from here
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(ref.parameters(), HP["clip"])
         opt.step()
         sched.step()
-        ref_losses.append(loss.item())
-    ref_logits, ref_hidden = alone(ref, test)
+        losses.append(loss.item())
+    out["losses"] = losses
+    out["logits"], out["hidden"] = alone(ref, test)
     with torch.no_grad():
-        batched = ref(padded(test)[0]).numpy()
+        out["batched"] = ref(padded(test)[0]).numpy()
+    out["weights"] = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    return out
 
+
+def compare(label, ours, theirs, pretrained, cfg):
+    """the checks of one phase; returns its failures"""
     failures = []
-    print("step losses pipetrain %s" % " ".join("%.6f" % v for v in losses))
-    print("step losses torch     %s" % " ".join("%.6f" % v for v in ref_losses))
-    checks = {"losses": rel(losses, ref_losses),
-              "step 0 test logits (torch unpadded)": rel(init_logits, ref_init_logits),
-              **hidden_checks("step 0", init_hidden, ref_init_hidden),
-              "step %d test logits (torch unpadded)" % STEPS: rel(logits, ref_logits),
-              **hidden_checks("step %d" % STEPS, hidden, ref_hidden),
-              "torch padded against torch unpadded": rel(batched, ref_logits)}
-    theirs = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
-    if set(theirs) != set(ours):
-        failures.append("tensor names differ: %s" % sorted(set(theirs) ^ set(ours)))
+    print("%s: step losses pipetrain %s" % (label, " ".join("%.6f" % v for v in ours["losses"])))
+    print("%s: step losses torch     %s" % (label, " ".join("%.6f" % v for v in theirs["losses"])))
+    checks = {"losses": rel(ours["losses"], theirs["losses"]),
+              "step 0 test logits (torch unpadded)": rel(ours["init_logits"], theirs["init_logits"]),
+              **hidden_checks("step 0", ours["init_hidden"], theirs["init_hidden"]),
+              "step %d test logits (torch unpadded)" % STEPS: rel(ours["logits"], theirs["logits"]),
+              **hidden_checks("step %d" % STEPS, ours["hidden"], theirs["hidden"]),
+              "torch padded against torch unpadded": rel(theirs["batched"], theirs["logits"])}
+    mine, ref = ours["weights"], theirs["weights"]
+    if set(ref) != set(mine):
+        failures.append("tensor names differ: %s" % sorted(set(ref) ^ set(mine)))
     perr = {}
-    for k in sorted(set(theirs) & set(ours)):
+    for k in sorted(set(ref) & set(mine)):
         if k.endswith("attention.self.key.bias"):
-            drift = max(np.max(np.abs(ours[k] - pretrained[k])), np.max(np.abs(theirs[k] - pretrained[k])))
+            drift = max(np.max(np.abs(mine[k] - pretrained[k])), np.max(np.abs(ref[k] - pretrained[k])))
             if not drift <= STEPS * HP["lr"]:
                 failures.append("%s drifted %.2e" % (k, drift))
             continue
-        perr[k] = rel(ours[k], theirs[k])
+        perr[k] = rel(mine[k], ref[k])
     worst = max(perr, key=perr.get)
     checks["worst of %d tensors (%s)" % (len(perr), worst)] = perr[worst]
     for k, e in perr.items():
         if not e <= TOL:
-            failures.append("%s %.2e" % (k, e))
+            failures.append("%s %s %.2e" % (label, k, e))
     for name, e in checks.items():
-        print("%-60s rel err %.2e" % (name, e))
+        print("%s: %-60s rel err %.2e" % (label, name, e))
         if not e <= TOL and not name.startswith("worst"):
-            failures.append(name)
+            failures.append("%s %s" % (label, name))
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                 "max_position_embeddings"):
-        if exported_cfg.get(key) != cfg[key]:
-            failures.append("exported config.json %s %s, not %s" % (key, exported_cfg.get(key), cfg[key]))
+        if ours["config"].get(key) != cfg[key]:
+            failures.append("exported config.json %s %s, not %s" % (key, ours["config"].get(key), cfg[key]))
+    return failures
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    binary, minilm = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    torch.set_num_threads(1)
+    cfg = json.load(open(os.path.join(minilm, "config.json")))
+    vocab = open(os.path.join(minilm, "vocab.txt"), encoding="utf-8").read().split("\n")[:cfg["vocab_size"]]
+    rng = np.random.default_rng(4)
+    train, test = make_data(vocab, rng, STEPS * BATCH), make_data(vocab, rng, 12)
+    pretrained = st.load(os.path.join(minilm, "model.safetensors"))
+    d = cfg["hidden_size"]
+    head = {"head.fc.weight": (rng.standard_normal((CLASSES, d)) * 0.05).astype(np.float32),
+            "head.fc.bias": (rng.standard_normal(CLASSES) * 0.05).astype(np.float32)}
+
+    failures = []
+    # evaluation form (dropout 0: the config.json's 0.1 would be auto's), then
+    # BERT's training form with pipetrain's masks on both sides
+    for label, dropout in (("no dropout", (0, 0)), ("dropout 0.1", (0.1, 0.1))):
+        with tempfile.TemporaryDirectory(prefix="pt-bert-parity-") as work:
+            init = os.path.join(work, "init")
+            os.makedirs(init)
+            shutil.copy(os.path.join(minilm, "config.json"), init)
+            st.save(os.path.join(init, "model.safetensors"),
+                    {**{k: v for k, v in pretrained.items() if k != "embeddings.position_ids"}, **head})
+            ours = run_pipetrain(binary, work, init, minilm, cfg, d, train, test, dropout)
+        theirs = run_torch(cfg, d, pretrained, head, train, test, dropout, ours["samples"])
+        failures += compare(label, ours, theirs, pretrained, cfg)
+        if label == "dropout 0.1":
+            exported = tuple(ours["config"].get(k) for k in ("hidden_dropout_prob",
+                                                              "attention_probs_dropout_prob"))
+            if exported != dropout:
+                failures.append("exported config.json dropout %s, not %s" % (exported, dropout))
+            if rel(ours["losses"], phase0_losses) < 1e-3:
+                failures.append("dropout did not change the step losses")
+        phase0_losses = ours["losses"]
     if failures:
         print("FAILED: " + "; ".join(failures))
         sys.exit(1)
