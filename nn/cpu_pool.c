@@ -32,7 +32,7 @@
  * doubles, up to SPIN_CAP; after a longer one it halves, towards 0, where
  * the thread sleeps at once. Beside busy processes most waits outlast the
  * cap and the threads end up sleeping at once; on a quiet machine nearly all
- * waits inside a step are short and they spin. PT_POOL_SPIN_US in the
+ * waits inside a step are short and they spin. PIPETRAIN_SPIN_US in the
  * environment overrides SPIN_CAP when the pool is made (0: always sleep at
  * once), for measuring it.
  *
@@ -43,6 +43,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -86,6 +87,7 @@ struct pt_pool {
     int threads, started;
     void (*init)(void);
     uint64_t cap_ns;
+    int cap_from_env;
     worker *workers; /* threads - 1 */
     /* the caller's side */
     _Alignas(64) uint32_t seq; /* the last run's sequence number, even */
@@ -292,14 +294,19 @@ static void stop_workers(pt_pool *p)
     p->started = 0;
 }
 
-static uint64_t spin_cap(void)
+/* SPIN_CAP_NS, or PIPETRAIN_SPIN_US when it is a number of microseconds
+ * from 0 to 1e6 (*from_env then 1). */
+static uint64_t spin_cap(int *from_env)
 {
-    const char *s = getenv("PT_POOL_SPIN_US");
+    const char *s = getenv("PIPETRAIN_SPIN_US");
+    *from_env = 0;
     if (s && *s) {
         char *end;
         const double us = strtod(s, &end);
-        if (!*end && us >= 0 && us <= 1e6)
+        if (!*end && us >= 0 && us <= 1e6) {
+            *from_env = 1;
             return (uint64_t)(us * 1000.0);
+        }
     }
     return SPIN_CAP_NS;
 }
@@ -313,7 +320,7 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
     memset(p, 0, sizeof *p);
     p->threads = threads < 1 ? 1 : threads;
     p->init = init;
-    p->cap_ns = spin_cap();
+    p->cap_ns = spin_cap(&p->cap_from_env);
     atomic_init(&p->caller.spin_ns, p->cap_ns);
     if (p->threads > 1) {
         const size_t bytes = ((size_t)(p->threads - 1) * sizeof *p->workers + 63) / 64 * 64;
@@ -358,6 +365,17 @@ void pt_pool_destroy(pt_pool *pool)
 }
 
 int pt_pool_threads(const pt_pool *pool) { return pool ? pool->threads : 1; }
+
+void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size)
+{
+    const uint64_t cap = pool ? pool->cap_ns : SPIN_CAP_NS;
+    const char *env = pool && pool->cap_from_env ? " (PIPETRAIN_SPIN_US)" : "";
+    if (cap == 0)
+        snprintf(buf, size, "sleep at once%s", env);
+    else
+        snprintf(buf, size, "spin up to %g us%s (less after waits that outlast it), then sleep",
+                 (double)cap / 1000.0, env);
+}
 
 void pt_pool_get_stats(const pt_pool *pool, pt_pool_stats *out)
 {

@@ -45,6 +45,10 @@ int pt_pool_threads(const pt_pool *pool);
 
 void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 
+/* How the pool's threads wait, in words, into buf: e.g. "spin up to 50 us
+ * (less after waits that outlast it), then sleep". */
+void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);
+
 /* Counters of the waits since the pool was created, for benchmarks and
  * tests: how many waits, how many of them ended asleep, and the current
  * spin limit of the caller and of worker 1 in nanoseconds. */

@@ -230,9 +230,9 @@ static void repeated_use(void)
     long bad = 0;
     for (size_t s = 0; s < sizeof spins / sizeof *spins; s++) {
         if (spins[s])
-            setenv("PT_POOL_SPIN_US", spins[s], 1);
+            setenv("PIPETRAIN_SPIN_US", spins[s], 1);
         else
-            unsetenv("PT_POOL_SPIN_US");
+            unsetenv("PIPETRAIN_SPIN_US");
         for (int c = 0; c < THREAD_COUNTS; c++) {
             pt_pool *p = make(thread_counts[c]);
             bad += many_runs(p, thread_counts[c] > 2 && spins[s] && spins[s][0] != '0' ? 300 : 3000);
@@ -245,7 +245,7 @@ static void repeated_use(void)
             pt_pool_destroy(p);
         }
     }
-    unsetenv("PT_POOL_SPIN_US");
+    unsetenv("PIPETRAIN_SPIN_US");
     CU_ASSERT_EQUAL(bad, 0);
 }
 
@@ -316,9 +316,9 @@ static void busy_task(void *ctx, long t, int thread)
 
 static void spin_adapts(void)
 {
-    setenv("PT_POOL_SPIN_US", "1000", 1); /* a 1 ms cap */
+    setenv("PIPETRAIN_SPIN_US", "1000", 1); /* a 1 ms cap */
     pt_pool *p = make(2);
-    unsetenv("PT_POOL_SPIN_US");
+    unsetenv("PIPETRAIN_SPIN_US");
     pt_pool_stats st;
     pt_pool_get_stats(p, &st);
     CU_ASSERT_EQUAL(st.spin_ns_worker, 1000000);
