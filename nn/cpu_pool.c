@@ -30,9 +30,14 @@
  * keeps its own limit, starting at SPIN_CAP: after a wait that lasted no
  * longer than SPIN_CAP (spinning would have covered it, or did) the limit
  * doubles, up to SPIN_CAP; after a longer one it halves, towards 0, where
- * the thread sleeps at once. Beside busy processes most waits outlast the
- * cap and the threads end up sleeping at once; on a quiet machine nearly all
- * waits inside a step are short and they spin. PIPETRAIN_SPIN_US in the
+ * the thread sleeps at once. A wait lasts until the other thread ended it
+ * (posted the run, finished the last task: it notes the time), not until
+ * this thread noticed: after a sleep that adds the wake-up's latency, tens
+ * of microseconds on a virtual machine, which would keep a sleeping thread
+ * asleep for good. Beside busy processes the thread waited for is often
+ * descheduled, waits outlast the cap and the threads end up sleeping at
+ * once; on a quiet machine nearly all waits inside a step are short and
+ * they spin. PIPETRAIN_SPIN_US in the
  * environment overrides SPIN_CAP when the pool is made (0: always sleep at
  * once), for measuring it.
  *
@@ -100,12 +105,15 @@ struct pt_pool {
     _Atomic(void *) ctx;
     _Atomic uint32_t ntasks;
     _Atomic long base;
-    /* workers wait for gen (the last run's seq) to change */
+    /* workers wait for gen (the last run's seq) to change; posted_ns: when */
     _Alignas(64) _Atomic uint32_t gen;
     _Atomic int sleepers, stop;
-    /* the caller waits for done (tasks finished in this run) to reach ntasks */
+    _Atomic uint64_t posted_ns;
+    /* the caller waits for done (tasks finished in this run) to reach
+     * ntasks; done_ns: when a task last finished */
     _Alignas(64) _Atomic uint32_t done;
     _Atomic int caller_asleep;
+    _Atomic uint64_t done_ns;
 };
 
 /* set while this thread runs a task of a parallel run: runs it starts are serial */
@@ -134,10 +142,14 @@ static void count(_Atomic long long *c)
                           memory_order_relaxed);
 }
 
-/* After a wait of waited ns: double the spin limit if spinning would have
- * covered the wait, else halve it (see the top of the file). */
-static void adapt(waiter *w, uint64_t waited, uint64_t cap)
+/* After a wait that began at t0 and that the other thread ended at `ended`
+ * (its clock when it posted the run or finished the last task; not when
+ * this thread saw it, which after a sleep adds the wake-up's latency):
+ * double the spin limit if a spin of the cap would have covered the wait,
+ * else halve it (see the top of the file). */
+static void adapt(waiter *w, uint64_t t0, uint64_t ended, uint64_t cap)
 {
+    const uint64_t waited = ended > t0 ? ended - t0 : 0;
     uint64_t s = atomic_load_explicit(&w->spin_ns, memory_order_relaxed);
     if (waited <= cap) {
         s = s * 2 + cap / 16;
@@ -180,8 +192,9 @@ static uint32_t wait_run(pt_pool *p, waiter *w, uint32_t seen)
         atomic_fetch_sub(&p->sleepers, 1);
     }
     count(&w->waits);
-    adapt(w, now_ns() - t0, p->cap_ns);
-    return atomic_load_explicit(&p->gen, memory_order_acquire);
+    g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    adapt(w, t0, atomic_load_explicit(&p->posted_ns, memory_order_relaxed), p->cap_ns);
+    return g;
 }
 
 /* The caller: waits until done reaches n. */
@@ -201,7 +214,7 @@ static void wait_done(pt_pool *p, uint32_t n)
         atomic_store(&p->caller_asleep, 0);
     }
     count(&w->waits);
-    adapt(w, now_ns() - t0, p->cap_ns);
+    adapt(w, t0, atomic_load_explicit(&p->done_ns, memory_order_relaxed), p->cap_ns);
 }
 
 /* Claims and runs tasks of the current run until none is left. */
@@ -226,6 +239,8 @@ static void run_tasks(pt_pool *p, int thread)
         in_task = 1;
         fn(ctx, base + (long)t, thread);
         in_task = 0;
+        if (thread)
+            atomic_store_explicit(&p->done_ns, now_ns(), memory_order_relaxed);
         if (atomic_fetch_add(&p->done, 1) + 1 == n && thread && atomic_load(&p->caller_asleep))
             futex_wake(&p->done, 1);
     }
@@ -259,6 +274,7 @@ static void run_part(pt_pool *p, long base, uint32_t n, pt_pool_fn fn, void *ctx
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     p->seq = seq + 2;
     atomic_store_explicit(&p->claim, (uint64_t)(seq + 2) << 32, memory_order_release);
+    atomic_store_explicit(&p->posted_ns, now_ns(), memory_order_relaxed);
     atomic_store(&p->gen, seq + 2);
     if (atomic_load(&p->sleepers) > 0)
         futex_wake(&p->gen, n - 1 < (uint32_t)INT_MAX ? (int)(n - 1) : INT_MAX);
