@@ -10,7 +10,9 @@
  * seconds per sample, the two alternate --repeats times, and the fastest
  * single call of each is kept, so load from other users of a shared machine
  * does not decide the ratio. Both include everything a call costs (ours
- * packs w on every call, as the backend does).
+ * packs w on every call, as the backend does). Ours runs on a thread pool
+ * of pipetrain's (nn/cpu_pool.h) of the thread count, OpenBLAS on its own
+ * (OpenMP) threads, set to the same count.
  *
  * usage: gemm_speed [--threads 1,2] [--min-time 0.05] [--repeats 5]
  * prints one line per (threads, shape) and the geometric mean of the ratios.
@@ -19,7 +21,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,12 @@ typedef struct {
     float *x, *w, *y;
 } shape;
 
-static void run_ours(shape *s) { pt_gemm_nt_f32(s->y, s->x, s->w, NULL, NULL, s->M, s->N, s->K); }
+static pt_pool *pool;
+
+static void run_ours(shape *s)
+{
+    pt_gemm_nt_f32(pool, s->y, s->x, s->w, NULL, NULL, s->M, s->N, s->K);
+}
 
 static void run_blas(shape *s)
 {
@@ -86,8 +92,11 @@ int main(int argc, char **argv)
            "ratio");
     char *list = strdup(threads_arg);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        const int th = atoi(tok);
-        omp_set_num_threads(th);
+        const int th = atoi(tok) > 0 ? atoi(tok) : 1;
+        if (pt_pool_create(&pool, th, NULL)) {
+            fprintf(stderr, "cannot start %d threads\n", th);
+            return 1;
+        }
         openblas_set_num_threads(th);
         double log_sum = 0;
         int count = 0;
@@ -135,6 +144,7 @@ int main(int argc, char **argv)
                 free(ref);
             }
         printf("%7d geometric mean of ours / OpenBLAS: %.2f\n", th, exp(log_sum / count));
+        pt_pool_destroy(pool);
     }
     free(list);
     return 0;

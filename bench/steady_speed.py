@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Is pipetrain's CPU training steady, and does it hold up beside other work?
-One run of this script measures, for each way OpenMP threads may wait:
+One run of this script measures, for each way the CPU backend's threads may
+wait for each other (nn/cpu_pool.c):
 
-  pipetrain        pipetrain's default: it starts itself again with
-                   GOMP_SPINCOUNT=10000 when the environment sets neither
-                   GOMP_SPINCOUNT nor OMP_WAIT_POLICY (launch/main.c)
-  libgomp default  GOMP_SPINCOUNT=300000, libgomp's own count (what every
-                   run got before pipetrain set one)
-  passive          OMP_WAIT_POLICY=passive: sleep at once
+  pipetrain        the default: spin at most 50 us, less after waits that
+                   outlast the spin, then sleep on a futex
+  sleep            PIPETRAIN_SPIN_US=0: sleep at once
+  spin             PIPETRAIN_SPIN_US=1000000: spin up to a second, i.e.
+                   nearly always (what a fixed long spin, such as libgomp's
+                   default, does)
+  baseline         with --baseline BIN: another pipetrain binary, with the
+                   environment it is given (e.g. the one before the thread
+                   pool, whose OpenMP threads waited as GOMP_SPINCOUNT says)
 
 1. Steadiness on a quiet machine: --runs runs of --steps steps of the demo
    ViT (configs/vit_fmnist.yaml, batch 128) at --threads threads, the
@@ -23,7 +27,8 @@ One run of this script measures, for each way OpenMP threads may wait:
 Nothing here changes results: how threads wait does not change any bit.
 
 usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
-                       [--settings pipetrain,libgomp,passive] [--no-contention]
+                       [--settings pipetrain,sleep,spin] [--baseline BIN]
+                       [--no-contention] [--no-steady] [--epoch-steps 468]
                        [--quick]"""
 import argparse
 import json
@@ -40,18 +45,22 @@ CONFIG = os.path.join(ROOT, "configs", "vit_fmnist.yaml")
 WARMUP = 20
 SETTINGS = {
     "pipetrain": {},
-    "libgomp": {"GOMP_SPINCOUNT": "300000"},
-    "passive": {"OMP_WAIT_POLICY": "passive"},
+    "sleep": {"PIPETRAIN_SPIN_US": "0"},
+    "spin": {"PIPETRAIN_SPIN_US": "1000000"},
+    "baseline": {},
 }
+BASELINE = None  # --baseline
 
 
 def env_for(name):
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env = {k: v for k, v in os.environ.items() if k != "PIPETRAIN_SPIN_US"}
     env.update(SETTINGS[name])
     return env
 
 
 def run(binary, name, threads, steps, work, epochs=1):
+    if name == "baseline":
+        binary = BASELINE
     """(samples/s after the warm-up or None, CPU seconds of the child, wall seconds)"""
     run_dir = os.path.join(work, "run")
     subprocess.run(["rm", "-rf", run_dir], check=True)
@@ -87,16 +96,26 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--settings", default="pipetrain,libgomp,passive")
+    ap.add_argument("--settings", default="pipetrain,sleep,spin")
+    ap.add_argument("--baseline", help="another pipetrain binary, measured as setting 'baseline'")
     ap.add_argument("--no-contention", action="store_true")
+    ap.add_argument("--no-steady", action="store_true", help="only the contention part")
+    ap.add_argument("--epoch-steps", type=int, default=60000 // 128,
+                    help="steps of the contention part's runs (default: an epoch)")
     ap.add_argument("--quick", action="store_true", help="2 runs of 40 steps, a 60-step 'epoch'")
     args = ap.parse_args()
     names = [s for s in args.settings.split(",") if s]
+    global BASELINE
+    if args.baseline:
+        BASELINE = os.path.abspath(args.baseline)
+        if "baseline" not in names:
+            names.append("baseline")
     for n in names:
-        if n not in SETTINGS:
-            sys.exit("steady_speed: unknown setting %r (%s)" % (n, ", ".join(SETTINGS)))
+        if n not in SETTINGS or (n == "baseline" and not BASELINE):
+            sys.exit("steady_speed: unknown setting %r (%s; baseline needs --baseline)" %
+                     (n, ", ".join(SETTINGS)))
     binary = os.path.abspath(args.pipetrain)
-    epoch_steps = 60000 // 128
+    epoch_steps = args.epoch_steps
     if args.quick:
         args.runs, args.steps, epoch_steps = 2, 40, 60
     cores = os.cpu_count() or 1
@@ -104,19 +123,20 @@ def main():
         print("demo ViT, batch 128, %d threads, %d cores; %d runs of %d steps per setting, alternating"
               % (args.threads, cores, args.runs, args.steps), flush=True)
         rates = {n: [] for n in names}
-        for i in range(args.runs):
+        for i in range(0 if args.no_steady else args.runs):
             for n in names:
                 r, _, _ = run(binary, n, args.threads, args.steps, work)
                 rates[n].append(r)
                 print("  run %d %-10s %.0f samples/s" % (i + 1, n, r), flush=True)
-        print("\n| setting | median samples/s | worst | best | spread (median - worst) / median |")
-        print("| --- | --- | --- | --- | --- |")
-        for n in names:
+        for n in names if not args.no_steady else []:
+            if n == names[0]:
+                print("\n| setting | median samples/s | worst | best | spread (median - worst) / median |")
+                print("| --- | --- | --- | --- | --- |")
             med, worst = statistics.median(rates[n]), min(rates[n])
             print("| %s | %.0f | %.0f | %.0f | %.1f%% |" % (n, med, worst, max(rates[n]), 100 * (med - worst) / med))
         if args.no_contention:
             return
-        print("\none epoch (%d steps) alone and beside %d busy processes: CPU seconds of pipetrain" %
+        print("\nruns of %d steps (468: an epoch) alone and beside %d busy processes: CPU seconds of pipetrain" %
               (epoch_steps, cores), flush=True)
         rows = []
         for n in names:

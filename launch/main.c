@@ -19,10 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-/* spins of a waiting OpenMP thread before it sleeps (libgomp's default: 300,000) */
-#define PT_GOMP_SPINCOUNT "10000"
 
 #define PT_VERSION "0.2.0"
 
@@ -367,32 +363,6 @@ static int cmd_export(int argc, char **argv)
     return rc ? report(NULL, rc, &err) : 0;
 }
 
-/* libgomp (our OpenMP runtime, and OpenBLAS's thread pool) lets a waiting
- * thread spin for about 300,000 iterations before it sleeps. Beside other
- * busy processes those spins take the time slices the working threads need:
- * a 2-thread run then burns many times the CPU time of a quiet one (README,
- * "Beside other work"). libgomp reads its setting once, when it is loaded,
- * before main, so the only way to change it for this process is to set it
- * and start again: execv keeps the pid, the arguments and the environment,
- * and happens before MPI starts, so mpirun sees nothing of it. A setting the
- * user made (OMP_WAIT_POLICY or GOMP_SPINCOUNT) is left alone; if the exec
- * fails the run goes on with libgomp's defaults. Results do not depend on it. */
-static void bounded_openmp_spinning(char **argv)
-{
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
-        return;
-    /* the binary's own path, not /proc/self/exe: the process's name (comm,
-     * what ps, top and pkill show) comes from the path executed */
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0 || (size_t)n >= sizeof self - 1)
-        return;
-    self[n] = '\0';
-    if (setenv("GOMP_SPINCOUNT", PT_GOMP_SPINCOUNT, 1) == 0)
-        execv(self, argv);
-    unsetenv("GOMP_SPINCOUNT"); /* not run again: say so truthfully (plan prints it) */
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -420,7 +390,6 @@ int main(int argc, char **argv)
         return usage_error("unknown command '%s'", cmd);
     if (argc < 3)
         return usage_error("%s needs a config file", cmd);
-    bounded_openmp_spinning(argv);
     /* before MPI starts: mpirun forwards a stop signal as soon as it gets it */
     if (run_cmd == cmd_train)
         pt_catch_stop_signals();

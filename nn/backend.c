@@ -2,17 +2,40 @@
  * backend.c: opening a backend by name and the public wrappers around the
  * ops table that code outside nn/ may use (memory and host copies only; the
  * math stays behind the units).
+ *
+ * A CPU backend of T threads owns a thread pool of T threads (nn/cpu_pool.h:
+ * the caller and T - 1 workers, started here and joined when it closes),
+ * and it is the only set of threads the backend runs on: OpenBLAS, which
+ * the backward's products call from every thread of the pool, is set to one
+ * thread on each of them. Debian's OpenBLAS is its OpenMP build, which
+ * takes its thread count from the calling thread's OpenMP setting: a
+ * thread that never set it would make OpenBLAS start OpenMP threads of its
+ * own (and switch every later call to them), so each worker sets it first.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "nn/backend.h"
+#include "nn/cpu_pool.h"
 
 #include <cblas.h>
-#include <omp.h>
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef PT_HAVE_CUDA
 int pt_cuda_backend_open(pt_backend **out, int bf16, int device, int threads, pt_err *err);
 #endif
+
+static void blas_one_thread(void) { openblas_set_num_threads(1); }
+
+/* The CPUs this process may run on (at least 1). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
 
 static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt_err *err)
 {
@@ -22,11 +45,18 @@ static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt
     be->ops = f64 ? &pt_cpu_ops_f64 : &pt_cpu_ops_f32;
     be->name = f64 ? "cpu64" : "cpu";
     be->real_size = be->act_size = f64 ? sizeof(double) : sizeof(float);
-    if (threads > 0) {
-        omp_set_num_threads(threads);
-        openblas_set_num_threads(threads);
+    be->threads = threads > 0 ? threads : usable_cpus();
+    blas_one_thread();
+    pt_pool *pool;
+    const int rc = pt_pool_create(&pool, be->threads, blas_one_thread);
+    if (rc) {
+        const int be_threads = be->threads;
+        free(be);
+        return pt_fail(err, rc == ENOMEM ? PT_ENOMEM : PT_ESYS,
+                       "cannot start the %s backend's %d threads: %s", name, be_threads,
+                       strerror(rc));
     }
-    be->threads = omp_get_max_threads();
+    be->impl = pool;
     *out = be;
     return 0;
 }
@@ -74,6 +104,15 @@ const char *pt_backend_name(const pt_backend *be) { return be->name; }
 size_t pt_backend_real_size(const pt_backend *be) { return be->real_size; }
 size_t pt_backend_act_size(const pt_backend *be) { return be->act_size; }
 int pt_backend_threads(const pt_backend *be) { return be->threads; }
+
+void pt_backend_waiting(const pt_backend *be, char *buf, size_t size)
+{
+    if (size)
+        buf[0] = '\0';
+    /* a CPU backend's impl is its pool, of be->threads threads */
+    if (pt_backend_is_host(be) && be->threads > 1)
+        pt_pool_describe(be->impl, buf, size);
+}
 void *pt_backend_alloc(pt_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 
 void pt_backend_free(pt_backend *be, void *p)

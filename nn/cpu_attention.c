@@ -2,7 +2,8 @@
  * cpu_attention.c: multi-head scaled dot-product attention for the CPU
  * backend (compiled for float32 and float64, see cpu_real.h).
  *
- * One (example, head) pair at a time, pairs spread over threads. Per pair the
+ * One (example, head) pair at a time, each pair a task on the backend's
+ * thread pool (nn/cpu_pool.h), with scratch per thread. Per pair the
  * keys (forward) or values (backward) are transposed into a [hd][Tp] scratch
  * with Tp = T rounded up to the block width VW and zero padding, so a row of
  * scores is VW-wide blocks of multiply-adds with unit stride and no horizontal
@@ -15,8 +16,9 @@
  * multiplies them by the mask into the score scratch before the weighted sum
  * of values (probs keeps them undropped), and the backward makes the same
  * dropped probabilities again from the mask's hash: dV takes them, and dP is
- * the dropped one times the mask. Each pair writes only its own rows of out and its
- * own columns of dqkv, so the result does not depend on the thread count.
+ * the dropped one times the mask. Each pair writes only its own rows of out
+ * and its own columns of dqkv, so the result does not depend on the thread
+ * count or on which thread runs a pair.
  * Nor does a pair's forward depend on the other pairs of the batch: every
  * loop's order and every vector/scalar path is fixed by T and hd (the
  * explicit vectors above, tails chosen by index), and the scratch that the
@@ -300,33 +302,96 @@ static pair_drop pair_dropout(const pt_dropout *drop, int b, int h, int T)
     }                                                                                              \
     }
 
-void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, const void *qkv_,
-                                  int n, int T, int H, int hd, int causal, const int32_t *lens,
-                                  const pt_dropout *drop)
+/* The arguments of a call, and each thread's scratch (made by the thread's
+ * first pair, zeroed then and only then). */
+typedef struct {
+    real *out, *probs; /* backward: dqkv, NULL */
+    const real *qkv, *dout, *saved_probs;
+    const int32_t *lens;
+    int n, T, H, hd, causal;
+    const pt_dropout *drop; /* NULL: none */
+    real **scratch; /* [pool threads] */
+} attn_job;
+
+static real *thread_scratch(const attn_job *j, int thread, size_t elems)
 {
-    (void)be;
-    real *out = out_, *probs = probs_;
-    const real *qkv = qkv_;
+    if (!j->scratch[thread])
+        j->scratch[thread] = CPU_FN(pt_cpu_scratch)(elems * sizeof(real));
+    return j->scratch[thread];
+}
+
+/* Runs fn on every (example, head) pair of the job, then frees the scratch. */
+static void run_pairs(pt_backend *be, attn_job *j, pt_pool_fn fn)
+{
+    pt_pool *pool = PAR_POOL(be, (size_t)j->n * j->H * j->T * j->T * j->hd);
+    const int threads = pt_pool_threads(pool);
+    j->scratch = CPU_FN(pt_cpu_scratch)((size_t)threads * sizeof *j->scratch);
+    pt_pool_run(pool, (long)j->n * j->H, fn, j);
+    for (int i = 0; i < threads; i++)
+        free(j->scratch[i]);
+    free(j->scratch);
+}
+
+static void fwd_task(void *ctx, long task, int thread)
+{
+    const attn_job *j = ctx;
+    real *out = j->out, *probs = j->probs;
+    const real *qkv = j->qkv;
+    const int32_t *lens = j->lens;
+    const int T = j->T, H = j->H, hd = j->hd, causal = j->causal;
     const int d = H * hd, Tp = padded(T);
     const size_t stride = 3 * (size_t)d;
-#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
     {
         /* zeroed once: the padding columns of qt are never written */
-        real *qt = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp) *
-                                          sizeof *qt);
+        real *qt = thread_scratch(j, thread, (size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp);
         real *st = qt + (size_t)hd * Tp, *colmax = st + (size_t)T * Tp, *colsum = colmax + Tp;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < n * H; bh++) {
+        for (int bh = (int)task; bh < task + 1; bh++) {
             const int b = bh / H, h = bh % H;
             const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
             real *o = out + (size_t)b * T * d + (size_t)h * hd;
             real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
-            const pair_drop dr = pair_dropout(drop, b, h, T);
+            const pair_drop dr = pair_dropout(j->drop, b, h, T);
             DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, L, HD, causal, &dr, qt, st,
                                      colmax, colsum));
         }
-        free(qt);
+    }
+}
+
+void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, const void *qkv_,
+                                  int n, int T, int H, int hd, int causal, const int32_t *lens,
+                                  const pt_dropout *drop)
+{
+    attn_job j = {out_, probs_, qkv_, NULL, NULL, lens, n, T, H, hd, causal, drop, NULL};
+    run_pairs(be, &j, fwd_task);
+}
+
+static void bwd_task(void *ctx, long task, int thread)
+{
+    const attn_job *j = ctx;
+    real *dqkv = j->out;
+    const real *dout = j->dout, *qkv = j->qkv, *probs = j->saved_probs;
+    const int32_t *lens = j->lens;
+    const int T = j->T, H = j->H, hd = j->hd, causal = j->causal;
+    const int d = H * hd, Tp = padded(T);
+    const size_t stride = 3 * (size_t)d;
+    const size_t dropped = j->drop && j->drop->p > 0 ? (size_t)T * Tp : 0; /* pd */
+    {
+        /* zeroed once: the padding columns of got and pt are never written */
+        real *got = thread_scratch(j, thread, (size_t)hd * Tp + 2 * (size_t)T * Tp + Tp + dropped);
+        real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
+        real *pd = dot + Tp;
+        for (int bh = (int)task; bh < task + 1; bh++) {
+            const int b = bh / H, h = bh % H;
+            const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
+            const real *go = dout + (size_t)b * T * d + (size_t)h * hd;
+            real *dbase = dqkv + (size_t)b * T * stride + (size_t)h * hd;
+            const real *P = probs + (size_t)bh * T * T;
+            const int L = key_count(lens, b, T);
+            const pair_drop dr = pair_dropout(j->drop, b, h, T);
+            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, &dr, got,
+                                     pt, ds, dot, pd));
+        }
     }
 }
 
@@ -335,31 +400,6 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
                                   int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop)
 {
-    (void)be;
-    real *dqkv = dqkv_;
-    const real *dout = dout_, *qkv = qkv_, *probs = probs_;
-    const int d = H * hd, Tp = padded(T);
-    const size_t stride = 3 * (size_t)d;
-    const size_t dropped = drop && drop->p > 0 ? (size_t)T * Tp : 0; /* pd */
-#pragma omp parallel PAR_IF((size_t)n * H * T * T * hd)
-    {
-        /* zeroed once: the padding columns of got and pt are never written */
-        real *got = CPU_FN(pt_cpu_scratch)(((size_t)hd * Tp + 2 * (size_t)T * Tp + Tp + dropped) *
-                                           sizeof *got);
-        real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
-        real *pd = dot + Tp;
-#pragma omp for schedule(static)
-        for (int bh = 0; bh < n * H; bh++) {
-            const int b = bh / H, h = bh % H;
-            const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
-            const real *go = dout + (size_t)b * T * d + (size_t)h * hd;
-            real *dbase = dqkv + (size_t)b * T * stride + (size_t)h * hd;
-            const real *P = probs + (size_t)bh * T * T;
-            const int L = key_count(lens, b, T);
-            const pair_drop dr = pair_dropout(drop, b, h, T);
-            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, &dr, got,
-                                     pt, ds, dot, pd));
-        }
-        free(got);
-    }
+    attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, NULL};
+    run_pairs(be, &j, bwd_task);
 }

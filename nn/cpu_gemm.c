@@ -12,9 +12,9 @@
  *  - edges cost no special arithmetic: a panel of w is padded with zero
  *    columns (their results are computed and dropped), and a block of fewer
  *    rows runs the same k loop with fewer rows;
- *  - threads split the output into (row chunk, panel) tasks; which thread
- *    computes an element, and which tile shape it sits in, changes no
- *    operation on it.
+ *  - the output is split into (row chunk, panel) tasks, run on the thread
+ *    pool given (nn/cpu_pool.h); which thread computes an element, and which
+ *    tile shape it sits in, changes no operation on it.
  *
  * Blocking: w is packed per call (at most PACK_BYTES of it at a time) into
  * panels of NR = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
@@ -30,6 +30,7 @@
  * again for the other two and checks that all three give the same bits.
  */
 #include "nn/cpu_gemm.h"
+#include "nn/cpu_pool.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -116,8 +117,8 @@ INLINE vec v_fma_bcast(const float *a, vec b, vec c)
  * panel of at most VL columns, VL) columns of w^T. */
 enum { MR = 6, NR = 2 * VL };
 
-/* Below this many multiply-adds the call runs on one thread: waking the
- * others costs more than it saves (the result is the same either way). */
+/* Below this many multiply-adds the call runs on the caller alone: waking
+ * the others costs more than it saves (the result is the same either way). */
 #define PARALLEL_WORK (1 << 17)
 
 /* A row chunk holds about this many bytes of x, so it stays in L2 while a
@@ -341,6 +342,7 @@ typedef struct {
     int rows, out, in;
     float *packed; /* the group's panels */
     int panels, last_pw, group, blocks, chunk_blocks, chunks;
+    int g0, g1; /* the group being packed or used: panels [g0, g1) */
 } plan;
 
 static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : NR; }
@@ -373,12 +375,36 @@ static void run_task(const plan *pl, int g0, int g1, long t)
     }
 }
 
-void PT_GEMM_NAME(float *y, const float *x, const float *w, const float *b, const float *add,
-                  int rows, int out, int in)
+/* The pool's tasks: panel p of the group packed; task t of the group run;
+ * with one chunk and one group, panel p packed and then run. */
+static void pack_task(void *ctx, long p, int thread)
+{
+    (void)thread;
+    const plan *pl = ctx;
+    pack_one(pl, pl->g0, pl->g0 + (int)p);
+}
+
+static void group_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const plan *pl = ctx;
+    run_task(pl, pl->g0, pl->g1, t);
+}
+
+static void panel_task(void *ctx, long p, int thread)
+{
+    (void)thread;
+    const plan *pl = ctx;
+    pack_one(pl, 0, (int)p);
+    run_task(pl, 0, pl->panels, p);
+}
+
+void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
+                  const float *add, int rows, int out, int in)
 {
     if (rows <= 0 || out <= 0)
         return;
-    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0, 0};
+    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
@@ -397,34 +423,19 @@ void PT_GEMM_NAME(float *y, const float *x, const float *w, const float *b, cons
     pl.chunk_blocks = per < 1 ? 1 : per > pl.blocks ? pl.blocks : per;
     pl.chunks = (pl.blocks + pl.chunk_blocks - 1) / pl.chunk_blocks;
 
-    if ((double)rows * out * (pl.in ? pl.in : 1) <= PARALLEL_WORK) {
-        /* not even an inactive parallel region: it costs a futex call */
-        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
-            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
-            for (int p = g0; p < g1; p++)
-                pack_one(&pl, g0, p);
-            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
-                run_task(&pl, g0, g1, t);
-        }
-    } else if (pl.chunks == 1 && pl.group == pl.panels) {
+    if ((double)rows * out * (pl.in ? pl.in : 1) <= PARALLEL_WORK)
+        pool = NULL;
+    if (pl.chunks == 1 && pl.group == pl.panels) {
         /* task p is panel p: whoever packs a panel uses it, no barrier */
-#pragma omp parallel for schedule(static)
-        for (int p = 0; p < pl.panels; p++) {
-            pack_one(&pl, 0, p);
-            run_task(&pl, 0, pl.panels, p);
-        }
+        pt_pool_run(pool, pl.panels, panel_task, &pl);
     } else {
-#pragma omp parallel
-        for (int g0 = 0; g0 < pl.panels; g0 += pl.group) {
-            const int g1 = g0 + pl.group < pl.panels ? g0 + pl.group : pl.panels;
-#pragma omp for schedule(static)
-            for (int p = g0; p < g1; p++)
-                pack_one(&pl, g0, p);
-            /* implicit barriers: every panel of the group is packed before
-             * any is used, and used before the next group overwrites it */
-#pragma omp for schedule(static)
-            for (long t = 0; t < (long)pl.chunks * (g1 - g0); t++)
-                run_task(&pl, g0, g1, t);
+        for (pl.g0 = 0; pl.g0 < pl.panels; pl.g0 += pl.group) {
+            pl.g1 = pl.g0 + pl.group < pl.panels ? pl.g0 + pl.group : pl.panels;
+            /* each run returns when all its tasks have: every panel of the
+             * group is packed before any is used, and used before the next
+             * group overwrites it */
+            pt_pool_run(pool, pl.g1 - pl.g0, pack_task, &pl);
+            pt_pool_run(pool, (long)pl.chunks * (pl.g1 - pl.g0), group_task, &pl);
         }
     }
     free(pl.packed);

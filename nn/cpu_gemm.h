@@ -19,13 +19,15 @@
 #ifndef PT_NN_CPU_GEMM_H
 #define PT_NN_CPU_GEMM_H
 
+#include "nn/cpu_pool.h"
+
 /* x [rows, in], w [out, in] (PyTorch's Linear layout), b [out] or NULL,
- * add [rows, out] or NULL (may alias y), y [rows, out]. Runs on the OpenMP
- * threads of the caller's team size (omp_get_max_threads()); aborts with a
- * message if its packing buffer (out rounded up to the panel width, times in
- * floats) cannot be allocated, as the backend's other scratch does. */
-void pt_gemm_nt_f32(float *y, const float *x, const float *w, const float *b, const float *add,
-                    int rows, int out, int in);
+ * add [rows, out] or NULL (may alias y), y [rows, out]. Runs on the threads
+ * of pool (NULL: the caller alone); aborts with a message if its packing
+ * buffer (out rounded up to the panel width, times in floats, at most 8 MiB
+ * or one panel) cannot be allocated, as the backend's other scratch does. */
+void pt_gemm_nt_f32(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
+                    const float *add, int rows, int out, int in);
 
 /* The instruction set the kernel was compiled for ("avx512", "avx2-fma" or
  * "portable"), for benchmarks and test logs. */

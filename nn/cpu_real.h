@@ -9,6 +9,7 @@
 
 #include "nn/backend.h"
 #include "nn/cpu_math.h"
+#include "nn/cpu_pool.h"
 
 #include <math.h>
 
@@ -35,8 +36,32 @@ typedef float real;
 #define CPU_FN(name) PT_CAT(name, _f32)
 #endif
 
-/* Parallelise a loop only when it has enough work to pay for waking threads. */
-#define PAR_IF(work) if ((work) > 32768)
+/* The backend's thread pool (be->impl, nn/cpu_pool.h) for a loop with enough
+ * work to pay for waking threads; NULL, which runs the tasks on the caller,
+ * for less. Either way the same tasks run, so the choice changes no bit. */
+#define PAR_POOL(be, work) ((work) > 32768 ? (pt_pool *)(be)->impl : NULL)
+
+/* Work per task, in elements touched, that a loop's tasks are sized to: a
+ * few microseconds, so claiming one (an atomic operation) costs little, and
+ * many tasks per thread, so a thread that is slow or descheduled for a
+ * while leaves the rest to the others. */
+enum { TASK_WORK = 16384 };
+
+/* Items per task for a loop whose items cost item_work elements each: a
+ * function of the problem size only, never of the thread count. */
+static inline long per_task(size_t item_work)
+{
+    const size_t per = item_work ? TASK_WORK / item_work : TASK_WORK;
+    return per < 1 ? 1 : (long)per;
+}
+
+/* How many tasks cover n items at per items each, and task t's items [*i0, *i1). */
+static inline long tasks_for(long n, long per) { return n <= 0 ? 0 : (n + per - 1) / per; }
+static inline void task_items(long t, long per, long n, long *i0, long *i1)
+{
+    *i0 = t * per;
+    *i1 = *i0 + per < n ? *i0 + per : n;
+}
 
 /* Scratch inside an op, zeroed and 64-byte aligned; aborts when even that
  * is impossible (see cpu_ops.c). */

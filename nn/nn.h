@@ -154,13 +154,18 @@ typedef struct pt_backend pt_backend;
  * finite-difference oracle), "cuda" or "cuda-bf16" (where built with CUDA and
  * a GPU exists; float32 or bf16 activations), optionally followed by ":N" to
  * use GPU N modulo the number of GPUs (one rank per GPU: N = local rank).
- * threads: OpenMP threads for the CPU backends (0 = leave OpenMP's default). */
+ * threads: threads for the CPU backends, the caller included (0 = one per CPU
+ * the process may run on); a CPU backend starts threads - 1 workers when it
+ * opens and joins them when it closes. */
 int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err);
 void pt_backend_close(pt_backend *be);
 const char *pt_backend_name(const pt_backend *be);
 size_t pt_backend_real_size(const pt_backend *be); /* bytes per parameter element */
 size_t pt_backend_act_size(const pt_backend *be);  /* bytes per activation element */
 int pt_backend_threads(const pt_backend *be);
+/* How the backend's threads wait for each other, in words, into buf ("" for
+ * a backend with no threads of its own to wait). */
+void pt_backend_waiting(const pt_backend *be, char *buf, size_t size);
 /* Backend memory; NULL on failure. Freed with pt_backend_free. */
 void *pt_backend_alloc(pt_backend *be, size_t bytes);
 void pt_backend_free(pt_backend *be, void *p);

@@ -21,9 +21,9 @@
  * traffic the op could have, not what the caches saw.
  */
 #include "nn/backend.h"
+#include "nn/cpu_pool.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,37 +567,54 @@ static __attribute__((noinline)) void fma_chains(long iters)
     peak_sink = peak_sum(s);
 }
 
-/* FLOP/s of `threads` threads each running the chains for iters rounds. */
-static double chains_rate(int threads, long iters)
+/* Each thread's rounds run as SLICES tasks of the pool (the backend's kind of
+ * threads), so the time is that of the pool's threads working together. */
+enum { SLICES = 8 };
+
+static void chains_task(void *ctx, long t, int thread)
 {
+    (void)t;
+    (void)thread;
+    fma_chains(*(const long *)ctx);
+}
+
+/* FLOP/s of a pool of `threads` threads running the chains for iters rounds
+ * per thread. */
+static double chains_rate(pt_pool *pool, int threads, long iters)
+{
+    long per = iters / SLICES > 0 ? iters / SLICES : 1;
     double t0 = now_s();
-#pragma omp parallel num_threads(threads)
-    fma_chains(iters);
+    pt_pool_run(pool, (long)threads * SLICES, chains_task, &per);
     double t = now_s() - t0;
-    return (double)threads * (double)iters * CHAINS * PEAK_LANES * 2.0 / (t > 0 ? t : 1e-9);
+    return (double)threads * SLICES * (double)per * CHAINS * PEAK_LANES * 2.0 /
+           (t > 0 ? t : 1e-9);
 }
 
 double pt_cpu_peak_flops(int threads, char *how, size_t how_size)
 {
     if (threads < 1)
         threads = 1;
+    pt_pool *pool = NULL;
+    if (pt_pool_create(&pool, threads, NULL))
+        threads = 1; /* cannot start them: what one thread does */
     /* size the rounds to about 50 ms from a short first run, then keep the
      * best of 5: other work on the cores can only make a run slower */
     long iters = 100000;
-    double rate = chains_rate(threads, iters);
+    double rate = chains_rate(pool, threads, iters);
     iters = (long)(0.05 * rate / ((double)threads * CHAINS * PEAK_LANES * 2.0));
     if (iters < 1000)
         iters = 1000;
     double best = 0.0;
     for (int r = 0; r < 5; r++) {
-        double x = chains_rate(threads, iters);
+        double x = chains_rate(pool, threads, iters);
         if (x > best)
             best = x;
     }
+    pt_pool_destroy(pool);
     if (how)
         snprintf(how, how_size,
                  "measured: %d independent FMA chains of %s per thread, %d thread%s, best of 5 runs "
                  "of %ld rounds",
-                 CHAINS, PEAK_ISA, threads, threads == 1 ? "" : "s", iters);
+                 CHAINS, PEAK_ISA, threads, threads == 1 ? "" : "s", iters / SLICES * SLICES);
     return best;
 }

@@ -577,13 +577,11 @@ void pt_layout_print(const pt_run *r, FILE *out)
         fprintf(out, "  between nodes: %.0f MB/s\n", r->bw_inter / 1e6);
     fprintf(out, "mode: %s, device %s (%d threads per rank)\n", pt_layout_mode(r),
             pt_backend_name(r->be), r->spec.threads);
-    /* how waiting OpenMP threads behave (launch/main.c sets a spin count
-     * unless the environment has a say) */
-    const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
-    if (pt_backend_is_host(r->be) && r->spec.threads > 1)
-        fprintf(out, "waiting threads: %s%s%s%s%s\n", policy ? "OMP_WAIT_POLICY=" : "",
-                policy ? policy : "", policy && spins ? ", " : "", spins ? "GOMP_SPINCOUNT=" : "",
-                spins ? spins : (policy ? "" : "libgomp's default"));
+    /* how the backend's threads wait for each other (nn/cpu_pool.c) */
+    char waiting[160];
+    pt_backend_waiting(r->be, waiting, sizeof waiting);
+    if (waiting[0])
+        fprintf(out, "waiting threads: %s\n", waiting);
     fprintf(out, "model: %d units, batch %lld, schedule %s%s", pt_arch_units(&r->arch),
             (long long)r->spec.batch, r->spec.gpipe ? "gpipe" : "1f1b",
             r->spec.recompute ? " with recompute" : "");

@@ -330,20 +330,28 @@ def test_plan_writes_nothing(h):
     check(not os.path.exists(run_dir), "plan created run.dir")
 
 
-def test_openmp_spin_count(h):
-    """With neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY set, pipetrain starts
-    itself again with GOMP_SPINCOUNT=10000 (launch/main.c), so waiting threads
-    soon sleep instead of spinning; what the user set is kept. `plan` says
-    which setting the process runs with."""
+def test_waiting_threads(h):
+    """`plan` says how the CPU backend's threads wait for each other
+    (nn/cpu_pool.c): by default a spin of at most SPIN_CAP_NS that shrinks
+    when waits outlast it, then sleep; PIPETRAIN_SPIN_US sets the cap (0:
+    sleep at once), and a value that is not a number of microseconds is
+    ignored. One thread has nobody to wait for: no line."""
     cfg = U.write_config(h, "c.yaml", tiny_keys("vit", h.path("run"), **{"run.threads": "2"}))
-    cases = [({"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, "GOMP_SPINCOUNT=10000"),
-             ({"GOMP_SPINCOUNT": "123", "OMP_WAIT_POLICY": None}, "GOMP_SPINCOUNT=123"),
-             ({"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "passive"}, "OMP_WAIT_POLICY=passive")]
+    default = "spin up to 50 us (less after waits that outlast it), then sleep"
+    cases = [({"PIPETRAIN_SPIN_US": None}, default),
+             ({"PIPETRAIN_SPIN_US": "fast"}, default),
+             ({"PIPETRAIN_SPIN_US": "0"}, "sleep at once (PIPETRAIN_SPIN_US)"),
+             ({"PIPETRAIN_SPIN_US": "200"},
+              "spin up to 200 us (PIPETRAIN_SPIN_US) (less after waits that outlast it), then sleep")]
     for env, want in cases:
         r = h.run(["plan", cfg], env=env).expect(0)
         line = next((l for l in r.out.splitlines() if l.startswith("waiting threads:")), None)
         check(line == "waiting threads: " + want, "with %s: plan says %r, wanted %r", env, line,
               "waiting threads: " + want)
+    one = U.write_config(h, "one.yaml", tiny_keys("vit", h.path("run"), **{"run.threads": "1"}))
+    r = h.run(["plan", one]).expect(0)
+    check(not any(l.startswith("waiting threads:") for l in r.out.splitlines()),
+          "plan at 1 thread printed a waiting-threads line")
 
 
 def gpu_visible():
@@ -404,7 +412,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
-           test_device_cuda_without_gpu, test_openmp_spin_count,
+           test_device_cuda_without_gpu, test_waiting_threads,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),

@@ -9,8 +9,8 @@
  *    M, N, K on and around every tile and vector width (MR = 6 rows, panels
  *    of 16 and 32 columns, the 16 x 16 packing blocks), K = 1 and N = 1,
  *    every init mode, add aliased with y, and the parallel paths (one row
- *    chunk, several chunks, w packed in several groups) at 1, 2 and 3
- *    threads;
+ *    chunk, several chunks, w packed in several groups) on thread pools
+ *    (nn/cpu_pool.h) of 1, 2 and 3 threads;
  *  - the same for the kernel compiled for AVX2 + FMA (and packing w 16 KiB
  *    at a time) and for no vector extensions (fmaf loops), built from the
  *    same source under other names (tests/nn/CMakeLists.txt), so the three
@@ -34,21 +34,20 @@
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* the kernel compiled for other instruction sets (tests/nn/CMakeLists.txt) */
-void pt_gemm_nt_f32_avx2(float *y, const float *x, const float *w, const float *b,
+void pt_gemm_nt_f32_avx2(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
                          const float *add, int rows, int out, int in);
 const char *pt_gemm_nt_f32_avx2_isa(void);
-void pt_gemm_nt_f32_portable(float *y, const float *x, const float *w, const float *b,
-                             const float *add, int rows, int out, int in);
+void pt_gemm_nt_f32_portable(pt_pool *pool, float *y, const float *x, const float *w,
+                             const float *b, const float *add, int rows, int out, int in);
 const char *pt_gemm_nt_f32_portable_isa(void);
 
-typedef void (*gemm_fn)(float *, const float *, const float *, const float *, const float *, int,
-                        int, int);
+typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
+                        const float *, int, int, int);
 static const struct {
     gemm_fn fn;
     const char *(*isa)(void);
@@ -58,6 +57,15 @@ static const struct {
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
+
+/* A pool of each thread count, made once and kept (the process ends with the test). */
+static pt_pool *pool_of(int threads)
+{
+    static pt_pool *pools[4];
+    if (!pools[threads])
+        CU_ASSERT_FATAL(pt_pool_create(&pools[threads], threads, NULL) == 0);
+    return pools[threads];
+}
 
 static float *rand_floats(size_t n, float lo, float hi)
 {
@@ -126,14 +134,15 @@ static long one_case(int M, int N, int K, int mode, int threads, int check_bound
     const int use_b = mode & 1, use_add = mode >= 2, aliased = mode >= 4;
     emulate(want, x, w, use_b ? b : NULL, use_add ? add : NULL, M, N, K);
     long bad = 0;
-    omp_set_num_threads(threads);
+    pt_pool *pool = pool_of(threads);
     for (int v = 0; v < BUILDS; v++) {
         if (aliased)
             memcpy(y, add, (size_t)M * N * sizeof *y);
         else
             for (size_t i = 0; i < (size_t)M * N; i++)
                 y[i] = NAN; /* an element left unwritten fails */
-        builds[v].fn(y, x, w, use_b ? b : NULL, aliased ? y : use_add ? add : NULL, M, N, K);
+        builds[v].fn(pool, y, x, w, use_b ? b : NULL, aliased ? y : use_add ? add : NULL, M, N,
+                     K);
         if (memcmp(y, want, (size_t)M * N * sizeof *y)) {
             bad++;
             printf("\n  %s: M=%d N=%d K=%d init mode %d, %d threads: not the contract's bits",
@@ -147,7 +156,6 @@ static long one_case(int M, int N, int K, int mode, int threads, int check_bound
             printf("\n  M=%d N=%d K=%d: %ld elements outside the float64 bound", M, N, K, out);
         }
     }
-    omp_set_num_threads(1);
     free(x);
     free(w);
     free(b);
@@ -218,15 +226,14 @@ static void rows_independent_of_batch(void)
         float *b = rand_floats((size_t)N, -1, 1), *add = rand_floats((size_t)ROWS * N, -2, 2);
         float *all = malloc((size_t)ROWS * N * sizeof *all);
         float *y = malloc((size_t)ROWS * N * sizeof *y);
-        omp_set_num_threads(1);
-        pt_gemm_nt_f32(all, x, w, b, add, ROWS, N, K);
+        pt_gemm_nt_f32(pool_of(1), all, x, w, b, add, ROWS, N, K);
         for (int threads = 1; threads <= 3; threads++) {
-            omp_set_num_threads(threads);
             static const int lens[] = {1, 2, 5, 6, 7, 13, 17, 34, ROWS};
             for (size_t l = 0; l < sizeof lens / sizeof *lens; l++)
                 for (int r0 = 0; r0 + lens[l] <= ROWS; r0 += lens[l] > 6 ? 3 : 1) {
                     const size_t at = (size_t)r0 * N;
-                    pt_gemm_nt_f32(y, x + (size_t)r0 * K, w, b, add + at, lens[l], N, K);
+                    pt_gemm_nt_f32(pool_of(threads), y, x + (size_t)r0 * K, w, b, add + at,
+                                   lens[l], N, K);
                     if (memcmp(y, all + at, (size_t)lens[l] * N * sizeof *y)) {
                         bad++;
                         printf("\n  N=%d K=%d: rows %d..%d at %d threads differ from one call", N,
@@ -234,7 +241,6 @@ static void rows_independent_of_batch(void)
                     }
                 }
         }
-        omp_set_num_threads(1);
         free(x);
         free(w);
         free(b);

@@ -1,0 +1,61 @@
+/*
+ * cpu_pool.h (internal to nn/): the CPU backend's threads. A pool of
+ * `threads` threads is the caller plus threads - 1 workers started once (by
+ * the backend when it opens) and joined when it is destroyed; between runs
+ * the workers wait, spinning briefly and then asleep (nn/cpu_pool.c says
+ * how long they spin and why).
+ *
+ * pt_pool_run(pool, tasks, fn, ctx) calls fn(ctx, t, thread) once for every
+ * task t in [0, tasks), on the caller and the workers, and returns when all
+ * have returned. Tasks are claimed one at a time, in increasing order, by
+ * whichever thread is free, so a thread that is descheduled or slow holds
+ * up only the task it is running. `thread` is the index of the thread
+ * running the task (0 = the caller, up to pt_pool_threads - 1), for scratch
+ * kept per thread; nothing else may depend on it.
+ *
+ * Results do not depend on the thread count as long as the caller keeps to
+ * two rules: a task's output depends only on its index and the inputs
+ * (never on `thread`, on which thread ran the tasks before it, or on how
+ * many threads there are), so task boundaries are a function of the
+ * problem size alone; and a reduction writes one partial per task, which
+ * the caller combines in task order after the run.
+ *
+ * A NULL pool, a pool of one thread, a run of fewer than two tasks, and a
+ * run started from inside a task or while another thread is running the
+ * pool all run every task on the calling thread, in order, as thread 0.
+ */
+#ifndef PT_NN_CPU_POOL_H
+#define PT_NN_CPU_POOL_H
+
+typedef struct pt_pool pt_pool;
+
+typedef void (*pt_pool_fn)(void *ctx, long task, int thread);
+
+/* threads >= 1. init, when not NULL, runs first on every worker (not on
+ * the caller), e.g. to set thread-local state of a library the tasks call.
+ * Returns 0, or an errno value when a thread cannot be started (then
+ * nothing is left running). */
+int pt_pool_create(pt_pool **out, int threads, void (*init)(void));
+
+/* Stops and joins the workers, frees the pool; NULL is ignored. */
+void pt_pool_destroy(pt_pool *pool);
+
+/* The threads of the pool, the caller included; 1 for NULL. */
+int pt_pool_threads(const pt_pool *pool);
+
+void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
+
+/* How the pool's threads wait, in words, into buf: e.g. "spin up to 50 us
+ * (less after waits that outlast it), then sleep". */
+void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);
+
+/* Counters of the waits since the pool was created, for benchmarks and
+ * tests: how many waits, how many of them ended asleep, and the current
+ * spin limit of the caller and of worker 1 in nanoseconds. */
+typedef struct {
+    long long waits, sleeps;
+    long long spin_ns_caller, spin_ns_worker;
+} pt_pool_stats;
+void pt_pool_get_stats(const pt_pool *pool, pt_pool_stats *out);
+
+#endif
