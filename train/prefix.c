@@ -14,8 +14,11 @@
  * prefix is the same function for both splits); text sampling and runs
  * without a cache compute the whole prefix.
  *
- * The cache holds host memory; with a device backend rows pass through a
- * host copy.
+ * The cache holds host memory; with a device backend rows pass through host
+ * staging buffers, a micro-batch's rows at a time: one download of a
+ * group's results, one upload per run of consecutive hits, one upload of a
+ * group's shallower entries (a copy per row, each waiting on the device,
+ * cost more than recomputing a small model's prefix on a GPU).
  *
  * Exactness: on the CPU backend every op's forward gives a sample the same
  * bits whatever else is in the call and whatever the thread count, by
@@ -38,7 +41,7 @@ struct pt_prefix {
     int *pick, *rest;              /* the group being computed, the samples still missing */
     int64_t *test_ids;             /* a test micro-batch's cache ids */
     int staged;                    /* backend memory is not host memory */
-    char *row;                     /* one host row, when staged */
+    char *hx, *hio;                /* staged: host rows of x, and of the in/out of a group */
     float *images;
     int32_t *tokens;
     void *in, *out;                /* backend activations [max_micro, T, d] */
@@ -53,7 +56,8 @@ void pt_prefix_destroy(pt_prefix *p)
     free(p->pick);
     free(p->rest);
     free(p->test_ids);
-    free(p->row);
+    free(p->hx);
+    free(p->hio);
     free(p->images);
     free(p->tokens);
     free(p);
@@ -71,7 +75,10 @@ int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_e
     const int n = r->max_micro, T = pt_arch_tokens(&r->arch);
     p->row_bytes = pt_segment_act_elems(r->seg, 1) * pt_backend_act_size(r->be);
     p->staged = !pt_backend_is_host(r->be);
-    p->row = malloc(p->row_bytes);
+    if (p->staged) {
+        p->hx = malloc((size_t)n * p->row_bytes);
+        p->hio = malloc((size_t)n * p->row_bytes);
+    }
     p->pick = malloc((size_t)n * sizeof *p->pick);
     p->rest = malloc((size_t)n * sizeof *p->rest);
     p->test_ids = malloc((size_t)n * sizeof *p->test_ids);
@@ -79,7 +86,7 @@ int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_e
     p->tokens = malloc(((size_t)n * T + 1) * sizeof *p->tokens);
     p->in = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
     p->out = pt_backend_alloc(r->be, (size_t)n * p->row_bytes);
-    if (!p->pick || !p->rest || !p->test_ids || !p->row || !p->images || !p->tokens || !p->in || !p->out) {
+    if (!p->pick || !p->rest || !p->test_ids || (p->staged && (!p->hx || !p->hio)) || !p->images || !p->tokens || !p->in || !p->out) {
         pt_prefix_destroy(p);
         return pt_fail(err, PT_ENOMEM, "out of memory for the frozen-prefix source");
     }
@@ -87,23 +94,12 @@ int pt_prefix_create(pt_prefix **out, pt_run *r, int slot, pt_cache *cache, pt_e
     return 0;
 }
 
-/* Cache entry of id at depth into backend memory dst: 1 hit, 0 miss, < 0 error. */
-static int cache_get(pt_prefix *p, int64_t id, int depth, void *dst, pt_err *err)
+/* Row i of backend rows `dev`, or of their host staging `host` when the
+ * backend's memory is not host memory: where a cache entry is read into or
+ * written from. */
+static char *host_row(const pt_prefix *p, void *dev, char *host, int i)
 {
-    if (!p->staged)
-        return pt_cache_get(p->cache, id, depth, dst, err);
-    int got = pt_cache_get(p->cache, id, depth, p->row, err);
-    if (got == 1)
-        pt_backend_upload(p->r->be, dst, p->row, p->row_bytes);
-    return got;
-}
-
-static int cache_put(pt_prefix *p, int64_t id, int depth, const void *src, pt_err *err)
-{
-    if (!p->staged)
-        return pt_cache_put(p->cache, id, depth, src, err);
-    pt_backend_download(p->r->be, p->row, src, p->row_bytes);
-    return pt_cache_put(p->cache, id, depth, p->row, err);
+    return (p->staged ? host : (char *)dev) + (size_t)i * p->row_bytes;
 }
 
 /* Runs the prefix's units [from, depth) on the samples p->pick[0..k) of the
@@ -128,11 +124,16 @@ static int compute_group(pt_prefix *p, const pt_batch *b, const int64_t *ids, in
                                       0, NULL, err);
     for (int j = 0; rc == 0 && j < k; j++) {
         const int i = p->pick[j];
-        const char *row = (const char *)p->out + (size_t)j * p->row_bytes;
-        pt_backend_copy(r->be, (char *)x + (size_t)i * p->row_bytes, row, p->row_bytes);
-        if (p->cache && ids && cache_put(p, ids[i], depth, row, err) < 0)
-            rc = err->code;
+        pt_backend_copy(r->be, (char *)x + (size_t)i * p->row_bytes, (const char *)p->out + (size_t)j * p->row_bytes,
+                        p->row_bytes);
     }
+    if (rc != 0 || !p->cache || !ids)
+        return rc;
+    if (p->staged) /* the group's results, in one copy */
+        pt_backend_download(r->be, p->hio, p->out, (size_t)k * p->row_bytes);
+    for (int j = 0; rc == 0 && j < k; j++)
+        if (pt_cache_put(p->cache, ids[p->pick[j]], depth, host_row(p, p->out, p->hio, j), err) < 0)
+            rc = err->code;
     return rc;
 }
 
@@ -159,7 +160,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
     /* hits go straight into x; the misses wait in `todo` */
     int todo = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        int got = cache_get(p, ids[i], depth, (char *)x + (size_t)i * p->row_bytes, err);
+        int got = pt_cache_get(p->cache, ids[i], depth, host_row(p, x, p->hx, i), err);
         if (got < 0)
             rc = err->code;
         else if (got)
@@ -167,6 +168,15 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         else
             p->rest[todo++] = i;
     }
+    if (p->staged) /* the hits, one copy per run of consecutive rows (the misses are written below) */
+        for (int i = 0, t = 0; rc == 0 && i < n;) {
+            const int miss_at = t < todo ? p->rest[t] : n;
+            if (i < miss_at)
+                pt_backend_upload(r->be, (char *)x + (size_t)i * p->row_bytes, p->hx + (size_t)i * p->row_bytes,
+                                  (size_t)(miss_at - i) * p->row_bytes);
+            i = miss_at + 1;
+            t++;
+        }
     /* one group per depth the cache holds for them (0: nothing cached yet) */
     while (rc == 0 && todo > 0) {
         int start = pt_cache_depth(p->cache, ids[p->rest[0]]);
@@ -178,7 +188,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             d = d < depth ? d : 0;
             int take = d == start;
             if (take && start > 0) /* its shallower entry becomes the group's input */
-                take = cache_get(p, ids[i], start, (char *)p->in + (size_t)k * p->row_bytes, err) == 1;
+                take = pt_cache_get(p->cache, ids[i], start, host_row(p, p->in, p->hio, k), err) == 1;
             if (take)
                 p->pick[k++] = i;
             else
@@ -189,6 +199,8 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             memmove(p->rest, p->rest + 1, (size_t)(--left) * sizeof *p->rest);
             start = 0;
         }
+        if (p->staged && start > 0)
+            pt_backend_upload(r->be, p->in, p->hio, (size_t)k * p->row_bytes);
         rc = compute_group(p, b, ids, k, start, depth, x, err);
         r->prefix_computed += training ? k : 0;
         todo = left;
