@@ -3,7 +3,7 @@
 One run of this script measures, for each way the CPU backend's threads may
 wait for each other (nn/cpu_pool.c):
 
-  pipetrain        the default: spin at most 50 us, less after waits that
+  pipetrain        the default: spin at most 20 us, less after waits that
                    outlast the spin, then sleep on a futex
   sleep            PIPETRAIN_SPIN_US=0: sleep at once
   spin             PIPETRAIN_SPIN_US=1000000: spin up to a second, i.e.

@@ -2,7 +2,7 @@
  * cpu_attention.c: multi-head scaled dot-product attention for the CPU
  * backend (compiled for float32 and float64, see cpu_real.h).
  *
- * One (example, head) pair at a time, each pair a task on the backend's
+ * One (example, head) pair at a time, a few pairs a task on the backend's
  * thread pool (nn/cpu_pool.h), with scratch per thread. Per pair the
  * keys (forward) or values (backward) are transposed into a [hd][Tp] scratch
  * with Tp = T rounded up to the block width VW and zero padding, so a row of
@@ -310,6 +310,7 @@ typedef struct {
     const int32_t *lens;
     int n, T, H, hd, causal;
     const pt_dropout *drop; /* NULL: none */
+    long per;       /* pairs per task */
     real **scratch; /* [pool threads] */
 } attn_job;
 
@@ -320,13 +321,22 @@ static real *thread_scratch(const attn_job *j, int thread, size_t elems)
     return j->scratch[thread];
 }
 
-/* Runs fn on every (example, head) pair of the job, then frees the scratch. */
+/* Multiply-adds per task: a pair of the demo ViT (T 17, hd 16) takes about
+ * a microsecond, and claiming a task about a tenth of that, so a task holds
+ * a dozen such pairs. */
+enum { PAIR_TASK_WORK = 1 << 16 };
+
+/* Runs fn on every (example, head) pair of the job, PAIR_TASK_WORK's worth a
+ * task (so the pairs of a task are set by the shapes alone), then frees the
+ * scratch. */
 static void run_pairs(pt_backend *be, attn_job *j, pt_pool_fn fn)
 {
     pt_pool *pool = PAR_POOL(be, (size_t)j->n * j->H * j->T * j->T * j->hd);
     const int threads = pt_pool_threads(pool);
     j->scratch = CPU_FN(pt_cpu_scratch)((size_t)threads * sizeof *j->scratch);
-    pt_pool_run(pool, (long)j->n * j->H, fn, j);
+    const size_t pair = (size_t)j->T * j->T * j->hd;
+    j->per = pair < PAIR_TASK_WORK ? (long)(PAIR_TASK_WORK / (pair ? pair : 1)) : 1;
+    pt_pool_run(pool, tasks_for((long)j->n * j->H, j->per), fn, j);
     for (int i = 0; i < threads; i++)
         free(j->scratch[i]);
     free(j->scratch);
@@ -345,7 +355,9 @@ static void fwd_task(void *ctx, long task, int thread)
         /* zeroed once: the padding columns of qt are never written */
         real *qt = thread_scratch(j, thread, (size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp);
         real *st = qt + (size_t)hd * Tp, *colmax = st + (size_t)T * Tp, *colsum = colmax + Tp;
-        for (int bh = (int)task; bh < task + 1; bh++) {
+        long bh0, bh1;
+        task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
+        for (int bh = (int)bh0; bh < bh1; bh++) {
             const int b = bh / H, h = bh % H;
             const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
             real *o = out + (size_t)b * T * d + (size_t)h * hd;
@@ -362,7 +374,7 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
                                   int n, int T, int H, int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop)
 {
-    attn_job j = {out_, probs_, qkv_, NULL, NULL, lens, n, T, H, hd, causal, drop, NULL};
+    attn_job j = {out_, probs_, qkv_, NULL, NULL, lens, n, T, H, hd, causal, drop, 0, NULL};
     run_pairs(be, &j, fwd_task);
 }
 
@@ -381,7 +393,9 @@ static void bwd_task(void *ctx, long task, int thread)
         real *got = thread_scratch(j, thread, (size_t)hd * Tp + 2 * (size_t)T * Tp + Tp + dropped);
         real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
         real *pd = dot + Tp;
-        for (int bh = (int)task; bh < task + 1; bh++) {
+        long bh0, bh1;
+        task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
+        for (int bh = (int)bh0; bh < bh1; bh++) {
             const int b = bh / H, h = bh % H;
             const real *base = qkv + (size_t)b * T * stride + (size_t)h * hd;
             const real *go = dout + (size_t)b * T * d + (size_t)h * hd;
@@ -400,6 +414,6 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
                                   int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop)
 {
-    attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, NULL};
+    attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, 0, NULL};
     run_pairs(be, &j, bwd_task);
 }

@@ -45,7 +45,7 @@ int pt_pool_threads(const pt_pool *pool);
 
 void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 
-/* How the pool's threads wait, in words, into buf: e.g. "spin up to 50 us
+/* How the pool's threads wait, in words, into buf: e.g. "spin up to 20 us
  * (less after waits that outlast it), then sleep". */
 void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);
 

@@ -337,7 +337,7 @@ def test_waiting_threads(h):
     sleep at once), and a value that is not a number of microseconds is
     ignored. One thread has nobody to wait for: no line."""
     cfg = U.write_config(h, "c.yaml", tiny_keys("vit", h.path("run"), **{"run.threads": "2"}))
-    default = "spin up to 50 us (less after waits that outlast it), then sleep"
+    default = "spin up to 20 us (less after waits that outlast it), then sleep"
     cases = [({"PIPETRAIN_SPIN_US": None}, default),
              ({"PIPETRAIN_SPIN_US": "fast"}, default),
              ({"PIPETRAIN_SPIN_US": "0"}, "sleep at once (PIPETRAIN_SPIN_US)"),
