@@ -9,12 +9,19 @@
 # Exit status: 0 all passed; 1 build or a test failed; 2 usage; 3 tests passed
 # but the benchmark failed.
 #
-# usage: scripts/gpu_check.sh LOGDIR      (PYTHON=... picks the interpreter
-#        for the benchmark, python3 by default; it needs torch with CUDA for
-#        the PyTorch half of the comparison)
+# usage: scripts/gpu_check.sh [--prebuilt] LOGDIR
+#        (PYTHON=... picks the interpreter for the benchmark, python3 by
+#        default; it needs torch with CUDA for the PyTorch half of the
+#        comparison). --prebuilt: build-gpu/ is already there (made elsewhere
+#        and moved with scripts/gpu_bundle.sh); no configure, no build.
 set -uo pipefail
+prebuilt=0
+if [ "${1:-}" = "--prebuilt" ]; then
+    prebuilt=1
+    shift
+fi
 if [ $# -ne 1 ]; then
-    echo "usage: $0 LOGDIR" >&2
+    echo "usage: $0 [--prebuilt] LOGDIR" >&2
     exit 2
 fi
 mkdir -p "$1" || exit 2
@@ -31,17 +38,23 @@ name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 note "GPU: ${name:-none found by nvidia-smi}, CUDA architecture $arch"
 
 # build
-if ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPT_WERROR=ON -DPT_CUDA=ON \
+if [ $prebuilt -eq 1 ]; then
+    if [ ! -x build-gpu/tests/gpu/test_cuda_arena ] || [ ! -x build-gpu/pipetrain ]; then
+        note "build: --prebuilt, but build-gpu/ holds no CUDA build"
+        exit 1
+    fi
+    note "build: prebuilt ($(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' build-gpu/CMakeCache.txt))"
+elif ! { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPT_WERROR=ON -DPT_CUDA=ON \
              -DCMAKE_CUDA_ARCHITECTURES="$arch" &&
        cmake --build build-gpu -j "$(nproc)"; } > "$LOG/build.log" 2>&1; then
     note "build: FAILED (see build.log)"
     exit 1
 fi
-if ! grep -q "CUDA backend: on" "$LOG/build.log"; then
+if [ $prebuilt -eq 0 ] && ! grep -q "CUDA backend: on" "$LOG/build.log"; then
     note "build: the CUDA backend was not compiled in (see build.log)"
     exit 1
 fi
-note "build: ok"
+[ $prebuilt -eq 0 ] && note "build: ok"
 
 status=0
 # the GPU tests; -V keeps every test's own listing in the log
