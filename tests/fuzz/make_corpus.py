@@ -166,7 +166,7 @@ def main():
     # stores it, and YAML followed by --set assignments (NUL-separated)
     folder = os.path.join(corpus, "config")
     fresh(folder)
-    for name in ("vit_fmnist.yaml", "gpt_kjv.yaml"):
+    for name in ("vit_fmnist.yaml", "gpt_kjv.yaml", "bert_finetune.yaml"):
         shutil.copy(os.path.join(REPO, "configs", name), folder)
     put(os.path.join(folder, "tiny.yaml"), TINY.format(run="runs/tiny"))
     put(os.path.join(folder, "checkpoint.yaml"), config_yaml)
