@@ -131,9 +131,11 @@ static uint64_t slot_loc(uint64_t s) { return s >> 19; } /* location + 1; 0 = no
 
 /* Start time of a process in clock ticks since boot (field 22 of
  * /proc/PID/stat), so a reused pid is not taken for the process that made a
- * segment; 0 if unknown. */
-static uint64_t process_start(pid_t pid)
+ * segment; 0 if unknown. *state gets field 3 ('Z' for a zombie, '?' if
+ * unknown). */
+static uint64_t process_start(pid_t pid, char *state)
 {
+    *state = '?';
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
@@ -144,6 +146,8 @@ static uint64_t process_start(pid_t pid)
     buf[n] = '\0';
     char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
     unsigned long long start = 0;
+    if (p && p[1] == ' ' && p[2])
+        *state = p[2];
     if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
                     &start) == 1)
         return start;
@@ -152,12 +156,18 @@ static uint64_t process_start(pid_t pid)
 
 /* Whether the process that recorded (pid, start) may still run; when in
  * doubt (a start time unknown then or now) it says yes, which only ever keeps
- * a segment. */
+ * a segment. A zombie (or a process being torn down) is not running: it has
+ * closed every descriptor, and where nothing reaps the orphans of a killed
+ * job (a container whose first process does not wait for them) it stays a
+ * zombie for good, which kept its segments from ever being swept. */
 static int process_alive(int64_t pid, uint64_t start)
 {
     if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM))
         return 0;
-    const uint64_t now = process_start((pid_t)pid);
+    char state;
+    const uint64_t now = process_start((pid_t)pid, &state);
+    if (state == 'Z' || state == 'X' || state == 'x')
+        return 0;
     return start == 0 || now == 0 || now == start;
 }
 
@@ -280,7 +290,7 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     header h0 = {.version = VERSION, .uid = (uint32_t)getuid(), .samples = (uint64_t)spec->samples,
                  .entry_bytes = spec->entry_bytes, .memory_entries = memory_entries,
                  .disk_entries = disk_entries, .slots_offset = slots_offset, .data_offset = data_offset,
-                 .size = size, .creator_pid = getpid(), .creator_start = process_start(getpid())};
+                 .size = size, .creator_pid = getpid(), .creator_start = process_start(getpid(), &(char){0})};
     snprintf(h0.job, sizeof h0.job, "%s", spec->job);
     if (disk_entries && snprintf(h0.disk_path, sizeof h0.disk_path, "%s%s.cache", spec->disk_dir, c->name) >=
                             (int)sizeof h0.disk_path) {

@@ -3,7 +3,8 @@
  * overlapping samples at once and every hit returns exactly what was stored;
  * the disk tier round-trips; full tiers make puts decline, not fail; a process
  * killed with SIGKILL while holding a segment leaves it behind and the next
- * sweep removes it (and its disk file); segments are mode 0600 whatever the
+ * sweep removes it (and its disk file), also while the killed creator is an
+ * unreaped zombie; segments are mode 0600 whatever the
  * umask. The sweep against live and dying processes is in test_cache_sweep.c
  * and test_cache_sweep_steps.c.
  */
@@ -165,7 +166,10 @@ static void disk_tier_and_full(void)
     CU_ASSERT_EQUAL(rmdir(dir), 0);
 }
 
-static void sigkill_then_sweep(void)
+/* A creator SIGKILLed while it holds its segment; reap: waited for, else
+ * left a zombie (as where nothing reaps a killed job's orphans) until the
+ * sweep is done. Either way the next sweep removes the segment. */
+static void sigkill_then_sweep_as(int reap)
 {
     private_dev_shm();
     char job[64], dir[] = "/tmp/pt-cache-XXXXXX", name[128];
@@ -201,12 +205,23 @@ static void sigkill_then_sweep(void)
     CU_ASSERT_EQUAL(pt_cache_sweep(&err) >= 0, 1);
     CU_ASSERT_TRUE(shm_exists(name)); /* its creator is alive: not swept */
     kill(kid, SIGKILL);
-    waitpid(kid, NULL, 0);
+    if (reap) {
+        waitpid(kid, NULL, 0);
+    } else { /* until it has exited, without reaping it: a zombie */
+        siginfo_t info;
+        CU_ASSERT_EQUAL(waitid(P_PID, (id_t)kid, &info, WEXITED | WNOWAIT), 0);
+        CU_ASSERT_EQUAL(kill(kid, 0), 0); /* the pid still answers */
+    }
     CU_ASSERT_TRUE(shm_exists(name)); /* a SIGKILL runs no cleanup */
     CU_ASSERT_TRUE(pt_cache_sweep(&err) >= 1);
     CU_ASSERT_FALSE(shm_exists(name));
     CU_ASSERT_EQUAL(rmdir(dir), 0); /* the disk file was removed too */
+    if (!reap)
+        waitpid(kid, NULL, 0);
 }
+
+static void sigkill_then_sweep(void) { sigkill_then_sweep_as(1); }
+static void zombie_creator_swept(void) { sigkill_then_sweep_as(0); }
 
 static void mode_0600_and_attach_errors(void)
 {
@@ -239,6 +254,7 @@ static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths}
                                 {"concurrent_processes", concurrent_processes},
                                 {"disk_tier_and_full", disk_tier_and_full},
                                 {"sigkill_then_sweep", sigkill_then_sweep},
+                                {"zombie_creator_swept", zombie_creator_swept},
                                 {"mode_0600_and_attach_errors", mode_0600_and_attach_errors},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"shared activation cache", tests}, {NULL, NULL}};
