@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     const double att_flops = 4.0 * N * H * T * T * HD;
     TIME("attention_fwd", att_flops, o->attention_fwd(be, att, probs, qkv, N, T, H, HD, 0, NULL, NULL));
     TIME("attention_bwd", 2 * att_flops,
-         o->attention_bwd(be, dqkv, att, qkv, probs, N, T, H, HD, 0, NULL, NULL));
+         o->attention_bwd(be, dqkv, att, qkv, probs, att, N, T, H, HD, 0, NULL, NULL));
     const size_t n = (size_t)ROWS * MLP;
     float *gx = rnd(n), *gy = rnd(n), *gd = rnd(n);
     TIME("gelu_fwd", 0, o->gelu_fwd(be, gy, gx, n));

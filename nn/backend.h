@@ -89,13 +89,15 @@ typedef struct pt_ops {
      * out = (P * mask / (1 - p)) V, the mask element of example b, head h,
      * query i, key j being e = (h T + i) T + j. probs still keeps what the
      * backend keeps without it; backward makes the same mask again from drop
-     * (which must be the forward's). */
+     * (which must be the forward's).
+     * Backward also gets the forward's out (the CUDA backend takes
+     * rowsum(dout * out) from it rather than computing out again). */
     void (*attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
                           int T, int H, int hd, int causal, const int32_t *lens,
                           const pt_dropout *drop);
     void (*attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *probs, int n, int T, int H, int hd, int causal,
-                          const int32_t *lens, const pt_dropout *drop);
+                          const void *probs, const void *out, int n, int T, int H, int hd,
+                          int causal, const int32_t *lens, const pt_dropout *drop);
     /* Mean over each example's first lens[b] positions (lens: int32 [n] in
      * backend memory, 1 <= lens[b] <= T): y[b] = sum_{t < lens[b]} x[b, t] /
      * lens[b], summed in order of t; x [n, T, d], y [n, d]. Backward overwrites

@@ -410,10 +410,11 @@ static void bwd_task(void *ctx, long task, int thread)
 }
 
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_,
-                                  const void *qkv_, const void *probs_, int n, int T, int H,
-                                  int hd, int causal, const int32_t *lens,
+                                  const void *qkv_, const void *probs_, const void *out_, int n,
+                                  int T, int H, int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop)
 {
+    (void)out_; /* the saved probabilities give everything backward needs */
     attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, 0, NULL};
     run_pairs(be, &j, bwd_task);
 }

@@ -71,7 +71,7 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const 
                                   int T, int H, int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop);
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
-                                  const void *probs, int n, int T, int H, int hd, int causal,
-                                  const int32_t *lens, const pt_dropout *drop);
+                                  const void *probs, const void *out, int n, int T, int H, int hd,
+                                  int causal, const int32_t *lens, const pt_dropout *drop);
 
 #endif

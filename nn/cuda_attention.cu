@@ -39,11 +39,10 @@
  * exactly (no rescaling of the output accumulator is ever needed, so it stays
  * in registers), and accumulates O = P V.
  *
- * Backward, deterministically (no atomics), in two kernels:
- *  - dQ kernel (per query tile): sweep 1 recomputes O = P V from lse, hence
- *    D_i = rowsum(dO_i * O_i), which it stores for the next kernel (the op
- *    does not get `out`, and attention_saved_bytes has no head size to size a
- *    copy of it); sweep 2 forms dS = P (dP - D) with dP = dO V^T and
+ * Backward, deterministically (no atomics), in three kernels:
+ *  - delta kernel (a warp per query row and head): D_i = rowsum(dO_i * O_i)
+ *    from the forward's saved output O, in float;
+ *  - dQ kernel (per query tile): forms dS = P (dP - D) with dP = dO V^T and
  *    accumulates dQ = scale dS K.
  *  - dK/dV kernel (per key tile): works on transposed tiles S^T = K Q^T so
  *    its warps own key rows; accumulates dV = P^T dO and dK = scale dS^T Q over
@@ -54,8 +53,8 @@
  * Dropout on the probabilities (BERT's attention dropout, cuda_drop): every
  * place that forms P multiplies it by the mask element of (query i, key j),
  * e = (h T + i) T + j, made from its hash where it is needed (nothing is
- * stored): the forward's O = (P M) V; the dQ kernel's O again (so D is
- * rowsum(dO * O) of the dropped output) and dS = P (dP M - D); the dK/dV
+ * stored): the forward's O = (P M) V (so D, from the saved O, is rowsum(dO * O)
+ * of the dropped output); the dQ kernel's dS = P (dP M - D); the dK/dV
  * kernel's dV = (P M)^T dO and the same dS.
  */
 #include "nn/cuda_tiles.h"
@@ -189,11 +188,35 @@ __global__ void __launch_bounds__(NW * 32)
         lse[(size_t)bh * Tn + i] = lse2;
 }
 
+/* --------------------------------------------------------- backward: delta */
+
+/* D[(b H + h) T + i] = sum over c < hd of dout * out at row (b, i), head h: a
+ * warp per (example, head, query row), lanes over the head's columns, summed
+ * lane by lane and then across the warp in a fixed order. */
+template <typename T>
+__global__ void __launch_bounds__(256)
+    attn_delta_kernel(float *Dg, const T *dout, const T *out, int n, int Tn, int H, int hd)
+{
+    const int lane = threadIdx.x & 31;
+    const size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); /* (b H + h) T + i */
+    if (row >= (size_t)n * H * Tn)
+        return;
+    const int i = (int)(row % Tn), bh = (int)(row / Tn), b = bh / H, h = bh % H;
+    const size_t at = ((size_t)b * Tn + i) * (size_t)H * hd + (size_t)h * hd;
+    float s = 0.0f;
+    for (int col = lane; col < hd; col += 32)
+        s += to_f(dout[at + col]) * to_f(out[at + col]);
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_xor_sync(FULL_MASK, s, off);
+    if (lane == 0)
+        Dg[row] = s;
+}
+
 /* ------------------------------------------------------------ backward: dQ */
 
 template <class E, typename T, int HD, int NW>
 __global__ void __launch_bounds__(NW * 32)
-    attn_dq_kernel(T *dqkv, float *Dg, const T *dout, const T *qkv, const float *lse, const int32_t *lens,
+    attn_dq_kernel(T *dqkv, const float *Dg, const T *dout, const T *qkv, const float *lse, const int32_t *lens,
                    int Tn, int H, int hd, int causal, float sl2, float scale, int vec, cuda_drop dr)
 {
     typedef Geo<E, HD, NW> G;
@@ -203,7 +226,7 @@ __global__ void __launch_bounds__(NW * 32)
     O *sK = (O *)(smem + 2 * G::TILE), *sV = (O *)(smem + 3 * G::TILE);
     float *sS = (float *)(smem + 4 * G::TILE), *sdP = (float *)(smem + 4 * G::TILE + G::SBYTES);
     O *sP = (O *)(smem + 4 * G::TILE + 2 * G::SBYTES);
-    float *sO = (float *)(smem + 2 * G::TILE); /* over sK and sV between and after the sweeps */
+    float *sO = (float *)(smem + 2 * G::TILE); /* over sK and sV after the last tile */
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, p = lane & 1;
     const int nq = (Tn + G::BR - 1) / G::BR, qb = nq - 1 - (int)blockIdx.y;
@@ -223,46 +246,14 @@ __global__ void __launch_bounds__(NW * 32)
     load_tile<T, O, HD, G::BR, G::LD>(sQ, base + (size_t)q0 * stride, stride, Tn - q0, hd, vec);
     load_tile<T, O, HD, G::BR, G::LD>(sdO, gbase + (size_t)q0 * d, d, Tn - q0, hd, vec);
 
-    /* sweep 1: O = P V again (dropped: (P M) V), for D = rowsum(dO * O) */
+    const float D = i < Tn ? Dg[(size_t)bh * Tn + i] : 0.0f; /* rowsum(dO * O), the delta kernel's */
+
+    /* dS = P (dP - D) scale, dQ = dS K (dropout: dP is dO V^T times M) */
     typename E::template Acc<HD> acc;
     E::zero(acc);
     for (int kb = 0; kb < nk; kb++) {
         const int k0 = kb * G::BC;
-        __syncthreads();
-        load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
-        load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
-        __syncthreads();
-        product<E, G::BC, HD, true>(sS + w0 * G::LDS, G::LDS, sQ + w0 * G::LD, G::LD, sK, G::LD);
-        __syncwarp();
-        for (int t = 0; t < G::BC / 4; t++) {
-            const int col = 4 * t + 2 * p;
-            const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
-            if (dr.on) {
-                p0 *= drop_mul(dr, drow, e_i + k0 + col);
-                p1 *= drop_mul(dr, drow, e_i + k0 + col + 1);
-            }
-            st2(prow + col, p0, p1);
-        }
-        __syncwarp();
-        E::template mma<HD, G::BC, false>(acc, sP + w0 * G::LDP, G::LDP, sV, G::LD);
-    }
-    __syncthreads();
-    E::store(acc, sO + w0 * G::LDO, G::LDO);
-    __syncwarp();
-    float D = 0.0f;
-    for (int col = p; col < HD; col += 2)
-        D += to_f(sdO[(w0 + r) * G::LD + col]) * sO[(w0 + r) * G::LDO + col];
-    D += __shfl_xor_sync(FULL_MASK, D, 1);
-    if (p == 0 && i < Tn)
-        Dg[(size_t)bh * Tn + i] = D;
-
-    /* sweep 2: dS = P (dP - D) scale, dQ = dS K (dropout: dP is dO V^T times M) */
-    E::zero(acc);
-    for (int kb = 0; kb < nk; kb++) {
-        const int k0 = kb * G::BC;
-        __syncthreads(); /* the staging (sweep 1) or the previous tile is no longer read */
+        __syncthreads(); /* the previous tile is no longer read */
         load_tile<T, O, HD, G::BC, G::LD>(sK, base + d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         load_tile<T, O, HD, G::BC, G::LD>(sV, base + 2 * d + (size_t)k0 * stride, stride, L - k0, hd, vec);
         __syncthreads();
@@ -436,6 +427,7 @@ typedef struct attn_call {
     void *out;       /* forward: out; backward: dqkv */
     const void *qkv; /* both */
     const void *dout;
+    const void *fwd_out; /* backward: the forward's out */
     float *lse;
     float *D;
     const int32_t *lens; /* NULL: no padding mask */
@@ -466,6 +458,11 @@ static void run(cuda_impl *c, const attn_call *a)
         CUDA_LAUNCHED(c, "attn_fwd_kernel");
         return;
     }
+    const size_t rows = (size_t)a->n * a->H * a->T;
+    PT_LAUNCH((attn_delta_kernel<T>), dim3((unsigned)((rows + 7) / 8)), 256, 0, c->stream, a->D,
+              (const T *)a->dout, (const T *)a->fwd_out, a->n, a->T, a->H, a->hd);
+    if (CUDA_LAUNCHED(c, "attn_delta_kernel"))
+        return;
     PT_LAUNCH((attn_dq_kernel<E, T, HD, NW>), grid, NW * 32, G::DQ, c->stream, (T *)a->out, a->D,
               (const T *)a->dout, (const T *)a->qkv, a->lse, a->lens, a->T, a->H, a->hd, a->causal, sl2, scale,
               vec, a->drop);
@@ -530,13 +527,13 @@ static void op_attention_fwd(pt_backend *be, void *out, void *probs, const void 
     cuda_impl *c = cuda_of(be);
     if (check_shape(c, n, Tn, H, hd))
         return;
-    attn_call a = {out, qkv, NULL, (float *)probs, NULL, lens, n, Tn, H, hd, causal, 0, cuda_drop_of(drop)};
+    attn_call a = {out, qkv, NULL, NULL, (float *)probs, NULL, lens, n, Tn, H, hd, causal, 0, cuda_drop_of(drop)};
     dispatch<T>(c, &a);
 }
 
 template <typename T>
 static void op_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const void *qkv, const void *probs,
-                             int n, int Tn, int H, int hd, int causal, const int32_t *lens,
+                             const void *out, int n, int Tn, int H, int hd, int causal, const int32_t *lens,
                              const pt_dropout *drop)
 {
     cuda_impl *c = cuda_of(be);
@@ -545,7 +542,7 @@ static void op_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const
     float *D = (float *)cuda_scratch(c, SCR_ATTN, (size_t)n * H * Tn * sizeof(float));
     if (!D)
         return;
-    attn_call a = {dqkv, qkv, dout, (float *)probs, D, lens, n, Tn, H, hd, causal, 1, cuda_drop_of(drop)};
+    attn_call a = {dqkv, qkv, dout, out, (float *)probs, D, lens, n, Tn, H, hd, causal, 1, cuda_drop_of(drop)};
     dispatch<T>(c, &a);
 }
 

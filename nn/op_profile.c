@@ -241,11 +241,11 @@ static void w_attention_fwd(pt_backend *be, void *out, void *probs, const void *
 }
 
 static void w_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
-                            const void *probs, int n, int T, int H, int hd, int causal,
-                            const int32_t *lens, const pt_dropout *drop)
+                            const void *probs, const void *out, int n, int T, int H, int hd,
+                            int causal, const int32_t *lens, const pt_dropout *drop)
 {
     const double pairs = (double)n * H * att_pairs(T, causal);
-    TIMED(be, in_->attention_bwd(be, dqkv, dout, qkv, probs, n, T, H, hd, causal, lens, drop),
+    TIMED(be, in_->attention_bwd(be, dqkv, dout, qkv, probs, out, n, T, H, hd, causal, lens, drop),
           OP_ATTENTION_BWD, n, T, H, hd, causal | (lens != NULL) << 1 | dropping(drop) << 2,
           8.0 * pairs * hd + (3.0 + 2.0 * dropping(drop)) * pairs,
           ES(be) * ((double)n * T * H * hd * 7.0 + (double)n * H * T * T));

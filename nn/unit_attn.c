@@ -92,8 +92,8 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     scratch_layout(a, c->be, c->n, c->scratch, &w);
     op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W), pt_unit_param(c, c->g, PROJ_B),
                    dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d);
-    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, c->n, T, a->heads, d / a->heads,
-                      a->causal, NULL, NULL);
+    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
+                      d / a->heads, a->causal, NULL, NULL);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),
                    pt_unit_param(c, c->g, QKV_B), w.dqkv, s.ln, pt_unit_param(c, c->p, QKV_W),
                    rows, 3 * d, d);

@@ -308,8 +308,8 @@ static int attn_backward(const pt_unit_call *c, const pt_batch *batch, const voi
     op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, A_PROJ_W),
                    pt_unit_param(c, c->g, A_PROJ_B), drop_proj ? w.dproj : w.dsum, s.att,
                    pt_unit_param(c, c->p, A_PROJ_W), rows, d, d);
-    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, c->n, T, a->heads, d / a->heads, 0,
-                      s.lens, drop_probs ? &dprobs : NULL);
+    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
+                      d / a->heads, 0, s.lens, drop_probs ? &dprobs : NULL);
     op->linear_bwd(c->be, dx, pt_unit_param(c, c->g, A_QKV_W), pt_unit_param(c, c->g, A_QKV_B),
                    w.dqkv, x, pt_unit_param(c, c->p, A_QKV_W), rows, 3 * d, d);
     if (dx) /* the residual path */

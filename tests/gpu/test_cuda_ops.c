@@ -393,8 +393,8 @@ static void attention_case_drop(gpu_pair *pp, int n, int T, int H, int hd, int c
     EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd, causal,
                                              gpu ? lg : lc, gpu ? dg : dc);
     EXPECT_CLOSE(&P, out, P.tol, "attention_fwd %s", what);
-    EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc, n, T, H, hd,
-                                             causal, gpu ? lg : lc, gpu ? dg : dc);
+    EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc, S(out), n, T, H,
+                                             hd, causal, gpu ? lg : lc, gpu ? dg : dc);
     EXPECT_CLOSE(&P, dqkv, P.tol, "attention_bwd %s", what);
     if (lens) {
         /* padded keys and values: gradients exactly 0 */
@@ -420,7 +420,7 @@ static void attention_case_drop(gpu_pair *pp, int n, int T, int H, int hd, int c
         P.gpu->ops->upload(P.gpu, out2, h1, ob);
         P.gpu->ops->upload(P.gpu, dq2, h1, qb);
         P.gpu->ops->attention_fwd(P.gpu, out2, pg2, qkv.g, n, T, H, hd, causal, lg, dg);
-        P.gpu->ops->attention_bwd(P.gpu, dq2, dout.g, qkv.g, pg2, n, T, H, hd, causal, lg, dg);
+        P.gpu->ops->attention_bwd(P.gpu, dq2, dout.g, qkv.g, pg2, out2, n, T, H, hd, causal, lg, dg);
         P.gpu->ops->download(P.gpu, h1, out.g, ob);
         P.gpu->ops->download(P.gpu, h2, out2, ob);
         CU_ASSERT(memcmp(h1, h2, ob) == 0);

@@ -608,7 +608,7 @@ static void attention_case(int n, int T, int H, int hd, int causal, int masked, 
     check(&probs, OP_ATTENTION_FWD,
           "attention_fwd probs n=%d T=%d H=%d hd=%d causal=%d masked=%d dropout=%d", n, T, H, hd,
           causal, masked, dropout);
-    EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), n, T, H, hd, causal,
+    EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), D(out), n, T, H, hd, causal,
                             lens[k_], dropout ? &drop[k_] : NULL);
     check(&dqkv, OP_ATTENTION_BWD,
           "attention_bwd n=%d T=%d H=%d hd=%d causal=%d masked=%d dropout=%d", n, T, H, hd,
