@@ -18,7 +18,8 @@
  * staging buffers, a micro-batch's rows at a time: one download of a
  * group's results, one upload per run of consecutive hits, one upload of a
  * group's shallower entries (a copy per row, each waiting on the device,
- * cost more than recomputing a small model's prefix on a GPU).
+ * cost more than recomputing a small model's prefix on a GPU). CI runs this
+ * path on the CPU emulation of CUDA (tests/launch/test_emu_train.py).
  *
  * Exactness: on the CPU backend every op's forward gives a sample the same
  * bits whatever else is in the call and whatever the thread count, by

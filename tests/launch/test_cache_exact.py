@@ -231,9 +231,10 @@ def freeze_events(run_dir):
                 if r.get("event") == "freeze"]
 
 
-def check_dropout(run_dir, dropout):
-    """The run's checkpoints record the dropout it was given (so it trained with it)."""
-    _, _, recs = U.read_recfile(os.path.join(U.ckpt(run_dir, 60), "manifest"))
+def check_dropout(run_dir, dropout, step=60):
+    """The run's checkpoint of `step` records the dropout it was given (so it
+    trained with it)."""
+    _, _, recs = U.read_recfile(os.path.join(U.ckpt(run_dir, step), "manifest"))
     arch = json.loads(dict(recs)["manifest"])["arch"]
     want = float(dropout or 0)
     check(arch.get("hidden_dropout") == want and arch.get("attn_dropout") == want,

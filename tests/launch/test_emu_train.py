@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The trainer on the CUDA backend, run on the CPU emulation of CUDA
+(pipetrain_emu: launch/main.c linked with the emulated objects of
+nn/cuda_*.cu ahead of pt_nn, tests/gpu/CMakeLists.txt), so that the host
+code taken only when the backend's memory is not host memory runs in CI:
+the frozen prefix's staging of cached rows through host buffers
+(train/prefix.c: downloads of computed groups, one upload per run of
+consecutive hits, one upload of a group's shallower entries), and
+checkpoints written from and read back into device memory, and a
+pipeline's transfers between stages through host memory.
+
+Every case trains a tiny model with run.device cuda (fp32, and bf16:
+run.precision bf16, bf16 activations, so the cache holds 2-byte rows) that
+freezes its 2 blocks one at a time by the schedule policy (decisions after
+steps 3 and 6, in the middle of 4-step epochs), and evaluates the whole
+test split after every epoch:
+
+  cache on = off   the same loss, learning rate and gradient norm at every
+                   step, the same test loss and accuracy at every
+                   evaluation, the same final unit files (parameters and
+                   AdamW moments) and exported weights. The cache-on run
+                   must show the cache used as the comparison needs it:
+                   hits, examples computed after the first epoch (batches
+                   split between cached and computed rows), entries of
+                   depth 1 advanced to depth 2 from the cache after the
+                   second decision (training and evaluation alike: the
+                   evaluation after it finds no entry at depth 2 and the
+                   next one finds all), evaluations served from the cache.
+  resumed          from the cache-on run's checkpoints of steps 3 and 6
+                   (freeze decisions) and 9 (mid-epoch; in bf16 from step
+                   6 only, to save time), each in a fresh run directory
+                   with an empty cache: the same steps after the resume
+                   point, the same evaluations, the same final files as
+                   the run that never stopped.
+  two stages       a pipeline of 2 stages (2 ranks under mpirun, no NCCL on
+                   the emulation, so activations and gradients cross
+                   between stages through host memory, and the re-plans at
+                   the decisions move units through it) with the cache on:
+                   the same steps, evaluations and exported weights as one
+                   process with the cache off (ViT, fp32; skipped where no
+                   mpirun is given in PT_MPIEXEC).
+
+ViT on synthetic images, and BERT on text-classification files of its own
+(texts padded by different amounts and cut) with dropout 0.1 on the hidden
+states and the attention probabilities, in 2 micro-batches a step.
+
+What this checks is the host side, not a GPU's arithmetic: on the
+emulation every op gives a row the same bits whatever its batch-mates (the
+emulated cuBLASLt is a reference product, one sum per element in order of
+k), so cached and recomputed rows are equal and any difference is a row
+lost, misplaced or stale on its way between the device and the cache. On a
+GPU cuBLASLt picks its algorithm per shape, and cache on need not equal off
+(docs/ARCHITECTURE.md, "Freezing and the cache").
+
+The emulation runs every kernel's threads one after another on one CPU
+thread, so the models are tiny (width 16, 2 blocks, 32 examples).
+
+usage: test_emu_train.py PIPETRAIN_EMU_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # nothing written into the repository
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cli_util as U  # noqa: E402
+import test_cache_exact as C  # noqa: E402
+from cli_util import check  # noqa: E402
+
+STEPS = 16
+RESUME_AT = {"fp32": (3, 6, 9), "bf16": (6,)}
+DROPOUT = "0.1"
+
+
+def base(h, kind, precision):
+    k = {
+        "run.seed": "1", "run.threads": "1", "run.device": "cuda", "run.precision": precision,
+        "model.kind": kind, "model.dim": "16", "model.layers": "2", "model.heads": "2",
+        "train.batch": "8", "train.max_steps": str(STEPS), "train.epochs": "1000",
+        "train.lr": "0.01", "train.warmup_steps": "2",
+        "train.eval_every": "1", "train.eval_examples": "0", "train.log_every": "1000",
+        "train.checkpoint_every": "3", "train.keep_checkpoints": "100",
+        "freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": "3",
+        "freeze.every": "3", "freeze.alpha": "0.5",
+    }
+    if kind == "vit":
+        k.update({"model.patch": "4", "model.classes": "4", "data.kind": "synthetic_images",
+                  "data.image_size": "8", "data.synthetic_examples": "32"})
+    else:
+        k.update({"model.context": "17", "model.positions": "20", "model.classes": "3",
+                  "data.kind": "text_classification", "pipeline.microbatches": "2",
+                  "model.dropout": DROPOUT, "model.attention_dropout": DROPOUT})
+        k.update(U.bert_files(h, 32, 7))
+    return k
+
+
+def evals(run_dir):
+    return [(e["step"], e["test_loss"], e["test_accuracy"], e["examples"])
+            for e in C.evals_of(run_dir)]
+
+
+def check_device(run_dir, precision):
+    """The run trained on the (emulated) CUDA backend it was given."""
+    with open(os.path.join(run_dir, "profile.json")) as f:
+        backend = json.load(f)["backend"]
+    want = "cuda-bf16" if precision == "bf16" else "cuda"
+    check(backend == want, "%s: trained on backend %r, not %r", run_dir, backend, want)
+
+
+def check_advanced(run_dir):
+    """Freezing grew the prefix twice, and entries of depth 1 were advanced
+    to depth 2 from the cache: in training (the epoch after the second
+    decision served hits and computed examples) and in evaluation (the
+    first evaluation after it found no entry at depth 2, the next found all
+    of them)."""
+    ev = C.freeze_events(run_dir)
+    check(ev[:2] == [(3, 0, 1), (6, 1, 2)], "%s: freeze decisions (step, old, new) %s; "
+          "wanted 0 -> 1 at step 3, 1 -> 2 at step 6", run_dir, ev[:4])
+    e = C.evals_of(run_dir)
+    hits = [(x["step"], x["cache_hits"], x["examples"]) for x in e]
+    check(len(e) >= 3 and e[0]["step"] < 6 < e[1]["step"] and e[1]["cache_hits"] == 0
+          and e[2]["cache_hits"] == e[2]["examples"] > 0,
+          "%s: evaluations (step, hits, examples) %s: wanted one at depth 1, one advancing "
+          "its entries after step 6, one served whole from the cache", run_dir, hits)
+
+
+def case(kind, precision):
+    def t(h):
+        k = base(h, kind, precision)
+        on = C.on_equals_off(h, k, "run", STEPS)
+        check_device(on, precision)
+        check_device(h.path("run-off"), precision)
+        check_advanced(on)
+        if kind == "bert":
+            C.check_dropout(on, DROPOUT, STEPS)
+        want, want_evals = C.steps_of(on), evals(on)
+        for s in RESUME_AT[precision]:
+            name = "resumed-%d" % s
+            run_dir = C.train(h, name, C.keys(h.path(name), k, True),
+                              "train.resume=" + U.ckpt(on, s))
+            what = "resumed at step %d, cache on" % s
+            C.same_steps(want, C.steps_of(run_dir), what, first=s + 1)
+            got = evals(run_dir)
+            check(got == [e for e in want_evals if e[0] > s], "%s: evaluations %s, wanted %s",
+                  what, got, want_evals)
+            C.same_final(h, on, run_dir, STEPS, what)
+    t.__name__ = "test_%s_%s" % (kind, precision)
+    return t
+
+
+def mpi_train(h, name, k, ranks):
+    """Trains k under `ranks` ranks of mpirun (PT_MPIEXEC); returns its run directory."""
+    cfg = U.write_config(h, name + ".yaml", k)
+    cmd = [os.environ["PT_MPIEXEC"], "--oversubscribe", "-np", str(ranks), h.binary, "train", cfg]
+    env = dict(U.sanitizer_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    try:
+        p = subprocess.run(cmd, cwd=h.dir, capture_output=True, text=True, errors="replace",
+                           timeout=300, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise U.Failure("timed out: %s\n%s" % (" ".join(cmd), U.tail(str(e.stderr or ""))))
+    r = U.Result(cmd, p.returncode, p.stdout, p.stderr)
+    U.no_sanitizer(r)
+    r.expect(0, "training " + name)
+    return k["run.dir"]
+
+
+def test_vit_fp32_two_stages(h):
+    if not os.environ.get("PT_MPIEXEC"):
+        return "skipped: no mpirun (PT_MPIEXEC)"
+    k = dict(base(h, "vit", "fp32"), **{"pipeline.microbatches": "2"})
+    one = C.train(h, "one", C.keys(h.path("one"), k, False))
+    two = mpi_train(h, "two", C.keys(h.path("two"), k, True, **{
+        "pipeline.stages": "2", "pipeline.elastic": "false"}), 2)
+    check_device(two, "fp32")
+    with open(os.path.join(two, "profile.json")) as f:
+        check(json.load(f)["ranks"] == 2, "%s: not a run of 2 ranks", two)
+    C.check_cache_use(two, True)
+    check_advanced(two)
+    C.same_steps(C.steps_of(one), C.steps_of(two), "2 stages, cache on vs 1 process, cache off")
+    check(evals(one) == evals(two), "2 stages vs 1 process: evaluations %s vs %s", evals(two),
+          evals(one))
+    check(C.export(h, U.ckpt(one, STEPS), "one") == C.export(h, U.ckpt(two, STEPS), "two"),
+          "2 stages vs 1 process: exported weights differ")
+
+
+TESTS = [case("vit", "fp32"), case("bert", "fp32"), case("vit", "bf16"), case("bert", "bf16"),
+         test_vit_fp32_two_stages]
+
+if __name__ == "__main__":
+    sys.exit(U.main(TESTS, sys.argv, workers=2))
