@@ -66,6 +66,23 @@ static inline __attribute__((always_inline)) lanes_v lanes_at(const real *v, int
 #endif
 }
 
+/* v[i .. min(i + LANES, n)) = x's first lanes: the store that matches
+ * lanes_at, nothing past n written. */
+static inline __attribute__((always_inline)) void lanes_put(real *v, int i, int n, lanes_v x)
+{
+    if (i + LANES <= n) {
+        *(lanes_vu *)(v + i) = x;
+        return;
+    }
+#if defined(__AVX512F__) && !defined(PT_REAL_F64)
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(v + i, m, (__m512)x);
+#else
+    for (int l = 0; i + l < n; l++)
+        v[i + l] = x[l];
+#endif
+}
+
 /* lane 0 + ... + lane 15 in a fixed tree: lane l adds lane l + 8, then the
  * sums add l + 4, l + 2 and l + 1 (rotations of the whole vector, constant
  * shuffles). */

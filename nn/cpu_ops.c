@@ -399,11 +399,95 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
 
 /* ------------------------------------------------------------------- gelu */
 
-/* The one compiled copy of GELU's arithmetic (see cpu_lanes.h): noinline so
- * that full blocks, the last partial one and every thread run the same
- * instructions on every element. 4 vectors a call, to spread its cost. */
+/* Elements per block of the loops below (tasks are whole blocks). */
 enum { GELU_BLOCK = 4 * LANES };
 
+/* The elementwise ops' jobs: y (and dy) from x (and y) over n elements,
+ * tasks of `per` elements or blocks. */
+typedef struct {
+    real *y;
+    const real *x, *dy, *yy;
+    size_t n;
+    long per;
+} elem_job;
+
+#ifndef PT_REAL_F64
+/* float32: GELU's arithmetic on explicit vectors (cpu_math.h's pt_f16_*,
+ * the scalar functions' operations lane by lane), so every element, those
+ * of the last partial vector included, goes through the same vector
+ * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
+ * which elements take a scalar path. Block k is elements [k * GELU_BLOCK,
+ * (k + 1) * GELU_BLOCK); the forward runs its four vectors side by side,
+ * which lets their long dependency chains overlap. */
+static void gelu_fwd_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const elem_job *j = ctx;
+    real *y = j->y;
+    const real *x = j->x;
+    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    long k0, k1;
+    task_items(t, j->per, (long)blocks, &k0, &k1);
+    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
+        const size_t i0 = k * GELU_BLOCK;
+        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf;
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf);
+        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++)
+            lanes_put(y + i0, v * LANES, len, xv[v] * cdf[v]);
+    }
+}
+
+/* dy * GELU'(x) from x and y = GELU(x): Phi(x) = y / x carries the relative
+ * error of y (an ulp or two) wherever |x| >= 1e-3; nearer 0, Phi(x) = 0.5 +
+ * x phi(0) is exact to x^3 / 15 < 1e-10. phi(x) itself is one exp. */
+static inline __attribute__((always_inline)) lanes_v gelu_grad_v(lanes_v xv, lanes_v yv,
+                                                                 lanes_v dyv)
+{
+    const lanes_v near0 = (real)0.5 + xv * (real)0.39894228040143267794;
+    const pt_m16 away = pt_f16_gt(xv, pt_f16_set(1e-3f)) | pt_f16_lt(xv, pt_f16_set(-1e-3f));
+    const lanes_v safe = pt_f16_sel(away, xv, pt_f16_set(1.0f));
+    const lanes_v cdf = pt_f16_sel(away, yv / safe, near0);
+    const lanes_v pdf = (real)0.39894228040143267794 * pt_f16_expf_nonpos((real)-0.5 * xv * xv);
+    return dyv * (cdf + xv * pdf);
+}
+
+/* dx may alias dy: each vector is read before it is written. Tasks of
+ * `per` blocks. */
+static void gelu_bwd_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const elem_job *j = ctx;
+    real *dx = j->y;
+    const real *dy = j->dy, *x = j->x, *y = j->yy;
+    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    long k0, k1;
+    task_items(t, j->per, (long)blocks, &k0, &k1);
+    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
+        const size_t i0 = k * GELU_BLOCK;
+        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+        for (int i = 0; i < len; i += LANES)
+            lanes_put(dx + i0, i, len,
+                      gelu_grad_v(lanes_at(x + i0, i, len, 0), lanes_at(y + i0, i, len, 0),
+                                  lanes_at(dy + i0, i, len, 0)));
+    }
+}
+
+static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
+                         const void *y_, size_t n)
+{
+    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    elem_job j = {dx_, x_, dy_, y_, n, per_task(GELU_BLOCK)};
+    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_bwd_task, &j);
+}
+#else
+/* float64, the oracle: libm through the scalar functions. The one compiled
+ * copy of the arithmetic (see cpu_lanes.h): noinline so that full blocks,
+ * the last partial one and every thread run the same instructions on every
+ * element. */
 static __attribute__((noinline)) void gelu_block(real *restrict y, const real *restrict x)
 {
     y = __builtin_assume_aligned(y, 64);
@@ -415,15 +499,6 @@ static __attribute__((noinline)) void gelu_block(real *restrict y, const real *r
         y[l] = x[l] * cdf;
     }
 }
-
-/* The elementwise ops' jobs: y (and dy) from x (and y) over n elements,
- * tasks of `per` elements or blocks. */
-typedef struct {
-    real *y;
-    const real *x, *dy, *yy;
-    size_t n;
-    long per;
-} elem_job;
 
 static void gelu_fwd_task(void *ctx, long t, int thread)
 {
@@ -440,13 +515,6 @@ static void gelu_fwd_task(void *ctx, long t, int thread)
         gelu_block(out, in);
         block_store(y, k * GELU_BLOCK, out, GELU_BLOCK, have);
     }
-}
-
-static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
-{
-    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    elem_job j = {y_, x_, NULL, NULL, n, per_task(GELU_BLOCK)};
-    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
 /* Phi(x) = y / x carries the relative error of y (an ulp or two) wherever
@@ -476,6 +544,14 @@ static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void 
 {
     elem_job j = {dx_, x_, dy_, y_, n, TASK_WORK};
     pt_pool_run(PAR_POOL(be, n), tasks_for((long)n, j.per), gelu_bwd_task, &j);
+}
+#endif
+
+static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
+{
+    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    elem_job j = {y_, x_, NULL, NULL, n, per_task(GELU_BLOCK)};
+    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
 /* -------------------------------------------------------------- embedding */
