@@ -43,12 +43,10 @@
  * scratch sits.
  */
 #include "nn/cpu_real.h"
+#include "nn/cpu_transpose.h"
 
 #include <stdlib.h>
 #include <string.h>
-#if defined(__AVX512F__) && !defined(PT_REAL_F64)
-#include <immintrin.h>
-#endif
 
 /* VW: the elements of one vector register of the build's instruction set;
  * MAXMR x MAXNV vectors: a tile's most rows and vectors, about half the
@@ -110,6 +108,18 @@ INLINE void vstore_part(real *p, vreal v, int n)
         p[l] = v[l];
 #endif
 }
+
+/* lanes of a vector's width as integers, for masks */
+#ifdef PT_REAL_F64
+typedef int64_t vint __attribute__((vector_size(VW * sizeof(real))));
+#else
+typedef int32_t vint __attribute__((vector_size(VW * sizeof(real))));
+#endif
+
+INLINE vreal vset(real a) { return (vreal){0} + a; }
+
+/* m ? a : b lane by lane, m all ones or all zeros (a comparison's result) */
+INLINE vreal vsel(vint m, vreal a, vreal b) { return (vreal)((m & (vint)a) | (~m & (vint)b)); }
 
 static int padded(int T) { return (T + VW - 1) / VW * VW; }
 
@@ -270,12 +280,29 @@ static void row_tile(int m, real *C, size_t ldc, int vb0, int nvec, int cols, co
     }
 }
 
-/* bt[c][j] = rows[j][c] for j < T; rows have the given stride. */
+/* bt[c][j] = rows[j][c] for c < hd and j < T, and 0 for j in [T, Tp); rows
+ * have the given stride. */
 INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int Tp, int hd)
 {
-    for (int j = 0; j < T; j++)
-        for (int c = 0; c < hd; c++)
-            bt[(size_t)c * Tp + j] = rows[(size_t)j * stride + c];
+#if VBYTES == 64 && !defined(PT_REAL_F64)
+    for (int c0 = 0; c0 < hd; c0 += VW) {
+        const int cn = hd - c0 < VW ? hd - c0 : VW;
+        const __mmask16 m = (__mmask16)((1u << cn) - 1);
+        for (int j0 = 0; j0 < T; j0 += VW) {
+            __m512 r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j0 + j < T ? _mm512_maskz_loadu_ps(m, rows + (size_t)(j0 + j) * stride + c0)
+                                  : _mm512_setzero_ps();
+            pt_transpose16(r);
+            for (int c = 0; c < cn; c++)
+                _mm512_store_ps(bt + (size_t)(c0 + c) * Tp + j0, r[c]);
+        }
+    }
+#else
+    for (int c = 0; c < hd; c++)
+        for (int j = 0; j < Tp; j++)
+            bt[(size_t)c * Tp + j] = j < T ? rows[(size_t)j * stride + c] : 0;
+#endif
 }
 
 /* dst[j][0 .. hd) = rows[j][0 .. hd) for j < T, dst's rows hdp long: rows of
@@ -313,6 +340,28 @@ INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int
 /* Marks a masked score; exp() of it is then replaced by an exact 0. */
 #define MASKED ((real)-1e30)
 
+/* exp(x) lane by lane for x <= 0 (a score less its column's max), exactly
+ * 0 for a masked score (x near MASKED). float32: cpu_math.h's
+ * pt_f16_expf_nonpos (pt_expf's operations lane by lane) on 16 lanes at a
+ * time; float64: libm. */
+INLINE vreal softmax_exp(vreal x)
+{
+    vreal e;
+#ifdef PT_REAL_F64
+    for (int l = 0; l < VW; l++)
+        e[l] = x[l] > (real)0.5 * MASKED ? R_EXP(x[l]) : 0;
+#else
+    for (int l = 0; l < VW; l += 16) { /* VW is 16, 8 or 4: one pt_f16, or part of one */
+        pt_f16 v = {0};
+        memcpy(&v, (const real *)&x + l, (VW < 16 ? VW : 16) * sizeof(real));
+        v = pt_f16_sel(pt_f16_gt(v, pt_f16_set(0.5f * MASKED)), pt_f16_expf_nonpos(v),
+                       pt_f16_set(0.0f));
+        memcpy((real *)&e + l, &v, (VW < 16 ? VW : 16) * sizeof(real));
+    }
+#endif
+    return e;
+}
+
 /*
  * Forward of one pair: q, k, v rows at the given stride, out rows at
  * out_stride, P^T into pt [T][T]; L keys are valid (the padding mask), and
@@ -321,15 +370,14 @@ INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int
 INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, const real *k,
                      const real *v, size_t stride, int T, int L, int hd, int causal,
                      const pair_drop *dr, real *qt, real *st, real *colmax, real *colsum,
-                     real *qp, real *kp, real *vp)
+                     real *kp, real *vp)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const int nvh = (hd + VW - 1) / VW, hcols = hd - (nvh - 1) * VW, hdp = nvh * VW;
     const real scale = (real)1 / R_SQRT((real)hd);
     pack_rows(kp, hdp, k, stride, L, hd);
     pack_rows(vp, hdp, v, stride, L, hd);
-    pack_rows(qp, hdp, q, stride, T, hd);
-    transpose_in(qt, qp, (size_t)hdp, T, Tp, hd);
+    transpose_in(qt, q, stride, T, Tp, hd);
     /* st[j][i] = scale * k_j . q_i for keys j < L; blocks of columns that lie
      * wholly left of a causal tile's first row are masked, not computed */
     const int mr_s = max_rows(nb);
@@ -342,40 +390,40 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, cons
         row_tile(m, st + (size_t)j0 * Tp, Tp, vb0, nb, VW, kp + (size_t)j0 * hdp, (size_t)hdp, 1,
                  qt, Tp, 0, hd, scale);
     }
-    /* the causal mask (i < j) and the column max */
-    for (int i = 0; i < Tp; i++) {
-        colmax[i] = MASKED;
-        colsum[i] = 0;
-    }
-    for (int j = 0; j < L; j++) {
-        real *row = st + (size_t)j * Tp;
-        if (causal)
-            for (int i = 0; i < j; i++)
-                row[i] = MASKED;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++)
-            colmax[i] = row[i] > colmax[i] ? row[i] : colmax[i];
-    }
-    for (int j = 0; j < L; j++) {
-        real *row = st + (size_t)j * Tp;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++) {
-            real e = R_EXP(row[i] - colmax[i]);
-            e = row[i] > (real)0.5 * MASKED ? e : 0;
-            row[i] = e;
-            colsum[i] += e;
+    /* the causal mask (i < j), then the max over the keys of each query */
+    for (int b = 0; b < nb; b++) {
+        vint lane;
+        for (int l = 0; l < VW; l++)
+            lane[l] = b * VW + l;
+        vreal mx = vset(MASKED);
+        for (int j = 0; j < L; j++) {
+            real *at = st + (size_t)j * Tp + b * VW;
+            vreal sv = vload(at);
+            if (causal && b * VW < j) {
+                sv = vsel(lane < j, vset(MASKED), sv);
+                vstore(at, sv);
+            }
+            mx = vsel(sv > mx, sv, mx);
         }
+        vstore(colmax + b * VW, mx);
     }
-#pragma omp simd
-    for (int i = 0; i < Tp; i++)
-        colsum[i] = (real)1 / colsum[i];
-    for (int j = 0; j < L; j++) {
-        const real *row = st + (size_t)j * Tp;
-        real *prow = pt + (size_t)j * T;
+    /* e = exp(s - max), masked scores exactly 0, and the sum of each column;
+     * then P^T = e / sum into pt */
+    for (int b = 0; b < nb; b++) {
+        const vreal mx = vload(colmax + b * VW);
+        vreal sum = {0};
+        for (int j = 0; j < L; j++) {
+            real *at = st + (size_t)j * Tp + b * VW;
+            const vreal e = softmax_exp(vload(at) - mx);
+            vstore(at, e);
+            sum += e;
+        }
+        vstore(colsum + b * VW, (real)1 / sum);
+    }
+    for (int j = 0; j < L; j++)
         for (int b = 0; b < nb; b++)
-            vstore_part(prow + b * VW, vload(row + b * VW) * vload(colsum + b * VW),
-                        T - b * VW);
-    }
+            vstore_part(pt + (size_t)j * T + b * VW,
+                        vload(st + (size_t)j * Tp + b * VW) * vload(colsum + b * VW), T - b * VW);
     for (int j = L; j < T; j++) /* padded keys: no query sees them */
         memset(pt + (size_t)j * T, 0, (size_t)T * sizeof *pt);
     /* the weights of the values: the probabilities, or (dropout) the dropped
@@ -576,9 +624,9 @@ static void fwd_task(void *ctx, long task, int thread)
          * never written */
         real *qt = thread_scratch(j, thread,
                                   (size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp +
-                                      3 * (size_t)T * hdp);
+                                      2 * (size_t)T * hdp);
         real *st = qt + (size_t)hd * Tp, *colmax = st + (size_t)T * Tp, *colsum = colmax + Tp;
-        real *qp = colsum + Tp, *kp = qp + (size_t)T * hdp, *vp = kp + (size_t)T * hdp;
+        real *kp = colsum + Tp, *vp = kp + (size_t)T * hdp;
         long bh0, bh1;
         task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
         for (int bh = (int)bh0; bh < bh1; bh++) {
@@ -589,7 +637,7 @@ static void fwd_task(void *ctx, long task, int thread)
             const int L = key_count(lens, b, T);
             const pair_drop dr = pair_dropout(j->drop, b, h, T);
             DISPATCH_HD(hd, fwd_pair(o, d, P, base, base + d, base + 2 * d, stride, T, L, HD,
-                                     causal, &dr, qt, st, colmax, colsum, qp, kp, vp));
+                                     causal, &dr, qt, st, colmax, colsum, kp, vp));
         }
     }
 }
