@@ -1005,15 +1005,18 @@ static void adamw_task(void *ctx, long t, int thread)
     const real step = (real)(a->lr / a->bias_corr1);
     const real bc2_sqrt = (real)sqrt(a->bias_corr2);
     const real eps = (real)a->eps, gs = (real)a->grad_scale;
+    /* The multiply-adds are explicit: left to contraction, the vectorised
+     * body and the scalar remainder of this loop may fuse different pairs
+     * (and did: p * decay in one, step * (...) in the other), so an
+     * element's bits would depend on where the task's range ends. */
 #pragma omp simd
     for (size_t i = (size_t)i0; i < (size_t)i1; i++) {
-        real gi = g[i] * gs;
-        real mi = m[i] * b1 + c1 * gi;
-        real vi = v[i] * b2 + c2 * gi * gi;
+        const real gi = g[i] * gs;
+        const real mi = R_FMA(m[i], b1, c1 * gi);
+        const real vi = R_FMA(v[i], b2, c2 * gi * gi);
         m[i] = mi;
         v[i] = vi;
-        real pi = p[i] * decay;
-        p[i] = pi - step * (mi / (R_SQRT(vi) / bc2_sqrt + eps));
+        p[i] = R_FMA(-step, mi / (R_SQRT(vi) / bc2_sqrt + eps), p[i] * decay);
     }
 }
 
