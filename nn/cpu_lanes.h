@@ -111,29 +111,6 @@ static inline real lanes_fold(lanes_v acc)
     return acc[0];
 }
 
-/* sum of v[0 .. n) */
-static inline real lanes_sum(const real *v, int n)
-{
-    lanes_v acc = {0};
-    for (int i = 0; i < n; i += LANES)
-        acc += lanes_at(v, i, n, 0);
-    return lanes_fold(acc);
-}
-
-/* sum of (v[i] - m)^2 over i < n. Past n the pad m makes d exactly 0. The
- * one loop body serves every block of every row, so whether the compiler
- * fuses the multiply-add (it does where the target has FMA) it does so
- * alike for all rows. */
-static inline real lanes_sumsq_dev(const real *v, int n, real m)
-{
-    lanes_v acc = {0};
-    for (int i = 0; i < n; i += LANES) {
-        const lanes_v d = lanes_at(v, i, n, m) - m;
-        acc += d * d;
-    }
-    return lanes_fold(acc);
-}
-
 /* Blocks for elementwise functions: a block function takes `len` elements
  * (a constant: LANES, or a multiple of it where a longer block saves calls)
  * in and out of 64-byte aligned arrays, so its one compiled copy needs no

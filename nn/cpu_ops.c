@@ -278,8 +278,17 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
 
 /* -------------------------------------------------------------- layernorm */
 
-/* Per row: the sums in lanes_sum's fixed order and the output by explicit
- * fused multiply-adds, so a row's bits depend on the row alone. */
+/* Rows per group of the layernorm forward: their sums are independent
+ * chains of additions and folds, run side by side so that one row's latency
+ * hides another's. (The backward's row has more to do and runs alone: four
+ * rows side by side were faster at d 64 but half as fast at d 256.) */
+enum { LN_ROWS = 4 };
+
+/* Per row: the sum of x and then of (x - mean)^2 in lanes order (cpu_lanes.h:
+ * LANES partial sums, lane l adding elements l, l + LANES, ..., then
+ * lanes_fold), the output by explicit fused multiply-adds, so a row's bits
+ * depend on the row alone (not on the rows it shares a group or a task
+ * with). A task's rows run in groups of LN_ROWS. */
 typedef struct {
     real *y, *mean, *rstd;
     const real *x, *w, *b;
@@ -296,19 +305,41 @@ static void ln_fwd_task(void *ctx, long t, int thread)
     const real *x = j->x, *w = j->w, *b = j->b;
     const int dim = j->dim;
     const double eps = j->eps;
-    long r0, r1;
-    task_items(t, j->per, j->rows, &r0, &r1);
-    for (int r = (int)r0; r < r1; r++) {
-        const real *xr = x + (size_t)r * dim;
-        real *yr = y + (size_t)r * dim;
-        const real m = lanes_sum(xr, dim) / dim;
-        const real v = lanes_sumsq_dev(xr, dim, m);
-        const real rs = (real)1 / R_SQRT(v / dim + (real)eps);
+    long t0, t1;
+    task_items(t, j->per, j->rows, &t0, &t1);
+    for (int r0 = (int)t0; r0 < t1; r0 += LN_ROWS) {
+        const int nr = t1 - r0 < LN_ROWS ? (int)(t1 - r0) : LN_ROWS;
+        const real *xr[LN_ROWS];
+        lanes_v acc[LN_ROWS];
+        real m[LN_ROWS], rs[LN_ROWS];
+        for (int g = 0; g < LN_ROWS; g++) {
+            xr[g] = x + (size_t)(r0 + (g < nr ? g : 0)) * dim;
+            acc[g] = (lanes_v){0};
+        }
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++)
+                acc[g] += lanes_at(xr[g], i, dim, 0);
+        for (int g = 0; g < LN_ROWS; g++) {
+            m[g] = lanes_fold(acc[g]) / dim;
+            acc[g] = (lanes_v){0};
+        }
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++) {
+                const lanes_v d = lanes_at(xr[g], i, dim, m[g]) - m[g];
+                acc[g] += d * d;
+            }
+        for (int g = 0; g < LN_ROWS; g++)
+            rs[g] = (real)1 / R_SQRT(lanes_fold(acc[g]) / dim + (real)eps);
+        for (int g = 0; g < nr; g++) {
+            real *yr = y + (size_t)(r0 + g) * dim;
+            const real mg = m[g], rg = rs[g];
+            const real *xg = xr[g];
 #pragma omp simd
-        for (int i = 0; i < dim; i++)
-            yr[i] = R_FMA((xr[i] - m) * rs, w[i], b[i]);
-        mean[r] = m;
-        rstd[r] = rs;
+            for (int i = 0; i < dim; i++)
+                yr[i] = R_FMA((xg[i] - mg) * rg, w[i], b[i]);
+            mean[r0 + g] = mg;
+            rstd[r0 + g] = rg;
+        }
     }
 }
 
@@ -339,26 +370,25 @@ static void ln_bwd_task(void *ctx, long t, int thread)
         for (int r = c * CHUNK_ROWS; r < r1; r++) {
             const real *xr = x + (size_t)r * dim, *dyr = dy + (size_t)r * dim;
             const real m = mean[r], rs = rstd[r];
-            if (pw) {
-#pragma omp simd
-                for (int i = 0; i < dim; i++) {
-                    real xhat = (xr[i] - m) * rs;
-                    pw[i] += dyr[i] * xhat;
-                    pb[i] += dyr[i];
+            /* one pass: pw += dy * xhat and pb += dy (rows in order: the
+             * chunk fixes these sums' order), and for dx = rstd * (g -
+             * mean(g) - xhat * mean(g * xhat)), g = dy * w, the row's two
+             * sums in lanes order (cpu_lanes.h) */
+            lanes_v acc_g = {0}, acc_gx = {0};
+            for (int i = 0; i < dim; i += LANES) {
+                const lanes_v dyv = lanes_at(dyr, i, dim, 0), xv = lanes_at(xr, i, dim, m);
+                if (pw) {
+                    const lanes_v xhat = (xv - m) * rs;
+                    lanes_put(pw, i, dim, lanes_at(pw, i, dim, 0) + dyv * xhat);
+                    lanes_put(pb, i, dim, lanes_at(pb, i, dim, 0) + dyv);
                 }
+                const lanes_v gv = dyv * lanes_at(w, i, dim, 0);
+                acc_g += gv;
+                acc_gx += gv * (xv - m) * rs;
             }
             if (!dx)
                 continue;
-            /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w */
-            real sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-            for (int i = 0; i < dim; i++) {
-                real g = dyr[i] * w[i];
-                sg += g;
-                sgx += g * (xr[i] - m) * rs;
-            }
-            sg /= dim;
-            sgx /= dim;
+            const real sg = lanes_fold(acc_g) / dim, sgx = lanes_fold(acc_gx) / dim;
             real *dxr = dx + (size_t)r * dim;
             if (add) {
                 const real *ar = add + (size_t)r * dim;
