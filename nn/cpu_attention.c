@@ -315,6 +315,25 @@ INLINE void pack_rows(real *dst, int hdp, const real *rows, size_t stride, int T
         memcpy(dst + (size_t)j * hdp, rows + (size_t)j * stride, (size_t)hd * sizeof *dst);
 }
 
+/* C[j][i] = scale * sum_{c < hd} A[j][c] Bt[c][i] for key rows j < L and all
+ * Tp query columns (A's rows hdp apart, Bt [hd][Tp]); when causal, the
+ * blocks of columns that lie wholly left of a tile's first row (queries
+ * that see none of its keys) are set to `fill`, not computed. */
+static void key_rows(real *C, int Tp, int L, int causal, real fill, const real *A, int hdp,
+                     const real *Bt, int hd, real scale)
+{
+    const int nb = Tp / VW, mr = max_rows(nb);
+    for (int j0 = 0, m; j0 < L; j0 += m) {
+        m = tile_rows(j0, L, mr);
+        const int vb0 = causal ? j0 / VW : 0;
+        for (int j = j0; j < j0 + m; j++)
+            for (int i = 0; i < vb0 * VW; i++)
+                C[(size_t)j * Tp + i] = fill;
+        row_tile(m, C + (size_t)j0 * Tp, (size_t)Tp, vb0, nb, VW, A + (size_t)j0 * hdp,
+                 (size_t)hdp, 1, Bt, (size_t)Tp, 0, hd, scale);
+    }
+}
+
 /* Dropout of one (example, head) pair's probabilities: the example's hash
  * row, the element index of (query 0, key 0), the threshold and the scale
  * of kept elements; on = 0: none. */
@@ -378,18 +397,7 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, cons
     pack_rows(kp, hdp, k, stride, L, hd);
     pack_rows(vp, hdp, v, stride, L, hd);
     transpose_in(qt, q, stride, T, Tp, hd);
-    /* st[j][i] = scale * k_j . q_i for keys j < L; blocks of columns that lie
-     * wholly left of a causal tile's first row are masked, not computed */
-    const int mr_s = max_rows(nb);
-    for (int j0 = 0, m; j0 < L; j0 += m) {
-        m = tile_rows(j0, L, mr_s);
-        const int vb0 = causal ? j0 / VW : 0;
-        for (int j = j0; j < j0 + m; j++)
-            for (int i = 0; i < vb0 * VW; i++)
-                st[(size_t)j * Tp + i] = MASKED;
-        row_tile(m, st + (size_t)j0 * Tp, Tp, vb0, nb, VW, kp + (size_t)j0 * hdp, (size_t)hdp, 1,
-                 qt, Tp, 0, hd, scale);
-    }
+    key_rows(st, Tp, L, causal, MASKED, kp, hdp, qt, hd, scale); /* st[j][i] = k_j . q_i scale */
     /* the causal mask (i < j), then the max over the keys of each query */
     for (int b = 0; b < nb; b++) {
         vint lane;
@@ -468,17 +476,7 @@ INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_
     pack_rows(vp, hdp, v, stride, L, hd);
     pack_rows(dop, hdp, dout, out_stride, T, hd);
     transpose_in(got, dop, (size_t)hdp, T, Tp, hd);
-    /* ds[j][i] = dP^T[j][i] for keys j < L; zero left of a causal tile */
-    const int mr_s = max_rows(nb);
-    for (int j0 = 0, m; j0 < L; j0 += m) {
-        m = tile_rows(j0, L, mr_s);
-        const int vb0 = causal ? j0 / VW : 0;
-        for (int j = j0; j < j0 + m; j++)
-            for (int i = 0; i < vb0 * VW; i++)
-                ds[(size_t)j * Tp + i] = 0;
-        row_tile(m, ds + (size_t)j0 * Tp, Tp, vb0, nb, VW, vp + (size_t)j0 * hdp, (size_t)hdp, 1,
-                 got, Tp, 0, hd, 1);
-    }
+    key_rows(ds, Tp, L, causal, 0, vp, hdp, got, hd, 1); /* ds[j][i] = dP^T[j][i] = v_j . dout_i */
     if (dr->on)
         for (int j = 0; j < L; j++) {
             real *drow = ds + (size_t)j * Tp;

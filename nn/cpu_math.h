@@ -20,6 +20,30 @@
 #include <immintrin.h>
 #endif
 
+/* The two polynomials, by Horner's rule, written once for the scalar
+ * functions and their 16-lane versions below (r, t: a float or a pt_f16).
+ * e^r for |r| <= ln2/2: the degree-7 Taylor polynomial. */
+#define PT_EXP_TAYLOR7(r)                                                                          \
+    (((((((1.0f / 5040.0f * (r) + 1.0f / 720.0f)                                                   \
+          * (r) + 1.0f / 120.0f)                                                                   \
+         * (r) + 1.0f / 24.0f)                                                                     \
+        * (r) + 1.0f / 6.0f)                                                                       \
+       * (r) + 0.5f)                                                                               \
+      * (r) + 1.0f)                                                                                \
+     * (r) + 1.0f)
+
+/* erfc(z) exp(z^2) on [0, 9] in t = 1 / (1 + z / 2) (scripts/fit_erfc.py) */
+#define PT_ERFC_B(t)                                                                               \
+    (((((((((-4.731035957e-02f * (t) + 2.237867214e-01f)                                          \
+            * (t) - 3.519710784e-01f)                                                              \
+           * (t) + 1.086572272e-01f)                                                               \
+          * (t) + 1.046879437e-01f)                                                                \
+         * (t) + 1.375749369e-01f)                                                                 \
+        * (t) + 2.636985869e-01f)                                                                  \
+       * (t) + 2.783779827e-01f)                                                                   \
+      * (t) + 2.825177253e-01f)                                                                    \
+     * (t) - 1.969932494e-05f)
+
 /* e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial
  * (truncation error below 1e-8 relative), 2^n assembled in the exponent bits. */
 static inline float pt_expf(float x)
@@ -28,14 +52,7 @@ static inline float pt_expf(float x)
     float n = nearbyintf(x * 1.44269504088896341f);
     float r = x - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723212e-6f;
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    float p = PT_EXP_TAYLOR7(r);
     /* a NaN x: n is NaN, whose conversion would be undefined; p is NaN
      * anyway, and so is the result */
     int32_t ni = (int32_t)(n == n ? n : 0.0f);
@@ -61,16 +78,7 @@ static inline void pt_gelu_partsf(float x, float *cdf, float *pdf)
     float e = pt_expf(-0.5f * hi) * (1.0f - 0.5f * lo);
     e = ax > 12.7f ? 0.0f : e; /* below 1e-35: nothing of use in float */
     float t = 1.0f / (1.0f + 0.35355339059327376f * xc);
-    float b = -4.731035957e-02f;
-    b = b * t + 2.237867214e-01f;
-    b = b * t - 3.519710784e-01f;
-    b = b * t + 1.086572272e-01f;
-    b = b * t + 1.046879437e-01f;
-    b = b * t + 1.375749369e-01f;
-    b = b * t + 2.636985869e-01f;
-    b = b * t + 2.783779827e-01f;
-    b = b * t + 2.825177253e-01f;
-    b = b * t - 1.969932494e-05f;
+    float b = PT_ERFC_B(t);
     float tail = 0.5f * e * b; /* 0.5 erfc(|x| / sqrt 2) */
     *cdf = x < 0.0f ? tail : 1.0f - tail;
     *pdf = e * 0.39894228040143267794f;
@@ -166,14 +174,7 @@ static inline pt_f16 pt_f16_expf_unclamped(pt_f16 x)
     pt_f16 n = pt_f16_round(x * 1.44269504088896341f);
     pt_f16 r = x - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723212e-6f;
-    pt_f16 p = pt_f16_set(1.0f / 5040.0f);
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const pt_f16 p = PT_EXP_TAYLOR7(r);
     const pt_i16 ni = __builtin_convertvector(pt_f16_sel(pt_f16_eq(n, n), n, pt_f16_set(0.0f)),
                                               pt_i16);
     const pt_i16 bits = (ni + 127) << 23;
@@ -206,16 +207,7 @@ static inline void pt_f16_gelu_parts(pt_f16 x, pt_f16 *cdf, pt_f16 *pdf)
     pt_f16 e = pt_f16_expf_unclamped(-0.5f * hi) * (1.0f - 0.5f * lo); /* in [-80.7, 0] */
     e = pt_f16_sel(beyond, pt_f16_set(0.0f), e);
     const pt_f16 t = 1.0f / (1.0f + 0.35355339059327376f * xc);
-    pt_f16 b = pt_f16_set(-4.731035957e-02f);
-    b = b * t + 2.237867214e-01f;
-    b = b * t - 3.519710784e-01f;
-    b = b * t + 1.086572272e-01f;
-    b = b * t + 1.046879437e-01f;
-    b = b * t + 1.375749369e-01f;
-    b = b * t + 2.636985869e-01f;
-    b = b * t + 2.783779827e-01f;
-    b = b * t + 2.825177253e-01f;
-    b = b * t - 1.969932494e-05f;
+    const pt_f16 b = PT_ERFC_B(t);
     const pt_f16 tail = 0.5f * e * b;
     *cdf = pt_f16_sel(pt_f16_lt(x, pt_f16_set(0.0f)), tail, 1.0f - tail);
     *pdf = e * 0.39894228040143267794f;

@@ -433,7 +433,7 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
 enum { GELU_BLOCK = 4 * LANES };
 
 /* The elementwise ops' jobs: y (and dy) from x (and y) over n elements,
- * tasks of `per` elements or blocks. */
+ * tasks of `per` blocks. */
 typedef struct {
     real *y;
     const real *x, *dy, *yy;
@@ -442,35 +442,6 @@ typedef struct {
 } elem_job;
 
 #ifndef PT_REAL_F64
-/* float32: GELU's arithmetic on explicit vectors (cpu_math.h's pt_f16_*,
- * the scalar functions' operations lane by lane), so every element, those
- * of the last partial vector included, goes through the same vector
- * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
- * which elements take a scalar path. Block k is elements [k * GELU_BLOCK,
- * (k + 1) * GELU_BLOCK); the forward runs its four vectors side by side,
- * which lets their long dependency chains overlap. */
-static void gelu_fwd_task(void *ctx, long t, int thread)
-{
-    (void)thread;
-    const elem_job *j = ctx;
-    real *y = j->y;
-    const real *x = j->x;
-    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    long k0, k1;
-    task_items(t, j->per, (long)blocks, &k0, &k1);
-    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
-        const size_t i0 = k * GELU_BLOCK;
-        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
-        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf;
-        for (int v = 0; v < GELU_BLOCK / LANES; v++)
-            xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
-        for (int v = 0; v < GELU_BLOCK / LANES; v++)
-            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf);
-        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++)
-            lanes_put(y + i0, v * LANES, len, xv[v] * cdf[v]);
-    }
-}
-
 /* dy * GELU'(x) from x and y = GELU(x): Phi(x) = y / x carries the relative
  * error of y (an ulp or two) wherever |x| >= 1e-3; nearer 0, Phi(x) = 0.5 +
  * x phi(0) is exact to x^3 / 15 < 1e-10. phi(x) itself is one exp. */
@@ -484,9 +455,47 @@ static inline __attribute__((always_inline)) lanes_v gelu_grad_v(lanes_v xv, lan
     const lanes_v pdf = (real)0.39894228040143267794 * pt_f16_expf_nonpos((real)-0.5 * xv * xv);
     return dyv * (cdf + xv * pdf);
 }
+#endif
 
-/* dx may alias dy: each vector is read before it is written. Tasks of
- * `per` blocks. */
+/* Block k of GELU's loops is elements [k * GELU_BLOCK, (k + 1) * GELU_BLOCK).
+ * float32: the arithmetic on explicit vectors (cpu_math.h's pt_f16_*, the
+ * scalar functions' operations lane by lane), so every element, those of
+ * the last partial vector included, goes through the same vector
+ * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
+ * which elements take a scalar path; the forward runs a block's four
+ * vectors side by side, which lets their long dependency chains overlap.
+ * float64, the oracle: libm, element by element. */
+static void gelu_fwd_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const elem_job *j = ctx;
+    real *y = j->y;
+    const real *x = j->x;
+    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    long k0, k1;
+    task_items(t, j->per, (long)blocks, &k0, &k1);
+    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
+        const size_t i0 = k * GELU_BLOCK;
+        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+#ifndef PT_REAL_F64
+        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf;
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf);
+        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++)
+            lanes_put(y + i0, v * LANES, len, xv[v] * cdf[v]);
+#else
+        for (size_t i = i0; i < i0 + (size_t)len; i++) {
+            real cdf, pdf;
+            R_GELU_PARTS(x[i], &cdf, &pdf);
+            y[i] = x[i] * cdf;
+        }
+#endif
+    }
+}
+
+/* dx may alias dy: each element is read before it is written. */
 static void gelu_bwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
@@ -499,11 +508,29 @@ static void gelu_bwd_task(void *ctx, long t, int thread)
     for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
         const size_t i0 = k * GELU_BLOCK;
         const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+#ifndef PT_REAL_F64
         for (int i = 0; i < len; i += LANES)
             lanes_put(dx + i0, i, len,
                       gelu_grad_v(lanes_at(x + i0, i, len, 0), lanes_at(y + i0, i, len, 0),
                                   lanes_at(dy + i0, i, len, 0)));
+#else
+        for (size_t i = i0; i < i0 + (size_t)len; i++) {
+            const real xi = x[i];
+            const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
+            const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
+            const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
+            const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
+            dx[i] = dy[i] * (cdf + xi * pdf);
+        }
+#endif
     }
+}
+
+static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
+{
+    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    elem_job j = {y_, x_, NULL, NULL, n, per_task(GELU_BLOCK)};
+    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
 static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
@@ -512,76 +539,6 @@ static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void 
     const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
     elem_job j = {dx_, x_, dy_, y_, n, per_task(GELU_BLOCK)};
     pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_bwd_task, &j);
-}
-#else
-/* float64, the oracle: libm through the scalar functions. The one compiled
- * copy of the arithmetic (see cpu_lanes.h): noinline so that full blocks,
- * the last partial one and every thread run the same instructions on every
- * element. */
-static __attribute__((noinline)) void gelu_block(real *restrict y, const real *restrict x)
-{
-    y = __builtin_assume_aligned(y, 64);
-    x = __builtin_assume_aligned(x, 64);
-#pragma omp simd
-    for (int l = 0; l < GELU_BLOCK; l++) {
-        real cdf, pdf;
-        R_GELU_PARTS(x[l], &cdf, &pdf);
-        y[l] = x[l] * cdf;
-    }
-}
-
-static void gelu_fwd_task(void *ctx, long t, int thread)
-{
-    (void)thread;
-    const elem_job *j = ctx;
-    real *y = j->y;
-    const real *x = j->x;
-    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    long k0, k1;
-    task_items(t, j->per, (long)blocks, &k0, &k1);
-    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
-        real in[GELU_BLOCK] BLOCK_ALIGNED, out[GELU_BLOCK] BLOCK_ALIGNED;
-        const int have = block_load(in, GELU_BLOCK, x, k * GELU_BLOCK, n, 0);
-        gelu_block(out, in);
-        block_store(y, k * GELU_BLOCK, out, GELU_BLOCK, have);
-    }
-}
-
-/* Phi(x) = y / x carries the relative error of y (an ulp or two) wherever
- * |x| >= 1e-3; nearer 0, Phi(x) = 0.5 + x phi(0) is exact to x^3 / 15 < 1e-10.
- * phi(x) itself is one exp. */
-static void gelu_bwd_task(void *ctx, long t, int thread)
-{
-    (void)thread;
-    const elem_job *j = ctx;
-    real *dx = j->y;
-    const real *dy = j->dy, *x = j->x, *y = j->yy;
-    long i0, i1;
-    task_items(t, j->per, (long)j->n, &i0, &i1);
-#pragma omp simd
-    for (size_t i = (size_t)i0; i < (size_t)i1; i++) {
-        const real xi = x[i];
-        const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
-        const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
-        const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
-        const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
-        dx[i] = dy[i] * (cdf + xi * pdf);
-    }
-}
-
-static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
-                         const void *y_, size_t n)
-{
-    elem_job j = {dx_, x_, dy_, y_, n, TASK_WORK};
-    pt_pool_run(PAR_POOL(be, n), tasks_for((long)n, j.per), gelu_bwd_task, &j);
-}
-#endif
-
-static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
-{
-    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    elem_job j = {y_, x_, NULL, NULL, n, per_task(GELU_BLOCK)};
-    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
 /* -------------------------------------------------------------- embedding */
