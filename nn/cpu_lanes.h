@@ -111,6 +111,15 @@ static inline real lanes_fold(lanes_v acc)
     return acc[0];
 }
 
+/* 0 + lane 0 + lane 1 + ... + lane 15, added in that order */
+static inline real lanes_sum_in_order(lanes_v acc)
+{
+    real s = 0;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
+}
+
 /* Blocks for elementwise functions: a block function takes `len` elements
  * (a constant: LANES, or a multiple of it where a longer block saves calls)
  * in and out of 64-byte aligned arrays, so its one compiled copy needs no

@@ -281,7 +281,7 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
 /* Rows per group of the layernorm forward: their sums are independent
  * chains of additions and folds, run side by side so that one row's latency
  * hides another's. (The backward's row has more to do and runs alone: four
- * rows side by side were faster at d 64 but half as fast at d 256.) */
+ * rows side by side were faster at d 64 but slower at d 256.) */
 enum { LN_ROWS = 4 };
 
 /* Per row: the sum of x and then of (x - mean)^2 in lanes order (cpu_lanes.h:
@@ -373,7 +373,11 @@ static void ln_bwd_task(void *ctx, long t, int thread)
             /* one pass: pw += dy * xhat and pb += dy (rows in order: the
              * chunk fixes these sums' order), and for dx = rstd * (g -
              * mean(g) - xhat * mean(g * xhat)), g = dy * w, the row's two
-             * sums in lanes order (cpu_lanes.h) */
+             * sums: LANES partial sums, then the lanes added in order (the
+             * order GCC gave the omp simd reduction this replaces, so the
+             * bits are the same; the layouts' tests compare runs whose
+             * rounding differences grow over training, and a new order
+             * moved some of them across their tolerances) */
             lanes_v acc_g = {0}, acc_gx = {0};
             for (int i = 0; i < dim; i += LANES) {
                 const lanes_v dyv = lanes_at(dyr, i, dim, 0), xv = lanes_at(xr, i, dim, m);
@@ -388,7 +392,7 @@ static void ln_bwd_task(void *ctx, long t, int thread)
             }
             if (!dx)
                 continue;
-            const real sg = lanes_fold(acc_g) / dim, sgx = lanes_fold(acc_gx) / dim;
+            const real sg = lanes_sum_in_order(acc_g) / dim, sgx = lanes_sum_in_order(acc_gx) / dim;
             real *dxr = dx + (size_t)r * dim;
             if (add) {
                 const real *ar = add + (size_t)r * dim;
