@@ -18,7 +18,9 @@
  *  - an elementwise function of several operations runs through exactly one
  *    compiled copy (a noinline function over one aligned block of a fixed
  *    length), so every element meets the same instructions; the last,
- *    partial block is copied in and out of a padded block.
+ *    partial block is copied in and out of a padded block. Or it is written
+ *    on explicit vectors (lanes_at and lanes_put, as GELU's float32 build
+ *    is), which leaves the compiler no scalar path to choose.
  *
  * Elementwise multiply-adds that may run in either a vector body or a scalar
  * remainder are written with R_FMA, not left to contraction.

@@ -878,7 +878,7 @@ static void cpu_dropout(pt_backend *be, void *y_, const void *x_, const void *ad
 
 /* ----------------------------------------------------------------- losses */
 
-/* e = exp(z - mx) on one block of LANES: the one compiled copy, as gelu_block. */
+/* e = exp(z - mx) on one block of LANES: the one compiled copy (cpu_lanes.h). */
 static __attribute__((noinline)) void exp_block(real *restrict e, const real *restrict z, real mx)
 {
     e = __builtin_assume_aligned(e, 64);
