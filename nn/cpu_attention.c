@@ -3,34 +3,69 @@
  * backend (compiled for float32 and float64, see cpu_real.h).
  *
  * One (example, head) pair at a time, a few pairs a task on the backend's
- * thread pool (nn/cpu_pool.h), with scratch per thread. Per pair the
- * keys (forward) or values (backward) are transposed into a [hd][Tp] scratch
- * with Tp = T rounded up to the block width VW and zero padding, so a row of
- * scores is VW-wide blocks of multiply-adds with unit stride and no horizontal
- * reductions; everything else is an axpy along the head dimension. The pair
- * functions are inlined into one copy per common head size, so the loops over
- * the head dimension have constant trip counts.
+ * thread pool (nn/cpu_pool.h), with scratch per thread. Every product of a
+ * pair is one small matrix product of the same form (tile()
+ * below):
  *
- * probs [n, H, T, T] holds the softmax probabilities for backward, zero above
- * the diagonal when causal. With dropout on the probabilities, the forward
- * multiplies them by the mask into the score scratch before the weighted sum
- * of values (probs keeps them undropped), and the backward makes the same
- * dropped probabilities again from the mask's hash: dV takes them, and dP is
- * the dropped one times the mask. Each pair writes only its own rows of out
- * and its own columns of dqkv, so the result does not depend on the thread
- * count or on which thread runs a pair.
- * Nor does a pair's forward depend on the other pairs of the batch: every
- * loop's order and every vector/scalar path is fixed by T and hd (the
- * explicit vectors above, tails chosen by index), and the scratch that the
- * compiler-vectorised softmax loops run over is 64-byte aligned
- * (pt_cpu_scratch), so no path depends on where a thread's scratch sits.
+ *     C[r][l] = sum over t of A[r][t] * B[t][l]
+ *
+ * with l running along a row of B that is read as whole vectors, and A read
+ * one element at a time (a broadcast). Vectors run along the head dimension
+ * (outputs, and the gradients of q, k and v) or along the queries (scores,
+ * the gradient of the probabilities); the latter read B from a transposed,
+ * zero-padded copy of q or of the output's gradient ([hd][Tp], Tp = T rounded
+ * up to the vector width VW). A tile keeps up to MAXMR x MAXNV accumulators
+ * in registers, two per (row, vector), so its multiply-adds form that many
+ * independent chains, and no lane ever holds a partial sum that a horizontal
+ * reduction would have to combine. Rows of q, k, v and the output's gradient
+ * are first copied out of their strided tensors into packed scratch.
+ *
+ * Scores and probabilities are kept transposed, st[j][i] = k_j . q_i * scale
+ * (key rows, query columns), so the softmax over keys j runs down columns: its
+ * max and sum are vertical vector operations. probs [n, H, T, T] keeps the
+ * same layout, P^T[j][i] = P[i][j], row length T, zero above the diagonal
+ * when causal (that is, at i < j). With dropout on the probabilities, the
+ * forward multiplies them by the mask into the score scratch before the
+ * weighted sum of values (probs keeps them undropped), and the backward
+ * makes the same dropped probabilities again from the mask's hash: dV takes
+ * them, and dP is the dropped one times the mask.
+ *
+ * Determinism: each element of every product is the same two chains of
+ * multiply-adds (even and odd t, ascending, from 0) whatever the tile it
+ * falls in (tiles cut rows and vectors, never t; terms a tile adds past a
+ * row's own range have an exact 0 weight, which leaves a nonzero sum
+ * unchanged). Each pair writes only its own rows of out and its own columns
+ * of dqkv, so the result does not depend on the thread count or on which
+ * thread runs a pair, nor a pair's forward on the other pairs of the batch:
+ * the tiling and every vector/scalar path is fixed by T and hd,
+ * and the scratch that the compiler-vectorised softmax loops run over is
+ * 64-byte aligned (pt_cpu_scratch), so no path depends on where a thread's
+ * scratch sits.
  */
 #include "nn/cpu_real.h"
+#include "nn/cpu_transpose.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { VW = 16 };
+/* VW: the elements of one vector register of the build's instruction set;
+ * MAXMR x MAXNV vectors: a tile's most rows and vectors, about half the
+ * registers (each needs two accumulators). Nothing about an element's
+ * arithmetic depends on them. */
+#if defined(__AVX512F__)
+#define VBYTES 64
+#define MAXMR_8 1
+enum { MAXMR = 8 };
+#elif defined(__AVX__)
+#define VBYTES 32
+#define MAXMR_8 0
+enum { MAXMR = 6 };
+#else
+#define VBYTES 16
+#define MAXMR_8 0
+enum { MAXMR = 6 };
+#endif
+enum { VW = VBYTES / (int)sizeof(real), MAXNV = 4 };
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -44,58 +79,259 @@ typedef real vreal_u __attribute__((vector_size(VW * sizeof(real)), aligned(size
 INLINE vreal vload(const real *p) { return *(const vreal_u *)p; }
 INLINE void vstore(real *p, vreal v) { *(vreal_u *)p = v; }
 
+/* p[0 .. n) and 0 past it, for n in [1, VW]; nothing past n is read */
+INLINE vreal vload_part(const real *p, int n)
+{
+    if (n >= VW)
+        return vload(p);
+#if VBYTES == 64 && !defined(PT_REAL_F64)
+    return (vreal)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#else
+    vreal v = {0};
+    for (int l = 0; l < n; l++)
+        v[l] = p[l];
+    return v;
+#endif
+}
+
+/* p[0 .. n) = v[0 .. n), for n in [1, VW]; nothing past n is written */
+INLINE void vstore_part(real *p, vreal v, int n)
+{
+    if (n >= VW) {
+        vstore(p, v);
+        return;
+    }
+#if VBYTES == 64 && !defined(PT_REAL_F64)
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#else
+    for (int l = 0; l < n; l++)
+        p[l] = v[l];
+#endif
+}
+
+/* lanes of a vector's width as integers, for masks */
+#ifdef PT_REAL_F64
+typedef int64_t vint __attribute__((vector_size(VW * sizeof(real))));
+#else
+typedef int32_t vint __attribute__((vector_size(VW * sizeof(real))));
+#endif
+
+INLINE vreal vset(real a) { return (vreal){0} + a; }
+
+/* m ? a : b lane by lane, m all ones or all zeros (a comparison's result) */
+INLINE vreal vsel(vint m, vreal a, vreal b) { return (vreal)((m & (vint)a) | (~m & (vint)b)); }
+
 static int padded(int T) { return (T + VW - 1) / VW * VW; }
 
-/* s[j] = scale * sum_c a[c] * bt[c][j] for j < nblocks * VW. Two accumulators
- * per block halve the chain of dependent multiply-adds (their latency, not
- * their count, bounds this loop). */
-INLINE void score_row(real *s, const real *a, const real *bt, int hd, int Tp, int nblocks,
-                      real scale)
+/* Rows r < mr of C (row stride ldc), NV vectors each, the last `cols` lanes
+ * wide (cols in [1, VW]):
+ *
+ *     C[r][l] = scale * sum_{t0 <= t < t1} A[r * ars + t * ats] * B[t * bts + l]
+ *
+ * two accumulators per (row, vector): term t goes to accumulator t % 2, each
+ * a chain of multiply-adds in ascending t from 0, and the two are added at
+ * the end (which halves the chains, and so the rounding error, of a long
+ * sum). mr and NV are constants wherever this is inlined (run_tile), so the
+ * loops over them unroll and the accumulators live in registers. Lanes of
+ * the last vector past `cols` are neither read from B nor written to C;
+ * scale 1 is exact. */
+INLINE void tile(const int mr, const int NV, real *C, size_t ldc, int cols, const real *A,
+                 size_t ars, size_t ats, const real *B, size_t bts, int t0, int t1, real scale)
 {
-    for (int jb = 0; jb < nblocks; jb++) {
-        vreal acc0 = {0}, acc1 = {0};
-        const real *col = bt + jb * VW;
-        int c = 0;
-        for (; c + 1 < hd; c += 2) {
-            acc0 += a[c] * vload(col + (size_t)c * Tp);
-            acc1 += a[c + 1] * vload(col + (size_t)(c + 1) * Tp);
+    vreal acc[2][MAXMR][MAXNV];
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; e++)
+#pragma GCC unroll 8
+        for (int r = 0; r < MAXMR; r++)
+#pragma GCC unroll 4
+            for (int v = 0; v < MAXNV; v++)
+                acc[e][r][v] = (vreal){0};
+    /* term t of every element goes to accumulator t % 2 */
+#define TILE_TERM(E, T_)                                                                           \
+    do {                                                                                           \
+        const real *b = B + (size_t)(T_) * bts;                                                    \
+        vreal bv[MAXNV];                                                                           \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) bv[v] =                               \
+            v == NV - 1 ? vload_part(b + v * VW, cols) : vload(b + v * VW);                        \
+        _Pragma("GCC unroll 8") for (int r = 0; r < mr; r++)                                       \
+        {                                                                                          \
+            const real a = A[(size_t)r * ars + (size_t)(T_) * ats];                                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) acc[E][r][v] += a * bv[v];        \
+        }                                                                                          \
+    } while (0)
+    int t = t0;
+    if (t < t1 && (t & 1)) {
+        TILE_TERM(1, t);
+        t++;
+    }
+    for (; t + 1 < t1; t += 2) {
+        TILE_TERM(0, t);
+        TILE_TERM(1, t + 1);
+    }
+    if (t < t1)
+        TILE_TERM(0, t);
+#undef TILE_TERM
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            real *c = C + (size_t)r * ldc + v * VW;
+            const vreal sum = (acc[0][r][v] + acc[1][r][v]) * scale;
+            if (v == NV - 1)
+                vstore_part(c, sum, cols);
+            else
+                vstore(c, sum);
         }
-        if (c < hd)
-            acc0 += a[c] * vload(col + (size_t)c * Tp);
-        vstore(s + jb * VW, (acc0 + acc1) * scale);
+}
+
+/* One instance of tile() per (rows, vectors): constants inside. The float64
+ * oracle, which has no speed to keep, runs every tile as single rows and
+ * vectors (each element's arithmetic is the same in any tile), which spares
+ * its compilation the 32 instances. */
+static void run_tile(int m, int nv, real *C, size_t ldc, int cols, const real *A, size_t ars,
+                     size_t ats, const real *B, size_t bts, int t0, int t1, real scale)
+{
+#ifdef PT_REAL_F64
+    for (int r = 0; r < m; r++)
+        for (int v = 0; v < nv; v++)
+            tile(1, 1, C + (size_t)r * ldc + (size_t)v * VW, ldc, v == nv - 1 ? cols : VW,
+                 A + (size_t)r * ars, ars, ats, B + (size_t)v * VW, bts, t0, t1, scale);
+#else
+#define TILE_NV(M)                                                                                 \
+    switch (nv) {                                                                                  \
+    case 1:                                                                                        \
+        tile(M, 1, C, ldc, cols, A, ars, ats, B, bts, t0, t1, scale);                              \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        tile(M, 2, C, ldc, cols, A, ars, ats, B, bts, t0, t1, scale);                              \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        tile(M, 3, C, ldc, cols, A, ars, ats, B, bts, t0, t1, scale);                              \
+        break;                                                                                     \
+    default:                                                                                       \
+        tile(M, 4, C, ldc, cols, A, ars, ats, B, bts, t0, t1, scale);                              \
+        break;                                                                                     \
+    }
+    switch (m) {
+    case 1:
+        TILE_NV(1)
+        break;
+    case 2:
+        TILE_NV(2)
+        break;
+    case 3:
+        TILE_NV(3)
+        break;
+    case 4:
+        TILE_NV(4)
+        break;
+    case 5:
+        TILE_NV(5)
+        break;
+#if MAXMR_8
+    case 6:
+        TILE_NV(6)
+        break;
+    case 7:
+        TILE_NV(7)
+        break;
+    default:
+        TILE_NV(8)
+        break;
+#else
+    default:
+        TILE_NV(6)
+        break;
+#endif
+    }
+#undef TILE_NV
+#endif
+}
+
+/* Rows in a tile of nv vectors: about 12 accumulators, enough independent
+ * chains to cover the multiply-add latency. */
+static int max_rows(int nvec)
+{
+#if VBYTES == 64
+    static const int mr[MAXNV + 1] = {8, 8, 6, 4, 3}; /* 32 registers */
+#else
+    static const int mr[MAXNV + 1] = {6, 6, 3, 2, 1}; /* 16 */
+#endif
+    return mr[nvec < MAXNV ? nvec : MAXNV];
+}
+
+/* Rows of the next tile from row r0 of rows: the rows left split evenly
+ * into tiles of at most mr (17 rows by 8: 6, 6, 5, not 8, 8, 1). */
+static int tile_rows(int r0, int rows, int mr)
+{
+    const int left = rows - r0, tiles = (left + mr - 1) / mr;
+    return (left + tiles - 1) / tiles;
+}
+
+/* m rows of C, vectors vb0 .. nvec (the last one cols lanes wide), in
+ * chunks of at most MAXNV vectors: tile() for each. */
+static void row_tile(int m, real *C, size_t ldc, int vb0, int nvec, int cols, const real *A,
+                     size_t ars, size_t ats, const real *B, size_t bts, int t0, int t1, real scale)
+{
+    for (int vb = vb0; vb < nvec; vb += MAXNV) {
+        const int nv = nvec - vb < MAXNV ? nvec - vb : MAXNV;
+        run_tile(m, nv, C + (size_t)vb * VW, ldc, vb + nv == nvec ? cols : VW, A, ars, ats,
+                 B + (size_t)vb * VW, bts, t0, t1, scale);
     }
 }
 
-/* o[c] = sum_{j < nj} w[j * wstride] * rows[j][c] for c < hd; rows have the given stride. */
-INLINE void weighted_rows(real *o, const real *w, size_t wstride, const real *rows, size_t stride,
-                          int nj, int hd)
-{
-    int c0 = 0;
-    for (; c0 + VW <= hd; c0 += VW) {
-        vreal acc0 = {0}, acc1 = {0};
-        int j = 0;
-        for (; j + 1 < nj; j += 2) {
-            acc0 += w[j * wstride] * vload(rows + (size_t)j * stride + c0);
-            acc1 += w[(j + 1) * wstride] * vload(rows + (size_t)(j + 1) * stride + c0);
-        }
-        if (j < nj)
-            acc0 += w[j * wstride] * vload(rows + (size_t)j * stride + c0);
-        vstore(o + c0, acc0 + acc1);
-    }
-    for (int c = c0; c < hd; c++) {
-        real acc = 0;
-        for (int j = 0; j < nj; j++)
-            acc += w[j * wstride] * rows[(size_t)j * stride + c];
-        o[c] = acc;
-    }
-}
-
-/* bt[c][j] = rows[j][c] for j < T; rows have the given stride. */
+/* bt[c][j] = rows[j][c] for c < hd and j < T, and 0 for j in [T, Tp); rows
+ * have the given stride. */
 INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int Tp, int hd)
 {
+#if VBYTES == 64 && !defined(PT_REAL_F64)
+    for (int c0 = 0; c0 < hd; c0 += VW) {
+        const int cn = hd - c0 < VW ? hd - c0 : VW;
+        const __mmask16 m = (__mmask16)((1u << cn) - 1);
+        for (int j0 = 0; j0 < T; j0 += VW) {
+            __m512 r[16];
+            for (int j = 0; j < 16; j++)
+                r[j] = j0 + j < T ? _mm512_maskz_loadu_ps(m, rows + (size_t)(j0 + j) * stride + c0)
+                                  : _mm512_setzero_ps();
+            pt_transpose16(r);
+            for (int c = 0; c < cn; c++)
+                _mm512_store_ps(bt + (size_t)(c0 + c) * Tp + j0, r[c]);
+        }
+    }
+#else
+    for (int c = 0; c < hd; c++)
+        for (int j = 0; j < Tp; j++)
+            bt[(size_t)c * Tp + j] = j < T ? rows[(size_t)j * stride + c] : 0;
+#endif
+}
+
+/* dst[j][0 .. hd) = rows[j][0 .. hd) for j < T, dst's rows hdp long: rows of
+ * q, k and v lie 3 * H * hd apart, which for some widths (a multiple of 1024
+ * bytes) puts all of a pair's rows into the same few sets of the L1 cache;
+ * the products read them many times, so they read a packed copy. */
+INLINE void pack_rows(real *dst, int hdp, const real *rows, size_t stride, int T, int hd)
+{
     for (int j = 0; j < T; j++)
-        for (int c = 0; c < hd; c++)
-            bt[(size_t)c * Tp + j] = rows[(size_t)j * stride + c];
+        memcpy(dst + (size_t)j * hdp, rows + (size_t)j * stride, (size_t)hd * sizeof *dst);
+}
+
+/* C[j][i] = scale * sum_{c < hd} A[j][c] Bt[c][i] for key rows j < L and all
+ * Tp query columns (A's rows hdp apart, Bt [hd][Tp]); when causal, the
+ * blocks of columns that lie wholly left of a tile's first row (queries
+ * that see none of its keys) are set to `fill`, not computed. */
+static void key_rows(real *C, int Tp, int L, int causal, real fill, const real *A, int hdp,
+                     const real *Bt, int hd, real scale)
+{
+    const int nb = Tp / VW, mr = max_rows(nb);
+    for (int j0 = 0, m; j0 < L; j0 += m) {
+        m = tile_rows(j0, L, mr);
+        const int vb0 = causal ? j0 / VW : 0;
+        for (int j = j0; j < j0 + m; j++)
+            for (int i = 0; i < vb0 * VW; i++)
+                C[(size_t)j * Tp + i] = fill;
+        row_tile(m, C + (size_t)j0 * Tp, (size_t)Tp, vb0, nb, VW, A + (size_t)j0 * hdp,
+                 (size_t)hdp, 1, Bt, (size_t)Tp, 0, hd, scale);
+    }
 }
 
 /* Dropout of one (example, head) pair's probabilities: the example's hash
@@ -123,61 +359,79 @@ INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int
 /* Marks a masked score; exp() of it is then replaced by an exact 0. */
 #define MASKED ((real)-1e30)
 
+/* exp(x) lane by lane for x <= 0 (a score less its column's max), exactly
+ * 0 for a masked score (x near MASKED). float32: cpu_math.h's
+ * pt_f16_expf_nonpos (pt_expf's operations lane by lane) on 16 lanes at a
+ * time; float64: libm. */
+INLINE vreal softmax_exp(vreal x)
+{
+    vreal e;
+#ifdef PT_REAL_F64
+    for (int l = 0; l < VW; l++)
+        e[l] = x[l] > (real)0.5 * MASKED ? R_EXP(x[l]) : 0;
+#else
+    for (int l = 0; l < VW; l += 16) { /* VW is 16, 8 or 4: one pt_f16, or part of one */
+        pt_f16 v = {0};
+        memcpy(&v, (const real *)&x + l, (VW < 16 ? VW : 16) * sizeof(real));
+        v = pt_f16_sel(pt_f16_gt(v, pt_f16_set(0.5f * MASKED)), pt_f16_expf_nonpos(v),
+                       pt_f16_set(0.0f));
+        memcpy((real *)&e + l, &v, (VW < 16 ? VW : 16) * sizeof(real));
+    }
+#endif
+    return e;
+}
+
 /*
- * Scores are computed transposed, st[j][i] = k_j . q_i * scale (key rows,
- * query columns), so the softmax over keys j runs down columns: its max and
- * sum are vertical vector operations, with no horizontal reductions. probs
- * keeps the same transposed layout, pt[j][i] = P[i][j], row length T.
- * Causal: query i sees keys j <= i, so row j of st starts at column j.
+ * Forward of one pair: q, k, v rows at the given stride, out rows at
+ * out_stride, P^T into pt [T][T]; L keys are valid (the padding mask), and
+ * when causal query i sees keys j <= i only; dr: the pair's dropout.
  */
-INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, size_t stride,
-                     int d, int T, int L, int hd, int causal, const pair_drop *dr, real *qt,
-                     real *st, real *colmax, real *colsum)
+INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, const real *k,
+                     const real *v, size_t stride, int T, int L, int hd, int causal,
+                     const pair_drop *dr, real *qt, real *st, real *colmax, real *colsum,
+                     real *kp, real *vp)
 {
     const int Tp = padded(T), nb = Tp / VW;
+    const int nvh = (hd + VW - 1) / VW, hcols = hd - (nvh - 1) * VW, hdp = nvh * VW;
     const real scale = (real)1 / R_SQRT((real)hd);
-    transpose_in(qt, base, stride, T, Tp, hd);
-    for (int j = 0; j < L; j++) {
-        real *row = st + (size_t)j * Tp;
-        const int jb0 = causal ? j / VW : 0;
-        for (int i = 0; i < jb0 * VW; i++)
-            row[i] = MASKED;
-        score_row(row + jb0 * VW, base + (size_t)j * stride + d, qt + jb0 * VW, hd, Tp, nb - jb0,
-                  scale);
-        if (causal)
-            for (int i = jb0 * VW; i < j; i++)
-                row[i] = MASKED;
-    }
-    for (int i = 0; i < Tp; i++) {
-        colmax[i] = MASKED;
-        colsum[i] = 0;
-    }
-    for (int j = 0; j < L; j++) {
-        const real *row = st + (size_t)j * Tp;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++)
-            colmax[i] = row[i] > colmax[i] ? row[i] : colmax[i];
-    }
-    for (int j = 0; j < L; j++) {
-        real *row = st + (size_t)j * Tp;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++) {
-            real e = R_EXP(row[i] - colmax[i]);
-            e = row[i] > (real)0.5 * MASKED ? e : 0;
-            row[i] = e;
-            colsum[i] += e;
+    pack_rows(kp, hdp, k, stride, L, hd);
+    pack_rows(vp, hdp, v, stride, L, hd);
+    transpose_in(qt, q, stride, T, Tp, hd);
+    key_rows(st, Tp, L, causal, MASKED, kp, hdp, qt, hd, scale); /* st[j][i] = k_j . q_i scale */
+    /* the causal mask (i < j), then the max over the keys of each query */
+    for (int b = 0; b < nb; b++) {
+        vint lane;
+        for (int l = 0; l < VW; l++)
+            lane[l] = b * VW + l;
+        vreal mx = vset(MASKED);
+        for (int j = 0; j < L; j++) {
+            real *at = st + (size_t)j * Tp + b * VW;
+            vreal sv = vload(at);
+            if (causal && b * VW < j) {
+                sv = vsel(lane < j, vset(MASKED), sv);
+                vstore(at, sv);
+            }
+            mx = vsel(sv > mx, sv, mx);
         }
+        vstore(colmax + b * VW, mx);
     }
-#pragma omp simd
-    for (int i = 0; i < Tp; i++)
-        colsum[i] = (real)1 / colsum[i];
-    for (int j = 0; j < L; j++) {
-        const real *row = st + (size_t)j * Tp;
-        real *prow = pt + (size_t)j * T;
-#pragma omp simd
-        for (int i = 0; i < T; i++)
-            prow[i] = row[i] * colsum[i];
+    /* e = exp(s - max), masked scores exactly 0, and the sum of each column;
+     * then P^T = e / sum into pt */
+    for (int b = 0; b < nb; b++) {
+        const vreal mx = vload(colmax + b * VW);
+        vreal sum = {0};
+        for (int j = 0; j < L; j++) {
+            real *at = st + (size_t)j * Tp + b * VW;
+            const vreal e = softmax_exp(vload(at) - mx);
+            vstore(at, e);
+            sum += e;
+        }
+        vstore(colsum + b * VW, (real)1 / sum);
     }
+    for (int j = 0; j < L; j++)
+        for (int b = 0; b < nb; b++)
+            vstore_part(pt + (size_t)j * T + b * VW,
+                        vload(st + (size_t)j * Tp + b * VW) * vload(colsum + b * VW), T - b * VW);
     for (int j = L; j < T; j++) /* padded keys: no query sees them */
         memset(pt + (size_t)j * T, 0, (size_t)T * sizeof *pt);
     /* the weights of the values: the probabilities, or (dropout) the dropped
@@ -190,72 +444,84 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *base, s
         w = st;
         wstride = (size_t)Tp;
     }
-    for (int i = 0; i < T; i++) {
-        const int nj = causal && i + 1 < L ? i + 1 : L;
-        weighted_rows(out + (size_t)i * out_stride, w + i, wstride, base + 2 * d, stride, nj, hd);
+    /* out_i = sum_j W^T[j][i] v_j over the keys query i sees */
+    const int mr_o = max_rows(nvh);
+    for (int i0 = 0, m; i0 < T; i0 += m) {
+        m = tile_rows(i0, T, mr_o);
+        const int nj = causal && i0 + m < L ? i0 + m : L;
+        row_tile(m, out + (size_t)i0 * out_stride, out_stride, 0, nvh, hcols, w + i0, 1, wstride,
+                 vp, (size_t)hdp, 0, nj, 1);
     }
 }
 
 /*
- * With P, dP and dS all kept transposed like the scores ([key j][query i]):
- * dP^T[j][i] = v_j . dout_i, dot[i] = sum_j P dP, dS^T = P^T (dP^T - dot) scale,
- * dq_i = sum_j dS^T[j][i] k_j, dk_j = sum_i dS^T[j][i] q_i, dv_j = sum_i P^T[j][i] dout_i;
- * the last two are weighted sums along contiguous rows of dS^T and P^T.
+ * Backward of one pair, with P, dP and dS all kept transposed like the
+ * scores ([key j][query i]): dP^T[j][i] = v_j . dout_i, dot[i] = sum_j P dP,
+ * dS^T = P^T (dP^T - dot) scale, dq_i = sum_j dS^T[j][i] k_j,
+ * dk_j = sum_i dS^T[j][i] q_i, dv_j = sum_i P^T[j][i] dout_i.
  * Dropout (mask M, kept elements scaled): v_j . dout_i is the gradient of the
  * dropped probability, dP = that times M, and dv_j takes the dropped
- * probabilities (kept in pd); dot and dS are as without it.
+ * probabilities (kept in pd, rows Tp long); dot and dS are as without it.
  */
-INLINE void bwd_pair(real *dbase, const real *dout, size_t out_stride, const real *probs,
-                     const real *base, size_t stride, int d, int T, int L, int hd, int causal,
-                     const pair_drop *dr, real *got, real *pt, real *ds, real *dot, real *pd)
+INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_stride,
+                     const real *pt, const real *q, const real *k, const real *v, size_t stride,
+                     int T, int L, int hd, int causal, const pair_drop *dr, real *got, real *ds,
+                     real *dot, real *qp, real *kp, real *vp, real *dop, real *pd)
 {
     const int Tp = padded(T), nb = Tp / VW;
+    const int nvh = (hd + VW - 1) / VW, hcols = hd - (nvh - 1) * VW, hdp = nvh * VW;
     const real scale = (real)1 / R_SQRT((real)hd);
-    transpose_in(got, dout, out_stride, T, Tp, hd);
-    for (int j = 0; j < L; j++) {
-        memcpy(pt + (size_t)j * Tp, probs + (size_t)j * T, (size_t)T * sizeof *pt);
-        const int jb0 = causal ? j / VW : 0;
-        real *row = ds + (size_t)j * Tp;
-        for (int i = 0; i < jb0 * VW; i++)
-            row[i] = 0;
-        score_row(row + jb0 * VW, base + (size_t)j * stride + 2 * d, got + jb0 * VW, hd, Tp,
-                  nb - jb0, 1);
-    }
+    pack_rows(qp, hdp, q, stride, T, hd);
+    pack_rows(kp, hdp, k, stride, L, hd);
+    pack_rows(vp, hdp, v, stride, L, hd);
+    pack_rows(dop, hdp, dout, out_stride, T, hd);
+    transpose_in(got, dop, (size_t)hdp, T, Tp, hd);
+    key_rows(ds, Tp, L, causal, 0, vp, hdp, got, hd, 1); /* ds[j][i] = dP^T[j][i] = v_j . dout_i */
     if (dr->on)
         for (int j = 0; j < L; j++) {
-            real *prow = pd + (size_t)j * Tp, *drow = ds + (size_t)j * Tp;
-            drop_row(prow, pt + (size_t)j * Tp, dr, j, T);
+            real *drow = ds + (size_t)j * Tp;
+            drop_row(pd + (size_t)j * Tp, pt + (size_t)j * T, dr, j, T);
             drop_row(drow, drow, dr, j, T);
         }
-    for (int i = 0; i < Tp; i++)
-        dot[i] = 0;
-    for (int j = 0; j < L; j++) {
-        const real *p = pt + (size_t)j * Tp, *dp = ds + (size_t)j * Tp;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++)
-            dot[i] += p[i] * dp[i];
+    for (int b = 0; b < nb; b++) {
+        vreal acc = {0};
+        for (int j = 0; j < L; j++)
+            acc += vload_part(pt + (size_t)j * T + b * VW, T - b * VW) *
+                   vload(ds + (size_t)j * Tp + b * VW);
+        vstore(dot + b * VW, acc);
     }
     for (int j = 0; j < L; j++) {
-        const real *p = pt + (size_t)j * Tp;
         real *row = ds + (size_t)j * Tp;
-#pragma omp simd
-        for (int i = 0; i < Tp; i++)
-            row[i] = p[i] * (row[i] - dot[i]) * scale;
+        for (int b = 0; b < nb; b++) {
+            const vreal p = vload_part(pt + (size_t)j * T + b * VW, T - b * VW);
+            vstore(row + b * VW, p * (vload(row + b * VW) - vload(dot + b * VW)) * scale);
+        }
     }
-    for (int i = 0; i < T; i++) {
-        const int nj = causal && i + 1 < L ? i + 1 : L;
-        weighted_rows(dbase + (size_t)i * stride, ds + i, Tp, base + d, stride, nj, hd);
+    /* dq_i = sum_j dS^T[j][i] k_j over the keys query i sees */
+    const int mr_h = max_rows(nvh);
+    for (int i0 = 0, m; i0 < T; i0 += m) {
+        m = tile_rows(i0, T, mr_h);
+        const int nj = causal && i0 + m < L ? i0 + m : L;
+        row_tile(m, dq + (size_t)i0 * stride, stride, 0, nvh, hcols, ds + i0, 1, (size_t)Tp, kp,
+                 (size_t)hdp, 0, nj, 1);
     }
-    for (int j = 0; j < L; j++) {
-        const int i0 = causal ? j : 0;
-        weighted_rows(dbase + (size_t)j * stride + d, ds + (size_t)j * Tp + i0, 1,
-                      base + (size_t)i0 * stride, stride, T - i0, hd);
-        weighted_rows(dbase + (size_t)j * stride + 2 * d, (dr->on ? pd : pt) + (size_t)j * Tp + i0,
-                      1, dout + (size_t)i0 * out_stride, out_stride, T - i0, hd);
+    /* dk_j = sum_i dS^T[j][i] q_i and dv_j = sum_i P^T[j][i] dout_i over the
+     * queries that see key j */
+    for (int j0 = 0, m; j0 < L; j0 += m) {
+        m = tile_rows(j0, L, mr_h);
+        const int i0 = causal ? j0 : 0;
+        row_tile(m, dk + (size_t)j0 * stride, stride, 0, nvh, hcols, ds + (size_t)j0 * Tp, Tp, 1,
+                 qp, (size_t)hdp, i0, T, 1);
+        if (dr->on)
+            row_tile(m, dv + (size_t)j0 * stride, stride, 0, nvh, hcols, pd + (size_t)j0 * Tp,
+                     (size_t)Tp, 1, dop, (size_t)hdp, i0, T, 1);
+        else
+            row_tile(m, dv + (size_t)j0 * stride, stride, 0, nvh, hcols, pt + (size_t)j0 * T,
+                     (size_t)T, 1, dop, (size_t)hdp, i0, T, 1);
     }
     for (int j = L; j < T; j++) { /* padded keys and values: nothing depends on them */
-        memset(dbase + (size_t)j * stride + d, 0, (size_t)hd * sizeof *dbase);
-        memset(dbase + (size_t)j * stride + 2 * d, 0, (size_t)hd * sizeof *dbase);
+        memset(dk + (size_t)j * stride, 0, (size_t)hd * sizeof *dk);
+        memset(dv + (size_t)j * stride, 0, (size_t)hd * sizeof *dv);
     }
 }
 
@@ -349,12 +615,16 @@ static void fwd_task(void *ctx, long task, int thread)
     const real *qkv = j->qkv;
     const int32_t *lens = j->lens;
     const int T = j->T, H = j->H, hd = j->hd, causal = j->causal;
-    const int d = H * hd, Tp = padded(T);
+    const int d = H * hd, Tp = padded(T), hdp = padded(hd);
     const size_t stride = 3 * (size_t)d;
     {
-        /* zeroed once: the padding columns of qt are never written */
-        real *qt = thread_scratch(j, thread, (size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp);
+        /* zeroed once: the padding columns of qt and of the packed rows are
+         * never written */
+        real *qt = thread_scratch(j, thread,
+                                  (size_t)hd * Tp + (size_t)T * Tp + 2 * (size_t)Tp +
+                                      2 * (size_t)T * hdp);
         real *st = qt + (size_t)hd * Tp, *colmax = st + (size_t)T * Tp, *colsum = colmax + Tp;
+        real *kp = colsum + Tp, *vp = kp + (size_t)T * hdp;
         long bh0, bh1;
         task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
         for (int bh = (int)bh0; bh < bh1; bh++) {
@@ -364,8 +634,8 @@ static void fwd_task(void *ctx, long task, int thread)
             real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
             const pair_drop dr = pair_dropout(j->drop, b, h, T);
-            DISPATCH_HD(hd, fwd_pair(o, d, P, base, stride, d, T, L, HD, causal, &dr, qt, st,
-                                     colmax, colsum));
+            DISPATCH_HD(hd, fwd_pair(o, d, P, base, base + d, base + 2 * d, stride, T, L, HD,
+                                     causal, &dr, qt, st, colmax, colsum, kp, vp));
         }
     }
 }
@@ -385,14 +655,18 @@ static void bwd_task(void *ctx, long task, int thread)
     const real *dout = j->dout, *qkv = j->qkv, *probs = j->saved_probs;
     const int32_t *lens = j->lens;
     const int T = j->T, H = j->H, hd = j->hd, causal = j->causal;
-    const int d = H * hd, Tp = padded(T);
+    const int d = H * hd, Tp = padded(T), hdp = padded(hd);
     const size_t stride = 3 * (size_t)d;
     const size_t dropped = j->drop && j->drop->p > 0 ? (size_t)T * Tp : 0; /* pd */
     {
-        /* zeroed once: the padding columns of got and pt are never written */
-        real *got = thread_scratch(j, thread, (size_t)hd * Tp + 2 * (size_t)T * Tp + Tp + dropped);
-        real *pt = got + (size_t)hd * Tp, *ds = pt + (size_t)T * Tp, *dot = ds + (size_t)T * Tp;
-        real *pd = dot + Tp;
+        /* zeroed once: the padding columns of got and of the packed rows are
+         * never written */
+        real *got = thread_scratch(j, thread,
+                                   (size_t)hd * Tp + (size_t)T * Tp + Tp + 4 * (size_t)T * hdp +
+                                       dropped);
+        real *ds = got + (size_t)hd * Tp, *dot = ds + (size_t)T * Tp;
+        real *qp = dot + Tp, *kp = qp + (size_t)T * hdp, *vp = kp + (size_t)T * hdp,
+             *dop = vp + (size_t)T * hdp, *pd = dop + (size_t)T * hdp;
         long bh0, bh1;
         task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
         for (int bh = (int)bh0; bh < bh1; bh++) {
@@ -403,8 +677,9 @@ static void bwd_task(void *ctx, long task, int thread)
             const real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
             const pair_drop dr = pair_dropout(j->drop, b, h, T);
-            DISPATCH_HD(hd, bwd_pair(dbase, go, d, P, base, stride, d, T, L, HD, causal, &dr, got,
-                                     pt, ds, dot, pd));
+            DISPATCH_HD(hd, bwd_pair(dbase, dbase + d, dbase + 2 * d, go, d, P, base, base + d,
+                                     base + 2 * d, stride, T, L, HD, causal, &dr, got, ds, dot,
+                                     qp, kp, vp, dop, pd));
         }
     }
 }

@@ -18,7 +18,9 @@
  *  - an elementwise function of several operations runs through exactly one
  *    compiled copy (a noinline function over one aligned block of a fixed
  *    length), so every element meets the same instructions; the last,
- *    partial block is copied in and out of a padded block.
+ *    partial block is copied in and out of a padded block. Or it is written
+ *    on explicit vectors (lanes_at and lanes_put, as GELU's float32 build
+ *    is), which leaves the compiler no scalar path to choose.
  *
  * Elementwise multiply-adds that may run in either a vector body or a scalar
  * remainder are written with R_FMA, not left to contraction.
@@ -66,6 +68,23 @@ static inline __attribute__((always_inline)) lanes_v lanes_at(const real *v, int
 #endif
 }
 
+/* v[i .. min(i + LANES, n)) = x's first lanes: the store that matches
+ * lanes_at, nothing past n written. */
+static inline __attribute__((always_inline)) void lanes_put(real *v, int i, int n, lanes_v x)
+{
+    if (i + LANES <= n) {
+        *(lanes_vu *)(v + i) = x;
+        return;
+    }
+#if defined(__AVX512F__) && !defined(PT_REAL_F64)
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(v + i, m, (__m512)x);
+#else
+    for (int l = 0; i + l < n; l++)
+        v[i + l] = x[l];
+#endif
+}
+
 /* lane 0 + ... + lane 15 in a fixed tree: lane l adds lane l + 8, then the
  * sums add l + 4, l + 2 and l + 1 (rotations of the whole vector, constant
  * shuffles). */
@@ -94,27 +113,13 @@ static inline real lanes_fold(lanes_v acc)
     return acc[0];
 }
 
-/* sum of v[0 .. n) */
-static inline real lanes_sum(const real *v, int n)
+/* 0 + lane 0 + lane 1 + ... + lane 15, added in that order */
+static inline real lanes_sum_in_order(lanes_v acc)
 {
-    lanes_v acc = {0};
-    for (int i = 0; i < n; i += LANES)
-        acc += lanes_at(v, i, n, 0);
-    return lanes_fold(acc);
-}
-
-/* sum of (v[i] - m)^2 over i < n. Past n the pad m makes d exactly 0. The
- * one loop body serves every block of every row, so whether the compiler
- * fuses the multiply-add (it does where the target has FMA) it does so
- * alike for all rows. */
-static inline real lanes_sumsq_dev(const real *v, int n, real m)
-{
-    lanes_v acc = {0};
-    for (int i = 0; i < n; i += LANES) {
-        const lanes_v d = lanes_at(v, i, n, m) - m;
-        acc += d * d;
-    }
-    return lanes_fold(acc);
+    real s = 0;
+    for (int l = 0; l < LANES; l++)
+        s += acc[l];
+    return s;
 }
 
 /* Blocks for elementwise functions: a block function takes `len` elements

@@ -278,8 +278,17 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
 
 /* -------------------------------------------------------------- layernorm */
 
-/* Per row: the sums in lanes_sum's fixed order and the output by explicit
- * fused multiply-adds, so a row's bits depend on the row alone. */
+/* Rows per group of the layernorm forward: their sums are independent
+ * chains of additions and folds, run side by side so that one row's latency
+ * hides another's. (The backward's row has more to do and runs alone: four
+ * rows side by side were faster at d 64 but slower at d 256.) */
+enum { LN_ROWS = 4 };
+
+/* Per row: the sum of x and then of (x - mean)^2 in lanes order (cpu_lanes.h:
+ * LANES partial sums, lane l adding elements l, l + LANES, ..., then
+ * lanes_fold), the output by explicit fused multiply-adds, so a row's bits
+ * depend on the row alone (not on the rows it shares a group or a task
+ * with). A task's rows run in groups of LN_ROWS. */
 typedef struct {
     real *y, *mean, *rstd;
     const real *x, *w, *b;
@@ -296,19 +305,41 @@ static void ln_fwd_task(void *ctx, long t, int thread)
     const real *x = j->x, *w = j->w, *b = j->b;
     const int dim = j->dim;
     const double eps = j->eps;
-    long r0, r1;
-    task_items(t, j->per, j->rows, &r0, &r1);
-    for (int r = (int)r0; r < r1; r++) {
-        const real *xr = x + (size_t)r * dim;
-        real *yr = y + (size_t)r * dim;
-        const real m = lanes_sum(xr, dim) / dim;
-        const real v = lanes_sumsq_dev(xr, dim, m);
-        const real rs = (real)1 / R_SQRT(v / dim + (real)eps);
+    long t0, t1;
+    task_items(t, j->per, j->rows, &t0, &t1);
+    for (int r0 = (int)t0; r0 < t1; r0 += LN_ROWS) {
+        const int nr = t1 - r0 < LN_ROWS ? (int)(t1 - r0) : LN_ROWS;
+        const real *xr[LN_ROWS];
+        lanes_v acc[LN_ROWS];
+        real m[LN_ROWS], rs[LN_ROWS];
+        for (int g = 0; g < LN_ROWS; g++) {
+            xr[g] = x + (size_t)(r0 + (g < nr ? g : 0)) * dim;
+            acc[g] = (lanes_v){0};
+        }
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++)
+                acc[g] += lanes_at(xr[g], i, dim, 0);
+        for (int g = 0; g < LN_ROWS; g++) {
+            m[g] = lanes_fold(acc[g]) / dim;
+            acc[g] = (lanes_v){0};
+        }
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++) {
+                const lanes_v d = lanes_at(xr[g], i, dim, m[g]) - m[g];
+                acc[g] += d * d;
+            }
+        for (int g = 0; g < LN_ROWS; g++)
+            rs[g] = (real)1 / R_SQRT(lanes_fold(acc[g]) / dim + (real)eps);
+        for (int g = 0; g < nr; g++) {
+            real *yr = y + (size_t)(r0 + g) * dim;
+            const real mg = m[g], rg = rs[g];
+            const real *xg = xr[g];
 #pragma omp simd
-        for (int i = 0; i < dim; i++)
-            yr[i] = R_FMA((xr[i] - m) * rs, w[i], b[i]);
-        mean[r] = m;
-        rstd[r] = rs;
+            for (int i = 0; i < dim; i++)
+                yr[i] = R_FMA((xg[i] - mg) * rg, w[i], b[i]);
+            mean[r0 + g] = mg;
+            rstd[r0 + g] = rg;
+        }
     }
 }
 
@@ -339,26 +370,29 @@ static void ln_bwd_task(void *ctx, long t, int thread)
         for (int r = c * CHUNK_ROWS; r < r1; r++) {
             const real *xr = x + (size_t)r * dim, *dyr = dy + (size_t)r * dim;
             const real m = mean[r], rs = rstd[r];
-            if (pw) {
-#pragma omp simd
-                for (int i = 0; i < dim; i++) {
-                    real xhat = (xr[i] - m) * rs;
-                    pw[i] += dyr[i] * xhat;
-                    pb[i] += dyr[i];
+            /* one pass: pw += dy * xhat and pb += dy (rows in order: the
+             * chunk fixes these sums' order), and for dx = rstd * (g -
+             * mean(g) - xhat * mean(g * xhat)), g = dy * w, the row's two
+             * sums: LANES partial sums, then the lanes added in order (the
+             * order GCC gave the omp simd reduction this replaces, so the
+             * bits are the same; the layouts' tests compare runs whose
+             * rounding differences grow over training, and a new order
+             * moved some of them across their tolerances) */
+            lanes_v acc_g = {0}, acc_gx = {0};
+            for (int i = 0; i < dim; i += LANES) {
+                const lanes_v dyv = lanes_at(dyr, i, dim, 0), xv = lanes_at(xr, i, dim, m);
+                if (pw) {
+                    const lanes_v xhat = (xv - m) * rs;
+                    lanes_put(pw, i, dim, lanes_at(pw, i, dim, 0) + dyv * xhat);
+                    lanes_put(pb, i, dim, lanes_at(pb, i, dim, 0) + dyv);
                 }
+                const lanes_v gv = dyv * lanes_at(w, i, dim, 0);
+                acc_g += gv;
+                acc_gx += gv * (xv - m) * rs;
             }
             if (!dx)
                 continue;
-            /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w */
-            real sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-            for (int i = 0; i < dim; i++) {
-                real g = dyr[i] * w[i];
-                sg += g;
-                sgx += g * (xr[i] - m) * rs;
-            }
-            sg /= dim;
-            sgx /= dim;
+            const real sg = lanes_sum_in_order(acc_g) / dim, sgx = lanes_sum_in_order(acc_gx) / dim;
             real *dxr = dx + (size_t)r * dim;
             if (add) {
                 const real *ar = add + (size_t)r * dim;
@@ -399,25 +433,11 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
 
 /* ------------------------------------------------------------------- gelu */
 
-/* The one compiled copy of GELU's arithmetic (see cpu_lanes.h): noinline so
- * that full blocks, the last partial one and every thread run the same
- * instructions on every element. 4 vectors a call, to spread its cost. */
+/* Elements per block of the loops below (tasks are whole blocks). */
 enum { GELU_BLOCK = 4 * LANES };
 
-static __attribute__((noinline)) void gelu_block(real *restrict y, const real *restrict x)
-{
-    y = __builtin_assume_aligned(y, 64);
-    x = __builtin_assume_aligned(x, 64);
-#pragma omp simd
-    for (int l = 0; l < GELU_BLOCK; l++) {
-        real cdf, pdf;
-        R_GELU_PARTS(x[l], &cdf, &pdf);
-        y[l] = x[l] * cdf;
-    }
-}
-
 /* The elementwise ops' jobs: y (and dy) from x (and y) over n elements,
- * tasks of `per` elements or blocks. */
+ * tasks of `per` blocks. */
 typedef struct {
     real *y;
     const real *x, *dy, *yy;
@@ -425,6 +445,30 @@ typedef struct {
     long per;
 } elem_job;
 
+#ifndef PT_REAL_F64
+/* dy * GELU'(x) from x and y = GELU(x): Phi(x) = y / x carries the relative
+ * error of y (an ulp or two) wherever |x| >= 1e-3; nearer 0, Phi(x) = 0.5 +
+ * x phi(0) is exact to x^3 / 15 < 1e-10. phi(x) itself is one exp. */
+static inline __attribute__((always_inline)) lanes_v gelu_grad_v(lanes_v xv, lanes_v yv,
+                                                                 lanes_v dyv)
+{
+    const lanes_v near0 = (real)0.5 + xv * (real)0.39894228040143267794;
+    const pt_m16 away = pt_f16_gt(xv, pt_f16_set(1e-3f)) | pt_f16_lt(xv, pt_f16_set(-1e-3f));
+    const lanes_v safe = pt_f16_sel(away, xv, pt_f16_set(1.0f));
+    const lanes_v cdf = pt_f16_sel(away, yv / safe, near0);
+    const lanes_v pdf = (real)0.39894228040143267794 * pt_f16_expf_nonpos((real)-0.5 * xv * xv);
+    return dyv * (cdf + xv * pdf);
+}
+#endif
+
+/* Block k of GELU's loops is elements [k * GELU_BLOCK, (k + 1) * GELU_BLOCK).
+ * float32: the arithmetic on explicit vectors (cpu_math.h's pt_f16_*, the
+ * scalar functions' operations lane by lane), so every element, those of
+ * the last partial vector included, goes through the same vector
+ * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
+ * which elements take a scalar path; the forward runs a block's four
+ * vectors side by side, which lets their long dependency chains overlap.
+ * float64, the oracle: libm, element by element. */
 static void gelu_fwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
@@ -435,10 +479,54 @@ static void gelu_fwd_task(void *ctx, long t, int thread)
     long k0, k1;
     task_items(t, j->per, (long)blocks, &k0, &k1);
     for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
-        real in[GELU_BLOCK] BLOCK_ALIGNED, out[GELU_BLOCK] BLOCK_ALIGNED;
-        const int have = block_load(in, GELU_BLOCK, x, k * GELU_BLOCK, n, 0);
-        gelu_block(out, in);
-        block_store(y, k * GELU_BLOCK, out, GELU_BLOCK, have);
+        const size_t i0 = k * GELU_BLOCK;
+        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+#ifndef PT_REAL_F64
+        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf;
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
+        for (int v = 0; v < GELU_BLOCK / LANES; v++)
+            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf);
+        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++)
+            lanes_put(y + i0, v * LANES, len, xv[v] * cdf[v]);
+#else
+        for (size_t i = i0; i < i0 + (size_t)len; i++) {
+            real cdf, pdf;
+            R_GELU_PARTS(x[i], &cdf, &pdf);
+            y[i] = x[i] * cdf;
+        }
+#endif
+    }
+}
+
+/* dx may alias dy: each element is read before it is written. */
+static void gelu_bwd_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const elem_job *j = ctx;
+    real *dx = j->y;
+    const real *dy = j->dy, *x = j->x, *y = j->yy;
+    const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    long k0, k1;
+    task_items(t, j->per, (long)blocks, &k0, &k1);
+    for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
+        const size_t i0 = k * GELU_BLOCK;
+        const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
+#ifndef PT_REAL_F64
+        for (int i = 0; i < len; i += LANES)
+            lanes_put(dx + i0, i, len,
+                      gelu_grad_v(lanes_at(x + i0, i, len, 0), lanes_at(y + i0, i, len, 0),
+                                  lanes_at(dy + i0, i, len, 0)));
+#else
+        for (size_t i = i0; i < i0 + (size_t)len; i++) {
+            const real xi = x[i];
+            const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
+            const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
+            const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
+            const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
+            dx[i] = dy[i] * (cdf + xi * pdf);
+        }
+#endif
     }
 }
 
@@ -449,33 +537,12 @@ static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
     pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
-/* Phi(x) = y / x carries the relative error of y (an ulp or two) wherever
- * |x| >= 1e-3; nearer 0, Phi(x) = 0.5 + x phi(0) is exact to x^3 / 15 < 1e-10.
- * phi(x) itself is one exp. */
-static void gelu_bwd_task(void *ctx, long t, int thread)
-{
-    (void)thread;
-    const elem_job *j = ctx;
-    real *dx = j->y;
-    const real *dy = j->dy, *x = j->x, *y = j->yy;
-    long i0, i1;
-    task_items(t, j->per, (long)j->n, &i0, &i1);
-#pragma omp simd
-    for (size_t i = (size_t)i0; i < (size_t)i1; i++) {
-        const real xi = x[i];
-        const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
-        const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
-        const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
-        const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
-        dx[i] = dy[i] * (cdf + xi * pdf);
-    }
-}
-
 static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
                          const void *y_, size_t n)
 {
-    elem_job j = {dx_, x_, dy_, y_, n, TASK_WORK};
-    pt_pool_run(PAR_POOL(be, n), tasks_for((long)n, j.per), gelu_bwd_task, &j);
+    const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
+    elem_job j = {dx_, x_, dy_, y_, n, per_task(GELU_BLOCK)};
+    pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_bwd_task, &j);
 }
 
 /* -------------------------------------------------------------- embedding */
@@ -811,7 +878,7 @@ static void cpu_dropout(pt_backend *be, void *y_, const void *x_, const void *ad
 
 /* ----------------------------------------------------------------- losses */
 
-/* e = exp(z - mx) on one block of LANES: the one compiled copy, as gelu_block. */
+/* e = exp(z - mx) on one block of LANES: the one compiled copy (cpu_lanes.h). */
 static __attribute__((noinline)) void exp_block(real *restrict e, const real *restrict z, real mx)
 {
     e = __builtin_assume_aligned(e, 64);
@@ -929,15 +996,18 @@ static void adamw_task(void *ctx, long t, int thread)
     const real step = (real)(a->lr / a->bias_corr1);
     const real bc2_sqrt = (real)sqrt(a->bias_corr2);
     const real eps = (real)a->eps, gs = (real)a->grad_scale;
+    /* The multiply-adds are explicit: left to contraction, the vectorised
+     * body and the scalar remainder of this loop may fuse different pairs
+     * (and did: p * decay in one, step * (...) in the other), so an
+     * element's bits would depend on where the task's range ends. */
 #pragma omp simd
     for (size_t i = (size_t)i0; i < (size_t)i1; i++) {
-        real gi = g[i] * gs;
-        real mi = m[i] * b1 + c1 * gi;
-        real vi = v[i] * b2 + c2 * gi * gi;
+        const real gi = g[i] * gs;
+        const real mi = R_FMA(m[i], b1, c1 * gi);
+        const real vi = R_FMA(v[i], b2, c2 * gi * gi);
         m[i] = mi;
         v[i] = vi;
-        real pi = p[i] * decay;
-        p[i] = pi - step * (mi / (R_SQRT(vi) / bc2_sqrt + eps));
+        p[i] = R_FMA(-step, mi / (R_SQRT(vi) / bc2_sqrt + eps), p[i] * decay);
     }
 }
 

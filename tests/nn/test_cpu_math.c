@@ -13,6 +13,9 @@
  *  - The same functions called from `omp simd` loops, as the backend calls
  *    them, over lengths that are not a multiple of the vector width (16
  *    floats with 512-bit vectors): the vectorised code meets the same bounds.
+ *  - Their 16-lane versions (pt_f16_*), which the backend's GELU calls: the
+ *    scalar functions' bits where the target fuses multiply-adds, and the
+ *    same CDF and density bounds.
  *
  * The bounds are the measured worst errors with a small margin (not the
  * looser 2 ulp and 1e-6 of the header's comment), measured over every float
@@ -43,8 +46,10 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define EXPF_ULP 1.3
 #define CDF_ABS 2.4e-7 /* over [-10, 10] */
@@ -293,6 +298,79 @@ static void vectorised_loops(void)
     free(p);
 }
 
+/* ------------------------------------------------- the 16-lane versions */
+
+/* The same bits, NaN for NaN. */
+static int same(float a, float b) { return (a != a && b != b) || memcmp(&a, &b, sizeof a) == 0; }
+
+/* Every value of xs (a multiple of 16 long) through the 16-lane functions
+ * and the scalar ones; counts lanes whose bits differ. */
+static long lanes_differ(const float *xs, long n, errs *acc)
+{
+    long differ = 0;
+    for (long i = 0; i < n; i += 16) {
+        pt_f16 x, e, en, c, p;
+        memcpy(&x, xs + i, sizeof x);
+        e = pt_f16_expf(x);
+        en = pt_f16_expf_nonpos(-(pt_f16)((pt_i16)x & 0x7fffffff));
+        pt_f16_gelu_parts(x, &c, &p);
+        for (int l = 0; l < 16; l++) {
+            float cs, ps;
+            pt_gelu_partsf(x[l], &cs, &ps);
+            differ += !same(e[l], pt_expf(x[l])) + !same(c[l], cs) + !same(p[l], ps) +
+                      !same(en[l], pt_expf(-fabsf(x[l])));
+            if (acc && fabsf(x[l]) <= CLAMP)
+                account(acc, x[l], c[l], p[l]);
+        }
+    }
+    return differ;
+}
+
+/* pt_f16_expf, pt_f16_expf_nonpos and pt_f16_gelu_parts, which the backend's
+ * GELU runs: where the target fuses multiply-adds, the scalar functions'
+ * bits in every lane (on grids of [-87, 88] and of [-12.7, 12.7], random bit
+ * patterns of every kind and the special values above), so the scalar
+ * bounds hold for them; their CDF and density also meet the bounds
+ * directly, on every target. */
+static void lanes_versions(void)
+{
+    const long n = 1L << 22;
+    float *xs = malloc((size_t)n * sizeof *xs);
+    CU_ASSERT_FATAL(xs != NULL);
+    long differ = 0;
+    errs e = {0};
+    for (long i = 0; i < n; i++)
+        xs[i] = grid(-87.0, 88.0, i, n);
+    differ += lanes_differ(xs, n, NULL);
+    for (long i = 0; i < n; i++)
+        xs[i] = grid(-CLAMP, CLAMP, i, n);
+    differ += lanes_differ(xs, n, &e);
+    uint64_t state = 0x9E3779B97F4A7C15u;
+    for (long i = 0; i < n; i++) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        const uint32_t bits = (uint32_t)(state >> 32);
+        memcpy(&xs[i], &bits, sizeof bits);
+    }
+    differ += lanes_differ(xs, n, NULL);
+    const float special[32] = {0.0f,     -0.0f,     1e-30f,    -1e-30f,     FLT_MIN,
+                               -FLT_MIN, 1e-40f,    -1e-40f,   1e-3f,       -1e-3f,
+                               CLAMP,    -CLAMP,    12.71f,    -12.71f,     -87.0f,
+                               88.0f,    -87.001f,  88.001f,   FLT_MAX,     -FLT_MAX,
+                               INFINITY, -INFINITY, NAN,       -NAN,        1.0f,
+                               -1.0f,    0.5f,      -0.5f,     -80.0f,      30.0f,
+                               -30.0f,   3.0f};
+    differ += lanes_differ(special, 32, NULL);
+    free(xs);
+    printf("\n  lanes differing from the scalar functions: %ld", differ);
+#if defined(__FMA__) || defined(__AVX512F__)
+    CU_ASSERT_EQUAL(differ, 0);
+#endif
+    assert_errs(&e, "pt_f16_gelu_parts on [-12.7, 12.7]");
+    printf("\n  ");
+}
+
 static void nan_propagates(void)
 {
     volatile float nan_in = NAN;
@@ -310,6 +388,7 @@ static const pt_test tests[] = {{"expf_accuracy", expf_accuracy},
                                 {"cdf_pdf_accuracy", cdf_pdf_accuracy},
                                 {"cdf_pdf_special_points", cdf_pdf_special_points},
                                 {"vectorised_loops", vectorised_loops},
+                                {"lanes_versions", lanes_versions},
                                 {"nan_propagates", nan_propagates},
                                 {NULL, NULL}};
 
