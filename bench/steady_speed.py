@@ -4,11 +4,7 @@ One run of this script measures, for each way the CPU backend's threads may
 wait for each other (nn/cpu_pool.c):
 
   pipetrain        the default: spin at most 20 us, less after waits that
-                   outlast the spin, then sleep on a futex; each thread
-                   pinned to a CPU of its own when the machine has one for
-                   every thread
-  unpinned         PIPETRAIN_PIN=0: the default's waits, threads not pinned
-                   (where the kernel puts them)
+                   outlast the spin, then sleep on a futex
   sleep            PIPETRAIN_SPIN_US=0: sleep at once
   spin             PIPETRAIN_SPIN_US=1000000: spin up to a second, i.e.
                    nearly always (what a fixed long spin, such as libgomp's
@@ -31,7 +27,7 @@ wait for each other (nn/cpu_pool.c):
 Nothing here changes results: how threads wait does not change any bit.
 
 usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
-                       [--settings pipetrain,unpinned,sleep,spin] [--baseline BIN]
+                       [--settings pipetrain,sleep,spin] [--baseline BIN]
                        [--no-contention] [--no-steady] [--epoch-steps 468]
                        [--quick]"""
 import argparse
@@ -49,7 +45,6 @@ CONFIG = os.path.join(ROOT, "configs", "vit_fmnist.yaml")
 WARMUP = 20
 SETTINGS = {
     "pipetrain": {},
-    "unpinned": {"PIPETRAIN_PIN": "0"},
     "sleep": {"PIPETRAIN_SPIN_US": "0"},
     "spin": {"PIPETRAIN_SPIN_US": "1000000"},
     "baseline": {},
@@ -58,7 +53,7 @@ BASELINE = None  # --baseline
 
 
 def env_for(name):
-    env = {k: v for k, v in os.environ.items() if k not in ("PIPETRAIN_SPIN_US", "PIPETRAIN_PIN")}
+    env = {k: v for k, v in os.environ.items() if k != "PIPETRAIN_SPIN_US"}
     env.update(SETTINGS[name])
     return env
 
@@ -101,7 +96,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--settings", default="pipetrain,unpinned,sleep,spin")
+    ap.add_argument("--settings", default="pipetrain,sleep,spin")
     ap.add_argument("--baseline", help="another pipetrain binary, measured as setting 'baseline'")
     ap.add_argument("--no-contention", action="store_true")
     ap.add_argument("--no-steady", action="store_true", help="only the contention part")

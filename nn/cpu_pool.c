@@ -41,25 +41,9 @@
  * environment overrides SPIN_CAP when the pool is made (0: always sleep at
  * once), for measuring it.
  *
- * Placement. When every thread of every pool-owning process on the node can
- * have a CPU of its own, each thread is pinned to one: thread i of the
- * process of node-local rank r (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK and
- * _LOCAL_SIZE; rank 0 of 1 without them) takes the (r * threads + i)-th CPU
- * of the set the process may run on, if that set has local size * threads
- * CPUs or more. Unpinned, a worker woken from its futex is often placed on
- * the waker's CPU (Linux's wake-affine choice), and the two then take turns
- * on one CPU until the load balancer parts them: on the 2-core development
- * VM, demo ViT at 2 threads, 300 steps, 6 runs each, alternated, the slow
- * unpinned runs (2647-2886 samples/s against 3969-4188) had 5,700-8,000
- * involuntary context switches on the caller against 340-1,350, and pinned
- * runs 87-560 (worst run 3380 against 2647). The caller's own mask is put
- * back when the pool is destroyed. PIPETRAIN_PIN=0 in the environment turns
- * pinning off. A pool of one thread pins nothing.
- *
  * Nothing here affects results: which thread runs a task and when is the
  * only thing waiting changes (cpu_pool.h states what the tasks must keep to).
  */
-#define _GNU_SOURCE /* pthread_setaffinity_np, sched_getaffinity, CPU_* */
 #include "nn/cpu_pool.h"
 
 #include <errno.h>
@@ -67,7 +51,6 @@
 #include <stdio.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -118,11 +101,6 @@ struct pt_pool {
     uint64_t cap_ns;
     int cap_from_env;
     worker *workers; /* threads - 1 */
-    /* placement: CPU of thread i (cpus[0] the caller's), or pinned 0 and
-     * why not in unpinned_why; the caller's mask before, put back at the end */
-    int pinned, *cpus;
-    const char *unpinned_why;
-    cpu_set_t caller_mask;
     /* the caller's side */
     _Alignas(64) uint32_t seq; /* the last run's sequence number, even */
     waiter caller;
@@ -327,16 +305,6 @@ void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx)
     atomic_store(&pool->busy, 0);
 }
 
-/* Gives the caller its mask from before the pool back; frees the CPU list. */
-static void unpin_caller(pt_pool *p)
-{
-    if (p->pinned)
-        pthread_setaffinity_np(pthread_self(), sizeof p->caller_mask, &p->caller_mask);
-    p->pinned = 0;
-    free(p->cpus);
-    p->cpus = NULL;
-}
-
 static void stop_workers(pt_pool *p)
 {
     if (!p->started)
@@ -366,59 +334,6 @@ static uint64_t spin_cap(int *from_env)
     return SPIN_CAP_NS;
 }
 
-/* A non-negative integer from the environment, or -1. */
-static long env_count(const char *name)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return -1;
-    char *end;
-    const long v = strtol(s, &end, 10);
-    return *end || v < 0 ? -1 : v;
-}
-
-/* Chooses each thread's CPU (see the top of the file); 0 and p->unpinned_why
- * set when the threads stay unpinned. */
-static int choose_cpus(pt_pool *p)
-{
-    const char *env = getenv("PIPETRAIN_PIN");
-    if (env && !strcmp(env, "0")) {
-        p->unpinned_why = "PIPETRAIN_PIN=0";
-        return 0;
-    }
-    if (sched_getaffinity(0, sizeof p->caller_mask, &p->caller_mask)) {
-        p->unpinned_why = "the CPU set is unknown";
-        return 0;
-    }
-    long rank = env_count("OMPI_COMM_WORLD_LOCAL_RANK"), size = env_count("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (rank < 0 || size < 1 || rank >= size)
-        rank = 0, size = 1;
-    const int allowed = CPU_COUNT(&p->caller_mask);
-    if ((long)allowed < size * p->threads) {
-        p->unpinned_why = "fewer CPUs than threads on this node";
-        return 0;
-    }
-    p->cpus = malloc((size_t)p->threads * sizeof *p->cpus);
-    if (!p->cpus) {
-        p->unpinned_why = "out of memory";
-        return 0;
-    }
-    long skip = rank * p->threads;
-    int k = 0;
-    for (int c = 0; c < CPU_SETSIZE && k < p->threads; c++)
-        if (CPU_ISSET(c, &p->caller_mask) && skip-- <= 0)
-            p->cpus[k++] = c;
-    return 1;
-}
-
-static int pin_to(pthread_t t, int cpu)
-{
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    return pthread_setaffinity_np(t, sizeof one, &one);
-}
-
 int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
 {
     *out = NULL;
@@ -430,17 +345,10 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
     p->init = init;
     p->cap_ns = spin_cap(&p->cap_from_env);
     atomic_init(&p->caller.spin_ns, p->cap_ns);
-    if (p->threads < 2)
-        p->unpinned_why = "one thread";
-    else if (choose_cpus(p) && pin_to(pthread_self(), p->cpus[0]) == 0)
-        p->pinned = 1;
-    else if (p->cpus)
-        p->unpinned_why = "the caller could not be pinned";
     if (p->threads > 1) {
         const size_t bytes = ((size_t)(p->threads - 1) * sizeof *p->workers + 63) / 64 * 64;
         p->workers = aligned_alloc(64, bytes);
         if (!p->workers) {
-            unpin_caller(p);
             free(p);
             return ENOMEM;
         }
@@ -455,23 +363,12 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
             w->pool = p;
             w->index = i + 1;
             atomic_init(&w->w.spin_ns, p->cap_ns);
-            pthread_attr_t attr;
-            if ((rc = pthread_attr_init(&attr)))
-                break;
-            cpu_set_t one;
-            CPU_ZERO(&one);
-            if (p->pinned) {
-                CPU_SET(p->cpus[i + 1], &one);
-                pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-            }
-            if ((rc = pthread_create(&w->tid, &attr, worker_main, w)) == 0)
+            if ((rc = pthread_create(&w->tid, NULL, worker_main, w)) == 0)
                 p->started++;
-            pthread_attr_destroy(&attr);
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc) {
             stop_workers(p);
-            unpin_caller(p);
             free(p->workers);
             free(p);
             return rc;
@@ -486,7 +383,6 @@ void pt_pool_destroy(pt_pool *pool)
     if (!pool)
         return;
     stop_workers(pool);
-    unpin_caller(pool);
     free(pool->workers);
     free(pool);
 }
@@ -497,26 +393,11 @@ void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size)
 {
     const uint64_t cap = pool ? pool->cap_ns : SPIN_CAP_NS;
     const char *env = pool && pool->cap_from_env ? " (PIPETRAIN_SPIN_US)" : "";
-    int n;
     if (cap == 0)
-        n = snprintf(buf, size, "sleep at once%s", env);
+        snprintf(buf, size, "sleep at once%s", env);
     else
-        n = snprintf(buf, size, "spin up to %g us%s (less after waits that outlast it), then sleep",
-                     (double)cap / 1000.0, env);
-    if (!pool || n < 0 || (unsigned long)n >= size)
-        return;
-    if (!pool->pinned) {
-        snprintf(buf + n, size - (unsigned long)n, "; not pinned (%s)", pool->unpinned_why);
-        return;
-    }
-    n += snprintf(buf + n, size - (unsigned long)n, "; pinned to CPU%s", pool->threads > 1 ? "s" : "");
-    for (int i = 0; i < pool->threads && (unsigned long)n < size; i++)
-        n += snprintf(buf + n, size - (unsigned long)n, "%s%d", i ? "," : " ", pool->cpus[i]);
-}
-
-int pt_pool_cpu(const pt_pool *pool, int thread)
-{
-    return pool && pool->pinned && thread >= 0 && thread < pool->threads ? pool->cpus[thread] : -1;
+        snprintf(buf, size, "spin up to %g us%s (less after waits that outlast it), then sleep",
+                 (double)cap / 1000.0, env);
 }
 
 void pt_pool_get_stats(const pt_pool *pool, pt_pool_stats *out)

@@ -23,9 +23,6 @@
  * A NULL pool, a pool of one thread, a run of fewer than two tasks, and a
  * run started from inside a task or while another thread is running the
  * pool all run every task on the calling thread, in order, as thread 0.
- * Where each thread of the process's node-local rank can have a CPU of its
- * own, the pool pins each thread to one (and gives the caller its CPU mask
- * back when destroyed); PIPETRAIN_PIN=0 turns that off.
  */
 #ifndef PT_NN_CPU_POOL_H
 #define PT_NN_CPU_POOL_H
@@ -51,10 +48,6 @@ void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 /* How the pool's threads wait, in words, into buf: e.g. "spin up to 20 us
  * (less after waits that outlast it), then sleep". */
 void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);
-
-/* The CPU thread `thread` of the pool is pinned to, or -1 when the pool's
- * threads are not pinned (nn/cpu_pool.c says when they are). */
-int pt_pool_cpu(const pt_pool *pool, int thread);
 
 /* Counters of the waits since the pool was created, for benchmarks and
  * tests: how many waits, how many of them ended asleep, and the current

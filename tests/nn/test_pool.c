@@ -20,20 +20,12 @@
  *  - the spin adapts: after long gaps between runs a worker's spin limit
  *    falls to zero, after short ones it grows back;
  *  - teardown: pools made and destroyed, used and unused, at every thread
- *    count (the sanitizer build checks that nothing leaks);
- *  - placement: with a CPU for every thread, each task runs on the CPU its
- *    thread is pinned to (distinct CPUs of the caller's set), the caller
- *    gets its own mask back when the pool is destroyed; nothing is pinned
- *    with PIPETRAIN_PIN=0, with one thread, or when the node-local ranks
- *    (OMPI_COMM_WORLD_LOCAL_*) would need more CPUs than the set has; rank r
- *    takes the CPUs after those of ranks below it.
+ *    count (the sanitizer build checks that nothing leaks).
  */
-#define _GNU_SOURCE /* sched_getcpu, CPU_* */
 #include "nn/cpu_pool.h"
 #include "tests/common/cunit_main.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -366,119 +358,6 @@ static void teardown(void)
     pt_pool_destroy(NULL);
 }
 
-/* ------------------------------------------------------------- placement */
-
-typedef struct {
-    _Atomic int cpu_of[8], ran[8];
-    _Atomic int wrong;
-} where_job;
-
-/* Checks that the thread running it may run on its pinned CPU alone, and on
- * it; takes about 20 us, so that every thread gets tasks. */
-static void where_task(void *ctx, long t, int thread)
-{
-    where_job *j = ctx;
-    const int want = atomic_load(&j->cpu_of[thread]);
-    cpu_set_t mine;
-    if (want >= 0 && (pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) ||
-                      CPU_COUNT(&mine) != 1 || !CPU_ISSET(want, &mine) || sched_getcpu() != want))
-        atomic_fetch_add(&j->wrong, 1);
-    atomic_fetch_add(&j->ran[thread], 1);
-    const double t0 = now_s();
-    while (now_s() - t0 < 20e-6)
-        ;
-    (void)t;
-}
-
-static int same_mask(const cpu_set_t *a)
-{
-    cpu_set_t now;
-    return sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(a, &now);
-}
-
-static void placement(void)
-{
-    cpu_set_t before;
-    CU_ASSERT_FATAL(sched_getaffinity(0, sizeof before, &before) == 0);
-    const int cpus = CPU_COUNT(&before);
-    int first[8], k = 0;
-    for (int c = 0; c < CPU_SETSIZE && k < 8; c++)
-        if (CPU_ISSET(c, &before))
-            first[k++] = c;
-    char buf[256];
-    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    for (int threads = 1; threads <= 3; threads++) {
-        pt_pool *p = make(threads);
-        pt_pool_describe(p, buf, sizeof buf);
-        const int expect = threads > 1 && cpus >= threads;
-        printf("(%d threads, %d CPUs: %s) ", threads, cpus, buf);
-        CU_ASSERT_EQUAL(pt_pool_cpu(p, 0) >= 0, expect);
-        CU_ASSERT_EQUAL(strstr(buf, "; pinned to CPU") != NULL, expect);
-        where_job j = {.wrong = 0};
-        for (int t = 0; t < 8; t++) {
-            atomic_init(&j.cpu_of[t], t < threads ? pt_pool_cpu(p, t) : -1);
-            atomic_init(&j.ran[t], 0);
-        }
-        for (int t = 0; expect && t < threads; t++) {
-            CU_ASSERT_EQUAL(pt_pool_cpu(p, t), first[t]); /* rank 0: the set's first CPUs */
-            for (int u = 0; u < t; u++)
-                CU_ASSERT_NOT_EQUAL(pt_pool_cpu(p, t), pt_pool_cpu(p, u));
-        }
-        CU_ASSERT_EQUAL(pt_pool_cpu(p, threads), -1);
-        for (int rep = 0; rep < 50; rep++)
-            pt_pool_run(p, 64, where_task, &j);
-        CU_ASSERT_EQUAL(atomic_load(&j.wrong), 0);
-        for (int t = 0; expect && t < threads; t++)
-            CU_ASSERT(atomic_load(&j.ran[t]) > 0); /* every pinned thread was checked */
-        if (expect) {
-            cpu_set_t one;
-            CU_ASSERT_FATAL(sched_getaffinity(0, sizeof one, &one) == 0);
-            CU_ASSERT_EQUAL(CPU_COUNT(&one), 1);
-            CU_ASSERT(CPU_ISSET(pt_pool_cpu(p, 0), &one));
-        }
-        pt_pool_destroy(p);
-        CU_ASSERT(same_mask(&before));
-    }
-    if (cpus < 2) {
-        printf("(one CPU: the pinned cases are not reachable here) ");
-        return;
-    }
-    /* switched off */
-    setenv("PIPETRAIN_PIN", "0", 1);
-    pt_pool *p = make(2);
-    pt_pool_describe(p, buf, sizeof buf);
-    CU_ASSERT_EQUAL(pt_pool_cpu(p, 0), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "not pinned (PIPETRAIN_PIN=0)"));
-    CU_ASSERT(same_mask(&before));
-    pt_pool_destroy(p);
-    unsetenv("PIPETRAIN_PIN");
-    /* ranks on the node: rank 1 of 2 with one thread each takes the second CPU;
-     * two threads each need 4 CPUs */
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-    p = make(2);
-    CU_ASSERT_EQUAL(pt_pool_cpu(p, 0) >= 0, cpus >= 4);
-    if (cpus >= 4)
-        CU_ASSERT_EQUAL(pt_pool_cpu(p, 0), first[2]);
-    pt_pool_destroy(p);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 1); /* 16 CPUs needed */
-    p = make(2);
-    pt_pool_describe(p, buf, sizeof buf);
-    CU_ASSERT_EQUAL(pt_pool_cpu(p, 0) >= 0, cpus >= 16);
-    if (cpus < 16)
-        CU_ASSERT_PTR_NOT_NULL(strstr(buf, "not pinned (fewer CPUs than threads on this node)"));
-    pt_pool_destroy(p);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
-    p = make(2);
-    CU_ASSERT_EQUAL(pt_pool_cpu(p, 1), first[1]);
-    pt_pool_destroy(p);
-    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    CU_ASSERT(same_mask(&before));
-}
-
 static const pt_test tests[] = {
     {"every_task_once_any_threads_and_sizes", every_task_once},
     {"claiming_is_dynamic", claiming_is_dynamic},
@@ -487,6 +366,5 @@ static const pt_test tests[] = {
     {"nested_and_concurrent_runs", nested_and_concurrent_runs},
     {"spin_adapts", spin_adapts},
     {"teardown", teardown},
-    {"placement", placement},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"thread pool", tests}, {NULL, NULL}};
