@@ -87,7 +87,7 @@ int main(int argc, char **argv)
     static const int Ms[] = {2176, 34, 17};
     static const int NKs[][2] = {{192, 64}, {64, 64},   {256, 64},  {64, 256},
                                  {96, 32},  {768, 256}, {256, 1024}};
-    printf("kernel: %s; OpenBLAS: %s\n", pt_gemm_nt_f32_isa(), openblas_get_config());
+    printf("kernel: %s; OpenBLAS: %s\n", pt_gemm_f32_isa(), openblas_get_config());
     printf("%7s %5s %5s %7s %12s %12s %7s\n", "threads", "M", "N", "K", "ours GF/s", "blas GF/s",
            "ratio");
     char *list = strdup(threads_arg);

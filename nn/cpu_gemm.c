@@ -26,10 +26,12 @@
  * into chunks sized to stay in L2 while a thread walks the panels over them.
  *
  * Built for AVX-512 (zmm), AVX2 + FMA (ymm) or neither (fmaf on arrays); the
- * build machine's flags choose. tests/nn/test_gemm.c compiles this file
- * again for the other two and checks that all three give the same bits.
+ * build machine's flags choose (nn/cpu_gemm_vec.h). tests/nn/test_gemm.c
+ * compiles this file again for the other two and checks that all three give
+ * the same bits.
  */
 #include "nn/cpu_gemm.h"
+#include "nn/cpu_gemm_vec.h"
 #include "nn/cpu_pool.h"
 #include "nn/cpu_transpose.h"
 
@@ -38,85 +40,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-
-/* The test compiles this file once more per instruction set under other names. */
-#ifndef PT_GEMM_NAME
-#define PT_GEMM_NAME pt_gemm_nt_f32
-#define PT_GEMM_ISA_NAME pt_gemm_nt_f32_isa
-#endif
-
-#define INLINE static inline __attribute__((always_inline))
-
-/* ------------------------------------------------------------ vector layer */
-
-#if defined(__AVX512F__)
-#define ISA "avx512"
-enum { VL = 16 };
-typedef __m512 vec;
-INLINE vec v_zero(void) { return _mm512_setzero_ps(); }
-INLINE vec v_load(const float *p) { return _mm512_load_ps(p); } /* packed panel: aligned */
-INLINE void v_store(float *p, vec v) { _mm512_store_ps(p, v); }
-INLINE vec v_loadu(const float *p) { return _mm512_loadu_ps(p); }
-INLINE void v_storeu(float *p, vec v) { _mm512_storeu_ps(p, v); }
-INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
-/* c + a[0] * b, rounded once; GCC folds the broadcast into the FMA's operand */
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, c);
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-#define ISA "avx2-fma"
-enum { VL = 8 };
-typedef __m256 vec;
-INLINE vec v_zero(void) { return _mm256_setzero_ps(); }
-INLINE vec v_load(const float *p) { return _mm256_load_ps(p); }
-INLINE void v_store(float *p, vec v) { _mm256_store_ps(p, v); }
-INLINE vec v_loadu(const float *p) { return _mm256_loadu_ps(p); }
-INLINE void v_storeu(float *p, vec v) { _mm256_storeu_ps(p, v); }
-INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c);
-}
-#else
-#define ISA "portable"
-enum { VL = 8 };
-typedef struct {
-    float l[VL];
-} vec;
-INLINE vec v_zero(void) { return (vec){{0}}; }
-INLINE vec v_load(const float *p)
-{
-    vec v;
-    memcpy(v.l, p, sizeof v.l);
-    return v;
-}
-INLINE void v_store(float *p, vec v) { memcpy(p, v.l, sizeof v.l); }
-INLINE vec v_loadu(const float *p) { return v_load(p); }
-INLINE void v_storeu(float *p, vec v) { v_store(p, v); }
-INLINE vec v_add(vec a, vec b)
-{
-    for (int i = 0; i < VL; i++)
-        a.l[i] += b.l[i];
-    return a;
-}
-/* fmaf is the correctly rounded fused operation of C99 (a library call where
- * the CPU has no FMA: slow, and exactly the same result) */
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    for (int i = 0; i < VL; i++)
-        c.l[i] = fmaf(*a, b.l[i], c.l[i]);
-    return c;
-}
-#endif
-
-/* MR rows x NR columns per micro-kernel call; a panel is NR (or, for a last
- * panel of at most VL columns, VL) columns of w^T. */
-enum { MR = 6, NR = 2 * VL };
 
 /* Below this many multiply-adds the call runs on the caller alone: waking
  * the others costs more than it saves (the result is the same either way). */
@@ -370,8 +293,8 @@ static void panel_task(void *ctx, long p, int thread)
     run_task(pl, 0, pl->panels, p);
 }
 
-void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
-                  const float *add, int rows, int out, int in)
+void GEMM_FN(pt_gemm_nt_f32)(pt_pool *pool, float *y, const float *x, const float *w,
+                             const float *b, const float *add, int rows, int out, int in)
 {
     if (rows <= 0 || out <= 0)
         return;
@@ -412,4 +335,4 @@ void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const
     free(pl.packed);
 }
 
-const char *PT_GEMM_ISA_NAME(void) { return ISA; }
+const char *GEMM_FN(pt_gemm_f32_isa)(void) { return ISA; }

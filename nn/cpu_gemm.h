@@ -29,8 +29,8 @@
 void pt_gemm_nt_f32(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
                     const float *add, int rows, int out, int in);
 
-/* The instruction set the kernel was compiled for ("avx512", "avx2-fma" or
- * "portable"), for benchmarks and test logs. */
-const char *pt_gemm_nt_f32_isa(void);
+/* The instruction set the kernels were compiled for ("avx512", "avx2-fma"
+ * or "portable"), for benchmarks and test logs. */
+const char *pt_gemm_f32_isa(void);
 
 #endif

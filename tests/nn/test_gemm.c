@@ -41,19 +41,19 @@
 /* the kernel compiled for other instruction sets (tests/nn/CMakeLists.txt) */
 void pt_gemm_nt_f32_avx2(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
                          const float *add, int rows, int out, int in);
-const char *pt_gemm_nt_f32_avx2_isa(void);
+const char *pt_gemm_f32_isa_avx2(void);
 void pt_gemm_nt_f32_portable(pt_pool *pool, float *y, const float *x, const float *w,
                              const float *b, const float *add, int rows, int out, int in);
-const char *pt_gemm_nt_f32_portable_isa(void);
+const char *pt_gemm_f32_isa_portable(void);
 
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
 static const struct {
     gemm_fn fn;
     const char *(*isa)(void);
-} builds[] = {{pt_gemm_nt_f32, pt_gemm_nt_f32_isa},
-              {pt_gemm_nt_f32_avx2, pt_gemm_nt_f32_avx2_isa},
-              {pt_gemm_nt_f32_portable, pt_gemm_nt_f32_portable_isa}};
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_f32_isa_avx2},
+              {pt_gemm_nt_f32_portable, pt_gemm_f32_isa_portable}};
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
