@@ -1,8 +1,10 @@
 /*
- * test_gemm.c: the float32 forward linear's kernel (nn/cpu_gemm.h) computes
- * exactly the arithmetic its header promises, whatever the shape, the rows
- * that share a call, the thread count or the instruction set.
+ * test_gemm.c: the float32 CPU backend's matrix product kernels
+ * (nn/cpu_gemm.h) compute exactly the arithmetic their header promises,
+ * whatever the shape, the rows that share a call, the thread count or the
+ * instruction set.
  *
+ * Forward, y = init + x w^T:
  *  - exact: every element equals, bit for bit, an emulation written here
  *    from the contract alone (acc = 0; acc = fmaf(x, w, acc) for k
  *    ascending; y = init + acc, init = (add + b), add, b or nothing), for
@@ -27,7 +29,14 @@
  *    changes y by about one |x w| term, which for these sizes is larger
  *    than the bound (the emulation check above catches anything smaller).
  *
- * The emulation and the float64 reference share no code with the kernel.
+ * Backward, dx = dy w: exact against an emulation of its contract (acc =
+ * 0, acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc), bit for
+ * bit, for every (rows, out, in) from {1, 7, 17, 33, 64, 65, 100, 384,
+ * 1536} of at most 2^21 multiply-adds (583 shapes) and the demo ViT's
+ * layers, at 1, 2 and 3 threads, for all three builds; and within the
+ * float64 bound of the same argument, gamma(out) sum |dy w|.
+ *
+ * The emulations and the float64 references share no code with the kernels.
  */
 #include "nn/cpu_gemm.h"
 #include "nn/nn.h"
@@ -38,22 +47,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the kernel compiled for other instruction sets (tests/nn/CMakeLists.txt) */
-void pt_gemm_nt_f32_avx2(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
-                         const float *add, int rows, int out, int in);
-const char *pt_gemm_f32_isa_avx2(void);
-void pt_gemm_nt_f32_portable(pt_pool *pool, float *y, const float *x, const float *w,
-                             const float *b, const float *add, int rows, int out, int in);
-const char *pt_gemm_f32_isa_portable(void);
+/* the kernels compiled for other instruction sets (tests/nn/CMakeLists.txt) */
+#define OTHER_BUILD(sfx)                                                                           \
+    void pt_gemm_nt_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w,            \
+                             const float *b, const float *add, int rows, int out, int in);         \
+    void pt_gemm_nn_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w, int rows,  \
+                             int n, int k);                                                        \
+    const char *pt_gemm_f32_isa##sfx(void);
+OTHER_BUILD(_avx2)
+OTHER_BUILD(_portable)
 
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
+typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
 static const struct {
     gemm_fn fn;
+    gemm_nn_fn nn;
     const char *(*isa)(void);
-} builds[] = {{pt_gemm_nt_f32, pt_gemm_f32_isa},
-              {pt_gemm_nt_f32_avx2, pt_gemm_f32_isa_avx2},
-              {pt_gemm_nt_f32_portable, pt_gemm_f32_isa_portable}};
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_f32_isa_avx2},
+              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_f32_isa_portable}};
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
@@ -251,10 +264,120 @@ static void rows_independent_of_batch(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* ---------------------------------------------------------------- backward */
+
+/* dx = dy w by the contract: acc = 0; acc = fmaf(dy[r,k], w[k,i], acc) for
+ * k (= o) ascending; dx = acc. Here x stands for dy, N = in, K = out. */
+static void emulate_nn(float *y, const float *x, const float *w, int M, int N, int K)
+{
+    for (int r = 0; r < M; r++)
+        for (int n = 0; n < N; n++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                acc = fmaf(x[(size_t)r * K + k], w[(size_t)k * N + n], acc);
+            y[(size_t)r * N + n] = acc;
+        }
+}
+
+/* Elements of dx outside the proven bound of the float64 product: K
+ * roundings, |dx - exact| <= gamma(K) sum |dy w| (as outside_bound). */
+static long nn_outside_bound(const float *y, const float *x, const float *w, int M, int N, int K)
+{
+    const double u = ldexp(1.0, -24), gamma = K * u / (1 - K * u);
+    long bad = 0;
+    for (int r = 0; r < M; r++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)r * K + k] * (double)w[(size_t)k * N + n];
+                s += p;
+                mag += fabs(p);
+            }
+            bad += !(fabs((double)y[(size_t)r * N + n] - s) <= gamma * mag);
+        }
+    return bad;
+}
+
+/* One backward shape: dx = dy w by every build on a pool of `threads`,
+ * against the emulation bit for bit; with check_bound, the native build's
+ * result against the float64 bound too. */
+static long bwd_case(int rows, int out, int in, int threads, int check_bound)
+{
+    float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats((size_t)out * in, -1, 1);
+    float *want_dx = malloc((size_t)rows * in * sizeof *want_dx);
+    float *dx = malloc((size_t)rows * in * sizeof *dx);
+    emulate_nn(want_dx, dy, w, rows, in, out);
+    long bad = 0;
+    pt_pool *pool = pool_of(threads);
+    for (int v = 0; v < BUILDS; v++) {
+        for (size_t i = 0; i < (size_t)rows * in; i++)
+            dx[i] = NAN; /* an element left unwritten fails */
+        builds[v].nn(pool, dx, dy, w, rows, in, out);
+        if (memcmp(dx, want_dx, (size_t)rows * in * sizeof *dx)) {
+            bad++;
+            printf("\n  %s: dx = dy w, rows=%d out=%d in=%d, %d threads: not the contract's bits",
+                   builds[v].isa(), rows, out, in, threads);
+        }
+        if (v == 0 && check_bound && nn_outside_bound(dx, dy, w, rows, in, out)) {
+            bad++;
+            printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
+        }
+    }
+    free(dy);
+    free(w);
+    free(want_dx);
+    free(dx);
+    return bad;
+}
+
+/* Every (rows, out, in) from sizes on and around the vector width, the
+ * tiles (MR = 6 rows, panels of 16 and 32 columns) and the models' widths,
+ * whose product is at most 2^21 multiply-adds (2^21 keeps the portable
+ * build's fmaf and the emulations quick), at 1, 2 and 3 threads. */
+static void backward_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 14, 0);
+    static const int sizes[] = {1, 7, 17, 33, 64, 65, 100, 384, 1536};
+    enum { S = sizeof sizes / sizeof *sizes };
+    long bad = 0;
+    int cases = 0;
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++)
+            for (int k = 0; k < S; k++) {
+                const int rows = sizes[i], out = sizes[j], in = sizes[k];
+                if ((double)rows * out * in > (1 << 21))
+                    continue;
+                for (int threads = 1; threads <= 3; threads++)
+                    bad += bwd_case(rows, out, in, threads, threads == 1);
+                cases++;
+            }
+    printf(" (%d shapes) ", cases);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The models' shapes, with many tasks for the pool: the demo ViT's four
+ * layers (2176 rows) and two others. */
+static void backward_model_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 15, 0);
+    static const int shapes[][3] = {{2176, 192, 64}, {2176, 64, 64}, {2176, 256, 64},
+                                    {2176, 64, 256}, {250, 1152, 96}, {601, 47, 300}};
+    long bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int threads = 1; threads <= 3; threads++)
+            bad += bwd_case(shapes[s][0], shapes[s][1], shapes[s][2], threads, threads == 1);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static const pt_test tests[] = {
     {"three_builds_differ", builds_differ},
     {"small_shapes_exact_and_within_bound", small_shapes_exact},
     {"parallel_shapes_exact_1_2_3_threads", parallel_shapes_exact},
     {"rows_independent_of_batch_and_threads", rows_independent_of_batch},
     {NULL, NULL}};
-static const pt_test_suite suites[] = {{"forward linear kernel", tests}, {NULL, NULL}};
+static const pt_test bwd_tests[] = {
+    {"backward_shapes_exact_and_within_bound", backward_shapes_exact},
+    {"backward_model_shapes_exact_1_2_3_threads", backward_model_shapes_exact},
+    {NULL, NULL}};
+static const pt_test_suite suites[] = {
+    {"forward linear kernel", tests}, {"backward linear kernel (dx)", bwd_tests}, {NULL, NULL}};
