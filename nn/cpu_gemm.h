@@ -1,20 +1,23 @@
 /*
  * cpu_gemm.h (internal to nn/): the float32 CPU backend's matrix products,
- * by kernels of our own (nn/cpu_gemm.c) rather than OpenBLAS, because
- * their arithmetic per output element is fixed by a contract and not by
- * the shape of the call. For each product:
+ * by kernels of our own (nn/cpu_gemm.c, nn/cpu_gemm_tn.c) rather than
+ * OpenBLAS, because their arithmetic per output element is fixed by a
+ * contract and not by the shape of the call. For each product:
  *
  *   forward  y = init + x w^T  (x [rows, in], w [out, in], y [rows, out]):
  *            y[r,o] = init[r,o] + acc,  acc = fma(x[r,k-1], w[o,k-1], ... fma(x[r,0], w[o,0], 0))
  *   backward dx = dy w  (dy [rows, out], w [out, in], dx [rows, in]):
  *            dx[r,i] = acc,  acc = fma(dy[r,out-1], w[out-1,i], ... fma(dy[r,0], w[0,i], 0))
+ *   backward dw += dy^T x  (dy [rows, out], x [rows, in], dw [out, in]):
+ *            dw[o,i] = dw[o,i] + acc,  acc = fma(dy[rows-1,o], x[rows-1,i], ... fma(dy[0,o], x[0,i], 0))
  *
  * one float accumulator per element, starting at 0, one correctly rounded
- * fused multiply-add per k in ascending order (k = in and out
- * respectively), then for the forward one rounded addition (dx is the
- * accumulator itself). The forward's init is add + b (one rounded addition)
- * when both are given, add or b alone when one is, and nothing (y = acc)
- * when neither is. Since each step is correctly rounded, the bits of an
+ * fused multiply-add per k in ascending order (k = in, out and rows
+ * respectively; dw's chain runs over all of the rows, never split), then
+ * for the forward and dw one rounded addition (dx is the accumulator
+ * itself). The forward's init is add + b (one rounded addition) when both
+ * are given, add or b alone when one is, and nothing (y = acc) when neither
+ * is. Since each step is correctly rounded, the bits of an
  * element depend only on the operands the formula names: not on which other
  * rows share the call, not on the thread count, the tile the element falls
  * in or the instruction set the kernel was built for. The activation cache
@@ -49,6 +52,25 @@ void pt_gemm_nn_f32(pt_pool *pool, float *y, const float *x, const float *w, int
  * given, however small the product. */
 void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w, int rows, int n,
                          int k, long extra, pt_pool_fn fn, void *ctx);
+
+/* c [m, n] += a^T b, a [k, m], b [k, n]: the backward's dw += dy^T x with
+ * k = rows, m = out, n = in. Nothing is allocated. */
+void pt_gemm_tn_f32(pt_pool *pool, float *c, const float *a, const float *b, int k, int m, int n);
+
+/* The same as tasks of a run the caller makes: pt_gemm_tn_plan fills *p
+ * and returns the number of tasks (0 when there is nothing to do); running
+ * pt_gemm_tn_task(p, t) once for every t, on any threads in any order, is
+ * pt_gemm_tn_f32. Tasks write disjoint blocks of c and depend on the shape
+ * alone. The fields are the kernel's own. */
+typedef struct {
+    float *c;
+    const float *a, *b;
+    int k, m, n;
+    int mblocks, nblocks, by_b;
+} pt_gemm_tn;
+long pt_gemm_tn_plan(pt_gemm_tn *p, float *c, const float *a, const float *b, int k, int m,
+                     int n);
+void pt_gemm_tn_task(const pt_gemm_tn *p, long t);
 
 /* The instruction set the kernels were compiled for ("avx512", "avx2-fma"
  * or "portable"), for benchmarks and test logs. */

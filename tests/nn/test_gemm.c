@@ -29,12 +29,17 @@
  *    changes y by about one |x w| term, which for these sizes is larger
  *    than the bound (the emulation check above catches anything smaller).
  *
- * Backward, dx = dy w: exact against an emulation of its contract (acc =
- * 0, acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc), bit for
- * bit, for every (rows, out, in) from {1, 7, 17, 33, 64, 65, 100, 384,
- * 1536} of at most 2^21 multiply-adds (583 shapes) and the demo ViT's
- * layers, at 1, 2 and 3 threads, for all three builds; and within the
- * float64 bound of the same argument, gamma(out) sum |dy w|.
+ * Backward, dx = dy w and dw += dy^T x:
+ *  - exact: both against emulations of their contracts (dx: acc = 0,
+ *    acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc; dw:
+ *    acc = 0, acc = fmaf(dy[r,o], x[r,i], acc) for every row r ascending in
+ *    one chain, dw = dw + acc), bit for bit, for every (rows, out, in) from
+ *    {1, 7, 17, 33, 64, 65, 100, 384, 1536} of at most 2^21 multiply-adds
+ *    (583 shapes, which cross the vector width, the tiles, dw's task blocks
+ *    and its steps along the rows) and the demo ViT's layers, at 1, 2 and 3
+ *    threads, for all three builds;
+ *  - math: within the float64 bounds of the same argument, gamma(out)
+ *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw.
  *
  * The emulations and the float64 references share no code with the kernels.
  */
@@ -53,6 +58,8 @@
                              const float *b, const float *add, int rows, int out, int in);         \
     void pt_gemm_nn_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w, int rows,  \
                              int n, int k);                                                        \
+    void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, const float *a, const float *b, int k,     \
+                             int m, int n);                                                        \
     const char *pt_gemm_f32_isa##sfx(void);
 OTHER_BUILD(_avx2)
 OTHER_BUILD(_portable)
@@ -60,13 +67,17 @@ OTHER_BUILD(_portable)
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
 typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
+typedef void (*gemm_tn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
 static const struct {
     gemm_fn fn;
     gemm_nn_fn nn;
+    gemm_tn_fn tn;
     const char *(*isa)(void);
-} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_f32_isa},
-              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_f32_isa_avx2},
-              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_f32_isa_portable}};
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_tn_f32, pt_gemm_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_tn_f32_avx2,
+               pt_gemm_f32_isa_avx2},
+              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_tn_f32_portable,
+               pt_gemm_f32_isa_portable}};
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
@@ -279,6 +290,20 @@ static void emulate_nn(float *y, const float *x, const float *w, int M, int N, i
         }
 }
 
+/* dw += dy^T x by the contract: acc = 0; acc = fmaf(dy[r,o], x[r,i], acc)
+ * for every r ascending, in one chain; dw = dw + acc. a = dy [K, M], b = x
+ * [K, N], c = dw [M, N]. */
+static void emulate_tn(float *c, const float *a, const float *b, int K, int M, int N)
+{
+    for (int o = 0; o < M; o++)
+        for (int i = 0; i < N; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < K; r++)
+                acc = fmaf(a[(size_t)r * M + o], b[(size_t)r * N + i], acc);
+            c[(size_t)o * N + i] = c[(size_t)o * N + i] + acc;
+        }
+}
+
 /* Elements of dx outside the proven bound of the float64 product: K
  * roundings, |dx - exact| <= gamma(K) sum |dy w| (as outside_bound). */
 static long nn_outside_bound(const float *y, const float *x, const float *w, int M, int N, int K)
@@ -298,15 +323,39 @@ static long nn_outside_bound(const float *y, const float *x, const float *w, int
     return bad;
 }
 
-/* One backward shape: dx = dy w by every build on a pool of `threads`,
- * against the emulation bit for bit; with check_bound, the native build's
- * result against the float64 bound too. */
+/* The same for dw: K fused multiply-adds and the addition to dw0, K + 1
+ * roundings, |dw - exact| <= gamma(K + 1) (|dw0| + sum |dy x|). */
+static long tn_outside_bound(const float *c, const float *c0, const float *a, const float *b,
+                             int K, int M, int N)
+{
+    const double u = ldexp(1.0, -24), n = K + 1, gamma = n * u / (1 - n * u);
+    long bad = 0;
+    for (int o = 0; o < M; o++)
+        for (int i = 0; i < N; i++) {
+            double s = c0[(size_t)o * N + i], mag = fabs(s);
+            for (int r = 0; r < K; r++) {
+                const double p = (double)a[(size_t)r * M + o] * (double)b[(size_t)r * N + i];
+                s += p;
+                mag += fabs(p);
+            }
+            bad += !(fabs((double)c[(size_t)o * N + i] - s) <= gamma * mag);
+        }
+    return bad;
+}
+
+/* One backward shape: dx = dy w and dw += dy^T x by every build on a pool
+ * of `threads`, against the emulations bit for bit; with check_bound, the
+ * native build's results against the float64 bounds too. */
 static long bwd_case(int rows, int out, int in, int threads, int check_bound)
 {
     float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats((size_t)out * in, -1, 1);
+    float *x = rand_floats((size_t)rows * in, -1, 1), *dw0 = rand_floats((size_t)out * in, -2, 2);
     float *want_dx = malloc((size_t)rows * in * sizeof *want_dx);
-    float *dx = malloc((size_t)rows * in * sizeof *dx);
+    float *want_dw = malloc((size_t)out * in * sizeof *want_dw);
+    float *dx = malloc((size_t)rows * in * sizeof *dx), *dw = malloc((size_t)out * in * sizeof *dw);
     emulate_nn(want_dx, dy, w, rows, in, out);
+    memcpy(want_dw, dw0, (size_t)out * in * sizeof *dw);
+    emulate_tn(want_dw, dy, x, rows, out, in);
     long bad = 0;
     pt_pool *pool = pool_of(threads);
     for (int v = 0; v < BUILDS; v++) {
@@ -322,16 +371,32 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
             bad++;
             printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
         }
+        memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
+        builds[v].tn(pool, dw, dy, x, rows, out, in);
+        if (memcmp(dw, want_dw, (size_t)out * in * sizeof *dw)) {
+            bad++;
+            printf("\n  %s: dw += dy^T x, rows=%d out=%d in=%d, %d threads: not the contract's bits",
+                   builds[v].isa(), rows, out, in, threads);
+        }
+        if (v == 0 && check_bound && tn_outside_bound(dw, dw0, dy, x, rows, out, in)) {
+            bad++;
+            printf("\n  dw rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
+        }
     }
     free(dy);
     free(w);
+    free(x);
+    free(dw0);
     free(want_dx);
+    free(want_dw);
     free(dx);
+    free(dw);
     return bad;
 }
 
 /* Every (rows, out, in) from sizes on and around the vector width, the
- * tiles (MR = 6 rows, panels of 16 and 32 columns) and the models' widths,
+ * tiles (MR = 6 rows, panels of 16 and 32 columns), dw's task blocks and
+ * steps along k (96 x 64 and 128 rows for AVX-512), and the models' widths,
  * whose product is at most 2^21 multiply-adds (2^21 keeps the portable
  * build's fmaf and the emulations quick), at 1, 2 and 3 threads. */
 static void backward_shapes_exact(void)
@@ -356,7 +421,7 @@ static void backward_shapes_exact(void)
 }
 
 /* The models' shapes, with many tasks for the pool: the demo ViT's four
- * layers (2176 rows) and two others. */
+ * layers (2176 rows: dw's k in 17 steps) and two others. */
 static void backward_model_shapes_exact(void)
 {
     pt_rng_seed(&rng, 15, 0);
@@ -380,4 +445,4 @@ static const pt_test bwd_tests[] = {
     {"backward_model_shapes_exact_1_2_3_threads", backward_model_shapes_exact},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {
-    {"forward linear kernel", tests}, {"backward linear kernel (dx)", bwd_tests}, {NULL, NULL}};
+    {"forward linear kernel", tests}, {"backward linear kernels", bwd_tests}, {NULL, NULL}};
