@@ -49,7 +49,8 @@ void pt_gemm_nn_f32(pt_pool *pool, float *y, const float *x, const float *w, int
  * thread) for t in [0, extra), claimed ahead of the product's own tasks in
  * the first run that computes (after w's panels are packed; when w is large
  * and packed a part at a time, in the first part's run). pool is used as
- * given, however small the product. */
+ * given, however small the product. The backward's dw tiles and db's column
+ * sums run this way, beside dx's tiles. */
 void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w, int rows, int n,
                          int k, long extra, pt_pool_fn fn, void *ctx);
 

@@ -39,10 +39,15 @@
  *    and its steps along the rows) and the demo ViT's layers, at 1, 2 and 3
  *    threads, for all three builds;
  *  - math: within the float64 bounds of the same argument, gamma(out)
- *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw.
+ *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw;
+ *  - the backend: the float32 backend's linear_bwd, which runs dw's tasks,
+ *    db's column sums and dx's tasks in one pool run, gives the emulations'
+ *    bits for dx and dw (and the column sums' for db) for every subset of
+ *    the three asked for, at 1, 2 and 3 threads.
  *
  * The emulations and the float64 references share no code with the kernels.
  */
+#include "nn/backend.h"
 #include "nn/cpu_gemm.h"
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
@@ -434,6 +439,79 @@ static void backward_model_shapes_exact(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* The float32 backend's linear_bwd, which runs dw's tasks, db's column sums
+ * and dx's tasks in one pool run: dx and dw have the emulations' bits, db
+ * the column sums' (acc = 0, acc += dy[r,o] for r ascending, db = db + acc),
+ * whichever of the three are asked for, at 1, 2 and 3 threads. */
+static void backend_linear_bwd_exact(void)
+{
+    pt_rng_seed(&rng, 16, 0);
+    static const int shapes[][3] = {{2176, 192, 64}, {2176, 64, 256}, {100, 65, 33},
+                                    {1, 7, 17},      {300, 384, 1536}, {17, 1, 1}};
+    long bad = 0;
+    for (int threads = 1; threads <= 3; threads++) {
+        pt_backend *be;
+        pt_err err = {0};
+        CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", threads, &err) == 0);
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            const int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2];
+            const size_t nx = (size_t)rows * in, nw = (size_t)out * in;
+            float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats(nw, -1, 1);
+            float *x = rand_floats(nx, -1, 1), *dw0 = rand_floats(nw, -2, 2);
+            float *db0 = rand_floats((size_t)out, -2, 2);
+            float *want_dx = malloc(nx * sizeof(float)), *want_dw = malloc(nw * sizeof(float));
+            float *want_db = malloc((size_t)out * sizeof(float));
+            emulate_nn(want_dx, dy, w, rows, in, out);
+            memcpy(want_dw, dw0, nw * sizeof(float));
+            emulate_tn(want_dw, dy, x, rows, out, in);
+            for (int o = 0; o < out; o++) {
+                float acc = 0.0f;
+                for (int r = 0; r < rows; r++)
+                    acc += dy[(size_t)r * out + o];
+                want_db[o] = db0[o] + acc;
+            }
+            /* backend buffers (the CPU backend's are host memory) */
+            float *bdy = be->ops->alloc(be, (size_t)rows * out * sizeof(float));
+            float *bx = be->ops->alloc(be, nx * sizeof(float));
+            float *bw = be->ops->alloc(be, nw * sizeof(float));
+            float *bdx = be->ops->alloc(be, nx * sizeof(float));
+            float *bdw = be->ops->alloc(be, nw * sizeof(float));
+            float *bdb = be->ops->alloc(be, (size_t)out * sizeof(float));
+            memcpy(bdy, dy, (size_t)rows * out * sizeof(float));
+            memcpy(bx, x, nx * sizeof(float));
+            memcpy(bw, w, nw * sizeof(float));
+            for (int want = 1; want < 8; want++) {
+                memcpy(bdw, dw0, nw * sizeof(float));
+                memcpy(bdb, db0, (size_t)out * sizeof(float));
+                for (size_t i = 0; i < nx; i++)
+                    bdx[i] = NAN;
+                be->ops->linear_bwd(be, want & 1 ? bdx : NULL, want & 2 ? bdw : NULL,
+                                    want & 4 ? bdb : NULL, bdy, bx, bw, rows, out, in);
+                const int ok_dx = !(want & 1) || !memcmp(bdx, want_dx, nx * sizeof(float));
+                const int ok_dw = !memcmp(bdw, want & 2 ? want_dw : dw0, nw * sizeof(float));
+                const int ok_db =
+                    !memcmp(bdb, want & 4 ? want_db : db0, (size_t)out * sizeof(float));
+                if (!ok_dx || !ok_dw || !ok_db) {
+                    bad++;
+                    printf("\n  linear_bwd rows=%d out=%d in=%d want %d, %d threads: %s%s%s", rows,
+                           out, in, want, threads, ok_dx ? "" : "dx ", ok_dw ? "" : "dw ",
+                           ok_db ? "" : "db ");
+                }
+            }
+            be->ops->free(be, bdy);
+            be->ops->free(be, bx);
+            be->ops->free(be, bw);
+            be->ops->free(be, bdx);
+            be->ops->free(be, bdw);
+            be->ops->free(be, bdb);
+            free(dy), free(w), free(x), free(dw0), free(db0);
+            free(want_dx), free(want_dw), free(want_db);
+        }
+        pt_backend_close(be);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static const pt_test tests[] = {
     {"three_builds_differ", builds_differ},
     {"small_shapes_exact_and_within_bound", small_shapes_exact},
@@ -443,6 +521,7 @@ static const pt_test tests[] = {
 static const pt_test bwd_tests[] = {
     {"backward_shapes_exact_and_within_bound", backward_shapes_exact},
     {"backward_model_shapes_exact_1_2_3_threads", backward_model_shapes_exact},
+    {"backend_linear_bwd_exact_1_2_3_threads", backend_linear_bwd_exact},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {
     {"forward linear kernel", tests}, {"backward linear kernels", bwd_tests}, {NULL, NULL}};
