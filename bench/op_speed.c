@@ -10,8 +10,8 @@
  *
  * It calls the backend only through pt_backend_open and its ops table, so
  * the same source built against another pipetrain's nn library measures
- * that one (how the backward's products on the thread pool were compared
- * with OpenBLAS's own threads, nn/cpu_ops.c).
+ * that one (how the linear backward was compared before and after its
+ * products moved from sgemm blocks to pipetrain's kernels, nn/cpu_ops.c).
  *
  * usage: op_speed [--threads 1] [--reps 300] [--only SUBSTRING]
  */

@@ -1,9 +1,10 @@
 /*
  * cpu_gemm.c: y = init + x w^T for the float32 CPU backend's forward linear,
- * with the per-element arithmetic that nn/cpu_gemm.h promises: one
- * accumulator per output, starting at 0, a fused multiply-add per k in
- * ascending order, init added last. Nothing below may change that sequence
- * for any element, which is what makes every path agree bit for bit:
+ * and y = x w for its backward's dx = dy w, with the per-element arithmetic
+ * that nn/cpu_gemm.h promises: one accumulator per output, starting at 0, a
+ * fused multiply-add per k in ascending order, init (if any) added last.
+ * Nothing below may change that sequence for any element, which is what
+ * makes every path agree bit for bit:
  *
  *  - vectors run across output columns o, never across k, so no lane ever
  *    holds a partial sum that a horizontal reduction would have to combine;
@@ -20,16 +21,22 @@
  * panels of NR = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
  * so the micro-kernel loads two vectors per k and broadcasts one x per row
  * from x itself (x is not packed: it is read row by row with unit stride).
- * The micro-kernel keeps MR x 2 accumulators in registers (6 x 2 zmm: 12
- * independent chains, enough to cover the fused multiply-add latency) for
- * all of k, then adds init and stores straight from them. Rows are grouped
- * into chunks sized to stay in L2 while a thread walks the panels over them.
+ * The forward's w [out][in] is transposed into its panels 16 x 16 at a
+ * time; the backward's w [out][in] is already k-major for dx = dy w (k =
+ * out, its columns are dx's), so a panel is a plain copy of NR columns of
+ * each row. The micro-kernel keeps MR x 2 accumulators in registers (6 x 2
+ * zmm: 12 independent chains, enough to cover the fused multiply-add
+ * latency) for all of k, then adds init and stores straight from them.
+ * Rows are grouped into chunks sized to stay in L2 while a thread walks the
+ * panels over them.
  *
  * Built for AVX-512 (zmm), AVX2 + FMA (ymm) or neither (fmaf on arrays); the
- * build machine's flags choose. tests/nn/test_gemm.c compiles this file
- * again for the other two and checks that all three give the same bits.
+ * build machine's flags choose (nn/cpu_gemm_vec.h). tests/nn/test_gemm.c
+ * compiles this file again for the other two and checks that all three give
+ * the same bits.
  */
 #include "nn/cpu_gemm.h"
+#include "nn/cpu_gemm_vec.h"
 #include "nn/cpu_pool.h"
 #include "nn/cpu_transpose.h"
 
@@ -38,85 +45,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#endif
-
-/* The test compiles this file once more per instruction set under other names. */
-#ifndef PT_GEMM_NAME
-#define PT_GEMM_NAME pt_gemm_nt_f32
-#define PT_GEMM_ISA_NAME pt_gemm_nt_f32_isa
-#endif
-
-#define INLINE static inline __attribute__((always_inline))
-
-/* ------------------------------------------------------------ vector layer */
-
-#if defined(__AVX512F__)
-#define ISA "avx512"
-enum { VL = 16 };
-typedef __m512 vec;
-INLINE vec v_zero(void) { return _mm512_setzero_ps(); }
-INLINE vec v_load(const float *p) { return _mm512_load_ps(p); } /* packed panel: aligned */
-INLINE void v_store(float *p, vec v) { _mm512_store_ps(p, v); }
-INLINE vec v_loadu(const float *p) { return _mm512_loadu_ps(p); }
-INLINE void v_storeu(float *p, vec v) { _mm512_storeu_ps(p, v); }
-INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
-/* c + a[0] * b, rounded once; GCC folds the broadcast into the FMA's operand */
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    return _mm512_fmadd_ps(_mm512_set1_ps(*a), b, c);
-}
-#elif defined(__AVX2__) && defined(__FMA__)
-#define ISA "avx2-fma"
-enum { VL = 8 };
-typedef __m256 vec;
-INLINE vec v_zero(void) { return _mm256_setzero_ps(); }
-INLINE vec v_load(const float *p) { return _mm256_load_ps(p); }
-INLINE void v_store(float *p, vec v) { _mm256_store_ps(p, v); }
-INLINE vec v_loadu(const float *p) { return _mm256_loadu_ps(p); }
-INLINE void v_storeu(float *p, vec v) { _mm256_storeu_ps(p, v); }
-INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c);
-}
-#else
-#define ISA "portable"
-enum { VL = 8 };
-typedef struct {
-    float l[VL];
-} vec;
-INLINE vec v_zero(void) { return (vec){{0}}; }
-INLINE vec v_load(const float *p)
-{
-    vec v;
-    memcpy(v.l, p, sizeof v.l);
-    return v;
-}
-INLINE void v_store(float *p, vec v) { memcpy(p, v.l, sizeof v.l); }
-INLINE vec v_loadu(const float *p) { return v_load(p); }
-INLINE void v_storeu(float *p, vec v) { v_store(p, v); }
-INLINE vec v_add(vec a, vec b)
-{
-    for (int i = 0; i < VL; i++)
-        a.l[i] += b.l[i];
-    return a;
-}
-/* fmaf is the correctly rounded fused operation of C99 (a library call where
- * the CPU has no FMA: slow, and exactly the same result) */
-INLINE vec v_fma_bcast(const float *a, vec b, vec c)
-{
-    for (int i = 0; i < VL; i++)
-        c.l[i] = fmaf(*a, b.l[i], c.l[i]);
-    return c;
-}
-#endif
-
-/* MR rows x NR columns per micro-kernel call; a panel is NR (or, for a last
- * panel of at most VL columns, VL) columns of w^T. */
-enum { MR = 6, NR = 2 * VL };
 
 /* Below this many multiply-adds the call runs on the caller alone: waking
  * the others costs more than it saves (the result is the same either way). */
@@ -180,6 +108,19 @@ static void pack_panel(float *dst, int pw, const float *w, int o0, int out, int 
     }
 }
 #endif
+
+/* The same panel from a w that is already k-major (w [k][n], the layout of
+ * the backward's y = x w): row k of the panel is a plain copy of columns
+ * n0 .. n0 + pw of row k, zero past n. */
+static void pack_panel_kn(float *dst, int pw, const float *w, int n0, int n, int k)
+{
+    const int have = n - n0 < pw ? n - n0 : pw;
+    for (int kk = 0; kk < k; kk++) {
+        float *d = dst + (size_t)kk * pw;
+        memcpy(d, w + (size_t)kk * n + n0, (size_t)have * sizeof *d);
+        memset(d + have, 0, (size_t)(pw - have) * sizeof *d);
+    }
+}
 
 /* ------------------------------------------------------------ micro-kernel */
 
@@ -306,14 +247,19 @@ static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *pa
 /* One call's shape and its split into panels, row blocks and row chunks.
  * Panels are packed a group at a time (all of them, unless w is large); a
  * task is (chunk, panel of the group): every row block of the chunk
- * against the panel. */
+ * against the panel. w is [out][in] (the forward's w^T product) or, with
+ * w_kn, [in][out] (k-major: the backward's y = x w). The first `extra`
+ * tasks of the first run that computes are the caller's (fn, ctx). */
 typedef struct {
     float *y;
     const float *x, *w, *b, *add;
-    int rows, out, in;
+    int rows, out, in, w_kn;
     float *packed; /* the group's panels */
     int panels, last_pw, group, blocks, chunk_blocks, chunks;
     int g0, g1; /* the group being packed or used: panels [g0, g1) */
+    long extra;
+    pt_pool_fn extra_fn;
+    void *extra_ctx;
 } plan;
 
 static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : NR; }
@@ -326,7 +272,10 @@ static float *panel_at(const plan *pl, int g0, int p)
 
 static void pack_one(const plan *pl, int g0, int p)
 {
-    pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+    if (pl->w_kn)
+        pack_panel_kn(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+    else
+        pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
 }
 
 /* task t of the group [g0, g1) */
@@ -346,6 +295,17 @@ static void run_task(const plan *pl, int g0, int g1, long t)
     }
 }
 
+/* The caller's task t, if t is one of them; else t less their count. */
+static int caller_task(const plan *pl, long *t, int thread)
+{
+    if (*t < pl->extra) {
+        pl->extra_fn(pl->extra_ctx, *t, thread);
+        return 1;
+    }
+    *t -= pl->extra;
+    return 0;
+}
+
 /* The pool's tasks: panel p of the group packed; task t of the group run;
  * with one chunk and one group, panel p packed and then run. */
 static void pack_task(void *ctx, long p, int thread)
@@ -357,25 +317,33 @@ static void pack_task(void *ctx, long p, int thread)
 
 static void group_task(void *ctx, long t, int thread)
 {
-    (void)thread;
     const plan *pl = ctx;
+    if (caller_task(pl, &t, thread))
+        return;
     run_task(pl, pl->g0, pl->g1, t);
 }
 
 static void panel_task(void *ctx, long p, int thread)
 {
-    (void)thread;
     const plan *pl = ctx;
+    if (caller_task(pl, &p, thread))
+        return;
     pack_one(pl, 0, (int)p);
     run_task(pl, 0, pl->panels, p);
 }
 
-void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
-                  const float *add, int rows, int out, int in)
+/* y [rows, out] = init + x [rows, in] times w^T ([out][in]) or, with w_kn,
+ * times w ([in][out]); pool as the caller chose it, extra tasks as in plan. */
+static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_kn,
+                 const float *b, const float *add, int rows, int out, int in, long extra,
+                 pt_pool_fn fn, void *ctx)
 {
-    if (rows <= 0 || out <= 0)
+    if (rows <= 0 || out <= 0) {
+        pt_pool_run(pool, extra, fn, ctx);
         return;
-    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, NULL, 0, 0, 0, 0, 0, 0, 0, 0};
+    }
+    plan pl = {y,  x, w, b, add, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0, 0,
+               extra, fn, ctx};
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
@@ -394,11 +362,9 @@ void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const
     pl.chunk_blocks = per < 1 ? 1 : per > pl.blocks ? pl.blocks : per;
     pl.chunks = (pl.blocks + pl.chunk_blocks - 1) / pl.chunk_blocks;
 
-    if ((double)rows * out * (pl.in ? pl.in : 1) <= PARALLEL_WORK)
-        pool = NULL;
     if (pl.chunks == 1 && pl.group == pl.panels) {
         /* task p is panel p: whoever packs a panel uses it, no barrier */
-        pt_pool_run(pool, pl.panels, panel_task, &pl);
+        pt_pool_run(pool, pl.extra + pl.panels, panel_task, &pl);
     } else {
         for (pl.g0 = 0; pl.g0 < pl.panels; pl.g0 += pl.group) {
             pl.g1 = pl.g0 + pl.group < pl.panels ? pl.g0 + pl.group : pl.panels;
@@ -406,10 +372,35 @@ void PT_GEMM_NAME(pt_pool *pool, float *y, const float *x, const float *w, const
              * group is packed before any is used, and used before the next
              * group overwrites it */
             pt_pool_run(pool, pl.g1 - pl.g0, pack_task, &pl);
-            pt_pool_run(pool, (long)pl.chunks * (pl.g1 - pl.g0), group_task, &pl);
+            pt_pool_run(pool, pl.extra + (long)pl.chunks * (pl.g1 - pl.g0), group_task, &pl);
+            pl.extra = 0;
         }
     }
     free(pl.packed);
 }
 
-const char *PT_GEMM_ISA_NAME(void) { return ISA; }
+/* Small products run on the caller alone (the same tasks, the same bits). */
+static pt_pool *pool_for(pt_pool *pool, int rows, int out, int in)
+{
+    return (double)rows * out * (in > 0 ? in : 1) <= PARALLEL_WORK ? NULL : pool;
+}
+
+void GEMM_FN(pt_gemm_nt_f32)(pt_pool *pool, float *y, const float *x, const float *w,
+                             const float *b, const float *add, int rows, int out, int in)
+{
+    gemm(pool_for(pool, rows, out, in), y, x, w, 0, b, add, rows, out, in, 0, NULL, NULL);
+}
+
+void GEMM_FN(pt_gemm_nn_f32)(pt_pool *pool, float *y, const float *x, const float *w, int rows,
+                             int n, int k)
+{
+    gemm(pool_for(pool, rows, n, k), y, x, w, 1, NULL, NULL, rows, n, k, 0, NULL, NULL);
+}
+
+void GEMM_FN(pt_gemm_nn_f32_with)(pt_pool *pool, float *y, const float *x, const float *w,
+                                  int rows, int n, int k, long extra, pt_pool_fn fn, void *ctx)
+{
+    gemm(pool, y, x, w, 1, NULL, NULL, rows, n, k, extra, fn, ctx);
+}
+
+const char *GEMM_FN(pt_gemm_f32_isa)(void) { return ISA; }

@@ -1,8 +1,9 @@
 /*
- * cpu_ops.c: the CPU backend's ops table: our own kernel for the float32
- * forward linear (nn/cpu_gemm.c), OpenBLAS for the other matrix multiplies
- * (one single-threaded call per block of the output), loops for the rest,
- * all as tasks on the backend's thread pool (nn/cpu_pool.h, in be->impl).
+ * cpu_ops.c: the CPU backend's ops table: our own kernels for the float32
+ * linear layer's products (nn/cpu_gemm.h), OpenBLAS for the float64
+ * oracle's (one single-threaded call per block of the output), loops for
+ * the rest, all as tasks on the backend's thread pool (nn/cpu_pool.h, in
+ * be->impl).
  * This file is compiled twice, once with
  * PT_REAL_F64 undefined (float32: the training backend, `pt_cpu_ops_f32`) and
  * once with it defined (float64: the finite-difference oracle,
@@ -13,8 +14,10 @@
  * each writes its own part of the output, and every reduction runs over
  * fixed-size chunks whose partial sums are added in chunk order, so results
  * depend neither on the thread count nor on which thread ran which task.
- * OpenBLAS runs single-threaded (the backend sets it so on every thread of
- * the pool), so no split of its own enters a result either.
+ * The float32 products fix each element's arithmetic whatever the split
+ * (nn/cpu_gemm.h); OpenBLAS, for the float64 oracle, runs single-threaded
+ * (the backend sets it so on every thread of the pool), so no split of its
+ * own enters a result either.
  *
  * Each parallel loop is a task function over a range of the loop's items
  * with the loop body as it was, and a job struct carrying the loop's
@@ -192,23 +195,71 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
         db[c] += acc[c - c0];
 }
 
-/* The backward's matrix products as single-threaded BLAS calls on blocks of
- * their outputs, all tasks of one run (with db's stripes of columns), the
- * dw blocks first (the largest tasks):
+#ifndef PT_REAL_F64
+/* The float32 backward's products are our own kernels (nn/cpu_gemm.h),
+ * with the arithmetic of each element fixed as the forward's is: dw +=
+ * dy^T x one fused chain over all the rows per element (nn/cpu_gemm_tn.c),
+ * dx = dy w the forward's kernel with w read k-major (nn/cpu_gemm.c). All
+ * of it is one pool run of tasks: dw's blocks of the output first (each the
+ * whole sum over the batch's rows), then db's stripes of columns, then dx's
+ * (row chunk, panel) tiles, after dx's panels of w are packed (in a short
+ * run of their own, unless each panel is one task that packs and uses it).
+ * dw and dx are the same number of multiply-adds, so on two threads one
+ * takes dw's blocks while the other runs dx's tiles, and then they share
+ * what is left. Tasks depend on the shape alone and each element is
+ * computed by one task, so the bits do not depend on the thread count. On
+ * the demo ViT's four layer shapes this op took 0.85-0.89 of the time of
+ * the single-threaded sgemm blocks it replaced at one thread, 0.90-0.98 at
+ * two (bench/op_speed, the fastest of 300 calls). */
+typedef struct {
+    real *db;
+    const real *dy;
+    int rows, out;
+    long dw_tasks;
+    pt_gemm_tn dw;
+} bwd_job;
+
+/* The run's tasks ahead of dx's: dw's blocks, then db's stripes. */
+static void linear_bwd_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const bwd_job *j = ctx;
+    if (t < j->dw_tasks)
+        pt_gemm_tn_task(&j->dw, t);
+    else
+        column_sums(j->db, j->dy, j->rows, j->out, (int)(t - j->dw_tasks));
+}
+
+static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                           const void *x, const void *w, int rows, int out, int in)
+{
+    bwd_job j = {db, dy, rows, out, 0, {0}};
+    if (dw)
+        j.dw_tasks = pt_gemm_tn_plan(&j.dw, dw, dy, x, rows, out, in);
+    const int stripes = db && rows > 0 ? (out + STRIPE - 1) / STRIPE : 0;
+    /* small products run on the caller: the same tasks */
+    const double work = (double)rows * out * (in > 0 ? in : 1);
+    pt_pool *pool = work > (1 << 17) ? be->impl : NULL;
+    if (dx)
+        pt_gemm_nn_f32_with(pool, dx, dy, w, rows, in, out, j.dw_tasks + stripes,
+                            linear_bwd_task, &j);
+    else
+        pt_pool_run(pool, j.dw_tasks + stripes, linear_bwd_task, &j);
+}
+#else
+/* The float64 oracle's backward products: single-threaded BLAS calls on
+ * blocks of their outputs, all tasks of one run (with db's stripes of
+ * columns), the dw blocks first (the largest tasks):
  *  - dw in blocks of at most DW_BLOCK along its longer side, rows (out) or
  *    columns (in), each block the whole sum over the batch's rows. Each call
  *    packs all of the operand the blocks share (x, or dy), so blocks are
- *    wide and few: 16-wide ones cost a quarter of the product's time;
+ *    wide and few;
  *  - dx in blocks of rows of about DX_BLOCK_FMAS multiply-adds (at least
  *    DX_MIN_ROWS), whose shared operand, w, is small.
- * dw and dx are the same number of multiply-adds, so on two threads one
- * takes dw's block while the other runs dx's. With these sizes one thread
- * runs the demo ViT's backward products as fast as one call of each did
- * (within 1%), and two threads 1.2-1.45x faster than OpenBLAS's own two
- * threads did (bench/op_speed, the fastest of 300 calls).
- * Block bounds depend on the shape alone, and each element is computed by
- * one call, whichever thread makes it: the bits do not depend on the
- * thread count. */
+ * (The float32 backend ran its backward this way, on sgemm, before it had
+ * kernels of its own.) Block bounds depend on the shape alone, and each
+ * element is computed by one call, whichever thread makes it: the bits do
+ * not depend on the thread count. */
 enum { DW_BLOCK = 256, DX_BLOCK_FMAS = 1 << 23, DX_MIN_ROWS = 64, BWD_ALIGN = 16 };
 
 typedef struct {
@@ -275,6 +326,7 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
     pt_pool_run(work > (1 << 17) ? be->impl : NULL, (long)j.dw_tasks + j.dx_tasks + stripes,
                 linear_bwd_task, &j);
 }
+#endif
 
 /* -------------------------------------------------------------- layernorm */
 

@@ -1,8 +1,10 @@
 /*
- * test_gemm.c: the float32 forward linear's kernel (nn/cpu_gemm.h) computes
- * exactly the arithmetic its header promises, whatever the shape, the rows
- * that share a call, the thread count or the instruction set.
+ * test_gemm.c: the float32 CPU backend's matrix product kernels
+ * (nn/cpu_gemm.h) compute exactly the arithmetic their header promises,
+ * whatever the shape, the rows that share a call, the thread count or the
+ * instruction set.
  *
+ * Forward, y = init + x w^T:
  *  - exact: every element equals, bit for bit, an emulation written here
  *    from the contract alone (acc = 0; acc = fmaf(x, w, acc) for k
  *    ascending; y = init + acc, init = (add + b), add, b or nothing), for
@@ -27,8 +29,25 @@
  *    changes y by about one |x w| term, which for these sizes is larger
  *    than the bound (the emulation check above catches anything smaller).
  *
- * The emulation and the float64 reference share no code with the kernel.
+ * Backward, dx = dy w and dw += dy^T x:
+ *  - exact: both against emulations of their contracts (dx: acc = 0,
+ *    acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc; dw:
+ *    acc = 0, acc = fmaf(dy[r,o], x[r,i], acc) for every row r ascending in
+ *    one chain, dw = dw + acc), bit for bit, for every (rows, out, in) from
+ *    {1, 7, 17, 33, 64, 65, 100, 384, 1536} of at most 2^21 multiply-adds
+ *    (583 shapes, which cross the vector width, the tiles, dw's task blocks
+ *    and its steps along the rows) and the demo ViT's layers, at 1, 2 and 3
+ *    threads, for all three builds;
+ *  - math: within the float64 bounds of the same argument, gamma(out)
+ *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw;
+ *  - the backend: the float32 backend's linear_bwd, which runs dw's tasks,
+ *    db's column sums and dx's tasks in one pool run, gives the emulations'
+ *    bits for dx and dw (and the column sums' for db) for every subset of
+ *    the three asked for, at 1, 2 and 3 threads.
+ *
+ * The emulations and the float64 references share no code with the kernels.
  */
+#include "nn/backend.h"
 #include "nn/cpu_gemm.h"
 #include "nn/nn.h"
 #include "tests/common/cunit_main.h"
@@ -38,22 +57,32 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the kernel compiled for other instruction sets (tests/nn/CMakeLists.txt) */
-void pt_gemm_nt_f32_avx2(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
-                         const float *add, int rows, int out, int in);
-const char *pt_gemm_nt_f32_avx2_isa(void);
-void pt_gemm_nt_f32_portable(pt_pool *pool, float *y, const float *x, const float *w,
-                             const float *b, const float *add, int rows, int out, int in);
-const char *pt_gemm_nt_f32_portable_isa(void);
+/* the kernels compiled for other instruction sets (tests/nn/CMakeLists.txt) */
+#define OTHER_BUILD(sfx)                                                                           \
+    void pt_gemm_nt_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w,            \
+                             const float *b, const float *add, int rows, int out, int in);         \
+    void pt_gemm_nn_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w, int rows,  \
+                             int n, int k);                                                        \
+    void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, const float *a, const float *b, int k,     \
+                             int m, int n);                                                        \
+    const char *pt_gemm_f32_isa##sfx(void);
+OTHER_BUILD(_avx2)
+OTHER_BUILD(_portable)
 
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
+typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
+typedef void (*gemm_tn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
 static const struct {
     gemm_fn fn;
+    gemm_nn_fn nn;
+    gemm_tn_fn tn;
     const char *(*isa)(void);
-} builds[] = {{pt_gemm_nt_f32, pt_gemm_nt_f32_isa},
-              {pt_gemm_nt_f32_avx2, pt_gemm_nt_f32_avx2_isa},
-              {pt_gemm_nt_f32_portable, pt_gemm_nt_f32_portable_isa}};
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_tn_f32, pt_gemm_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_tn_f32_avx2,
+               pt_gemm_f32_isa_avx2},
+              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_tn_f32_portable,
+               pt_gemm_f32_isa_portable}};
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
@@ -251,10 +280,248 @@ static void rows_independent_of_batch(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* ---------------------------------------------------------------- backward */
+
+/* dx = dy w by the contract: acc = 0; acc = fmaf(dy[r,k], w[k,i], acc) for
+ * k (= o) ascending; dx = acc. Here x stands for dy, N = in, K = out. */
+static void emulate_nn(float *y, const float *x, const float *w, int M, int N, int K)
+{
+    for (int r = 0; r < M; r++)
+        for (int n = 0; n < N; n++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                acc = fmaf(x[(size_t)r * K + k], w[(size_t)k * N + n], acc);
+            y[(size_t)r * N + n] = acc;
+        }
+}
+
+/* dw += dy^T x by the contract: acc = 0; acc = fmaf(dy[r,o], x[r,i], acc)
+ * for every r ascending, in one chain; dw = dw + acc. a = dy [K, M], b = x
+ * [K, N], c = dw [M, N]. */
+static void emulate_tn(float *c, const float *a, const float *b, int K, int M, int N)
+{
+    for (int o = 0; o < M; o++)
+        for (int i = 0; i < N; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < K; r++)
+                acc = fmaf(a[(size_t)r * M + o], b[(size_t)r * N + i], acc);
+            c[(size_t)o * N + i] = c[(size_t)o * N + i] + acc;
+        }
+}
+
+/* Elements of dx outside the proven bound of the float64 product: K
+ * roundings, |dx - exact| <= gamma(K) sum |dy w| (as outside_bound). */
+static long nn_outside_bound(const float *y, const float *x, const float *w, int M, int N, int K)
+{
+    const double u = ldexp(1.0, -24), gamma = K * u / (1 - K * u);
+    long bad = 0;
+    for (int r = 0; r < M; r++)
+        for (int n = 0; n < N; n++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double p = (double)x[(size_t)r * K + k] * (double)w[(size_t)k * N + n];
+                s += p;
+                mag += fabs(p);
+            }
+            bad += !(fabs((double)y[(size_t)r * N + n] - s) <= gamma * mag);
+        }
+    return bad;
+}
+
+/* The same for dw: K fused multiply-adds and the addition to dw0, K + 1
+ * roundings, |dw - exact| <= gamma(K + 1) (|dw0| + sum |dy x|). */
+static long tn_outside_bound(const float *c, const float *c0, const float *a, const float *b,
+                             int K, int M, int N)
+{
+    const double u = ldexp(1.0, -24), n = K + 1, gamma = n * u / (1 - n * u);
+    long bad = 0;
+    for (int o = 0; o < M; o++)
+        for (int i = 0; i < N; i++) {
+            double s = c0[(size_t)o * N + i], mag = fabs(s);
+            for (int r = 0; r < K; r++) {
+                const double p = (double)a[(size_t)r * M + o] * (double)b[(size_t)r * N + i];
+                s += p;
+                mag += fabs(p);
+            }
+            bad += !(fabs((double)c[(size_t)o * N + i] - s) <= gamma * mag);
+        }
+    return bad;
+}
+
+/* One backward shape: dx = dy w and dw += dy^T x by every build on a pool
+ * of `threads`, against the emulations bit for bit; with check_bound, the
+ * native build's results against the float64 bounds too. */
+static long bwd_case(int rows, int out, int in, int threads, int check_bound)
+{
+    float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats((size_t)out * in, -1, 1);
+    float *x = rand_floats((size_t)rows * in, -1, 1), *dw0 = rand_floats((size_t)out * in, -2, 2);
+    float *want_dx = malloc((size_t)rows * in * sizeof *want_dx);
+    float *want_dw = malloc((size_t)out * in * sizeof *want_dw);
+    float *dx = malloc((size_t)rows * in * sizeof *dx), *dw = malloc((size_t)out * in * sizeof *dw);
+    emulate_nn(want_dx, dy, w, rows, in, out);
+    memcpy(want_dw, dw0, (size_t)out * in * sizeof *dw);
+    emulate_tn(want_dw, dy, x, rows, out, in);
+    long bad = 0;
+    pt_pool *pool = pool_of(threads);
+    for (int v = 0; v < BUILDS; v++) {
+        for (size_t i = 0; i < (size_t)rows * in; i++)
+            dx[i] = NAN; /* an element left unwritten fails */
+        builds[v].nn(pool, dx, dy, w, rows, in, out);
+        if (memcmp(dx, want_dx, (size_t)rows * in * sizeof *dx)) {
+            bad++;
+            printf("\n  %s: dx = dy w, rows=%d out=%d in=%d, %d threads: not the contract's bits",
+                   builds[v].isa(), rows, out, in, threads);
+        }
+        if (v == 0 && check_bound && nn_outside_bound(dx, dy, w, rows, in, out)) {
+            bad++;
+            printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
+        }
+        memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
+        builds[v].tn(pool, dw, dy, x, rows, out, in);
+        if (memcmp(dw, want_dw, (size_t)out * in * sizeof *dw)) {
+            bad++;
+            printf("\n  %s: dw += dy^T x, rows=%d out=%d in=%d, %d threads: not the contract's bits",
+                   builds[v].isa(), rows, out, in, threads);
+        }
+        if (v == 0 && check_bound && tn_outside_bound(dw, dw0, dy, x, rows, out, in)) {
+            bad++;
+            printf("\n  dw rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
+        }
+    }
+    free(dy);
+    free(w);
+    free(x);
+    free(dw0);
+    free(want_dx);
+    free(want_dw);
+    free(dx);
+    free(dw);
+    return bad;
+}
+
+/* Every (rows, out, in) from sizes on and around the vector width, the
+ * tiles (MR = 6 rows, panels of 16 and 32 columns), dw's task blocks and
+ * steps along k (96 x 64 and 128 rows for AVX-512), and the models' widths,
+ * whose product is at most 2^21 multiply-adds (2^21 keeps the portable
+ * build's fmaf and the emulations quick), at 1, 2 and 3 threads. */
+static void backward_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 14, 0);
+    static const int sizes[] = {1, 7, 17, 33, 64, 65, 100, 384, 1536};
+    enum { S = sizeof sizes / sizeof *sizes };
+    long bad = 0;
+    int cases = 0;
+    for (int i = 0; i < S; i++)
+        for (int j = 0; j < S; j++)
+            for (int k = 0; k < S; k++) {
+                const int rows = sizes[i], out = sizes[j], in = sizes[k];
+                if ((double)rows * out * in > (1 << 21))
+                    continue;
+                for (int threads = 1; threads <= 3; threads++)
+                    bad += bwd_case(rows, out, in, threads, threads == 1);
+                cases++;
+            }
+    printf(" (%d shapes) ", cases);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The models' shapes, with many tasks for the pool: the demo ViT's four
+ * layers (2176 rows: dw's k in 17 steps) and two others. */
+static void backward_model_shapes_exact(void)
+{
+    pt_rng_seed(&rng, 15, 0);
+    static const int shapes[][3] = {{2176, 192, 64}, {2176, 64, 64}, {2176, 256, 64},
+                                    {2176, 64, 256}, {250, 1152, 96}, {601, 47, 300}};
+    long bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int threads = 1; threads <= 3; threads++)
+            bad += bwd_case(shapes[s][0], shapes[s][1], shapes[s][2], threads, threads == 1);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* The float32 backend's linear_bwd, which runs dw's tasks, db's column sums
+ * and dx's tasks in one pool run: dx and dw have the emulations' bits, db
+ * the column sums' (acc = 0, acc += dy[r,o] for r ascending, db = db + acc),
+ * whichever of the three are asked for, at 1, 2 and 3 threads. */
+static void backend_linear_bwd_exact(void)
+{
+    pt_rng_seed(&rng, 16, 0);
+    static const int shapes[][3] = {{2176, 192, 64}, {2176, 64, 256}, {100, 65, 33},
+                                    {1, 7, 17},      {300, 384, 1536}, {17, 1, 1}};
+    long bad = 0;
+    for (int threads = 1; threads <= 3; threads++) {
+        pt_backend *be;
+        pt_err err = {0};
+        CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", threads, &err) == 0);
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            const int rows = shapes[s][0], out = shapes[s][1], in = shapes[s][2];
+            const size_t nx = (size_t)rows * in, nw = (size_t)out * in;
+            float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats(nw, -1, 1);
+            float *x = rand_floats(nx, -1, 1), *dw0 = rand_floats(nw, -2, 2);
+            float *db0 = rand_floats((size_t)out, -2, 2);
+            float *want_dx = malloc(nx * sizeof(float)), *want_dw = malloc(nw * sizeof(float));
+            float *want_db = malloc((size_t)out * sizeof(float));
+            emulate_nn(want_dx, dy, w, rows, in, out);
+            memcpy(want_dw, dw0, nw * sizeof(float));
+            emulate_tn(want_dw, dy, x, rows, out, in);
+            for (int o = 0; o < out; o++) {
+                float acc = 0.0f;
+                for (int r = 0; r < rows; r++)
+                    acc += dy[(size_t)r * out + o];
+                want_db[o] = db0[o] + acc;
+            }
+            /* backend buffers (the CPU backend's are host memory) */
+            float *bdy = be->ops->alloc(be, (size_t)rows * out * sizeof(float));
+            float *bx = be->ops->alloc(be, nx * sizeof(float));
+            float *bw = be->ops->alloc(be, nw * sizeof(float));
+            float *bdx = be->ops->alloc(be, nx * sizeof(float));
+            float *bdw = be->ops->alloc(be, nw * sizeof(float));
+            float *bdb = be->ops->alloc(be, (size_t)out * sizeof(float));
+            memcpy(bdy, dy, (size_t)rows * out * sizeof(float));
+            memcpy(bx, x, nx * sizeof(float));
+            memcpy(bw, w, nw * sizeof(float));
+            for (int want = 1; want < 8; want++) {
+                memcpy(bdw, dw0, nw * sizeof(float));
+                memcpy(bdb, db0, (size_t)out * sizeof(float));
+                for (size_t i = 0; i < nx; i++)
+                    bdx[i] = NAN;
+                be->ops->linear_bwd(be, want & 1 ? bdx : NULL, want & 2 ? bdw : NULL,
+                                    want & 4 ? bdb : NULL, bdy, bx, bw, rows, out, in);
+                const int ok_dx = !(want & 1) || !memcmp(bdx, want_dx, nx * sizeof(float));
+                const int ok_dw = !memcmp(bdw, want & 2 ? want_dw : dw0, nw * sizeof(float));
+                const int ok_db =
+                    !memcmp(bdb, want & 4 ? want_db : db0, (size_t)out * sizeof(float));
+                if (!ok_dx || !ok_dw || !ok_db) {
+                    bad++;
+                    printf("\n  linear_bwd rows=%d out=%d in=%d want %d, %d threads: %s%s%s", rows,
+                           out, in, want, threads, ok_dx ? "" : "dx ", ok_dw ? "" : "dw ",
+                           ok_db ? "" : "db ");
+                }
+            }
+            be->ops->free(be, bdy);
+            be->ops->free(be, bx);
+            be->ops->free(be, bw);
+            be->ops->free(be, bdx);
+            be->ops->free(be, bdw);
+            be->ops->free(be, bdb);
+            free(dy), free(w), free(x), free(dw0), free(db0);
+            free(want_dx), free(want_dw), free(want_db);
+        }
+        pt_backend_close(be);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static const pt_test tests[] = {
     {"three_builds_differ", builds_differ},
     {"small_shapes_exact_and_within_bound", small_shapes_exact},
     {"parallel_shapes_exact_1_2_3_threads", parallel_shapes_exact},
     {"rows_independent_of_batch_and_threads", rows_independent_of_batch},
     {NULL, NULL}};
-static const pt_test_suite suites[] = {{"forward linear kernel", tests}, {NULL, NULL}};
+static const pt_test bwd_tests[] = {
+    {"backward_shapes_exact_and_within_bound", backward_shapes_exact},
+    {"backward_model_shapes_exact_1_2_3_threads", backward_model_shapes_exact},
+    {"backend_linear_bwd_exact_1_2_3_threads", backend_linear_bwd_exact},
+    {NULL, NULL}};
+static const pt_test_suite suites[] = {
+    {"forward linear kernel", tests}, {"backward linear kernels", bwd_tests}, {NULL, NULL}};

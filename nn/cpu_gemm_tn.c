@@ -1,0 +1,193 @@
+/*
+ * cpu_gemm_tn.c: c += a^T b for the float32 CPU backend's weight gradient,
+ * dw [out, in] += dy^T x, with the per-element arithmetic that
+ * nn/cpu_gemm.h promises for it: one accumulator per element, starting at
+ * 0, a fused multiply-add per k (a row of the batch) in ascending order over
+ * all of k in one chain, and then c = c + acc, one rounded addition. As in
+ * nn/cpu_gemm.c, vectors run across output columns, never across k, and the
+ * multiply-adds are explicit fused operations.
+ *
+ * Here k (the batch's rows, thousands) is long and the output (the weight)
+ * small, the other way round from the forward. At each k, a tile of MR
+ * output rows o needs a[k][o .. o + MR) (contiguous: each broadcast) and a
+ * panel of NR columns i needs b[k][i .. i + NR) (contiguous: two vector
+ * loads), so both operands stream along k, each with its own row stride.
+ *
+ * A task is a block of the output, MB rows by NB columns, for all of k: its
+ * accumulators live in a buffer of the task's, and k is walked in steps of
+ * KC rows, every tile of the block over one step before the next. In a
+ * step, the first tile of a panel reads the panel's rows from b and stores
+ * them, contiguous and aligned, into a copy that the block's other tiles
+ * read instead (b's rows may be kilobytes apart, and those addresses share
+ * a few cache sets); a is read where it lies. A panel cut by b's right edge
+ * is copied first, with zero columns after it, so that no load runs past
+ * b's last row (the zero columns' results are dropped). A tile's
+ * micro-kernel loads its accumulators from the buffer, runs its fused
+ * multiply-adds for the step's k in order and stores them back: storing a
+ * float and loading it again is exact, so the chain over k is the same
+ * chain however k is stepped. After the last step the block is added to c.
+ * Tasks never share an element, so the split into tasks (and threads)
+ * changes nothing; k is never split between tasks. Consecutive tasks share
+ * a strip of the larger operand, which then comes from cache the second
+ * time.
+ *
+ * Built per instruction set like nn/cpu_gemm.c (nn/cpu_gemm_vec.h), and
+ * tested the same way (tests/nn/test_gemm.c).
+ */
+#include "nn/cpu_gemm.h"
+#include "nn/cpu_gemm_vec.h"
+#include "nn/cpu_pool.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* A task's block of the output: MB rows (of a's columns) by NB columns (of
+ * b's), and the rows of k per step (a step's copy of b's panels, KC x NB
+ * floats, and the accumulators, MB x NB, are the task's stack: 56 KiB with
+ * AVX-512). Measured on the models' shapes (bench/gemm_speed): smaller
+ * blocks copy b's panels more often, larger steps leave L1. */
+enum { MB = 16 * MR, NB = 2 * NR, KC = 128 };
+
+/* Below this many multiply-adds pt_gemm_tn_f32 runs on the caller alone. */
+#define PARALLEL_WORK (1 << 17)
+
+/* acc[i][0 .. NV VL) += a[k][i] b[k][0 .. NV VL) for i < mr, k < kn in
+ * ascending order; acc at row stride ldt, a and b at row strides lda and
+ * ldb. With COPY, b's rows are also stored to copy ([kn][NV VL], aligned)
+ * as they are loaded, for the next tiles to read. mr, NV and COPY are
+ * constants at every call (run_tile), so the loops over them unroll and the
+ * accumulators live in registers. */
+INLINE void tile(const int mr, const int NV, const int COPY, const float *a, size_t lda,
+                 const float *b, size_t ldb, int kn, float *acc, size_t ldt, float *copy)
+{
+    vec c0[MR], c1[MR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        c0[i] = i < mr ? v_load(acc + (size_t)i * ldt) : v_zero();
+        c1[i] = i < mr && NV > 1 ? v_load(acc + (size_t)i * ldt + VL) : v_zero();
+    }
+#pragma GCC unroll 2
+    for (int k = 0; k < kn; k++) {
+        const vec b0 = v_loadu(b);
+        const vec b1 = NV > 1 ? v_loadu(b + VL) : v_zero();
+        if (COPY) {
+            v_store(copy, b0);
+            if (NV > 1)
+                v_store(copy + VL, b1);
+            copy += NV * VL;
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            c0[i] = v_fma_bcast(a + i, b0, c0[i]);
+            if (NV > 1)
+                c1[i] = v_fma_bcast(a + i, b1, c1[i]);
+        }
+        a += lda;
+        b += ldb;
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+        v_store(acc + (size_t)i * ldt, c0[i]);
+        if (NV > 1)
+            v_store(acc + (size_t)i * ldt + VL, c1[i]);
+    }
+}
+
+/* One instance of tile() per (rows, panel vectors, copy). */
+static void run_tile(int mr, int nv, int copy_b, const float *a, size_t lda, const float *b,
+                     size_t ldb, int kn, float *acc, size_t ldt, float *copy)
+{
+#define TILE_CASE(m)                                                                               \
+    case m:                                                                                        \
+        if (nv > 1 && copy_b)                                                                      \
+            tile(m, 2, 1, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
+        else if (nv > 1)                                                                           \
+            tile(m, 2, 0, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
+        else if (copy_b)                                                                           \
+            tile(m, 1, 1, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
+        else                                                                                       \
+            tile(m, 1, 0, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
+        break;
+    switch (mr) {
+        TILE_CASE(1)
+        TILE_CASE(2)
+        TILE_CASE(3)
+        TILE_CASE(4)
+        TILE_CASE(5)
+        TILE_CASE(6)
+    }
+#undef TILE_CASE
+}
+
+long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, const float *a, const float *b, int k,
+                              int m, int n)
+{
+    *p = (pt_gemm_tn){c, a, b, k, m, n, 0, 0, 0};
+    if (k <= 0 || m <= 0 || n <= 0)
+        return 0;
+    p->mblocks = (m + MB - 1) / MB;
+    p->nblocks = (n + NB - 1) / NB;
+    /* adjacent tasks share a strip of the larger operand (an access order:
+     * no task's arithmetic depends on it) */
+    p->by_b = n > m;
+    return (long)p->mblocks * p->nblocks;
+}
+
+void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
+{
+    const int K = p->k, m = p->m, n = p->n;
+    const long mi = p->by_b ? t % p->mblocks : t / p->nblocks;
+    const long ni = p->by_b ? t / p->mblocks : t % p->nblocks;
+    const int o0 = (int)mi * MB, i0 = (int)ni * NB;
+    const int mb = m - o0 < MB ? m - o0 : MB, nb = n - i0 < NB ? n - i0 : NB;
+    float acc[MB * NB] __attribute__((aligned(64)));
+    float copy[KC * NB] __attribute__((aligned(64))); /* the step's panels of b */
+    memset(acc, 0, sizeof acc);
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kn = K - k0 < KC ? K - k0 : KC;
+        const float *ap = p->a + (size_t)k0 * m + o0;
+        for (int j0 = 0; j0 < nb; j0 += NR) {
+            const int cols = nb - j0 < NR ? nb - j0 : NR, nv = cols > VL ? 2 : 1;
+            const float *bp = p->b + (size_t)k0 * n + i0 + j0;
+            float *cp = copy + (size_t)j0 * KC;
+            int r0 = 0;
+            if (cols == nv * VL) {
+                /* the first tile reads the panel from b and leaves a copy */
+                run_tile(mb < MR ? mb : MR, nv, 1, ap, (size_t)m, bp, (size_t)n, kn, acc + j0, NB,
+                         cp);
+                r0 = MR;
+            } else {
+                /* cut by b's right edge: copied first, with zero columns */
+                for (int kk = 0; kk < kn; kk++) {
+                    float *d = cp + (size_t)kk * nv * VL;
+                    memcpy(d, bp + (size_t)kk * n, (size_t)cols * sizeof *d);
+                    memset(d + cols, 0, (size_t)(nv * VL - cols) * sizeof *d);
+                }
+            }
+            for (; r0 < mb; r0 += MR)
+                run_tile(mb - r0 < MR ? mb - r0 : MR, nv, 0, ap + r0, (size_t)m, cp,
+                         (size_t)nv * VL, kn, acc + (size_t)r0 * NB + j0, NB, NULL);
+        }
+    }
+    /* c = c + acc, one rounded addition per element */
+    for (int r = 0; r < mb; r++) {
+        float *cr = p->c + (size_t)(o0 + r) * n + i0;
+        const float *ar = acc + (size_t)r * NB;
+        for (int j = 0; j < nb; j++)
+            cr[j] = cr[j] + ar[j];
+    }
+}
+
+static void tn_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    GEMM_FN(pt_gemm_tn_task)(ctx, t);
+}
+
+void GEMM_FN(pt_gemm_tn_f32)(pt_pool *pool, float *c, const float *a, const float *b, int k, int m,
+                             int n)
+{
+    pt_gemm_tn p;
+    const long tasks = GEMM_FN(pt_gemm_tn_plan)(&p, c, a, b, k, m, n);
+    pt_pool_run((double)k * m * n <= PARALLEL_WORK ? NULL : pool, tasks, tn_task, &p);
+}
