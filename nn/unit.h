@@ -49,6 +49,21 @@ const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role);
 int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 
+/* A training call of ViT's last block while it is active (not frozen): the
+ * head reads its output only at [CLS] (token 0 of each example), so its
+ * attention projection and MLP run on those n rows alone (see
+ * pt_arch.full_last_block); the other rows of its output are its input,
+ * passed on. Its incoming gradient is 0 at every other row (the head's
+ * backward writes no other), so its backward needs the branch's gradient at
+ * the [CLS] rows only, and passes dy on elsewhere. Evaluation and frozen
+ * units compute every row (hidden states are an output of evaluation, and
+ * the cache keeps a frozen prefix's output). */
+static inline int pt_unit_cls_rows_only(const pt_unit_call *c)
+{
+    return c->train && c->g && c->arch->kind == PT_MODEL_VIT && !c->arch->full_last_block &&
+           c->info->block == c->arch->layers - 1;
+}
+
 /* Carving one area into named buffers. With base == NULL it only measures, so
  * a unit's size and layout come from the same function and cannot disagree. */
 typedef struct pt_carve {

@@ -3,6 +3,11 @@
  * fused QKV projection, multi-head scaled dot-product attention (causal or
  * bidirectional per the arch), output projection and residual add.
  *
+ * In ViT's last block (pt_unit_cls_rows_only) the projection and the
+ * residual add run on the [CLS] rows alone (attention itself still needs
+ * every position's keys and values): y = x, then y's [CLS] rows =
+ * x + proj(att) there.
+ *
  * Parameters (see arch.c): ln.weight, ln.bias, qkv.weight [3d, d], qkv.bias,
  * proj.weight [d, d], proj.bias.
  */
@@ -20,6 +25,7 @@ typedef struct {
 
 typedef struct {
     void *datt, *dqkv, *dln;
+    void *xc, *yc, *zc; /* [n, d]: [CLS] rows gathered (last block of a ViT) */
 } attn_scratch;
 
 static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *base,
@@ -46,6 +52,9 @@ static size_t scratch_layout(const pt_arch *a, const pt_backend *be, int n, void
     s->datt = pt_carve_take(&c, rows * a->dim * be->act_size);
     s->dqkv = pt_carve_take(&c, rows * 3 * a->dim * be->act_size);
     s->dln = pt_carve_take(&c, rows * a->dim * be->act_size);
+    s->xc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
+    s->yc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
+    s->zc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
     return c.used;
 }
 
@@ -75,6 +84,17 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                    pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, NULL);
     op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal,
                       NULL, NULL);
+    if (pt_unit_cls_rows_only(c)) {
+        attn_scratch w;
+        scratch_layout(a, c->be, c->n, c->scratch, &w);
+        op->copy_rows(c->be, w.xc, d, x, T * d, c->n, d, 0);
+        op->copy_rows(c->be, w.zc, d, s.att, T * d, c->n, d, 0);
+        op->linear_fwd(c->be, w.yc, w.zc, pt_unit_param(c, c->p, PROJ_W),
+                       pt_unit_param(c, c->p, PROJ_B), c->n, d, d, w.xc);
+        op->copy(c->be, y, x, PT_ACT(c, (size_t)rows * d));
+        op->copy_rows(c->be, y, T * d, w.yc, d, c->n, d, 0);
+        return 0;
+    }
     op->linear_fwd(c->be, y, s.att, pt_unit_param(c, c->p, PROJ_W),
                    pt_unit_param(c, c->p, PROJ_B), rows, d, d, x);
     return 0;
@@ -90,8 +110,20 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     attn_scratch w;
     saved_layout(a, c->be, c->n, c->saved, &s);
     scratch_layout(a, c->be, c->n, c->scratch, &w);
-    op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W), pt_unit_param(c, c->g, PROJ_B),
-                   dy, s.att, pt_unit_param(c, c->p, PROJ_W), rows, d, d);
+    if (pt_unit_cls_rows_only(c)) {
+        /* dy is 0 away from the [CLS] rows, and so is datt */
+        op->copy_rows(c->be, w.yc, d, dy, T * d, c->n, d, 0);
+        op->copy_rows(c->be, w.xc, d, s.att, T * d, c->n, d, 0);
+        op->linear_bwd(c->be, w.zc, pt_unit_param(c, c->g, PROJ_W),
+                       pt_unit_param(c, c->g, PROJ_B), w.yc, w.xc, pt_unit_param(c, c->p, PROJ_W),
+                       c->n, d, d);
+        op->zero(c->be, w.datt, PT_ACT(c, (size_t)rows * d));
+        op->copy_rows(c->be, w.datt, T * d, w.zc, d, c->n, d, 0);
+    } else {
+        op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W),
+                       pt_unit_param(c, c->g, PROJ_B), dy, s.att, pt_unit_param(c, c->p, PROJ_W),
+                       rows, d, d);
+    }
     op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
                       d / a->heads, a->causal, NULL, NULL);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),

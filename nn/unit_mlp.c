@@ -2,6 +2,9 @@
  * unit_mlp.c: the MLP unit, y = x + fc2(gelu(fc1(ln(x)))), pre-LN, GELU in
  * PyTorch's default erf form.
  *
+ * In ViT's last block (pt_unit_cls_rows_only) the branch runs on the [CLS]
+ * rows alone: y = x, then y's [CLS] rows = x + fc2(gelu(fc1(ln(x)))) there.
+ *
  * Parameters (see arch.c): ln.weight, ln.bias, fc1.weight [h, d], fc1.bias,
  * fc2.weight [d, h], fc2.bias.
  */
@@ -18,6 +21,7 @@ typedef struct {
 
 typedef struct {
     void *dact, *dln;
+    void *xc, *yc, *zc; /* [n, d]: [CLS] rows gathered (last block of a ViT) */
 } mlp_scratch;
 
 static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *base, mlp_saved *s)
@@ -39,6 +43,9 @@ static size_t scratch_layout(const pt_arch *a, const pt_backend *be, int n, void
     pt_carve c = {base, 0};
     s->dact = pt_carve_take(&c, rows * a->mlp_hidden * be->act_size);
     s->dln = pt_carve_take(&c, rows * a->dim * be->act_size);
+    s->xc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
+    s->yc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
+    s->zc = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
     return c.used;
 }
 
@@ -59,16 +66,30 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
 {
     const pt_arch *a = c->arch;
     const pt_ops *op = c->be->ops;
-    const int d = a->dim, h = a->mlp_hidden, rows = c->n * pt_arch_tokens(a);
+    const int d = a->dim, h = a->mlp_hidden, T = pt_arch_tokens(a);
+    const int cls = pt_unit_cls_rows_only(c), rows = cls ? c->n : c->n * T;
     mlp_saved s;
+    mlp_scratch w;
     saved_layout(a, c->be, c->n, c->saved, &s);
-    op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, x, pt_unit_param(c, c->p, LN_W),
+    scratch_layout(a, c->be, c->n, c->scratch, &w);
+    const void *in = x;
+    void *out = y;
+    if (cls) {
+        op->copy_rows(c->be, w.xc, d, x, T * d, c->n, d, 0);
+        in = w.xc;
+        out = w.yc;
+    }
+    op->layernorm_fwd(c->be, s.ln, s.mean, s.rstd, in, pt_unit_param(c, c->p, LN_W),
                       pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.pre, s.ln, pt_unit_param(c, c->p, FC1_W),
                    pt_unit_param(c, c->p, FC1_B), rows, h, d, NULL);
     op->gelu_fwd(c->be, s.act, s.pre, (size_t)rows * h);
-    op->linear_fwd(c->be, y, s.act, pt_unit_param(c, c->p, FC2_W),
-                   pt_unit_param(c, c->p, FC2_B), rows, d, h, x);
+    op->linear_fwd(c->be, out, s.act, pt_unit_param(c, c->p, FC2_W),
+                   pt_unit_param(c, c->p, FC2_B), rows, d, h, in);
+    if (cls) {
+        op->copy(c->be, y, x, PT_ACT(c, (size_t)c->n * T * d));
+        op->copy_rows(c->be, y, T * d, w.yc, d, c->n, d, 0);
+    }
     return 0;
 }
 
@@ -77,18 +98,33 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
 {
     const pt_arch *a = c->arch;
     const pt_ops *op = c->be->ops;
-    const int d = a->dim, h = a->mlp_hidden, rows = c->n * pt_arch_tokens(a);
+    const int d = a->dim, h = a->mlp_hidden, T = pt_arch_tokens(a);
+    const int cls = pt_unit_cls_rows_only(c), rows = cls ? c->n : c->n * T;
     mlp_saved s;
     mlp_scratch w;
     saved_layout(a, c->be, c->n, c->saved, &s);
     scratch_layout(a, c->be, c->n, c->scratch, &w);
-    op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B), dy,
-                   s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h);
+    const void *in = x, *din = dy;
+    void *dout = dx;
+    if (cls) {
+        /* dy is 0 away from the [CLS] rows, where y was x: dx = dy there */
+        op->copy_rows(c->be, w.xc, d, x, T * d, c->n, d, 0);
+        op->copy_rows(c->be, w.yc, d, dy, T * d, c->n, d, 0);
+        in = w.xc;
+        din = w.yc;
+        dout = dx ? w.zc : NULL;
+    }
+    op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B),
+                   din, s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h);
     op->gelu_bwd(c->be, w.dact, w.dact, s.pre, s.act, (size_t)rows * h);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, FC1_W), pt_unit_param(c, c->g, FC1_B),
                    w.dact, s.ln, pt_unit_param(c, c->p, FC1_W), rows, h, d);
-    op->layernorm_bwd(c->be, dx, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B), w.dln,
-                      x, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, dy);
+    op->layernorm_bwd(c->be, dout, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),
+                      w.dln, in, s.mean, s.rstd, pt_unit_param(c, c->p, LN_W), rows, d, din);
+    if (cls && dx) {
+        op->copy(c->be, dx, dy, PT_ACT(c, (size_t)c->n * T * d));
+        op->copy_rows(c->be, dx, T * d, w.zc, d, c->n, d, 0);
+    }
     return 0;
 }
 
