@@ -120,9 +120,9 @@ int main(int argc, char **argv)
     TIME("attention_bwd", 2 * att_flops,
          o->attention_bwd(be, dqkv, att, qkv, probs, att, N, T, H, HD, 0, NULL, NULL));
     const size_t n = (size_t)ROWS * MLP;
-    float *gx = rnd(n), *gy = rnd(n), *gd = rnd(n);
-    TIME("gelu_fwd", 0, o->gelu_fwd(be, gy, gx, n));
-    TIME("gelu_bwd", 0, o->gelu_bwd(be, gd, gd, gx, gy, n));
+    float *gx = rnd(n), *gy = rnd(n), *gd = rnd(n), *gg = rnd(n);
+    TIME("gelu_fwd", 0, o->gelu_fwd(be, gy, gg, gx, n));
+    TIME("gelu_bwd", 0, o->gelu_bwd(be, gy, gd, gg, n));
     float *lx = rnd((size_t)ROWS * D), *ly = rnd((size_t)ROWS * D), *lw = rnd(D), *lb = rnd(D);
     float *mean = rnd(ROWS), *rstd = rnd(ROWS), *ldx = rnd((size_t)ROWS * D);
     float *ldw = rnd(D), *ldb = rnd(D);

@@ -69,12 +69,13 @@ typedef struct pt_ops {
     void (*layernorm_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                           const void *x, const void *mean, const void *rstd, const void *w,
                           int rows, int dim, const void *add);
-    /* y = x * Phi(x) (erf form); dx = dy * (Phi(x) + x phi(x)); dx may alias dy.
-     * gelu_bwd gets the forward's y too: Phi(x) = y / x away from 0 saves
-     * evaluating erf a second time. */
-    void (*gelu_fwd)(pt_backend *be, void *y, const void *x, size_t n);
-    void (*gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *x, const void *y,
-                     size_t n);
+    /* y = x * Phi(x) (erf form) and, unless dydx is NULL, the derivative
+     * dydx = Phi(x) + x phi(x), for the backward (the forward has both parts
+     * at hand; the backward is then one product). dydx may alias x, so a
+     * unit can keep the derivative where the input was; y may not.
+     * gelu_bwd: dx = dy * dydx (the forward's dydx); dx may alias dy. */
+    void (*gelu_fwd)(pt_backend *be, void *y, void *dydx, const void *x, size_t n);
+    void (*gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *dydx, size_t n);
     /* Multi-head scaled dot-product attention.
      * qkv [n, T, 3, H, hd] (the output of one fused projection), out [n, T, H*hd],
      * probs: what forward keeps for backward, attention_saved_bytes long (the

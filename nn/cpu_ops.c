@@ -488,30 +488,14 @@ static void cpu_layernorm_bwd(pt_backend *be, void *dx_, void *dw_, void *db_, c
 /* Elements per block of the loops below (tasks are whole blocks). */
 enum { GELU_BLOCK = 4 * LANES };
 
-/* The elementwise ops' jobs: y (and dy) from x (and y) over n elements,
- * tasks of `per` blocks. */
+/* The elementwise ops' jobs: y (and dydx) from x, or dx from dy and dydx,
+ * over n elements, tasks of `per` blocks. */
 typedef struct {
-    real *y;
-    const real *x, *dy, *yy;
+    real *y, *dydx;
+    const real *x, *dy;
     size_t n;
     long per;
 } elem_job;
-
-#ifndef PT_REAL_F64
-/* dy * GELU'(x) from x and y = GELU(x): Phi(x) = y / x carries the relative
- * error of y (an ulp or two) wherever |x| >= 1e-3; nearer 0, Phi(x) = 0.5 +
- * x phi(0) is exact to x^3 / 15 < 1e-10. phi(x) itself is one exp. */
-static inline __attribute__((always_inline)) lanes_v gelu_grad_v(lanes_v xv, lanes_v yv,
-                                                                 lanes_v dyv)
-{
-    const lanes_v near0 = (real)0.5 + xv * (real)0.39894228040143267794;
-    const pt_m16 away = pt_f16_gt(xv, pt_f16_set(1e-3f)) | pt_f16_lt(xv, pt_f16_set(-1e-3f));
-    const lanes_v safe = pt_f16_sel(away, xv, pt_f16_set(1.0f));
-    const lanes_v cdf = pt_f16_sel(away, yv / safe, near0);
-    const lanes_v pdf = (real)0.39894228040143267794 * pt_f16_expf_nonpos((real)-0.5 * xv * xv);
-    return dyv * (cdf + xv * pdf);
-}
-#endif
 
 /* Block k of GELU's loops is elements [k * GELU_BLOCK, (k + 1) * GELU_BLOCK).
  * float32: the arithmetic on explicit vectors (cpu_math.h's pt_f16_*, the
@@ -520,12 +504,15 @@ static inline __attribute__((always_inline)) lanes_v gelu_grad_v(lanes_v xv, lan
  * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
  * which elements take a scalar path; the forward runs a block's four
  * vectors side by side, which lets their long dependency chains overlap.
- * float64, the oracle: libm, element by element. */
+ * The derivative Phi(x) + x phi(x) is one fused multiply-add of the two
+ * parts the forward has anyway, the same on every instruction set.
+ * float64, the oracle: libm, element by element. dydx may alias x: a
+ * block is read whole before any of it is written. */
 static void gelu_fwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
     const elem_job *j = ctx;
-    real *y = j->y;
+    real *y = j->y, *dydx = j->dydx;
     const real *x = j->x;
     const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
     long k0, k1;
@@ -534,66 +521,58 @@ static void gelu_fwd_task(void *ctx, long t, int thread)
         const size_t i0 = k * GELU_BLOCK;
         const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
 #ifndef PT_REAL_F64
-        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf;
+        lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf[GELU_BLOCK / LANES];
         for (int v = 0; v < GELU_BLOCK / LANES; v++)
             xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
         for (int v = 0; v < GELU_BLOCK / LANES; v++)
-            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf);
-        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++)
+            pt_f16_gelu_parts(xv[v], &cdf[v], &pdf[v]);
+        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++) {
             lanes_put(y + i0, v * LANES, len, xv[v] * cdf[v]);
+            if (dydx)
+                lanes_put(dydx + i0, v * LANES, len, pt_f16_fma(xv[v], pdf[v], cdf[v]));
+        }
 #else
         for (size_t i = i0; i < i0 + (size_t)len; i++) {
             real cdf, pdf;
-            R_GELU_PARTS(x[i], &cdf, &pdf);
-            y[i] = x[i] * cdf;
+            const real xi = x[i];
+            R_GELU_PARTS(xi, &cdf, &pdf);
+            y[i] = xi * cdf;
+            if (dydx)
+                dydx[i] = cdf + xi * pdf;
         }
 #endif
     }
 }
 
-/* dx may alias dy: each element is read before it is written. */
+/* dx = dy * dydx; dx may alias dy. */
 static void gelu_bwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
     const elem_job *j = ctx;
     real *dx = j->y;
-    const real *dy = j->dy, *x = j->x, *y = j->yy;
+    const real *dy = j->dy, *dydx = j->x;
     const size_t n = j->n, blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
     long k0, k1;
     task_items(t, j->per, (long)blocks, &k0, &k1);
     for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
         const size_t i0 = k * GELU_BLOCK;
         const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
-#ifndef PT_REAL_F64
         for (int i = 0; i < len; i += LANES)
-            lanes_put(dx + i0, i, len,
-                      gelu_grad_v(lanes_at(x + i0, i, len, 0), lanes_at(y + i0, i, len, 0),
-                                  lanes_at(dy + i0, i, len, 0)));
-#else
-        for (size_t i = i0; i < i0 + (size_t)len; i++) {
-            const real xi = x[i];
-            const real near0 = (real)0.5 + xi * (real)0.39894228040143267794;
-            const real safe = xi > (real)1e-3 || xi < (real)-1e-3 ? xi : (real)1;
-            const real cdf = xi > (real)1e-3 || xi < (real)-1e-3 ? y[i] / safe : near0;
-            const real pdf = (real)0.39894228040143267794 * R_EXP((real)-0.5 * xi * xi);
-            dx[i] = dy[i] * (cdf + xi * pdf);
-        }
-#endif
+            lanes_put(dx + i0, i, len, lanes_at(dy + i0, i, len, 0) * lanes_at(dydx + i0, i, len, 0));
     }
 }
 
-static void cpu_gelu_fwd(pt_backend *be, void *y_, const void *x_, size_t n)
+static void cpu_gelu_fwd(pt_backend *be, void *y_, void *dydx_, const void *x_, size_t n)
 {
     const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    elem_job j = {y_, x_, NULL, NULL, n, per_task(GELU_BLOCK)};
+    elem_job j = {y_, dydx_, x_, NULL, n, per_task(GELU_BLOCK)};
     pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_fwd_task, &j);
 }
 
-static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *x_,
-                         const void *y_, size_t n)
+static void cpu_gelu_bwd(pt_backend *be, void *dx_, const void *dy_, const void *dydx_, size_t n)
 {
     const size_t blocks = (n + GELU_BLOCK - 1) / GELU_BLOCK;
-    elem_job j = {dx_, x_, dy_, y_, n, per_task(GELU_BLOCK)};
+    elem_job j = {dx_, NULL, dydx_, dy_, n, per_task(GELU_BLOCK)};
     pt_pool_run(PAR_POOL(be, n), tasks_for((long)blocks, j.per), gelu_bwd_task, &j);
 }
 

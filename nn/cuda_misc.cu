@@ -26,70 +26,78 @@ __device__ __forceinline__ float gelu_pdf(float x)
     return 0.39894228040143267794f * expf(-0.5f * x * x);
 }
 
+/* y = x Phi(x) and, unless dydx is NULL, dydx = Phi(x) + x phi(x); dydx may
+ * alias x (each element is read before it is written). */
 template <typename T>
-__global__ void gelu_fwd_kernel(T *y, const T *x, size_t n, int vec)
+__global__ void gelu_fwd_kernel(T *y, T *dydx, const T *x, size_t n, int vec)
 {
     const size_t n8 = vec ? n / 8 : 0;
     GRID_STRIDE(i, 0, n8)
     {
-        float v[8];
+        float v[8], o[8];
         ld8(x + 8 * i, v);
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            v[e] = v[e] * gelu_cdf(v[e]);
-        st8(y + 8 * i, v);
+            o[e] = v[e] * gelu_cdf(v[e]);
+        st8(y + 8 * i, o);
+        if (dydx) {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                o[e] = gelu_cdf(v[e]) + v[e] * gelu_pdf(v[e]);
+            st8(dydx + 8 * i, o);
+        }
     }
     GRID_STRIDE(i, 8 * n8, n)
     {
         float v = to_f(x[i]);
         y[i] = from_f<T>(v * gelu_cdf(v));
+        if (dydx)
+            dydx[i] = from_f<T>(gelu_cdf(v) + v * gelu_pdf(v));
     }
 }
 
-/* dx = dy * (Phi(x) + x phi(x)); dx may alias dy. The forward's y is not
- * read: evaluating Phi again is cheaper on a GPU than reading y. */
+/* dx = dy * dydx (the forward's); dx may alias dy. */
 template <typename T>
-__global__ void gelu_bwd_kernel(T *dx, const T *dy, const T *x, size_t n, int vec)
+__global__ void gelu_bwd_kernel(T *dx, const T *dy, const T *dydx, size_t n, int vec)
 {
     const size_t n8 = vec ? n / 8 : 0;
     GRID_STRIDE(i, 0, n8)
     {
         float v[8], g[8];
-        ld8(x + 8 * i, v);
+        ld8(dydx + 8 * i, v);
         ld8(dy + 8 * i, g);
 #pragma unroll
         for (int e = 0; e < 8; e++)
-            g[e] *= gelu_cdf(v[e]) + v[e] * gelu_pdf(v[e]);
+            g[e] *= v[e];
         st8(dx + 8 * i, g);
     }
     GRID_STRIDE(i, 8 * n8, n)
     {
-        float v = to_f(x[i]);
-        dx[i] = from_f<T>(to_f(dy[i]) * (gelu_cdf(v) + v * gelu_pdf(v)));
+        dx[i] = from_f<T>(to_f(dy[i]) * to_f(dydx[i]));
     }
 }
 
 template <typename T>
-static void op_gelu_fwd(pt_backend *be, void *y, const void *x, size_t n)
+static void op_gelu_fwd(pt_backend *be, void *y, void *dydx, const void *x, size_t n)
 {
     cuda_impl *c = cuda_of(be);
     if (c->failed || !n)
         return;
-    int vec = cuda_aligned(y, 16) && cuda_aligned(x, 16);
+    int vec = cuda_aligned(y, 16) && cuda_aligned(x, 16) && (!dydx || cuda_aligned(dydx, 16));
     PT_LAUNCH(gelu_fwd_kernel<T>, cuda_blocks(n / 8 + 1, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)y,
-              (const T *)x, n, vec);
+              (T *)dydx, (const T *)x, n, vec);
     CUDA_LAUNCHED(c, "gelu_fwd_kernel");
 }
 
 template <typename T>
-static void op_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *x, const void *y, size_t n)
+static void op_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *dydx, size_t n)
 {
     cuda_impl *c = cuda_of(be);
     if (c->failed || !n)
         return;
-    int vec = cuda_aligned(dx, 16) && cuda_aligned(dy, 16) && cuda_aligned(x, 16);
+    int vec = cuda_aligned(dx, 16) && cuda_aligned(dy, 16) && cuda_aligned(dydx, 16);
     PT_LAUNCH(gelu_bwd_kernel<T>, cuda_blocks(n / 8 + 1, CUDA_THREADS), CUDA_THREADS, 0, c->stream, (T *)dx,
-              (const T *)dy, (const T *)x, n, vec);
+              (const T *)dy, (const T *)dydx, n, vec);
     CUDA_LAUNCHED(c, "gelu_bwd_kernel");
 }
 

@@ -210,17 +210,16 @@ static void w_layernorm_bwd(pt_backend *be, void *dx, void *dw, void *db, const 
           ES(be) * e * (2.0 + (dx ? 1 : 0) + (add ? 1 : 0)) + PS(be) * (5.0 * dim + 2.0 * rows));
 }
 
-static void w_gelu_fwd(pt_backend *be, void *y, const void *x, size_t n)
+static void w_gelu_fwd(pt_backend *be, void *y, void *dydx, const void *x, size_t n)
 {
-    TIMED(be, in_->gelu_fwd(be, y, x, n), OP_GELU_FWD, (long long)n, 0, 0, 0, 0, 5.0 * n,
-          ES(be) * 2.0 * n);
+    TIMED(be, in_->gelu_fwd(be, y, dydx, x, n), OP_GELU_FWD, (long long)n, dydx != NULL, 0, 0, 0,
+          (dydx ? 7.0 : 5.0) * n, ES(be) * (dydx ? 3.0 : 2.0) * n);
 }
 
-static void w_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *x, const void *y,
-                       size_t n)
+static void w_gelu_bwd(pt_backend *be, void *dx, const void *dy, const void *dydx, size_t n)
 {
-    TIMED(be, in_->gelu_bwd(be, dx, dy, x, y, n), OP_GELU_BWD, (long long)n, 0, 0, 0, 0, 8.0 * n,
-          ES(be) * 4.0 * n);
+    TIMED(be, in_->gelu_bwd(be, dx, dy, dydx, n), OP_GELU_BWD, (long long)n, 0, 0, 0, 0, 1.0 * n,
+          ES(be) * 3.0 * n);
 }
 
 /* score pairs per head: T^2, or T(T+1)/2 when causal */
@@ -456,7 +455,7 @@ static void shape_words(const prof_row *r, char *out, size_t n)
         break;
     case OP_GELU_FWD:
     case OP_GELU_BWD:
-        snprintf(out, n, "%lld", d[0]);
+        snprintf(out, n, "%lld%s", d[0], d[1] ? " +dydx" : "");
         break;
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD:

@@ -325,7 +325,8 @@ const pt_unit_impl pt_unit_attn_post = {attn_saved_bytes, attn_scratch_bytes, at
 enum { M_FC1_W, M_FC1_B, M_FC2_W, M_FC2_B, M_LN_W, M_LN_B };
 
 typedef struct {
-    void *pre, *act;   /* [nT, h] fc1's output and GELU's */
+    void *pre, *act;   /* [nT, h] fc1's output (in training, GELU's derivative
+                          there once GELU has run) and GELU's */
     void *sum;         /* [nT, d] x + fc2(act) (or x + drop(fc2(act))) */
     void *mean, *rstd; /* [nT] */
     int64_t *ids;      /* [n] (dropout) */
@@ -387,7 +388,7 @@ static int mlp_forward(const pt_unit_call *c, const pt_batch *batch, const void 
         return rc;
     op->linear_fwd(c->be, s.pre, x, pt_unit_param(c, c->p, M_FC1_W),
                    pt_unit_param(c, c->p, M_FC1_B), rows, h, d, NULL);
-    op->gelu_fwd(c->be, s.act, s.pre, (size_t)rows * h);
+    op->gelu_fwd(c->be, s.act, c->train ? s.pre : NULL, s.pre, (size_t)rows * h);
     op->linear_fwd(c->be, s.sum, s.act, pt_unit_param(c, c->p, M_FC2_W),
                    pt_unit_param(c, c->p, M_FC2_B), rows, d, h, dropping ? NULL : x);
     if (dropping)
@@ -415,7 +416,7 @@ static int mlp_backward(const pt_unit_call *c, const pt_batch *batch, const void
         op->dropout(c->be, w.dfc2, w.dsum, NULL, c->n, (size_t)a->context * d, &drop);
     op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, M_FC2_W), pt_unit_param(c, c->g, M_FC2_B),
                    dropping ? w.dfc2 : w.dsum, s.act, pt_unit_param(c, c->p, M_FC2_W), rows, d, h);
-    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, s.act, (size_t)rows * h);
+    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, (size_t)rows * h);
     op->linear_bwd(c->be, dx, pt_unit_param(c, c->g, M_FC1_W), pt_unit_param(c, c->g, M_FC1_B),
                    w.dact, x, pt_unit_param(c, c->p, M_FC1_W), rows, h, d);
     if (dx)

@@ -15,7 +15,8 @@ enum { LN_W, LN_B, FC1_W, FC1_B, FC2_W, FC2_B };
 typedef struct {
     void *mean, *rstd; /* [nT] */
     void *ln;          /* [nT, d] */
-    void *pre;         /* [nT, h] fc1 output, GELU input */
+    void *pre;         /* [nT, h] fc1 output, GELU input (in training, GELU's
+                          derivative there once GELU has run) */
     void *act;         /* [nT, h] GELU output */
 } mlp_saved;
 
@@ -83,7 +84,8 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                       pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.pre, s.ln, pt_unit_param(c, c->p, FC1_W),
                    pt_unit_param(c, c->p, FC1_B), rows, h, d, NULL);
-    op->gelu_fwd(c->be, s.act, s.pre, (size_t)rows * h);
+    /* training keeps GELU's derivative where its input was */
+    op->gelu_fwd(c->be, s.act, c->train ? s.pre : NULL, s.pre, (size_t)rows * h);
     op->linear_fwd(c->be, out, s.act, pt_unit_param(c, c->p, FC2_W),
                    pt_unit_param(c, c->p, FC2_B), rows, d, h, in);
     if (cls) {
@@ -116,7 +118,7 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     }
     op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B),
                    din, s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h);
-    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, s.act, (size_t)rows * h);
+    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, (size_t)rows * h);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, FC1_W), pt_unit_param(c, c->g, FC1_B),
                    w.dact, s.ln, pt_unit_param(c, c->p, FC1_W), rows, h, d);
     op->layernorm_bwd(c->be, dout, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),

@@ -137,7 +137,7 @@ static void sticky_errors(void)
         g->ops->attention_fwd(g, out, out, qkv, 1, 2, 1, 200, 0, NULL, NULL); /* head size 200: refused */
         CU_ASSERT_EQUAL(g->ops->status(g, &err), PT_EBACKEND);
         CU_ASSERT(strstr(err.msg, "head size 200") != NULL);
-        g->ops->gelu_fwd(g, out, qkv, 16); /* a no-op now */
+        g->ops->gelu_fwd(g, out, NULL, qkv, 16); /* a no-op now */
         pt_err err2 = {0};
         CU_ASSERT_EQUAL(pt_backend_sync(g, &err2), PT_EBACKEND);
         CU_ASSERT_STRING_EQUAL(err2.msg, err.msg);
@@ -300,10 +300,14 @@ static void gelu_all(void)
             tpair x = tp_new(&P, n, 0), y = tp_new(&P, n, 0), dy = tp_new(&P, n, 0);
             tp_fill(&P, &x, -5, 5);
             tp_fill(&P, &dy, -1, 1);
-            EACH_BACKEND BE(gpu)->ops->gelu_fwd(BE(gpu), S(y), S(x), n);
+            EACH_BACKEND BE(gpu)->ops->gelu_fwd(BE(gpu), S(y), NULL, S(x), n);
             EXPECT_CLOSE(&P, y, P.tol, "gelu_fwd n=%zu", n);
+            /* the derivative over the input, as the MLP unit keeps it */
+            EACH_BACKEND BE(gpu)->ops->gelu_fwd(BE(gpu), S(y), S(x), S(x), n);
+            EXPECT_CLOSE(&P, y, P.tol, "gelu_fwd +dydx n=%zu", n);
+            EXPECT_CLOSE(&P, x, P.tol, "gelu_fwd's dydx n=%zu", n);
             /* dx aliases dy, as the MLP unit calls it */
-            EACH_BACKEND BE(gpu)->ops->gelu_bwd(BE(gpu), S(dy), S(dy), S(x), S(y), n);
+            EACH_BACKEND BE(gpu)->ops->gelu_bwd(BE(gpu), S(dy), S(dy), S(x), n);
             EXPECT_CLOSE(&P, dy, P.tol, "gelu_bwd n=%zu", n);
             tp_free(&P, &x);
             tp_free(&P, &y);

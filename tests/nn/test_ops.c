@@ -455,8 +455,8 @@ enum { GELU_WIDE, GELU_NEAR0, GELU_TAIL, GELU_RANGES };
 static const char *const gelu_range_names[GELU_RANGES] = {"[-10,10]", "near 0", "[-10,-3]"};
 
 /* x for one range: [-10, 10] with some exact zeros; |x| in [1e-8, 5e-3]
- * (either side of the switch at |x| = 1e-3 in gelu_bwd, and the switch
- * itself) with some exact zeros; the left tail, where Phi(x) is tiny. */
+ * (where Phi(x) = 0.5 + x phi(0) nearly, and x = 1e-3 itself, where an
+ * earlier backward switched formulas) with some exact zeros; the left tail, where Phi(x) is tiny. */
 static float gelu_input(int range, size_t i)
 {
     switch (range) {
@@ -477,26 +477,44 @@ static float gelu_input(int range, size_t i)
 
 static void gelu_case(size_t n, int range)
 {
-    tens x = t_new(n, 0), y = t_new(n, 0), dy = t_new(n, 0), dx = t_new(n, 0);
+    tens x = t_new(n, 0), y = t_new(n, 0), g = t_new(n, 0), dy = t_new(n, 0), dx = t_new(n, 0);
     float *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++)
         h[i] = gelu_input(range, i);
     if (n == 1 && h[0] == 0.0f)
         h[0] = 0.5f; /* never all zero */
     t_set(&x, h);
-    free(h);
     t_fill(&dy, -1, 1);
+    /* without the derivative, then with it in its own buffer */
     t_fill_nan(&y);
-    EACH OPS->gelu_fwd(BE, D(y), D(x), n);
+    EACH OPS->gelu_fwd(BE, D(y), NULL, D(x), n);
     check(&y, OP_GELU_FWD, "gelu_fwd n=%zu x in %s", n, gelu_range_names[range]);
+    t_fill_nan(&y);
+    t_fill_nan(&g);
+    EACH OPS->gelu_fwd(BE, D(y), D(g), D(x), n);
+    check(&y, OP_GELU_FWD, "gelu_fwd +dydx n=%zu x in %s", n, gelu_range_names[range]);
+    check(&g, OP_GELU_FWD, "gelu_fwd's dydx n=%zu x in %s", n, gelu_range_names[range]);
     /* a separate dx, then dx aliased with dy (as the MLP unit calls it) */
     t_fill_nan(&dx);
-    EACH OPS->gelu_bwd(BE, D(dx), D(dy), D(x), D(y), n);
+    EACH OPS->gelu_bwd(BE, D(dx), D(dy), D(g), n);
     check(&dx, OP_GELU_BWD, "gelu_bwd n=%zu x in %s", n, gelu_range_names[range]);
-    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(x), D(y), n);
+    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(g), n);
     check(&dy, OP_GELU_BWD, "gelu_bwd in place n=%zu x in %s", n, gelu_range_names[range]);
+    /* the derivative written over the input (as the MLP unit keeps it): the
+     * same bits as in a buffer of its own, on each backend */
+    t_fill_nan(&y);
+    EACH OPS->gelu_fwd(BE, D(y), D(x), D(x), n);
+    for (int k = 0; k < 2; k++) {
+        float *in_place = t_get(&x, k), *apart = t_get(&g, k);
+        CU_ASSERT(memcmp(in_place, apart, n * sizeof *in_place) == 0);
+        free(in_place);
+        free(apart);
+    }
+    check(&y, OP_GELU_FWD, "gelu_fwd, dydx over x, n=%zu x in %s", n, gelu_range_names[range]);
+    free(h);
     t_free(&x);
     t_free(&y);
+    t_free(&g);
     t_free(&dy);
     t_free(&dx);
 }
@@ -509,15 +527,15 @@ static void gelu_all(void)
         for (int range = 0; range < GELU_RANGES; range++)
             gelu_case(sizes[s], range);
     /* exactly 0: y = 0, dx = dy / 2 */
-    tens x = t_new(5, 0), y = t_new(5, 0), dy = t_new(5, 0);
+    tens x = t_new(5, 0), y = t_new(5, 0), dy = t_new(5, 0), g = t_new(5, 0);
     const float zeros[5] = {0.0f, -0.0f, 0.0f, 0.0f, -0.0f};
     t_set(&x, zeros);
     t_fill(&dy, -1, 1);
-    EACH OPS->gelu_fwd(BE, D(y), D(x), 5);
+    EACH OPS->gelu_fwd(BE, D(y), D(g), D(x), 5);
     float *y32 = t_get(&y, 0), *dy_in = t_get(&dy, 0);
     for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(y32[i], 0.0f);
-    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(x), D(y), 5);
+    EACH OPS->gelu_bwd(BE, D(dy), D(dy), D(g), 5);
     check(&dy, OP_GELU_BWD, "gelu_bwd at x = 0");
     float *dx32 = t_get(&dy, 0);
     for (int i = 0; i < 5; i++)
@@ -528,6 +546,7 @@ static void gelu_all(void)
     t_free(&x);
     t_free(&y);
     t_free(&dy);
+    t_free(&g);
     print_worst(OP_GELU_FWD, OP_GELU_BWD);
     close_both();
 }
