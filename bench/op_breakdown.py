@@ -34,7 +34,8 @@ QUICK_STEPS = {"demo": 5, "wide": 2}
 
 KINDS = [  # (kind, ops)
     ("matmul (linear)", ("linear_fwd", "linear_bwd")),
-    ("attention", ("attention_fwd", "attention_bwd")),
+    ("attention", ("attention_fwd", "attention_bwd", "attention_first_fwd",
+                   "attention_first_bwd")),
     ("layernorm", ("layernorm_fwd", "layernorm_bwd")),
     ("gelu", ("gelu_fwd", "gelu_bwd")),
     ("dropout (bert)", ("dropout",)),

@@ -43,6 +43,7 @@
  * scratch sits.
  */
 #include "nn/cpu_real.h"
+#include "nn/cpu_lanes.h"
 #include "nn/cpu_transpose.h"
 
 #include <stdlib.h>
@@ -692,4 +693,134 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
     (void)out_; /* the saved probabilities give everything backward needs */
     attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, 0, NULL};
     run_pairs(be, &j, bwd_task);
+}
+
+/* ------------------------------------------------- the first query alone
+ *
+ * ViT's last block in training needs attention's output at [CLS] (each
+ * example's position 0) only: per (example, head) pair, one query against
+ * T keys. Rows are LANES-wide explicit vectors along the head dimension
+ * (cpu_lanes.h: the last one masked, the same instructions for every
+ * element), dot products one vector of partial sums added in a fixed tree,
+ * so a pair's bits depend on T and hd only, not on where it sits or which
+ * thread runs it. */
+
+typedef struct {
+    real *out, *probs; /* backward: dqkv, NULL */
+    const real *qkv, *dout, *saved_probs;
+    int n, T, H, hd;
+    long per;
+    real **scratch; /* backward: T elements per pool thread */
+} first_job;
+
+/* q . k over hd elements, scaled */
+static inline real first_dot(const real *q, const real *k, int hd, real scale)
+{
+    lanes_v acc = {0};
+    for (int c = 0; c < hd; c += LANES)
+        acc += lanes_at(q, c, hd, 0) * lanes_at(k, c, hd, 0);
+    return lanes_fold(acc) * scale;
+}
+
+static void first_fwd_task(void *ctx, long task, int thread)
+{
+    (void)thread;
+    const first_job *j = ctx;
+    const int T = j->T, H = j->H, hd = j->hd, d = H * hd;
+    const size_t stride = 3 * (size_t)d;
+    const real scale = (real)(1.0 / sqrt((double)hd));
+    long bh0, bh1;
+    task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
+    for (long bh = bh0; bh < bh1; bh++) {
+        const int b = (int)(bh / H), h = (int)(bh % H);
+        const real *q = j->qkv + (size_t)b * T * stride + (size_t)h * hd;
+        const real *k = q + d, *v = q + 2 * d;
+        real *p = j->probs + (size_t)bh * T, *o = j->out + (size_t)b * d + (size_t)h * hd;
+        real top = -INFINITY, sum = 0;
+        for (int t = 0; t < T; t++) {
+            p[t] = first_dot(q, k + (size_t)t * stride, hd, scale);
+            top = p[t] > top ? p[t] : top;
+        }
+        for (int t = 0; t < T; t++) {
+            p[t] = R_EXP(p[t] - top);
+            sum += p[t];
+        }
+        for (int t = 0; t < T; t++)
+            p[t] /= sum;
+        for (int c = 0; c < hd; c += LANES) {
+            lanes_v acc = {0};
+            for (int t = 0; t < T; t++)
+                acc += p[t] * lanes_at(v + (size_t)t * stride, c, hd, 0);
+            lanes_put(o, c, hd, acc);
+        }
+    }
+}
+
+static void first_bwd_task(void *ctx, long task, int thread)
+{
+    const first_job *j = ctx;
+    const int T = j->T, H = j->H, hd = j->hd, d = H * hd;
+    const size_t stride = 3 * (size_t)d;
+    const real scale = (real)(1.0 / sqrt((double)hd));
+    long bh0, bh1;
+    task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
+    for (long bh = bh0; bh < bh1; bh++) {
+        const int b = (int)(bh / H), h = (int)(bh % H);
+        const size_t at = (size_t)b * T * stride + (size_t)h * hd;
+        const real *q = j->qkv + at, *k = q + d, *v = q + 2 * d;
+        real *dq = j->out + at, *dk = dq + d, *dv = dq + 2 * d;
+        const real *p = j->saved_probs + (size_t)bh * T;
+        const real *g = j->dout + (size_t)b * d + (size_t)h * hd;
+        /* dP_t = g . v_t; dS_t = P_t (dP_t - sum_u P_u dP_u), scaled with the
+         * scores' scale; dq = sum_t dS_t k_t, dk_t = dS_t q, dv_t = P_t g */
+        real *dp = j->scratch[thread], mean = 0;
+        for (int t = 0; t < T; t++) {
+            dp[t] = first_dot(g, v + (size_t)t * stride, hd, 1);
+            mean += p[t] * dp[t];
+        }
+        for (int t = 0; t < T; t++)
+            dp[t] = p[t] * (dp[t] - mean) * scale;
+        for (int c = 0; c < hd; c += LANES) {
+            const lanes_v qc = lanes_at(q, c, hd, 0), gc = lanes_at(g, c, hd, 0);
+            lanes_v acc = {0};
+            for (int t = 0; t < T; t++) {
+                acc += dp[t] * lanes_at(k + (size_t)t * stride, c, hd, 0);
+                lanes_put(dk + (size_t)t * stride, c, hd, dp[t] * qc);
+                lanes_put(dv + (size_t)t * stride, c, hd, p[t] * gc);
+                if (t > 0)
+                    lanes_put(dq + (size_t)t * stride, c, hd, (lanes_v){0});
+            }
+            lanes_put(dq, c, hd, acc);
+        }
+    }
+}
+
+static void run_first(pt_backend *be, first_job *j, pt_pool_fn fn)
+{
+    const size_t pair = (size_t)j->T * j->hd;
+    pt_pool *pool = PAR_POOL(be, (size_t)j->n * j->H * pair);
+    const int threads = pt_pool_threads(pool);
+    j->per = pair < PAIR_TASK_WORK ? (long)(PAIR_TASK_WORK / (pair ? pair : 1)) : 1;
+    j->scratch = CPU_FN(pt_cpu_scratch)((size_t)threads * sizeof *j->scratch);
+    for (int i = 0; i < threads; i++)
+        j->scratch[i] = CPU_FN(pt_cpu_scratch)((size_t)j->T * sizeof(real));
+    pt_pool_run(pool, tasks_for((long)j->n * j->H, j->per), fn, j);
+    for (int i = 0; i < threads; i++)
+        free(j->scratch[i]);
+    free(j->scratch);
+}
+
+void CPU_FN(pt_cpu_attention_first_fwd)(pt_backend *be, void *out0, void *probs0,
+                                        const void *qkv, int n, int T, int H, int hd)
+{
+    first_job j = {out0, probs0, qkv, NULL, NULL, n, T, H, hd, 0, NULL};
+    run_first(be, &j, first_fwd_task);
+}
+
+void CPU_FN(pt_cpu_attention_first_bwd)(pt_backend *be, void *dqkv, const void *dout0,
+                                        const void *qkv, const void *probs0, int n, int T, int H,
+                                        int hd)
+{
+    first_job j = {dqkv, NULL, qkv, dout0, probs0, n, T, H, hd, 0, NULL};
+    run_first(be, &j, first_bwd_task);
 }

@@ -97,14 +97,14 @@ typedef struct pt_arch {
     /* initialisation: see docs/ARCHITECTURE.md "Initialisation" */
     double init_std;
     uint64_t seed;
-    /* ViT: 0 (the default) computes the last block's attention projection
-     * and MLP, in a training call of the active block, only at the [CLS]
-     * position, the one row of its output the head reads (the other rows
-     * carry the block's input on, as if the branches added nothing there);
-     * the loss and every gradient are those of the full block. 1 computes
-     * every position: the reference the tests compare against. Evaluation
-     * and a frozen block compute every position. Not part of a model's
-     * identity (checkpoints do not keep it). */
+    /* ViT: 0 (the default) computes the last block's attention, attention
+     * projection and MLP, in a training call of the active block, only at
+     * the [CLS] position, the one row of its output the head reads (the
+     * other rows carry the block's input on, as if the branches added
+     * nothing there); the loss and every gradient are those of the full
+     * block, up to rounding. 1 computes every position: the reference the
+     * tests compare against. Evaluation and a frozen block compute every
+     * position. Not part of a model's identity (checkpoints do not keep it). */
     int full_last_block;
 } pt_arch;
 

@@ -38,7 +38,8 @@ enum {
     OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_DROPOUT, OP_PATCHIFY,
     OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD, OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD,
     OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ, OP_SCALE, OP_ZERO, OP_COPY, OP_UPLOAD,
-    OP_DOWNLOAD, OP_PAR_FROM_F32, OP_PAR_TO_F32, OP_ACT_FROM_F32, OP_ACT_TO_F32, OP_KINDS
+    OP_DOWNLOAD, OP_PAR_FROM_F32, OP_PAR_TO_F32, OP_ACT_FROM_F32, OP_ACT_TO_F32,
+    OP_ATTENTION_FIRST_FWD, OP_ATTENTION_FIRST_BWD, OP_KINDS
 };
 
 static const char *const op_names[OP_KINDS] = {
@@ -46,7 +47,8 @@ static const char *const op_names[OP_KINDS] = {
     "attention_fwd", "attention_bwd", "mean_pool_fwd", "mean_pool_bwd", "dropout", "patchify",
     "vit_assemble_fwd", "vit_assemble_bwd", "token_embed_fwd", "token_embed_bwd", "copy_rows",
     "cross_entropy", "adamw", "sumsq", "scale", "zero", "copy", "upload", "download",
-    "par_from_f32", "par_to_f32", "act_from_f32", "act_to_f32",
+    "par_from_f32", "par_to_f32", "act_from_f32", "act_to_f32", "attention_first_fwd",
+    "attention_first_bwd",
 };
 
 enum { MAX_ROWS = 256, DIMS = 5 };
@@ -250,6 +252,25 @@ static void w_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const 
           ES(be) * ((double)n * T * H * hd * 7.0 + (double)n * H * T * T));
 }
 
+/* one query per (example, head) pair against T keys */
+static void w_attention_first_fwd(pt_backend *be, void *out0, void *probs0, const void *qkv, int n,
+                                  int T, int H, int hd)
+{
+    const double pairs = (double)n * H * T;
+    TIMED(be, in_->attention_first_fwd(be, out0, probs0, qkv, n, T, H, hd),
+          OP_ATTENTION_FIRST_FWD, n, T, H, hd, 0, 4.0 * pairs * hd + 5.0 * pairs,
+          ES(be) * ((double)n * T * H * hd * 2.0 + (double)n * H * hd * 2.0 + pairs));
+}
+
+static void w_attention_first_bwd(pt_backend *be, void *dqkv, const void *dout0, const void *qkv,
+                                  const void *probs0, int n, int T, int H, int hd)
+{
+    const double pairs = (double)n * H * T;
+    TIMED(be, in_->attention_first_bwd(be, dqkv, dout0, qkv, probs0, n, T, H, hd),
+          OP_ATTENTION_FIRST_BWD, n, T, H, hd, 0, 8.0 * pairs * hd + 4.0 * pairs,
+          ES(be) * ((double)n * T * H * hd * 6.0 + (double)n * H * hd * 2.0 + pairs));
+}
+
 /* a multiply (and an add with `add`) per element, the mask's hash not counted */
 static void w_dropout(pt_backend *be, void *y, const void *x, const void *add, int n, size_t per,
                       const pt_dropout *drop)
@@ -398,6 +419,8 @@ int pt_backend_profile_ops(pt_backend *be, pt_err *err)
     WRAP(gelu_bwd);
     WRAP(attention_fwd);
     WRAP(attention_bwd);
+    WRAP(attention_first_fwd);
+    WRAP(attention_first_bwd);
     WRAP(mean_pool_fwd);
     WRAP(mean_pool_bwd);
     WRAP(dropout);
@@ -456,6 +479,10 @@ static void shape_words(const prof_row *r, char *out, size_t n)
     case OP_GELU_FWD:
     case OP_GELU_BWD:
         snprintf(out, n, "%lld%s", d[0], d[1] ? " +dydx" : "");
+        break;
+    case OP_ATTENTION_FIRST_FWD:
+    case OP_ATTENTION_FIRST_BWD:
+        snprintf(out, n, "n=%lld T=%lld H=%lld hd=%lld, first query", d[0], d[1], d[2], d[3]);
         break;
     case OP_ATTENTION_FWD:
     case OP_ATTENTION_BWD:

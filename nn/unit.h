@@ -51,7 +51,8 @@ int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_er
 
 /* A training call of ViT's last block while it is active (not frozen): the
  * head reads its output only at [CLS] (token 0 of each example), so its
- * attention projection and MLP run on those n rows alone (see
+ * attention runs for that query alone, and its attention projection and
+ * MLP on those n rows (see
  * pt_arch.full_last_block); the other rows of its output are its input,
  * passed on. Its incoming gradient is 0 at every other row (the head's
  * backward writes no other), so its backward needs the branch's gradient at

@@ -3,9 +3,10 @@
  * fused QKV projection, multi-head scaled dot-product attention (causal or
  * bidirectional per the arch), output projection and residual add.
  *
- * In ViT's last block (pt_unit_cls_rows_only) the projection and the
- * residual add run on the [CLS] rows alone (attention itself still needs
- * every position's keys and values): y = x, then y's [CLS] rows =
+ * In ViT's last block (pt_unit_cls_rows_only) attention runs for the [CLS]
+ * query alone (over every position's keys and values; attention_first_fwd,
+ * or every query where a backend lacks it), and the projection and the
+ * residual add on the [CLS] rows: y = x, then y's [CLS] rows =
  * x + proj(att) there.
  *
  * Parameters (see arch.c): ln.weight, ln.bias, qkv.weight [3d, d], qkv.bias,
@@ -21,6 +22,7 @@ typedef struct {
     void *qkv;         /* [nT, 3d] */
     void *probs;       /* what attention keeps for backward: [n, H, T, T] probabilities on the CPU */
     void *att;         /* [nT, d] */
+    void *att0;        /* [n, d]: attention's output at [CLS] (last block of a ViT) */
 } attn_saved;
 
 typedef struct {
@@ -41,6 +43,7 @@ static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *
                                      ? be->ops->attention_saved_bytes(be, n, (int)T, a->heads)
                                      : (size_t)n * a->heads * T * T * be->act_size);
     s->att = pt_carve_take(&c, rows * a->dim * be->act_size);
+    s->att0 = pt_carve_take(&c, (size_t)n * a->dim * be->act_size);
     return c.used;
 }
 
@@ -82,19 +85,27 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                       pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.qkv, s.ln, pt_unit_param(c, c->p, QKV_W),
                    pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, NULL);
-    op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal,
-                      NULL, NULL);
     if (pt_unit_cls_rows_only(c)) {
+        /* the [CLS] query alone where the backend can, else every query */
+        if (op->attention_first_fwd) {
+            op->attention_first_fwd(c->be, s.att0, s.probs, s.qkv, c->n, T, a->heads,
+                                    d / a->heads);
+        } else {
+            op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads,
+                              a->causal, NULL, NULL);
+            op->copy_rows(c->be, s.att0, d, s.att, T * d, c->n, d, 0);
+        }
         attn_scratch w;
         scratch_layout(a, c->be, c->n, c->scratch, &w);
         op->copy_rows(c->be, w.xc, d, x, T * d, c->n, d, 0);
-        op->copy_rows(c->be, w.zc, d, s.att, T * d, c->n, d, 0);
-        op->linear_fwd(c->be, w.yc, w.zc, pt_unit_param(c, c->p, PROJ_W),
+        op->linear_fwd(c->be, w.yc, s.att0, pt_unit_param(c, c->p, PROJ_W),
                        pt_unit_param(c, c->p, PROJ_B), c->n, d, d, w.xc);
         op->copy(c->be, y, x, PT_ACT(c, (size_t)rows * d));
         op->copy_rows(c->be, y, T * d, w.yc, d, c->n, d, 0);
         return 0;
     }
+    op->attention_fwd(c->be, s.att, s.probs, s.qkv, c->n, T, a->heads, d / a->heads, a->causal,
+                      NULL, NULL);
     op->linear_fwd(c->be, y, s.att, pt_unit_param(c, c->p, PROJ_W),
                    pt_unit_param(c, c->p, PROJ_B), rows, d, d, x);
     return 0;
@@ -113,19 +124,25 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     if (pt_unit_cls_rows_only(c)) {
         /* dy is 0 away from the [CLS] rows, and so is datt */
         op->copy_rows(c->be, w.yc, d, dy, T * d, c->n, d, 0);
-        op->copy_rows(c->be, w.xc, d, s.att, T * d, c->n, d, 0);
         op->linear_bwd(c->be, w.zc, pt_unit_param(c, c->g, PROJ_W),
-                       pt_unit_param(c, c->g, PROJ_B), w.yc, w.xc, pt_unit_param(c, c->p, PROJ_W),
-                       c->n, d, d);
-        op->zero(c->be, w.datt, PT_ACT(c, (size_t)rows * d));
-        op->copy_rows(c->be, w.datt, T * d, w.zc, d, c->n, d, 0);
+                       pt_unit_param(c, c->g, PROJ_B), w.yc, s.att0,
+                       pt_unit_param(c, c->p, PROJ_W), c->n, d, d);
+        if (op->attention_first_fwd) {
+            op->attention_first_bwd(c->be, w.dqkv, w.zc, s.qkv, s.probs, c->n, T, a->heads,
+                                    d / a->heads);
+        } else {
+            op->zero(c->be, w.datt, PT_ACT(c, (size_t)rows * d));
+            op->copy_rows(c->be, w.datt, T * d, w.zc, d, c->n, d, 0);
+            op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
+                              d / a->heads, a->causal, NULL, NULL);
+        }
     } else {
         op->linear_bwd(c->be, w.datt, pt_unit_param(c, c->g, PROJ_W),
                        pt_unit_param(c, c->g, PROJ_B), dy, s.att, pt_unit_param(c, c->p, PROJ_W),
                        rows, d, d);
+        op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
+                          d / a->heads, a->causal, NULL, NULL);
     }
-    op->attention_bwd(c->be, w.dqkv, w.datt, s.qkv, s.probs, s.att, c->n, T, a->heads,
-                      d / a->heads, a->causal, NULL, NULL);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, QKV_W),
                    pt_unit_param(c, c->g, QKV_B), w.dqkv, s.ln, pt_unit_param(c, c->p, QKV_W),
                    rows, 3 * d, d);

@@ -4,24 +4,24 @@
  * every row (full_last_block 1), which is the block as written.
  *
  * The head reads the last block's output only at [CLS], so a training step
- * must be the same either way:
- *  - float32: the loss and the count of correct predictions are the same
- *    bits (the [CLS] rows go through the same per-row and per-element
- *    arithmetic: the products' kernels fix each element's arithmetic
- *    whatever the row count); float64, whose products are OpenBLAS's (its
- *    kernels' order may depend on the row count): the same count, the loss
- *    to 1e-14 relative;
- *  - every parameter gradient agrees to float64 or float32 rounding: the
- *    pruned backward drops rows whose gradient is exactly 0, which changes
- *    only how LayerNorm's and the biases' sums over rows are grouped. Bounds:
- *    1e-12 of the tensor's largest gradient in float64, 2e-5 in float32 (a
- *    regrouped sum of a few hundred terms moves by a few ulp of its largest
- *    partial sum; a wrong or missing term moves it by far more);
+ * must be the same either way, up to rounding: the pruned block computes
+ * attention for the [CLS] query alone (attention_first_fwd, its own
+ * summation order) and drops rows whose gradient is exactly 0, which
+ * regroups LayerNorm's and the biases' sums over rows.
+ *  - the count of correct predictions is the same, and the loss agrees to
+ *    1e-6 relative in float32 (a few roundings of the [CLS] output, carried
+ *    through the MLP, LayerNorm and head: about 1e-7) and 1e-13 in float64;
+ *  - every parameter gradient agrees to 1e-12 of the tensor's largest
+ *    gradient in float64 and 2e-5 in float32 (a regrouped sum of a few
+ *    hundred terms moves by a few ulp of its largest partial sum; a wrong or
+ *    missing term moves it by far more, see the mutations in the commit
+ *    that added this test);
  *  - and the pruning is live: in a training forward of the active last
- *    block, the rows away from [CLS] are the block's input, bit for bit,
- *    while evaluation and a frozen block compute every row, bit for bit as
- *    the full block does (hidden states are an output of evaluation, and the
- *    activation cache keeps a frozen prefix's output).
+ *    block, the rows away from [CLS] are the block's input, bit for bit, and
+ *    the [CLS] rows agree with the full block's to 1e-5 of their largest
+ *    element; evaluation and a frozen block compute every row, bit for bit
+ *    as the full block does (hidden states are an output of evaluation, and
+ *    the activation cache keeps a frozen prefix's output).
  *
  * Shapes: token counts 2, 5, 7, 10, 17 and 50, one to three blocks (one: the
  * only block is the last), head sizes 3 to 16, MLP widths 4d and odd ones,
@@ -146,8 +146,7 @@ static int whole_model_agrees(const shape *s, int n, const char *backend, int th
     const double lp = train_step(&pruned, &d, &cp, gp), lf = train_step(&full, &d, &cf, gf);
     int bad = 0;
     const int f64 = strcmp(backend, "cpu64") == 0;
-    if ((f64 ? !(fabs(lp - lf) <= 1e-14 * fabs(lf)) : memcmp(&lp, &lf, sizeof lp) != 0) ||
-        cp != cf) {
+    if (!(fabs(lp - lf) <= (f64 ? 1e-13 : 1e-6) * fabs(lf)) || cp != cf) {
         printf("\n  %s x%d d=%d T=%d n=%d: loss %.17g against %.17g, correct %lld against %lld",
                backend, threads, s->dim, pt_arch_tokens(&a), n, lp, lf, (long long)cp,
                (long long)cf);
@@ -225,12 +224,18 @@ static int last_block_rows(const shape *s, int threads)
         CU_ASSERT_FATAL(pt_segment_forward(pruned.seg, 0, &dat.batch, x, yp, train, NULL, &err) == 0);
         CU_ASSERT_FATAL(pt_segment_forward(full.seg, 0, &dat.batch, xf, yf, train, NULL, &err) == 0);
         int cls_off = 0, rest_off = 0, rest_changed = 0;
+        double big = 0;
+        for (size_t i = 0; i < act; i++)
+            big = fmax(big, fabs(yf[i]));
         for (int b = 0; b < MAXN; b++)
             for (int t = 0; t < T; t++) {
                 const size_t at = ((size_t)b * T + t) * d;
                 const int same = memcmp(yp + at, yf + at, d * sizeof(float)) == 0;
+                double off = 0;
+                for (int i = 0; i < d; i++)
+                    off = fmax(off, fabs((double)yp[at + i] - yf[at + i]));
                 if (t == 0)
-                    cls_off += !same;
+                    cls_off += mode == 0 ? !(off <= 1e-5 * big) : !same;
                 else if (mode == 0)
                     rest_off += memcmp(yp + at, x + at, d * sizeof(float)) != 0;
                 else

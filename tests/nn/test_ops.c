@@ -190,14 +190,14 @@ static void *bytes_new(int k, const void *v, size_t bytes)
 
 enum {
     OP_LINEAR_FWD, OP_LINEAR_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_GELU_FWD, OP_GELU_BWD,
-    OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_PATCHIFY, OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD,
+    OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_ATTENTION_FIRST_FWD, OP_ATTENTION_FIRST_BWD, OP_PATCHIFY, OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD,
     OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD, OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ,
     OP_SCALE, OP_MEAN_POOL_FWD, OP_MEAN_POOL_BWD, OP_DROPOUT, OP_COUNT
 };
 
 static const char *const op_names[OP_COUNT] = {
     "linear_fwd", "linear_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
-    "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd", "vit_assemble_bwd",
+    "attention_fwd", "attention_bwd", "attention_first_fwd", "attention_first_bwd", "patchify", "vit_assemble_fwd", "vit_assemble_bwd",
     "token_embed_fwd", "token_embed_bwd", "copy_rows", "cross_entropy", "adamw", "sumsq",
     "scale", "mean_pool_fwd", "mean_pool_bwd", "dropout"};
 
@@ -657,6 +657,74 @@ static void attention_case(int n, int T, int H, int hd, int causal, int masked, 
     t_free(&dqkv);
 }
 
+/* Normwise max|a - b| / max|b| over n doubles. */
+static double rel_diff(const double *a, const double *b, size_t n)
+{
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs(a[i] - b[i]));
+        m = fmax(m, fabs(b[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+/* The first query alone (ViT's [CLS] in its last block): float32 against
+ * float64, and on float64 against position 0 of the whole op (forward), and
+ * the whole op's backward with the output's gradient at position 0 only,
+ * to 1e-12 (float64 rounding in another order). Outputs start as NaN, so
+ * every element of dqkv must be written, the q part of positions past 0 as
+ * exactly 0. */
+static void attention_first_case(int n, int T, int H, int hd)
+{
+    const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+    tens qkv = t_new(rows * 3 * d, 0), out0 = t_new((size_t)n * d, 0);
+    tens probs0 = t_new((size_t)n * H * T, 0), dout0 = t_new((size_t)n * d, 0);
+    tens dqkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
+    tens probs = t_new((size_t)n * H * T * T, 0), dout = t_new(rows * d, 0);
+    tens dfull = t_new(rows * 3 * d, 0);
+    t_fill(&qkv, -2, 2);
+    t_fill(&dout0, -1, 1);
+    t_fill_nan(&out0);
+    t_fill_nan(&probs0);
+    t_fill_nan(&dqkv);
+    EACH OPS->attention_first_fwd(BE, D(out0), D(probs0), D(qkv), n, T, H, hd);
+    check(&out0, OP_ATTENTION_FIRST_FWD, "attention_first_fwd n=%d T=%d H=%d hd=%d", n, T, H, hd);
+    EACH OPS->attention_first_bwd(BE, D(dqkv), D(dout0), D(qkv), D(probs0), n, T, H, hd);
+    check(&dqkv, OP_ATTENTION_FIRST_BWD, "attention_first_bwd n=%d T=%d H=%d hd=%d", n, T, H, hd);
+    /* the whole op on float64, its output's gradient dout0 at position 0 */
+    pt_backend *b64 = be[1];
+    b64->ops->attention_fwd(b64, D_OF(out, 1), D_OF(probs, 1), D_OF(qkv, 1), n, T, H, hd, 0, NULL,
+                            NULL);
+    double *dfull_in = D_OF(dout, 1);
+    memset(dfull_in, 0, rows * d * sizeof(double));
+    for (int b = 0; b < n; b++)
+        memcpy(dfull_in + (size_t)b * T * d, (double *)D_OF(dout0, 1) + (size_t)b * d,
+               d * sizeof(double));
+    b64->ops->attention_bwd(b64, D_OF(dfull, 1), dfull_in, D_OF(qkv, 1), D_OF(probs, 1),
+                            D_OF(out, 1), n, T, H, hd, 0, NULL, NULL);
+    double *o0 = malloc((size_t)n * d * sizeof *o0);
+    for (int b = 0; b < n; b++)
+        memcpy(o0 + (size_t)b * d, (double *)D_OF(out, 1) + (size_t)b * T * d, d * sizeof *o0);
+    const double ef = rel_diff(D_OF(out0, 1), o0, (size_t)n * d);
+    const double eb = rel_diff(D_OF(dqkv, 1), D_OF(dfull, 1), rows * 3 * d);
+    if (!(ef <= 1e-12) || !(eb <= 1e-12))
+        printf("\n  attention_first n=%d T=%d H=%d hd=%d against the whole op: forward %.3g, "
+               "backward %.3g",
+               n, T, H, hd, ef, eb);
+    CU_ASSERT(ef <= 1e-12);
+    CU_ASSERT(eb <= 1e-12);
+    free(o0);
+    t_free(&qkv);
+    t_free(&out0);
+    t_free(&probs0);
+    t_free(&dout0);
+    t_free(&dqkv);
+    t_free(&out);
+    t_free(&probs);
+    t_free(&dout);
+    t_free(&dfull);
+}
+
 static void attention_all(void)
 {
     open_both(404);
@@ -673,7 +741,11 @@ static void attention_all(void)
     attention_case(1, 5, 1, 8, 1, 0, 0);
     attention_case(1, 5, 1, 8, 0, 1, 0);
     attention_case(1, 5, 1, 8, 0, 1, 1);
-    print_worst(OP_ATTENTION_FWD, OP_ATTENTION_BWD);
+    const int first_T[] = {1, 2, 5, 17, 50, 70}, first_hd[] = {3, 16, 17, 32, 37, 64};
+    for (size_t i = 0; i < sizeof first_T / sizeof *first_T; i++)
+        for (size_t j = 0; j < sizeof first_hd / sizeof *first_hd; j++)
+            attention_first_case(1 + (int)(i + j) % 3, first_T[i], 1 + (int)j % 4, first_hd[j]);
+    print_worst(OP_ATTENTION_FWD, OP_ATTENTION_FIRST_BWD);
     close_both();
 }
 
