@@ -24,12 +24,22 @@ wait for each other (nn/cpu_pool.c):
    CPU time of the pipetrain process (getrusage of the child) in both, and
    their ratio, per setting. Issue 13 asks for at most 1.3x.
 
+With --probe, each round of the steady part also runs one 1-thread
+pipetrain process per core, side by side and independent (separate
+processes: no thread of one ever waits for another's), for as many steps,
+and prints their samples/s (summed, and each) next to the round's runs.
+Every run of the steady part also prints what else the machine did
+meanwhile (/proc/stat): the CPU seconds its vCPUs were busy beyond the
+run's own (other processes, kernel threads, interrupts), and those the
+hypervisor took from them (steal). If the probe or those move with the
+slow runs, what slows them lies outside pipetrain's threads.
+
 Nothing here changes results: how threads wait does not change any bit.
 
 usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
                        [--settings pipetrain,sleep,spin] [--baseline BIN]
                        [--no-contention] [--no-steady] [--epoch-steps 468]
-                       [--quick]"""
+                       [--probe] [--quick]"""
 import argparse
 import json
 import os
@@ -58,16 +68,50 @@ def env_for(name):
     return env
 
 
+def train_cmd(binary, run_dir, threads, steps, epochs=1):
+    subprocess.run(["rm", "-rf", run_dir], check=True)
+    return [binary, "train", CONFIG, "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
+            "--set", "train.max_steps=%d" % steps, "--set", "train.epochs=%d" % epochs,
+            "--set", "train.eval_every=0", "--set", "train.eval_examples=128",
+            "--set", "train.checkpoint_every=1000000000"]
+
+
+def rate_of(run_dir):
+    """samples/s over a run's steps after the warm-up, from its metrics, or None"""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [r for r in map(json.loads, f) if r["event"] == "step"]
+    if len(rows) <= WARMUP + 1:
+        return None
+    # time_s of a step is when it ended: the window is the steps after the warm-up
+    return (len(rows) - WARMUP) * 128 / (rows[-1]["time_s"] - rows[WARMUP - 1]["time_s"])
+
+
+def cpu_s():
+    """(busy, steal): CPU seconds this machine's vCPUs have spent busy (user, nice, system,
+    irq, softirq), and those the hypervisor took from them (/proc/stat), or (None, None)"""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        hz = os.sysconf("SC_CLK_TCK")
+        return (v[0] + v[1] + v[2] + v[5] + v[6]) / hz, v[7] / hz
+    except (OSError, IndexError, ValueError):
+        return None, None
+
+
+def others(c0, c1, ours, wall, cores):
+    """what else ran during a run: CPU seconds busy on the machine beyond ours, and stolen"""
+    if c0[0] is None or c1[0] is None:
+        return ""
+    return ", others %.2f s CPU, %.2f s stolen (%.1f%% of the vCPUs' time)" % (
+        c1[0] - c0[0] - ours, c1[1] - c0[1], 100 * (c1[1] - c0[1]) / (wall * cores))
+
+
 def run(binary, name, threads, steps, work, epochs=1):
     if name == "baseline":
         binary = BASELINE
     """(samples/s after the warm-up or None, CPU seconds of the child, wall seconds)"""
     run_dir = os.path.join(work, "run")
-    subprocess.run(["rm", "-rf", run_dir], check=True)
-    cmd = [binary, "train", CONFIG, "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
-           "--set", "train.max_steps=%d" % steps, "--set", "train.epochs=%d" % epochs,
-           "--set", "train.eval_every=0", "--set", "train.eval_examples=128",
-           "--set", "train.checkpoint_every=1000000000"]
+    cmd = train_cmd(binary, run_dir, threads, steps, epochs)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(name))
@@ -76,13 +120,21 @@ def run(binary, name, threads, steps, work, epochs=1):
     if p.returncode:
         sys.exit("steady_speed: %s failed:\n%s" % (" ".join(cmd), p.stderr[-2000:]))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        rows = [r for r in map(json.loads, f) if r["event"] == "step"]
-    rate = None
-    if len(rows) > WARMUP + 1:
-        # time_s of a step is when it ended: the window is the steps after the warm-up
-        rate = (len(rows) - WARMUP) * 128 / (rows[-1]["time_s"] - rows[WARMUP - 1]["time_s"])
-    return rate, cpu, wall
+    return rate_of(run_dir), cpu, wall
+
+
+def probe(binary, procs, steps, work):
+    """samples/s of each of procs independent 1-thread runs side by side (None: too short)"""
+    dirs = [os.path.join(work, "probe%d" % i) for i in range(procs)]
+    cmds = [train_cmd(binary, d, 1, steps) for d in dirs]
+    ps = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env=env_for("pipetrain")) for c in cmds]
+    for p, c in zip(ps, cmds):
+        _, err = p.communicate()
+        if p.returncode:
+            sys.exit("steady_speed: %s failed:\n%s" % (" ".join(c), err[-2000:]))
+    rates = [rate_of(d) for d in dirs]
+    return rates if all(r is not None for r in rates) else None
 
 
 def busy(n):
@@ -102,6 +154,8 @@ def main():
     ap.add_argument("--no-steady", action="store_true", help="only the contention part")
     ap.add_argument("--epoch-steps", type=int, default=60000 // 128,
                     help="steps of the contention part's runs (default: an epoch)")
+    ap.add_argument("--probe", action="store_true",
+                    help="each round also runs one independent 1-thread process per core (see above)")
     ap.add_argument("--quick", action="store_true", help="2 runs of 40 steps, a 60-step 'epoch'")
     args = ap.parse_args()
     names = [s for s in args.settings.split(",") if s]
@@ -123,17 +177,38 @@ def main():
         print("demo ViT, batch 128, %d threads, %d cores; %d runs of %d steps per setting, alternating"
               % (args.threads, cores, args.runs, args.steps), flush=True)
         rates = {n: [] for n in names}
+        probes = []
         for i in range(0 if args.no_steady else args.runs):
             for n in names:
-                r, _, _ = run(binary, n, args.threads, args.steps, work)
+                c0 = cpu_s()
+                r, ours, wall = run(binary, n, args.threads, args.steps, work)
+                c1 = cpu_s()
                 rates[n].append(r)
-                print("  run %d %-10s %.0f samples/s" % (i + 1, n, r), flush=True)
+                print("  run %d %-10s %.0f samples/s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores)),
+                      flush=True)
+            if args.probe:
+                c0 = cpu_s()
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.monotonic()
+                pr = probe(binary, cores, args.steps, work)
+                wall = time.monotonic() - t
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                c1 = cpu_s()
+                probes.append(sum(pr))
+                ours = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                steal = others(c0, c1, ours, wall, cores)
+                print("  run %d probe: %d independent 1-thread processes, %.0f samples/s together (%s)%s"
+                      % (i + 1, cores, sum(pr), " + ".join("%.0f" % r for r in pr), steal), flush=True)
         for n in names if not args.no_steady else []:
             if n == names[0]:
                 print("\n| setting | median samples/s | worst | best | spread (median - worst) / median |")
                 print("| --- | --- | --- | --- | --- |")
             med, worst = statistics.median(rates[n]), min(rates[n])
             print("| %s | %.0f | %.0f | %.0f | %.1f%% |" % (n, med, worst, max(rates[n]), 100 * (med - worst) / med))
+        if probes:
+            med, worst = statistics.median(probes), min(probes)
+            print("| probe: %d independent 1-thread processes, summed | %.0f | %.0f | %.0f | %.1f%% |"
+                  % (cores, med, worst, max(probes), 100 * (med - worst) / med))
         if args.no_contention:
             return
         print("\nruns of %d steps (468: an epoch) alone and beside %d busy processes: CPU seconds of pipetrain" %
