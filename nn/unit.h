@@ -49,6 +49,11 @@ const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role);
 int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 
+/* A training call of an active (not frozen) unit: its backward will run, so
+ * its forward keeps what that needs beyond the saved activations (GELU's
+ * derivative). A frozen unit's training forward is an inference. */
+static inline int pt_unit_backward_follows(const pt_unit_call *c) { return c->train && c->g; }
+
 /* A training call of ViT's last block while it is active (not frozen): the
  * head reads its output only at [CLS] (token 0 of each example), so its
  * attention runs for that query alone, and its attention projection and
@@ -61,8 +66,8 @@ int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_er
  * the cache keeps a frozen prefix's output). */
 static inline int pt_unit_cls_rows_only(const pt_unit_call *c)
 {
-    return c->train && c->g && c->arch->kind == PT_MODEL_VIT && !c->arch->full_last_block &&
-           c->info->block == c->arch->layers - 1;
+    return pt_unit_backward_follows(c) && c->arch->kind == PT_MODEL_VIT &&
+           !c->arch->full_last_block && c->info->block == c->arch->layers - 1;
 }
 
 /* Carving one area into named buffers. With base == NULL it only measures, so

@@ -30,6 +30,13 @@ typedef struct {
     void *xc, *yc, *zc; /* [n, d]: [CLS] rows gathered (last block of a ViT) */
 } attn_scratch;
 
+/* The backend runs attention for the first query alone (both ops or neither
+ * are used: backward must undo what forward did). */
+static int first_query_ops(const pt_ops *op)
+{
+    return op->attention_first_fwd && op->attention_first_bwd;
+}
+
 static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *base,
                            attn_saved *s)
 {
@@ -87,7 +94,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                    pt_unit_param(c, c->p, QKV_B), rows, 3 * d, d, NULL);
     if (pt_unit_cls_rows_only(c)) {
         /* the [CLS] query alone where the backend can, else every query */
-        if (op->attention_first_fwd) {
+        if (first_query_ops(op)) {
             op->attention_first_fwd(c->be, s.att0, s.probs, s.qkv, c->n, T, a->heads,
                                     d / a->heads);
         } else {
@@ -127,7 +134,7 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
         op->linear_bwd(c->be, w.zc, pt_unit_param(c, c->g, PROJ_W),
                        pt_unit_param(c, c->g, PROJ_B), w.yc, s.att0,
                        pt_unit_param(c, c->p, PROJ_W), c->n, d, d);
-        if (op->attention_first_fwd) {
+        if (first_query_ops(op)) {
             op->attention_first_bwd(c->be, w.dqkv, w.zc, s.qkv, s.probs, c->n, T, a->heads,
                                     d / a->heads);
         } else {

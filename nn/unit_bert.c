@@ -325,8 +325,8 @@ const pt_unit_impl pt_unit_attn_post = {attn_saved_bytes, attn_scratch_bytes, at
 enum { M_FC1_W, M_FC1_B, M_FC2_W, M_FC2_B, M_LN_W, M_LN_B };
 
 typedef struct {
-    void *pre, *act;   /* [nT, h] fc1's output (in training, GELU's derivative
-                          there once GELU has run) and GELU's */
+    void *pre, *act;   /* [nT, h] fc1's output (in training of an active unit,
+                          GELU's derivative there once GELU has run) and GELU's */
     void *sum;         /* [nT, d] x + fc2(act) (or x + drop(fc2(act))) */
     void *mean, *rstd; /* [nT] */
     int64_t *ids;      /* [n] (dropout) */
@@ -388,7 +388,8 @@ static int mlp_forward(const pt_unit_call *c, const pt_batch *batch, const void 
         return rc;
     op->linear_fwd(c->be, s.pre, x, pt_unit_param(c, c->p, M_FC1_W),
                    pt_unit_param(c, c->p, M_FC1_B), rows, h, d, NULL);
-    op->gelu_fwd(c->be, s.act, c->train ? s.pre : NULL, s.pre, (size_t)rows * h);
+    op->gelu_fwd(c->be, s.act, pt_unit_backward_follows(c) ? s.pre : NULL, s.pre,
+                 (size_t)rows * h);
     op->linear_fwd(c->be, s.sum, s.act, pt_unit_param(c, c->p, M_FC2_W),
                    pt_unit_param(c, c->p, M_FC2_B), rows, d, h, dropping ? NULL : x);
     if (dropping)

@@ -15,8 +15,8 @@ enum { LN_W, LN_B, FC1_W, FC1_B, FC2_W, FC2_B };
 typedef struct {
     void *mean, *rstd; /* [nT] */
     void *ln;          /* [nT, d] */
-    void *pre;         /* [nT, h] fc1 output, GELU input (in training, GELU's
-                          derivative there once GELU has run) */
+    void *pre;         /* [nT, h] fc1 output, GELU input (in training of an active
+                          unit, GELU's derivative there once GELU has run) */
     void *act;         /* [nT, h] GELU output */
 } mlp_saved;
 
@@ -84,8 +84,9 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
                       pt_unit_param(c, c->p, LN_B), rows, d, pt_arch_ln_eps(a));
     op->linear_fwd(c->be, s.pre, s.ln, pt_unit_param(c, c->p, FC1_W),
                    pt_unit_param(c, c->p, FC1_B), rows, h, d, NULL);
-    /* training keeps GELU's derivative where its input was */
-    op->gelu_fwd(c->be, s.act, c->train ? s.pre : NULL, s.pre, (size_t)rows * h);
+    /* an active unit in training keeps GELU's derivative where its input was */
+    op->gelu_fwd(c->be, s.act, pt_unit_backward_follows(c) ? s.pre : NULL, s.pre,
+                 (size_t)rows * h);
     op->linear_fwd(c->be, out, s.act, pt_unit_param(c, c->p, FC2_W),
                    pt_unit_param(c, c->p, FC2_B), rows, d, h, in);
     if (cls) {
