@@ -8,28 +8,33 @@
  * multiply-adds are explicit fused operations.
  *
  * Here k (the batch's rows, thousands) is long and the output (the weight)
- * small, the other way round from the forward. At each k, a tile of MR
- * output rows o needs a[k][o .. o + MR) (contiguous: each broadcast) and a
- * panel of NR columns i needs b[k][i .. i + NR) (contiguous: two vector
- * loads), so both operands stream along k, each with its own row stride.
+ * small, the other way round from the forward. At each k, a tile of TR
+ * output rows o needs a[k][o .. o + TR) (each broadcast) and a panel of NR
+ * columns i needs b[k][i .. i + NR) (two vector loads), so both operands
+ * stream along k, each with its own row stride.
  *
  * A task is a block of the output, MB rows by NB columns, for all of k: its
  * accumulators live in a buffer of the task's, and k is walked in steps of
- * KC rows, every tile of the block over one step before the next. In a
- * step, the first tile of a panel reads the panel's rows from b and stores
- * them, contiguous and aligned, into a copy that the block's other tiles
- * read instead (b's rows may be kilobytes apart, and those addresses share
- * a few cache sets); a is read where it lies. A panel cut by b's right edge
- * is copied first, with zero columns after it, so that no load runs past
- * b's last row (the zero columns' results are dropped). A tile's
- * micro-kernel loads its accumulators from the buffer, runs its fused
- * multiply-adds for the step's k in order and stores them back: storing a
- * float and loading it again is exact, so the chain over k is the same
- * chain however k is stepped. After the last step the block is added to c.
- * Tasks never share an element, so the split into tasks (and threads)
- * changes nothing; k is never split between tasks. Consecutive tasks share
- * a strip of the larger operand, which then comes from cache the second
- * time.
+ * KC rows, every tile of the block over one step before the next. A step
+ * first copies its rows of a's block into tiles, k-major ([tile][k][TR]),
+ * so that a tile's broadcasts read one contiguous run instead of one cache
+ * line per k: a's rows are kilobytes apart, those addresses share a few
+ * cache sets, and read in place they came from L2 on every tile (the
+ * weight gradient ran at about 55% of the core's peak on the wide ViT's
+ * shapes that way, and at about 78% with the copy). Then, per panel, the
+ * first tile reads the panel's rows from b and stores them, contiguous and
+ * aligned, into a copy that the block's other tiles read instead. A panel
+ * cut by b's right edge is copied first, with zero columns after it, so
+ * that no load runs past b's last row, and a block cut by a's edge has zero
+ * columns in its last tile (the zero columns' results are dropped). A
+ * tile's micro-kernel loads its accumulators from the buffer, runs its
+ * fused multiply-adds for the step's k in order and stores them back:
+ * storing a float and loading it again is exact, so the chain over k is the
+ * same chain however k is stepped. After the last step the block is added
+ * to c. Tasks never share an element, so the split into tasks (and
+ * threads) changes nothing; k is never split between tasks. Consecutive
+ * tasks share a strip of the larger operand, which then comes from cache
+ * the second time.
  *
  * Built per instruction set like nn/cpu_gemm.c (nn/cpu_gemm_vec.h), and
  * tested the same way (tests/nn/test_gemm.c).
@@ -41,30 +46,39 @@
 #include <stddef.h>
 #include <string.h>
 
+/* A tile's rows: with AVX-512 8 (16 accumulators of 32 registers, 10 loads
+ * per 16 multiply-adds), otherwise MR (AVX2's 16 registers hold 12). */
+#if defined(__AVX512F__)
+enum { TR = 8 };
+#else
+enum { TR = MR };
+#endif
+
 /* A task's block of the output: MB rows (of a's columns) by NB columns (of
- * b's), and the rows of k per step (a step's copy of b's panels, KC x NB
- * floats, and the accumulators, MB x NB, are the task's stack: 56 KiB with
- * AVX-512). Measured on the models' shapes (bench/gemm_speed): smaller
- * blocks copy b's panels more often, larger steps leave L1. */
-enum { MB = 16 * MR, NB = 2 * NR, KC = 128 };
+ * b's), and the rows of k per step. The accumulators (MB x NB) and a step's
+ * copies of a (KC x MB) and of b's panels (KC x NB) are the task's stack:
+ * 248 KiB with AVX-512 (nn/cpu_pool.c gives its workers stacks for it).
+ * Measured on the models' shapes (bench/gemm_speed): smaller blocks copy
+ * the operands more often, and with longer steps the copies leave L1. */
+enum { MB = 24 * TR, NB = 8 * NR, KC = 32 };
 
 /* Below this many multiply-adds pt_gemm_tn_f32 runs on the caller alone. */
 #define PARALLEL_WORK (1 << 17)
 
-/* acc[i][0 .. NV VL) += a[k][i] b[k][0 .. NV VL) for i < mr, k < kn in
- * ascending order; acc at row stride ldt, a and b at row strides lda and
- * ldb. With COPY, b's rows are also stored to copy ([kn][NV VL], aligned)
- * as they are loaded, for the next tiles to read. mr, NV and COPY are
- * constants at every call (run_tile), so the loops over them unroll and the
- * accumulators live in registers. */
-INLINE void tile(const int mr, const int NV, const int COPY, const float *a, size_t lda,
-                 const float *b, size_t ldb, int kn, float *acc, size_t ldt, float *copy)
+/* acc[i][0 .. NV VL) += a[k][i] b[k][0 .. NV VL) for i < TR, k < kn in
+ * ascending order; acc at row stride ldt; a is a copied tile ([kn][TR]) and
+ * b a panel at row stride ldb. With COPY, b's rows are also stored to copy
+ * ([kn][NV VL], aligned) as they are loaded, for the next tiles to read. NV
+ * and COPY are constants at every call (run_tile), so the loops unroll and
+ * the accumulators live in registers. */
+INLINE void tile(const int NV, const int COPY, const float *a, const float *b, size_t ldb,
+                 int kn, float *acc, size_t ldt, float *copy)
 {
-    vec c0[MR], c1[MR];
+    vec c0[TR], c1[TR];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        c0[i] = i < mr ? v_load(acc + (size_t)i * ldt) : v_zero();
-        c1[i] = i < mr && NV > 1 ? v_load(acc + (size_t)i * ldt + VL) : v_zero();
+    for (int i = 0; i < TR; i++) {
+        c0[i] = v_load(acc + (size_t)i * ldt);
+        c1[i] = NV > 1 ? v_load(acc + (size_t)i * ldt + VL) : v_zero();
     }
 #pragma GCC unroll 2
     for (int k = 0; k < kn; k++) {
@@ -77,46 +91,34 @@ INLINE void tile(const int mr, const int NV, const int COPY, const float *a, siz
             copy += NV * VL;
         }
 #pragma GCC unroll 8
-        for (int i = 0; i < mr; i++) {
+        for (int i = 0; i < TR; i++) {
             c0[i] = v_fma_bcast(a + i, b0, c0[i]);
             if (NV > 1)
                 c1[i] = v_fma_bcast(a + i, b1, c1[i]);
         }
-        a += lda;
+        a += TR;
         b += ldb;
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < mr; i++) {
+    for (int i = 0; i < TR; i++) {
         v_store(acc + (size_t)i * ldt, c0[i]);
         if (NV > 1)
             v_store(acc + (size_t)i * ldt + VL, c1[i]);
     }
 }
 
-/* One instance of tile() per (rows, panel vectors, copy). */
-static void run_tile(int mr, int nv, int copy_b, const float *a, size_t lda, const float *b,
-                     size_t ldb, int kn, float *acc, size_t ldt, float *copy)
+/* One instance of tile() per (panel vectors, copy). */
+static void run_tile(int nv, int copy_b, const float *a, const float *b, size_t ldb, int kn,
+                     float *acc, size_t ldt, float *copy)
 {
-#define TILE_CASE(m)                                                                               \
-    case m:                                                                                        \
-        if (nv > 1 && copy_b)                                                                      \
-            tile(m, 2, 1, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
-        else if (nv > 1)                                                                           \
-            tile(m, 2, 0, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
-        else if (copy_b)                                                                           \
-            tile(m, 1, 1, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
-        else                                                                                       \
-            tile(m, 1, 0, a, lda, b, ldb, kn, acc, ldt, copy);                                     \
-        break;
-    switch (mr) {
-        TILE_CASE(1)
-        TILE_CASE(2)
-        TILE_CASE(3)
-        TILE_CASE(4)
-        TILE_CASE(5)
-        TILE_CASE(6)
-    }
-#undef TILE_CASE
+    if (nv > 1 && copy_b)
+        tile(2, 1, a, b, ldb, kn, acc, ldt, copy);
+    else if (nv > 1)
+        tile(2, 0, a, b, ldb, kn, acc, ldt, copy);
+    else if (copy_b)
+        tile(1, 1, a, b, ldb, kn, acc, ldt, copy);
+    else
+        tile(1, 0, a, b, ldb, kn, acc, ldt, copy);
 }
 
 long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, const float *a, const float *b, int k,
@@ -133,6 +135,25 @@ long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, const float *a, const flo
     return (long)p->mblocks * p->nblocks;
 }
 
+/* A step's rows of a's columns [o0, o0 + mb) into tiles of TR columns,
+ * k-major ([tile][kn][TR]); columns past mb are zero (their results are
+ * dropped). */
+static void copy_a(float *dst, const float *a, size_t lda, int kn, int mb)
+{
+    const int full = mb / TR, rest = mb - full * TR;
+    for (int kk = 0; kk < kn; kk++) {
+        const float *ar = a + (size_t)kk * lda;
+        float *d = dst + (size_t)kk * TR;
+        for (int t = 0; t < full; t++)
+            memcpy(d + (size_t)t * KC * TR, ar + t * TR, TR * sizeof *d);
+        if (rest) {
+            float *dr = d + (size_t)full * KC * TR;
+            memcpy(dr, ar + full * TR, (size_t)rest * sizeof *d);
+            memset(dr + rest, 0, (size_t)(TR - rest) * sizeof *d);
+        }
+    }
+}
+
 void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
 {
     const int K = p->k, m = p->m, n = p->n;
@@ -140,22 +161,23 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
     const long ni = p->by_b ? t / p->mblocks : t % p->nblocks;
     const int o0 = (int)mi * MB, i0 = (int)ni * NB;
     const int mb = m - o0 < MB ? m - o0 : MB, nb = n - i0 < NB ? n - i0 : NB;
+    const int tiles = (mb + TR - 1) / TR;
     float acc[MB * NB] __attribute__((aligned(64)));
-    float copy[KC * NB] __attribute__((aligned(64))); /* the step's panels of b */
+    float acopy[KC * MB] __attribute__((aligned(64))); /* the step's tiles of a */
+    float copy[KC * NB] __attribute__((aligned(64)));  /* the step's panels of b */
     memset(acc, 0, sizeof acc);
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kn = K - k0 < KC ? K - k0 : KC;
-        const float *ap = p->a + (size_t)k0 * m + o0;
+        copy_a(acopy, p->a + (size_t)k0 * m + o0, (size_t)m, kn, mb);
         for (int j0 = 0; j0 < nb; j0 += NR) {
             const int cols = nb - j0 < NR ? nb - j0 : NR, nv = cols > VL ? 2 : 1;
             const float *bp = p->b + (size_t)k0 * n + i0 + j0;
             float *cp = copy + (size_t)j0 * KC;
-            int r0 = 0;
+            int r = 0;
             if (cols == nv * VL) {
                 /* the first tile reads the panel from b and leaves a copy */
-                run_tile(mb < MR ? mb : MR, nv, 1, ap, (size_t)m, bp, (size_t)n, kn, acc + j0, NB,
-                         cp);
-                r0 = MR;
+                run_tile(nv, 1, acopy, bp, (size_t)n, kn, acc + j0, NB, cp);
+                r = 1;
             } else {
                 /* cut by b's right edge: copied first, with zero columns */
                 for (int kk = 0; kk < kn; kk++) {
@@ -164,9 +186,9 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
                     memset(d + cols, 0, (size_t)(nv * VL - cols) * sizeof *d);
                 }
             }
-            for (; r0 < mb; r0 += MR)
-                run_tile(mb - r0 < MR ? mb - r0 : MR, nv, 0, ap + r0, (size_t)m, cp,
-                         (size_t)nv * VL, kn, acc + (size_t)r0 * NB + j0, NB, NULL);
+            for (; r < tiles; r++)
+                run_tile(nv, 0, acopy + (size_t)r * KC * TR, cp, (size_t)nv * VL, kn,
+                         acc + (size_t)r * TR * NB + j0, NB, NULL);
         }
     }
     /* c = c + acc, one rounded addition per element */

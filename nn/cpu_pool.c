@@ -83,6 +83,9 @@
 /* Tasks per published run: the claim word's low half, with room to count past. */
 #define MAX_RUN_TASKS (1L << 30)
 
+/* A worker's stack: 8 MiB, the usual default, fixed (see pt_pool_create). */
+#define WORKER_STACK ((size_t)8 << 20)
+
 typedef struct {
     _Atomic uint64_t spin_ns; /* written by its thread only; atomic for pt_pool_get_stats */
     _Atomic long long waits, sleeps;
@@ -357,14 +360,21 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        int rc = 0;
-        for (int i = 0; i < p->threads - 1 && rc == 0; i++) {
-            worker *w = &p->workers[i];
-            w->pool = p;
-            w->index = i + 1;
-            atomic_init(&w->w.spin_ns, p->cap_ns);
-            if ((rc = pthread_create(&w->tid, NULL, worker_main, w)) == 0)
-                p->started++;
+        /* a fixed stack, whatever `ulimit -s` says: tasks keep their scratch
+         * there (the weight gradient's blocks take a quarter of a MiB) */
+        pthread_attr_t attr;
+        int rc = pthread_attr_init(&attr);
+        if (rc == 0) {
+            rc = pthread_attr_setstacksize(&attr, WORKER_STACK);
+            for (int i = 0; i < p->threads - 1 && rc == 0; i++) {
+                worker *w = &p->workers[i];
+                w->pool = p;
+                w->index = i + 1;
+                atomic_init(&w->w.spin_ns, p->cap_ns);
+                if ((rc = pthread_create(&w->tid, &attr, worker_main, w)) == 0)
+                    p->started++;
+            }
+            pthread_attr_destroy(&attr);
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc) {

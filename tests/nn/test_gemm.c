@@ -400,14 +400,15 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
 }
 
 /* Every (rows, out, in) from sizes on and around the vector width, the
- * tiles (MR = 6 rows, panels of 16 and 32 columns), dw's task blocks and
- * steps along k (96 x 64 and 128 rows for AVX-512), and the models' widths,
+ * tiles (6 and 8 rows, panels of 16 and 32 columns), dw's task blocks and
+ * steps along k (192 x 256 and 32 rows for AVX-512; 300 cuts a block in
+ * both directions, 100 and 17 a step), and the models' widths,
  * whose product is at most 2^21 multiply-adds (2^21 keeps the portable
  * build's fmaf and the emulations quick), at 1, 2 and 3 threads. */
 static void backward_shapes_exact(void)
 {
     pt_rng_seed(&rng, 14, 0);
-    static const int sizes[] = {1, 7, 17, 33, 64, 65, 100, 384, 1536};
+    static const int sizes[] = {1, 7, 17, 33, 64, 65, 100, 300, 384, 1536};
     enum { S = sizeof sizes / sizeof *sizes };
     long bad = 0;
     int cases = 0;
