@@ -21,12 +21,17 @@ must go (4, 1) -> (2, 2) -> (1, 4), each transition logged as a `replan`
 event with the bytes moved and the seconds it took.
 Checked, for each model:
   - against one process with the same freeze decisions: every step's loss
-    within 1e-6 and every weight tensor within 1e-4 (normwise: ||a - b|| /
+    within 1e-5 and every weight tensor within 1e-4 (normwise: ||a - b|| /
     ||b||); as in test_replica_equivalence.py, only the order of sums differs,
     the one-process run using one micro-batch per step; the key third of every
     qkv.bias (BERT: the whole attention.self.key.bias), whose true gradient
-    is 0, is held to its bound instead. Observed worst: vit losses 5.4e-7,
-    weights 1.4e-5; bert losses 2.4e-8, weights 2.5e-6 (its word embedding
+    is 0, is held to its bound instead. The loss bound was 1e-6, fit to one
+    machine (vit losses 5.4e-7 there); on another CPU the same commit gave
+    the vit 2.1e-6 (1.8e-6 built without -march=native), with weights at
+    5.4e-5, inside their bound. Weights that differ by 1e-5 to 1e-4 move a
+    loss by about as much, so 1e-5 is the bound the weights' bound implies;
+    the weights' bound is unchanged. Observed worst: vit losses 2.1e-6,
+    weights 5.4e-5; bert losses 2.4e-8, weights 2.5e-6 (its word embedding
     needs no looser bound than the rest here, unlike the 30522-row one of
     test_replica_equivalence.py: every one of its 22 rows is seen often);
   - cache on and cache off take the same layouts and are bit-identical. The
@@ -63,7 +68,8 @@ The ASan build runs this test too (label sanitize), for memory errors in
 every change of layout; there (PT_TEST_SANITIZED=1) the comparisons with the
 one-process run are printed but not held to the tolerances, which are set
 for the optimized build: the instrumented code rounds differently (losses
-differ by 1.3e-6 from its own one-process run, against 5.4e-7 here). Every
+differed by 1.3e-6 from its own one-process run where the optimized build
+gave 5.4e-7). Every
 other check holds there as it is.
 
 usage: test_elastic.py PIPETRAIN MPIEXEC"""
@@ -79,7 +85,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
-LOSS_TOL, TOL = 1e-6, 1e-4
+LOSS_TOL, TOL = 1e-5, 1e-4
 LR = 0.002
 COMMON = """
 train: {{batch: 32, epochs: 4, lr: {lr}, eval_every: 0, eval_examples: 64, keep_checkpoints: 10}}
