@@ -14,7 +14,7 @@
  * stream along k, each with its own row stride.
  *
  * A task is a block of the output, MB rows by NB columns, for all of k: its
- * accumulators live in a buffer of the task's, and k is walked in steps of
+ * accumulators live in the thread's scratch (nn/cpu_pool.h), and k is walked in steps of
  * KC rows, every tile of the block over one step before the next. A step
  * first copies its rows of a's block into tiles, k-major ([tile][k][TR]),
  * so that a tile's broadcasts read one contiguous run instead of one cache
@@ -56,11 +56,13 @@ enum { TR = MR };
 
 /* A task's block of the output: MB rows (of a's columns) by NB columns (of
  * b's), and the rows of k per step. The accumulators (MB x NB) and a step's
- * copies of a (KC x MB) and of b's panels (KC x NB) are the task's stack:
- * 248 KiB with AVX-512 (nn/cpu_pool.c gives its workers stacks for it).
+ * copies of a (KC x MB) and of b's panels (KC x NB) are the thread's
+ * scratch: 248 KiB with AVX-512.
  * Measured on the models' shapes (bench/gemm_speed): smaller blocks copy
  * the operands more often, and with longer steps the copies leave L1. */
 enum { MB = 24 * TR, NB = 8 * NR, KC = 32 };
+_Static_assert((MB * NB + KC * MB + KC * NB) * sizeof(float) <= PT_POOL_SCRATCH,
+               "a task's blocks fit the thread's scratch");
 
 /* Below this many multiply-adds pt_gemm_tn_f32 runs on the caller alone. */
 #define PARALLEL_WORK (1 << 17)
@@ -136,35 +138,22 @@ long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, const float *a, const flo
 }
 
 /* A step's rows of a's columns [o0, o0 + mb) into tiles of TR columns,
- * k-major ([tile][kn][TR]); columns past mb are zero (their results are
- * dropped). */
+ * k-major ([tile][kn][TR]), tile by tile so that the stores run
+ * contiguously; columns past mb are zero (their results are dropped). */
 static void copy_a(float *dst, const float *a, size_t lda, int kn, int mb)
 {
-    const int full = mb / TR, rest = mb - full * TR;
-    /* tile by tile, so that the stores run contiguously (two tiles at a time
-     * where they make one 64-byte line of a) */
-    int t = 0;
-    for (; t + 2 <= full; t += 2) {
-        float *d0 = dst + (size_t)t * KC * TR, *d1 = d0 + (size_t)KC * TR;
-        const float *ar = a + t * TR;
-        for (int kk = 0; kk < kn; kk++) {
-            memcpy(d0 + (size_t)kk * TR, ar + (size_t)kk * lda, TR * sizeof *d0);
-            memcpy(d1 + (size_t)kk * TR, ar + (size_t)kk * lda + TR, TR * sizeof *d1);
-        }
-    }
-    for (; t < full; t++) {
-        float *d0 = dst + (size_t)t * KC * TR;
-        const float *ar = a + t * TR;
-        for (int kk = 0; kk < kn; kk++)
-            memcpy(d0 + (size_t)kk * TR, ar + (size_t)kk * lda, TR * sizeof *d0);
-    }
-    if (rest) {
-        float *d0 = dst + (size_t)full * KC * TR;
-        const float *ar = a + full * TR;
-        for (int kk = 0; kk < kn; kk++) {
-            memcpy(d0 + (size_t)kk * TR, ar + (size_t)kk * lda, (size_t)rest * sizeof *d0);
-            memset(d0 + (size_t)kk * TR + rest, 0, (size_t)(TR - rest) * sizeof *d0);
-        }
+    for (int t0 = 0; t0 < mb; t0 += TR) {
+        const int w = mb - t0 < TR ? mb - t0 : TR;
+        float *d = dst + (size_t)t0 * KC;
+        const float *ar = a + t0;
+        if (w == TR) /* a constant size: a few moves, not a call */
+            for (int kk = 0; kk < kn; kk++)
+                memcpy(d + (size_t)kk * TR, ar + (size_t)kk * lda, TR * sizeof *d);
+        else
+            for (int kk = 0; kk < kn; kk++) {
+                memcpy(d + (size_t)kk * TR, ar + (size_t)kk * lda, (size_t)w * sizeof *d);
+                memset(d + (size_t)kk * TR + w, 0, (size_t)(TR - w) * sizeof *d);
+            }
     }
 }
 
@@ -212,10 +201,10 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
     const int o0 = (int)mi * MB, i0 = (int)ni * NB;
     const int mb = m - o0 < MB ? m - o0 : MB, nb = n - i0 < NB ? n - i0 : NB;
     const int tiles = (mb + TR - 1) / TR, tile_runs = tiles * ((nb + NR - 1) / NR);
-    float acc[MB * NB] __attribute__((aligned(64)));
-    float acopy[KC * MB] __attribute__((aligned(64))); /* the step's tiles of a */
-    float copy[KC * NB] __attribute__((aligned(64)));  /* the step's panels of b */
-    memset(acc, 0, sizeof acc);
+    float *acc = pt_pool_scratch();  /* MB x NB, aligned */
+    float *acopy = acc + MB * NB;    /* the step's tiles of a */
+    float *copy = acopy + KC * MB;   /* the step's panels of b */
+    memset(acc, 0, (size_t)MB * NB * sizeof *acc);
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kn = K - k0 < KC ? K - k0 : KC;
         copy_a(acopy, p->a + (size_t)k0 * m + o0, (size_t)m, kn, mb);
@@ -231,6 +220,8 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
             int r = 0;
             if (cols == nv * VL) {
                 /* the first tile reads the panel from b and leaves a copy */
+                fetch_ahead(&pa);
+                fetch_ahead(&pb);
                 run_tile(nv, 1, acopy, bp, (size_t)n, kn, acc + j0, NB, cp);
                 r = 1;
             } else {

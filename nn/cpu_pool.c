@@ -256,6 +256,36 @@ static void run_tasks(pt_pool *p, int thread)
     }
 }
 
+/* pt_pool_scratch: the area's address per thread, and a key whose
+ * destructor frees it when the thread ends */
+static _Thread_local void *scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void make_scratch_key(void)
+{
+    scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
+}
+
+void *pt_pool_scratch(void)
+{
+    if (!scratch) {
+        pthread_once(&scratch_once, make_scratch_key);
+        void *s = aligned_alloc(64, PT_POOL_SCRATCH);
+        if (!s) {
+            fprintf(stderr, "pipetrain: out of memory for a thread's scratch (%lu KiB)\n",
+                    PT_POOL_SCRATCH >> 10);
+            abort();
+        }
+        /* without a key (none left), the area lives as long as the process */
+        if (scratch_key_ok)
+            pthread_setspecific(scratch_key, s);
+        scratch = s;
+    }
+    return scratch;
+}
+
 static void *worker_main(void *arg)
 {
     worker *me = arg;
@@ -360,8 +390,9 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        /* a fixed stack, whatever `ulimit -s` says: tasks keep their scratch
-         * there (the weight gradient's blocks take a quarter of a MiB) */
+        /* a fixed stack, whatever `ulimit -s` says: the same room for the
+         * tasks' locals on every worker (their large scratch is elsewhere:
+         * pt_pool_scratch) */
         pthread_attr_t attr;
         int rc = pthread_attr_init(&attr);
         if (rc == 0) {

@@ -45,6 +45,16 @@ int pt_pool_threads(const pt_pool *pool);
 
 void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 
+/* The calling thread's scratch: PT_POOL_SCRATCH bytes, 64-byte aligned,
+ * one area per thread (the caller's, every worker's, any other thread's),
+ * allocated on the thread's first call and freed when the thread ends. For
+ * a task's temporaries too large for a stack, whatever `ulimit -s` says:
+ * a task may use it until it returns, and nothing it calls may (tasks do
+ * not nest: a run started inside a task runs inline, on the same thread).
+ * Aborts, with a message, if the first call cannot allocate it. */
+#define PT_POOL_SCRATCH ((unsigned long)256 << 10)
+void *pt_pool_scratch(void);
+
 /* How the pool's threads wait, in words, into buf: e.g. "spin up to 20 us
  * (less after waits that outlast it), then sleep". */
 void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);
