@@ -148,15 +148,18 @@ typedef struct pt_ops {
     /* Attention of each example's first query (position 0) alone,
      * bidirectional, without mask or dropout: ViT's [CLS], all its last block
      * needs in training. NULL: the unit runs attention_fwd and _bwd over
-     * every query. out0 [n, H*hd]: row b is position 0's output of
+     * every query. The query comes apart from the keys and values, since no
+     * other position's query is needed (nor computed): q0 [n, H*hd] (row b:
+     * example b's query at position 0), kv [n, T, 2, H, hd] (each position's
+     * key, then its value). out0 [n, H*hd]: row b is position 0's output of
      * attention_fwd; probs0 [n, H, T] act elements: what backward needs.
-     * Backward overwrites dqkv [n, T, 3, H, hd]: dq at position 0 and 0 at
-     * every other position, dk and dv at every position, for the output
-     * gradient dout0 [n, H*hd] at position 0 (and 0 elsewhere). */
-    void (*attention_first_fwd)(pt_backend *be, void *out0, void *probs0, const void *qkv, int n,
-                                int T, int H, int hd);
-    void (*attention_first_bwd)(pt_backend *be, void *dqkv, const void *dout0, const void *qkv,
-                                const void *probs0, int n, int T, int H, int hd);
+     * Backward overwrites dq0 [n, H*hd] and dkv [n, T, 2, H, hd], for the
+     * output gradient dout0 [n, H*hd] at position 0 (and 0 elsewhere). */
+    void (*attention_first_fwd)(pt_backend *be, void *out0, void *probs0, const void *q0,
+                                const void *kv, int n, int T, int H, int hd);
+    void (*attention_first_bwd)(pt_backend *be, void *dq0, void *dkv, const void *dout0,
+                                const void *q0, const void *kv, const void *probs0, int n, int T,
+                                int H, int hd);
     /* Bytes attention keeps per micro-batch for backward; default
      * n * H * T * T act elements (the probabilities). A flash-style backend
      * keeps only each row's log-sum-exp. */

@@ -706,8 +706,9 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
  * thread runs it. */
 
 typedef struct {
-    real *out, *probs; /* backward: dqkv, NULL */
-    const real *qkv, *dout, *saved_probs;
+    real *out, *probs; /* backward: dq0, NULL */
+    real *dkv;         /* backward */
+    const real *q0, *kv, *dout, *saved_probs;
     int n, T, H, hd;
     long per;
     real **scratch; /* backward: T elements per pool thread */
@@ -727,14 +728,14 @@ static void first_fwd_task(void *ctx, long task, int thread)
     (void)thread;
     const first_job *j = ctx;
     const int T = j->T, H = j->H, hd = j->hd, d = H * hd;
-    const size_t stride = 3 * (size_t)d;
+    const size_t stride = 2 * (size_t)d; /* kv's rows: [k | v] */
     const real scale = (real)(1.0 / sqrt((double)hd));
     long bh0, bh1;
     task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
     for (long bh = bh0; bh < bh1; bh++) {
         const int b = (int)(bh / H), h = (int)(bh % H);
-        const real *q = j->qkv + (size_t)b * T * stride + (size_t)h * hd;
-        const real *k = q + d, *v = q + 2 * d;
+        const real *q = j->q0 + (size_t)b * d + (size_t)h * hd;
+        const real *k = j->kv + (size_t)b * T * stride + (size_t)h * hd, *v = k + d;
         real *p = j->probs + (size_t)bh * T, *o = j->out + (size_t)b * d + (size_t)h * hd;
         real top = -INFINITY, sum = 0;
         for (int t = 0; t < T; t++) {
@@ -760,15 +761,16 @@ static void first_bwd_task(void *ctx, long task, int thread)
 {
     const first_job *j = ctx;
     const int T = j->T, H = j->H, hd = j->hd, d = H * hd;
-    const size_t stride = 3 * (size_t)d;
+    const size_t stride = 2 * (size_t)d;
     const real scale = (real)(1.0 / sqrt((double)hd));
     long bh0, bh1;
     task_items(task, j->per, (long)j->n * H, &bh0, &bh1);
     for (long bh = bh0; bh < bh1; bh++) {
         const int b = (int)(bh / H), h = (int)(bh % H);
         const size_t at = (size_t)b * T * stride + (size_t)h * hd;
-        const real *q = j->qkv + at, *k = q + d, *v = q + 2 * d;
-        real *dq = j->out + at, *dk = dq + d, *dv = dq + 2 * d;
+        const real *q = j->q0 + (size_t)b * d + (size_t)h * hd;
+        const real *k = j->kv + at, *v = k + d;
+        real *dq = j->out + (size_t)b * d + (size_t)h * hd, *dk = j->dkv + at, *dv = dk + d;
         const real *p = j->saved_probs + (size_t)bh * T;
         const real *g = j->dout + (size_t)b * d + (size_t)h * hd;
         /* dP_t = g . v_t; dS_t = P_t (dP_t - sum_u P_u dP_u), scaled with the
@@ -787,8 +789,6 @@ static void first_bwd_task(void *ctx, long task, int thread)
                 acc += dp[t] * lanes_at(k + (size_t)t * stride, c, hd, 0);
                 lanes_put(dk + (size_t)t * stride, c, hd, dp[t] * qc);
                 lanes_put(dv + (size_t)t * stride, c, hd, p[t] * gc);
-                if (t > 0)
-                    lanes_put(dq + (size_t)t * stride, c, hd, (lanes_v){0});
             }
             lanes_put(dq, c, hd, acc);
         }
@@ -810,17 +810,17 @@ static void run_first(pt_backend *be, first_job *j, pt_pool_fn fn)
     free(j->scratch);
 }
 
-void CPU_FN(pt_cpu_attention_first_fwd)(pt_backend *be, void *out0, void *probs0,
-                                        const void *qkv, int n, int T, int H, int hd)
+void CPU_FN(pt_cpu_attention_first_fwd)(pt_backend *be, void *out0, void *probs0, const void *q0,
+                                        const void *kv, int n, int T, int H, int hd)
 {
-    first_job j = {out0, probs0, qkv, NULL, NULL, n, T, H, hd, 0, NULL};
+    first_job j = {out0, probs0, NULL, q0, kv, NULL, NULL, n, T, H, hd, 0, NULL};
     run_first(be, &j, first_fwd_task);
 }
 
-void CPU_FN(pt_cpu_attention_first_bwd)(pt_backend *be, void *dqkv, const void *dout0,
-                                        const void *qkv, const void *probs0, int n, int T, int H,
-                                        int hd)
+void CPU_FN(pt_cpu_attention_first_bwd)(pt_backend *be, void *dq0, void *dkv, const void *dout0,
+                                        const void *q0, const void *kv, const void *probs0, int n,
+                                        int T, int H, int hd)
 {
-    first_job j = {dqkv, NULL, qkv, dout0, probs0, n, T, H, hd, 0, NULL};
+    first_job j = {dq0, NULL, dkv, q0, kv, dout0, probs0, n, T, H, hd, 0, NULL};
     run_first(be, &j, first_bwd_task);
 }

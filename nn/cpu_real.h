@@ -73,10 +73,10 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const 
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
                                   const void *probs, const void *out, int n, int T, int H, int hd,
                                   int causal, const int32_t *lens, const pt_dropout *drop);
-void CPU_FN(pt_cpu_attention_first_fwd)(pt_backend *be, void *out0, void *probs0,
-                                        const void *qkv, int n, int T, int H, int hd);
-void CPU_FN(pt_cpu_attention_first_bwd)(pt_backend *be, void *dqkv, const void *dout0,
-                                        const void *qkv, const void *probs0, int n, int T, int H,
-                                        int hd);
+void CPU_FN(pt_cpu_attention_first_fwd)(pt_backend *be, void *out0, void *probs0, const void *q0,
+                                        const void *kv, int n, int T, int H, int hd);
+void CPU_FN(pt_cpu_attention_first_bwd)(pt_backend *be, void *dq0, void *dkv, const void *dout0,
+                                        const void *q0, const void *kv, const void *probs0, int n,
+                                        int T, int H, int hd);
 
 #endif

@@ -253,22 +253,23 @@ static void w_attention_bwd(pt_backend *be, void *dqkv, const void *dout, const 
 }
 
 /* one query per (example, head) pair against T keys */
-static void w_attention_first_fwd(pt_backend *be, void *out0, void *probs0, const void *qkv, int n,
-                                  int T, int H, int hd)
+static void w_attention_first_fwd(pt_backend *be, void *out0, void *probs0, const void *q0,
+                                  const void *kv, int n, int T, int H, int hd)
 {
     const double pairs = (double)n * H * T;
-    TIMED(be, in_->attention_first_fwd(be, out0, probs0, qkv, n, T, H, hd),
+    TIMED(be, in_->attention_first_fwd(be, out0, probs0, q0, kv, n, T, H, hd),
           OP_ATTENTION_FIRST_FWD, n, T, H, hd, 0, 4.0 * pairs * hd + 5.0 * pairs,
           ES(be) * ((double)n * T * H * hd * 2.0 + (double)n * H * hd * 2.0 + pairs));
 }
 
-static void w_attention_first_bwd(pt_backend *be, void *dqkv, const void *dout0, const void *qkv,
-                                  const void *probs0, int n, int T, int H, int hd)
+static void w_attention_first_bwd(pt_backend *be, void *dq0, void *dkv, const void *dout0,
+                                  const void *q0, const void *kv, const void *probs0, int n, int T,
+                                  int H, int hd)
 {
     const double pairs = (double)n * H * T;
-    TIMED(be, in_->attention_first_bwd(be, dqkv, dout0, qkv, probs0, n, T, H, hd),
+    TIMED(be, in_->attention_first_bwd(be, dq0, dkv, dout0, q0, kv, probs0, n, T, H, hd),
           OP_ATTENTION_FIRST_BWD, n, T, H, hd, 0, 8.0 * pairs * hd + 4.0 * pairs,
-          ES(be) * ((double)n * T * H * hd * 6.0 + (double)n * H * hd * 2.0 + pairs));
+          ES(be) * ((double)n * T * H * hd * 4.0 + (double)n * H * hd * 3.0 + pairs));
 }
 
 /* a multiply (and an add with `add`) per element, the mask's hash not counted */

@@ -98,16 +98,24 @@ def test_totals_vit(h):
                  "gelu_bwd", "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd",
                  "vit_assemble_bwd", "cross_entropy", "adamw", "sumsq"):
         check(want in names, "no %s among the ops: %s", want, sorted(names))
-    # the fused QKV projection: rows x 3d x d, once per block
+    # the fused QKV projection: rows x 3d x d, once per block but the last;
+    # the last block (its [CLS] query alone) projects keys and values at
+    # every row, rows x 2d x d, and the query at the [CLS] rows, batch x d x d
     rows = batch * tokens
-    qkv = [o for o in ops if o["op"] == "linear_fwd" and o["shape"].startswith(
-        "%dx%d . %dx%d^T" % (rows, d, 3 * d, d))]
-    check(len(qkv) == 1, "no single QKV linear_fwd row: %s", [o["shape"] for o in ops])
-    q = qkv[0]
-    check(q["calls_per_step"] == layers, "QKV linear ran %r times a step", q["calls_per_step"])
-    want = layers * (2.0 * rows * 3 * d * d + rows * 3 * d)
-    check(abs(q["flops_per_step"] - want) <= 1e-9 * want, "QKV FLOPs %r, expected %r",
-          q["flops_per_step"], want)
+
+    def linear(m, out, calls, what):
+        shape = "%dx%d . %dx%d^T +b" % (m, d, out, d)  # no residual add
+        got = [o for o in ops if o["op"] == "linear_fwd" and o["shape"] == shape]
+        check(len(got) == 1, "no single %s linear_fwd row (%s): %s", what, shape,
+              [o["shape"] for o in ops])
+        check(got[0]["calls_per_step"] == calls, "%s linear ran %r times a step, expected %d",
+              what, got[0]["calls_per_step"], calls)
+        want = calls * (2.0 * m * out * d + m * out)
+        check(abs(got[0]["flops_per_step"] - want) <= 1e-9 * want, "%s FLOPs %r, expected %r",
+              what, got[0]["flops_per_step"], want)
+    linear(rows, 3 * d, layers - 1, "QKV")
+    linear(rows, 2 * d, 1, "last block's KV")
+    linear(batch, d, 1, "last block's Q")
     check(p["peak_flops"] > 1e8 and "FMA" in p["peak_how"], "peak %r (%s)", p["peak_flops"],
           p["peak_how"])
     check("| op | shape | calls/step | ms/step |" in r.err, "no table header\n%s", r.describe())

@@ -671,26 +671,56 @@ static double rel_diff(const double *a, const double *b, size_t n)
 /* The first query alone (ViT's [CLS] in its last block): float32 against
  * float64, and on float64 against position 0 of the whole op (forward), and
  * the whole op's backward with the output's gradient at position 0 only,
- * to 1e-12 (float64 rounding in another order). Outputs start as NaN, so
- * every element of dqkv must be written, the q part of positions past 0 as
- * exactly 0. */
+ * to 1e-12 (float64 rounding in another order). The op takes position 0's
+ * query and every position's keys and values apart (q0, kv), cut here from
+ * the whole op's qkv; its gradients are compared with the whole op's at
+ * the same places, and the whole op's query gradient away from position 0
+ * must be 0. Outputs start as NaN, so every element must be written. */
 static void attention_first_case(int n, int T, int H, int hd)
 {
     const size_t d = (size_t)H * hd, rows = (size_t)n * T;
     tens qkv = t_new(rows * 3 * d, 0), out0 = t_new((size_t)n * d, 0);
+    tens q0 = t_new((size_t)n * d, 0), kv = t_new(rows * 2 * d, 0);
     tens probs0 = t_new((size_t)n * H * T, 0), dout0 = t_new((size_t)n * d, 0);
-    tens dqkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
+    tens dq0 = t_new((size_t)n * d, 0), dkv = t_new(rows * 2 * d, 0), out = t_new(rows * d, 0);
     tens probs = t_new((size_t)n * H * T * T, 0), dout = t_new(rows * d, 0);
     tens dfull = t_new(rows * 3 * d, 0);
-    t_fill(&qkv, -2, 2);
+    float *h = malloc(rows * 3 * d * sizeof *h), *hq = malloc((size_t)n * d * sizeof *hq);
+    float *hkv = malloc(rows * 2 * d * sizeof *hkv);
+    for (size_t i = 0; i < rows * 3 * d; i++)
+        h[i] = rand_nonzero(-2, 2);
+    for (size_t r = 0; r < rows; r++) {
+        if (r % (size_t)T == 0)
+            memcpy(hq + r / (size_t)T * d, h + r * 3 * d, d * sizeof *h);
+        memcpy(hkv + r * 2 * d, h + r * 3 * d + d, 2 * d * sizeof *h);
+    }
+    t_set(&qkv, h);
+    t_set(&q0, hq);
+    t_set(&kv, hkv);
+    free(h);
+    free(hq);
+    free(hkv);
     t_fill(&dout0, -1, 1);
     t_fill_nan(&out0);
     t_fill_nan(&probs0);
-    t_fill_nan(&dqkv);
-    EACH OPS->attention_first_fwd(BE, D(out0), D(probs0), D(qkv), n, T, H, hd);
+    t_fill_nan(&dq0);
+    t_fill_nan(&dkv);
+    EACH OPS->attention_first_fwd(BE, D(out0), D(probs0), D(q0), D(kv), n, T, H, hd);
     check(&out0, OP_ATTENTION_FIRST_FWD, "attention_first_fwd n=%d T=%d H=%d hd=%d", n, T, H, hd);
-    EACH OPS->attention_first_bwd(BE, D(dqkv), D(dout0), D(qkv), D(probs0), n, T, H, hd);
-    check(&dqkv, OP_ATTENTION_FIRST_BWD, "attention_first_bwd n=%d T=%d H=%d hd=%d", n, T, H, hd);
+    EACH OPS->attention_first_bwd(BE, D(dq0), D(dkv), D(dout0), D(q0), D(kv), D(probs0), n, T, H,
+                                  hd);
+    if (T > 1)
+        check(&dq0, OP_ATTENTION_FIRST_BWD, "attention_first_bwd dq0 n=%d T=%d H=%d hd=%d", n, T,
+              H, hd);
+    else /* one key: the softmax is 1 whatever the query, whose gradient is 0 */
+        for (int k = 0; k < 2; k++) {
+            float *g0 = t_get(&dq0, k);
+            for (size_t i = 0; i < dq0.n; i++)
+                CU_ASSERT(g0[i] == 0.0f);
+            free(g0);
+        }
+    check(&dkv, OP_ATTENTION_FIRST_BWD, "attention_first_bwd dkv n=%d T=%d H=%d hd=%d", n, T, H,
+          hd);
     /* the whole op on float64, its output's gradient dout0 at position 0 */
     pt_backend *b64 = be[1];
     b64->ops->attention_fwd(b64, D_OF(out, 1), D_OF(probs, 1), D_OF(qkv, 1), n, T, H, hd, 0, NULL,
@@ -705,8 +735,17 @@ static void attention_first_case(int n, int T, int H, int hd)
     double *o0 = malloc((size_t)n * d * sizeof *o0);
     for (int b = 0; b < n; b++)
         memcpy(o0 + (size_t)b * d, (double *)D_OF(out, 1) + (size_t)b * T * d, d * sizeof *o0);
+    /* the first-query op's gradients in the whole op's layout, dq 0 away
+     * from position 0 */
+    double *g = calloc(rows * 3 * d, sizeof *g);
+    const double *g_q0 = D_OF(dq0, 1), *g_kv = D_OF(dkv, 1);
+    for (size_t r = 0; r < rows; r++) {
+        if (r % (size_t)T == 0)
+            memcpy(g + r * 3 * d, g_q0 + r / (size_t)T * d, d * sizeof *g);
+        memcpy(g + r * 3 * d + d, g_kv + r * 2 * d, 2 * d * sizeof *g);
+    }
     const double ef = rel_diff(D_OF(out0, 1), o0, (size_t)n * d);
-    const double eb = rel_diff(D_OF(dqkv, 1), D_OF(dfull, 1), rows * 3 * d);
+    const double eb = rel_diff(g, D_OF(dfull, 1), rows * 3 * d);
     if (!(ef <= 1e-12) || !(eb <= 1e-12))
         printf("\n  attention_first n=%d T=%d H=%d hd=%d against the whole op: forward %.3g, "
                "backward %.3g",
@@ -714,11 +753,15 @@ static void attention_first_case(int n, int T, int H, int hd)
     CU_ASSERT(ef <= 1e-12);
     CU_ASSERT(eb <= 1e-12);
     free(o0);
+    free(g);
     t_free(&qkv);
+    t_free(&q0);
+    t_free(&kv);
     t_free(&out0);
     t_free(&probs0);
     t_free(&dout0);
-    t_free(&dqkv);
+    t_free(&dq0);
+    t_free(&dkv);
     t_free(&out);
     t_free(&probs);
     t_free(&dout);
