@@ -269,7 +269,7 @@ static void run_ours_dx(void *arg)
 static void run_ours_dw(void *arg)
 {
     bshape *b = arg;
-    pt_gemm_tn_f32(pool, b->dw, b->dy, b->x, b->rows, b->out, b->in);
+    pt_gemm_tn_f32(pool, b->dw, NULL, b->dy, b->x, b->rows, b->out, b->in);
 }
 
 static void tn_task(void *ctx, long t, int thread)
@@ -282,7 +282,7 @@ static void tn_task(void *ctx, long t, int thread)
 static void run_ours_both(void *arg)
 {
     bshape *b = arg;
-    b->tn_tasks = pt_gemm_tn_plan(&b->tn, b->dw, b->dy, b->x, b->rows, b->out, b->in);
+    b->tn_tasks = pt_gemm_tn_plan(&b->tn, b->dw, NULL, b->dy, b->x, b->rows, b->out, b->in);
     pt_gemm_nn_f32_with(pool, b->dx, b->dy, b->w, b->rows, b->in, b->out, b->tn_tasks, tn_task,
                         &b->tn);
 }

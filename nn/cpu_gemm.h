@@ -55,8 +55,13 @@ void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w
                          int k, long extra, pt_pool_fn fn, void *ctx);
 
 /* c [m, n] += a^T b, a [k, m], b [k, n]: the backward's dw += dy^T x with
- * k = rows, m = out, n = in. Nothing is allocated. */
-void pt_gemm_tn_f32(pt_pool *pool, float *c, const float *a, const float *b, int k, int m, int n);
+ * k = rows, m = out, n = in; and, when colsum is not NULL, colsum [m] +=
+ * a's column sums, the backward's db: per element one accumulator from 0,
+ * an addition of a[r][o] per r in ascending order, then colsum = colsum +
+ * acc (taken from the rows the product copies anyway, instead of another
+ * pass over dy). Nothing is allocated. */
+void pt_gemm_tn_f32(pt_pool *pool, float *c, float *colsum, const float *a, const float *b, int k,
+                    int m, int n);
 
 /* The same as tasks of a run the caller makes: pt_gemm_tn_plan fills *p
  * and returns the number of tasks (0 when there is nothing to do); running
@@ -64,13 +69,13 @@ void pt_gemm_tn_f32(pt_pool *pool, float *c, const float *a, const float *b, int
  * pt_gemm_tn_f32. Tasks write disjoint blocks of c and depend on the shape
  * alone. The fields are the kernel's own. */
 typedef struct {
-    float *c;
+    float *c, *colsum;
     const float *a, *b;
     int k, m, n;
     int mblocks, nblocks, by_b;
 } pt_gemm_tn;
-long pt_gemm_tn_plan(pt_gemm_tn *p, float *c, const float *a, const float *b, int k, int m,
-                     int n);
+long pt_gemm_tn_plan(pt_gemm_tn *p, float *c, float *colsum, const float *a, const float *b, int k,
+                     int m, int n);
 void pt_gemm_tn_task(const pt_gemm_tn *p, long t);
 
 /* The instruction set the kernels were compiled for ("avx512", "avx2-fma"

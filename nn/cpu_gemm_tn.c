@@ -61,7 +61,7 @@ enum { TR = MR };
  * Measured on the models' shapes (bench/gemm_speed): smaller blocks copy
  * the operands more often, and with longer steps the copies leave L1. */
 enum { MB = 24 * TR, NB = 8 * NR, KC = 32 };
-_Static_assert((MB * NB + KC * MB + KC * NB) * sizeof(float) <= PT_POOL_SCRATCH,
+_Static_assert((MB * NB + KC * MB + KC * NB + MB) * sizeof(float) <= PT_POOL_SCRATCH,
                "a task's blocks fit the thread's scratch");
 
 /* Below this many multiply-adds pt_gemm_tn_f32 runs on the caller alone. */
@@ -123,10 +123,10 @@ static void run_tile(int nv, int copy_b, const float *a, const float *b, size_t 
         tile(1, 0, a, b, ldb, kn, acc, ldt, copy);
 }
 
-long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, const float *a, const float *b, int k,
-                              int m, int n)
+long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, float *colsum, const float *a,
+                              const float *b, int k, int m, int n)
 {
-    *p = (pt_gemm_tn){c, a, b, k, m, n, 0, 0, 0};
+    *p = (pt_gemm_tn){c, colsum, a, b, k, m, n, 0, 0, 0};
     if (k <= 0 || m <= 0 || n <= 0)
         return 0;
     p->mblocks = (m + MB - 1) / MB;
@@ -154,6 +154,23 @@ static void copy_a(float *dst, const float *a, size_t lda, int kn, int mb)
                 memcpy(d + (size_t)kk * TR, ar + (size_t)kk * lda, (size_t)w * sizeof *d);
                 memset(d + (size_t)kk * TR + w, 0, (size_t)(TR - w) * sizeof *d);
             }
+    }
+}
+
+/* sums[o] += tiles[o / TR][kk][o % TR] for kk < kn in ascending order, o <
+ * mb: a's column sums from a step's copy, a chain of additions per column
+ * (the vectors run across columns, never along k) */
+static void add_rows(float *sums, const float *tiles, int kn, int mb)
+{
+    for (int t0 = 0; t0 < mb; t0 += TR) {
+        const float *tl = tiles + (size_t)t0 * KC;
+        float s[TR];
+        memcpy(s, sums + t0, sizeof s);
+        for (int kk = 0; kk < kn; kk++)
+#pragma GCC unroll 8
+            for (int i = 0; i < TR; i++)
+                s[i] = s[i] + tl[(size_t)kk * TR + i];
+        memcpy(sums + t0, s, sizeof s);
     }
 }
 
@@ -204,10 +221,16 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
     float *acc = pt_pool_scratch();  /* MB x NB, aligned */
     float *acopy = acc + MB * NB;    /* the step's tiles of a */
     float *copy = acopy + KC * MB;   /* the step's panels of b */
+    float *sums = copy + KC * NB;    /* a's column sums, in the blocks of c's first columns */
+    const int with_sums = p->colsum && ni == 0;
     memset(acc, 0, (size_t)MB * NB * sizeof *acc);
+    if (with_sums)
+        memset(sums, 0, (size_t)MB * sizeof *sums);
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kn = K - k0 < KC ? K - k0 : KC;
         copy_a(acopy, p->a + (size_t)k0 * m + o0, (size_t)m, kn, mb);
+        if (with_sums)
+            add_rows(sums, acopy, kn, mb);
         /* the next step's blocks of a and b, a few lines before each tile
          * of this step, all of them by the step's end */
         const int next = K - k0 - KC < KC ? K - k0 - KC : KC;
@@ -240,6 +263,9 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
             }
         }
     }
+    if (with_sums)
+        for (int r = 0; r < mb; r++)
+            p->colsum[o0 + r] = p->colsum[o0 + r] + sums[r];
     /* c = c + acc, one rounded addition per element */
     for (int r = 0; r < mb; r++) {
         float *cr = p->c + (size_t)(o0 + r) * n + i0;
@@ -255,10 +281,10 @@ static void tn_task(void *ctx, long t, int thread)
     GEMM_FN(pt_gemm_tn_task)(ctx, t);
 }
 
-void GEMM_FN(pt_gemm_tn_f32)(pt_pool *pool, float *c, const float *a, const float *b, int k, int m,
-                             int n)
+void GEMM_FN(pt_gemm_tn_f32)(pt_pool *pool, float *c, float *colsum, const float *a, const float *b,
+                             int k, int m, int n)
 {
     pt_gemm_tn p;
-    const long tasks = GEMM_FN(pt_gemm_tn_plan)(&p, c, a, b, k, m, n);
+    const long tasks = GEMM_FN(pt_gemm_tn_plan)(&p, c, colsum, a, b, k, m, n);
     pt_pool_run((double)k * m * n <= PARALLEL_WORK ? NULL : pool, tasks, tn_task, &p);
 }

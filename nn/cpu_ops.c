@@ -199,9 +199,11 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
 /* The float32 backward's products are our own kernels (nn/cpu_gemm.h),
  * with the arithmetic of each element fixed as the forward's is: dw +=
  * dy^T x one fused chain over all the rows per element (nn/cpu_gemm_tn.c),
- * dx = dy w the forward's kernel with w read k-major (nn/cpu_gemm.c). All
- * of it is one pool run of tasks: dw's blocks of the output first (each the
- * whole sum over the batch's rows), then db's stripes of columns, then dx's
+ * and db, column_sums' arithmetic, by the same tasks from the rows of dy
+ * they copy; dx = dy w the forward's kernel with w read k-major
+ * (nn/cpu_gemm.c). All of it is one pool run of tasks: dw's blocks of the
+ * output first (each the whole sum over the batch's rows), then db's
+ * stripes of columns when there is no dw, then dx's
  * (row chunk, panel) tiles, after dx's panels of w are packed (in a short
  * run of their own, unless each panel is one task that packs and uses it).
  * dw and dx are the same number of multiply-adds, so on two threads one
@@ -234,9 +236,10 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
                            const void *x, const void *w, int rows, int out, int in)
 {
     bwd_job j = {db, dy, rows, out, 0, {0}};
+    /* db comes with dw's tasks (the same sums, from the rows they copy) */
     if (dw)
-        j.dw_tasks = pt_gemm_tn_plan(&j.dw, dw, dy, x, rows, out, in);
-    const int stripes = db && rows > 0 ? (out + STRIPE - 1) / STRIPE : 0;
+        j.dw_tasks = pt_gemm_tn_plan(&j.dw, dw, db, dy, x, rows, out, in);
+    const int stripes = db && !j.dw_tasks && rows > 0 ? (out + STRIPE - 1) / STRIPE : 0;
     /* small products run on the caller: the same tasks */
     const double work = (double)rows * out * (in > 0 ? in : 1);
     pt_pool *pool = work > (1 << 17) ? be->impl : NULL;

@@ -63,8 +63,8 @@
                              const float *b, const float *add, int rows, int out, int in);         \
     void pt_gemm_nn_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w, int rows,  \
                              int n, int k);                                                        \
-    void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, const float *a, const float *b, int k,     \
-                             int m, int n);                                                        \
+    void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, float *colsum, const float *a,             \
+                             const float *b, int k, int m, int n);                                 \
     const char *pt_gemm_f32_isa##sfx(void);
 OTHER_BUILD(_avx2)
 OTHER_BUILD(_portable)
@@ -72,7 +72,8 @@ OTHER_BUILD(_portable)
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
 typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
-typedef void (*gemm_tn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
+typedef void (*gemm_tn_fn)(pt_pool *, float *, float *, const float *, const float *, int, int,
+                           int);
 static const struct {
     gemm_fn fn;
     gemm_nn_fn nn;
@@ -348,9 +349,22 @@ static long tn_outside_bound(const float *c, const float *c0, const float *a, co
     return bad;
 }
 
-/* One backward shape: dx = dy w and dw += dy^T x by every build on a pool
- * of `threads`, against the emulations bit for bit; with check_bound, the
- * native build's results against the float64 bounds too. */
+/* db += dy's column sums by the contract: acc = 0; acc = acc + dy[r,o]
+ * for every r ascending; db = db + acc. */
+static void emulate_colsum(float *db, const float *dy, int K, int M)
+{
+    for (int o = 0; o < M; o++) {
+        float acc = 0.0f;
+        for (int r = 0; r < K; r++)
+            acc = acc + dy[(size_t)r * M + o];
+        db[o] = db[o] + acc;
+    }
+}
+
+/* One backward shape: dx = dy w, and dw += dy^T x with and without db +=
+ * dy's column sums, by every build on a pool of `threads`, against the
+ * emulations bit for bit; with check_bound, the native build's results
+ * against the float64 bounds too. */
 static long bwd_case(int rows, int out, int in, int threads, int check_bound)
 {
     float *dy = rand_floats((size_t)rows * out, -1, 1), *w = rand_floats((size_t)out * in, -1, 1);
@@ -358,9 +372,13 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
     float *want_dx = malloc((size_t)rows * in * sizeof *want_dx);
     float *want_dw = malloc((size_t)out * in * sizeof *want_dw);
     float *dx = malloc((size_t)rows * in * sizeof *dx), *dw = malloc((size_t)out * in * sizeof *dw);
+    float *db0 = rand_floats((size_t)out, -2, 2), *want_db = malloc((size_t)out * sizeof *want_db);
+    float *db = malloc((size_t)out * sizeof *db);
     emulate_nn(want_dx, dy, w, rows, in, out);
     memcpy(want_dw, dw0, (size_t)out * in * sizeof *dw);
     emulate_tn(want_dw, dy, x, rows, out, in);
+    memcpy(want_db, db0, (size_t)out * sizeof *db);
+    emulate_colsum(want_db, dy, rows, out);
     long bad = 0;
     pt_pool *pool = pool_of(threads);
     for (int v = 0; v < BUILDS; v++) {
@@ -376,12 +394,22 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
             bad++;
             printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
         }
-        memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
-        builds[v].tn(pool, dw, dy, x, rows, out, in);
-        if (memcmp(dw, want_dw, (size_t)out * in * sizeof *dw)) {
-            bad++;
-            printf("\n  %s: dw += dy^T x, rows=%d out=%d in=%d, %d threads: not the contract's bits",
-                   builds[v].isa(), rows, out, in, threads);
+        for (int sums = 0; sums < 2; sums++) {
+            memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
+            memcpy(db, db0, (size_t)out * sizeof *db);
+            builds[v].tn(pool, dw, sums ? db : NULL, dy, x, rows, out, in);
+            if (memcmp(dw, want_dw, (size_t)out * in * sizeof *dw)) {
+                bad++;
+                printf("\n  %s: dw += dy^T x%s, rows=%d out=%d in=%d, %d threads: not the "
+                       "contract's bits",
+                       builds[v].isa(), sums ? " with db" : "", rows, out, in, threads);
+            }
+            if (memcmp(db, sums ? want_db : db0, (size_t)out * sizeof *db)) {
+                bad++;
+                printf("\n  %s: db %s, rows=%d out=%d in=%d, %d threads: not the contract's bits",
+                       builds[v].isa(), sums ? "+= column sums" : "touched without colsum", rows,
+                       out, in, threads);
+            }
         }
         if (v == 0 && check_bound && tn_outside_bound(dw, dw0, dy, x, rows, out, in)) {
             bad++;
@@ -396,6 +424,9 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
     free(want_dw);
     free(dx);
     free(dw);
+    free(db0);
+    free(want_db);
+    free(db);
     return bad;
 }
 
