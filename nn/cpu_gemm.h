@@ -64,7 +64,8 @@ void pt_gemm_tn_f32(pt_pool *pool, float *c, float *colsum, const float *a, cons
                     int m, int n);
 
 /* The same as tasks of a run the caller makes: pt_gemm_tn_plan fills *p
- * and returns the number of tasks (0 when there is nothing to do); running
+ * and returns the number of tasks (0 when there is no product: then the
+ * tasks sum no colsum either, and the caller must); running
  * pt_gemm_tn_task(p, t) once for every t, on any threads in any order, is
  * pt_gemm_tn_f32. Tasks write disjoint blocks of c and depend on the shape
  * alone. The fields are the kernel's own. */

@@ -203,7 +203,7 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
  * they copy; dx = dy w the forward's kernel with w read k-major
  * (nn/cpu_gemm.c). All of it is one pool run of tasks: dw's blocks of the
  * output first (each the whole sum over the batch's rows), then db's
- * stripes of columns when there is no dw, then dx's
+ * stripes of columns when no dw task carries them, then dx's
  * (row chunk, panel) tiles, after dx's panels of w are packed (in a short
  * run of their own, unless each panel is one task that packs and uses it).
  * dw and dx are the same number of multiply-adds, so on two threads one

@@ -263,9 +263,15 @@ static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static int scratch_key_ok;
 
+static void free_scratch(void *area)
+{
+    free(area);
+    scratch = NULL; /* a later call on this thread (another key's destructor) makes a new one */
+}
+
 static void make_scratch_key(void)
 {
-    scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
+    scratch_key_ok = pthread_key_create(&scratch_key, free_scratch) == 0;
 }
 
 void *pt_pool_scratch(void)

@@ -47,7 +47,8 @@ void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 
 /* The calling thread's scratch: PT_POOL_SCRATCH bytes, 64-byte aligned,
  * one area per thread (the caller's, every worker's, any other thread's),
- * allocated on the thread's first call and freed when the thread ends. For
+ * allocated on the thread's first call and freed when the thread ends (the
+ * main thread's when the process does). For
  * a task's temporaries too large for a stack, whatever `ulimit -s` says:
  * a task may use it until it returns, and nothing it calls may (tasks do
  * not nest: a run started inside a task runs inline, on the same thread).

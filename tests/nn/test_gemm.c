@@ -453,6 +453,24 @@ static void backward_shapes_exact(void)
                     bad += bwd_case(rows, out, in, threads, threads == 1);
                 cases++;
             }
+    /* no product (in = 0): the column sums alone, still by the contract */
+    for (int v = 0; v < BUILDS; v++)
+        for (int i = 0; i < S; i++) {
+            const int rows = sizes[i], out = sizes[(i * 3 + 1) % S];
+            float *dy = rand_floats((size_t)rows * out, -1, 1), *db = rand_floats((size_t)out, -2, 2);
+            float *want = malloc((size_t)out * sizeof *want);
+            memcpy(want, db, (size_t)out * sizeof *want);
+            emulate_colsum(want, dy, rows, out);
+            builds[v].tn(pool_of(2), NULL, db, dy, NULL, rows, out, 0);
+            if (memcmp(db, want, (size_t)out * sizeof *db)) {
+                bad++;
+                printf("\n  %s: db alone (in = 0), rows=%d out=%d: not the contract's bits",
+                       builds[v].isa(), rows, out);
+            }
+            free(dy);
+            free(db);
+            free(want);
+        }
     printf(" (%d shapes) ", cases);
     CU_ASSERT_EQUAL(bad, 0);
 }

@@ -344,6 +344,44 @@ static void spin_adapts(void)
     pt_pool_destroy(p);
 }
 
+/* ------------------------------------------------------ per-thread scratch */
+
+/* Each task notes its thread's scratch area, writes a pattern of its own
+ * into all of it, sleeps a little (so the other threads run meanwhile) and
+ * reads the pattern back: an area shared with another thread fails. */
+typedef struct {
+    void *area[8];
+    _Atomic int bad;
+} scratch_job;
+
+static void scratch_task(void *ctx, long t, int thread)
+{
+    scratch_job *j = ctx;
+    unsigned char *a = pt_pool_scratch();
+    if (!a || ((uintptr_t)a & 63) || (j->area[thread] && j->area[thread] != a))
+        atomic_store(&j->bad, 1);
+    j->area[thread] = a;
+    memset(a, (int)(t & 0xff), PT_POOL_SCRATCH);
+    sleep_s(0.0002);
+    for (unsigned long i = 0; i < PT_POOL_SCRATCH; i += 4093)
+        if (a[i] != (unsigned char)(t & 0xff))
+            atomic_store(&j->bad, 1);
+}
+
+static void scratch_per_thread(void)
+{
+    for (int c = 0; c < THREAD_COUNTS; c++) {
+        pt_pool *p = make(thread_counts[c]);
+        scratch_job j = {{NULL}, 0};
+        pt_pool_run(p, 64, scratch_task, &j);
+        CU_ASSERT_EQUAL(atomic_load(&j.bad), 0);
+        for (int a = 0; a < thread_counts[c]; a++)
+            for (int b = a + 1; b < thread_counts[c]; b++)
+                CU_ASSERT(!j.area[a] || j.area[a] != j.area[b]);
+        pt_pool_destroy(p);
+    }
+}
+
 /* -------------------------------------------------------------- teardown */
 
 static void teardown(void)
@@ -365,6 +403,7 @@ static const pt_test tests[] = {
     {"repeated_use_spinning_and_sleeping", repeated_use},
     {"nested_and_concurrent_runs", nested_and_concurrent_runs},
     {"spin_adapts", spin_adapts},
+    {"scratch_per_thread", scratch_per_thread},
     {"teardown", teardown},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"thread pool", tests}, {NULL, NULL}};
