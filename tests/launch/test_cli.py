@@ -397,6 +397,30 @@ def demo(h, config, data_files, extra):
     check("test accuracy" in r.out, "eval printed no accuracy:\n%s", r.out)
 
 
+def test_small_stack(h):
+    """training with `ulimit -s` at 256 KiB: the matrix kernels keep their
+    scratch (a quarter of a MiB per thread) off the stack of every thread,
+    the caller's included (before, this run died of a segmentation fault)"""
+    import resource
+    import subprocess
+    run_dir = h.path("small-stack")
+    cfg = U.write_config(h, "small-stack.yaml", U.tiny("vit", run_dir, **{
+        "model.dim": "64", "model.heads": "4", "run.threads": "2", "train.max_steps": "3"}))
+
+    def small_stack():
+        hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+        soft = 256 << 10
+        resource.setrlimit(resource.RLIMIT_STACK,
+                           (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    p = subprocess.run([h.binary, "train", cfg], cwd=h.dir, capture_output=True, text=True,
+                       errors="replace", timeout=240, env=U.sanitizer_env(),
+                       stdin=subprocess.DEVNULL, preexec_fn=small_stack)
+    check(p.returncode == 0, "training with a 256 KiB stack: rc %d\n%s", p.returncode,
+          U.tail(p.stderr))
+    steps, _ = U.metrics(run_dir)
+    check(len(steps) == 3, "%d steps recorded, expected 3", len(steps))
+
+
 def test_demo_vit_fmnist(h):
     return demo(h, "vit_fmnist.yaml",
                 ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
@@ -412,7 +436,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
-           test_device_cuda_without_gpu, test_waiting_threads,
+           test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
