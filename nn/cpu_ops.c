@@ -83,17 +83,45 @@ static void cpu_free(pt_backend *be, void *p)
     free(p);
 }
 
+/* A copy or a fill in pieces of TASK_WORK floats' bytes, a task each: it
+ * moves bits only, so the split changes nothing but which core moves them. */
+typedef struct {
+    char *dst;
+    const char *src; /* NULL: zero */
+    size_t bytes;
+} move_job;
+
+enum { MOVE_BYTES = TASK_WORK * sizeof(float) };
+
+static void move_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    const move_job *j = ctx;
+    const size_t at = (size_t)t * MOVE_BYTES;
+    const size_t len = j->bytes - at < MOVE_BYTES ? j->bytes - at : MOVE_BYTES;
+    if (j->src)
+        memcpy(j->dst + at, j->src + at, len);
+    else
+        memset(j->dst + at, 0, len);
+}
+
+static void move(pt_backend *be, void *dst, const void *src, size_t bytes)
+{
+    move_job j = {dst, src, bytes};
+    pt_pool_run(PAR_POOL(be, bytes / sizeof(float)), tasks_for((long)bytes, MOVE_BYTES),
+                move_task, &j);
+}
+
 static void cpu_memcpy(pt_backend *be, void *dst, const void *src, size_t bytes)
 {
-    (void)be;
     if (bytes && dst != src)
-        memcpy(dst, src, bytes);
+        move(be, dst, src, bytes);
 }
 
 static void cpu_zero(pt_backend *be, void *dst, size_t bytes)
 {
-    (void)be;
-    memset(dst, 0, bytes);
+    if (bytes)
+        move(be, dst, NULL, bytes);
 }
 
 static void cpu_from_f32(pt_backend *be, void *dst, const float *src, size_t n)
