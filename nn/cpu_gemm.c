@@ -286,6 +286,22 @@ static void pack_one(const plan *pl, int g0, int p)
         pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
 }
 
+/* The next block's rows of add (at rows r0 .. r0 + MR, columns o0 .. o0 +
+ * cols), asked for while this block computes: the epilogue reads them at
+ * the tile's end, and rows of the output lie `out` floats apart, too far
+ * for the hardware's prefetchers, so unasked they came from memory there,
+ * with every multiply-add of the tile waiting on them. A hint: no result
+ * depends on it. */
+static inline void fetch_add(const plan *pl, int r0, int o0, int cols)
+{
+    const int r1 = r0 + MR < pl->rows ? r0 + MR : pl->rows;
+    for (int r = r0; r < r1; r++) {
+        const char *row = (const char *)(pl->add + (size_t)r * pl->out + o0);
+        for (int b = 0; b < cols * (int)sizeof(float); b += 64)
+            __builtin_prefetch(row + b, 0, 3);
+    }
+}
+
 /* task t of the group [g0, g1): with whole_chunks, chunk t against every
  * panel of the group, else (chunk, panel) */
 static void run_task(const plan *pl, int g0, int g1, long t)
@@ -300,6 +316,8 @@ static void run_task(const plan *pl, int g0, int g1, long t)
         for (int blk = c * pl->chunk_blocks; blk < end; blk++) {
             const int r0 = blk * MR, mr = pl->rows - r0 < MR ? pl->rows - r0 : MR;
             const size_t at = (size_t)r0 * pl->out + o0;
+            if (pl->add)
+                fetch_add(pl, r0 + MR, o0, cols);
             const dest d = {pl->y + at, pl->add ? pl->add + at : NULL, pl->b ? pl->b + o0 : NULL,
                             (size_t)pl->out, cols};
             run_tile(mr, panel_width(pl, p) / VL, pl->x + (size_t)r0 * pl->in, (size_t)pl->in,
