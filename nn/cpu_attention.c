@@ -316,16 +316,68 @@ INLINE void pack_rows(real *dst, int hdp, const real *rows, size_t stride, int T
         memcpy(dst + (size_t)j * hdp, rows + (size_t)j * stride, (size_t)hd * sizeof *dst);
 }
 
+/* The rows a thread's next pair will read, asked for (into L2) a few lines
+ * at a time while this pair computes. A pair's rows of q, k, v (and in
+ * backward of the output's gradient) lie 3 H hd (H hd) elements apart,
+ * farther than the hardware's prefetchers look, and its probabilities were
+ * written long before: unasked, packing them and reading the
+ * probabilities waited on memory for about half of the time outside the
+ * products. The next pair is guessed: tasks are claimed in increasing
+ * order, so with `threads` threads a thread's next pair is most often this
+ * one plus that many. A hint: no result depends on it. */
+enum { AHEAD_STREAMS = 5 };
+typedef struct {
+    const char *base[AHEAD_STREAMS];
+    size_t stride[AHEAD_STREAMS];
+    int rows[AHEAD_STREAMS], lines[AHEAD_STREAMS];
+    int streams, per;
+    int s, row, line; /* the next line asked for */
+} pair_ahead;
+
+/* rows rows of `bytes` bytes each, `stride` bytes apart, from p */
+static void ahead_add(pair_ahead *a, const void *p, size_t stride, int rows, size_t bytes)
+{
+    const uintptr_t at = (uintptr_t)p, first = at & ~(uintptr_t)63;
+    a->base[a->streams] = (const char *)first;
+    a->stride[a->streams] = stride;
+    a->rows[a->streams] = rows;
+    a->lines[a->streams] = (int)((at + bytes - first + 63) / 64);
+    a->streams++;
+}
+
+/* spread the streams' lines over `calls` calls of fetch_next */
+static void ahead_spread(pair_ahead *a, int calls)
+{
+    long total = 0;
+    for (int i = 0; i < a->streams; i++)
+        total += (long)a->rows[i] * a->lines[i];
+    a->per = calls > 0 ? (int)((total + calls - 1) / calls) : (int)total;
+}
+
+static inline void fetch_next(pair_ahead *a)
+{
+    for (int q = 0; q < a->per && a->s < a->streams; q++) {
+        __builtin_prefetch(a->base[a->s] + (size_t)a->row * a->stride[a->s] + (size_t)a->line * 64,
+                           0, 2);
+        if (++a->line == a->lines[a->s]) {
+            a->line = 0;
+            if (++a->row == a->rows[a->s])
+                a->row = 0, a->s++;
+        }
+    }
+}
+
 /* C[j][i] = scale * sum_{c < hd} A[j][c] Bt[c][i] for key rows j < L and all
  * Tp query columns (A's rows hdp apart, Bt [hd][Tp]); when causal, the
  * blocks of columns that lie wholly left of a tile's first row (queries
  * that see none of its keys) are set to `fill`, not computed. */
 static void key_rows(real *C, int Tp, int L, int causal, real fill, const real *A, int hdp,
-                     const real *Bt, int hd, real scale)
+                     const real *Bt, int hd, real scale, pair_ahead *ahead)
 {
     const int nb = Tp / VW, mr = max_rows(nb);
     for (int j0 = 0, m; j0 < L; j0 += m) {
         m = tile_rows(j0, L, mr);
+        fetch_next(ahead);
         const int vb0 = causal ? j0 / VW : 0;
         for (int j = j0; j < j0 + m; j++)
             for (int i = 0; i < vb0 * VW; i++)
@@ -390,7 +442,7 @@ INLINE vreal softmax_exp(vreal x)
 INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, const real *k,
                      const real *v, size_t stride, int T, int L, int hd, int causal,
                      const pair_drop *dr, real *qt, real *st, real *colmax, real *colsum,
-                     real *kp, real *vp)
+                     real *kp, real *vp, pair_ahead *ahead)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const int nvh = (hd + VW - 1) / VW, hcols = hd - (nvh - 1) * VW, hdp = nvh * VW;
@@ -398,7 +450,8 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, cons
     pack_rows(kp, hdp, k, stride, L, hd);
     pack_rows(vp, hdp, v, stride, L, hd);
     transpose_in(qt, q, stride, T, Tp, hd);
-    key_rows(st, Tp, L, causal, MASKED, kp, hdp, qt, hd, scale); /* st[j][i] = k_j . q_i scale */
+    key_rows(st, Tp, L, causal, MASKED, kp, hdp, qt, hd, scale,
+             ahead); /* st[j][i] = k_j . q_i scale */
     /* the causal mask (i < j), then the max over the keys of each query */
     for (int b = 0; b < nb; b++) {
         vint lane;
@@ -449,6 +502,7 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, cons
     const int mr_o = max_rows(nvh);
     for (int i0 = 0, m; i0 < T; i0 += m) {
         m = tile_rows(i0, T, mr_o);
+        fetch_next(ahead);
         const int nj = causal && i0 + m < L ? i0 + m : L;
         row_tile(m, out + (size_t)i0 * out_stride, out_stride, 0, nvh, hcols, w + i0, 1, wstride,
                  vp, (size_t)hdp, 0, nj, 1);
@@ -467,7 +521,8 @@ INLINE void fwd_pair(real *out, size_t out_stride, real *pt, const real *q, cons
 INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_stride,
                      const real *pt, const real *q, const real *k, const real *v, size_t stride,
                      int T, int L, int hd, int causal, const pair_drop *dr, real *got, real *ds,
-                     real *dot, real *qp, real *kp, real *vp, real *dop, real *pd)
+                     real *dot, real *qp, real *kp, real *vp, real *dop, real *pd,
+                     pair_ahead *ahead)
 {
     const int Tp = padded(T), nb = Tp / VW;
     const int nvh = (hd + VW - 1) / VW, hcols = hd - (nvh - 1) * VW, hdp = nvh * VW;
@@ -477,7 +532,8 @@ INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_
     pack_rows(vp, hdp, v, stride, L, hd);
     pack_rows(dop, hdp, dout, out_stride, T, hd);
     transpose_in(got, dop, (size_t)hdp, T, Tp, hd);
-    key_rows(ds, Tp, L, causal, 0, vp, hdp, got, hd, 1); /* ds[j][i] = dP^T[j][i] = v_j . dout_i */
+    key_rows(ds, Tp, L, causal, 0, vp, hdp, got, hd, 1,
+             ahead); /* ds[j][i] = dP^T[j][i] = v_j . dout_i */
     if (dr->on)
         for (int j = 0; j < L; j++) {
             real *drow = ds + (size_t)j * Tp;
@@ -502,6 +558,7 @@ INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_
     const int mr_h = max_rows(nvh);
     for (int i0 = 0, m; i0 < T; i0 += m) {
         m = tile_rows(i0, T, mr_h);
+        fetch_next(ahead);
         const int nj = causal && i0 + m < L ? i0 + m : L;
         row_tile(m, dq + (size_t)i0 * stride, stride, 0, nvh, hcols, ds + i0, 1, (size_t)Tp, kp,
                  (size_t)hdp, 0, nj, 1);
@@ -510,6 +567,7 @@ INLINE void bwd_pair(real *dq, real *dk, real *dv, const real *dout, size_t out_
      * queries that see key j */
     for (int j0 = 0, m; j0 < L; j0 += m) {
         m = tile_rows(j0, L, mr_h);
+        fetch_next(ahead);
         const int i0 = causal ? j0 : 0;
         row_tile(m, dk + (size_t)j0 * stride, stride, 0, nvh, hcols, ds + (size_t)j0 * Tp, Tp, 1,
                  qp, (size_t)hdp, i0, T, 1);
@@ -579,6 +637,7 @@ typedef struct {
     const pt_dropout *drop; /* NULL: none */
     long per;       /* pairs per task */
     real **scratch; /* [pool threads] */
+    int ahead;      /* pairs from a thread's pair to its next one, as a guess */
 } attn_job;
 
 static real *thread_scratch(const attn_job *j, int thread, size_t elems)
@@ -601,12 +660,52 @@ static void run_pairs(pt_backend *be, attn_job *j, pt_pool_fn fn)
     pt_pool *pool = PAR_POOL(be, (size_t)j->n * j->H * j->T * j->T * j->hd);
     const int threads = pt_pool_threads(pool);
     j->scratch = CPU_FN(pt_cpu_scratch)((size_t)threads * sizeof *j->scratch);
+    /* a task of several pairs runs them in order: the next pair is the
+     * following one; a task of one, the one `threads` on */
     const size_t pair = (size_t)j->T * j->T * j->hd;
     j->per = pair < PAIR_TASK_WORK ? (long)(PAIR_TASK_WORK / (pair ? pair : 1)) : 1;
+    j->ahead = j->per > 1 ? 1 : threads;
     pt_pool_run(pool, tasks_for((long)j->n * j->H, j->per), fn, j);
     for (int i = 0; i < threads; i++)
         free(j->scratch[i]);
     free(j->scratch);
+}
+
+/* Rows closer than this many bytes are left to the hardware's prefetchers
+ * (the demo ViT's: its tensors sit in cache). */
+#define AHEAD_STRIDE 1024
+
+static int tiles_of(int rows, int mr) { return (rows + mr - 1) / mr; }
+
+/* The ahead of the pair `ahead` pairs after bh: its rows of q, k and v,
+ * and in backward (probs, dout not NULL) of the output's gradient and its
+ * probabilities, spread over the tiles of a pair of L keys. */
+static pair_ahead next_pair(const attn_job *j, long bh, const real *probs, const real *dout, int L)
+{
+    pair_ahead a = {{0}, {0}, {0}, {0}, 0, 0, 0, 0, 0};
+    const int T = j->T, H = j->H, hd = j->hd, d = H * hd;
+    const size_t stride = 3 * (size_t)d * sizeof(real);
+    const long nx = bh + j->ahead;
+    if (stride < AHEAD_STRIDE || nx >= (long)j->n * H)
+        return a;
+    const int b = (int)(nx / H), h = (int)(nx % H), Ln = key_count(j->lens, b, T);
+    const real *base = j->qkv + (size_t)b * T * 3 * d + (size_t)h * hd;
+    const size_t row = (size_t)hd * sizeof(real);
+    ahead_add(&a, base, stride, T, row);
+    ahead_add(&a, base + d, stride, Ln, row);
+    ahead_add(&a, base + 2 * d, stride, Ln, row);
+    const int nb = padded(T) / VW, nvh = (hd + VW - 1) / VW;
+    int calls = tiles_of(L, max_rows(nb)) + tiles_of(T, max_rows(nvh));
+    if (dout) {
+        ahead_add(&a, dout + (size_t)b * T * d + (size_t)h * hd, (size_t)d * sizeof(real), T, row);
+        ahead_add(&a, probs + (size_t)nx * T * T, 64, 1, (size_t)T * T * sizeof(real));
+        /* one stream of a single "row": make its lines the rows */
+        a.rows[a.streams - 1] = a.lines[a.streams - 1];
+        a.lines[a.streams - 1] = 1;
+        calls += tiles_of(L, max_rows(nvh));
+    }
+    ahead_spread(&a, calls);
+    return a;
 }
 
 static void fwd_task(void *ctx, long task, int thread)
@@ -635,8 +734,9 @@ static void fwd_task(void *ctx, long task, int thread)
             real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
             const pair_drop dr = pair_dropout(j->drop, b, h, T);
+            pair_ahead ahead = next_pair(j, bh, NULL, NULL, L);
             DISPATCH_HD(hd, fwd_pair(o, d, P, base, base + d, base + 2 * d, stride, T, L, HD,
-                                     causal, &dr, qt, st, colmax, colsum, kp, vp));
+                                     causal, &dr, qt, st, colmax, colsum, kp, vp, &ahead));
         }
     }
 }
@@ -645,7 +745,7 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
                                   int n, int T, int H, int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop)
 {
-    attn_job j = {out_, probs_, qkv_, NULL, NULL, lens, n, T, H, hd, causal, drop, 0, NULL};
+    attn_job j = {out_, probs_, qkv_, NULL, NULL, lens, n, T, H, hd, causal, drop, 0, NULL, 0};
     run_pairs(be, &j, fwd_task);
 }
 
@@ -678,9 +778,10 @@ static void bwd_task(void *ctx, long task, int thread)
             const real *P = probs + (size_t)bh * T * T;
             const int L = key_count(lens, b, T);
             const pair_drop dr = pair_dropout(j->drop, b, h, T);
+            pair_ahead ahead = next_pair(j, bh, probs, dout, L);
             DISPATCH_HD(hd, bwd_pair(dbase, dbase + d, dbase + 2 * d, go, d, P, base, base + d,
                                      base + 2 * d, stride, T, L, HD, causal, &dr, got, ds, dot,
-                                     qp, kp, vp, dop, pd));
+                                     qp, kp, vp, dop, pd, &ahead));
         }
     }
 }
@@ -691,7 +792,7 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
                                   const pt_dropout *drop)
 {
     (void)out_; /* the saved probabilities give everything backward needs */
-    attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, 0, NULL};
+    attn_job j = {dqkv_, NULL, qkv_, dout_, probs_, lens, n, T, H, hd, causal, drop, 0, NULL, 0};
     run_pairs(be, &j, bwd_task);
 }
 
