@@ -1258,6 +1258,48 @@ static void summary(void)
     }
 }
 
+/* copy and zero split into tasks of 64 KiB on a pool of threads: every byte
+ * moved or cleared, none past the end, for sizes around the pieces'
+ * boundaries and far from them. */
+static void copy_zero(void)
+{
+    for (int threads = 1; threads <= 3; threads += 2) {
+        pt_backend *b = NULL;
+        pt_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(pt_backend_open(&b, "cpu", threads, &err), 0);
+        const size_t piece = 65536, sizes[] = {0, 1, 63, piece - 1, piece, piece + 1,
+                                               3 * piece + 13, 40 * piece + 7};
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            const size_t n = sizes[s];
+            unsigned char *src = malloc(n + 64), *dst = malloc(n + 64);
+            CU_ASSERT_FATAL(src && dst);
+            for (size_t i = 0; i < n + 64; i++) {
+                src[i] = (unsigned char)(i * 131 + s);
+                dst[i] = 0xA5;
+            }
+            b->ops->copy(b, dst, src, n);
+            CU_ASSERT(memcmp(dst, src, n) == 0);
+            int tail = 1;
+            for (size_t i = n; i < n + 64; i++)
+                tail &= dst[i] == 0xA5;
+            CU_ASSERT(tail);
+            b->ops->zero(b, dst, n);
+            int zeros = 1;
+            for (size_t i = 0; i < n; i++)
+                zeros &= dst[i] == 0;
+            CU_ASSERT(zeros);
+            tail = 1;
+            for (size_t i = n; i < n + 64; i++)
+                tail &= dst[i] == 0xA5;
+            CU_ASSERT(tail);
+            free(src);
+            free(dst);
+        }
+        CU_ASSERT_EQUAL(pt_backend_sync(b, &err), 0);
+        pt_backend_close(b);
+    }
+}
+
 /* Backend names: a bad one is refused as input; a GPU backend where none can
  * be used is PT_EBACKEND (what `run.device: auto` falls back on). */
 static void backend_names(void)
@@ -1284,6 +1326,7 @@ static void backend_names(void)
 
 static const pt_test tests[] = {{"harness_detects_errors", harness_detects_errors},
                                 {"backend_names", backend_names},
+                                {"copy_zero", copy_zero},
                                 {"linear", linear_all},
                                 {"layernorm", layernorm_all},
                                 {"gelu", gelu_all},
