@@ -345,6 +345,13 @@ static void ahead_add(pair_ahead *a, const void *p, size_t stride, int rows, siz
     a->streams++;
 }
 
+/* bytes of contiguous memory from p: a stream of one line per row */
+static void ahead_add_span(pair_ahead *a, const void *p, size_t bytes)
+{
+    const uintptr_t at = (uintptr_t)p, first = at & ~(uintptr_t)63;
+    ahead_add(a, (const void *)first, 64, (int)((at + bytes - first + 63) / 64), 64);
+}
+
 /* spread the streams' lines over `calls` calls of fetch_next */
 static void ahead_spread(pair_ahead *a, int calls)
 {
@@ -698,10 +705,7 @@ static pair_ahead next_pair(const attn_job *j, long bh, const real *probs, const
     int calls = tiles_of(L, max_rows(nb)) + tiles_of(T, max_rows(nvh));
     if (dout) {
         ahead_add(&a, dout + (size_t)b * T * d + (size_t)h * hd, (size_t)d * sizeof(real), T, row);
-        ahead_add(&a, probs + (size_t)nx * T * T, 64, 1, (size_t)T * T * sizeof(real));
-        /* one stream of a single "row": make its lines the rows */
-        a.rows[a.streams - 1] = a.lines[a.streams - 1];
-        a.lines[a.streams - 1] = 1;
+        ahead_add_span(&a, probs + (size_t)nx * T * T, (size_t)T * T * sizeof(real));
         calls += tiles_of(L, max_rows(nvh));
     }
     ahead_spread(&a, calls);
