@@ -24,6 +24,15 @@ wait for each other (nn/cpu_pool.c):
    CPU time of the pipetrain process (getrusage of the child) in both, and
    their ratio, per setting. Issue 13 asks for at most 1.3x.
 
+With --canary, one bench/core_canary per CPU (pinned to it, about 1% of its
+time) times a burst of register-only multiply-adds and a read of 16 MiB every
+100 ms during the steady part: what the core gives at that moment, which
+pipetrain cannot change (its clock and its share of the physical core; the
+cache and memory). Each run prints the canaries' median rates during it, and
+the end prints how a run's speed and a second's speed within the runs follow
+the canaries' (Pearson's r, and a line fitted through them: the slowdown one
+would predict from the canaries alone).
+
 With --probe, each round of the steady part also runs one 1-thread
 pipetrain process per core, side by side and independent (separate
 processes: no thread of one ever waits for another's), for as many steps,
@@ -39,7 +48,7 @@ Nothing here changes results: how threads wait does not change any bit.
 usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
                        [--settings pipetrain,sleep,spin] [--baseline BIN]
                        [--no-contention] [--no-steady] [--epoch-steps 468]
-                       [--probe] [--quick]"""
+                       [--probe] [--canary] [--quick]"""
 import argparse
 import json
 import os
@@ -106,10 +115,20 @@ def others(c0, c1, ours, wall, cores):
         c1[0] - c0[0] - ours, c1[1] - c0[1], 100 * (c1[1] - c0[1]) / (wall * cores))
 
 
-def run(binary, name, threads, steps, work, epochs=1):
+def step_ends(run_dir, t_end):
+    """the monotonic clock at the end of each step of a run that exited at t_end: the metrics'
+    times are from the run's own start, so they are placed by the last step's (the run then
+    only saves its final checkpoint, milliseconds for the demo)"""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        times = [r["time_s"] for r in map(json.loads, f) if r["event"] == "step"]
+    return [t_end - (times[-1] - t) for t in times]
+
+
+def run(binary, name, threads, steps, work, epochs=1, steps_out=None):
+    """(samples/s after the warm-up or None, CPU seconds of the child, wall seconds); with
+    steps_out, appends the monotonic clock at each step's end to it"""
     if name == "baseline":
         binary = BASELINE
-    """(samples/s after the warm-up or None, CPU seconds of the child, wall seconds)"""
     run_dir = os.path.join(work, "run")
     cmd = train_cmd(binary, run_dir, threads, steps, epochs)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -120,7 +139,124 @@ def run(binary, name, threads, steps, work, epochs=1):
     if p.returncode:
         sys.exit("steady_speed: %s failed:\n%s" % (" ".join(cmd), p.stderr[-2000:]))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if steps_out is not None:
+        steps_out.extend(step_ends(run_dir, t + wall))
     return rate_of(run_dir), cpu, wall
+
+
+class Canaries:
+    """one core_canary per CPU; bursts() reads what they printed: (t, cpu, GFLOP/s, GB/s) of each
+    burst in which the canary was not descheduled"""
+
+    def __init__(self, path, cores, work, *args):
+        self.files = [open(os.path.join(work, "canary%d.txt" % c), "w+") for c in range(cores)]
+        self.procs = [subprocess.Popen([path, "--cpu", str(c)] + list(args), stdout=f)
+                      for c, f in enumerate(self.files)]
+        time.sleep(0.5)
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait()
+
+    def bursts(self):
+        out = []
+        for c, f in enumerate(self.files):
+            f.seek(0)
+            for line in f:
+                t, fma, rd, flag = line.split()
+                if flag == "-":
+                    out.append((float(t), c, float(fma), float(rd)))
+        return out
+
+
+def during(bursts, t0, t1):
+    """median FMA GFLOP/s and read GB/s of the bursts in [t0, t1), or (None, None)"""
+    b = [x for x in bursts if t0 <= x[0] < t1]
+    if not b:
+        return None, None
+    return statistics.median(x[2] for x in b), statistics.median(x[3] for x in b)
+
+
+def fit(xs, ys):
+    """Pearson's r and the least-squares line y = a + b x"""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    r = sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
+    b = sxy / sxx if sxx > 0 else 0.0
+    return r, my - b * mx, b
+
+
+def idle_report(bursts, cores, seconds):
+    """the canaries on their own: how each CPU's clock moves with nothing else running here"""
+    print("the canaries alone for %d s (nothing else of ours running), FMA GFLOP/s of 3 ms bursts:"
+          % seconds)
+    print("| CPU | bursts | median | 5th percentile | lowest | 10-second windows: median, lowest, highest |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for c in range(cores):
+        b = [x for x in bursts if x[1] == c]
+        if not b:
+            continue
+        f = sorted(x[2] for x in b)
+        t0, win = b[0][0], {}
+        for x in b:
+            win.setdefault(int((x[0] - t0) // 10), []).append(x[2])
+        w = sorted(statistics.median(v) for v in win.values() if len(v) >= 10)
+        wtxt = "%.1f, %.1f, %.1f" % (statistics.median(w), w[0], w[-1]) if w else "-"
+        print("| %d | %d | %.1f | %.1f | %.1f | %s |" % (c, len(f), statistics.median(f),
+                                                      f[len(f) // 20], f[0], wtxt))
+
+
+def canary_report(runs, bursts, window):
+    """runs: (setting, samples/s, step end times) of the steady runs"""
+    print("\nthe canaries (median of both CPUs' bursts) against the runs:")
+    print("| setting | run | samples/s | canary GFLOP/s | canary read GB/s |")
+    print("| --- | --- | --- | --- | --- |")
+    per_run, per_win = [], []
+    for i, (n, rate, ends) in enumerate(runs):
+        fma, rd = during(bursts, ends[WARMUP - 1], ends[-1])
+        if fma is None:
+            continue
+        per_run.append((n, rate, fma, rd))
+        print("| %s | %d | %.0f | %.1f | %.1f |" % (n, i + 1, rate, fma, rd))
+        # windows of about `window` seconds: whole steps from the warm-up on
+        j = WARMUP - 1
+        while j < len(ends) - 1:
+            k = j + 1
+            while k < len(ends) - 1 and ends[k] - ends[j] < window:
+                k += 1
+            wf, wr = during(bursts, ends[j], ends[k])
+            if wf is not None and ends[k] - ends[j] >= 0.5 * window:
+                per_win.append((n, (k - j) * 128 / (ends[k] - ends[j]), wf, wr))
+            j = k
+    for label, rows in (("runs", per_run), ("%.0f-second windows of the runs" % window, per_win)):
+        for n in sorted(set(r[0] for r in rows)):
+            sel = [r for r in rows if r[0] == n]
+            if len(sel) < 3:
+                continue
+            rates = [r[1] for r in sel]
+            for what, col in (("FMA", 2), ("read", 3)):
+                xs = [r[col] for r in sel]
+                r, a, b = fit(xs, rates)
+                lo, mid = min(xs), statistics.median(xs)
+                pred = (a + b * lo) / (a + b * mid) if a + b * mid else float("nan")
+                print("%s, %s: %d of them; samples/s against canary %s: r = %.2f; canary median %.1f, "
+                      "lowest %.1f (%.1f%% below), where the fitted line predicts %.1f%% fewer samples/s"
+                      % (n, label, len(sel), what, r, mid, lo, 100 * (mid - lo) / mid, 100 * (1 - pred)))
+            if label == "runs":
+                # each run moved along the FMA line to the median clock: what is left is not the clock
+                xs = [r[2] for r in sel]
+                _, _, b = fit(xs, rates)
+                mid = statistics.median(xs)
+                adj = [y + b * (mid - x) for x, y in zip(xs, rates)]
+                m = statistics.median(adj)
+                print("%s, runs at the median clock (each run's samples/s moved along the FMA line): "
+                      "median %.0f, worst %.0f, spread %.1f%% (%.1f%% as measured)"
+                      % (n, m, min(adj), 100 * (m - min(adj)) / m,
+                         100 * (statistics.median(rates) - min(rates)) / statistics.median(rates)))
 
 
 def probe(binary, procs, steps, work):
@@ -156,6 +292,13 @@ def main():
                     help="steps of the contention part's runs (default: an epoch)")
     ap.add_argument("--probe", action="store_true",
                     help="each round also runs one independent 1-thread process per core (see above)")
+    ap.add_argument("--canary", nargs="?", const="", metavar="CORE_CANARY",
+                    help="run bench/core_canary (default: the one built beside PIPETRAIN) on each CPU "
+                    "during the steady part (see above)")
+    ap.add_argument("--window", type=float, default=1.0, help="seconds per window in --canary's report")
+    ap.add_argument("--canary-idle", type=int, default=0, metavar="SECONDS",
+                    help="with --canary, first run the canaries alone for SECONDS (bursts of 3 ms every "
+                    "250 ms) and print how each CPU's rate moved")
     ap.add_argument("--quick", action="store_true", help="2 runs of 40 steps, a 60-step 'epoch'")
     args = ap.parse_args()
     names = [s for s in args.settings.split(",") if s]
@@ -178,12 +321,26 @@ def main():
               % (args.threads, cores, args.runs, args.steps), flush=True)
         rates = {n: [] for n in names}
         probes = []
+        canaries, traced = None, []
+        if args.canary is not None and not args.no_steady:
+            path = args.canary or os.path.join(os.path.dirname(binary), "bench", "core_canary")
+            if not os.access(path, os.X_OK):
+                sys.exit("steady_speed: no core_canary at %s (build it, or name it: --canary PATH)" % path)
+            if args.canary_idle > 0:
+                idle = Canaries(path, cores, work, "--fma-us", "3000", "--period-ms", "250")
+                time.sleep(args.canary_idle)
+                idle.stop()
+                idle_report(idle.bursts(), cores, args.canary_idle)
+            canaries = Canaries(path, cores, work)
         for i in range(0 if args.no_steady else args.runs):
             for n in names:
                 c0 = cpu_s()
-                r, ours, wall = run(binary, n, args.threads, args.steps, work)
+                ends = [] if canaries else None
+                r, ours, wall = run(binary, n, args.threads, args.steps, work, steps_out=ends)
                 c1 = cpu_s()
                 rates[n].append(r)
+                if canaries:
+                    traced.append((n, r, ends))
                 print("  run %d %-10s %.0f samples/s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores)),
                       flush=True)
             if args.probe:
@@ -199,6 +356,9 @@ def main():
                 steal = others(c0, c1, ours, wall, cores)
                 print("  run %d probe: %d independent 1-thread processes, %.0f samples/s together (%s)%s"
                       % (i + 1, cores, sum(pr), " + ".join("%.0f" % r for r in pr), steal), flush=True)
+        if canaries:
+            canaries.stop()
+            canary_report(traced, canaries.bursts(), args.window)
         for n in names if not args.no_steady else []:
             if n == names[0]:
                 print("\n| setting | median samples/s | worst | best | spread (median - worst) / median |")

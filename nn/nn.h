@@ -213,6 +213,9 @@ int pt_op_profile_stats(const pt_backend *be, pt_op_stat *out, int max);
  * chains of the widest vector the build uses (about half a second); how
  * (may be NULL) gets how it was measured. */
 double pt_cpu_peak_flops(int threads, char *how, size_t how_size);
+/* The same chains on the calling thread alone for `rounds` rounds (a burst
+ * of register-only arithmetic, for timing a core); returns the FLOPs done. */
+double pt_cpu_fma_burst(long rounds);
 
 /* Memory a unit needs on a backend for micro-batches of n examples: its
  * saved activations per micro-batch in flight, and its scratch (shared by

@@ -605,6 +605,14 @@ static void chains_task(void *ctx, long t, int thread)
     fma_chains(*(const long *)ctx);
 }
 
+double pt_cpu_fma_burst(long rounds)
+{
+    if (rounds < 1)
+        rounds = 1;
+    fma_chains(rounds);
+    return (double)rounds * CHAINS * PEAK_LANES * 2.0;
+}
+
 /* FLOP/s of a pool of `threads` threads running the chains for iters rounds
  * per thread. */
 static double chains_rate(pt_pool *pool, int threads, long iters)
