@@ -25,13 +25,21 @@ wait for each other (nn/cpu_pool.c):
    their ratio, per setting. Issue 13 asks for at most 1.3x.
 
 With --canary, one bench/core_canary per CPU (pinned to it, about 1% of its
-time) times a burst of register-only multiply-adds and a read of 16 MiB every
-100 ms during the steady part: what the core gives at that moment, which
-pipetrain cannot change (its clock and its share of the physical core; the
-cache and memory). Each run prints the canaries' median rates during it, and
-the end prints how a run's speed and a second's speed within the runs follow
-the canaries' (Pearson's r, and a line fitted through them: the slowdown one
-would predict from the canaries alone).
+time, their bursts spread over the period) times, every 100 ms during the
+steady part, register-only multiply-adds (the core's FMA throughput: its
+clock times its share of the physical core), one dependent chain of them
+(the clock alone) and a read of 16 MiB (the shared last-level cache): what
+the core gives at that moment, which nothing pipetrain does can raise or
+lower much (turbo does depend on how many of the host's cores are busy, and
+two vCPUs are a small part of a server's). After the runs it prints each
+run's samples/s beside the canaries' medians during it, and how the runs'
+speed and that of their one-second windows follow the canaries (Pearson's
+r, and the line fitted through them: the slowdown one would predict from
+the canaries alone), and the runs' spread once the clock is taken out:
+each run moved along a line fitted to the other runs (leave one out) to
+the median clock. --canary-idle S first runs the canaries alone for S
+seconds, to show how the clock moves with nothing of ours running. (The
+canaries' own CPU time counts among the "others" of each run's line.)
 
 With --probe, each round of the steady part also runs one 1-thread
 pipetrain process per core, side by side and independent (separate
@@ -48,7 +56,8 @@ Nothing here changes results: how threads wait does not change any bit.
 usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
                        [--settings pipetrain,sleep,spin] [--baseline BIN]
                        [--no-contention] [--no-steady] [--epoch-steps 468]
-                       [--probe] [--canary] [--quick]"""
+                       [--probe] [--canary [CORE_CANARY]] [--canary-idle S]
+                       [--window 1] [--quick]"""
 import argparse
 import json
 import os
@@ -115,13 +124,31 @@ def others(c0, c1, ours, wall, cores):
         c1[0] - c0[0] - ours, c1[1] - c0[1], 100 * (c1[1] - c0[1]) / (wall * cores))
 
 
-def step_ends(run_dir, t_end):
-    """the monotonic clock at the end of each step of a run that exited at t_end: the metrics'
-    times are from the run's own start, so they are placed by the last step's (the run then
-    only saves its final checkpoint, milliseconds for the demo)"""
+def first_step_clock(proc, run_dir):
+    """the monotonic clock minus the run's own time_s, from when the run's first step record
+    appears in its metrics (polled every millisecond until then, during the warm-up), or None"""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    f, buf = None, ""
+    try:
+        while proc.poll() is None:
+            if f is None and os.path.exists(path):
+                f = open(path)
+            if f is not None:
+                buf += f.read()
+                for line in buf.split("\n")[:-1]:
+                    r = json.loads(line)
+                    if r.get("event") == "step":
+                        return time.monotonic() - r["time_s"]
+            time.sleep(0.001)
+    finally:
+        if f is not None:
+            f.close()
+    return None
+
+
+def step_times(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        times = [r["time_s"] for r in map(json.loads, f) if r["event"] == "step"]
-    return [t_end - (times[-1] - t) for t in times]
+        return [r["time_s"] for r in map(json.loads, f) if r["event"] == "step"]
 
 
 def run(binary, name, threads, steps, work, epochs=1, steps_out=None):
@@ -133,50 +160,77 @@ def run(binary, name, threads, steps, work, epochs=1, steps_out=None):
     cmd = train_cmd(binary, run_dir, threads, steps, epochs)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env_for(name))
-    wall = time.monotonic() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode:
-        sys.exit("steady_speed: %s failed:\n%s" % (" ".join(cmd), p.stderr[-2000:]))
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env_for(name))
+        offset = first_step_clock(p, run_dir) if steps_out is not None else None
+        p.wait()
+        wall = time.monotonic() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if p.returncode:
+            err.seek(0)
+            sys.exit("steady_speed: %s failed:\n%s" % (" ".join(cmd), err.read()[-2000:]))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    if steps_out is not None:
-        steps_out.extend(step_ends(run_dir, t + wall))
+    if steps_out is not None and offset is not None:
+        steps_out.extend(offset + x for x in step_times(run_dir))
     return rate_of(run_dir), cpu, wall
 
 
 class Canaries:
-    """one core_canary per CPU; bursts() reads what they printed: (t, cpu, GFLOP/s, GB/s) of each
-    burst in which the canary was not descheduled"""
+    """one core_canary on each CPU this process may use, their bursts spread over the period;
+    a context manager: they are stopped on the way out, whatever happens. bursts() reads what
+    they printed: (t, cpu, FMA GFLOP/s, chain G/s, read GB/s) of each burst in which the canary
+    was not descheduled"""
 
-    def __init__(self, path, cores, work, *args):
-        self.files = [open(os.path.join(work, "canary%d.txt" % c), "w+") for c in range(cores)]
-        self.procs = [subprocess.Popen([path, "--cpu", str(c)] + list(args), stdout=f)
-                      for c, f in enumerate(self.files)]
-        time.sleep(0.5)
+    def __init__(self, path, work, period_ms=100, *args):
+        self.cpus = sorted(os.sched_getaffinity(0))
+        self.files = [open(os.path.join(work, "canary%d.txt" % c), "w+") for c in self.cpus]
+        self.errs = [open(os.path.join(work, "canary%d.err" % c), "w+") for c in self.cpus]
+        self.procs = []
+        try:
+            for i, c in enumerate(self.cpus):
+                phase = period_ms * i // len(self.cpus)
+                self.procs.append(subprocess.Popen(
+                    [path, "--cpu", str(c), "--period-ms", str(period_ms), "--phase-ms", str(phase)]
+                    + list(args), stdout=self.files[i], stderr=self.errs[i]))
+            time.sleep(0.5 + period_ms / 1000)
+            for c, p, e in zip(self.cpus, self.procs, self.errs):
+                if p.poll() is not None:
+                    e.seek(0)
+                    raise RuntimeError("core_canary on CPU %d exited (%d): %s" % (c, p.returncode, e.read()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
     def stop(self):
         for p in self.procs:
-            p.terminate()
+            if p.poll() is None:
+                p.terminate()
         for p in self.procs:
             p.wait()
 
     def bursts(self):
         out = []
-        for c, f in enumerate(self.files):
+        for c, f in zip(self.cpus, self.files):
             f.seek(0)
             for line in f:
-                t, fma, rd, flag = line.split()
+                t, fma, chain, rd, flag = line.split()
                 if flag == "-":
-                    out.append((float(t), c, float(fma), float(rd)))
+                    out.append((float(t), c, float(fma), float(chain), float(rd)))
         return out
 
 
 def during(bursts, t0, t1):
-    """median FMA GFLOP/s and read GB/s of the bursts in [t0, t1), or (None, None)"""
+    """median FMA GFLOP/s, chain G/s and read GB/s of the bursts in [t0, t1), or None"""
     b = [x for x in bursts if t0 <= x[0] < t1]
     if not b:
-        return None, None
-    return statistics.median(x[2] for x in b), statistics.median(x[3] for x in b)
+        return None
+    return tuple(statistics.median(x[k] for x in b) for k in (2, 3, 4))
 
 
 def fit(xs, ys):
@@ -190,71 +244,79 @@ def fit(xs, ys):
     return r, my - b * mx, b
 
 
-def idle_report(bursts, cores, seconds):
-    """the canaries on their own: how each CPU's clock moves with nothing else running here"""
-    print("the canaries alone for %d s (nothing else of ours running), FMA GFLOP/s of 3 ms bursts:"
+def idle_report(bursts, cpus, seconds):
+    """the canaries on their own: how each CPU's clock moves with nothing else of ours running"""
+    print("the canaries alone for %d s (nothing else of ours running), bursts of 3 ms every 250 ms:"
           % seconds)
-    print("| CPU | bursts | median | 5th percentile | lowest | 10-second windows: median, lowest, highest |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for c in range(cores):
+    print("| CPU | bursts | FMA GFLOP/s: median | 5th percentile | lowest | 10-second windows: median, "
+          "lowest, highest | chain G/s: median, in the lowest FMA window |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for c in cpus:
         b = [x for x in bursts if x[1] == c]
         if not b:
             continue
         f = sorted(x[2] for x in b)
         t0, win = b[0][0], {}
         for x in b:
-            win.setdefault(int((x[0] - t0) // 10), []).append(x[2])
-        w = sorted(statistics.median(v) for v in win.values() if len(v) >= 10)
-        wtxt = "%.1f, %.1f, %.1f" % (statistics.median(w), w[0], w[-1]) if w else "-"
-        print("| %d | %d | %.1f | %.1f | %.1f | %s |" % (c, len(f), statistics.median(f),
-                                                      f[len(f) // 20], f[0], wtxt))
+            win.setdefault(int((x[0] - t0) // 10), []).append(x)
+        w = sorted((statistics.median(x[2] for x in v), statistics.median(x[3] for x in v))
+                   for v in win.values() if len(v) >= 10)
+        wtxt = "%.1f, %.1f, %.1f" % (statistics.median(x[0] for x in w), w[0][0], w[-1][0]) if w else "-"
+        ctxt = "%.3f, %.3f" % (statistics.median(x[3] for x in b), w[0][1]) if w else "-"
+        print("| %d | %d | %.1f | %.1f | %.1f | %s | %s |" % (c, len(f), statistics.median(f),
+                                                           f[len(f) // 20], f[0], wtxt, ctxt))
 
 
 def canary_report(runs, bursts, window):
-    """runs: (setting, samples/s, step end times) of the steady runs"""
-    print("\nthe canaries (median of both CPUs' bursts) against the runs:")
-    print("| setting | run | samples/s | canary GFLOP/s | canary read GB/s |")
-    print("| --- | --- | --- | --- | --- |")
+    """runs: (round, setting, samples/s, step end times) of the steady runs"""
+    print("\nthe canaries (median of all CPUs' bursts during each run) against the runs:")
+    print("| setting | run | samples/s | canary FMA GFLOP/s | canary chain G/s | canary read GB/s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     per_run, per_win = [], []
-    for i, (n, rate, ends) in enumerate(runs):
-        fma, rd = during(bursts, ends[WARMUP - 1], ends[-1])
-        if fma is None:
+    for i, n, rate, ends in runs:
+        if rate is None or len(ends) <= WARMUP:
             continue
-        per_run.append((n, rate, fma, rd))
-        print("| %s | %d | %.0f | %.1f | %.1f |" % (n, i + 1, rate, fma, rd))
+        c = during(bursts, ends[WARMUP - 1], ends[-1])
+        if c is None:
+            continue
+        per_run.append((n, rate) + c)
+        print("| %s | %d | %.0f | %.1f | %.3f | %.1f |" % ((n, i, rate) + c))
         # windows of about `window` seconds: whole steps from the warm-up on
         j = WARMUP - 1
         while j < len(ends) - 1:
             k = j + 1
             while k < len(ends) - 1 and ends[k] - ends[j] < window:
                 k += 1
-            wf, wr = during(bursts, ends[j], ends[k])
-            if wf is not None and ends[k] - ends[j] >= 0.5 * window:
-                per_win.append((n, (k - j) * 128 / (ends[k] - ends[j]), wf, wr))
+            w = during(bursts, ends[j], ends[k])
+            if w is not None and ends[k] - ends[j] >= 0.5 * window:
+                per_win.append((n, (k - j) * 128 / (ends[k] - ends[j])) + w)
             j = k
-    for label, rows in (("runs", per_run), ("%.0f-second windows of the runs" % window, per_win)):
+    for label, rows in (("runs", per_run), ("%g-second windows of the runs" % window, per_win)):
         for n in sorted(set(r[0] for r in rows)):
             sel = [r for r in rows if r[0] == n]
             if len(sel) < 3:
                 continue
             rates = [r[1] for r in sel]
-            for what, col in (("FMA", 2), ("read", 3)):
+            for what, col in (("FMA", 2), ("chain", 3), ("read", 4)):
                 xs = [r[col] for r in sel]
                 r, a, b = fit(xs, rates)
                 lo, mid = min(xs), statistics.median(xs)
                 pred = (a + b * lo) / (a + b * mid) if a + b * mid else float("nan")
-                print("%s, %s: %d of them; samples/s against canary %s: r = %.2f; canary median %.1f, "
-                      "lowest %.1f (%.1f%% below), where the fitted line predicts %.1f%% fewer samples/s"
+                print("%s, %s: %d of them; samples/s against canary %s: r = %.2f; canary median %.4g, "
+                      "lowest %.4g (%.1f%% below), where the fitted line predicts %.1f%% fewer samples/s"
                       % (n, label, len(sel), what, r, mid, lo, 100 * (mid - lo) / mid, 100 * (1 - pred)))
-            if label == "runs":
-                # each run moved along the FMA line to the median clock: what is left is not the clock
+            if label == "runs" and len(sel) >= 4:
+                # each run moved to the median clock along the FMA line fitted to the other runs
+                # (leave one out: a line fitted to a run itself would absorb part of its own noise)
                 xs = [r[2] for r in sel]
-                _, _, b = fit(xs, rates)
                 mid = statistics.median(xs)
-                adj = [y + b * (mid - x) for x, y in zip(xs, rates)]
+                adj = []
+                for i, (x, y) in enumerate(zip(xs, rates)):
+                    _, _, b = fit(xs[:i] + xs[i + 1:], rates[:i] + rates[i + 1:])
+                    adj.append(y + b * (mid - x))
                 m = statistics.median(adj)
-                print("%s, runs at the median clock (each run's samples/s moved along the FMA line): "
-                      "median %.0f, worst %.0f, spread %.1f%% (%.1f%% as measured)"
+                print("%s, runs at the median clock (each run's samples/s moved along the FMA line of the "
+                      "other runs): median %.0f, worst %.0f, spread %.1f%% (%.1f%% as measured)"
                       % (n, m, min(adj), 100 * (m - min(adj)) / m,
                          100 * (statistics.median(rates) - min(rates)) / statistics.median(rates)))
 
@@ -276,6 +338,34 @@ def probe(binary, procs, steps, work):
 def busy(n):
     code = "while True: pass"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+
+
+def steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced):
+    """the steady part: args.runs rounds of a run per setting (and the probe)"""
+    for i in range(args.runs):
+        for n in names:
+            c0 = cpu_s()
+            ends = [] if canaries else None
+            r, ours, wall = run(binary, n, args.threads, args.steps, work, steps_out=ends)
+            c1 = cpu_s()
+            rates[n].append(r)
+            if canaries:
+                traced.append((i + 1, n, r, ends))
+            print("  run %d %-10s %.0f samples/s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores)),
+                  flush=True)
+        if args.probe:
+            c0 = cpu_s()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.monotonic()
+            pr = probe(binary, cores, args.steps, work)
+            wall = time.monotonic() - t
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            c1 = cpu_s()
+            probes.append(sum(pr))
+            ours = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            steal = others(c0, c1, ours, wall, cores)
+            print("  run %d probe: %d independent 1-thread processes, %.0f samples/s together (%s)%s"
+                  % (i + 1, cores, sum(pr), " + ".join("%.0f" % r for r in pr), steal), flush=True)
 
 
 def main():
@@ -315,6 +405,9 @@ def main():
     epoch_steps = args.epoch_steps
     if args.quick:
         args.runs, args.steps, epoch_steps = 2, 40, 60
+    if args.steps < WARMUP + 2 or args.runs < 1 or args.threads < 1 or args.window <= 0:
+        sys.exit("steady_speed: --steps must be at least %d, --runs and --threads at least 1, "
+                 "--window above 0" % (WARMUP + 2))
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="pt-steady-") as work:
         print("demo ViT, batch 128, %d threads, %d cores; %d runs of %d steps per setting, alternating"
@@ -327,37 +420,17 @@ def main():
             if not os.access(path, os.X_OK):
                 sys.exit("steady_speed: no core_canary at %s (build it, or name it: --canary PATH)" % path)
             if args.canary_idle > 0:
-                idle = Canaries(path, cores, work, "--fma-us", "3000", "--period-ms", "250")
-                time.sleep(args.canary_idle)
-                idle.stop()
-                idle_report(idle.bursts(), cores, args.canary_idle)
-            canaries = Canaries(path, cores, work)
-        for i in range(0 if args.no_steady else args.runs):
-            for n in names:
-                c0 = cpu_s()
-                ends = [] if canaries else None
-                r, ours, wall = run(binary, n, args.threads, args.steps, work, steps_out=ends)
-                c1 = cpu_s()
-                rates[n].append(r)
-                if canaries:
-                    traced.append((n, r, ends))
-                print("  run %d %-10s %.0f samples/s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores)),
-                      flush=True)
-            if args.probe:
-                c0 = cpu_s()
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                t = time.monotonic()
-                pr = probe(binary, cores, args.steps, work)
-                wall = time.monotonic() - t
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                c1 = cpu_s()
-                probes.append(sum(pr))
-                ours = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-                steal = others(c0, c1, ours, wall, cores)
-                print("  run %d probe: %d independent 1-thread processes, %.0f samples/s together (%s)%s"
-                      % (i + 1, cores, sum(pr), " + ".join("%.0f" % r for r in pr), steal), flush=True)
+                with Canaries(path, work, 250, "--fma-us", "3000") as idle:
+                    time.sleep(args.canary_idle)
+                idle_report(idle.bursts(), idle.cpus, args.canary_idle)
+            canaries = Canaries(path, work)
+        try:
+            if not args.no_steady:
+                steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced)
+        finally:
+            if canaries:
+                canaries.stop()
         if canaries:
-            canaries.stop()
             canary_report(traced, canaries.bursts(), args.window)
         for n in names if not args.no_steady else []:
             if n == names[0]:
