@@ -46,8 +46,15 @@ thread setting) once on a few steps, at 1 thread unless --threads says
 otherwise: a smoke test of the script, whose numbers mean little. The first run needs the network for the venv (pip,
 about 5 GB with PyTorch's CUDA dependencies); later runs reuse it.
 
+With --canary, one bench/core_canary per CPU (bench/steady_speed.py says
+what it measures) runs through the whole script, and each (model, threads)
+also prints the cores' clock (the canaries' FMA GFLOP/s) during each
+column's timed steps: the machine's clock moves by tens of percent over
+minutes, and the columns' rounds alternate but do not run at once.
+
 usage: torch_speed.py PIPETRAIN_BINARY [--threads 1,2] [--models demo,wide]
                       [--repeats 3] [--venv DIR] [--torch VERSION] [--quick]
+                      [--canary [CORE_CANARY]]
 """
 import argparse
 import json
@@ -58,6 +65,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import steady_speed  # noqa: E402  (the canaries, and placing a run's steps on the clock)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -134,7 +144,7 @@ def worker(job):
     for step in range(warmup + steps):
         if step == warmup:
             warm_s = time.perf_counter() - started
-            start = time.perf_counter()
+            start, t0 = time.perf_counter(), time.monotonic()
         i = step * BATCH % (len(x) - BATCH)
         batch = order[i:i + BATCH]
         loss = step_loss(x.index_select(0, batch), y.index_select(0, batch))
@@ -144,8 +154,9 @@ def worker(job):
         opt.step()
         sched.step()
     last = loss.item()
-    elapsed = time.perf_counter() - start
+    elapsed, t1 = time.perf_counter() - start, time.monotonic()
     print(json.dumps({"samples_per_s": steps * BATCH / elapsed, "loss": last, "warmup_s": warm_s,
+                      "window": [t0, t1],
                       "params": sum(p.numel() for p in model.parameters()),
                       "torch": torch.__version__}))
 
@@ -191,18 +202,27 @@ def pipetrain_cmd(binary, model, threads, total_steps, run_dir, *sets):
     return cmd
 
 
-def pipetrain_run(binary, model, threads, warmup, steps, work, env):
+def pipetrain_run(binary, model, threads, warmup, steps, work, env, clocked=False):
     run_dir = os.path.join(work, "run-%s-%d" % (model, threads))
     subprocess.run(["rm", "-rf", run_dir], check=True)
     total = warmup + steps
     cmd = pipetrain_cmd(binary, model, threads, total, run_dir)
-    r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-    params = int(re.search(r"pipetrain: vit, (\d+) parameters", r.stdout + r.stderr).group(1))
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+        # with clocked, the run's time_s placed on time.monotonic (polls during the warm-up)
+        offset = steady_speed.first_step_clock(p, run_dir) if clocked else None
+        p.wait()
+        out.seek(0)
+        text = out.read()
+    if p.returncode:
+        sys.exit("pipetrain failed (%s):\n%s" % (" ".join(cmd), text[-3000:]))
+    params = int(re.search(r"pipetrain: vit, (\d+) parameters", text).group(1))
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if r["event"] == "step"]
     # time_s of step s is when it ended: the window is steps warmup+1 .. total
     t0, t1 = rows[warmup - 1]["time_s"], rows[total - 1]["time_s"]
-    return {"samples_per_s": steps * BATCH / (t1 - t0), "params": params}
+    window = [offset + t0, offset + t1] if offset is not None else None
+    return {"samples_per_s": steps * BATCH / (t1 - t0), "params": params, "window": window}
 
 
 def torch_run(python, job, setting):
@@ -257,6 +277,9 @@ def main():
     ap.add_argument("--base-python", default=DEBIAN_PYTHON, help="Python the venv is made from")
     ap.add_argument("--debian-python", default=DEBIAN_PYTHON, help="Python with Debian's torch")
     ap.add_argument("--quick", action="store_true", help="every path once on a few steps (smoke test)")
+    ap.add_argument("--canary", nargs="?", const="", metavar="CORE_CANARY",
+                    help="run bench/core_canary on each CPU (default: the one built beside the binary) and "
+                    "print the cores' clock (FMA GFLOP/s) during each column's timed steps")
     args = ap.parse_args()
     binary = os.path.abspath(args.pipetrain)
     venv = os.path.abspath(args.venv or os.path.join(os.path.dirname(binary), "venv-torch"))
@@ -285,52 +308,87 @@ def main():
 
     results = []
     with tempfile.TemporaryDirectory(prefix="pt-torch-speed-") as work:
-        for model in models:
-            warmup, steps = QUICK_STEPS[model] if args.quick else MODELS[model]["steps"]
-            for threads in threads_list:
-                chosen, noted = {}, []
-                for col in columns:
-                    cands = col.candidates(threads)
-                    if args.quick:  # every attention variant, the default setting
-                        chosen[col.name] = [c for c in cands if not c[1]]
-                        continue
-                    if len(cands) == 1:
-                        chosen[col.name] = cands
-                        continue
-                    # selection: every candidate once on half the timed steps
-                    rates = [(col.run(model, threads, warmup, max(steps // 2, 2), c)["samples_per_s"], i)
-                             for i, c in enumerate(cands)]
-                    best = max(rates)[1]
-                    chosen[col.name] = [cands[best]]
-                    noted.append("%s: %s" % (col.name, ", ".join(
-                        "%s/%s %.0f" % (c[0], words(c[1]), r) for (r, _), c in zip(rates, cands))))
-                rates = {"pipetrain": []}
-                rates.update({c.name: [] for c in columns})
-                params = {}
-                for _ in range(repeats):
-                    p = pipetrain_run(binary, model, threads, warmup, steps, work, env)
-                    rates["pipetrain"].append(p["samples_per_s"])
-                    params["pipetrain"] = p["params"]
-                    for col in columns:
-                        # quick: every candidate once, the best kept
-                        best = 0.0
-                        for c in chosen[col.name]:
-                            t = col.run(model, threads, warmup, steps, c)
-                            params[col.name] = t["params"]
-                            best = max(best, t["samples_per_s"])
-                        rates[col.name].append(best)
-                if len(set(params.values())) != 1:
-                    sys.exit("parameter counts differ for %s: %s" % (model, params))
-                med = {k: statistics.median(v) for k, v in rates.items()}
-                best_new = max(med[c.name] for c in columns if not c.debian)
-                results.append((model, threads, params["pipetrain"], med, best_new,
-                                {k: chosen[k][0] for k in chosen}, noted))
-                print("%s, %d thread%s: %s parameters each; %s" % (
-                    model, threads, "" if threads == 1 else "s", params["pipetrain"],
-                    ", ".join("%s %.0f" % (k, v) for k, v in med.items())), flush=True)
-                for n in noted:
-                    print("  selection (samples/s): " + n, flush=True)
+        canaries = None
+        if args.canary is not None:
+            path = args.canary or os.path.join(os.path.dirname(binary), "bench", "core_canary")
+            if not os.access(path, os.X_OK):
+                sys.exit("no core_canary at %s (build it, or name it: --canary PATH)" % path)
+            canaries = steady_speed.Canaries(path, work)
+        try:
+            measure(args, models, threads_list, columns, binary, work, env, repeats, results, canaries)
+        finally:
+            if canaries:
+                canaries.stop()
+    report(args, columns, results)
 
+
+def clock_of(canaries, windows):
+    """the median over rounds of the canaries' median FMA GFLOP/s in each timed window, or None"""
+    bursts = canaries.bursts()
+    got = [steady_speed.during(bursts, w[0], w[1]) for w in windows if w]
+    got = [g[0] for g in got if g]
+    return statistics.median(got) if got else None
+
+
+def measure(args, models, threads_list, columns, binary, work, env, repeats, results, canaries):
+    """the selection and timed rounds of every (model, threads), into results"""
+    for model in models:
+        warmup, steps = QUICK_STEPS[model] if args.quick else MODELS[model]["steps"]
+        for threads in threads_list:
+            chosen, noted = {}, []
+            for col in columns:
+                cands = col.candidates(threads)
+                if args.quick:  # every attention variant, the default setting
+                    chosen[col.name] = [c for c in cands if not c[1]]
+                    continue
+                if len(cands) == 1:
+                    chosen[col.name] = cands
+                    continue
+                # selection: every candidate once on half the timed steps
+                rates = [(col.run(model, threads, warmup, max(steps // 2, 2), c)["samples_per_s"], i)
+                         for i, c in enumerate(cands)]
+                best = max(rates)[1]
+                chosen[col.name] = [cands[best]]
+                noted.append("%s: %s" % (col.name, ", ".join(
+                    "%s/%s %.0f" % (c[0], words(c[1]), r) for (r, _), c in zip(rates, cands))))
+            rates = {"pipetrain": []}
+            rates.update({c.name: [] for c in columns})
+            windows = {k: [] for k in rates}
+            params = {}
+            for _ in range(repeats):
+                p = pipetrain_run(binary, model, threads, warmup, steps, work, env, canaries is not None)
+                rates["pipetrain"].append(p["samples_per_s"])
+                windows["pipetrain"].append(p["window"])
+                params["pipetrain"] = p["params"]
+                for col in columns:
+                    # quick: every candidate once, the best kept
+                    best = None
+                    for c in chosen[col.name]:
+                        t = col.run(model, threads, warmup, steps, c)
+                        params[col.name] = t["params"]
+                        if best is None or t["samples_per_s"] > best["samples_per_s"]:
+                            best = t
+                    rates[col.name].append(best["samples_per_s"])
+                    windows[col.name].append(best.get("window"))
+            if len(set(params.values())) != 1:
+                sys.exit("parameter counts differ for %s: %s" % (model, params))
+            med = {k: statistics.median(v) for k, v in rates.items()}
+            best_new = max(med[c.name] for c in columns if not c.debian)
+            results.append((model, threads, params["pipetrain"], med, best_new,
+                            {k: chosen[k][0] for k in chosen}, noted))
+            print("%s, %d thread%s: %s parameters each; %s" % (
+                model, threads, "" if threads == 1 else "s", params["pipetrain"],
+                ", ".join("%s %.0f" % (k, v) for k, v in med.items())), flush=True)
+            for n in noted:
+                print("  selection (samples/s): " + n, flush=True)
+            if canaries:
+                clocks = {k: clock_of(canaries, w) for k, w in windows.items()}
+                print("  the cores' clock during the timed steps (canary FMA GFLOP/s, median of the rounds): "
+                      + ", ".join("%s %s" % (k, "%.1f" % v if v else "-") for k, v in clocks.items()),
+                      flush=True)
+
+
+def report(args, columns, results):
     heads = ["pipetrain"] + [c.name for c in columns]
     print()
     print("| model | threads | params | " + " | ".join(h + " samples/s" for h in heads) +
