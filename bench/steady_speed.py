@@ -195,8 +195,8 @@ class Canaries:
             time.sleep(0.5 + period_ms / 1000)
             for c, p, e in zip(self.cpus, self.procs, self.errs):
                 if p.poll() is not None:
-                    e.seek(0)
-                    raise RuntimeError("core_canary on CPU %d exited (%d): %s" % (c, p.returncode, e.read()))
+                    with open(e.name) as g:
+                        raise RuntimeError("core_canary on CPU %d exited (%d): %s" % (c, p.returncode, g.read()))
         except BaseException:
             self.stop()
             raise
@@ -215,13 +215,15 @@ class Canaries:
             p.wait()
 
     def bursts(self):
+        """safe while the canaries run: each file is read through its own descriptor (seeking the
+        one a canary writes through would move its writes), and a line still being written is left"""
         out = []
         for c, f in zip(self.cpus, self.files):
-            f.seek(0)
-            for line in f:
-                t, fma, chain, rd, flag = line.split()
-                if flag == "-":
-                    out.append((float(t), c, float(fma), float(chain), float(rd)))
+            with open(f.name) as g:
+                for line in g:
+                    w = line.split()
+                    if line.endswith("\n") and len(w) == 5 and w[4] == "-":
+                        out.append((float(w[0]), c, float(w[1]), float(w[2]), float(w[3])))
         return out
 
 
