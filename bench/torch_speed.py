@@ -46,8 +46,8 @@ thread setting) once on a few steps, at 1 thread unless --threads says
 otherwise: a smoke test of the script, whose numbers mean little. The first run needs the network for the venv (pip,
 about 5 GB with PyTorch's CUDA dependencies); later runs reuse it.
 
-With --canary, one bench/core_canary per CPU (bench/steady_speed.py says
-what it measures) runs through the whole script, and each (model, threads)
+With --canary, one bench/core_canary per CPU (bench/core_canary.c says
+what it measures; bench/canary.py runs them) runs through the whole script, and each (model, threads)
 also prints the cores' clock (the canaries' FMA GFLOP/s) during each
 column's timed steps: the machine's clock moves by tens of percent over
 minutes, and the columns' rounds alternate but do not run at once.
@@ -67,7 +67,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import steady_speed  # noqa: E402  (the canaries, and placing a run's steps on the clock)
+import canary  # noqa: E402  (bench/canary.py)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -210,7 +210,7 @@ def pipetrain_run(binary, model, threads, warmup, steps, work, env, clocked=Fals
     with tempfile.TemporaryFile("w+") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
         # with clocked, the run's time_s placed on time.monotonic (polls during the warm-up)
-        offset = steady_speed.first_step_clock(p, run_dir) if clocked else None
+        offset = canary.first_step_clock(p, run_dir) if clocked else None
         p.wait()
         out.seek(0)
         text = out.read()
@@ -310,10 +310,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pt-torch-speed-") as work:
         canaries = None
         if args.canary is not None:
-            path = args.canary or os.path.join(os.path.dirname(binary), "bench", "core_canary")
-            if not os.access(path, os.X_OK):
-                sys.exit("no core_canary at %s (build it, or name it: --canary PATH)" % path)
-            canaries = steady_speed.Canaries(path, work)
+            canaries = canary.Canaries(canary.canary_path(args.canary, binary), work)
         try:
             measure(args, models, threads_list, columns, binary, work, env, repeats, results, canaries)
         finally:
@@ -325,7 +322,7 @@ def main():
 def clock_of(canaries, windows):
     """the median over rounds of the canaries' median FMA GFLOP/s in each timed window, or None"""
     bursts = canaries.bursts()
-    got = [steady_speed.during(bursts, w[0], w[1]) for w in windows if w]
+    got = [canary.during(bursts, w[0], w[1]) for w in windows if w]
     got = [g[0] for g in got if g]
     return statistics.median(got) if got else None
 
