@@ -283,8 +283,8 @@ static void run_ours_both(void *arg)
 {
     bshape *b = arg;
     b->tn_tasks = pt_gemm_tn_plan(&b->tn, b->dw, NULL, b->dy, b->x, b->rows, b->out, b->in);
-    pt_gemm_nn_f32_with(pool, b->dx, b->dy, b->w, b->rows, b->in, b->out, b->tn_tasks, tn_task,
-                        &b->tn);
+    pt_gemm_nn_f32_with(pool, b->dx, b->dy, b->w, NULL, b->rows, b->in, b->out, b->tn_tasks,
+                        tn_task, &b->tn);
 }
 
 static void blas_one_thread(void) { openblas_set_num_threads(1); }

@@ -33,7 +33,7 @@ STEPS = {"demo": 30, "wide": 6}
 QUICK_STEPS = {"demo": 5, "wide": 2}
 
 KINDS = [  # (kind, ops)
-    ("matmul (linear)", ("linear_fwd", "linear_bwd")),
+    ("matmul (linear)", ("linear_fwd", "linear_bwd", "linear_bwd_mul")),
     ("attention", ("attention_fwd", "attention_bwd", "attention_first_fwd",
                    "attention_first_bwd")),
     ("layernorm", ("layernorm_fwd", "layernorm_bwd")),
@@ -51,7 +51,7 @@ KINDS = [  # (kind, ops)
 def phase(op):
     if op in ("adamw", "sumsq", "scale", "zero"):
         return "optimizer"
-    if op.endswith("_bwd"):
+    if op.endswith("_bwd") or op == "linear_bwd_mul":
         return "backward"
     if op.endswith("_fwd") or op in ("patchify", "cross_entropy", "copy_rows"):
         return "forward"  # cross_entropy also writes dlogits; copy_rows also copies dz back

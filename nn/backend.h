@@ -145,6 +145,15 @@ typedef struct pt_ops {
     void (*scale)(pt_backend *be, void *x, size_t n, double f); /* par elements */
 
     /* Optional (NULL: the default stated). */
+    /* linear_bwd, with dx = (dy . w) * mul element by element (mul
+     * [rows, in], not aliasing dx; each product rounded once): the backward
+     * of a linear layer whose input was GELU's output, mul being the
+     * forward's dydx, in the pass that writes dx. dx may not be NULL. The
+     * same bits as linear_bwd and then gelu_bwd(dx, dx, mul), which is what
+     * pt_linear_bwd_mul runs where this is NULL. */
+    void (*linear_bwd_mul)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                           const void *x, const void *w, int rows, int out, int in,
+                           const void *mul);
     /* Attention of each example's first query (position 0) alone,
      * bidirectional, without mask or dropout: ViT's [CLS], all its last block
      * needs in training. NULL: the unit runs attention_fwd and _bwd over
@@ -187,5 +196,18 @@ struct pt_backend {
 
 extern const pt_ops pt_cpu_ops_f32;
 extern const pt_ops pt_cpu_ops_f64;
+
+/* linear_bwd_mul where the backend has it, else linear_bwd and gelu_bwd */
+static inline void pt_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                                     const void *x, const void *w, int rows, int out, int in,
+                                     const void *mul)
+{
+    if (be->ops->linear_bwd_mul) {
+        be->ops->linear_bwd_mul(be, dx, dw, db, dy, x, w, rows, out, in, mul);
+        return;
+    }
+    be->ops->linear_bwd(be, dx, dw, db, dy, x, w, rows, out, in);
+    be->ops->gelu_bwd(be, dx, dx, mul, (size_t)rows * in);
+}
 
 #endif

@@ -26,7 +26,9 @@
  * out, its columns are dx's), so a panel is a plain copy of NR columns of
  * each row. The micro-kernel keeps MR x 2 accumulators in registers (6 x 2
  * zmm: 12 independent chains, enough to cover the fused multiply-add
- * latency) for all of k, then adds init and stores straight from them.
+ * latency) for all of k, then adds init (or, for the backward of a layer
+ * after GELU, multiplies by GELU's derivative) and stores straight from
+ * them.
  * Rows are grouped into chunks (CHUNK_BYTES below says how big and how
  * they become tasks).
  *
@@ -132,11 +134,11 @@ static void pack_panel_kn(float *dst, int pw, const float *w, int n0, int n, int
 
 /* ------------------------------------------------------------ micro-kernel */
 
-/* Where a tile's results go: y (and add) at row stride ld, b, and how many
- * of the panel's columns are real. */
+/* Where a tile's results go: y (and add, and mul) at row stride ld, b, and
+ * how many of the panel's columns are real. */
 typedef struct {
     float *y;
-    const float *add, *b;
+    const float *add, *b, *mul;
     size_t ld;
     int cols;
 } dest;
@@ -153,16 +155,21 @@ INLINE vec with_init(vec acc, const float *ar, const float *b)
     return acc;
 }
 
-/* y = init + t for mr rows and d->cols columns, from a tile in memory: the
- * last panel's partial columns. Only additions, each of two floats and
- * rounded once, so however the compiler vectorises this (and whether it
- * checks add against y at run time) the bits are those of with_init. add may
- * be y itself: each element is read before it is written. */
+/* with_init's result times mul's row (one rounded product), if there is one */
+INLINE vec with_mul(vec v, const float *mr) { return mr ? v_mul(v, v_loadu(mr)) : v; }
+
+/* y = (init + t) * mul for mr rows and d->cols columns, from a tile in
+ * memory: the last panel's partial columns. Only additions and a product,
+ * each of two floats and rounded once, so however the compiler vectorises
+ * this (and whether it checks add against y at run time) the bits are
+ * those of with_init and with_mul. add may be y itself: each element is
+ * read before it is written. */
 static void finish(const dest *d, const float *t, int mr)
 {
     for (int i = 0; i < mr; i++) {
         float *yr = d->y + (size_t)i * d->ld;
         const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL, *b = d->b, *ti = t + i * NR;
+        const float *mu = d->mul ? d->mul + (size_t)i * d->ld : NULL;
         for (int j = 0; j < d->cols; j++) {
             float v = ti[j];
             if (ar && b) {
@@ -173,6 +180,8 @@ static void finish(const dest *d, const float *t, int mr)
             } else if (b) {
                 v = b[j] + v;
             }
+            if (mu)
+                v = v * mu[j];
             yr[j] = v;
         }
     }
@@ -212,9 +221,12 @@ INLINE void tile(const int mr, const int NV, const float *x, size_t ldx, const f
         for (int i = 0; i < mr; i++) {
             float *yr = d->y + (size_t)i * d->ld;
             const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL;
-            v_storeu(yr, with_init(c0[i], ar, d->b));
+            const float *mu = d->mul ? d->mul + (size_t)i * d->ld : NULL;
+            v_storeu(yr, with_mul(with_init(c0[i], ar, d->b), mu));
             if (NV > 1)
-                v_storeu(yr + VL, with_init(c1[i], ar ? ar + VL : NULL, d->b ? d->b + VL : NULL));
+                v_storeu(yr + VL, with_mul(with_init(c1[i], ar ? ar + VL : NULL,
+                                                     d->b ? d->b + VL : NULL),
+                                           mu ? mu + VL : NULL));
         }
         return;
     }
@@ -260,7 +272,7 @@ static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *pa
  * tasks of the first run that computes are the caller's (fn, ctx). */
 typedef struct {
     float *y;
-    const float *x, *w, *b, *add;
+    const float *x, *w, *b, *add, *mul;
     int rows, out, in, w_kn;
     float *packed; /* the group's panels */
     int panels, last_pw, group, blocks, chunk_blocks, chunks, whole_chunks;
@@ -286,17 +298,17 @@ static void pack_one(const plan *pl, int g0, int p)
         pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
 }
 
-/* The next block's rows of add (at rows r0 .. r0 + MR, columns o0 .. o0 +
- * cols), asked for while this block computes: the epilogue reads them at
- * the tile's end, and rows of the output lie `out` floats apart, too far
- * for the hardware's prefetchers, so unasked they came from memory there,
- * with every multiply-add of the tile waiting on them. A hint: no result
- * depends on it. */
-static inline void fetch_add(const plan *pl, int r0, int o0, int cols)
+/* The next block's rows of add or mul (m, at rows r0 .. r0 + MR, columns
+ * o0 .. o0 + cols), asked for while this block computes: the epilogue
+ * reads them at the tile's end, and rows of the output lie `out` floats
+ * apart, too far for the hardware's prefetchers, so unasked they came from
+ * memory there, with every multiply-add of the tile waiting on them. A
+ * hint: no result depends on it. */
+static inline void fetch_rows(const plan *pl, const float *m, int r0, int o0, int cols)
 {
     const int r1 = r0 + MR < pl->rows ? r0 + MR : pl->rows;
     for (int r = r0; r < r1; r++) {
-        const char *row = (const char *)(pl->add + (size_t)r * pl->out + o0);
+        const char *row = (const char *)(m + (size_t)r * pl->out + o0);
         for (int b = 0; b < cols * (int)sizeof(float); b += 64)
             __builtin_prefetch(row + b, 0, 3);
     }
@@ -317,9 +329,11 @@ static void run_task(const plan *pl, int g0, int g1, long t)
             const int r0 = blk * MR, mr = pl->rows - r0 < MR ? pl->rows - r0 : MR;
             const size_t at = (size_t)r0 * pl->out + o0;
             if (pl->add)
-                fetch_add(pl, r0 + MR, o0, cols);
+                fetch_rows(pl, pl->add, r0 + MR, o0, cols);
+            if (pl->mul)
+                fetch_rows(pl, pl->mul, r0 + MR, o0, cols);
             const dest d = {pl->y + at, pl->add ? pl->add + at : NULL, pl->b ? pl->b + o0 : NULL,
-                            (size_t)pl->out, cols};
+                            pl->mul ? pl->mul + at : NULL, (size_t)pl->out, cols};
             run_tile(mr, panel_width(pl, p) / VL, pl->x + (size_t)r0 * pl->in, (size_t)pl->in,
                      panel_at(pl, g0, p), pl->in, &d);
         }
@@ -363,18 +377,19 @@ static void panel_task(void *ctx, long p, int thread)
     run_task(pl, 0, pl->panels, p);
 }
 
-/* y [rows, out] = init + x [rows, in] times w^T ([out][in]) or, with w_kn,
- * times w ([in][out]); pool as the caller chose it, extra tasks as in plan. */
+/* y [rows, out] = (init + x [rows, in] times w^T ([out][in]) or, with
+ * w_kn, times w ([in][out])) times mul [rows, out] if given; pool as the
+ * caller chose it, extra tasks as in plan. */
 static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_kn,
-                 const float *b, const float *add, int rows, int out, int in, long extra,
-                 pt_pool_fn fn, void *ctx)
+                 const float *b, const float *add, const float *mul, int rows, int out, int in,
+                 long extra, pt_pool_fn fn, void *ctx)
 {
     if (rows <= 0 || out <= 0) {
         pt_pool_run(pool, extra, fn, ctx);
         return;
     }
-    plan pl = {y, x, w, b, add, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-               extra, fn, ctx};
+    plan pl = {y, x, w, b, add, mul, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0,
+               0, 0, extra, fn, ctx};
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
@@ -422,19 +437,20 @@ static pt_pool *pool_for(pt_pool *pool, int rows, int out, int in)
 void GEMM_FN(pt_gemm_nt_f32)(pt_pool *pool, float *y, const float *x, const float *w,
                              const float *b, const float *add, int rows, int out, int in)
 {
-    gemm(pool_for(pool, rows, out, in), y, x, w, 0, b, add, rows, out, in, 0, NULL, NULL);
+    gemm(pool_for(pool, rows, out, in), y, x, w, 0, b, add, NULL, rows, out, in, 0, NULL, NULL);
 }
 
 void GEMM_FN(pt_gemm_nn_f32)(pt_pool *pool, float *y, const float *x, const float *w, int rows,
                              int n, int k)
 {
-    gemm(pool_for(pool, rows, n, k), y, x, w, 1, NULL, NULL, rows, n, k, 0, NULL, NULL);
+    gemm(pool_for(pool, rows, n, k), y, x, w, 1, NULL, NULL, NULL, rows, n, k, 0, NULL, NULL);
 }
 
 void GEMM_FN(pt_gemm_nn_f32_with)(pt_pool *pool, float *y, const float *x, const float *w,
-                                  int rows, int n, int k, long extra, pt_pool_fn fn, void *ctx)
+                                  const float *mul, int rows, int n, int k, long extra,
+                                  pt_pool_fn fn, void *ctx)
 {
-    gemm(pool, y, x, w, 1, NULL, NULL, rows, n, k, extra, fn, ctx);
+    gemm(pool, y, x, w, 1, NULL, NULL, mul, rows, n, k, extra, fn, ctx);
 }
 
 const char *GEMM_FN(pt_gemm_f32_isa)(void) { return ISA; }

@@ -8,6 +8,7 @@
  *            y[r,o] = init[r,o] + acc,  acc = fma(x[r,k-1], w[o,k-1], ... fma(x[r,0], w[o,0], 0))
  *   backward dx = dy w  (dy [rows, out], w [out, in], dx [rows, in]):
  *            dx[r,i] = acc,  acc = fma(dy[r,out-1], w[out-1,i], ... fma(dy[r,0], w[0,i], 0))
+ *            (or dx[r,i] = acc * mul[r,i], one rounded product, when a mul is given)
  *   backward dw += dy^T x  (dy [rows, out], x [rows, in], dw [out, in]):
  *            dw[o,i] = dw[o,i] + acc,  acc = fma(dy[rows-1,o], x[rows-1,i], ... fma(dy[0,o], x[0,i], 0))
  *
@@ -50,9 +51,14 @@ void pt_gemm_nn_f32(pt_pool *pool, float *y, const float *x, const float *w, int
  * the first run that computes (after w's panels are packed; when w is large
  * and packed a part at a time, in the first part's run). pool is used as
  * given, however small the product. The backward's dw tiles and db's column
- * sums run this way, beside dx's tiles. */
-void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w, int rows, int n,
-                         int k, long extra, pt_pool_fn fn, void *ctx);
+ * sums run this way, beside dx's tiles. With mul [rows, n] (not NULL), y =
+ * acc * mul element by element, one rounded product: the backward of a
+ * layer whose input was GELU's output, dx = (dy w) * GELU'(x), in the pass
+ * that writes dx (the same bits as the product followed by gelu_bwd). mul
+ * may not alias y. */
+void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w,
+                         const float *mul, int rows, int n, int k, long extra, pt_pool_fn fn,
+                         void *ctx);
 
 /* c [m, n] += a^T b, a [k, m], b [k, n]: the backward's dw += dy^T x with
  * k = rows, m = out, n = in; and, when colsum is not NULL, colsum [m] +=

@@ -44,6 +44,7 @@ INLINE void v_store(float *p, vec v) { _mm512_store_ps(p, v); }
 INLINE vec v_loadu(const float *p) { return _mm512_loadu_ps(p); }
 INLINE void v_storeu(float *p, vec v) { _mm512_storeu_ps(p, v); }
 INLINE vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
+INLINE vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
 /* c + a[0] * b, rounded once; GCC folds the broadcast into the FMA's operand */
 INLINE vec v_fma_bcast(const float *a, vec b, vec c)
 {
@@ -59,6 +60,7 @@ INLINE void v_store(float *p, vec v) { _mm256_store_ps(p, v); }
 INLINE vec v_loadu(const float *p) { return _mm256_loadu_ps(p); }
 INLINE void v_storeu(float *p, vec v) { _mm256_storeu_ps(p, v); }
 INLINE vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
+INLINE vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 INLINE vec v_fma_bcast(const float *a, vec b, vec c)
 {
     return _mm256_fmadd_ps(_mm256_broadcast_ss(a), b, c);
@@ -83,6 +85,12 @@ INLINE vec v_add(vec a, vec b)
 {
     for (int i = 0; i < VL; i++)
         a.l[i] += b.l[i];
+    return a;
+}
+INLINE vec v_mul(vec a, vec b)
+{
+    for (int i = 0; i < VL; i++)
+        a.l[i] *= b.l[i];
     return a;
 }
 /* fmaf is the correctly rounded fused operation of C99 (a library call where

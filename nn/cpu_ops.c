@@ -260,8 +260,11 @@ static void linear_bwd_task(void *ctx, long t, int thread)
         column_sums(j->db, j->dy, j->rows, j->out, (int)(t - j->dw_tasks));
 }
 
-static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
-                           const void *x, const void *w, int rows, int out, int in)
+/* linear_bwd, and with mul dx = (dy w) * mul in dx's own pass
+ * (linear_bwd_mul) */
+static void linear_bwd_with(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                            const void *x, const void *w, int rows, int out, int in,
+                            const void *mul)
 {
     bwd_job j = {db, dy, rows, out, 0, {0}};
     /* db comes with dw's tasks (the same sums, from the rows they copy) */
@@ -272,10 +275,25 @@ static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const v
     const double work = (double)rows * out * (in > 0 ? in : 1);
     pt_pool *pool = work > (1 << 17) ? be->impl : NULL;
     if (dx)
-        pt_gemm_nn_f32_with(pool, dx, dy, w, rows, in, out, j.dw_tasks + stripes,
+        pt_gemm_nn_f32_with(pool, dx, dy, w, mul, rows, in, out, j.dw_tasks + stripes,
                             linear_bwd_task, &j);
     else
         pt_pool_run(pool, j.dw_tasks + stripes, linear_bwd_task, &j);
+}
+
+static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                           const void *x, const void *w, int rows, int out, int in)
+{
+    linear_bwd_with(be, dx, dw, db, dy, x, w, rows, out, in, NULL);
+}
+
+/* The same bits as cpu_linear_bwd and then cpu_gelu_bwd (dx = dx * mul, one
+ * rounded product per element), without the second pass over dx. */
+static void cpu_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                               const void *x, const void *w, int rows, int out, int in,
+                               const void *mul)
+{
+    linear_bwd_with(be, dx, dw, db, dy, x, w, rows, out, in, mul);
 }
 #else
 /* The float64 oracle's backward products: single-threaded BLAS calls on
@@ -1088,22 +1106,37 @@ typedef struct {
     double f;
 } vec_job;
 
-/* task t: chunk t of CHUNK_ELEMS elements */
+/* Sixteen doubles: sumsq's partial sums, lane l adding elements l, l + 16,
+ * ... of a chunk (two independent chains of vector multiply-adds, where a
+ * single double accumulator was one scalar chain, four cycles an element). */
+typedef double sumsq_v __attribute__((vector_size(16 * sizeof(double))));
+typedef real sumsq_in __attribute__((vector_size(16 * sizeof(real)), aligned(sizeof(real)),
+                                     may_alias));
+
+/* task t: chunk t of CHUNK_ELEMS elements, its sum of squares in double.
+ * The lanes are added in a fixed order at the end, so a chunk's sum depends
+ * on its elements alone (never on threads), and the chunks' sums are added
+ * in chunk order by cpu_sumsq. A float's square is exact in double, so only
+ * the additions round. */
 static void sumsq_task(void *ctx, long t, int thread)
 {
     (void)thread;
     const vec_job *j = ctx;
     const real *x = j->cx;
-    double *part = j->part;
-    const size_t n = j->n;
-    for (size_t c = (size_t)t; c < (size_t)t + 1; c++) {
-        size_t i1 = (c + 1) * CHUNK_ELEMS < n ? (c + 1) * CHUNK_ELEMS : n;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = c * CHUNK_ELEMS; i < i1; i++)
-            s += (double)x[i] * (double)x[i];
-        part[c] = s;
+    const size_t n = j->n, i0 = (size_t)t * CHUNK_ELEMS;
+    const size_t i1 = i0 + CHUNK_ELEMS < n ? i0 + CHUNK_ELEMS : n;
+    sumsq_v acc = {0};
+    size_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        const sumsq_v v = __builtin_convertvector(*(const sumsq_in *)(x + i), sumsq_v);
+        acc += v * v;
     }
+    for (int l = 0; i < i1; i++, l++)
+        acc[l] += (double)x[i] * (double)x[i];
+    double s = 0;
+    for (int l = 0; l < 16; l++)
+        s += acc[l];
+    j->part[t] = s;
 }
 
 static double cpu_sumsq(pt_backend *be, const void *x_, size_t n)
@@ -1159,6 +1192,9 @@ const pt_ops OPS_NAME = {
     .gelu_bwd = cpu_gelu_bwd,
     .attention_fwd = CPU_FN(pt_cpu_attention_fwd),
     .attention_bwd = CPU_FN(pt_cpu_attention_bwd),
+#ifndef PT_REAL_F64
+    .linear_bwd_mul = cpu_linear_bwd_mul, /* the float64 oracle composes it (nn/backend.h) */
+#endif
     .attention_first_fwd = CPU_FN(pt_cpu_attention_first_fwd),
     .attention_first_bwd = CPU_FN(pt_cpu_attention_first_bwd),
     .patchify = cpu_patchify,

@@ -39,7 +39,7 @@ enum {
     OP_VIT_ASSEMBLE_FWD, OP_VIT_ASSEMBLE_BWD, OP_TOKEN_EMBED_FWD, OP_TOKEN_EMBED_BWD,
     OP_COPY_ROWS, OP_CROSS_ENTROPY, OP_ADAMW, OP_SUMSQ, OP_SCALE, OP_ZERO, OP_COPY, OP_UPLOAD,
     OP_DOWNLOAD, OP_PAR_FROM_F32, OP_PAR_TO_F32, OP_ACT_FROM_F32, OP_ACT_TO_F32,
-    OP_ATTENTION_FIRST_FWD, OP_ATTENTION_FIRST_BWD, OP_KINDS
+    OP_ATTENTION_FIRST_FWD, OP_ATTENTION_FIRST_BWD, OP_LINEAR_BWD_MUL, OP_KINDS
 };
 
 static const char *const op_names[OP_KINDS] = {
@@ -48,7 +48,7 @@ static const char *const op_names[OP_KINDS] = {
     "vit_assemble_fwd", "vit_assemble_bwd", "token_embed_fwd", "token_embed_bwd", "copy_rows",
     "cross_entropy", "adamw", "sumsq", "scale", "zero", "copy", "upload", "download",
     "par_from_f32", "par_to_f32", "act_from_f32", "act_to_f32", "attention_first_fwd",
-    "attention_first_bwd",
+    "attention_first_bwd", "linear_bwd_mul",
 };
 
 enum { MAX_ROWS = 256, DIMS = 5 };
@@ -182,15 +182,32 @@ static void w_linear_fwd(pt_backend *be, void *y, const void *x, const void *w, 
           ES(be) * ((double)rows * in + ro * (add ? 2 : 1)) + PS(be) * ((double)out * in + (b ? out : 0)));
 }
 
+/* linear_bwd's flops and bytes, and those of a product by mul ([rows, in]) */
+#define LINEAR_BWD_FLOPS(mul)                                                                      \
+    ((dx ? prod : 0) + (dw ? prod + (double)out * in : 0) + (db ? ro : 0) +                        \
+     ((mul) ? (double)rows * in : 0))
+#define LINEAR_BWD_BYTES(mul)                                                                      \
+    (ES(be) * (ro + (dx ? (double)rows * in : 0) + (dw ? (double)rows * in : 0) +                  \
+               ((mul) ? (double)rows * in : 0)) +                                                  \
+     PS(be) * ((dx ? (double)out * in : 0) + (dw ? 2.0 * out * in : 0) + (db ? 2.0 * out : 0)))
+
 static void w_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                          const void *x, const void *w, int rows, int out, int in)
 {
     const double ro = (double)rows * out, prod = 2.0 * ro * in;
     TIMED(be, in_->linear_bwd(be, dx, dw, db, dy, x, w, rows, out, in), OP_LINEAR_BWD, rows, out,
-          in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2, 0,
-          (dx ? prod : 0) + (dw ? prod + (double)out * in : 0) + (db ? ro : 0),
-          ES(be) * (ro + (dx ? (double)rows * in : 0) + (dw ? (double)rows * in : 0)) +
-              PS(be) * ((dx ? (double)out * in : 0) + (dw ? 2.0 * out * in : 0) + (db ? 2.0 * out : 0)));
+          in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2, 0, LINEAR_BWD_FLOPS(0),
+          LINEAR_BWD_BYTES(0));
+}
+
+static void w_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                             const void *x, const void *w, int rows, int out, int in,
+                             const void *mul)
+{
+    const double ro = (double)rows * out, prod = 2.0 * ro * in;
+    TIMED(be, in_->linear_bwd_mul(be, dx, dw, db, dy, x, w, rows, out, in, mul),
+          OP_LINEAR_BWD_MUL, rows, out, in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2,
+          0, LINEAR_BWD_FLOPS(1), LINEAR_BWD_BYTES(1));
 }
 
 static void w_layernorm_fwd(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
@@ -414,6 +431,7 @@ int pt_backend_profile_ops(pt_backend *be, pt_err *err)
     WRAP(act_to_f32);
     WRAP(linear_fwd);
     WRAP(linear_bwd);
+    WRAP(linear_bwd_mul);
     WRAP(layernorm_fwd);
     WRAP(layernorm_bwd);
     WRAP(gelu_fwd);
@@ -467,8 +485,10 @@ static void shape_words(const prof_row *r, char *out, size_t n)
                  d[3] & 2 ? " +res" : "");
         break;
     case OP_LINEAR_BWD:
-        snprintf(out, n, "%lldx%lld . %lldx%lld^T:%s%s%s", d[0], d[2], d[1], d[2],
-                 d[3] & 1 ? " dx" : "", d[3] & 2 ? " dw" : "", d[3] & 4 ? " db" : "");
+    case OP_LINEAR_BWD_MUL:
+        snprintf(out, n, "%lldx%lld . %lldx%lld^T:%s%s%s%s", d[0], d[2], d[1], d[2],
+                 d[3] & 1 ? " dx" : "", d[3] & 2 ? " dw" : "", d[3] & 4 ? " db" : "",
+                 r->op == OP_LINEAR_BWD_MUL ? " *gelu'" : "");
         break;
     case OP_LAYERNORM_FWD:
         snprintf(out, n, "%lldx%lld", d[0], d[1]);

@@ -415,9 +415,10 @@ static int mlp_backward(const pt_unit_call *c, const pt_batch *batch, const void
                       dy, s.sum, s.mean, s.rstd, pt_unit_param(c, c->p, M_LN_W), rows, d, NULL);
     if (dropping)
         op->dropout(c->be, w.dfc2, w.dsum, NULL, c->n, (size_t)a->context * d, &drop);
-    op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, M_FC2_W), pt_unit_param(c, c->g, M_FC2_B),
-                   dropping ? w.dfc2 : w.dsum, s.act, pt_unit_param(c, c->p, M_FC2_W), rows, d, h);
-    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, (size_t)rows * h);
+    /* dact = (dfc2 fc2.w) * GELU'(pre), in one pass where the backend can */
+    pt_linear_bwd_mul(c->be, w.dact, pt_unit_param(c, c->g, M_FC2_W),
+                      pt_unit_param(c, c->g, M_FC2_B), dropping ? w.dfc2 : w.dsum, s.act,
+                      pt_unit_param(c, c->p, M_FC2_W), rows, d, h, s.pre);
     op->linear_bwd(c->be, dx, pt_unit_param(c, c->g, M_FC1_W), pt_unit_param(c, c->g, M_FC1_B),
                    w.dact, x, pt_unit_param(c, c->p, M_FC1_W), rows, h, d);
     if (dx)

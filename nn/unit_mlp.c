@@ -117,9 +117,9 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
         din = w.yc;
         dout = dx ? w.zc : NULL;
     }
-    op->linear_bwd(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B),
-                   din, s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h);
-    op->gelu_bwd(c->be, w.dact, w.dact, s.pre, (size_t)rows * h);
+    /* dact = (din fc2.w) * GELU'(pre), in one pass where the backend can */
+    pt_linear_bwd_mul(c->be, w.dact, pt_unit_param(c, c->g, FC2_W), pt_unit_param(c, c->g, FC2_B),
+                      din, s.act, pt_unit_param(c, c->p, FC2_W), rows, d, h, s.pre);
     op->linear_bwd(c->be, w.dln, pt_unit_param(c, c->g, FC1_W), pt_unit_param(c, c->g, FC1_B),
                    w.dact, s.ln, pt_unit_param(c, c->p, FC1_W), rows, h, d);
     op->layernorm_bwd(c->be, dout, pt_unit_param(c, c->g, LN_W), pt_unit_param(c, c->g, LN_B),

@@ -40,10 +40,14 @@
  *    threads, for all three builds;
  *  - math: within the float64 bounds of the same argument, gamma(out)
  *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw;
+ *  - dx times a given mul in the same pass (pt_gemm_nn_f32_with, the
+ *    backward after GELU): the emulation's dx times mul, one rounded
+ *    product per element, bit for bit, for every shape above and build;
  *  - the backend: the float32 backend's linear_bwd, which runs dw's tasks,
  *    db's column sums and dx's tasks in one pool run, gives the emulations'
  *    bits for dx and dw (and the column sums' for db) for every subset of
- *    the three asked for, at 1, 2 and 3 threads.
+ *    the three asked for, at 1, 2 and 3 threads; linear_bwd_mul the same,
+ *    with dx times mul.
  *
  * The emulations and the float64 references share no code with the kernels.
  */
@@ -63,6 +67,9 @@
                              const float *b, const float *add, int rows, int out, int in);         \
     void pt_gemm_nn_f32##sfx(pt_pool *pool, float *y, const float *x, const float *w, int rows,  \
                              int n, int k);                                                        \
+    void pt_gemm_nn_f32_with##sfx(pt_pool *pool, float *y, const float *x, const float *w,       \
+                                  const float *mul, int rows, int n, int k, long extra,            \
+                                  pt_pool_fn fn, void *ctx);                                       \
     void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, float *colsum, const float *a,             \
                              const float *b, int k, int m, int n);                                 \
     const char *pt_gemm_f32_isa##sfx(void);
@@ -72,18 +79,22 @@ OTHER_BUILD(_portable)
 typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const float *,
                         const float *, int, int, int);
 typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
+typedef void (*gemm_nn_with_fn)(pt_pool *, float *, const float *, const float *, const float *,
+                                int, int, int, long, pt_pool_fn, void *);
 typedef void (*gemm_tn_fn)(pt_pool *, float *, float *, const float *, const float *, int, int,
                            int);
 static const struct {
     gemm_fn fn;
     gemm_nn_fn nn;
+    gemm_nn_with_fn nn_with;
     gemm_tn_fn tn;
     const char *(*isa)(void);
-} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_tn_f32, pt_gemm_f32_isa},
-              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_tn_f32_avx2,
-               pt_gemm_f32_isa_avx2},
-              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_tn_f32_portable,
-               pt_gemm_f32_isa_portable}};
+} builds[] = {{pt_gemm_nt_f32, pt_gemm_nn_f32, pt_gemm_nn_f32_with, pt_gemm_tn_f32,
+               pt_gemm_f32_isa},
+              {pt_gemm_nt_f32_avx2, pt_gemm_nn_f32_avx2, pt_gemm_nn_f32_with_avx2,
+               pt_gemm_tn_f32_avx2, pt_gemm_f32_isa_avx2},
+              {pt_gemm_nt_f32_portable, pt_gemm_nn_f32_portable, pt_gemm_nn_f32_with_portable,
+               pt_gemm_tn_f32_portable, pt_gemm_f32_isa_portable}};
 enum { BUILDS = sizeof builds / sizeof *builds };
 
 static pt_rng rng;
@@ -374,7 +385,11 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
     float *dx = malloc((size_t)rows * in * sizeof *dx), *dw = malloc((size_t)out * in * sizeof *dw);
     float *db0 = rand_floats((size_t)out, -2, 2), *want_db = malloc((size_t)out * sizeof *want_db);
     float *db = malloc((size_t)out * sizeof *db);
+    float *mul = rand_floats((size_t)rows * in, -1.5f, 1.5f);
+    float *want_mul = malloc((size_t)rows * in * sizeof *want_mul);
     emulate_nn(want_dx, dy, w, rows, in, out);
+    for (size_t i = 0; i < (size_t)rows * in; i++)
+        want_mul[i] = want_dx[i] * mul[i]; /* dx, then one rounded product */
     memcpy(want_dw, dw0, (size_t)out * in * sizeof *dw);
     emulate_tn(want_dw, dy, x, rows, out, in);
     memcpy(want_db, db0, (size_t)out * sizeof *db);
@@ -393,6 +408,17 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
         if (v == 0 && check_bound && nn_outside_bound(dx, dy, w, rows, in, out)) {
             bad++;
             printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
+        }
+        /* dx times mul in the same pass (the backward after GELU), on the
+         * given pool however small the product */
+        for (size_t i = 0; i < (size_t)rows * in; i++)
+            dx[i] = NAN;
+        builds[v].nn_with(pool, dx, dy, w, mul, rows, in, out, 0, NULL, NULL);
+        if (memcmp(dx, want_mul, (size_t)rows * in * sizeof *dx)) {
+            bad++;
+            printf("\n  %s: dx = (dy w) * mul, rows=%d out=%d in=%d, %d threads: not the "
+                   "contract's bits",
+                   builds[v].isa(), rows, out, in, threads);
         }
         for (int sums = 0; sums < 2; sums++) {
             memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
@@ -427,6 +453,8 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
     free(db0);
     free(want_db);
     free(db);
+    free(mul);
+    free(want_mul);
     return bad;
 }
 
@@ -548,6 +576,35 @@ static void backend_linear_bwd_exact(void)
                            ok_db ? "" : "db ");
                 }
             }
+            /* linear_bwd_mul (dx always wanted): dx times mul, one rounded
+             * product each, and dw, db as linear_bwd's */
+            float *bmul = be->ops->alloc(be, nx * sizeof(float));
+            float *want_mul = malloc(nx * sizeof(float));
+            for (size_t i = 0; i < nx; i++) {
+                bmul[i] = 2.0f * (float)pt_rng_uniform(&rng) - 1.0f;
+                want_mul[i] = want_dx[i] * bmul[i];
+            }
+            CU_ASSERT_FATAL(be->ops->linear_bwd_mul != NULL);
+            for (int want = 1; want < 8; want += 2) {
+                memcpy(bdw, dw0, nw * sizeof(float));
+                memcpy(bdb, db0, (size_t)out * sizeof(float));
+                for (size_t i = 0; i < nx; i++)
+                    bdx[i] = NAN;
+                be->ops->linear_bwd_mul(be, bdx, want & 2 ? bdw : NULL, want & 4 ? bdb : NULL,
+                                        bdy, bx, bw, rows, out, in, bmul);
+                const int ok_dx = !memcmp(bdx, want_mul, nx * sizeof(float));
+                const int ok_dw = !memcmp(bdw, want & 2 ? want_dw : dw0, nw * sizeof(float));
+                const int ok_db =
+                    !memcmp(bdb, want & 4 ? want_db : db0, (size_t)out * sizeof(float));
+                if (!ok_dx || !ok_dw || !ok_db) {
+                    bad++;
+                    printf("\n  linear_bwd_mul rows=%d out=%d in=%d want %d, %d threads: %s%s%s",
+                           rows, out, in, want, threads, ok_dx ? "" : "dx ", ok_dw ? "" : "dw ",
+                           ok_db ? "" : "db ");
+                }
+            }
+            be->ops->free(be, bmul);
+            free(want_mul);
             be->ops->free(be, bdy);
             be->ops->free(be, bx);
             be->ops->free(be, bw);
