@@ -42,7 +42,6 @@ def first_step_clock(proc, run_dir):
     return None
 
 
-
 class Canaries:
     """one core_canary on each CPU this process may use, their bursts spread over the period;
     a context manager: they are stopped on the way out, whatever happens. bursts() reads what

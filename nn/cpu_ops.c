@@ -260,11 +260,12 @@ static void linear_bwd_task(void *ctx, long t, int thread)
         column_sums(j->db, j->dy, j->rows, j->out, (int)(t - j->dw_tasks));
 }
 
-/* linear_bwd, and with mul dx = (dy w) * mul in dx's own pass
- * (linear_bwd_mul) */
-static void linear_bwd_with(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
-                            const void *x, const void *w, int rows, int out, int in,
-                            const void *mul)
+/* linear_bwd_mul: the same bits as cpu_linear_bwd and then cpu_gelu_bwd
+ * (dx = dx * mul, one rounded product per element), without the second
+ * pass over dx; mul NULL: linear_bwd itself */
+static void cpu_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                               const void *x, const void *w, int rows, int out, int in,
+                               const void *mul)
 {
     bwd_job j = {db, dy, rows, out, 0, {0}};
     /* db comes with dw's tasks (the same sums, from the rows they copy) */
@@ -284,17 +285,9 @@ static void linear_bwd_with(pt_backend *be, void *dx, void *dw, void *db, const 
 static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                            const void *x, const void *w, int rows, int out, int in)
 {
-    linear_bwd_with(be, dx, dw, db, dy, x, w, rows, out, in, NULL);
+    cpu_linear_bwd_mul(be, dx, dw, db, dy, x, w, rows, out, in, NULL);
 }
 
-/* The same bits as cpu_linear_bwd and then cpu_gelu_bwd (dx = dx * mul, one
- * rounded product per element), without the second pass over dx. */
-static void cpu_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
-                               const void *x, const void *w, int rows, int out, int in,
-                               const void *mul)
-{
-    linear_bwd_with(be, dx, dw, db, dy, x, w, rows, out, in, mul);
-}
 #else
 /* The float64 oracle's backward products: single-threaded BLAS calls on
  * blocks of their outputs, all tasks of one run (with db's stripes of

@@ -182,32 +182,37 @@ static void w_linear_fwd(pt_backend *be, void *y, const void *x, const void *w, 
           ES(be) * ((double)rows * in + ro * (add ? 2 : 1)) + PS(be) * ((double)out * in + (b ? out : 0)));
 }
 
-/* linear_bwd's flops and bytes, and those of a product by mul ([rows, in]) */
-#define LINEAR_BWD_FLOPS(mul)                                                                      \
-    ((dx ? prod : 0) + (dw ? prod + (double)out * in : 0) + (db ? ro : 0) +                        \
-     ((mul) ? (double)rows * in : 0))
-#define LINEAR_BWD_BYTES(mul)                                                                      \
-    (ES(be) * (ro + (dx ? (double)rows * in : 0) + (dw ? (double)rows * in : 0) +                  \
-               ((mul) ? (double)rows * in : 0)) +                                                  \
-     PS(be) * ((dx ? (double)out * in : 0) + (dw ? 2.0 * out * in : 0) + (db ? 2.0 * out : 0)))
+/* linear_bwd's flops and bytes (with mul, also the product by mul [rows, in]) */
+typedef struct {
+    double flops, bytes;
+} cost;
+
+static cost linear_bwd_cost(const pt_backend *be, const void *dx, const void *dw, const void *db,
+                            int mul, int rows, int out, int in)
+{
+    const double ro = (double)rows * out, prod = 2.0 * ro * in, ri = (double)rows * in;
+    const double oi = (double)out * in;
+    return (cost){(dx ? prod : 0) + (dw ? prod + oi : 0) + (db ? ro : 0) + (mul ? ri : 0),
+                  ES(be) * (ro + (dx ? ri : 0) + (dw ? ri : 0) + (mul ? ri : 0)) +
+                      PS(be) * ((dx ? oi : 0) + (dw ? 2.0 * oi : 0) + (db ? 2.0 * out : 0))};
+}
 
 static void w_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                          const void *x, const void *w, int rows, int out, int in)
 {
-    const double ro = (double)rows * out, prod = 2.0 * ro * in;
+    const cost c = linear_bwd_cost(be, dx, dw, db, 0, rows, out, in);
     TIMED(be, in_->linear_bwd(be, dx, dw, db, dy, x, w, rows, out, in), OP_LINEAR_BWD, rows, out,
-          in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2, 0, LINEAR_BWD_FLOPS(0),
-          LINEAR_BWD_BYTES(0));
+          in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2, 0, c.flops, c.bytes);
 }
 
 static void w_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                              const void *x, const void *w, int rows, int out, int in,
                              const void *mul)
 {
-    const double ro = (double)rows * out, prod = 2.0 * ro * in;
+    const cost c = linear_bwd_cost(be, dx, dw, db, 1, rows, out, in);
     TIMED(be, in_->linear_bwd_mul(be, dx, dw, db, dy, x, w, rows, out, in, mul),
           OP_LINEAR_BWD_MUL, rows, out, in, (dx != NULL) | (dw != NULL) << 1 | (db != NULL) << 2,
-          0, LINEAR_BWD_FLOPS(1), LINEAR_BWD_BYTES(1));
+          0, c.flops, c.bytes);
 }
 
 static void w_layernorm_fwd(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
