@@ -1,6 +1,8 @@
 /*
  * op_speed.c: the time of single calls of the CPU backend's ops on the demo
- * ViT's shapes (batch 128 x 17 tokens, d = 64, 4 heads, MLP 256): the
+ * ViT's shapes (batch 128 x 17 tokens, d = 64, 4 heads, MLP 256), or with
+ * --model wide on torch_speed's wide ViT's (128 x 50 tokens, d = 256, 8
+ * heads, MLP 1024): the
  * linear forward and backward of each of its four layer shapes, attention,
  * GELU and LayerNorm forward and backward, and AdamW. Each op is called
  * --reps times in a row and the fastest and the median call are printed,
@@ -13,7 +15,7 @@
  * that one (how the linear backward was compared before and after its
  * products moved from sgemm blocks to pipetrain's kernels, nn/cpu_ops.c).
  *
- * usage: op_speed [--threads 1] [--reps 300] [--only SUBSTRING]
+ * usage: op_speed [--threads 1] [--reps 300] [--only SUBSTRING] [--model demo|wide]
  */
 #include "nn/backend.h"
 
@@ -71,7 +73,7 @@ static double *times;
 
 int main(int argc, char **argv)
 {
-    int threads = 1;
+    int threads = 1, wide = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -79,8 +81,11 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "demo") || !strcmp(argv[i + 1], "wide")))
+            wide = !strcmp(argv[++i], "wide");
         else {
-            fprintf(stderr, "usage: %s [--threads 1] [--reps 300] [--only SUBSTRING]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads 1] [--reps 300] [--only SUBSTRING] [--model demo|wide]\n", argv[0]);
             return 2;
         }
     }
@@ -96,10 +101,11 @@ int main(int argc, char **argv)
         return 1;
     }
     const pt_ops *o = be->ops;
-    enum { N = 128, T = 17, ROWS = N * T, D = 64, H = 4, HD = D / H, MLP = 4 * D };
-    printf("demo ViT shapes, %d thread%s, fastest and median of %d calls\n", threads,
-           threads == 1 ? "" : "s", reps);
-    static const int shapes[][2] = {{3 * D, D}, {D, D}, {MLP, D}, {D, MLP}}; /* (out, in) */
+    const int N = 128, T = wide ? 50 : 17, ROWS = N * T, D = wide ? 256 : 64, H = wide ? 8 : 4;
+    const int HD = D / H, MLP = 4 * D;
+    printf("%s ViT shapes, %d thread%s, fastest and median of %d calls\n", wide ? "wide" : "demo",
+           threads, threads == 1 ? "" : "s", reps);
+    const int shapes[][2] = {{3 * D, D}, {D, D}, {MLP, D}, {D, MLP}}; /* (out, in) */
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int out = shapes[s][0], in = shapes[s][1];
         float *x = rnd((size_t)ROWS * in), *w = rnd((size_t)out * in), *b = rnd((size_t)out);
@@ -134,7 +140,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < P; i++)
         v[i] *= v[i];
     const pt_adamw_args a = {1e-3, 0.9, 0.999, 1e-8, 0.05, 0.1, 0.001, 1.0};
-    TIME("adamw 256x64", 0, o->adamw(be, p, g, m, v, P, &a));
+    TIME("adamw MLP weight", 0, o->adamw(be, p, g, m, v, P, &a));
     free(qkv), free(att), free(probs), free(dqkv), free(gx), free(gy), free(gd);
     free(lx), free(ly), free(lw), free(lb), free(mean), free(rstd), free(ldx), free(ldw), free(ldb);
     free(p), free(g), free(m), free(v), free(times);
