@@ -208,10 +208,24 @@ static int check_arguments(const char *images_path, int classes, double mean, do
     return 0;
 }
 
+static const char *const image_dims[] = {"count", "rows", "cols"};
+
+int pt_idx_image_size(const char *images_path, int *rows, int *cols, pt_err *err)
+{
+    idx_file f = {.path = images_path};
+    int rc = pt_gz_open(&f.gz, images_path, err);
+    if (!rc && !(rc = read_header(&f, 3, image_dims, "images", err))) {
+        *rows = (int)f.dims[1];
+        *cols = (int)f.dims[2];
+    }
+    if (f.gz)
+        gzclose(f.gz);
+    return rc;
+}
+
 int pt_idx_load(pt_dataset *ds, const char *images_path, const char *labels_path, int classes,
                 double mean, double std, pt_err *err)
 {
-    static const char *const image_dims[] = {"count", "rows", "cols"};
     static const char *const label_dims[] = {"count"};
     idx_file images = {.path = images_path}, labels = {.path = labels_path};
     unsigned char *chunk = NULL;

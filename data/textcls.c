@@ -142,11 +142,13 @@ static int next_line(reader *r, int *got, pt_err *err)
     return 0;
 }
 
-/* Nothing but ASCII whitespace (or nothing at all). */
+/* Nothing but ASCII whitespace (or nothing at all); a JSON text may also
+ * hold newlines. */
 static int is_blank(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\v' && s[i] != '\f')
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\v' && s[i] != '\f' &&
+            s[i] != '\n')
             return 0;
     return 1;
 }
@@ -250,7 +252,11 @@ static int parse_jsonl(reader *r, json_t **json, char *digits, size_t digits_n,
                        pt_err *err)
 {
     json_error_t e;
-    json_t *j = json_loadb(r->line, r->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &e);
+    /* JSON_ALLOW_NUL: "\u0000" is valid JSON (Python's json.dumps writes a NUL
+     * so); texts carry their length, and the tokenizer drops NUL as it does
+     * in a TSV text; a label holding one is refused by check_label */
+    json_t *j = json_loadb(r->line, r->len,
+                           JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
     if (!j)
         return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": bad JSON at column %d: %s", r->path,
                        r->lineno, e.column, e.text);

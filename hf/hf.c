@@ -161,11 +161,14 @@ static int ends_with(const char *s, const char *tail)
 
 int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t cn, pt_err *err)
 {
+    /* what the user named is missing or unusable: bad input, not a
+     * system failure (exit 2, like any other input file) */
     struct stat st;
     if (stat(path, &st) != 0)
-        return pt_fail(err, PT_ESYS, "%s: %s", path, strerror(errno));
+        return pt_fail(err, PT_EINPUT, "%s: %s", path, strerror(errno));
+    const int isdir = S_ISDIR(st.st_mode);
     int n;
-    if (S_ISDIR(st.st_mode)) {
+    if (isdir) {
         n = snprintf(weights, wn, "%s/model.safetensors", path);
         if (n < 0 || (size_t)n >= wn)
             return pt_fail(err, PT_EINPUT, "%s: path too long", path);
@@ -183,7 +186,12 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
     if (stat(config, &st) != 0 || !S_ISREG(st.st_mode))
         config[0] = '\0';
     if (stat(weights, &st) != 0)
-        return pt_fail(err, PT_ESYS, "%s: %s", weights, strerror(errno));
+        return pt_fail(err, PT_EINPUT, "%s: %s%s", weights, strerror(errno),
+                       isdir ? " (a Hugging Face model directory holds its weights as "
+                               "model.safetensors)"
+                             : "");
+    if (!S_ISREG(st.st_mode))
+        return pt_fail(err, PT_EINPUT, "%s: not a regular file", weights);
     return 0;
 }
 
@@ -247,15 +255,56 @@ static int known_name(const pt_arch *a, const char *name)
     return 0;
 }
 
+/* Older BERT files (Google's TensorFlow conversions, among them
+ * bert-base-uncased's model.safetensors) name LayerNorm's scale and shift
+ * gamma and beta; transformers renames them to weight and bias as it
+ * loads. The legacy spelling of a current name, or NULL for a name that
+ * has none. */
+static const char *legacy_suffix(const char *name, const char **current)
+{
+    static const char *const pairs[2][2] = {{".LayerNorm.weight", ".LayerNorm.gamma"},
+                                            {".LayerNorm.bias", ".LayerNorm.beta"}};
+    for (int i = 0; i < 2; i++) {
+        if (ends_with(name, pairs[i][0])) {
+            *current = pairs[i][0];
+            return pairs[i][1];
+        }
+        if (ends_with(name, pairs[i][1])) {
+            *current = pairs[i][1];
+            return pairs[i][0];
+        }
+    }
+    return NULL;
+}
+
+/* name with its LayerNorm suffix in the other spelling (see legacy_suffix)
+ * into out; 0 when name has no other spelling. */
+static int other_spelling(const char *name, char *out, size_t n)
+{
+    const char *current, *other = legacy_suffix(name, &current);
+    if (!other)
+        return 0;
+    int len = (int)(strlen(name) - strlen(current));
+    return snprintf(out, n, "%.*s%s", len, name, other) < (int)n;
+}
+
 /* ----------------------------------------------------------------- load */
 
 /* Reads one Hugging Face tensor of the expected shape into dst. */
 static int read_part(pt_st_file *f, const char *path, const char *prefix, const char *name,
                      int ndim, const int64_t *shape, float *dst, size_t numel, pt_err *err)
 {
-    char full[NAME_MAX_LEN + 8];
+    char full[NAME_MAX_LEN + 8], legacy[NAME_MAX_LEN + 8];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     int i = pt_st_find(f, full);
+    const int alt = other_spelling(full, legacy, sizeof legacy) ? pt_st_find(f, legacy) : -1;
+    if (i >= 0 && alt >= 0)
+        return pt_fail(err, PT_EINPUT, "'%s' has both '%s' and '%s', two names of one tensor", path,
+                       full, legacy);
+    if (i < 0 && alt >= 0) {
+        i = alt;
+        memcpy(full, legacy, sizeof full);
+    }
     if (i < 0)
         return pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path, full);
     const pt_st_entry *e = pt_st_entry_at(f, i);
@@ -277,7 +326,9 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
             return pt_fail(err, PT_EINPUT,
                            "'%s': tensor '%s' holds %s at element %zu of %zu; weights must be "
                            "finite numbers",
-                           path, full, isnan(dst[j]) ? "NaN" : "Inf", j, numel);
+                           path, full,
+                           isnan(dst[j]) ? "NaN" : "Inf (or a number beyond float32's range)", j,
+                           numel);
     return 0;
 }
 
@@ -347,7 +398,11 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
                              path, name, prefix);
             continue;
         }
-        if (!ignorable(name + pl) && !known_name(a, name + pl))
+        char current[NAME_MAX_LEN + 8];
+        const char *local = name + pl;
+        if (other_spelling(local, current, sizeof current) && !known_name(a, local))
+            local = current; /* LayerNorm's gamma or beta */
+        if (!ignorable(local) && !known_name(a, local))
             rc = pt_fail(err, PT_EINPUT,
                          "'%s' has tensor '%s', which this model does not have (model.layers is "
                          "%d: more layers in the file?)",

@@ -319,34 +319,38 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
     int rc = 0;
     switch (c->data.kind) {
     case PT_DATA_FASHION_MNIST:
-    case PT_DATA_IDX:
+    case PT_DATA_IDX: {
+        /* the image sizes from the headers first: a model that cannot take
+         * them is refused before any pixel is decompressed */
+        int th, tw, rh = 0, rw = 0;
+        if ((rc = pt_idx_image_size(c->data.test_images, &th, &tw, err)))
+            return pt_config_key_prefix(c, err, "data.test_images");
+        if (mode == PT_RUN_TRAIN &&
+            (rc = pt_idx_image_size(c->data.train_images, &rh, &rw, err)))
+            return pt_config_key_prefix(c, err, "data.train_images");
+        if (th != r->arch.height || tw != r->arch.width || th % r->arch.patch ||
+            tw % r->arch.patch) {
+            /* IDX files may hold any image size: the model follows the data */
+            r->arch.height = th;
+            r->arch.width = tw;
+            if (th % r->arch.patch || tw % r->arch.patch)
+                return pt_config_key_fail(c, err, "model.patch",
+                                          "%d does not divide the %dx%d images of '%s' "
+                                          "(data.test_images); allowed: a divisor of both sides",
+                                          r->arch.patch, th, tw, c->data.test_images);
+        }
+        if (mode == PT_RUN_TRAIN && (rh != th || rw != tw))
+            return pt_config_key_fail(c, err, "data.test_images",
+                                      "'%s' holds %dx%d images, but data.train_images '%s' holds "
+                                      "%dx%d; both splits must have images of one size",
+                                      c->data.test_images, th, tw, c->data.train_images, rh, rw);
         if (mode == PT_RUN_TRAIN &&
             (rc = load_idx(r, &r->train, "data.train_images", c->data.train_images,
                            "data.train_labels", c->data.train_labels, err)))
             return rc;
-        if ((rc = load_idx(r, &r->test, "data.test_images", c->data.test_images, "data.test_labels",
-                           c->data.test_labels, err)))
-            return rc;
-        if (r->test.height != r->arch.height || r->test.width != r->arch.width ||
-            r->test.height % r->arch.patch || r->test.width % r->arch.patch) {
-            /* IDX files may hold any image size: the model follows the data */
-            r->arch.height = r->test.height;
-            r->arch.width = r->test.width;
-            if (r->arch.height % r->arch.patch || r->arch.width % r->arch.patch)
-                return pt_config_key_fail(c, err, "model.patch",
-                                          "%d does not divide the %dx%d images of '%s' "
-                                          "(data.test_images); allowed: a divisor of both sides",
-                                          r->arch.patch, r->test.height, r->test.width,
-                                          c->data.test_images);
-        }
-        if (mode == PT_RUN_TRAIN &&
-            (r->train.height != r->test.height || r->train.width != r->test.width))
-            return pt_config_key_fail(c, err, "data.test_images",
-                                      "'%s' holds %dx%d images, but data.train_images '%s' holds "
-                                      "%dx%d; both splits must have images of one size",
-                                      c->data.test_images, r->test.height, r->test.width,
-                                      c->data.train_images, r->train.height, r->train.width);
-        return 0;
+        return load_idx(r, &r->test, "data.test_images", c->data.test_images, "data.test_labels",
+                        c->data.test_labels, err);
+    }
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV: {
         double cut = 1.0 - c->data.test_fraction;

@@ -169,24 +169,40 @@ int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
     size_t cap_tokens = 0, cap_text = 0;
-    char *line = NULL;
-    size_t line_cap = 0;
     long lineno = 0;
     int rc = 0;
     for (;;) {
+        /* one line into a buffer of a token's longest form and "\r"; the
+         * bytes of a longer line are counted, not kept, and past
+         * LINE_COUNTED not even read (a corrupt file may hold a line of
+         * gigabytes) */
+        enum { LINE_COUNTED = 1 << 20 };
+        char line[PT_VOCAB_MAX_TOKEN_BYTES + 2];
+        size_t len = 0;
+        int c, last = EOF;
         errno = 0;
-        ssize_t got = getline(&line, &line_cap, f);
-        if (got < 0) {
-            if (ferror(f))
-                rc = pt_fail(err, PT_ESYS, "'%s': cannot read after line %ld: %s", path, lineno,
-                             strerror(errno ? errno : EIO));
+        while ((c = getc(f)) != EOF && c != '\n') {
+            if (len < sizeof line)
+                line[len] = (char)c;
+            last = c;
+            if (++len > LINE_COUNTED)
+                break;
+        }
+        if (ferror(f)) {
+            rc = pt_fail(err, PT_ESYS, "'%s': cannot read after line %ld: %s", path, lineno,
+                         strerror(errno ? errno : EIO));
             break;
         }
+        if (c == EOF && len == 0)
+            break;
         lineno++;
-        size_t n = (size_t)got;
-        if (n > 0 && line[n - 1] == '\n')
-            n--;
-        if (n > 0 && line[n - 1] == '\r')
+        if (len > LINE_COUNTED) {
+            rc = pt_fail(err, PT_EINPUT, "'%s':%ld: token of more than %d bytes (at most %d)",
+                         path, lineno, LINE_COUNTED, PT_VOCAB_MAX_TOKEN_BYTES);
+            break;
+        }
+        size_t n = len; /* check_token refuses n > sizeof line before reading line */
+        if (last == '\r')
             n--;
         if (lineno > PT_VOCAB_MAX_TOKENS) {
             rc = pt_fail(err, PT_EINPUT, "'%s':%ld: more than %d tokens", path, lineno,
@@ -200,7 +216,6 @@ int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
             break;
         }
     }
-    free(line);
     fclose(f);
     if (!rc && v->count == 0)
         rc = pt_fail(err, PT_EINPUT, "'%s': empty vocabulary (no lines)", path);
@@ -213,7 +228,11 @@ int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
             ids[i] = pt_vocab_id(v, names[i], strlen(names[i]));
             if (ids[i] < 0)
                 rc = pt_fail(err, PT_EINPUT, "'%s': no %s token (a BERT vocabulary needs "
-                             "[CLS], [SEP], [UNK] and [PAD])", path, names[i]);
+                             "[CLS], [SEP], [UNK] and [PAD])%s", path, names[i],
+                             v->len[0] >= 3 && memcmp(v->text + v->off[0], "\xef\xbb\xbf", 3) == 0
+                                 ? "; line 1 starts with a UTF-8 byte order mark, which is part "
+                                   "of its token (as Hugging Face reads the file)"
+                                 : "");
         }
         if (!rc)
             v->special = (pt_vocab_special){ids[0], ids[1], ids[2], ids[3]};

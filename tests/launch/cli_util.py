@@ -239,6 +239,9 @@ def snapshot(root):
             if fn == "lock":
                 continue
             p = os.path.join(dirpath, fn)
+            if os.path.islink(p):  # the link itself (it may point nowhere)
+                out[os.path.relpath(p, root)] = "link to " + os.readlink(p)
+                continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()
     return out

@@ -175,6 +175,11 @@ def idx_data(h):
     out["vi"] = idx_file(h.path("test-images"), 12, 8)
     out["vl"] = idx_file(h.path("test-labels"), 12, labels=[i % 4 for i in range(12)])
     out["vi12"] = idx_file(h.path("test-images-12"), 12, 12)
+    # a header of 4 images of 16384x16384 (1 GiB of pixels, 4 GiB as floats)
+    # over 64 bytes: model.patch is checked against the header, before any
+    # pixel is read (a gzip'd file this size could hold them all)
+    out["vi_huge"] = U.write(h.path("test-images-huge"),
+                             struct.pack(">IIII", 0x803, 4, 16384, 16384) + bytes(64), "wb")
     out["tl9"] = idx_file(h.path("train-labels-9"), 40, labels=[9 if i == 5 else i % 4
                                                                 for i in range(40)])
     return out
@@ -195,6 +200,16 @@ def textcls_files(h):
     out["csv"] = U.write(h.path("train.csv"), "law,the verse\n")
     out["vocab"] = U.write(h.path("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
     out["bad_vocab"] = U.write(h.path("bad-vocab.txt"), "[PAD]\n\n[CLS]\n[SEP]\n[UNK]\n")
+    # a JSON text of newlines only is as empty as a TSV one
+    out["newlines_jsonl"] = U.write(h.path("newlines.jsonl"), '{"text": "the", "label": "law"}\n'
+                                    '{"text": "\\n\\r\\n ", "label": "law"}\n')
+    # a line of 64 MiB where a token goes: refused at byte 256, not read whole
+    with open(h.path("long-vocab.txt"), "wb") as fh:
+        fh.write(b"[PAD]\n[UNK]\n[CLS]\n")
+        fh.truncate(fh.tell() + (64 << 20))
+    out["long_vocab"] = h.path("long-vocab.txt")
+    out["bom_vocab"] = U.write(h.path("bom-vocab.txt"),
+                               "\ufeff[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
     return out
 
 
@@ -549,6 +564,9 @@ CASES = [
          setup=idx_data),
     Case("patch_does_not_divide_idx_images", {**IDX, "model.patch": "3"}, blame="model.patch",
          needles=["8x8", "{vi}"], setup=idx_data),
+    Case("patch_checked_before_the_pixels", {**IDX, "data.test_images": "{vi_huge}",
+                                              "model.patch": "7"}, blame="model.patch",
+         needles=["16384x16384", "{vi_huge}"], absent=["truncated"], setup=idx_data),
     Case("crop_above_idx_image_size", {**IDX, "data.crop_pad": "9"}, blame="data.crop_pad",
          needles=["at most 8"], setup=idx_data),
     Case("idx_file_not_idx", {**IDX, "data.train_labels": "{dir}/a.gz"}, blame="data.train_labels",
@@ -860,6 +878,12 @@ def test_text_classification_data_errors(h):
                            "allowed for this data: 3 to"]),
         ("fraction_leaves_no_test", {"data.test_fraction": "0.01"}, "data.test_fraction",
          ["leaves 0 for testing", f["tsv"]]),
+        ("newlines_only_json_text", {"data.train_file": f["newlines_jsonl"]}, "data.train_file",
+         ["%s:2: empty text" % f["newlines_jsonl"]]),
+        ("vocab_line_of_64_mib", {"data.vocab": f["long_vocab"]}, "data.vocab",
+         ["'%s':4: token of more than 1048576 bytes (at most 255)" % f["long_vocab"]]),
+        ("vocab_with_a_bom", {"data.vocab": f["bom_vocab"]}, "data.vocab",
+         ["no [PAD] token", "line 1 starts with a UTF-8 byte order mark"]),
     ]
     for name, changes, key, needles in cases:
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
@@ -890,9 +914,11 @@ def write_st(path, tensors):
     return path
 
 
-def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None, raw_config=None):
+def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None, raw_config=None,
+            rename=None):
     """A tiny Hugging Face BERT directory (d 8, 1 layer, 2 heads, vocab 6,
-    16 positions) with the given defects."""
+    16 positions) with the given defects; rename(name) gives each tensor's
+    name in the file."""
     d, hid, V, P = 8, 16, 6, 16
     cfg = {"model_type": "bert", "hidden_size": d, "num_hidden_layers": 1,
            "num_attention_heads": 2, "intermediate_size": hid, "vocab_size": V,
@@ -923,7 +949,7 @@ def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None
         values = [0.01 * ((i * 7) % 13 - 6) for i in range(n)]
         if k == nan:
             values[n // 2] = float("nan")
-        tensors[k] = (shape, values)
+        tensors[rename(k) if rename else k] = (shape, values)
     root = h.path(name)
     os.makedirs(root, exist_ok=True)
     U.write(os.path.join(root, "config.json"), raw_config if raw_config is not None else json.dumps(cfg))
@@ -947,6 +973,13 @@ def test_bert_init_from_refused(h):
     text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good})))
     h.run(["train", U.write(h.path("good.yaml"), text)]).expect(0, "a good Hugging Face BERT")
     shutil.rmtree(h.path("run"))
+    no_weights = h.path("no-weights")
+    os.makedirs(no_weights)
+    shutil.copy(os.path.join(good, "config.json"), no_weights)
+    dangling = h.path("dangling")
+    os.makedirs(dangling)
+    shutil.copy(os.path.join(good, "config.json"), dangling)
+    os.symlink(h.path("nowhere.safetensors"), os.path.join(dangling, "model.safetensors"))
     L = "encoder.layer.0."
     cases = [
         ("config_disagrees", hf_bert(h, "wide", {"hidden_size": 16}), {}, "model.dim",
@@ -978,6 +1011,12 @@ def test_bert_init_from_refused(h):
         ("nan", hf_bert(h, "nan", nan="embeddings.word_embeddings.weight"), {}, "model.init_from",
          ["embeddings.word_embeddings.weight", "NaN"]),
         ("vocab_size", good, {"model.vocab": "7"}, "model.vocab", ["has 6 tokens"]),
+        ("no_weights_file", no_weights, {}, "model.init_from",
+         ["model.safetensors", "No such file", "holds its weights as model.safetensors"]),
+        ("weights_link_dangling", dangling, {}, "model.init_from",
+         ["model.safetensors", "No such file"]),
+        ("both_spellings", hf_bert(h, "both", add={"embeddings.LayerNorm.gamma": (8,)}), {},
+         "model.init_from", ["both", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"]),
         ("kjv_data", good, {"data.kind": "kjv"}, "data.kind", ["allowed with bert"]),
     ]
     for name, init, changes, key, needles in cases:
@@ -989,6 +1028,50 @@ def test_bert_init_from_refused(h):
         r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), *needles)
         check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+
+
+def test_bert_init_from_legacy_names(h):
+    """An older BERT file (bert-base-uncased's among them) names LayerNorm's
+    parameters gamma and beta, under "bert.": it loads as transformers loads
+    it, to the same logits as the file with today's names."""
+    f = textcls_files(h)
+    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
+            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
+            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
+            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    legacy = lambda k: "bert." + (k[:-len(".weight")] + ".gamma" if "LayerNorm.weight" in k else
+                                  k[:-len(".bias")] + ".beta" if "LayerNorm.bias" in k else k)
+    logits = {}
+    for name, init in (("current", hf_bert(h, "current")),
+                       ("legacy", hf_bert(h, "legacy", rename=legacy))):
+        cfg = U.write(h.path(name + ".yaml"),
+                      U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init}))))
+        out = h.path(name + "-logits.safetensors")
+        h.run(["eval", cfg, "--init", "--logits", out]).expect(0, name)
+        with open(out, "rb") as fh:
+            logits[name] = fh.read()
+    check(logits["current"] == logits["legacy"], "gamma/beta names give other logits")
+
+
+def test_jsonl_text_with_nul(h):
+    """"\u0000" is valid JSON (json.dumps writes a NUL so): a JSONL text may
+    hold one, and the tokenizer drops it as in a TSV text (as Hugging Face
+    does), so the logits are those of the text without it."""
+    f = textcls_files(h)
+    logits = {}
+    for name, nul in (("plain", ""), ("nul", "\\u0000")):
+        lines = "".join('{"text": "the%s verse %d", "label": "%s"}\n'
+                        % (nul, i, "law" if i % 2 else "wisdom") for i in range(20))
+        data = U.write(h.path(name + ".jsonl"), lines)
+        keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                                 "data.train_file": data, "data.vocab": f["vocab"],
+                                 "model.vocab": "6"})
+        cfg = U.write(h.path(name + ".yaml"), U.render(keys))
+        out = h.path(name + "-logits.safetensors")
+        h.run(["eval", cfg, "--init", "--logits", out]).expect(0, name)
+        with open(out, "rb") as fh:
+            logits[name] = fh.read()
+    check(logits["plain"] == logits["nul"], "a NUL in a JSON text changed the logits")
 
 
 def test_bert_dropout_auto(h):
@@ -1125,6 +1208,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
+         test_bert_init_from_legacy_names, test_jsonl_text_with_nul,
          test_threads_above_cores_warned,
          test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
 

@@ -11,7 +11,11 @@ forms, zero-width joiners, mixed punctuation), each compared without
 truncation and with truncation to 128 ids: any difference fails. Both sides
 see the same lines: the file cut at b"\\n" only; Hugging Face gets each line
 decoded with errors='replace' (it takes str), the C side the raw bytes (it
-replaces invalid UTF-8 the same way).
+replaces invalid UTF-8 the same way). A special token written in a text
+("[SEP]", "[PAD]", ...) is text to pipetrain, split like any other word:
+data cannot inject a separator, or a [PAD] that would end the example.
+That is Hugging Face's tokenizer with encode_special_tokens (transformers'
+split_special_tokens=True), which is what the Hugging Face side runs.
 
 Then a sweep: one line per code point of planes 0-2 and of some of 14-16,
 "C aCb" (the character alone and inside a word). Hugging Face takes the
@@ -44,6 +48,8 @@ if data.endswith(b"\n"):
     lines.pop()
 texts = [l.decode("utf-8", errors="replace") for l in lines]
 tok = BertWordPieceTokenizer(vocab, lowercase=True)
+# a text's "[SEP]" is text: transformers' split_special_tokens=True
+tok._tokenizer.encode_special_tokens = True
 if max_len:
     tok.enable_truncation(max_length=max_len)
 with open(out_path, "w") as out:
@@ -83,6 +89,9 @@ def hostile_lines():
     u = lambda s: s.encode("utf-8")
     L += [b"", b"", b"   ", b"\t\r", b"\r"]
     L.append(b"x" * 10000)
+    # special tokens written in the text stay text (see the docstring)
+    L += [b"hello [SEP] world", b"x [PAD] y", b"[MASK] me", b"[UNK]", b"a[CLS]b", b"[cls] [Sep]",
+          b"[ SEP ] [PAD][PAD]"]
     L.append(u("Straße " + "é" * 10000))
     L.append(u("a" * 100) + b" " + u("a" * 101) + b" " + u("é" * 100) + b" " + u("é" * 101))
     L.append(u("supercalifragilisticexpialidocious " * 50))

@@ -289,6 +289,7 @@ static void expect_refused(const char *text, size_t n, int code, const char *n1,
 
 static void test_vocab_errors(void)
 {
+    char path0[512];
     pt_vocab *v = (pt_vocab *)1;
     pt_err err = {0};
     CU_ASSERT(pt_vocab_load(&v, "/nonexistent/vocab.txt", &err) == PT_ESYS);
@@ -301,6 +302,25 @@ static void test_vocab_errors(void)
     char long_tok[600] = SPECIALS;
     memset(long_tok + strlen(long_tok), 'x', 300);
     expect_refused(long_tok, strlen(long_tok), PT_EINPUT, ":5: token of 300 bytes", NULL);
+    strcat(long_tok, "\r\nhello\n"); /* a CRLF line end is not counted */
+    expect_refused(long_tok, strlen(long_tok), PT_EINPUT, ":5: token of 300 bytes", NULL);
+    /* tokens at the longest (255 bytes, and with "\r") load; 256 does not */
+    for (int cr = 0; cr < 2; cr++) {
+        char edge[600] = SPECIALS;
+        memset(edge + strlen(edge), 'y', 255);
+        strcat(edge, cr ? "\r\nz\r\n" : "\nz\n");
+        make_dir();
+        write_text(path0, sizeof path0, "vocab.txt", edge, strlen(edge));
+        v = NULL;
+        CU_ASSERT(pt_vocab_load(&v, path0, &err) == 0 && pt_vocab_size(v) == 6);
+        pt_vocab_free(v);
+        unlink(path0);
+        rmdir(g_dir);
+        memset(edge + strlen(SPECIALS), 'y', 256);
+        edge[strlen(SPECIALS) + 256] = '\n';
+        edge[strlen(SPECIALS) + 257] = '\0';
+        expect_refused(edge, strlen(edge), PT_EINPUT, ":5: token of 256 bytes", NULL);
+    }
     const char space[] = SPECIALS "hello world\n";
     expect_refused(space, sizeof space - 1, PT_EINPUT, ":5: token holds a space", NULL);
     const char bad_utf8[] = SPECIALS "ok\nhel\xfflo\n";
