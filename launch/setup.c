@@ -520,6 +520,16 @@ static int check_layout_keys(const pt_session *s, pt_err *err)
                                       "%d replicas, but a step has only train.batch = %lld examples "
                                       "to share; allowed: 1 to %lld, or auto", D, c->train.batch,
                                       c->train.batch);
+        /* the batch splits as evenly as it can: the smallest share is
+         * batch / D, and each of its micro-batches holds an example */
+        const int M = c->pipeline.microbatches;
+        const long long share = c->train.batch / D;
+        if (M != PT_AUTO && M > share)
+            return pt_config_key_fail(c, err, "pipeline.microbatches",
+                                      "%d micro-batches, but train.batch = %lld over %d replicas "
+                                      "(pipeline.replicas) leaves the smallest share %lld "
+                                      "example%s; allowed with these: 1 to %lld, or auto",
+                                      M, c->train.batch, D, share, share == 1 ? "" : "s", share);
     }
     return 0;
 }

@@ -1,0 +1,122 @@
+"""mpi_layout_errors: a fixed layout the ranks or the batch cannot hold is
+refused before anything runs, naming its key, under mpirun as in one
+process: exit 2, "CONFIG:LINE: KEY: ...", no run directory made, no
+shared-memory segment left, for `train` and for `plan`.
+
+The case a tester found: train.batch 5 over 2 replicas gives shares of 3
+and 2 examples, so 3 micro-batches fit one replica and not the other;
+`plan` printed a layout and `train` aborted every rank at step 1. The
+smallest share is batch / D (floor), and M up to it is accepted (the
+boundary case trains)."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness as H  # noqa: E402
+
+CONFIG = """run:
+  dir: {run}
+  seed: 1
+  threads: 1
+model:
+  kind: vit
+  dim: 8
+  layers: 1
+  heads: 1
+  patch: 7
+  classes: 10
+data:
+  kind: synthetic_images
+  synthetic_examples: 64
+train:
+  batch: {batch}
+  epochs: 1
+  max_steps: 2
+  eval_examples: 16
+  lr: 0.001
+pipeline:
+  stages: {stages}
+  replicas: {replicas}
+  microbatches: {micro}
+cache:
+  enabled: true
+freeze:
+  policy: schedule
+  start: 0
+"""
+
+
+def shm():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("pipetrain"))
+
+
+def fail(msg):
+    print("mpi_layout_errors: FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def main():
+    tools = H.Tools(sys.argv)
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="pt-layout-") as work:
+        cases = [  # (name, ranks, batch, stages, replicas, micro, key, words)
+            ("micro_above_smaller_share", 2, 5, 1, 2, 3, "pipeline.microbatches",
+             ["train.batch = 5 over 2 replicas", "smallest share 2 examples", "1 to 2"]),
+            ("micro_above_share_of_one", 2, 3, 1, 2, 2, "pipeline.microbatches",
+             ["smallest share 1 example;", "1 to 1"]),
+            ("micro_above_share_in_pipelines", 4, 9, 2, 2, 5, "pipeline.microbatches",
+             ["train.batch = 9 over 2 replicas", "smallest share 4 examples"]),
+            ("replicas_above_batch", 2, 1, 1, 2, 1, "pipeline.replicas",
+             ["a step has only train.batch = 1"]),
+            ("replicas_above_ranks", 2, 8, 1, 3, 1, "pipeline.replicas", ["at most 2 pipelines"]),
+            ("stages_above_ranks", 2, 8, 3, 1, 1, "pipeline.stages", ["2 ranks"]),
+        ]
+        for name, ranks, batch, stages, replicas, micro, key, words in cases:
+            run = os.path.join(work, "run-" + name)
+            text = CONFIG.format(run=run, batch=batch, stages=stages, replicas=replicas,
+                                 micro=micro)
+            cfg = os.path.join(work, name + ".yaml")
+            with open(cfg, "w") as f:
+                f.write(text)
+            line = next(i for i, l in enumerate(text.splitlines(), 1)
+                        if l.strip().startswith(key.split(".")[1] + ":"))
+            for cmd in ("train", "plan"):
+                before = shm()
+                rc, _, out = tools.run(ranks, [cmd, cfg], check=False, timeout=120)
+                where = "%s (%s, %d ranks)" % (name, cmd, ranks)
+                problems = []
+                if rc != 2:
+                    problems.append("exit status %d, not 2" % rc)
+                for w in ["%s:%d: %s: " % (cfg, line, key)] + words:
+                    if w not in out:
+                        problems.append("the output lacks %r" % w)
+                if "MPI_ABORT" in out or "step 1" in out:
+                    problems.append("it started training")
+                if os.path.exists(run):
+                    problems.append("run.dir was created")
+                if shm() != before:
+                    problems.append("shared memory left: %s" % sorted(set(shm()) - set(before)))
+                if problems:
+                    failures += 1
+                    print("FAIL %s: %s\n%s" % (where, "; ".join(problems), out[-2000:]), flush=True)
+                else:
+                    print("ok   %s" % where, flush=True)
+        # the boundary: batch 4 over 2 replicas of 2 micro-batches trains
+        text = CONFIG.format(run=os.path.join(work, "run-boundary"), batch=4, stages=1, replicas=2, micro=2)
+        cfg = os.path.join(work, "boundary.yaml")
+        with open(cfg, "w") as f:
+            f.write(text)
+        rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
+        if rc != 0:
+            failures += 1
+            print("FAIL boundary (M = the smallest share) did not train (%d):\n%s" % (rc, out[-2000:]))
+        else:
+            print("ok   boundary: batch 4, D 2, M 2 trains")
+    if failures:
+        fail("%d case(s)" % failures)
+    print("mpi_layout_errors: all passed")
+
+
+if __name__ == "__main__":
+    main()
