@@ -309,10 +309,21 @@ static int check_arch(const pt_arch *now, const manifest *m, int training, pt_er
         return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
     int was, is;
     const char *field = pt_ckpt_arch_difference(&saved, now, &was, &is);
-    if (field)
+    if (field) {
+        /* an enum key (model.kind) in its words, other fields as numbers */
+        char sw[32], si[32];
+        const char *ww = pt_config_word(field, was), *wi = pt_config_word(field, is);
+        if (strcmp(ww, "?") != 0 && strcmp(wi, "?") != 0) {
+            snprintf(sw, sizeof sw, "%s", ww);
+            snprintf(si, sizeof si, "%s", wi);
+        } else {
+            snprintf(sw, sizeof sw, "%d", was);
+            snprintf(si, sizeof si, "%d", is);
+        }
         return pt_fail(err, PT_EINPUT,
-                       "checkpoint %s holds a model with %s = %d, this config makes %s = %d",
-                       m->dir, field, was, field, is);
+                       "checkpoint %s holds a model with %s = %s, this config makes %s = %s",
+                       m->dir, field, sw, field, si);
+    }
     /* the epsilon in use: 0 in either means the default */
     const double a = pt_arch_ln_eps(&saved), b = pt_arch_ln_eps(now);
     char sa[32], sb[32]; /* short when that tells them apart */

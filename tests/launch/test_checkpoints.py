@@ -443,7 +443,8 @@ MISMATCH = {
 def test_resume_gpt_with_vit_checkpoint(h):
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy", kind="gpt")
-    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["kind"], ("auto", "eval"))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["model.kind = vit", "model.kind = gpt"],
+               ("auto", "eval"))
 
 
 def test_resume_bert_other_ln_eps(h):
