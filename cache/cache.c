@@ -279,8 +279,12 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         free(c);
         return rc;
     }
-    const uint64_t memory_entries = spec->memory_bytes / spec->entry_bytes;
-    const uint64_t disk_entries = spec->disk_dir && *spec->disk_dir ? spec->disk_bytes / spec->entry_bytes : 0;
+    /* no tier holds more entries than there are samples, whatever the budget */
+    const uint64_t samples = (uint64_t)spec->samples;
+    uint64_t memory_entries = spec->memory_bytes / spec->entry_bytes;
+    uint64_t disk_entries = spec->disk_dir && *spec->disk_dir ? spec->disk_bytes / spec->entry_bytes : 0;
+    memory_entries = memory_entries < samples ? memory_entries : samples;
+    disk_entries = disk_entries < samples - memory_entries ? disk_entries : samples - memory_entries;
     const uint64_t slots_offset = round_up(sizeof(header), 64);
     const uint64_t data_offset = round_up(slots_offset + 8 * (uint64_t)spec->samples, ALIGN);
     const uint64_t size = data_offset + memory_entries * spec->entry_bytes;
@@ -306,10 +310,18 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         pt_cache_close(c);
         return rc;
     }
+    /* the header and slot table are reserved now (entries as they are
+     * stored, reserve_entry): a full /dev/shm is an error here, never a
+     * SIGBUS later */
+    int e = 0;
     if (flock(c->fd, LOCK_SH) != 0 || fchmod(c->fd, 0600) != 0 || ftruncate(c->fd, (off_t)size) != 0 ||
+        (e = posix_fallocate(c->fd, 0, (off_t)data_offset)) != 0 ||
         pwrite(c->fd, &h0, sizeof h0, 0) != (ssize_t)sizeof h0) {
-        rc = pt_fail(err, PT_ESYS, "cannot make the cache segment %s of %llu bytes: %s", c->name,
-                     (unsigned long long)size, strerror(errno));
+        rc = pt_fail(err, PT_ESYS, "cannot make the cache segment %s of %llu bytes: %s%s", c->name,
+                     (unsigned long long)size, strerror(e ? e : errno),
+                     e == ENOSPC ? " (" SHM_DIR " cannot hold even its table of samples: make it "
+                                   "larger, or set cache.enabled false)"
+                                 : "");
         pt_cache_close(c);
         return rc;
     }
@@ -430,6 +442,21 @@ int pt_cache_get(pt_cache *c, int64_t id, int depth, void *out, pt_err *err)
     return atomic_load_explicit(&c->slot[id], memory_order_relaxed) == s;
 }
 
+/* The segment is sparse: its entries' pages are taken from the tmpfs as
+ * they are first written, and a store into a page the tmpfs cannot give
+ * (a /dev/shm smaller than cache.memory_gib, as containers often have)
+ * would kill the process with SIGBUS. So entry m's pages are reserved
+ * before its first write; when /dev/shm is full, the memory tier is closed
+ * to new entries (the disk tier, or computing, takes the rest). */
+static int reserve_entry(pt_cache *c, uint64_t m)
+{
+    const uint64_t bytes = c->h->entry_bytes;
+    if (posix_fallocate(c->fd, (off_t)(c->h->data_offset + m * bytes), (off_t)bytes) == 0)
+        return 1;
+    atomic_store_explicit(&c->h->memory_next, c->h->memory_entries, memory_order_relaxed);
+    return 0;
+}
+
 int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *err)
 {
     if (id < 0 || (uint64_t)id >= c->h->samples || depth < 1 || depth > 0xffff)
@@ -450,7 +477,7 @@ int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *e
     uint64_t loc = slot_loc(s);
     if (!loc) { /* first entry of this sample: memory tier, then disk tier */
         uint64_t m = atomic_fetch_add_explicit(&c->h->memory_next, 1, memory_order_relaxed);
-        if (m < c->h->memory_entries) {
+        if (m < c->h->memory_entries && reserve_entry(c, m)) {
             tier = 0;
             loc = m + 1;
         } else {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <yaml.h>
 
 typedef struct {
@@ -30,6 +31,10 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     int line = (int)kn->start_mark.line + 1;
     if (kn->type != YAML_SCALAR_NODE)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: a key must be a plain word", w->path, line);
+    /* a quoted "\0" reaches us as a NUL inside the scalar: the C string
+     * would end there and read as another key or value */
+    if (strlen((const char *)kn->data.scalar.value) != kn->data.scalar.length)
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: a key holds a NUL character", w->path, line);
     char key[256];
     int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
                      (const char *)kn->data.scalar.value);
@@ -74,6 +79,9 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     const char *text = (const char *)vn->data.scalar.value;
     if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *text == '\0')
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], "", "no value");
+    if (strlen(text) != vn->data.scalar.length)
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
+                                   "a NUL character (\\0) after");
     int rc = pt_config_set_value(w->c, ki, text, where, w->err);
     if (rc == 0)
         w->c->line[ki] = line;
@@ -125,12 +133,18 @@ static int line_at(const char *text, size_t at)
     return line;
 }
 
-static int syntax_error(const yaml_parser_t *p, const char *name, pt_err *err)
+static int syntax_error(const yaml_parser_t *p, const char *text, size_t len, const char *name,
+                        pt_err *err)
 {
     if (p->error == YAML_MEMORY_ERROR)
         return pt_fail(err, PT_ENOMEM, "%s: out of memory parsing the YAML", name);
-    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name,
-                   (int)p->problem_mark.line + 1, p->problem ? p->problem : "?");
+    /* libyaml's reader (bad UTF-8, control characters) says where by byte
+     * offset and leaves problem_mark at the start */
+    const int line = p->error == YAML_READER_ERROR
+                         ? line_at(text, p->problem_offset < len ? p->problem_offset : len)
+                         : (int)p->problem_mark.line + 1;
+    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name, line,
+                   p->problem ? p->problem : "?");
 }
 
 /* The first pass: size, nesting depth, anchors and documents, checked on the
@@ -151,7 +165,7 @@ static int prescan(const char *text, size_t len, const char *name, pt_err *err)
     while (rc == 0 && !done) {
         yaml_event_t e;
         if (!yaml_parser_parse(&p, &e)) {
-            rc = syntax_error(&p, name, err);
+            rc = syntax_error(&p, text, len, name, err);
             break;
         }
         const int line = (int)e.start_mark.line + 1;
@@ -212,7 +226,7 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
         return pt_fail(err, PT_ENOMEM, "out of memory starting the YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, &doc)) {
-        rc = syntax_error(&parser, name, err);
+        rc = syntax_error(&parser, text, len, name, err);
         yaml_parser_delete(&parser);
         return rc;
     }
@@ -234,9 +248,17 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
 
 int pt_config_load(pt_config *c, const char *path, pt_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_fail(err, PT_EINPUT, "cannot open config '%s': %s", path, strerror(errno));
+    /* a FIFO or a device as the config is refused, not waited on */
+    int fd = pt_open_input(path, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !f) {
+        close(fd);
+        return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
+    }
+    if (!f) {
+        err->code = PT_EINPUT; /* a config that cannot be opened is bad input too */
+        return pt_err_prefix(err, "config");
+    }
     /* one byte more than the limit, so that prescan sees a file that is too long */
     char *text = malloc(MAX_BYTES + 1);
     if (!text) {

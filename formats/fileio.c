@@ -75,9 +75,9 @@ int pt_is_temporary_name(const char *name)
 
 int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, pt_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = pt_open_input(path, err); /* not /dev/zero, which never ends */
     if (fd < 0)
-        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+        return err->code;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char *buf = malloc(WFILE_BUFFER_BYTES);
     int rc = 0;
@@ -190,6 +190,14 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
     *out = NULL;
     if (!path || !*path)
         return pt_fail(err, PT_EINPUT, "cannot write a file with an empty path");
+    /* the rename at commit would replace whatever is there: a regular file
+     * is what we may replace; a device (as root, /dev/null itself), a FIFO
+     * or a directory is left alone and refused */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return pt_fail(err, PT_EINPUT,
+                       "'%s' exists and is not a regular file (%s); it is not replaced", path,
+                       pt_file_kind(st.st_mode));
     pt_wfile *f = calloc(1, sizeof *f);
     size_t tmp_cap = strlen(path) + 64;
     if (f) {

@@ -345,11 +345,10 @@ int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uin
         free(f);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = pt_open_input(path, err); /* a FIFO is refused, not waited on */
     if (fd < 0) {
-        int rc = pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
         pt_recfile_close(f);
-        return rc;
+        return err->code;
     }
     struct stat st;
     int rc = 0;

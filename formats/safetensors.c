@@ -312,9 +312,9 @@ static int read_header(pt_st_file *f, uint64_t *size, uint64_t *header_len, pt_e
     const char *path = f->path;
     struct stat st;
     unsigned char length_field[8];
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = pt_open_input(path, err); /* a FIFO is refused, not waited on */
     if (f->fd < 0)
-        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+        return err->code;
     if (fstat(f->fd, &st) != 0)
         return pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))

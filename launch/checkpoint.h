@@ -88,4 +88,13 @@ typedef struct pt_rundir_lock {
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
 
+/* A refused run leaves no run directory behind. Before anything is made:
+ * the first directory of run_dir's path that does not exist yet into fresh
+ * ("" when run_dir exists). After a refusal, before the lock is released:
+ * when run_dir was fresh, its lock and the empty files opened in it are
+ * removed, then the directories from run_dir up to fresh (left alone if
+ * something else is in them). An existing run.dir keeps everything. */
+void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n);
+void pt_rundir_remove_fresh(const char *run_dir, const char *fresh);
+
 #endif

@@ -108,6 +108,50 @@ static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
     return 0;
 }
 
+/* Whether eval can write its output option's file: creates and removes the
+ * temporary file a write would start with. A path that cannot be written is
+ * bad input (PT_EINPUT). */
+static int probe_output(const char *option, const char *path, pt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is a directory; it takes a file name", option, path);
+    pt_wfile *f = NULL;
+    if (pt_wfile_open(&f, path, err) == 0) {
+        pt_wfile_abort(f);
+        return 0;
+    }
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
+}
+
+/* path as an absolute name of its directory and its last component, so
+ * that two spellings of one output ("a.st", "./a.st") compare equal. */
+static void output_name(const char *path, char *out, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PT_PATH_MAX], real[PT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (!realpath(dir, real))
+        snprintf(real, sizeof real, "%s", dir);
+    snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
+}
+
+/* Whether two output paths name one file: the same file if both exist
+ * (links included), else the same directory and name. */
+static int same_output(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char na[2 * PT_PATH_MAX + 2], nb[2 * PT_PATH_MAX + 2];
+    output_name(a, na, sizeof na);
+    output_name(b, nb, sizeof nb);
+    return strcmp(na, nb) == 0;
+}
+
 /* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits /
  * --hidden (where allowed) from argv[2..]; validates. */
 static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *err)
@@ -132,8 +176,9 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
     if (rc == 0 && a->init && a->checkpoint)
         rc = pt_fail(err, PT_EINPUT, "--init and --checkpoint '%s' both choose the weights; give one",
                      a->checkpoint);
-    if (rc == 0 && a->logits && a->hidden && strcmp(a->logits, a->hidden) == 0)
-        rc = pt_fail(err, PT_EINPUT, "--logits and --hidden name the same file '%s'", a->hidden);
+    if (rc == 0 && a->logits && a->hidden && same_output(a->logits, a->hidden))
+        rc = pt_fail(err, PT_EINPUT, "--logits '%s' and --hidden '%s' name the same file",
+                     a->logits, a->hidden);
     return rc ? rc : pt_config_validate(&a->cfg, err);
 }
 
@@ -175,11 +220,14 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
     else
         snprintf(planned, sizeof planned, "%s", cfg->train.resume);
+    char fresh[PT_CKPT_PATH] = ""; /* what a refusal removes again */
+    if (pt_comm_rank(comm) == 0)
+        pt_rundir_fresh_root(cfg->run.dir, fresh, sizeof fresh);
     int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
     if (rc == 0 && pt_comm_rank(comm) == 0)
         rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
     if ((rc = setup_failed(comm, rc, &err)))
-        goto done;
+        goto refused;
     if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
         if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
@@ -201,7 +249,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0)
         rc = pt_session_write_profile(s, &err);
     if ((rc = setup_failed(comm, rc, &err)))
-        goto done;
+        goto refused;
     rc = pt_session_train(s, &err);
     if (rc && rc != PT_ESTOPPED) {
         int code = report(comm, rc, &err);
@@ -211,29 +259,16 @@ static int cmd_train(pt_comm *comm, const cli *a)
         goto done;
     }
     rc = exit_code(rc);
+    goto done;
+refused:
+    pt_session_close(s); /* its files in run.dir closed first */
+    if (pt_comm_rank(comm) == 0)
+        pt_rundir_remove_fresh(cfg->run.dir, fresh);
 done:
     pt_session_close(s);
     free(s);
     pt_rundir_lock_release(&lock);
     return rc;
-}
-
-/* Whether eval can write its output option's file: creates and removes the
- * temporary file a write would start with. A path that cannot be written is
- * bad input (PT_EINPUT). */
-static int probe_output(const char *option, const char *path, pt_err *err)
-{
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return pt_fail(err, PT_EINPUT, "%s '%s' is a directory; it takes a file name", option, path);
-    pt_wfile *f = NULL;
-    if (pt_wfile_open(&f, path, err) == 0) {
-        pt_wfile_abort(f);
-        return 0;
-    }
-    char why[sizeof err->msg];
-    snprintf(why, sizeof why, "%s", err->msg);
-    return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
 }
 
 static int cmd_eval(pt_comm *comm, const cli *a)
@@ -342,6 +377,13 @@ static int cmd_export(int argc, char **argv)
     int rc = cfg ? pt_checkpoint_read_config(argv[2], cfg, &arch, &err)
                  : pt_fail(&err, PT_ENOMEM, "out of memory");
     pt_segment_spec spec = {0, 0, 1, 1};
+    struct stat st;
+    if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0 && !S_ISDIR(st.st_mode))
+        rc = pt_fail(&err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
+                     "directory (model.safetensors and config.json)", argv[3],
+                     pt_file_kind(st.st_mode));
+    else if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
+        rc = probe_output("export", argv[3], &err);
     if (rc == 0)
         spec.count = pt_arch_units(&arch);
     if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, &err)) == 0 &&

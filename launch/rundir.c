@@ -173,6 +173,54 @@ static void remove_leftovers(const char *run_dir)
     closedir(d);
 }
 
+void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n)
+{
+    fresh[0] = '\0';
+    struct stat st;
+    const size_t len = strlen(run_dir);
+    if (len == 0 || len >= n || stat(run_dir, &st) == 0)
+        return;
+    /* the shortest prefix ending a component that is missing */
+    for (size_t end = 1; end <= len; end++) {
+        if (end < len && (run_dir[end] != '/' || run_dir[end - 1] == '/'))
+            continue;
+        snprintf(fresh, n, "%.*s", (int)end, run_dir);
+        if (stat(fresh, &st) != 0)
+            return;
+    }
+    fresh[0] = '\0';
+}
+
+void pt_rundir_remove_fresh(const char *run_dir, const char *fresh)
+{
+    if (!*fresh)
+        return;
+    char path[PT_CKPT_PATH];
+    DIR *d = opendir(run_dir);
+    if (d) {
+        struct dirent *e;
+        struct stat st;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, "lock") == 0 ||
+                (lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 && S_ISREG(st.st_mode) &&
+                 st.st_size == 0))
+                unlink(pt_path_join(path, run_dir, e->d_name));
+        closedir(d);
+    }
+    snprintf(path, sizeof path, "%s", run_dir);
+    for (;;) {
+        size_t len = strlen(path);
+        while (len > 1 && path[len - 1] == '/')
+            path[--len] = '\0';
+        if (len < strlen(fresh) || rmdir(path) != 0)
+            return;
+        char *slash = strrchr(path, '/');
+        if (!slash)
+            return;
+        *slash = '\0';
+    }
+}
+
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 {
     lock->fd = -1;

@@ -4,9 +4,13 @@
  */
 #include "nn/nn.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int pt_fail(pt_err *err, int code, const char *fmt, ...)
 {
@@ -41,4 +45,44 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...)
     err->msg[plen + keep] = '\0';
     memcpy(err->msg, prefix, plen);
     return err->code;
+}
+
+const char *pt_file_kind(unsigned mode)
+{
+    const mode_t m = (mode_t)mode;
+    return S_ISREG(m)    ? "a regular file"
+           : S_ISDIR(m)  ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a file";
+}
+
+int pt_open_input(const char *path, pt_err *err)
+{
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        pt_fail(err, PT_EINPUT, "'%s' is not a regular file (%s)", path, pt_file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        pt_fail(err, PT_ESYS, "'%s': fcntl: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
 }

@@ -47,6 +47,18 @@ int pt_fail(pt_err *err, int code, const char *fmt, ...)
 /* Prefixes err->msg with "context: " (keeps the code). Returns err->code. */
 int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Opens a file the user named (config, data, weights, checkpoint) for
+ * reading: its descriptor, or -1 with err set. What is not a regular file
+ * (through links) is bad input, PT_EINPUT "'PATH' is not a regular file (a
+ * FIFO)": a FIFO, a device such as /dev/zero, a socket or a directory would
+ * block or never end. The type is checked on the open descriptor, opened
+ * without waiting for a FIFO's writer. PT_ESYS when it cannot be opened. */
+int pt_open_input(const char *path, pt_err *err);
+
+/* What a file of this st_mode is, for messages: "a regular file", "a
+ * directory", "a FIFO", "a character device", ... */
+const char *pt_file_kind(unsigned mode);
+
 /* --------------------------------------------------------------------- rng */
 
 /* xoshiro256** seeded through splitmix64 from (seed, stream). Streams make

@@ -53,6 +53,8 @@ usage: test_cache_exact.py PIPETRAIN_BINARY [--full]
 """
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # nothing written into the repository
@@ -196,6 +198,28 @@ def test_issue10_vit_d32_threads2(h):
     on_equals_off(h, dict(REPRO, **{"run.threads": "2"}), "repro-t2", 150)
 
 
+def test_small_dev_shm(h):
+    """A /dev/shm smaller than the cache (containers often give 64 MiB): the
+    segment's pages are reserved as entries are first stored, so a full
+    tmpfs closes the memory tier (the rest is computed) instead of killing
+    the run with SIGBUS. Cache on, in a mount namespace whose /dev/shm is a
+    256 KiB tmpfs (about a tenth of the entries fit), is bit-identical to
+    cache off, and served hits. Needs root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    base = dict(REPRO, **{"train.max_steps": "100"})
+    off = train(h, "shm-off", keys(h.path("shm-off"), base, False))
+    on_dir = h.path("shm-on")
+    cfg = U.write_config(h, "shm-on.yaml", keys(on_dir, base, True))
+    script = 'mount -t tmpfs -o size=256k tmpfs /dev/shm && exec "$0" train "$1"'
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                       capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+    check(p.returncode == 0, "cache on with a 256 KiB /dev/shm: exit %d\n%s", p.returncode,
+          U.tail(p.stdout + p.stderr))
+    check_cache_use(on_dir, True)
+    same_steps(steps_of(off), steps_of(on_dir), "a 256 KiB /dev/shm: cache on vs off")
+
+
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
           dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
@@ -302,7 +326,8 @@ FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33,
 
 
 def tests(full):
-    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2] + [sweep_case(*c) for c in QUICK]
+    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm]
+    out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),
             start0_case("bert", 2, dropout="0.1"), test_bert_dropout_resumed]

@@ -79,10 +79,20 @@ def expect_refused(h, r, needles, what):
 def all_refuse(h, cfg, run_dir, ckpt_dir, needles, modes=("auto", "path", "eval", "eval-default",
                                                            "export")):
     """Every way of reading ckpt_dir fails with status 2 and one error line
-    holding every needle; nothing on disk changes."""
+    holding every needle; nothing on disk changes. A resume from the path
+    into a run.dir that does not exist yet ("fresh") leaves none behind."""
     before = U.snapshot(run_dir)
     out = h.path("export-out.safetensors")
-    for mode in modes:
+    fresh = h.path("fresh-parent/fresh-run")
+    for mode in list(modes) + (["fresh"] if "path" in modes else []):
+        if mode == "fresh":
+            r = h.run(["train", cfg, "--set", "train.resume=" + ckpt_dir, "--set",
+                       "run.dir=" + fresh])
+            expect_refused(h, r, needles, mode)
+            check(not os.path.exists(h.path("fresh-parent")), "a refused resume left %s: %s",
+                  h.path("fresh-parent"), os.listdir(h.path("fresh-parent"))
+                  if os.path.isdir(h.path("fresh-parent")) else "a file")
+            continue
         if mode == "auto":
             r = h.run(["train", cfg, "--set", "train.resume=auto"])
         elif mode == "path":

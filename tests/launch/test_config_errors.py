@@ -21,6 +21,7 @@ import os
 import shutil
 import math
 import re
+import stat
 import struct
 import subprocess
 import sys
@@ -433,6 +434,14 @@ CASES = [
     # ---- YAML structure
     Case("yaml_syntax_tab", raw=inserted_under("train", "\tlr2: 1\n"), needles=["YAML"],
          line=line_with("\t")),
+    # libyaml's reader errors (a raw control character, bad UTF-8) name their line too
+    Case("yaml_raw_control_character", {"sample.prompt": '"And\x01God"'},
+         line=line_with("God"), needles=["YAML syntax error", "control characters"]),
+    # a quoted "\0" is a NUL inside the scalar: not a shorter value or key
+    Case("nul_in_quoted_value", {"train.lr": '"0.5\\0garbage"'}, blame="train.lr",
+         needles=["NUL", "'0.5'"]),
+    Case("nul_in_quoted_key", raw=inserted_under("run", '  "seed\\0zzz": 7\n'),
+         line=line_with("zzz"), needles=["key holds a NUL"]),
     Case("yaml_syntax_unclosed_flow", raw=append("pipeline: {stages: 1\n"), needles=["YAML"]),
     Case("duplicate_key", raw=dup, line=line_with("lr: 0.005"),
          needles=["train.lr", "twice"]),
@@ -579,6 +588,9 @@ CASES = [
     Case("section_is_empty", raw=lambda t: without_section("model")(t) + "model:\n",
          line=last_line, needles=["section model must be a mapping", "empty"]),
     Case("empty_run_dir", {"run.dir": '""'}, needles=["run.dir"]),
+    # a place that cannot be made is the config's fault (exit 2), not the system's
+    Case("run_dir_cannot_be_made", {"run.dir": "/proc/no-such-dir/run"}, blame="run.dir",
+         needles=["cannot create directory", "/proc/no-such-dir"]),
     # ---- --set overrides and the command line
     Case("set_unknown_key", sets=["train.lrr=0.1"],
          needles=["--set", "train.lrr", "did you mean 'train.lr'"]),
@@ -1170,6 +1182,65 @@ def test_usage_errors(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_special_files(h):
+    """Outputs never replace what is not a regular file: export and eval
+    --logits to a device node (as root: /dev/null itself would go), a FIFO
+    or a directory, or under a missing directory, are refused (exit 2) and
+    the node is left as it was; --logits and --hidden naming one file in two
+    spellings are refused. Inputs never block: a config, a checkpoint's
+    manifest or unit file that is a FIFO, or a link to /dev/zero, is refused
+    at once (exit 2), naming it."""
+    cfg = U.write_config(h, "good.yaml", base(h, **{"train.checkpoint_every": "2"}))
+    h.run(["train", cfg]).expect(0, "training")
+    ck = U.ckpt(h.path("run"), 2)
+    fifo = h.path("fifo")
+    os.mkfifo(fifo)
+    outs = {"fifo": (fifo, "a FIFO"), "dir": (h.path("adir"), "a directory"),
+            "missing": (h.path("no/such/dir/x.st"), "No such file")}
+    os.mkdir(h.path("adir"))
+    if os.geteuid() == 0:
+        os.mknod(h.path("null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        outs["device"] = (h.path("null"), "a character device")
+    for name, (path, needle) in outs.items():
+        before = os.lstat(path) if os.path.lexists(path) else None
+        for args in (["export", ck, path], ["eval", cfg, "--init", "--logits", path]):
+            r = h.run(args, timeout=30).expect(2, "%s to %s" % (args[0], name))
+            r.one_error(path, needle, strict=False)
+            after = os.lstat(path) if before else None
+            check(before is None and not os.path.lexists(path) or
+                  (before and after and before.st_mode == after.st_mode and
+                   before.st_ino == after.st_ino), "%s replaced %s", args[0], path)
+    r = h.run(["eval", cfg, "--init", "--logits", "a.st", "--hidden", "./a.st"]).expect(2)
+    r.one_error("--logits 'a.st' and --hidden './a.st' name the same file")
+    check(not os.path.exists(h.path("a.st")), "a.st written")
+    r = h.run(["plan", fifo], timeout=30).expect(2, "a FIFO as the config")
+    r.one_error(fifo, "not a regular file (a FIFO)", strict=False)
+    for part in ("manifest", os.path.basename(U.unit_files(ck)[0])):
+        for kind in ("fifo", "zero"):
+            bad = h.path("ck-%s-%s" % (part, kind))
+            shutil.copytree(ck, bad)
+            os.unlink(os.path.join(bad, part))
+            if kind == "fifo":
+                os.mkfifo(os.path.join(bad, part))
+            else:
+                os.symlink("/dev/zero", os.path.join(bad, part))
+            for args in (["export", bad, h.path("x.st")], ["eval", cfg, "--checkpoint", bad]):
+                r = h.run(args, timeout=30).expect(2, "%s of a checkpoint whose %s is %s"
+                                                   % (args[0], part, kind))
+                r.one_error(os.path.join(bad, part), "not a regular file", strict=False)
+
+
+def test_cache_budget_above_need(h):
+    """cache.memory_gib and cache.disk_gib are budgets: a tier never holds
+    more entries than there are samples, so the schema's largest values
+    (1e6 GiB) train instead of failing to map or size the segment."""
+    os.mkdir(h.path("spill"))
+    keys = base(h, **{"cache.enabled": "true", "cache.memory_gib": "1000000",
+                      "cache.disk_dir": h.path("spill"), "cache.disk_gib": "1000000",
+                      "freeze.policy": "schedule", "freeze.start": "0"})
+    h.run(["train", U.write_config(h, "big.yaml", keys)]).expect(0, "a cache budget of 1e6 GiB")
+
+
 def test_eval_output_errors(h):
     """eval's --logits / --hidden / --checkpoint / --init misused: one clear
     error line, exit 2, nothing written. An output that cannot be written is
@@ -1208,7 +1279,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
-         test_bert_init_from_legacy_names, test_jsonl_text_with_nul,
+         test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
+         test_cache_budget_above_need,
          test_threads_above_cores_warned,
          test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
 
