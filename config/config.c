@@ -252,8 +252,14 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         }
         errno = 0;
         double v = strtod(text, &end);
-        if (errno || end == text || *end || !isfinite(v))
+        /* ERANGE: beyond a double (1e400: out of range) or below its normal
+         * numbers (1e-310: a number, as small as it reads, judged by the
+         * key's range like any other) */
+        const int overflow = errno == ERANGE && isinf(v);
+        if (end == text || *end || (!isfinite(v) && !overflow))
             return pt_config_bad_value(err, where, k, text, "not a number:");
+        if (overflow)
+            return pt_config_bad_value(err, where, k, text, "out of range:");
         int below = (k->flags & PT_F_MIN_EXCL) ? v <= k->min : v < k->min;
         int above = (k->flags & PT_F_MAX_EXCL) ? v >= k->max : v > k->max;
         if (below || above)

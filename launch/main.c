@@ -177,7 +177,7 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
         rc = pt_fail(err, PT_EINPUT, "--init and --checkpoint '%s' both choose the weights; give one",
                      a->checkpoint);
     if (rc == 0 && a->logits && a->hidden && same_output(a->logits, a->hidden))
-        rc = pt_fail(err, PT_EINPUT, "--logits '%s' and --hidden '%s' name the same file",
+        rc = pt_fail(err, PT_EINPUT, "--logits and --hidden name the same file ('%s', '%s')",
                      a->logits, a->hidden);
     return rc ? rc : pt_config_validate(&a->cfg, err);
 }

@@ -223,6 +223,18 @@ void test_textcls_jsonl(void)
     for (int i = 0; i < 4; i++)
         CU_ASSERT_EQUAL(ds.labels[i], want[i]);
     pt_dataset_free(&ds);
+
+    /* "\u0000" in a text (valid JSON: json.dumps writes a NUL so) is
+     * dropped by the tokenizer, as a raw NUL in a TSV text is */
+    pt_dataset plain;
+    write_text(path, sizeof path, "nul.jsonl", "{\"text\": \"g\\u0000od\\u0000\", \"label\": \"law\"}\n");
+    load_ok(&ds, path, v, 6, NULL);
+    write_text(path, sizeof path, "plain.jsonl", "{\"text\": \"god\", \"label\": \"law\"}\n");
+    load_ok(&plain, path, v, 6, NULL);
+    CU_ASSERT_EQUAL_FATAL(ds.count, 1);
+    CU_ASSERT(memcmp(ds.tokens, plain.tokens, 6 * sizeof *ds.tokens) == 0);
+    pt_dataset_free(&ds);
+    pt_dataset_free(&plain);
     pt_vocab_free(v);
     remove_dir();
 }
@@ -447,7 +459,12 @@ static const hostile HOSTILE[] = {
       "bad JSON"),
     H("json-duplicate.jsonl", "{\"text\": \"god\", \"label\": \"law\", \"label\": \"x\"}\n", 1,
       "bad JSON"),
-    H("json-nul-escape.jsonl", "{\"text\": \"g\\u0000d\", \"label\": \"law\"}\n", 1, "bad JSON"),
+    /* "\u0000" is valid JSON: in a text it is dropped (test_textcls_jsonl),
+     * in a label refused like a raw control byte */
+    H("json-nul-in-label.jsonl", "{\"text\": \"god\", \"label\": \"l\\u0000aw\"}\n", 1,
+      "control byte 0x00"),
+    H("json-newlines-text.jsonl", "{\"text\": \"\\n\\r\\n\\t \", \"label\": \"law\"}\n", 1,
+      "empty text"),
     H("json-bad-utf8.jsonl", "{\"text\": \"g\xff\", \"label\": \"law\"}\n", 1, "bad JSON"),
     H("json-list.jsonl", "[\"god\", \"law\"]\n", 1, "an array, not an object"),
     H("json-string.jsonl", "\"god\"\n", 1, "a string, not an object"),

@@ -190,14 +190,21 @@ static void test_open_in_missing_directory_fails(void)
 
 static void test_commit_onto_directory_fails_cleanly(void)
 {
-    /* rename(file, non-empty dir) fails: the temporary file must be removed */
+    /* a directory there when the file is opened: refused at once, nothing
+     * created; one made there while the file is written (rename(file,
+     * non-empty dir) fails at commit): the temporary file must be removed */
     char *dir = make_temp_dir();
     char *target = join_path(dir, "sub");
     char *inner = join_path(target, "keep");
     pt_err err = {0};
     CU_ASSERT_FATAL(pt_mkdir_p(inner, 0755, &err) == 0);
-    pt_wfile *f;
+    pt_wfile *f = NULL;
+    CU_ASSERT(pt_wfile_open(&f, target, &err) == PT_EINPUT && f == NULL);
+    CU_ASSERT(strstr(err.msg, "not a regular file (a directory)") != NULL);
+    CU_ASSERT(count_entries(dir) == 1);
+    CU_ASSERT_FATAL(rmdir(inner) == 0 && rmdir(target) == 0);
     CU_ASSERT_FATAL(pt_wfile_open(&f, target, &err) == 0);
+    CU_ASSERT_FATAL(pt_mkdir_p(inner, 0755, &err) == 0);
     CU_ASSERT(pt_wfile_write(f, "abc", 3, &err) == 0);
     CU_ASSERT(pt_wfile_commit(f, &err) == PT_ESYS);
     CU_ASSERT(strstr(err.msg, "rename") != NULL);

@@ -360,6 +360,12 @@ CASES = [
          needles=["not a number: 'nan'"]),
     Case("dropout_infinite", {"model.attention_dropout": "-inf"}, blame="model.attention_dropout",
          needles=["not a number: '-inf'"]),
+    # beyond a double is out of range, not "not a number"; below zero's
+    # underflow (1e-400 reads as 0) the key's range decides
+    Case("number_beyond_a_double", {"train.lr": "1e400"}, blame="train.lr",
+         needles=["out of range: '1e400'"]),
+    Case("number_that_underflows_to_zero", {"train.lr": "1e-400"}, blame="train.lr",
+         needles=["out of range: '1e-400'"]),
     Case("dropout_a_word", {"model.dropout": "high"}, blame="model.dropout",
          needles=["not a number: 'high'", "or auto"]),
     Case("dropout_auto_misspelt", {"model.dropout": "Auto"}, blame="model.dropout",
@@ -1211,7 +1217,7 @@ def test_special_files(h):
                   (before and after and before.st_mode == after.st_mode and
                    before.st_ino == after.st_ino), "%s replaced %s", args[0], path)
     r = h.run(["eval", cfg, "--init", "--logits", "a.st", "--hidden", "./a.st"]).expect(2)
-    r.one_error("--logits 'a.st' and --hidden './a.st' name the same file")
+    r.one_error("--logits and --hidden name the same file ('a.st', './a.st')")
     check(not os.path.exists(h.path("a.st")), "a.st written")
     r = h.run(["plan", fifo], timeout=30).expect(2, "a FIFO as the config")
     r.one_error(fifo, "not a regular file (a FIFO)", strict=False)
@@ -1228,6 +1234,13 @@ def test_special_files(h):
                 r = h.run(args, timeout=30).expect(2, "%s of a checkpoint whose %s is %s"
                                                    % (args[0], part, kind))
                 r.one_error(os.path.join(bad, part), "not a regular file", strict=False)
+
+
+def test_subnormal_number_accepted(h):
+    """1e-310 is below a double's normal numbers but a number all the same
+    (strtod says ERANGE): a key whose range holds it takes it."""
+    keys = base(h, **{"train.lr": "1e-310", "train.min_lr": "0"})
+    h.run(["plan", U.write_config(h, "tiny-lr.yaml", keys)]).expect(0, "lr 1e-310")
 
 
 def test_cache_budget_above_need(h):
@@ -1280,7 +1293,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
-         test_cache_budget_above_need,
+         test_cache_budget_above_need, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
          test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
 
