@@ -284,7 +284,7 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     uint64_t memory_entries = spec->memory_bytes / spec->entry_bytes;
     uint64_t disk_entries = spec->disk_dir && *spec->disk_dir ? spec->disk_bytes / spec->entry_bytes : 0;
     memory_entries = memory_entries < samples ? memory_entries : samples;
-    disk_entries = disk_entries < samples - memory_entries ? disk_entries : samples - memory_entries;
+    disk_entries = disk_entries < samples ? disk_entries : samples; /* the memory tier may close early */
     const uint64_t slots_offset = round_up(sizeof(header), 64);
     const uint64_t data_offset = round_up(slots_offset + 8 * (uint64_t)spec->samples, ALIGN);
     const uint64_t size = data_offset + memory_entries * spec->entry_bytes;
@@ -451,7 +451,11 @@ int pt_cache_get(pt_cache *c, int64_t id, int depth, void *out, pt_err *err)
 static int reserve_entry(pt_cache *c, uint64_t m)
 {
     const uint64_t bytes = c->h->entry_bytes;
-    if (posix_fallocate(c->fd, (off_t)(c->h->data_offset + m * bytes), (off_t)bytes) == 0)
+    int e;
+    do /* a stop signal may interrupt it: that is no reason to close the tier */
+        e = posix_fallocate(c->fd, (off_t)(c->h->data_offset + m * bytes), (off_t)bytes);
+    while (e == EINTR);
+    if (e == 0)
         return 1;
     atomic_store_explicit(&c->h->memory_next, c->h->memory_entries, memory_order_relaxed);
     return 0;

@@ -252,10 +252,11 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         }
         errno = 0;
         double v = strtod(text, &end);
-        /* ERANGE: beyond a double (1e400: out of range) or below its normal
-         * numbers (1e-310: a number, as small as it reads, judged by the
-         * key's range like any other) */
-        const int overflow = errno == ERANGE && isinf(v);
+        /* ERANGE: beyond a double (1e400), or below its smallest number
+         * (1e-400 reads as 0, which is not what was written): out of range;
+         * or a subnormal (1e-310: a number, as small as it reads, judged by
+         * the key's range like any other) */
+        const int overflow = errno == ERANGE && (isinf(v) || v == 0);
         if (end == text || *end || (!isfinite(v) && !overflow))
             return pt_config_bad_value(err, where, k, text, "not a number:");
         if (overflow)

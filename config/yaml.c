@@ -31,10 +31,6 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     int line = (int)kn->start_mark.line + 1;
     if (kn->type != YAML_SCALAR_NODE)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: a key must be a plain word", w->path, line);
-    /* a quoted "\0" reaches us as a NUL inside the scalar: the C string
-     * would end there and read as another key or value */
-    if (strlen((const char *)kn->data.scalar.value) != kn->data.scalar.length)
-        return pt_fail(w->err, PT_EINPUT, "%s:%d: a key holds a NUL character", w->path, line);
     char key[256];
     int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
                      (const char *)kn->data.scalar.value);
@@ -95,8 +91,15 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
                        (int)node->start_mark.line + 1, *prefix ? " under " : "", prefix);
     yaml_node_pair_t *first = node->data.mapping.pairs.start, *top = node->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = first; p < top; p++) {
-        /* YAML forbids a key twice in one mapping; libyaml does not check */
+        /* a quoted "\0" reaches us as a NUL inside the scalar: the C string
+         * would end there and read as another key (checked before the keys
+         * are compared as strings) */
         yaml_node_t *k = yaml_document_get_node(w->doc, p->key);
+        if (k->type == YAML_SCALAR_NODE &&
+            strlen((const char *)k->data.scalar.value) != k->data.scalar.length)
+            return pt_fail(w->err, PT_EINPUT, "%s:%d: a key holds a NUL character", w->path,
+                           (int)k->start_mark.line + 1);
+        /* YAML forbids a key twice in one mapping; libyaml does not check */
         for (yaml_node_pair_t *q = first; q < p && k->type == YAML_SCALAR_NODE; q++) {
             yaml_node_t *e = yaml_document_get_node(w->doc, q->key);
             if (e->type == YAML_SCALAR_NODE && strcmp((const char *)e->data.scalar.value,
@@ -248,15 +251,16 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
 
 int pt_config_load(pt_config *c, const char *path, pt_err *err)
 {
-    /* a FIFO or a device as the config is refused, not waited on */
-    int fd = pt_open_input(path, err);
+    /* a FIFO (<(...), /dev/stdin) is read up to the limit below, and is not
+     * waited on when it has no writer */
+    int fd = pt_open_input(path, 1, err);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (fd >= 0 && !f) {
         close(fd);
         return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
     }
     if (!f) {
-        err->code = PT_EINPUT; /* a config that cannot be opened is bad input too */
+        pt_err_input(err->code, err);
         return pt_err_prefix(err, "config");
     }
     /* one byte more than the limit, so that prescan sees a file that is too long */

@@ -12,14 +12,19 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 int pt_gz_open(gzFile *out, const char *path, pt_err *err)
 {
     *out = NULL;
+    int fd = pt_open_input(path, 0, err); /* a FIFO would block, /dev/zero never end */
+    if (fd < 0)
+        return err->code;
     errno = 0;
-    gzFile gz = gzopen(path, "rb");
+    gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
         int e = errno;
+        close(fd);
         if (e == 0) /* zlib could not allocate its state */
             return pt_fail(err, PT_ENOMEM, "%s: cannot open: out of memory", path);
         return pt_fail(err, PT_ESYS, "%s: cannot open: %s", path, strerror(e));

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define CHUNK ((size_t)1 << 16)
 
@@ -496,8 +497,11 @@ int pt_textcls_load(pt_dataset *ds, const char *path, const pt_vocab *vocab, int
     if (!r)
         return pt_fail(err, PT_ENOMEM, "%s: out of memory", path);
     r->path = path;
-    if (!(r->f = fopen(path, "rb"))) {
-        rc = pt_fail(err, PT_ESYS, "%s: cannot open: %s", path, strerror(errno));
+    int fd = pt_open_input(path, 0, err);
+    if (fd < 0 || !(r->f = fdopen(fd, "rb"))) {
+        rc = fd < 0 ? err->code : pt_fail(err, PT_ENOMEM, "%s: out of memory", path);
+        if (fd >= 0)
+            close(fd);
         free(r);
         return rc;
     }

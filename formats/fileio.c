@@ -75,7 +75,7 @@ int pt_is_temporary_name(const char *name)
 
 int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, pt_err *err)
 {
-    int fd = pt_open_input(path, err); /* not /dev/zero, which never ends */
+    int fd = pt_open_input(path, 0, err); /* not /dev/zero, which never ends */
     if (fd < 0)
         return err->code;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -345,7 +345,7 @@ int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uin
         free(f);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
-    int fd = pt_open_input(path, err); /* a FIFO is refused, not waited on */
+    int fd = pt_open_input(path, 0, err); /* a FIFO is refused, not waited on */
     if (fd < 0) {
         pt_recfile_close(f);
         return err->code;
@@ -354,8 +354,6 @@ int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uin
     int rc = 0;
     if (fstat(fd, &st) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = pt_fail(err, PT_EINPUT, "'%s' is not a regular file", path);
     else if ((uint64_t)st.st_size < HEADER_BYTES + TRAILER_BYTES)
         rc = pt_fail(err, PT_EINPUT, "'%s': %llu bytes is too short for a record file (at least "
                      "%d): the file is truncated", path, (unsigned long long)st.st_size,

@@ -312,13 +312,11 @@ static int read_header(pt_st_file *f, uint64_t *size, uint64_t *header_len, pt_e
     const char *path = f->path;
     struct stat st;
     unsigned char length_field[8];
-    f->fd = pt_open_input(path, err); /* a FIFO is refused, not waited on */
+    f->fd = pt_open_input(path, 0, err); /* a FIFO is refused, not waited on */
     if (f->fd < 0)
         return err->code;
     if (fstat(f->fd, &st) != 0)
         return pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file", path);
     *size = (uint64_t)st.st_size;
     if (*size < 8)
         return pt_fail(err, PT_EINPUT, "'%s': %llu bytes is too short for a safetensors file (the "

@@ -161,8 +161,8 @@ static int ends_with(const char *s, const char *tail)
 
 int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t cn, pt_err *err)
 {
-    /* what the user named is missing or unusable: bad input, not a
-     * system failure (exit 2, like any other input file) */
+    /* what the user named is missing: bad input, not a system failure
+     * (exit 2) */
     struct stat st;
     if (stat(path, &st) != 0)
         return pt_fail(err, PT_EINPUT, "%s: %s", path, strerror(errno));
@@ -190,9 +190,7 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
                        isdir ? " (a Hugging Face model directory holds its weights as "
                                "model.safetensors)"
                              : "");
-    if (!S_ISREG(st.st_mode))
-        return pt_fail(err, PT_EINPUT, "%s: not a regular file", weights);
-    return 0;
+    return 0; /* its type: pt_st_open's to check */
 }
 
 /* ------------------------------------------------------------- the names */

@@ -19,15 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A file the user pointed at that cannot be opened is bad input (exit
- * status 2), like a missing config, not an internal failure. */
-static int input_error(int rc, pt_err *err)
-{
-    if (rc == PT_ESYS && err)
-        err->code = PT_EINPUT;
-    return rc == PT_ESYS ? PT_EINPUT : rc;
-}
-
 /* ------------------------------------------------------------------ load */
 
 typedef struct manifest {
@@ -74,7 +65,7 @@ static int manifest_open(manifest *m, const char *dir, pt_err *err)
     pt_path_join(path, dir, "manifest");
     int rc = pt_recfile_open(&m->f, path, PT_CKPT_MANIFEST_MAGIC, &version, err);
     if (rc)
-        return input_error(rc, err);
+        return pt_err_input(rc, err);
     const void *text;
     uint64_t len;
     if (version != PT_CKPT_FORMAT)
@@ -176,7 +167,7 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
     char hex[65];
     int rc = pt_sha256_file(path, digest, &size, err);
     if (rc)
-        return input_error(rc, err);
+        return pt_err_input(rc, err);
     pt_hex(digest, 32, hex);
     if (size != (uint64_t)json_integer_value(bytes) || strcmp(hex, json_string_value(sha)) != 0)
         return pt_fail(err, PT_EINPUT, "'%s' is not the file this checkpoint's manifest lists (%s): "
@@ -184,7 +175,7 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
                        path, size != (uint64_t)json_integer_value(bytes) ? "other size" : "other SHA-256");
     uint32_t version;
     if ((rc = pt_recfile_open(out, path, PT_CKPT_UNITS_MAGIC, &version, err)))
-        return input_error(rc, err);
+        return pt_err_input(rc, err);
     const void *text;
     uint64_t len;
     json_t *own = NULL;

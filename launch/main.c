@@ -139,13 +139,11 @@ static void output_name(const char *path, char *out, size_t n)
     snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
 }
 
-/* Whether two output paths name one file: the same file if both exist
- * (links included), else the same directory and name. */
+/* Whether two output paths name one file: the same directory and name. A
+ * write replaces the name (a link there included, not what it points to),
+ * so two names of one inode do not collide. */
 static int same_output(const char *a, const char *b)
 {
-    struct stat sa, sb;
-    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     char na[2 * PT_PATH_MAX + 2], nb[2 * PT_PATH_MAX + 2];
     output_name(a, na, sizeof na);
     output_name(b, nb, sizeof nb);
@@ -261,8 +259,13 @@ static int cmd_train(pt_comm *comm, const cli *a)
     rc = exit_code(rc);
     goto done;
 refused:
-    pt_session_close(s); /* its files in run.dir closed first */
-    if (pt_comm_rank(comm) == 0)
+    /* every rank's files in run.dir closed first; and only the job that
+     * holds the lock removes anything (another job that took it owns what
+     * is there) */
+    pt_session_close(s);
+    pt_err ignored;
+    pt_barrier(pt_comm_world(comm), &ignored);
+    if (lock.fd >= 0)
         pt_rundir_remove_fresh(cfg->run.dir, fresh);
 done:
     pt_session_close(s);

@@ -753,9 +753,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         /* rank 0 makes run.dir once every input has proved good; then every
          * rank opens its own files in it */
         rc = s->rank == 0 ? pt_mkdir_p(c->run.dir, 0755, err) : 0;
-        if (rc == PT_ESYS) { /* a place the user named that cannot be made: bad input */
-            err->code = PT_EINPUT;
-            rc = pt_config_key_prefix(c, err, "run.dir");
+        if (rc == PT_ESYS) { /* a place the user named that cannot be made */
+            rc = pt_err_input(rc, err);
+            pt_config_key_prefix(c, err, "run.dir");
         }
         if ((rc = pt_run_agree(&s->run, rc, err)))
             goto fail;

@@ -59,21 +59,37 @@ const char *pt_file_kind(unsigned mode)
                          : "not a file";
 }
 
-int pt_open_input(const char *path, pt_err *err)
+int pt_err_input(int rc, pt_err *err)
 {
+    if (rc == PT_ESYS && err)
+        err->code = PT_EINPUT;
+    return rc == PT_ESYS ? PT_EINPUT : rc;
+}
+
+static int input_kind_ok(mode_t m, int streams_ok)
+{
+    return S_ISREG(m) || (streams_ok && (S_ISFIFO(m) || S_ISCHR(m)));
+}
+
+int pt_open_input(const char *path, int streams_ok, pt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && !input_kind_ok(st.st_mode, streams_ok)) {
+        pt_fail(err, PT_EINPUT, "'%s' is not a regular file (%s)", path, pt_file_kind(st.st_mode));
+        return -1;
+    }
     /* O_NONBLOCK: opening a FIFO for reading would wait for a writer */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
         return -1;
     }
-    struct stat st;
     if (fstat(fd, &st) != 0) {
         pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!input_kind_ok(st.st_mode, streams_ok)) { /* it changed since the stat */
         pt_fail(err, PT_EINPUT, "'%s' is not a regular file (%s)", path, pt_file_kind(st.st_mode));
         close(fd);
         return -1;

@@ -47,13 +47,21 @@ int pt_fail(pt_err *err, int code, const char *fmt, ...)
 /* Prefixes err->msg with "context: " (keeps the code). Returns err->code. */
 int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Opens a file the user named (config, data, weights, checkpoint) for
- * reading: its descriptor, or -1 with err set. What is not a regular file
- * (through links) is bad input, PT_EINPUT "'PATH' is not a regular file (a
- * FIFO)": a FIFO, a device such as /dev/zero, a socket or a directory would
- * block or never end. The type is checked on the open descriptor, opened
- * without waiting for a FIFO's writer. PT_ESYS when it cannot be opened. */
-int pt_open_input(const char *path, pt_err *err);
+/* Opens a file the user named (config, data, vocabulary, weights,
+ * checkpoint) for reading: its descriptor, or -1 with err set. What is not
+ * a regular file (through links) is bad input, PT_EINPUT "'PATH' is not a
+ * regular file (a FIFO)": a FIFO, a device such as /dev/zero, a socket or a
+ * directory would block or never end. With streams_ok, a FIFO or a
+ * character device is taken too, for a caller that bounds what it reads
+ * (a config from `<(...)` or /dev/stdin); a FIFO with no writer then reads
+ * as empty instead of blocking the open. The type is checked before the
+ * open (no device is opened that is refused) and again on the descriptor.
+ * PT_ESYS when it cannot be opened. */
+int pt_open_input(const char *path, int streams_ok, pt_err *err);
+
+/* A file the user named that cannot be opened or read is bad input too:
+ * PT_ESYS becomes PT_EINPUT (in err as well); other codes pass. */
+int pt_err_input(int rc, pt_err *err);
 
 /* What a file of this st_mode is, for messages: "a regular file", "a
  * directory", "a FIFO", "a character device", ... */

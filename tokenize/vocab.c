@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
@@ -160,9 +161,13 @@ static int build_index(pt_vocab *v, const char *path, pt_err *err)
 int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+    int fd = pt_open_input(path, 0, err);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return fd < 0 ? err->code : pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    }
     pt_vocab *v = calloc(1, sizeof *v);
     if (!v) {
         fclose(f);

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -284,7 +285,18 @@ static void test_idx_bad_files(void)
                      "no-such-file.gz", "No such file");
     expect_idx_error("missing labels file", ipath, missing, PAIR_CLASSES, 0, 1, PT_ESYS,
                      "no-such-file.gz", "No such file");
-    expect_idx_error("a directory", dir, lpath, PAIR_CLASSES, 0, 1, PT_ESYS, dir, "read failed");
+    /* a directory, a FIFO (which would block) or /dev/zero (which never
+     * ends) is refused as bad input before it is read */
+    expect_idx_error("a directory", dir, lpath, PAIR_CLASSES, 0, 1, PT_EINPUT, dir,
+                     "not a regular file (a directory)");
+    expect_idx_error("/dev/zero", "/dev/zero", lpath, PAIR_CLASSES, 0, 1, PT_EINPUT, "/dev/zero",
+                     "not a regular file (a character device)");
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    expect_idx_error("a FIFO", ipath, fifo, PAIR_CLASSES, 0, 1, PT_EINPUT, fifo,
+                     "not a regular file (a FIFO)");
+    unlink(fifo);
 
     /* A valid gzip header followed by garbage: BFINAL=1, BTYPE=11 is no block type. */
     unsigned char bad_gz[64] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};

@@ -541,8 +541,9 @@ void test_textcls_hostile(void)
     pt_err err = {0};
     snprintf(path, sizeof path, "%s/adir.tsv", g_dir);
     CU_ASSERT_FATAL(mkdir(path, 0755) == 0);
-    CU_ASSERT_EQUAL(pt_textcls_load(&ds, path, v, 8, NULL, &err), PT_ESYS);
+    CU_ASSERT_EQUAL(pt_textcls_load(&ds, path, v, 8, NULL, &err), PT_EINPUT);
     printf("\n    %-28s -> %s", "a directory", err.msg);
+    CU_ASSERT(strstr(err.msg, "not a regular file (a directory)") != NULL);
     CU_ASSERT(is_zeroed(&ds));
     snprintf(path, sizeof path, "%s/missing.tsv", g_dir);
     CU_ASSERT_EQUAL(pt_textcls_load(&ds, path, v, 8, NULL, &err), PT_ESYS);

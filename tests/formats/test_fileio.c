@@ -169,7 +169,17 @@ static void test_unique_ids_and_sha256(void)
     /* FIPS 180-2, appendix B.1 */
     CU_ASSERT_STRING_EQUAL(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     CU_ASSERT(size == 3);
-    CU_ASSERT(pt_sha256_file(dir, d, &size, &err) != 0 || size == 0);
+    /* what is not a regular file is refused before it is read: a
+     * directory, /dev/zero (which never ends), a FIFO (which would block) */
+    CU_ASSERT(pt_sha256_file(dir, d, &size, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "not a regular file (a directory)") != NULL);
+    CU_ASSERT(pt_sha256_file("/dev/zero", d, &size, &err) == PT_EINPUT);
+    char *fifo = join_path(dir, "fifo");
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    CU_ASSERT(pt_sha256_file(fifo, d, &size, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "(a FIFO)") != NULL);
+    unlink(fifo);
+    free(fifo);
     free(path);
     free_temp_dir(dir);
 }

@@ -204,7 +204,7 @@ def textcls_files(h):
     # a JSON text of newlines only is as empty as a TSV one
     out["newlines_jsonl"] = U.write(h.path("newlines.jsonl"), '{"text": "the", "label": "law"}\n'
                                     '{"text": "\\n\\r\\n ", "label": "law"}\n')
-    # a line of 64 MiB where a token goes: refused at byte 256, not read whole
+    # a line of 64 MiB where a token goes: refused after its first MiB, not read whole
     with open(h.path("long-vocab.txt"), "wb") as fh:
         fh.write(b"[PAD]\n[UNK]\n[CLS]\n")
         fh.truncate(fh.tell() + (64 << 20))
@@ -360,12 +360,14 @@ CASES = [
          needles=["not a number: 'nan'"]),
     Case("dropout_infinite", {"model.attention_dropout": "-inf"}, blame="model.attention_dropout",
          needles=["not a number: '-inf'"]),
-    # beyond a double is out of range, not "not a number"; below zero's
-    # underflow (1e-400 reads as 0) the key's range decides
+    # beyond a double is out of range, not "not a number"; so is a number
+    # below a double's smallest (1e-400 would read as 0)
     Case("number_beyond_a_double", {"train.lr": "1e400"}, blame="train.lr",
          needles=["out of range: '1e400'"]),
     Case("number_that_underflows_to_zero", {"train.lr": "1e-400"}, blame="train.lr",
          needles=["out of range: '1e-400'"]),
+    Case("underflow_where_zero_is_allowed", {"train.weight_decay": "1e-400"},
+         blame="train.weight_decay", needles=["out of range: '1e-400'"]),
     Case("dropout_a_word", {"model.dropout": "high"}, blame="model.dropout",
          needles=["not a number: 'high'", "or auto"]),
     Case("dropout_auto_misspelt", {"model.dropout": "Auto"}, blame="model.dropout",
@@ -448,6 +450,10 @@ CASES = [
          needles=["NUL", "'0.5'"]),
     Case("nul_in_quoted_key", raw=inserted_under("run", '  "seed\\0zzz": 7\n'),
          line=line_with("zzz"), needles=["key holds a NUL"]),
+    # after the key it would cut to: not reported as that key set twice
+    Case("nul_in_quoted_key_after_it", raw=lambda t: t.replace("  seed: 3\n",
+                                                               '  seed: 3\n  "seed\\0zzz": 7\n', 1),
+         line=line_with("zzz"), needles=["key holds a NUL"], absent=["twice"]),
     Case("yaml_syntax_unclosed_flow", raw=append("pipeline: {stages: 1\n"), needles=["YAML"]),
     Case("duplicate_key", raw=dup, line=line_with("lr: 0.005"),
          needles=["train.lr", "twice"]),
@@ -1193,9 +1199,10 @@ def test_special_files(h):
     --logits to a device node (as root: /dev/null itself would go), a FIFO
     or a directory, or under a missing directory, are refused (exit 2) and
     the node is left as it was; --logits and --hidden naming one file in two
-    spellings are refused. Inputs never block: a config, a checkpoint's
-    manifest or unit file that is a FIFO, or a link to /dev/zero, is refused
-    at once (exit 2), naming it."""
+    spellings are refused. Inputs never block: a checkpoint's manifest or
+    unit file that is a FIFO, or a link to /dev/zero, is refused at once
+    (exit 2), naming it. A config may come through a FIFO (`<(...)`): read
+    when it has a writer, and no wait for one when it has none."""
     cfg = U.write_config(h, "good.yaml", base(h, **{"train.checkpoint_every": "2"}))
     h.run(["train", cfg]).expect(0, "training")
     ck = U.ckpt(h.path("run"), 2)
@@ -1219,8 +1226,16 @@ def test_special_files(h):
     r = h.run(["eval", cfg, "--init", "--logits", "a.st", "--hidden", "./a.st"]).expect(2)
     r.one_error("--logits and --hidden name the same file ('a.st', './a.st')")
     check(not os.path.exists(h.path("a.st")), "a.st written")
-    r = h.run(["plan", fifo], timeout=30).expect(2, "a FIFO as the config")
-    r.one_error(fifo, "not a regular file (a FIFO)", strict=False)
+    # bash's <(...) hands a pipe as /dev/fd/N: its content is read (a bad
+    # value in it is found, naming the key)
+    bad = U.write(h.path("bad-lr.yaml"), U.render(base(h, **{"train.lr": "99"})))
+    for src, want in ((cfg, 0), (bad, 2)):
+        p = subprocess.run(["bash", "-c", '"$0" plan <(cat "$1")', h.binary, src], cwd=h.dir,
+                           capture_output=True, text=True, timeout=60, env=U.sanitizer_env())
+        check(p.returncode == want and (want == 0 or "train.lr" in p.stderr),
+              "plan <(cat %s): exit %d\n%s", src, p.returncode, p.stderr[-2000:])
+    r = h.run(["plan", fifo], timeout=30)  # no writer: an empty config, read at once
+    check(r.rc in (0, 2), "a FIFO config without a writer: exit %d\n%s", r.rc, r.describe())
     for part in ("manifest", os.path.basename(U.unit_files(ck)[0])):
         for kind in ("fifo", "zero"):
             bad = h.path("ck-%s-%s" % (part, kind))

@@ -102,17 +102,21 @@ def main():
                     print("FAIL %s: %s\n%s" % (where, "; ".join(problems), out[-2000:]), flush=True)
                 else:
                     print("ok   %s" % where, flush=True)
-        # the boundary: batch 4 over 2 replicas of 2 micro-batches trains
-        text = CONFIG.format(run=os.path.join(work, "run-boundary"), batch=4, stages=1, replicas=2, micro=2)
-        cfg = os.path.join(work, "boundary.yaml")
-        with open(cfg, "w") as f:
-            f.write(text)
-        rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
-        if rc != 0:
-            failures += 1
-            print("FAIL boundary (M = the smallest share) did not train (%d):\n%s" % (rc, out[-2000:]))
-        else:
-            print("ok   boundary: batch 4, D 2, M 2 trains")
+        # the boundary, M = the smallest share, trains: an even split (4 over
+        # 2) and an uneven one (5 over 2: shares 3 and 2), the case the bug was about
+        for batch in (4, 5):
+            text = CONFIG.format(run=os.path.join(work, "run-boundary-%d" % batch), batch=batch,
+                                 stages=1, replicas=2, micro=2)
+            cfg = os.path.join(work, "boundary-%d.yaml" % batch)
+            with open(cfg, "w") as f:
+                f.write(text)
+            rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
+            if rc != 0:
+                failures += 1
+                print("FAIL boundary: batch %d, D 2, M 2 did not train (%d):\n%s"
+                      % (batch, rc, out[-2000:]))
+            else:
+                print("ok   boundary: batch %d, D 2, M 2 trains" % batch)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
