@@ -477,6 +477,31 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
     }
 }
 
+int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
+                          size_t n)
+{
+    int count = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < pt_config_key_count; i++) {
+        const pt_key_spec *k = &pt_config_keys[i];
+        if (strncmp(k->key, prefix, strlen(prefix)) != 0)
+            continue;
+        char va[PT_PATH_MAX + 64], vb[PT_PATH_MAX + 64];
+        format_value(a, k, va, sizeof va);
+        format_value(b, k, vb, sizeof vb);
+        if (strcmp(va, vb) == 0)
+            continue;
+        int w = snprintf(out + used, n - used, "%s%s %s -> %s", count ? ", " : "", k->key, va, vb);
+        count++;
+        if (w > 0 && used + (size_t)w < n)
+            used += (size_t)w;
+        else
+            used = n - 1; /* cut: the rest is not written */
+    }
+    return count;
+}
+
 int pt_config_write_yaml(const pt_config *c, FILE *out)
 {
     char section[32] = "";

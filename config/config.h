@@ -162,6 +162,12 @@ void pt_config_arch(const pt_config *c, pt_arch *a);
 /* Writes every key and its current value as YAML (for checkpoints and logs). */
 int pt_config_write_yaml(const pt_config *c, FILE *out);
 
+/* The keys whose name starts with prefix ("data.") and whose values differ
+ * between a and b, as "key a -> b, ..." into out (cut to n, "" when none);
+ * returns how many differ. */
+int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
+                          size_t n);
+
 /* Prints the key table as Markdown (the README's "Configuration" section). */
 void pt_config_print_keys(FILE *out);
 

@@ -389,6 +389,25 @@ static int read_state(const manifest *m, saved_state *st, pt_err *err)
     return 0;
 }
 
+/* Other data settings than the checkpoint's (another file, more examples,
+ * shuffle off) are allowed (the batch and seed are checked, and an epoch
+ * that no longer fits its position is refused), but the resume is then no
+ * longer the run that did not stop: said once, on stderr. */
+static void note_data_changes(const pt_session *ss, const manifest *m)
+{
+    pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+    pt_arch arch;
+    pt_err ignored;
+    char diff[1024];
+    if (was && read_config_record(m, was, &arch, &ignored) == 0 &&
+        pt_config_differences(was, &ss->cfg, "data.", diff, sizeof diff) > 0)
+        fprintf(stderr,
+                "pipetrain: note: resuming %s with other data settings than it was saved with "
+                "(%s): the data order and position are only exact with the same data\n",
+                m->dir, diff);
+    free(was);
+}
+
 static int load_state(pt_session *ss, const char *dir, pt_err *err)
 {
     pt_run *r = &ss->run;
@@ -425,6 +444,8 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
                 pt_profile_free(&prof);
         }
     }
+    if (rc == 0 && ss->rank == 0)
+        note_data_changes(ss, &m);
     /* every rank learns whether the state was good before the layout changes */
     if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen > 0) {
         /* lay the stages out for the frozen prefix first: which units each

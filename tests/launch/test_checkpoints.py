@@ -536,6 +536,24 @@ def test_resume_mid_epoch_after_data_shrank(h):
     all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "data"], ("path",))
 
 
+def test_resume_with_other_data_is_noted(h):
+    """Other data settings than the checkpoint's are allowed on resume (the
+    epoch still fits the position), but the resume is no longer the run that
+    did not stop: a note names each changed data key, old and new value; the
+    same data resumes without one."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "same", **{"train.epochs": "3"})
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "same data")
+    check("other data settings" not in r.err, "a note with the same data:\n%s", r.err)
+    cfg, run_dir = copy_run(h, orig, "more", **{"train.epochs": "3", "data.synthetic_examples": "48",
+                                                "data.shuffle": "false"})
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "other data")
+    note = [l for l in r.err.splitlines() if "other data settings" in l]
+    check(len(note) == 1 and "data.synthetic_examples 40 -> 48" in note[0] and
+          "data.shuffle true -> false" in note[0] and "step_0000000006" in note[0],
+          "the note does not name the changes:\n%s", r.err)
+
+
 def test_eval_without_checkpoints(h):
     run_dir = h.path("empty-run")
     cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
@@ -714,7 +732,7 @@ def tests():
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
         test_resume_bert_other_dropout,
-        test_resume_mid_epoch_after_data_shrank,
+        test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
         test_prune_removes_incomplete_and_keeps_foreign_entries,
