@@ -250,7 +250,13 @@ int pt_session_train(pt_session *s, pt_err *err)
             profiled_s += pt_now() - step_start;
             profiled++;
         }
-        if (res.stop && !stop_signal)
+        /* Every rank stops after the same step: the one whose combine first
+         * carried a stop (res.stop, agreed over all ranks). A signal that
+         * came after this rank's part of the combine is not looked at here,
+         * or this rank would save and leave while the others go on to the
+         * next step and wait for it; it is in the next step's combine. */
+        const int stopping = res.stop;
+        if (stopping && !stop_signal)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
                               per_epoch, res.loss, res.lr, res.grad_norm, res.examples,
@@ -275,12 +281,12 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (epoch_done)
             epoch_started = pt_now();
         int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
-        if (due || stop_signal) {
+        if (due || stopping) {
             if ((rc = pt_checkpoint_save(s, err)))
                 break;
             saved_at = r->step;
         }
-        if (stop_signal) {
+        if (stopping) {
             if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
                 break;
             pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume with "

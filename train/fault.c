@@ -27,5 +27,9 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
     if (strcmp(kind, "hang") == 0)
         for (;;)
             pause();
+    if (strcmp(kind, "stop") == 0) { /* a stop signal arriving just here */
+        raise(SIGUSR1);
+        return 0;
+    }
     return pt_fail(err, PT_EINTERNAL, "injected fault at step %lld (%s)", want_step, point);
 }

@@ -154,6 +154,8 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
         at_phase(r, "step %lld, an idle rank: waiting for the step's results", (long long)r->step + 1);
     if ((rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err)))
         return pt_err_prefix(err, "step %lld: combining the ranks' results", (long long)r->step + 1);
+    if ((rc = pt_test_fault("combined", r->rank, r->step + 1, err)))
+        return rc;
     double sumsq = 0;
     for (int u = 0; u < units; u++)
         sumsq += v[u];

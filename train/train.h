@@ -245,13 +245,15 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
 /* fault.c: the failure-injection hook of the failure tests.
  * PIPETRAIN_TEST_FAULT=RANK:STEP:KIND[:POINT] makes world rank RANK fail at
  * optimizer step STEP (1-based) at POINT: `step` (default, before the step
- * runs), or one of the phases of saving the checkpoint of step STEP:
+ * runs), `combined` (just after the step's results were combined over the
+ * ranks), or one of the phases of saving the checkpoint of step STEP:
  * `checkpoint-prepared` (the step directory is empty), `checkpoint-writing`
  * (a unit file is half written under its temporary name), `checkpoint` (the
  * unit files are written, the manifest is not) and `checkpoint-manifest` (the
  * manifest is written, older checkpoints are not pruned yet). KIND is `error`
- * (a reported error), `crash` (SIGKILL, as if the process were lost) or
- * `hang` (stops answering). Unset, it costs one getenv per call. */
+ * (a reported error), `crash` (SIGKILL, as if the process were lost),
+ * `hang` (stops answering) or `stop` (SIGUSR1 to itself, as a stop signal
+ * arriving at that moment; the run goes on to stop as the signal says). Unset, it costs one getenv per call. */
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err);
 
 #endif

@@ -22,7 +22,9 @@ Two kinds of kill:
     launch/fault.h: directory prepared, unit file half written, unit files
     written, manifest written), once plain and once as PID 1.
 And a stop signal to mpirun in the 2-stage pipeline: SIGUSR1 (every rank
-saves, mpirun exits 130) and SIGTERM (Open MPI kills the job; mpirun exits 1).
+saves, mpirun exits 130) and SIGTERM (Open MPI kills the job; mpirun exits 1);
+and, deterministically, a stop signal reaching rank 0 or rank 1 alone just
+after a step's results were combined (all ranks stop after the next step).
 Checked after the last resume: every step's loss that any attempt logged
 equals the reference's for that step (steps redone after a kill are logged
 twice, and both must match), the final weights are bit-identical, no
@@ -281,6 +283,37 @@ def signal_mpirun(runner, ref, sig, want_rc):
         check_run(runner, "pipe2 after %s to mpirun" % name, run_dir, ref)
 
 
+def stop_after_combine(runner, ref, variant, rank):
+    """A stop signal that reaches one rank just after a step's results were
+    combined (PIPETRAIN_TEST_FAULT RANK:5:stop:combined): that step's
+    combine carried no stop, so every rank must go on to step 6, stop after
+    it together (exit 130, a checkpoint of step 6), and the resumed run is
+    exact. A rank that looked at its own signal there left after step 5
+    while the others waited for it in step 6: the job hung (about 1 run in
+    10 of the mpirun SIGUSR1 case, under load)."""
+    cfg, run_dir = runner.config("stop-rank%d" % rank, variant)
+    p = runner.start(variant, cfg, resume=False, fault="%d:5:stop:combined" % rank)
+    try:
+        _, err = p.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
+    what = "%s: a stop signal at rank %d after step 5's combine" % (variant, rank)
+    expect(p.returncode == 130, "%s: exit %s (want 130)%s" % (what, p.returncode,
+                                                              "" if p.returncode == 130 else "\n" + err[-1500:]))
+    if p.returncode == 130:
+        last = os.path.basename(h.latest_checkpoint(run_dir))
+        expect(last == "step_%010d" % 6 and max(logged_losses(run_dir)) == 6,
+               "%s: every rank stopped after step 6 (%s, last logged %d)" % (what, last,
+                                                                             max(logged_losses(run_dir))))
+    p = runner.start(variant, cfg, resume=True)
+    _, err = p.communicate(timeout=600)
+    expect(p.returncode == 0, "%s: resumed (exit %d)" % (what, p.returncode))
+    if p.returncode == 0:
+        check_run(runner, what, run_dir, ref)
+
+
 def our_segments():
     return [n for n in os.listdir("/dev/shm") if n.startswith("pipetrain-%d-" % os.getuid())]
 
@@ -320,6 +353,8 @@ def main():
             if variant in ("single", "pid1", "cache1") or long_run:
                 phase_kills(runner, variant, ref, step=8)
             if variant == "pipe2":
+                stop_after_combine(runner, ref, variant, 0)
+                stop_after_combine(runner, ref, variant, 1)
                 signal_mpirun(runner, ref, signal.SIGUSR1, 130)
                 signal_mpirun(runner, ref, signal.SIGTERM, 1)
             if private:  # after each variant: a later variant's sweep must not hide a leak
