@@ -270,6 +270,7 @@ def signal_mpirun(runner, ref, sig, want_rc):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         _, err = p.communicate()
+        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
     expect(p.returncode == want_rc, "%s to mpirun: exit %s (want %d)" % (name, p.returncode, want_rc))
     if want_rc == 130:
         steps = max(logged_losses(run_dir))
