@@ -184,7 +184,8 @@ void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n)
     for (size_t end = 1; end <= len; end++) {
         if (end < len && (run_dir[end] != '/' || run_dir[end - 1] == '/'))
             continue;
-        snprintf(fresh, n, "%.*s", (int)end, run_dir);
+        memcpy(fresh, run_dir, end); /* end <= len < n */
+        fresh[end] = '\0';
         if (stat(fresh, &st) != 0)
             return;
     }

@@ -511,10 +511,11 @@ static int check_layout_keys(const pt_session *s, pt_err *err)
         const int cap = pt_mesh_capacity(ranks, node_of, K != PT_AUTO ? K : 1);
         if (D > cap)
             return pt_config_key_fail(c, err, "pipeline.replicas",
-                                      "%d replicas, but %d rank%s hold at most %d pipelines of %d "
+                                      "%d replicas, but %d rank%s at most %d pipeline%s of %d "
                                       "stage%s (a pipeline never crosses nodes); allowed here: 1 to "
-                                      "%d, or auto", D, ranks, ranks == 1 ? "" : "s", cap,
-                                      K != PT_AUTO ? K : 1, K == 1 || K == PT_AUTO ? "" : "s", cap);
+                                      "%d, or auto", D, ranks, ranks == 1 ? " holds" : "s hold", cap,
+                                      cap == 1 ? "" : "s", K != PT_AUTO ? K : 1,
+                                      K == 1 || K == PT_AUTO ? "" : "s", cap);
         if (D > c->train.batch)
             return pt_config_key_fail(c, err, "pipeline.replicas",
                                       "%d replicas, but a step has only train.batch = %lld examples "
