@@ -24,7 +24,7 @@ truncated and padded). Compared, float32 on both sides:
     Hugging Face directory under transformers' names;
 each as max|pipetrain - torch| / max|torch| over the tensor, against 1e-4.
 
-All of it twice. First in evaluation form, dropout 0 on both sides (set
+All of it three times. First in evaluation form, dropout 0 on both sides (set
 explicitly: model.dropout's auto would take the config.json's 0.1): parity
 with torch's own dropout is impossible, its masks come from torch's RNG.
 Then in BERT's training form, model.dropout and model.attention_dropout 0.1:
@@ -34,7 +34,11 @@ the torch reference applies where Hugging Face's BertModel and
 BertForSequenceClassification apply dropout (bert.py's dropper), for the
 examples pipetrain logged at each step (run.log_samples); so the losses and
 every tensor after 5 steps check the places, the masks and the 1 / (1 - p)
-scaling, and the exported config.json must say 0.1.
+scaling, and the exported config.json must say 0.1. Last, the training form
+again on a small BERT of random weights whose sizes are off the multiples
+the kernels tile over (hidden 40 in 5 heads of 8, intermediate 72, 2
+layers), batches of 9 in 3 micro-batches, context 19, 2 threads, peak lr
+3e-3 (its weights move by several percent in the 5 steps).
 
 Why 1e-4: float32 rounding differs between two implementations by a few 1e-7
 per op; through 6 post-LN layers and 5 Adam steps (whose division by sqrt(v)
@@ -70,12 +74,14 @@ import model as M  # noqa: E402
 from parity import rel, sh  # noqa: E402
 import st  # noqa: E402
 
-STEPS, TOL, BATCH, CONTEXT, CLASSES = 5, 1e-4, 8, 24, 4
+STEPS, TOL, CLASSES = 5, 1e-4, 4
+# the real model's phases: batches of 8 in 2 micro-batches, 1 thread, context 24
+MINILM_SHAPE = dict(batch=8, context=24, micro=2, threads=1)
 HP = dict(lr=1e-4, min_lr=1e-5, warmup=2, wd=0.01, clip=1.0, b1=0.9, b2=0.999, eps=1e-8)
 LABELS = ["acts", "gospel", "law", "psalm"]  # sorted: class index = position
 
 
-def make_data(vocab, rng, n):
+def make_data(vocab, rng, n, context):
     """n (label, text, ids) with 1 to 40 whole-vocabulary words"""
     words = [(i, w) for i, w in enumerate(vocab) if re.fullmatch(r"[a-z]{3,12}", w) and i > 1000]
     cls, sep = vocab.index("[CLS]"), vocab.index("[SEP]")
@@ -83,7 +89,7 @@ def make_data(vocab, rng, n):
     for _ in range(n):
         k = int(rng.integers(1, 41))
         pick = [words[j] for j in rng.integers(0, len(words), k)]
-        ids = [cls] + [i for i, _ in pick][:CONTEXT - 2] + [sep]
+        ids = [cls] + [i for i, _ in pick][:context - 2] + [sep]
         out.append((int(rng.integers(0, CLASSES)), " ".join(w for _, w in pick), ids))
     return out
 
@@ -94,8 +100,8 @@ def write_tsv(path, rows):
             f.write("%s\t%s\n" % (LABELS[label], text))
 
 
-def padded(rows):
-    ids = np.zeros((len(rows), CONTEXT), np.int64)
+def padded(rows, context):
+    ids = np.zeros((len(rows), context), np.int64)
     for r, (_, _, x) in enumerate(rows):
         ids[r, :len(x)] = x
     return torch.tensor(ids), torch.tensor([label for label, _, _ in rows])
@@ -110,12 +116,12 @@ def alone(ref, rows):
     return logits, hidden
 
 
-def hidden_checks(when, ours, theirs):
-    """pipetrain's hidden states [n, CONTEXT, d] against torch's unpadded ones:
+def hidden_checks(when, ours, theirs, context):
+    """pipetrain's hidden states [n, context, d] against torch's unpadded ones:
     the [CLS] position of every example, and every real position"""
-    if ours.shape != (len(theirs), CONTEXT, theirs[0].shape[1]):
+    if ours.shape != (len(theirs), context, theirs[0].shape[1]):
         sys.exit("pipetrain's hidden states have shape %s, not [%d, %d, %d]"
-                 % (ours.shape, len(theirs), CONTEXT, theirs[0].shape[1]))
+                 % (ours.shape, len(theirs), context, theirs[0].shape[1]))
     real = np.concatenate([ours[i, :len(h)] for i, h in enumerate(theirs)])
     return {"%s [CLS] hidden states (torch unpadded)" % when: rel(ours[:, 0], np.stack([h[0] for h in theirs])),
             "%s hidden states, all %d real positions" % (when, len(real)): rel(real, np.concatenate(theirs))}
@@ -180,12 +186,12 @@ def pipetrain_dropper(seed, p_hidden, p_attn):
 
 # ----------------------------------------------------------------- one phase
 
-def run_pipetrain(binary, work, init, minilm, cfg, d, train, test, dropout):
+def run_pipetrain(binary, work, init, minilm, cfg, d, train, test, dropout, shape):
     """pipetrain's side: eval --init, 5 steps, export, eval of the checkpoint"""
     write_tsv(os.path.join(work, "train.tsv"), train)
     write_tsv(os.path.join(work, "test.tsv"), test)
     config = f"""
-run: {{dir: "{work}/run", seed: 3, threads: 1, log_samples: true}}
+run: {{dir: "{work}/run", seed: 3, threads: {shape['threads']}, log_samples: true}}
 model:
   kind: bert
   dim: {d}
@@ -194,7 +200,7 @@ model:
   mlp_hidden: {cfg['intermediate_size']}
   vocab: {cfg['vocab_size']}
   positions: {cfg['max_position_embeddings']}
-  context: {CONTEXT}
+  context: {shape['context']}
   classes: {CLASSES}
   init_from: "{init}"
   dropout: {dropout[0]}
@@ -206,17 +212,17 @@ data:
   vocab: "{minilm}/vocab.txt"
   shuffle: false
 train:
-  batch: {BATCH}
+  batch: {shape['batch']}
   epochs: 1
   max_steps: {STEPS}
-  lr: {HP['lr']}
+  lr: {shape.get('lr', HP['lr'])}
   min_lr: {HP['min_lr']}
   schedule: cosine
   warmup_steps: {HP['warmup']}
   weight_decay: {HP['wd']}
   grad_clip: {HP['clip']}
   eval_every: 0
-pipeline: {{microbatches: 2}}
+pipeline: {{microbatches: {shape['micro']}}}
 """
     path = os.path.join(work, "config.yaml")
     open(path, "w").write(config)
@@ -241,7 +247,7 @@ pipeline: {{microbatches: 2}}
     return out
 
 
-def run_torch(cfg, d, pretrained, head, train, test, dropout, samples):
+def run_torch(cfg, d, pretrained, head, train, test, dropout, samples, shape):
     """torch's side of the same; with dropout, pipetrain's masks for the ids
     pipetrain logged at each step"""
     ref = B.BertClassifier(cfg["vocab_size"], cfg["max_position_embeddings"], cfg.get("type_vocab_size", 2), d,
@@ -259,15 +265,16 @@ def run_torch(cfg, d, pretrained, head, train, test, dropout, samples):
     other = [p for n, p in ref.named_parameters() if not B.decays(n, p)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["wd"]},
                              {"params": other, "weight_decay": 0.0}],
-                            lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
+                            lr=shape.get("lr", HP["lr"]), betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
     dropper = pipetrain_dropper(3, *dropout) if any(dropout) else None
     losses = []
+    batch, context = shape["batch"], shape["context"]
     for s in range(STEPS):
-        ids = list(range(s * BATCH, (s + 1) * BATCH))  # no shuffling: file order
+        ids = list(range(s * batch, (s + 1) * batch))  # no shuffling: file order
         if samples[s] != ids:
             sys.exit("pipetrain's step %d took examples %s, not %s" % (s + 1, samples[s], ids))
-        x, y = padded([train[i] for i in ids])
+        x, y = padded([train[i] for i in ids], context)
         if dropper:
             dropper.step, dropper.ids = s, ids
         ref.dropper = dropper
@@ -282,21 +289,21 @@ def run_torch(cfg, d, pretrained, head, train, test, dropout, samples):
     out["losses"] = losses
     out["logits"], out["hidden"] = alone(ref, test)
     with torch.no_grad():
-        out["batched"] = ref(padded(test)[0]).numpy()
+        out["batched"] = ref(padded(test, context)[0]).numpy()
     out["weights"] = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
     return out
 
 
-def compare(label, ours, theirs, pretrained, cfg):
+def compare(label, ours, theirs, pretrained, cfg, shape):
     """the checks of one phase; returns its failures"""
     failures = []
     print("%s: step losses pipetrain %s" % (label, " ".join("%.6f" % v for v in ours["losses"])))
     print("%s: step losses torch     %s" % (label, " ".join("%.6f" % v for v in theirs["losses"])))
     checks = {"losses": rel(ours["losses"], theirs["losses"]),
               "step 0 test logits (torch unpadded)": rel(ours["init_logits"], theirs["init_logits"]),
-              **hidden_checks("step 0", ours["init_hidden"], theirs["init_hidden"]),
+              **hidden_checks("step 0", ours["init_hidden"], theirs["init_hidden"], shape["context"]),
               "step %d test logits (torch unpadded)" % STEPS: rel(ours["logits"], theirs["logits"]),
-              **hidden_checks("step %d" % STEPS, ours["hidden"], theirs["hidden"]),
+              **hidden_checks("step %d" % STEPS, ours["hidden"], theirs["hidden"], shape["context"]),
               "torch padded against torch unpadded": rel(theirs["batched"], theirs["logits"])}
     mine, ref = ours["weights"], theirs["weights"]
     if set(ref) != set(mine):
@@ -305,7 +312,7 @@ def compare(label, ours, theirs, pretrained, cfg):
     for k in sorted(set(ref) & set(mine)):
         if k.endswith("attention.self.key.bias"):
             drift = max(np.max(np.abs(mine[k] - pretrained[k])), np.max(np.abs(ref[k] - pretrained[k])))
-            if not drift <= STEPS * HP["lr"]:
+            if not drift <= STEPS * shape.get("lr", HP["lr"]):
                 failures.append("%s drifted %.2e" % (k, drift))
             continue
         perr[k] = rel(mine[k], ref[k])
@@ -325,15 +332,49 @@ def compare(label, ours, theirs, pretrained, cfg):
     return failures
 
 
+def run_phase(binary, minilm, label, cfg, pretrained, head, dropout, shape, vocab_dir, rng):
+    """one phase: pipetrain and torch from the same weights; returns (failures, pipetrain's side)"""
+    vocab = open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read().split("\n")[:cfg["vocab_size"]]
+    train = make_data(vocab, rng, STEPS * shape["batch"], shape["context"])
+    test = make_data(vocab, rng, 12, shape["context"])
+    d = cfg["hidden_size"]
+    with tempfile.TemporaryDirectory(prefix="pt-bert-parity-") as work:
+        init = os.path.join(work, "init")
+        os.makedirs(init)
+        with open(os.path.join(init, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        st.save(os.path.join(init, "model.safetensors"),
+                {**{k: v for k, v in pretrained.items() if k != "embeddings.position_ids"}, **head})
+        ours = run_pipetrain(binary, work, init, vocab_dir, cfg, d, train, test, dropout, shape)
+    theirs = run_torch(cfg, d, pretrained, head, train, test, dropout, ours["samples"], shape)
+    return compare(label, ours, theirs, pretrained, cfg, shape), ours
+
+
+def odd_bert(minilm_cfg, rng):
+    """A small BERT from random weights whose sizes are off every multiple the
+    kernels tile over: hidden 40 in 5 heads of 8, intermediate 72, 2 layers;
+    the config and tensors as Hugging Face would write them"""
+    cfg = dict(minilm_cfg, hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=72,
+               max_position_embeddings=40, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    torch.manual_seed(5)
+    ref = B.BertClassifier(cfg["vocab_size"], cfg["max_position_embeddings"], cfg.get("type_vocab_size", 2), 40,
+                           2, 5, 72, CLASSES, cfg.get("layer_norm_eps", 1e-12))
+    weights = {}
+    for k, v in ref.state_dict().items():
+        if k.startswith("head."):
+            continue
+        base = 1.0 if k.endswith("LayerNorm.weight") else 0.0
+        weights[k] = (base + 0.1 * rng.standard_normal(tuple(v.shape))).astype(np.float32)
+    return cfg, weights
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     binary, minilm = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     torch.set_num_threads(1)
     cfg = json.load(open(os.path.join(minilm, "config.json")))
-    vocab = open(os.path.join(minilm, "vocab.txt"), encoding="utf-8").read().split("\n")[:cfg["vocab_size"]]
-    rng = np.random.default_rng(4)
-    train, test = make_data(vocab, rng, STEPS * BATCH), make_data(vocab, rng, 12)
+    rng = np.random.default_rng(7)
     pretrained = st.load(os.path.join(minilm, "model.safetensors"))
     d = cfg["hidden_size"]
     head = {"head.fc.weight": (rng.standard_normal((CLASSES, d)) * 0.05).astype(np.float32),
@@ -343,15 +384,9 @@ def main():
     # evaluation form (dropout 0: the config.json's 0.1 would be auto's), then
     # BERT's training form with pipetrain's masks on both sides
     for label, dropout in (("no dropout", (0, 0)), ("dropout 0.1", (0.1, 0.1))):
-        with tempfile.TemporaryDirectory(prefix="pt-bert-parity-") as work:
-            init = os.path.join(work, "init")
-            os.makedirs(init)
-            shutil.copy(os.path.join(minilm, "config.json"), init)
-            st.save(os.path.join(init, "model.safetensors"),
-                    {**{k: v for k, v in pretrained.items() if k != "embeddings.position_ids"}, **head})
-            ours = run_pipetrain(binary, work, init, minilm, cfg, d, train, test, dropout)
-        theirs = run_torch(cfg, d, pretrained, head, train, test, dropout, ours["samples"])
-        failures += compare(label, ours, theirs, pretrained, cfg)
+        bad, ours = run_phase(binary, minilm, label, cfg, pretrained, head, dropout, MINILM_SHAPE, minilm,
+                              np.random.default_rng(4))
+        failures += bad
         if label == "dropout 0.1":
             exported = tuple(ours["config"].get(k) for k in ("hidden_dropout_prob",
                                                               "attention_probs_dropout_prob"))
@@ -360,6 +395,15 @@ def main():
             if rel(ours["losses"], phase0_losses) < 1e-3:
                 failures.append("dropout did not change the step losses")
         phase0_losses = ours["losses"]
+    # the same checks on a BERT of odd sizes, with dropout, batches of 9 in 3
+    # micro-batches of 3, context 19 (more texts cut and padded), 2 threads;
+    # lr 3e-3, so that 5 steps move its random weights by several percent
+    odd_cfg, odd_weights = odd_bert(cfg, rng)
+    odd_head = {"head.fc.weight": (rng.standard_normal((CLASSES, 40)) * 0.05).astype(np.float32),
+                "head.fc.bias": (rng.standard_normal(CLASSES) * 0.05).astype(np.float32)}
+    bad, _ = run_phase(binary, minilm, "odd sizes, dropout 0.1", odd_cfg, odd_weights, odd_head, (0.1, 0.1),
+                       dict(batch=9, context=19, micro=3, threads=2, lr=3e-3), minilm, np.random.default_rng(6))
+    failures += bad
     if failures:
         print("FAILED: " + "; ".join(failures))
         sys.exit(1)

@@ -3,7 +3,7 @@
 
 pipetrain and the reference model (model.py) start from the same safetensors
 weights and train 5 AdamW steps on the same batches (no shuffling, global-norm
-clipping active, warm-up + cosine schedule, weight decay, 2 micro-batches on the
+clipping active, warm-up + cosine schedule, weight decay, 1 to 3 micro-batches on the
 pipetrain side); then both compute logits on the test split. Compared, float32
 on both sides: the loss of every step, the logits, and every parameter after
 the 5 steps, each as max|pipetrain - torch| / max|torch| over the tensor.
@@ -110,11 +110,11 @@ def pipetrain_run(binary, work, config):
             st.load(os.path.join(work, "logits.safetensors"))["logits"])
 
 
-def common_config(work):
+def common_config(work, shape):
     return f"""
-run: {{dir: "{work}/run", seed: 3, threads: 1}}
+run: {{dir: "{work}/run", seed: 3, threads: {shape['threads']}}}
 train:
-  batch: BATCH
+  batch: {shape['batch']}
   epochs: 1
   max_steps: {STEPS}
   lr: {HP['lr']}
@@ -124,7 +124,7 @@ train:
   weight_decay: {HP['wd']}
   grad_clip: {HP['clip']}
   eval_every: 0
-pipeline: {{microbatches: 2}}
+pipeline: {{microbatches: {shape['micro']}}}
 model:
   init_from: "{work}/init.safetensors"
 """
@@ -171,25 +171,48 @@ def compare(name, losses, params, logits, ref_losses, ref_model, ref_logits, ini
     return worst, bad
 
 
-def vit_case(binary, work):
+# Shapes: the first of each kind is the original case; the others move every
+# size the kernels tile over off the demo's multiples (head widths 4 to 64,
+# token counts 17 to 64, odd batches and micro-batch splits that do not
+# divide, 1 to 3 threads), so a tile edge, a remainder loop or a thread split
+# that is wrong only away from round sizes shows up as a parity failure.
+VIT_SHAPES = [
+    dict(dim=32, layers=2, heads=2, mlp=64, size=16, patch=4, batch=16, micro=2, threads=1),
+    dict(dim=48, layers=3, heads=4, mlp=136, size=20, patch=5, batch=12, micro=3, threads=2),
+    dict(dim=128, layers=1, heads=2, mlp=200, size=28, patch=7, batch=7, micro=1, threads=3),
+    dict(dim=20, layers=2, heads=5, mlp=52, size=12, patch=3, batch=9, micro=2, threads=2),
+]
+GPT_SHAPES = [
+    dict(dim=32, layers=2, heads=2, mlp=64, context=16, batch=8, micro=2, threads=1),
+    dict(dim=40, layers=3, heads=5, mlp=72, context=23, batch=6, micro=3, threads=2),
+    dict(dim=96, layers=1, heads=3, mlp=384, context=64, batch=3, micro=1, threads=3),
+]
+
+
+def shape_name(kind, shape):
+    return kind + "(" + ",".join("%s=%s" % kv for kv in shape.items()) + ")"
+
+
+def vit_case(binary, work, shape):
     rng = np.random.default_rng(0)
-    size, n_train, n_test, batch = 16, STEPS * 16, 24, 16
+    size, batch, dim = shape["size"], shape["batch"], shape["dim"]
+    n_train, n_test = STEPS * batch, 24
     images = rng.integers(0, 256, (n_train + n_test, size, size), dtype=np.uint8)
     labels = rng.integers(0, 10, n_train + n_test).astype(np.uint8)
     for split, sl in (("train", slice(0, n_train)), ("test", slice(n_train, None))):
         write_idx(os.path.join(work, split + "-images.gz"), images[sl])
         write_idx(os.path.join(work, split + "-labels.gz"), labels[sl])
     torch.manual_seed(0)
-    ref = M.PipetrainViT(32, 2, 2, 64, 1, size, 4, 10)
+    ref = M.PipetrainViT(dim, shape["layers"], shape["heads"], shape["mlp"], 1, size, shape["patch"], 10)
     init = perturbed_init(ref, 1)
     st.save(os.path.join(work, "init.safetensors"), init)
-    config = common_config(work).replace("BATCH", str(batch)) + f"""
+    config = common_config(work, shape) + f"""
   kind: vit
-  dim: 32
-  layers: 2
-  heads: 2
-  mlp_hidden: 64
-  patch: 4
+  dim: {dim}
+  layers: {shape['layers']}
+  heads: {shape['heads']}
+  mlp_hidden: {shape['mlp']}
+  patch: {shape['patch']}
   classes: 10
 data:
   kind: idx
@@ -208,26 +231,30 @@ data:
     ref_losses = torch_train(ref, batches, F.cross_entropy)
     with torch.no_grad():
         ref_logits = ref(x[n_train:]).numpy()
-    return compare("vit", losses, params, logits, ref_losses, ref, ref_logits, init, 32)
+    return compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref, ref_logits, init, dim)
 
 
-def gpt_case(binary, work):
+def gpt_case(binary, work, shape):
     rng = np.random.default_rng(1)
     words = [b"the ", b"and ", b"lord ", b"said ", b"unto ", b"them ", b"light ", b"was ", b"good. "]
-    text = b"".join(words[i] for i in rng.integers(0, len(words), 700))[:3000]
+    context, batch, dim, test_fraction = shape["context"], shape["batch"], shape["dim"], 0.25
+    need = int((STEPS * batch + 8) * context / (1 - test_fraction)) + 2
+    text = b""
+    while len(text) < max(3000, need):
+        text += b"".join(words[i] for i in rng.integers(0, len(words), 700))
+    text = text[:max(3000, need)]
     with open(os.path.join(work, "text.txt"), "wb") as f:
         f.write(text)
-    context, batch, test_fraction = 16, 8, 0.25
     torch.manual_seed(0)
-    ref = M.PipetrainGPT(32, 2, 2, 64, 256, context)
+    ref = M.PipetrainGPT(dim, shape["layers"], shape["heads"], shape["mlp"], 256, context)
     init = perturbed_init(ref, 2)
     st.save(os.path.join(work, "init.safetensors"), init)
-    config = common_config(work).replace("BATCH", str(batch)) + f"""
+    config = common_config(work, shape) + f"""
   kind: gpt
-  dim: 32
-  layers: 2
-  heads: 2
-  mlp_hidden: 64
+  dim: {dim}
+  layers: {shape['layers']}
+  heads: {shape['heads']}
+  mlp_hidden: {shape['mlp']}
   context: {context}
 data:
   kind: text
@@ -256,7 +283,7 @@ sample: {{length: 0}}
     ref_losses = torch_train(ref, batches, lm_loss)
     with torch.no_grad():
         ref_logits = ref(xte).reshape(-1, 256).numpy()
-    return compare("gpt", losses, params, logits, ref_losses, ref, ref_logits, init, 32)
+    return compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref, ref_logits, init, dim)
 
 
 def main():
@@ -265,11 +292,12 @@ def main():
     binary = os.path.abspath(sys.argv[1])
     torch.set_num_threads(1)
     worst, failures = 0.0, []
-    for name, case in (("vit", vit_case), ("gpt", gpt_case)):
+    cases = [("vit", vit_case, s) for s in VIT_SHAPES] + [("gpt", gpt_case, s) for s in GPT_SHAPES]
+    for kind, case, shape in cases:
         with tempfile.TemporaryDirectory(prefix="pt-parity-") as work:
-            w, bad = case(binary, work)
+            w, bad = case(binary, work, shape)
             worst = max(worst, w)
-            failures += ["%s:%s" % (name, b) for b in bad]
+            failures += ["%s:%s" % (shape_name(kind, shape), b) for b in bad]
     print("worst relative error over all compared tensors: %.2e (tolerance %.0e)" % (worst, TOL))
     if failures:
         print("FAILED: " + ", ".join(failures))
