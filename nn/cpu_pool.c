@@ -1,6 +1,6 @@
 /*
  * cpu_pool.c: the CPU backend's thread pool (nn/cpu_pool.h): persistent
- * workers, tasks claimed one at a time from a shared counter, and waits that
+ * workers, tasks claimed one at a time from per-thread ranges, and waits that
  * spin briefly and then sleep on a futex, with a spin that adapts to whether
  * spinning pays.
  *
@@ -11,11 +11,24 @@
  * the run claimed or over and goes back to waiting, so a descheduled thread
  * costs the run only a task it already holds.
  *
- * Claiming. One 64-bit word holds the run's sequence number (high half) and
- * the next unclaimed task (low half); a thread claims task i by moving the
- * word from (seq, i) to (seq, i + 1), so a claim belongs to exactly one run.
- * The run's fields are written while the sequence number is odd and read
- * between the load of the word and the claim (a sequence lock): a claim that
+ * Claiming. A run's n tasks are cut into one contiguous range per thread
+ * (thread t of T: [t n / T, (t + 1) n / T)). Each range has a 64-bit word in
+ * a cache line of its own, holding the run's sequence number (high half) and
+ * the range's next unclaimed task (low half); a thread claims task i by
+ * moving the word from (seq, i) to (seq, i + 1), so a claim belongs to
+ * exactly one run. A thread first claims from its own range, then from the
+ * others' in turn, so no task waits for a slow thread's range. Why ranges:
+ * ops cut their rows into tasks in order, so a thread then mostly reads the
+ * rows it wrote in the op before, and claims touch a line no other thread
+ * writes. On a chiplet CPU whose two vCPUs the host may place on different
+ * L3s, every line written by one thread and read by the other crosses the
+ * I/O die (a round trip of 300-370 ns against 50-90 ns on one L3, on the
+ * development VM); with one shared counter the demo ran 10% slower there
+ * (README, "where the host puts the two vCPUs"). PIPETRAIN_POOL_RANGES=0
+ * in the environment brings back the one shared counter, for measuring it.
+ * The run's fields are written while every word's sequence number is odd
+ * (all are made odd before the first field changes) and read between the
+ * load of a word and the claim on it (a sequence lock): a claim that
  * succeeds saw the fields of its own run. A run over 2^31 tasks is split.
  *
  * Waiting. A waiting thread (a worker between runs, the caller for the last
@@ -92,6 +105,10 @@ typedef struct {
 } waiter;
 
 typedef struct {
+    _Alignas(64) _Atomic uint64_t word;
+} claim_line;
+
+typedef struct {
     _Alignas(64) waiter w;
     pt_pool *pool;
     int index;
@@ -108,8 +125,10 @@ struct pt_pool {
     _Alignas(64) uint32_t seq; /* the last run's sequence number, even */
     waiter caller;
     _Atomic int busy;
-    /* claims: seq << 32 | next task */
-    _Alignas(64) _Atomic uint64_t claim;
+    /* claims, one word per thread's range of tasks, each in its own cache
+     * line: seq << 32 | the range's next task */
+    claim_line *claims;
+    int ranges; /* 1: one shared word (PIPETRAIN_POOL_RANGES=0), else threads */
     /* the run; written while claim's seq is odd */
     _Alignas(64) _Atomic(pt_pool_fn) fn;
     _Atomic(void *) ctx;
@@ -227,32 +246,44 @@ static void wait_done(pt_pool *p, uint32_t n)
     adapt(w, t0, atomic_load_explicit(&p->done_ns, memory_order_relaxed), p->cap_ns);
 }
 
-/* Claims and runs tasks of the current run until none is left. */
+/* The end of range r of a run of n tasks over `ranges` ranges. */
+static inline uint32_t range_end(uint32_t n, int ranges, int r)
+{
+    return (uint32_t)((uint64_t)n * (uint64_t)(r + 1) / (uint64_t)ranges);
+}
+
+/* Claims and runs tasks of the current run until none is left: first from
+ * this thread's own range, then from the others' in turn. */
 static void run_tasks(pt_pool *p, int thread)
 {
-    for (;;) {
-        uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
-        if ((c >> 32) & 1) /* a run being published: gen announces it */
-            return;
-        const pt_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-        void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
-        const uint32_t n = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
-        const long base = atomic_load_explicit(&p->base, memory_order_relaxed);
-        /* the fields' loads complete before the claim re-reads the word */
-        atomic_thread_fence(memory_order_acquire);
-        const uint32_t t = (uint32_t)c;
-        if (t >= n)
-            return;
-        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
-                                                   memory_order_relaxed))
-            continue;
-        in_task = 1;
-        fn(ctx, base + (long)t, thread);
-        in_task = 0;
-        if (thread)
-            atomic_store_explicit(&p->done_ns, now_ns(), memory_order_relaxed);
-        if (atomic_fetch_add(&p->done, 1) + 1 == n && thread && atomic_load(&p->caller_asleep))
-            futex_wake(&p->done, 1);
+    const int ranges = p->ranges;
+    for (int k = 0; k < ranges; k++) {
+        const int r = (thread + k) % ranges;
+        _Atomic uint64_t *word = &p->claims[r].word;
+        for (;;) {
+            uint64_t c = atomic_load_explicit(word, memory_order_acquire);
+            if ((c >> 32) & 1) /* a run being published: gen announces it */
+                return;
+            const pt_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+            void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+            const uint32_t n = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
+            const long base = atomic_load_explicit(&p->base, memory_order_relaxed);
+            /* the fields' loads complete before the claim re-reads the word */
+            atomic_thread_fence(memory_order_acquire);
+            const uint32_t t = (uint32_t)c;
+            if (t >= range_end(n, ranges, r))
+                break;
+            if (!atomic_compare_exchange_weak_explicit(word, &c, c + 1, memory_order_acq_rel,
+                                                       memory_order_relaxed))
+                continue;
+            in_task = 1;
+            fn(ctx, base + (long)t, thread);
+            in_task = 0;
+            if (thread)
+                atomic_store_explicit(&p->done_ns, now_ns(), memory_order_relaxed);
+            if (atomic_fetch_add(&p->done, 1) + 1 == n && thread && atomic_load(&p->caller_asleep))
+                futex_wake(&p->done, 1);
+        }
     }
 }
 
@@ -311,7 +342,10 @@ static void *worker_main(void *arg)
 static void run_part(pt_pool *p, long base, uint32_t n, pt_pool_fn fn, void *ctx)
 {
     const uint32_t seq = p->seq;
-    atomic_store_explicit(&p->claim, (uint64_t)(seq + 1) << 32, memory_order_relaxed);
+    /* every range's word odd before any field changes: a claim that
+     * succeeds on a word saw the fields of that word's run */
+    for (int r = 0; r < p->ranges; r++)
+        atomic_store_explicit(&p->claims[r].word, (uint64_t)(seq + 1) << 32, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
@@ -319,7 +353,10 @@ static void run_part(pt_pool *p, long base, uint32_t n, pt_pool_fn fn, void *ctx
     atomic_store_explicit(&p->base, base, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     p->seq = seq + 2;
-    atomic_store_explicit(&p->claim, (uint64_t)(seq + 2) << 32, memory_order_release);
+    for (int r = 0; r < p->ranges; r++)
+        atomic_store_explicit(&p->claims[r].word,
+                              (uint64_t)(seq + 2) << 32 | (r ? range_end(n, p->ranges, r - 1) : 0),
+                              memory_order_release);
     atomic_store_explicit(&p->posted_ns, now_ns(), memory_order_relaxed);
     atomic_store(&p->gen, seq + 2);
     if (atomic_load(&p->sleepers) > 0)
@@ -382,12 +419,22 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
     memset(p, 0, sizeof *p);
     p->threads = threads < 1 ? 1 : threads;
     p->init = init;
+    const char *ranges = getenv("PIPETRAIN_POOL_RANGES");
+    p->ranges = ranges && !strcmp(ranges, "0") ? 1 : p->threads;
+    p->claims = aligned_alloc(64, (size_t)p->ranges * sizeof *p->claims);
+    if (!p->claims) {
+        free(p);
+        return ENOMEM;
+    }
+    for (int r = 0; r < p->ranges; r++)
+        atomic_init(&p->claims[r].word, 0);
     p->cap_ns = spin_cap(&p->cap_from_env);
     atomic_init(&p->caller.spin_ns, p->cap_ns);
     if (p->threads > 1) {
         const size_t bytes = ((size_t)(p->threads - 1) * sizeof *p->workers + 63) / 64 * 64;
         p->workers = aligned_alloc(64, bytes);
         if (!p->workers) {
+            free(p->claims);
             free(p);
             return ENOMEM;
         }
@@ -417,6 +464,7 @@ int pt_pool_create(pt_pool **out, int threads, void (*init)(void))
         if (rc) {
             stop_workers(p);
             free(p->workers);
+            free(p->claims);
             free(p);
             return rc;
         }
@@ -431,6 +479,7 @@ void pt_pool_destroy(pt_pool *pool)
         return;
     stop_workers(pool);
     free(pool->workers);
+    free(pool->claims);
     free(pool);
 }
 

@@ -7,9 +7,10 @@
  *
  * pt_pool_run(pool, tasks, fn, ctx) calls fn(ctx, t, thread) once for every
  * task t in [0, tasks), on the caller and the workers, and returns when all
- * have returned. Tasks are claimed one at a time, in increasing order, by
- * whichever thread is free, so a thread that is descheduled or slow holds
- * up only the task it is running. `thread` is the index of the thread
+ * have returned. Tasks are claimed one at a time by whichever thread is
+ * free: each thread first takes the tasks of its own contiguous range of
+ * [0, tasks), in increasing order, then the others' that are left, so a
+ * thread that is descheduled or slow holds up only the task it is running. `thread` is the index of the thread
  * running the task (0 = the caller, up to pt_pool_threads - 1), for scratch
  * kept per thread; nothing else may depend on it.
  *
