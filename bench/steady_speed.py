@@ -9,6 +9,9 @@ wait for each other (nn/cpu_pool.c):
   spin             PIPETRAIN_SPIN_US=1000000: spin up to a second, i.e.
                    nearly always (what a fixed long spin, such as libgomp's
                    default, does)
+  shared           PIPETRAIN_POOL_RANGES=0: every thread claims tasks from
+                   one shared counter, in order (the pool before per-thread
+                   ranges; nn/cpu_pool.c)
   baseline         with --baseline BIN: another pipetrain binary, with the
                    environment it is given (e.g. the one before the thread
                    pool, whose OpenMP threads waited as GOMP_SPINCOUNT says)
@@ -41,6 +44,12 @@ the median clock. --canary-idle S first runs the canaries alone for S
 seconds, to show how the clock moves with nothing of ours running. (The
 canaries' own CPU time counts among the "others" of each run's line.)
 
+With --pingpong, bench/core_pingpong times a cache line's round trip
+between CPUs 0 and 1 before and after each run, and the runs are reported
+apart by it: near (the host has the two vCPUs on one L3: tens of ns) and
+far (on two chiplets: several times that), with the runs during which it
+changed left out of both.
+
 With --probe, each round of the steady part also runs one 1-thread
 pipetrain process per core, side by side and independent (separate
 processes: no thread of one ever waits for another's), for as many steps,
@@ -57,6 +66,7 @@ usage: steady_speed.py PIPETRAIN [--threads 2] [--runs 10] [--steps 300]
                        [--settings pipetrain,sleep,spin] [--baseline BIN]
                        [--no-contention] [--no-steady] [--epoch-steps 468]
                        [--probe] [--canary [CORE_CANARY]] [--canary-idle S]
+                       [--pingpong [CORE_PINGPONG]] [--near-ns 150]
                        [--window 1] [--quick]"""
 import argparse
 import json
@@ -77,6 +87,7 @@ SETTINGS = {
     "pipetrain": {},
     "sleep": {"PIPETRAIN_SPIN_US": "0"},
     "spin": {"PIPETRAIN_SPIN_US": "1000000"},
+    "shared": {"PIPETRAIN_POOL_RANGES": "0"},
     "baseline": {},
 }
 BASELINE = None  # --baseline
@@ -262,10 +273,39 @@ def busy(n):
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
 
 
-def steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced):
+def round_trip(path):
+    """core_pingpong's median round trip of a cache line between CPUs 0 and 1, in ns"""
+    r = subprocess.run([path], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit("steady_speed: %s failed: %s" % (path, r.stderr.strip()))
+    return float(r.stdout)
+
+
+def pingpong_report(trips, rates, near_ns):
+    """the runs by where the host had put CPUs 0 and 1: near (a round trip, before and
+    after the run, under near_ns) or far (both above it)"""
+    if not trips:
+        return
+    low = near_ns / 2
+    print("\ncross-CPU round trips (core_pingpong, ns, before / after each run); near: both under %.0f, "
+          "far: both above" % near_ns)
+    print("| setting | near runs: samples/s (median, worst) | far runs: samples/s (median, worst) | "
+          "runs that moved |")
+    print("| --- | --- | --- | --- |")
+    for n, rs in rates.items():
+        near = [r for i, r in enumerate(rs) if max(trips[(n, i)]) < 2 * low]
+        far = [r for i, r in enumerate(rs) if min(trips[(n, i)]) >= 2 * low]
+
+        def cell(v):
+            return "%d runs: %.0f, %.0f" % (len(v), statistics.median(v), min(v)) if v else "none"
+        print("| %s | %s | %s | %d |" % (n, cell(near), cell(far), len(rs) - len(near) - len(far)))
+
+
+def steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced, trips):
     """the steady part: args.runs rounds of a run per setting (and the probe)"""
     for i in range(args.runs):
         for n in names:
+            before = round_trip(args.pingpong) if args.pingpong else None
             c0 = cpu_s()
             ends = [] if canaries else None
             r, ours, wall = run(binary, n, args.threads, args.steps, work, steps_out=ends)
@@ -273,7 +313,11 @@ def steady_runs(args, names, binary, work, cores, rates, probes, canaries, trace
             rates[n].append(r)
             if canaries:
                 traced.append((i + 1, n, r, ends))
-            print("  run %d %-10s %.0f samples/s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores)),
+            trip = ""
+            if args.pingpong:
+                trips[(n, len(rates[n]) - 1)] = (before, round_trip(args.pingpong))
+                trip = ", cache-line round trip %.0f / %.0f ns" % trips[(n, len(rates[n]) - 1)]
+            print("  run %d %-10s %.0f samples/s%s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores), trip),
                   flush=True)
         if args.probe:
             c0 = cpu_s()
@@ -307,6 +351,12 @@ def main():
     ap.add_argument("--canary", nargs="?", const="", metavar="CORE_CANARY",
                     help="run bench/core_canary (default: the one built beside PIPETRAIN) on each CPU "
                     "during the steady part (see above)")
+    ap.add_argument("--pingpong", nargs="?", const="", metavar="CORE_PINGPONG",
+                    help="time a cache line's round trip between CPUs 0 and 1 before and after each run "
+                         "(default: the bench/core_pingpong built beside PIPETRAIN)")
+    ap.add_argument("--near-ns", type=float, default=150.0,
+                    help="--pingpong: round trips under this are 'near' (default 150: the development VM's "
+                         "two modes were 55-90 and 300-370 ns)")
     ap.add_argument("--window", type=float, default=1.0, help="seconds per window in --canary's report")
     ap.add_argument("--canary-idle", type=int, default=0, metavar="SECONDS",
                     help="with --canary, first run the canaries alone for SECONDS (bursts of 3 ms every "
@@ -335,7 +385,13 @@ def main():
         print("demo ViT, batch 128, %d threads, %d cores; %d runs of %d steps per setting, alternating"
               % (args.threads, cores, args.runs, args.steps), flush=True)
         rates = {n: [] for n in names}
-        probes = []
+        probes, trips = [], {}
+        if args.pingpong is not None:
+            args.pingpong = args.pingpong or os.path.join(os.path.dirname(binary), "bench", "core_pingpong")
+            if not os.access(args.pingpong, os.X_OK):
+                sys.exit("no core_pingpong at %s (build it, or name it: --pingpong PATH)" % args.pingpong)
+            if cores < 2:
+                sys.exit("steady_speed: --pingpong needs 2 CPUs")
         canaries, traced = None, []
         if args.canary is not None and not args.no_steady:
             path = canary_path(args.canary, binary)
@@ -346,12 +402,13 @@ def main():
             canaries = Canaries(path, work)
         try:
             if not args.no_steady:
-                steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced)
+                steady_runs(args, names, binary, work, cores, rates, probes, canaries, traced, trips)
         finally:
             if canaries:
                 canaries.stop()
         if canaries:
             canary_report(traced, canaries.bursts(), args.window)
+        pingpong_report(trips, rates, args.near_ns)
         for n in names if not args.no_steady else []:
             if n == names[0]:
                 print("\n| setting | median samples/s | worst | best | spread (median - worst) / median |")
