@@ -322,9 +322,10 @@ INLINE void pack_rows(real *dst, int hdp, const real *rows, size_t stride, int T
  * farther than the hardware's prefetchers look, and its probabilities were
  * written long before: unasked, packing them and reading the
  * probabilities waited on memory for about half of the time outside the
- * products. The next pair is guessed: tasks are claimed in increasing
- * order, so with `threads` threads a thread's next pair is most often this
- * one plus that many. A hint: no result depends on it. */
+ * products. The next pair is guessed: a thread claims the tasks of its own
+ * range in increasing order (pt_pool_stride: 1 apart; the thread count
+ * apart where threads share one counter). A hint: no result depends on
+ * it. */
 enum { AHEAD_STREAMS = 5 };
 typedef struct {
     const char *base[AHEAD_STREAMS];
@@ -668,10 +669,10 @@ static void run_pairs(pt_backend *be, attn_job *j, pt_pool_fn fn)
     const int threads = pt_pool_threads(pool);
     j->scratch = CPU_FN(pt_cpu_scratch)((size_t)threads * sizeof *j->scratch);
     /* a task of several pairs runs them in order: the next pair is the
-     * following one; a task of one, the one `threads` on */
+     * following one; a task of one, the one the pool's stride on */
     const size_t pair = (size_t)j->T * j->T * j->hd;
     j->per = pair < PAIR_TASK_WORK ? (long)(PAIR_TASK_WORK / (pair ? pair : 1)) : 1;
-    j->ahead = j->per > 1 ? 1 : threads;
+    j->ahead = j->per > 1 ? 1 : pt_pool_stride(pool);
     pt_pool_run(pool, tasks_for((long)j->n * j->H, j->per), fn, j);
     for (int i = 0; i < threads; i++)
         free(j->scratch[i]);

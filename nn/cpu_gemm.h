@@ -47,7 +47,7 @@ void pt_gemm_nn_f32(pt_pool *pool, float *y, const float *x, const float *w, int
                     int k);
 
 /* The same, with the caller's own tasks in the same pool run: fn(ctx, t,
- * thread) for t in [0, extra), claimed ahead of the product's own tasks in
+ * thread) for t in [0, extra), numbered ahead of the product's own tasks in
  * the first run that computes (after w's panels are packed; when w is large
  * and packed a part at a time, in the first part's run). pool is used as
  * given, however small the product. The backward's dw tiles and db's column

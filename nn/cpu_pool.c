@@ -29,7 +29,11 @@
  * The run's fields are written while every word's sequence number is odd
  * (all are made odd before the first field changes) and read between the
  * load of a word and the claim on it (a sequence lock): a claim that
- * succeeds saw the fields of its own run. A run over 2^31 tasks is split.
+ * succeeds saw the fields of its own run. A run over 2^30 tasks
+ * (MAX_RUN_TASKS) is published in parts, one after another, each cut into
+ * ranges of its own. Publishing writes every range's word and a waking
+ * worker reads them all, so a run costs O(threads^2) cache-line moves in
+ * all: nothing at the 2 to 16 threads a CPU backend runs.
  *
  * Waiting. A waiting thread (a worker between runs, the caller for the last
  * tasks) spins on the word it waits for, with a pause instruction, for up to
@@ -121,14 +125,16 @@ struct pt_pool {
     uint64_t cap_ns;
     int cap_from_env;
     worker *workers; /* threads - 1 */
+    /* claims, one word per thread's range of tasks, each in its own cache
+     * line: seq << 32 | the range's next task. The pointer and the count are
+     * read by every thread in every run and written only by pt_pool_create,
+     * so they sit here, away from the lines the caller writes each run. */
+    claim_line *claims;
+    int ranges; /* 1: one shared word (PIPETRAIN_POOL_RANGES=0), else threads */
     /* the caller's side */
     _Alignas(64) uint32_t seq; /* the last run's sequence number, even */
     waiter caller;
     _Atomic int busy;
-    /* claims, one word per thread's range of tasks, each in its own cache
-     * line: seq << 32 | the range's next task */
-    claim_line *claims;
-    int ranges; /* 1: one shared word (PIPETRAIN_POOL_RANGES=0), else threads */
     /* the run; written while claim's seq is odd */
     _Alignas(64) _Atomic(pt_pool_fn) fn;
     _Atomic(void *) ctx;
@@ -481,6 +487,11 @@ void pt_pool_destroy(pt_pool *pool)
     free(pool->workers);
     free(pool->claims);
     free(pool);
+}
+
+int pt_pool_stride(const pt_pool *pool)
+{
+    return pool && pool->ranges == 1 ? pool->threads : 1;
 }
 
 int pt_pool_threads(const pt_pool *pool) { return pool ? pool->threads : 1; }

@@ -9,7 +9,8 @@
  * task t in [0, tasks), on the caller and the workers, and returns when all
  * have returned. Tasks are claimed one at a time by whichever thread is
  * free: each thread first takes the tasks of its own contiguous range of
- * [0, tasks), in increasing order, then the others' that are left, so a
+ * [0, tasks) (of each part, for a run over 2^30 tasks), in increasing
+ * order, then the others' that are left, so a
  * thread that is descheduled or slow holds up only the task it is running. `thread` is the index of the thread
  * running the task (0 = the caller, up to pt_pool_threads - 1), for scratch
  * kept per thread; nothing else may depend on it.
@@ -43,6 +44,11 @@ void pt_pool_destroy(pt_pool *pool);
 
 /* The threads of the pool, the caller included; 1 for NULL. */
 int pt_pool_threads(const pt_pool *pool);
+
+/* How far apart the tasks one thread claims one after another most often
+ * are: 1 (it walks its own range), or the thread count where the threads
+ * share one counter (PIPETRAIN_POOL_RANGES=0). For prefetch hints only. */
+int pt_pool_stride(const pt_pool *pool);
 
 void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 

@@ -6,9 +6,13 @@
  *    100003 on pools of 1, 2, 3, 4 and 8 threads (more threads than tasks
  *    included), and a NULL pool;
  *  - claiming is dynamic: a task that will not finish until every other task
- *    of its run has finished does finish, at every thread count above one
- *    (with tasks split up front among the threads it would wait forever for
- *    tasks that sit behind it on its own thread);
+ *    of its run has finished does finish, at every thread count above one,
+ *    wherever it lies: first in a range, last in one, last of the run
+ *    (tasks are split up front into one range per thread; without the
+ *    others taking what is left of a range, it would wait forever for the
+ *    tasks that sit behind it in its own);
+ *  - the same with PIPETRAIN_POOL_RANGES=0 (one shared counter), and each
+ *    task once with it;
  *  - a reduction written as one partial per task, combined in task order
  *    after the run, gives the same bits at every thread count and in every
  *    repetition;
@@ -119,17 +123,17 @@ static void every_task_once(void)
 /* ------------------------------------------------------ dynamic claiming */
 
 typedef struct {
-    long tasks;
+    long tasks, blocker;
     _Atomic long finished;
     _Atomic int timed_out;
 } wait_job;
 
-/* Task 0 returns only once every other task has finished (or after 20 s). */
+/* Task j->blocker returns only once every other task has finished (or after 20 s). */
 static void waiting_task(void *ctx, long t, int thread)
 {
     (void)thread;
     wait_job *j = ctx;
-    if (t == 0) {
+    if (t == j->blocker) {
         const double t0 = now_s();
         while (atomic_load(&j->finished) < j->tasks - 1)
             if (now_s() - t0 > 20) {
@@ -142,18 +146,51 @@ static void waiting_task(void *ctx, long t, int thread)
     atomic_fetch_add(&j->finished, 1);
 }
 
-static void claiming_is_dynamic(void)
+/* The blocker at the first and the last task of every thread's range
+ * (thread r of T: [r n / T, (r + 1) n / T)), with n = 4 T + 3. */
+static void blocked_anywhere(int threads)
 {
-    for (int c = 1; c < THREAD_COUNTS; c++) {
-        pt_pool *p = make(thread_counts[c]);
-        for (int rep = 0; rep < 3; rep++) {
-            wait_job j = {4 * thread_counts[c] + 3, 0, 0};
+    pt_pool *p = make(threads);
+    const long n = 4L * threads + 3;
+    for (int r = 0; r < threads; r++)
+        for (int end = 0; end < 2; end++) {
+            wait_job j = {n, end ? (r + 1) * n / threads - 1 : r * n / threads, 0, 0};
             pt_pool_run(p, j.tasks, waiting_task, &j);
             CU_ASSERT_EQUAL(atomic_load(&j.finished), j.tasks);
             CU_ASSERT_FALSE(atomic_load(&j.timed_out));
         }
+    pt_pool_destroy(p);
+}
+
+static void claiming_is_dynamic(void)
+{
+    for (int c = 1; c < THREAD_COUNTS; c++)
+        blocked_anywhere(thread_counts[c]);
+}
+
+static long many_runs(pt_pool *p, int runs);
+
+/* one shared counter (PIPETRAIN_POOL_RANGES=0): each task once, and dynamic */
+static void one_shared_counter(void)
+{
+    setenv("PIPETRAIN_POOL_RANGES", "0", 1);
+    long bad = 0;
+    for (int c = 0; c < THREAD_COUNTS; c++) {
+        pt_pool *p = make(thread_counts[c]);
+        CU_ASSERT_EQUAL(pt_pool_stride(p), thread_counts[c]);
+        static const long sizes[] = {1, 2, 3, 7, 1000};
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+            bad += check_once(p, sizes[s]);
+        bad += many_runs(p, 300);
         pt_pool_destroy(p);
+        if (thread_counts[c] > 1)
+            blocked_anywhere(thread_counts[c]);
     }
+    unsetenv("PIPETRAIN_POOL_RANGES");
+    pt_pool *p = make(3);
+    CU_ASSERT_EQUAL(pt_pool_stride(p), 1);
+    pt_pool_destroy(p);
+    CU_ASSERT_EQUAL(bad, 0);
 }
 
 /* ------------------------------------------------- reduction in fixed order */
@@ -399,6 +436,7 @@ static void teardown(void)
 static const pt_test tests[] = {
     {"every_task_once_any_threads_and_sizes", every_task_once},
     {"claiming_is_dynamic", claiming_is_dynamic},
+    {"one_shared_counter", one_shared_counter},
     {"reduction_fixed_order_same_bits", reduction_fixed_order},
     {"repeated_use_spinning_and_sleeping", repeated_use},
     {"nested_and_concurrent_runs", nested_and_concurrent_runs},
