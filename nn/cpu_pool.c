@@ -135,7 +135,7 @@ struct pt_pool {
     _Alignas(64) uint32_t seq; /* the last run's sequence number, even */
     waiter caller;
     _Atomic int busy;
-    /* the run; written while claim's seq is odd */
+    /* the run; written while every claim word's seq is odd */
     _Alignas(64) _Atomic(pt_pool_fn) fn;
     _Atomic(void *) ctx;
     _Atomic uint32_t ntasks;
