@@ -286,15 +286,14 @@ def pingpong_report(trips, rates, near_ns):
     after the run, under near_ns) or far (both above it)"""
     if not trips:
         return
-    low = near_ns / 2
     print("\ncross-CPU round trips (core_pingpong, ns, before / after each run); near: both under %.0f, "
           "far: both above" % near_ns)
     print("| setting | near runs: samples/s (median, worst) | far runs: samples/s (median, worst) | "
           "runs that moved |")
     print("| --- | --- | --- | --- |")
     for n, rs in rates.items():
-        near = [r for i, r in enumerate(rs) if max(trips[(n, i)]) < 2 * low]
-        far = [r for i, r in enumerate(rs) if min(trips[(n, i)]) >= 2 * low]
+        near = [r for i, r in enumerate(rs) if max(trips[(n, i)]) < near_ns]
+        far = [r for i, r in enumerate(rs) if min(trips[(n, i)]) >= near_ns]
 
         def cell(v):
             return "%d runs: %.0f, %.0f" % (len(v), statistics.median(v), min(v)) if v else "none"
@@ -315,8 +314,9 @@ def steady_runs(args, names, binary, work, cores, rates, probes, canaries, trace
                 traced.append((i + 1, n, r, ends))
             trip = ""
             if args.pingpong:
-                trips[(n, len(rates[n]) - 1)] = (before, round_trip(args.pingpong))
-                trip = ", cache-line round trip %.0f / %.0f ns" % trips[(n, len(rates[n]) - 1)]
+                key = (n, len(rates[n]) - 1)
+                trips[key] = (before, round_trip(args.pingpong))
+                trip = ", cache-line round trip %.0f / %.0f ns" % trips[key]
             print("  run %d %-10s %.0f samples/s%s%s" % (i + 1, n, r, others(c0, c1, ours, wall, cores), trip),
                   flush=True)
         if args.probe:
