@@ -278,13 +278,22 @@ static void tn_task(void *ctx, long t, int thread)
     pt_gemm_tn_task(ctx, t);
 }
 
-/* as the backend runs them: dw's tasks ahead of dx's in one run */
+static void tn_reduce_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    pt_gemm_tn_reduce_task(ctx, t);
+}
+
+/* as the backend runs them: dx's tiles and dw's partial sums by chunks of
+ * rows in one run, then their sum (nn/cpu_ops.c) */
 static void run_ours_both(void *arg)
 {
     bshape *b = arg;
     b->tn_tasks = pt_gemm_tn_plan(&b->tn, b->dw, NULL, b->dy, b->x, b->rows, b->out, b->in);
     pt_gemm_nn_f32_with(pool, b->dx, b->dy, b->w, NULL, b->rows, b->in, b->out, b->tn_tasks,
-                        tn_task, &b->tn);
+                        b->tn.chunks, tn_task, &b->tn);
+    pt_pool_run(pool, pt_gemm_tn_reduce_tasks(&b->tn), tn_reduce_task, &b->tn);
+    pt_gemm_tn_done(&b->tn);
 }
 
 static void blas_one_thread(void) { openblas_set_num_threads(1); }

@@ -278,6 +278,7 @@ typedef struct {
     int panels, last_pw, group, blocks, chunk_blocks, chunks, whole_chunks;
     int g0, g1; /* the group being packed or used: panels [g0, g1) */
     long extra;
+    int extra_groups;
     pt_pool_fn extra_fn;
     void *extra_ctx;
 } plan;
@@ -340,14 +341,30 @@ static void run_task(const plan *pl, int g0, int g1, long t)
     }
 }
 
-/* The caller's task t, if t is one of them; else t less their count. */
-static int caller_task(const plan *pl, long *t, int thread)
+/* The caller's task t, if t is one of them; else the product's task that
+ * t stands for. The caller's tasks are extra_groups equal groups, group e
+ * placed ahead of the product's tasks of row chunks [chunks e / groups,
+ * chunks (e + 1) / groups), per_chunk tasks each: numbered by rows, all of
+ * them, so a thread's contiguous run of tasks is one run of rows. */
+static int caller_task(const plan *pl, long *t, int thread, long per_chunk)
 {
-    if (*t < pl->extra) {
-        pl->extra_fn(pl->extra_ctx, *t, thread);
-        return 1;
+    const long groups = pl->extra_groups, per_group = pl->extra / groups;
+    long at = 0, done = 0; /* tasks before group e: all, the product's */
+    for (long e = 0; e < groups; e++) {
+        if (*t < at + per_group) {
+            pl->extra_fn(pl->extra_ctx, e * per_group + (*t - at), thread);
+            return 1;
+        }
+        at += per_group;
+        const long end = (long)pl->chunks * (e + 1) / groups * per_chunk;
+        if (*t < at + end - done) {
+            *t = done + (*t - at);
+            return 0;
+        }
+        at += end - done;
+        done = end;
     }
-    *t -= pl->extra;
+    *t -= pl->extra; /* not reached: the run has extra + chunks * per_chunk tasks */
     return 0;
 }
 
@@ -363,7 +380,7 @@ static void pack_task(void *ctx, long p, int thread)
 static void group_task(void *ctx, long t, int thread)
 {
     const plan *pl = ctx;
-    if (caller_task(pl, &t, thread))
+    if (pl->extra && caller_task(pl, &t, thread, pl->whole_chunks ? 1 : pl->g1 - pl->g0))
         return;
     run_task(pl, pl->g0, pl->g1, t);
 }
@@ -371,7 +388,7 @@ static void group_task(void *ctx, long t, int thread)
 static void panel_task(void *ctx, long p, int thread)
 {
     const plan *pl = ctx;
-    if (caller_task(pl, &p, thread))
+    if (pl->extra && caller_task(pl, &p, thread, pl->panels))
         return;
     pack_one(pl, 0, (int)p);
     run_task(pl, 0, pl->panels, p);
@@ -382,14 +399,14 @@ static void panel_task(void *ctx, long p, int thread)
  * caller chose it, extra tasks as in plan. */
 static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_kn,
                  const float *b, const float *add, const float *mul, int rows, int out, int in,
-                 long extra, pt_pool_fn fn, void *ctx)
+                 long extra, int extra_groups, pt_pool_fn fn, void *ctx)
 {
     if (rows <= 0 || out <= 0) {
         pt_pool_run(pool, extra, fn, ctx);
         return;
     }
     plan pl = {y, x, w, b, add, mul, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0,
-               0, 0, extra, fn, ctx};
+               0, 0, extra, extra_groups < 1 ? 1 : extra_groups, fn, ctx};
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
@@ -437,20 +454,21 @@ static pt_pool *pool_for(pt_pool *pool, int rows, int out, int in)
 void GEMM_FN(pt_gemm_nt_f32)(pt_pool *pool, float *y, const float *x, const float *w,
                              const float *b, const float *add, int rows, int out, int in)
 {
-    gemm(pool_for(pool, rows, out, in), y, x, w, 0, b, add, NULL, rows, out, in, 0, NULL, NULL);
+    gemm(pool_for(pool, rows, out, in), y, x, w, 0, b, add, NULL, rows, out, in, 0, 1, NULL,
+         NULL);
 }
 
 void GEMM_FN(pt_gemm_nn_f32)(pt_pool *pool, float *y, const float *x, const float *w, int rows,
                              int n, int k)
 {
-    gemm(pool_for(pool, rows, n, k), y, x, w, 1, NULL, NULL, NULL, rows, n, k, 0, NULL, NULL);
+    gemm(pool_for(pool, rows, n, k), y, x, w, 1, NULL, NULL, NULL, rows, n, k, 0, 1, NULL, NULL);
 }
 
 void GEMM_FN(pt_gemm_nn_f32_with)(pt_pool *pool, float *y, const float *x, const float *w,
                                   const float *mul, int rows, int n, int k, long extra,
-                                  pt_pool_fn fn, void *ctx)
+                                  int extra_groups, pt_pool_fn fn, void *ctx)
 {
-    gemm(pool, y, x, w, 1, NULL, NULL, mul, rows, n, k, extra, fn, ctx);
+    gemm(pool, y, x, w, 1, NULL, NULL, mul, rows, n, k, extra, extra_groups, fn, ctx);
 }
 
 const char *GEMM_FN(pt_gemm_f32_isa)(void) { return ISA; }

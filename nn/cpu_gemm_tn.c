@@ -1,9 +1,10 @@
 /*
  * cpu_gemm_tn.c: c += a^T b for the float32 CPU backend's weight gradient,
  * dw [out, in] += dy^T x, with the per-element arithmetic that
- * nn/cpu_gemm.h promises for it: one accumulator per element, starting at
- * 0, a fused multiply-add per k (a row of the batch) in ascending order over
- * all of k in one chain, and then c = c + acc, one rounded addition. As in
+ * nn/cpu_gemm.h promises for it: per element and chunk of k (rows of the
+ * batch) one accumulator, starting at 0, a fused multiply-add per k in
+ * ascending order over the chunk in one chain; the chunks' accumulators
+ * added in chunk order, then c = c + that sum, one rounded addition. As in
  * nn/cpu_gemm.c, vectors run across output columns, never across k, and the
  * multiply-adds are explicit fused operations.
  *
@@ -13,8 +14,10 @@
  * columns i needs b[k][i .. i + NR) (two vector loads), so both operands
  * stream along k, each with its own row stride.
  *
- * A task is a block of the output, MB rows by NB columns, for all of k: its
- * accumulators live in the thread's scratch (nn/cpu_pool.h), and k is walked in steps of
+ * k is cut into a few chunks of rows (pt_gemm_tn_chunks, from the shape
+ * alone), and a task is a block of the output, MB rows by NB columns, over
+ * one chunk: its accumulators live in the thread's scratch
+ * (nn/cpu_pool.h), and the chunk's rows are walked in steps of
  * KC rows, every tile of the block over one step before the next. A step
  * first copies its rows of a's block into tiles, k-major ([tile][k][TR]),
  * so that a tile's broadcasts read one contiguous run instead of one cache
@@ -30,11 +33,15 @@
  * tile's micro-kernel loads its accumulators from the buffer, runs its
  * fused multiply-adds for the step's k in order and stores them back:
  * storing a float and loading it again is exact, so the chain over k is the
- * same chain however k is stepped. After the last step the block is added
- * to c. Tasks never share an element, so the split into tasks (and
- * threads) changes nothing; k is never split between tasks. Consecutive
- * tasks share a strip of the larger operand, which then comes from cache
- * the second time.
+ * same chain however k is stepped. After the chunk's last step the block
+ * is added to c (one chunk) or stored as the chunk's partial sums, which
+ * reduction tasks then add up in chunk order and add to c. Tasks never
+ * share an element of c or of the partial sums, so the split into tasks
+ * (and threads) changes nothing. Tasks are numbered chunk by chunk, so
+ * that a thread's contiguous run of them reads the rows of dy and x that
+ * the same thread computed (nn/cpu_ops.c, linear_bwd); within a chunk,
+ * consecutive tasks share a strip of the larger operand, which then comes
+ * from cache the second time.
  *
  * Built per instruction set like nn/cpu_gemm.c (nn/cpu_gemm_vec.h), and
  * tested the same way (tests/nn/test_gemm.c).
@@ -44,6 +51,8 @@
 #include "nn/cpu_pool.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* A tile's rows: with AVX-512 8 (16 accumulators of 32 registers, 10 loads
@@ -126,7 +135,7 @@ static void run_tile(int nv, int copy_b, const float *a, const float *b, size_t 
 long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, float *colsum, const float *a,
                               const float *b, int k, int m, int n)
 {
-    *p = (pt_gemm_tn){c, colsum, a, b, k, m, n, 0, 0, 0};
+    *p = (pt_gemm_tn){c, colsum, a, b, k, m, n, 0, 0, 0, 1, NULL};
     if (k <= 0 || m <= 0 || n <= 0)
         return 0;
     p->mblocks = (m + MB - 1) / MB;
@@ -134,7 +143,73 @@ long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, float *colsum, const floa
     /* adjacent tasks share a strip of the larger operand (an access order:
      * no task's arithmetic depends on it) */
     p->by_b = n > m;
-    return (long)p->mblocks * p->nblocks;
+    p->chunks = pt_gemm_tn_chunks(k, m, n);
+    if (p->chunks > 1) {
+        const size_t bytes = ((size_t)p->chunks * ((size_t)m * n + m) * sizeof(float) + 63) / 64 * 64;
+        p->part = aligned_alloc(64, bytes);
+        if (!p->part) {
+            fprintf(stderr, "pipetrain: out of memory allocating %zu bytes for a weight "
+                            "gradient's partial sums\n", bytes);
+            abort();
+        }
+    }
+    return (long)p->chunks * p->mblocks * p->nblocks;
+}
+
+void GEMM_FN(pt_gemm_tn_done)(pt_gemm_tn *p)
+{
+    free(p->part);
+    p->part = NULL;
+}
+
+/* Rows of c per reduction task: about RED_ELEMS elements of c. */
+enum { RED_ELEMS = 8192, RED_COLS = 64 };
+
+static int reduce_rows(const pt_gemm_tn *p)
+{
+    const int r = RED_ELEMS / p->n;
+    return r < 1 ? 1 : r;
+}
+
+long GEMM_FN(pt_gemm_tn_reduce_tasks)(const pt_gemm_tn *p)
+{
+    if (p->chunks <= 1 || p->m <= 0 || p->n <= 0)
+        return 0;
+    const int rr = reduce_rows(p);
+    return (p->m + rr - 1) / rr;
+}
+
+/* c[o][i] = c[o][i] + (((part_0 + part_1) + ...) + part_{C-1})[o][i] for the
+ * rows o of task t, and the same for colsum from the chunks' column sums */
+void GEMM_FN(pt_gemm_tn_reduce_task)(const pt_gemm_tn *p, long t)
+{
+    const int m = p->m, n = p->n, C = p->chunks, rr = reduce_rows(p);
+    const int o0 = (int)t * rr, o1 = o0 + rr < m ? o0 + rr : m;
+    const size_t plane = (size_t)m * n;
+    for (int o = o0; o < o1; o++)
+        for (int i0 = 0; i0 < n; i0 += RED_COLS) {
+            const int w = n - i0 < RED_COLS ? n - i0 : RED_COLS;
+            const size_t at = (size_t)o * n + i0;
+            float s[RED_COLS];
+            memcpy(s, p->part + at, (size_t)w * sizeof *s);
+            for (int ch = 1; ch < C; ch++) {
+                const float *q = p->part + (size_t)ch * plane + at;
+                for (int i = 0; i < w; i++)
+                    s[i] = s[i] + q[i];
+            }
+            float *cr = p->c + at;
+            for (int i = 0; i < w; i++)
+                cr[i] = cr[i] + s[i];
+        }
+    if (p->colsum) {
+        const float *sums = p->part + (size_t)C * plane;
+        for (int o = o0; o < o1; o++) {
+            float s = sums[o];
+            for (int ch = 1; ch < C; ch++)
+                s = s + sums[(size_t)ch * m + o];
+            p->colsum[o] = p->colsum[o] + s;
+        }
+    }
 }
 
 /* A step's rows of a's columns [o0, o0 + mb) into tiles of TR columns,
@@ -212,7 +287,12 @@ static inline void fetch_ahead(ahead *f)
 
 void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
 {
-    const int K = p->k, m = p->m, n = p->n;
+    const int m = p->m, n = p->n;
+    /* chunk-major: a thread's run of tasks covers a contiguous run of rows */
+    const long blocks = (long)p->mblocks * p->nblocks, chunk = t / blocks;
+    t %= blocks;
+    const int K0 = (int)((long long)p->k * chunk / p->chunks);
+    const int K = (int)((long long)p->k * (chunk + 1) / p->chunks);
     const long mi = p->by_b ? t % p->mblocks : t / p->nblocks;
     const long ni = p->by_b ? t / p->mblocks : t % p->nblocks;
     const int o0 = (int)mi * MB, i0 = (int)ni * NB;
@@ -223,10 +303,14 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
     float *copy = acopy + KC * MB;   /* the step's panels of b */
     float *sums = copy + KC * NB;    /* a's column sums, in the blocks of c's first columns */
     const int with_sums = p->colsum && ni == 0;
-    memset(acc, 0, (size_t)MB * NB * sizeof *acc);
+    /* the accumulators the tiles use: rows up to a whole tile, columns up
+     * to a whole panel */
+    const int used_rows = tiles * TR, used_cols = (nb + NR - 1) / NR * NR;
+    for (int r = 0; r < used_rows; r++)
+        memset(acc + (size_t)r * NB, 0, (size_t)used_cols * sizeof *acc);
     if (with_sums)
         memset(sums, 0, (size_t)MB * sizeof *sums);
-    for (int k0 = 0; k0 < K; k0 += KC) {
+    for (int k0 = K0; k0 < K; k0 += KC) {
         const int kn = K - k0 < KC ? K - k0 : KC;
         copy_a(acopy, p->a + (size_t)k0 * m + o0, (size_t)m, kn, mb);
         if (with_sums)
@@ -263,6 +347,17 @@ void GEMM_FN(pt_gemm_tn_task)(const pt_gemm_tn *p, long t)
             }
         }
     }
+    if (p->chunks > 1) {
+        /* the chunk's partial sums, for pt_gemm_tn_reduce_task to add up */
+        float *part = p->part + (size_t)chunk * m * n;
+        for (int r = 0; r < mb; r++)
+            memcpy(part + (size_t)(o0 + r) * n + i0, acc + (size_t)r * NB,
+                   (size_t)nb * sizeof *part);
+        if (with_sums)
+            memcpy(p->part + (size_t)p->chunks * m * n + (size_t)chunk * m + o0, sums,
+                   (size_t)mb * sizeof *sums);
+        return;
+    }
     if (with_sums)
         for (int r = 0; r < mb; r++)
             p->colsum[o0 + r] = p->colsum[o0 + r] + sums[r];
@@ -281,17 +376,33 @@ static void tn_task(void *ctx, long t, int thread)
     GEMM_FN(pt_gemm_tn_task)(ctx, t);
 }
 
+static void tn_reduce_task(void *ctx, long t, int thread)
+{
+    (void)thread;
+    GEMM_FN(pt_gemm_tn_reduce_task)(ctx, t);
+}
+
 void GEMM_FN(pt_gemm_tn_f32)(pt_pool *pool, float *c, float *colsum, const float *a, const float *b,
                              int k, int m, int n)
 {
     pt_gemm_tn p;
     const long tasks = GEMM_FN(pt_gemm_tn_plan)(&p, c, colsum, a, b, k, m, n);
-    if (!tasks && colsum && k > 0 && m > 0) /* no product (n = 0): the sums alone */
+    if (!tasks && colsum && k > 0 && m > 0) { /* no product (n = 0): the sums alone */
+        const int C = pt_gemm_tn_chunks(k, m, n);
         for (int o = 0; o < m; o++) {
-            float acc = 0.0f;
-            for (int r = 0; r < k; r++)
-                acc = acc + a[(size_t)r * m + o];
-            colsum[o] = colsum[o] + acc;
+            float s = 0.0f;
+            for (int ch = 0; ch < C; ch++) {
+                float acc = 0.0f;
+                const int r1 = (int)((long long)k * (ch + 1) / C);
+                for (int r = (int)((long long)k * ch / C); r < r1; r++)
+                    acc = acc + a[(size_t)r * m + o];
+                s = ch ? s + acc : acc;
+            }
+            colsum[o] = colsum[o] + s;
         }
-    pt_pool_run((double)k * m * n <= PARALLEL_WORK ? NULL : pool, tasks, tn_task, &p);
+    }
+    pt_pool *run = (double)k * m * n <= PARALLEL_WORK ? NULL : pool;
+    pt_pool_run(run, tasks, tn_task, &p);
+    pt_pool_run(run, GEMM_FN(pt_gemm_tn_reduce_tasks)(&p), tn_reduce_task, &p);
+    GEMM_FN(pt_gemm_tn_done)(&p);
 }

@@ -209,6 +209,7 @@ static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *
  * fixed. */
 enum { STRIPE = 16 };
 
+#ifdef PT_REAL_F64 /* the float32 backward sums over dw's chunks of rows: column_sums_chunked */
 static void column_sums(real *db, const real *dy, int rows, int cols, int s)
 {
     int c0 = s * STRIPE, c1 = c0 + STRIPE < cols ? c0 + STRIPE : cols;
@@ -222,35 +223,60 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
     for (int c = c0; c < c1; c++)
         db[c] += acc[c - c0];
 }
+#endif
 
 #ifndef PT_REAL_F64
 /* The float32 backward's products are our own kernels (nn/cpu_gemm.h),
  * with the arithmetic of each element fixed as the forward's is: dw +=
- * dy^T x one fused chain over all the rows per element (nn/cpu_gemm_tn.c),
- * and db, column_sums' arithmetic, by the same tasks from the rows of dy
- * they copy; dx = dy w the forward's kernel with w read k-major
- * (nn/cpu_gemm.c). All of it is one pool run of tasks: dw's blocks of the
- * output first (each the whole sum over the batch's rows), then db's
- * stripes of columns when no dw task carries them, then dx's
- * (row chunk, panel) tiles, after dx's panels of w are packed (in a short
- * run of their own, unless each panel is one task that packs and uses it).
- * dw and dx are the same number of multiply-adds, so on two threads one
- * takes dw's blocks (at the start of its range of the run's tasks) while
- * the other runs dx's tiles (its range), and then they share what is left
- * (nn/cpu_pool.h). Tasks depend on the shape alone and each element is
- * computed by one task, so the bits do not depend on the thread count. On
- * the demo ViT's four layer shapes this op took 0.85-0.89 of the time of
- * the single-threaded sgemm blocks it replaced at one thread, 0.90-0.98 at
- * two (bench/op_speed, the fastest of 300 calls). */
+ * dy^T x one fused chain per element over each of a few chunks of the
+ * rows, the chunks' sums added in order (nn/cpu_gemm_tn.c), and db the same
+ * over the same chunks with additions, by the same tasks from the rows of
+ * dy they copy; dx = dy w the forward's kernel with w read k-major
+ * (nn/cpu_gemm.c). Three pool runs (after dx's panels of w are packed, in
+ * a short run of their own unless each panel is one task that packs and
+ * uses it): dx's (row chunk, panel) tiles; dw's (chunk of rows, block of
+ * the output) partial sums, or db's stripes of columns when no dw task
+ * carries them; then the partial sums added into dw and db, rows of dw per
+ * task. Both of the first two runs number their tasks by rows, so a
+ * thread's contiguous run of tasks (nn/cpu_pool.h) is about the same rows
+ * in both, and in the ops before and after: a thread reads back what its
+ * own core wrote. With one task summing every row of dy and x (dw's shapes
+ * on the demo ViT are one block), half of them came from the other core's
+ * cache, which costs little when the two cores share a cache and several
+ * times more when they do not (README, "Why quiet runs differ"). Tasks
+ * depend on the shape alone and each element (or partial sum) is computed
+ * by one task, so the bits do not depend on the thread count. */
 typedef struct {
     real *db;
     const real *dy;
-    int rows, out;
+    int rows, out, chunks;
     long dw_tasks;
     pt_gemm_tn dw;
 } bwd_job;
 
-/* The run's tasks ahead of dx's: dw's blocks, then db's stripes. */
+/* column_sums over dw's chunks of rows: per chunk a chain from 0, the
+ * chunks added in order, then db = db + that sum (nn/cpu_gemm.h) */
+static void column_sums_chunked(real *db, const real *dy, int rows, int cols, int chunks, int s)
+{
+    int c0 = s * STRIPE, c1 = c0 + STRIPE < cols ? c0 + STRIPE : cols;
+    real sum[STRIPE] = {0};
+    for (int ch = 0; ch < chunks; ch++) {
+        real acc[STRIPE] = {0};
+        const int r1 = (int)((long long)rows * (ch + 1) / chunks);
+        for (int r = (int)((long long)rows * ch / chunks); r < r1; r++) {
+            const real *row = dy + (size_t)r * cols;
+#pragma omp simd
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += row[c];
+        }
+        for (int c = c0; c < c1; c++)
+            sum[c - c0] = ch ? sum[c - c0] + acc[c - c0] : acc[c - c0];
+    }
+    for (int c = c0; c < c1; c++)
+        db[c] += sum[c - c0];
+}
+
+/* The second run's tasks: dw's partial sums, or db's stripes. */
 static void linear_bwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
@@ -258,7 +284,13 @@ static void linear_bwd_task(void *ctx, long t, int thread)
     if (t < j->dw_tasks)
         pt_gemm_tn_task(&j->dw, t);
     else
-        column_sums(j->db, j->dy, j->rows, j->out, (int)(t - j->dw_tasks));
+        column_sums_chunked(j->db, j->dy, j->rows, j->out, j->chunks, (int)(t - j->dw_tasks));
+}
+
+static void linear_bwd_reduce(void *ctx, long t, int thread)
+{
+    (void)thread;
+    pt_gemm_tn_reduce_task(ctx, t);
 }
 
 /* linear_bwd_mul: the same bits as cpu_linear_bwd and then cpu_gelu_bwd
@@ -268,7 +300,7 @@ static void cpu_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, con
                                const void *x, const void *w, int rows, int out, int in,
                                const void *mul)
 {
-    bwd_job j = {db, dy, rows, out, 0, {0}};
+    bwd_job j = {db, dy, rows, out, pt_gemm_tn_chunks(rows, out, in), 0, {0}};
     /* db comes with dw's tasks (the same sums, from the rows they copy) */
     if (dw)
         j.dw_tasks = pt_gemm_tn_plan(&j.dw, dw, db, dy, x, rows, out, in);
@@ -276,11 +308,15 @@ static void cpu_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, con
     /* small products run on the caller: the same tasks */
     const double work = (double)rows * out * (in > 0 ? in : 1);
     pt_pool *pool = work > (1 << 17) ? be->impl : NULL;
+    /* dw's tasks of each chunk of rows in the run of dx's, ahead of dx's
+     * tiles of about the same rows */
     if (dx)
         pt_gemm_nn_f32_with(pool, dx, dy, w, mul, rows, in, out, j.dw_tasks + stripes,
-                            linear_bwd_task, &j);
+                            j.dw_tasks ? j.dw.chunks : 1, linear_bwd_task, &j);
     else
         pt_pool_run(pool, j.dw_tasks + stripes, linear_bwd_task, &j);
+    pt_pool_run(pool, pt_gemm_tn_reduce_tasks(&j.dw), linear_bwd_reduce, &j.dw);
+    pt_gemm_tn_done(&j.dw);
 }
 
 static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,

@@ -31,9 +31,11 @@
  *
  * Backward, dx = dy w and dw += dy^T x:
  *  - exact: both against emulations of their contracts (dx: acc = 0,
- *    acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc; dw:
- *    acc = 0, acc = fmaf(dy[r,o], x[r,i], acc) for every row r ascending in
- *    one chain, dw = dw + acc), bit for bit, for every (rows, out, in) from
+ *    acc = fmaf(dy[r,o], w[o,i], acc) for o ascending, dx = acc; dw: per
+ *    chunk of rows (the chunks computed again here from the contract's
+ *    formula) acc = 0, acc = fmaf(dy[r,o], x[r,i], acc) for its rows r
+ *    ascending, the chunks' accs added in order, dw = dw + that sum), bit
+ *    for bit, for every (rows, out, in) from
  *    {1, 7, 17, 33, 64, 65, 100, 384, 1536} of at most 2^21 multiply-adds
  *    (583 shapes, which cross the vector width, the tiles, dw's task blocks
  *    and its steps along the rows) and the demo ViT's layers, at 1, 2 and 3
@@ -42,9 +44,10 @@
  *    sum |dy w| for dx and gamma(rows + 1) (|dw| + sum |dy x|) for dw;
  *  - dx times a given mul in the same pass (pt_gemm_nn_f32_with, the
  *    backward after GELU): the emulation's dx times mul, one rounded
- *    product per element, bit for bit, for every shape above and build;
- *  - the backend: the float32 backend's linear_bwd, which runs dw's tasks,
- *    db's column sums and dx's tasks in one pool run, gives the emulations'
+ *    product per element, bit for bit, for every shape above and build,
+ *    with 1 to 8 groups of the caller's tasks among dx's, each run once;
+ *  - the backend: the float32 backend's linear_bwd, which runs dx's tasks,
+ *    dw's partial sums (or db's column sums) and their sums in pool runs, gives the emulations'
  *    bits for dx and dw (and the column sums' for db) for every subset of
  *    the three asked for, at 1, 2 and 3 threads; linear_bwd_mul the same,
  *    with dx times mul.
@@ -57,6 +60,7 @@
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +73,7 @@
                              int n, int k);                                                        \
     void pt_gemm_nn_f32_with##sfx(pt_pool *pool, float *y, const float *x, const float *w,       \
                                   const float *mul, int rows, int n, int k, long extra,            \
-                                  pt_pool_fn fn, void *ctx);                                       \
+                                  int extra_groups, pt_pool_fn fn, void *ctx);                     \
     void pt_gemm_tn_f32##sfx(pt_pool *pool, float *c, float *colsum, const float *a,             \
                              const float *b, int k, int m, int n);                                 \
     const char *pt_gemm_f32_isa##sfx(void);
@@ -80,7 +84,7 @@ typedef void (*gemm_fn)(pt_pool *, float *, const float *, const float *, const 
                         const float *, int, int, int);
 typedef void (*gemm_nn_fn)(pt_pool *, float *, const float *, const float *, int, int, int);
 typedef void (*gemm_nn_with_fn)(pt_pool *, float *, const float *, const float *, const float *,
-                                int, int, int, long, pt_pool_fn, void *);
+                                int, int, int, long, int, pt_pool_fn, void *);
 typedef void (*gemm_tn_fn)(pt_pool *, float *, float *, const float *, const float *, int, int,
                            int);
 static const struct {
@@ -307,17 +311,41 @@ static void emulate_nn(float *y, const float *x, const float *w, int M, int N, i
         }
 }
 
-/* dw += dy^T x by the contract: acc = 0; acc = fmaf(dy[r,o], x[r,i], acc)
- * for every r ascending, in one chain; dw = dw + acc. a = dy [K, M], b = x
- * [K, N], c = dw [M, N]. */
+/* dw's chunks of rows, written again from the contract: C = min(8, K / 256,
+ * 2^20 / (M N)), at least 1 (M N counted as 1 when 0); chunk c is the rows
+ * [K c / C, K (c + 1) / C). */
+static int contract_chunks(int K, int M, int N)
+{
+    long long size = (long long)M * N;
+    long long c = 8;
+    if (size < 1)
+        size = 1;
+    if (K / 256 < c)
+        c = K / 256;
+    if ((1LL << 20) / size < c)
+        c = (1LL << 20) / size;
+    return c < 1 ? 1 : (int)c;
+}
+
+static int chunk_start(int K, int C, int c) { return (int)((long long)K * c / C); }
+
+/* dw += dy^T x by the contract: per chunk of rows acc = 0; acc =
+ * fmaf(dy[r,o], x[r,i], acc) for its rows r ascending; the chunks' accs
+ * added in order; dw = dw + that sum. a = dy [K, M], b = x [K, N], c = dw
+ * [M, N]. */
 static void emulate_tn(float *c, const float *a, const float *b, int K, int M, int N)
 {
+    const int C = contract_chunks(K, M, N);
     for (int o = 0; o < M; o++)
         for (int i = 0; i < N; i++) {
-            float acc = 0.0f;
-            for (int r = 0; r < K; r++)
-                acc = fmaf(a[(size_t)r * M + o], b[(size_t)r * N + i], acc);
-            c[(size_t)o * N + i] = c[(size_t)o * N + i] + acc;
+            float sum = 0.0f;
+            for (int ch = 0; ch < C; ch++) {
+                float acc = 0.0f;
+                for (int r = chunk_start(K, C, ch); r < chunk_start(K, C, ch + 1); r++)
+                    acc = fmaf(a[(size_t)r * M + o], b[(size_t)r * N + i], acc);
+                sum = ch ? sum + acc : acc;
+            }
+            c[(size_t)o * N + i] = c[(size_t)o * N + i] + sum;
         }
 }
 
@@ -360,16 +388,38 @@ static long tn_outside_bound(const float *c, const float *c0, const float *a, co
     return bad;
 }
 
-/* db += dy's column sums by the contract: acc = 0; acc = acc + dy[r,o]
- * for every r ascending; db = db + acc. */
-static void emulate_colsum(float *db, const float *dy, int K, int M)
+/* db += dy's column sums by the contract, over dw's chunks of rows for a
+ * product of N columns: per chunk acc = 0; acc = acc + dy[r,o] for its
+ * rows r ascending; the chunks' accs added in order; db = db + that sum. */
+static void emulate_colsum(float *db, const float *dy, int K, int M, int N)
 {
+    const int C = contract_chunks(K, M, N);
     for (int o = 0; o < M; o++) {
-        float acc = 0.0f;
-        for (int r = 0; r < K; r++)
-            acc = acc + dy[(size_t)r * M + o];
-        db[o] = db[o] + acc;
+        float sum = 0.0f;
+        for (int ch = 0; ch < C; ch++) {
+            float acc = 0.0f;
+            for (int r = chunk_start(K, C, ch); r < chunk_start(K, C, ch + 1); r++)
+                acc = acc + dy[(size_t)r * M + o];
+            sum = ch ? sum + acc : acc;
+        }
+        db[o] = db[o] + sum;
     }
+}
+
+/* The caller's tasks run among dx's (pt_gemm_nn_f32_with): how often each
+ * ran. */
+enum { EXTRA_PER_GROUP = 3 };
+typedef struct {
+    atomic_int runs[8 * EXTRA_PER_GROUP];
+    long n;
+} extra_count;
+
+static void count_extra(void *ctx, long t, int thread)
+{
+    (void)thread;
+    extra_count *ec = ctx;
+    if (t >= 0 && t < ec->n)
+        atomic_fetch_add(&ec->runs[t], 1);
 }
 
 /* One backward shape: dx = dy w, and dw += dy^T x with and without db +=
@@ -393,7 +443,7 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
     memcpy(want_dw, dw0, (size_t)out * in * sizeof *dw);
     emulate_tn(want_dw, dy, x, rows, out, in);
     memcpy(want_db, db0, (size_t)out * sizeof *db);
-    emulate_colsum(want_db, dy, rows, out);
+    emulate_colsum(want_db, dy, rows, out, in);
     long bad = 0;
     pt_pool *pool = pool_of(threads);
     for (int v = 0; v < BUILDS; v++) {
@@ -410,16 +460,27 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
             printf("\n  dx rows=%d out=%d in=%d: outside the float64 bound", rows, out, in);
         }
         /* dx times mul in the same pass (the backward after GELU), on the
-         * given pool however small the product */
+         * given pool however small the product, with the caller's tasks in
+         * 1 to 8 groups among dx's: each of them run once */
         for (size_t i = 0; i < (size_t)rows * in; i++)
             dx[i] = NAN;
-        builds[v].nn_with(pool, dx, dy, w, mul, rows, in, out, 0, NULL, NULL);
+        const int groups = 1 + (rows + out + in + v) % 8;
+        extra_count ec = {{0}, groups * EXTRA_PER_GROUP};
+        builds[v].nn_with(pool, dx, dy, w, mul, rows, in, out, ec.n, groups, count_extra, &ec);
         if (memcmp(dx, want_mul, (size_t)rows * in * sizeof *dx)) {
             bad++;
             printf("\n  %s: dx = (dy w) * mul, rows=%d out=%d in=%d, %d threads: not the "
                    "contract's bits",
                    builds[v].isa(), rows, out, in, threads);
         }
+        for (long t = 0; t < ec.n; t++)
+            if (atomic_load(&ec.runs[t]) != 1) {
+                bad++;
+                printf("\n  %s: rows=%d out=%d in=%d, %d threads, %d groups: the caller's task "
+                       "%ld ran %d times",
+                       builds[v].isa(), rows, out, in, threads, groups, t,
+                       atomic_load(&ec.runs[t]));
+            }
         for (int sums = 0; sums < 2; sums++) {
             memcpy(dw, dw0, (size_t)out * in * sizeof *dw);
             memcpy(db, db0, (size_t)out * sizeof *db);
@@ -488,7 +549,7 @@ static void backward_shapes_exact(void)
             float *dy = rand_floats((size_t)rows * out, -1, 1), *db = rand_floats((size_t)out, -2, 2);
             float *want = malloc((size_t)out * sizeof *want);
             memcpy(want, db, (size_t)out * sizeof *want);
-            emulate_colsum(want, dy, rows, out);
+            emulate_colsum(want, dy, rows, out, 0);
             builds[v].tn(pool_of(2), NULL, db, dy, NULL, rows, out, 0);
             if (memcmp(db, want, (size_t)out * sizeof *db)) {
                 bad++;
@@ -517,9 +578,10 @@ static void backward_model_shapes_exact(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
-/* The float32 backend's linear_bwd, which runs dw's tasks, db's column sums
- * and dx's tasks in one pool run: dx and dw have the emulations' bits, db
- * the column sums' (acc = 0, acc += dy[r,o] for r ascending, db = db + acc),
+/* The float32 backend's linear_bwd, which runs dx's tasks, then dw's
+ * partial sums or db's column sums, then their sums, in three pool runs: dx and dw have the emulations' bits, db
+ * the column sums' (per chunk of dw's rows acc = 0, acc += dy[r,o] for r
+ * ascending; the chunks added in order; db = db + that sum),
  * whichever of the three are asked for, at 1, 2 and 3 threads. */
 static void backend_linear_bwd_exact(void)
 {
@@ -542,12 +604,8 @@ static void backend_linear_bwd_exact(void)
             emulate_nn(want_dx, dy, w, rows, in, out);
             memcpy(want_dw, dw0, nw * sizeof(float));
             emulate_tn(want_dw, dy, x, rows, out, in);
-            for (int o = 0; o < out; o++) {
-                float acc = 0.0f;
-                for (int r = 0; r < rows; r++)
-                    acc += dy[(size_t)r * out + o];
-                want_db[o] = db0[o] + acc;
-            }
+            memcpy(want_db, db0, (size_t)out * sizeof(float));
+            emulate_colsum(want_db, dy, rows, out, in);
             /* backend buffers (the CPU backend's are host memory) */
             float *bdy = be->ops->alloc(be, (size_t)rows * out * sizeof(float));
             float *bx = be->ops->alloc(be, nx * sizeof(float));
