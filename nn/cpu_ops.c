@@ -232,18 +232,20 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
  * rows, the chunks' sums added in order (nn/cpu_gemm_tn.c), and db the same
  * over the same chunks with additions, by the same tasks from the rows of
  * dy they copy; dx = dy w the forward's kernel with w read k-major
- * (nn/cpu_gemm.c). Three pool runs (after dx's panels of w are packed, in
+ * (nn/cpu_gemm.c). Two pool runs (after dx's panels of w are packed, in
  * a short run of their own unless each panel is one task that packs and
- * uses it): dx's (row chunk, panel) tiles; dw's (chunk of rows, block of
- * the output) partial sums, or db's stripes of columns when no dw task
- * carries them; then the partial sums added into dw and db, rows of dw per
- * task. Both of the first two runs number their tasks by rows, so a
- * thread's contiguous run of tasks (nn/cpu_pool.h) is about the same rows
- * in both, and in the ops before and after: a thread reads back what its
- * own core wrote. With one task summing every row of dy and x (dw's shapes
+ * uses it): first dx's (row chunk, panel) tiles together with dw's (chunk
+ * of rows, block of the output) partial sums, each chunk's dw tasks just
+ * ahead of dx's tiles of about the same rows (or db's stripes of columns
+ * when no dw task carries them); then the partial sums added into dw and
+ * db, rows of dw per task. The first run's tasks are numbered by rows, so
+ * a thread's contiguous run of them (nn/cpu_pool.h) covers about the same
+ * rows as in the ops before and after: a thread reads back what its own
+ * core wrote. With one task summing every row of dy and x (dw's shapes
  * on the demo ViT are one block), half of them came from the other core's
- * cache, which costs little when the two cores share a cache and several
- * times more when they do not (README, "Why quiet runs differ"). Tasks
+ * cache (a line of it takes 50-90 ns to come when the two vCPUs share an
+ * L3, 300-370 ns when they do not: bench/core_pingpong; the demo at two
+ * threads runs 2-4% faster this way, README "Why quiet runs differ"). Tasks
  * depend on the shape alone and each element (or partial sum) is computed
  * by one task, so the bits do not depend on the thread count. */
 typedef struct {
