@@ -268,8 +268,9 @@ static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *pa
  * Panels are packed a group at a time (all of them, unless w is large); a
  * task is every row block of a chunk against every panel of the group
  * (whole_chunks) or against one panel. w is [out][in] (the forward's w^T product) or, with
- * w_kn, [in][out] (k-major: the backward's y = x w). The first `extra`
- * tasks of the first run that computes are the caller's (fn, ctx). */
+ * w_kn, [in][out] (k-major: the backward's y = x w). The first run that
+ * computes also runs the caller's `extra` tasks (fn, ctx), in
+ * extra_groups groups among the product's (caller_task). */
 typedef struct {
     float *y;
     const float *x, *w, *b, *add, *mul;
@@ -342,29 +343,33 @@ static void run_task(const plan *pl, int g0, int g1, long t)
 }
 
 /* The caller's task t, if t is one of them; else the product's task that
- * t stands for. The caller's tasks are extra_groups equal groups, group e
- * placed ahead of the product's tasks of row chunks [chunks e / groups,
- * chunks (e + 1) / groups), per_chunk tasks each: numbered by rows, all of
- * them, so a thread's contiguous run of tasks is one run of rows. */
+ * t stands for. The caller's tasks are extra_groups groups, group e the
+ * tasks [extra e / groups, extra (e + 1) / groups), placed ahead of the
+ * product's tasks of row chunks [chunks e / groups, chunks (e + 1) /
+ * groups), per_chunk tasks each: numbered by rows, all of them, so a
+ * thread's contiguous run of tasks is one run of rows. */
 static int caller_task(const plan *pl, long *t, int thread, long per_chunk)
 {
-    const long groups = pl->extra_groups, per_group = pl->extra / groups;
-    long at = 0, done = 0; /* tasks before group e: all, the product's */
+    const long groups = pl->extra_groups;
+    long at = 0; /* tasks before group e, the caller's and the product's */
     for (long e = 0; e < groups; e++) {
-        if (*t < at + per_group) {
-            pl->extra_fn(pl->extra_ctx, e * per_group + (*t - at), thread);
+        const long c0 = pl->extra * e / groups, c1 = pl->extra * (e + 1) / groups;
+        if (*t < at + (c1 - c0)) {
+            pl->extra_fn(pl->extra_ctx, c0 + (*t - at), thread);
             return 1;
         }
-        at += per_group;
-        const long end = (long)pl->chunks * (e + 1) / groups * per_chunk;
-        if (*t < at + end - done) {
-            *t = done + (*t - at);
+        at += c1 - c0;
+        const long p0 = (long)pl->chunks * e / groups * per_chunk;
+        const long p1 = (long)pl->chunks * (e + 1) / groups * per_chunk;
+        if (*t < at + (p1 - p0)) {
+            *t = p0 + (*t - at);
             return 0;
         }
-        at += end - done;
-        done = end;
+        at += p1 - p0;
     }
-    *t -= pl->extra; /* not reached: the run has extra + chunks * per_chunk tasks */
+    /* not reached: the run has extra + chunks * per_chunk tasks, and the
+     * groups' shares add up to both */
+    *t -= pl->extra;
     return 0;
 }
 

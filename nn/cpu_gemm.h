@@ -55,12 +55,13 @@ void pt_gemm_nn_f32(pt_pool *pool, float *y, const float *x, const float *w, int
 /* The same, with the caller's own tasks in the same pool run: fn(ctx, t,
  * thread) for t in [0, extra), in the first run that computes (after w's
  * panels are packed; when w is large and packed a part at a time, in the
- * first part's run). They are extra_groups equal groups (extra a multiple
- * of it; 1 or less: one group), in order, group e numbered just ahead of
- * the product's tasks of its e-th share of the rows: tasks of the caller
- * that belong to rows (the backward's dw partial sums over a chunk of
- * rows, pt_gemm_tn_plan) then run on the thread that computes the same
- * rows of y. pool is used as given, however small the product. With mul
+ * first part's run). They are extra_groups groups (1 or less: one group;
+ * group e is the tasks [extra e / G, extra (e + 1) / G) of G groups), in
+ * order, group e numbered just ahead of the product's tasks of its e-th
+ * share of the rows: tasks of the caller that belong to rows (the
+ * backward's dw partial sums over a chunk of rows, pt_gemm_tn_plan) then
+ * tend to run on the thread that computes the same rows of y (a thread
+ * first takes a contiguous run of the tasks: nn/cpu_pool.h). pool is used as given, however small the product. With mul
  * [rows, n] (not NULL), y = acc * mul element by element, one rounded
  * product: the backward of a layer whose input was GELU's output, dx = (dy
  * w) * GELU'(x), in the pass that writes dx (the same bits as the product
@@ -72,7 +73,8 @@ void pt_gemm_nn_f32_with(pt_pool *pool, float *y, const float *x, const float *w
 /* dw's chunks of rows: C = min(8, k / 256, 2^20 / (m n)), at least 1 (k =
  * rows, m = out, n = in; m n counts as 1 when n is 0); chunk c is the rows
  * [k c / C, k (c + 1) / C) (integer division). At most 2^20 floats of
- * partial sums, and chunks of at least 256 rows. */
+ * dw's partial sums (with C m of the column sums' beside them), and chunks
+ * of at least 256 rows. */
 static inline int pt_gemm_tn_chunks(int k, int m, int n)
 {
     long long size = (long long)m * n, c = 8;

@@ -241,8 +241,8 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int s)
  * db, rows of dw per task. The first run's tasks are numbered by rows, so
  * a thread's contiguous run of them (nn/cpu_pool.h) covers about the same
  * rows as in the ops before and after: a thread reads back what its own
- * core wrote. With one task summing every row of dy and x (dw's shapes
- * on the demo ViT are one block), half of them came from the other core's
+ * core wrote. With one task summing every row of dy and x (most of dw's
+ * shapes on the demo ViT are one block), half of them came from the other core's
  * cache (a line of it takes 50-90 ns to come when the two vCPUs share an
  * L3, 300-370 ns when they do not: bench/core_pingpong; the demo at two
  * threads runs 2-4% faster this way, README "Why quiet runs differ"). Tasks
@@ -278,7 +278,8 @@ static void column_sums_chunked(real *db, const real *dy, int rows, int cols, in
         db[c] += sum[c - c0];
 }
 
-/* The second run's tasks: dw's partial sums, or db's stripes. */
+/* The caller's tasks in dx's run (or a run of their own without dx): dw's
+ * partial sums, or db's stripes. */
 static void linear_bwd_task(void *ctx, long t, int thread)
 {
     (void)thread;

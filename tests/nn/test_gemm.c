@@ -45,7 +45,8 @@
  *  - dx times a given mul in the same pass (pt_gemm_nn_f32_with, the
  *    backward after GELU): the emulation's dx times mul, one rounded
  *    product per element, bit for bit, for every shape above and build,
- *    with 1 to 8 groups of the caller's tasks among dx's, each run once;
+ *    with 1 to 24 of the caller's tasks in 1 to 8 groups among dx's, each
+ *    run once;
  *  - the backend: the float32 backend's linear_bwd, which runs dx's tasks,
  *    dw's partial sums (or db's column sums) and their sums in pool runs, gives the emulations'
  *    bits for dx and dw (and the column sums' for db) for every subset of
@@ -465,7 +466,8 @@ static long bwd_case(int rows, int out, int in, int threads, int check_bound)
         for (size_t i = 0; i < (size_t)rows * in; i++)
             dx[i] = NAN;
         const int groups = 1 + (rows + out + in + v) % 8;
-        extra_count ec = {{0}, groups * EXTRA_PER_GROUP};
+        /* any count, fewer than the groups and not a multiple of them too */
+        extra_count ec = {{0}, 1 + (rows * 7 + in + v) % (8 * EXTRA_PER_GROUP)};
         builds[v].nn_with(pool, dx, dy, w, mul, rows, in, out, ec.n, groups, count_extra, &ec);
         if (memcmp(dx, want_mul, (size_t)rows * in * sizeof *dx)) {
             bad++;
@@ -578,8 +580,9 @@ static void backward_model_shapes_exact(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
-/* The float32 backend's linear_bwd, which runs dx's tasks, then dw's
- * partial sums or db's column sums, then their sums, in three pool runs: dx and dw have the emulations' bits, db
+/* The float32 backend's linear_bwd, which runs dx's tasks with dw's
+ * partial sums (or db's column sums) among them, then the partial sums'
+ * sums: dx and dw have the emulations' bits, db
  * the column sums' (per chunk of dw's rows acc = 0, acc += dy[r,o] for r
  * ascending; the chunks added in order; db = db + that sum),
  * whichever of the three are asked for, at 1, 2 and 3 threads. */
