@@ -204,26 +204,33 @@ static void cpu_linear_fwd(pt_backend *be, void *y_, const void *x, const void *
 #endif
 }
 
-/* db[o] += sum over rows of dy[r, o] for the columns of stripe s: a task
- * owns a stripe of columns and walks every row, so the summation order is
- * fixed. */
+/* Columns of db per task of column sums. */
 enum { STRIPE = 16 };
 
-#ifdef PT_REAL_F64 /* the float32 backward sums over dw's chunks of rows: column_sums_chunked */
-static void column_sums(real *db, const real *dy, int rows, int cols, int s)
+/* db[o] += sum over rows of dy[r, o] for the columns of stripe s, over
+ * `chunks` chunks of the rows (dw's, nn/cpu_gemm.h; the float64 oracle
+ * uses one): per chunk a chain from 0, the chunks added in order, then db
+ * = db + that sum. A task owns a stripe of columns and walks every row, so
+ * the summation order is fixed. */
+static void column_sums(real *db, const real *dy, int rows, int cols, int chunks, int s)
 {
     int c0 = s * STRIPE, c1 = c0 + STRIPE < cols ? c0 + STRIPE : cols;
-    real acc[STRIPE] = {0};
-    for (int r = 0; r < rows; r++) {
-        const real *row = dy + (size_t)r * cols;
+    real sum[STRIPE] = {0};
+    for (int ch = 0; ch < chunks; ch++) {
+        real acc[STRIPE] = {0};
+        const int r1 = (int)((long long)rows * (ch + 1) / chunks);
+        for (int r = (int)((long long)rows * ch / chunks); r < r1; r++) {
+            const real *row = dy + (size_t)r * cols;
 #pragma omp simd
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += row[c];
+        }
         for (int c = c0; c < c1; c++)
-            acc[c - c0] += row[c];
+            sum[c - c0] = ch ? sum[c - c0] + acc[c - c0] : acc[c - c0];
     }
     for (int c = c0; c < c1; c++)
-        db[c] += acc[c - c0];
+        db[c] += sum[c - c0];
 }
-#endif
 
 #ifndef PT_REAL_F64
 /* The float32 backward's products are our own kernels (nn/cpu_gemm.h),
@@ -256,28 +263,6 @@ typedef struct {
     pt_gemm_tn dw;
 } bwd_job;
 
-/* column_sums over dw's chunks of rows: per chunk a chain from 0, the
- * chunks added in order, then db = db + that sum (nn/cpu_gemm.h) */
-static void column_sums_chunked(real *db, const real *dy, int rows, int cols, int chunks, int s)
-{
-    int c0 = s * STRIPE, c1 = c0 + STRIPE < cols ? c0 + STRIPE : cols;
-    real sum[STRIPE] = {0};
-    for (int ch = 0; ch < chunks; ch++) {
-        real acc[STRIPE] = {0};
-        const int r1 = (int)((long long)rows * (ch + 1) / chunks);
-        for (int r = (int)((long long)rows * ch / chunks); r < r1; r++) {
-            const real *row = dy + (size_t)r * cols;
-#pragma omp simd
-            for (int c = c0; c < c1; c++)
-                acc[c - c0] += row[c];
-        }
-        for (int c = c0; c < c1; c++)
-            sum[c - c0] = ch ? sum[c - c0] + acc[c - c0] : acc[c - c0];
-    }
-    for (int c = c0; c < c1; c++)
-        db[c] += sum[c - c0];
-}
-
 /* The caller's tasks in dx's run (or a run of their own without dx): dw's
  * partial sums, or db's stripes. */
 static void linear_bwd_task(void *ctx, long t, int thread)
@@ -287,7 +272,7 @@ static void linear_bwd_task(void *ctx, long t, int thread)
     if (t < j->dw_tasks)
         pt_gemm_tn_task(&j->dw, t);
     else
-        column_sums_chunked(j->db, j->dy, j->rows, j->out, j->chunks, (int)(t - j->dw_tasks));
+        column_sums(j->db, j->dy, j->rows, j->out, j->chunks, (int)(t - j->dw_tasks));
 }
 
 static void linear_bwd_reduce(void *ctx, long t, int thread)
@@ -384,7 +369,7 @@ static void linear_bwd_task(void *ctx, long t, int thread)
              out, j->w, in, 0.0, j->dx + (size_t)r0 * in, in);
         return;
     }
-    column_sums(j->db, j->dy, rows, out, (int)(t - j->dx_tasks));
+    column_sums(j->db, j->dy, rows, out, 1, (int)(t - j->dx_tasks));
 }
 
 static void cpu_linear_bwd(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
