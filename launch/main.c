@@ -181,19 +181,27 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
 }
 
 /* Collective over the world after setup: returns 0 when every rank is
- * ready, else the exit status for this rank. When every rank failed (a bad
- * config fails everywhere) only rank 0 speaks; otherwise each failed rank
- * reports its own error and the others say nothing more. */
+ * ready, else the exit status for this rank. When every rank failed on its
+ * own (a bad config fails everywhere) only rank 0 speaks; otherwise each
+ * rank that failed on its own reports its error, and the others (those
+ * that only learned of it, err->peer) say nothing more. */
 static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
 {
-    int64_t v[2] = {rc != 0, rc};
+    const int own = rc != 0 && !err->peer;
+    int64_t v[2] = {rc != 0, own};
     pt_err ignore;
     if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &ignore))
-        v[0] = 1; /* cannot even agree: treat as failed */
+        v[0] = v[1] = 1; /* cannot even agree: treat as failed, and speak */
     if (v[0] == 0)
         return 0;
-    if (rc && (v[0] < pt_comm_size(comm) || pt_comm_rank(comm) == 0))
-        report(v[0] == pt_comm_size(comm) ? NULL : comm, rc, err);
+    const int size = pt_comm_size(comm);
+    if (v[1] == size || v[1] == 0) { /* everywhere alike, or nobody's own */
+        if (pt_comm_rank(comm) == 0)
+            report(v[1] == size ? NULL : comm, rc ? rc : PT_EPEER,
+                   rc ? err : &(pt_err){PT_EPEER, 1, "another rank failed"});
+    } else if (own) {
+        report(comm, rc, err);
+    }
     return rc ? exit_code(rc) : exit_code(PT_EPEER);
 }
 

@@ -37,6 +37,8 @@ enum pt_code {
 
 typedef struct pt_err {
     int code;
+    int peer; /* 1: this rank failed only because another rank did (the
+                 message is a placeholder; the other rank's says why) */
     char msg[1024];
 } pt_err;
 

@@ -104,7 +104,11 @@ int pt_run_agree(pt_run *r, int rc, pt_err *err)
     int got = pt_allreduce_max_i64(world, &worst, err);
     if (got)
         return got;
-    if (rc == 0 && worst != 0)
-        return pt_fail(err, (int)worst, "another rank failed (its message says why)");
+    if (rc == 0 && worst != 0) {
+        pt_fail(err, (int)worst, "another rank failed (its message says why)");
+        if (err)
+            err->peer = 1;
+        return (int)worst;
+    }
     return rc;
 }

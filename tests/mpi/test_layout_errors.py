@@ -56,6 +56,42 @@ def fail(msg):
     sys.exit(1)
 
 
+def damaged_stage_file(tools, work):
+    run = os.path.join(work, "run-two-stages")
+    cfg = os.path.join(work, "two-stages.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=2, replicas=1, micro=2))
+    rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
+    if rc != 0:
+        print("FAIL damaged stage file: the 2-stage run did not train (%d):\n%s" % (rc, out[-2000:]))
+        return 1
+    ckpt = H.latest_checkpoint(run)
+    units = os.path.join(ckpt, "units-stage1.bin")
+    with open(units, "r+b") as f:
+        f.seek(os.path.getsize(units) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x10]))
+    failures = 0
+    for what, args in (("eval", ["eval", cfg, "--checkpoint", ckpt]),
+                       ("resume", ["train", cfg, "--set", "train.resume=" + ckpt,
+                                   "--set", "train.max_steps=3"])):
+        rc, _, out = tools.run(2, args, check=False, timeout=120)
+        problems = []
+        if rc != 2:
+            problems.append("exit status %d, not 2" % rc)
+        for w in ("rank 1: error: ", "units-stage1.bin"):
+            if w not in out:
+                problems.append("the output lacks %r" % w)
+        if problems:
+            failures += 1
+            print("FAIL damaged stage file (%s): %s\n%s" % (what, "; ".join(problems), out[-2000:]),
+                  flush=True)
+        else:
+            print("ok   damaged stage file (%s): rank 1 names units-stage1.bin" % what, flush=True)
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -117,6 +153,7 @@ def main():
                       % (batch, rc, out[-2000:]))
             else:
                 print("ok   boundary: batch %d, D 2, M 2 trains" % batch)
+        failures += damaged_stage_file(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
