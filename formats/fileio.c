@@ -198,6 +198,12 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
         return pt_fail(err, PT_EINPUT,
                        "'%s' exists and is not a regular file (%s); it is not replaced", path,
                        pt_file_kind(st.st_mode));
+    /* nor a symbolic link: the rename would replace the link itself, not
+     * the file it leads to (or put a file where a dangling link was) */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return pt_fail(err, PT_EINPUT,
+                       "'%s' is a symbolic link; it is not replaced (name the file it leads to, "
+                       "or remove the link)", path);
     pt_wfile *f = calloc(1, sizeof *f);
     size_t tmp_cap = strlen(path) + 64;
     if (f) {

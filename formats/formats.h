@@ -40,7 +40,10 @@
 typedef struct pt_wfile pt_wfile;
 
 /* Creates "<path>.tmp.<pid>.<random>" (O_CREAT | O_EXCL, mode 0644). Fails
- * with PT_ESYS if the directory is missing or not writable. */
+ * with PT_ESYS if the directory is missing or not writable, and with
+ * PT_EINPUT if path is there and is not a regular file (a directory, a
+ * FIFO, a device) or is a symbolic link (even to a regular file: the rename
+ * would replace the link), which are never replaced. */
 int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err);
 
 /* Appends n bytes (buffered). Tracks the crc32 (zlib's) and size of what was

@@ -110,6 +110,15 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
                          "%s: position_embedding_type: %s; allowed: \"absolute\"", path,
                          json_is_string(pos) ? json_string_value(pos) : "not a string");
     }
+    /* what would make transformers build another model from these weights:
+     * a decoder masks attention causally, cross-attention adds layers */
+    const char *changes[] = {"is_decoder", "add_cross_attention"};
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const json_t *v = json_object_get(root, changes[i]);
+        if (v && !json_is_false(v))
+            rc = pt_fail(err, PT_EINPUT, "%s: %s: %s; pipetrain's bert is the encoder (false)", path,
+                         changes[i], json_is_true(v) ? "true" : "not false");
+    }
     if (rc == 0 && out->hidden % out->heads != 0)
         rc = pt_fail(err, PT_EINPUT,
                      "%s: num_attention_heads: %d does not divide hidden_size %d", path,
@@ -183,8 +192,18 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
     }
     if (n < 0 || (size_t)n >= cn)
         return pt_fail(err, PT_EINPUT, "%s: path too long", path);
-    if (stat(config, &st) != 0 || !S_ISREG(st.st_mode))
+    /* none is allowed (a bare model.safetensors); one that is there but
+     * cannot be read as a file (a directory, a FIFO, a link to nothing) is
+     * refused rather than passed over, which would leave its settings
+     * (dropout) unread */
+    if (lstat(config, &st) != 0 && errno == ENOENT) {
         config[0] = '\0';
+    } else if (stat(config, &st) != 0) {
+        return pt_fail(err, PT_EINPUT, "%s: %s", config, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file (%s)", config,
+                       pt_file_kind(st.st_mode));
+    }
     if (stat(weights, &st) != 0)
         return pt_fail(err, PT_EINPUT, "%s: %s%s", weights, strerror(errno),
                        isdir ? " (a Hugging Face model directory holds its weights as "
@@ -400,11 +419,14 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
         const char *local = name + pl;
         if (other_spelling(local, current, sizeof current) && !known_name(a, local))
             local = current; /* LayerNorm's gamma or beta */
-        if (!ignorable(local) && !known_name(a, local))
-            rc = pt_fail(err, PT_EINPUT,
-                         "'%s' has tensor '%s', which this model does not have (model.layers is "
-                         "%d: more layers in the file?)",
-                         path, name, a->layers);
+        if (!ignorable(local) && !known_name(a, local)) {
+            char hint[64] = ""; /* only a layer's tensor can mean more layers */
+            if (strncmp(local, "encoder.layer.", 14) == 0)
+                snprintf(hint, sizeof hint, " (model.layers is %d: more layers in the file?)",
+                         a->layers);
+            rc = pt_fail(err, PT_EINPUT, "'%s' has tensor '%s', which this model does not have%s",
+                         path, name, hint);
+        }
     }
     pt_st_close(f);
     return rc;
@@ -412,7 +434,9 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
 
 /* ----------------------------------------------------------------- save */
 
-static int write_config(const pt_arch *a, const char *path, pt_err *err)
+/* config.json's text, ending in a newline, into *out (malloc'd). */
+static int config_text(const pt_arch *a, const char *const *labels, int n_labels, const char *path,
+                       char **out, size_t *len, pt_err *err)
 {
     json_t *o = json_object();
     if (!o)
@@ -435,6 +459,17 @@ static int write_config(const pt_arch *a, const char *path, pt_err *err)
     json_object_set_new(o, "hidden_dropout_prob", pt_json_number(a->hidden_dropout));
     json_object_set_new(o, "attention_probs_dropout_prob", pt_json_number(a->attn_dropout));
     json_object_set_new(o, "initializer_range", pt_json_number(a->init_std));
+    if (n_labels > 0) { /* transformers' names of the classifier's rows */
+        json_t *id2label = json_object(), *label2id = json_object();
+        for (int k = 0; k < n_labels; k++) {
+            char id[16];
+            snprintf(id, sizeof id, "%d", k);
+            json_object_set_new(id2label, id, json_string(labels[k]));
+            json_object_set_new(label2id, labels[k], json_integer(k));
+        }
+        json_object_set_new(o, "id2label", id2label);
+        json_object_set_new(o, "label2id", label2id);
+    }
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!text)
@@ -447,12 +482,13 @@ static int write_config(const pt_arch *a, const char *path, pt_err *err)
     }
     line[n] = '\n';
     line[n + 1] = '\0';
-    int rc = pt_write_file_atomic(path, line, n + 1, err);
-    free(line);
-    return rc;
+    *out = line;
+    *len = n + 1;
+    return 0;
 }
 
-int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err)
+int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *labels, int n_labels,
+                    pt_err *err)
 {
     const pt_arch *a = pt_segment_arch(s);
     const int units = pt_arch_units(a);
@@ -463,8 +499,8 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err)
         snprintf(config, sizeof config, "%s/config.json", dir) >= (int)sizeof config)
         return pt_fail(err, PT_EINPUT, "%s: path too long", dir);
     int rc = pt_mkdir_p(dir, 0777, err);
-    if (rc)
-        return rc;
+    if (rc) /* a place the user named that cannot be made: bad input */
+        return pt_err_input(rc, err);
     size_t total = 0;
     int n = 0;
     for (int u = 0; u < units; u++) {
@@ -507,9 +543,22 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err)
         }
         at += info.numel;
     }
+    /* config.json is written under its temporary name first and put in
+     * place after model.safetensors: an output that cannot be written (a
+     * directory or a FIFO by either name, a full disk) fails before
+     * either file is replaced */
     const char *meta[] = {"format", "pt", NULL};
-    if (rc == 0 && (rc = pt_st_write(weights, t, i, meta, err)) == 0)
-        rc = write_config(a, config, err);
+    char *text = NULL;
+    size_t len = 0;
+    pt_wfile *cf = NULL;
+    if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0 &&
+        (rc = pt_wfile_open(&cf, config, err)) == 0 && (rc = pt_wfile_write(cf, text, len, err)) == 0 &&
+        (rc = pt_st_write(weights, t, i, meta, err)) == 0) {
+        rc = pt_wfile_commit(cf, err);
+        cf = NULL;
+    }
+    pt_wfile_abort(cf);
+    free(text);
 done:
     free(host);
     free(t);

@@ -70,9 +70,12 @@ int pt_hf_bert_load(pt_segment *s, const char *weights_path, pt_err *err);
 
 /* Writes the segment's units (the whole model) under Hugging Face's names
  * into dir/model.safetensors and the matching dir/config.json (BertModel,
- * with the dropout probabilities the model trained with), each atomically;
- * dir is created if missing. The classifier goes into model.safetensors as
- * head.fc.weight and head.fc.bias. */
-int pt_hf_bert_save(const pt_segment *s, const char *dir, pt_err *err);
+ * with the dropout probabilities the model trained with, and id2label and
+ * label2id from labels[0..n_labels) when n_labels > 0), each atomically,
+ * config.json last; what cannot be written fails before either file is
+ * replaced. dir is created if missing. The classifier goes into
+ * model.safetensors as head.fc.weight and head.fc.bias. */
+int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *labels, int n_labels,
+                    pt_err *err);
 
 #endif

@@ -218,6 +218,21 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
         "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", pt_ckpt_arch_json(&r->arch),
         "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
     free(config);
+    /* text classification: the label of each class (row of the classifier),
+     * so that a resume, an evaluation or an export with other data cannot
+     * silently give the rows other meanings */
+    if (m && ss->train.kind == PT_DATA_TEXTCLS && ss->train.label_names) {
+        json_t *labels = json_array();
+        for (int k = 0; labels && k < ss->train.classes; k++)
+            if (json_array_append_new(labels, json_string(ss->train.label_names[k]))) {
+                json_decref(labels);
+                labels = NULL;
+            }
+        if (!labels || json_object_set_new(m, "labels", labels)) {
+            json_decref(m);
+            m = NULL;
+        }
+    }
     /* the planner's measured inputs, so a resume plans the same layouts */
     pt_profile prof;
     pt_err ignored;

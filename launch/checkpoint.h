@@ -44,6 +44,12 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
  * Free with pt_profile_free. */
 int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile *out, pt_err *err);
 
+/* The class labels a checkpoint of text classification was trained with,
+ * in the classifier's row order (classes of them, the architecture's):
+ * malloc'd strings in a malloc'd array, or *n = 0 and NULL when the
+ * checkpoint records none (other data, or saved before labels were). */
+int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *n, pt_err *err);
+
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
 

@@ -290,6 +290,89 @@ static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
     }
 }
 
+/* The manifest's class labels ("labels": one string per class, in the
+ * classifier's row order; saved for text classification): their count in
+ * *n (0 when the manifest has none, as before the format carried them).
+ * Each must be a non-empty string, and there must be 1 to arch_classes
+ * (model.classes may exceed the labels of the data). */
+static int read_labels(const manifest *m, int arch_classes, const json_t **out, int *n, pt_err *err)
+{
+    const json_t *labels = json_object_get(m->j, "labels");
+    *out = labels;
+    *n = 0;
+    if (!labels)
+        return 0;
+    const size_t count = json_is_array(labels) ? json_array_size(labels) : 0;
+    int ok = count >= 1 && count <= (size_t)arch_classes;
+    for (size_t k = 0; ok && k < count; k++) {
+        const json_t *v = json_array_get(labels, k);
+        ok = json_is_string(v) && json_string_length(v) > 0;
+    }
+    if (!ok)
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': labels is not a list of 1 to %d class names",
+                       m->dir, arch_classes);
+    *n = (int)count;
+    return 0;
+}
+
+/* The labels the checkpoint's classifier was trained with against the
+ * data's now (text classification): the same names in the same order, or
+ * bad input, since every row of the classifier would stand for another
+ * label. A checkpoint without labels is not checked. */
+static int check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *data,
+                        const char *train_file, pt_err *err)
+{
+    const json_t *labels;
+    int n;
+    int rc = read_labels(m, arch->classes, &labels, &n, err);
+    const pt_dataset *train = data; /* its classes are data.train_file's */
+    if (rc || n == 0 || train->kind != PT_DATA_TEXTCLS || !train->label_names)
+        return rc;
+    for (int k = 0; k < n || k < train->classes; k++) {
+        const char *was = k < n ? json_string_value(json_array_get(labels, (size_t)k)) : "(none)";
+        const char *is = k < train->classes ? train->label_names[k] : "(none)";
+        if (k >= n || k >= train->classes || strcmp(was, is) != 0)
+            return pt_fail(err, PT_EINPUT,
+                           "checkpoint %s was trained with class %d = '%.200s' (of %d labels, '%.200s' "
+                           "to '%.200s'), but '%s' (data.train_file) makes class %d '%.200s': the "
+                           "classifier's rows would stand for other labels; use the data it was "
+                           "trained with", m->dir, k, was, n,
+                           json_string_value(json_array_get(labels, 0)),
+                           json_string_value(json_array_get(labels, (size_t)n - 1)), train_file, k, is);
+    }
+    return 0;
+}
+
+int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *n, pt_err *err)
+{
+    manifest m;
+    *names = NULL;
+    *n = 0;
+    int rc = manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    const json_t *labels;
+    int count;
+    if ((rc = read_labels(&m, classes, &labels, &count, err)) == 0 && count > 0) {
+        char **out = calloc((size_t)count, sizeof *out);
+        for (int k = 0; out && k < count; k++)
+            if (!(out[k] = strdup(json_string_value(json_array_get(labels, (size_t)k))))) {
+                for (int j = 0; j < k; j++)
+                    free(out[j]);
+                free(out);
+                out = NULL;
+            }
+        if (out) {
+            *names = out;
+            *n = count;
+        } else {
+            rc = pt_fail(err, PT_ENOMEM, "out of memory reading the labels of %s", dir);
+        }
+    }
+    manifest_close(&m);
+    return rc;
+}
+
 /* training: resuming, where the dropout probabilities are part of the run
  * (a different one would not continue the same training); reading weights
  * to evaluate or export, they do not matter. */
@@ -354,7 +437,15 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 
 int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err)
 {
-    int rc = s->run.active ? pt_checkpoint_load_segment(s->run.seg, dir, err) : 0;
+    manifest m;
+    int rc = manifest_open(&m, dir, err); /* every rank: the labels */
+    if (rc == 0) {
+        /* the test split keeps the training file's classes and labels */
+        rc = check_labels(&m, &s->run.arch, &s->test, s->cfg.data.train_file, err);
+        manifest_close(&m);
+    }
+    if (rc == 0 && s->run.active)
+        rc = pt_checkpoint_load_segment(s->run.seg, dir, err);
     return pt_run_agree(&s->run, rc, err);
 }
 
@@ -416,7 +507,8 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
     memset(&st, 0, sizeof st);
     /* every rank goes through the same collectives whatever fails where */
     int rc = manifest_open(&m, dir, err);
-    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0) {
+    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0 &&
+        (rc = check_labels(&m, &r->arch, &ss->train, ss->cfg.data.train_file, err)) == 0) {
         if (st.batch != ss->cfg.train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
@@ -553,6 +645,10 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     pt_profile prof;
     if (rc == 0 && (rc = read_profile(&m, &arch, &prof, err)) == 0)
         pt_profile_free(&prof);
+    const json_t *labels;
+    int count;
+    if (rc == 0)
+        rc = read_labels(&m, arch.classes, &labels, &count, err);
     if (rc == 0)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);

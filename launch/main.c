@@ -140,8 +140,8 @@ static void output_name(const char *path, char *out, size_t n)
 }
 
 /* Whether two output paths name one file: the same directory and name. A
- * write replaces the name (a link there included, not what it points to),
- * so two names of one inode do not collide. */
+ * write replaces the name, and a symbolic link there is refused, so two
+ * names of one inode do not collide. */
 static int same_output(const char *a, const char *b)
 {
     char na[2 * PT_PATH_MAX + 2], nb[2 * PT_PATH_MAX + 2];
@@ -403,8 +403,14 @@ static int cmd_export(int argc, char **argv)
         const char *meta[] = {"format", "pt", "producer", "pipetrain " PT_VERSION,
                               "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
         if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
-            if ((rc = pt_hf_bert_save(seg, argv[3], &err)) == 0)
+            char **labels = NULL;
+            int n_labels = 0;
+            if ((rc = pt_checkpoint_read_labels(argv[2], arch.classes, &labels, &n_labels, &err)) == 0 &&
+                (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels, &err)) == 0)
                 printf("wrote %s/model.safetensors and %s/config.json\n", argv[3], argv[3]);
+            for (int k = 0; k < n_labels; k++)
+                free(labels[k]);
+            free(labels);
         } else if ((rc = pt_weights_save(seg, argv[3], meta, &err)) == 0) {
             printf("wrote %s\n", argv[3]);
         }

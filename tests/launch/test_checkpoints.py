@@ -528,6 +528,47 @@ def test_resume_bert_other_dropout(h):
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming an old manifest")
 
 
+def test_bert_other_labels(h):
+    """A text-classification checkpoint records its classes' labels (the
+    classifier's rows, in byte order): resuming or evaluating it with a
+    training file whose labels differ ('a' renamed 'd', so class 0 becomes
+    'b') is refused naming both, since every row would stand for another
+    label; export writes them as id2label and label2id; a manifest without
+    labels (written before they were recorded) is not checked."""
+    files = U.bert_files(h, 40, 1)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    _, orig = trained(h, kind="gpt", **bert)
+    ck = U.ckpt(orig, LAST)
+    check(read_manifest(ck).get("labels") == ["a", "b", "c"], "the manifest's labels: %s",
+          read_manifest(ck).get("labels"))
+    out = h.path("export-dir")
+    h.run(["export", ck, out]).expect(0, "export")
+    with open(os.path.join(out, "config.json")) as f:
+        exported = json.load(f)
+    check(exported.get("id2label") == {"0": "a", "1": "b", "2": "c"} and
+          exported.get("label2id") == {"a": 0, "b": 1, "c": 2},
+          "exported id2label %s, label2id %s", exported.get("id2label"), exported.get("label2id"))
+    renamed = {}
+    for key in ("data.train_file", "data.test_file"):
+        with open(files[key]) as f:
+            text = f.read()
+        renamed[key] = U.write(h.path("renamed-" + os.path.basename(files[key])),
+                               "".join("d" + l[1:] if l.startswith("a\t") else l
+                                       for l in text.splitlines(True)))
+    cfg, run_dir = copy_run(h, orig, "renamed", kind="gpt", **dict(bert, **renamed))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 0 = 'a'", "makes class 0 'b'",
+                                                        "renamed-train.tsv"],
+               ("auto", "path", "eval"))
+    cfg, run_dir = copy_run(h, orig, "same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
+    h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "eval with the same labels")
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming with the same labels")
+    cfg, run_dir = copy_run(h, orig, "old", kind="gpt", **dict(bert, **renamed))
+    rewrite_manifest(U.ckpt(run_dir, LAST), lambda m: m.pop("labels"))
+    h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "a manifest without labels")
+
+
 def test_resume_mid_epoch_after_data_shrank(h):
     """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
     _, orig = trained(h)
@@ -731,7 +772,7 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
-        test_resume_bert_other_dropout,
+        test_resume_bert_other_dropout, test_bert_other_labels,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,

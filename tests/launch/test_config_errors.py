@@ -1004,6 +1004,14 @@ def test_bert_init_from_refused(h):
     os.makedirs(dangling)
     shutil.copy(os.path.join(good, "config.json"), dangling)
     os.symlink(h.path("nowhere.safetensors"), os.path.join(dangling, "model.safetensors"))
+    # a config.json that is there but is no file: refused, not passed over
+    # (which would leave its dropout unread)
+    config_dir, config_link = h.path("config-dir"), h.path("config-link")
+    for d in (config_dir, config_link):
+        os.makedirs(d)
+        shutil.copy(os.path.join(good, "model.safetensors"), d)
+    os.makedirs(os.path.join(config_dir, "config.json"))
+    os.symlink(h.path("nowhere.json"), os.path.join(config_link, "config.json"))
     L = "encoder.layer.0."
     cases = [
         ("config_disagrees", hf_bert(h, "wide", {"hidden_size": 16}), {}, "model.dim",
@@ -1024,6 +1032,14 @@ def test_bert_init_from_refused(h):
          ["hidden_dropout_prob", "must be a number"]),
         ("config_not_json", hf_bert(h, "notjson", raw_config="{not json"), {}, "model.init_from",
          ["config.json"]),
+        ("config_decoder", hf_bert(h, "decoder", {"is_decoder": True}), {}, "model.init_from",
+         ["is_decoder: true", "the encoder"]),
+        ("config_cross", hf_bert(h, "cross", {"add_cross_attention": True}), {}, "model.init_from",
+         ["add_cross_attention: true"]),
+        ("config_json_directory", config_dir, {}, "model.init_from",
+         ["config.json", "is not a regular file (a directory)"]),
+        ("config_json_link_dangling", config_link, {}, "model.init_from",
+         ["config.json", "No such file"]),
         ("config_not_bert", hf_bert(h, "gpt2", {"model_type": "gpt2"}), {}, "model.init_from",
          ["model_type", "gpt2"]),
         ("tensor_missing", hf_bert(h, "missing", drop=[L + "output.dense.weight"]), {},
@@ -1196,8 +1212,9 @@ def test_usage_errors(h):
 
 def test_special_files(h):
     """Outputs never replace what is not a regular file: export and eval
-    --logits to a device node (as root: /dev/null itself would go), a FIFO
-    or a directory, or under a missing directory, are refused (exit 2) and
+    --logits to a device node (as root: /dev/null itself would go), a FIFO,
+    a directory or a symbolic link (to a regular file: the rename would
+    replace the link), or under a missing directory, are refused (exit 2) and
     the node is left as it was; --logits and --hidden naming one file in two
     spellings are refused. Inputs never block: a checkpoint's manifest or
     unit file that is a FIFO, or a link to /dev/zero, is refused at once
@@ -1209,7 +1226,10 @@ def test_special_files(h):
     fifo = h.path("fifo")
     os.mkfifo(fifo)
     outs = {"fifo": (fifo, "a FIFO"), "dir": (h.path("adir"), "a directory"),
-            "missing": (h.path("no/such/dir/x.st"), "No such file")}
+            "missing": (h.path("no/such/dir/x.st"), "No such file"),
+            "link": (h.path("link.st"), "is a symbolic link; it is not replaced")}
+    U.write(h.path("target.st"), "a file the link leads to\n")
+    os.symlink(h.path("target.st"), h.path("link.st"))
     os.mkdir(h.path("adir"))
     if os.geteuid() == 0:
         os.mknod(h.path("null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))

@@ -244,6 +244,8 @@ pipeline: {{microbatches: {shape['micro']}}}
     out["init_logits"] = st.load(init_out[0])["logits"]
     out["init_hidden"] = st.load(init_out[1])["hidden"]
     out["config"] = json.load(open(os.path.join(work, "export", "config.json")))
+    # the classifier's rows are the training file's labels in byte order
+    out["labels"] = {str(i): name for i, name in enumerate(sorted({LABELS[r[0]] for r in train}))}
     return out
 
 
@@ -329,6 +331,11 @@ def compare(label, ours, theirs, pretrained, cfg, shape):
                 "max_position_embeddings"):
         if ours["config"].get(key) != cfg[key]:
             failures.append("exported config.json %s %s, not %s" % (key, ours["config"].get(key), cfg[key]))
+    if ours["config"].get("id2label") != ours["labels"]:
+        failures.append("exported config.json id2label %s, not %s" % (ours["config"].get("id2label"),
+                                                                     ours["labels"]))
+    if ours["config"].get("label2id") != {v: int(k) for k, v in ours["labels"].items()}:
+        failures.append("exported config.json label2id %s" % ours["config"].get("label2id"))
     return failures
 
 
