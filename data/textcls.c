@@ -174,8 +174,30 @@ static size_t utf8_length(const unsigned char *s, size_t n)
     return k;
 }
 
+/* The code point of the valid UTF-8 sequence s[0..k). */
+static uint32_t utf8_decode(const unsigned char *s, size_t k)
+{
+    if (k == 1)
+        return s[0];
+    uint32_t c = s[0] & (0x7f >> k);
+    for (size_t i = 1; i < k; i++)
+        c = c << 6 | (s[i] & 0x3f);
+    return c;
+}
+
+/* Code points that print as nothing or as a plain space: C1 controls, the
+ * no-break and typographic spaces, zero-width and direction marks, the
+ * line and paragraph separators, the byte order mark. A label holding one
+ * looks like another label and would be another class. */
+static int invisible(uint32_t c)
+{
+    return (c >= 0x80 && c <= 0xa0) || c == 0xad || c == 0x1680 || c == 0x180e ||
+           (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
+           (c >= 0x205f && c <= 0x206f) || c == 0x3000 || c == 0xfeff;
+}
+
 /* A label name: 1 to PT_TEXTCLS_MAX_LABEL bytes of UTF-8, no control byte,
- * no space at either end. */
+ * no invisible or non-ASCII space character, no space at either end. */
 static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
 {
     const char *at = r->path;
@@ -197,6 +219,13 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label is not valid UTF-8 (byte %zu)", at,
                            r->lineno, i + 1);
+        const uint32_t cp = utf8_decode((const unsigned char *)s + i, k);
+        if (invisible(cp))
+            return pt_fail(err, PT_EINPUT,
+                           "%s:%" PRId64 ": the label holds U+%04X at byte %zu, a character that "
+                           "prints as nothing or as a space (a label that looks like another "
+                           "would be another class); allowed: printable text, ASCII spaces inside",
+                           at, r->lineno, (unsigned)cp, i + 1);
         i += k;
     }
     if (s[0] == ' ' || s[n - 1] == ' ')

@@ -450,6 +450,16 @@ static const hostile HOSTILE[] = {
     H("label-overlong-utf8.tsv", "l\xc0\xaf\tgod\n", 1, "not valid UTF-8"),
     H("label-surrogate.tsv", "l\xed\xa0\x80\tgod\n", 1, "not valid UTF-8"),
     H("label-cut-utf8.tsv", "l\xe2\x82\tgod\n", 1, "not valid UTF-8"),
+    /* characters that print as nothing or as a space: 'law' and one of
+     * these would look alike and be two classes */
+    H("label-bom-line-2.tsv", "law\tgod\n\xef\xbb\xbflaw\tgod\n", 2, "U+FEFF at byte 1"),
+    H("label-nbsp.tsv", "\xc2\xa0law\tgod\n", 1, "U+00A0 at byte 1"),
+    H("label-zero-width.tsv", "la\xe2\x80\x8bw\tgod\n", 1, "U+200B at byte 3"),
+    H("label-rtl-mark.tsv", "law\xe2\x80\x8f\tgod\n", 1, "U+200F"),
+    H("label-c1-control.tsv", "l\xc2\x85" "aw\tgod\n", 1, "U+0085"),
+    H("label-ideographic-space.tsv", "major\xe3\x80\x80prophets\tgod\n", 1, "U+3000"),
+    H("json-label-nbsp.jsonl", "{\"text\": \"god\", \"label\": \"law\\u00a0\"}\n", 1,
+      "U+00A0 at byte 4"),
     H("empty-text.tsv", "law\tgod\nlaw\t\n", 2, "empty text"),
     H("blank-text.tsv", "law\t \t \r\n", 1, "empty text"),
     H("bad-json.jsonl", "{\"text\": \"god\", \"label\": \"law\"}\n{\"text\": \"god\",\n", 2,
