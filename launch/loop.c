@@ -10,6 +10,7 @@
 #include "launch/session.h"
 
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,26 @@ void pt_catch_stop_signals(void)
     sigaction(SIGUSR1, &sa, NULL);
 }
 
+/* Publishes what this rank does between steps (for the line above): two
+ * buffers in turn, so the handler never reads one being written. */
+__attribute__((format(printf, 1, 2))) static void loop_at(const char *fmt, ...)
+{
+    static char where[2][160];
+    static int next;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where[next], sizeof where[0], fmt, ap);
+    va_end(ap);
+    current_where = where[next];
+    next = 1 - next;
+}
+
+static int save_checkpoint(pt_session *s, pt_err *err)
+{
+    loop_at("step %lld: saving a checkpoint", (long long)s->run.step);
+    return pt_checkpoint_save(s, err);
+}
+
 static void layout_words(int K, int D, int M, char *out, size_t n)
 {
     snprintf(out, n, "K = %d x D = %d, M = %d", K, D, M);
@@ -88,6 +109,7 @@ static void report_replan(pt_session *s, const pt_transition *t)
 static int freeze_decision(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
+    loop_at("step %lld: the freeze decision (and a re-plan)", (long long)r->step);
     pt_freeze_report rep;
     pt_transition t;
     int moved = 0;
@@ -132,6 +154,7 @@ static int freeze_decision(pt_session *s, pt_err *err)
 static int evaluate_and_report(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
+    loop_at("step %lld: evaluating the test split", (long long)r->step);
     const pt_config *c = &s->cfg;
     pt_eval_result ev;
     int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, NULL, &ev, err);
@@ -227,7 +250,21 @@ int pt_session_train(pt_session *s, pt_err *err)
      * schedule's first bound; auto has no gradient norms yet and keeps 0) */
     if (r->step == 0 && pt_freeze_due(r, 0) && (rc = freeze_decision(s, err)))
         return rc;
-    int64_t saved_at = r->step, evaluated_at = -1;
+    /* the step this run.dir holds a checkpoint of: the one resumed, when it
+     * lies here (a resume from another run's checkpoint into a new run.dir
+     * saves again, even without a step to train, so that run.dir holds the
+     * checkpoint the end of the run promises); rank 0 looks, all agree */
+    int64_t saved_at = -1, evaluated_at = -1;
+    const int64_t first_step = r->step;
+    if (r->step > 0) {
+        char here[PT_CKPT_PATH], manifest[PT_CKPT_PATH];
+        pt_step_dir(c->run.dir, r->step, here, sizeof here);
+        saved_at = s->rank == 0 && access(pt_path_join(manifest, here, "manifest"), F_OK) == 0
+                       ? r->step
+                       : -1;
+        if ((rc = pt_bcast(pt_comm_world(s->comm), &saved_at, sizeof saved_at, 0, err)))
+            return rc;
+    }
     double epoch_started = pt_now();
     /* run.profile_ops: the steps after this run's first 3 (first touches of
      * memory, the BLAS's buffers) are timed; with fewer, all but the first */
@@ -282,7 +319,7 @@ int pt_session_train(pt_session *s, pt_err *err)
             epoch_started = pt_now();
         int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
         if (due || stopping) {
-            if ((rc = pt_checkpoint_save(s, err)))
+            if ((rc = save_checkpoint(s, err)))
                 break;
             saved_at = r->step;
         }
@@ -300,8 +337,12 @@ int pt_session_train(pt_session *s, pt_err *err)
         return rc;
     if (evaluated_at != r->step && (rc = evaluate_and_report(s, err)))
         return rc;
-    if (saved_at != r->step && (rc = pt_checkpoint_save(s, err)))
+    if (saved_at != r->step && (rc = save_checkpoint(s, err)))
         return rc;
+    if (r->step == first_step && r->step >= r->total_steps)
+        pt_progress_note(&s->progress, "nothing left to train: the checkpoint is at step %lld, and "
+                         "this run's settings end it at step %lld", (long long)r->step,
+                         (long long)r->total_steps);
     pt_progress_note(&s->progress, "done: %lld steps; checkpoints in %s/checkpoints",
                      (long long)r->step, c->run.dir);
     return 0;

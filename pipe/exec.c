@@ -45,7 +45,7 @@ struct pt_stage_exec {
     void *y_scratch;                         /* recompute's discarded output */
     pt_req *recv_act, *recv_grad, *send_act, *send_grad;
     int *slot_of, *slot_busy;
-    int64_t steps;
+    int64_t at_step; /* the training step being run (1-based), for messages */
     char where[256];
     pt_exec_times times;
     pt_stage_hooks hooks;
@@ -237,7 +237,7 @@ static void describe(pt_stage_exec *x, int i, int len, pt_action a)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage + 1), peer = buf;
     snprintf(x->where, sizeof x->where,
              "step %lld, replica %d, stage %d, action %d of %d: %s of micro-batch %d%s",
-             (long long)x->steps, x->replica, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
+             (long long)x->at_step, x->replica, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
 }
 
 static size_t act_bytes(const pt_stage_exec *x, int n)
@@ -381,7 +381,7 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
     for (int m = 0; m < x->M && rc == 0; m++) {
         snprintf(x->where, sizeof x->where,
                  "step %lld, replica %d, stage %d: completing the sends of micro-batch %d",
-                 (long long)x->steps, x->replica, x->stage, m);
+                 (long long)x->at_step, x->replica, x->stage, m);
         if ((rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err)) == 0)
             rc = pt_wait(x->pipe, &x->send_grad[m], "the previous stage", err);
     }
@@ -390,7 +390,9 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
 
 int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stats, pt_err *err)
 {
-    x->steps++;
+    /* the run's step (the batches carry it for dropout), not this
+     * executor's count, which starts again at every re-plan */
+    x->at_step = batches[0].step + 1;
     memset(&x->times, 0, sizeof x->times);
     const double t0 = wall_s();
     memset(x->slot_busy, 0, (size_t)x->slots * sizeof *x->slot_busy);
@@ -426,7 +428,7 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
     x->times.step_wall = wall_s() - t0;
     if (rc == 0)
         snprintf(x->where, sizeof x->where, "replica %d, stage %d, between steps (after step %lld)",
-                 x->replica, x->stage, (long long)x->steps);
+                 x->replica, x->stage, (long long)x->at_step);
     return rc;
 }
 

@@ -133,6 +133,7 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
 {
     int rc;
     memset(out, 0, sizeof *out);
+    at_phase(r, "step %lld: starting", (long long)r->step + 1);
     if ((rc = pt_test_fault("step", r->rank, r->step + 1, err)))
         return rc;
     pt_stats st = {0};

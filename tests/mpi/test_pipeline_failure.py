@@ -56,6 +56,16 @@ def main():
                    [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
                    extra={"run.timeout_s": 5})
 
+        # after a re-plan (a freeze decision at step 3 rebuilds the stage
+        # executors) the messages still give the run's step, not a count
+        # that started again at the re-plan
+        _, out = fault_case(tools, work, "hang-after-replan", "1:5:hang",
+                            [r"step 5, replica \d, stage \d", r"re-plan|frozen"],
+                            extra={"run.timeout_s": 5, "freeze.policy": "schedule",
+                                   "freeze.unit": "step", "freeze.start": 3, "freeze.every": 100})
+        expect(re.search(r"step [1-4], replica \d, stage \d", out) is None,
+               "hang-after-replan: no message gives an executor's own step count")
+
         # the same in a replica: K = 2 stages x D = 2 replicas; rank 3 is
         # replica 1's stage 1, rank 2 replica 1's stage 0
         dp = {"pipeline.stages": 2, "pipeline.replicas": 2}
