@@ -446,8 +446,12 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
     case PT_K_FLOAT:
         if ((k->flags & PT_F_AUTO) && *(const double *)field == PT_AUTO)
             snprintf(out, n, "auto");
-        else
-            snprintf(out, n, "%.17g", *(const double *)field);
+        else /* the shortest text that reads back as the same double */
+            for (int digits = 1; digits <= 17; digits++) {
+                snprintf(out, n, "%.*g", digits, *(const double *)field);
+                if (strtod(out, NULL) == *(const double *)field)
+                    break;
+            }
         break;
     case PT_K_BOOL:
         snprintf(out, n, "%s", *(const int *)field ? "true" : "false");

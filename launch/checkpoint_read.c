@@ -496,6 +496,28 @@ static void note_data_changes(const pt_session *ss, const manifest *m)
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",
                 m->dir, diff);
+    /* the optimizer's and the freezing's settings (the learning rate has
+     * its own note): allowed, as a changed PyTorch optimizer would be, but
+     * the steps from here are not the run that did not stop; frozen blocks
+     * stay frozen whatever the freezing says now */
+    static const char *const training[] = {"train.weight_decay", "train.beta1", "train.beta2",
+                                           "train.eps", "train.grad_clip", "freeze."};
+    char all[1024] = "";
+    int changed = 0;
+    for (size_t i = 0; was && i < sizeof training / sizeof *training; i++) {
+        if (pt_config_differences(was, &ss->cfg, training[i], diff, sizeof diff) > 0) {
+            size_t at = strlen(all);
+            snprintf(all + at, sizeof all - at, "%s%.*s", changed ? ", " : "",
+                     (int)(sizeof all - 1 - at), diff);
+            changed = 1;
+        }
+    }
+    if (changed)
+        fprintf(stderr,
+                "pipetrain: note: resuming %s with other optimizer or freezing settings than it was "
+                "saved with (%s): the steps from here follow them (blocks frozen so far stay "
+                "frozen)\n",
+                m->dir, all);
     free(was);
 }
 

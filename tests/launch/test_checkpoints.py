@@ -564,6 +564,12 @@ def test_bert_other_labels(h):
     cfg, run_dir = copy_run(h, orig, "same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "eval with the same labels")
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming with the same labels")
+    # model.classes above the data's labels (3): the record holds the 3
+    _, wide = trained(h, "wide", kind="gpt", **dict(bert, **{"model.classes": "5"}))
+    check(read_manifest(U.ckpt(wide, LAST)).get("labels") == ["a", "b", "c"], "labels with 5 classes")
+    cfg, run_dir = copy_run(h, wide, "wide-more", kind="gpt",
+                            **dict(bert, **{"model.classes": "5", "train.epochs": "3"}))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming 5 classes of 3 labels")
     cfg, run_dir = copy_run(h, orig, "old", kind="gpt", **dict(bert, **renamed))
     rewrite_manifest(U.ckpt(run_dir, LAST), lambda m: m.pop("labels"))
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "a manifest without labels")
@@ -673,6 +679,26 @@ def test_resume_explicit_older_checkpoint(h):
     check("resumed at step 6" in r.err, "no resume message\n%s", r.describe())
 
 
+def test_resume_past_the_end_into_a_new_run_dir(h):
+    """A run resumed from another run's checkpoint of step 10 into a new
+    run.dir, with settings that end the run sooner (1 epoch: 5 steps), has
+    nothing to train: it says so, and still leaves the checkpoint that
+    "done: ... checkpoints in" names (it printed that with none there);
+    resumed again there, it saves nothing new."""
+    _, orig = trained(h)
+    new = h.path("new-run")
+    cfg = U.write_config(h, "new.yaml", keys(h, new, **{"train.epochs": "1"}))
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, LAST)]).expect(0)
+    check("nothing left to train: the checkpoint is at step 10" in r.err and
+          "end it at step 5" in r.err, "no note that nothing is left\n%s", r.describe())
+    check(U.checkpoints(new) == ["step_%010d" % LAST], "checkpoints in the new run.dir: %s",
+          U.checkpoints(new) if os.path.isdir(new) else "none")
+    h.run(["eval", cfg]).expect(0, "evaluating the new run.dir's checkpoint")
+    before = U.snapshot(os.path.join(new, "checkpoints"))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming there again")
+    U.same_snapshot(before, U.snapshot(os.path.join(new, "checkpoints")), "checkpoints after auto")
+
+
 def test_checkpoint_files_are_recfiles(h):
     """Every checkpoint file has its magic, version 2 and a valid CRC, and
     the manifest records what checkpoint.h promises, binding every file."""
@@ -779,6 +805,7 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
+        test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir,
     ]
