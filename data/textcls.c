@@ -495,6 +495,11 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                              ds->context, &count, err);
             if (rc)
                 pt_err_prefix(err, "%s:%" PRId64, r->path, r->lineno);
+            else if (count == 2) /* [CLS] [SEP]: as empty as a blank text */
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%" PRId64 ": empty text (label '%s'): every character in it is "
+                             "one the tokenizer drops (control, invalid UTF-8, zero-width or "
+                             "format characters)", r->path, r->lineno, label);
         }
         json_decref(json);
         if (rc)

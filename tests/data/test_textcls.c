@@ -462,6 +462,11 @@ static const hostile HOSTILE[] = {
       "U+00A0 at byte 4"),
     H("empty-text.tsv", "law\tgod\nlaw\t\n", 2, "empty text"),
     H("blank-text.tsv", "law\t \t \r\n", 1, "empty text"),
+    /* no token either: what the tokenizer drops, and nothing else */
+    H("text-only-nul.tsv", "law\tgod\nlaw\t\0\0\n", 2, "every character in it is one the tokenizer drops"),
+    H("text-only-bad-utf8.tsv", "law\t\xff\xfe\n", 1, "empty text"),
+    H("text-only-zero-width.tsv", "law\t\xe2\x80\x8b\xe2\x80\x8b\n", 1, "empty text"),
+    H("json-text-only-nul.jsonl", "{\"text\": \"\\u0000\", \"label\": \"law\"}\n", 1, "empty text"),
     H("bad-json.jsonl", "{\"text\": \"god\", \"label\": \"law\"}\n{\"text\": \"god\",\n", 2,
       "bad JSON"),
     H("json-trailing.jsonl", "{\"text\": \"god\", \"label\": \"law\"} x\n", 1, "bad JSON"),
