@@ -6,7 +6,11 @@
  * the code under test is the same source nvcc compiles.
  *
  * Execution model: the blocks of a grid run one after another; the threads of
- * a block are coroutines (ucontext) on one OS thread. A thread runs until it
+ * a block are coroutines on one OS thread (each started on its own stack by
+ * ucontext, then switched with _setjmp/_longjmp, which unlike swapcontext
+ * make no system call to save the signal mask: that call was half the
+ * tests' time; the target builds without _FORTIFY_SOURCE, whose longjmp
+ * check refuses a jump to another stack). A thread runs until it
  * reaches a barrier (__syncthreads, __syncwarp, or a shuffle, which is two
  * warp barriers) or returns; a barrier releases when every live thread of its
  * scope has reached it. Threads that reach a different barrier than their
@@ -40,6 +44,7 @@
 #include <functional>
 #include <type_traits>
 #include <vector>
+#include <setjmp.h>
 #include <ucontext.h>
 
 /* ------------------------------------------------------------- qualifiers */
@@ -140,16 +145,17 @@ enum { RUN = 0, AT_BLOCK = 1, AT_WARP = 2, DONE = 3 };
 enum { STACK_BYTES = 256 * 1024, MAX_THREADS = 1024 };
 
 struct thread_state {
-    ucontext_t ctx;
+    ucontext_t ctx; /* its start, on its stack */
+    jmp_buf at;     /* where it waits, once started */
     uint3 idx;
-    int warp, lane, wait;
+    int warp, lane, wait, started;
 };
 
 struct block_state {
     dim3 grid, block;
     uint3 bid;
     std::vector<thread_state> th;
-    ucontext_t sched;
+    jmp_buf sched;
     int cur;
     const std::function<void()> *body;
     unsigned char *smem;
@@ -192,13 +198,28 @@ inline void wait_at(int what)
 {
     thread_state *t = me();
     t->wait = what;
-    swapcontext(&t->ctx, &current()->sched);
+    if (!_setjmp(t->at))
+        _longjmp(current()->sched, 1);
 }
 
 inline void entry()
 {
     (*current()->body)();
-    me()->wait = DONE; /* returning continues at uc_link, the scheduler */
+    me()->wait = DONE;
+    _longjmp(current()->sched, 1); /* never returns: its stack is left as it is */
+}
+
+/* Runs thread t of block b until it waits or ends (a function of its own,
+ * so that no caller's variable lives across the _setjmp). */
+__attribute__((noinline)) inline void switch_to(block_state *b, thread_state *t)
+{
+    if (!_setjmp(b->sched)) {
+        if (!t->started) {
+            t->started = 1;
+            setcontext(&t->ctx);
+        }
+        _longjmp(t->at, 1);
+    }
 }
 
 inline void run_block(block_state *b, unsigned long long *seed)
@@ -219,10 +240,11 @@ inline void run_block(block_state *b, unsigned long long *seed)
         t.warp = k / 32;
         t.lane = k % 32;
         t.wait = RUN;
+        t.started = 0;
         getcontext(&t.ctx);
         t.ctx.uc_stack.ss_sp = stacks()[k];
         t.ctx.uc_stack.ss_size = STACK_BYTES;
-        t.ctx.uc_link = &b->sched;
+        t.ctx.uc_link = NULL; /* entry never returns */
         makecontext(&t.ctx, entry, 0);
     }
     std::vector<int> order(n);
@@ -238,7 +260,7 @@ inline void run_block(block_state *b, unsigned long long *seed)
         for (int k : order)
             if (b->th[k].wait == RUN) {
                 b->cur = k;
-                swapcontext(&b->sched, &b->th[k].ctx);
+                switch_to(b, &b->th[k]);
             }
         int live = 0, at_block = 0, released = 0;
         for (int w = 0; w * 32 < n; w++) {
