@@ -174,6 +174,16 @@ static size_t utf8_length(const unsigned char *s, size_t n)
     return k;
 }
 
+/* Whether text gives at least one WordPiece piece (only [CLS] [SEP] from
+ * pt_tokenize can also mean a context of 2, with no room for one): a text
+ * of nothing but what the tokenizer drops is as empty as a blank one. */
+static int has_word(const pt_vocab *vocab, const char *text, size_t n)
+{
+    int32_t ids[3];
+    int count = 0;
+    return pt_tokenize(vocab, text, n, ids, 3, &count, NULL) == 0 && count == 3;
+}
+
 /* The code point of the valid UTF-8 sequence s[0..k). */
 static uint32_t utf8_decode(const unsigned char *s, size_t k)
 {
@@ -183,17 +193,6 @@ static uint32_t utf8_decode(const unsigned char *s, size_t k)
     for (size_t i = 1; i < k; i++)
         c = c << 6 | (s[i] & 0x3f);
     return c;
-}
-
-/* Code points that print as nothing or as a plain space: C1 controls, the
- * no-break and typographic spaces, zero-width and direction marks, the
- * line and paragraph separators, the byte order mark. A label holding one
- * looks like another label and would be another class. */
-static int invisible(uint32_t c)
-{
-    return (c >= 0x80 && c <= 0xa0) || c == 0xad || c == 0x1680 || c == 0x180e ||
-           (c >= 0x2000 && c <= 0x200f) || (c >= 0x2028 && c <= 0x202f) ||
-           (c >= 0x205f && c <= 0x206f) || c == 0x3000 || c == 0xfeff;
 }
 
 /* A label name: 1 to PT_TEXTCLS_MAX_LABEL bytes of UTF-8, no control byte,
@@ -220,7 +219,7 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
                            "%s:%" PRId64 ": the label is not valid UTF-8 (byte %zu)", at,
                            r->lineno, i + 1);
         const uint32_t cp = utf8_decode((const unsigned char *)s + i, k);
-        if (invisible(cp))
+        if (cp >= 0x80 && pt_unicode_invisible(cp))
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label holds U+%04X at byte %zu, a character that "
                            "prints as nothing or as a space (a label that looks like another "
@@ -495,7 +494,7 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                              ds->context, &count, err);
             if (rc)
                 pt_err_prefix(err, "%s:%" PRId64, r->path, r->lineno);
-            else if (count == 2) /* [CLS] [SEP]: as empty as a blank text */
+            else if (count == 2 && !has_word(vocab, text, text_n))
                 rc = pt_fail(err, PT_EINPUT,
                              "%s:%" PRId64 ": empty text (label '%s'): every character in it is "
                              "one the tokenizer drops (control, invalid UTF-8, zero-width or "

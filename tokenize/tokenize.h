@@ -79,6 +79,12 @@ typedef struct pt_vocab_special {
 
 pt_vocab_special pt_vocab_specials(const pt_vocab *v);
 
+/* Whether code point c prints as nothing or as a space other than U+0020:
+ * Unicode's control, format and separator categories (Cc, Cf, Zs, Zl, Zp)
+ * and default-ignorable code points (zero-width and direction marks,
+ * variation selectors, fillers, tags, ...), from utf8proc's tables. */
+int pt_unicode_invisible(uint32_t c);
+
 /* Encodes text (n bytes, any bytes: see step 1 above) for classification:
  * ids = [CLS] pieces [SEP], truncated to at most max_ids ids by keeping the
  * first max_ids - 2 pieces (as Hugging Face's truncation to max_length with

@@ -84,6 +84,18 @@ static int is_punct(uint32_t c)
     return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
+int pt_unicode_invisible(uint32_t c)
+{
+    if (c == 0x20)
+        return 0;
+    if (c > 0x10ffff)
+        return 1;
+    const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_ZS ||
+           k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP ||
+           utf8proc_get_property((utf8proc_int32_t)c)->ignorable;
+}
+
 typedef struct {
     const pt_vocab *v;
     int32_t *out; /* pieces go here */

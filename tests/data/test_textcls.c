@@ -162,6 +162,13 @@ void test_textcls_tsv(void)
     load_ok(&ds, path, v, 8, NULL);
     check_five(&ds);
 
+    /* context 2 leaves no room for a word: every example is [CLS] [SEP],
+     * and the texts are not empty for that (a text with no word is) */
+    pt_dataset two;
+    load_ok(&two, path, v, 2, NULL);
+    CU_ASSERT_EQUAL(two.count, ds.count);
+    pt_dataset_free(&two);
+
     /* gathering: tokens as loaded, targets the labels, any order */
     int64_t ids[] = {4, 0, 2};
     int32_t tokens[3 * 8], targets[3];
@@ -458,6 +465,10 @@ static const hostile HOSTILE[] = {
     H("label-rtl-mark.tsv", "law\xe2\x80\x8f\tgod\n", 1, "U+200F"),
     H("label-c1-control.tsv", "l\xc2\x85" "aw\tgod\n", 1, "U+0085"),
     H("label-ideographic-space.tsv", "major\xe3\x80\x80prophets\tgod\n", 1, "U+3000"),
+    H("label-arabic-mark.tsv", "law\xd8\x9c\tgod\n", 1, "U+061C"),
+    H("label-variation-selector.tsv", "law\xef\xb8\x8f\tgod\n", 1, "U+FE0F"),
+    H("label-hangul-filler.tsv", "\xe3\x85\xa4law\tgod\n", 1, "U+3164"),
+    H("label-tag.tsv", "law\xf3\xa0\x81\x81\tgod\n", 1, "U+E0041"),
     H("json-label-nbsp.jsonl", "{\"text\": \"god\", \"label\": \"law\\u00a0\"}\n", 1,
       "U+00A0 at byte 4"),
     H("empty-text.tsv", "law\tgod\nlaw\t\n", 2, "empty text"),
