@@ -284,6 +284,19 @@ uint64_t pt_wfile_size(const pt_wfile *f) { return f->size; }
 
 const char *pt_wfile_path(const pt_wfile *f) { return f->path; }
 
+int pt_wfile_sync(pt_wfile *f, pt_err *err)
+{
+    if (f->failed)
+        return pt_fail(err, PT_EINTERNAL, "'%s': syncing after an earlier write failed", f->path);
+    int rc = flush_buffer(f, err);
+    if (!rc && fsync(f->fd) != 0) {
+        f->failed = 1;
+        rc = pt_fail(err, PT_ESYS, "'%s': cannot fsync the temporary file '%s': %s", f->path,
+                     f->tmp, strerror(errno));
+    }
+    return rc;
+}
+
 int pt_wfile_commit(pt_wfile *f, pt_err *err)
 {
     int rc = 0;

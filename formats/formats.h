@@ -68,6 +68,11 @@ const char *pt_wfile_path(const pt_wfile *f);
  * not survive a power loss, and the error says so). */
 int pt_wfile_commit(pt_wfile *f, pt_err *err);
 
+/* Writes what is buffered and fsyncs the temporary file, so that the disk
+ * holds it all (a full disk shows here) and a later commit has only the
+ * rename left that can fail. */
+int pt_wfile_sync(pt_wfile *f, pt_err *err);
+
 /* Closes and unlinks the temporary file and frees f. NULL-safe. */
 void pt_wfile_abort(pt_wfile *f);
 

@@ -543,17 +543,18 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
         }
         at += info.numel;
     }
-    /* config.json is written under its temporary name first and put in
-     * place after model.safetensors: an output that cannot be written (a
-     * directory or a FIFO by either name, a full disk) fails before
-     * either file is replaced */
+    /* config.json is written and synced under its temporary name first and
+     * put in place after model.safetensors: an output that cannot be
+     * written (a directory or a FIFO by either name, a full disk) fails
+     * before either file is replaced; what is left to fail after the
+     * weights are in place is config.json's rename (and a directory fsync) */
     const char *meta[] = {"format", "pt", NULL};
     char *text = NULL;
     size_t len = 0;
     pt_wfile *cf = NULL;
     if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0 &&
         (rc = pt_wfile_open(&cf, config, err)) == 0 && (rc = pt_wfile_write(cf, text, len, err)) == 0 &&
-        (rc = pt_st_write(weights, t, i, meta, err)) == 0) {
+        (rc = pt_wfile_sync(cf, err)) == 0 && (rc = pt_st_write(weights, t, i, meta, err)) == 0) {
         rc = pt_wfile_commit(cf, err);
         cf = NULL;
     }

@@ -490,8 +490,8 @@ static void note_data_changes(const pt_session *ss, const manifest *m)
     pt_arch arch;
     pt_err ignored;
     char diff[1024];
-    if (was && read_config_record(m, was, &arch, &ignored) == 0 &&
-        pt_config_differences(was, &ss->cfg, "data.", diff, sizeof diff) > 0)
+    const int have = was && read_config_record(m, was, &arch, &ignored) == 0;
+    if (have && pt_config_differences(was, &ss->cfg, "data.", diff, sizeof diff) > 0)
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",
@@ -504,7 +504,7 @@ static void note_data_changes(const pt_session *ss, const manifest *m)
                                            "train.eps", "train.grad_clip", "freeze."};
     char all[1024] = "";
     int changed = 0;
-    for (size_t i = 0; was && i < sizeof training / sizeof *training; i++) {
+    for (size_t i = 0; have && i < sizeof training / sizeof *training; i++) {
         if (pt_config_differences(was, &ss->cfg, training[i], diff, sizeof diff) > 0) {
             size_t at = strlen(all);
             snprintf(all + at, sizeof all - at, "%s%.*s", changed ? ", " : "",

@@ -62,7 +62,7 @@ __attribute__((format(printf, 1, 2))) static void loop_at(const char *fmt, ...)
     static int next;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(where[next], sizeof where[0], fmt, ap);
+    vsnprintf(where[next], sizeof where[0] - 1, fmt, ap); /* the last byte stays 0 */
     va_end(ap);
     current_where = where[next];
     next = 1 - next;

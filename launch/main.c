@@ -191,7 +191,7 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
     int64_t v[2] = {rc != 0, own};
     pt_err ignore;
     if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &ignore))
-        v[0] = v[1] = 1; /* cannot even agree: treat as failed, and speak */
+        v[0] = v[1] = 1; /* cannot even agree: failed; a rank that failed itself speaks */
     if (v[0] == 0)
         return 0;
     const int size = pt_comm_size(comm);
@@ -257,6 +257,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     rc = pt_session_train(s, &err);
+    if (rc && rc != PT_ESTOPPED && err.peer) {
+        rc = exit_code(rc); /* the failed rank reports, and ends the job */
+        goto done;
+    }
     if (rc && rc != PT_ESTOPPED) {
         int code = report(comm, rc, &err);
         if (pt_comm_size(comm) > 1)
@@ -346,7 +350,9 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             pt_comm_rank(comm) == 0)
             printf("sample: %s%s\n", cfg->sample.prompt, text);
     }
-    if (rc) {
+    if (rc && err.peer) {
+        rc = exit_code(rc); /* the failed rank reports, and ends the job */
+    } else if (rc) {
         int code = report(comm, rc, &err);
         if (pt_comm_size(comm) > 1)
             pt_comm_abort(comm, code);

@@ -780,6 +780,7 @@ fail:
 
 void pt_session_close(pt_session *s)
 {
+    *pt_stop_signal_where() = NULL; /* it may point into what is freed here */
     pt_progress_close(&s->progress);
     if (s->rank_metrics)
         fclose(s->rank_metrics);

@@ -46,7 +46,8 @@ struct pt_stage_exec {
     pt_req *recv_act, *recv_grad, *send_act, *send_grad;
     int *slot_of, *slot_busy;
     int64_t at_step; /* the training step being run (1-based), for messages */
-    char where[256];
+    char where[256]; /* its last byte stays 0: a signal handler reading it
+                        mid-rewrite finds an end */
     pt_exec_times times;
     pt_stage_hooks hooks;
     int replica;
@@ -210,7 +211,7 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     for (int i = 0; i < s->len[x->stage]; i++)
         if (list[i].kind == PT_A_BWD)
             x->last_bwd = i;
-    snprintf(x->where, sizeof x->where, "replica %d, stage %d, before the first step", x->replica,
+    snprintf(x->where, sizeof x->where - 1, "replica %d, stage %d, before the first step", x->replica,
              x->stage);
     *out = x;
     return 0;
@@ -235,7 +236,7 @@ static void describe(pt_stage_exec *x, int i, int len, pt_action a)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage - 1), peer = buf;
     else if (a.kind == PT_A_SEND_ACT || a.kind == PT_A_RECV_GRAD)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage + 1), peer = buf;
-    snprintf(x->where, sizeof x->where,
+    snprintf(x->where, sizeof x->where - 1,
              "step %lld, replica %d, stage %d, action %d of %d: %s of micro-batch %d%s",
              (long long)x->at_step, x->replica, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
 }
@@ -379,7 +380,7 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
 {
     int rc = 0;
     for (int m = 0; m < x->M && rc == 0; m++) {
-        snprintf(x->where, sizeof x->where,
+        snprintf(x->where, sizeof x->where - 1,
                  "step %lld, replica %d, stage %d: completing the sends of micro-batch %d",
                  (long long)x->at_step, x->replica, x->stage, m);
         if ((rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err)) == 0)
@@ -427,7 +428,7 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
         rc = finish_sends(x, err);
     x->times.step_wall = wall_s() - t0;
     if (rc == 0)
-        snprintf(x->where, sizeof x->where, "replica %d, stage %d, between steps (after step %lld)",
+        snprintf(x->where, sizeof x->where - 1, "replica %d, stage %d, between steps (after step %lld)",
                  x->replica, x->stage, (long long)x->at_step);
     return rc;
 }
@@ -441,7 +442,7 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
     int rc = 0;
     for (int m = 0; m < n_micro && rc == 0; m++) {
         const size_t bytes = act_bytes(x, batches[m].n);
-        snprintf(x->where, sizeof x->where, "evaluation, replica %d, stage %d: forward of micro-batch %d",
+        snprintf(x->where, sizeof x->where - 1, "evaluation, replica %d, stage %d: forward of micro-batch %d",
                  x->replica, x->stage, m);
         if (x->nccl) { /* one micro-batch at a time along the pipeline */
             if (x->stage > 0 && ((rc = pt_nccl_recv(x->pipe, x->x_in[m], bytes, x->stage - 1, err)) ||

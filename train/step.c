@@ -98,7 +98,7 @@ __attribute__((format(printf, 2, 3))) static void at_phase(pt_run *r, const char
     r->where_next = 1 - r->where_next;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof r->where[0], fmt, ap);
+    vsnprintf(buf, sizeof r->where[0] - 1, fmt, ap); /* the last byte stays 0 (pt_run zeroed) */
     va_end(ap);
     at(r, buf);
 }

@@ -83,6 +83,8 @@ def damaged_stage_file(tools, work):
         for w in ("rank 1: error: ", "units-stage1.bin"):
             if w not in out:
                 problems.append("the output lacks %r" % w)
+        if "another rank failed" in out:
+            problems.append("a rank that only learned of the failure printed a message too")
         if problems:
             failures += 1
             print("FAIL damaged stage file (%s): %s\n%s" % (what, "; ".join(problems), out[-2000:]),
