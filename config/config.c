@@ -233,7 +233,9 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         } else {
             errno = 0;
             v = strtoll(text, &end, 10);
-            if (end == text || *end)
+            /* strtoll skips leading white space; a trailing one is refused:
+             * refuse both alike */
+            if (end == text || *end || isspace((unsigned char)text[0]))
                 return pt_config_bad_value(err, where, k, text, "not an integer:");
             /* ERANGE: an integer beyond what a long long holds, so beyond any range */
             if (errno == ERANGE || v < int_min(k) || v > int_max(k))
@@ -257,7 +259,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
          * or a subnormal (1e-310: a number, as small as it reads, judged by
          * the key's range like any other) */
         const int overflow = errno == ERANGE && (isinf(v) || v == 0);
-        if (end == text || *end || (!isfinite(v) && !overflow))
+        /* and white space before it, or a hexadecimal float (0x1p-3), which
+         * strtod reads and YAML's numbers are not */
+        if (end == text || *end || (!isfinite(v) && !overflow) || isspace((unsigned char)text[0]) ||
+            strpbrk(text, "xX"))
             return pt_config_bad_value(err, where, k, text, "not a number:");
         if (overflow)
             return pt_config_bad_value(err, where, k, text, "out of range:");

@@ -613,6 +613,15 @@ CASES = [
     Case("set_bad_value", sets=["train.batch=0"],
          needles=["--set", "train.batch", "allowed: an integer from 1 to 16777216"]),
     Case("set_a_section", sets=["model=5"], needles=["--set: model: a section", "model.kind="]),
+    # white space around a number is refused on both sides alike, and a
+    # hexadecimal float (which strtod reads) is not a YAML number
+    Case("set_number_leading_space", sets=["train.lr= 0.001"],
+         needles=["--set: train.lr: not a number: ' 0.001'"]),
+    Case("set_number_trailing_space", sets=["train.lr=0.001 "],
+         needles=["--set: train.lr: not a number: '0.001 '"]),
+    Case("set_integer_leading_space", sets=["train.batch= 8"],
+         needles=["--set: train.batch: not an integer: ' 8'"]),
+    Case("set_hex_float", sets=["train.lr=0x1p-10"], needles=["--set: train.lr: not a number"]),
     Case("set_seed_one_past_max", sets=["run.seed=9200000000000000001"],
          needles=["--set: run.seed: out of range", "to 9200000000000000000"]),
     Case("set_equals_form_bad_enum", sets=["--set=pipeline.schedule=zigzag"],
