@@ -319,13 +319,12 @@ static int read_labels(const manifest *m, int arch_classes, const json_t **out, 
  * data's now (text classification): the same names in the same order, or
  * bad input, since every row of the classifier would stand for another
  * label. A checkpoint without labels is not checked. */
-static int check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *data,
+static int check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *train,
                         const char *train_file, pt_err *err)
 {
     const json_t *labels;
     int n;
     int rc = read_labels(m, arch->classes, &labels, &n, err);
-    const pt_dataset *train = data; /* its classes are data.train_file's */
     if (rc || n == 0 || train->kind != PT_DATA_TEXTCLS || !train->label_names)
         return rc;
     for (int k = 0; k < n || k < train->classes; k++) {
@@ -442,10 +441,10 @@ int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err)
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = check_labels(&m, &s->run.arch, &s->test, s->cfg.data.train_file, err);
+        if (rc == 0 && s->run.active && (rc = check_arch(pt_segment_arch(s->run.seg), &m, 0, err)) == 0)
+            rc = load_units(s->run.seg, &m, 0, err);
         manifest_close(&m);
     }
-    if (rc == 0 && s->run.active)
-        rc = pt_checkpoint_load_segment(s->run.seg, dir, err);
     return pt_run_agree(&s->run, rc, err);
 }
 

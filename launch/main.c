@@ -184,10 +184,10 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
  * ready, else the exit status for this rank. When every rank failed on its
  * own (a bad config fails everywhere) only rank 0 speaks; otherwise each
  * rank that failed on its own reports its error, and the others (those
- * that only learned of it, err->peer) say nothing more. */
+ * that only learned of it, err->relayed) say nothing more. */
 static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
 {
-    const int own = rc != 0 && !err->peer;
+    const int own = rc != 0 && !err->relayed;
     int64_t v[2] = {rc != 0, own};
     pt_err ignore;
     if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &ignore))
@@ -257,7 +257,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     rc = pt_session_train(s, &err);
-    if (rc && rc != PT_ESTOPPED && err.peer) {
+    if (rc && rc != PT_ESTOPPED && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
         goto done;
     }
@@ -350,7 +350,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             pt_comm_rank(comm) == 0)
             printf("sample: %s%s\n", cfg->sample.prompt, text);
     }
-    if (rc && err.peer) {
+    if (rc && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
     } else if (rc) {
         int code = report(comm, rc, &err);

@@ -20,7 +20,7 @@ int pt_fail(pt_err *err, int code, const char *fmt, ...)
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
         err->code = code;
-        err->peer = 0;
+        err->relayed = 0;
     }
     return code;
 }

@@ -37,8 +37,8 @@ enum pt_code {
 
 typedef struct pt_err {
     int code;
-    int peer; /* 1: this rank failed only because another rank did (the
-                 message is a placeholder; the other rank's says why) */
+    int relayed; /* 1: the failure happened elsewhere and is reported there;
+                    msg only relays that it happened */
     char msg[1024];
 } pt_err;
 

@@ -107,7 +107,7 @@ int pt_run_agree(pt_run *r, int rc, pt_err *err)
     if (rc == 0 && worst != 0) {
         pt_fail(err, (int)worst, "another rank failed (its message says why)");
         if (err)
-            err->peer = 1;
+            err->relayed = 1;
         return (int)worst;
     }
     return rc;

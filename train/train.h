@@ -195,7 +195,7 @@ static inline int pt_run_writes_units(const pt_run *r) { return r->active && r->
 int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int micro, int augment);
 
 /* Collective over the world: every rank passes its status and gets an error
- * if any failed (its own message, or "another rank failed" with err->peer
+ * if any failed (its own message, or "another rank failed" with err->relayed
  * set, so that the caller reports the failed rank's message, not this). */
 int pt_run_agree(pt_run *r, int rc, pt_err *err);
 
