@@ -4,7 +4,8 @@
  *
  * Reader invariants: after pt_st_open succeeds every entry has been checked
  * against the file's real size (begin <= end <= data size, end - begin equal
- * to its element count times its dtype size, no overlap with another entry),
+ * to its element count times its dtype size; the non-empty entries tile the
+ * data section, no overlap, no gap, no trailing bytes),
  * so reading an entry can only fail if the file changes under us, and then
  * pread reports it. `by_name` holds the entries sorted by name for duplicate
  * detection and binary-search lookup. `metadata` points into `header`, which
@@ -259,19 +260,36 @@ static int check_entries_together(pt_st_file *f, pt_err *err)
         if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0)
             rc = pt_fail(err, PT_EINPUT, "'%s': tensor name '%s' appears twice", f->path,
                          f->by_name[i]->name);
-    /* sorted by begin, non-empty ranges are disjoint iff each ends before the next begins */
+    /* Sorted by begin, the non-empty ranges must tile the data section: each
+     * begins where the one before ends (earlier: an overlap; later: bytes no
+     * tensor owns), the first at 0 and the last ending at the section's end,
+     * as the format's reference reader demands. Bytes no tensor owns are a
+     * damaged or hand-edited file, not a variant to guess about. Empty
+     * tensors own no bytes, so where they point does not matter. */
     const pt_st_entry *last = NULL;
     for (size_t i = 0; i < n && !rc; i++) {
         const pt_st_entry *e = by_begin[i];
         if (e->begin == e->end)
             continue;
-        if (last && e->begin < last->end)
+        const uint64_t at = last ? last->end : 0;
+        if (e->begin < at)
             rc = pt_fail(err, PT_EINPUT, "'%s': tensors '%s' and '%s' overlap: bytes [%llu, %llu) "
                          "and [%llu, %llu)", f->path, last->name, e->name,
                          (unsigned long long)last->begin, (unsigned long long)last->end,
                          (unsigned long long)e->begin, (unsigned long long)e->end);
+        else if (e->begin > at)
+            rc = pt_fail(err, PT_EINPUT, "'%s': bytes [%llu, %llu) of the data section belong "
+                         "to no tensor (the next, '%s', begins at %llu)", f->path,
+                         (unsigned long long)at, (unsigned long long)e->begin, e->name,
+                         (unsigned long long)e->begin);
         last = e;
     }
+    const uint64_t covered = last ? last->end : 0;
+    if (!rc && covered != f->data_size)
+        rc = pt_fail(err, PT_EINPUT, "'%s': the last %llu bytes of the data section (from byte "
+                     "%llu%s%s%s) belong to no tensor", f->path,
+                     (unsigned long long)(f->data_size - covered), (unsigned long long)covered,
+                     last ? ", after tensor '" : "", last ? last->name : "", last ? "'" : "");
     free(by_begin);
     return rc;
 }

@@ -215,6 +215,15 @@ static const bad_header bad_headers[] = {
      "tensors 'a' and 'b' overlap: bytes [0, 8) and [4, 12)"},
     {"{\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[5,8]},\"a\":{" T8 "}}", 8,
      "tensors 'a' and 'b' overlap"},
+    /* the data section must be tiled: no gap before, between or after the tensors */
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
+     "bytes [4, 8) of the data section belong to no tensor (the next, 'b', begins at 8)"},
+    {"{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+     "bytes [0, 4) of the data section belong to no tensor (the next, 't', begins at 4)"},
+    {"{\"t\":{" T8 "}}", 12,
+     "the last 4 bytes of the data section (from byte 8, after tensor 't') belong to no tensor"},
+    {"{\"__metadata__\":{}}", 4, "the last 4 bytes of the data section (from byte 0) belong"},
     {"{\"t\":{" T8 "},\"t\":{" T8 "}}", 8, "duplicate object key near '\"t\"'"},
     {"{\"a\\u0000b\":{" T8 "}}", 8, "NUL byte in object key"},
     {"{\"__metadata__\":[],\"t\":{" T8 "}}", 8, "\"__metadata__\" is an array, not an object"},
