@@ -234,11 +234,20 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
     return 0;
 }
 
+/* What a carriage return inside a line most likely means. */
+#define LONE_CR "if this file's lines end in a lone \"\\r\", as old Mac files' do, convert " \
+                "them to \"\\n\""
+
 /* A TSV line: LABEL<TAB>TEXT, split at the first tab (which becomes the
  * label's terminating NUL). */
 static int parse_tsv(reader *r, const char **label, size_t *label_n, const char **text,
                      size_t *text_n, pt_err *err)
 {
+    const char *cr = memchr(r->line, '\r', r->len);
+    if (cr)
+        return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": a carriage return (byte 0x0d) at byte %zu "
+                       "inside the line; lines end in \"\\n\" or \"\\r\\n\" and a TSV field cannot "
+                       "hold one (%s)", r->path, r->lineno, (size_t)(cr - r->line) + 1, LONE_CR);
     char *tab = memchr(r->line, '\t', r->len);
     if (!tab)
         return pt_fail(err, PT_EINPUT,
@@ -287,8 +296,9 @@ static int parse_jsonl(reader *r, json_t **json, char *digits, size_t digits_n,
     json_t *j = json_loadb(r->line, r->len,
                            JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
     if (!j)
-        return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": bad JSON at column %d: %s", r->path,
-                       r->lineno, e.column, e.text);
+        return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": bad JSON at column %d: %s%s%s", r->path,
+                       r->lineno, e.column, e.text, memchr(r->line, '\r', r->len) ? "; " : "",
+                       memchr(r->line, '\r', r->len) ? LONE_CR : "");
     *json = j;
     if (!json_is_object(j))
         return pt_fail(err, PT_EINPUT,

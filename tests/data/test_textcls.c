@@ -478,6 +478,12 @@ static const hostile HOSTILE[] = {
     H("text-only-bad-utf8.tsv", "law\t\xff\xfe\n", 1, "empty text"),
     H("text-only-zero-width.tsv", "law\t\xe2\x80\x8b\xe2\x80\x8b\n", 1, "empty text"),
     H("json-text-only-nul.jsonl", "{\"text\": \"\\u0000\", \"label\": \"law\"}\n", 1, "empty text"),
+    /* a lone "\r" inside a line: old Mac line ends would read as one line */
+    H("cr-only.tsv", "law\tin the\rlaw\tbeginning\r", 1, "carriage return (byte 0x0d) at byte 11"),
+    H("cr-inside.tsv", "law\tgod\r\nlaw\tin\rthe\r\n", 2, "lone \"\\r\""),
+    H("cr-in-label.tsv", "la\rw\tgod\n", 1, "carriage return"),
+    H("cr-only.jsonl", "{\"text\": \"god\", \"label\": \"law\"}\r{\"text\": \"in\", \"label\": \"law\"}\r",
+      1, "lone \"\\r\""),
     H("bad-json.jsonl", "{\"text\": \"god\", \"label\": \"law\"}\n{\"text\": \"god\",\n", 2,
       "bad JSON"),
     H("json-trailing.jsonl", "{\"text\": \"god\", \"label\": \"law\"} x\n", 1, "bad JSON"),
