@@ -139,7 +139,10 @@ const pt_key_spec pt_config_keys[] = {
     /* train */
     {"train.batch", PT_K_I64, AT(train.batch), 1, 1 << 24, NULL, 0, "128",
      "global batch: examples per optimizer step, over all replicas and micro-batches"},
-    {"train.epochs", PT_K_INT, AT(train.epochs), 1, 1000000, NULL, 0, "10", "passes over the data"},
+    {"train.epochs", PT_K_INT, AT(train.epochs), 1, 1000000, NULL, 0, "10",
+     "passes over the data; an epoch is floor(training examples / train.batch) steps, and the "
+     "examples left over at the end of an epoch's order (fewer than a batch; with data.shuffle, "
+     "different ones each epoch) are not used in it"},
     {"train.max_steps", PT_K_I64, AT(train.max_steps), 0, 1e15, NULL, 0, "0",
      "stop after this many optimizer steps in all; 0 = no limit"},
     {"train.lr", PT_K_FLOAT, AT(train.lr), 0, 10, NULL, PT_F_MIN_EXCL, "0.001",
