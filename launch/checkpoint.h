@@ -44,6 +44,10 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
  * Free with pt_profile_free. */
 int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile *out, pt_err *err);
 
+/* The frozen blocks of a checkpoint's freeze state (0 to layers), for
+ * planning before it is loaded; the load checks the state in full. */
+int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *err);
+
 /* The class labels a checkpoint of text classification was trained with,
  * in the classifier's row order (classes of them, the architecture's):
  * malloc'd strings in a malloc'd array, or *n = 0 and NULL when the

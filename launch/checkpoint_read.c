@@ -122,6 +122,23 @@ int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile 
     return rc;
 }
 
+int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *err)
+{
+    manifest m;
+    *depth = 0;
+    int rc = manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    const json_t *d = json_object_get(json_object_get(m.j, "freeze"), "depth");
+    if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > layers)
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': freeze.depth is missing or not 0..%d", dir,
+                     layers);
+    else
+        *depth = (int)json_integer_value(d);
+    manifest_close(&m);
+    return rc;
+}
+
 /* The manifest's config (YAML text, over the defaults) and architecture. */
 static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
 {

@@ -27,6 +27,7 @@ typedef struct pt_session {
     FILE *rank_metrics;    /* run.rank_metrics: this rank's step timings */
     FILE *sample_log;      /* run.log_samples: the sample ids of each step */
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
+    int resume_depth;      /* rank 0: frozen blocks of the checkpoint being resumed */
 } pt_session;
 
 /* Binds cores, opens the device, loads the data, builds the engine from the

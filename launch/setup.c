@@ -613,6 +613,9 @@ static int given_profile(pt_session *s, const char *resume, int *strict, pt_err 
         if (resume && *resume &&
             pt_checkpoint_read_profile(resume, &s->arch, &s->profile, &ignored) != 0)
             memset(&s->profile, 0, sizeof s->profile);
+        if (resume && *resume &&
+            pt_checkpoint_read_depth(resume, s->arch.layers, &s->resume_depth, &ignored) != 0)
+            s->resume_depth = 0;
         if (s->profile.ranks && *c->pipeline.profile)
             fprintf(stderr, "pipetrain: note: resuming %s, which carries the measurements its run "
                     "planned from: they are used, not pipeline.profile's\n", resume);
@@ -717,6 +720,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = given_profile(s, resume, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
+    spec.resume_depth = s->resume_depth;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
         if (rc == PT_EINPUT && s->rank == 0 && spec.profile_strict &&
             strncmp(err->msg, "measured on another", 19) == 0) {

@@ -448,8 +448,27 @@ int pt_layout_open(pt_run *r, pt_err *err)
     }
     if (rc == 0 && costs)
         rc = shared_cost_model(r, small, large, use ? r->spec.profile : NULL, err);
+    int depth = r->spec.resume_depth; /* rank 0's reading */
+    if (rc == 0 && r->ranks > 1)
+        rc = pt_bcast(pt_comm_world(r->comm), &depth, sizeof depth, 0, err);
     if (rc == 0)
         rc = make_plan(r, 0, &r->plan, err);
+    if (rc == PT_EINPUT && depth > 0 && r->frozen_units == 0) {
+        /* No layout fits the whole model in training, but the checkpoint
+         * this run resumes has a frozen prefix, which needs no gradients or
+         * moments: plan for it now, as the saved run's later layouts were
+         * (the load re-plans for the same prefix, which changes nothing).
+         * Every rank makes the same plans, so all take this branch. */
+        const pt_err first = *err;
+        r->freeze.depth = depth;
+        r->frozen_units = pt_freeze_units(depth);
+        if (make_plan(r, 0, &r->plan, err) == 0) {
+            rc = 0;
+        } else { /* the whole model's refusal says what the user can change */
+            r->freeze.depth = r->frozen_units = 0;
+            *err = first;
+        }
+    }
     if (rc == 0)
         rc = place(r, err);
     if (rc == 0 && r->spec.cache && r->spec.train)

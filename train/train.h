@@ -79,6 +79,11 @@ typedef struct pt_train_spec {
      * profile a resumed checkpoint carries) */
     const struct pt_profile *profile;
     int profile_strict;
+    /* frozen blocks of the checkpoint a train run resumes (rank 0's reading;
+     * 0: none): when no layout fits the whole model's training memory, the
+     * first layout is planned for that frozen prefix, as the saved run's
+     * later layouts were (its units need no gradients or moments) */
+    int resume_depth;
     /* where this rank is, kept up to date for a signal handler to print (it
      * may read the pointer at any moment: it always points at a whole
      * string); NULL: not wanted */

@@ -51,7 +51,9 @@ Checked, for each model:
   - the replicas hold the same weights (run.check_replicas);
   - resume across layouts after a transition: the checkpoint saved at (2, 2)
     resumed on 1 rank, as (4, 1) and as (1, 4), each ending within the same
-    tolerance of the run that never stopped;
+    tolerance of the run that never stopped; and on 2 ranks under the
+    memory limit that needs 4 stages for the whole model (the checkpoint's
+    frozen blocks need no gradients or moments, so 2 stages hold it);
   - a re-plan that doubles M and halves the micro-batch (as many examples,
     more micro-batches): K = 4, D = 1 fixed, M from growing_micro_profile.json
     (bert: growing_micro_bert_profile.json; each the model's elastic profile
@@ -289,6 +291,20 @@ def check_model(tools, work, model):
         full = dict(uninterrupted[0])
         full.update(loss)  # steps 17.. from the resumed run, 1..16 from the one it resumed
         compare("%s resumed at %s" % (model, name), uninterrupted, (full, w), steps)
+
+    # fewer ranks under the same memory limit: the whole model in training
+    # needs 4 stages there, but the checkpoint's frozen blocks need no
+    # gradients or moments, so 2 ranks hold the rest, as the saved run's
+    # (2, 2) did; planning for the whole model first refused this resume
+    run_dir = os.path.join(work, "resumed-2-memory")
+    shutil.copytree(saved, os.path.join(run_dir, "checkpoints", "step_0000000016"))
+    tools.run(2, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto",
+                                            pipeline__memory_gib=MEMORY, pipeline__cores=CORES))
+    loss, w = result(run_dir)
+    full = dict(uninterrupted[0])
+    full.update(loss)
+    compare("%s resumed on 2 ranks within pipeline.memory_gib %s" % (model, MEMORY), uninterrupted,
+            (full, w), steps)
 
 
 def main():
