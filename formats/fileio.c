@@ -436,6 +436,77 @@ static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
     return pt_fail(err, PT_ESYS, "cannot create directory '%s': %s", dir, strerror(e));
 }
 
+/* Where the last line of the first size bytes of fd ends: one past its
+ * last newline, 0 if there is none, or -1 with errno on a read error. */
+static off_t after_last_newline(int fd, off_t size)
+{
+    char buf[65536];
+    while (size > 0) {
+        const size_t n = size < (off_t)sizeof buf ? (size_t)size : sizeof buf;
+        ssize_t got = pread(fd, buf, n, size - (off_t)n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got != (ssize_t)n) {
+            if (got >= 0)
+                errno = EIO;
+            return -1;
+        }
+        for (size_t i = n; i > 0; i--)
+            if (buf[i - 1] == '\n')
+                return size - (off_t)n + (off_t)i;
+        size -= (off_t)n;
+    }
+    return 0;
+}
+
+int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err)
+{
+    *out = NULL;
+    *cut = 0;
+    /* read too: the cut last line is looked for; O_NONBLOCK: a FIFO without a
+     * reader fails at once instead of waiting */
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ELOOP)
+        return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; logs are written only to "
+                       "regular files, never through a link (remove it)", path);
+    if (fd < 0 && errno == ENXIO)
+        return pt_fail(err, PT_EINPUT, "'%s' exists and is not a regular file (a FIFO); it is "
+                       "not written", path);
+    if (fd < 0)
+        return pt_fail(err, errno == EISDIR ? PT_EINPUT : PT_ESYS, "cannot open '%s' for "
+                       "appending: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = pt_fail(err, PT_ESYS, "cannot stat '%s': %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = pt_fail(err, PT_EINPUT, "'%s' exists and is not a regular file (%s); it is not "
+                     "written", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ||
+                     S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket" :
+                     "not a file");
+    else if (fcntl(fd, F_SETFL, O_APPEND) != 0)
+        rc = pt_fail(err, PT_ESYS, "'%s': %s", path, strerror(errno));
+    if (rc == 0 && st.st_size > 0) {
+        const off_t keep = after_last_newline(fd, st.st_size);
+        if (keep < 0)
+            rc = pt_fail(err, PT_ESYS, "cannot read '%s': %s", path, strerror(errno));
+        else if (keep < st.st_size && ftruncate(fd, keep) != 0)
+            rc = pt_fail(err, PT_ESYS, "cannot remove the cut last line of '%s': %s", path,
+                         strerror(errno));
+        else
+            *cut = (int64_t)(st.st_size - keep);
+    }
+    FILE *f = rc == 0 ? fdopen(fd, "a") : NULL;
+    if (rc == 0 && !f)
+        rc = pt_fail(err, PT_ENOMEM, "'%s': %s", path, strerror(errno));
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
 int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
 {
     if (!path || !*path)

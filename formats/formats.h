@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <jansson.h>
 #include <sys/types.h>
 
@@ -92,6 +93,14 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
 /* fsyncs a directory, making renames and creations in it durable. File systems
  * that cannot fsync a directory (EINVAL) are treated as success. */
 int pt_fsync_dir(const char *dir, pt_err *err);
+
+/* Opens a line log (JSON lines, written by appending) for appending,
+ * creating it (0644) if missing. Only a regular file is written: a symbolic
+ * link, a FIFO, a device or a directory at path is refused (PT_EINPUT),
+ * never written through and never waited on. A last line cut short (a run
+ * that stopped while writing it, a full disk) is removed, so the next line
+ * starts on a line of its own; *cut gets the bytes removed (0: none). */
+int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err);
 
 /* Reads exactly n bytes at offset of the open file fd (path names it in
  * messages): PT_ESYS if the read fails, PT_EINPUT if the file ends first. */

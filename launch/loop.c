@@ -201,7 +201,33 @@ static void rank_metrics(pt_session *s, const pt_step_result *res)
     json_object_set_new(o, "allreduce_bytes", json_integer((json_int_t)res->allreduce.bytes));
     json_object_set_new(o, "allreduce_s", pt_json_number(res->allreduce.total_s));
     json_object_set_new(o, "allreduce_exposed_s", pt_json_number(res->allreduce.exposed_s));
-    pt_json_line(s->rank_metrics, o);
+    if (!s->rank_metrics_errno)
+        s->rank_metrics_errno = pt_json_line(s->rank_metrics, o);
+    else
+        json_decref(o);
+}
+
+/* A log this rank could not write (a full disk): the first such, in msg. */
+static int log_failed(const pt_session *s, char *msg, size_t n)
+{
+    char path[PT_PATH_MAX + 64];
+    const char *which = NULL;
+    int e = 0;
+    if (s->progress.metrics_errno) {
+        which = s->progress.metrics_path;
+        e = s->progress.metrics_errno;
+    } else if (s->rank_metrics_errno) {
+        pt_session_rank_file(s, "metrics", path, sizeof path);
+        which = path;
+        e = s->rank_metrics_errno;
+    } else if (s->run.sample_log_errno) {
+        pt_session_rank_file(s, "samples", path, sizeof path);
+        which = path;
+        e = s->run.sample_log_errno;
+    }
+    if (which)
+        snprintf(msg, n, "writing '%s' failed: %s", which, strerror(e));
+    return which != NULL;
 }
 
 static void epoch_metrics(pt_session *s, double took)
@@ -279,7 +305,10 @@ int pt_session_train(pt_session *s, pt_err *err)
         const int timed = c->run.profile_ops && r->step >= profile_from;
         const double step_start = timed ? pt_now() : 0.0;
         pt_op_profile_record(s->be, timed);
-        rc = pt_run_step(r, stop_signal != 0, &res, err);
+        /* a log that cannot be written (a full disk) stops the run as a
+         * signal does, with a checkpoint, rather than train on without it */
+        char why[PT_PATH_MAX + 160];
+        rc = pt_run_step(r, stop_signal != 0 || log_failed(s, why, sizeof why), &res, err);
         pt_op_profile_record(s->be, 0);
         if (rc)
             break;
@@ -292,7 +321,7 @@ int pt_session_train(pt_session *s, pt_err *err)
          * came after this rank's part of the combine is not looked at here,
          * or this rank would save and leave while the others go on to the
          * next step and wait for it; it is in the next step's combine. */
-        const int stopping = res.stop;
+        const int stopping = res.stop, signalled = stop_signal != 0;
         if (stopping && !stop_signal)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
@@ -326,8 +355,18 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (stopping) {
             if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
                 break;
-            pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume with "
-                             "--set train.resume=auto", (int)stop_signal, (long long)r->step);
+            if (log_failed(s, why, sizeof why))
+                return pt_fail(err, PT_ESYS, "%s; the run stopped after step %lld with a "
+                               "checkpoint (resume with --set train.resume=auto once there is "
+                               "room)", why, (long long)r->step);
+            if (signalled)
+                pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume "
+                                 "with --set train.resume=auto", (int)stop_signal,
+                                 (long long)r->step);
+            else
+                pt_progress_note(&s->progress, "stopped after step %lld: another rank was told "
+                                 "to stop or could not write a log; resume with --set "
+                                 "train.resume=auto", (long long)r->step);
             return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
         }
     }
@@ -339,6 +378,10 @@ int pt_session_train(pt_session *s, pt_err *err)
         return rc;
     if (saved_at != r->step && (rc = save_checkpoint(s, err)))
         return rc;
+    char why[PT_PATH_MAX + 160];
+    if (log_failed(s, why, sizeof why))
+        return pt_fail(err, PT_ESYS, "%s; the run trained to step %lld and saved its checkpoint, "
+                       "but that log is incomplete", why, (long long)r->step);
     if (r->step == first_step && r->step >= r->total_steps)
         pt_progress_note(&s->progress, "nothing left to train: the checkpoint is at step %lld, and "
                          "this run's settings end it at step %lld", (long long)r->step,

@@ -29,10 +29,15 @@ int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, in
     p->every = every > 0 ? every : 1;
     p->start = p->window_start = pt_now();
     if (metrics_path) {
-        p->metrics = fopen(metrics_path, "a");
-        if (!p->metrics)
-            return pt_fail(err, PT_ESYS, "cannot open metrics file '%s': %s", metrics_path,
-                           strerror(errno));
+        int64_t cut;
+        int rc = pt_log_open(metrics_path, &p->metrics, &cut, err);
+        if (rc)
+            return rc;
+        snprintf(p->metrics_path, sizeof p->metrics_path, "%s", metrics_path);
+        if (cut && !quiet)
+            fprintf(stderr, "pipetrain: note: '%s' ended in a line cut short (%lld bytes: a run "
+                    "stopped while writing it, or the disk was full); it was removed\n",
+                    metrics_path, (long long)cut);
     }
     return 0;
 }
@@ -129,24 +134,26 @@ json_t *pt_metrics_event(const char *event)
     return json_pack("{s:s}", "event", event);
 }
 
-void pt_json_line(FILE *f, json_t *record)
+int pt_json_line(FILE *f, json_t *record)
 {
     /* json_object_set_new on a NULL record is a no-op, so a failed
      * allocation anywhere ends here as a dropped line, never a crash */
     char *text = record ? json_dumps(record, JSON_PRESERVE_ORDER) : NULL;
+    int rc = 0;
     if (text) {
-        fputs(text, f);
-        fputc('\n', f);
-        fflush(f);
+        errno = 0;
+        if (fputs(text, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0 || ferror(f))
+            rc = errno ? errno : EIO;
     }
     free(text);
     json_decref(record);
+    return rc;
 }
 
 void pt_progress_metrics(pt_progress *p, json_t *record)
 {
-    if (p->metrics)
-        pt_json_line(p->metrics, record);
+    if (p->metrics && !p->metrics_errno)
+        p->metrics_errno = pt_json_line(p->metrics, record);
     else
         json_decref(record);
 }

@@ -8,6 +8,7 @@
 #ifndef PT_LAUNCH_PROGRESS_H
 #define PT_LAUNCH_PROGRESS_H
 
+#include "config/config.h"
 #include "formats/formats.h"
 #include "nn/nn.h"
 
@@ -16,6 +17,8 @@
 
 typedef struct pt_progress {
     FILE *metrics;      /* NULL: no metrics file */
+    char metrics_path[PT_PATH_MAX + 32];
+    int metrics_errno;  /* the first failed write's errno (then nothing more is written); 0 */
     int tty;            /* stderr is a terminal */
     int quiet;          /* print nothing (ranks other than 0) */
     int64_t every;      /* steps between plain lines */
@@ -55,7 +58,8 @@ json_t *pt_metrics_event(const char *event);
 /* Writes one metrics record as a line and releases it (takes the reference;
  * NULL-safe). */
 void pt_progress_metrics(pt_progress *p, json_t *record);
-/* Writes record as one JSON line to f (flushed) and releases it. */
-void pt_json_line(FILE *f, json_t *record);
+/* Writes record as one JSON line to f (flushed) and releases it: 0, or the
+ * errno of a failed write (EIO when the C library gives none). */
+int pt_json_line(FILE *f, json_t *record);
 
 #endif

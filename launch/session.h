@@ -26,9 +26,13 @@ typedef struct pt_session {
     pt_progress progress;
     FILE *rank_metrics;    /* run.rank_metrics: this rank's step timings */
     FILE *sample_log;      /* run.log_samples: the sample ids of each step */
+    int rank_metrics_errno; /* the first failed write to rank_metrics (then no more); 0 */
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     int resume_depth;      /* rank 0: frozen blocks of the checkpoint being resumed */
 } pt_session;
+
+/* RUN_DIR/NAME-rankR.jsonl, this rank's file NAME ("metrics", "samples"). */
+void pt_session_rank_file(const pt_session *s, const char *name, char *path, size_t n);
 
 /* Binds cores, opens the device, loads the data, builds the engine from the
  * config (collective over the world), initialises the weights (from the seed

@@ -588,14 +588,18 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->where = pt_stop_signal_where();
 }
 
-/* RUN_DIR/NAME-rankR.jsonl, opened for appending. */
+/* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */
+void pt_session_rank_file(const pt_session *s, const char *name, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s-rank%d.jsonl", s->cfg.run.dir, name, s->rank);
+}
+
 static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_err *err)
 {
     char path[PT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s-rank%d.jsonl", s->cfg.run.dir, name, s->rank);
-    if (!(*out = fopen(path, "a")))
-        return pt_fail(err, PT_ESYS, "cannot open '%s': %s", path, strerror(errno));
-    return 0;
+    int64_t cut;
+    pt_session_rank_file(s, name, path, sizeof path);
+    return pt_log_open(path, out, &cut, err);
 }
 
 /* The profile the engine plans from, read by rank 0 alone (the engine uses

@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,14 +76,15 @@ static int check_replicas(pt_run *r, pt_err *err)
 static void log_samples(pt_run *r, const int64_t *ids, int n)
 {
     FILE *f = r->spec.sample_log;
-    if (!f || !pt_run_first_stage(r))
+    if (!f || !pt_run_first_stage(r) || r->sample_log_errno)
         return;
-    fprintf(f, "{\"step\": %lld, \"epoch\": %lld, \"replica\": %d, \"ids\": [", (long long)r->step + 1,
-            (long long)r->epoch, r->replica);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%s%lld", i ? ", " : "", (long long)ids[i]);
-    fprintf(f, "]}\n");
-    fflush(f);
+    errno = 0;
+    int bad = fprintf(f, "{\"step\": %lld, \"epoch\": %lld, \"replica\": %d, \"ids\": [",
+                      (long long)r->step + 1, (long long)r->epoch, r->replica) < 0;
+    for (int i = 0; i < n && !bad; i++)
+        bad = fprintf(f, "%s%lld", i ? ", " : "", (long long)ids[i]) < 0;
+    if (bad || fprintf(f, "]}\n") < 0 || fflush(f) != 0 || ferror(f))
+        r->sample_log_errno = errno ? errno : EIO;
 }
 
 /* Publishes where this rank is (see pt_train_spec.where). */

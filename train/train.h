@@ -160,6 +160,7 @@ typedef struct pt_run {
     /* this epoch's frozen-prefix samples served by the cache and computed
      * (stage 0; reset by whoever reports them) */
     int64_t cache_hits, prefix_computed;
+    int sample_log_errno; /* the first failed write to spec.sample_log (then no more); 0 */
     /* set by pt_evaluate while it runs the test split: batch_ids then hold
      * test indices, cached as ids train->count + index; eval_hits counts
      * its cache hits */

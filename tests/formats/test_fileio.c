@@ -10,6 +10,8 @@
 #include "tests/common/cunit_main.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <zlib.h>
 
@@ -331,6 +333,65 @@ static void test_write_after_failure_is_refused(void)
     free_temp_dir(dir);
 }
 
+/* pt_log_open on contents; returns the bytes it left and *cut. */
+static unsigned char *log_after(const char *path, const void *data, size_t n, int64_t *cut,
+                                size_t *left)
+{
+    CU_ASSERT_FATAL(write_raw(path, data, n) == 0);
+    FILE *f = NULL;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_log_open(path, &f, cut, &err) == 0);
+    CU_ASSERT(fputs("next\n", f) >= 0 && fclose(f) == 0);
+    return read_raw(path, left);
+}
+
+static void test_log_open(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "log.jsonl");
+    int64_t cut = -1;
+    size_t n = 0;
+    /* missing: created; whole lines: kept; a cut last line: removed */
+    FILE *f = NULL;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_log_open(path, &f, &cut, &err) == 0);
+    CU_ASSERT(cut == 0);
+    fclose(f);
+    unsigned char *got = log_after(path, "a\nb\n", 4, &cut, &n);
+    CU_ASSERT(cut == 0 && n == 9 && memcmp(got, "a\nb\nnext\n", 9) == 0);
+    free(got);
+    got = log_after(path, "a\nb\nhalf", 8, &cut, &n);
+    CU_ASSERT(cut == 4 && n == 9 && memcmp(got, "a\nb\nnext\n", 9) == 0);
+    free(got);
+    got = log_after(path, "no newline at all", 17, &cut, &n);
+    CU_ASSERT(cut == 17 && n == 5 && memcmp(got, "next\n", 5) == 0);
+    free(got);
+    /* a cut line longer than the 64 KiB the search reads at a time */
+    const size_t big = 200000;
+    char *text = malloc(big);
+    CU_ASSERT_FATAL(text != NULL);
+    memset(text, 'x', big);
+    text[9] = '\n';
+    got = log_after(path, text, big, &cut, &n);
+    CU_ASSERT(cut == (int64_t)(big - 10) && n == 15 && memcmp(got + 10, "next\n", 5) == 0);
+    free(got);
+    free(text);
+    /* not regular files: refused, never waited on or written through */
+    char *fifo = join_path(dir, "fifo"), *link = join_path(dir, "link");
+    CU_ASSERT_FATAL(mkfifo(fifo, 0644) == 0 && symlink(path, link) == 0);
+    CU_ASSERT(pt_log_open(fifo, &f, &cut, &err) == PT_EINPUT && f == NULL);
+    CU_ASSERT(strstr(err.msg, "not a regular file (a FIFO)") != NULL);
+    CU_ASSERT(pt_log_open(link, &f, &cut, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "symbolic link") != NULL);
+    CU_ASSERT(pt_log_open(dir, &f, &cut, &err) == PT_EINPUT);
+    CU_ASSERT(pt_log_open("/dev/null", &f, &cut, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "(a device)") != NULL);
+    free(fifo);
+    free(link);
+    free(path);
+    free_temp_dir(dir);
+}
+
 static void test_little_endian_codecs(void)
 {
     unsigned char b[8];
@@ -355,6 +416,7 @@ static const pt_test fileio_tests[] = {
     {"mkdir_p", test_mkdir_p},
     {"write_after_failure_is_refused", test_write_after_failure_is_refused},
     {"little_endian_codecs", test_little_endian_codecs},
+    {"log_open", test_log_open},
     {NULL, NULL}};
 
 static const pt_test_suite suites[] = {{"fileio", fileio_tests}, {NULL, NULL}};

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -234,6 +235,100 @@ def test_resume_when_already_done(h):
           [r["step"] for r in steps])
 
 
+FULL_DISK = r"""
+set -u
+mount -t tmpfs -o size=64k tmpfs "$MNT" || exit 90
+mkdir -p "$RUN/checkpoints" && mount -t tmpfs -o size=16m tmpfs "$RUN/checkpoints" || exit 91
+# all but 3 pages of run.dir's 64 KiB: the lock, then a page of metrics.jsonl
+head -c 53248 /dev/zero > "$MNT/filler"
+"$BIN" train "$CFG" > "$OUT/first.out" 2> "$OUT/first.err"; echo $? > "$OUT/first.rc"
+rm "$MNT/filler"
+"$BIN" train "$CFG" --set train.resume=auto > "$OUT/second.out" 2> "$OUT/second.err"
+echo $? > "$OUT/second.rc"
+cp -r "$RUN" "$OUT/run"
+"""
+
+
+def test_full_disk_stops_the_run_with_a_checkpoint(h):
+    """A metrics.jsonl that cannot be written (run.dir on a full file system;
+    its checkpoints on another) stops the run as a signal does: a checkpoint
+    of the step, exit 1 naming the file and the cause. Once there is room,
+    the resume drops the line the full disk cut, and the run ends with the
+    straight run's bits and a metrics file of whole lines, every step once
+    but those whose lines could not be written (the failed one, and the one
+    in which the ranks agreed to stop)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare(1) for a private tmpfs"
+    steps = {"train.epochs": "10", "train.max_steps": "40", "train.keep_checkpoints": "50"}
+    _, straight, _ = train(h, "straight", "vit", **steps)
+    mnt = h.path("mnt")
+    os.makedirs(mnt)
+    run_dir = os.path.join(mnt, "run")
+    cfg = U.write_config(h, "full.yaml", config(h, "vit", run_dir, **steps))
+    env = dict(U.sanitizer_env(), MNT=mnt, RUN=run_dir, BIN=h.binary, CFG=cfg, OUT=h.dir)
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL_DISK],
+                       env=env, capture_output=True, text=True, timeout=240)
+    if p.returncode in (90, 91):
+        return "skipped: no tmpfs could be mounted here (%s)" % p.stderr.strip()[-200:]
+    check(p.returncode == 0, "the script failed (%d): %s", p.returncode, p.stderr[-2000:])
+    rc1, rc2 = (int(open(h.path(n + ".rc")).read()) for n in ("first", "second"))
+    err1, err2 = (open(h.path(n + ".err")).read() for n in ("first", "second"))
+    check(rc1 == 1 and "metrics.jsonl' failed: No space left on device" in err1 and
+          "the run stopped after step" in err1,
+          "the first run: exit %d (expected 1, the file and ENOSPC named):\n%s", rc1, err1[-2000:])
+    stop = int(err1.split("the run stopped after step ")[1].split()[0])
+    check(0 < stop < 40, "stopped at step %d", stop)
+    check(rc2 == 0 and "resumed at step %d" % stop in err2, "the resume: exit %d\n%s", rc2,
+          err2[-2000:])
+    resumed = h.path("run")
+    check(os.path.isfile(os.path.join(U.ckpt(resumed, stop), "manifest")),
+          "no checkpoint of step %d: %s", stop, U.checkpoints(resumed))
+    sa, _ = U.metrics(straight)  # json.loads of every line: a cut line fails here
+    sb, _ = U.metrics(resumed)
+    # lost: the line the disk cut, and those of the steps until the ranks
+    # agree to stop (the request travels in the next step's combine)
+    logged = [r["step"] for r in sb]
+    lost = sorted(set(range(1, 41)) - set(logged))
+    check(logged == sorted(set(logged)) and set(lost) <= {stop - 1, stop} and
+          set(logged) <= set(range(1, 41)),
+          "steps logged %s (stopped at %d)", logged, stop)
+    by_step = {r["step"]: r for r in sa}
+    for r in sb:
+        check(r["loss"] == by_step[r["step"]]["loss"], "step %d: loss %r, straight %r",
+              r["step"], r["loss"], by_step[r["step"]]["loss"])
+    a, b = U.unit_files(U.ckpt(straight, 40)), U.unit_files(U.ckpt(resumed, 40))
+    check(len(a) == len(b) and all([r for r in U.unit_records(x) if r[0] != "checkpoint"] ==
+                                   [r for r in U.unit_records(y) if r[0] != "checkpoint"]
+                                   for x, y in zip(a, b)),
+          "step 40's units differ from the straight run's")
+
+
+def test_logs_are_written_only_to_regular_files(h):
+    """metrics.jsonl as a FIFO, a link or a directory is refused (exit 2,
+    the file named) without waiting on it or writing through it; a cut last
+    line left by an earlier run is removed, with a note."""
+    target = U.write(h.path("target.txt"), "keep\n")
+    for name, make in (("fifo", os.mkfifo), ("link", lambda p: os.symlink(target, p)),
+                       ("dir", os.mkdir)):
+        run_dir = h.path(name)
+        os.makedirs(run_dir)
+        make(os.path.join(run_dir, "metrics.jsonl"))
+        cfg = U.write_config(h, name + ".yaml", config(h, "vit", run_dir))
+        r = h.run(["train", cfg], timeout=60).expect(2, name)
+        r.one_error(os.path.join(run_dir, "metrics.jsonl"))
+    check(open(target).read() == "keep\n", "the link's target was written")
+    run_dir = h.path("cut")
+    os.makedirs(run_dir)
+    U.write(os.path.join(run_dir, "metrics.jsonl"), '{"event": "step", "step": 1}\n{"event": "st')
+    cfg = U.write_config(h, "cut.yaml", config(h, "vit", run_dir))
+    r = h.run(["train", cfg]).expect(0, "after a cut line")
+    check("ended in a line cut short (13 bytes" in r.err, "no note of the cut line\n%s", r.describe())
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    check(lines[0] == {"event": "step", "step": 1} and len(lines) > STEPS,
+          "metrics.jsonl after the cut line: %s", lines[:3])
+
+
 T2 = {"run.threads": "2"}
 MB2 = {"pipeline.microbatches": "2"}
 CASES = {
@@ -267,7 +362,9 @@ def tests():
     for name, t in CASES.items():
         t.__name__ = "test_" + name
         out.append(t)
-    return [test_straight_runs_are_reproducible, test_resume_when_already_done] + out
+    return [test_straight_runs_are_reproducible, test_resume_when_already_done,
+            test_full_disk_stops_the_run_with_a_checkpoint,
+            test_logs_are_written_only_to_regular_files] + out
 
 
 if __name__ == "__main__":
