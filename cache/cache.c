@@ -407,9 +407,12 @@ static int copy_out(pt_cache *c, int tier, uint64_t loc, void *out, pt_err *err)
         return 0;
     }
     ssize_t got = pread(c->disk_fd, out, n, (off_t)(loc * n));
-    return got == (ssize_t)n ? 0 : pt_fail(err, PT_ESYS, "reading the disk cache: %s", got < 0 ? strerror(errno) : "short read");
+    return got == (ssize_t)n ? 0 : pt_fail(err, PT_ESYS, "reading the disk cache '%s': %s",
+                                           c->h->disk_path, got < 0 ? strerror(errno) : "short read");
 }
 
+/* 0, 1 when the disk tier's file system has no room (reserving the
+ * entry's blocks does not guarantee it everywhere), or an error. */
 static int copy_in(pt_cache *c, int tier, uint64_t loc, const void *data, pt_err *err)
 {
     const size_t n = c->h->entry_bytes;
@@ -418,7 +421,10 @@ static int copy_in(pt_cache *c, int tier, uint64_t loc, const void *data, pt_err
         return 0;
     }
     ssize_t put = pwrite(c->disk_fd, data, n, (off_t)(loc * n));
-    return put == (ssize_t)n ? 0 : pt_fail(err, PT_ESYS, "writing the disk cache: %s", put < 0 ? strerror(errno) : "short write");
+    if (put < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
+        return 1;
+    return put == (ssize_t)n ? 0 : pt_fail(err, PT_ESYS, "writing the disk cache '%s': %s",
+                                           c->h->disk_path, put < 0 ? strerror(errno) : "short write");
 }
 
 int pt_cache_depth(pt_cache *c, int64_t id)
@@ -461,6 +467,23 @@ static int reserve_entry(pt_cache *c, uint64_t m)
     return 0;
 }
 
+/* The disk file is sparse too, and its file system may fill up under it
+ * (other files, other jobs): entry d's blocks are reserved before its first
+ * write, and when they cannot be, the disk tier is closed to new entries
+ * (computing takes the rest), as the memory tier is. */
+static int reserve_disk_entry(pt_cache *c, uint64_t d)
+{
+    const uint64_t bytes = c->h->entry_bytes;
+    int e;
+    do
+        e = posix_fallocate(c->disk_fd, (off_t)(d * bytes), (off_t)bytes);
+    while (e == EINTR);
+    if (e == 0)
+        return 1;
+    atomic_store_explicit(&c->h->disk_next, c->h->disk_entries, memory_order_relaxed);
+    return 0;
+}
+
 int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *err)
 {
     if (id < 0 || (uint64_t)id >= c->h->samples || depth < 1 || depth > 0xffff)
@@ -486,7 +509,7 @@ int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *e
             loc = m + 1;
         } else {
             uint64_t d = atomic_fetch_add_explicit(&c->h->disk_next, 1, memory_order_relaxed);
-            if (d < c->h->disk_entries) {
+            if (d < c->h->disk_entries && reserve_disk_entry(c, d)) {
                 tier = 1;
                 loc = d + 1;
             }
@@ -496,10 +519,16 @@ int pt_cache_put(pt_cache *c, int64_t id, int depth, const void *data, pt_err *e
             return 0;
         }
     }
-    if (copy_in(c, tier, loc - 1, data, err)) {
+    const int put = copy_in(c, tier, loc - 1, data, err);
+    if (put) {
         /* keep the location; the entry is gone */
         atomic_store_explicit(&c->slot[id], make_slot(ST_EMPTY, 0, tier, loc), memory_order_release);
-        return -1;
+        if (put < 0)
+            return -1;
+        /* no room after all: the disk tier takes no new samples (this one
+         * keeps its location, which a later put tries again) */
+        atomic_store_explicit(&c->h->disk_next, c->h->disk_entries, memory_order_relaxed);
+        return 0;
     }
     atomic_store_explicit(&c->slot[id], make_slot(ST_READY, depth, tier, loc), memory_order_release);
     return 1;

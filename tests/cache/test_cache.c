@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,6 +167,53 @@ static void disk_tier_and_full(void)
     CU_ASSERT_EQUAL(rmdir(dir), 0);
 }
 
+/* A disk tier whose file system fills up (here the file size limit, which
+ * fails the reservation of an entry's blocks as a full disk does: EFBIG for
+ * ENOSPC) is closed to new entries instead of failing the put, so the run
+ * computes those samples; what it holds stays readable. */
+static void disk_tier_file_system_full(void)
+{
+    char job[64], dir[] = "/tmp/pt-cache-XXXXXX";
+    job_name(job, sizeof job, "diskfull");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    pt_cache_spec spec = {job, 30, ENTRY * sizeof(float), 0, dir, 20 * ENTRY * sizeof(float)};
+    pt_cache *c;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    struct rlimit was, small;
+    CU_ASSERT_FATAL(getrlimit(RLIMIT_FSIZE, &was) == 0);
+    small = was;
+    small.rlim_cur = 5 * ENTRY * sizeof(float); /* room for entries 0..4 */
+    void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+    CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    float in[ENTRY], out[ENTRY];
+    int stored = 0, failed = 0;
+    for (int64_t id = 0; id < 30; id++) {
+        pattern(id, 1, in);
+        int rc = pt_cache_put(c, id, 1, in, &err);
+        failed += rc < 0;
+        stored += rc == 1;
+    }
+    CU_ASSERT_FATAL(setrlimit(RLIMIT_FSIZE, &was) == 0);
+    signal(SIGXFSZ, old);
+    CU_ASSERT_EQUAL(failed, 0);
+    CU_ASSERT_EQUAL(stored, 5);
+    pattern(29, 1, in); /* closed for good: room later changes nothing */
+    CU_ASSERT_EQUAL(pt_cache_put(c, 29, 1, in, &err), 0);
+    for (int64_t id = 0; id < 30; id++) {
+        int hit = pt_cache_get(c, id, 1, out, &err);
+        CU_ASSERT_EQUAL(hit, id < 5);
+        pattern(id, 1, in);
+        if (hit)
+            CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    }
+    pt_cache_stats st;
+    pt_cache_stats_get(c, &st);
+    CU_ASSERT(st.disk_entries == 20 && st.disk_used == 20); /* used: no more taken */
+    pt_cache_close(c);
+    CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
 /* A creator SIGKILLed while it holds its segment; reap: waited for, else
  * left a zombie (as where nothing reaps a killed job's orphans) until the
  * sweep is done. Either way the next sweep removes the segment. */
@@ -253,6 +301,7 @@ static void mode_0600_and_attach_errors(void)
 static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths},
                                 {"concurrent_processes", concurrent_processes},
                                 {"disk_tier_and_full", disk_tier_and_full},
+                                {"disk_tier_file_system_full", disk_tier_file_system_full},
                                 {"sigkill_then_sweep", sigkill_then_sweep},
                                 {"zombie_creator_swept", zombie_creator_swept},
                                 {"mode_0600_and_attach_errors", mode_0600_and_attach_errors},
