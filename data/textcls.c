@@ -227,6 +227,22 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
                            at, r->lineno, (unsigned)cp, i + 1);
         i += k;
     }
+    const size_t k0 = utf8_length((const unsigned char *)s, n);
+    if (pt_unicode_combining(utf8_decode((const unsigned char *)s, k0)))
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%" PRId64 ": the label starts with U+%04X, a combining mark (it prints "
+                       "on the character before it); allowed: a label that starts with a letter, "
+                       "digit or symbol", at, r->lineno,
+                       (unsigned)utf8_decode((const unsigned char *)s, k0));
+    const int nfc = pt_unicode_is_nfc(s, n);
+    if (nfc < 0)
+        return pt_fail(err, PT_ENOMEM, "%s:%" PRId64 ": out of memory", at, r->lineno);
+    if (!nfc)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%" PRId64 ": the label '%.*s' is not in Unicode normalization form C "
+                       "(an accent written as a separate combining mark, say): it would be "
+                       "another class than the same label in NFC, which prints alike; allowed: "
+                       "labels in NFC", at, r->lineno, (int)n, s);
     if (s[0] == ' ' || s[n - 1] == ' ')
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label '%.*s' starts or ends with a space", at,

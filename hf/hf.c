@@ -349,8 +349,64 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
     return 0;
 }
 
-int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
+void pt_hf_labels_free(char **names, int n)
 {
+    for (int k = 0; names && k < n; k++)
+        free(names[k]);
+    free(names);
+}
+
+int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
+{
+    *names = NULL;
+    *n = 0;
+    void *text = NULL;
+    size_t len = 0;
+    int rc = pt_read_file(path, 1 << 20, &text, &len, err);
+    if (rc)
+        return rc;
+    json_t *root = NULL;
+    rc = pt_json_load(&root, text, len, err);
+    free(text);
+    if (rc)
+        return pt_err_prefix(err, "%s", path);
+    const json_t *map = json_object_get(root, "id2label");
+    const size_t count = json_object_size(map);
+    char **out = NULL;
+    if (map && (!json_is_object(map) || count == 0 || count > 1 << 20))
+        rc = pt_fail(err, PT_EINPUT, "%s: id2label: not an object of class ids and names", path);
+    else if (map && !(out = calloc(count, sizeof *out)))
+        rc = pt_fail(err, PT_ENOMEM, "%s: out of memory", path);
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)map, key, value) {
+        if (rc)
+            break;
+        char *end = NULL;
+        errno = 0;
+        const long id = strtol(key, &end, 10);
+        if (!*key || *end || errno || id < 0 || (size_t)id >= count || key[0] == '+' ||
+            (key[0] == '0' && key[1]) || out[id] || !json_is_string(value))
+            rc = pt_fail(err, PT_EINPUT, "%s: id2label: '%.40s' %s; allowed: keys 0 to %zu once "
+                         "each, names as strings", path, key,
+                         !json_is_string(value) ? "names no string" : "is not a class id or repeats one",
+                         count - 1);
+        else if (!(out[id] = strdup(json_string_value(value))))
+            rc = pt_fail(err, PT_ENOMEM, "%s: out of memory", path);
+    }
+    json_decref(root);
+    if (rc) {
+        pt_hf_labels_free(out, (int)count);
+        return rc;
+    }
+    *names = out;
+    *n = (int)count;
+    return 0;
+}
+
+int pt_hf_bert_load(pt_segment *s, const char *path, int *head_loaded, pt_err *err)
+{
+    *head_loaded = 0;
     const pt_arch *a = pt_segment_arch(s);
     if (a->kind != PT_MODEL_BERT)
         return pt_fail(err, PT_EINTERNAL, "Hugging Face BERT weights for a model that is not bert");
@@ -372,6 +428,7 @@ int pt_hf_bert_load(pt_segment *s, const char *path, pt_err *err)
         if (info.role == PT_UNIT_HEAD && pt_st_find(f, info.params[0].name) < 0 &&
             pt_st_find(f, info.params[1].name) < 0)
             continue;
+        *head_loaded |= info.role == PT_UNIT_HEAD;
         free(host);
         host = malloc(info.numel * sizeof *host + 1);
         if (!host) {

@@ -66,7 +66,15 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
  * and head.fc.bias (else the head keeps its values). Strict: a missing
  * tensor, a shape that differs, a value that is NaN or Inf, or a tensor the
  * model has no place for is PT_EINPUT naming the file and the tensor. */
-int pt_hf_bert_load(pt_segment *s, const char *weights_path, pt_err *err);
+int pt_hf_bert_load(pt_segment *s, const char *weights_path, int *head_loaded, pt_err *err);
+
+/* The class names of a config.json's id2label in class order (what
+ * pipetrain's export writes, and transformers' classifiers carry): *names
+ * gets n malloc'd strings in a malloc'd array, or NULL and n = 0 when the
+ * file has no id2label. Keys must be 0..n-1 once each and values strings
+ * (PT_EINPUT naming the file). Free with pt_hf_labels_free. */
+int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err);
+void pt_hf_labels_free(char **names, int n);
 
 /* Writes the segment's units (the whole model) under Hugging Face's names
  * into dir/model.safetensors and the matching dir/config.json (BertModel,

@@ -126,6 +126,38 @@ static int probe_output(const char *option, const char *path, pt_err *err)
     return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
 }
 
+static int same_inode(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* An output of this command must not replace one of its inputs nor land in
+ * the checkpoint directory it reads (a checkpoint holds only its own files,
+ * and pruning old checkpoints would take anything else in it along):
+ * PT_EINPUT naming both. path may be a directory (a bert export). */
+static int output_not_input(const char *option, const char *path, const char *ckpt_dir,
+                            const char *const *inputs, int n, pt_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    char parent[PT_PATH_MAX];
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    struct stat out, in;
+    const int have_ckpt = ckpt_dir && stat(ckpt_dir, &in) == 0;
+    const int is_it = have_ckpt && stat(path, &out) == 0 && same_inode(&out, &in);
+    if (is_it || (have_ckpt && stat(parent, &out) == 0 && same_inode(&out, &in)))
+        return pt_fail(err, PT_EINPUT, "%s '%s' %s the checkpoint directory '%s' that this "
+                       "command reads; a checkpoint holds only its own files: write it elsewhere",
+                       option, path, is_it ? "is" : "is in", ckpt_dir);
+    if (stat(path, &out) != 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && *inputs[i] && stat(inputs[i], &in) == 0 && same_inode(&out, &in))
+            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
+                           "not overwritten: write it elsewhere", option, path, inputs[i]);
+    return 0;
+}
+
 /* path as an absolute name of its directory and its last component, so
  * that two spellings of one output ("a.st", "./a.st") compare equal. */
 static void output_name(const char *path, char *out, size_t n)
@@ -317,6 +349,20 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     /* replica 0's last stage keeps the outputs and writes them: it finds
      * out now, not after the evaluation, whether it can */
     const int writes = pt_run_last_stage(run) && run->replica == 0;
+    char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32];
+    snprintf(init_weights, sizeof init_weights, "%s/model.safetensors", cfg->model.init_from);
+    snprintf(init_config, sizeof init_config, "%s/config.json", cfg->model.init_from);
+    const char *inputs[] = {cfg->source, cfg->model.init_from, *cfg->model.init_from ? init_weights : "",
+                            *cfg->model.init_from ? init_config : "", cfg->data.train_images,
+                            cfg->data.train_labels, cfg->data.test_images, cfg->data.test_labels,
+                            cfg->data.text, cfg->data.train_file, cfg->data.test_file,
+                            cfg->data.vocab, cfg->pipeline.profile};
+    const int n_inputs = (int)(sizeof inputs / sizeof inputs[0]);
+    const char *read_ckpt = a->init ? NULL : checkpoint;
+    if (writes && a->logits && rc == 0)
+        rc = output_not_input("--logits", a->logits, read_ckpt, inputs, n_inputs, &err);
+    if (writes && a->hidden && rc == 0)
+        rc = output_not_input("--hidden", a->hidden, read_ckpt, inputs, n_inputs, &err);
     if (writes && a->logits && rc == 0)
         rc = probe_output("--logits", a->logits, &err);
     if (writes && a->hidden && rc == 0)
@@ -399,7 +445,9 @@ static int cmd_export(int argc, char **argv)
         rc = pt_fail(&err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
                      "directory (model.safetensors and config.json)", argv[3],
                      pt_file_kind(st.st_mode));
-    else if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
+    else if (rc == 0)
+        rc = output_not_input("export", argv[3], argv[2], NULL, 0, &err);
+    if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
         rc = probe_output("export", argv[3], &err);
     if (rc == 0)
         spec.count = pt_arch_units(&arch);

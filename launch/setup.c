@@ -21,9 +21,38 @@
 #include <unistd.h>
 
 /* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
+/* A classifier loaded with the weights (a pipetrain export) was trained
+ * for the labels its config.json's id2label names: the data's must be the
+ * same in the same order, or every row would stand for another label (as a
+ * resume checks against the checkpoint's). Without id2label, unchecked. */
+static int check_init_labels(const char *config, const pt_dataset *data, const char *train_file,
+                             pt_err *err)
+{
+    char **names = NULL;
+    int n = 0;
+    int rc = pt_hf_bert_labels_read(config, &names, &n, err);
+    if (rc || n == 0 || data->kind != PT_DATA_TEXTCLS || !data->label_names) {
+        pt_hf_labels_free(names, n);
+        return rc;
+    }
+    for (int k = 0; rc == 0 && (k < n || k < data->classes); k++) {
+        const char *was = k < n ? names[k] : "(none)";
+        const char *is = k < data->classes ? data->label_names[k] : "(none)";
+        if (k >= n || k >= data->classes || strcmp(was, is) != 0)
+            rc = pt_fail(err, PT_EINPUT,
+                         "its classifier was trained with class %d = '%.200s' (id2label of %s, %d "
+                         "labels), but '%s' (data.train_file) makes class %d '%.200s': the "
+                         "classifier's rows would stand for other labels; use the labels it was "
+                         "trained with, or weights without head.fc.*", k, was, config, n,
+                         train_file, k, is);
+    }
+    pt_hf_labels_free(names, n);
+    return rc;
+}
+
 /* model.init_from: our own safetensors, or for bert a Hugging Face BERT
  * (its config.json, when there is one, must describe the model.* keys). */
-static int load_init(pt_segment *seg, const pt_config *c, pt_err *err)
+static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, pt_err *err)
 {
     int rc;
     if (c->model.kind != PT_MODEL_BERT) {
@@ -41,7 +70,10 @@ static int load_init(pt_segment *seg, const pt_config *c, pt_err *err)
             (rc = pt_hf_bert_config_check(&hc, pt_segment_arch(seg), config, &key, err)))
             return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
     }
-    if ((rc = pt_hf_bert_load(seg, weights, err)))
+    int head = 0;
+    if ((rc = pt_hf_bert_load(seg, weights, &head, err)) == 0 && head && *config)
+        rc = check_init_labels(config, data, c->data.train_file, err);
+    if (rc)
         pt_config_key_prefix(c, err, "model.init_from");
     return rc;
 }
@@ -755,7 +787,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         goto fail;
     }
     /* only active ranks load weights: the others learn of a failure here */
-    rc = s->run.active && *c->model.init_from ? load_init(s->run.seg, c, err) : 0;
+    rc = s->run.active && *c->model.init_from
+             ? load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test, err)
+             : 0;
     if ((rc = pt_run_agree(&s->run, rc, err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {

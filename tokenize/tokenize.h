@@ -80,10 +80,20 @@ typedef struct pt_vocab_special {
 pt_vocab_special pt_vocab_specials(const pt_vocab *v);
 
 /* Whether code point c prints as nothing or as a space other than U+0020:
- * Unicode's control, format and separator categories (Cc, Cf, Zs, Zl, Zp)
- * and default-ignorable code points (zero-width and direction marks,
- * variation selectors, fillers, tags, ...), from utf8proc's tables. */
+ * Unicode's control, format and separator categories (Cc, Cf, Zs, Zl, Zp),
+ * default-ignorable code points (zero-width and direction marks, variation
+ * selectors, fillers, tags, ...), from utf8proc's tables, and U+2800
+ * BRAILLE PATTERN BLANK (a symbol that prints as a space). */
 int pt_unicode_invisible(uint32_t c);
+
+/* Whether code point c is a combining mark (Mn, Mc, Me): it prints on the
+ * character before it. */
+int pt_unicode_combining(uint32_t c);
+
+/* Whether the valid UTF-8 text s (n bytes, NUL-terminated, no NUL inside)
+ * is in Unicode normalization form C, the form two spellings of one
+ * accented word share ("e" + U+0301 is "é" in NFC); -1 when out of memory. */
+int pt_unicode_is_nfc(const char *s, size_t n);
 
 /* Encodes text (n bytes, any bytes: see step 1 above) for classification:
  * ids = [CLS] pieces [SEP], truncated to at most max_ids ids by keeping the

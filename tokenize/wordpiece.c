@@ -84,10 +84,30 @@ static int is_punct(uint32_t c)
     return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
+int pt_unicode_combining(uint32_t c)
+{
+    if (c > 0x10ffff)
+        return 0;
+    const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
+int pt_unicode_is_nfc(const char *s, size_t n)
+{
+    utf8proc_uint8_t *nfc = utf8proc_NFC((const utf8proc_uint8_t *)s);
+    if (!nfc)
+        return -1;
+    const int same = strlen((const char *)nfc) == n && memcmp(nfc, s, n) == 0;
+    free(nfc);
+    return same;
+}
+
 int pt_unicode_invisible(uint32_t c)
 {
     if (c == 0x20)
         return 0;
+    if (c == 0x2800)
+        return 1;
     if (c > 0x10ffff)
         return 1;
     const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);

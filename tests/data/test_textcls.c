@@ -478,6 +478,12 @@ static const hostile HOSTILE[] = {
     H("text-only-bad-utf8.tsv", "law\t\xff\xfe\n", 1, "empty text"),
     H("text-only-zero-width.tsv", "law\t\xe2\x80\x8b\xe2\x80\x8b\n", 1, "empty text"),
     H("json-text-only-nul.jsonl", "{\"text\": \"\\u0000\", \"label\": \"law\"}\n", 1, "empty text"),
+    /* labels that print like another: NFD spelling, a leading combining
+     * mark, the braille blank */
+    H("label-nfd.tsv", "caf\xc3\xa9\tgod\ncafe\xcc\x81\tgod\n", 2, "not in Unicode normalization form C"),
+    H("label-combining.tsv", "\xcc\x81\tgod\n", 1, "starts with U+0301, a combining mark"),
+    H("label-braille-blank.tsv", "a\xe2\xa0\x80\tgod\n", 1, "U+2800"),
+    H("json-label-nfd.jsonl", "{\"text\": \"god\", \"label\": \"cafe\\u0301\"}\n", 1, "form C"),
     /* a lone "\r" inside a line: old Mac line ends would read as one line */
     H("cr-only.tsv", "law\tin the\rlaw\tbeginning\r", 1, "carriage return (byte 0x0d) at byte 11"),
     H("cr-inside.tsv", "law\tgod\r\nlaw\tin\rthe\r\n", 2, "lone \"\\r\""),

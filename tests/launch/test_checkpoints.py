@@ -561,6 +561,23 @@ def test_bert_other_labels(h):
     all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 0 = 'a'", "makes class 0 'b'",
                                                         "renamed-train.tsv"],
                ("auto", "path", "eval"))
+    # model.init_from of the export starts from its classifier too: the same
+    # labels are refused otherwise, for train and eval --init alike; an
+    # export without id2label is not checked
+    fresh = dict(bert, **{"model.init_from": out, "run.dir": h.path("from-export-renamed")})
+    cfg = U.write_config(h, "from-export-renamed.yaml", keys(h, fresh["run.dir"], "gpt",
+                                                             **dict(fresh, **renamed)))
+    for args in (["train", cfg], ["eval", cfg, "--init"]):
+        r = h.run(args).expect(2, " ".join(args[:1]) + " from the export with other labels")
+        r.one_error("model.init_from", "class 0 = 'a'", "makes class 0 'b'", "renamed-train.tsv")
+    check(not os.path.exists(fresh["run.dir"]), "a refused train made its run.dir")
+    cfg = U.write_config(h, "from-export.yaml", keys(h, h.path("from-export"), "gpt",
+                                                     **dict(bert, **{"model.init_from": out})))
+    h.run(["train", cfg]).expect(0, "training from the export with its labels")
+    del exported["id2label"]
+    U.write(os.path.join(out, "config.json"), json.dumps(exported))
+    h.run(["eval", U.write_config(h, "no-id2label.yaml", keys(h, h.path("x"), "gpt", **dict(
+        fresh, **renamed))), "--init"]).expect(0, "an export without id2label")
     cfg, run_dir = copy_run(h, orig, "same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "eval with the same labels")
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming with the same labels")

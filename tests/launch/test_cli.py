@@ -258,6 +258,22 @@ def test_export_errors(h):
     check(r.rc in (1, 2), "export into a missing directory: status %d", r.rc)
     r.one_error("no-such-dir", strict=False)
     check(not os.path.exists(h.path("no-such-dir")), "export created the missing directory")
+    # outputs never replace an input nor land in the checkpoint read (pruning
+    # would take them along): export and eval --logits / --hidden alike
+    before = U.snapshot(ck)
+    for out in (os.path.join(ck, "manifest"), os.path.join(ck, "units-stage0.bin"),
+                os.path.join(ck, "new.safetensors"), ck):
+        r = h.run(["export", ck, out]).expect(2, "export onto " + out)
+        r.one_error("the checkpoint directory '%s' that this command reads" % ck)
+        for option in ("--logits", "--hidden"):
+            r = h.run(["eval", cfg, "--checkpoint", ck, option, out]).expect(2, option + " " + out)
+            r.one_error(option, "the checkpoint directory", strict=False)
+    U.same_snapshot(before, U.snapshot(ck), "the checkpoint")
+    with open(cfg) as f:
+        text = f.read()
+    r = h.run(["eval", cfg, "--logits", cfg]).expect(2, "--logits onto the config")
+    r.one_error("--logits '%s' is '%s', an input of this command" % (cfg, cfg), strict=False)
+    check(open(cfg).read() == text, "the config was overwritten")
 
 
 def head_logits(kind, hidden, tokens, weights):
