@@ -283,6 +283,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * load is collective over the world */
     if (rc == 0 && *resume)
         rc = pt_checkpoint_load(s, resume, &err);
+    if (rc == 0 && *resume && pt_comm_rank(comm) == 0) {
+        char moved[PT_CKPT_PATH] = "";
+        int count = 0;
+        rc = pt_rundir_abandon_after(cfg->run.dir, s->run.step, moved, sizeof moved, &count, &err);
+        if (count)
+            fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
+                    "checkpoint director%s (a history this run leaves): moved to %s\n",
+                    (long long)s->run.step, count, count == 1 ? "y" : "ies", moved);
+    }
     /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
     if (rc == 0)
         rc = pt_session_write_profile(s, &err);

@@ -152,6 +152,48 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
     free(steps);
 }
 
+int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
+                            int *count, pt_err *err)
+{
+    char root[PT_CKPT_PATH], path[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
+    *count = 0;
+    moved_to[0] = '\0';
+    DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
+    if (!d)
+        return 0;
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        int64_t at;
+        if (!pt_checkpoint_dir_step(e->d_name, &at) || at <= step)
+            continue;
+        if (!moved_to[0]) {
+            char base[PT_CKPT_PATH];
+            snprintf(dest, sizeof dest, "%s/abandoned/after-step_%010" PRId64 ".XXXXXX", run_dir,
+                     step);
+            snprintf(base, sizeof base, "%s/abandoned", run_dir);
+            if ((rc = pt_mkdir_p(base, 0755, err)))
+                break;
+            if (!mkdtemp(dest)) {
+                rc = pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
+                break;
+            }
+            snprintf(moved_to, n, "%s", dest);
+        }
+        snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
+        if (rename(pt_path_join(path, root, e->d_name), dest) != 0)
+            rc = pt_fail(err, PT_ESYS, "cannot move '%s' to '%s': %s", path, dest, strerror(errno));
+        else
+            ++*count;
+    }
+    closedir(d);
+    if (*count) {
+        pt_fsync_dir(root, NULL);
+        pt_fsync_dir(moved_to, NULL);
+    }
+    return rc;
+}
+
 /* What crashed jobs left that is certainly garbage: temporary files in the
  * step directories. A step directory without a manifest stays until the next
  * save prunes it: the user may be pointing at it (and gets told it is not a

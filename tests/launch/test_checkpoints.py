@@ -18,6 +18,7 @@ a run.dir that holds checkpoints is refused and deletes nothing.
 usage: test_checkpoints.py PIPETRAIN_BINARY
 """
 import hashlib
+import glob
 import json
 import os
 import shutil
@@ -690,10 +691,36 @@ def test_fresh_run_allowed_over_incomplete_checkpoint(h):
 
 
 def test_resume_explicit_older_checkpoint(h):
+    """Resuming step 6 of a run.dir holding steps 9 and 10 leaves that
+    history: 9 and 10 move whole into RUN_DIR/abandoned/after-step_6.*
+    (a note names it), so a later `auto` resume (say after a kill before
+    step 9) or pruning never takes the history left for this one; here the
+    new history, with the same settings, ends with the same bits."""
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy")
+    before = U.snapshot(os.path.join(run_dir, "checkpoints"))
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0)
     check("resumed at step 6" in r.err, "no resume message\n%s", r.describe())
+    check("holds 2 later checkpoint directories (a history this run leaves): moved to" in r.err,
+          "no note of the later checkpoints\n%s", r.describe())
+    left = glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 6))
+    check(len(left) == 1 and sorted(os.listdir(left[0])) == ["step_%010d" % 9, "step_%010d" % LAST],
+          "abandoned: %s", left)
+    for step in (9, LAST):
+        name = "step_%010d/" % step
+        U.same_snapshot({k[len(name):]: v for k, v in before.items() if k.startswith(name)},
+                        U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
+    check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
+          "checkpoints: %s", U.checkpoints(run_dir))
+    exports = []
+    for ck in (U.ckpt(orig, LAST), U.ckpt(run_dir, LAST)):
+        out = h.path("export-%d.st" % len(exports))
+        h.run(["export", ck, out]).expect(0)
+        exports.append(U.read_bytes(out))
+    check(exports[0] == exports[1], "the new history's step 10 differs from the one it left")
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
+    check("resumed at step %d" % LAST in r.err and "moved to" not in r.err, "auto resumed:\n%s",
+          r.describe())
 
 
 def test_resume_past_the_end_into_a_new_run_dir(h):
