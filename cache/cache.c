@@ -271,6 +271,8 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         return pt_fail(err, PT_EINTERNAL, "cache of %lld samples of %zu bytes", (long long)spec->samples,
                        spec->entry_bytes);
     pt_cache_sweep(NULL);
+    if (spec->disk_dir && *spec->disk_dir)
+        pt_cache_sweep_disk(spec->disk_dir);
     pt_cache *c = new_cache();
     if (!c)
         return pt_fail(err, PT_ENOMEM, "out of memory creating the cache");
@@ -338,7 +340,9 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     if (disk_entries) {
         c->disk_fd = open(h->disk_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         c->own_disk = c->disk_fd >= 0;
-        if (c->disk_fd < 0 || ftruncate(c->disk_fd, (off_t)(disk_entries * spec->entry_bytes)) != 0) {
+        /* held by every user, as the segment is (pt_cache_sweep_disk) */
+        if (c->disk_fd < 0 || flock(c->disk_fd, LOCK_SH) != 0 ||
+            ftruncate(c->disk_fd, (off_t)(disk_entries * spec->entry_bytes)) != 0) {
             rc = pt_fail(err, PT_ESYS, "cannot create the disk cache '%s': %s", h->disk_path,
                          strerror(errno));
             if (!c->own_disk)
@@ -389,6 +393,9 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     }
     if (rc == 0 && c->h->disk_entries && (c->disk_fd = open(c->h->disk_path, O_RDWR | O_CLOEXEC)) < 0)
         rc = pt_fail(err, PT_ESYS, "cannot open the disk cache '%s': %s", c->h->disk_path, strerror(errno));
+    else if (rc == 0 && c->h->disk_entries && flock(c->disk_fd, LOCK_SH | LOCK_NB) != 0)
+        rc = pt_fail(err, PT_ESYS, "the disk cache '%s' is being removed: the job that created it "
+                     "is gone", c->h->disk_path);
     if (rc) {
         pt_cache_close(c);
         return rc;
@@ -607,6 +614,51 @@ int pt_cache_sweep(pt_err *err)
             job++;
         if (!*job)
             removed += sweep_one(dirfd(d), e->d_name, uid);
+    }
+    closedir(d);
+    return removed;
+}
+
+/* Disk files whose segment is gone from this node's SHM_DIR but not the file
+ * (a job killed where SHM_DIR is per container, emptied at a reboot, or
+ * cleaned by hand): SWEEP_DIR/pipetrain-UID-JOB.cache of this user, removed
+ * when nobody holds its lock (every user of a disk file holds a shared
+ * flock on it, as on the segment), the name still names the file locked,
+ * and no segment of that name exists here (whose own sweep decides). */
+int pt_cache_sweep_disk(const char *dir)
+{
+    const uid_t uid = getuid();
+    char prefix[64];
+    const size_t k = (size_t)snprintf(prefix, sizeof prefix, "pipetrain-%u-", (unsigned)uid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *job = e->d_name + k, *end = job;
+        if (strncmp(e->d_name, prefix, k) != 0 || !*job)
+            continue;
+        while (*end && job_char(*end))
+            end++;
+        if (end == job || strcmp(end, ".cache") != 0)
+            continue;
+        char segment[300];
+        struct stat seen, held;
+        snprintf(segment, sizeof segment, SHM_DIR "/%.*s", (int)(end - e->d_name), e->d_name);
+        if (lstat(segment, &seen) == 0 || errno != ENOENT)
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &seen, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(seen.st_mode) ||
+            seen.st_uid != uid)
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 &&
+            fstatat(dirfd(d), e->d_name, &seen, AT_SYMLINK_NOFOLLOW) == 0 &&
+            seen.st_dev == held.st_dev && seen.st_ino == held.st_ino)
+            removed += unlinkat(dirfd(d), e->d_name, 0) == 0;
+        close(fd);
     }
     closedir(d);
     return removed;

@@ -71,4 +71,11 @@ const char *pt_cache_name(const pt_cache *c);
  * may be NULL and is not written. */
 int pt_cache_sweep(pt_err *err);
 
+/* The disk files in dir (cache.disk_dir) of this user's jobs that are gone
+ * while their segment was already gone too (a per-container /dev/shm, a
+ * reboot): removed when no process holds them (every user of a disk file
+ * holds a shared flock on it). Returns how many; never fails. Called by
+ * pt_cache_create with its disk_dir. */
+int pt_cache_sweep_disk(const char *dir);
+
 #endif

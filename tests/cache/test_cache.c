@@ -214,6 +214,66 @@ static void disk_tier_file_system_full(void)
     CU_ASSERT_EQUAL(rmdir(dir), 0);
 }
 
+/* A child that creates a cache named job with its disk tier in dir, in a
+ * /dev/shm of its own (as in a container), says so on ready and waits to be
+ * killed. */
+static pid_t disk_tier_child(const char *job, const char *dir, int ready)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        private_dev_shm();
+        pt_cache_spec spec = {job, 10, ENTRY * sizeof(float), 0, dir, 10 * ENTRY * sizeof(float)};
+        pt_cache *c;
+        pt_err err = {0};
+        char ok = pt_cache_create(&c, &spec, &err) == 0 ? 'y' : 'n';
+        if (write(ready, &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    return pid;
+}
+
+/* Disk files whose segment went with its /dev/shm (a job killed in a
+ * container, a reboot): the next create with that disk_dir removes them,
+ * but never one a live job holds, wherever its segment is. */
+static void disk_file_without_segment_swept(void)
+{
+    char dir[] = "/tmp/pt-cache-XXXXXX", job_a[64], job_b[64], job_c[64], path[256];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    job_name(job_a, sizeof job_a, "alive");
+    job_name(job_b, sizeof job_b, "killed");
+    job_name(job_c, sizeof job_c, "next");
+    int ready[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(ready), 0);
+    pid_t a = disk_tier_child(job_a, dir, ready[1]), b = disk_tier_child(job_b, dir, ready[1]);
+    char got[2] = {0, 0};
+    CU_ASSERT_FATAL(a > 0 && b > 0 && read(ready[0], got, 1) == 1 && read(ready[0], got + 1, 1) == 1);
+    CU_ASSERT(got[0] == 'y' && got[1] == 'y');
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+    char file_a[512], file_b[512];
+    snprintf(file_a, sizeof file_a, "%s/pipetrain-%u-%s.cache", dir, (unsigned)getuid(), job_a);
+    snprintf(file_b, sizeof file_b, "%s/pipetrain-%u-%s.cache", dir, (unsigned)getuid(), job_b);
+    CU_ASSERT(access(file_a, F_OK) == 0 && access(file_b, F_OK) == 0);
+    pt_cache_spec spec = {job_c, 10, ENTRY * sizeof(float), 0, dir, 10 * ENTRY * sizeof(float)};
+    pt_cache *c;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    CU_ASSERT(access(file_b, F_OK) != 0); /* dead: removed */
+    CU_ASSERT(access(file_a, F_OK) == 0); /* alive: kept */
+    pt_cache_close(c);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    CU_ASSERT_EQUAL_FATAL(pt_cache_create(&c, &spec, &err), 0);
+    CU_ASSERT(access(file_a, F_OK) != 0);
+    pt_cache_close(c);
+    close(ready[0]);
+    close(ready[1]);
+    snprintf(path, sizeof path, "%s", dir);
+    CU_ASSERT_EQUAL(rmdir(path), 0);
+}
+
 /* A creator SIGKILLed while it holds its segment; reap: waited for, else
  * left a zombie (as where nothing reaps a killed job's orphans) until the
  * sweep is done. Either way the next sweep removes the segment. */
@@ -302,6 +362,7 @@ static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths}
                                 {"concurrent_processes", concurrent_processes},
                                 {"disk_tier_and_full", disk_tier_and_full},
                                 {"disk_tier_file_system_full", disk_tier_file_system_full},
+                                {"disk_file_without_segment_swept", disk_file_without_segment_swept},
                                 {"sigkill_then_sweep", sigkill_then_sweep},
                                 {"zombie_creator_swept", zombie_creator_swept},
                                 {"mode_0600_and_attach_errors", mode_0600_and_attach_errors},
