@@ -151,8 +151,16 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     for (int s = 0; s < K; s++)
         slots[s] = slots_of(q, K, M, s);
     double limit = q->mem_limit;
+    const double buffers = 4.0 * M * cm->boundary_bytes_per_example * b;
     if (limit > 0)
-        limit -= scratch + 4.0 * M * cm->boundary_bytes_per_example * b;
+        limit -= scratch + buffers;
+    if (q->mem_limit > 0 && !(limit > 0)) {
+        rc = pt_fail(err, PT_EINPUT, "no way to cut %d units into %d stages fits %.3g bytes per "
+                     "device: a unit's scratch (%.3g bytes) and the stage-boundary buffers of %d "
+                     "micro-batches of %d examples (%.3g bytes) alone take more", n - skip, K,
+                     q->mem_limit, scratch, M, b, buffers);
+        goto done;
+    }
     /* prefix sums restarted at skip; the prefix's parameters count on stage 0 */
     double prefix_fixed = fixed[skip];
     for (int u = 0; u <= n - skip; u++) {

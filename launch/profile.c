@@ -99,6 +99,24 @@ static int get_num(const json_t *j, const char *key, double max, double *v, cons
 }
 
 static int get_pair(const json_t *o, const char *name, const char *prefix, double max, double v[2],
+                    const char *where, pt_err *err);
+
+/* A measured time: a pair of numbers above 0 (nothing runs in no time; a
+ * profile of zeros would leave the planner nothing to choose by). */
+static int get_times(const json_t *o, const char *name, const char *prefix, double v[2],
+                     const char *where, pt_err *err)
+{
+    int rc = get_pair(o, name, prefix, MAX_SECONDS, v, where, err);
+    for (int i = 0; rc == 0 && i < 2; i++)
+        if (!(v[i] > 0)) {
+            char key[112];
+            snprintf(key, sizeof key, "%s.%s[%d]", prefix, name, i);
+            rc = bad(err, where, key, "must be a time above 0 seconds (a measurement)");
+        }
+    return rc;
+}
+
+static int get_pair(const json_t *o, const char *name, const char *prefix, double max, double v[2],
                     const char *where, pt_err *err)
 {
     char key[96];
@@ -122,9 +140,9 @@ static int parse_unit(const json_t *o, int u, pt_unit_cost *c, const char *where
     if (!json_is_object(o))
         return bad(err, where, key, "must be a mapping");
     char k2[96];
-    int rc = get_pair(o, "fwd", key, MAX_SECONDS, c->fwd, where, err);
+    int rc = get_times(o, "fwd", key, c->fwd, where, err);
     if (rc == 0)
-        rc = get_pair(o, "bwd", key, MAX_SECONDS, c->bwd, where, err);
+        rc = get_times(o, "bwd", key, c->bwd, where, err);
     if (rc == 0)
         rc = get_pair(o, "saved_bytes", key, MAX_BYTES, c->saved_bytes, where, err);
     if (rc == 0)

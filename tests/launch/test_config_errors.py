@@ -823,6 +823,8 @@ def test_profile_refused_with_its_key(h):
         ("other_model", edited(**{"model.dim": 64}), ["another model", "model.dim was 64"]),
         ("negative_time", edited(**{"costs.units.2.fwd": [-1.0, 1.0]}), ["'costs.units[2].fwd[0]'"]),
         ("time_as_text", edited(**{"costs.units.0.bwd": ["a", 1.0]}), ["'costs.units[0].bwd[0]'"]),
+        ("zero_time", edited(**{"costs.units.3.bwd": [1e-5, 0.0]}),
+         ["'costs.units[3].bwd[1]' must be a time above 0 seconds"]),
         ("one_unit", edited(**{"costs.units": prof["costs"]["units"][:1]}), ["'costs.units'"]),
         ("node_out_of_range", edited(node_of=[5]), ["'node_of[0]'"]),
         ("huge_ranks", edited(ranks=1 << 40), ["'ranks'"]),
@@ -854,6 +856,16 @@ def test_profile_refused_with_its_key(h):
                     *needles)
         check(not os.path.exists(run_dir), "%s: a refused profile created run.dir", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    # a valid profile whose stage-boundary buffers alone outgrow the memory
+    # limit: the planner says so in bytes, not with the residue below zero
+    big = U.write(h.path("big-boundary.json"),
+                  edited(**{"costs.boundary_bytes_per_example": 1e16})(json.loads(json.dumps(prof))))
+    text = U.render(base(h, **{"train.max_steps": "1", "pipeline.memory_gib": "1",
+                               "pipeline.profile": big, "run.dir": h.path("run-big")}))
+    r = h.run(["train", U.write(h.path("big.yaml"), text)]).expect(2, "boundary beyond memory")
+    r.one_error("pipeline.memory_gib: 1 GiB per device", "stage-boundary buffers",
+                "alone take more", "the unit sizes are pipeline.profile's")
+    check("e-300" not in r.err, "a meaningless limit in the message\n%s", r.describe())
     for name, target in (("missing", h.path("nothing.json")), ("a_directory", h.dir)):
         text = U.render(base(h, **{"pipeline.profile": target, "run.dir": h.path("run-" + name)}))
         cfg = U.write(h.path("bad.yaml"), text)
