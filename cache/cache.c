@@ -264,6 +264,50 @@ static int link_name(int fd, const char *path)
     return errno == ENOENT ? linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) : -1;
 }
 
+/* flock, where the file system has it: 0 when locked or when it cannot
+ * lock at all (Lustre without flock; the disk tier then works but is never
+ * swept), -1 when another process holds a conflicting lock. */
+static int lock_if_possible(int fd, int how)
+{
+    if (flock(fd, how) == 0)
+        return 0;
+    return errno == ENOSYS || errno == ENOLCK || errno == EOPNOTSUPP || errno == EINVAL ? 0 : -1;
+}
+
+/* The disk file, created locked before it has its name, so a sweep (which
+ * takes an unlocked file for a dead job's) never sees it unlocked: an
+ * unnamed file linked to path, or where the file system has no O_TMPFILE
+ * (NFS), a file of a name no sweep matches, locked, then linked to path.
+ * Fails with EEXIST if path exists, as O_EXCL. */
+static int create_disk_file(const char *path, uint64_t bytes)
+{
+    char dir[sizeof ((header *)0)->disk_path], tmp[sizeof dir + 32];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = '\0';
+    int fd = open(slash ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600), named = 0;
+    if (fd < 0) {
+        snprintf(tmp, sizeof tmp, "%s.creating", path);
+        fd = open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        named = 1;
+    }
+    int e = 0;
+    if (fd < 0)
+        return -1;
+    if (lock_if_possible(fd, LOCK_SH) != 0 || ftruncate(fd, (off_t)bytes) != 0 ||
+        (named ? link(tmp, path) : link_name(fd, path)) != 0)
+        e = errno;
+    if (named)
+        unlink(tmp);
+    if (e) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
 {
     *out = NULL;
@@ -338,11 +382,10 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     c->linked = 1;
     header *h = c->h;
     if (disk_entries) {
-        c->disk_fd = open(h->disk_path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        /* locked by every user, as the segment is (pt_cache_sweep_disk) */
+        c->disk_fd = create_disk_file(h->disk_path, disk_entries * spec->entry_bytes);
         c->own_disk = c->disk_fd >= 0;
-        /* held by every user, as the segment is (pt_cache_sweep_disk) */
-        if (c->disk_fd < 0 || flock(c->disk_fd, LOCK_SH) != 0 ||
-            ftruncate(c->disk_fd, (off_t)(disk_entries * spec->entry_bytes)) != 0) {
+        if (c->disk_fd < 0) {
             rc = pt_fail(err, PT_ESYS, "cannot create the disk cache '%s': %s", h->disk_path,
                          strerror(errno));
             if (!c->own_disk)
@@ -393,7 +436,7 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     }
     if (rc == 0 && c->h->disk_entries && (c->disk_fd = open(c->h->disk_path, O_RDWR | O_CLOEXEC)) < 0)
         rc = pt_fail(err, PT_ESYS, "cannot open the disk cache '%s': %s", c->h->disk_path, strerror(errno));
-    else if (rc == 0 && c->h->disk_entries && flock(c->disk_fd, LOCK_SH | LOCK_NB) != 0)
+    else if (rc == 0 && c->h->disk_entries && lock_if_possible(c->disk_fd, LOCK_SH | LOCK_NB) != 0)
         rc = pt_fail(err, PT_ESYS, "the disk cache '%s' is being removed: the job that created it "
                      "is gone", c->h->disk_path);
     if (rc) {
@@ -418,8 +461,10 @@ static int copy_out(pt_cache *c, int tier, uint64_t loc, void *out, pt_err *err)
                                            c->h->disk_path, got < 0 ? strerror(errno) : "short read");
 }
 
-/* 0, 1 when the disk tier's file system has no room (reserving the
- * entry's blocks does not guarantee it everywhere), or an error. */
+/* 0; 1 when the disk tier's file system has no room (reserving the entry's
+ * blocks does not guarantee it everywhere; a disk filling up mid-entry gives
+ * a short write; CIFS makes the other users' shared locks mandatory, which
+ * writes see as EACCES); -1 with err on another error. */
 static int copy_in(pt_cache *c, int tier, uint64_t loc, const void *data, pt_err *err)
 {
     const size_t n = c->h->entry_bytes;
@@ -428,10 +473,12 @@ static int copy_in(pt_cache *c, int tier, uint64_t loc, const void *data, pt_err
         return 0;
     }
     ssize_t put = pwrite(c->disk_fd, data, n, (off_t)(loc * n));
-    if (put < 0 && (errno == ENOSPC || errno == EDQUOT || errno == EFBIG))
+    if (put == (ssize_t)n)
+        return 0;
+    if (put >= 0 || errno == ENOSPC || errno == EDQUOT || errno == EFBIG || errno == EACCES)
         return 1;
-    return put == (ssize_t)n ? 0 : pt_fail(err, PT_ESYS, "writing the disk cache '%s': %s",
-                                           c->h->disk_path, put < 0 ? strerror(errno) : "short write");
+    pt_fail(err, PT_ESYS, "writing the disk cache '%s': %s", c->h->disk_path, strerror(errno));
+    return -1;
 }
 
 int pt_cache_depth(pt_cache *c, int64_t id)
@@ -651,7 +698,9 @@ int pt_cache_sweep_disk(const char *dir)
         if (fstatat(dirfd(d), e->d_name, &seen, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(seen.st_mode) ||
             seen.st_uid != uid)
             continue;
-        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        /* for writing: NFS emulates flock with POSIX locks, whose exclusive
+         * kind needs it */
+        int fd = openat(dirfd(d), e->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0)
             continue;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &held) == 0 &&

@@ -57,6 +57,10 @@ int pt_textcls_check_path(const char *path, pt_err *err)
     return format_of(path, &f, err);
 }
 
+/* What a carriage return inside a line most likely means. */
+#define LONE_CR "if this file's lines end in a lone \"\\r\", as old Mac files' do, convert " \
+                "them to \"\\n\""
+
 /* ---------------------------------------------------------- line reader */
 
 typedef struct reader {
@@ -74,8 +78,10 @@ static int too_long(const reader *r, pt_err *err)
 {
     return pt_fail(err, PT_EINPUT,
                    "%s:%" PRId64 ": the line is longer than %d bytes (1 MiB); allowed: shorter "
-                   "lines",
-                   r->path, r->lineno, PT_TEXTCLS_MAX_LINE);
+                   "lines%s%s",
+                   r->path, r->lineno, PT_TEXTCLS_MAX_LINE,
+                   r->len && memchr(r->line, '\r', r->len) ? "; " : "",
+                   r->len && memchr(r->line, '\r', r->len) ? LONE_CR : "");
 }
 
 /* Appends to the line; one byte beyond the limit is kept, for the "\r" of a
@@ -249,10 +255,6 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
                        r->lineno, (int)n, s);
     return 0;
 }
-
-/* What a carriage return inside a line most likely means. */
-#define LONE_CR "if this file's lines end in a lone \"\\r\", as old Mac files' do, convert " \
-                "them to \"\\n\""
 
 /* A TSV line: LABEL<TAB>TEXT, split at the first tab (which becomes the
  * label's terminating NUL). */

@@ -459,12 +459,11 @@ static off_t after_last_newline(int fd, off_t size)
     return 0;
 }
 
-int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err)
+int pt_log_open(const char *path, FILE **out, pt_err *err)
 {
     *out = NULL;
-    *cut = 0;
-    /* read too: the cut last line is looked for; O_NONBLOCK: a FIFO without a
-     * reader fails at once instead of waiting */
+    /* read too: pt_log_cut looks for the last line; O_NONBLOCK: a FIFO
+     * without a reader fails at once instead of waiting */
     int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0 && errno == ELOOP)
         return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; logs are written only to "
@@ -486,16 +485,6 @@ int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err)
                      "not a file");
     else if (fcntl(fd, F_SETFL, O_APPEND) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': %s", path, strerror(errno));
-    if (rc == 0 && st.st_size > 0) {
-        const off_t keep = after_last_newline(fd, st.st_size);
-        if (keep < 0)
-            rc = pt_fail(err, PT_ESYS, "cannot read '%s': %s", path, strerror(errno));
-        else if (keep < st.st_size && ftruncate(fd, keep) != 0)
-            rc = pt_fail(err, PT_ESYS, "cannot remove the cut last line of '%s': %s", path,
-                         strerror(errno));
-        else
-            *cut = (int64_t)(st.st_size - keep);
-    }
     FILE *f = rc == 0 ? fdopen(fd, "a") : NULL;
     if (rc == 0 && !f)
         rc = pt_fail(err, PT_ENOMEM, "'%s': %s", path, strerror(errno));
@@ -504,6 +493,25 @@ int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err)
         return rc;
     }
     *out = f;
+    return 0;
+}
+
+int pt_log_cut(FILE *f, const char *path, int64_t *cut, pt_err *err)
+{
+    *cut = 0;
+    const int fd = fileno(f);
+    struct stat st;
+    if (fflush(f) != 0 || fstat(fd, &st) != 0)
+        return pt_fail(err, PT_ESYS, "cannot stat '%s': %s", path, strerror(errno));
+    if (st.st_size == 0)
+        return 0;
+    const off_t keep = after_last_newline(fd, st.st_size);
+    if (keep < 0)
+        return pt_fail(err, PT_ESYS, "cannot read '%s': %s", path, strerror(errno));
+    if (keep < st.st_size && ftruncate(fd, keep) != 0)
+        return pt_fail(err, PT_ESYS, "cannot remove the cut last line of '%s': %s", path,
+                       strerror(errno));
+    *cut = (int64_t)(st.st_size - keep);
     return 0;
 }
 

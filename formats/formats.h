@@ -97,10 +97,14 @@ int pt_fsync_dir(const char *dir, pt_err *err);
 /* Opens a line log (JSON lines, written by appending) for appending,
  * creating it (0644) if missing. Only a regular file is written: a symbolic
  * link, a FIFO, a device or a directory at path is refused (PT_EINPUT),
- * never written through and never waited on. A last line cut short (a run
- * that stopped while writing it, a full disk) is removed, so the next line
- * starts on a line of its own; *cut gets the bytes removed (0: none). */
-int pt_log_open(const char *path, FILE **out, int64_t *cut, pt_err *err);
+ * never written through and never waited on. */
+int pt_log_open(const char *path, FILE **out, pt_err *err);
+/* Removes a last line cut short (a run that stopped while writing it, a full
+ * disk) from the log f (path names it) opened by pt_log_open and not yet
+ * written, so the next line starts on a line of its own; *cut gets the
+ * bytes removed (0: none). Only for the log's one writer: another that is
+ * writing it may be in the middle of a line. */
+int pt_log_cut(FILE *f, const char *path, int64_t *cut, pt_err *err);
 
 /* Reads exactly n bytes at offset of the open file fd (path names it in
  * messages): PT_ESYS if the read fails, PT_EINPUT if the file ends first. */

@@ -87,8 +87,8 @@ int pt_rundir_prepare_step(const char *dir, pt_err *err);
 /* Keeps the newest `keep` complete checkpoints; removes older ones and
  * incomplete directories other than step `current`. */
 void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
-/* A resume at step `step` leaves the history after it: the step directories
- * of RUN_DIR/checkpoints beyond it (complete or not) move, whole, into a new
+/* A resume at step `step` leaves the history after it: the complete
+ * checkpoints of RUN_DIR/checkpoints beyond it move, whole, into a new
  * RUN_DIR/abandoned/after-step_N.XXXXXX (its path into moved_to, and how many
  * into *count; 0 and "" when there are none), so that neither a later
  * `auto` resume nor pruning mixes the two histories, and nothing is lost. */

@@ -577,7 +577,13 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
     if (rc == 0 && ss->rank == 0)
         note_data_changes(ss, &m);
     /* every rank learns whether the state was good before the layout changes */
-    if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen > 0) {
+    /* the first layout was planned for the prefix rank 0 read before the
+     * lock (layout.c); the checkpoint resolved under it may be another */
+    if ((rc = pt_run_agree(r, rc, err)) == 0 && st.frozen < r->frozen_units)
+        rc = pt_fail(err, PT_EINPUT, "checkpoint %s has %" PRId64 " frozen units, fewer than the "
+                     "%d of the one this job planned from: run.dir changed while it started; "
+                     "start it again", dir, st.frozen, r->frozen_units);
+    else if (rc == 0 && st.frozen > r->frozen_units) {
         /* lay the stages out for the frozen prefix first: which units each
          * rank holds, and which of them keep moments, depend on it */
         r->frozen_units = (int)st.frozen;

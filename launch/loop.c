@@ -308,7 +308,9 @@ int pt_session_train(pt_session *s, pt_err *err)
         /* a log that cannot be written (a full disk) stops the run as a
          * signal does, with a checkpoint, rather than train on without it */
         char why[PT_PATH_MAX + 160];
-        rc = pt_run_step(r, stop_signal != 0 || log_failed(s, why, sizeof why), &res, err);
+        rc = pt_run_step(r, (stop_signal ? PT_STOP_SIGNAL : 0) |
+                                (log_failed(s, why, sizeof why) ? PT_STOP_FAILED : 0),
+                         &res, err);
         pt_op_profile_record(s->be, 0);
         if (rc)
             break;
@@ -359,14 +361,20 @@ int pt_session_train(pt_session *s, pt_err *err)
                 return pt_fail(err, PT_ESYS, "%s; the run stopped after step %lld with a "
                                "checkpoint (resume with --set train.resume=auto once there is "
                                "room)", why, (long long)r->step);
+            if (res.failed && !signalled) { /* that rank says why, and the job exits 1 */
+                rc = pt_fail(err, PT_ESYS, "another rank failed after step %lld",
+                             (long long)r->step);
+                err->relayed = 1;
+                return rc;
+            }
             if (signalled)
                 pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume "
                                  "with --set train.resume=auto", (int)stop_signal,
                                  (long long)r->step);
             else
                 pt_progress_note(&s->progress, "stopped after step %lld: another rank was told "
-                                 "to stop or could not write a log; resume with --set "
-                                 "train.resume=auto", (long long)r->step);
+                                 "to stop; resume with --set train.resume=auto",
+                                 (long long)r->step);
             return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
         }
     }

@@ -266,7 +266,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
         rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
-    if (strcmp(cfg->train.resume, "auto") == 0) {
+    rc = pt_session_cut_logs(s, &err); /* under the lock */
+    if (rc != 0) {
+        /* reported below, after the others learn of it */
+    } else if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
         if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
             pt_comm_rank(comm) == 0)
@@ -283,18 +286,19 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * load is collective over the world */
     if (rc == 0 && *resume)
         rc = pt_checkpoint_load(s, resume, &err);
+    /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
+    if (rc == 0)
+        rc = pt_session_write_profile(s, &err);
+    /* last: a run refused before this leaves run.dir's checkpoints as they were */
     if (rc == 0 && *resume && pt_comm_rank(comm) == 0) {
         char moved[PT_CKPT_PATH] = "";
         int count = 0;
         rc = pt_rundir_abandon_after(cfg->run.dir, s->run.step, moved, sizeof moved, &count, &err);
         if (count)
             fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
-                    "checkpoint director%s (a history this run leaves): moved to %s\n",
-                    (long long)s->run.step, count, count == 1 ? "y" : "ies", moved);
+                    "checkpoint%s (a history this run leaves): moved to %s\n",
+                    (long long)s->run.step, count, count == 1 ? "" : "s", moved);
     }
-    /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
-    if (rc == 0)
-        rc = pt_session_write_profile(s, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     rc = pt_session_train(s, &err);

@@ -29,15 +29,10 @@ int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, in
     p->every = every > 0 ? every : 1;
     p->start = p->window_start = pt_now();
     if (metrics_path) {
-        int64_t cut;
-        int rc = pt_log_open(metrics_path, &p->metrics, &cut, err);
+        int rc = pt_log_open(metrics_path, &p->metrics, err);
         if (rc)
             return rc;
         snprintf(p->metrics_path, sizeof p->metrics_path, "%s", metrics_path);
-        if (cut && !quiet)
-            fprintf(stderr, "pipetrain: note: '%s' ended in a line cut short (%lld bytes: a run "
-                    "stopped while writing it, or the disk was full); it was removed\n",
-                    metrics_path, (long long)cut);
     }
     return 0;
 }

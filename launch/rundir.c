@@ -165,7 +165,10 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
     struct dirent *e;
     while (rc == 0 && (e = readdir(d))) {
         int64_t at;
-        if (!pt_checkpoint_dir_step(e->d_name, &at) || at <= step)
+        /* complete ones only: an incomplete directory is no history, and
+         * the next save's pruning removes it */
+        if (!pt_checkpoint_dir_step(e->d_name, &at) || at <= step ||
+            !has_manifest(pt_path_join(path, root, e->d_name)))
             continue;
         if (!moved_to[0]) {
             char base[PT_CKPT_PATH];

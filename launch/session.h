@@ -31,6 +31,10 @@ typedef struct pt_session {
     int resume_depth;      /* rank 0: frozen blocks of the checkpoint being resumed */
 } pt_session;
 
+/* Removes from this rank's logs a last line cut short by an earlier run,
+ * with a note; under run.dir's lock only. */
+int pt_session_cut_logs(pt_session *s, pt_err *err);
+
 /* RUN_DIR/NAME-rankR.jsonl, this rank's file NAME ("metrics", "samples"). */
 void pt_session_rank_file(const pt_session *s, const char *name, char *path, size_t n);
 

@@ -629,9 +629,33 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
 static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_err *err)
 {
     char path[PT_PATH_MAX + 64];
-    int64_t cut;
     pt_session_rank_file(s, name, path, sizeof path);
-    return pt_log_open(path, out, &cut, err);
+    return pt_log_open(path, out, err);
+}
+
+/* Each of this rank's logs: a last line cut short by an earlier run is
+ * removed, with a note. Only under run.dir's lock: a job refused for it
+ * must not touch the lines of the job that holds it. */
+int pt_session_cut_logs(pt_session *s, pt_err *err)
+{
+    char path[PT_PATH_MAX + 64];
+    FILE *files[3] = {s->progress.metrics, s->rank_metrics, s->sample_log};
+    const char *names[3] = {NULL, "metrics", "samples"};
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        if (!files[i])
+            continue;
+        if (names[i])
+            pt_session_rank_file(s, names[i], path, sizeof path);
+        else
+            snprintf(path, sizeof path, "%s", s->progress.metrics_path);
+        int64_t cut = 0;
+        if ((rc = pt_log_cut(files[i], path, &cut, err)) == 0 && cut)
+            fprintf(stderr, "pipetrain: note: '%s' ended in a line cut short (%lld bytes: a run "
+                    "stopped while writing it, or the disk was full); it was removed\n", path,
+                    (long long)cut);
+    }
+    return rc;
 }
 
 /* The profile the engine plans from, read by rank 0 alone (the engine uses

@@ -28,7 +28,7 @@
 #include <string.h>
 
 /* Indexes of the step's scalars after the per-unit sums of squares. */
-enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_COUNT };
+enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_COUNT };
 
 /* FNV-1a over the bytes of this rank's parameters. */
 static uint64_t weights_hash(pt_run *r)
@@ -150,6 +150,7 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     v[units + R_CORRECT] = (double)st.correct;
     v[units + R_ROWS] = (double)st.rows;
     v[units + R_STOP] = stop_requested ? 1 : 0;
+    v[units + R_FAILED] = stop_requested & PT_STOP_FAILED ? 1 : 0;
     if (r->active)
         at_phase(r, "step %lld, replica %d, stage %d: combining the step's results over all ranks",
                  (long long)r->step + 1, r->replica, r->stage);
@@ -190,6 +191,7 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     out->lr = rate;
     out->examples = s->batch;
     out->stop = v[units + R_STOP] > 0;
+    out->failed = v[units + R_FAILED] > 0;
     return 0;
 }
 

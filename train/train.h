@@ -114,7 +114,11 @@ typedef struct pt_step_result {
     int64_t examples;             /* in the global batch */
     pt_reducer_stats allreduce;   /* this rank's gradient all-reduce */
     int stop;                     /* some rank was asked to stop */
+    int failed;                   /* some rank asked because it failed (PT_STOP_FAILED) */
 } pt_step_result;
+
+/* Why a rank asks the others to stop after this step (pt_run_step). */
+enum { PT_STOP_SIGNAL = 1, PT_STOP_FAILED = 2 };
 
 /* What a re-plan did (the same on every rank; bytes summed over ranks). */
 typedef struct pt_transition {
@@ -221,7 +225,9 @@ void pt_layout_print(const pt_run *r, FILE *out);
 const char *pt_layout_mode(const pt_run *r);
 
 /* step.c: one optimizer step at the sampler's position, on every rank (idle
- * ranks only join the step's all-reduce). Advances step, epoch_step. */
+ * ranks only join the step's all-reduce). Advances step, epoch_step.
+ * stop_requested: 0, or PT_STOP_SIGNAL and/or PT_STOP_FAILED, which every
+ * rank learns in out (stop, failed) to stop after the same step. */
 int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err);
 /* Whether a freeze decision is due now (epoch_done: an epoch just ended; at
  * step 0, before training, only when freeze.start is 0). */

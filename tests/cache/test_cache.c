@@ -167,10 +167,11 @@ static void disk_tier_and_full(void)
     CU_ASSERT_EQUAL(rmdir(dir), 0);
 }
 
-/* A disk tier whose file system fills up (here the file size limit, which
- * fails the reservation of an entry's blocks as a full disk does: EFBIG for
- * ENOSPC) is closed to new entries instead of failing the put, so the run
- * computes those samples; what it holds stays readable. */
+/* A disk tier whose writes find no room is closed to new entries instead of
+ * failing the put, so the run computes those samples; what it holds stays
+ * readable. Here the file size limit fails the write of entry 5 (EFBIG, as
+ * ENOSPC would: the reservation within the file's size passes), and in
+ * disk_tier_reservation_fails a small file system fails the reservation. */
 static void disk_tier_file_system_full(void)
 {
     char job[64], dir[] = "/tmp/pt-cache-XXXXXX";
@@ -212,6 +213,58 @@ static void disk_tier_file_system_full(void)
     CU_ASSERT(st.disk_entries == 20 && st.disk_used == 20); /* used: no more taken */
     pt_cache_close(c);
     CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
+/* In a mount namespace of its own (else it reports 77: not permitted
+ * here), a disk tier on an 8 KiB tmpfs: entries 0..20 (384 bytes each) fit
+ * in its two pages, entry 21's reservation fails, and the tier closes. */
+static int reservation_fails_child(const char *job)
+{
+    char dir[] = "/tmp/pt-cache-XXXXXX";
+    if (!mkdtemp(dir))
+        return 1;
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("pt-test-disk", dir, "tmpfs", 0, "size=8k") != 0) {
+        rmdir(dir);
+        return 77;
+    }
+    pt_cache_spec spec = {job, 30, ENTRY * sizeof(float), 0, dir, 30 * ENTRY * sizeof(float)};
+    pt_cache *c;
+    pt_err err = {0};
+    if (pt_cache_create(&c, &spec, &err) != 0)
+        return 2;
+    float in[ENTRY], out[ENTRY];
+    int stored = 0, failed = 0, wrong = 0;
+    for (int64_t id = 0; id < 30; id++) {
+        pattern(id, 1, in);
+        int rc = pt_cache_put(c, id, 1, in, &err);
+        failed += rc < 0;
+        stored += rc == 1;
+    }
+    for (int64_t id = 0; id < 30; id++) {
+        pattern(id, 1, in);
+        int hit = pt_cache_get(c, id, 1, out, &err);
+        wrong += hit != (id < 21) || (hit && memcmp(in, out, sizeof in) != 0);
+    }
+    pt_cache_close(c);
+    umount(dir);
+    rmdir(dir);
+    return failed ? 3 : stored != 21 ? 4 : wrong ? 5 : 0;
+}
+
+static void disk_tier_reservation_fails(void)
+{
+    char job[64];
+    job_name(job, sizeof job, "reserve");
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(reservation_fails_child(job));
+    int status = 0;
+    CU_ASSERT_FATAL(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77)
+        printf("\n  (no mount namespace permitted: the reservation's failure is not tested) ");
+    else
+        CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
 }
 
 /* A child that creates a cache named job with its disk tier in dir, in a
@@ -362,6 +415,7 @@ static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths}
                                 {"concurrent_processes", concurrent_processes},
                                 {"disk_tier_and_full", disk_tier_and_full},
                                 {"disk_tier_file_system_full", disk_tier_file_system_full},
+                                {"disk_tier_reservation_fails", disk_tier_reservation_fails},
                                 {"disk_file_without_segment_swept", disk_file_without_segment_swept},
                                 {"sigkill_then_sweep", sigkill_then_sweep},
                                 {"zombie_creator_swept", zombie_creator_swept},

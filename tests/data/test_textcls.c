@@ -574,6 +574,18 @@ void test_textcls_hostile(void)
     expect_refused("deep.jsonl", path, v, 8, 1, "bad JSON");
     free(deep);
 
+    /* old Mac line ends over more than the 1 MiB a line may hold: the
+     * refusal says why the "line" is so long */
+    const char rec[] = "law\tin the beginning\r";
+    const size_t reps = (2u << 20) / (sizeof rec - 1);
+    char *mac = malloc(reps * (sizeof rec - 1));
+    CU_ASSERT_FATAL(mac != NULL);
+    for (size_t i = 0; i < reps; i++)
+        memcpy(mac + i * (sizeof rec - 1), rec, sizeof rec - 1);
+    write_bytes(path, sizeof path, "mac.tsv", mac, reps * (sizeof rec - 1));
+    expect_refused("mac.tsv", path, v, 8, 1, "lone \"\\r\"");
+    free(mac);
+
     /* not a file, no file, no vocabulary, a context without room */
     pt_dataset ds;
     pt_err err = {0};

@@ -699,9 +699,13 @@ def test_resume_explicit_older_checkpoint(h):
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy")
     before = U.snapshot(os.path.join(run_dir, "checkpoints"))
+    # an incomplete save after them is no history: left for pruning
+    partial = U.ckpt(run_dir, 11)
+    os.makedirs(partial)
+    U.write(os.path.join(partial, "units-stage0.bin"), "half")
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0)
     check("resumed at step 6" in r.err, "no resume message\n%s", r.describe())
-    check("holds 2 later checkpoint directories (a history this run leaves): moved to" in r.err,
+    check("holds 2 later checkpoints (a history this run leaves): moved to" in r.err,
           "no note of the later checkpoints\n%s", r.describe())
     left = glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 6))
     check(len(left) == 1 and sorted(os.listdir(left[0])) == ["step_%010d" % 9, "step_%010d" % LAST],
@@ -710,8 +714,8 @@ def test_resume_explicit_older_checkpoint(h):
         name = "step_%010d/" % step
         U.same_snapshot({k[len(name):]: v for k, v in before.items() if k.startswith(name)},
                         U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
-    check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
-          "checkpoints: %s", U.checkpoints(run_dir))
+    check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)] and
+          not os.path.exists(partial), "checkpoints: %s", U.checkpoints(run_dir))
     exports = []
     for ck in (U.ckpt(orig, LAST), U.ckpt(run_dir, LAST)):
         out = h.path("export-%d.st" % len(exports))
@@ -819,6 +823,21 @@ def test_two_jobs_in_one_run_dir(h):
         first.wait()
     # the kernel dropped the dead job's lock: the next job may resume
     h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=12"]).expect(0)
+    # a refused job never touches the holder's logs, not even a last line
+    # that looks cut (the holder may be writing it): only the holder cuts
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    with open(metrics, "a") as f:
+        f.write('{"event": "step", "st')
+    before = U.read_bytes(metrics)
+    import fcntl
+    with open(os.path.join(run_dir, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(2)
+        r.one_error(run_dir, "in use by another pipetrain job")
+        check(U.read_bytes(metrics) == before, "a refused job changed metrics.jsonl")
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=13"]).expect(0)
+    check("ended in a line cut short (21 bytes" in r.err, "the holder did not cut:\n%s", r.describe())
+    U.metrics(run_dir)  # every line parses
 
 
 def tests():
