@@ -91,7 +91,8 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
  * checkpoints of RUN_DIR/checkpoints beyond it move, whole, into a new
  * RUN_DIR/abandoned/after-step_N.XXXXXX (its path into moved_to, and how many
  * into *count; 0 and "" when there are none), so that neither a later
- * `auto` resume nor pruning mixes the two histories, and nothing is lost. */
+ * `auto` resume nor pruning mixes the two histories, and nothing is lost.
+ * A move that fails puts back what moved before it. */
 int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
                             int *count, pt_err *err);
 

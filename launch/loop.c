@@ -68,10 +68,18 @@ __attribute__((format(printf, 1, 2))) static void loop_at(const char *fmt, ...)
     next = 1 - next;
 }
 
+static int log_failed(const pt_session *s, char *msg, size_t n);
+
 static int save_checkpoint(pt_session *s, pt_err *err)
 {
     loop_at("step %lld: saving a checkpoint", (long long)s->run.step);
-    return pt_checkpoint_save(s, err);
+    int rc = pt_checkpoint_save(s, err);
+    char why[PT_PATH_MAX + 160];
+    if (rc && log_failed(s, why, sizeof why)) { /* a full disk, most likely: both say so */
+        const size_t at = strlen(err->msg);
+        snprintf(err->msg + at, sizeof err->msg - at, " (and before it, %s)", why);
+    }
+    return rc;
 }
 
 static void layout_words(int K, int D, int M, char *out, size_t n)

@@ -158,6 +158,54 @@ static int output_not_input(const char *option, const char *path, const char *ck
     return 0;
 }
 
+/* Whether the real path `in` is dir or lies under it. */
+static int under(const char *in, const char *dir)
+{
+    const size_t n = strlen(dir);
+    return strncmp(in, dir, n) == 0 && (in[n] == '\0' || in[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+/* An output must not land in a run directory's checkpoints (a checkpoint
+ * holds only its own files, and pruning takes whole directories) nor be one
+ * of the files a run keeps beside them (its lock, logs and profile: a lock
+ * replaced lets a second job in). run_dir: the run's directory. */
+static int output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
+{
+    char real_run[PT_PATH_MAX], ckpts[PT_PATH_MAX + 16], real_ckpts[PT_PATH_MAX];
+    char parent[PT_PATH_MAX], real_parent[PT_PATH_MAX], real_path[PT_PATH_MAX];
+    if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
+        return 0;
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
+    const int have_ckpts = realpath(ckpts, real_ckpts) != NULL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (!realpath(parent, real_parent))
+        return 0; /* no such directory: the write fails and says so */
+    const int exists = realpath(path, real_path) != NULL;
+    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_path, real_ckpts))))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
+                       "only its own files, and pruning removes whole checkpoints; write it "
+                       "elsewhere", option, path, ckpts);
+    const int own = strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
+                    strcmp(base, "profile.json") == 0 ||
+                    ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
+                     strlen(base) > 6 && strcmp(base + strlen(base) - 6, ".jsonl") == 0);
+    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
+                       "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
+    return 0;
+}
+
+/* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
+static void run_of_checkpoint(const char *ckpt, char *out, size_t n)
+{
+    const int len = snprintf(out, n, "%s/../..", ckpt);
+    if (len < 0 || (size_t)len >= n)
+        out[0] = '\0';
+}
+
 /* path as an absolute name of its directory and its last component, so
  * that two spellings of one output ("a.st", "./a.st") compare equal. */
 static void output_name(const char *path, char *out, size_t n)
@@ -294,7 +342,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         char moved[PT_CKPT_PATH] = "";
         int count = 0;
         rc = pt_rundir_abandon_after(cfg->run.dir, s->run.step, moved, sizeof moved, &count, &err);
-        if (count)
+        if (rc == 0 && count)
             fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
                     "checkpoint%s (a history this run leaves): moved to %s\n",
                     (long long)s->run.step, count, count == 1 ? "" : "s", moved);
@@ -372,10 +420,15 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                             cfg->data.vocab, cfg->pipeline.profile};
     const int n_inputs = (int)(sizeof inputs / sizeof inputs[0]);
     const char *read_ckpt = a->init ? NULL : checkpoint;
-    if (writes && a->logits && rc == 0)
-        rc = output_not_input("--logits", a->logits, read_ckpt, inputs, n_inputs, &err);
-    if (writes && a->hidden && rc == 0)
-        rc = output_not_input("--hidden", a->hidden, read_ckpt, inputs, n_inputs, &err);
+    char ckpt_run[2 * PT_PATH_MAX] = "";
+    if (read_ckpt)
+        run_of_checkpoint(read_ckpt, ckpt_run, sizeof ckpt_run);
+    const char *opts[2] = {"--logits", "--hidden"}, *outs[2] = {a->logits, a->hidden};
+    for (int k = 0; k < 2; k++)
+        if (writes && outs[k] && rc == 0 &&
+            (rc = output_not_input(opts[k], outs[k], read_ckpt, inputs, n_inputs, &err)) == 0 &&
+            (rc = output_not_in_run(opts[k], outs[k], cfg->run.dir, &err)) == 0)
+            rc = output_not_in_run(opts[k], outs[k], ckpt_run, &err);
     if (writes && a->logits && rc == 0)
         rc = probe_output("--logits", a->logits, &err);
     if (writes && a->hidden && rc == 0)
@@ -458,8 +511,11 @@ static int cmd_export(int argc, char **argv)
         rc = pt_fail(&err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
                      "directory (model.safetensors and config.json)", argv[3],
                      pt_file_kind(st.st_mode));
-    else if (rc == 0)
-        rc = output_not_input("export", argv[3], argv[2], NULL, 0, &err);
+    else if (rc == 0 && (rc = output_not_input("export", argv[3], argv[2], NULL, 0, &err)) == 0) {
+        char run[2 * PT_PATH_MAX];
+        run_of_checkpoint(argv[2], run, sizeof run);
+        rc = output_not_in_run("export", argv[3], run, &err);
+    }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
         rc = probe_output("export", argv[3], &err);
     if (rc == 0)

@@ -190,6 +190,21 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
             ++*count;
     }
     closedir(d);
+    if (rc && moved_to[0]) { /* all or nothing: what moved goes back */
+        DIR *back = opendir(moved_to);
+        while (back && (e = readdir(back))) {
+            int64_t at;
+            if (!pt_checkpoint_dir_step(e->d_name, &at))
+                continue;
+            snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
+            if (rename(dest, pt_path_join(path, root, e->d_name)) == 0)
+                --*count;
+        }
+        if (back)
+            closedir(back);
+        if (*count == 0 && rmdir(moved_to) == 0)
+            moved_to[0] = '\0';
+    }
     if (*count) {
         pt_fsync_dir(root, NULL);
         pt_fsync_dir(moved_to, NULL);

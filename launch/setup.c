@@ -441,20 +441,24 @@ static int check_model_memory(pt_session *r, pt_err *err)
     const int64_t share = (c->train.batch + replicas - 1) / replicas;
     const int64_t m = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
     const int64_t micro = (share + m - 1) / m;
-    double params = 0, saved = 0, scratch = 0;
+    /* a resumed checkpoint's frozen units keep no gradients or moments and
+     * save nothing for a backward */
+    const int frozen = pt_freeze_units(r->resume_depth);
+    double params = 0, trained = 0, saved = 0, scratch = 0;
     for (int u = 0; u < pt_arch_units(a); u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
         params += (double)info.numel;
+        trained += u < frozen ? 0.0 : (double)info.numel;
         /* per example, scaled in double: a long sequence times a large batch
          * passes what size_t holds */
-        saved += (double)pt_unit_saved_bytes(a, r->be, u, 1);
+        saved += u < frozen ? 0.0 : (double)pt_unit_saved_bytes(a, r->be, u, 1);
         double w = (double)pt_unit_scratch_bytes(a, r->be, u, 1);
         scratch = w > scratch ? w : scratch;
     }
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
         ? r->cfg.pipeline.memory_gib * gib : memory_per_rank(r);
-    const double weights = 4 * params * (double)pt_backend_real_size(r->be);
+    const double weights = (params + 3 * trained) * (double)pt_backend_real_size(r->be);
     const double example = saved + scratch, need = weights + (double)micro * example;
     if (have <= 0 || need <= have)
         return 0;
@@ -462,12 +466,21 @@ static int check_model_memory(pt_session *r, pt_err *err)
                    "RAM over its ranks)";
     char room[160];
     snprintf(room, sizeof room, where, have / gib);
-    if (weights >= have || weights >= need - weights)
+    if (weights >= have)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
                                   "%.3g GiB with their gradients and AdamW moments, %s; allowed: a "
                                   "smaller model, or more pipeline.stages over more ranks",
                                   a->dim, a->layers, params, weights / gib, room);
+    if (weights >= need - weights)
+        return pt_config_key_fail(c, err, "model.dim",
+                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
+                                  "%.3g GiB with their gradients and AdamW moments, and a "
+                                  "micro-batch's activations %.3g GiB more: together %s; allowed: "
+                                  "a smaller model, more pipeline.stages over more ranks, or "
+                                  "smaller micro-batches",
+                                  a->dim, a->layers, params, weights / gib,
+                                  (need - weights) / gib, room);
     const int tokens = pt_arch_tokens(a);
     if (example > have - weights)
         return a->kind == PT_MODEL_GPT
@@ -673,9 +686,6 @@ static int given_profile(pt_session *s, const char *resume, int *strict, pt_err 
         if (resume && *resume &&
             pt_checkpoint_read_profile(resume, &s->arch, &s->profile, &ignored) != 0)
             memset(&s->profile, 0, sizeof s->profile);
-        if (resume && *resume &&
-            pt_checkpoint_read_depth(resume, s->arch.layers, &s->resume_depth, &ignored) != 0)
-            s->resume_depth = 0;
         if (s->profile.ranks && *c->pipeline.profile)
             fprintf(stderr, "pipetrain: note: resuming %s, which carries the measurements its run "
                     "planned from: they are used, not pipeline.profile's\n", resume);
@@ -718,6 +728,13 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
     pt_config_arch(cfg, &s->arch);
+    /* the frozen blocks of the checkpoint a resume would take (each rank
+     * reads it; the planner uses rank 0's): the memory checks count them
+     * without gradients or moments. A bad file is the load's to report. */
+    pt_err unread;
+    if (mode == PT_RUN_TRAIN && resume && *resume &&
+        pt_checkpoint_read_depth(resume, s->arch.layers, &s->resume_depth, &unread) != 0)
+        s->resume_depth = 0;
     int rc;
     if ((rc = resolve_dropout(s, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))

@@ -24,6 +24,7 @@ usage: test_cli.py PIPETRAIN_BINARY
 import math
 import json
 import os
+import shutil
 import re
 import sys
 
@@ -269,6 +270,26 @@ def test_export_errors(h):
             r = h.run(["eval", cfg, "--checkpoint", ck, option, out]).expect(2, option + " " + out)
             r.one_error(option, "the checkpoint directory", strict=False)
     U.same_snapshot(before, U.snapshot(ck), "the checkpoint")
+    # nor anywhere in a run's checkpoints, nor onto the files run.dir keeps
+    # (a replaced lock would let a second job in)
+    other = U.ckpt(run_dir, 3)
+    shutil.copytree(ck, other)  # another checkpoint of the run (only written to, never read)
+    whole = U.snapshot(run_dir)
+    for out in (os.path.join(other, "units-stage0.bin"), os.path.join(other, "new.st"),
+                os.path.join(run_dir, "checkpoints", "new.st")):
+        r = h.run(["export", ck, out]).expect(2, "export into " + out)
+        r.one_error("a run's checkpoints")
+        r = h.run(["eval", cfg, "--checkpoint", ck, "--logits", out]).expect(2, "--logits " + out)
+        r.one_error("a run's checkpoints", strict=False)
+    for name in ("lock", "metrics.jsonl", "profile.json"):
+        out = os.path.join(run_dir, name)
+        if name == "lock":
+            U.write(out, "")
+        r = h.run(["eval", cfg, "--logits", out]).expect(2, "--logits onto " + name)
+        r.one_error("is one of the files run.dir", strict=False)
+        r = h.run(["export", ck, out]).expect(2, "export onto " + name)
+        r.one_error("is one of the files run.dir")
+    U.same_snapshot(whole, U.snapshot(run_dir), "run.dir")
     with open(cfg) as f:
         text = f.read()
     r = h.run(["eval", cfg, "--logits", cfg]).expect(2, "--logits onto the config")

@@ -303,6 +303,21 @@ def test_full_disk_stops_the_run_with_a_checkpoint(h):
           "step 40's units differ from the straight run's")
 
 
+def test_resume_counts_frozen_blocks_in_memory(h):
+    """A limit the whole model in training does not fit (pipeline.memory_gib,
+    one process, fixed micro-batches) is enough for a checkpoint whose blocks
+    froze: they keep no gradients or moments, so the resume is not refused."""
+    keys = {"model.layers": "4", "train.epochs": "6", "train.max_steps": "30",
+            "freeze.policy": "schedule", "freeze.alpha": "0.5", "pipeline.microbatches": "1"}
+    cfg, run_dir, _ = train(h, "run", "vit", "train.max_steps=10", **keys)
+    limit = "pipeline.memory_gib=0.0002"
+    r = h.run(["train", cfg, "--set", "run.dir=" + h.path("fresh"), "--set", limit]).expect(
+        2, "a fresh run under the limit")
+    r.one_error("model.dim", "more than the 0.0002 GiB")
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", limit]).expect(0, "resume")
+    check("resumed at step 10" in r.err, "no resume:\n%s", r.describe())
+
+
 def test_logs_are_written_only_to_regular_files(h):
     """metrics.jsonl as a FIFO, a link or a directory is refused (exit 2,
     the file named) without waiting on it or writing through it; a cut last
@@ -364,7 +379,8 @@ def tests():
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_full_disk_stops_the_run_with_a_checkpoint,
-            test_logs_are_written_only_to_regular_files] + out
+            test_logs_are_written_only_to_regular_files,
+            test_resume_counts_frozen_blocks_in_memory] + out
 
 
 if __name__ == "__main__":
