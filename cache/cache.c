@@ -641,6 +641,19 @@ static int sweep_one(int dir, const char *name, uid_t uid)
     return removed;
 }
 
+/* For a name "pipetrain-UID-JOB..." (prefix: its first k bytes): one past
+ * JOB's last character, or NULL if the name does not start so or JOB is
+ * empty. */
+static const char *job_end(const char *name, const char *prefix, size_t k)
+{
+    if (strncmp(name, prefix, k) != 0 || !job_char(name[k]))
+        return NULL;
+    const char *end = name + k;
+    while (job_char(*end))
+        end++;
+    return end;
+}
+
 int pt_cache_sweep(pt_err *err)
 {
     (void)err; /* nothing to report: a segment that cannot be examined is left alone */
@@ -654,12 +667,8 @@ int pt_cache_sweep(pt_err *err)
     struct dirent *e;
     /* a name comparison is all that other files cost */
     while ((e = readdir(d))) {
-        const char *job = e->d_name + k;
-        if (strncmp(e->d_name, prefix, k) != 0 || !*job || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
-            continue;
-        while (*job && job_char(*job))
-            job++;
-        if (!*job)
+        const char *end = job_end(e->d_name, prefix, k);
+        if (end && !*end && (e->d_type == DT_REG || e->d_type == DT_UNKNOWN))
             removed += sweep_one(dirfd(d), e->d_name, uid);
     }
     closedir(d);
@@ -668,7 +677,7 @@ int pt_cache_sweep(pt_err *err)
 
 /* Disk files whose segment is gone from this node's SHM_DIR but not the file
  * (a job killed where SHM_DIR is per container, emptied at a reboot, or
- * cleaned by hand): SWEEP_DIR/pipetrain-UID-JOB.cache of this user, removed
+ * cleaned by hand): dir/pipetrain-UID-JOB.cache of this user, removed
  * when nobody holds its lock (every user of a disk file holds a shared
  * flock on it, as on the segment), the name still names the file locked,
  * and no segment of that name exists here (whose own sweep decides). */
@@ -683,12 +692,8 @@ int pt_cache_sweep_disk(const char *dir)
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        const char *job = e->d_name + k, *end = job;
-        if (strncmp(e->d_name, prefix, k) != 0 || !*job)
-            continue;
-        while (*end && job_char(*end))
-            end++;
-        if (end == job || strcmp(end, ".cache") != 0)
+        const char *end = job_end(e->d_name, prefix, k);
+        if (!end || strcmp(end, ".cache") != 0)
             continue;
         char segment[300];
         struct stat seen, held;

@@ -35,19 +35,27 @@ static int get_int(const json_t *root, const char *path, const char *key, int lo
     return 0;
 }
 
-int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err)
+/* A config.json (at most 1 MiB) as JSON; errors name the file. */
+static int read_json_file(const char *path, json_t **root, pt_err *err)
 {
-    memset(out, 0, sizeof *out);
+    *root = NULL;
     void *text = NULL;
     size_t n = 0;
     int rc = pt_read_file(path, 1 << 20, &text, &n, err);
     if (rc)
         return rc;
-    json_t *root = NULL;
-    rc = pt_json_load(&root, text, n, err);
+    rc = pt_json_load(root, text, n, err);
     free(text);
+    return rc ? pt_err_prefix(err, "%s", path) : 0;
+}
+
+int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err)
+{
+    memset(out, 0, sizeof *out);
+    json_t *root = NULL;
+    int rc = read_json_file(path, &root, err);
     if (rc)
-        return pt_err_prefix(err, "%s", path);
+        return rc;
     if (!json_is_object(root)) {
         json_decref(root);
         return pt_fail(err, PT_EINPUT, "%s: not a JSON object", path);
@@ -360,16 +368,10 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
 {
     *names = NULL;
     *n = 0;
-    void *text = NULL;
-    size_t len = 0;
-    int rc = pt_read_file(path, 1 << 20, &text, &len, err);
+    json_t *root = NULL;
+    int rc = read_json_file(path, &root, err);
     if (rc)
         return rc;
-    json_t *root = NULL;
-    rc = pt_json_load(&root, text, len, err);
-    free(text);
-    if (rc)
-        return pt_err_prefix(err, "%s", path);
     const json_t *map = json_object_get(root, "id2label");
     const size_t count = json_object_size(map);
     char **out = NULL;
