@@ -6,7 +6,7 @@
  * engine's step ends in an all-reduce over the world, so all ranks agree on
  * every decision, stop requests included.
  */
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "launch/session.h"
 
 #include <signal.h>
@@ -73,7 +73,8 @@ static int log_failed(const pt_session *s, char *msg, size_t n);
 static int save_checkpoint(pt_session *s, pt_err *err)
 {
     loop_at("step %lld: saving a checkpoint", (long long)s->run.step);
-    int rc = pt_checkpoint_save(s, err);
+    const pt_ckpt_run c = pt_session_ckpt(s);
+    int rc = pt_checkpoint_save(&c, err);
     char why[PT_PATH_MAX + 160];
     if (rc && log_failed(s, why, sizeof why)) { /* a full disk, most likely: both say so */
         const size_t at = strlen(err->msg);

@@ -9,7 +9,7 @@
  * of one rank during training is printed by that rank with where it was, and
  * the job is aborted so no rank waits forever for it.
  */
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "launch/session.h"
 #include "formats/formats.h"
 #include "launch/weights.h"
@@ -332,8 +332,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     /* every rank resolves `auto` alike (they see the same directory); the
      * load is collective over the world */
-    if (rc == 0 && *resume)
-        rc = pt_checkpoint_load(s, resume, &err);
+    if (rc == 0 && *resume) {
+        const pt_ckpt_run c = pt_session_ckpt(s);
+        rc = pt_checkpoint_load(&c, resume, &err);
+    }
     /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
     if (rc == 0)
         rc = pt_session_write_profile(s, &err);
@@ -394,8 +396,10 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         checkpoint = latest;
     if (rc == 0)
         rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
-    if (rc == 0 && checkpoint)
-        rc = pt_checkpoint_load_weights(s, checkpoint, &err);
+    if (rc == 0 && checkpoint) {
+        const pt_ckpt_run c = pt_session_ckpt(s);
+        rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
+    }
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";

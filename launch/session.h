@@ -4,11 +4,12 @@
  * threads, data), the training engine built from them (train/), and the
  * run's output (progress, metrics, checkpoints). setup.c wires the config
  * into the engine; loop.c is the training loop around its steps;
- * checkpoint.c saves and resumes.
+ * checkpoint/ saves and resumes it (pt_session_ckpt).
  */
 #ifndef PT_LAUNCH_SESSION_H
 #define PT_LAUNCH_SESSION_H
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "launch/progress.h"
 #include "train/train.h"
@@ -30,6 +31,9 @@ typedef struct pt_session {
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
 } pt_session;
+
+/* The session as checkpoint/ sees it: its engine, config and data. */
+pt_ckpt_run pt_session_ckpt(pt_session *s);
 
 /* Removes from this rank's logs a last line cut short by an earlier run,
  * with a note; under run.dir's lock only. */

@@ -6,8 +6,7 @@
  * pt_session_close, which is safe on a partly built session.
  */
 #include "launch/session.h"
-#include "launch/profile.h"
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include "formats/formats.h"
 #include "launch/weights.h"
@@ -634,6 +633,11 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
 }
 
 /* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */
+pt_ckpt_run pt_session_ckpt(pt_session *s)
+{
+    return (pt_ckpt_run){.run = &s->run, .cfg = &s->cfg, .train = &s->train, .test = &s->test};
+}
+
 void pt_session_rank_file(const pt_session *s, const char *name, char *path, size_t n)
 {
     snprintf(path, n, "%s/%s-rank%d.jsonl", s->cfg.run.dir, name, s->rank);

@@ -1,6 +1,6 @@
 /*
  * fuzz_checkpoint.c: libFuzzer target for the checkpoint manifest reader
- * (launch/checkpoint_read.c): pt_checkpoint_read_config, what export and
+ * (checkpoint/read.c): pt_checkpoint_read_config, what export and
  * eval read, and pt_checkpoint_verify, everything a resume reads, on a
  * manifest made from the input.
  *
@@ -22,7 +22,7 @@
 #include "tests/fuzz/fuzz_util.h"
 
 #include "formats/formats.h"
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * other jobs out: temporary files), and when stage 0 prepares or prunes step
  * directories other than the one being written (incomplete directories).
  */
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include "formats/formats.h"
 

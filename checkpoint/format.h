@@ -1,12 +1,12 @@
 /*
- * checkpoint_format.h (private to launch/checkpoint.c, the writer, and
- * launch/checkpoint_read.c, the reader): what both sides of the checkpoint
- * format must agree on, kept in one place so they cannot drift apart.
+ * format.h (private to checkpoint/: save.c, the writer, read.c, the reader,
+ * and profile.c): what both sides of the checkpoint format must agree on,
+ * kept in one place so they cannot drift apart.
  */
-#ifndef PT_LAUNCH_CHECKPOINT_FORMAT_H
-#define PT_LAUNCH_CHECKPOINT_FORMAT_H
+#ifndef PT_CHECKPOINT_FORMAT_H
+#define PT_CHECKPOINT_FORMAT_H
 
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <jansson.h>
 

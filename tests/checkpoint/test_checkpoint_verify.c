@@ -1,6 +1,6 @@
 /*
  * test_checkpoint_verify.c: pt_checkpoint_verify and pt_checkpoint_read_config
- * (launch/checkpoint.h) on the checkpoint of a tiny real run (the fuzz
+ * (checkpoint/checkpoint.h) on the checkpoint of a tiny real run (the fuzz
  * fixture, tests/fuzz/fixtures/step_0000000002, written by
  * tests/fuzz/make_corpus.py): it verifies; then one defect at a time, each
  * refused with PT_EINPUT and a message that names it. Manifests with one
@@ -8,12 +8,12 @@
  * reached behind a valid CRC.
  */
 #include "formats/formats.h"
-#include "launch/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/launch/test_util.h"
 #include "tests/common/cunit_main.h"
 
 #ifndef PT_FIXTURES
-#error "PT_FIXTURES: tests/fuzz/fixtures (set by tests/launch/CMakeLists.txt)"
+#error "PT_FIXTURES: tests/fuzz/fixtures (set by tests/checkpoint/CMakeLists.txt)"
 #endif
 
 #define STEP "step_0000000002"

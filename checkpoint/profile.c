@@ -1,5 +1,5 @@
 /*
- * profile.c: the planner's measured inputs as JSON (profile.h).
+ * profile.c: the planner's measured inputs as JSON (checkpoint.h).
  *
  *   {"format": "pipetrain-profile-1", "model": {...the manifest's arch...},
  *    "ranks": R, "node_of": [R node indexes], "cores": C, "threads": T,
@@ -11,10 +11,9 @@
  * Numbers are written with 17 significant digits (jansson's default), so a
  * profile read back is the same doubles and plans the same layouts.
  */
-#include "launch/profile.h"
+#include "checkpoint/format.h"
 
 #include "formats/formats.h"
-#include "launch/checkpoint_format.h"
 
 #include <math.h>
 #include <stdio.h>

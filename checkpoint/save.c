@@ -1,7 +1,7 @@
 /*
- * checkpoint.c: the checkpoint directory format (see checkpoint.h) on top of
- * recfile and jansson, and saving checkpoints; checkpoint_read.c reads them
- * (checkpoint_format.h holds what both sides share).
+ * save.c: the checkpoint directory format (see checkpoint.h) on top of
+ * recfile and jansson, and saving checkpoints; read.c reads them (format.h
+ * holds what both sides share).
  *
  * Binding. Every save makes a checkpoint id (128 random bits). Each unit file
  * starts with a "checkpoint" record naming that id, the step and the file's
@@ -17,11 +17,8 @@
  * YAML text); unit files hold float32 little-endian arrays, one record per
  * unit part.
  */
-#include "launch/checkpoint_format.h"
-#include "launch/profile.h"
-
+#include "checkpoint/format.h"
 #include "formats/formats.h"
-#include "launch/session.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -180,9 +177,9 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
     return pt_recwriter_commit(w, err);
 }
 
-static json_t *manifest_json(const pt_session *ss, const char *id, const file_entry *files, int n)
+static json_t *manifest_json(const pt_ckpt_run *c, const char *id, const file_entry *files, int n)
 {
-    const pt_run *r = &ss->run;
+    const pt_run *r = c->run;
     json_t *units = json_object(), *listed = json_object();
     for (int st = 0; st < r->plan.stages; st++) {
         char file[PT_CKPT_FILE_MAX];
@@ -205,7 +202,7 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
     size_t config_len = 0;
     FILE *f = open_memstream(&config, &config_len);
     if (f) {
-        pt_config_write_yaml(&ss->cfg, f);
+        pt_config_write_yaml(c->cfg, f);
         fclose(f);
     }
     json_t *m = json_pack(
@@ -213,7 +210,7 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
         "s:s?}",
         "format", PT_CKPT_FORMAT, "checkpoint", id, "step", (json_int_t)r->step, "epoch",
         (json_int_t)r->epoch, "epoch_step", (json_int_t)r->epoch_step, "batch",
-        (json_int_t)ss->cfg.train.batch, "seed", (json_int_t)ss->cfg.run.seed, "lr", "kind",
+        (json_int_t)c->cfg->train.batch, "seed", (json_int_t)c->cfg->run.seed, "lr", "kind",
         (int)r->lr.kind, "base", r->lr.base, "min", r->lr.min_lr, "warmup", (json_int_t)r->lr.warmup,
         "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", pt_ckpt_arch_json(&r->arch),
         "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
@@ -221,10 +218,10 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
     /* text classification: the label of each class (row of the classifier),
      * so that a resume, an evaluation or an export with other data cannot
      * silently give the rows other meanings */
-    if (m && ss->train.kind == PT_DATA_TEXTCLS && ss->train.label_names) {
+    if (m && c->train->kind == PT_DATA_TEXTCLS && c->train->label_names) {
         json_t *labels = json_array();
-        for (int k = 0; labels && k < ss->train.classes; k++)
-            if (json_array_append_new(labels, json_string(ss->train.label_names[k]))) {
+        for (int k = 0; labels && k < c->train->classes; k++)
+            if (json_array_append_new(labels, json_string(c->train->label_names[k]))) {
                 json_decref(labels);
                 labels = NULL;
             }
@@ -250,12 +247,12 @@ static json_t *manifest_json(const pt_session *ss, const char *id, const file_en
     return m;
 }
 
-static int write_manifest(const pt_session *s, const char *dir, const char *id,
+static int write_manifest(const pt_ckpt_run *c, const char *dir, const char *id,
                           const file_entry *files, int n, pt_err *err)
 {
     char path[PT_CKPT_PATH];
     pt_path_join(path, dir, "manifest");
-    json_t *m = manifest_json(s, id, files, n);
+    json_t *m = manifest_json(c, id, files, n);
     char *text = m && json_object_size(m) ? json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(m);
     if (!text)
@@ -270,12 +267,12 @@ static int write_manifest(const pt_session *s, const char *dir, const char *id,
     return rc;
 }
 
-int pt_checkpoint_save(pt_session *s, pt_err *err)
+int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
 {
-    pt_run *r = &s->run;
-    pt_group *world = pt_comm_world(s->comm);
+    pt_run *r = c->run;
+    pt_group *world = pt_comm_world(r->comm);
     char dir[PT_CKPT_PATH], path[PT_CKPT_PATH];
-    pt_step_dir(s->cfg.run.dir, r->step, dir, sizeof dir);
+    pt_step_dir(c->cfg->run.dir, r->step, dir, sizeof dir);
     /* rank 0 (replica 0's stage 0) makes the id and an empty step directory;
      * replica 0's stages write their units (each unit once) and report the
      * file's digest; rank 0 writes the manifest last, naming them all */
@@ -306,11 +303,11 @@ int pt_checkpoint_save(pt_session *s, pt_err *err)
     rc = all ? pt_allgather(world, &mine, all, sizeof mine, err)
              : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
     if (rc == 0 && r->rank == 0) {
-        rc = write_manifest(s, dir, id, all, n, err);
+        rc = write_manifest(c, dir, id, all, n, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-manifest", r->rank, r->step, err);
         if (rc == 0)
-            pt_rundir_prune(s->cfg.run.dir, s->cfg.train.keep_checkpoints, r->step);
+            pt_rundir_prune(c->cfg->run.dir, c->cfg->train.keep_checkpoints, r->step);
     }
     free(all);
     if ((rc = pt_run_agree(r, rc, err)))

@@ -1,6 +1,6 @@
 /*
- * checkpoint.h (internal to launch/): saving and resuming runs, and the run
- * directory that holds them.
+ * checkpoint.h: saving and resuming runs, the run directory that holds
+ * them, and the planner's measured inputs (the profile) they record.
  *
  * A checkpoint is a directory RUN_DIR/checkpoints/step_NNNNNNNNNN holding one
  * unit file per unit-owning rank (each unit's parameters and, unless frozen,
@@ -18,24 +18,36 @@
  * (temporary files; step directories without a manifest, at the next save)
  * removed.
  */
-#ifndef PT_LAUNCH_CHECKPOINT_H
-#define PT_LAUNCH_CHECKPOINT_H
+#ifndef PT_CHECKPOINT_CHECKPOINT_H
+#define PT_CHECKPOINT_CHECKPOINT_H
 
-#include "launch/session.h"
+#include "config/config.h"
+#include "train/train.h"
+
+#include <jansson.h>
+
+/* One rank's side of a checkpoint: the engine it is saved from or loaded
+ * into, and what that engine was built from (nothing here is owned). */
+typedef struct pt_ckpt_run {
+    pt_run *run;             /* layout, segment, step, freeze and optimizer state; its world */
+    const pt_config *cfg;    /* written into the manifest; run.dir, train.batch, run.seed, ... */
+    const pt_dataset *train; /* its label names (text classification) are recorded and checked */
+    const pt_dataset *test;  /* the labels an evaluation checks */
+} pt_ckpt_run;
 
 /* Saves the run's current state (each unit once: replica 0 writes) and
  * deletes checkpoints beyond train.keep_checkpoints (and incomplete ones).
  * Collective over the world. */
-int pt_checkpoint_save(pt_session *s, pt_err *err);
+int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err);
 
 /* Restores parameters, moments and training state into a session whose
  * model and batch match the checkpoint's (a mismatch is an error naming the
  * key); the layout is re-planned for the checkpoint's frozen prefix first.
  * Collective over the world. */
-int pt_checkpoint_load(pt_session *s, const char *dir, pt_err *err);
+int pt_checkpoint_load(const pt_ckpt_run *c, const char *dir, pt_err *err);
 
 /* Restores only the parameters (for evaluation). Collective over the world. */
-int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err);
+int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err);
 /* The same into one segment, in one process (for export). */
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
 
@@ -114,5 +126,27 @@ void pt_rundir_lock_release(pt_rundir_lock *lock);
  * something else is in them). An existing run.dir keeps everything. */
 void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n);
 void pt_rundir_remove_fresh(const char *run_dir, const char *fresh);
+
+/* ------------------------------------------------ the profile (profile.c)
+ *
+ * The planner's measured inputs (train.h's pt_profile) as JSON. Every
+ * checkpoint's manifest carries the profile its run planned from, so a
+ * resume plans the same layouts; every training run writes
+ * RUN_DIR/profile.json; pipeline.profile hands such a file to a new run.
+ * Files are untrusted: every value is checked, and an error names the file
+ * and the key. */
+
+/* The profile as a JSON object (with the model it was measured for); NULL
+ * when out of memory. */
+json_t *pt_profile_json(const pt_profile *p, const pt_arch *arch);
+/* Parses a profile object into *out (free with pt_profile_free). It must
+ * have been measured for the model `arch`. `where` names the file in
+ * errors. PT_EINPUT when anything is malformed or out of range. */
+int pt_profile_parse(const json_t *o, const pt_arch *arch, const char *where, pt_profile *out,
+                     pt_err *err);
+/* A profile file (profile.json), read and parsed. */
+int pt_profile_read(const char *path, const pt_arch *arch, pt_profile *out, pt_err *err);
+/* Writes one atomically. */
+int pt_profile_write(const char *path, const pt_profile *p, const pt_arch *arch, pt_err *err);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * checkpoint_read.c: reading checkpoints (see checkpoint.h, and checkpoint.c
+ * read.c: reading checkpoints (see checkpoint.h, and save.c
  * for the format and how its files are bound to each other): resuming a run,
  * loading weights for evaluation or export, and the config a checkpoint was
  * saved with.
@@ -8,10 +8,7 @@
  * own step, a unit file only when its size, SHA-256 and own record agree with
  * the manifest, and every value is range-checked before it is used.
  */
-#include "launch/checkpoint_format.h"
-#include "launch/profile.h"
-
-#include "launch/session.h"
+#include "checkpoint/format.h"
 
 #include "formats/formats.h"
 
@@ -451,18 +448,19 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     return rc;
 }
 
-int pt_checkpoint_load_weights(pt_session *s, const char *dir, pt_err *err)
+int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
+    pt_run *r = c->run;
     manifest m;
     int rc = manifest_open(&m, dir, err); /* every rank: the labels */
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
-        rc = check_labels(&m, &s->run.arch, &s->test, s->cfg.data.train_file, err);
-        if (rc == 0 && s->run.active && (rc = check_arch(pt_segment_arch(s->run.seg), &m, 0, err)) == 0)
-            rc = load_units(s->run.seg, &m, 0, err);
+        rc = check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
+        if (rc == 0 && r->active && (rc = check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
+            rc = load_units(r->seg, &m, 0, err);
         manifest_close(&m);
     }
-    return pt_run_agree(&s->run, rc, err);
+    return pt_run_agree(r, rc, err);
 }
 
 /* The training state of the manifest (everything but units and arch). */
@@ -500,14 +498,14 @@ static int read_state(const manifest *m, saved_state *st, pt_err *err)
  * shuffle off) are allowed (the batch and seed are checked, and an epoch
  * that no longer fits its position is refused), but the resume is then no
  * longer the run that did not stop: said once, on stderr. */
-static void note_data_changes(const pt_session *ss, const manifest *m)
+static void note_data_changes(const pt_config *now, const manifest *m)
 {
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
     pt_arch arch;
     pt_err ignored;
     char diff[1024];
     const int have = was && read_config_record(m, was, &arch, &ignored) == 0;
-    if (have && pt_config_differences(was, &ss->cfg, "data.", diff, sizeof diff) > 0)
+    if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0)
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",
@@ -521,7 +519,7 @@ static void note_data_changes(const pt_session *ss, const manifest *m)
     char all[1024] = "";
     int changed = 0;
     for (size_t i = 0; have && i < sizeof training / sizeof *training; i++) {
-        if (pt_config_differences(was, &ss->cfg, training[i], diff, sizeof diff) > 0) {
+        if (pt_config_differences(was, now, training[i], diff, sizeof diff) > 0) {
             size_t at = strlen(all);
             snprintf(all + at, sizeof all - at, "%s%.*s", changed ? ", " : "",
                      (int)(sizeof all - 1 - at), diff);
@@ -537,26 +535,26 @@ static void note_data_changes(const pt_session *ss, const manifest *m)
     free(was);
 }
 
-static int load_state(pt_session *ss, const char *dir, pt_err *err)
+static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
-    pt_run *r = &ss->run;
+    pt_run *r = c->run;
     manifest m;
     saved_state st;
     memset(&st, 0, sizeof st);
     /* every rank goes through the same collectives whatever fails where */
     int rc = manifest_open(&m, dir, err);
     if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0 &&
-        (rc = check_labels(&m, &r->arch, &ss->train, ss->cfg.data.train_file, err)) == 0) {
-        if (st.batch != ss->cfg.train.batch)
+        (rc = check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0) {
+        if (st.batch != c->cfg->train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
                          "the data position is only exact with the same batch",
-                         dir, st.batch, ss->cfg.train.batch);
-        else if (st.seed != ss->cfg.run.seed)
+                         dir, st.batch, c->cfg->train.batch);
+        else if (st.seed != c->cfg->run.seed)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
                          "set it back to resume the same data order",
-                         dir, st.seed, ss->cfg.run.seed);
+                         dir, st.seed, c->cfg->run.seed);
         else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
@@ -574,8 +572,8 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
                 pt_profile_free(&prof);
         }
     }
-    if (rc == 0 && ss->rank == 0)
-        note_data_changes(ss, &m);
+    if (rc == 0 && r->rank == 0)
+        note_data_changes(c->cfg, &m);
     /* every rank learns whether the state was good before the layout changes */
     /* the first layout was planned for the prefix rank 0 read before the
      * lock (layout.c); the checkpoint resolved under it may be another */
@@ -618,9 +616,9 @@ static int load_state(pt_session *ss, const char *dir, pt_err *err)
     return rc;
 }
 
-int pt_checkpoint_load(pt_session *s, const char *dir, pt_err *err)
+int pt_checkpoint_load(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
-    return pt_run_agree(&s->run, load_state(s, dir, err), err);
+    return pt_run_agree(c->run, load_state(c, dir, err), err);
 }
 
 /* The units of a whole model as a resume of any layout reads them (frozen
