@@ -546,16 +546,68 @@ static int config_text(const pt_arch *a, const char *const *labels, int n_labels
     return 0;
 }
 
+int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, pt_err *err)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += text[i] == '\n';
+    if (n > 0 && text[n - 1] != '\n')
+        count++;
+    if (count != (size_t)lines)
+        return pt_fail(err, PT_EINPUT, "'%s' has %zu lines, the model's vocabulary %d", path, count,
+                       lines);
+    return 0;
+}
+
+/* tokenizer_config.json's text (for transformers' BertTokenizer and
+ * BertTokenizerFast), ending in a newline, into *out (malloc'd). */
+static int tokenizer_text(const pt_hf_tokenizer *tok, const char *path, char **out, size_t *len,
+                          pt_err *err)
+{
+    json_t *o = json_pack("{s:s, s:b, s:b, s:n, s:b, s:i, s:s, s:s, s:s, s:s, s:s}", "tokenizer_class",
+                          "BertTokenizer", "do_lower_case", 1, "do_basic_tokenize", 1, "strip_accents",
+                          "tokenize_chinese_chars", 1, "model_max_length", tok->context, "unk_token",
+                          "[UNK]", "sep_token", "[SEP]", "pad_token", "[PAD]", "cls_token", "[CLS]",
+                          "mask_token", "[MASK]");
+    if (o && json_object_set_new(o, "split_special_tokens", json_true()))
+        json_decref(o), o = NULL;
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    char *line = text ? realloc(text, strlen(text) + 2) : NULL;
+    if (!line) {
+        free(text);
+        return pt_fail(err, PT_ENOMEM, "out of memory writing '%s'", path);
+    }
+    *len = strlen(line);
+    line[(*len)++] = '\n';
+    line[*len] = '\0';
+    *out = line;
+    return 0;
+}
+
+/* A file written and synced under its temporary name, to commit later. */
+static int staged(pt_wfile **f, const char *path, const void *data, size_t n, pt_err *err)
+{
+    int rc = pt_wfile_open(f, path, err);
+    if (rc == 0 && ((rc = pt_wfile_write(*f, data, n, err)) || (rc = pt_wfile_sync(*f, err)))) {
+        pt_wfile_abort(*f);
+        *f = NULL;
+    }
+    return rc;
+}
+
 int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *labels, int n_labels,
-                    pt_err *err)
+                    const pt_hf_tokenizer *tok, pt_err *err)
 {
     const pt_arch *a = pt_segment_arch(s);
     const int units = pt_arch_units(a);
     if (a->kind != PT_MODEL_BERT || pt_segment_first(s) != 0 || pt_segment_count(s) != units)
         return pt_fail(err, PT_EINTERNAL, "Hugging Face export needs a whole bert model");
-    char weights[4096], config[4096];
+    char weights[4096], config[4096], vocab[4096], tokcfg[4096];
     if (snprintf(weights, sizeof weights, "%s/model.safetensors", dir) >= (int)sizeof weights ||
-        snprintf(config, sizeof config, "%s/config.json", dir) >= (int)sizeof config)
+        snprintf(config, sizeof config, "%s/config.json", dir) >= (int)sizeof config ||
+        snprintf(vocab, sizeof vocab, "%s/vocab.txt", dir) >= (int)sizeof vocab ||
+        snprintf(tokcfg, sizeof tokcfg, "%s/tokenizer_config.json", dir) >= (int)sizeof tokcfg)
         return pt_fail(err, PT_EINPUT, "%s: path too long", dir);
     int rc = pt_mkdir_p(dir, 0777, err);
     if (rc) /* a place the user named that cannot be made: bad input */
@@ -602,23 +654,30 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
         }
         at += info.numel;
     }
-    /* config.json is written and synced under its temporary name first and
-     * put in place after model.safetensors: an output that cannot be
-     * written (a directory or a FIFO by either name, a full disk) fails
-     * before either file is replaced; what is left to fail after the
-     * weights are in place is config.json's rename (and a directory fsync) */
+    /* config.json (and the tokenizer's files) are written and synced under
+     * temporary names first and put in place after model.safetensors: an
+     * output that cannot be written (a directory or a FIFO by any name, a
+     * full disk) fails before any file is replaced; what is left to fail
+     * after the weights are in place is the renames (and a directory
+     * fsync), config.json's last */
     const char *meta[] = {"format", "pt", NULL};
-    char *text = NULL;
-    size_t len = 0;
-    pt_wfile *cf = NULL;
+    char *text = NULL, *tok_text = NULL;
+    size_t len = 0, tok_len = 0;
+    pt_wfile *files[3] = {NULL, NULL, NULL}; /* vocab.txt, tokenizer_config.json, config.json */
+    if (rc == 0 && tok && (rc = tokenizer_text(tok, tokcfg, &tok_text, &tok_len, err)) == 0 &&
+        (rc = staged(&files[0], vocab, tok->vocab, tok->vocab_bytes, err)) == 0)
+        rc = staged(&files[1], tokcfg, tok_text, tok_len, err);
     if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0 &&
-        (rc = pt_wfile_open(&cf, config, err)) == 0 && (rc = pt_wfile_write(cf, text, len, err)) == 0 &&
-        (rc = pt_wfile_sync(cf, err)) == 0 && (rc = pt_st_write(weights, t, i, meta, err)) == 0) {
-        rc = pt_wfile_commit(cf, err);
-        cf = NULL;
+        (rc = staged(&files[2], config, text, len, err)) == 0)
+        rc = pt_st_write(weights, t, i, meta, err);
+    for (int f = 0; f < 3; f++) { /* in place in order, or none after a failure */
+        if (files[f] && rc == 0)
+            rc = pt_wfile_commit(files[f], err);
+        else
+            pt_wfile_abort(files[f]);
     }
-    pt_wfile_abort(cf);
     free(text);
+    free(tok_text);
 done:
     free(host);
     free(t);

@@ -76,14 +76,29 @@ int pt_hf_bert_load(pt_segment *s, const char *weights_path, int *head_loaded, p
 int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err);
 void pt_hf_labels_free(char **names, int n);
 
+/* The tokenizer an export carries: vocab.txt's bytes (vocab lines) and
+ * the tokens per example the model trained with. */
+typedef struct pt_hf_tokenizer {
+    const char *vocab;
+    size_t vocab_bytes;
+    int context;
+} pt_hf_tokenizer;
+
+/* Checks that a vocab.txt's bytes hold `lines` lines (the last may lack its
+ * newline): 0, or PT_EINPUT naming path. */
+int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, pt_err *err);
+
 /* Writes the segment's units (the whole model) under Hugging Face's names
  * into dir/model.safetensors and the matching dir/config.json (BertModel,
  * with the dropout probabilities the model trained with, and id2label and
- * label2id from labels[0..n_labels) when n_labels > 0), each atomically,
- * config.json last; what cannot be written fails before either file is
- * replaced. dir is created if missing. The classifier goes into
- * model.safetensors as head.fc.weight and head.fc.bias. */
+ * label2id from labels[0..n_labels) when n_labels > 0), and with tok (NULL:
+ * none) dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer, uncased,
+ * accents stripped, CJK split, special tokens in texts split as text, as
+ * tokenize/ does), each atomically, config.json last; what cannot be
+ * written fails before any file is replaced. dir is created if missing.
+ * The classifier goes into model.safetensors as head.fc.weight and
+ * head.fc.bias. */
 int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *labels, int n_labels,
-                    pt_err *err);
+                    const pt_hf_tokenizer *tok, pt_err *err);
 
 #endif

@@ -28,11 +28,17 @@ static void on_stop_signal(int sig)
         _exit(128 + sig);
     stop_signal = sig;
     const char *where = current_where;
-    if (where) {
+    if (where) { /* one write, so ranks sharing a terminal do not mix their lines */
         static const char head[] = "pipetrain: signal received while at ";
-        ssize_t ignored = write(STDERR_FILENO, head, sizeof head - 1);
-        ignored = write(STDERR_FILENO, where, strlen(where));
-        ignored = write(STDERR_FILENO, "\n", 1);
+        char line[512];
+        size_t n = sizeof head - 1, w = strlen(where);
+        memcpy(line, head, n);
+        if (w > sizeof line - 1 - n)
+            w = sizeof line - 1 - n;
+        memcpy(line + n, where, w);
+        n += w;
+        line[n++] = '\n';
+        ssize_t ignored = write(STDERR_FILENO, line, n);
         (void)ignored;
     }
 }
@@ -169,9 +175,13 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
     int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, NULL, &ev, err);
     if (rc)
         return rc;
-    pt_progress_note(&s->progress, "eval  epoch %lld step %lld: test loss %.4f, accuracy %.2f%% (%lld examples)",
-                     (long long)r->epoch, (long long)r->step, ev.loss, 100.0 * ev.accuracy,
-                     (long long)ev.examples);
+    /* epochs counted from 1, as the progress lines count them */
+    const int ended = r->epoch_step == 0 && r->epoch > 0;
+    pt_progress_note(&s->progress,
+                     "eval  step %lld (%s epoch %lld of %lld): test loss %.4f, accuracy %.2f%% (%lld "
+                     "examples)",
+                     (long long)r->step, ended ? "end of" : "in", (long long)(ended ? r->epoch : r->epoch + 1),
+                     (long long)c->train.epochs, ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
     json_t *o = pt_metrics_event("eval");
     json_object_set_new(o, "step", json_integer(r->step));
     json_object_set_new(o, "epoch", json_integer(r->epoch));
@@ -271,12 +281,17 @@ int pt_session_train(pt_session *s, pt_err *err)
     pt_progress_note(&s->progress,
                      "pipetrain: %s, %zu parameters, %lld training / %lld test examples, batch %lld, "
                      "%lld steps, %s: K = %d stage%s x D = %d replica%s, M = %d, %s backend with %d "
-                     "threads per rank",
+                     "thread%s per rank",
                      pt_config_word("model.kind", c->model.kind), params, (long long)s->train.count,
                      (long long)s->test.count, c->train.batch, (long long)r->total_steps,
                      pt_layout_mode(r), r->plan.stages, r->plan.stages == 1 ? "" : "s",
                      r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
-                     pt_backend_name(s->be), s->threads);
+                     pt_backend_name(s->be), s->threads, s->threads == 1 ? "" : "s");
+    if (r->step == 0 && c->train.warmup_steps >= r->total_steps && r->total_steps > 0)
+        pt_progress_note(&s->progress,
+                         "note: train.warmup_steps = %lld is not below the run's %lld steps: the "
+                         "learning rate never reaches train.lr",
+                         c->train.warmup_steps, (long long)r->total_steps);
     if (r->step > 0)
         pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
@@ -312,7 +327,7 @@ int pt_session_train(pt_session *s, pt_err *err)
             pt_sampler_set_epoch(&r->sampler, r->epoch);
         pt_step_result res;
         const int timed = c->run.profile_ops && r->step >= profile_from;
-        const double step_start = timed ? pt_now() : 0.0;
+        const double step_start = pt_now();
         pt_op_profile_record(s->be, timed);
         /* a log that cannot be written (a full disk) stops the run as a
          * signal does, with a checkpoint, rather than train on without it */
@@ -323,8 +338,9 @@ int pt_session_train(pt_session *s, pt_err *err)
         pt_op_profile_record(s->be, 0);
         if (rc)
             break;
+        const double step_s = pt_now() - step_start;
         if (timed) {
-            profiled_s += pt_now() - step_start;
+            profiled_s += step_s;
             profiled++;
         }
         /* Every rank stops after the same step: the one whose combine first
@@ -337,7 +353,7 @@ int pt_session_train(pt_session *s, pt_err *err)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
                               per_epoch, res.loss, res.lr, res.grad_norm, res.examples,
-                              (int64_t)res.allreduce.bytes, res.allreduce.total_s,
+                              step_s, (int64_t)res.allreduce.bytes, res.allreduce.total_s,
                               res.allreduce.exposed_s};
         pt_progress_step(&s->progress, &rep);
         if (s->rank_metrics)

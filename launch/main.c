@@ -36,10 +36,11 @@ static const char usage[] =
     "        the head)\n"
     "  plan CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        print the topology, the pipeline layout, predicted time and memory, and exit\n"
-    "  export CHECKPOINT_DIR OUT.safetensors\n"
-    "        the checkpoint's weights as safetensors, with PyTorch names and shapes;\n"
-    "        model.kind bert: OUT is a directory that gets a Hugging Face BERT\n"
-    "        (model.safetensors with transformers' names, config.json)\n"
+    "  export CHECKPOINT_DIR OUT\n"
+    "        the checkpoint's weights as safetensors (OUT), with PyTorch names and\n"
+    "        shapes; model.kind bert: OUT is a directory that gets a Hugging Face\n"
+    "        BERT (model.safetensors with transformers' names, config.json, and the\n"
+    "        run's vocab.txt with a tokenizer_config.json)\n"
     "  keys  every configuration key, its default and what it allows (Markdown)\n"
     "\n"
     "train, eval and plan run under mpirun for several ranks, e.g.\n"
@@ -532,9 +533,22 @@ static int cmd_export(int argc, char **argv)
         if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
             char **labels = NULL;
             int n_labels = 0;
+            /* the tokenizer the run used (data.vocab), when it is still there */
+            void *vocab = NULL;
+            pt_hf_tokenizer tok = {NULL, 0, arch.context};
+            pt_err why = {0};
+            if (pt_read_file(cfg->data.vocab, (size_t)64 << 20, &vocab, &tok.vocab_bytes, &why) == 0 &&
+                pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
+                tok.vocab = vocab;
+            else
+                fprintf(stderr, "pipetrain: note: the export has no tokenizer files: the run's "
+                        "data.vocab: %s\n", why.msg);
             if ((rc = pt_checkpoint_read_labels(argv[2], arch.classes, &labels, &n_labels, &err)) == 0 &&
-                (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels, &err)) == 0)
-                printf("wrote %s/model.safetensors and %s/config.json\n", argv[3], argv[3]);
+                (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels,
+                                      tok.vocab ? &tok : NULL, &err)) == 0)
+                printf("wrote %s: model.safetensors, config.json%s\n", argv[3],
+                       tok.vocab ? ", vocab.txt, tokenizer_config.json" : "");
+            free(vocab);
             for (int k = 0; k < n_labels; k++)
                 free(labels[k]);
             free(labels);

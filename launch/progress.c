@@ -27,7 +27,7 @@ int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, in
     p->tty = isatty(STDERR_FILENO);
     p->quiet = quiet;
     p->every = every > 0 ? every : 1;
-    p->start = p->window_start = pt_now();
+    p->start = pt_now();
     if (metrics_path) {
         int rc = pt_log_open(metrics_path, &p->metrics, err);
         if (rc)
@@ -62,15 +62,27 @@ static void format_duration(double s, char *out, size_t n)
 void pt_progress_step(pt_progress *p, const pt_step_report *s)
 {
     double now = pt_now();
-    p->samples += s->samples;
-    p->window_samples += s->samples;
-    /* samples/s over a window of at least two seconds, so it is steady */
-    if (now - p->window_start >= 2.0 || p->rate == 0) {
-        if (now > p->window_start)
-            p->rate = (double)p->window_samples / (now - p->window_start);
-        p->window_start = now;
-        p->window_samples = 0;
+    if (p->steps == 0)
+        p->first_end = now;
+    p->ring[p->steps % PT_RATE_RING].s = s->step_s;
+    p->ring[p->steps % PT_RATE_RING].n = s->samples;
+    p->steps++;
+    /* samples/s over the newest steps that together took at least the
+     * window (all of them while fewer), without the first step once there
+     * are others: steady, and not lowered by evaluations or checkpoints */
+    double secs = 0.0;
+    int64_t n = 0;
+    const int64_t oldest = p->steps > PT_RATE_RING ? p->steps - PT_RATE_RING : (p->steps > 1);
+    for (int64_t i = p->steps - 1; i >= oldest && secs < PT_RATE_WINDOW_S; i--) {
+        secs += p->ring[i % PT_RATE_RING].s;
+        n += p->ring[i % PT_RATE_RING].n;
     }
+    if (p->steps == 1) {
+        secs = s->step_s;
+        n = s->samples;
+    }
+    if (secs > 0.0)
+        p->rate = (double)n / secs;
     if (p->metrics) {
         json_t *o = pt_metrics_event("step");
         json_object_set_new(o, "step", json_integer(s->step));
@@ -79,6 +91,7 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
         json_object_set_new(o, "lr", pt_json_number(s->lr));
         json_object_set_new(o, "grad_norm", pt_json_number(s->grad_norm));
         json_object_set_new(o, "samples_per_s", pt_json_number(p->rate));
+        json_object_set_new(o, "step_s", pt_json_number(s->step_s));
         json_object_set_new(o, "allreduce_bytes", json_integer(s->allreduce_bytes));
         json_object_set_new(o, "allreduce_s", pt_json_number(s->allreduce_s));
         json_object_set_new(o, "allreduce_exposed_s", pt_json_number(s->allreduce_exposed_s));
@@ -87,7 +100,10 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
     }
     if (p->quiet)
         return;
-    double per_step = (now - p->start) / (double)(s->step > 0 ? s->step : 1);
+    /* the wall time per step since this process's first step, evaluations
+     * and checkpoints included (they recur); the first step's own time
+     * until there is more */
+    const double per_step = p->steps > 1 ? (now - p->first_end) / (double)(p->steps - 1) : s->step_s;
     char eta[32];
     format_duration(per_step * (double)(s->total_steps - s->step), eta, sizeof eta);
     if (p->tty) {

@@ -15,6 +15,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+enum { PT_RATE_RING = 4096 };
+#define PT_RATE_WINDOW_S 2.0
+
 typedef struct pt_progress {
     FILE *metrics;      /* NULL: no metrics file */
     char metrics_path[PT_PATH_MAX + 32];
@@ -24,10 +27,13 @@ typedef struct pt_progress {
     int64_t every;      /* steps between plain lines */
     double start;       /* monotonic seconds at open */
     double last_draw;   /* monotonic seconds of the last redraw */
-    double window_start;     /* for samples/s: time and samples at the window start */
-    int64_t window_samples;
-    int64_t samples;         /* since open */
+    /* samples/s: the last steps' examples and own seconds (a ring), over
+     * at least PT_RATE_WINDOW_S of step time; this process's first step
+     * (first touches of memory) counts only until others follow it */
+    struct { double s; int64_t n; } ring[PT_RATE_RING];
+    int64_t steps;           /* steps reported by this process */
     double rate;             /* last samples/s */
+    double first_end;        /* monotonic seconds at the end of this process's first step */
     int line_open;           /* a progress line is drawn without a newline */
 } pt_progress;
 
@@ -43,6 +49,7 @@ typedef struct pt_step_report {
     int64_t epoch_step, epoch_steps;
     double loss, lr, grad_norm;
     int64_t samples; /* examples in this step */
+    double step_s;   /* the step's own wall seconds (no evaluation, checkpoint or logging) */
     /* this rank's gradient all-reduce: bytes sent, seconds in all, seconds
      * left exposed after compute */
     int64_t allreduce_bytes;

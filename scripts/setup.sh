@@ -18,7 +18,7 @@ packages=(
   libopenblas-openmp-dev zlib1g-dev libjansson-dev libssl-dev libutf8proc-dev
   clang-14 libclang-rt-14-dev libomp-14-dev
   dataset-fashion-mnist bible-kjv
-  python3-torch python3-numpy python3-venv
+  python3-torch python3-numpy python3-venv python3-pip
   iproute2
 )
 missing=()

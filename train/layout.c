@@ -594,8 +594,8 @@ void pt_layout_print(const pt_run *r, FILE *out)
                 r->bw_intra / 1e6, r->bw_inter > 0 ? "measured below" : "none", 1e6 * r->latency);
     if (r->bw_inter > 0)
         fprintf(out, "  between nodes: %.0f MB/s\n", r->bw_inter / 1e6);
-    fprintf(out, "mode: %s, device %s (%d threads per rank)\n", pt_layout_mode(r),
-            pt_backend_name(r->be), r->spec.threads);
+    fprintf(out, "mode: %s, device %s (%d thread%s per rank)\n", pt_layout_mode(r),
+            pt_backend_name(r->be), r->spec.threads, r->spec.threads == 1 ? "" : "s");
     /* how the backend's threads wait for each other (nn/cpu_pool.c) */
     char waiting[160];
     pt_backend_waiting(r->be, waiting, sizeof waiting);
