@@ -286,6 +286,84 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
     return rc ? exit_code(rc) : exit_code(PT_EPEER);
 }
 
+/* The first line where two YAML texts differ, as "section.key: value"
+ * (its top-level section before it), into out; 0 when they are equal. */
+static int first_difference(const char *mine, const char *theirs, char *out, size_t n)
+{
+    char section[128] = "";
+    for (;;) {
+        const char *me = strchr(mine, '\n'), *te = strchr(theirs, '\n');
+        const size_t ml = me ? (size_t)(me - mine) : strlen(mine);
+        const size_t tl = te ? (size_t)(te - theirs) : strlen(theirs);
+        if (ml != tl || memcmp(mine, theirs, ml) != 0) {
+            const char *key = mine;
+            size_t kl = ml;
+            while (kl > 0 && *key == ' ')
+                key++, kl--;
+            snprintf(out, n, "%s%s%.*s", key != mine ? section : "", key != mine ? "." : "",
+                     (int)(kl < 200 ? kl : 200), key);
+            return 1;
+        }
+        if (!me || !te)
+            return 0;
+        if (ml > 0 && mine[0] != ' ' && mine[ml - 1] == ':')
+            snprintf(section, sizeof section, "%.*s", (int)(ml - 1 < 127 ? ml - 1 : 127), mine);
+        mine = me + 1;
+        theirs = te + 1;
+    }
+}
+
+/* Every rank reads CONFIG and --set itself, and they must agree: a config
+ * through a pipe reaches rank 0 alone, and ranks that plan or step
+ * differently wait for each other forever or exchange buffers of other
+ * sizes. Rank 0's resolved configuration goes to every rank; one whose own
+ * differs refuses to start, naming the first key. */
+static int same_config(pt_comm *comm, const pt_config *cfg, pt_err *err)
+{
+    if (pt_comm_size(comm) == 1)
+        return 0;
+    char *mine = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&mine, &len);
+    if (!f)
+        return pt_fail(err, PT_ENOMEM, "out of memory comparing the ranks' configs");
+    pt_config_write_yaml(cfg, f);
+    fclose(f);
+    pt_group *world = pt_comm_world(comm);
+    const int rank = pt_comm_rank(comm);
+    int64_t n0 = (int64_t)len;
+    int rc = pt_bcast(world, &n0, sizeof n0, 0, err);
+    char *theirs = rc == 0 ? calloc((size_t)n0 + 1, 1) : NULL;
+    if (rc == 0 && !theirs) { /* the others are already in the broadcast */
+        fprintf(stderr, "pipetrain: error: out of memory comparing the ranks' configs\n");
+        pt_comm_abort(comm, 1);
+    }
+    if (rc == 0 && rank == 0)
+        memcpy(theirs, mine, (size_t)n0);
+    if (rc == 0)
+        rc = pt_bcast(world, theirs, (size_t)n0, 0, err);
+    char diff[256];
+    int64_t differ = rc == 0 && first_difference(mine, theirs, diff, sizeof diff), any = differ;
+    /* every rank, whether it differs or not, learns whether any does */
+    if (rc == 0)
+        rc = pt_allreduce_sum(world, &any, 1, PT_DT_I64, err);
+    if (differ)
+        rc = pt_fail(err, PT_EINPUT,
+                     "config '%s': rank %d reads another configuration than rank 0 (its '%s' is not "
+                     "rank 0's): every rank reads CONFIG and --set itself, so give each the same file "
+                     "and options (a config through a pipe reaches rank 0 alone)",
+                     cfg->source, rank, diff);
+    /* the ranks that agree with rank 0 stop as bad input too, silently: the
+     * job's exit status is 2 whichever rank mpirun reports */
+    else if (rc == 0 && any > 0) {
+        rc = pt_fail(err, PT_EINPUT, "another rank reads another configuration");
+        err->relayed = 1;
+    }
+    free(theirs);
+    free(mine);
+    return rc;
+}
+
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -604,6 +682,8 @@ int main(int argc, char **argv)
     rc = a ? read_config(argc, argv, a, run_cmd == cmd_eval, &err)
            : pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
     int code = setup_failed(comm, rc, &err);
+    if (code == 0)
+        code = setup_failed(comm, same_config(comm, &a->cfg, &err), &err);
     if (code == 0)
         code = run_cmd(comm, a);
     free(a);

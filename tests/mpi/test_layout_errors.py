@@ -7,8 +7,15 @@ The case a tester found: train.batch 5 over 2 replicas gives shares of 3
 and 2 examples, so 3 micro-batches fit one replica and not the other;
 `plan` printed a layout and `train` aborted every rank at step 1. The
 smallest share is batch / D (floor), and M up to it is accepted (the
-boundary case trains)."""
+boundary case trains).
+
+Ranks that read different configurations (a config through a pipe reaches
+rank 0 alone; a launch with other --set per rank) are refused before
+anything runs, exit 2, the rank that differs naming the first key: they
+used to hang in a pipeline, or corrupt the heap in the gradient all-reduce
+(MPI_ERR_TRUNCATE) of replicas, or train replicas apart in silence."""
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -94,6 +101,47 @@ def damaged_stage_file(tools, work):
     return failures
 
 
+def configs_differ(tools, work):
+    run = os.path.join(work, "run-differ")
+    cfg = os.path.join(work, "differ.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=1, replicas=2, micro=1))
+    failures = 0
+    base = [tools.mpiexec, "--oversubscribe"]
+    cases = [  # (name, command, stdin, words)
+        ("a config on stdin", base + ["-np", "2", tools.pipetrain, "train", "/dev/stdin"], cfg,
+         ["rank 1: error: config '/dev/stdin': rank 1 reads another configuration than rank 0",
+          "run.dir"]),
+        ("another --set on rank 1", base + ["-np", "1", tools.pipetrain, "train", cfg, "--set",
+                                            "train.lr=0.01", ":", "-np", "1", tools.pipetrain,
+                                            "train", cfg, "--set", "train.lr=0.0001"], None,
+         ["rank 1: error: config '%s': rank 1 reads another configuration" % cfg,
+          "'train.lr: 0.0001'"]),
+    ]
+    for name, cmd, stdin, words in cases:
+        before = shm()
+        with open(stdin or os.devnull) as inp:
+            r = subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=inp, capture_output=True,
+                               text=True, timeout=120)
+        out = r.stdout + r.stderr
+        problems = ["the output lacks %r" % w for w in words if w not in out]
+        if r.returncode != 2:
+            problems.append("exit status %d, not 2" % r.returncode)
+        if "rank 0: error" in out or "another rank reads" in out:
+            problems.append("a rank that agrees with rank 0 printed a message")
+        if os.path.exists(run):
+            problems.append("run.dir was created")
+        if shm() != before:
+            problems.append("shared memory left")
+        if problems:
+            failures += 1
+            print("FAIL configs differ (%s): %s\n%s" % (name, "; ".join(problems), out[-2000:]),
+                  flush=True)
+        else:
+            print("ok   configs differ (%s): refused, exit 2" % name, flush=True)
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -156,6 +204,7 @@ def main():
             else:
                 print("ok   boundary: batch %d, D 2, M 2 trains" % batch)
         failures += damaged_stage_file(tools, work)
+        failures += configs_differ(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
