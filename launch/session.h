@@ -29,6 +29,7 @@ typedef struct pt_session {
     FILE *sample_log;      /* run.log_samples: the sample ids of each step */
     int rank_metrics_errno; /* the first failed write to rank_metrics (then no more); 0 */
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
+    pt_profile profile_fallback; /* pipeline.profile's beside a resumed checkpoint's (rank 0) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
 } pt_session;
 

@@ -678,8 +678,10 @@ int pt_session_cut_logs(pt_session *s, pt_err *err)
 /* The profile the engine plans from, read by rank 0 alone (the engine uses
  * rank 0's): a resumed checkpoint's own when it has one, so the resumed run
  * makes the saved run's layouts whatever became of files outside it (a bad
- * one is the load's to report); else pipeline.profile's (an error names the
- * key); else none. Every rank learns whether rank 0 failed. */
+ * one is the load's to report), with pipeline.profile's as the fallback
+ * for a world the checkpoint's does not fit; else pipeline.profile's (an
+ * error names the key); else none. Every rank learns whether rank 0
+ * failed. */
 static int given_profile(pt_session *s, const char *resume, int *strict, pt_err *err)
 {
     const pt_config *c = &s->cfg;
@@ -692,10 +694,12 @@ static int given_profile(pt_session *s, const char *resume, int *strict, pt_err 
             memset(&s->profile, 0, sizeof s->profile);
         if (s->profile.ranks && *c->pipeline.profile)
             fprintf(stderr, "pipetrain: note: resuming %s, which carries the measurements its run "
-                    "planned from: they are used, not pipeline.profile's\n", resume);
-        if (!s->profile.ranks && *c->pipeline.profile) {
-            *strict = 1;
-            if ((rc = pt_profile_read(c->pipeline.profile, &s->arch, &s->profile, err)))
+                    "planned from: they are used where they fit this world, else "
+                    "pipeline.profile's\n", resume);
+        if (*c->pipeline.profile) {
+            pt_profile *into = s->profile.ranks ? &s->profile_fallback : &s->profile;
+            *strict = !s->profile.ranks;
+            if ((rc = pt_profile_read(c->pipeline.profile, &s->arch, into, err)))
                 pt_config_key_prefix(c, err, "pipeline.profile");
         }
     }
@@ -801,9 +805,10 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = given_profile(s, resume, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
+    spec.profile_fallback = s->profile_fallback.ranks ? &s->profile_fallback : NULL;
     spec.resume_depth = s->resume_depth;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
-        if (rc == PT_EINPUT && s->rank == 0 && spec.profile_strict &&
+        if (rc == PT_EINPUT && s->rank == 0 && (spec.profile_strict || spec.profile_fallback) &&
             strncmp(err->msg, "measured on another", 19) == 0) {
             char why[sizeof err->msg];
             snprintf(why, sizeof why, "%s", err->msg);
@@ -875,6 +880,7 @@ void pt_session_close(pt_session *s)
         fclose(s->sample_log);
     pt_run_close(&s->run);
     pt_profile_free(&s->profile);
+    pt_profile_free(&s->profile_fallback);
     if (s->be)
         pt_backend_close(s->be);
     pt_dataset_free(&s->train);

@@ -170,6 +170,13 @@ static int use_given_profile(pt_run *r, int costs, int small, int large, pt_err 
     int64_t use = 0;
     if (r->rank == 0 && p && (costs || r->ranks > 1)) { /* else nothing is measured */
         use = profile_fits(r, p, costs, small, large, why, sizeof why);
+        if (!use && !r->spec.profile_strict && r->spec.profile_fallback) {
+            fprintf(stderr, "pipetrain: note: the checkpoint's measurements of unit costs and links "
+                    "do not apply here (%s); planning from pipeline.profile's\n", why);
+            r->spec.profile = r->spec.profile_fallback; /* rank 0's: the one that is read */
+            r->spec.profile_strict = 1;
+            use = profile_fits(r, r->spec.profile, costs, small, large, why, sizeof why);
+        }
         if (!use && r->spec.profile_strict)
             use = -pt_fail(err, PT_EINPUT, "measured on another world: %s", why);
         else if (!use)

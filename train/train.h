@@ -79,6 +79,10 @@ typedef struct pt_train_spec {
      * profile a resumed checkpoint carries) */
     const struct pt_profile *profile;
     int profile_strict;
+    /* a strict profile to plan from when `profile` (not strict) does not
+     * fit this world: pipeline.profile's, given beside a resumed
+     * checkpoint's (NULL: none) */
+    const struct pt_profile *profile_fallback;
     /* frozen blocks of the checkpoint a train run resumes (rank 0's reading;
      * 0: none): when no layout fits the whole model's training memory, the
      * first layout is planned for that frozen prefix, as the saved run's

@@ -6,8 +6,16 @@ K stages and resumed with K' stages must end at step 16 with the same
 weights and per-step losses as a run that never stopped (1e-5 relative; in
 practice bit-identical). Covered: 2 -> 1, 1 -> 4, 4 -> 2, 3 -> 1 and back 1 -> 3.
 
+A resume on another number of ranks with pipeline.profile: the checkpoint's
+own measurements (2 ranks) do not fit 3 ranks, so the given profile of 3
+ranks is planned from (it used to be ignored for measuring again): the
+resumed run's profile.json holds that file's unit costs, and two such
+resumes are bit-identical.
+
 usage: test_resume_across_layouts.py PIPETRAIN MPIEXEC"""
+import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -17,6 +25,39 @@ import harness as h  # noqa: E402
 CONFIG = "configs/vit_fmnist.yaml"
 TOL = 1e-5
 COMMON = dict(train__eval_examples=64, train__checkpoint_every=8, pipeline__microbatches=4, run__threads=1)
+
+
+def profile_beside_checkpoint(tools, work):
+    auto = dict(COMMON, pipeline__microbatches="auto")
+    saved = os.path.join(work, "saved-on-2")
+    tools.run(2, ["train", CONFIG] + h.sets(run__dir=saved, train__max_steps=8, **auto))
+    measured = os.path.join(work, "measured-on-3")
+    tools.run(3, ["train", CONFIG] + h.sets(run__dir=measured, train__max_steps=1, **auto))
+    given = os.path.join(measured, "profile.json")
+    runs = []
+    for name in ("resumed-a", "resumed-b"):
+        run_dir = os.path.join(work, name)
+        shutil.copytree(os.path.join(saved, "checkpoints"), os.path.join(run_dir, "checkpoints"))
+        _, _, out = tools.run(3, ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=16,
+                                                             train__resume="auto",
+                                                             pipeline__profile=given, **auto))
+        if "planning from pipeline.profile's" not in out:
+            print("FAIL profile beside a checkpoint: no note of planning from pipeline.profile:\n"
+                  + out[-2000:])
+            return ["profile beside checkpoint"]
+        with open(given) as f, open(os.path.join(run_dir, "profile.json")) as g:
+            want, got = json.load(f)["costs"], json.load(g)["costs"]
+        if want != got:
+            print("FAIL profile beside a checkpoint: %s planned from other unit costs than %s"
+                  % (name, given))
+            return ["profile beside checkpoint"]
+        runs.append((h.step_losses(run_dir), tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")))
+    (la, wa), (lb, wb) = runs
+    if la != lb or any(not (wa[k] == wb[k]).all() for k in wa):
+        print("FAIL profile beside a checkpoint: two resumes from pipeline.profile differ")
+        return ["profile beside checkpoint"]
+    print("ok   a resume on 3 ranks of a 2-rank checkpoint plans from pipeline.profile, bit-identical twice")
+    return []
 
 
 def main():
@@ -38,6 +79,7 @@ def main():
                                       got[0], got[1], TOL)
             if not worst <= TOL:
                 failures.append("%d->%d" % (first, second))
+        failures += profile_beside_checkpoint(tools, work)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
     print("resume across layouts: passed")
