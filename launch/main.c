@@ -567,7 +567,7 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     pt_session *s = calloc(1, sizeof *s);
     if (!s)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
-    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_EVAL, NULL, &err);
+    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, NULL, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0 && pt_comm_rank(comm) == 0) {
         printf("rank 0: %s\n", s->binding);
         pt_layout_print(&s->run, stdout);

@@ -743,6 +743,10 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if (mode == PT_RUN_TRAIN && resume && *resume &&
         pt_checkpoint_read_depth(resume, s->arch.layers, &s->resume_depth, &unread) != 0)
         s->resume_depth = 0;
+    /* an evaluation keeps no gradients or moments and saves nothing for a
+     * backward: its memory is that of a model frozen whole */
+    if (mode == PT_RUN_EVAL)
+        s->resume_depth = s->arch.layers;
     int rc;
     if ((rc = resolve_dropout(s, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))

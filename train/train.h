@@ -188,7 +188,10 @@ typedef struct pt_run {
     int where_next;
 } pt_run;
 
-typedef enum { PT_RUN_TRAIN, PT_RUN_EVAL } pt_run_mode;
+/* What a run is built for: training; evaluation (a model with no gradients,
+ * moments or saved activations); or a plan of training that runs nothing
+ * (the engine builds it as for an evaluation). */
+typedef enum { PT_RUN_TRAIN, PT_RUN_EVAL, PT_RUN_PLAN } pt_run_mode;
 
 /* run.c: builds this rank's engine: sampler and schedule (training), freeze
  * state, layout (profiling and planning, collective over the world) and the

@@ -367,6 +367,27 @@ def test_plan_writes_nothing(h):
     check(not os.path.exists(run_dir), "plan created run.dir")
 
 
+def test_eval_under_training_memory(h):
+    """An evaluation keeps no gradients, moments or saved activations: under
+    a pipeline.memory_gib that holds the model for inference but not for
+    training, eval (of a checkpoint and --init) runs, while train and plan
+    (which plans training) are refused naming the key."""
+    run_dir = h.path("run")
+    keys = {"model.dim": "32", "model.layers": "4", "model.heads": "2", "model.patch": "7",
+            "data.kind": "synthetic_images", "data.synthetic_examples": "240",
+            "train.batch": "15", "train.epochs": "1", "train.eval_examples": "48",
+            "run.dir": run_dir, "run.threads": "1"}
+    cfg = U.write_config(h, "c.yaml", keys)
+    h.run(["train", cfg]).expect(0)
+    tight = ["--set", "pipeline.memory_gib=0.0007"]
+    for args in (["eval", cfg], ["eval", cfg, "--init"]):
+        r = h.run(args + tight).expect(0, " ".join(args) + " under a training-sized limit")
+        check("test accuracy" in r.out, "eval printed no accuracy:\n%s", r.out)
+    for cmd in ("plan", "train"):
+        r = h.run([cmd, cfg, "--set", "run.dir=" + h.path("run2")] + tight).expect(2, cmd)
+        check("pipeline.memory_gib" in r.err, "%s did not name the key:\n%s", cmd, r.err)
+
+
 def test_waiting_threads(h):
     """`plan` says how the CPU backend's threads wait for each other
     (nn/cpu_pool.c): by default a spin of at most SPIN_CAP_NS that shrinks
@@ -473,6 +494,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
+           test_eval_under_training_memory,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
