@@ -93,9 +93,19 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step);
  * 0 if found, PT_EINPUT (with a message) if there is none. */
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
 
-/* An empty step directory for a new save: an existing one loses its manifest
- * first (so it stops being a checkpoint before anything else changes). */
-int pt_rundir_prepare_step(const char *dir, pt_err *err);
+/* The newest step directory under RUN_DIR/checkpoints that is newer than
+ * checkpoint `latest` (a path as pt_checkpoint_latest gives) and not a
+ * complete checkpoint (a save that did not finish, a damaged manifest), or
+ * -1: what `auto` passed over, for a note. */
+int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest);
+
+/* An empty step directory RUN_DIR/checkpoints/step_N for a new save: an
+ * existing one loses its manifest first (so it stops being a checkpoint
+ * before anything else changes), then its files; one holding what is not a
+ * file of a checkpoint (a directory, say) moves whole to
+ * RUN_DIR/abandoned/step_N.XXXXXX (a note says so) rather than block every
+ * later save of that step. */
+int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err);
 /* Keeps the newest `keep` complete checkpoints; removes older ones and
  * incomplete directories other than step `current`. */
 void pt_rundir_prune(const char *run_dir, int keep, int64_t current);

@@ -62,18 +62,23 @@ static int has_manifest(const char *dir)
 }
 
 /* Removes the files of dir; only_temporary: just the temporary ones. Then
- * the directory itself, unless only_temporary. */
+ * the directory itself, unless only_temporary. A dir that is a symbolic
+ * link is not followed (the files of where it leads are not ours), and
+ * what is in dir is unlinked, never searched through. */
 static void remove_files(const char *dir, int only_temporary)
 {
-    DIR *d = opendir(dir);
-    if (!d)
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     struct dirent *e;
-    char path[PT_CKPT_PATH];
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            (!only_temporary || pt_is_temporary_name(e->d_name)) && *pt_path_join(path, dir, e->d_name))
-            unlink(path);
+            (!only_temporary || pt_is_temporary_name(e->d_name)))
+            unlinkat(dirfd(d), e->d_name, 0);
     closedir(d);
     if (!only_temporary)
         rmdir(dir);
@@ -101,12 +106,52 @@ int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
     return 0;
 }
 
-int pt_rundir_prepare_step(const char *dir, pt_err *err)
+int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
 {
-    char path[PT_CKPT_PATH];
+    const char *base = strrchr(latest, '/');
+    int64_t from, newest = -1;
+    if (!pt_checkpoint_dir_step(base ? base + 1 : latest, &from))
+        return -1;
+    char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int64_t step;
+        if (pt_checkpoint_dir_step(e->d_name, &step) && step > from && step > newest &&
+            !has_manifest(pt_path_join(path, root, e->d_name)))
+            newest = step;
+    }
+    if (d)
+        closedir(d);
+    return newest;
+}
+
+int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
+{
+    char dir[PT_CKPT_PATH], path[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
+    pt_step_dir(run_dir, step, dir, sizeof dir);
     if (unlink(pt_path_join(path, dir, "manifest")) == 0)
         pt_fsync_dir(dir, NULL);
     remove_files(dir, 0);
+    struct stat st;
+    if (lstat(dir, &st) == 0 && !(S_ISDIR(st.st_mode) && rmdir(dir) == 0)) {
+        /* left: something that is not a file of ours (a directory in it, a
+         * non-directory by its name); never searched through or removed */
+        int rc;
+        snprintf(path, sizeof path, "%s/abandoned", run_dir);
+        snprintf(dest, sizeof dest, "%s/step_%010" PRId64 ".XXXXXX", path, step);
+        if ((rc = pt_mkdir_p(path, 0755, err)))
+            return rc;
+        if (!mkdtemp(dest))
+            return pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
+        const size_t at = strlen(dest);
+        snprintf(dest + at, sizeof dest - at, "/step_%010" PRId64, step);
+        if (rename(dir, dest) != 0)
+            return pt_fail(err, PT_ESYS, "'%s' holds what is not a file of a checkpoint, and "
+                           "cannot be moved to '%s': %s", dir, dest, strerror(errno));
+        fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
+                "'%s'\n", dir, dest);
+    }
     return pt_mkdir_p(dir, 0755, err);
 }
 

@@ -280,7 +280,7 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
     int rc = 0;
     if (r->rank == 0) {
         pt_unique_id(id, sizeof id);
-        rc = pt_rundir_prepare_step(dir, err);
+        rc = pt_rundir_prepare_step(c->cfg->run.dir, r->step, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-prepared", r->rank, r->step, err);
     }

@@ -364,6 +364,17 @@ static int same_config(pt_comm *comm, const pt_config *cfg, pt_err *err)
     return rc;
 }
 
+/* A note when the newest checkpoint was taken over a newer step directory
+ * that is not a complete checkpoint. */
+static void passed_over(const char *run_dir, const char *latest)
+{
+    const int64_t step = pt_checkpoint_passed_over(run_dir, latest);
+    if (step >= 0)
+        fprintf(stderr, "pipetrain: note: checkpoints/step_%010lld is newer than %s but not a "
+                "complete checkpoint (a save that did not finish, or a damaged manifest): %s is "
+                "used\n", (long long)step, latest, latest);
+}
+
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -398,9 +409,12 @@ static int cmd_train(pt_comm *comm, const cli *a)
         /* reported below, after the others learn of it */
     } else if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
-        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0 &&
-            pt_comm_rank(comm) == 0)
-            fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
+        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
+            if (pt_comm_rank(comm) == 0)
+                fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
+        } else if (pt_comm_rank(comm) == 0) {
+            passed_over(cfg->run.dir, resume);
+        }
     } else if (*cfg->train.resume) {
         snprintf(resume, sizeof resume, "%s", cfg->train.resume);
     } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &err) == 0) {
@@ -471,8 +485,11 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     const char *checkpoint = a->checkpoint;
     int rc = 0;
     if (!checkpoint && !a->init &&
-        (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
+        (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0) {
         checkpoint = latest;
+        if (pt_comm_rank(comm) == 0)
+            passed_over(cfg->run.dir, latest);
+    }
     if (rc == 0)
         rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
     if (rc == 0 && checkpoint) {

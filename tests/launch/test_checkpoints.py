@@ -727,6 +727,53 @@ def test_resume_explicit_older_checkpoint(h):
           r.describe())
 
 
+def test_damaged_newest_step_directory(h):
+    """The newest step directory damaged so that it is no checkpoint: its
+    manifest replaced by a directory, a FIFO or a link to a device. `auto`
+    resumes step 9 with a note naming step 10 as passed over (so does eval),
+    and the save of step 10 moves the damaged directory whole to
+    RUN_DIR/abandoned/ instead of failing there run after run; the run ends
+    with the bits of the one that never stopped. A step directory that is a
+    symbolic link to a directory of the user's is never emptied through the
+    link (pruning and the next save move or leave the link, never the files
+    where it leads)."""
+    _, orig = trained(h)
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
+    for name, damage in (("dir", lambda m: os.mkdir(m)), ("fifo", lambda m: os.mkfifo(m)),
+                         ("devlink", lambda m: os.symlink("/dev/zero", m))):
+        cfg, run_dir = copy_run(h, orig, "copy-" + name)
+        manifest = os.path.join(U.ckpt(run_dir, LAST), "manifest")
+        os.unlink(manifest)
+        damage(manifest)
+        r = h.run(["eval", cfg]).expect(0, "eval over a damaged newest step (%s)" % name)
+        check("step_%010d is newer than" % LAST in r.err, "eval gave no note (%s):\n%s", name,
+              r.describe())
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over " + name)
+        check("resumed at step 9" in r.err and "step_%010d is newer than" % LAST in r.err,
+              "resume (%s):\n%s", name, r.describe())
+        moved = glob.glob(os.path.join(run_dir, "abandoned", "step_%010d.*" % LAST, "step_%010d" % LAST))
+        if name == "dir":  # what cannot be unlinked moves whole
+            check(len(moved) == 1 and os.path.isdir(os.path.join(moved[0], "manifest")),
+                  "the damaged directory was not moved aside: %s\n%s", moved, r.describe())
+        got = h.path("got-%s.st" % name)
+        h.run(["export", U.ckpt(run_dir, LAST), got]).expect(0)
+        check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over %s differs", name)
+        h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "a second resume (%s)" % name)
+    # a step directory that is a link to the user's own directory
+    cfg, run_dir = copy_run(h, orig, "copy-link")
+    mine = h.path("mine")
+    os.makedirs(mine)
+    U.write(os.path.join(mine, "keep.txt"), "the user's")
+    shutil.rmtree(U.ckpt(run_dir, LAST))
+    os.symlink(mine, U.ckpt(run_dir, LAST))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over a linked step")
+    check(os.listdir(mine) == ["keep.txt"], "the linked directory changed: %s", os.listdir(mine))
+    got = h.path("got-link.st")
+    h.run(["export", U.ckpt(run_dir, LAST), got]).expect(0)
+    check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over a link differs")
+
+
 def test_resume_past_the_end_into_a_new_run_dir(h):
     """A run resumed from another run's checkpoint of step 10 into a new
     run.dir, with settings that end the run sooner (1 epoch: 5 steps), has
@@ -868,6 +915,7 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
+        test_damaged_newest_step_directory,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir,
