@@ -156,8 +156,41 @@ static int write_all(int fd, const void *data, size_t n)
     return 0;
 }
 
+/* The temporary names of the open pt_wfiles, for a signal handler: a slot
+ * holds f->tmp from the file's creation until just before it is freed. */
+static char *volatile live_tmp[PT_WFILE_TRACKED];
+
+static void track(char *tmp)
+{
+    for (int i = 0; i < PT_WFILE_TRACKED; i++) {
+        char *expected = NULL;
+        if (__atomic_compare_exchange_n(&live_tmp[i], &expected, tmp, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return;
+    }
+}
+
+static void untrack(char *tmp)
+{
+    for (int i = 0; tmp && i < PT_WFILE_TRACKED; i++) {
+        char *expected = tmp;
+        __atomic_compare_exchange_n(&live_tmp[i], &expected, NULL, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    }
+}
+
+void pt_wfile_remove_temporaries(void)
+{
+    for (int i = 0; i < PT_WFILE_TRACKED; i++) {
+        char *tmp = __atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST);
+        if (tmp)
+            unlink(tmp);
+    }
+}
+
 static void wfile_free(pt_wfile *f)
 {
+    untrack(f->tmp);
     free(f->path);
     free(f->tmp);
     free(f->buf);
@@ -224,8 +257,16 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
         char id[17];
         pt_unique_id(id, sizeof id);
         snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
+        /* tracked before it exists, so that a signal handler never misses
+         * it (the name is ours alone: 64 random bits, and O_EXCL) */
+        track(f->tmp);
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (f->fd >= 0 || errno != EEXIST)
+        if (f->fd >= 0)
+            break;
+        const int e = errno;
+        untrack(f->tmp);
+        errno = e;
+        if (e != EEXIST)
             break;
     }
     if (f->fd < 0) {

@@ -77,6 +77,12 @@ int pt_wfile_sync(pt_wfile *f, pt_err *err);
 /* Closes and unlinks the temporary file and frees f. NULL-safe. */
 void pt_wfile_abort(pt_wfile *f);
 
+/* Unlinks the temporary files of every pt_wfile open now (the first
+ * PT_WFILE_TRACKED of them), for a handler of a signal that ends the
+ * process: async-signal-safe. */
+enum { PT_WFILE_TRACKED = 16 };
+void pt_wfile_remove_temporaries(void);
+
 /* pt_wfile_open + pt_wfile_write + pt_wfile_commit. */
 int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *err);
 

@@ -24,8 +24,10 @@ static const char *volatile current_where;
 
 static void on_stop_signal(int sig)
 {
-    if (stop_signal) /* a second signal: the user means it */
+    if (stop_signal) { /* a second signal: the user means it */
+        pt_wfile_remove_temporaries();
         _exit(128 + sig);
+    }
     stop_signal = sig;
     const char *where = current_where;
     if (where) { /* one write, so ranks sharing a terminal do not mix their lines */

@@ -15,6 +15,7 @@
 #include "launch/weights.h"
 #include "hf/hf.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -658,6 +659,28 @@ static int cmd_export(int argc, char **argv)
     return rc ? report(NULL, rc, &err) : 0;
 }
 
+/* eval, plan and export end at SIGINT, SIGTERM or SIGHUP as by default,
+ * but first remove the temporary files of the outputs they were writing
+ * (a finished output is renamed into place whole, so what is left of an
+ * unfinished one is only its temporary file). */
+static void on_end_signal(int sig)
+{
+    pt_wfile_remove_temporaries();
+    raise(sig); /* SA_RESETHAND: the default action now */
+}
+
+static void catch_end_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_end_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -675,8 +698,10 @@ int main(int argc, char **argv)
         pt_config_print_keys(stdout);
         return 0;
     }
-    if (strcmp(cmd, "export") == 0)
+    if (strcmp(cmd, "export") == 0) {
+        catch_end_signals();
         return cmd_export(argc, argv);
+    }
     int (*run_cmd)(pt_comm *, const cli *) = strcmp(cmd, "train") == 0  ? cmd_train
                                             : strcmp(cmd, "eval") == 0 ? cmd_eval
                                             : strcmp(cmd, "plan") == 0 ? cmd_plan
@@ -693,6 +718,8 @@ int main(int argc, char **argv)
     int rc = pt_comm_open(&comm, &argc, &argv, &err);
     if (rc)
         return report(NULL, rc, &err);
+    if (run_cmd != cmd_train) /* after MPI's start, whose handlers these replace */
+        catch_end_signals();
     if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
         pt_cache_sweep(NULL);
     cli *a = calloc(1, sizeof *a); /* large: keep it off the stack */

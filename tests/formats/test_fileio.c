@@ -84,6 +84,43 @@ static void test_abort_leaves_nothing(void)
     free_temp_dir(dir);
 }
 
+/* What a signal handler calls: every open file's temporary name unlinked,
+ * committed and aborted ones no longer tracked (a later call touches
+ * nothing of theirs), a commit after the removal failing cleanly. */
+static void test_remove_temporaries(void)
+{
+    char *dir = make_temp_dir();
+    char *a = join_path(dir, "a.bin"), *b = join_path(dir, "b.bin"), *c = join_path(dir, "c.bin");
+    pt_err err = {0};
+    pt_wfile *fa, *fb, *fc;
+    CU_ASSERT_FATAL(pt_wfile_open(&fc, c, &err) == 0);
+    CU_ASSERT(pt_wfile_commit(fc, &err) == 0); /* done: c.bin stays */
+    CU_ASSERT_FATAL(pt_wfile_open(&fa, a, &err) == 0);
+    CU_ASSERT_FATAL(pt_wfile_open(&fb, b, &err) == 0);
+    CU_ASSERT(pt_wfile_write(fa, "x", 1, &err) == 0);
+    CU_ASSERT(count_entries(dir) == 3);
+    pt_wfile_remove_temporaries();
+    CU_ASSERT(count_entries(dir) == 1 && file_exists(c));
+    CU_ASSERT(pt_wfile_commit(fa, &err) != 0); /* its temporary file is gone */
+    pt_wfile_abort(fb);
+    CU_ASSERT(count_entries(dir) == 1 && file_exists(c) && !file_exists(a));
+    /* more files than are tracked: opening them still works */
+    pt_wfile *many[PT_WFILE_TRACKED + 4];
+    for (int i = 0; i < PT_WFILE_TRACKED + 4; i++)
+        CU_ASSERT_FATAL(pt_wfile_open(&many[i], a, &err) == 0);
+    pt_wfile_remove_temporaries();
+    CU_ASSERT(count_entries(dir) == 1 + 4); /* c.bin and the 4 untracked */
+    for (int i = 0; i < PT_WFILE_TRACKED + 4; i++)
+        pt_wfile_abort(many[i]);
+    CU_ASSERT(count_entries(dir) == 1);
+    pt_wfile_remove_temporaries();
+    CU_ASSERT(count_entries(dir) == 1 && file_exists(c));
+    free(a);
+    free(b);
+    free(c);
+    free_temp_dir(dir);
+}
+
 static void expect_contents(const char *path, const char *text)
 {
     void *data;
@@ -407,6 +444,7 @@ static void test_little_endian_codecs(void)
 static const pt_test fileio_tests[] = {
     {"commit_writes_exact_contents", test_commit_writes_exact_contents},
     {"abort_leaves_nothing", test_abort_leaves_nothing},
+    {"remove_temporaries", test_remove_temporaries},
     {"existing_file_replaced_only_on_commit", test_existing_file_replaced_only_on_commit},
     {"leftover_temp_file_neither_blocks_nor_is_clobbered",
      test_leftover_temp_file_neither_blocks_nor_is_clobbered},

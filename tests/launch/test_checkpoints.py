@@ -21,7 +21,9 @@ import hashlib
 import glob
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -774,6 +776,48 @@ def test_damaged_newest_step_directory(h):
     check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over a link differs")
 
 
+def test_outputs_of_a_stopped_export_or_eval(h):
+    """SIGTERM, SIGINT or SIGHUP at random moments of an export or an eval
+    --logits/--hidden of a 40 MB checkpoint: the command ends by the signal,
+    the output is the old file or the whole new one, and no temporary file
+    is left beside it (they were left, and nothing ever removed them)."""
+    run_dir = h.path("big")
+    cfg = U.write_config(h, "big.yaml", U.tiny("gpt", run_dir, **{
+        "model.dim": "256", "model.layers": "4", "model.heads": "4", "train.max_steps": "1",
+        "train.epochs": "1"}))
+    h.run(["train", cfg]).expect(0)
+    ck = U.ckpt(run_dir, 1)
+    outdir = h.path("outputs")
+    os.makedirs(outdir)
+    rng = random.Random(7)
+    writing = 0
+    for i in range(12):
+        sig = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)[i % 3]
+        if i % 2 == 0:
+            args = ["export", ck, os.path.join(outdir, "w.st")]
+        else:
+            args = ["eval", cfg, "--checkpoint", ck, "--logits", os.path.join(outdir, "l.st"),
+                    "--hidden", os.path.join(outdir, "h.st")]
+        p = h.popen(args)
+        if i < 6:  # as soon as a temporary file shows: while an output is written
+            caught = False
+            while p.poll() is None and not caught:
+                caught = any(".tmp." in f for f in os.listdir(outdir))
+            writing += caught
+        else:
+            time.sleep(rng.uniform(0.0, 0.4))
+        p.send_signal(sig)
+        p.communicate(timeout=120)
+        check(p.returncode in (0, -sig), "%s ended with %s after signal %d", args[0], p.returncode, sig)
+        left = [f for f in os.listdir(outdir) if ".tmp." in f]
+        check(not left, "%s stopped by signal %d left %s", args[0], sig, left)
+    check(writing >= 3, "only %d of 6 signals came while an output was written", writing)
+    if os.path.exists(os.path.join(outdir, "w.st")):
+        h.run(["export", ck, os.path.join(outdir, "again.st")]).expect(0)
+        check(U.read_bytes(os.path.join(outdir, "w.st")) == U.read_bytes(os.path.join(outdir, "again.st")),
+              "an export that was signalled left a partial file")
+
+
 def test_resume_past_the_end_into_a_new_run_dir(h):
     """A run resumed from another run's checkpoint of step 10 into a new
     run.dir, with settings that end the run sooner (1 epoch: 5 steps), has
@@ -915,7 +959,7 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
-        test_damaged_newest_step_directory,
+        test_damaged_newest_step_directory, test_outputs_of_a_stopped_export_or_eval,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir,
