@@ -73,8 +73,18 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
                                    vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",
                                    "expected one value, got");
     const char *text = (const char *)vn->data.scalar.value;
-    if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && *text == '\0')
-        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], "", "no value");
+    /* YAML's null (empty, ~, null) is no value, not the text "~" or a
+     * directory named "null" (quote it to mean the text) */
+    if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        (*text == '\0' || strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
+         strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0))
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
+                                   *text ? "no value (YAML's null):" : "no value");
+    /* a tag would ask for a conversion the schema does not make (!!binary
+     * text read as a path, !!float 16 as an integer): refused */
+    if (vn->tag && strcmp((const char *)vn->tag, YAML_DEFAULT_SCALAR_TAG) != 0)
+        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], (const char *)vn->tag,
+                                   "a YAML tag, which a config does not take:");
     if (strlen(text) != vn->data.scalar.length)
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
                                    "a NUL character (\\0) after");

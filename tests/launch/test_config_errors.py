@@ -461,6 +461,18 @@ CASES = [
          needles=["allowed: a number > 0 and <= 10"]),
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
          needles=["allowed: a number > 0 and <= 10"]),
+    # YAML's null is no value: not a directory named "~" or "null", nor the text "~"
+    Case("null_tilde_run_dir", {"run.dir": "~"}, blame="run.dir", needles=["no value (YAML's null)"],
+         absent=["must name"]),
+    Case("null_word_run_dir", {"run.dir": "null"}, blame="run.dir", needles=["no value (YAML's null)"]),
+    Case("null_tilde_prompt", {"sample.prompt": "~"}, kind="gpt", blame="sample.prompt",
+         needles=["no value (YAML's null)"]),
+    Case("null_seed", {"run.seed": "NULL"}, blame="run.seed", needles=["no value (YAML's null)"]),
+    # tags ask for conversions the schema does not make
+    Case("tag_binary_run_dir", {"run.dir": "!!binary L3RtcC94"}, blame="run.dir",
+         needles=["a YAML tag", "tag:yaml.org,2002:binary"]),
+    Case("tag_float_dim", {"model.dim": "!!float 16"}, blame="model.dim", needles=["a YAML tag"]),
+    Case("tag_local", {"train.lr": "!custom 0.1"}, blame="train.lr", needles=["a YAML tag", "!custom"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
     # YAML built to be slow, refused before libyaml builds a document
     Case("nested_flow_lists", raw=append("pipeline: " + "[" * DEEP + "]" * DEEP + "\n"),
