@@ -61,6 +61,27 @@ static int capacity(const pt_plan_request *q, int K)
     return d;
 }
 
+/* Buffers of stage-boundary activations per micro-batch: a stage's input
+ * and output and their gradients; a single stage has only its input (the
+ * frozen prefix's rows, when the cache serves them: counted either way, so
+ * that the cache never changes the layout). */
+static double boundary_buffers(int K)
+{
+    return K > 1 ? 4.0 : 1.0;
+}
+
+/* The micro-batch count to try after M: each up to m_hi; then, when extend
+ * (under a memory limit nothing fit yet: smaller micro-batches keep less
+ * for the backward), doubling up to the whole share. 0: no more. */
+static int next_micro(int M, int m_hi, int64_t share, int extend)
+{
+    if (M < m_hi)
+        return M + 1;
+    if (!extend || M >= share)
+        return 0;
+    return 2 * (int64_t)M < share ? 2 * M : (int)share;
+}
+
 /* Activation slots stage s holds under the request's schedule. */
 static int slots_of(const pt_plan_request *q, int K, int M, int s)
 {
@@ -81,9 +102,9 @@ static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int 
             double w = pt_cost_scratch_bytes(cm, u, b);
             scratch = w > scratch ? w : scratch;
         }
-        /* per micro-batch: input, output and the two gradients, plus stored inputs under recompute */
         double boundary = cm->boundary_bytes_per_example * b;
-        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + 4.0 * M * boundary;
+        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch +
+                 boundary_buffers(K) * M * boundary;
     }
 }
 
@@ -151,7 +172,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     for (int s = 0; s < K; s++)
         slots[s] = slots_of(q, K, M, s);
     double limit = q->mem_limit;
-    const double buffers = 4.0 * M * cm->boundary_bytes_per_example * b;
+    const double buffers = boundary_buffers(K) * M * cm->boundary_bytes_per_example * b;
     if (limit > 0)
         limit -= scratch + buffers;
     if (q->mem_limit > 0 && !(limit > 0)) {
@@ -302,7 +323,8 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
             pt_plan_candidate c = {K, D, 0, 0, 0, ""};
             pt_plan kd;
             int kd_found = 0;
-            for (int M = m_lo; M <= m_hi; M++) {
+            const int extend = q->micro == 0 && q->mem_limit > 0;
+            for (int M = m_lo; M > 0; M = next_micro(M, m_hi, share, extend && !kd_found)) {
                 pt_plan p;
                 if (M > share) {
                     snprintf(c.why, sizeof c.why, "%d micro-batches do not fit a replica's %lld "

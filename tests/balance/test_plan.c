@@ -173,10 +173,47 @@ static void fixed_choices_are_honoured(void)
     pt_cost_model_free(&m);
 }
 
+/* One device under a memory limit: M is searched past 8 per stage, up to
+ * one example per micro-batch, when only smaller micro-batches keep little
+ * enough for the backward; a single stage counts one boundary buffer (its
+ * input), not a pipeline stage's four. 4 units of 1e5 parameter bytes (4e5
+ * with gradient and moments: 1.6e6 in all), 1e3 bytes saved per example
+ * and unit, boundaries 1e3 bytes per example, batch 64. With M micro-batches
+ * of 64 / M examples, 1F1B keeps one in flight: 1.6e6 + 4e3 * 64 / M, plus
+ * the input buffers of all M (6.4e4). A limit of 1.6e6 + 4e3 * 4 + 6.4e4
+ * fits M = 16 (4 examples) and nothing up to 8. */
+static void memory_limit_searches_micro_batches_of_one_stage(void)
+{
+    pt_cost_model m = model(4, 1e-4, 1e5, 1e3);
+    m.boundary_bytes_per_example = 1e3;
+    const double limit = 1.6e6 + 4e3 * 4 + 6.4e4 + 1;
+    pt_plan_request q = request(1, NULL, 64, limit);
+    pt_plan p;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+    CU_ASSERT(p.stages == 1 && p.replicas == 1);
+    CU_ASSERT_EQUAL(p.micro, 16);
+    CU_ASSERT_EQUAL(p.micro_batch, 4);
+    CU_ASSERT(p.stage_mem[0] <= limit);
+    /* one example per micro-batch is the last resort */
+    q.mem_limit = 1.6e6 + 4e3 + 6.4e4 + 1;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+    CU_ASSERT_EQUAL(p.micro, 64);
+    /* below that nothing fits */
+    q.mem_limit = 1.6e6 + 4e3 + 6.4e4 - 1;
+    CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
+    /* without a limit nothing is searched past 8: M = 1 is the fastest */
+    q.mem_limit = 0;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+    CU_ASSERT_EQUAL(p.micro, 1);
+    pt_cost_model_free(&m);
+}
+
 static const pt_test tests[] = {
     {"fits_one_device_is_data_parallel", fits_one_device_is_data_parallel},
     {"memory_forces_a_pipeline_and_freezing_shortens_it", memory_forces_a_pipeline_and_freezing_shortens_it},
     {"nodes_and_the_inter_node_link", nodes_and_the_inter_node_link},
     {"fixed_choices_are_honoured", fixed_choices_are_honoured},
+    {"memory_limit_searches_micro_batches_of_one_stage", memory_limit_searches_micro_batches_of_one_stage},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"layout planner", tests}, {NULL, NULL}};
