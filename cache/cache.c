@@ -351,8 +351,12 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     /* unnamed and locked first, named when its header is written */
     c->fd = open(SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (c->fd < 0) {
-        rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s (it needs " SHM_DIR
-                     " to be a tmpfs with O_TMPFILE, Linux 3.11 or later)", c->name, strerror(errno));
+        const int why = errno;
+        rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s%s", c->name, strerror(why),
+                     why == ENOSPC ? " (" SHM_DIR " has no room or no inode left for it: make room, or "
+                                     "set cache.enabled false)"
+                                   : " (it needs " SHM_DIR " to be a tmpfs with O_TMPFILE, Linux 3.11 "
+                                     "or later)");
         pt_cache_close(c);
         return rc;
     }
