@@ -77,6 +77,7 @@ typedef struct pt_config {
         double weight_decay, beta1, beta2, eps, grad_clip;
         long long log_every;
         int eval_every;       /* epochs */
+        long long eval_every_steps; /* 0: by epochs only */
         long long eval_examples;
         long long checkpoint_every;
         int keep_checkpoints;

@@ -164,6 +164,8 @@ const pt_key_spec pt_config_keys[] = {
      "steps between progress lines when stderr is not a terminal"},
     {"train.eval_every", PT_K_INT, AT(train.eval_every), 0, 1000000, NULL, 0, "1",
      "epochs between test-split evaluations; 0 = only at the end"},
+    {"train.eval_every_steps", PT_K_I64, AT(train.eval_every_steps), 0, 1e15, NULL, 0, "0",
+     "also evaluate every this many steps (counted from the run's start); 0 = by epochs only"},
     {"train.eval_examples", PT_K_I64, AT(train.eval_examples), 0, 1e12, NULL, 0, "0",
      "evaluate on this many test examples; 0 = all"},
     {"train.checkpoint_every", PT_K_I64, AT(train.checkpoint_every), 0, 1e15, NULL, 0, "0",

@@ -371,6 +371,12 @@ int pt_session_train(pt_session *s, pt_err *err)
                 evaluated_at = r->step;
             }
         }
+        if (c->train.eval_every_steps > 0 && r->step % c->train.eval_every_steps == 0 &&
+            evaluated_at != r->step) {
+            if ((rc = evaluate_and_report(s, err)))
+                break;
+            evaluated_at = r->step;
+        }
         if (pt_freeze_due(r, epoch_done) && (rc = freeze_decision(s, err)))
             break;
         if (epoch_done)

@@ -388,6 +388,27 @@ def test_eval_under_training_memory(h):
         check("pipeline.memory_gib" in r.err, "%s did not name the key:\n%s", cmd, r.err)
 
 
+def test_eval_every_steps(h):
+    """train.eval_every_steps evaluates every N steps besides the epochs'
+    evaluations (never twice at one step, and at the end), and changes no
+    bit of the training: the step losses and the final weights are those of
+    the run without it."""
+    runs = {}
+    for name, extra in (("plain", {}), ("stepped", {"train.eval_every_steps": "3"})):
+        run_dir = h.path(name)
+        cfg = U.write_config(h, name + ".yaml", U.tiny("vit", run_dir, **{
+            "train.epochs": "2", "train.eval_every": "1", **extra}))
+        h.run(["train", cfg]).expect(0, name)
+        steps, evals = U.metrics(run_dir)
+        out = h.path(name + ".st")
+        h.run(["export", U.ckpt(run_dir, 10), out]).expect(0)
+        runs[name] = ([x["loss"] for x in steps], [e["step"] for e in evals], U.read_bytes(out))
+    check(runs["plain"][1] == [5, 10], "epoch evaluations at %s", runs["plain"][1])
+    check(runs["stepped"][1] == [3, 5, 6, 9, 10], "evaluations at %s", runs["stepped"][1])
+    check(runs["plain"][0] == runs["stepped"][0], "evaluating every 3 steps changed the losses")
+    check(runs["plain"][2] == runs["stepped"][2], "evaluating every 3 steps changed the weights")
+
+
 def test_waiting_threads(h):
     """`plan` says how the CPU backend's threads wait for each other
     (nn/cpu_pool.c): by default a spin of at most SPIN_CAP_NS that shrinks
@@ -494,7 +515,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
-           test_eval_under_training_memory,
+           test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_demo_vit_fmnist, test_demo_gpt_kjv]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
