@@ -8,6 +8,7 @@
  */
 #include "checkpoint/checkpoint.h"
 #include "launch/session.h"
+#include "tokenize/tokenize.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -198,7 +199,10 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
         if ((rc = pt_sample_text(r, c->sample.prompt, len, c->sample.temperature, c->sample.top_k,
                                  (uint64_t)c->run.seed + (uint64_t)r->step, text, err)))
             return rc;
-        pt_progress_note(&s->progress, "sample: %s%s", c->sample.prompt, text);
+        /* the model's bytes need not be UTF-8: escaped where they are not */
+        char shown[4 * sizeof text + 1];
+        pt_utf8_printable(text, (size_t)len, shown, sizeof shown);
+        pt_progress_note(&s->progress, "sample: %s%s", c->sample.prompt, shown);
     }
     return 0;
 }

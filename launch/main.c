@@ -14,6 +14,7 @@
 #include "formats/formats.h"
 #include "launch/weights.h"
 #include "hf/hf.h"
+#include "tokenize/tokenize.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -560,8 +561,11 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         int len = cfg->sample.length < 4096 ? cfg->sample.length : 4096;
         if ((rc = pt_sample_text(run, cfg->sample.prompt, len, cfg->sample.temperature,
                                  cfg->sample.top_k, (uint64_t)cfg->run.seed, text, &err)) == 0 &&
-            pt_comm_rank(comm) == 0)
-            printf("sample: %s%s\n", cfg->sample.prompt, text);
+            pt_comm_rank(comm) == 0) {
+            char shown[4 * sizeof text + 1]; /* the model's bytes, escaped where not UTF-8 */
+            pt_utf8_printable(text, (size_t)len, shown, sizeof shown);
+            printf("sample: %s%s\n", cfg->sample.prompt, shown);
+        }
     }
     if (rc && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */

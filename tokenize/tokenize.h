@@ -95,6 +95,12 @@ int pt_unicode_combining(uint32_t c);
  * accented word share ("e" + U+0301 is "é" in NFC); -1 when out of memory. */
 int pt_unicode_is_nfc(const char *s, size_t n);
 
+/* s (n bytes, any bytes) for a terminal: each byte of an ill-formed UTF-8
+ * subpart and each control character but newline and tab as \xNN, the rest
+ * as it is, into out (NUL-terminated, cut at a whole character to fit cap
+ * >= 1 bytes). */
+void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap);
+
 /* Encodes text (n bytes, any bytes: see step 1 above) for classification:
  * ids = [CLS] pieces [SEP], truncated to at most max_ids ids by keeping the
  * first max_ids - 2 pieces (as Hugging Face's truncation to max_length with

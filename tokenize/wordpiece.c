@@ -16,6 +16,7 @@
  */
 #include "tokenize/tokenize_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -90,6 +91,32 @@ int pt_unicode_combining(uint32_t c)
         return 0;
     const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
     return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
+void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t at = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t k = pt_utf8_next(u + i, n - i, &cp);
+        const int literal_fffd = cp == PT_UTF8_INVALID && k == 3 && u[i] == 0xEF;
+        const int escape = (cp == PT_UTF8_INVALID && !literal_fffd) ||
+                           (cp < 0x20 && cp != '\n' && cp != '\t') || cp == 0x7F;
+        const size_t need = escape ? 4 * k : k;
+        if (at + need + 1 > cap)
+            break;
+        for (size_t j = 0; j < k; j++) {
+            if (escape) {
+                snprintf(out + at, 5, "\\x%02x", u[i + j]);
+                at += 4;
+            } else {
+                out[at++] = (char)u[i + j];
+            }
+        }
+        i += k;
+    }
+    out[at] = '\0';
 }
 
 int pt_unicode_is_nfc(const char *s, size_t n)

@@ -349,7 +349,34 @@ static void test_vocab_errors(void)
     rmdir(g_dir);
 }
 
+/* pt_utf8_printable: valid text (accents, CJK, emoji, U+FFFD itself,
+ * newline and tab) passes as it is; each byte of an ill-formed subpart and
+ * each other control character becomes \xNN; a short buffer cuts at a
+ * whole character. */
+static void test_printable(void)
+{
+    char out[128];
+    const char ok[] = "caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x99\x82 \xef\xbf\xbd\n\tend";
+    pt_utf8_printable(ok, sizeof ok - 1, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, ok);
+    const char bad[] = "a\xff\xc3" "b\x01\x7f\xe4\xb8";
+    pt_utf8_printable(bad, sizeof bad - 1, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, "a\\xff\\xc3b\\x01\\x7f\\xe4\\xb8");
+    const char nul[] = {'x', 0, 'y'};
+    pt_utf8_printable(nul, 3, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, "x\\x00y");
+    pt_utf8_printable(ok, sizeof ok - 1, out, 6); /* "caf" + "\xc3\xa9" fills 5 and the NUL */
+    CU_ASSERT_STRING_EQUAL(out, "caf\xc3\xa9");
+    pt_utf8_printable(ok, sizeof ok - 1, out, 5); /* "é" does not fit whole */
+    CU_ASSERT_STRING_EQUAL(out, "caf");
+    pt_utf8_printable(bad, sizeof bad - 1, out, 5); /* nor "\xff" */
+    CU_ASSERT_STRING_EQUAL(out, "a");
+    pt_utf8_printable("", 0, out, 1);
+    CU_ASSERT_STRING_EQUAL(out, "");
+}
+
 static const pt_test tokenize_tests[] = {
+    {"printable", test_printable},
     {"vocab_basics", test_vocab_basics},
     {"greedy", test_greedy},
     {"long_words", test_long_words},
