@@ -40,7 +40,7 @@ typedef struct pt_ckpt_run {
  * Collective over the world. */
 int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err);
 
-/* Restores parameters, moments and training state into a session whose
+/* Restores parameters, moments and training state into a run whose
  * model and batch match the checkpoint's (a mismatch is an error naming the
  * key); the layout is re-planned for the checkpoint's frozen prefix first.
  * Collective over the world. */
@@ -89,8 +89,10 @@ void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n);
 /* Whether name is "step_N" (N >= 0), and N. */
 int pt_checkpoint_dir_step(const char *name, int64_t *step);
 
-/* The newest complete checkpoint under RUN_DIR/checkpoints into out; returns
- * 0 if found, PT_EINPUT (with a message) if there is none. */
+/* The newest complete checkpoint under RUN_DIR/checkpoints (a step
+ * directory with a manifest that is a regular file; a damaged one is the
+ * reader's to refuse, naming the file) into out; returns 0 if found,
+ * PT_EINPUT (with a message) if there is none. */
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
 
 /* The newest step directory under RUN_DIR/checkpoints that is newer than

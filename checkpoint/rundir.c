@@ -126,32 +126,59 @@ int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
     return newest;
 }
 
+/* RUN_DIR/abandoned, made if missing; anything there but a directory of
+ * its own (a file, a link, which would carry moves elsewhere) is refused. */
+static int abandoned_dir(const char *run_dir, char *out, size_t n, pt_err *err)
+{
+    snprintf(out, n, "%s/abandoned", run_dir);
+    struct stat st;
+    if (lstat(out, &st) != 0) {
+        int rc = pt_mkdir_p(out, 0755, err);
+        if (rc)
+            return rc;
+    } else if (!S_ISDIR(st.st_mode)) {
+        return pt_fail(err, PT_EINPUT, "'%s' is %s, not a directory: checkpoints set aside go "
+                       "there; remove or rename it", out,
+                       S_ISLNK(st.st_mode) ? "a symbolic link" : pt_file_kind(st.st_mode));
+    }
+    return 0;
+}
+
 int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
 {
-    char dir[PT_CKPT_PATH], path[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
+    char dir[PT_CKPT_PATH], base[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
     pt_step_dir(run_dir, step, dir, sizeof dir);
-    if (unlink(pt_path_join(path, dir, "manifest")) == 0)
-        pt_fsync_dir(dir, NULL);
-    remove_files(dir, 0);
     struct stat st;
-    if (lstat(dir, &st) == 0 && !(S_ISDIR(st.st_mode) && rmdir(dir) == 0)) {
-        /* left: something that is not a file of ours (a directory in it, a
-         * non-directory by its name); never searched through or removed */
-        int rc;
-        snprintf(path, sizeof path, "%s/abandoned", run_dir);
-        snprintf(dest, sizeof dest, "%s/step_%010" PRId64 ".XXXXXX", path, step);
-        if ((rc = pt_mkdir_p(path, 0755, err)))
-            return rc;
-        if (!mkdtemp(dest))
-            return pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
-        const size_t at = strlen(dest);
-        snprintf(dest + at, sizeof dest - at, "/step_%010" PRId64, step);
-        if (rename(dir, dest) != 0)
-            return pt_fail(err, PT_ESYS, "'%s' holds what is not a file of a checkpoint, and "
-                           "cannot be moved to '%s': %s", dir, dest, strerror(errno));
-        fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
-                "'%s'\n", dir, dest);
+    if (lstat(dir, &st) != 0)
+        return pt_mkdir_p(dir, 0755, err);
+    if (S_ISDIR(st.st_mode)) {
+        /* the manifest first, through the directory itself (never a link's
+         * target), so it stops being a checkpoint before anything else goes */
+        const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            if (unlinkat(fd, "manifest", 0) == 0)
+                fsync(fd);
+            close(fd);
+        }
+        remove_files(dir, 0);
+        if (lstat(dir, &st) != 0)
+            return pt_mkdir_p(dir, 0755, err);
     }
+    /* left: something that is not a file of ours (a directory in it, a link
+     * or a file by its name); never searched through or removed: moved */
+    int rc = abandoned_dir(run_dir, base, sizeof base, err);
+    if (rc)
+        return rc;
+    snprintf(dest, sizeof dest, "%s/step_%010" PRId64 ".XXXXXX", base, step);
+    if (!mkdtemp(dest))
+        return pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
+    const size_t at = strlen(dest);
+    snprintf(dest + at, sizeof dest - at, "/step_%010" PRId64, step);
+    if (rename(dir, dest) != 0)
+        return pt_fail(err, PT_ESYS, "'%s' holds what is not a file of a checkpoint, and "
+                       "cannot be moved to '%s': %s", dir, dest, strerror(errno));
+    fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
+            "'%s'\n", dir, dest);
     return pt_mkdir_p(dir, 0755, err);
 }
 
@@ -217,11 +244,9 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
             continue;
         if (!moved_to[0]) {
             char base[PT_CKPT_PATH];
-            snprintf(dest, sizeof dest, "%s/abandoned/after-step_%010" PRId64 ".XXXXXX", run_dir,
-                     step);
-            snprintf(base, sizeof base, "%s/abandoned", run_dir);
-            if ((rc = pt_mkdir_p(base, 0755, err)))
+            if ((rc = abandoned_dir(run_dir, base, sizeof base, err)))
                 break;
+            snprintf(dest, sizeof dest, "%s/after-step_%010" PRId64 ".XXXXXX", base, step);
             if (!mkdtemp(dest)) {
                 rc = pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
                 break;

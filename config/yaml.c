@@ -20,6 +20,8 @@ typedef struct {
     yaml_document_t *doc;
     pt_err *err;
     unsigned char *walked; /* per node of doc: a mapping already walked */
+    const size_t *tagged;  /* where the scalars with an explicit tag start (prescan) */
+    int n_tagged;
 } walk_ctx;
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
@@ -73,6 +75,14 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
                                    vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",
                                    "expected one value, got");
     const char *text = (const char *)vn->data.scalar.value;
+    /* a tag would ask for a conversion the schema does not make (!!binary
+     * text read as a path, !!float 16 as an integer): refused, whichever
+     * (the document gives an explicit !!str the implicit one's tag, so the
+     * event stream's say which scalars have one) */
+    for (int i = 0; i < w->n_tagged; i++)
+        if (w->tagged[i] == vn->start_mark.index)
+            return pt_config_bad_value(w->err, where, &pt_config_keys[ki], (const char *)vn->tag,
+                                       "a YAML tag, which a config does not take:");
     /* YAML's null (empty, ~, null) is no value, not the text "~" or a
      * directory named "null" (quote it to mean the text) */
     if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
@@ -80,11 +90,6 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
          strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0))
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
                                    *text ? "no value (YAML's null):" : "no value");
-    /* a tag would ask for a conversion the schema does not make (!!binary
-     * text read as a path, !!float 16 as an integer): refused */
-    if (vn->tag && strcmp((const char *)vn->tag, YAML_DEFAULT_SCALAR_TAG) != 0)
-        return pt_config_bad_value(w->err, where, &pt_config_keys[ki], (const char *)vn->tag,
-                                   "a YAML tag, which a config does not take:");
     if (strlen(text) != vn->data.scalar.length)
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
                                    "a NUL character (\\0) after");
@@ -161,9 +166,12 @@ static int syntax_error(const yaml_parser_t *p, const char *text, size_t len, co
 }
 
 /* The first pass: size, nesting depth, anchors and documents, checked on the
- * event stream (constant memory, stopped at the first problem). */
-static int prescan(const char *text, size_t len, const char *name, pt_err *err)
+ * event stream (constant memory, stopped at the first problem); and where
+ * the scalars with an explicit tag start (at most MAX_ANCHORS of them). */
+static int prescan(const char *text, size_t len, const char *name, size_t *tagged, int *n_tagged,
+                   pt_err *err)
 {
+    *n_tagged = 0;
     if (len > MAX_BYTES)
         return pt_fail(err, PT_EINPUT,
                        "%s:%d: the file is larger than 1 MiB (%zu bytes), the most a config "
@@ -193,6 +201,13 @@ static int prescan(const char *text, size_t len, const char *name, pt_err *err)
             rc = pt_fail(err, PT_EINPUT,
                          "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
                          name, line, MAX_ANCHORS);
+        if (rc == 0 && e.type == YAML_SCALAR_EVENT && e.data.scalar.tag) {
+            if (*n_tagged == MAX_ANCHORS)
+                rc = pt_fail(err, PT_EINPUT, "%s:%d: more than %d YAML tags (!!type); a config "
+                             "takes none", name, line, MAX_ANCHORS);
+            else
+                tagged[(*n_tagged)++] = e.start_mark.index;
+        }
         switch (rc ? YAML_NO_EVENT : e.type) { /* one problem, one message */
         case YAML_DOCUMENT_START_EVENT:
             /* libyaml's loader reads the first document only: keys in a
@@ -230,7 +245,9 @@ static int prescan(const char *text, size_t len, const char *name, pt_err *err)
 
 int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
 {
-    int rc = prescan(text, len, name, err);
+    size_t tagged[MAX_ANCHORS];
+    int n_tagged;
+    int rc = prescan(text, len, name, tagged, &n_tagged, err);
     if (rc)
         return rc;
     yaml_parser_t parser;
@@ -248,7 +265,7 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
     if (root && !walked)
         rc = pt_fail(err, PT_ENOMEM, "out of memory reading %s", name);
     if (root && walked) {
-        walk_ctx w = {c, name, &doc, err, walked};
+        walk_ctx w = {c, name, &doc, err, walked, tagged, n_tagged};
         rc = walk(&w, root, "");
     }
     free(walked);

@@ -11,6 +11,7 @@
 #include "formats/formats.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 
 struct pt_wfile {
     int fd;
+    int slot; /* its temporary name's tracking slot, or -1 */
     int failed;
     char *path;
     char *tmp;
@@ -156,41 +158,63 @@ static int write_all(int fd, const void *data, size_t n)
     return 0;
 }
 
-/* The temporary names of the open pt_wfiles, for a signal handler: a slot
- * holds f->tmp from the file's creation until just before it is freed. */
-static char *volatile live_tmp[PT_WFILE_TRACKED];
+/* The temporary names of the open pt_wfiles, for a signal handler that may
+ * run on any thread at any moment: each in a slot of its own, never in the
+ * heap (a name the file frees could be reused for another file's by then).
+ * A slot is claimed (owner), its name written between two increments of
+ * seq (odd while it is written), and marked live; the handler copies a
+ * live name and uses the copy only if seq did not move meanwhile. */
+enum { TRACKED_NAME = 4096 + 96 };
+static struct {
+    _Atomic int owner, live;
+    _Atomic unsigned seq;
+    char name[TRACKED_NAME];
+} tracked[PT_WFILE_TRACKED];
 
-static void track(char *tmp)
+/* Tracks name; the slot, or -1 when none is free or the name is too long. */
+static int track(const char *name)
 {
-    for (int i = 0; i < PT_WFILE_TRACKED; i++) {
-        char *expected = NULL;
-        if (__atomic_compare_exchange_n(&live_tmp[i], &expected, tmp, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST))
-            return;
+    const size_t n = strlen(name);
+    for (int i = 0; n < TRACKED_NAME && i < PT_WFILE_TRACKED; i++) {
+        int expected = 0;
+        if (!atomic_compare_exchange_strong(&tracked[i].owner, &expected, 1))
+            continue;
+        atomic_fetch_add(&tracked[i].seq, 1);
+        memcpy(tracked[i].name, name, n + 1);
+        atomic_fetch_add(&tracked[i].seq, 1);
+        atomic_store(&tracked[i].live, 1);
+        return i;
     }
+    return -1;
 }
 
-static void untrack(char *tmp)
+static void untrack(int slot)
 {
-    for (int i = 0; tmp && i < PT_WFILE_TRACKED; i++) {
-        char *expected = tmp;
-        __atomic_compare_exchange_n(&live_tmp[i], &expected, NULL, 0, __ATOMIC_SEQ_CST,
-                                    __ATOMIC_SEQ_CST);
-    }
+    if (slot < 0)
+        return;
+    atomic_store(&tracked[slot].live, 0);
+    atomic_store(&tracked[slot].owner, 0);
 }
 
 void pt_wfile_remove_temporaries(void)
 {
     for (int i = 0; i < PT_WFILE_TRACKED; i++) {
-        char *tmp = __atomic_load_n(&live_tmp[i], __ATOMIC_SEQ_CST);
-        if (tmp)
-            unlink(tmp);
+        if (!atomic_load(&tracked[i].live))
+            continue;
+        char copy[TRACKED_NAME];
+        const unsigned before = atomic_load(&tracked[i].seq);
+        if (before & 1)
+            continue; /* being written: not a file yet */
+        memcpy(copy, tracked[i].name, sizeof copy);
+        copy[sizeof copy - 1] = '\0';
+        if (atomic_load(&tracked[i].seq) == before && atomic_load(&tracked[i].live))
+            unlink(copy);
     }
 }
 
 static void wfile_free(pt_wfile *f)
 {
-    untrack(f->tmp);
+    untrack(f->slot);
     free(f->path);
     free(f->tmp);
     free(f->buf);
@@ -241,6 +265,7 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
     size_t tmp_cap = strlen(path) + 64;
     if (f) {
         f->fd = -1;
+        f->slot = -1;
         f->path = copy_string(path);
         f->tmp = malloc(tmp_cap);
         f->buf = malloc(WFILE_BUFFER_BYTES);
@@ -258,13 +283,14 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
         pt_unique_id(id, sizeof id);
         snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
         /* tracked before it exists, so that a signal handler never misses
-         * it (the name is ours alone: 64 random bits, and O_EXCL) */
-        track(f->tmp);
+         * it (the name is ours alone: pid, 64 random bits, and O_EXCL) */
+        f->slot = track(f->tmp);
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (f->fd >= 0)
             break;
         const int e = errno;
-        untrack(f->tmp);
+        untrack(f->slot);
+        f->slot = -1;
         errno = e;
         if (e != EEXIST)
             break;

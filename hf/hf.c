@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define NAME_MAX_LEN PT_ST_MAX_NAME
 
@@ -670,11 +671,26 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
     if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0 &&
         (rc = staged(&files[2], config, text, len, err)) == 0)
         rc = pt_st_write(weights, t, i, meta, err);
-    for (int f = 0; f < 3; f++) { /* in place in order, or none after a failure */
-        if (files[f] && rc == 0)
-            rc = pt_wfile_commit(files[f], err);
-        else
+    /* all staged: each put in place (one whose rename fails leaves the old
+     * file; a failed directory fsync leaves the new one in place, so the
+     * others follow it rather than leave a mix of old and new); after a
+     * failure before this point, none */
+    const int staged_all = rc == 0;
+    if (staged_all && !tok) /* an earlier export's would describe another tokenizer */
+        for (int f = 0; f < 2; f++) {
+            struct stat st;
+            const char *old = f ? tokcfg : vocab;
+            if (lstat(old, &st) == 0 && S_ISREG(st.st_mode))
+                unlink(old);
+        }
+    for (int f = 0; f < 3; f++) {
+        if (files[f] && staged_all) {
+            pt_err later;
+            const int c = pt_wfile_commit(files[f], rc ? &later : err);
+            rc = rc ? rc : c;
+        } else {
             pt_wfile_abort(files[f]);
+        }
     }
     free(text);
     free(tok_text);

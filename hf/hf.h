@@ -91,11 +91,12 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
 /* Writes the segment's units (the whole model) under Hugging Face's names
  * into dir/model.safetensors and the matching dir/config.json (BertModel,
  * with the dropout probabilities the model trained with, and id2label and
- * label2id from labels[0..n_labels) when n_labels > 0), and with tok (NULL:
- * none) dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer, uncased,
+ * label2id from labels[0..n_labels) when n_labels > 0), and with tok
+ * dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer, uncased,
  * accents stripped, CJK split, special tokens in texts split as text, as
- * tokenize/ does), each atomically, config.json last; what cannot be
- * written fails before any file is replaced. dir is created if missing.
+ * tokenize/ does; tok NULL: none, and an earlier export's are removed),
+ * each atomically, config.json last; what cannot be written fails before
+ * any file is replaced. dir is created if missing.
  * The classifier goes into model.safetensors as head.fc.weight and
  * head.fc.bias. */
 int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *labels, int n_labels,

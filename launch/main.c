@@ -327,8 +327,10 @@ static int same_config(pt_comm *comm, const pt_config *cfg, pt_err *err)
     char *mine = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&mine, &len);
-    if (!f)
-        return pt_fail(err, PT_ENOMEM, "out of memory comparing the ranks' configs");
+    if (!f) { /* the others go into the broadcasts: this rank cannot stay out */
+        fprintf(stderr, "pipetrain: error: out of memory comparing the ranks' configs\n");
+        pt_comm_abort(comm, 1);
+    }
     pt_config_write_yaml(cfg, f);
     fclose(f);
     pt_group *world = pt_comm_world(comm);
@@ -637,12 +639,15 @@ static int cmd_export(int argc, char **argv)
             void *vocab = NULL;
             pt_hf_tokenizer tok = {NULL, 0, arch.context};
             pt_err why = {0};
-            if (pt_read_file(cfg->data.vocab, (size_t)64 << 20, &vocab, &tok.vocab_bytes, &why) == 0 &&
-                pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
+            struct stat vs;
+            if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
+                pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
+            else if (pt_read_file(cfg->data.vocab, (size_t)64 << 20, &vocab, &tok.vocab_bytes, &why) == 0 &&
+                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
                 tok.vocab = vocab;
-            else
-                fprintf(stderr, "pipetrain: note: the export has no tokenizer files: the run's "
-                        "data.vocab: %s\n", why.msg);
+            if (!tok.vocab)
+                fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "
+                        "export's there are removed): the run's data.vocab: %s\n", why.msg);
             if ((rc = pt_checkpoint_read_labels(argv[2], arch.classes, &labels, &n_labels, &err)) == 0 &&
                 (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels,
                                       tok.vocab ? &tok : NULL, &err)) == 0)

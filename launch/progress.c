@@ -77,10 +77,6 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
         secs += p->ring[i % PT_RATE_RING].s;
         n += p->ring[i % PT_RATE_RING].n;
     }
-    if (p->steps == 1) {
-        secs = s->step_s;
-        n = s->samples;
-    }
     if (secs > 0.0)
         p->rate = (double)n / secs;
     if (p->metrics) {

@@ -632,12 +632,12 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->where = pt_stop_signal_where();
 }
 
-/* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */
 pt_ckpt_run pt_session_ckpt(pt_session *s)
 {
     return (pt_ckpt_run){.run = &s->run, .cfg = &s->cfg, .train = &s->train, .test = &s->test};
 }
 
+/* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */
 void pt_session_rank_file(const pt_session *s, const char *name, char *path, size_t n)
 {
     snprintf(path, n, "%s/%s-rank%d.jsonl", s->cfg.run.dir, name, s->rank);

@@ -96,7 +96,8 @@ int pt_unicode_combining(uint32_t c);
 int pt_unicode_is_nfc(const char *s, size_t n);
 
 /* s (n bytes, any bytes) for a terminal: each byte of an ill-formed UTF-8
- * subpart and each control character but newline and tab as \xNN, the rest
+ * subpart, of a C0 or C1 control character but newline and tab, and of a
+ * bidirectional embedding or isolate (U+202A-202E, U+2066-2069) as \xNN, the rest
  * as it is, into out (NUL-terminated, cut at a whole character to fit cap
  * >= 1 bytes). */
 void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap);

@@ -101,8 +101,11 @@ void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
         uint32_t cp;
         size_t k = pt_utf8_next(u + i, n - i, &cp);
         const int literal_fffd = cp == PT_UTF8_INVALID && k == 3 && u[i] == 0xEF;
-        const int escape = (cp == PT_UTF8_INVALID && !literal_fffd) ||
-                           (cp < 0x20 && cp != '\n' && cp != '\t') || cp == 0x7F;
+        /* C0 and C1 controls (a terminal acts on them: ESC, CSI) and the
+         * bidirectional embeddings and isolates, which reorder what follows */
+        const int control = (cp < 0x20 && cp != '\n' && cp != '\t') || (cp >= 0x7F && cp <= 0x9F) ||
+                            (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+        const int escape = (cp == PT_UTF8_INVALID && !literal_fffd) || control;
         const size_t need = escape ? 4 * k : k;
         if (at + need + 1 > cap)
             break;

@@ -202,6 +202,11 @@ static void memory_limit_searches_micro_batches_of_one_stage(void)
     /* below that nothing fits */
     q.mem_limit = 1.6e6 + 4e3 + 6.4e4 - 1;
     CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
+    /* a batch of 65 over one stage: the search goes up to the whole 65 */
+    pt_plan_request odd = request(1, NULL, 65, 1.6e6 + 4e3 + 6.5e4 + 1);
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &odd, &m, &err), 0);
+    CU_ASSERT_EQUAL(p.micro, 65);
+    CU_ASSERT_EQUAL(p.micro_batch, 1);
     /* without a limit nothing is searched past 8: M = 1 is the fastest */
     q.mem_limit = 0;
     CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);

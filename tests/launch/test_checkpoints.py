@@ -731,7 +731,9 @@ def test_resume_explicit_older_checkpoint(h):
 
 def test_damaged_newest_step_directory(h):
     """The newest step directory damaged so that it is no checkpoint: its
-    manifest replaced by a directory, a FIFO or a link to a device. `auto`
+    manifest replaced by a directory, a FIFO or a link to a device (a
+    manifest file that fails its checks is refused instead: the damage
+    cases above). `auto`
     resumes step 9 with a note naming step 10 as passed over (so does eval),
     and the save of step 10 moves the damaged directory whole to
     RUN_DIR/abandoned/ instead of failing there run after run; the run ends
@@ -762,18 +764,44 @@ def test_damaged_newest_step_directory(h):
         h.run(["export", U.ckpt(run_dir, LAST), got]).expect(0)
         check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over %s differs", name)
         h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "a second resume (%s)" % name)
+    # RUN_DIR/abandoned a file of the user's: the move aside is refused,
+    # naming it, and the file is left as it was
+    cfg, run_dir = copy_run(h, orig, "copy-abandoned-file")
+    manifest = os.path.join(U.ckpt(run_dir, LAST), "manifest")
+    os.unlink(manifest)
+    os.mkdir(manifest)
+    U.write(os.path.join(run_dir, "abandoned"), "the user's")
+    r = h.run(["train", cfg, "--set", "train.resume=auto"])
+    check(r.rc == 2 and "abandoned' is a regular file, not a directory" in r.err,
+          "abandoned as a file:\n%s", r.describe())
+    check(U.read_bytes(os.path.join(run_dir, "abandoned")) == b"the user's", "abandoned changed")
     # a step directory that is a link to the user's own directory
     cfg, run_dir = copy_run(h, orig, "copy-link")
     mine = h.path("mine")
     os.makedirs(mine)
     U.write(os.path.join(mine, "keep.txt"), "the user's")
+    os.symlink("/nonexistent", os.path.join(mine, "manifest"))  # what a save unlinks first
+    os.mkfifo(os.path.join(mine, "units-stage0.bin"))
     shutil.rmtree(U.ckpt(run_dir, LAST))
     os.symlink(mine, U.ckpt(run_dir, LAST))
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over a linked step")
-    check(os.listdir(mine) == ["keep.txt"], "the linked directory changed: %s", os.listdir(mine))
+    check(sorted(os.listdir(mine)) == ["keep.txt", "manifest", "units-stage0.bin"],
+          "the linked directory changed: %s", os.listdir(mine))
     got = h.path("got-link.st")
     h.run(["export", U.ckpt(run_dir, LAST), got]).expect(0)
     check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over a link differs")
+
+
+def temporary_with_bytes(d):
+    """Whether a temporary file in d holds bytes (one that vanishes while
+    looked at counts as empty)."""
+    for f in os.listdir(d):
+        try:
+            if ".tmp." in f and os.path.getsize(os.path.join(d, f)) > 0:
+                return True
+        except FileNotFoundError:
+            pass
+    return False
 
 
 def test_outputs_of_a_stopped_export_or_eval(h):
@@ -790,7 +818,7 @@ def test_outputs_of_a_stopped_export_or_eval(h):
     outdir = h.path("outputs")
     os.makedirs(outdir)
     rng = random.Random(7)
-    writing = 0
+    writing = {"export": 0, "eval": 0}
     for i in range(12):
         sig = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)[i % 3]
         if i % 2 == 0:
@@ -799,11 +827,11 @@ def test_outputs_of_a_stopped_export_or_eval(h):
             args = ["eval", cfg, "--checkpoint", ck, "--logits", os.path.join(outdir, "l.st"),
                     "--hidden", os.path.join(outdir, "h.st")]
         p = h.popen(args)
-        if i < 6:  # as soon as a temporary file shows: while an output is written
-            caught = False
+        if i < 6:  # as soon as a temporary file holds bytes: while an output is written
+            caught = False  # (not eval's probe of its outputs at the start, which stays empty)
             while p.poll() is None and not caught:
-                caught = any(".tmp." in f for f in os.listdir(outdir))
-            writing += caught
+                caught = temporary_with_bytes(outdir)
+            writing[args[0]] += caught
         else:
             time.sleep(rng.uniform(0.0, 0.4))
         p.send_signal(sig)
@@ -811,7 +839,8 @@ def test_outputs_of_a_stopped_export_or_eval(h):
         check(p.returncode in (0, -sig), "%s ended with %s after signal %d", args[0], p.returncode, sig)
         left = [f for f in os.listdir(outdir) if ".tmp." in f]
         check(not left, "%s stopped by signal %d left %s", args[0], sig, left)
-    check(writing >= 3, "only %d of 6 signals came while an output was written", writing)
+    check(writing["export"] >= 1 and writing["eval"] >= 1,
+          "signals that came while an output was written: %s of 3 each", writing)
     if os.path.exists(os.path.join(outdir, "w.st")):
         h.run(["export", ck, os.path.join(outdir, "again.st")]).expect(0)
         check(U.read_bytes(os.path.join(outdir, "w.st")) == U.read_bytes(os.path.join(outdir, "again.st")),

@@ -473,6 +473,10 @@ CASES = [
          needles=["a YAML tag", "tag:yaml.org,2002:binary"]),
     Case("tag_float_dim", {"model.dim": "!!float 16"}, blame="model.dim", needles=["a YAML tag"]),
     Case("tag_local", {"train.lr": "!custom 0.1"}, blame="train.lr", needles=["a YAML tag", "!custom"]),
+    # an explicit !!str is a tag too (the document gives it the implicit one's name)
+    Case("tag_explicit_str", {"run.dir": "!!str somewhere"}, blame="run.dir", needles=["a YAML tag"]),
+    Case("tag_explicit_str_null", {"run.dir": "!!str null"}, blame="run.dir", needles=["a YAML tag"]),
+    Case("tag_nonspecific", {"run.dir": "! somewhere"}, blame="run.dir", needles=["a YAML tag"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
     # YAML built to be slow, refused before libyaml builds a document
     Case("nested_flow_lists", raw=append("pipeline: " + "[" * DEEP + "]" * DEEP + "\n"),

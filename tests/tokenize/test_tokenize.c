@@ -371,6 +371,9 @@ static void test_printable(void)
     CU_ASSERT_STRING_EQUAL(out, "caf");
     pt_utf8_printable(bad, sizeof bad - 1, out, 5); /* nor "\xff" */
     CU_ASSERT_STRING_EQUAL(out, "a");
+    /* C1 controls (CSI as two bytes) and a right-to-left override */
+    pt_utf8_printable("a\xc2\x9b" "1m\xe2\x80\xaez", 9, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, "a\\xc2\\x9b1m\\xe2\\x80\\xaez");
     pt_utf8_printable("", 0, out, 1);
     CU_ASSERT_STRING_EQUAL(out, "");
 }
