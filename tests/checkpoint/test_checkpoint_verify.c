@@ -9,7 +9,7 @@
  */
 #include "formats/formats.h"
 #include "checkpoint/checkpoint.h"
-#include "tests/launch/test_util.h"
+#include "tests/common/test_util.h"
 #include "tests/common/cunit_main.h"
 
 #ifndef PT_FIXTURES

@@ -6,7 +6,7 @@
  * and mkdir -p behave like their descriptions.
  */
 #include "formats/formats.h"
-#include "tests/launch/test_util.h"
+#include "tests/common/test_util.h"
 #include "tests/common/cunit_main.h"
 
 #include <signal.h>

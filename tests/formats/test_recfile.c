@@ -9,7 +9,7 @@
  * exercised on its own.
  */
 #include "formats/formats.h"
-#include "tests/launch/test_util.h"
+#include "tests/common/test_util.h"
 #include "tests/common/cunit_main.h"
 
 static const char MAGIC[8] = {'P', 'T', 'T', 'E', 'S', 'T', '0', '1'};

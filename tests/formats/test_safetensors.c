@@ -9,7 +9,7 @@
  * conversion of known values.
  */
 #include "formats/formats.h"
-#include "tests/launch/test_util.h"
+#include "tests/common/test_util.h"
 #include "tests/common/cunit_main.h"
 
 #include <math.h>

@@ -4,7 +4,7 @@
  */
 #include "tests/fuzz/fuzz_util.h"
 
-#include "tests/launch/test_util.h"
+#include "tests/common/test_util.h"
 
 #include <errno.h>
 #include <fcntl.h>

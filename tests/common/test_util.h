@@ -1,5 +1,5 @@
 /*
- * test_util.h: helpers shared by the launch/ file-format tests: a fresh
+ * test_util.h: helpers shared by the file-format tests (formats/, checkpoint/, fuzz): a fresh
  * temporary directory per test (removed afterwards, with everything in it),
  * raw file writes that bypass pt_wfile (to plant damaged files), and
  * directory listings (to prove no temporary file is left behind).
