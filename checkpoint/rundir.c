@@ -53,12 +53,16 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step)
     return 1;
 }
 
+/* Whether dir is a step directory with a manifest: both themselves, not
+ * symbolic links (a link's target is not the run's: never a checkpoint). */
 static int has_manifest(const char *dir)
 {
     char path[PT_CKPT_PATH];
     struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
     pt_path_join(path, dir, "manifest");
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Removes the files of dir; only_temporary: just the temporary ones. Then

@@ -40,6 +40,10 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
         return pt_fail(w->err, PT_EINPUT,
                        "%s:%d: key '%.60s...' is longer than any key; `pipetrain keys` lists every "
                        "key", w->path, line, key);
+    for (int i = 0; i < w->n_tagged; i++)
+        if (w->tagged[i] == kn->start_mark.index)
+            return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: a YAML tag on the key ('%s'), which a "
+                           "config does not take", w->path, line, key, (const char *)kn->tag);
     int ki = pt_config_find_key(key);
     if (vn->type == YAML_MAPPING_NODE && ki < 0) {
         /* An alias (*name) reaches a mapping a second time: walking it again
@@ -201,6 +205,12 @@ static int prescan(const char *text, size_t len, const char *name, size_t *tagge
             rc = pt_fail(err, PT_EINPUT,
                          "%s:%d: more than %d YAML anchors (&name); a config needs a few at most",
                          name, line, MAX_ANCHORS);
+        const yaml_char_t *node_tag = e.type == YAML_SEQUENCE_START_EVENT ? e.data.sequence_start.tag
+                                      : e.type == YAML_MAPPING_START_EVENT ? e.data.mapping_start.tag
+                                                                           : NULL;
+        if (rc == 0 && node_tag) /* a section or a list: no key to name, its line */
+            rc = pt_fail(err, PT_EINPUT, "%s:%d: a YAML tag ('%s'), which a config does not take",
+                         name, line, (const char *)node_tag);
         if (rc == 0 && e.type == YAML_SCALAR_EVENT && e.data.scalar.tag) {
             if (*n_tagged == MAX_ANCHORS)
                 rc = pt_fail(err, PT_EINPUT, "%s:%d: more than %d YAML tags (!!type); a config "

@@ -285,7 +285,12 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
     } else if (own) {
         report(comm, rc, err);
     }
-    return rc ? exit_code(rc) : exit_code(PT_EPEER);
+    /* every rank exits as the ranks that failed on their own do (bad input:
+     * 2), whichever of them mpirun reports */
+    int64_t code = own ? exit_code(rc) : 0;
+    if (pt_allreduce_max_i64(pt_comm_world(comm), &code, &ignore) || code == 0)
+        code = rc ? exit_code(rc) : exit_code(PT_EPEER);
+    return (int)code;
 }
 
 /* The first line where two YAML texts differ, as "section.key: value"
@@ -320,8 +325,9 @@ static int first_difference(const char *mine, const char *theirs, char *out, siz
  * differently wait for each other forever or exchange buffers of other
  * sizes. Rank 0's resolved configuration goes to every rank; one whose own
  * differs refuses to start, naming the first key. */
-static int same_config(pt_comm *comm, const pt_config *cfg, pt_err *err)
+static int same_config(pt_comm *comm, const cli *a, pt_err *err)
 {
+    const pt_config *cfg = &a->cfg;
     if (pt_comm_size(comm) == 1)
         return 0;
     char *mine = NULL;
@@ -332,6 +338,11 @@ static int same_config(pt_comm *comm, const pt_config *cfg, pt_err *err)
         pt_comm_abort(comm, 1);
     }
     pt_config_write_yaml(cfg, f);
+    /* eval's options too: ranks that load other weights would report a
+     * mix of two checkpoints, or wait forever on each other */
+    fprintf(f, "eval:\n  checkpoint: \"%s\"\n  init: %d\n  logits: \"%s\"\n  hidden: \"%s\"\n",
+            a->checkpoint ? a->checkpoint : "", a->init, a->logits ? a->logits : "",
+            a->hidden ? a->hidden : "");
     fclose(f);
     pt_group *world = pt_comm_world(comm);
     const int rank = pt_comm_rank(comm);
@@ -736,7 +747,7 @@ int main(int argc, char **argv)
            : pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
     int code = setup_failed(comm, rc, &err);
     if (code == 0)
-        code = setup_failed(comm, same_config(comm, &a->cfg, &err), &err);
+        code = setup_failed(comm, same_config(comm, a, &err), &err);
     if (code == 0)
         code = run_cmd(comm, a);
     free(a);

@@ -780,12 +780,16 @@ def test_damaged_newest_step_directory(h):
     mine = h.path("mine")
     os.makedirs(mine)
     U.write(os.path.join(mine, "keep.txt"), "the user's")
-    os.symlink("/nonexistent", os.path.join(mine, "manifest"))  # what a save unlinks first
+    U.write(os.path.join(mine, "manifest"), "the user's")  # what a save unlinks first
+    os.symlink("/nonexistent", os.path.join(mine, "link"))
     os.mkfifo(os.path.join(mine, "units-stage0.bin"))
     shutil.rmtree(U.ckpt(run_dir, LAST))
     os.symlink(mine, U.ckpt(run_dir, LAST))
-    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over a linked step")
-    check(sorted(os.listdir(mine)) == ["keep.txt", "manifest", "units-stage0.bin"],
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over a linked step")
+    check("resumed at step 9" in r.err, "a linked step directory was taken as a checkpoint:\n%s",
+          r.describe())
+    check(sorted(os.listdir(mine)) == ["keep.txt", "link", "manifest", "units-stage0.bin"] and
+          U.read_bytes(os.path.join(mine, "manifest")) == b"the user's",
           "the linked directory changed: %s", os.listdir(mine))
     got = h.path("got-link.st")
     h.run(["export", U.ckpt(run_dir, LAST), got]).expect(0)

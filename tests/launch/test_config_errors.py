@@ -477,6 +477,10 @@ CASES = [
     Case("tag_explicit_str", {"run.dir": "!!str somewhere"}, blame="run.dir", needles=["a YAML tag"]),
     Case("tag_explicit_str_null", {"run.dir": "!!str null"}, blame="run.dir", needles=["a YAML tag"]),
     Case("tag_nonspecific", {"run.dir": "! somewhere"}, blame="run.dir", needles=["a YAML tag"]),
+    Case("tag_on_a_section", raw=lambda t: t.replace("train:\n", "train: !x\n", 1),
+         line=line_with("train: !x"), needles=["a YAML tag ('!x')"]),
+    Case("tag_on_a_key", raw=inserted_under("train", "  !x lr2: 1\n"), line=line_with("!x lr2"),
+         needles=["a YAML tag on the key ('!x')"]),
     Case("top_level_list", raw=lambda t: "- run\n- model\n", line=1, needles=["key: value"]),
     # YAML built to be slow, refused before libyaml builds a document
     Case("nested_flow_lists", raw=append("pipeline: " + "[" * DEEP + "]" * DEEP + "\n"),

@@ -118,6 +118,28 @@ def configs_differ(tools, work):
          ["rank 1: error: config '%s': rank 1 reads another configuration" % cfg,
           "'train.lr: 0.0001'"]),
     ]
+    # eval with another checkpoint per rank: a mix of two checkpoints' weights
+    trained = os.path.join(work, "run-trained")
+    tcfg = os.path.join(work, "trained.yaml")
+    with open(tcfg, "w") as f:
+        f.write(CONFIG.format(run=trained, batch=4, stages=1, replicas=1, micro=1)
+                .replace("  max_steps: 2\n", "  max_steps: 2\n  checkpoint_every: 1\n"))
+    tools.run(1, ["train", tcfg])
+    ck = [os.path.join(trained, "checkpoints", "step_%010d" % k) for k in (1, 2)]
+    cases.append(("eval of another checkpoint on rank 1",
+                  base + ["-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[0], ":",
+                          "-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[1]], None,
+                  ["rank 1: error: ", "eval.checkpoint"]))
+    # a config that does not parse on one rank: bad input (2) whichever rank
+    # mpirun reports, each time
+    broken = os.path.join(work, "broken.yaml")
+    with open(broken, "w") as f:
+        f.write("run: [bad\n")
+    for i in range(3):
+        cases.append(("a config that does not parse on rank 2, try %d" % (i + 1),
+                      base + ["-np", "2", tools.pipetrain, "train", cfg, ":", "-np", "1",
+                              tools.pipetrain, "train", broken], None,
+                      ["rank 2: error: %s:" % broken, "YAML syntax error"]))
     for name, cmd, stdin, words in cases:
         before = shm()
         with open(stdin or os.devnull) as inp:
