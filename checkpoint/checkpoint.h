@@ -33,7 +33,23 @@ typedef struct pt_ckpt_run {
     const pt_config *cfg;    /* written into the manifest; run.dir, train.batch, run.seed, ... */
     const pt_dataset *train; /* its label names (text classification) are recorded and checked */
     const pt_dataset *test;  /* the labels an evaluation checks */
+    /* What the run is fed (identity.c), as 64 hex digits, or NULL or ""
+     * when not known: recorded by a save; a resume refuses another
+     * vocabulary and notes other training or test data, an evaluation
+     * refuses another vocabulary. */
+    const char *train_sha256, *test_sha256, *vocab_sha256;
 } pt_ckpt_run;
+
+/* The identity of a data set (what the model is fed: shapes, labels,
+ * pixels, bytes, token ids, label names) and of a vocabulary (its tokens in
+ * id order) as 64 hex digits and a NUL (identity.c). */
+int pt_checkpoint_data_sha256(const pt_dataset *ds, char hex[65], pt_err *err);
+int pt_checkpoint_vocab_sha256(const pt_vocab *v, char hex[65], pt_err *err);
+
+/* Whether vocabulary `sha256` (of the file `path`, for the message) is the
+ * one checkpoint dir was trained with: 0 when it is, or when the checkpoint
+ * records none; PT_EINPUT saying so when it is not. */
+int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha256, pt_err *err);
 
 /* Saves the run's current state (each unit once: replica 0 writes) and
  * deletes checkpoints beyond train.keep_checkpoints (and incomplete ones).

@@ -389,6 +389,80 @@ int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *
 /* training: resuming, where the dropout probabilities are part of the run
  * (a different one would not continue the same training); reading weights
  * to evaluate or export, they do not matter. */
+/* One part ("train", "test", "vocab") of the manifest's "data" record (what
+ * the run was fed, identity.c): *sha256 its 64 hex digits and *examples its
+ * count (-1 for the vocabulary), or *sha256 NULL when the manifest records
+ * none (saved before it did, or not known). Anything else is malformed. */
+static int read_data(const manifest *m, const char *part, const char **sha256, int64_t *examples,
+                     pt_err *err)
+{
+    *sha256 = NULL;
+    *examples = -1;
+    const json_t *data = json_object_get(m->j, "data");
+    if (!data)
+        return 0;
+    if (!json_is_object(data))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': data is not an object", m->dir);
+    const json_t *o = json_object_get(data, part);
+    if (!o)
+        return 0;
+    const json_t *sha = json_object_get(o, "sha256"), *count = json_object_get(o, "examples");
+    const char *hex = json_string_value(sha);
+    int good = hex && strlen(hex) == 64 && strspn(hex, "0123456789abcdef") == 64 &&
+               (strcmp(part, "vocab") == 0 ? count == NULL
+                                           : json_is_integer(count) && json_integer_value(count) >= 0);
+    if (!good)
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': data.%s is malformed (an object with a "
+                       "sha256 of 64 hex digits%s expected)", m->dir, part,
+                       strcmp(part, "vocab") == 0 ? "" : " and a count of examples");
+    *sha256 = hex;
+    if (count)
+        *examples = (int64_t)json_integer_value(count);
+    return 0;
+}
+
+static int read_all_data(const manifest *m, pt_err *err)
+{
+    static const char *const parts[] = {"train", "test", "vocab"};
+    const char *sha;
+    int64_t n;
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        int rc = read_data(m, parts[i], &sha, &n, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The vocabulary a checkpoint was trained with against this run's: the
+ * embedding rows stand for that vocabulary's tokens, so another one (even
+ * of the same size) is refused. Not checked when either is not known. */
+static int check_vocab(const manifest *m, const char *path, const char *now, pt_err *err)
+{
+    const char *was;
+    int64_t n;
+    int rc = read_data(m, "vocab", &was, &n, err);
+    if (rc || !was || !now || !*now || strcmp(was, now) == 0)
+        return rc;
+    return pt_fail(err, PT_EINPUT,
+                   "'%.900s' (data.vocab) is not the vocabulary checkpoint %s was trained with "
+                   "(its tokens' SHA-256 is %.16s..., the checkpoint's %.16s...): the embedding "
+                   "rows stand for that vocabulary's tokens; use the vocab.txt it was trained "
+                   "with (pipetrain export writes it beside the weights)",
+                   path, m->dir, now, was);
+}
+
+int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha256, pt_err *err)
+{
+    manifest m;
+    int rc = manifest_open(&m, dir, err);
+    if (rc == 0) {
+        rc = check_vocab(&m, path, sha256, err);
+        manifest_close(&m);
+    }
+    return rc;
+}
+
 static int check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
 {
     pt_arch saved;
@@ -456,6 +530,8 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
+        if (rc == 0)
+            rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
         if (rc == 0 && r->active && (rc = check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
         manifest_close(&m);
@@ -498,8 +574,25 @@ static int read_state(const manifest *m, saved_state *st, pt_err *err)
  * shuffle off) are allowed (the batch and seed are checked, and an epoch
  * that no longer fits its position is refused), but the resume is then no
  * longer the run that did not stop: said once, on stderr. */
-static void note_data_changes(const pt_config *now, const manifest *m)
+static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
 {
+    const pt_config *now = c->cfg;
+    /* the data themselves: a file changed under the same keys */
+    static const char *const splits[] = {"train", "test"};
+    for (int i = 0; i < 2; i++) {
+        const char *is = i == 0 ? c->train_sha256 : c->test_sha256, *was;
+        const pt_dataset *ds = i == 0 ? c->train : c->test;
+        int64_t n;
+        pt_err ignored;
+        if (read_data(m, splits[i], &was, &n, &ignored) == 0 && was && is && *is &&
+            strcmp(was, is) != 0)
+            fprintf(stderr,
+                    "pipetrain: note: resuming %s on other %s data than it was saved with (%" PRId64
+                    " examples, SHA-256 %.16s... then; %" PRId64 ", %.16s... now): %s\n",
+                    m->dir, i == 0 ? "training" : "test", n, was, ds->count, is,
+                    i == 0 ? "the data order and position are only exact with the same data"
+                           : "evaluations are not comparable with the saved run's");
+    }
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
     pt_arch arch;
     pt_err ignored;
@@ -544,7 +637,9 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
     /* every rank goes through the same collectives whatever fails where */
     int rc = manifest_open(&m, dir, err);
     if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0 &&
-        (rc = check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0) {
+        (rc = check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
+        (rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&
+        (rc = read_all_data(&m, err)) == 0) {
         if (st.batch != c->cfg->train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
@@ -573,7 +668,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
         }
     }
     if (rc == 0 && r->rank == 0)
-        note_data_changes(c->cfg, &m);
+        note_data_changes(c, &m);
     /* every rank learns whether the state was good before the layout changes */
     /* the first layout was planned for the prefix rank 0 read before the
      * lock (layout.c); the checkpoint resolved under it may be another */
@@ -691,6 +786,8 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     int count;
     if (rc == 0)
         rc = read_labels(&m, arch.classes, &labels, &count, err);
+    if (rc == 0)
+        rc = read_all_data(&m, err);
     if (rc == 0)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);

@@ -230,6 +230,26 @@ static json_t *manifest_json(const pt_ckpt_run *c, const char *id, const file_en
             m = NULL;
         }
     }
+    /* what the run is fed (identity.c), so that a resume or an evaluation
+     * with a changed file under the same keys is told, not silent */
+    if (m && ((c->train_sha256 && *c->train_sha256) || (c->test_sha256 && *c->test_sha256) ||
+              (c->vocab_sha256 && *c->vocab_sha256))) {
+        json_t *data = json_object();
+        if (data && c->train_sha256 && *c->train_sha256)
+            json_object_set_new(data, "train", json_pack("{s:I, s:s}", "examples",
+                                                         (json_int_t)c->train->count, "sha256",
+                                                         c->train_sha256));
+        if (data && c->test_sha256 && *c->test_sha256)
+            json_object_set_new(data, "test", json_pack("{s:I, s:s}", "examples",
+                                                        (json_int_t)c->test->count, "sha256",
+                                                        c->test_sha256));
+        if (data && c->vocab_sha256 && *c->vocab_sha256)
+            json_object_set_new(data, "vocab", json_pack("{s:s}", "sha256", c->vocab_sha256));
+        if (!data || json_object_set_new(m, "data", data)) {
+            json_decref(m);
+            m = NULL;
+        }
+    }
     /* the planner's measured inputs, so a resume plans the same layouts */
     pt_profile prof;
     pt_err ignored;

@@ -108,6 +108,41 @@ int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, p
     return rc;
 }
 
+struct pt_sha256 {
+    EVP_MD_CTX *ctx;
+    int failed;
+};
+
+pt_sha256 *pt_sha256_begin(void)
+{
+    pt_sha256 *h = calloc(1, sizeof *h);
+    if (h && (!(h->ctx = EVP_MD_CTX_new()) || EVP_DigestInit_ex(h->ctx, EVP_sha256(), NULL) != 1)) {
+        EVP_MD_CTX_free(h->ctx);
+        free(h);
+        h = NULL;
+    }
+    return h;
+}
+
+void pt_sha256_add(pt_sha256 *h, const void *data, size_t n)
+{
+    if (h && !h->failed && n > 0 && EVP_DigestUpdate(h->ctx, data, n) != 1)
+        h->failed = 1;
+}
+
+int pt_sha256_end(pt_sha256 *h, unsigned char digest[32], pt_err *err)
+{
+    if (!h)
+        return pt_fail(err, PT_ENOMEM, "out of memory starting a SHA-256 digest");
+    unsigned int len = 0;
+    int rc = 0;
+    if (h->failed || EVP_DigestFinal_ex(h->ctx, digest, &len) != 1 || len != 32)
+        rc = pt_fail(err, PT_EINTERNAL, "a SHA-256 digest failed");
+    EVP_MD_CTX_free(h->ctx);
+    free(h);
+    return rc;
+}
+
 void pt_hex(const unsigned char *bytes, size_t n, char *out)
 {
     static const char hex[] = "0123456789abcdef";

@@ -126,6 +126,15 @@ void pt_unique_id(char *out, size_t n);
 
 /* SHA-256 of a whole file, and its size. */
 int pt_sha256_file(const char *path, unsigned char digest[32], uint64_t *size, pt_err *err);
+/* SHA-256 of bytes given in parts: pt_sha256_begin, any number of
+ * pt_sha256_add, then pt_sha256_end (which frees the digest in progress,
+ * also after a failure; NULL from begin means out of memory, and add and
+ * end then fail). 0 or PT_ENOMEM / PT_EINTERNAL with the message. */
+typedef struct pt_sha256 pt_sha256;
+pt_sha256 *pt_sha256_begin(void);
+void pt_sha256_add(pt_sha256 *h, const void *data, size_t n);
+int pt_sha256_end(pt_sha256 *h, unsigned char digest[32], pt_err *err);
+
 /* n bytes as 2n lower-case hex digits and a NUL. */
 void pt_hex(const unsigned char *bytes, size_t n, char *out);
 

@@ -202,6 +202,19 @@ static int output_not_in_run(const char *option, const char *path, const char *r
 }
 
 /* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
+/* Whether the vocabulary at path is the one checkpoint dir was trained
+ * with (or the checkpoint records none): export copies only that one. */
+static int same_vocab(const char *dir, const char *path, pt_err *err)
+{
+    pt_vocab *v = NULL;
+    char sha[65];
+    int rc = pt_vocab_load(&v, path, err);
+    if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0)
+        rc = pt_checkpoint_check_vocab(dir, path, sha, err);
+    pt_vocab_free(v);
+    return rc;
+}
+
 static void run_of_checkpoint(const char *ckpt, char *out, size_t n)
 {
     const int len = snprintf(out, n, "%s/../..", ckpt);
@@ -459,6 +472,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
+    if (!*resume) /* a resume's weights are the checkpoint's */
+        pt_session_note_init_vocab(s);
     rc = pt_session_train(s, &err);
     if (rc && rc != PT_ESTOPPED && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
@@ -511,6 +526,8 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
     }
+    if (rc == 0 && !checkpoint)
+        pt_session_note_init_vocab(s);
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";
@@ -654,7 +671,8 @@ static int cmd_export(int argc, char **argv)
             if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
                 pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
             else if (pt_read_file(cfg->data.vocab, (size_t)64 << 20, &vocab, &tok.vocab_bytes, &why) == 0 &&
-                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
+                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
+                     same_vocab(argv[2], cfg->data.vocab, &why) == 0)
                 tok.vocab = vocab;
             if (!tok.vocab)
                 fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "

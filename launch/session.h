@@ -31,6 +31,9 @@ typedef struct pt_session {
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     pt_profile profile_fallback; /* pipeline.profile's beside a resumed checkpoint's (rank 0) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
+    /* what the run is fed, as checkpoints record it ("": not known): the
+     * vocabulary on every rank, the data sets on rank 0 when training */
+    char train_sha256[65], test_sha256[65], vocab_sha256[65];
 } pt_session;
 
 /* The session as checkpoint/ sees it: its engine, config and data. */
@@ -52,6 +55,11 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
  * run makes the saved run's layouts; pipeline.profile comes first. */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err);
+/* Rank 0, a bert taking model.init_from's weights: a note when data.vocab
+ * differs from the vocab.txt beside them (the ids reach rows pretrained for
+ * other tokens). */
+void pt_session_note_init_vocab(const pt_session *s);
+
 /* Writes RUN_DIR/profile.json: the measured inputs this run planned from
  * (rank 0; a run that planned nothing has no unit costs in it). */
 int pt_session_write_profile(const pt_session *s, pt_err *err);

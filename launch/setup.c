@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
@@ -75,6 +76,47 @@ static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data
     if (rc)
         pt_config_key_prefix(c, err, "model.init_from");
     return rc;
+}
+
+/* A bert initialised from a Hugging Face directory that has a vocab.txt:
+ * token id i reaches the pretrained embedding row of that file's token i,
+ * so a data.vocab that differs from it is worth a note (not an error:
+ * replacing [unused] tokens with words of one's own is a use). Rank 0. */
+void pt_session_note_init_vocab(const pt_session *s)
+{
+    const pt_config *c = &s->cfg;
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], there[PT_PATH_MAX + 48];
+    pt_err ignored;
+    struct stat st;
+    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT || c->data.kind != PT_DATA_TEXT_CLASSIFICATION ||
+        !*c->model.init_from ||
+        pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
+        return;
+    char *slash = strrchr(weights, '/');
+    snprintf(there, sizeof there, "%.*svocab.txt", slash ? (int)(slash - weights + 1) : 0, weights);
+    if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) /* none, or never wait on a FIFO */
+        return;
+    pt_vocab *a = NULL, *b = NULL;
+    if (pt_vocab_load(&a, there, &ignored) == 0 && pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
+        const int32_t na = pt_vocab_size(a), nb = pt_vocab_size(b);
+        int32_t differ = 0, first = -1;
+        for (int32_t id = 0; id < na || id < nb; id++)
+            if (id >= na || id >= nb || strcmp(pt_vocab_token(a, id), pt_vocab_token(b, id)) != 0) {
+                differ++;
+                if (first < 0)
+                    first = id;
+            }
+        if (differ)
+            fprintf(stderr,
+                    "pipetrain: note: data.vocab '%s' differs from model.init_from's '%s' in %d of "
+                    "the ids (first: id %d is '%.64s' there, '%.64s' here): those ids reach "
+                    "pretrained embedding rows of other tokens\n",
+                    c->data.vocab, there, (int)differ, (int)first,
+                    first < na ? pt_vocab_token(a, first) : "(none)",
+                    first < nb ? pt_vocab_token(b, first) : "(none)");
+    }
+    pt_vocab_free(a);
+    pt_vocab_free(b);
 }
 
 /* model.dropout and model.attention_dropout left at auto: 0, except for a
@@ -247,6 +289,10 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         rc = pt_config_key_fail(c, err, "data.vocab",
                                 "'%s' has [PAD] at id %d; pipetrain's bert pads with id 0",
                                 c->data.vocab, (int)pt_vocab_specials(vocab).pad);
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if ((rc = pt_checkpoint_vocab_sha256(vocab, r->vocab_sha256, err))) {
         pt_vocab_free(vocab);
         return rc;
     }
@@ -634,7 +680,13 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
 
 pt_ckpt_run pt_session_ckpt(pt_session *s)
 {
-    return (pt_ckpt_run){.run = &s->run, .cfg = &s->cfg, .train = &s->train, .test = &s->test};
+    return (pt_ckpt_run){.run = &s->run,
+                         .cfg = &s->cfg,
+                         .train = &s->train,
+                         .test = &s->test,
+                         .train_sha256 = s->train_sha256,
+                         .test_sha256 = s->test_sha256,
+                         .vocab_sha256 = s->vocab_sha256};
 }
 
 /* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */
@@ -783,6 +835,11 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                                 "CPU backend)", pt_backend_name(s->be));
         goto fail;
     }
+    /* what a checkpoint records of the data, and a resume compares */
+    if (mode == PT_RUN_TRAIN && s->rank == 0 &&
+        ((rc = pt_checkpoint_data_sha256(&s->train, s->train_sha256, err)) ||
+         (rc = pt_checkpoint_data_sha256(&s->test, s->test_sha256, err))))
+        goto fail;
     if (mode == PT_RUN_TRAIN) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
         /* text data with augmentation is refused by pt_config_validate, so

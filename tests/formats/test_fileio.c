@@ -208,6 +208,25 @@ static void test_unique_ids_and_sha256(void)
     /* FIPS 180-2, appendix B.1 */
     CU_ASSERT_STRING_EQUAL(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     CU_ASSERT(size == 3);
+    /* in parts (an empty part among them), the same digest as at once */
+    pt_sha256 *h = pt_sha256_begin();
+    pt_sha256_add(h, "a", 1);
+    pt_sha256_add(h, "", 0);
+    pt_sha256_add(h, "bc", 2);
+    unsigned char parts[32];
+    CU_ASSERT_FATAL(pt_sha256_end(h, parts, &err) == 0);
+    CU_ASSERT(memcmp(parts, d, 32) == 0);
+    /* FIPS 180-2, appendix B.2, in parts of 7 bytes */
+    static const char two[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    h = pt_sha256_begin();
+    for (size_t at = 0; at < sizeof two - 1; at += 7)
+        pt_sha256_add(h, two + at, sizeof two - 1 - at < 7 ? sizeof two - 1 - at : 7);
+    CU_ASSERT_FATAL(pt_sha256_end(h, parts, &err) == 0);
+    pt_hex(parts, 32, hex);
+    CU_ASSERT_STRING_EQUAL(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* a digest that could not start fails at its end, not before */
+    pt_sha256_add(NULL, "abc", 3);
+    CU_ASSERT(pt_sha256_end(NULL, parts, &err) == PT_ENOMEM);
     /* what is not a regular file is refused before it is read: a
      * directory, /dev/zero (which never ends), a FIFO (which would block) */
     CU_ASSERT(pt_sha256_file(dir, d, &size, &err) == PT_EINPUT);

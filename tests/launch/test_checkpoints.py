@@ -595,6 +595,110 @@ def test_bert_other_labels(h):
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "a manifest without labels")
 
 
+def test_data_identity(h):
+    """A checkpoint records what the run was fed: the SHA-256 of the
+    training and test examples as the model sees them (counts, token ids,
+    labels) and of the vocabulary's tokens in id order. A vocab.txt of the
+    same size with two tokens swapped is refused by a resume and an eval
+    naming data.vocab (the embedding rows stand for the old tokens), and an
+    export then writes no vocab.txt; a training or test file edited in place
+    under the same keys resumes with a note saying so; a malformed record is
+    refused naming it; a manifest without one is not checked. Training from
+    an export whose vocab.txt differs from data.vocab says so in a note."""
+    import hashlib
+    files = U.bert_files(h, 40, 2)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    _, orig = trained(h, "ident", kind="gpt", **bert)
+    m = read_manifest(U.ckpt(orig, LAST))
+    data = m.get("data", {})
+    with open(files["data.vocab"]) as f:
+        tokens = f.read().split("\n")[:-1]
+    check(data.get("vocab") == {"sha256": hashlib.sha256(
+        "".join(t + "\n" for t in tokens).encode()).hexdigest()},
+          "the manifest's vocab record %s", data.get("vocab"))
+    check(data.get("train", {}).get("examples") == 40 and data.get("test", {}).get("examples") == 16 and
+          all(len(data[k]["sha256"]) == 64 for k in ("train", "test")) and
+          data["train"]["sha256"] != data["test"]["sha256"], "the manifest's data record %s", data)
+    # the same vocabulary in CRLF lines is the same tokens: not refused
+    crlf = U.write(h.path("vocab-crlf.txt"), "".join(t + "\r\n" for t in tokens))
+    cfg, run_dir = copy_run(h, orig, "ident-crlf", kind="gpt",
+                            **dict(bert, **{"data.vocab": crlf, "train.epochs": "3"}))
+    h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "eval, vocab in CRLF lines")
+    # two tokens swapped: same size, other ids
+    swapped = tokens[:]
+    swapped[5], swapped[6] = swapped[6], swapped[5]
+    other = U.write(h.path("vocab-swapped.txt"), "\n".join(swapped) + "\n")
+    cfg, run_dir = copy_run(h, orig, "ident-vocab", kind="gpt", **dict(bert, **{"data.vocab": other}))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST),
+               ["vocab-swapped.txt", "data.vocab", "not the vocabulary checkpoint"],
+               ("auto", "path", "eval"))
+    # export reads the checkpoint's own data.vocab: changed under it, the
+    # export has the weights but no tokenizer files
+    cfg, run_dir = copy_run(h, orig, "ident-export", kind="gpt", **bert)
+    saved = U.read_bytes(files["data.vocab"])
+    try:
+        U.write(files["data.vocab"], "\n".join(swapped) + "\n")
+        out = h.path("ident-export-dir")
+        r = h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0, "export, vocab changed")
+        check("not the vocabulary checkpoint" in r.err and not os.path.exists(
+            os.path.join(out, "vocab.txt")) and os.path.exists(os.path.join(out, "model.safetensors")),
+              "export with a changed vocab:\n%s", r.describe())
+    finally:
+        with open(files["data.vocab"], "wb") as f:
+            f.write(saved)
+    out = h.path("ident-export-good")
+    h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0, "export")
+    check(os.path.exists(os.path.join(out, "vocab.txt")), "export wrote no vocab.txt")
+    # the training or the test file edited in place: resumed, with a note
+    for split in ("train", "test"):
+        key = "data.%s_file" % split
+        with open(files[key]) as f:
+            lines = f.read().splitlines(True)
+        lines[0] = lines[0][:2] + "and " + lines[0][2:]
+        edited = U.write(h.path("ident-%s.tsv" % split), "".join(lines))
+        cfg, run_dir = copy_run(h, orig, "ident-" + split, kind="gpt",
+                                **dict(bert, **{key: edited, "train.epochs": "3"}))
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, %s edited" % split)
+        word = "training" if split == "train" else "test"
+        check(("on other %s data than it was saved with (%d examples" %
+               (word, 40 if split == "train" else 16)) in r.err and
+              ("on other %s data" % ("test" if split == "train" else "training")) not in r.err,
+              "no note of the edited %s file:\n%s", split, r.describe())
+    # the same data: no note
+    cfg, run_dir = copy_run(h, orig, "ident-same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, same data")
+    check("other training data" not in r.err and "other test data" not in r.err,
+          "a note on the same data:\n%s", r.describe())
+    # malformed records refused naming them; none at all: not checked
+    for name, edit, needle in (
+            ("ident-bad-sha", lambda m: m["data"]["train"].update(sha256="xyz"), "data.train is malformed"),
+            ("ident-bad-count", lambda m: m["data"]["test"].update(examples=-1), "data.test is malformed"),
+            ("ident-bad-vocab", lambda m: m["data"].update(vocab=[1]), "data.vocab is malformed"),
+            ("ident-bad-data", lambda m: m.update(data="x"), "data is not an object")):
+        cfg, run_dir = copy_run(h, orig, name, kind="gpt", **bert)
+        for step in (9, LAST):
+            rewrite_manifest(U.ckpt(run_dir, step), edit)
+        all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), [needle], ("auto", "path"))
+    cfg, run_dir = copy_run(h, orig, "ident-none", kind="gpt", **dict(bert, **{"data.vocab": other}))
+    for step in (9, LAST):
+        rewrite_manifest(U.ckpt(run_dir, step), lambda m: m.pop("data"))
+    h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "a manifest without data")
+    # model.init_from of the export (its vocab.txt the original) with the
+    # swapped data.vocab: a note naming both and the first id that differs
+    for name, vocab, noted in (("ident-init-other", other, True),
+                               ("ident-init-same", files["data.vocab"], False)):
+        cfg = U.write_config(h, name + ".yaml", keys(h, h.path(name), "gpt", **dict(
+            bert, **{"model.init_from": out, "data.vocab": vocab})))
+        for args in (["train", cfg], ["eval", cfg, "--init"]):
+            r = h.run(args).expect(0, "%s from the export" % args[0])
+            note = "differs from model.init_from's '%s' in 2 of the ids (first: id 5 is '%s' there, " \
+                   "'%s' here)" % (os.path.join(out, "vocab.txt"), tokens[5], tokens[6])
+            check((note in r.err) == noted, "%s, %s: note %s expected:\n%s", name, args[0],
+                  "a" if noted else "no", r.describe())
+
+
 def test_resume_mid_epoch_after_data_shrank(h):
     """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
     _, orig = trained(h)
@@ -985,7 +1089,7 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
-        test_resume_bert_other_dropout, test_bert_other_labels,
+        test_resume_bert_other_dropout, test_bert_other_labels, test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
