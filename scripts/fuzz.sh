@@ -98,7 +98,7 @@ for t in "${targets[@]}"; do
     "$bin" -runs="$runs" -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 \
       -max_len="${max_len[$t]}" "${dict[@]}" -print_final_stats=1 \
       -artifact_prefix="$dir/fuzz-artifacts/$t-" "$corpus" "${seeds[@]}" > "$log" 2>&1 || rc=$?
-  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+  done_line=$(grep -a -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
   if ((rc)) || [ -z "$done_line" ]; then
     echo "fuzz: $t FAILED (exit status $rc); the end of $log:" >&2
     tail -n 40 "$log" >&2

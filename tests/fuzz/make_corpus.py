@@ -211,7 +211,8 @@ def main():
               "manifest", "../", ".", "profile", "ranks", "node_of", "cores", "threads",
               "backend", "cpu", "links", "intra_bytes_per_s", "inter_bytes_per_s", "latency_s",
               "costs", "boundary_bytes_per_example", "fwd", "bwd", "param_bytes", "state_bytes",
-              "saved_bytes", "scratch_bytes", "model", "pipetrain-profile-1"]
+              "saved_bytes", "scratch_bytes", "model", "pipetrain-profile-1", "data", "train",
+              "test", "examples", "labels"]
     tokens = ['"%s"' % f for f in fields] + ["true", "false", "null", "-1", "0.0", "1e400",
                                              "9223372036854775807", "\\u0000", "\\n", "{}",
                                              "[]"]
