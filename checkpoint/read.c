@@ -447,9 +447,8 @@ static int check_vocab(const manifest *m, const char *path, const char *now, pt_
     return pt_fail(err, PT_EINPUT,
                    "'%.900s' (data.vocab) is not the vocabulary checkpoint %s was trained with "
                    "(its tokens' SHA-256 is %.16s..., the checkpoint's %.16s...): the embedding "
-                   "rows stand for that vocabulary's tokens; use the vocab.txt it was trained "
-                   "with (pipetrain export writes it beside the weights)",
-                   path, m->dir, now, was);
+                   "rows stand for that vocabulary's tokens, so only the vocab.txt it was "
+                   "trained with fits it", path, m->dir, now, was);
 }
 
 int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha256, pt_err *err)
@@ -515,7 +514,8 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     manifest m;
     int rc = manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = check_arch(pt_segment_arch(seg), &m, 0, err)) == 0)
+        if ((rc = check_arch(pt_segment_arch(seg), &m, 0, err)) == 0 &&
+            (rc = read_all_data(&m, err)) == 0)
             rc = load_units(seg, &m, 0, err);
         manifest_close(&m);
     }
@@ -530,7 +530,7 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
-        if (rc == 0)
+        if (rc == 0 && (rc = read_all_data(&m, err)) == 0)
             rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
         if (rc == 0 && r->active && (rc = check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
@@ -585,7 +585,7 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
         int64_t n;
         pt_err ignored;
         if (read_data(m, splits[i], &was, &n, &ignored) == 0 && was && is && *is &&
-            strcmp(was, is) != 0)
+            (strcmp(was, is) != 0 || n != ds->count))
             fprintf(stderr,
                     "pipetrain: note: resuming %s on other %s data than it was saved with (%" PRId64
                     " examples, SHA-256 %.16s... then; %" PRId64 ", %.16s... now): %s\n",
@@ -688,6 +688,17 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
         r->step = m.step;
         r->epoch = st.epoch;
         r->epoch_step = st.epoch_step;
+        /* The run ends with epoch train.epochs of the data it has now. With
+         * the saved data that is per_epoch * epochs steps, as pt_run_open
+         * counted; with another number of batches per epoch the epochs
+         * trained keep the steps they had, and only the rest are counted
+         * with the new one. */
+        const int64_t per_epoch = pt_sampler_steps(&r->sampler);
+        int64_t total = r->step - r->epoch_step + (r->spec.epochs - r->epoch) * per_epoch;
+        if (r->spec.max_steps > 0 && r->spec.max_steps < total)
+            total = r->spec.max_steps;
+        r->total_steps = total > 0 ? total : 0;
+        r->lr.total = r->total_steps;
         /* The schedule follows the config, as a PyTorch scheduler follows the
          * arguments it is built with: resuming with more epochs or another
          * train.lr trains the new steps with the new schedule. Only a changed

@@ -202,15 +202,31 @@ static int output_not_in_run(const char *option, const char *path, const char *r
 }
 
 /* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
-/* Whether the vocabulary at path is the one checkpoint dir was trained
- * with (or the checkpoint records none): export copies only that one. */
-static int same_vocab(const char *dir, const char *path, pt_err *err)
+/* The vocabulary at path as export writes it (its tokens in id order, one
+ * per line: what was checked, whatever line endings the file had), when it
+ * is the one checkpoint dir was trained with (or the checkpoint records
+ * none). malloc'd into *text, *n bytes. */
+static int vocab_for_export(const char *dir, const char *path, char **text, size_t *n, pt_err *err)
 {
     pt_vocab *v = NULL;
     char sha[65];
+    *text = NULL;
+    *n = 0;
     int rc = pt_vocab_load(&v, path, err);
     if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0)
         rc = pt_checkpoint_check_vocab(dir, path, sha, err);
+    size_t bytes = 0;
+    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++)
+        bytes += strlen(pt_vocab_token(v, id)) + 1;
+    if (rc == 0 && !(*text = malloc(bytes ? bytes : 1)))
+        rc = pt_fail(err, PT_ENOMEM, "out of memory for '%s'", path);
+    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++) {
+        const char *t = pt_vocab_token(v, id);
+        const size_t len = strlen(t);
+        memcpy(*text + *n, t, len);
+        (*text)[*n + len] = '\n';
+        *n += len + 1;
+    }
     pt_vocab_free(v);
     return rc;
 }
@@ -664,15 +680,14 @@ static int cmd_export(int argc, char **argv)
             char **labels = NULL;
             int n_labels = 0;
             /* the tokenizer the run used (data.vocab), when it is still there */
-            void *vocab = NULL;
+            char *vocab = NULL;
             pt_hf_tokenizer tok = {NULL, 0, arch.context};
             pt_err why = {0};
             struct stat vs;
             if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
                 pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
-            else if (pt_read_file(cfg->data.vocab, (size_t)64 << 20, &vocab, &tok.vocab_bytes, &why) == 0 &&
-                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
-                     same_vocab(argv[2], cfg->data.vocab, &why) == 0)
+            else if (vocab_for_export(argv[2], cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
+                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
                 tok.vocab = vocab;
             if (!tok.vocab)
                 fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "

@@ -106,17 +106,57 @@ void pt_session_note_init_vocab(const pt_session *s)
                 if (first < 0)
                     first = id;
             }
+        char ta[80] = "past its end", tb[80] = "past its end";
+        if (differ && first < na)
+            snprintf(ta, sizeof ta, "'%.64s'", pt_vocab_token(a, first));
+        if (differ && first < nb)
+            snprintf(tb, sizeof tb, "'%.64s'", pt_vocab_token(b, first));
         if (differ)
             fprintf(stderr,
                     "pipetrain: note: data.vocab '%s' differs from model.init_from's '%s' in %d of "
-                    "the ids (first: id %d is '%.64s' there, '%.64s' here): those ids reach "
-                    "pretrained embedding rows of other tokens\n",
-                    c->data.vocab, there, (int)differ, (int)first,
-                    first < na ? pt_vocab_token(a, first) : "(none)",
-                    first < nb ? pt_vocab_token(b, first) : "(none)");
+                    "the ids (first: id %d is %s there, %s here): those ids reach pretrained "
+                    "embedding rows of other tokens\n",
+                    c->data.vocab, there, (int)differ, (int)first, ta, tb);
     }
     pt_vocab_free(a);
     pt_vocab_free(b);
+}
+
+/* Every rank reads the data itself (on a node of its own, from a copy of
+ * its own): the same examples and vocabulary everywhere, or replicas would
+ * train on different token ids or examples without a word. Rank 0's
+ * digests against this rank's; collective over the world. */
+static int same_data(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    char root[3][65];
+    memcpy(root[0], s->train_sha256, 65);
+    memcpy(root[1], s->test_sha256, 65);
+    memcpy(root[2], s->vocab_sha256, 65);
+    int rc = pt_bcast(pt_comm_world(s->comm), root, sizeof root, 0, err);
+    if (rc)
+        return rc;
+    const char *mine[3] = {s->train_sha256, s->test_sha256, s->vocab_sha256};
+    static const char *const what[3] = {"training data", "test data", "vocabulary"};
+    for (int i = 0; i < 3; i++) {
+        const int k = (i + 2) % 3; /* the vocabulary first: the examples' ids follow from it */
+        if (strcmp(root[k], mine[k]) == 0)
+            continue;
+        char from[PT_PATH_MAX + 32] = "its data.* settings";
+        if (k == 2)
+            snprintf(from, sizeof from, "data.vocab '%s'", c->data.vocab);
+        else if (c->data.kind != PT_DATA_TEXT_CLASSIFICATION)
+            ; /* images or text: the files of the data.* keys */
+        else if (k == 1 && *c->data.test_file)
+            snprintf(from, sizeof from, "data.test_file '%s'", c->data.test_file);
+        else
+            snprintf(from, sizeof from, "data.train_file '%s'", c->data.train_file);
+        return pt_fail(err, PT_EINPUT,
+                       "this rank reads other %s than rank 0 from %s (SHA-256 %.16s... here, "
+                       "%.16s... on rank 0): every rank must read the same files",
+                       what[k], from, *mine[k] ? mine[k] : "none", *root[k] ? root[k] : "none");
+    }
+    return 0;
 }
 
 /* model.dropout and model.attention_dropout left at auto: 0, except for a
@@ -835,10 +875,11 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                                 "CPU backend)", pt_backend_name(s->be));
         goto fail;
     }
-    /* what a checkpoint records of the data, and a resume compares */
-    if (mode == PT_RUN_TRAIN && s->rank == 0 &&
-        ((rc = pt_checkpoint_data_sha256(&s->train, s->train_sha256, err)) ||
-         (rc = pt_checkpoint_data_sha256(&s->test, s->test_sha256, err))))
+    /* what a checkpoint records of the data, and a resume compares; every
+     * rank's against rank 0's once the engine is up (same_data) */
+    if ((mode == PT_RUN_TRAIN &&
+         (rc = pt_checkpoint_data_sha256(&s->train, s->train_sha256, err))) ||
+        (mode != PT_RUN_PLAN && (rc = pt_checkpoint_data_sha256(&s->test, s->test_sha256, err))))
         goto fail;
     if (mode == PT_RUN_TRAIN) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
@@ -901,7 +942,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     rc = s->run.active && *c->model.init_from
              ? load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test, err)
              : 0;
-    if ((rc = pt_run_agree(&s->run, rc, err)))
+    if ((rc = pt_run_agree(&s->run, rc, err)) || (rc = pt_run_agree(&s->run, same_data(s, err), err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {
         /* rank 0 makes run.dir once every input has proved good; then every

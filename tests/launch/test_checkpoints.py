@@ -680,7 +680,16 @@ def test_data_identity(h):
         cfg, run_dir = copy_run(h, orig, name, kind="gpt", **bert)
         for step in (9, LAST):
             rewrite_manifest(U.ckpt(run_dir, step), edit)
-        all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), [needle], ("auto", "path"))
+        all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), [needle], ("auto", "path", "eval"))
+        r = h.run(["export", U.ckpt(run_dir, LAST), h.path(name + "-export")])
+        expect_refused(h, r, [needle], "export of " + name)
+        check(not os.path.exists(h.path(name + "-export")), "a refused export wrote %s", name)
+    # a count that disagrees with the digest (edited by hand): noted as other data
+    cfg, run_dir = copy_run(h, orig, "ident-count", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
+    rewrite_manifest(U.ckpt(run_dir, LAST), lambda m: m["data"]["train"].update(examples=41))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, count edited")
+    check("on other training data than it was saved with (41 examples" in r.err,
+          "no note of a count that differs:\n%s", r.describe())
     cfg, run_dir = copy_run(h, orig, "ident-none", kind="gpt", **dict(bert, **{"data.vocab": other}))
     for step in (9, LAST):
         rewrite_manifest(U.ckpt(run_dir, step), lambda m: m.pop("data"))
@@ -723,6 +732,15 @@ def test_resume_with_other_data_is_noted(h):
     check(len(note) == 1 and "data.synthetic_examples 40 -> 48" in note[0] and
           "data.shuffle true -> false" in note[0] and "step_0000000006" in note[0],
           "the note does not name the changes:\n%s", r.err)
+    check("on other training data than it was saved with (40 examples" in r.err and
+          "on other test data than it was saved with (10 examples" in r.err,
+          "no note of the other examples (the held-out tail moved too):\n%s", r.err)
+    # epochs of 6 batches now: the 5 of epoch 1 stay, so the run ends with
+    # epoch 3 at step 5 + 2 * 6 = 17 (it counted 3 * 6 = 18 steps, one
+    # past the end of epoch 3)
+    check(U.checkpoints(run_dir)[-1] == "step_%010d" % 17 and "epoch 4" not in r.err + r.out and
+          "of 17 steps" not in r.err, "the resumed run does not end with epoch 3 at step 17: %s\n%s",
+          U.checkpoints(run_dir), r.err[-3000:])
 
 
 def test_eval_without_checkpoints(h):

@@ -130,6 +130,37 @@ def configs_differ(tools, work):
                   base + ["-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[0], ":",
                           "-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[1]], None,
                   ["rank 1: error: ", "eval.checkpoint"]))
+    # the same config, but each rank reads files of its own (relative paths
+    # from another working directory, as on hosts with copies of their
+    # own): another vocabulary or other examples on rank 1 are refused
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "in", "the", "beginning", "god", "created"]
+    lines = ["%s\t%s" % ("ab"[i % 2], " ".join(words[4 + (i * j) % 5] for j in range(1 + i % 7)))
+             for i in range(24)]
+    bert_run = os.path.join(work, "run-bert-differ")
+    bcfg = os.path.join(work, "bert-differ.yaml")
+    with open(bcfg, "w") as f:
+        f.write("run:\n  dir: %s\n  seed: 1\n  threads: 1\nmodel:\n  kind: bert\n  dim: 8\n"
+                "  layers: 1\n  heads: 1\n  classes: 2\n  vocab: %d\n  context: 8\n"
+                "  positions: 8\ndata:\n  kind: text_classification\n  vocab: vocab.txt\n"
+                "  train_file: train.tsv\n  test_file: test.tsv\ntrain:\n  batch: 4\n"
+                "  epochs: 1\n  max_steps: 2\npipeline:\n  stages: 1\n  replicas: 2\n"
+                % (bert_run, len(words)))
+    for name, vocab, train in (("same", words, lines), ("vocab", words[:5] + [words[6], words[5]] +
+                                                        words[7:], lines),
+                               ("train", words, lines[:3] + ["b\tgod"] + lines[4:])):
+        d = os.path.join(work, "files-" + name)
+        os.mkdir(d)
+        for fname, text in (("vocab.txt", vocab), ("train.tsv", train[:16]), ("test.tsv", train[16:])):
+            with open(os.path.join(d, fname), "w") as f:
+                f.write("\n".join(text) + "\n")
+    same = os.path.join(work, "files-same")
+    for name, what, key in (("vocab", "vocabulary", "data.vocab 'vocab.txt'"),
+                            ("train", "training data", "data.train_file 'train.tsv'")):
+        cases.append(("rank 1 reads another %s" % name,
+                      base + ["-np", "1", "-wdir", same, tools.pipetrain, "train", bcfg, ":",
+                              "-np", "1", "-wdir", os.path.join(work, "files-" + name),
+                              tools.pipetrain, "train", bcfg], None,
+                      ["rank 1: error: this rank reads other %s than rank 0 from %s" % (what, key)]))
     # a config that does not parse on one rank: bad input (2) whichever rank
     # mpirun reports, each time
     broken = os.path.join(work, "broken.yaml")
@@ -151,7 +182,7 @@ def configs_differ(tools, work):
             problems.append("exit status %d, not 2" % r.returncode)
         if "rank 0: error" in out or "another rank reads" in out:
             problems.append("a rank that agrees with rank 0 printed a message")
-        if os.path.exists(run):
+        if os.path.exists(run) or os.path.exists(bert_run):
             problems.append("run.dir was created")
         if shm() != before:
             problems.append("shared memory left")
@@ -161,6 +192,17 @@ def configs_differ(tools, work):
                   flush=True)
         else:
             print("ok   configs differ (%s): refused, exit 2" % name, flush=True)
+    # the same files in two places: trained
+    r = subprocess.run(base + ["-np", "1", "-wdir", same, tools.pipetrain, "train", bcfg, ":", "-np",
+                               "1", "-wdir", os.path.join(work, "files-same"), tools.pipetrain,
+                               "train", bcfg], cwd=H.ROOT, env=H.ENV, capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0:
+        failures += 1
+        print("FAIL the same files on both ranks: exit %d\n%s" % (r.returncode, r.stderr[-2000:]),
+              flush=True)
+    else:
+        print("ok   the same files on both ranks: trained", flush=True)
     return failures
 
 
