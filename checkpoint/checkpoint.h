@@ -6,7 +6,8 @@
  * unit file per unit-owning rank (each unit's parameters and, unless frozen,
  * its AdamW moments, keyed by unit name) and a manifest (the training state,
  * the architecture, which file holds which unit with every file's size and
- * SHA-256, and the config). Every file is a recfile (magic, version, CRC)
+ * SHA-256, the config, the profile, the classes' labels and the digests of
+ * the data, identity.c). Every file is a recfile (magic, version, CRC)
  * written under a temporary name and renamed into place; the manifest is
  * written last, so a directory without one is not a checkpoint. Units are
  * keyed by name, not by rank, so a checkpoint saved with one layout resumes
@@ -34,9 +35,10 @@ typedef struct pt_ckpt_run {
     const pt_dataset *train; /* its label names (text classification) are recorded and checked */
     const pt_dataset *test;  /* the labels an evaluation checks */
     /* What the run is fed (identity.c), as 64 hex digits, or NULL or ""
-     * when not known: recorded by a save; a resume refuses another
-     * vocabulary and notes other training or test data, an evaluation
-     * refuses another vocabulary. */
+     * when not known (synthetic data are not digested): rank 0's are what a
+     * save records; a resume refuses another vocabulary and notes other
+     * training or test examples under the same settings (rank 0), an
+     * evaluation refuses another vocabulary (every rank). */
     const char *train_sha256, *test_sha256, *vocab_sha256;
 } pt_ckpt_run;
 

@@ -13,7 +13,7 @@
  * its tokens in id order, each followed by a newline: the file's content up
  * to line endings.
  */
-#include "checkpoint/format.h"
+#include "checkpoint/checkpoint.h"
 #include "formats/formats.h"
 
 #include <string.h>

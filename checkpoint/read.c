@@ -386,9 +386,6 @@ int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *
     return rc;
 }
 
-/* training: resuming, where the dropout probabilities are part of the run
- * (a different one would not continue the same training); reading weights
- * to evaluate or export, they do not matter. */
 /* One part ("train", "test", "vocab") of the manifest's "data" record (what
  * the run was fed, identity.c): *sha256 its 64 hex digits and *examples its
  * count (-1 for the vocabulary), or *sha256 NULL when the manifest records
@@ -447,8 +444,9 @@ static int check_vocab(const manifest *m, const char *path, const char *now, pt_
     return pt_fail(err, PT_EINPUT,
                    "'%.900s' (data.vocab) is not the vocabulary checkpoint %s was trained with "
                    "(its tokens' SHA-256 is %.16s..., the checkpoint's %.16s...): the embedding "
-                   "rows stand for that vocabulary's tokens, so only the vocab.txt it was "
-                   "trained with fits it", path, m->dir, now, was);
+                   "rows stand for that vocabulary's tokens (to go on with another one on "
+                   "purpose, export the checkpoint and start a run from the export with "
+                   "model.init_from)", path, m->dir, now, was);
 }
 
 int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha256, pt_err *err)
@@ -462,6 +460,9 @@ int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha
     return rc;
 }
 
+/* training: resuming, where the dropout probabilities are part of the run
+ * (a different one would not continue the same training); reading weights
+ * to evaluate or export, they do not matter. */
 static int check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
 {
     pt_arch saved;
@@ -577,32 +578,37 @@ static int read_state(const manifest *m, saved_state *st, pt_err *err)
 static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
 {
     const pt_config *now = c->cfg;
-    /* the data themselves: a file changed under the same keys */
-    static const char *const splits[] = {"train", "test"};
-    for (int i = 0; i < 2; i++) {
-        const char *is = i == 0 ? c->train_sha256 : c->test_sha256, *was;
-        const pt_dataset *ds = i == 0 ? c->train : c->test;
-        int64_t n;
-        pt_err ignored;
-        if (read_data(m, splits[i], &was, &n, &ignored) == 0 && was && is && *is &&
-            (strcmp(was, is) != 0 || n != ds->count))
-            fprintf(stderr,
-                    "pipetrain: note: resuming %s on other %s data than it was saved with (%" PRId64
-                    " examples, SHA-256 %.16s... then; %" PRId64 ", %.16s... now): %s\n",
-                    m->dir, i == 0 ? "training" : "test", n, was, ds->count, is,
-                    i == 0 ? "the data order and position are only exact with the same data"
-                           : "evaluations are not comparable with the saved run's");
-    }
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
     pt_arch arch;
     pt_err ignored;
     char diff[1024];
     const int have = was && read_config_record(m, was, &arch, &ignored) == 0;
-    if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0)
+    if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",
                 m->dir, diff);
+    } else if (have) {
+        /* the same settings, other examples: a file changed in place */
+        static const char *const splits[] = {"train", "test"};
+        for (int i = 0; i < 2; i++) {
+            const char *is = i == 0 ? c->train_sha256 : c->test_sha256, *sha;
+            const pt_dataset *ds = i == 0 ? c->train : c->test;
+            int64_t n;
+            char from[PT_PATH_MAX + 32];
+            if (read_data(m, splits[i], &sha, &n, &ignored) || !sha || !is || !*is ||
+                (strcmp(sha, is) == 0 && n == ds->count))
+                continue;
+            pt_config_data_source(now, i, from, sizeof from);
+            fprintf(stderr,
+                    "pipetrain: note: resuming %s on other %s examples than it was saved with, "
+                    "from the same settings: %s changed since (%" PRId64 " examples, SHA-256 "
+                    "%.16s... then; %" PRId64 ", %.16s... now); %s\n",
+                    m->dir, i == 0 ? "training" : "test", from, n, sha, ds->count, is,
+                    i == 0 ? "the data order and position are only exact with the same data"
+                           : "its evaluations are not comparable with the saved run's");
+        }
+    }
     /* the optimizer's and the freezing's settings (the learning rate has
      * its own note): allowed, as a changed PyTorch optimizer would be, but
      * the steps from here are not the run that did not stop; frozen blocks

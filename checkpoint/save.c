@@ -232,20 +232,25 @@ static json_t *manifest_json(const pt_ckpt_run *c, const char *id, const file_en
     }
     /* what the run is fed (identity.c), so that a resume or an evaluation
      * with a changed file under the same keys is told, not silent */
-    if (m && ((c->train_sha256 && *c->train_sha256) || (c->test_sha256 && *c->test_sha256) ||
-              (c->vocab_sha256 && *c->vocab_sha256))) {
+    if (m) {
+        const char *sha[3] = {c->train_sha256, c->test_sha256, c->vocab_sha256};
+        const pt_dataset *ds[3] = {c->train, c->test, NULL};
+        static const char *const part[3] = {"train", "test", "vocab"};
         json_t *data = json_object();
-        if (data && c->train_sha256 && *c->train_sha256)
-            json_object_set_new(data, "train", json_pack("{s:I, s:s}", "examples",
-                                                         (json_int_t)c->train->count, "sha256",
-                                                         c->train_sha256));
-        if (data && c->test_sha256 && *c->test_sha256)
-            json_object_set_new(data, "test", json_pack("{s:I, s:s}", "examples",
-                                                        (json_int_t)c->test->count, "sha256",
-                                                        c->test_sha256));
-        if (data && c->vocab_sha256 && *c->vocab_sha256)
-            json_object_set_new(data, "vocab", json_pack("{s:s}", "sha256", c->vocab_sha256));
-        if (!data || json_object_set_new(m, "data", data)) {
+        int failed = !data;
+        for (int k = 0; k < 3 && !failed; k++) {
+            if (!sha[k] || !*sha[k])
+                continue;
+            json_t *o = ds[k] ? json_pack("{s:I, s:s}", "examples", (json_int_t)ds[k]->count,
+                                          "sha256", sha[k])
+                              : json_pack("{s:s}", "sha256", sha[k]);
+            failed = !o || json_object_set_new(data, part[k], o);
+        }
+        if (!failed && json_object_size(data) == 0) {
+            json_decref(data); /* nothing known: no record */
+        } else if (failed || json_object_set_new(m, "data", data)) {
+            if (failed)
+                json_decref(data);
             json_decref(m);
             m = NULL;
         }

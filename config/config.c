@@ -486,6 +486,29 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
     }
 }
 
+void pt_config_data_source(const pt_config *c, int test, char *out, size_t n)
+{
+    switch (c->data.kind) {
+    case PT_DATA_FASHION_MNIST:
+    case PT_DATA_IDX:
+        snprintf(out, n, "%s '%s'", test ? "data.test_images" : "data.train_images",
+                 test ? c->data.test_images : c->data.train_images);
+        break;
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV:
+        snprintf(out, n, "data.text '%s'", c->data.text);
+        break;
+    case PT_DATA_TEXT_CLASSIFICATION:
+        if (test && *c->data.test_file)
+            snprintf(out, n, "data.test_file '%s'", c->data.test_file);
+        else
+            snprintf(out, n, "data.train_file '%s'", c->data.train_file);
+        break;
+    default:
+        snprintf(out, n, "its data.* settings");
+    }
+}
+
 int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
                           size_t n)
 {

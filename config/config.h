@@ -169,6 +169,11 @@ int pt_config_write_yaml(const pt_config *c, FILE *out);
 int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
                           size_t n);
 
+/* Where the training (test = 0) or test (test = 1) examples of the config
+ * come from, for messages: "data.train_file 'PATH'", "data.test_images
+ * 'PATH'", "data.text 'PATH'", or "its data.* settings" for generated data. */
+void pt_config_data_source(const pt_config *c, int test, char *out, size_t n);
+
 /* Prints the key table as Markdown (the README's "Configuration" section). */
 void pt_config_print_keys(FILE *out);
 

@@ -201,7 +201,6 @@ static int output_not_in_run(const char *option, const char *path, const char *r
     return 0;
 }
 
-/* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
 /* The vocabulary at path as export writes it (its tokens in id order, one
  * per line: what was checked, whatever line endings the file had), when it
  * is the one checkpoint dir was trained with (or the checkpoint records
@@ -213,8 +212,10 @@ static int vocab_for_export(const char *dir, const char *path, char **text, size
     *text = NULL;
     *n = 0;
     int rc = pt_vocab_load(&v, path, err);
-    if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0)
-        rc = pt_checkpoint_check_vocab(dir, path, sha, err);
+    if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0 &&
+        (rc = pt_checkpoint_check_vocab(dir, path, sha, err)) == PT_EINPUT)
+        pt_fail(err, rc, "'%.900s' is no longer the vocabulary the checkpoint was trained with "
+                "(its tokens changed since)", path);
     size_t bytes = 0;
     for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++)
         bytes += strlen(pt_vocab_token(v, id)) + 1;
@@ -231,6 +232,7 @@ static int vocab_for_export(const char *dir, const char *path, char **text, size
     return rc;
 }
 
+/* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
 static void run_of_checkpoint(const char *ckpt, char *out, size_t n)
 {
     const int len = snprintf(out, n, "%s/../..", ckpt);

@@ -122,6 +122,43 @@ void pt_session_note_init_vocab(const pt_session *s)
     pt_vocab_free(b);
 }
 
+/* Whether every rank got here without failing (collective over the
+ * world): a rank that did not fail itself returns the failure with a
+ * relayed message, as pt_run_agree does once the engine is up. */
+static int agree_world(pt_session *s, int rc, pt_err *err)
+{
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(pt_comm_world(s->comm), &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst != 0) {
+        pt_fail(err, (int)worst, "another rank failed (its message says why)");
+        err->relayed = 1;
+        return (int)worst;
+    }
+    return rc;
+}
+
+/* What a checkpoint records of the data and a resume compares, and every
+ * rank's against rank 0's once the engine is up (same_data). Synthetic data
+ * are a function of the config (which is compared) and may be large: not
+ * digested. A digest that fails (out of memory) is left unknown, with a
+ * note, so that every rank still goes through the same collectives. */
+static void digest_data(pt_session *s, pt_run_mode mode)
+{
+    const pt_config *c = &s->cfg;
+    const int synthetic = c->data.kind == PT_DATA_SYNTH_IMAGES || c->data.kind == PT_DATA_SYNTH_TEXT;
+    pt_err why;
+    if (synthetic || mode == PT_RUN_PLAN)
+        return;
+    if ((mode == PT_RUN_TRAIN && pt_checkpoint_data_sha256(&s->train, s->train_sha256, &why)) ||
+        pt_checkpoint_data_sha256(&s->test, s->test_sha256, &why)) {
+        s->train_sha256[0] = s->test_sha256[0] = '\0';
+        fprintf(stderr, "pipetrain: rank %d: note: the data's digest is left out of its "
+                "checkpoints (%s)\n", s->rank, why.msg);
+    }
+}
+
 /* Every rank reads the data itself (on a node of its own, from a copy of
  * its own): the same examples and vocabulary everywhere, or replicas would
  * train on different token ids or examples without a word. Rank 0's
@@ -140,21 +177,17 @@ static int same_data(pt_session *s, pt_err *err)
     static const char *const what[3] = {"training data", "test data", "vocabulary"};
     for (int i = 0; i < 3; i++) {
         const int k = (i + 2) % 3; /* the vocabulary first: the examples' ids follow from it */
-        if (strcmp(root[k], mine[k]) == 0)
+        if (!*root[k] || !*mine[k] || strcmp(root[k], mine[k]) == 0) /* not known: not compared */
             continue;
-        char from[PT_PATH_MAX + 32] = "its data.* settings";
+        char from[PT_PATH_MAX + 32];
         if (k == 2)
             snprintf(from, sizeof from, "data.vocab '%s'", c->data.vocab);
-        else if (c->data.kind != PT_DATA_TEXT_CLASSIFICATION)
-            ; /* images or text: the files of the data.* keys */
-        else if (k == 1 && *c->data.test_file)
-            snprintf(from, sizeof from, "data.test_file '%s'", c->data.test_file);
         else
-            snprintf(from, sizeof from, "data.train_file '%s'", c->data.train_file);
+            pt_config_data_source(c, k, from, sizeof from);
         return pt_fail(err, PT_EINPUT,
                        "this rank reads other %s than rank 0 from %s (SHA-256 %.16s... here, "
                        "%.16s... on rank 0): every rank must read the same files",
-                       what[k], from, *mine[k] ? mine[k] : "none", *root[k] ? root[k] : "none");
+                       what[k], from, mine[k], root[k]);
     }
     return 0;
 }
@@ -842,7 +875,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     int rc;
     if ((rc = resolve_dropout(s, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
-        goto fail;
+        goto agree;
     if (c->run.threads > 0) {
         s->threads = c->run.threads;
         /* Allowed (a config may be written for a bigger machine), but the
@@ -867,27 +900,22 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, err)))) ||
         (rc = load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (!known && (rc = check_model_memory(s, err))))
-        goto fail;
+        goto agree;
     if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
         rc = pt_config_key_fail(c, err, "run.profile_ops",
                                 "true, but this run trains on the %s backend, whose ops are "
                                 "queued on a device; allowed there: false (op timing is for the "
                                 "CPU backend)", pt_backend_name(s->be));
-        goto fail;
+        goto agree;
     }
-    /* what a checkpoint records of the data, and a resume compares; every
-     * rank's against rank 0's once the engine is up (same_data) */
-    if ((mode == PT_RUN_TRAIN &&
-         (rc = pt_checkpoint_data_sha256(&s->train, s->train_sha256, err))) ||
-        (mode != PT_RUN_PLAN && (rc = pt_checkpoint_data_sha256(&s->test, s->test_sha256, err))))
-        goto fail;
+    digest_data(s, mode);
     if (mode == PT_RUN_TRAIN) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
         /* text data with augmentation is refused by pt_config_validate, so
          * what is left is a crop larger than the images (IDX: any size) */
         if ((rc = pt_augment_check(&aug, &s->train, err))) {
             pt_config_key_prefix(c, err, c->data.crop_pad ? "data.crop_pad" : "data.hflip");
-            goto fail;
+            goto agree;
         }
         char split[PT_PATH_MAX + 96];
         describe_train(c, split, sizeof split);
@@ -897,10 +925,13 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                                     "allowed for this data: 1 to %lld",
                                     c->train.batch, (long long)s->train.count, split,
                                     (long long)s->train.count);
-            goto fail;
+            goto agree;
         }
     }
     if ((rc = check_layout_keys(s, err)))
+        goto agree;
+agree: /* every rank fails here or goes on together: what follows is collective */
+    if ((rc = agree_world(s, rc, err)))
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);

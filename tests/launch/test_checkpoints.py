@@ -642,7 +642,7 @@ def test_data_identity(h):
         U.write(files["data.vocab"], "\n".join(swapped) + "\n")
         out = h.path("ident-export-dir")
         r = h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0, "export, vocab changed")
-        check("not the vocabulary checkpoint" in r.err and not os.path.exists(
+        check("no longer the vocabulary the checkpoint was trained with" in r.err and not os.path.exists(
             os.path.join(out, "vocab.txt")) and os.path.exists(os.path.join(out, "model.safetensors")),
               "export with a changed vocab:\n%s", r.describe())
     finally:
@@ -651,26 +651,34 @@ def test_data_identity(h):
     out = h.path("ident-export-good")
     h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0, "export")
     check(os.path.exists(os.path.join(out, "vocab.txt")), "export wrote no vocab.txt")
-    # the training or the test file edited in place: resumed, with a note
+    # the training or the test file edited in place (same path, same keys):
+    # resumed, with one note naming the key and the file; a settings change
+    # gets its own note and not this one
     for split in ("train", "test"):
         key = "data.%s_file" % split
-        with open(files[key]) as f:
+        mine = dict(files)
+        for k in ("data.train_file", "data.test_file"):
+            mine[k] = U.write(h.path("ident-%s-%s" % (split, os.path.basename(files[k]))),
+                              open(files[k]).read())
+        _, run_dir = trained(h, "ident-" + split, kind="gpt", **dict(bert, **mine))
+        with open(mine[key]) as f:
             lines = f.read().splitlines(True)
         lines[0] = lines[0][:2] + "and " + lines[0][2:]
-        edited = U.write(h.path("ident-%s.tsv" % split), "".join(lines))
-        cfg, run_dir = copy_run(h, orig, "ident-" + split, kind="gpt",
-                                **dict(bert, **{key: edited, "train.epochs": "3"}))
+        U.write(mine[key], "".join(lines))
+        cfg = U.write_config(h, "ident-%s-more.yaml" % split, keys(h, run_dir, "gpt", **dict(
+            bert, **dict(mine, **{"train.epochs": "3"}))))
         r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, %s edited" % split)
         word = "training" if split == "train" else "test"
-        check(("on other %s data than it was saved with (%d examples" %
-               (word, 40 if split == "train" else 16)) in r.err and
-              ("on other %s data" % ("test" if split == "train" else "training")) not in r.err,
-              "no note of the edited %s file:\n%s", split, r.describe())
+        notes = [l for l in r.err.splitlines() if "examples than it was saved with" in l]
+        check(len(notes) == 1 and ("on other %s examples than it was saved with, from the same "
+                                   "settings: %s '%s' changed since (%d examples" %
+                                   (word, key, mine[key], 40 if split == "train" else 16)) in notes[0],
+              "not one note of the %s file edited in place:\n%s", split, r.describe())
     # the same data: no note
     cfg, run_dir = copy_run(h, orig, "ident-same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, same data")
-    check("other training data" not in r.err and "other test data" not in r.err,
-          "a note on the same data:\n%s", r.describe())
+    check("examples than it was saved with" not in r.err, "a note on the same data:\n%s",
+          r.describe())
     # malformed records refused naming them; none at all: not checked
     for name, edit, needle in (
             ("ident-bad-sha", lambda m: m["data"]["train"].update(sha256="xyz"), "data.train is malformed"),
@@ -688,7 +696,8 @@ def test_data_identity(h):
     cfg, run_dir = copy_run(h, orig, "ident-count", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     rewrite_manifest(U.ckpt(run_dir, LAST), lambda m: m["data"]["train"].update(examples=41))
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, count edited")
-    check("on other training data than it was saved with (41 examples" in r.err,
+    check("on other training examples than it was saved with, from the same settings: "
+          "data.train_file '%s' changed since (41 examples" % files["data.train_file"] in r.err,
           "no note of a count that differs:\n%s", r.describe())
     cfg, run_dir = copy_run(h, orig, "ident-none", kind="gpt", **dict(bert, **{"data.vocab": other}))
     for step in (9, LAST):
@@ -706,6 +715,35 @@ def test_data_identity(h):
                    "'%s' here)" % (os.path.join(out, "vocab.txt"), tokens[5], tokens[6])
             check((note in r.err) == noted, "%s, %s: note %s expected:\n%s", name, args[0],
                   "a" if noted else "no", r.describe())
+
+
+def test_images_edited_in_place_are_noted(h):
+    """IDX images: the digest covers the pixels as the model gets them. One
+    pixel of the training file changed in place gives a note naming
+    data.train_images; the same files give none."""
+    import struct
+
+    def idx(path, count, labels=None):
+        if labels is not None:
+            return U.write(path, struct.pack(">II", 0x801, count) + bytes(labels), "wb")
+        return U.write(path, struct.pack(">IIII", 0x803, count, 8, 8) +
+                       bytes((i * 37) % 256 for i in range(count * 64)), "wb")
+    data = {"data.kind": "idx", "data.train_images": idx(h.path("ti"), 40),
+            "data.train_labels": idx(h.path("tl"), 40, [i % 4 for i in range(40)]),
+            "data.test_images": idx(h.path("vi"), 12),
+            "data.test_labels": idx(h.path("vl"), 12, [i % 4 for i in range(12)]),
+            "data.image_size": None, "data.synthetic_examples": None}
+    _, run_dir = trained(h, "idx", **data)
+    cfg = U.write_config(h, "idx-more.yaml", keys(h, run_dir, **dict(data, **{"train.epochs": "3"})))
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "same images")
+    check("examples than it was saved with" not in r.err, "a note on the same images:\n%s", r.err)
+    raw = bytearray(U.read_bytes(data["data.train_images"]))
+    raw[16 + 100] ^= 1
+    U.write(data["data.train_images"], bytes(raw), "wb")
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "a pixel changed")
+    check("on other training examples than it was saved with, from the same settings: "
+          "data.train_images '%s' changed since (40 examples" % data["data.train_images"] in r.err and
+          "other test examples" not in r.err, "no note of the changed pixel:\n%s", r.err)
 
 
 def test_resume_mid_epoch_after_data_shrank(h):
@@ -732,9 +770,8 @@ def test_resume_with_other_data_is_noted(h):
     check(len(note) == 1 and "data.synthetic_examples 40 -> 48" in note[0] and
           "data.shuffle true -> false" in note[0] and "step_0000000006" in note[0],
           "the note does not name the changes:\n%s", r.err)
-    check("on other training data than it was saved with (40 examples" in r.err and
-          "on other test data than it was saved with (10 examples" in r.err,
-          "no note of the other examples (the held-out tail moved too):\n%s", r.err)
+    check("examples than it was saved with" not in r.err,
+          "a second note of the other examples beside the settings':\n%s", r.err)
     # epochs of 6 batches now: the 5 of epoch 1 stay, so the run ends with
     # epoch 3 at step 5 + 2 * 6 = 17 (it counted 3 * 6 = 18 steps, one
     # past the end of epoch 3)
@@ -1109,6 +1146,7 @@ def tests():
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
         test_resume_bert_other_dropout, test_bert_other_labels, test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
+        test_images_edited_in_place_are_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
         test_prune_removes_incomplete_and_keeps_foreign_entries,

@@ -153,7 +153,24 @@ def configs_differ(tools, work):
         for fname, text in (("vocab.txt", vocab), ("train.tsv", train[:16]), ("test.tsv", train[16:])):
             with open(os.path.join(d, fname), "w") as f:
                 f.write("\n".join(text) + "\n")
+    bad = os.path.join(work, "files-badtrain")
+    os.mkdir(bad)
+    for fname in ("vocab.txt", "train.tsv", "test.tsv"):
+        with open(os.path.join(work, "files-same", fname)) as f:
+            text = f.read()
+        with open(os.path.join(bad, fname), "w") as f:
+            f.write(text + ("no tab here\n" if fname == "train.tsv" else ""))
     same = os.path.join(work, "files-same")
+    # one rank's copy of a file does not load: it names it, the others stop
+    # with it (they used to wait in the next collective until run.timeout_s,
+    # or hang in a mismatched one)
+    for cmd in ("train", "eval"):
+        cases.append(("rank 1's training file does not load (%s)" % cmd,
+                      base + ["-np", "1", "-wdir", same, tools.pipetrain, cmd, bcfg] +
+                      (["--init"] if cmd == "eval" else []) + [":", "-np", "1", "-wdir", bad,
+                                                               tools.pipetrain, cmd, bcfg] +
+                      (["--init"] if cmd == "eval" else []), None,
+                      ["rank 1: error: %s:" % bcfg, "data.train_file: train.tsv:17: no tab"]))
     for name, what, key in (("vocab", "vocabulary", "data.vocab 'vocab.txt'"),
                             ("train", "training data", "data.train_file 'train.tsv'")):
         cases.append(("rank 1 reads another %s" % name,
