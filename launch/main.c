@@ -451,16 +451,16 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     rc = pt_session_cut_logs(s, &err); /* under the lock */
-    if (rc != 0) {
-        /* reported below, after the others learn of it */
+    if (rc != 0 || pt_comm_rank(comm) != 0) {
+        /* a failure is reported below, after the others learn of it; the
+         * checkpoint to resume is rank 0's to find (a node whose view of
+         * run.dir lags would otherwise enter the load's collectives alone) */
     } else if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
-        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
-            if (pt_comm_rank(comm) == 0)
-                fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
-        } else if (pt_comm_rank(comm) == 0) {
+        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0)
+            fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
+        else
             passed_over(cfg->run.dir, resume);
-        }
     } else if (*cfg->train.resume) {
         snprintf(resume, sizeof resume, "%s", cfg->train.resume);
     } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &err) == 0) {
@@ -469,8 +469,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
                      "--set train.resume=auto or choose another run.dir",
                      cfg->run.dir, resume);
     }
-    /* every rank resolves `auto` alike (they see the same directory); the
-     * load is collective over the world */
+    /* every rank learns whether all went well, and which checkpoint rank 0
+     * chose; the load is collective over the world */
+    if ((rc = pt_run_agree(&s->run, rc, &err)) == 0)
+        rc = pt_bcast(pt_comm_world(comm), resume, sizeof resume, 0, &err);
     if (rc == 0 && *resume) {
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load(&c, resume, &err);
@@ -531,15 +533,21 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     const pt_config *cfg = &a->cfg;
     char latest[PT_PATH_MAX + 64];
     const char *checkpoint = a->checkpoint;
+    float *logits = NULL, *hidden = NULL;
     int rc = 0;
-    if (!checkpoint && !a->init &&
-        (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0) {
-        checkpoint = latest;
-        if (pt_comm_rank(comm) == 0)
+    if (!checkpoint && !a->init) {
+        /* rank 0's newest checkpoint, for every rank (a node whose view of
+         * run.dir lags must not read another, or none) */
+        if (pt_comm_rank(comm) == 0 &&
+            (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
             passed_over(cfg->run.dir, latest);
+        if ((rc = setup_failed(comm, rc, &err)) ||
+            (rc = setup_failed(comm, pt_bcast(pt_comm_world(comm), latest, sizeof latest, 0, &err),
+                               &err)))
+            goto done;
+        checkpoint = latest;
     }
-    if (rc == 0)
-        rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
+    rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
     if (rc == 0 && checkpoint) {
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
@@ -549,7 +557,6 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";
-    float *logits = NULL, *hidden = NULL;
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     pt_run *run = &s->run;
