@@ -202,6 +202,10 @@ def main():
     fresh(folder)
     put(os.path.join(folder, "manifest"), manifest)
     put(os.path.join(folder, "manifest.json"), manifest_json)
+    # the same with a vocabulary record, as a bert's manifest has one
+    with_vocab = json.loads(manifest_json)
+    with_vocab.setdefault("data", {})["vocab"] = {"sha256": "0123456789abcdef" * 4}
+    put(os.path.join(folder, "manifest-vocab.json"), json.dumps(with_vocab, indent=1).encode())
     fields = ["format", "checkpoint", "step", "epoch", "epoch_step", "batch", "seed", "lr",
               "kind", "base", "min", "warmup", "total", "frozen_units", "arch", "dim",
               "layers", "heads", "mlp_hidden", "causal", "channels", "height", "width", "patch",
