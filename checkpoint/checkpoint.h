@@ -147,6 +147,9 @@ typedef struct pt_rundir_lock {
  * files crashed jobs left. */
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
+/* The first line of RUN_DIR/lock (who holds it, with a random job id), for
+ * ranks to check that they see the directory rank 0 locked. */
+int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);
 
 /* A refused run leaves no run directory behind. Before anything is made:
  * the first directory of run_dir's path that does not exist yet into fresh

@@ -523,11 +523,38 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     return rc;
 }
 
+/* Every rank reads the checkpoint itself: one given by a relative path, or
+ * on a node whose copy of run.dir differs, may be another checkpoint than
+ * rank 0's, and units of two would be mixed. Each rank's manifest id
+ * against rank 0's (an unopened manifest: none; its own error stands).
+ * Collective over the world. */
+static int same_checkpoint(pt_run *r, const manifest *m, int rc, const char *dir, pt_err *err)
+{
+    char id[PT_CKPT_ID_CHARS + 1] = "";
+    if (m->j && m->id)
+        snprintf(id, sizeof id, "%s", m->id);
+    char root[sizeof id];
+    memcpy(root, id, sizeof id);
+    int got = pt_bcast(pt_comm_world(r->comm), root, sizeof root, 0, err);
+    if (rc)
+        return rc;
+    if (got)
+        return got;
+    if (*root && strcmp(id, root) != 0)
+        return pt_fail(err, PT_EINPUT,
+                       "checkpoint '%s' is not the one rank 0 reads (checkpoint id %s here, %s "
+                       "on rank 0): every rank must read one checkpoint (a path from other "
+                       "working directories, or a run.dir the nodes do not share?)",
+                       dir, id, root);
+    return 0;
+}
+
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
     pt_run *r = c->run;
     manifest m;
     int rc = manifest_open(&m, dir, err); /* every rank: the labels */
+    rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
@@ -535,8 +562,9 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
             rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
         if (rc == 0 && r->active && (rc = check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
-        manifest_close(&m);
     }
+    if (m.j || m.f)
+        manifest_close(&m);
     return pt_run_agree(r, rc, err);
 }
 
@@ -595,7 +623,7 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
             const char *is = i == 0 ? c->train_sha256 : c->test_sha256, *sha;
             const pt_dataset *ds = i == 0 ? c->train : c->test;
             int64_t n;
-            char from[PT_PATH_MAX + 32];
+            char from[2 * PT_PATH_MAX + 80];
             if (read_data(m, splits[i], &sha, &n, &ignored) || !sha || !is || !*is ||
                 (strcmp(sha, is) == 0 && n == ds->count))
                 continue;
@@ -642,6 +670,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
     memset(&st, 0, sizeof st);
     /* every rank goes through the same collectives whatever fails where */
     int rc = manifest_open(&m, dir, err);
+    rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
     if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0 &&
         (rc = check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
         (rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&

@@ -387,13 +387,37 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
     char when[64] = "?";
     if (localtime_r(&now, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    int len = snprintf(text, sizeof text, "pid %ld on %s since %s\n", (long)getpid(), host, when);
+    char id[17];
+    pt_unique_id(id, sizeof id);
+    int len = snprintf(text, sizeof text, "pid %ld on %s since %s (job %s)\n", (long)getpid(), host,
+                       when, id);
     if (ftruncate(fd, 0) == 0 && len > 0) {
         ssize_t ignored = pwrite(fd, text, (size_t)len, 0);
         (void)ignored;
     }
     lock->fd = fd;
     remove_leftovers(run_dir);
+    return 0;
+}
+
+int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, run_dir, "lock");
+    *out = '\0';
+    /* never wait on a FIFO, never follow a link */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return pt_fail(err, PT_EINPUT, "cannot read '%s': %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file", path);
+    }
+    ssize_t got = pread(fd, out, n - 1, 0);
+    close(fd);
+    out[got > 0 ? got : 0] = '\0';
+    out[strcspn(out, "\n")] = '\0';
     return 0;
 }
 

@@ -491,8 +491,10 @@ void pt_config_data_source(const pt_config *c, int test, char *out, size_t n)
     switch (c->data.kind) {
     case PT_DATA_FASHION_MNIST:
     case PT_DATA_IDX:
-        snprintf(out, n, "%s '%s'", test ? "data.test_images" : "data.train_images",
-                 test ? c->data.test_images : c->data.train_images);
+        snprintf(out, n, "%s '%s' and %s '%s'", test ? "data.test_images" : "data.train_images",
+                 test ? c->data.test_images : c->data.train_images,
+                 test ? "data.test_labels" : "data.train_labels",
+                 test ? c->data.test_labels : c->data.train_labels);
         break;
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV:

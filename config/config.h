@@ -171,7 +171,8 @@ int pt_config_differences(const pt_config *a, const pt_config *b, const char *pr
 
 /* Where the training (test = 0) or test (test = 1) examples of the config
  * come from, for messages: "data.train_file 'PATH'", "data.test_images
- * 'PATH'", "data.text 'PATH'", or "its data.* settings" for generated data. */
+ * 'PATH' and data.test_labels 'PATH'", "data.text 'PATH'", or "its data.*
+ * settings" for generated data. */
 void pt_config_data_source(const pt_config *c, int test, char *out, size_t n);
 
 /* Prints the key table as Markdown (the README's "Configuration" section). */

@@ -450,6 +450,26 @@ static int cmd_train(pt_comm *comm, const cli *a)
         rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
+    /* one run.dir for the job: every rank must see the lock rank 0 took
+     * (a relative run.dir from other working directories, a node that does
+     * not share the file system, would write checkpoints elsewhere or over
+     * another run's) */
+    char lock_here[512], lock_root[512];
+    rc = pt_rundir_lock_text(cfg->run.dir, lock_here, sizeof lock_here, &err);
+    memcpy(lock_root, lock_here, sizeof lock_root);
+    int got = pt_bcast(pt_comm_world(comm), lock_root, sizeof lock_root, 0, &err);
+    if (rc == 0 && got)
+        rc = got;
+    if (rc == 0 && strcmp(lock_here, lock_root) != 0)
+        rc = pt_config_key_fail(cfg, &err, "run.dir",
+                                "'%s' is not the directory rank 0 locked for this job (its lock "
+                                "says '%.200s' here, '%.200s' on rank 0); every rank must see "
+                                "one run.dir, on a file system the nodes share",
+                                cfg->run.dir, lock_here, lock_root);
+    else if (rc && !got)
+        pt_config_key_prefix(cfg, &err, "run.dir");
+    if ((rc = setup_failed(comm, rc, &err)))
+        goto refused;
     rc = pt_session_cut_logs(s, &err); /* under the lock */
     if (rc != 0 || pt_comm_rank(comm) != 0) {
         /* a failure is reported below, after the others learn of it; the
@@ -790,8 +810,12 @@ int main(int argc, char **argv)
     int code = setup_failed(comm, rc, &err);
     if (code == 0)
         code = setup_failed(comm, same_config(comm, a, &err), &err);
-    if (code == 0)
+    if (code == 0) {
+        /* from here every wait, the start-up's included, is run.timeout_s long */
+        pt_group_set_timeout(pt_comm_world(comm), a->cfg.run.timeout_s);
+        pt_group_set_timeout(pt_comm_node_group(comm), a->cfg.run.timeout_s);
         code = run_cmd(comm, a);
+    }
     free(a);
     pt_comm_close(comm);
     return code;

@@ -163,29 +163,63 @@ static void digest_data(pt_session *s, pt_run_mode mode)
  * its own): the same examples and vocabulary everywhere, or replicas would
  * train on different token ids or examples without a word. Rank 0's
  * digests against this rank's; collective over the world. */
+/* model.init_from's files (the weights, and a bert's config.json, which
+ * sets its dropout) as one SHA-256 in hex, or "" when there are none or
+ * they cannot be read (load_init reports that). */
+static void init_digest(const pt_config *c, char hex[65])
+{
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32] = "";
+    pt_err ignored;
+    hex[0] = '\0';
+    if (!*c->model.init_from)
+        return;
+    if (c->model.kind == PT_MODEL_BERT) {
+        if (pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
+            return;
+    } else {
+        snprintf(weights, sizeof weights, "%s", c->model.init_from);
+    }
+    unsigned char d[2][32], both[32];
+    uint64_t size;
+    memset(d, 0, sizeof d);
+    if (pt_sha256_file(weights, d[0], &size, &ignored) ||
+        (*config && pt_sha256_file(config, d[1], &size, &ignored)))
+        return;
+    pt_sha256 *h = pt_sha256_begin();
+    pt_sha256_add(h, d, sizeof d);
+    if (pt_sha256_end(h, both, &ignored) == 0)
+        pt_hex(both, 32, hex);
+}
+
 static int same_data(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
-    char root[3][65];
+    char init[65], root[4][65];
+    init_digest(c, init);
     memcpy(root[0], s->train_sha256, 65);
     memcpy(root[1], s->test_sha256, 65);
     memcpy(root[2], s->vocab_sha256, 65);
+    memcpy(root[3], init, 65);
     int rc = pt_bcast(pt_comm_world(s->comm), root, sizeof root, 0, err);
     if (rc)
         return rc;
-    const char *mine[3] = {s->train_sha256, s->test_sha256, s->vocab_sha256};
-    static const char *const what[3] = {"training data", "test data", "vocabulary"};
-    for (int i = 0; i < 3; i++) {
-        const int k = (i + 2) % 3; /* the vocabulary first: the examples' ids follow from it */
+    const char *mine[4] = {s->train_sha256, s->test_sha256, s->vocab_sha256, init};
+    static const char *const what[4] = {"training data", "test data", "vocabulary",
+                                        "initial weights"};
+    static const int order[4] = {3, 2, 0, 1}; /* the examples' ids follow from the vocabulary */
+    for (int i = 0; i < 4; i++) {
+        const int k = order[i];
         if (!*root[k] || !*mine[k] || strcmp(root[k], mine[k]) == 0) /* not known: not compared */
             continue;
-        char from[PT_PATH_MAX + 32];
-        if (k == 2)
+        char from[2 * PT_PATH_MAX + 80];
+        if (k == 3)
+            snprintf(from, sizeof from, "model.init_from '%s'", c->model.init_from);
+        else if (k == 2)
             snprintf(from, sizeof from, "data.vocab '%s'", c->data.vocab);
         else
             pt_config_data_source(c, k, from, sizeof from);
         return pt_fail(err, PT_EINPUT,
-                       "this rank reads other %s than rank 0 from %s (SHA-256 %.16s... here, "
+                       "this rank reads other %s than rank 0 from %s (digest %.16s... here, "
                        "%.16s... on rank 0): every rank must read the same files",
                        what[k], from, mine[k], root[k]);
     }

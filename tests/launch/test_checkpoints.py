@@ -742,7 +742,8 @@ def test_images_edited_in_place_are_noted(h):
     U.write(data["data.train_images"], bytes(raw), "wb")
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "a pixel changed")
     check("on other training examples than it was saved with, from the same settings: "
-          "data.train_images '%s' changed since (40 examples" % data["data.train_images"] in r.err and
+          "data.train_images '%s' and data.train_labels '%s' changed since (40 examples" %
+          (data["data.train_images"], data["data.train_labels"]) in r.err and
           "other test examples" not in r.err, "no note of the changed pixel:\n%s", r.err)
 
 

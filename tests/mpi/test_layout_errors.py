@@ -15,6 +15,7 @@ anything runs, exit 2, the rank that differs naming the first key: they
 used to hang in a pipeline, or corrupt the heap in the gradient all-reduce
 (MPI_ERR_TRUNCATE) of replicas, or train replicas apart in silence."""
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,47 @@ def configs_differ(tools, work):
                               "-np", "1", "-wdir", os.path.join(work, "files-" + name),
                               tools.pipetrain, "train", bcfg], None,
                       ["rank 1: error: this rank reads other %s than rank 0 from %s" % (what, key)]))
+    # a relative run.dir, a relative checkpoint or model.init_from that are
+    # other directories or files on rank 1: refused before anything is
+    # written or mixed (a run wrote rank 1's units over another run's
+    # checkpoint; eval mixed two checkpoints' stages)
+    other = os.path.join(work, "files-other")
+    shutil.copytree(same, other)
+    rel = os.path.join(work, "bert-relative.yaml")
+    with open(bcfg) as f:
+        text = f.read()
+    with open(rel, "w") as f:
+        f.write(text.replace("  dir: %s\n" % bert_run, "  dir: run\n"))
+    one = [tools.mpiexec, "--oversubscribe", "-np", "1"]
+    for d, seed in ((same, "1"), (other, "2")):
+        r = subprocess.run(one + ["-wdir", d, tools.pipetrain, "train", rel, "--set",
+                                  "pipeline.replicas=1", "--set", "run.seed=" + seed],
+                           cwd=H.ROOT, env=H.ENV, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        step = os.path.join(d, "run", "checkpoints", "step_%010d" % 2)
+        os.symlink(step, os.path.join(d, "ckpt"))
+        r = subprocess.run(one + [tools.pipetrain, "export", step, os.path.join(d, "init")],
+                           cwd=H.ROOT, env=H.ENV, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    two = lambda *args: (base + ["-np", "1", "-wdir", same, tools.pipetrain] + list(args) +
+                         [":", "-np", "1", "-wdir", other, tools.pipetrain] + list(args))
+    cases += [
+        ("rank 1's relative run.dir is another directory",
+         two("train", rel, "--set", "train.resume=auto", "--set", "run.seed=1"), None,
+         ["rank 1: error: %s:2: run.dir: 'run' is not the directory rank 0 locked" % rel]),
+        ("rank 1's relative --checkpoint is another checkpoint",
+         two("eval", rel, "--checkpoint", "ckpt", "--set", "pipeline.stages=2", "--set",
+             "pipeline.replicas=1"), None,
+         ["rank 1: error: checkpoint 'ckpt' is not the one rank 0 reads"]),
+        ("rank 1's relative train.resume is another checkpoint",
+         two("train", rel, "--set", "train.resume=ckpt", "--set", "run.dir=" + bert_run,
+             "--set", "run.seed=1", "--set", "train.max_steps=3"), None,
+         ["rank 1: error: checkpoint 'ckpt' is not the one rank 0 reads"]),
+        ("rank 1's relative model.init_from is other weights",
+         two("eval", rel, "--init", "--set", "model.init_from=init"), None,
+         ["rank 1: error: ", "this rank reads other initial weights than rank 0 from "
+          "model.init_from 'init'"]),
+    ]
     # a config that does not parse on one rank: bad input (2) whichever rank
     # mpirun reports, each time
     broken = os.path.join(work, "broken.yaml")
