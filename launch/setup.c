@@ -1030,6 +1030,18 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         if (c->run.log_samples && (rc = open_rank_file(s, "samples", &s->sample_log, err)))
             goto fail;
         s->run.spec.sample_log = s->sample_log;
+        /* run.profile_ops writes RUN_DIR/op_profile-rank<R>.json at the end:
+         * what is in its way is refused now, not after the training */
+        char path[PT_PATH_MAX + 64];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/op_profile-rank%d.json", c->run.dir, s->rank);
+        if (c->run.profile_ops && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            rc = pt_config_key_fail(c, err, "run.profile_ops",
+                                    "true, but '%s' is there and is not a regular file (%s); "
+                                    "the op profile is written there at the end of the run: move "
+                                    "it away", path, pt_file_kind(st.st_mode));
+            goto fail;
+        }
     }
     return 0;
 fail:

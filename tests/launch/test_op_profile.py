@@ -134,6 +134,36 @@ def test_eval_untouched(h):
           "eval wrote an op profile")
 
 
+def test_blocked_output_refused_at_start(h):
+    """What stands where the op profile goes (a directory, a FIFO, a link)
+    is refused before any step trains (it was found after the training,
+    and no checkpoint was written), naming the key and the path; a regular
+    file there is replaced."""
+    run_dir, _ = train(h, "blocked", "vit", **{"run.profile_ops": "true"})
+    cfg = os.path.join(h.dir, "blocked.yaml")
+    out = os.path.join(run_dir, "op_profile-rank0.json")
+    for kind in ("directory", "FIFO", "symbolic link"):
+        os.unlink(out) if not os.path.isdir(out) or os.path.islink(out) else os.rmdir(out)
+        if kind == "directory":
+            os.mkdir(out)
+        elif kind == "FIFO":
+            os.mkfifo(out)
+        else:
+            os.symlink(h.path("elsewhere.json"), out)
+        before = U.snapshot(os.path.join(run_dir, "checkpoints"))  # (a FIFO is not read)
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=12"])
+        r.expect(2, "op profile path blocked by a " + kind)
+        r.one_error("run.profile_ops", out, "not a regular file")
+        U.same_snapshot(before, U.snapshot(os.path.join(run_dir, "checkpoints")),
+                        "a refused run with a blocked op profile")
+    os.unlink(out)
+    U.write(out, "old")
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=12"]).expect(
+        0, "a regular file in the op profile's place")
+    with open(out) as f:
+        check(json.load(f)["steps"] > 0, "the op profile was not replaced")
+
+
 CASES = {
     "bits_unchanged_vit_1_thread": bits_case("vit", "1"),
     "bits_unchanged_vit_2_threads": bits_case("vit", "2"),
@@ -146,7 +176,7 @@ def tests():
     for name, t in CASES.items():
         t.__name__ = "test_" + name
         out.append(t)
-    return out + [test_totals_vit, test_eval_untouched]
+    return out + [test_totals_vit, test_eval_untouched, test_blocked_output_refused_at_start]
 
 
 if __name__ == "__main__":
