@@ -88,8 +88,8 @@ void pt_session_note_init_vocab(const pt_session *s)
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], there[PT_PATH_MAX + 48];
     pt_err ignored;
     struct stat st;
-    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT || c->data.kind != PT_DATA_TEXT_CLASSIFICATION ||
-        !*c->model.init_from ||
+    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
+        c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from ||
         pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
         return;
     char *slash = strrchr(weights, '/');
@@ -159,10 +159,6 @@ static void digest_data(pt_session *s, pt_run_mode mode)
     }
 }
 
-/* Every rank reads the data itself (on a node of its own, from a copy of
- * its own): the same examples and vocabulary everywhere, or replicas would
- * train on different token ids or examples without a word. Rank 0's
- * digests against this rank's; collective over the world. */
 /* model.init_from's files (the weights, and a bert's config.json, which
  * sets its dropout) as one SHA-256 in hex, or "" when there are none or
  * they cannot be read (load_init reports that). */
@@ -191,6 +187,10 @@ static void init_digest(const pt_config *c, char hex[65])
         pt_hex(both, 32, hex);
 }
 
+/* Every rank reads the data itself (on a node of its own, from a copy of
+ * its own): the same examples, vocabulary and initial weights everywhere, or replicas would
+ * train on different token ids or examples without a word. Rank 0's
+ * digests against this rank's; collective over the world. */
 static int same_data(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
