@@ -353,6 +353,21 @@ int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err)
     return pt_wait(g, &r, "an all-reduce", err);
 }
 
+int pt_group_agree(pt_group *g, int rc, pt_err *err)
+{
+    int64_t worst = rc;
+    int got = pt_allreduce_max_i64(g, &worst, err);
+    if (got)
+        return got;
+    if (rc == 0 && worst != 0) {
+        pt_fail(err, (int)worst, "another rank failed (its message says why)");
+        if (err)
+            err->relayed = 1;
+        return (int)worst;
+    }
+    return rc;
+}
+
 int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
 {
     int rc = check_size(bytes, err);

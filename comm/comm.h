@@ -88,6 +88,10 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err);
  * (size * bytes). g NULL: only this rank (a copy). */
 int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err *err);
 int pt_barrier(pt_group *g, pt_err *err);
+/* Whether every member got here without failing: the worst rc of the group.
+ * A member that did not fail itself gets the failure back with a relayed
+ * message ("another rank failed"); the failing one keeps its own. */
+int pt_group_agree(pt_group *g, int rc, pt_err *err);
 
 /* --------------------------------------------------------- the process mesh */
 

@@ -122,23 +122,6 @@ void pt_session_note_init_vocab(const pt_session *s)
     pt_vocab_free(b);
 }
 
-/* Whether every rank got here without failing (collective over the
- * world): a rank that did not fail itself returns the failure with a
- * relayed message, as pt_run_agree does once the engine is up. */
-static int agree_world(pt_session *s, int rc, pt_err *err)
-{
-    int64_t worst = rc;
-    int got = pt_allreduce_max_i64(pt_comm_world(s->comm), &worst, err);
-    if (got)
-        return got;
-    if (rc == 0 && worst != 0) {
-        pt_fail(err, (int)worst, "another rank failed (its message says why)");
-        err->relayed = 1;
-        return (int)worst;
-    }
-    return rc;
-}
-
 /* What a checkpoint records of the data and a resume compares, and every
  * rank's against rank 0's once the engine is up (same_data). Synthetic data
  * are a function of the config (which is compared) and may be large: not
@@ -965,7 +948,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = check_layout_keys(s, err)))
         goto agree;
 agree: /* every rank fails here or goes on together: what follows is collective */
-    if ((rc = agree_world(s, rc, err)))
+    if ((rc = pt_group_agree(pt_comm_world(s->comm), rc, err)))
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);

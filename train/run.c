@@ -99,16 +99,5 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
 
 int pt_run_agree(pt_run *r, int rc, pt_err *err)
 {
-    pt_group *world = pt_comm_world(r->comm);
-    int64_t worst = rc;
-    int got = pt_allreduce_max_i64(world, &worst, err);
-    if (got)
-        return got;
-    if (rc == 0 && worst != 0) {
-        pt_fail(err, (int)worst, "another rank failed (its message says why)");
-        if (err)
-            err->relayed = 1;
-        return (int)worst;
-    }
-    return rc;
+    return pt_group_agree(pt_comm_world(r->comm), rc, err);
 }
