@@ -763,6 +763,20 @@ static void catch_end_signals(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
+/* Whether a launcher (mpirun, mpiexec, srun, a PMI or PMIx server)
+ * started this process as one rank of a job: any of the variables they set
+ * for their ranks. */
+static int under_launcher(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",    "PMI_RANK",
+                                       "PMI_SIZE",             "PMI_FD",       "SLURM_PROCID",
+                                       "MPI_LOCALNRANKS",      "HYDRA_CONTROL_FD"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -796,17 +810,34 @@ int main(int argc, char **argv)
     if (run_cmd == cmd_train)
         pt_catch_stop_signals();
     pt_err err = {0};
+    cli *a = calloc(1, sizeof *a); /* large: keep it off the stack */
+    if (!a) {
+        pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
+        return report(NULL, err.code, &err);
+    }
+    /* One process started by hand: a config that does not read is refused
+     * before MPI starts (its start-up is most of such a run's time), with
+     * the message rank 0 would give after it. Under a launcher every rank
+     * reads it after the start, so that all of them end alike. */
+    int rc = 0, have_config = 0;
+    if (!under_launcher()) {
+        if ((rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err))) {
+            free(a);
+            return report(NULL, rc, &err);
+        }
+        have_config = 1;
+    }
     pt_comm *comm;
-    int rc = pt_comm_open(&comm, &argc, &argv, &err);
-    if (rc)
+    if ((rc = pt_comm_open(&comm, &argc, &argv, &err))) {
+        free(a);
         return report(NULL, rc, &err);
+    }
     if (run_cmd != cmd_train) /* after MPI's start, whose handlers these replace */
         catch_end_signals();
     if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
         pt_cache_sweep(NULL);
-    cli *a = calloc(1, sizeof *a); /* large: keep it off the stack */
-    rc = a ? read_config(argc, argv, a, run_cmd == cmd_eval, &err)
-           : pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
+    if (!have_config)
+        rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err);
     int code = setup_failed(comm, rc, &err);
     if (code == 0)
         code = setup_failed(comm, same_config(comm, a, &err), &err);
