@@ -45,10 +45,26 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+int pt_comm_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",    "PMI_RANK",
+                                       "PMI_SIZE",             "PMI_FD",       "SLURM_PROCID",
+                                       "MPI_LOCALNRANKS",      "HYDRA_CONTROL_FD"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i]))
+            return 1;
+    return 0;
+}
+
 int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
 {
     int provided, rc;
     *out = NULL;
+    /* A world of one needs no daemon: Open MPI's singleton otherwise forks
+     * one to serve a spawn or connect that pipetrain never makes (a third
+     * of such a process's start-up, and twice that under ASan). */
+    if (!pt_comm_launched())
+        setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
         return pt_fail(err, PT_EPEER, "MPI_Init_thread failed (code %d)", rc);
     /* errors come back as codes, so they become messages instead of aborts */

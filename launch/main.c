@@ -763,20 +763,6 @@ static void catch_end_signals(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Whether a launcher (mpirun, mpiexec, srun, a PMI or PMIx server)
- * started this process as one rank of a job: any of the variables they set
- * for their ranks. */
-static int under_launcher(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",    "PMI_RANK",
-                                       "PMI_SIZE",             "PMI_FD",       "SLURM_PROCID",
-                                       "MPI_LOCALNRANKS",      "HYDRA_CONTROL_FD"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i]))
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -820,7 +806,7 @@ int main(int argc, char **argv)
      * the message rank 0 would give after it. Under a launcher every rank
      * reads it after the start, so that all of them end alike. */
     int rc = 0, have_config = 0;
-    if (!under_launcher()) {
+    if (!pt_comm_launched()) {
         if ((rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err))) {
             free(a);
             return report(NULL, rc, &err);
