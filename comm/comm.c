@@ -60,11 +60,6 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
 {
     int provided, rc;
     *out = NULL;
-    /* A world of one needs no daemon: Open MPI's singleton otherwise forks
-     * one to serve a spawn or connect that pipetrain never makes (a third
-     * of such a process's start-up, and twice that under ASan). */
-    if (!pt_comm_launched())
-        setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
         return pt_fail(err, PT_EPEER, "MPI_Init_thread failed (code %d)", rc);
     /* errors come back as codes, so they become messages instead of aborts */
