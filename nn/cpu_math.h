@@ -16,7 +16,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -106,46 +106,84 @@ static inline float pt_normal_cdff(float x)
 #endif
 typedef float pt_f16 __attribute__((vector_size(64)));
 typedef int32_t pt_i16 __attribute__((vector_size(64)));
+#define PT_F16_INLINE static inline __attribute__((always_inline))
 
-static inline pt_f16 pt_f16_set(float a) { return (pt_f16){0} + a; }
+PT_F16_INLINE pt_f16 pt_f16_set(float a) { return (pt_f16){0} + a; }
 
 /* Lane masks from comparisons (false where either side is a NaN, as C's
  * operators), and m ? a : b lane by lane: AVX-512's mask registers where
- * the target has them, all-ones/all-zeros lanes otherwise. */
+ * the target has them; all-ones/all-zeros lanes otherwise, computed on the
+ * two 256-bit halves where the target has AVX2 (GCC turns a comparison of
+ * 64-byte vectors into 16 scalar ones there), by C's vector operators
+ * elsewhere. Each is the same correctly rounded or bit-moving operation
+ * per lane on every target. */
 #if defined(__AVX512F__)
 typedef __mmask16 pt_m16;
-static inline pt_m16 pt_f16_gt(pt_f16 a, pt_f16 b)
+PT_F16_INLINE pt_m16 pt_f16_gt(pt_f16 a, pt_f16 b)
 {
     return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_GT_OQ);
 }
-static inline pt_m16 pt_f16_lt(pt_f16 a, pt_f16 b)
+PT_F16_INLINE pt_m16 pt_f16_lt(pt_f16 a, pt_f16 b)
 {
     return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_LT_OQ);
 }
-static inline pt_m16 pt_f16_eq(pt_f16 a, pt_f16 b)
+PT_F16_INLINE pt_m16 pt_f16_eq(pt_f16 a, pt_f16 b)
 {
     return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_EQ_OQ);
 }
-static inline pt_f16 pt_f16_sel(pt_m16 m, pt_f16 a, pt_f16 b)
+PT_F16_INLINE pt_f16 pt_f16_sel(pt_m16 m, pt_f16 a, pt_f16 b)
 {
     return (pt_f16)_mm512_mask_blend_ps(m, (__m512)b, (__m512)a);
 }
+#elif defined(__AVX2__)
+typedef pt_i16 pt_m16;
+typedef struct {
+    __m256 lo, hi;
+} pt_f16_halves;
+PT_F16_INLINE pt_f16_halves pt_f16_split(pt_f16 a)
+{
+    pt_f16_halves h;
+    memcpy(&h, &a, sizeof h);
+    return h;
+}
+PT_F16_INLINE pt_f16 pt_f16_join(__m256 lo, __m256 hi)
+{
+    pt_f16 r;
+    memcpy(&r, &lo, sizeof lo);
+    memcpy((char *)&r + sizeof lo, &hi, sizeof hi);
+    return r;
+}
+#define PT_F16_CMP(a, b, op)                                                                       \
+    (pt_m16) pt_f16_join(_mm256_cmp_ps(pt_f16_split(a).lo, pt_f16_split(b).lo, op),               \
+                         _mm256_cmp_ps(pt_f16_split(a).hi, pt_f16_split(b).hi, op))
+PT_F16_INLINE pt_m16 pt_f16_gt(pt_f16 a, pt_f16 b) { return PT_F16_CMP(a, b, _CMP_GT_OQ); }
+PT_F16_INLINE pt_m16 pt_f16_lt(pt_f16 a, pt_f16 b) { return PT_F16_CMP(a, b, _CMP_LT_OQ); }
+PT_F16_INLINE pt_m16 pt_f16_eq(pt_f16 a, pt_f16 b) { return PT_F16_CMP(a, b, _CMP_EQ_OQ); }
+#undef PT_F16_CMP
+PT_F16_INLINE pt_f16 pt_f16_sel(pt_m16 m, pt_f16 a, pt_f16 b)
+{
+    const pt_f16_halves hm = pt_f16_split((pt_f16)m), ha = pt_f16_split(a), hb = pt_f16_split(b);
+    return pt_f16_join(_mm256_blendv_ps(hb.lo, ha.lo, hm.lo), _mm256_blendv_ps(hb.hi, ha.hi, hm.hi));
+}
 #else
 typedef pt_i16 pt_m16;
-static inline pt_m16 pt_f16_gt(pt_f16 a, pt_f16 b) { return a > b; }
-static inline pt_m16 pt_f16_lt(pt_f16 a, pt_f16 b) { return a < b; }
-static inline pt_m16 pt_f16_eq(pt_f16 a, pt_f16 b) { return a == b; }
-static inline pt_f16 pt_f16_sel(pt_m16 m, pt_f16 a, pt_f16 b)
+PT_F16_INLINE pt_m16 pt_f16_gt(pt_f16 a, pt_f16 b) { return a > b; }
+PT_F16_INLINE pt_m16 pt_f16_lt(pt_f16 a, pt_f16 b) { return a < b; }
+PT_F16_INLINE pt_m16 pt_f16_eq(pt_f16 a, pt_f16 b) { return a == b; }
+PT_F16_INLINE pt_f16 pt_f16_sel(pt_m16 m, pt_f16 a, pt_f16 b)
 {
     return (pt_f16)((m & (pt_i16)a) | (~m & (pt_i16)b));
 }
 #endif
 
 /* fmaf lane by lane */
-static inline pt_f16 pt_f16_fma(pt_f16 a, pt_f16 b, pt_f16 c)
+PT_F16_INLINE pt_f16 pt_f16_fma(pt_f16 a, pt_f16 b, pt_f16 c)
 {
 #if defined(__AVX512F__)
     return (pt_f16)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__AVX2__) && defined(__FMA__)
+    const pt_f16_halves ha = pt_f16_split(a), hb = pt_f16_split(b), hc = pt_f16_split(c);
+    return pt_f16_join(_mm256_fmadd_ps(ha.lo, hb.lo, hc.lo), _mm256_fmadd_ps(ha.hi, hb.hi, hc.hi));
 #else
     pt_f16 r;
     for (int l = 0; l < 16; l++)
@@ -155,10 +193,14 @@ static inline pt_f16 pt_f16_fma(pt_f16 a, pt_f16 b, pt_f16 c)
 }
 
 /* nearbyintf lane by lane (to nearest, ties to even, in the default mode) */
-static inline pt_f16 pt_f16_round(pt_f16 x)
+PT_F16_INLINE pt_f16 pt_f16_round(pt_f16 x)
 {
 #if defined(__AVX512F__)
     return (pt_f16)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#elif defined(__AVX2__)
+    const pt_f16_halves h = pt_f16_split(x);
+    return pt_f16_join(_mm256_round_ps(h.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                       _mm256_round_ps(h.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #else
     pt_f16 r;
     for (int l = 0; l < 16; l++)
@@ -169,7 +211,7 @@ static inline pt_f16 pt_f16_round(pt_f16 x)
 
 /* pt_expf lane by lane for x in [-87, 88] or NaN, where its clamp changes
  * nothing */
-static inline pt_f16 pt_f16_expf_unclamped(pt_f16 x)
+PT_F16_INLINE pt_f16 pt_f16_expf_unclamped(pt_f16 x)
 {
     pt_f16 n = pt_f16_round(x * 1.44269504088896341f);
     pt_f16 r = x - n * 0.693145751953125f;
@@ -182,7 +224,7 @@ static inline pt_f16 pt_f16_expf_unclamped(pt_f16 x)
 }
 
 /* pt_expf lane by lane */
-static inline pt_f16 pt_f16_expf(pt_f16 x)
+PT_F16_INLINE pt_f16 pt_f16_expf(pt_f16 x)
 {
     const pt_f16 lo = pt_f16_set(-87.0f), hi = pt_f16_set(88.0f);
     return pt_f16_expf_unclamped(
@@ -191,14 +233,14 @@ static inline pt_f16 pt_f16_expf(pt_f16 x)
 
 /* pt_expf lane by lane for x <= 0 or NaN, where only the lower clamp can
  * change anything */
-static inline pt_f16 pt_f16_expf_nonpos(pt_f16 x)
+PT_F16_INLINE pt_f16 pt_f16_expf_nonpos(pt_f16 x)
 {
     const pt_f16 lo = pt_f16_set(-87.0f);
     return pt_f16_expf_unclamped(pt_f16_sel(pt_f16_lt(x, lo), lo, x));
 }
 
 /* pt_gelu_partsf lane by lane */
-static inline void pt_f16_gelu_parts(pt_f16 x, pt_f16 *cdf, pt_f16 *pdf)
+PT_F16_INLINE void pt_f16_gelu_parts(pt_f16 x, pt_f16 *cdf, pt_f16 *pdf)
 {
     const pt_f16 ax = (pt_f16)((pt_i16)x & 0x7fffffff);
     const pt_m16 beyond = pt_f16_gt(ax, pt_f16_set(12.7f));
