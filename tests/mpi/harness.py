@@ -53,6 +53,36 @@ def export_weights(pipetrain, checkpoint, path):
     return load_safetensors(path)
 
 
+def our_segments():
+    """This user's cache segments in /dev/shm, as {name: the pid of the job's
+    rank 0} (the name is pipetrain-UID-PID-TIME-nNODE)."""
+    prefix = "pipetrain-%d-" % os.getuid()
+    out = {}
+    for n in os.listdir("/dev/shm"):
+        if n.startswith(prefix):
+            pid = n[len(prefix):].split("-")[0]
+            out[n] = int(pid) if pid.isdigit() else 0
+    return out
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return pid > 0
+
+
+def segments_left(before):
+    """The cache segments that appeared since `before` (our_segments()) and
+    whose job's rank 0 is gone: those the runs in between left behind. Other
+    jobs on the machine (the suite runs tests side by side) may hold
+    segments of their own meanwhile; theirs have a live rank 0."""
+    return sorted(n for n, pid in our_segments().items() if n not in before and not alive(pid))
+
+
 def sets(**kv):
     out = []
     for k, v in kv.items():

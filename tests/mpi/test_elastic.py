@@ -171,28 +171,6 @@ def compare(name, ref, got, steps, ref_is_serial=False):
     return identical
 
 
-def our_segments():
-    """This user's cache segments in /dev/shm, as {name: the pid of the job's
-    rank 0} (the name is pipetrain-UID-PID-TIME-nNODE)."""
-    prefix = "pipetrain-%d-" % os.getuid()
-    out = {}
-    for n in os.listdir("/dev/shm"):
-        if n.startswith(prefix):
-            pid = n[len(prefix):].split("-")[0]
-            out[n] = int(pid) if pid.isdigit() else 0
-    return out
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return pid > 0
-
-
 def check_model(tools, work, model):
     """Every check of the docstring for one model of MODELS."""
     text, profile, growing = MODELS[model]
@@ -309,13 +287,13 @@ def check_model(tools, work, model):
 
 def main():
     tools = h.Tools(sys.argv)
-    before = our_segments()
+    before = h.our_segments()
     with tempfile.TemporaryDirectory(prefix="pt-elastic-") as work:
         for model in MODELS:
             check_model(tools, work, model)
     # segments that appeared while the test ran and whose job is gone (the
     # machine may be shared: another user's running job keeps its own)
-    left = sorted(n for n, pid in our_segments().items() if n not in before and not alive(pid))
+    left = h.segments_left(before)
     expect(not left, "no cache segment left in /dev/shm (%s)" % left)
     if failures:
         sys.exit("FAILED: %d checks" % len(failures))

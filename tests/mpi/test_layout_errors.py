@@ -55,10 +55,6 @@ freeze:
 """
 
 
-def shm():
-    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("pipetrain"))
-
-
 def fail(msg):
     print("mpi_layout_errors: FAIL: " + msg, flush=True)
     sys.exit(1)
@@ -231,7 +227,7 @@ def configs_differ(tools, work):
                               tools.pipetrain, "train", broken], None,
                       ["rank 2: error: %s:" % broken, "YAML syntax error"]))
     for name, cmd, stdin, words in cases:
-        before = shm()
+        before = H.our_segments()
         with open(stdin or os.devnull) as inp:
             r = subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=inp, capture_output=True,
                                text=True, timeout=120)
@@ -243,8 +239,8 @@ def configs_differ(tools, work):
             problems.append("a rank that agrees with rank 0 printed a message")
         if os.path.exists(run) or os.path.exists(bert_run):
             problems.append("run.dir was created")
-        if shm() != before:
-            problems.append("shared memory left")
+        if H.segments_left(before):
+            problems.append("shared memory left: %s" % H.segments_left(before))
         if problems:
             failures += 1
             print("FAIL configs differ (%s): %s\n%s" % (name, "; ".join(problems), out[-2000:]),
@@ -291,7 +287,7 @@ def main():
             line = next(i for i, l in enumerate(text.splitlines(), 1)
                         if l.strip().startswith(key.split(".")[1] + ":"))
             for cmd in ("train", "plan"):
-                before = shm()
+                before = H.our_segments()
                 rc, _, out = tools.run(ranks, [cmd, cfg], check=False, timeout=120)
                 where = "%s (%s, %d ranks)" % (name, cmd, ranks)
                 problems = []
@@ -304,8 +300,8 @@ def main():
                     problems.append("it started training")
                 if os.path.exists(run):
                     problems.append("run.dir was created")
-                if shm() != before:
-                    problems.append("shared memory left: %s" % sorted(set(shm()) - set(before)))
+                if H.segments_left(before):
+                    problems.append("shared memory left: %s" % H.segments_left(before))
                 if problems:
                     failures += 1
                     print("FAIL %s: %s\n%s" % (where, "; ".join(problems), out[-2000:]), flush=True)
