@@ -30,7 +30,7 @@
 
 #include <stdint.h>
 #include <string.h>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -121,6 +121,106 @@ static inline real lanes_sum_in_order(lanes_v acc)
         s += acc[l];
     return s;
 }
+
+/* ---------------------------------------------- the lanes as two halves
+ *
+ * Without AVX-512 GCC has no register for a 64-byte vector: it keeps a
+ * lanes_v in memory and moves it in and out at other widths, which stalls
+ * the loads (the LayerNorm forward at d 64 ran at 2 GFLOP/s). Where the
+ * target has AVX2 + FMA and no AVX-512, the row sums' hot loops use
+ * lanes_pair instead: lanes 0-7 and 8-15 in two 256-bit registers. Each
+ * lane meets the same operations as in a lanes_v, and lanes_pair_fold adds
+ * in lanes_fold's tree (lane l + lane l + 8, then + 4, + 2, + 1), so the
+ * bits are the same. */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && !defined(PT_REAL_F64)
+#define PT_LANES_PAIR 1
+typedef struct {
+    __m256 lo, hi;
+} lanes_pair;
+
+static inline __attribute__((always_inline)) lanes_pair lanes_pair_zero(void)
+{
+    return (lanes_pair){_mm256_setzero_ps(), _mm256_setzero_ps()};
+}
+
+/* lanes_at's elements (pad past n) as a pair */
+static inline __attribute__((always_inline)) lanes_pair lanes_pair_at(const float *v, int i, int n,
+                                                                      float pad)
+{
+    if (i + LANES <= n)
+        return (lanes_pair){_mm256_loadu_ps(v + i), _mm256_loadu_ps(v + i + 8)};
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i have = _mm256_set1_epi32(n - i);
+    const __m256i mlo = _mm256_cmpgt_epi32(have, idx);
+    const __m256i mhi = _mm256_cmpgt_epi32(have, _mm256_add_epi32(idx, _mm256_set1_epi32(8)));
+    const __m256 p = _mm256_set1_ps(pad);
+    return (lanes_pair){_mm256_blendv_ps(p, _mm256_maskload_ps(v + i, mlo), _mm256_castsi256_ps(mlo)),
+                        _mm256_blendv_ps(p, _mm256_maskload_ps(v + i + 8, mhi),
+                                         _mm256_castsi256_ps(mhi))};
+}
+
+static inline __attribute__((always_inline)) lanes_pair lanes_pair_add(lanes_pair a, lanes_pair b)
+{
+    return (lanes_pair){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+}
+
+/* a * b lane by lane, rounded: the empty asm keeps -ffp-contract=fast from
+ * fusing the product into an addition that follows */
+static inline __attribute__((always_inline)) lanes_pair lanes_pair_rounded_mul(lanes_pair a,
+                                                                               lanes_pair b)
+{
+    lanes_pair p = {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+    __asm__("" : "+x"(p.lo), "+x"(p.hi));
+    return p;
+}
+
+/* acc + (a - s)^2 lane by lane, as GCC compiles `acc += d * d` with
+ * d = a - s under -ffp-contract=fast: one rounded subtraction, one fused
+ * multiply-add */
+static inline __attribute__((always_inline)) lanes_pair lanes_pair_add_sq_diff(lanes_pair acc,
+                                                                               lanes_pair a, float s)
+{
+    const __m256 sv = _mm256_set1_ps(s);
+    const __m256 dlo = _mm256_sub_ps(a.lo, sv), dhi = _mm256_sub_ps(a.hi, sv);
+    return (lanes_pair){_mm256_fmadd_ps(dlo, dlo, acc.lo), _mm256_fmadd_ps(dhi, dhi, acc.hi)};
+}
+
+/* lanes_put for a pair: elements [i, min(i + LANES, n)), nothing past n */
+static inline __attribute__((always_inline)) void lanes_pair_put(float *v, int i, int n, lanes_pair x)
+{
+    if (i + LANES <= n) {
+        _mm256_storeu_ps(v + i, x.lo);
+        _mm256_storeu_ps(v + i + 8, x.hi);
+        return;
+    }
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i have = _mm256_set1_epi32(n - i);
+    _mm256_maskstore_ps(v + i, _mm256_cmpgt_epi32(have, idx), x.lo);
+    _mm256_maskstore_ps(v + i + 8, _mm256_cmpgt_epi32(have, _mm256_add_epi32(idx, _mm256_set1_epi32(8))),
+                        x.hi);
+}
+
+/* lanes_sum_in_order for a pair */
+static inline float lanes_pair_sum_in_order(lanes_pair a)
+{
+    float t[LANES] BLOCK_ALIGNED;
+    _mm256_store_ps(t, a.lo);
+    _mm256_store_ps(t + 8, a.hi);
+    float s = 0;
+    for (int l = 0; l < LANES; l++)
+        s += t[l];
+    return s;
+}
+
+static inline __attribute__((always_inline)) float lanes_pair_fold(lanes_pair a)
+{
+    const __m256 s = _mm256_add_ps(a.lo, a.hi);                                       /* + 8 */
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)); /* + 4 */
+    const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));                              /* + 2 */
+    const __m128 v = _mm_add_ss(u, _mm_shuffle_ps(u, u, 1));                          /* + 1 */
+    return _mm_cvtss_f32(v);
+}
+#endif
 
 /* Blocks for elementwise functions: a block function takes `len` elements
  * (a constant: LANES, or a multiple of it where a longer block saves calls)

@@ -429,12 +429,29 @@ static void ln_fwd_task(void *ctx, long t, int thread)
     for (int r0 = (int)t0; r0 < t1; r0 += LN_ROWS) {
         const int nr = t1 - r0 < LN_ROWS ? (int)(t1 - r0) : LN_ROWS;
         const real *xr[LN_ROWS];
-        lanes_v acc[LN_ROWS];
         real m[LN_ROWS], rs[LN_ROWS];
-        for (int g = 0; g < LN_ROWS; g++) {
+        for (int g = 0; g < LN_ROWS; g++)
             xr[g] = x + (size_t)(r0 + (g < nr ? g : 0)) * dim;
-            acc[g] = (lanes_v){0};
+#ifdef PT_LANES_PAIR
+        lanes_pair pa[LN_ROWS];
+        for (int g = 0; g < LN_ROWS; g++)
+            pa[g] = lanes_pair_zero();
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++)
+                pa[g] = lanes_pair_add(pa[g], lanes_pair_at(xr[g], i, dim, 0));
+        for (int g = 0; g < LN_ROWS; g++) {
+            m[g] = lanes_pair_fold(pa[g]) / dim;
+            pa[g] = lanes_pair_zero();
         }
+        for (int i = 0; i < dim; i += LANES)
+            for (int g = 0; g < LN_ROWS; g++)
+                pa[g] = lanes_pair_add_sq_diff(pa[g], lanes_pair_at(xr[g], i, dim, m[g]), m[g]);
+        for (int g = 0; g < LN_ROWS; g++)
+            rs[g] = (real)1 / R_SQRT(lanes_pair_fold(pa[g]) / dim + (real)eps);
+#else
+        lanes_v acc[LN_ROWS];
+        for (int g = 0; g < LN_ROWS; g++)
+            acc[g] = (lanes_v){0};
         for (int i = 0; i < dim; i += LANES)
             for (int g = 0; g < LN_ROWS; g++)
                 acc[g] += lanes_at(xr[g], i, dim, 0);
@@ -449,6 +466,7 @@ static void ln_fwd_task(void *ctx, long t, int thread)
             }
         for (int g = 0; g < LN_ROWS; g++)
             rs[g] = (real)1 / R_SQRT(lanes_fold(acc[g]) / dim + (real)eps);
+#endif
         for (int g = 0; g < nr; g++) {
             real *yr = y + (size_t)(r0 + g) * dim;
             const real mg = m[g], rg = rs[g];
@@ -497,6 +515,36 @@ static void ln_bwd_task(void *ctx, long t, int thread)
              * bits are the same; the layouts' tests compare runs whose
              * rounding differences grow over training, and a new order
              * moved some of them across their tolerances) */
+#ifdef PT_LANES_PAIR
+            /* the same operations on pairs (cpu_lanes.h), rounded as GCC
+             * compiles the lanes_v loop below under -ffp-contract=fast
+             * (checked bit for bit against it): acc_gx's last product fused
+             * into its addition, the dw partial's product rounded before
+             * its addition */
+            const __m256 mv = _mm256_set1_ps(m), rsv = _mm256_set1_ps(rs);
+            lanes_pair acc_g = lanes_pair_zero(), acc_gx = lanes_pair_zero();
+            for (int i = 0; i < dim; i += LANES) {
+                const lanes_pair dyv = lanes_pair_at(dyr, i, dim, 0), xv = lanes_pair_at(xr, i, dim, m);
+                const lanes_pair xm = {_mm256_sub_ps(xv.lo, mv), _mm256_sub_ps(xv.hi, mv)};
+                if (pw) {
+                    const lanes_pair pwv = lanes_pair_at(pw, i, dim, 0);
+                    lanes_pair_put(pw, i, dim,
+                                   lanes_pair_add(pwv, lanes_pair_rounded_mul(
+                                                           dyv, (lanes_pair){_mm256_mul_ps(xm.lo, rsv),
+                                                                             _mm256_mul_ps(xm.hi, rsv)})));
+                    lanes_pair_put(pb, i, dim, lanes_pair_add(lanes_pair_at(pb, i, dim, 0), dyv));
+                }
+                const lanes_pair wv = lanes_pair_at(w, i, dim, 0);
+                const lanes_pair gv = {_mm256_mul_ps(dyv.lo, wv.lo), _mm256_mul_ps(dyv.hi, wv.hi)};
+                acc_g = lanes_pair_add(acc_g, gv);
+                acc_gx = (lanes_pair){_mm256_fmadd_ps(_mm256_mul_ps(gv.lo, xm.lo), rsv, acc_gx.lo),
+                                      _mm256_fmadd_ps(_mm256_mul_ps(gv.hi, xm.hi), rsv, acc_gx.hi)};
+            }
+            if (!dx)
+                continue;
+            const real sg = lanes_pair_sum_in_order(acc_g) / dim,
+                       sgx = lanes_pair_sum_in_order(acc_gx) / dim;
+#else
             lanes_v acc_g = {0}, acc_gx = {0};
             for (int i = 0; i < dim; i += LANES) {
                 const lanes_v dyv = lanes_at(dyr, i, dim, 0), xv = lanes_at(xr, i, dim, m);
@@ -512,6 +560,7 @@ static void ln_bwd_task(void *ctx, long t, int thread)
             if (!dx)
                 continue;
             const real sg = lanes_sum_in_order(acc_g) / dim, sgx = lanes_sum_in_order(acc_gx) / dim;
+#endif
             real *dxr = dx + (size_t)r * dim;
             if (add) {
                 const real *ar = add + (size_t)r * dim;
@@ -569,12 +618,15 @@ typedef struct {
  * scalar functions' operations lane by lane), so every element, those of
  * the last partial vector included, goes through the same vector
  * operations wherever it sits (see cpu_lanes.h): no vectoriser decides
- * which elements take a scalar path; the forward runs a block's four
- * vectors side by side, which lets their long dependency chains overlap.
+ * which elements take a scalar path; with AVX-512 the forward runs a
+ * block's four vectors side by side, which lets their long dependency
+ * chains overlap; with AVX2 (PT_LANES_PAIR) one at a time, loaded and
+ * stored as pairs of 256-bit halves (four side by side were 2.1x slower
+ * there: GCC keeps arrays of 64-byte vectors in memory without AVX-512).
  * The derivative Phi(x) + x phi(x) is one fused multiply-add of the two
  * parts the forward has anyway, the same on every instruction set.
- * float64, the oracle: libm, element by element. dydx may alias x: a
- * block is read whole before any of it is written. */
+ * float64, the oracle: libm, element by element. dydx may alias x: each
+ * vector (AVX2) or block is read whole before any of it is written. */
 static void gelu_fwd_task(void *ctx, long t, int thread)
 {
     (void)thread;
@@ -587,7 +639,21 @@ static void gelu_fwd_task(void *ctx, long t, int thread)
     for (size_t k = (size_t)k0; k < (size_t)k1; k++) {
         const size_t i0 = k * GELU_BLOCK;
         const int len = n - i0 < GELU_BLOCK ? (int)(n - i0) : GELU_BLOCK;
-#ifndef PT_REAL_F64
+#if defined(PT_LANES_PAIR)
+        /* loads and stores as pairs (cpu_lanes.h), the arithmetic as below */
+        for (int v = 0; v < GELU_BLOCK / LANES && v * LANES < len; v++) {
+            const lanes_pair p = lanes_pair_at(x + i0, v * LANES, len, 0);
+            const pt_f16 xv = pt_f16_join(p.lo, p.hi);
+            pt_f16 cdf, pdf;
+            pt_f16_gelu_parts(xv, &cdf, &pdf);
+            const pt_f16_halves yv = pt_f16_split(xv * cdf);
+            lanes_pair_put(y + i0, v * LANES, len, (lanes_pair){yv.lo, yv.hi});
+            if (dydx) {
+                const pt_f16_halves dv = pt_f16_split(pt_f16_fma(xv, pdf, cdf));
+                lanes_pair_put(dydx + i0, v * LANES, len, (lanes_pair){dv.lo, dv.hi});
+            }
+        }
+#elif !defined(PT_REAL_F64)
         lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf[GELU_BLOCK / LANES];
         for (int v = 0; v < GELU_BLOCK / LANES; v++)
             xv[v] = v * LANES < len ? lanes_at(x + i0, v * LANES, len, 0) : (lanes_v){0};
