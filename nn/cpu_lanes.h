@@ -134,9 +134,9 @@ static inline real lanes_sum_in_order(lanes_v acc)
  * bits are the same. */
 #if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && !defined(PT_REAL_F64)
 #define PT_LANES_PAIR 1
-typedef struct {
-    __m256 lo, hi;
-} lanes_pair;
+#include "nn/cpu_math.h"
+/* cpu_math.h's halves of a pt_f16: the same two registers */
+typedef pt_f16_halves lanes_pair;
 
 static inline __attribute__((always_inline)) lanes_pair lanes_pair_zero(void)
 {

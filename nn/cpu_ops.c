@@ -646,12 +646,9 @@ static void gelu_fwd_task(void *ctx, long t, int thread)
             const pt_f16 xv = pt_f16_join(p.lo, p.hi);
             pt_f16 cdf, pdf;
             pt_f16_gelu_parts(xv, &cdf, &pdf);
-            const pt_f16_halves yv = pt_f16_split(xv * cdf);
-            lanes_pair_put(y + i0, v * LANES, len, (lanes_pair){yv.lo, yv.hi});
-            if (dydx) {
-                const pt_f16_halves dv = pt_f16_split(pt_f16_fma(xv, pdf, cdf));
-                lanes_pair_put(dydx + i0, v * LANES, len, (lanes_pair){dv.lo, dv.hi});
-            }
+            lanes_pair_put(y + i0, v * LANES, len, pt_f16_split(xv * cdf));
+            if (dydx)
+                lanes_pair_put(dydx + i0, v * LANES, len, pt_f16_split(pt_f16_fma(xv, pdf, cdf)));
         }
 #elif !defined(PT_REAL_F64)
         lanes_v xv[GELU_BLOCK / LANES], cdf[GELU_BLOCK / LANES], pdf[GELU_BLOCK / LANES];
