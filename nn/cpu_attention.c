@@ -48,6 +48,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 /* VW: the elements of one vector register of the build's instruction set;
  * MAXMR x MAXNV vectors: a tile's most rows and vectors, about half the
@@ -80,6 +83,15 @@ typedef real vreal_u __attribute__((vector_size(VW * sizeof(real)), aligned(size
 INLINE vreal vload(const real *p) { return *(const vreal_u *)p; }
 INLINE void vstore(real *p, vreal v) { *(vreal_u *)p = v; }
 
+#if VBYTES == 32 && !defined(PT_REAL_F64)
+/* the mask of lanes [0, n) for AVX's masked loads, n in [0, 8] */
+INLINE __m256i first_lanes(int n)
+{
+    static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    return _mm256_loadu_si256((const __m256i *)(ones_then_zeros + 8 - n));
+}
+#endif
+
 /* p[0 .. n) and 0 past it, for n in [1, VW]; nothing past n is read */
 INLINE vreal vload_part(const real *p, int n)
 {
@@ -87,6 +99,8 @@ INLINE vreal vload_part(const real *p, int n)
         return vload(p);
 #if VBYTES == 64 && !defined(PT_REAL_F64)
     return (vreal)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#elif VBYTES == 32 && !defined(PT_REAL_F64)
+    return (vreal)_mm256_maskload_ps(p, first_lanes(n));
 #else
     vreal v = {0};
     for (int l = 0; l < n; l++)
@@ -104,7 +118,8 @@ INLINE void vstore_part(real *p, vreal v, int n)
     }
 #if VBYTES == 64 && !defined(PT_REAL_F64)
     _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
-#else
+#else /* not AVX's masked store: on the AMD cores measured, it made attention
+       * slower than this loop (its masked load made it faster) */
     for (int l = 0; l < n; l++)
         p[l] = v[l];
 #endif
@@ -297,6 +312,20 @@ INLINE void transpose_in(real *bt, const real *rows, size_t stride, int T, int T
             pt_transpose16(r);
             for (int c = 0; c < cn; c++)
                 _mm512_store_ps(bt + (size_t)(c0 + c) * Tp + j0, r[c]);
+        }
+    }
+#elif VBYTES == 32 && !defined(PT_REAL_F64)
+    for (int c0 = 0; c0 < hd; c0 += VW) {
+        const int cn = hd - c0 < VW ? hd - c0 : VW;
+        const __m256i m = first_lanes(cn);
+        for (int j0 = 0; j0 < T; j0 += VW) {
+            __m256 r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = j0 + j < T ? _mm256_maskload_ps(rows + (size_t)(j0 + j) * stride + c0, m)
+                                  : _mm256_setzero_ps();
+            pt_transpose8(r);
+            for (int c = 0; c < cn; c++)
+                _mm256_storeu_ps(bt + (size_t)(c0 + c) * Tp + j0, r[c]);
         }
     }
 #else

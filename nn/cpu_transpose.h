@@ -2,8 +2,9 @@
  * cpu_transpose.h (internal to nn/): a 16 x 16 float transpose in AVX-512
  * registers, for the CPU kernels that pack a matrix the other way round
  * (nn/cpu_gemm.c's weight panels, nn/cpu_attention.c's transposed q and
- * output gradient). It moves bits and computes nothing. Only where the
- * target has AVX-512; callers keep a scalar loop for other targets.
+ * output gradient). It moves bits and computes nothing: 16 x 16 where the
+ * target has AVX-512, 8 x 8 where it has AVX; callers keep a scalar loop for
+ * other targets.
  */
 #ifndef PT_NN_CPU_TRANSPOSE_H
 #define PT_NN_CPU_TRANSPOSE_H
@@ -38,6 +39,33 @@ static inline __attribute__((always_inline)) void pt_transpose16(__m512 r[16])
         r[4 + c] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
         r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
         r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+    }
+}
+#endif
+
+#if defined(__AVX__)
+#include <immintrin.h>
+
+/* r[j] = row j of an 8 x 8 block in, column j out: unpack pairs of rows,
+ * then pairs of pairs (each 128-bit half holds 4 rows of a column), then
+ * join the halves. */
+static inline __attribute__((always_inline)) void pt_transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + c]: columns c and c + 4 of rows 4g .. 4g + 3 */
+    for (int g = 0; g < 2; g++) {
+        u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
     }
 }
 #endif
