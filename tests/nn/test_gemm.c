@@ -121,8 +121,17 @@ static float *rand_floats(size_t n, float lo, float hi)
     return p;
 }
 
+/* The test's own reference loops (the contract, bounds, sums) are not
+ * instrumented in the sanitizer build: they are most of this test's time
+ * there, and the kernels they check still are. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__clang__)
+#define REFERENCE __attribute__((no_sanitize("address", "undefined")))
+#else
+#define REFERENCE
+#endif
+
 /* The contract, written out the slow and obvious way. */
-static void emulate(float *y, const float *x, const float *w, const float *b, const float *add,
+REFERENCE static void emulate(float *y, const float *x, const float *w, const float *b, const float *add,
                     int M, int N, int K)
 {
     for (int r = 0; r < M; r++)
@@ -145,7 +154,7 @@ static void emulate(float *y, const float *x, const float *w, const float *b, co
 }
 
 /* Number of elements outside the proven bound of the float64 result. */
-static long outside_bound(const float *y, const float *x, const float *w, const float *b,
+REFERENCE static long outside_bound(const float *y, const float *x, const float *w, const float *b,
                           const float *add, int M, int N, int K)
 {
     const double u = ldexp(1.0, -24), n = K + 2, gamma = n * u / (1 - n * u);
@@ -301,7 +310,7 @@ static void rows_independent_of_batch(void)
 
 /* dx = dy w by the contract: acc = 0; acc = fmaf(dy[r,k], w[k,i], acc) for
  * k (= o) ascending; dx = acc. Here x stands for dy, N = in, K = out. */
-static void emulate_nn(float *y, const float *x, const float *w, int M, int N, int K)
+REFERENCE static void emulate_nn(float *y, const float *x, const float *w, int M, int N, int K)
 {
     for (int r = 0; r < M; r++)
         for (int n = 0; n < N; n++) {
@@ -334,7 +343,7 @@ static int chunk_start(int K, int C, int c) { return (int)((long long)K * c / C)
  * fmaf(dy[r,o], x[r,i], acc) for its rows r ascending; the chunks' accs
  * added in order; dw = dw + that sum. a = dy [K, M], b = x [K, N], c = dw
  * [M, N]. */
-static void emulate_tn(float *c, const float *a, const float *b, int K, int M, int N)
+REFERENCE static void emulate_tn(float *c, const float *a, const float *b, int K, int M, int N)
 {
     const int C = contract_chunks(K, M, N);
     for (int o = 0; o < M; o++)
@@ -352,7 +361,7 @@ static void emulate_tn(float *c, const float *a, const float *b, int K, int M, i
 
 /* Elements of dx outside the proven bound of the float64 product: K
  * roundings, |dx - exact| <= gamma(K) sum |dy w| (as outside_bound). */
-static long nn_outside_bound(const float *y, const float *x, const float *w, int M, int N, int K)
+REFERENCE static long nn_outside_bound(const float *y, const float *x, const float *w, int M, int N, int K)
 {
     const double u = ldexp(1.0, -24), gamma = K * u / (1 - K * u);
     long bad = 0;
@@ -371,7 +380,7 @@ static long nn_outside_bound(const float *y, const float *x, const float *w, int
 
 /* The same for dw: K fused multiply-adds and the addition to dw0, K + 1
  * roundings, |dw - exact| <= gamma(K + 1) (|dw0| + sum |dy x|). */
-static long tn_outside_bound(const float *c, const float *c0, const float *a, const float *b,
+REFERENCE static long tn_outside_bound(const float *c, const float *c0, const float *a, const float *b,
                              int K, int M, int N)
 {
     const double u = ldexp(1.0, -24), n = K + 1, gamma = n * u / (1 - n * u);
@@ -392,7 +401,7 @@ static long tn_outside_bound(const float *c, const float *c0, const float *a, co
 /* db += dy's column sums by the contract, over dw's chunks of rows for a
  * product of N columns: per chunk acc = 0; acc = acc + dy[r,o] for its
  * rows r ascending; the chunks' accs added in order; db = db + that sum. */
-static void emulate_colsum(float *db, const float *dy, int K, int M, int N)
+REFERENCE static void emulate_colsum(float *db, const float *dy, int K, int M, int N)
 {
     const int C = contract_chunks(K, M, N);
     for (int o = 0; o < M; o++) {
