@@ -28,10 +28,11 @@ typedef struct pt_req {
 typedef enum { PT_DT_F32, PT_DT_F64, PT_DT_I64 } pt_dtype;
 
 /* MPI_Init_thread (funneled: only the main thread calls MPI) and the node
- * split. Works without mpirun (a world of one). Open MPI's singleton forks
- * a daemon of its own; its "isolated" mode, which would not, gives every
- * singleton one session directory, which one that ends removes under
- * another that starts (seen: MPI_Init failing in two concurrent runs). */
+ * split. A process that no launcher started (pt_comm_launched) is a world
+ * of one without MPI: its collectives are the identity and a transfer is
+ * refused. (Open MPI's singleton start would fork a daemon of its own; its
+ * "isolated" mode, which would not, gives every singleton one session
+ * directory, which one that ends removes under another that starts.) */
 int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err);
 /* Whether a launcher (mpirun, mpiexec, srun, a PMI or PMIx server) started
  * this process as a rank of a job: any of the variables they set for their

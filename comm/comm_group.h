@@ -17,6 +17,7 @@ struct pt_group {
     double timeout;
     int owned;             /* MPI_Comm_free on release */
     struct pt_nccl *nccl;  /* NULL until pt_group_nccl_open */
+    int solo;              /* a group of one without MPI (comm.c, solo_open) */
 };
 
 #endif
