@@ -28,6 +28,7 @@
  * backend does).
  *
  * usage: gemm_speed [--threads 1,2] [--min-time 0.05] [--repeats 5] [--only fwd|bwd]
+ *                   [--bwd-shape ROWS,OUT,IN]   (the backward of that shape alone)
  * prints one line per (threads, shape[, product]) and the geometric mean of
  * the ratios (OpenBLAS's time / ours: above 1, ours is faster).
  */
@@ -298,22 +299,28 @@ static void run_ours_both(void *arg)
 
 static void blas_one_thread(void) { openblas_set_num_threads(1); }
 
+/* --bwd-shape ROWS,OUT,IN: the backward products of that one shape instead */
+static int bwd_shape[3];
+
 static int backward(int th, double min_time, int repeats, double *log_sum, int *count)
 {
     static const struct {
         const char *name;
         int rows, d;
-    } models[] = {{"vit-demo", 128 * 17, 64}, {"vit-wide", 128 * 50, 256}, {"minilm", 32 * 32, 384}};
+    } models[] = {{"vit-demo", 128 * 17, 64}, {"vit-wide", 128 * 50, 256}, {"minilm", 32 * 32, 384},
+                  {"custom", 0, 0}};
     openblas_set_num_threads(1); /* the workers were set so when the pool started */
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
-        const int d = models[m].d;
+        const int d = models[m].d, custom = !strcmp(models[m].name, "custom");
+        if (custom != (bwd_shape[0] > 0))
+            continue; /* --bwd-shape: that shape alone */
         const int shapes[][2] = {{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}};
-        for (size_t j = 0; j < sizeof shapes / sizeof *shapes; j++) {
+        for (size_t j = 0; j < (custom ? 1 : sizeof shapes / sizeof *shapes); j++) {
             bshape b;
             memset(&b, 0, sizeof b);
-            b.rows = models[m].rows;
-            b.out = shapes[j][0];
-            b.in = shapes[j][1];
+            b.rows = custom ? bwd_shape[0] : models[m].rows;
+            b.out = custom ? bwd_shape[1] : shapes[j][0];
+            b.in = custom ? bwd_shape[2] : shapes[j][1];
             const size_t ndy = (size_t)b.rows * b.out, nx = (size_t)b.rows * b.in;
             const size_t nw = (size_t)b.out * b.in;
             srand(1);
@@ -383,9 +390,14 @@ int main(int argc, char **argv)
             repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
+        else if (!strcmp(argv[i], "--bwd-shape") && i + 1 < argc &&
+                 sscanf(argv[i + 1], "%d,%d,%d", &bwd_shape[0], &bwd_shape[1], &bwd_shape[2]) == 3 &&
+                 bwd_shape[0] > 0 && bwd_shape[1] > 0 && bwd_shape[2] > 0)
+            i++;
         else {
             fprintf(stderr,
-                    "usage: %s [--threads 1,2] [--min-time 0.05] [--repeats 5] [--only fwd|bwd]\n",
+                    "usage: %s [--threads 1,2] [--min-time 0.05] [--repeats 5] [--only fwd|bwd]\n"
+                    "       [--bwd-shape ROWS,OUT,IN]\n",
                     argv[0]);
             return 2;
         }

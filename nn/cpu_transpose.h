@@ -1,10 +1,10 @@
 /*
- * cpu_transpose.h (internal to nn/): a 16 x 16 float transpose in AVX-512
- * registers, for the CPU kernels that pack a matrix the other way round
+ * cpu_transpose.h (internal to nn/): float transposes of a block held in
+ * vector registers, 16 x 16 where the target has AVX-512 and 8 x 8 where it
+ * has AVX, for the CPU kernels that pack a matrix the other way round
  * (nn/cpu_gemm.c's weight panels, nn/cpu_attention.c's transposed q and
- * output gradient). It moves bits and computes nothing: 16 x 16 where the
- * target has AVX-512, 8 x 8 where it has AVX; callers keep a scalar loop for
- * other targets.
+ * output gradient). They move bits and compute nothing; callers keep a
+ * scalar loop for other targets.
  */
 #ifndef PT_NN_CPU_TRANSPOSE_H
 #define PT_NN_CPU_TRANSPOSE_H
