@@ -38,9 +38,10 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err);
  * this process as a rank of a job: any of the variables they set for their
  * ranks. Before pt_comm_open as after it. */
 int pt_comm_launched(void);
-/* MPI_Finalize. */
+/* MPI_Finalize (nothing of MPI's in a world of one). */
 void pt_comm_close(pt_comm *c);
-/* Kills every rank of the job (MPI_Abort); does not return. */
+/* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does
+ * not return. */
 void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));
 
 int pt_comm_rank(const pt_comm *c);

@@ -8,7 +8,7 @@
 #       BUILD_DIR (a CUDA build, e.g. build-gpu made as gpu_check.sh makes it)
 #       without its object files, every shared library its programs need
 #       except the C library's and CUDA's, and Open MPI's and PMIx's plugins,
-#       help files and orted (mpirun starts it on every node)
+#       help files and orted (which a program that starts MPI alone forks)
 #   scripts/gpu_bundle.sh unpack FILE.tar.xz RUNTIME_DIR
 #       run from the repository's root on the GPU machine: the build becomes
 #       ./build-gpu (its ctest files rewritten for this checkout's path), the

@@ -1,10 +1,12 @@
 /*
  * test_nccl.c (label gpu): comm's NCCL path on a real device. A world of one
- * rank (run without mpirun) makes a NCCL communicator through the MPI
- * bootstrap and checks all-reduce, broadcast and a send/receive to itself
- * inside one group, and that waiting works. Without a GPU (or without NCCL in
- * the build) it prints "skipped: ..." and passes. Several ranks would need one
- * GPU each: NCCL refuses two ranks on one device.
+ * rank makes a NCCL communicator and checks all-reduce, broadcast and a
+ * send/receive to itself inside one group, and that waiting works. Run by
+ * hand, as ctest runs it, that world has no MPI (comm.h), so the
+ * communicator's id is not sent anywhere; the id's broadcast over MPI runs
+ * only under a launcher. Without a GPU (or without NCCL in the build) it
+ * prints "skipped: ..." and passes. Several ranks would need one GPU each:
+ * NCCL refuses two ranks on one device.
  */
 #include "comm/comm.h"
 #include "tests/common/cunit_main.h"
