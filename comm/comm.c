@@ -288,10 +288,8 @@ int pt_group_world_rank(const pt_group *g, int rank)
 
 /* -------------------------------------------------------------- transfers */
 
-static int check_size(const pt_group *g, size_t bytes, int peer, pt_err *err)
+static int check_size(size_t bytes, pt_err *err)
 {
-    if (g->solo)
-        return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
     if (bytes > INT_MAX)
         return pt_fail(err, PT_EINTERNAL, "a single transfer of %zu bytes exceeds MPI's int count", bytes);
     return 0;
@@ -299,7 +297,9 @@ static int check_size(const pt_group *g, size_t bytes, int peer, pt_err *err)
 
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
 {
-    int rc = check_size(g, bytes, peer, err);
+    if (g->solo) /* the only rank there is: a transfer to itself */
+        return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
+    int rc = check_size(bytes, err);
     if (rc)
         return rc;
     if ((rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
@@ -310,7 +310,9 @@ int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_r
 
 int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
 {
-    int rc = check_size(g, bytes, peer, err);
+    if (g->solo) /* the only rank there is: a transfer to itself */
+        return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
+    int rc = check_size(bytes, err);
     if (rc)
         return rc;
     if ((rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
@@ -434,8 +436,7 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
 {
     if (g->solo)
         return 0;
-    int rc = bytes > INT_MAX ? pt_fail(err, PT_EINTERNAL, "a broadcast of %zu bytes exceeds "
-                                                          "MPI's int count", bytes) : 0;
+    int rc = check_size(bytes, err);
     if (rc)
         return rc;
     pt_req r = {0};
@@ -452,8 +453,7 @@ int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err 
             memmove(all, mine, bytes);
         return 0;
     }
-    int rc = bytes > INT_MAX ? pt_fail(err, PT_EINTERNAL, "an all-gather of %zu bytes exceeds "
-                                                          "MPI's int count", bytes) : 0;
+    int rc = check_size(bytes, err);
     if (rc)
         return rc;
     pt_req r = {0};
