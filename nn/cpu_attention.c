@@ -841,11 +841,14 @@ void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv_, const void *dout_
  * thread runs it.
  *
  * An example's heads are taken together, key row by key row: row t of kv
- * holds every head's key and value, [k | v], one contiguous run, so the
- * example's kv is read front to back once. (Head by head, each pair read a
- * piece of every row, rows kilobytes apart: on the wide ViT the first query
- * ran at about 1.5 GB/s of kv read.) Each head's arithmetic is what it was
- * alone: every sum over t still runs in ascending t, in the same vectors. */
+ * holds every head's key and value, [k | v], so each pass over the rows
+ * (scores over the keys, the output over the values; in the backward the
+ * probabilities' gradient over the values, then the rest over the keys)
+ * reads one contiguous run of d elements per row, rows in order. (Head by
+ * head, each pair read hd elements of every row, rows kilobytes apart: on
+ * the wide ViT the first query ran at about 1.5 GB/s of kv read.) Each
+ * head's arithmetic is what it was alone: every sum over t still runs in
+ * ascending t, in the same vectors. */
 
 typedef struct {
     real *out, *probs; /* backward: dq0, NULL */
@@ -859,12 +862,15 @@ typedef struct {
 /* a head's vectors along hd */
 static int first_vectors(int hd) { return (hd + LANES - 1) / LANES; }
 
-/* An example's scores or their gradient (H x T, rounded up to whole
- * vectors), then its heads' vector accumulators (H x first_vectors(hd)). */
+/* The backward's gradient of an example's scores (H x T, rounded up to
+ * whole vectors; the forward keeps its scores in probs and leaves this
+ * unused), then the heads' vector accumulators (H x first_vectors(hd)), then
+ * in the backward the example's q and output gradient as vectors (the same
+ * layout, each). */
 static size_t first_scores(int T, int H) { return ((size_t)H * T + LANES - 1) / LANES * LANES; }
 static size_t first_scratch(int T, int H, int hd)
 {
-    return first_scores(T, H) + (size_t)H * first_vectors(hd) * LANES;
+    return first_scores(T, H) + 3 * (size_t)H * first_vectors(hd) * LANES;
 }
 
 /* q . k over hd elements, scaled */
@@ -926,7 +932,7 @@ static void first_bwd_task(void *ctx, long task, int thread)
     const size_t stride = 2 * (size_t)d;
     const real scale = (real)(1.0 / sqrt((double)hd));
     real *dp = j->scratch[thread];
-    lanes_v *acc = (lanes_v *)(dp + first_scores(T, H));
+    lanes_v *acc = (lanes_v *)(dp + first_scores(T, H)), *qv = acc + H * nv, *gv = qv + H * nv;
     long b0, b1;
     task_items(task, j->per, j->n, &b0, &b1);
     for (long b = b0; b < b1; b++) {
@@ -946,12 +952,16 @@ static void first_bwd_task(void *ctx, long task, int thread)
             const real *p = probs + (size_t)h * T;
             real *dh = dp + (size_t)h * T, mean = 0;
             for (int t = 0; t < T; t++)
-                mean += p[t] * dh[t];
+                mean = R_FMA(p[t], dh[t], mean);
             for (int t = 0; t < T; t++)
                 dh[t] = p[t] * (dh[t] - mean) * scale;
         }
-        for (int i = 0; i < H * nv; i++)
-            acc[i] = (lanes_v){0};
+        for (int h = 0; h < H; h++)
+            for (int c = 0; c < nv; c++) {
+                acc[h * nv + c] = (lanes_v){0};
+                qv[h * nv + c] = lanes_at(q + (size_t)h * hd, c * LANES, hd, 0);
+                gv[h * nv + c] = lanes_at(g + (size_t)h * hd, c * LANES, hd, 0);
+            }
         for (int t = 0; t < T; t++) {
             const real *k = kv + (size_t)t * stride;
             real *dk = dkv + (size_t)t * stride, *dv = dk + d;
@@ -961,8 +971,8 @@ static void first_bwd_task(void *ctx, long task, int thread)
                 for (int c = 0; c < nv; c++) {
                     const int e = c * LANES;
                     acc[h * nv + c] += st * lanes_at(k + o, e, hd, 0);
-                    lanes_put(dk + o, e, hd, st * lanes_at(q + o, e, hd, 0));
-                    lanes_put(dv + o, e, hd, pt * lanes_at(g + o, e, hd, 0));
+                    lanes_put(dk + o, e, hd, st * qv[h * nv + c]);
+                    lanes_put(dv + o, e, hd, pt * gv[h * nv + c]);
                 }
             }
         }

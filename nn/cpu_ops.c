@@ -66,15 +66,18 @@ void *CPU_FN(pt_cpu_scratch)(size_t bytes)
 
 /* ----------------------------------------------------------------- memory */
 
-/* Tensors of at least HUGE_PAGE bytes start on a huge page boundary and
- * ask the kernel for transparent huge pages (a hint, honoured where
- * /sys/kernel/mm/transparent_hugepage/enabled says `madvise` or `always`).
- * The products read their operands' rows kilobytes apart: with 4 KiB pages
- * a row of a wide layer's activations or gradients is a page of its own,
- * and a weight gradient over a batch's rows walks more pages than the TLB
- * holds (thousands), a page walk per row. On the wide ViT (bench/, 1
- * thread) huge pages took a training step from 1510-1586 to 1478-1522 ms.
- * Where tensors sit changes no result. */
+/* Allocations of at least HUGE_PAGE bytes (the arenas that hold a
+ * segment's activations, gradients and optimizer state) start on a huge
+ * page boundary, and their whole huge pages are offered to the kernel as
+ * transparent huge pages: a hint, which it follows where
+ * /sys/kernel/mm/transparent_hugepage/enabled says `madvise` (the usual
+ * default, under which nothing gets huge pages unasked) or `always`. The
+ * products read their operands' rows kilobytes apart: with 4 KiB pages a
+ * row of a wide layer's activations or gradients is a page of its own, and
+ * a weight gradient over a batch's rows walks thousands of pages, more than
+ * the TLB holds. Wide ViT, THP `never` against `madvise` with the same
+ * binary: docs/PERFORMANCE.md, "Huge pages". Where an allocation sits
+ * changes no result. */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static void *cpu_alloc(pt_backend *be, size_t bytes)
@@ -84,12 +87,9 @@ static void *cpu_alloc(pt_backend *be, size_t bytes)
     if (size == 0)
         size = 64;
     void *p = NULL;
-    if (size >= HUGE_PAGE) {
-        if (posix_memalign(&p, HUGE_PAGE, size) != 0)
-            p = NULL;
+    if (size >= HUGE_PAGE && posix_memalign(&p, HUGE_PAGE, size) == 0) {
 #ifdef MADV_HUGEPAGE
-        if (p)
-            (void)madvise(p, size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
+        (void)madvise(p, size / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
 #endif
     } else {
         p = aligned_alloc(64, size);

@@ -48,6 +48,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1324,8 +1325,38 @@ static void backend_names(void)
     }
 }
 
+/* The CPU backends' allocations, small and past the 2 MiB from which they
+ * sit on a huge page boundary (nn/cpu_ops.c, cpu_alloc): zeroed, aligned,
+ * every byte writable, freed by the backend's free. */
+static void alloc_sizes(void)
+{
+    const char *names[] = {"cpu", "cpu64"};
+    const size_t mib = (size_t)1 << 20;
+    const size_t sizes[] = {0, 1, 63, 64, 4096 + 5, 2 * mib - 1, 2 * mib, 2 * mib + 5, 5 * mib + 3};
+    for (int b = 0; b < 2; b++) {
+        pt_err err = {0};
+        pt_backend *bk = NULL;
+        CU_ASSERT_EQUAL_FATAL(pt_backend_open(&bk, names[b], 1, &err), 0);
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+            unsigned char *p = pt_backend_alloc(bk, sizes[i]);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+            CU_ASSERT_EQUAL((uintptr_t)p % 64, 0);
+            if (sizes[i] >= 2 * mib)
+                CU_ASSERT_EQUAL((uintptr_t)p % (2 * mib), 0);
+            size_t nonzero = 0;
+            for (size_t k = 0; k < sizes[i]; k++)
+                nonzero += p[k] != 0;
+            CU_ASSERT_EQUAL(nonzero, 0);
+            memset(p, 0xab, sizes[i]);
+            pt_backend_free(bk, p);
+        }
+        pt_backend_close(bk);
+    }
+}
+
 static const pt_test tests[] = {{"harness_detects_errors", harness_detects_errors},
                                 {"backend_names", backend_names},
+                                {"alloc_sizes", alloc_sizes},
                                 {"copy_zero", copy_zero},
                                 {"linear", linear_all},
                                 {"layernorm", layernorm_all},
