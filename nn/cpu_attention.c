@@ -708,9 +708,14 @@ static void run_pairs(pt_backend *be, attn_job *j, pt_pool_fn fn)
     free(j->scratch);
 }
 
-/* Rows closer than this many bytes are left to the hardware's prefetchers
- * (the demo ViT's: its tensors sit in cache). */
-#define AHEAD_STRIDE 1024
+/* Rows closer than this many bytes are left to the hardware's prefetchers.
+ * The demo ViT's rows of qkv (768 bytes apart) are asked for too: its qkv
+ * (1.7 MB a block at batch 128) is past L2, and without the hint the
+ * packing of k and v and of the output's gradient waited on L3 for about
+ * half of the time outside the products (with it, on an AVX2 core, 1
+ * thread, medians of 5 alternating runs: forward 6%, backward 12% less
+ * time). */
+#define AHEAD_STRIDE 256
 
 static int tiles_of(int rows, int mr) { return (rows + mr - 1) / mr; }
 
