@@ -13,6 +13,7 @@
 #include "formats/formats.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,19 @@ int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *er
 }
 
 /* The manifest's config (YAML text, over the defaults) and architecture. */
+/* The manifest's architecture record, which must describe a model (a
+ * forged record with, say, one class is refused naming the manifest, as the
+ * config it came from would have been). */
+static int read_arch(const manifest *m, pt_arch *arch, pt_err *err)
+{
+    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    const int rc = pt_arch_check(arch, err);
+    if (rc)
+        pt_err_prefix(err, "'%s/manifest': the architecture record", m->dir);
+    return rc;
+}
+
 static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
 {
     pt_config_defaults(cfg);
@@ -148,8 +162,8 @@ static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, 
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
     else
         rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
-    if (rc == 0 && pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch))
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    if (rc == 0)
+        rc = read_arch(m, arch, err);
     return rc;
 }
 
@@ -225,10 +239,12 @@ typedef struct unit_reader {
 } unit_reader;
 
 /* Whether a name the manifest gives for a unit file is one we may open: a
- * plain name inside the checkpoint's own directory. */
+ * plain name of a file inside the checkpoint's own directory (not empty,
+ * not "." or "..", not the manifest). */
 static int usable_file_name(const char *file)
 {
-    return file && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') && strcmp(file, "manifest");
+    return file && file[0] && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') &&
+           strcmp(file, "manifest") && strcmp(file, ".") && strcmp(file, "..");
 }
 
 /* The record of one part of unit `info` in the file the manifest names for
@@ -243,7 +259,7 @@ static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, 
         return pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
                        m->dir, info->name);
     int rc;
-    if (strcmp(file, ur->open_name) != 0) {
+    if (!ur->f || strcmp(file, ur->open_name) != 0) {
         pt_recfile_close(ur->f);
         ur->f = NULL;
         ur->open_name[0] = '\0';
@@ -258,6 +274,19 @@ static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, 
     if (*len != info->numel * sizeof(float))
         return pt_fail(err, PT_EINPUT, "'%s': %s holds %" PRIu64 " values; the model's unit has %zu",
                        pt_recfile_path(ur->f), tag, *len / sizeof(float), info->numel);
+    /* A file whose digests were made again over forged values passes the
+     * checks above: the values themselves must be ones training can have
+     * written (finite; the second moment not negative), as a safetensors
+     * file's weights must be finite. */
+    const unsigned char *bytes = *data;
+    for (size_t i = 0; i < info->numel; i++) {
+        float x;
+        memcpy(&x, bytes + i * sizeof x, sizeof x);
+        if (!isfinite(x) || (part == PT_PART_V && x < 0.0f))
+            return pt_fail(err, PT_EINPUT, "'%s': %s holds %g at element %zu; a checkpoint's values "
+                           "must be finite%s", pt_recfile_path(ur->f), tag, (double)x, i,
+                           part == PT_PART_V ? " and its second moments not negative" : "");
+    }
     return 0;
 }
 
@@ -325,6 +354,22 @@ static int read_labels(const manifest *m, int arch_classes, const json_t **out, 
     if (!ok)
         return pt_fail(err, PT_EINPUT, "'%s/manifest': labels is not a list of 1 to %d class names",
                        m->dir, arch_classes);
+    /* each a label the data could have had, in the data's order (byte
+     * order, so distinct): a forged list would name classifier rows wrongly
+     * in an export's id2label */
+    char at[PT_CKPT_PATH + 32];
+    snprintf(at, sizeof at, "'%s/manifest': labels", m->dir);
+    for (size_t k = 0; k < count; k++) {
+        const json_t *v = json_array_get(labels, k);
+        int rc = pt_textcls_check_label(at, (int64_t)k + 1, json_string_value(v),
+                                        json_string_length(v), err);
+        if (rc)
+            return rc;
+        if (k > 0 && strcmp(json_string_value(json_array_get(labels, k - 1)), json_string_value(v)) >= 0)
+            return pt_fail(err, PT_EINPUT, "'%s/manifest': labels %zu and %zu ('%.200s', '%.200s') are "
+                           "not in byte order, the order of a data set's classes", m->dir, k, k + 1,
+                           json_string_value(json_array_get(labels, k - 1)), json_string_value(v));
+    }
     *n = (int)count;
     return 0;
 }
@@ -466,8 +511,9 @@ int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha
 static int check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
 {
     pt_arch saved;
-    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), &saved))
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    int rc = read_arch(m, &saved, err);
+    if (rc)
+        return rc;
     int was, is;
     const char *field = pt_ckpt_arch_difference(&saved, now, &was, &is);
     if (field) {
@@ -811,9 +857,6 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
         rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
     if (rc == 0)
         rc = read_config_record(&m, cfg, &arch, err);
-    /* a resume compares the architecture with its own; here it must at least be a model */
-    if (rc == 0 && (rc = pt_arch_check(&arch, err)))
-        pt_err_prefix(err, "'%s/manifest': the architecture record", dir);
     if (rc == 0)
         rc = read_state(&m, &st, err);
     if (rc == 0) {

@@ -121,6 +121,13 @@ int pt_text_load(pt_dataset *ds, const char *path, int context, double begin, do
 int pt_textcls_load(pt_dataset *ds, const char *path, const pt_vocab *vocab, int context,
                     const pt_dataset *classes_from, pt_err *err);
 
+/* 0 if the n bytes at s are a label pt_textcls_load accepts, else
+ * PT_EINPUT with "AT:LINENO: what is wrong" (the rules above, and no
+ * character that prints as nothing or as a space, no combining mark first,
+ * normalization form C), or PT_ENOMEM. For a label read back from a
+ * checkpoint too. */
+int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, pt_err *err);
+
 /* 0 if path's name is one pt_textcls_load reads (.tsv or .jsonl, in any
  * case), else PT_EINPUT with its message. Looks at the name only. */
 int pt_textcls_check_path(const char *path, pt_err *err);

@@ -202,35 +202,34 @@ static uint32_t utf8_decode(const unsigned char *s, size_t k)
 }
 
 /* A label name: 1 to PT_TEXTCLS_MAX_LABEL bytes of UTF-8, no control byte,
- * no invisible or non-ASCII space character, no space at either end. */
-static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
+ * no invisible or non-ASCII space character, no space at either end (data.h). */
+int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, pt_err *err)
 {
-    const char *at = r->path;
     if (n == 0)
-        return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": empty label", at, r->lineno);
+        return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": empty label", at, lineno);
     if (n > PT_TEXTCLS_MAX_LABEL)
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": a label of %zu bytes; allowed: at most %d bytes", at,
-                       r->lineno, n, PT_TEXTCLS_MAX_LABEL);
+                       lineno, n, PT_TEXTCLS_MAX_LABEL);
     for (size_t i = 0; i < n;) {
         const unsigned char c = (unsigned char)s[i];
         if (c < 0x20 || c == 0x7f)
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label holds control byte 0x%02x at byte %zu; "
                            "allowed: printable text",
-                           at, r->lineno, c, i + 1);
+                           at, lineno, c, i + 1);
         size_t k = utf8_length((const unsigned char *)s + i, n - i);
         if (!k)
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label is not valid UTF-8 (byte %zu)", at,
-                           r->lineno, i + 1);
+                           lineno, i + 1);
         const uint32_t cp = utf8_decode((const unsigned char *)s + i, k);
         if (cp >= 0x80 && pt_unicode_invisible(cp))
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label holds U+%04X at byte %zu, a character that "
                            "prints as nothing or as a space (a label that looks like another "
                            "would be another class); allowed: printable text, ASCII spaces inside",
-                           at, r->lineno, (unsigned)cp, i + 1);
+                           at, lineno, (unsigned)cp, i + 1);
         i += k;
     }
     const size_t k0 = utf8_length((const unsigned char *)s, n);
@@ -238,21 +237,21 @@ static int check_label(const reader *r, const char *s, size_t n, pt_err *err)
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label starts with U+%04X, a combining mark (it prints "
                        "on the character before it); allowed: a label that starts with a letter, "
-                       "digit or symbol", at, r->lineno,
+                       "digit or symbol", at, lineno,
                        (unsigned)utf8_decode((const unsigned char *)s, k0));
     const int nfc = pt_unicode_is_nfc(s, n);
     if (nfc < 0)
-        return pt_fail(err, PT_ENOMEM, "%s:%" PRId64 ": out of memory", at, r->lineno);
+        return pt_fail(err, PT_ENOMEM, "%s:%" PRId64 ": out of memory", at, lineno);
     if (!nfc)
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label '%.*s' is not in Unicode normalization form C "
                        "(an accent written as a separate combining mark, say): it would be "
                        "another class than the same label in NFC, which prints alike; allowed: "
-                       "labels in NFC", at, r->lineno, (int)n, s);
+                       "labels in NFC", at, lineno, (int)n, s);
     if (s[0] == ' ' || s[n - 1] == ' ')
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label '%.*s' starts or ends with a space", at,
-                       r->lineno, (int)n, s);
+                       lineno, (int)n, s);
     return 0;
 }
 
@@ -497,7 +496,7 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                  : parse_jsonl(r, &json, digits, sizeof digits, &label, &label_n, &text, &text_n,
                                err);
         if (!rc)
-            rc = check_label(r, label, label_n, err);
+            rc = pt_textcls_check_label(r->path, r->lineno, label, label_n, err);
         if (!rc && is_blank(text, text_n))
             rc = pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": empty text (label '%s')", r->path,
                          r->lineno, label);

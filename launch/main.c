@@ -201,6 +201,95 @@ static int output_not_in_run(const char *option, const char *path, const char *r
     return 0;
 }
 
+/* Whether directory dir holds an entry `name` (of any kind). */
+static int holds(const char *dir, const char *name)
+{
+    char p[2 * PT_PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, &st) == 0;
+}
+
+/* An output must not land in any checkpoint, whichever run it belongs to:
+ * not in (or be) a checkpoint (a step_N directory that holds a manifest),
+ * nor in (or be) a run's checkpoints directory (one named checkpoints
+ * beside a run's lock or metrics.jsonl), where an export would add files to
+ * a checkpoint or make a step directory that is none. Looks at path (when
+ * it is there) and every directory above it. */
+static int output_not_in_checkpoints(const char *option, const char *path, pt_err *err)
+{
+    char at[PT_PATH_MAX], parent[PT_PATH_MAX];
+    struct stat st;
+    if (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && realpath(path, at))) {
+        const char *slash = strrchr(path, '/');
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+                 slash ? path : ".");
+        if (!realpath(parent, at))
+            return 0; /* no such directory: the write fails and says so */
+    }
+    for (;;) {
+        const char *slash = strrchr(at, '/');
+        const char *base = slash ? slash + 1 : at;
+        if (strncmp(base, "step_", 5) == 0 && holds(at, "manifest"))
+            return pt_fail(err, PT_EINPUT, "%s '%s' is in checkpoint directory '%s' (it holds a "
+                           "manifest): a checkpoint holds only its own files; write it elsewhere",
+                           option, path, at);
+        if (strcmp(base, "checkpoints") == 0 && slash) {
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - at) + (slash == at), at);
+            if (holds(parent, "lock") || holds(parent, "metrics.jsonl"))
+                return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a "
+                               "checkpoint holds only its own files, and pruning removes whole "
+                               "checkpoints; write it elsewhere", option, path, at);
+        }
+        if (!slash || slash == at)
+            return 0;
+        at[slash - at] = '\0';
+    }
+}
+
+/* An export must not replace one of the inputs of the run its checkpoint
+ * comes from, as the checkpoint's config names them (model.init_from and
+ * the files beside it, data.vocab, the data files): an export into the
+ * pretrained model's own directory would replace that model. Checks out
+ * itself and, for a bert export (a directory), each file it writes there. */
+static int export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt_err *err)
+{
+    static const char *const written[] = {"model.safetensors", "config.json", "vocab.txt",
+                                          "tokenizer_config.json"};
+    /* init_from is a directory or its model.safetensors, with config.json
+     * (and perhaps vocab.txt) beside that */
+    enum { FROM = 5 };
+    char from[FROM][2 * PT_PATH_MAX];
+    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
+    for (int i = 0; i < 3; i++)
+        snprintf(from[i], sizeof from[i], "%s/%s", init, written[i]);
+    for (int i = 3; i < FROM; i++)
+        snprintf(from[i], sizeof from[i], "%.*s%s", slash ? (int)(slash - init) + 1 : 0, init,
+                 written[i - 2]);
+    const struct {
+        const char *path, *key;
+    } inputs[] = {{init, "model.init_from"},       {from[0], "model.init_from"},
+                  {from[1], "model.init_from"},    {from[2], "model.init_from"},
+                  {from[3], "model.init_from"},    {from[4], "model.init_from"},
+                  {cfg->data.vocab, "data.vocab"}, {cfg->data.train_file, "data.train_file"},
+                  {cfg->data.test_file, "data.test_file"}};
+    struct stat o, in;
+    for (int w = -1; w < (dir ? (int)(sizeof written / sizeof *written) : 0); w++) {
+        char p[2 * PT_PATH_MAX];
+        snprintf(p, sizeof p, w < 0 ? "%s" : "%s/%s", out, w < 0 ? "" : written[w]);
+        if (stat(p, &o) != 0)
+            continue;
+        for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+            if ((*init || i > FROM) && inputs[i].path && *inputs[i].path &&
+                stat(inputs[i].path, &in) == 0 && same_inode(&o, &in))
+                return pt_fail(err, PT_EINPUT, "export: '%s' %s '%s', %s of the run this "
+                               "checkpoint comes from%s; export elsewhere", p,
+                               w < 0 && dir ? "is" : "would replace", inputs[i].path,
+                               inputs[i].key, w < 0 && dir ? ", whose files it would replace" : "");
+    }
+    return 0;
+}
+
 /* The vocabulary at path as export writes it (its tokens in id order, one
  * per line: what was checked, whatever line endings the file had), when it
  * is the one checkpoint dir was trained with (or the checkpoint records
@@ -687,14 +776,19 @@ static int cmd_export(int argc, char **argv)
                  : pt_fail(&err, PT_ENOMEM, "out of memory");
     pt_segment_spec spec = {0, 0, 1, 1};
     struct stat st;
-    if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0 && !S_ISDIR(st.st_mode))
+    if (rc == 0 && lstat(argv[3], &st) == 0 && S_ISLNK(st.st_mode))
+        rc = pt_fail(&err, PT_EINPUT, "export: '%s' is a symbolic link; it is not replaced (name "
+                     "the file or directory it leads to)", argv[3]);
+    else if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0 && !S_ISDIR(st.st_mode))
         rc = pt_fail(&err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
                      "directory (model.safetensors and config.json)", argv[3],
                      pt_file_kind(st.st_mode));
     else if (rc == 0 && (rc = output_not_input("export", argv[3], argv[2], NULL, 0, &err)) == 0) {
         char run[2 * PT_PATH_MAX];
         run_of_checkpoint(argv[2], run, sizeof run);
-        rc = output_not_in_run("export", argv[3], run, &err);
+        if ((rc = output_not_in_run("export", argv[3], run, &err)) == 0 &&
+            (rc = output_not_in_checkpoints("export", argv[3], &err)) == 0)
+            rc = export_not_over_inputs(argv[3], arch.kind == PT_MODEL_BERT, cfg, &err);
     }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
         rc = probe_output("export", argv[3], &err);

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -319,6 +320,32 @@ def unit_file_name(name):
     return craft
 
 
+def every_unit_in_empty_name(ck):
+    """Every unit said to be in a file named "" (listed, with the unit
+    file's digest): a name that is no file of the directory, refused before
+    anything is read (it once went unopened and crashed the reader)."""
+    def e(m):
+        for unit in m["units"]:
+            m["units"][unit] = ""
+        m["files"] = {"": next(iter(m["files"].values()))}
+    rewrite_manifest(ck, e)
+
+
+def unit_value(tag, index, value):
+    """Element `index` of record `tag` set to value, the digests made again:
+    a forged file that passes every binding check."""
+    def edit(recs):
+        out = []
+        for t, p in recs:
+            if t == tag:
+                b = bytearray(p)
+                b[4 * index:4 * index + 4] = struct.pack("<f", value)
+                p = bytes(b)
+            out.append((t, p))
+        return out
+    return lambda ck: edit_units_file(ck, edit)
+
+
 def manifest_set(path, value):
     """Sets (value not None) or deletes manifest field path ("lr.kind")."""
     def craft(ck):
@@ -391,6 +418,19 @@ CRAFTED = {
         lambda ck: edit_units_file(ck, lambda recs: [(t, p) for t, p in recs if t != "checkpoint"]),
         ["units-stage0.bin", "checkpoint"], None),
     "unit_tensor_too_short": (units_record_short, ["head.param"], None),
+    "units_record_empty_file_name": (every_unit_in_empty_name,
+                                     ["manifest", "which file holds unit"], None),
+    "unit_param_nan": (unit_value("head.param", 3, float("nan")),
+                       ["units-stage0.bin", "head.param", "nan at element 3", "finite"], None),
+    "unit_param_inf": (unit_value("blocks.0.mlp.param", 0, float("inf")),
+                       ["blocks.0.mlp.param", "inf at element 0"], None),
+    "unit_moment_nan": (unit_value("blocks.1.attn.m", 1, float("nan")),
+                        ["blocks.1.attn.m", "nan at element 1"], ("auto", "path")),
+    "unit_second_moment_negative": (unit_value("blocks.1.mlp.v", 2, -1.0),
+                                    ["blocks.1.mlp.v", "-1 at element 2", "not negative"],
+                                    ("auto", "path")),
+    "arch_record_one_class": (manifest_set("arch.classes", 1),
+                              ["manifest", "architecture record", "classes"], None),
     "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
     "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
                                  ("auto", "path")),
@@ -577,6 +617,7 @@ def test_bert_other_labels(h):
     cfg = U.write_config(h, "from-export.yaml", keys(h, h.path("from-export"), "gpt",
                                                      **dict(bert, **{"model.init_from": out})))
     h.run(["train", cfg]).expect(0, "training from the export with its labels")
+    export_refusals(h, orig, out, h.path("from-export"))
     del exported["id2label"]
     U.write(os.path.join(out, "config.json"), json.dumps(exported))
     h.run(["eval", U.write_config(h, "no-id2label.yaml", keys(h, h.path("x"), "gpt", **dict(
@@ -593,6 +634,42 @@ def test_bert_other_labels(h):
     cfg, run_dir = copy_run(h, orig, "old", kind="gpt", **dict(bert, **renamed))
     rewrite_manifest(U.ckpt(run_dir, LAST), lambda m: m.pop("labels"))
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "a manifest without labels")
+
+
+def export_refusals(h, orig, exported, from_export):
+    """What export refuses to write, leaving every file as it was: into the
+    directory a run started from (model.init_from: the pretrained model
+    would be replaced by the fine-tuned one), into another run's checkpoint,
+    its checkpoints directory or a new step directory there, through a
+    symbolic link; and forged labels in a manifest whose checksums were
+    made again (two alike, out of byte order, one that prints as another)."""
+    ck = U.ckpt(from_export, LAST)
+    other = U.ckpt(orig, LAST)
+    link = h.path("export-link")
+    os.makedirs(h.path("link-target"))
+    os.symlink(h.path("link-target"), link)
+    before = {d: U.snapshot(d) for d in (exported, orig, h.path("link-target"))}
+    for out, needles in ((exported, ["model.init_from", "whose files it would replace"]),
+                         (other, ["checkpoint directory", "manifest"]),
+                         (os.path.join(other, "sub"), ["checkpoint directory"]),
+                         (os.path.dirname(other), ["a run's checkpoints"]),
+                         (os.path.join(os.path.dirname(other), "step_%010d" % (LAST + 1)),
+                          ["a run's checkpoints"]),
+                         (link, ["symbolic link"])):
+        h.run(["export", ck, out]).expect(2, "export into " + out).one_error("export", *needles)
+    for d, digest in before.items():
+        check(U.snapshot(d) == digest, "a refused export changed %s", d)
+    check(not os.path.exists(os.path.join(os.path.dirname(other), "step_%010d" % (LAST + 1))),
+          "a refused export made a step directory")
+    for name, labels, needles in (("alike", ["a", "a", "c"], ["labels 1 and 2", "byte order"]),
+                                  ("order", ["b", "a", "c"], ["labels 1 and 2", "byte order"]),
+                                  ("invisible", ["a", "b\u200b", "c"], ["U+200B", "labels:2"])):
+        cfg, run_dir = copy_run(h, orig, "labels-" + name, kind="gpt")
+        copy = U.ckpt(run_dir, LAST)
+        rewrite_manifest(copy, lambda m: m.update(labels=list(labels)))
+        r = h.run(["export", copy, h.path("labels-out-" + name)]).expect(2, "forged labels " + name)
+        r.one_error("manifest", *needles)
+        check(not os.path.exists(h.path("labels-out-" + name)), "a refused export wrote its output")
 
 
 def test_data_identity(h):
