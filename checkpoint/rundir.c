@@ -201,8 +201,14 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
             continue;
         pt_path_join(path, root, e->d_name);
         if (!has_manifest(path)) {
-            if (step != current)
+            if (step != current) {
                 remove_files(path, 0);
+                /* not silently: it may be a checkpoint whose manifest the
+                 * user removed, not a crashed save's */
+                fprintf(stderr, "pipetrain: note: '%s' was not a complete checkpoint (no manifest: "
+                        "a save that did not finish, or a manifest removed); its files were "
+                        "removed\n", path);
+            }
             continue;
         }
         if (n == cap) {

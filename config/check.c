@@ -304,6 +304,17 @@ static int run_dir_rules(const pt_config *c, pt_err *err)
                                           "'%s' is a file, so '%s' cannot be made under it; "
                                           "allowed: a directory, or a path to make one at",
                                           path, c->run.dir);
+            /* its checkpoints directory, where the first save would fail
+             * after the training it was to keep */
+            char ck[PT_PATH_MAX + 16];
+            snprintf(ck, sizeof ck, "%s/checkpoints", c->run.dir);
+            if (strcmp(path, c->run.dir) == 0 && lstat(ck, &st) == 0 &&
+                (stat(ck, &st) != 0 || !S_ISDIR(st.st_mode)))
+                return pt_config_key_fail(c, err, "run.dir",
+                                          "'%s' is not a directory (%s), but checkpoints are saved "
+                                          "there; remove or rename it, or choose another run.dir",
+                                          ck, stat(ck, &st) != 0 ? "a link that leads nowhere"
+                                                                 : pt_file_kind(st.st_mode));
             return 0;
         }
         while (cut > path && *cut != '/')

@@ -253,7 +253,11 @@ static int prescan(const char *text, size_t len, const char *name, size_t *tagge
     return rc;
 }
 
-int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
+/* nonempty: a document without a node (an empty file, only comments, a
+ * FIFO whose writer had not come yet) is refused: it would start a run of
+ * every default into runs/default that nobody asked for. */
+static int load_text(pt_config *c, const char *text, size_t len, const char *name, int nonempty,
+                     pt_err *err)
 {
     size_t tagged[MAX_ANCHORS];
     int n_tagged;
@@ -271,6 +275,13 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
         return rc;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root && nonempty) {
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+        return pt_fail(err, PT_EINPUT, "config '%s' holds no settings (it is empty, or only "
+                       "comments%s); write the run's settings in it (`pipetrain keys` lists them)",
+                       name, len ? "" : ", or a pipe that had no writer when it was read");
+    }
     unsigned char *walked = root ? calloc((size_t)(doc.nodes.top - doc.nodes.start), 1) : NULL;
     if (root && !walked)
         rc = pt_fail(err, PT_ENOMEM, "out of memory reading %s", name);
@@ -284,6 +295,11 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
     if (rc == 0)
         snprintf(c->source, sizeof c->source, "%s", name);
     return rc;
+}
+
+int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
+{
+    return load_text(c, text, len, name, 0, err);
 }
 
 int pt_config_load(pt_config *c, const char *path, pt_err *err)
@@ -309,7 +325,7 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
     size_t len = fread(text, 1, MAX_BYTES + 1, f);
     int rc = ferror(f)
                  ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
-                 : pt_config_load_text(c, text, len, path, err);
+                 : load_text(c, text, len, path, 1, err);
     free(text);
     fclose(f);
     return rc;

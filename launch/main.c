@@ -874,6 +874,12 @@ int main(int argc, char **argv)
         pt_config_print_keys(stdout);
         return 0;
     }
+    if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
+        (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0 || strcmp(cmd, "plan") == 0 ||
+         strcmp(cmd, "export") == 0)) {
+        fputs(usage, stdout); /* `pipetrain train --help`: the usage, not a config named --help */
+        return 0;
+    }
     if (strcmp(cmd, "export") == 0) {
         catch_end_signals();
         return cmd_export(argc, argv);

@@ -1251,6 +1251,57 @@ def test_usage_errors(h):
     check(not os.path.exists(h.path("run")), "run.dir created")
 
 
+def test_subcommand_help(h):
+    """`pipetrain train --help` (and eval, plan, export, -h too) prints the
+    usage and exits 0, rather than reading a config named --help."""
+    for cmd in ("train", "eval", "plan", "export"):
+        for flag in ("--help", "-h"):
+            r = h.run([cmd, flag]).expect(0, cmd + " " + flag)
+            check(r.out.startswith("usage: pipetrain") and not r.err, "%s %s:\n%s", cmd, flag,
+                  r.describe())
+
+
+def test_config_without_settings(h):
+    """An empty config, one of comments only, or a FIFO read before its
+    writer came, is refused (exit 2) naming the file: it would otherwise
+    start a run of every default into runs/default. An explicit empty
+    mapping ({}) is a config that sets nothing on purpose."""
+    for name, text in (("empty.yaml", ""), ("comments.yaml", "# nothing yet\n\n   # at all\n")):
+        cfg = U.write(h.path(name), text)
+        for cmd in ("train", "plan"):
+            r = h.run([cmd, cfg]).expect(2, "%s of %s" % (cmd, name))
+            r.one_error(cfg, "holds no settings")
+    check(not os.path.exists(h.path("runs")), "a refused config made runs/")
+    fifo = h.path("no-writer.yaml")
+    os.mkfifo(fifo)
+    r = h.run(["plan", fifo], timeout=30).expect(2, "a FIFO config without a writer")
+    r.one_error("no-writer.yaml", "holds no settings", "a pipe that had no writer")
+    r = h.run(["plan", U.write(h.path("braces.yaml"), "{}\n"), "--set", "run.dir=" + h.path("r"),
+               "--set", "train.max_steps=1"])
+    check("holds no settings" not in r.err, "an explicit empty mapping refused\n%s", r.describe())
+
+
+def test_checkpoints_not_a_directory(h):
+    """RUN_DIR/checkpoints that is a file (or a link leading nowhere) is
+    refused before training, naming it, with exit 2 and the run's logs
+    untouched: the first save would otherwise fail after the training."""
+    cfg = U.write_config(h, "good.yaml", base(h))
+    run = h.path("run")
+    os.makedirs(run)
+    log = U.write(os.path.join(run, "metrics.jsonl"), "")
+    for kind in ("file", "dangling"):
+        ck = os.path.join(run, "checkpoints")
+        if os.path.lexists(ck):
+            os.unlink(ck)
+        if kind == "file":
+            U.write(ck, "x\n")
+        else:
+            os.symlink(h.path("nowhere"), ck)
+        r = h.run(["train", cfg]).expect(2, "checkpoints as a " + kind)
+        r.one_error("run.dir", ck, "not a directory")
+        check(os.path.getsize(log) == 0, "the refused run wrote to metrics.jsonl")
+
+
 def test_special_files(h):
     """Outputs never replace what is not a regular file: export and eval
     --logits to a device node (as root: /dev/null itself would go), a FIFO,
@@ -1295,8 +1346,8 @@ def test_special_files(h):
                            capture_output=True, text=True, timeout=60, env=U.sanitizer_env())
         check(p.returncode == want and (want == 0 or "train.lr" in p.stderr),
               "plan <(cat %s): exit %d\n%s", src, p.returncode, p.stderr[-2000:])
-    r = h.run(["plan", fifo], timeout=30)  # no writer: an empty config, read at once
-    check(r.rc in (0, 2), "a FIFO config without a writer: exit %d\n%s", r.rc, r.describe())
+    r = h.run(["plan", fifo], timeout=30)  # no writer: nothing read, at once, and refused
+    check(r.rc == 2, "a FIFO config without a writer: exit %d\n%s", r.rc, r.describe())
     for part in ("manifest", os.path.basename(U.unit_files(ck)[0])):
         for kind in ("fifo", "zero"):
             bad = h.path("ck-%s-%s" % (part, kind))
@@ -1371,7 +1422,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
          test_cache_budget_above_need, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
-         test_usage_errors, test_eval_output_errors] + [make(c) for c in CASES]
+         test_usage_errors, test_subcommand_help, test_config_without_settings,
+         test_checkpoints_not_a_directory, test_eval_output_errors] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
     # 8 workers: most of a refused run is waiting for MPI to start, not CPU
