@@ -27,6 +27,9 @@ enum { PT_PRECISION_FP32, PT_PRECISION_BF16 };
 
 typedef struct pt_config {
     char source[PT_PATH_MAX]; /* the YAML file it came from */
+    /* nonzero when that file held no settings: empty, only comments, or a
+     * pipe read before its writer came (pt_config_has_settings) */
+    int empty_source;
 
     struct {
         char dir[PT_PATH_MAX];
@@ -133,6 +136,12 @@ void pt_config_defaults(pt_config *c);
 /* Reads a YAML file over the current values. Errors are PT_EINPUT with
  * "FILE:LINE: KEY: problem; allowed: ..." in err. */
 int pt_config_load(pt_config *c, const char *path, pt_err *err);
+
+/* 0 when the file pt_config_load read set something, else PT_EINPUT
+ * naming it: an empty config would start a run of every default that
+ * nobody asked for. A separate check, so that under a launcher the ranks
+ * can first compare what they read (a pipe reaches rank 0 alone). */
+int pt_config_has_settings(const pt_config *c, pt_err *err);
 
 /* The same, from YAML text in memory; `name` stands for the file in messages. */
 int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err);

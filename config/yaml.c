@@ -253,11 +253,9 @@ static int prescan(const char *text, size_t len, const char *name, size_t *tagge
     return rc;
 }
 
-/* nonempty: a document without a node (an empty file, only comments, a
- * FIFO whose writer had not come yet) is refused: it would start a run of
- * every default into runs/default that nobody asked for. */
-static int load_text(pt_config *c, const char *text, size_t len, const char *name, int nonempty,
-                     pt_err *err)
+/* A document without a node (an empty file, only comments, a FIFO whose
+ * writer had not come yet) sets nothing: c->empty_source says so. */
+static int load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
 {
     size_t tagged[MAX_ANCHORS];
     int n_tagged;
@@ -275,13 +273,7 @@ static int load_text(pt_config *c, const char *text, size_t len, const char *nam
         return rc;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
-    if (!root && nonempty) {
-        yaml_document_delete(&doc);
-        yaml_parser_delete(&parser);
-        return pt_fail(err, PT_EINPUT, "config '%s' holds no settings (it is empty, or only "
-                       "comments%s); write the run's settings in it (`pipetrain keys` lists them)",
-                       name, len ? "" : ", or a pipe that had no writer when it was read");
-    }
+    c->empty_source = !root;
     unsigned char *walked = root ? calloc((size_t)(doc.nodes.top - doc.nodes.start), 1) : NULL;
     if (root && !walked)
         rc = pt_fail(err, PT_ENOMEM, "out of memory reading %s", name);
@@ -299,7 +291,16 @@ static int load_text(pt_config *c, const char *text, size_t len, const char *nam
 
 int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
 {
-    return load_text(c, text, len, name, 0, err);
+    return load_text(c, text, len, name, err);
+}
+
+int pt_config_has_settings(const pt_config *c, pt_err *err)
+{
+    if (!c->empty_source)
+        return 0;
+    return pt_fail(err, PT_EINPUT, "config '%s' holds no settings (it is empty, only comments, or "
+                   "a pipe that had no writer when it was read); write the run's settings in it "
+                   "(`pipetrain keys` lists them)", c->source);
 }
 
 int pt_config_load(pt_config *c, const char *path, pt_err *err)
@@ -325,7 +326,7 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
     size_t len = fread(text, 1, MAX_BYTES + 1, f);
     int rc = ferror(f)
                  ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
-                 : load_text(c, text, len, path, 1, err);
+                 : load_text(c, text, len, path, err);
     free(text);
     fclose(f);
     return rc;

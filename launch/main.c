@@ -907,7 +907,8 @@ int main(int argc, char **argv)
      * reads it after the start, so that all of them end alike. */
     int rc = 0, have_config = 0;
     if (!pt_comm_launched()) {
-        if ((rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err))) {
+        if ((rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err)) ||
+            (rc = pt_config_has_settings(&a->cfg, &err))) {
             free(a);
             return report(NULL, rc, &err);
         }
@@ -927,6 +928,8 @@ int main(int argc, char **argv)
     int code = setup_failed(comm, rc, &err);
     if (code == 0)
         code = setup_failed(comm, same_config(comm, a, &err), &err);
+    if (code == 0) /* every rank read the same: an empty one everywhere */
+        code = setup_failed(comm, pt_config_has_settings(&a->cfg, &err), &err);
     if (code == 0) {
         /* from here every wait, the start-up's included, is run.timeout_s long */
         pt_group_set_timeout(pt_comm_world(comm), a->cfg.run.timeout_s);
