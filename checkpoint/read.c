@@ -137,7 +137,6 @@ int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *er
     return rc;
 }
 
-/* The manifest's config (YAML text, over the defaults) and architecture. */
 /* The manifest's architecture record, which must describe a model (a
  * forged record with, say, one class is refused naming the manifest, as the
  * config it came from would have been). */
@@ -151,6 +150,7 @@ static int read_arch(const manifest *m, pt_arch *arch, pt_err *err)
     return rc;
 }
 
+/* The manifest's config (YAML text, over the defaults) and architecture. */
 static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
 {
     pt_config_defaults(cfg);

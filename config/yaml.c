@@ -255,7 +255,7 @@ static int prescan(const char *text, size_t len, const char *name, size_t *tagge
 
 /* A document without a node (an empty file, only comments, a FIFO whose
  * writer had not come yet) sets nothing: c->empty_source says so. */
-static int load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
+int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
 {
     size_t tagged[MAX_ANCHORS];
     int n_tagged;
@@ -287,11 +287,6 @@ static int load_text(pt_config *c, const char *text, size_t len, const char *nam
     if (rc == 0)
         snprintf(c->source, sizeof c->source, "%s", name);
     return rc;
-}
-
-int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *name, pt_err *err)
-{
-    return load_text(c, text, len, name, err);
 }
 
 int pt_config_has_settings(const pt_config *c, pt_err *err)
@@ -326,7 +321,7 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
     size_t len = fread(text, 1, MAX_BYTES + 1, f);
     int rc = ferror(f)
                  ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
-                 : load_text(c, text, len, path, err);
+                 : pt_config_load_text(c, text, len, path, err);
     free(text);
     fclose(f);
     return rc;

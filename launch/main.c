@@ -168,39 +168,6 @@ static int under(const char *in, const char *dir)
     return strncmp(in, dir, n) == 0 && (in[n] == '\0' || in[n] == '/' || (n == 1 && dir[0] == '/'));
 }
 
-/* An output must not land in a run directory's checkpoints (a checkpoint
- * holds only its own files, and pruning takes whole directories) nor be one
- * of the files a run keeps beside them (its lock, logs and profile: a lock
- * replaced lets a second job in). run_dir: the run's directory. */
-static int output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
-{
-    char real_run[PT_PATH_MAX], ckpts[PT_PATH_MAX + 16], real_ckpts[PT_PATH_MAX];
-    char parent[PT_PATH_MAX], real_parent[PT_PATH_MAX], real_path[PT_PATH_MAX];
-    if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
-        return 0;
-    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
-    const int have_ckpts = realpath(ckpts, real_ckpts) != NULL;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
-             slash ? path : ".");
-    if (!realpath(parent, real_parent))
-        return 0; /* no such directory: the write fails and says so */
-    const int exists = realpath(path, real_path) != NULL;
-    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_path, real_ckpts))))
-        return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
-                       "only its own files, and pruning removes whole checkpoints; write it "
-                       "elsewhere", option, path, ckpts);
-    const int own = strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
-                    strcmp(base, "profile.json") == 0 ||
-                    ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
-                     strlen(base) > 6 && strcmp(base + strlen(base) - 6, ".jsonl") == 0);
-    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
-        return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
-                       "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
-    return 0;
-}
-
 /* Whether directory dir holds an entry `name` (of any kind). */
 static int holds(const char *dir, const char *name)
 {
@@ -245,6 +212,47 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
             return 0;
         at[slash - at] = '\0';
     }
+}
+
+/* An output must not land in a run directory's checkpoints (a checkpoint
+ * holds only its own files, and pruning takes whole directories) nor be one
+ * of the files a run keeps beside them (its lock, logs and profile: a lock
+ * replaced lets a second job in). run_dir: the run's directory. */
+static int output_not_in_this_run(const char *option, const char *path, const char *run_dir,
+                                  pt_err *err)
+{
+    char real_run[PT_PATH_MAX], ckpts[PT_PATH_MAX + 16], real_ckpts[PT_PATH_MAX];
+    char parent[PT_PATH_MAX], real_parent[PT_PATH_MAX], real_path[PT_PATH_MAX];
+    if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
+        return 0;
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
+    const int have_ckpts = realpath(ckpts, real_ckpts) != NULL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (!realpath(parent, real_parent))
+        return 0; /* no such directory: the write fails and says so */
+    const int exists = realpath(path, real_path) != NULL;
+    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_path, real_ckpts))))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
+                       "only its own files, and pruning removes whole checkpoints; write it "
+                       "elsewhere", option, path, ckpts);
+    const int own = strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
+                    strcmp(base, "profile.json") == 0 ||
+                    ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
+                     strlen(base) > 6 && strcmp(base + strlen(base) - 6, ".jsonl") == 0);
+    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
+                       "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
+    return 0;
+}
+
+/* The same, and nowhere in any run's checkpoints (output_not_in_checkpoints). */
+static int output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
+{
+    int rc = output_not_in_this_run(option, path, run_dir, err);
+    return rc ? rc : output_not_in_checkpoints(option, path, err);
 }
 
 /* An export must not replace one of the inputs of the run its checkpoint
@@ -786,8 +794,7 @@ static int cmd_export(int argc, char **argv)
     else if (rc == 0 && (rc = output_not_input("export", argv[3], argv[2], NULL, 0, &err)) == 0) {
         char run[2 * PT_PATH_MAX];
         run_of_checkpoint(argv[2], run, sizeof run);
-        if ((rc = output_not_in_run("export", argv[3], run, &err)) == 0 &&
-            (rc = output_not_in_checkpoints("export", argv[3], &err)) == 0)
+        if ((rc = output_not_in_run("export", argv[3], run, &err)) == 0)
             rc = export_not_over_inputs(argv[3], arch.kind == PT_MODEL_BERT, cfg, &err);
     }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
