@@ -170,7 +170,7 @@ static int forward(int th, double min_time, int repeats, double *log_sum, int *c
 typedef struct {
     int rows, out, in;
     float *dy, *x, *w, *dx, *dw;
-    /* the OpenBLAS path's blocks (as nn/cpu_ops.c had them) */
+    /* the OpenBLAS path's blocks (as the float64 oracle has them, nn/cpu_linear.c) */
     int dw_by_rows, dw_width, dw_tasks, dx_rows, dx_tasks;
     /* ours, both products in one run */
     pt_gemm_tn tn;
@@ -286,7 +286,7 @@ static void tn_reduce_task(void *ctx, long t, int thread)
 }
 
 /* as the backend runs them: dx's tiles and dw's partial sums by chunks of
- * rows in one run, then their sum (nn/cpu_ops.c) */
+ * rows in one run, then their sum (nn/cpu_linear.c) */
 static void run_ours_both(void *arg)
 {
     bshape *b = arg;

@@ -13,7 +13,7 @@
  * It calls the backend only through pt_backend_open and its ops table, so
  * the same source built against another pipetrain's nn library measures
  * that one (how the linear backward was compared before and after its
- * products moved from sgemm blocks to pipetrain's kernels, nn/cpu_ops.c).
+ * products moved from sgemm blocks to pipetrain's kernels, nn/cpu_linear.c).
  *
  * usage: op_speed [--threads 1] [--reps 300] [--only SUBSTRING] [--model demo|wide]
  */

@@ -39,7 +39,7 @@
  * share an element of c or of the partial sums, so the split into tasks
  * (and threads) changes nothing. Tasks are numbered chunk by chunk, so
  * that a thread's contiguous run of them reads the rows of dy and x that
- * the same thread computed (nn/cpu_ops.c, linear_bwd); within a chunk,
+ * the same thread computed (nn/cpu_linear.c, linear_bwd); within a chunk,
  * consecutive tasks share a strip of the larger operand, which then comes
  * from cache the second time.
  *

@@ -1,5 +1,5 @@
 /*
- * cpu_lanes.h (internal to nn/, included by cpu_ops.c after cpu_real.h):
+ * cpu_lanes.h (internal to nn/, included by the CPU op files after cpu_real.h):
  * the fixed-order pieces the CPU backend's forward ops are built from, so
  * that a row (or an element) gets the same bits wherever it sits in a batch
  * and whatever thread computes it. The activation cache depends on that.

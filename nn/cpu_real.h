@@ -63,9 +63,62 @@ static inline void task_items(long t, long per, long n, long *i0, long *i1)
     *i1 = *i0 + per < n ? *i0 + per : n;
 }
 
+/* Rows (or elements) per chunk of a chunked reduction: fixed, so sums do
+ * not depend on threads. */
+enum { CHUNK_ROWS = 64, CHUNK_ELEMS = 8192 };
+
 /* Scratch inside an op, zeroed and 64-byte aligned; aborts when even that
  * is impossible (see cpu_ops.c). */
 void *CPU_FN(pt_cpu_scratch)(size_t bytes);
+
+/* The ops of the table (nn/cpu_ops.c), one file per kind: the linear layer
+ * (cpu_linear.c), LayerNorm (cpu_norm.c), embeddings (cpu_embed.c), attention
+ * (cpu_attention.c) and the elementwise and reduction ops (cpu_misc.c). */
+
+void CPU_FN(pt_cpu_linear_fwd)(pt_backend *be, void *y, const void *x, const void *w, const void *b,
+                               int rows, int out, int in, const void *add);
+#ifndef PT_REAL_F64 /* the float64 oracle composes it (nn/backend.h) */
+void CPU_FN(pt_cpu_linear_bwd_mul)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                                   const void *x, const void *w, int rows, int out, int in,
+                                   const void *mul);
+#endif
+void CPU_FN(pt_cpu_linear_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                               const void *x, const void *w, int rows, int out, int in);
+
+void CPU_FN(pt_cpu_layernorm_fwd)(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
+                                  const void *w, const void *b, int rows, int dim, double eps);
+void CPU_FN(pt_cpu_layernorm_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
+                                  const void *x, const void *mean, const void *rstd, const void *w,
+                                  int rows, int dim, const void *add);
+
+void CPU_FN(pt_cpu_patchify)(pt_backend *be, void *patches, const void *images, int n, int C, int H,
+                             int W, int p);
+void CPU_FN(pt_cpu_vit_assemble_fwd)(pt_backend *be, void *x, const void *proj, const void *cls,
+                                     const void *pos, int n, int T, int d);
+void CPU_FN(pt_cpu_vit_assemble_bwd)(pt_backend *be, void *dproj, void *dcls, void *dpos,
+                                     const void *dx, int n, int T, int d);
+void CPU_FN(pt_cpu_token_embed_fwd)(pt_backend *be, void *x, const int32_t *tokens, const void *wte,
+                                    const void *wpe, int n, int T, int d);
+void CPU_FN(pt_cpu_token_embed_bwd)(pt_backend *be, void *dwte, void *dwpe, const void *dx,
+                                    const int32_t *tokens, int n, int T, int d);
+
+void CPU_FN(pt_cpu_gelu_fwd)(pt_backend *be, void *y, void *dydx, const void *x, size_t n);
+void CPU_FN(pt_cpu_gelu_bwd)(pt_backend *be, void *dx, const void *dy, const void *dydx, size_t n);
+void CPU_FN(pt_cpu_copy_rows)(pt_backend *be, void *dst, int dst_stride, const void *src,
+                              int src_stride, int rows, int cols, int accumulate);
+void CPU_FN(pt_cpu_mean_pool_fwd)(pt_backend *be, void *y, const void *x, const int32_t *lens,
+                                  int n, int T, int d);
+void CPU_FN(pt_cpu_mean_pool_bwd)(pt_backend *be, void *dx, const void *dy, const int32_t *lens,
+                                  int n, int T, int d);
+void CPU_FN(pt_cpu_dropout)(pt_backend *be, void *y, const void *x, const void *add, int n,
+                            size_t per, const pt_dropout *drop);
+double CPU_FN(pt_cpu_cross_entropy)(pt_backend *be, void *dlogits, const void *logits,
+                                    const int32_t *targets, int rows, int classes, double scale,
+                                    int64_t *correct);
+void CPU_FN(pt_cpu_adamw)(pt_backend *be, void *p, const void *g, void *m, void *v, size_t n,
+                          const pt_adamw_args *a);
+double CPU_FN(pt_cpu_sumsq)(pt_backend *be, const void *x, size_t n);
+void CPU_FN(pt_cpu_scale)(pt_backend *be, void *x, size_t n, double f);
 
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
                                   int T, int H, int hd, int causal, const int32_t *lens,
