@@ -4,8 +4,8 @@
  * (nn/cpu_real.h lists them): cpu_linear.c (our own kernels for the float32
  * products, nn/cpu_gemm.h; OpenBLAS for the float64 oracle's, one
  * single-threaded call per block of the output), cpu_norm.c, cpu_embed.c,
- * cpu_attention.c and cpu_misc.c, all as tasks on the backend's thread pool
- * (nn/cpu_pool.h, in be->impl).
+ * cpu_attention.c, cpu_attention_first.c and cpu_misc.c, all as tasks on the
+ * backend's thread pool (nn/cpu_pool.h, in be->impl).
  * Every one of these files is compiled twice, once with PT_REAL_F64
  * undefined (float32: the training backend, `pt_cpu_ops_f32`) and once with
  * it defined (float64: the finite-difference oracle, `pt_cpu_ops_f64`); the

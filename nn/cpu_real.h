@@ -73,7 +73,8 @@ void *CPU_FN(pt_cpu_scratch)(size_t bytes);
 
 /* The ops of the table (nn/cpu_ops.c), one file per kind: the linear layer
  * (cpu_linear.c), LayerNorm (cpu_norm.c), embeddings (cpu_embed.c), attention
- * (cpu_attention.c) and the elementwise and reduction ops (cpu_misc.c). */
+ * (cpu_attention.c; the first query alone, cpu_attention_first.c) and the
+ * elementwise and reduction ops (cpu_misc.c). */
 
 void CPU_FN(pt_cpu_linear_fwd)(pt_backend *be, void *y, const void *x, const void *w, const void *b,
                                int rows, int out, int in, const void *add);
