@@ -21,11 +21,13 @@
 enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
 
 /* The manifest's "arch" record: written, read (-1 when a field is missing or
- * out of range; it is not checked as a model, see pt_arch_check) and
+ * out of range, *bad naming it ("" for the record itself) and *allowed
+ * saying what it may be; the record is not checked as a model, see
+ * pt_arch_check) and
  * compared field by field from one table. pt_ckpt_arch_difference names the
  * config key behind the first field that differs, or returns NULL. */
 json_t *pt_ckpt_arch_json(const pt_arch *a);
-int pt_ckpt_arch_read(const json_t *o, pt_arch *a);
+int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char **allowed);
 const char *pt_ckpt_arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is);
 
 #endif

@@ -161,8 +161,15 @@ static int parse_model(const json_t *o, const pt_arch *arch, const char *where, 
 {
     pt_arch saved;
     memset(&saved, 0, sizeof saved);
-    if (pt_ckpt_arch_read(json_object_get(o, "model"), &saved))
-        return bad(err, where, "model", json_object_get(o, "model") ? "is malformed" : "is missing");
+    const char *field, *allowed;
+    if (pt_ckpt_arch_read(json_object_get(o, "model"), &saved, &field, &allowed)) {
+        if (!json_object_get(o, "model"))
+            return bad(err, where, "model", "is missing");
+        char key[64], what[128];
+        snprintf(key, sizeof key, "model%s%s", *field ? "." : "", field);
+        snprintf(what, sizeof what, "is missing or malformed; allowed: %s", allowed);
+        return bad(err, where, key, what);
+    }
     int was = 0, is = 0;
     const char *key = pt_ckpt_arch_difference(&saved, arch, &was, &is);
     if (key)

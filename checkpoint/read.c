@@ -142,8 +142,11 @@ int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *er
  * config it came from would have been). */
 static int read_arch(const manifest *m, pt_arch *arch, pt_err *err)
 {
-    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch))
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record is malformed", m->dir);
+    const char *bad, *allowed;
+    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch, &bad, &allowed))
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record%s%s%s is missing or "
+                       "malformed; allowed: %s", m->dir, *bad ? "'s '" : "", bad, *bad ? "'" : "",
+                       allowed);
     const int rc = pt_arch_check(arch, err);
     if (rc)
         pt_err_prefix(err, "'%s/manifest': the architecture record", m->dir);

@@ -21,6 +21,7 @@
 #include "formats/formats.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -82,26 +83,42 @@ static int read_dropout(const json_t *o, const char *key, double *out)
     return !v || (json_is_number(v) && *out >= 0 && *out < 1) ? 0 : -1;
 }
 
-int pt_ckpt_arch_read(const json_t *o, pt_arch *a)
+/* -1 with *bad the field and *allowed what it may be */
+static int bad_field(const char **bad, const char **allowed, const char *field, const char *what)
+{
+    *bad = field;
+    *allowed = what;
+    return -1;
+}
+
+int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char **allowed)
 {
     memset(a, 0, sizeof *a);
+    *bad = *allowed = "";
+    if (!json_is_object(o))
+        return bad_field(bad, allowed, "", "an object");
     for (int i = 0; i < ARCH_FIELDS; i++) {
         const json_t *v = json_object_get(o, arch_fields[i].name);
         if (!v && arch_fields[i].since_bert)
             continue;
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-            return -1;
+            return bad_field(bad, allowed, arch_fields[i].name, "an integer from 0 to 2147483647");
         *(int *)((char *)a + arch_fields[i].off) = (int)json_integer_value(v);
     }
     const json_t *std = json_object_get(o, "init_std"), *seed = json_object_get(o, "seed");
     const json_t *eps = json_object_get(o, "ln_eps");
-    if ((a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT && a->kind != PT_MODEL_BERT) ||
-        !json_is_number(std) || !json_is_integer(seed) || json_integer_value(seed) < 0 ||
-        (eps && !(json_is_number(eps) && json_number_value(eps) >= 0 && json_number_value(eps) < 1)))
-        return -1;
-    if (read_dropout(o, "hidden_dropout", &a->hidden_dropout) ||
-        read_dropout(o, "attn_dropout", &a->attn_dropout))
-        return -1;
+    if (a->kind != PT_MODEL_VIT && a->kind != PT_MODEL_GPT && a->kind != PT_MODEL_BERT)
+        return bad_field(bad, allowed, "kind", "0 (vit), 1 (gpt) or 2 (bert)");
+    if (!json_is_number(std) || !isfinite(json_number_value(std)))
+        return bad_field(bad, allowed, "init_std", "a finite number");
+    if (!json_is_integer(seed) || json_integer_value(seed) < 0)
+        return bad_field(bad, allowed, "seed", "an integer >= 0");
+    if (eps && !(json_is_number(eps) && json_number_value(eps) >= 0 && json_number_value(eps) < 1))
+        return bad_field(bad, allowed, "ln_eps", "a number >= 0 and < 1, or absent");
+    if (read_dropout(o, "hidden_dropout", &a->hidden_dropout))
+        return bad_field(bad, allowed, "hidden_dropout", "a number >= 0 and < 1, or absent");
+    if (read_dropout(o, "attn_dropout", &a->attn_dropout))
+        return bad_field(bad, allowed, "attn_dropout", "a number >= 0 and < 1, or absent");
     a->ln_eps = eps ? json_number_value(eps) : 0;
     a->init_std = json_number_value(std);
     a->seed = (uint64_t)json_integer_value(seed);

@@ -24,13 +24,22 @@
 /* A classifier loaded with the weights (a pipetrain export) was trained
  * for the labels its config.json's id2label names: the data's must be the
  * same in the same order, or every row would stand for another label (as a
- * resume checks against the checkpoint's). Without id2label, unchecked. */
-static int check_init_labels(const char *config, const pt_dataset *data, const char *train_file,
-                             pt_err *err)
+ * resume checks against the checkpoint's). Without a config.json or an
+ * id2label in it, the rows cannot be checked: a note says so (when `note`,
+ * one rank of the run), and they stand for the data's classes in order. */
+static int check_init_labels(const char *config, const char *weights, const pt_dataset *data,
+                             const char *train_file, int note, pt_err *err)
 {
     char **names = NULL;
     int n = 0;
-    int rc = pt_hf_bert_labels_read(config, &names, &n, err);
+    int rc = *config ? pt_hf_bert_labels_read(config, &names, &n, err) : 0;
+    if (rc == 0 && n == 0 && note)
+        fprintf(stderr,
+                "pipetrain: note: model.init_from '%s' has a classifier (head.fc.*) but %s%s%s: "
+                "its rows are taken as the classes of data.train_file '%s' in order, unchecked "
+                "(a pipetrain export's config.json names them)\n",
+                weights, *config ? "its config.json '" : "no config.json beside it",
+                *config ? config : "", *config ? "' has no id2label" : "", train_file);
     if (rc || n == 0 || data->kind != PT_DATA_TEXTCLS || !data->label_names) {
         pt_hf_labels_free(names, n);
         return rc;
@@ -52,7 +61,8 @@ static int check_init_labels(const char *config, const pt_dataset *data, const c
 
 /* model.init_from: our own safetensors, or for bert a Hugging Face BERT
  * (its config.json, when there is one, must describe the model.* keys). */
-static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, pt_err *err)
+static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+                     pt_err *err)
 {
     int rc;
     if (c->model.kind != PT_MODEL_BERT) {
@@ -71,8 +81,8 @@ static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data
             return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
     }
     int head = 0;
-    if ((rc = pt_hf_bert_load(seg, weights, &head, err)) == 0 && head && *config)
-        rc = check_init_labels(config, data, c->data.train_file, err);
+    if ((rc = pt_hf_bert_load(seg, weights, &head, err)) == 0 && head)
+        rc = check_init_labels(config, weights, data, c->data.train_file, note, err);
     if (rc)
         pt_config_key_prefix(c, err, "model.init_from");
     return rc;
@@ -988,7 +998,8 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     }
     /* only active ranks load weights: the others learn of a failure here */
     rc = s->run.active && *c->model.init_from
-             ? load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test, err)
+             ? load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
+                         s->rank == pt_mesh_rank(&s->run.mesh, 0, s->run.mesh.stages - 1), err)
              : 0;
     if ((rc = pt_run_agree(&s->run, rc, err)) || (rc = pt_run_agree(&s->run, same_data(s, err), err)))
         goto fail;

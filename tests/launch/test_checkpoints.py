@@ -379,8 +379,8 @@ CRAFTED = {
                                         ("auto", "path")),
     "freeze_state_malformed": (manifest_set("freeze.depth", 7), ["manifest", "freeze"],
                                ("auto", "path")),
-    "arch_record_malformed": (manifest_set("arch.dim", "sixteen"), ["manifest", "architecture"],
-                              None),
+    "arch_record_malformed": (manifest_set("arch.dim", "sixteen"),
+                              ["manifest", "architecture record's 'dim'", "an integer"], None),
     # the planner's measurements a resume plans from (eval and export plan nothing from them)
     "profile_not_a_mapping": (manifest_set("profile", [1, 2]), ["manifest", "profile must be a JSON object"],
                               ("auto", "path")),
@@ -431,6 +431,17 @@ CRAFTED = {
                                     ("auto", "path")),
     "arch_record_one_class": (manifest_set("arch.classes", 1),
                               ["manifest", "architecture record", "classes"], None),
+    # a field out of range is named, with what it may be
+    "arch_record_kind_out_of_range": (manifest_set("arch.kind", 9),
+                                      ["manifest", "architecture record's 'kind'", "2 (bert)"], None),
+    "arch_record_negative_ln_eps": (manifest_set("arch.ln_eps", -1e-5),
+                                    ["manifest", "'ln_eps'", ">= 0 and < 1"], None),
+    "arch_record_dropout_above_one": (manifest_set("arch.hidden_dropout", 1.1),
+                                      ["manifest", "'hidden_dropout'", ">= 0 and < 1"], None),
+    "arch_record_seed_negative": (manifest_set("arch.seed", -1), ["manifest", "'seed'"], None),
+    "profile_model_kind_out_of_range": (manifest_set("profile.model.kind", 9),
+                                        ["manifest", "profile key 'model.kind'", "2 (bert)"],
+                                        ("auto", "path")),
     "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
     "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
                                  ("auto", "path")),
@@ -618,10 +629,22 @@ def test_bert_other_labels(h):
                                                      **dict(bert, **{"model.init_from": out})))
     h.run(["train", cfg]).expect(0, "training from the export with its labels")
     export_refusals(h, orig, out, h.path("from-export"))
+    # without id2label, or with the weights alone, the rows cannot be checked:
+    # a note says so, once
     del exported["id2label"]
     U.write(os.path.join(out, "config.json"), json.dumps(exported))
-    h.run(["eval", U.write_config(h, "no-id2label.yaml", keys(h, h.path("x"), "gpt", **dict(
-        fresh, **renamed))), "--init"]).expect(0, "an export without id2label")
+    alone = h.path("weights-alone")
+    os.makedirs(alone)
+    shutil.copy(os.path.join(out, "model.safetensors"), alone)
+    for init, why in ((out, "has no id2label"), (alone, "no config.json beside it"),
+                      (os.path.join(alone, "model.safetensors"), "no config.json beside it")):
+        r = h.run(["eval", U.write_config(h, "no-id2label.yaml", keys(h, h.path("x"), "gpt", **dict(
+            fresh, **dict(renamed, **{"model.init_from": init})))), "--init"])
+        r.expect(0, "weights without id2label (%s)" % init)
+        notes = [l for l in r.err.splitlines() if "has a classifier (head.fc.*)" in l]
+        check(len(notes) == 1 and why in notes[0] and "renamed-train.tsv" in notes[0] and
+              "unchecked" in notes[0], "not one note of the unchecked classifier:\n%s",
+              r.describe())
     cfg, run_dir = copy_run(h, orig, "same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     h.run(["eval", cfg, "--checkpoint", U.ckpt(run_dir, LAST)]).expect(0, "eval with the same labels")
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming with the same labels")
