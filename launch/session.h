@@ -3,7 +3,8 @@
  * as the command line sees it: the config, what the config chose (device,
  * threads, data), the training engine built from them (train/), and the
  * run's output (progress, metrics, checkpoints). setup.c wires the config
- * into the engine; loop.c is the training loop around its steps;
+ * into the engine (data.c loads the data, init.c the initial weights);
+ * loop.c is the training loop around its steps;
  * checkpoint/ saves and resumes it (pt_session_ckpt).
  */
 #ifndef PT_LAUNCH_SESSION_H
@@ -59,6 +60,29 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
  * differs from the vocab.txt beside them (the ids reach rows pretrained for
  * other tokens). */
 void pt_session_note_init_vocab(const pt_session *s);
+
+/* The parts of pt_session_open, file by file. */
+
+/* data.c: the training and test sets the config names, into s->train and
+ * s->test (only the test set unless training); their digests, which
+ * checkpoints record (not for synthetic data or a plan); rank 0's digests
+ * of data, vocabulary and initial weights against this rank's (collective
+ * over the world). */
+int pt_session_load_data(pt_session *s, pt_run_mode mode, pt_err *err);
+void pt_session_digest_data(pt_session *s, pt_run_mode mode);
+int pt_session_same_data(pt_session *s, pt_err *err);
+
+/* init.c: model.init_from's weights into seg (a classifier's labels checked
+ * against data's; `note`: this rank says when they cannot be); its files'
+ * digest ("" when none or unreadable); model.dropout and
+ * model.attention_dropout left at auto, from its config.json. */
+int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+                         pt_err *err);
+void pt_session_init_digest(const pt_config *c, char hex[65]);
+int pt_session_resolve_dropout(pt_session *s, pt_err *err);
+
+/* setup.c: the memory this rank may use, the node's RAM over its ranks. */
+double pt_session_memory_per_rank(const pt_session *s);
 
 /* Writes RUN_DIR/profile.json: the measured inputs this run planned from
  * (rank 0; a run that planned nothing has no unit costs in it). */

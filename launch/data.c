@@ -1,0 +1,352 @@
+/*
+ * data.c: a session's data: the training and test sets the config names
+ * (IDX images, text, labelled texts for bert, or synthetic), within this
+ * rank's share of the node's memory; their digests, which checkpoints record,
+ * and the check that every rank reads the same files.
+ */
+#include "launch/session.h"
+#include "checkpoint/checkpoint.h"
+#include "formats/formats.h"
+#include "launch/weights.h"
+#include "hf/hf.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* What a checkpoint records of the data and a resume compares, and every
+ * rank's against rank 0's once the engine is up (same_data). Synthetic data
+ * are a function of the config (which is compared) and may be large: not
+ * digested. A digest that fails (out of memory) is left unknown, with a
+ * note, so that every rank still goes through the same collectives. */
+void pt_session_digest_data(pt_session *s, pt_run_mode mode)
+{
+    const pt_config *c = &s->cfg;
+    const int synthetic = c->data.kind == PT_DATA_SYNTH_IMAGES || c->data.kind == PT_DATA_SYNTH_TEXT;
+    pt_err why;
+    if (synthetic || mode == PT_RUN_PLAN)
+        return;
+    if ((mode == PT_RUN_TRAIN && pt_checkpoint_data_sha256(&s->train, s->train_sha256, &why)) ||
+        pt_checkpoint_data_sha256(&s->test, s->test_sha256, &why)) {
+        s->train_sha256[0] = s->test_sha256[0] = '\0';
+        fprintf(stderr, "pipetrain: rank %d: note: the data's digest is left out of its "
+                "checkpoints (%s)\n", s->rank, why.msg);
+    }
+}
+
+/* Every rank reads the data itself (on a node of its own, from a copy of
+ * its own): the same examples, vocabulary and initial weights everywhere, or replicas would
+ * train on different token ids or examples without a word. Rank 0's
+ * digests against this rank's; collective over the world. */
+int pt_session_same_data(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    char init[65], root[4][65];
+    pt_session_init_digest(c, init);
+    memcpy(root[0], s->train_sha256, 65);
+    memcpy(root[1], s->test_sha256, 65);
+    memcpy(root[2], s->vocab_sha256, 65);
+    memcpy(root[3], init, 65);
+    int rc = pt_bcast(pt_comm_world(s->comm), root, sizeof root, 0, err);
+    if (rc)
+        return rc;
+    const char *mine[4] = {s->train_sha256, s->test_sha256, s->vocab_sha256, init};
+    static const char *const what[4] = {"training data", "test data", "vocabulary",
+                                        "initial weights"};
+    static const int order[4] = {3, 2, 0, 1}; /* the examples' ids follow from the vocabulary */
+    for (int i = 0; i < 4; i++) {
+        const int k = order[i];
+        if (!*root[k] || !*mine[k] || strcmp(root[k], mine[k]) == 0) /* not known: not compared */
+            continue;
+        char from[2 * PT_PATH_MAX + 80];
+        if (k == 3)
+            snprintf(from, sizeof from, "model.init_from '%s'", c->model.init_from);
+        else if (k == 2)
+            snprintf(from, sizeof from, "data.vocab '%s'", c->data.vocab);
+        else
+            pt_config_data_source(c, k, from, sizeof from);
+        return pt_fail(err, PT_EINPUT,
+                       "this rank reads other %s than rank 0 from %s (digest %.16s... here, "
+                       "%.16s... on rank 0): every rank must read the same files",
+                       what[k], from, mine[k], root[k]);
+    }
+    return 0;
+}
+
+/* Moves the last n_test examples of all into test; all keeps the rest. */
+static int split_tail(pt_dataset *all, int64_t n_test, pt_dataset *test, pt_err *err)
+{
+    *test = *all;
+    test->count = n_test;
+    if (all->kind == PT_DATA_IMAGES) {
+        size_t per = (size_t)all->channels * all->height * all->width;
+        test->images = malloc((size_t)n_test * per * sizeof(float));
+        test->labels = malloc((size_t)n_test * sizeof(int32_t));
+        test->bytes = NULL;
+        if (!test->images || !test->labels) {
+            free(test->images);
+            free(test->labels);
+            memset(test, 0, sizeof *test);
+            return pt_fail(err, PT_ENOMEM, "out of memory splitting synthetic data");
+        }
+        int64_t first = all->count - n_test;
+        memcpy(test->images, all->images + (size_t)first * per, (size_t)n_test * per * sizeof(float));
+        memcpy(test->labels, all->labels + first, (size_t)n_test * sizeof(int32_t));
+        all->count = first;
+    }
+    return 0;
+}
+
+/* One split of IDX images. A label >= model.classes is reported against
+ * model.classes (found by loading again with every byte a class); any other
+ * problem names the file, and the key that chose it. */
+static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const char *images,
+                    const char *labels_key, const char *labels, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_idx_load(ds, images, labels, c->model.classes, c->data.mean, c->data.std, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset all;
+    pt_err again;
+    if (pt_idx_load(&all, images, labels, 256, c->data.mean, c->data.std, &again) == 0) {
+        int64_t at = 0;
+        for (int64_t i = 1; i < all.count; i++)
+            at = all.labels[i] > all.labels[at] ? i : at;
+        const int top = all.labels[at];
+        pt_dataset_free(&all);
+        if (top >= c->model.classes)
+            return pt_config_key_fail(c, err, "model.classes",
+                                      "%d, but '%s' (%s) holds label %d (example %lld), and "
+                                      "labels must be below model.classes; allowed for this "
+                                      "data: %d to 256",
+                                      c->model.classes, labels, labels_key, top, (long long)at,
+                                      top + 1 > 2 ? top + 1 : 2);
+    }
+    /* the data module's messages start with the file they are about */
+    size_t n = strlen(labels);
+    int about_labels = strncmp(err->msg, labels, n) == 0 && err->msg[n] == ':';
+    return pt_config_key_prefix(c, err, about_labels ? labels_key : images_key);
+}
+
+/* One split of a text file. When the split is too short for model.context
+ * (found by loading it again with a context of 1), that is what is reported. */
+static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, const char *split,
+                     pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
+    if (rc != PT_EINPUT)
+        return rc;
+    pt_dataset shortest;
+    pt_err again;
+    if (pt_text_load(&shortest, c->data.text, 1, begin, end, &again) == 0) {
+        const int64_t bytes = shortest.nbytes;
+        pt_dataset_free(&shortest);
+        char allowed[96];
+        if (bytes - 1 >= 2)
+            snprintf(allowed, sizeof allowed, "2 to %lld", (long long)bytes - 1);
+        else
+            snprintf(allowed, sizeof allowed,
+                     "none (a longer text, or another data.test_fraction)");
+        return pt_config_key_fail(c, err, "model.context",
+                                  "%d, but the %s split of '%s' (data.text, the last "
+                                  "data.test_fraction = %g of it for testing) has %lld bytes, and "
+                                  "one example needs model.context + 1; allowed for this text: %s",
+                                  c->model.context, split, c->data.text, c->data.test_fraction,
+                                  (long long)bytes, allowed);
+    }
+    return pt_config_key_prefix(c, err, "data.text");
+}
+
+/* Text classification: the labelled texts of data.train_file, tokenized with
+ * data.vocab into model.context tokens each; the test split from
+ * data.test_file (its labels must be the training file's) or drawn from the
+ * training file (data.test_fraction). The training file is read in eval
+ * too: its labels number the classes. Errors name the key of the file. */
+static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    pt_vocab *vocab = NULL;
+    int rc = pt_vocab_load(&vocab, c->data.vocab, err);
+    if (rc)
+        return pt_config_key_prefix(c, err, "data.vocab");
+    if (pt_vocab_size(vocab) != c->model.vocab) {
+        rc = pt_config_key_fail(c, err, "model.vocab",
+                                "%d, but '%s' (data.vocab) has %d tokens; allowed: %d",
+                                c->model.vocab, c->data.vocab, (int)pt_vocab_size(vocab),
+                                (int)pt_vocab_size(vocab));
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if (pt_vocab_specials(vocab).pad != 0) {
+        rc = pt_config_key_fail(c, err, "data.vocab",
+                                "'%s' has [PAD] at id %d; pipetrain's bert pads with id 0",
+                                c->data.vocab, (int)pt_vocab_specials(vocab).pad);
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if ((rc = pt_checkpoint_vocab_sha256(vocab, r->vocab_sha256, err))) {
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    if ((rc = pt_textcls_load(&r->train, c->data.train_file, vocab, c->model.context, NULL,
+                              err))) {
+        pt_config_key_prefix(c, err, "data.train_file");
+    } else if (*c->data.test_file) {
+        if ((rc = pt_textcls_load(&r->test, c->data.test_file, vocab, c->model.context,
+                                  &r->train, err)))
+            pt_config_key_prefix(c, err, "data.test_file");
+    } else if ((rc = pt_textcls_split(&r->train, c->data.test_fraction, &r->test, err)) ==
+               PT_EINPUT) {
+        /* the fraction is in range (the schema's), so the split left a side
+         * empty: round(fraction * count) is 0 or all (data.h) */
+        const int64_t n = r->train.count;
+        const int64_t test = (int64_t)floor(c->data.test_fraction * (double)n + 0.5);
+        rc = pt_config_key_fail(c, err, "data.test_fraction",
+                                "%g of the %lld example%s of '%s' (data.train_file) leaves %lld "
+                                "for testing and %lld for training; allowed: a fraction that "
+                                "leaves at least one example to each split, or a data.test_file",
+                                c->data.test_fraction, (long long)n, n == 1 ? "" : "s",
+                                c->data.train_file, (long long)test, (long long)(n - test));
+    }
+    pt_vocab_free(vocab);
+    if (rc)
+        return rc;
+    if (r->train.classes > c->model.classes)
+        return pt_config_key_fail(c, err, "model.classes",
+                                  "%d, but '%s' (data.train_file) has %d labels (from '%s' to "
+                                  "'%s'); allowed for this data: %d to %d",
+                                  c->model.classes, c->data.train_file, r->train.classes,
+                                  r->train.label_names[0],
+                                  r->train.label_names[r->train.classes - 1],
+                                  r->train.classes > 2 ? r->train.classes : 2,
+                                  PT_DATA_MAX_CLASSES);
+    if (mode != PT_RUN_TRAIN)
+        pt_dataset_free(&r->train); /* evaluation needs only the test split */
+    return 0;
+}
+
+/* Synthetic data is generated in memory, so data.synthetic_examples is
+ * limited by it: refused before generating, when it clearly cannot fit. */
+static int check_synthetic_memory(pt_session *r, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    const double n = (double)c->data.synthetic_examples, gib = (double)(1ull << 30);
+    double per_example, fixed = 0;
+    char what[96];
+    if (c->data.kind == PT_DATA_SYNTH_IMAGES) {
+        /* float pixels and a label; the test quarter is drawn with the
+         * training set and then copied; one prototype per class */
+        const double pixels = (double)c->data.image_size * c->data.image_size;
+        per_example = 1.5 * (4 * pixels + 4);
+        fixed = 4 * pixels * c->model.classes;
+        snprintf(what, sizeof what, "%dx%d images", c->data.image_size, c->data.image_size);
+    } else {
+        per_example = 1.25 * c->model.context; /* the test split is a quarter as long */
+        snprintf(what, sizeof what, "%d bytes of text", c->model.context);
+    }
+    /* half of it: the rest is for the model, its activations and the batches */
+    const double need = n * per_example + fixed, have = pt_session_memory_per_rank(r) / 2;
+    const int ranks = pt_comm_local_size(r->comm);
+    if (have <= 0 || need <= have)
+        return 0;
+    const double fit = (have - fixed) / per_example;
+    char allowed[96];
+    if (fit >= 16)
+        snprintf(allowed, sizeof allowed, "at most %.0f here", fit);
+    else
+        snprintf(allowed, sizeof allowed, "none fits here, even 16: make the examples smaller");
+    return pt_config_key_fail(c, err, "data.synthetic_examples",
+                              "%lld examples of %s need %.1f GiB with their test split, more than "
+                              "%.1f GiB, half the memory each rank has here (the node's RAM over "
+                              "its %d rank%s); allowed: %s",
+                              c->data.synthetic_examples, what, need / gib, have / gib, ranks,
+                              ranks > 1 ? "s" : "", allowed);
+}
+
+/* Out of memory (an allocation limit below the RAM) or a size the data
+ * module refuses: either way, fewer synthetic examples is the fix. */
+static int synthetic_failed(pt_session *r, int rc, pt_err *err)
+{
+    if (rc == PT_ENOMEM)
+        return pt_config_key_fail(&r->cfg, err, "data.synthetic_examples",
+                                  "%s; allowed: fewer examples than %lld", err->msg,
+                                  r->cfg.data.synthetic_examples);
+    return rc ? pt_config_key_prefix(&r->cfg, err, "data.synthetic_examples") : 0;
+}
+
+int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    int rc = 0;
+    switch (c->data.kind) {
+    case PT_DATA_FASHION_MNIST:
+    case PT_DATA_IDX: {
+        /* the image sizes from the headers first: a model that cannot take
+         * them is refused before any pixel is decompressed */
+        int th, tw, rh = 0, rw = 0;
+        if ((rc = pt_idx_image_size(c->data.test_images, &th, &tw, err)))
+            return pt_config_key_prefix(c, err, "data.test_images");
+        if (mode == PT_RUN_TRAIN &&
+            (rc = pt_idx_image_size(c->data.train_images, &rh, &rw, err)))
+            return pt_config_key_prefix(c, err, "data.train_images");
+        if (th != r->arch.height || tw != r->arch.width || th % r->arch.patch ||
+            tw % r->arch.patch) {
+            /* IDX files may hold any image size: the model follows the data */
+            r->arch.height = th;
+            r->arch.width = tw;
+            if (th % r->arch.patch || tw % r->arch.patch)
+                return pt_config_key_fail(c, err, "model.patch",
+                                          "%d does not divide the %dx%d images of '%s' "
+                                          "(data.test_images); allowed: a divisor of both sides",
+                                          r->arch.patch, th, tw, c->data.test_images);
+        }
+        if (mode == PT_RUN_TRAIN && (rh != th || rw != tw))
+            return pt_config_key_fail(c, err, "data.test_images",
+                                      "'%s' holds %dx%d images, but data.train_images '%s' holds "
+                                      "%dx%d; both splits must have images of one size",
+                                      c->data.test_images, th, tw, c->data.train_images, rh, rw);
+        if (mode == PT_RUN_TRAIN &&
+            (rc = load_idx(r, &r->train, "data.train_images", c->data.train_images,
+                           "data.train_labels", c->data.train_labels, err)))
+            return rc;
+        return load_idx(r, &r->test, "data.test_images", c->data.test_images, "data.test_labels",
+                        c->data.test_labels, err);
+    }
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV: {
+        double cut = 1.0 - c->data.test_fraction;
+        if (mode == PT_RUN_TRAIN && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
+            return rc;
+        return load_text(r, &r->test, cut, 1.0, "test", err);
+    }
+    case PT_DATA_SYNTH_IMAGES: {
+        if ((rc = check_synthetic_memory(r, err)))
+            return rc;
+        /* one draw split in two, so both splits share the class prototypes */
+        int64_t n = c->data.synthetic_examples, n_test = n / 4 > 0 ? n / 4 : 1;
+        rc = pt_synthetic_images(&r->train, n + n_test, 1, c->data.image_size, c->data.image_size,
+                                 c->model.classes, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = split_tail(&r->train, n_test, &r->test, err);
+        return synthetic_failed(r, rc, err);
+    }
+    case PT_DATA_SYNTH_TEXT: {
+        if ((rc = check_synthetic_memory(r, err)))
+            return rc;
+        int64_t bytes = c->data.synthetic_examples * c->model.context + 1;
+        rc = pt_synthetic_text(&r->train, bytes, c->model.context, (uint64_t)c->run.seed, err);
+        if (rc == 0)
+            rc = pt_synthetic_text(&r->test, bytes / 4 + 1, c->model.context,
+                                   (uint64_t)c->run.seed + 1, err);
+        return synthetic_failed(r, rc, err);
+    }
+    case PT_DATA_TEXT_CLASSIFICATION:
+        return load_textcls(r, mode, err);
+    }
+    return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
+}

@@ -1,0 +1,187 @@
+/*
+ * init.c: a session's model.init_from, the weights it starts from: pipetrain's
+ * own safetensors, or for bert a Hugging Face BERT directory, whose
+ * config.json must describe the model.* keys, sets the dropout left at auto
+ * and names the labels a classifier was trained for; with its digest, which
+ * every rank compares (data.c), and a note when its vocab.txt is not the
+ * run's.
+ */
+#include "launch/session.h"
+#include "checkpoint/checkpoint.h"
+#include "formats/formats.h"
+#include "launch/weights.h"
+#include "hf/hf.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A classifier loaded with the weights (a pipetrain export) was trained
+ * for the labels its config.json's id2label names: the data's must be the
+ * same in the same order, or every row would stand for another label (as a
+ * resume checks against the checkpoint's). Without a config.json or an
+ * id2label in it, the rows cannot be checked: a note says so (when `note`,
+ * one rank of the run), and they stand for the data's classes in order. */
+static int check_init_labels(const char *config, const char *weights, const pt_dataset *data,
+                             const char *train_file, int note, pt_err *err)
+{
+    char **names = NULL;
+    int n = 0;
+    int rc = *config ? pt_hf_bert_labels_read(config, &names, &n, err) : 0;
+    if (rc == 0 && n == 0 && note)
+        fprintf(stderr,
+                "pipetrain: note: model.init_from '%s' has a classifier (head.fc.*) but %s%s%s: "
+                "its rows are taken as the classes of data.train_file '%s' in order, unchecked "
+                "(a pipetrain export's config.json names them)\n",
+                weights, *config ? "its config.json '" : "no config.json beside it",
+                *config ? config : "", *config ? "' has no id2label" : "", train_file);
+    if (rc || n == 0 || data->kind != PT_DATA_TEXTCLS || !data->label_names) {
+        pt_hf_labels_free(names, n);
+        return rc;
+    }
+    for (int k = 0; rc == 0 && (k < n || k < data->classes); k++) {
+        const char *was = k < n ? names[k] : "(none)";
+        const char *is = k < data->classes ? data->label_names[k] : "(none)";
+        if (k >= n || k >= data->classes || strcmp(was, is) != 0)
+            rc = pt_fail(err, PT_EINPUT,
+                         "its classifier was trained with class %d = '%.200s' (id2label of %s, %d "
+                         "labels), but '%s' (data.train_file) makes class %d '%.200s': the "
+                         "classifier's rows would stand for other labels; use the labels it was "
+                         "trained with, or weights without head.fc.*", k, was, config, n,
+                         train_file, k, is);
+    }
+    pt_hf_labels_free(names, n);
+    return rc;
+}
+
+/* model.init_from: our own safetensors, or for bert a Hugging Face BERT
+ * (its config.json, when there is one, must describe the model.* keys). */
+int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+                         pt_err *err)
+{
+    int rc;
+    if (c->model.kind != PT_MODEL_BERT) {
+        if ((rc = pt_weights_load(seg, c->model.init_from, err)))
+            pt_config_key_prefix(c, err, "model.init_from");
+        return rc;
+    }
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
+    if ((rc = pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err)))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (*config) {
+        pt_hf_bert_config hc;
+        const char *key = "model.init_from";
+        if ((rc = pt_hf_bert_config_read(config, &hc, err)) ||
+            (rc = pt_hf_bert_config_check(&hc, pt_segment_arch(seg), config, &key, err)))
+            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
+    }
+    int head = 0;
+    if ((rc = pt_hf_bert_load(seg, weights, &head, err)) == 0 && head)
+        rc = check_init_labels(config, weights, data, c->data.train_file, note, err);
+    if (rc)
+        pt_config_key_prefix(c, err, "model.init_from");
+    return rc;
+}
+
+/* A bert initialised from a Hugging Face directory that has a vocab.txt:
+ * token id i reaches the pretrained embedding row of that file's token i,
+ * so a data.vocab that differs from it is worth a note (not an error:
+ * replacing [unused] tokens with words of one's own is a use). Rank 0. */
+void pt_session_note_init_vocab(const pt_session *s)
+{
+    const pt_config *c = &s->cfg;
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], there[PT_PATH_MAX + 48];
+    pt_err ignored;
+    struct stat st;
+    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
+        c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from ||
+        pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
+        return;
+    char *slash = strrchr(weights, '/');
+    snprintf(there, sizeof there, "%.*svocab.txt", slash ? (int)(slash - weights + 1) : 0, weights);
+    if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) /* none, or never wait on a FIFO */
+        return;
+    pt_vocab *a = NULL, *b = NULL;
+    if (pt_vocab_load(&a, there, &ignored) == 0 && pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
+        const int32_t na = pt_vocab_size(a), nb = pt_vocab_size(b);
+        int32_t differ = 0, first = -1;
+        for (int32_t id = 0; id < na || id < nb; id++)
+            if (id >= na || id >= nb || strcmp(pt_vocab_token(a, id), pt_vocab_token(b, id)) != 0) {
+                differ++;
+                if (first < 0)
+                    first = id;
+            }
+        char ta[80] = "past its end", tb[80] = "past its end";
+        if (differ && first < na)
+            snprintf(ta, sizeof ta, "'%.64s'", pt_vocab_token(a, first));
+        if (differ && first < nb)
+            snprintf(tb, sizeof tb, "'%.64s'", pt_vocab_token(b, first));
+        if (differ)
+            fprintf(stderr,
+                    "pipetrain: note: data.vocab '%s' differs from model.init_from's '%s' in %d of "
+                    "the ids (first: id %d is %s there, %s here): those ids reach pretrained "
+                    "embedding rows of other tokens\n",
+                    c->data.vocab, there, (int)differ, (int)first, ta, tb);
+    }
+    pt_vocab_free(a);
+    pt_vocab_free(b);
+}
+
+/* model.init_from's files (the weights, and a bert's config.json, which
+ * sets its dropout) as one SHA-256 in hex, or "" when there are none or
+ * they cannot be read (load_init reports that). */
+void pt_session_init_digest(const pt_config *c, char hex[65])
+{
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32] = "";
+    pt_err ignored;
+    hex[0] = '\0';
+    if (!*c->model.init_from)
+        return;
+    if (c->model.kind == PT_MODEL_BERT) {
+        if (pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
+            return;
+    } else {
+        snprintf(weights, sizeof weights, "%s", c->model.init_from);
+    }
+    unsigned char d[2][32], both[32];
+    uint64_t size;
+    memset(d, 0, sizeof d);
+    if (pt_sha256_file(weights, d[0], &size, &ignored) ||
+        (*config && pt_sha256_file(config, d[1], &size, &ignored)))
+        return;
+    pt_sha256 *h = pt_sha256_begin();
+    pt_sha256_add(h, d, sizeof d);
+    if (pt_sha256_end(h, both, &ignored) == 0)
+        pt_hex(both, 32, hex);
+}
+
+/* model.dropout and model.attention_dropout left at auto: 0, except for a
+ * bert whose model.init_from has a config.json beside its weights, which
+ * gives its own hidden_dropout_prob and attention_probs_dropout_prob
+ * (transformers' 0.1 where it names none), as from_pretrained does. A value
+ * set in the config wins over the file's, as a from_pretrained keyword does.
+ * What comes out is the arch's, and the checkpoint records it. */
+int pt_session_resolve_dropout(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int hidden_auto = c->model.hidden_dropout == PT_AUTO;
+    const int attn_auto = c->model.attn_dropout == PT_AUTO;
+    if ((!hidden_auto && !attn_auto) || c->model.kind != PT_MODEL_BERT || !*c->model.init_from)
+        return 0;
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
+    pt_hf_bert_config hc;
+    if (pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (!*config)
+        return 0;
+    if (pt_hf_bert_config_read(config, &hc, err))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (hidden_auto)
+        s->arch.hidden_dropout = hc.hidden_dropout;
+    if (attn_auto)
+        s->arch.attn_dropout = hc.attn_dropout;
+    return 0;
+}
