@@ -1,0 +1,232 @@
+/*
+ * outputs.c: where a command may write its outputs (eval's --logits and
+ * --hidden, export's OUT): never over one of its inputs, into a checkpoint
+ * (any run's) or a run's checkpoints directory, over the files a run keeps
+ * beside them, or over the inputs of the run an export's checkpoint comes
+ * from. Each refusal is bad input (PT_EINPUT) naming the option, the path
+ * and what it would have replaced.
+ */
+#include "launch/outputs.h"
+
+#include "config/config.h"
+#include "formats/formats.h"
+#include "hf/hf.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Whether eval can write its output option's file: creates and removes the
+ * temporary file a write would start with. A path that cannot be written is
+ * bad input (PT_EINPUT). */
+int pt_output_probe(const char *option, const char *path, pt_err *err)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is a directory; it takes a file name", option, path);
+    pt_wfile *f = NULL;
+    if (pt_wfile_open(&f, path, err) == 0) {
+        pt_wfile_abort(f);
+        return 0;
+    }
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
+}
+
+static int same_inode(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* An output of this command must not replace one of its inputs nor land in
+ * the checkpoint directory it reads (a checkpoint holds only its own files,
+ * and pruning old checkpoints would take anything else in it along):
+ * PT_EINPUT naming both. path may be a directory (a bert export). */
+int pt_output_not_input(const char *option, const char *path, const char *ckpt_dir,
+                        const char *const *inputs, int n, pt_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    char parent[PT_PATH_MAX];
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    struct stat out, in;
+    const int have_ckpt = ckpt_dir && stat(ckpt_dir, &in) == 0;
+    const int is_it = have_ckpt && stat(path, &out) == 0 && same_inode(&out, &in);
+    if (is_it || (have_ckpt && stat(parent, &out) == 0 && same_inode(&out, &in)))
+        return pt_fail(err, PT_EINPUT, "%s '%s' %s the checkpoint directory '%s' that this "
+                       "command reads; a checkpoint holds only its own files: write it elsewhere",
+                       option, path, is_it ? "is" : "is in", ckpt_dir);
+    if (stat(path, &out) != 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && *inputs[i] && stat(inputs[i], &in) == 0 && same_inode(&out, &in))
+            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
+                           "not overwritten: write it elsewhere", option, path, inputs[i]);
+    return 0;
+}
+
+/* Whether the real path `in` is dir or lies under it. */
+static int under(const char *in, const char *dir)
+{
+    const size_t n = strlen(dir);
+    return strncmp(in, dir, n) == 0 && (in[n] == '\0' || in[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+/* Whether directory dir holds an entry `name` (of any kind). */
+static int holds(const char *dir, const char *name)
+{
+    char p[2 * PT_PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, &st) == 0;
+}
+
+/* An output must not land in any checkpoint, whichever run it belongs to:
+ * not in (or be) a checkpoint (a step_N directory that holds a manifest),
+ * nor in (or be) a run's checkpoints directory (one named checkpoints
+ * beside a run's lock or metrics.jsonl), where an export would add files to
+ * a checkpoint or make a step directory that is none. Looks at path (when
+ * it is there) and every directory above it. */
+static int output_not_in_checkpoints(const char *option, const char *path, pt_err *err)
+{
+    char at[PT_PATH_MAX], parent[PT_PATH_MAX];
+    struct stat st;
+    if (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && realpath(path, at))) {
+        const char *slash = strrchr(path, '/');
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+                 slash ? path : ".");
+        if (!realpath(parent, at))
+            return 0; /* no such directory: the write fails and says so */
+    }
+    for (;;) {
+        const char *slash = strrchr(at, '/');
+        const char *base = slash ? slash + 1 : at;
+        if (strncmp(base, "step_", 5) == 0 && holds(at, "manifest"))
+            return pt_fail(err, PT_EINPUT, "%s '%s' is in checkpoint directory '%s' (it holds a "
+                           "manifest): a checkpoint holds only its own files; write it elsewhere",
+                           option, path, at);
+        if (strcmp(base, "checkpoints") == 0 && slash) {
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - at) + (slash == at), at);
+            if (holds(parent, "lock") || holds(parent, "metrics.jsonl"))
+                return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a "
+                               "checkpoint holds only its own files, and pruning removes whole "
+                               "checkpoints; write it elsewhere", option, path, at);
+        }
+        if (!slash || slash == at)
+            return 0;
+        at[slash - at] = '\0';
+    }
+}
+
+/* An output must not land in a run directory's checkpoints (a checkpoint
+ * holds only its own files, and pruning takes whole directories) nor be one
+ * of the files a run keeps beside them (its lock, logs and profile: a lock
+ * replaced lets a second job in). run_dir: the run's directory. */
+static int output_not_in_this_run(const char *option, const char *path, const char *run_dir,
+                                  pt_err *err)
+{
+    char real_run[PT_PATH_MAX], ckpts[PT_PATH_MAX + 16], real_ckpts[PT_PATH_MAX];
+    char parent[PT_PATH_MAX], real_parent[PT_PATH_MAX], real_path[PT_PATH_MAX];
+    if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
+        return 0;
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
+    const int have_ckpts = realpath(ckpts, real_ckpts) != NULL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (!realpath(parent, real_parent))
+        return 0; /* no such directory: the write fails and says so */
+    const int exists = realpath(path, real_path) != NULL;
+    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_path, real_ckpts))))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
+                       "only its own files, and pruning removes whole checkpoints; write it "
+                       "elsewhere", option, path, ckpts);
+    const int own = strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
+                    strcmp(base, "profile.json") == 0 ||
+                    ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
+                     strlen(base) > 6 && strcmp(base + strlen(base) - 6, ".jsonl") == 0);
+    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
+                       "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
+    return 0;
+}
+
+/* The same, and nowhere in any run's checkpoints (output_not_in_checkpoints). */
+int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
+{
+    int rc = output_not_in_this_run(option, path, run_dir, err);
+    return rc ? rc : output_not_in_checkpoints(option, path, err);
+}
+
+/* An export must not replace one of the inputs of the run its checkpoint
+ * comes from, as the checkpoint's config names them (model.init_from and
+ * the files beside it, data.vocab, the data files): an export into the
+ * pretrained model's own directory would replace that model. Checks out
+ * itself and, for a bert export (a directory), each file it writes there. */
+int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt_err *err)
+{
+    static const char *const written[] = {"model.safetensors", "config.json", "vocab.txt",
+                                          "tokenizer_config.json"};
+    /* init_from is a directory or its model.safetensors, with config.json
+     * (and perhaps vocab.txt) beside that */
+    enum { FROM = 5 };
+    char from[FROM][2 * PT_PATH_MAX];
+    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
+    for (int i = 0; i < 3; i++)
+        snprintf(from[i], sizeof from[i], "%s/%s", init, written[i]);
+    for (int i = 3; i < FROM; i++)
+        snprintf(from[i], sizeof from[i], "%.*s%s", slash ? (int)(slash - init) + 1 : 0, init,
+                 written[i - 2]);
+    const struct {
+        const char *path, *key;
+    } inputs[] = {{init, "model.init_from"},       {from[0], "model.init_from"},
+                  {from[1], "model.init_from"},    {from[2], "model.init_from"},
+                  {from[3], "model.init_from"},    {from[4], "model.init_from"},
+                  {cfg->data.vocab, "data.vocab"}, {cfg->data.train_file, "data.train_file"},
+                  {cfg->data.test_file, "data.test_file"}};
+    struct stat o, in;
+    for (int w = -1; w < (dir ? (int)(sizeof written / sizeof *written) : 0); w++) {
+        char p[2 * PT_PATH_MAX];
+        snprintf(p, sizeof p, w < 0 ? "%s" : "%s/%s", out, w < 0 ? "" : written[w]);
+        if (stat(p, &o) != 0)
+            continue;
+        for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+            if ((*init || i > FROM) && inputs[i].path && *inputs[i].path &&
+                stat(inputs[i].path, &in) == 0 && same_inode(&o, &in))
+                return pt_fail(err, PT_EINPUT, "export: '%s' %s '%s', %s of the run this "
+                               "checkpoint comes from%s; export elsewhere", p,
+                               w < 0 && dir ? "is" : "would replace", inputs[i].path,
+                               inputs[i].key, w < 0 && dir ? ", whose files it would replace" : "");
+    }
+    return 0;
+}
+
+/* path as an absolute name of its directory and its last component, so
+ * that two spellings of one output ("a.st", "./a.st") compare equal. */
+static void output_name(const char *path, char *out, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PT_PATH_MAX], real[PT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (!realpath(dir, real))
+        snprintf(real, sizeof real, "%s", dir);
+    snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
+}
+
+/* Whether two output paths name one file: the same directory and name. A
+ * write replaces the name, and a symbolic link there is refused, so two
+ * names of one inode do not collide. */
+int pt_output_same(const char *a, const char *b)
+{
+    char na[2 * PT_PATH_MAX + 2], nb[2 * PT_PATH_MAX + 2];
+    output_name(a, na, sizeof na);
+    output_name(b, nb, sizeof nb);
+    return strcmp(na, nb) == 0;
+}

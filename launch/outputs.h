@@ -1,0 +1,34 @@
+/*
+ * outputs.h (internal to launch/): the checks every output of `eval` and
+ * `export` passes before anything is written (outputs.c). Each returns 0 or
+ * PT_EINPUT with a message naming the option, the path and what it would
+ * have replaced.
+ */
+#ifndef PT_LAUNCH_OUTPUTS_H
+#define PT_LAUNCH_OUTPUTS_H
+
+#include "config/config.h"
+#include "nn/nn.h"
+
+/* Whether a file can be written at path (creates and removes the temporary
+ * name a write starts with); a directory there is refused. */
+int pt_output_probe(const char *option, const char *path, pt_err *err);
+
+/* path (a file, or a bert export's directory) is none of the n inputs and
+ * does not lie in ckpt_dir, the checkpoint the command reads. */
+int pt_output_not_input(const char *option, const char *path, const char *ckpt_dir,
+                        const char *const *inputs, int n, pt_err *err);
+
+/* path is not in (nor is) any checkpoint or run's checkpoints directory,
+ * nor one of the files run_dir keeps beside them (lock, logs, profile). */
+int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err);
+
+/* An export at out (dir: a bert export's directory, checked file by file)
+ * replaces none of the inputs cfg names: model.init_from and the files
+ * beside it, data.vocab, the data files. */
+int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt_err *err);
+
+/* Whether two output paths name one file (the same directory and name). */
+int pt_output_same(const char *a, const char *b);
+
+#endif
