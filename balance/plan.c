@@ -64,7 +64,9 @@ static int capacity(const pt_plan_request *q, int K)
 /* Buffers of stage-boundary activations per micro-batch: a stage's input
  * and output and their gradients; a single stage has only its input (the
  * frozen prefix's rows, when the cache serves them: counted either way, so
- * that the cache never changes the layout). */
+ * that the cache changes no memory estimate; what it does change is the
+ * prefix's time, which is 0 when it serves the prefix, so a re-plan may
+ * rightly choose another layout with the cache than without). */
 static double boundary_buffers(int K)
 {
     return K > 1 ? 4.0 : 1.0;
