@@ -225,6 +225,10 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
                                   r->train.label_names[r->train.classes - 1],
                                   r->train.classes > 2 ? r->train.classes : 2,
                                   PT_DATA_MAX_CLASSES);
+    if (mode == PT_RUN_TRAIN && r->rank == 0 && r->train.classes == 1)
+        fprintf(stderr, "pipetrain: note: '%s' (data.train_file) has one label, '%.200s': every "
+                "training example is class 0, so the classifier has nothing to tell apart\n",
+                c->data.train_file, r->train.label_names[0]);
     if (mode != PT_RUN_TRAIN)
         pt_dataset_free(&r->train); /* evaluation needs only the test split */
     return 0;

@@ -961,6 +961,17 @@ def test_text_classification_data_errors(h):
         r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), *needles)
         check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    # one label: it trains (nothing is wrong with the file), with one note
+    with open(f["tsv"]) as src:
+        lines = src.read().splitlines(True)
+    label = lines[0].split("\t")[0]
+    one = U.write(h.path("one-label.tsv"), "".join(l for l in lines if l.split("\t")[0] == label))
+    keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                             "data.train_file": one, "data.vocab": f["vocab"], "model.vocab": "6"})
+    r = h.run(["train", U.write(h.path("one-label.yaml"), U.render(keys))]).expect(0, "one label")
+    notes = [l for l in r.err.splitlines() if "has one label" in l]
+    check(len(notes) == 1 and one in notes[0] and "'%s'" % label in notes[0],
+          "not one note of the single label:\n%s", r.describe())
 
 
 def write_st(path, tensors):
