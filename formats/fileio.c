@@ -524,11 +524,36 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
     return 0;
 }
 
-/* mkdir that accepts an existing directory. */
+/* mkdir that accepts an existing directory. A directory it makes is made
+ * durable: its parent is fsynced, so that the new entry survives a crash
+ * before anything that relies on it (a checkpoint's step directory, before
+ * older checkpoints are removed). A parent this process may not read (so
+ * cannot open to fsync) is left as it is. */
 static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
 {
-    if (mkdir(dir, mode) == 0)
-        return 0;
+    if (mkdir(dir, mode) == 0) {
+        const char *slash = strrchr(dir, '/');
+        char parent[PATH_MAX];
+        if (!slash)
+            snprintf(parent, sizeof parent, ".");
+        else if (slash == dir)
+            snprintf(parent, sizeof parent, "/");
+        else if ((size_t)(slash - dir) < sizeof parent)
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
+        else
+            return pt_fail(err, PT_ESYS, "cannot make '%s' durable: its parent's name is too "
+                           "long", dir);
+        const int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return errno == EACCES ? 0 : pt_fail(err, PT_ESYS, "cannot open directory '%s' "
+                                                 "to fsync it: %s", parent, strerror(errno));
+        const int rc = fsync(fd) != 0 && errno != EINVAL
+                           ? pt_fail(err, PT_ESYS, "cannot fsync directory '%s': %s", parent,
+                                     strerror(errno))
+                           : 0;
+        close(fd);
+        return rc;
+    }
     int e = errno;
     struct stat st;
     if (e == EEXIST && stat(dir, &st) == 0 && S_ISDIR(st.st_mode))

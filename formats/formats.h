@@ -93,7 +93,8 @@ int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *e
 int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_err *err);
 
 /* Creates a directory and any missing parents, like `mkdir -p`: an existing
- * directory is fine, an existing non-directory is PT_ESYS. */
+ * directory is fine, an existing non-directory is PT_ESYS. Each directory it
+ * creates is durable when it returns (its parent fsynced). */
 int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
 
 /* fsyncs a directory, making renames and creations in it durable. File systems
