@@ -64,18 +64,30 @@ void pt_vocab_free(pt_vocab *v)
     free(v);
 }
 
-/* Whether s[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF). */
-static int valid_utf8(const char *s, size_t n)
+/* Whether s[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF;
+ * a literal U+FFFD is valid); *last gets its last code point. */
+static int valid_utf8(const char *s, size_t n, uint32_t *last)
 {
+    const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
+    *last = 0;
     while (i < n) {
         uint32_t cp;
-        size_t k = pt_utf8_next((const unsigned char *)s + i, n - i, &cp);
-        if (cp == PT_UTF8_INVALID)
+        size_t k = pt_utf8_next(u + i, n - i, &cp);
+        if (cp == PT_UTF8_INVALID && !(k == 3 && u[i] == 0xEF))
             return 0;
+        *last = cp;
         i += k;
     }
     return 1;
+}
+
+/* Unicode's White_Space outside ASCII (ASCII's is refused byte by byte):
+ * what Hugging Face's tokenizers trims from the end of a vocabulary line. */
+static int non_ascii_space(uint32_t c)
+{
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 /* Appends one token; grows the arrays. */
@@ -132,8 +144,14 @@ static int check_token(const char *path, long line, const char *s, size_t n, pt_
                            "(no word can contain it)",
                            path, line, c, i + 1);
     }
-    if (!valid_utf8(s, n))
+    uint32_t last;
+    if (!valid_utf8(s, n, &last))
         return pt_fail(err, PT_EINPUT, "'%s':%ld: token is not valid UTF-8", path, line);
+    if (non_ascii_space(last))
+        return pt_fail(err, PT_EINPUT,
+                       "'%s':%ld: token ends with U+%04X, a white space, which Hugging Face's "
+                       "tokenizers trims from the line (another token there, or a duplicate)",
+                       path, line, (unsigned)last);
     return 0;
 }
 

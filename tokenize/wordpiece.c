@@ -8,7 +8,9 @@
  * canonical order, lowercased, split at punctuation and each part turned
  * into pieces. Decomposing per pre-word gives the same text as decomposing
  * the whole string: pre-words are cut at starters (spaces, ideographs), and
- * canonical reordering never moves anything across a starter.
+ * canonical reordering never moves anything across a starter (an Mn of class
+ * 0 included: dropping it must not join the marks on either side into one
+ * run, so the marks before it are ordered when it is dropped).
  *
  * Memory is one code point array as long as the longest pre-word; time is
  * linear in the text (a part of more than 100 code points is [UNK] without
@@ -155,6 +157,7 @@ typedef struct {
     uint32_t *cps; /* the current pre-word, decomposed, Mn dropped */
     uint8_t *ccc;  /* [len] canonical combining class of each */
     size_t len, room;
+    size_t fixed;  /* cps[0 .. fixed) is in canonical order already (see append) */
     uint32_t *tmp; /* room code points: scratch of the reordering */
     uint8_t *tmp_ccc;
 } tok_state;
@@ -215,11 +218,12 @@ static void wordpiece(tok_state *st, const uint32_t *w, size_t k)
         emit(st, pieces[i]);
 }
 
-/* Puts each run of non-starters (ccc > 0) in canonical order: a stable sort
- * by combining class, as a counting sort so a long run stays linear. */
-static void reorder(tok_state *st)
+/* Puts each run of non-starters (ccc > 0) of cps[from .. len) in canonical
+ * order: a stable sort by combining class, as a counting sort so a long run
+ * stays linear. A run never reaches back before `from`. */
+static void reorder(tok_state *st, size_t from)
 {
-    size_t i = 0;
+    size_t i = from;
     while (i < st->len) {
         if (st->ccc[i] == 0) {
             i++;
@@ -253,7 +257,7 @@ static void flush(tok_state *st)
 {
     if (st->len == 0)
         return;
-    reorder(st);
+    reorder(st, st->fixed);
     size_t a = 0;
     for (size_t i = 0; i < st->len; i++) {
         uint32_t c = (uint32_t)utf8proc_tolower((utf8proc_int32_t)st->cps[i]);
@@ -265,7 +269,7 @@ static void flush(tok_state *st)
         }
     }
     wordpiece(st, st->cps + a, st->len - a);
-    st->len = 0;
+    st->len = st->fixed = 0;
 }
 
 /* Appends code point c to the pre-word: its canonical decomposition, less the
@@ -304,8 +308,17 @@ static int append(tok_state *st, uint32_t c)
     }
     for (utf8proc_ssize_t i = 0; i < k; i++) {
         const utf8proc_property_t *p = utf8proc_get_property(d[i]);
-        if (p->category == UTF8PROC_CATEGORY_MN)
+        if (p->category == UTF8PROC_CATEGORY_MN) {
+            /* dropped, as Hugging Face strips Mn after its NFD; but an Mn of
+             * class 0 is a starter there, which the reordering does not
+             * cross: the marks before it are put in order now, and those
+             * after it start a run of their own */
+            if (p->combining_class == 0) {
+                reorder(st, st->fixed);
+                st->fixed = st->len;
+            }
             continue;
+        }
         st->cps[st->len] = (uint32_t)d[i];
         st->ccc[st->len] = (uint8_t)p->combining_class;
         st->len++;

@@ -25,7 +25,11 @@ characters categorised differently since then give other ids, and no
 table-free C code can follow the old tables. Those code points are listed
 in hf_unicode8_differences.txt (next to this script, with the reasons); the
 sweep fails if the code points that differ are not exactly that list.
-The tokenizers version is pinned (TOKENIZERS) so the list stays true.
+The same sweep again with a vocabulary of every code point (each as a word
+and as a "##" continuation), where a character no longer falls to [UNK]: a
+different lowercase mapping or decomposition then shows too. Its
+differences must be exactly that list and hf_case_differences.txt's.
+The tokenizers version is pinned (TOKENIZERS) so the lists stay true.
 """
 import os
 import random
@@ -83,6 +87,22 @@ def ensure_venv(venv):
     return py
 
 
+def mark_order_lines():
+    """Words of combining marks around an Mn of class 0 (which Hugging Face
+    strips after its NFD, but which stops the canonical reordering there):
+    marks of class > 0 that stay (Mc), each pair on both sides of each such
+    Mn, and the same without it."""
+    stay = ["\U0001D165", "\U0001D16D", "\U0001D16E", "\u302E", "\u1B44", "\uA9C0"]
+    class0_mn = ["\u034F", "\u0F9E", "\u0C3F"]
+    out = []
+    for m1 in stay:
+        for m2 in stay:
+            out.append(("a" + m1 + m2 + " b" + m2 + m1 + "c").encode())
+            for z in class0_mn:
+                out.append(("a" + m1 + z + m2 + "b" + m2 + z + m1 + z).encode())
+    return out
+
+
 def hostile_lines():
     """Byte strings, one per line, none containing b"\\n"."""
     L = []
@@ -95,6 +115,7 @@ def hostile_lines():
     L.append(u("Straße " + "é" * 10000))
     L.append(u("a" * 100) + b" " + u("a" * 101) + b" " + u("é" * 100) + b" " + u("é" * 101))
     L.append(u("supercalifragilisticexpialidocious " * 50))
+    L += mark_order_lines()
     # control characters, alone and inside words
     L.append(bytes(range(0, 10)) + bytes(range(11, 32)) + b"\x7f")
     L.append(b"hel\x00lo wor\x01ld te\x0bst fo\x0crm \x1c\x1d\x1e\x1fend a\x7fb")
@@ -140,10 +161,23 @@ def sweep_code_points():
     return [c for c in cps if c != 0x0A]
 
 
-def expected_differences():
-    """The code points of hf_unicode8_differences.txt."""
+def every_code_point_vocab(path, cps):
+    """A vocabulary of the specials and of every code point of cps that can
+    be a token (no white space or control: pipetrain refuses those, as no
+    word can hold them), each as a word and as a continuation."""
+    spaces = {0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
+    spaces.update(range(0x2000, 0x200B))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    ok = [c for c in cps if c > 0x20 and c != 0x7F and c not in spaces]
+    tokens += [chr(c) for c in ok] + ["##" + chr(c) for c in ok]
+    with open(path, "wb") as f:
+        f.write("".join(t + "\n" for t in tokens).encode())
+
+
+def expected_differences(name="hf_unicode8_differences.txt"):
+    """The code points of a list of differences next to this script."""
     out = set()
-    with open(os.path.join(HERE, "hf_unicode8_differences.txt")) as f:
+    with open(os.path.join(HERE, name)) as f:
         for line in f:
             if line.startswith("#"):
                 continue
@@ -204,7 +238,7 @@ def main():
         with open(sweep, "wb") as f:
             f.write(b"".join(("%s a%sb\n" % (chr(c), chr(c))).encode() for c in cps))
 
-        def run_both(path, max_len):
+        def run_both(path, max_len, vocab=vocab):
             data = open(path, "rb").read()
             lines = data.split(b"\n")
             if data.endswith(b"\n"):
@@ -245,6 +279,34 @@ def main():
         if gone:
             print("  listed but equal now: " + ranges(gone), flush=True)
         total_bad += len(unexpected) + len(gone)
+
+        every = os.path.join(tmp, "every.txt")
+        every_code_point_vocab(every, cps)
+        lines, c_out, hf_out, version = run_both(sweep, 0, vocab=every)
+        if len(c_out) != len(cps) or len(hf_out) != len(cps):
+            fail("sweep with every code point: %d code points, %d lines from tokenize_dump, "
+                 "%d from Hugging Face" % (len(cps), len(c_out), len(hf_out)))
+        differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+        case = expected_differences("hf_case_differences.txt")
+        unexpected = sorted(set(differ) - expected - case)
+        gone = sorted((expected | case) - set(differ))
+        print("sweep with every code point in the vocabulary: %d differ (%d listed in "
+              "hf_unicode8_differences.txt, %d in hf_case_differences.txt), %d differ unlisted, "
+              "%d listed no longer differ" % (len(differ), len(expected), len(case),
+                                              len(unexpected), len(gone)), flush=True)
+        for c in unexpected[:8]:
+            print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
+                  flush=True)
+        if unexpected:
+            print("  all unlisted: " + ranges(unexpected), flush=True)
+        if gone:
+            print("  listed but equal now: " + ranges(gone), flush=True)
+        total_bad += len(unexpected) + len(gone)
+        # the hostile lines (the combining marks' order among them) where every
+        # character has an id of its own
+        lines, c_out, hf_out, version = run_both(hostile, 0, vocab=every)
+        total_bad += compare("hostile, every code point in the vocabulary", lines, c_out,
+                             hf_out, 5)
     print("tokenizers %s, %.1f s" % (version, time.time() - t0))
     if total_bad:
         fail("%d lines differ from Hugging Face" % total_bad)

@@ -18,6 +18,8 @@ static const char *VOCAB[] = {
     "b", "x", "##y", "cafe", "σ", "ς", NULL};
 
 static char g_dir[256];
+/* the special tokens every vocabulary file starts with */
+#define SPECIALS "[PAD]\n[UNK]\n[CLS]\n[SEP]\n"
 
 static void make_dir(void)
 {
@@ -193,6 +195,25 @@ static void test_normalise(void)
     /* per code point lowercase: final sigma is not made ς (as in HF) */
     EXPECT_ENC(v, "\xce\xa3", "[CLS] σ [SEP]");
     pt_vocab_free(v);
+
+    /* canonical order stops at an Mn of class 0 (U+034F) although it is
+     * dropped: U+1D16D (class 226) stays before U+1D165 (216) across it, as
+     * in Hugging Face's NFD-then-strip; without it they are sorted */
+    char path[512];
+    make_dir();
+    const char marks[] = SPECIALS "a\n##\xf0\x9d\x85\xad\xf0\x9d\x85\xa5\n"
+                                  "##\xf0\x9d\x85\xa5\xf0\x9d\x85\xad\n";
+    write_text(path, sizeof path, "vocab.txt", marks, sizeof marks - 1);
+    pt_err err = {0};
+    pt_vocab *m = NULL;
+    CU_ASSERT_FATAL(pt_vocab_load(&m, path, &err) == 0);
+    EXPECT_ENC(m, "a\xf0\x9d\x85\xad\xcd\x8f\xf0\x9d\x85\xa5",
+               "[CLS] a ##\xf0\x9d\x85\xad\xf0\x9d\x85\xa5 [SEP]");
+    EXPECT_ENC(m, "a\xf0\x9d\x85\xad\xf0\x9d\x85\xa5",
+               "[CLS] a ##\xf0\x9d\x85\xa5\xf0\x9d\x85\xad [SEP]");
+    pt_vocab_free(m);
+    unlink(path);
+    rmdir(g_dir);
 }
 
 static void test_cleaning(void)
@@ -285,7 +306,6 @@ static void expect_refused(const char *text, size_t n, int code, const char *n1,
     rmdir(g_dir);
 }
 
-#define SPECIALS "[PAD]\n[UNK]\n[CLS]\n[SEP]\n"
 
 static void test_vocab_errors(void)
 {
@@ -326,6 +346,12 @@ static void test_vocab_errors(void)
     const char bad_utf8[] = SPECIALS "ok\nhel\xfflo\n";
     expect_refused(bad_utf8, sizeof bad_utf8 - 1, PT_EINPUT, ":6: token is not valid UTF-8",
                    NULL);
+    /* a white space that Hugging Face trims from the line's end */
+    const char nbsp_end[] = SPECIALS "a\na\xc2\xa0\n";
+    expect_refused(nbsp_end, sizeof nbsp_end - 1, PT_EINPUT, ":6: token ends with U+00A0",
+                   "trims");
+    const char ideo_end[] = SPECIALS "x\xe3\x80\x80\n";
+    expect_refused(ideo_end, sizeof ideo_end - 1, PT_EINPUT, ":5: token ends with U+3000", NULL);
     const char nul[] = SPECIALS "he\0llo\n";
     expect_refused(nul, sizeof nul - 1, PT_EINPUT, ":5: token holds a space or control byte 0x00",
                    NULL);
@@ -338,6 +364,17 @@ static void test_vocab_errors(void)
     /* CRLF line ends and a missing last newline are fine */
     char path[512];
     make_dir();
+    /* a literal U+FFFD loads as a token, as Hugging Face loads it (no text
+     * reaches it: cleaning drops U+FFFD, invalid UTF-8's included, on both
+     * sides); a white space inside a token is kept */
+    const char fffd[] = SPECIALS "a\n\xef\xbf\xbd\nx\xc2\xa0y\n";
+    write_text(path, sizeof path, "vocab.txt", fffd, sizeof fffd - 1);
+    v = NULL;
+    CU_ASSERT_FATAL(pt_vocab_load(&v, path, &err) == 0);
+    CU_ASSERT(pt_vocab_size(v) == 7 && pt_vocab_id(v, "\xef\xbf\xbd", 3) == 5);
+    CU_ASSERT_STRING_EQUAL(enc(v, "\xff a \xef\xbf\xbd"), "[CLS] a [SEP]");
+    pt_vocab_free(v);
+    unlink(path);
     const char crlf[] = "[PAD]\r\n[UNK]\r\n[CLS]\r\n[SEP]\r\nhello";
     write_text(path, sizeof path, "vocab.txt", crlf, sizeof crlf - 1);
     v = NULL;
