@@ -1,6 +1,6 @@
 /*
- * format.h (private to checkpoint/: save.c, the writer, read.c, the reader,
- * and profile.c): what both sides of the checkpoint format must agree on,
+ * format.h (private to checkpoint/: save.c, the writer, read.c and
+ * manifest.c, the reader, and profile.c): what both sides of the checkpoint format must agree on,
  * kept in one place so they cannot drift apart.
  */
 #ifndef PT_CHECKPOINT_FORMAT_H

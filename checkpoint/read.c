@@ -1,14 +1,14 @@
 /*
- * read.c: reading checkpoints (see checkpoint.h, and save.c
- * for the format and how its files are bound to each other): resuming a run,
- * loading weights for evaluation or export, and the config a checkpoint was
- * saved with.
+ * read.c: reading checkpoints (see checkpoint.h, and save.c for the format
+ * and how its files are bound to each other): their unit files, resuming a
+ * run, loading weights for evaluation or export, and verifying a checkpoint
+ * whole. The manifest and its records are manifest.c's.
  *
  * Nothing read is trusted: the manifest is used only in the directory of its
  * own step, a unit file only when its size, SHA-256 and own record agree with
  * the manifest, and every value is range-checked before it is used.
  */
-#include "checkpoint/format.h"
+#include "checkpoint/manifest.h"
 
 #include "formats/formats.h"
 
@@ -17,169 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ load */
-
-typedef struct manifest {
+/* The unit files of a manifest, opened one at a time as units ask for them
+ * (a stage's units are consecutive, so each file is opened once). */
+typedef struct unit_reader {
+    const manifest *m;
     pt_recfile *f;
-    json_t *j;
-    const char *dir;
-    const char *id;
-    int64_t step;
-    const json_t *units, *files;
-} manifest;
-
-static void manifest_close(manifest *m)
-{
-    json_decref(m->j);
-    pt_recfile_close(m->f);
-    memset(m, 0, sizeof *m);
-}
-
-/* The step in a directory's name "step_N" (trailing slashes ignored), or -1
- * when it is not named so (a checkpoint copied elsewhere by the user). */
-static int64_t step_of_dir(const char *dir)
-{
-    size_t len = strlen(dir);
-    while (len > 1 && dir[len - 1] == '/')
-        len--;
-    size_t at = len;
-    while (at > 0 && dir[at - 1] != '/')
-        at--;
-    char name[64];
-    if (len - at >= sizeof name)
-        return -1;
-    memcpy(name, dir + at, len - at);
-    name[len - at] = '\0';
-    int64_t step;
-    return pt_checkpoint_dir_step(name, &step) ? step : -1;
-}
-
-static int manifest_open(manifest *m, const char *dir, pt_err *err)
-{
-    char path[PT_CKPT_PATH];
-    uint32_t version;
-    memset(m, 0, sizeof *m);
-    m->dir = dir;
-    pt_path_join(path, dir, "manifest");
-    int rc = pt_recfile_open(&m->f, path, PT_CKPT_MANIFEST_MAGIC, &version, err);
-    if (rc)
-        return pt_err_input(rc, err);
-    const void *text;
-    uint64_t len;
-    if (version != PT_CKPT_FORMAT)
-        rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
-                     path, version, PT_CKPT_FORMAT);
-    else if ((rc = pt_recfile_find(m->f, "manifest", &text, &len, err)) == 0 &&
-             (rc = pt_json_load(&m->j, text, (size_t)len, err)))
-        pt_err_prefix(err, "'%s'", path);
-    const json_t *id = json_object_get(m->j, "checkpoint"), *step = json_object_get(m->j, "step");
-    m->units = json_object_get(m->j, "units");
-    m->files = json_object_get(m->j, "files");
-    if (rc == 0 && (!json_is_string(id) || json_string_length(id) != PT_CKPT_ID_CHARS ||
-                    !json_is_integer(step) || json_integer_value(step) < 0 ||
-                    !json_is_object(m->units) || !json_is_object(m->files)))
-        rc = pt_fail(err, PT_EINPUT, "'%s': the manifest lacks its checkpoint id, step, units or "
-                     "files (or one of them is malformed)", path);
-    if (rc == 0) {
-        m->id = json_string_value(id);
-        m->step = (int64_t)json_integer_value(step);
-        int64_t named = step_of_dir(dir);
-        if (named >= 0 && named != m->step)
-            rc = pt_fail(err, PT_EINPUT, "'%s' is the manifest of step %" PRId64 " but lies in the "
-                         "directory of step %" PRId64 ": files of different checkpoints were mixed",
-                         path, m->step, named);
-    }
-    if (rc)
-        manifest_close(m);
-    return rc;
-}
-
-/* The manifest's profile (the planner's measured inputs) into *out; a
- * manifest without one (none was saved before the format carried it) gives
- * an empty profile (ranks 0). */
-static int read_profile(const manifest *m, const pt_arch *arch, pt_profile *out, pt_err *err)
-{
-    memset(out, 0, sizeof *out);
-    const json_t *o = json_object_get(m->j, "profile");
-    if (!o)
-        return 0;
-    char where[PT_CKPT_PATH + 16];
-    snprintf(where, sizeof where, "'%s/manifest'", m->dir);
-    return pt_profile_parse(o, arch, where, out, err);
-}
-
-int pt_checkpoint_read_profile(const char *dir, const pt_arch *arch, pt_profile *out, pt_err *err)
-{
-    manifest m;
-    memset(out, 0, sizeof *out);
-    int rc = manifest_open(&m, dir, err);
-    if (rc == 0) {
-        rc = read_profile(&m, arch, out, err);
-        manifest_close(&m);
-    }
-    return rc;
-}
-
-int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *err)
-{
-    manifest m;
-    *depth = 0;
-    int rc = manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
-    const json_t *d = json_object_get(json_object_get(m.j, "freeze"), "depth");
-    if (!json_is_integer(d) || json_integer_value(d) < 0 || json_integer_value(d) > layers)
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': freeze.depth is missing or not 0..%d", dir,
-                     layers);
-    else
-        *depth = (int)json_integer_value(d);
-    manifest_close(&m);
-    return rc;
-}
-
-/* The manifest's architecture record, which must describe a model (a
- * forged record with, say, one class is refused naming the manifest, as the
- * config it came from would have been). */
-static int read_arch(const manifest *m, pt_arch *arch, pt_err *err)
-{
-    const char *bad, *allowed;
-    if (pt_ckpt_arch_read(json_object_get(m->j, "arch"), arch, &bad, &allowed))
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': the architecture record%s%s%s is missing or "
-                       "malformed; allowed: %s", m->dir, *bad ? "'s '" : "", bad, *bad ? "'" : "",
-                       allowed);
-    const int rc = pt_arch_check(arch, err);
-    if (rc)
-        pt_err_prefix(err, "'%s/manifest': the architecture record", m->dir);
-    return rc;
-}
-
-/* The manifest's config (YAML text, over the defaults) and architecture. */
-static int read_config_record(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
-{
-    pt_config_defaults(cfg);
-    char name[PT_CKPT_PATH];
-    snprintf(name, sizeof name, "%s/manifest (config record)", m->dir);
-    const json_t *config = json_object_get(m->j, "config");
-    int rc;
-    if (!json_is_string(config))
-        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
-    else
-        rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
-    if (rc == 0)
-        rc = read_arch(m, arch, err);
-    return rc;
-}
-
-int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err)
-{
-    manifest m;
-    int rc = manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
-    rc = read_config_record(&m, cfg, arch, err);
-    manifest_close(&m);
-    return rc;
-}
+    char open_name[PT_CKPT_FILE_MAX];
+} unit_reader;
 
 /* Opens unit file `file` of the checkpoint after checking that it is the one
  * the manifest lists (size, SHA-256) and that it names the manifest's
@@ -232,14 +76,6 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
     }
     return rc;
 }
-
-/* The unit files of a manifest, opened one at a time as units ask for them
- * (a stage's units are consecutive, so each file is opened once). */
-typedef struct unit_reader {
-    const manifest *m;
-    pt_recfile *f;
-    char open_name[PT_CKPT_FILE_MAX];
-} unit_reader;
 
 /* Whether a name the manifest gives for a unit file is one we may open: a
  * plain name of a file inside the checkpoint's own directory (not empty,
@@ -325,249 +161,15 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
     return rc;
 }
 
-/* The two numbers as "%g", or "%.17g" when that is needed to tell them apart. */
-static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
-{
-    snprintf(sa, n, "%g", a);
-    snprintf(sb, n, "%g", b);
-    if (strcmp(sa, sb) == 0) {
-        snprintf(sa, n, "%.17g", a);
-        snprintf(sb, n, "%.17g", b);
-    }
-}
-
-/* The manifest's class labels ("labels": one string per class, in the
- * classifier's row order; saved for text classification): their count in
- * *n (0 when the manifest has none, as before the format carried them).
- * Each must be a non-empty string, and there must be 1 to arch_classes
- * (model.classes may exceed the labels of the data). */
-static int read_labels(const manifest *m, int arch_classes, const json_t **out, int *n, pt_err *err)
-{
-    const json_t *labels = json_object_get(m->j, "labels");
-    *out = labels;
-    *n = 0;
-    if (!labels)
-        return 0;
-    const size_t count = json_is_array(labels) ? json_array_size(labels) : 0;
-    int ok = count >= 1 && count <= (size_t)arch_classes;
-    for (size_t k = 0; ok && k < count; k++) {
-        const json_t *v = json_array_get(labels, k);
-        ok = json_is_string(v) && json_string_length(v) > 0;
-    }
-    if (!ok)
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': labels is not a list of 1 to %d class names",
-                       m->dir, arch_classes);
-    /* each a label the data could have had, in the data's order (byte
-     * order, so distinct): a forged list would name classifier rows wrongly
-     * in an export's id2label */
-    char at[PT_CKPT_PATH + 32];
-    snprintf(at, sizeof at, "'%s/manifest': labels", m->dir);
-    for (size_t k = 0; k < count; k++) {
-        const json_t *v = json_array_get(labels, k);
-        int rc = pt_textcls_check_label(at, (int64_t)k + 1, json_string_value(v),
-                                        json_string_length(v), err);
-        if (rc)
-            return rc;
-        if (k > 0 && strcmp(json_string_value(json_array_get(labels, k - 1)), json_string_value(v)) >= 0)
-            return pt_fail(err, PT_EINPUT, "'%s/manifest': labels %zu and %zu ('%.200s', '%.200s') are "
-                           "not in byte order, the order of a data set's classes", m->dir, k, k + 1,
-                           json_string_value(json_array_get(labels, k - 1)), json_string_value(v));
-    }
-    *n = (int)count;
-    return 0;
-}
-
-/* The labels the checkpoint's classifier was trained with against the
- * data's now (text classification): the same names in the same order, or
- * bad input, since every row of the classifier would stand for another
- * label. A checkpoint without labels is not checked. */
-static int check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *train,
-                        const char *train_file, pt_err *err)
-{
-    const json_t *labels;
-    int n;
-    int rc = read_labels(m, arch->classes, &labels, &n, err);
-    if (rc || n == 0 || train->kind != PT_DATA_TEXTCLS || !train->label_names)
-        return rc;
-    for (int k = 0; k < n || k < train->classes; k++) {
-        const char *was = k < n ? json_string_value(json_array_get(labels, (size_t)k)) : "(none)";
-        const char *is = k < train->classes ? train->label_names[k] : "(none)";
-        if (k >= n || k >= train->classes || strcmp(was, is) != 0)
-            return pt_fail(err, PT_EINPUT,
-                           "checkpoint %s was trained with class %d = '%.200s' (of %d labels, '%.200s' "
-                           "to '%.200s'), but '%s' (data.train_file) makes class %d '%.200s': the "
-                           "classifier's rows would stand for other labels; use the data it was "
-                           "trained with", m->dir, k, was, n,
-                           json_string_value(json_array_get(labels, 0)),
-                           json_string_value(json_array_get(labels, (size_t)n - 1)), train_file, k, is);
-    }
-    return 0;
-}
-
-int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *n, pt_err *err)
-{
-    manifest m;
-    *names = NULL;
-    *n = 0;
-    int rc = manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
-    const json_t *labels;
-    int count;
-    if ((rc = read_labels(&m, classes, &labels, &count, err)) == 0 && count > 0) {
-        char **out = calloc((size_t)count, sizeof *out);
-        for (int k = 0; out && k < count; k++)
-            if (!(out[k] = strdup(json_string_value(json_array_get(labels, (size_t)k))))) {
-                for (int j = 0; j < k; j++)
-                    free(out[j]);
-                free(out);
-                out = NULL;
-            }
-        if (out) {
-            *names = out;
-            *n = count;
-        } else {
-            rc = pt_fail(err, PT_ENOMEM, "out of memory reading the labels of %s", dir);
-        }
-    }
-    manifest_close(&m);
-    return rc;
-}
-
-/* One part ("train", "test", "vocab") of the manifest's "data" record (what
- * the run was fed, identity.c): *sha256 its 64 hex digits and *examples its
- * count (-1 for the vocabulary), or *sha256 NULL when the manifest records
- * none (saved before it did, or not known). Anything else is malformed. */
-static int read_data(const manifest *m, const char *part, const char **sha256, int64_t *examples,
-                     pt_err *err)
-{
-    *sha256 = NULL;
-    *examples = -1;
-    const json_t *data = json_object_get(m->j, "data");
-    if (!data)
-        return 0;
-    if (!json_is_object(data))
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': data is not an object", m->dir);
-    const json_t *o = json_object_get(data, part);
-    if (!o)
-        return 0;
-    const json_t *sha = json_object_get(o, "sha256"), *count = json_object_get(o, "examples");
-    const char *hex = json_string_value(sha);
-    int good = hex && strlen(hex) == 64 && strspn(hex, "0123456789abcdef") == 64 &&
-               (strcmp(part, "vocab") == 0 ? count == NULL
-                                           : json_is_integer(count) && json_integer_value(count) >= 0);
-    if (!good)
-        return pt_fail(err, PT_EINPUT, "'%s/manifest': data.%s is malformed (an object with a "
-                       "sha256 of 64 hex digits%s expected)", m->dir, part,
-                       strcmp(part, "vocab") == 0 ? "" : " and a count of examples");
-    *sha256 = hex;
-    if (count)
-        *examples = (int64_t)json_integer_value(count);
-    return 0;
-}
-
-static int read_all_data(const manifest *m, pt_err *err)
-{
-    static const char *const parts[] = {"train", "test", "vocab"};
-    const char *sha;
-    int64_t n;
-    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
-        int rc = read_data(m, parts[i], &sha, &n, err);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-/* The vocabulary a checkpoint was trained with against this run's: the
- * embedding rows stand for that vocabulary's tokens, so another one (even
- * of the same size) is refused. Not checked when either is not known. */
-static int check_vocab(const manifest *m, const char *path, const char *now, pt_err *err)
-{
-    const char *was;
-    int64_t n;
-    int rc = read_data(m, "vocab", &was, &n, err);
-    if (rc || !was || !now || !*now || strcmp(was, now) == 0)
-        return rc;
-    return pt_fail(err, PT_EINPUT,
-                   "'%.900s' (data.vocab) is not the vocabulary checkpoint %s was trained with "
-                   "(its tokens' SHA-256 is %.16s..., the checkpoint's %.16s...): the embedding "
-                   "rows stand for that vocabulary's tokens (to go on with another one on "
-                   "purpose, export the checkpoint and start a run from the export with "
-                   "model.init_from)", path, m->dir, now, was);
-}
-
-int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha256, pt_err *err)
-{
-    manifest m;
-    int rc = manifest_open(&m, dir, err);
-    if (rc == 0) {
-        rc = check_vocab(&m, path, sha256, err);
-        manifest_close(&m);
-    }
-    return rc;
-}
-
-/* training: resuming, where the dropout probabilities are part of the run
- * (a different one would not continue the same training); reading weights
- * to evaluate or export, they do not matter. */
-static int check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
-{
-    pt_arch saved;
-    int rc = read_arch(m, &saved, err);
-    if (rc)
-        return rc;
-    int was, is;
-    const char *field = pt_ckpt_arch_difference(&saved, now, &was, &is);
-    if (field) {
-        /* an enum key (model.kind) in its words, other fields as numbers */
-        char sw[32], si[32];
-        const char *ww = pt_config_word(field, was), *wi = pt_config_word(field, is);
-        if (strcmp(ww, "?") != 0 && strcmp(wi, "?") != 0) {
-            snprintf(sw, sizeof sw, "%s", ww);
-            snprintf(si, sizeof si, "%s", wi);
-        } else {
-            snprintf(sw, sizeof sw, "%d", was);
-            snprintf(si, sizeof si, "%d", is);
-        }
-        return pt_fail(err, PT_EINPUT,
-                       "checkpoint %s holds a model with %s = %s, this config makes %s = %s",
-                       m->dir, field, sw, field, si);
-    }
-    /* the epsilon in use: 0 in either means the default */
-    const double a = pt_arch_ln_eps(&saved), b = pt_arch_ln_eps(now);
-    char sa[32], sb[32]; /* short when that tells them apart */
-    if (a != b) {
-        two_numbers(a, b, sa, sb, sizeof sa);
-        return pt_fail(err, PT_EINPUT,
-                       "checkpoint %s holds a model with model.ln_eps = %s, this config makes "
-                       "model.ln_eps = %s", m->dir, sa, sb);
-    }
-    const struct {
-        const char *key;
-        double was, is;
-    } drop[2] = {{"model.dropout", saved.hidden_dropout, now->hidden_dropout},
-                 {"model.attention_dropout", saved.attn_dropout, now->attn_dropout}};
-    for (int i = 0; training && i < 2; i++)
-        if (drop[i].was != drop[i].is) {
-            two_numbers(drop[i].was, drop[i].is, sa, sb, sizeof sa);
-            return pt_fail(err, PT_EINPUT,
-                           "checkpoint %s was trained with %s = %s, this config makes %s = %s "
-                           "(auto takes model.init_from's config.json for bert); set it to %s to "
-                           "resume", m->dir, drop[i].key, sa, drop[i].key, sb, sa);
-        }
-    return 0;
-}
-
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 {
     manifest m;
-    int rc = manifest_open(&m, dir, err);
+    int rc = pt_manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = check_arch(pt_segment_arch(seg), &m, 0, err)) == 0 &&
-            (rc = read_all_data(&m, err)) == 0)
+        if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, err)) == 0 &&
+            (rc = pt_manifest_check_data(&m, err)) == 0)
             rc = load_units(seg, &m, 0, err);
-        manifest_close(&m);
+        pt_manifest_close(&m);
     }
     return rc;
 }
@@ -602,50 +204,19 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
 {
     pt_run *r = c->run;
     manifest m;
-    int rc = manifest_open(&m, dir, err); /* every rank: the labels */
+    int rc = pt_manifest_open(&m, dir, err); /* every rank: the labels */
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
-        rc = check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
-        if (rc == 0 && (rc = read_all_data(&m, err)) == 0)
-            rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
-        if (rc == 0 && r->active && (rc = check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
+        rc = pt_manifest_check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
+        if (rc == 0 && (rc = pt_manifest_check_data(&m, err)) == 0)
+            rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
+        if (rc == 0 && r->active && (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
     }
     if (m.j || m.f)
-        manifest_close(&m);
+        pt_manifest_close(&m);
     return pt_run_agree(r, rc, err);
-}
-
-/* The training state of the manifest (everything but units and arch). */
-typedef struct saved_state {
-    int64_t epoch, epoch_step, batch, seed, frozen;
-    pt_lr_schedule lr;
-} saved_state;
-
-static int read_state(const manifest *m, saved_state *st, pt_err *err)
-{
-    char what[PT_CKPT_PATH + 32];
-    snprintf(what, sizeof what, "'%s/manifest': the state is malformed", m->dir);
-    const json_t *lr = json_object_get(m->j, "lr");
-    int64_t kind = 0;
-    int rc;
-    if ((rc = pt_json_get_i64(m->j, "epoch", &st->epoch, what, err)) ||
-        (rc = pt_json_get_i64(m->j, "epoch_step", &st->epoch_step, what, err)) ||
-        (rc = pt_json_get_i64(m->j, "batch", &st->batch, what, err)) ||
-        (rc = pt_json_get_i64(m->j, "seed", &st->seed, what, err)) ||
-        (rc = pt_json_get_i64(m->j, "frozen_units", &st->frozen, what, err)) ||
-        (rc = pt_json_get_i64(lr, "kind", &kind, what, err)) ||
-        (rc = pt_json_get_f64(lr, "base", &st->lr.base, what, err)) ||
-        (rc = pt_json_get_f64(lr, "min", &st->lr.min_lr, what, err)) ||
-        (rc = pt_json_get_i64(lr, "warmup", &st->lr.warmup, what, err)) ||
-        (rc = pt_json_get_i64(lr, "total", &st->lr.total, what, err)))
-        return rc;
-    if (st->epoch < 0 || st->epoch_step < 0 || kind < 0 || kind > PT_LR_LINEAR)
-        return pt_fail(err, PT_EINPUT, "%s: epoch %" PRId64 ", epoch_step %" PRId64
-                       ", lr.kind %" PRId64 " out of range", what, st->epoch, st->epoch_step, kind);
-    st->lr.kind = (pt_lr_kind)kind;
-    return 0;
 }
 
 /* Other data settings than the checkpoint's (another file, more examples,
@@ -659,7 +230,7 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
     pt_arch arch;
     pt_err ignored;
     char diff[1024];
-    const int have = was && read_config_record(m, was, &arch, &ignored) == 0;
+    const int have = was && pt_manifest_config(m, was, &arch, &ignored) == 0;
     if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
@@ -673,7 +244,7 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
             const pt_dataset *ds = i == 0 ? c->train : c->test;
             int64_t n;
             char from[2 * PT_PATH_MAX + 80];
-            if (read_data(m, splits[i], &sha, &n, &ignored) || !sha || !is || !*is ||
+            if (pt_manifest_data(m, splits[i], &sha, &n, &ignored) || !sha || !is || !*is ||
                 (strcmp(sha, is) == 0 && n == ds->count))
                 continue;
             pt_config_data_source(now, i, from, sizeof from);
@@ -718,12 +289,12 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
     saved_state st;
     memset(&st, 0, sizeof st);
     /* every rank goes through the same collectives whatever fails where */
-    int rc = manifest_open(&m, dir, err);
+    int rc = pt_manifest_open(&m, dir, err);
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
-    if (rc == 0 && (rc = read_state(&m, &st, err)) == 0 && (rc = check_arch(&r->arch, &m, 1, err)) == 0 &&
-        (rc = check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
-        (rc = check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&
-        (rc = read_all_data(&m, err)) == 0) {
+    if (rc == 0 && (rc = pt_manifest_state(&m, &st, err)) == 0 && (rc = pt_manifest_check_arch(&r->arch, &m, 1, err)) == 0 &&
+        (rc = pt_manifest_check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
+        (rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&
+        (rc = pt_manifest_check_data(&m, err)) == 0) {
         if (st.batch != c->cfg->train.batch)
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
@@ -747,7 +318,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                          dir, st.frozen, r->freeze.depth);
         else {
             pt_profile prof; /* used before the load (setup.c); here only checked */
-            if ((rc = read_profile(&m, &r->arch, &prof, err)) == 0)
+            if ((rc = pt_manifest_profile(&m, &r->arch, &prof, err)) == 0)
                 pt_profile_free(&prof);
         }
     }
@@ -802,7 +373,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                     now->base, now->min_lr, now->warmup, now->total, m.step + 1);
     }
     if (m.j || m.f)
-        manifest_close(&m);
+        pt_manifest_close(&m);
     return rc;
 }
 
@@ -848,7 +419,7 @@ static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, 
 int pt_checkpoint_verify(const char *dir, pt_err *err)
 {
     manifest m;
-    int rc = manifest_open(&m, dir, err);
+    int rc = pt_manifest_open(&m, dir, err);
     if (rc)
         return rc;
     pt_config *cfg = malloc(sizeof *cfg); /* large: keep it off the stack */
@@ -859,9 +430,9 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     if (!cfg)
         rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
     if (rc == 0)
-        rc = read_config_record(&m, cfg, &arch, err);
+        rc = pt_manifest_config(&m, cfg, &arch, err);
     if (rc == 0)
-        rc = read_state(&m, &st, err);
+        rc = pt_manifest_state(&m, &st, err);
     if (rc == 0) {
         const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
         rc = pt_freeze_init(&freeze, &none, arch.layers, err);
@@ -872,18 +443,18 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "
                      "frozen blocks", dir, st.frozen, freeze.depth);
     pt_profile prof;
-    if (rc == 0 && (rc = read_profile(&m, &arch, &prof, err)) == 0)
+    if (rc == 0 && (rc = pt_manifest_profile(&m, &arch, &prof, err)) == 0)
         pt_profile_free(&prof);
     const json_t *labels;
     int count;
     if (rc == 0)
-        rc = read_labels(&m, arch.classes, &labels, &count, err);
+        rc = pt_manifest_labels(&m, arch.classes, &labels, &count, err);
     if (rc == 0)
-        rc = read_all_data(&m, err);
+        rc = pt_manifest_check_data(&m, err);
     if (rc == 0)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);
     free(cfg);
-    manifest_close(&m);
+    pt_manifest_close(&m);
     return rc;
 }
