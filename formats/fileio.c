@@ -10,10 +10,12 @@
  */
 #include "formats/formats.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +177,51 @@ static char *directory_of(const char *path)
         dir[n] = '\0';
     }
     return dir;
+}
+
+/* The pid in a temporary name of path's file ("NAME.tmp.PID.ID", name the
+ * directory entry, base path's last component), or 0 when it is not one. */
+static long temporary_of(const char *name, const char *base)
+{
+    const size_t b = strlen(base), m = strlen(PT_TEMP_MARK);
+    if (strncmp(name, base, b) != 0 || strncmp(name + b, PT_TEMP_MARK, m) != 0)
+        return 0;
+    const char *digits = name + b + m;
+    char *end = NULL;
+    errno = 0;
+    const long pid = strtol(digits, &end, 10);
+    return end != digits && *end == '.' && end[1] && !errno && pid > 0 && *digits != '+' &&
+                   *digits != '-'
+               ? pid
+               : 0;
+}
+
+int pt_remove_dead_temporaries(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char *dir = directory_of(path);
+    if (!dir || !*base) {
+        free(dir);
+        return 0;
+    }
+    DIR *d = opendir(dir);
+    free(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const long pid = temporary_of(e->d_name, base);
+        struct stat st;
+        if (pid == 0 || (pid_t)pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 static int write_all(int fd, const void *data, size_t n)

@@ -612,6 +612,14 @@ static int cmd_export(int argc, char **argv)
             if (!tok.vocab)
                 fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "
                         "export's there are removed): the run's data.vocab: %s\n", why.msg);
+            /* what a killed earlier export into the directory left there */
+            static const char *const files[] = {"model.safetensors", "config.json", "vocab.txt",
+                                                "tokenizer_config.json"};
+            for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+                char path[2 * PT_PATH_MAX];
+                if (snprintf(path, sizeof path, "%s/%s", argv[3], files[k]) < (int)sizeof path)
+                    pt_output_sweep(path);
+            }
             if ((rc = pt_checkpoint_read_labels(argv[2], arch.classes, &labels, &n_labels, &err)) == 0 &&
                 (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels,
                                       tok.vocab ? &tok : NULL, &err)) == 0)

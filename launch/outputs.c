@@ -20,6 +20,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+void pt_output_sweep(const char *path)
+{
+    const int n = pt_remove_dead_temporaries(path);
+    if (n > 0)
+        fprintf(stderr, "pipetrain: note: removed %d temporary file%s of an earlier write of '%s' "
+                "that was killed\n", n, n == 1 ? "" : "s", path);
+}
+
 /* Whether eval can write its output option's file: creates and removes the
  * temporary file a write would start with. A path that cannot be written is
  * bad input (PT_EINPUT). */
@@ -31,6 +39,7 @@ int pt_output_probe(const char *option, const char *path, pt_err *err)
     pt_wfile *f = NULL;
     if (pt_wfile_open(&f, path, err) == 0) {
         pt_wfile_abort(f);
+        pt_output_sweep(path);
         return 0;
     }
     char why[sizeof err->msg];

@@ -11,8 +11,13 @@
 #include "nn/nn.h"
 
 /* Whether a file can be written at path (creates and removes the temporary
- * name a write starts with); a directory there is refused. */
+ * name a write starts with); a directory there is refused. When it can, the
+ * temporary files that a killed earlier write of path left are removed
+ * (pt_output_sweep). */
 int pt_output_probe(const char *option, const char *path, pt_err *err);
+/* Removes what killed writes of path left beside it (formats.h,
+ * pt_remove_dead_temporaries), with a note when there was any. */
+void pt_output_sweep(const char *path);
 
 /* path (a file, or a bert export's directory) is none of the n inputs and
  * does not lie in ckpt_dir, the checkpoint the command reads. */

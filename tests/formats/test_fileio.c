@@ -9,6 +9,7 @@
 #include "tests/common/test_util.h"
 #include "tests/common/cunit_main.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -449,6 +450,63 @@ static void test_log_open(void)
     free_temp_dir(dir);
 }
 
+/* pt_remove_dead_temporaries: only "NAME.tmp.PID.ID" regular files of a
+ * process that is gone; not another name's, not a live process's, not a
+ * link or a directory, not a malformed pid. */
+static void test_remove_dead_temporaries(void)
+{
+    char *dir = make_temp_dir();
+    CU_ASSERT_FATAL(dir != NULL);
+    char *path = join_path(dir, "out.st");
+    pid_t dead = 4194000;
+    while (kill(dead, 0) == 0 || errno == EPERM)
+        dead--;
+    char name[64];
+    const char *keep[] = {"out.st", "out.stx.tmp.%d.ab", "other.tmp.%d.ab", "out.st.tmp.%d.",
+                          "out.st.tmp.x%d.ab", "out.st.tmp.-%d.ab", "out.st.tmp.%dab"};
+    pt_err err = {0};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(name, sizeof name, keep[i], (int)dead);
+        char *p = join_path(dir, name);
+        CU_ASSERT_FATAL(pt_write_file_atomic(p, "k", 1, &err) == 0);
+        free(p);
+    }
+    snprintf(name, sizeof name, "out.st.tmp.%d.live", (int)getppid()); /* alive */
+    char *live = join_path(dir, name);
+    CU_ASSERT_FATAL(pt_write_file_atomic(live, "l", 1, &err) == 0);
+    snprintf(name, sizeof name, "out.st.tmp.%d.link", (int)dead);
+    char *link = join_path(dir, name);
+    CU_ASSERT_FATAL(symlink(path, link) == 0);
+    snprintf(name, sizeof name, "out.st.tmp.%d.dir", (int)dead);
+    char *sub = join_path(dir, name);
+    CU_ASSERT_FATAL(mkdir(sub, 0755) == 0);
+    snprintf(name, sizeof name, "out.st.tmp.%d.0123", (int)dead);
+    char *gone1 = join_path(dir, name);
+    snprintf(name, sizeof name, "out.st.tmp.%d.4567", (int)dead);
+    char *gone2 = join_path(dir, name);
+    CU_ASSERT_FATAL(pt_write_file_atomic(gone1, "d", 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_write_file_atomic(gone2, "d", 1, &err) == 0);
+
+    CU_ASSERT_EQUAL(pt_remove_dead_temporaries(path), 2);
+    struct stat st;
+    CU_ASSERT(stat(gone1, &st) != 0 && stat(gone2, &st) != 0);
+    CU_ASSERT(stat(live, &st) == 0 && lstat(link, &st) == 0 && stat(sub, &st) == 0);
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(name, sizeof name, keep[i], (int)dead);
+        char *p = join_path(dir, name);
+        CU_ASSERT(stat(p, &st) == 0);
+        unlink(p);
+        free(p);
+    }
+    CU_ASSERT_EQUAL(pt_remove_dead_temporaries(path), 0);
+    CU_ASSERT_EQUAL(pt_remove_dead_temporaries("/nonexistent/dir/out.st"), 0);
+    unlink(live);
+    unlink(link);
+    rmdir(sub);
+    free(live), free(link), free(sub), free(gone1), free(gone2), free(path);
+    free_temp_dir(dir);
+}
+
 static void test_little_endian_codecs(void)
 {
     unsigned char b[8];
@@ -474,6 +532,7 @@ static const pt_test fileio_tests[] = {
     {"mkdir_p", test_mkdir_p},
     {"write_after_failure_is_refused", test_write_after_failure_is_refused},
     {"little_endian_codecs", test_little_endian_codecs},
+    {"remove_dead_temporaries", test_remove_dead_temporaries},
     {"log_open", test_log_open},
     {NULL, NULL}};
 

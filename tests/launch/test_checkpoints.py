@@ -1109,6 +1109,39 @@ def test_outputs_of_a_stopped_export_or_eval(h):
         h.run(["export", ck, os.path.join(outdir, "again.st")]).expect(0)
         check(U.read_bytes(os.path.join(outdir, "w.st")) == U.read_bytes(os.path.join(outdir, "again.st")),
               "an export that was signalled left a partial file")
+    # SIGKILL leaves its temporary file (nothing can remove it then): the next
+    # export or eval of that output removes it, with a note; a live process's
+    # temporary file (this test's) is left alone
+    dead = 4194000
+    while True:
+        try:
+            os.kill(dead, 0)
+            dead -= 1
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            dead -= 1
+    for args, out in ((["export", ck], "w.st"), (["eval", cfg, "--checkpoint", ck, "--logits"], "l.st")):
+        target = os.path.join(outdir, out)
+        p = h.popen(args + [target])
+        caught = False
+        while p.poll() is None and not caught:
+            caught = temporary_with_bytes(outdir)
+        p.kill()
+        p.communicate(timeout=120)
+        forged = U.write(target + ".tmp.%d.0123abcd" % dead, "left by a killed writer")
+        mine = U.write(target + ".tmp.%d.0123abcd" % os.getpid(), "a live writer's")
+        killed = [f for f in os.listdir(outdir) if f.startswith(out + ".tmp.")]
+        r = h.run(args + [target]).expect(0, "%s after a killed one" % args[0])
+        left = sorted(f for f in os.listdir(outdir) if ".tmp." in f)
+        check(left == [os.path.basename(mine)], "%s after a SIGKILL left %s (there were %s)",
+              args[0], left, killed)
+        notes = [l for l in r.err.splitlines() if "temporary file" in l and "killed" in l]
+        check(len(notes) == 1 and target in notes[0] and
+              "removed %d temporary" % (len(killed) - 1) in notes[0],
+              "not one note of the %d removed:\n%s", len(killed) - 1, r.describe())
+        os.unlink(mine)
+        check(os.path.exists(forged) is False, "the dead writer's file is still there")
 
 
 def test_resume_past_the_end_into_a_new_run_dir(h):
