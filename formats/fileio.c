@@ -16,7 +16,7 @@
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,9 @@
 #include <unistd.h>
 #include <openssl/evp.h>
 #include <zlib.h>
+
+/* The random part of a temporary name: 64 bits in lowercase hex. */
+enum { TEMP_ID_CHARS = 16 };
 
 /* Large enough that checkpoint payloads go out in few system calls. */
 #define WFILE_BUFFER_BYTES ((size_t)1 << 20)
@@ -71,21 +74,26 @@ static char *directory_of(const char *path)
     return dir;
 }
 
-/* The pid in a temporary name of path's file ("NAME.tmp.PID.ID", name the
- * directory entry, base path's last component), or 0 when it is not one. */
-static long temporary_of(const char *name, const char *base)
+/* Whether directory entry `name` is a temporary name of a file whose last
+ * path component is base ("BASE.tmp.PID.ID"). */
+static int temporary_of(const char *name, const char *base)
 {
     const size_t b = strlen(base), m = strlen(PT_TEMP_MARK);
     if (strncmp(name, base, b) != 0 || strncmp(name + b, PT_TEMP_MARK, m) != 0)
         return 0;
-    const char *digits = name + b + m;
-    char *end = NULL;
-    errno = 0;
-    const long pid = strtol(digits, &end, 10);
-    return end != digits && *end == '.' && end[1] && !errno && pid > 0 && *digits != '+' &&
-                   *digits != '-'
-               ? pid
-               : 0;
+    /* exactly what pt_wfile_open writes: the pid in decimal (no sign,
+     * space or leading zero, at most 10 digits), a dot, 16 lowercase hex */
+    const char *s = name + b + m;
+    size_t digits = 0;
+    while (s[digits] >= '0' && s[digits] <= '9')
+        digits++;
+    if (digits == 0 || digits > 10 || s[0] == '0' || s[digits] != '.')
+        return 0;
+    s += digits + 1;
+    for (int k = 0; k < TEMP_ID_CHARS; k++)
+        if (!((s[k] >= '0' && s[k] <= '9') || (s[k] >= 'a' && s[k] <= 'f')))
+            return 0;
+    return s[TEMP_ID_CHARS] == '\0';
 }
 
 int pt_remove_dead_temporaries(const char *path)
@@ -104,13 +112,19 @@ int pt_remove_dead_temporaries(const char *path)
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        const long pid = temporary_of(e->d_name, base);
-        struct stat st;
-        if (pid == 0 || (pid_t)pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH ||
-            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+        if (!temporary_of(e->d_name, base))
             continue;
-        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+        /* its writer holds a lock on it while it lives (pt_wfile_open),
+         * whatever machine or PID namespace it runs in: a file that can be
+         * locked has no writer left. Never through a link, never a FIFO. */
+        const int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
             removed++;
+        close(fd);
     }
     closedir(d);
     return removed;
@@ -253,13 +267,30 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
      * reused after a reboot, would meet a crashed writer's leftover on every
      * retry. 64 random bits make a collision a non-event; a clash is retried. */
     for (int attempt = 0; attempt < 8; attempt++) {
-        char id[17];
+        char id[TEMP_ID_CHARS + 1];
         pt_unique_id(id, sizeof id);
         snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
         /* tracked before it exists, so that a signal handler never misses
          * it (the name is ours alone: pid, 64 random bits, and O_EXCL) */
         f->slot = track(f->tmp);
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        /* Locked until the file is closed or the process ends: how a sweep
+         * of dead writers' leftovers (pt_remove_dead_temporaries) tells this
+         * one is alive. A sweep may lock and remove the file in the moment
+         * before the lock: then the name no longer leads to this file (or
+         * the lock is taken), and another name is tried. A file system
+         * without locks (ENOLCK, EINVAL, ...) is written unlocked. */
+        if (f->fd >= 0) {
+            struct stat named, mine;
+            const int locked = flock(f->fd, LOCK_EX | LOCK_NB) == 0;
+            if ((!locked && errno == EWOULDBLOCK) ||
+                (locked && (stat(f->tmp, &named) != 0 || fstat(f->fd, &mine) != 0 ||
+                            named.st_dev != mine.st_dev || named.st_ino != mine.st_ino))) {
+                close(f->fd);
+                f->fd = -1;
+                errno = EEXIST; /* not ours any more: another name */
+            }
+        }
         if (f->fd >= 0)
             break;
         const int e = errno;

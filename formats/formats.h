@@ -121,10 +121,13 @@ int pt_pread_all(int fd, void *buf, size_t n, uint64_t offset, const char *path,
 #define PT_TEMP_MARK ".tmp."
 int pt_is_temporary_name(const char *name);
 
-/* Removes the temporary files a killed writer of path left beside it
- * ("path.tmp.PID.ID", regular files only) whose process no longer exists on
- * this machine; returns how many. A write's own, or a live process's, are
- * left alone. Best effort: nothing it cannot read or remove is an error. */
+/* Removes the temporary files killed writers of path left beside it
+ * ("path.tmp.PID.ID" exactly as pt_wfile_open names them, regular files
+ * only); returns how many. A writer holds an exclusive flock on its
+ * temporary file for as long as it lives, so a file that can be locked has
+ * none: a live writer's (of this process, another PID namespace, or another
+ * host over a file system with locks) is left alone. Best effort: nothing it
+ * cannot read, lock or remove is an error. */
 int pt_remove_dead_temporaries(const char *path);
 
 /* n - 1 random hex digits (at most 64) and a NUL into out: names that must

@@ -10,6 +10,7 @@
 #include "tests/common/cunit_main.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -450,39 +451,55 @@ static void test_log_open(void)
     free_temp_dir(dir);
 }
 
-/* pt_remove_dead_temporaries: only "NAME.tmp.PID.ID" regular files of a
- * process that is gone; not another name's, not a live process's, not a
- * link or a directory, not a malformed pid. */
+/* pt_remove_dead_temporaries: only names exactly as pt_wfile_open makes
+ * them ("NAME.tmp.PID.<16 hex>"), regular files no one holds a lock on; a
+ * live writer's (locked: this process's own included, whatever its pid),
+ * a link, a directory, or a name that merely looks like one are left. */
 static void test_remove_dead_temporaries(void)
 {
     char *dir = make_temp_dir();
     CU_ASSERT_FATAL(dir != NULL);
     char *path = join_path(dir, "out.st");
-    pid_t dead = 4194000;
-    while (kill(dead, 0) == 0 || errno == EPERM)
-        dead--;
-    char name[64];
-    const char *keep[] = {"out.st", "out.stx.tmp.%d.ab", "other.tmp.%d.ab", "out.st.tmp.%d.",
-                          "out.st.tmp.x%d.ab", "out.st.tmp.-%d.ab", "out.st.tmp.%dab"};
+    const char *hex = "0123456789abcdef";
+    const int pid = (int)getpid();
+    char name[128];
+    const char *keep[] = {"out.st", "out.stx.tmp.%d.%s", "other.tmp.%d.%s", "out.st.tmp.%d.",
+                          "out.st.tmp.x%d.%s", "out.st.tmp.-%d.%s", "out.st.tmp.+%d.%s",
+                          "out.st.tmp. %d.%s", "out.st.tmp.0%d.%s", "out.st.tmp.%d.my-notes",
+                          "out.st.tmp.99999999999.%.0s%s", "out.st.tmp.%d.%.15s",
+                          "out.st.tmp.%d.%s0", "out.st.tmp.%d.0123456789ABCDEF", "out.st.tmp.%d%s"};
     pt_err err = {0};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
-        snprintf(name, sizeof name, keep[i], (int)dead);
+        snprintf(name, sizeof name, keep[i], pid, hex);
         char *p = join_path(dir, name);
         CU_ASSERT_FATAL(pt_write_file_atomic(p, "k", 1, &err) == 0);
         free(p);
     }
-    snprintf(name, sizeof name, "out.st.tmp.%d.live", (int)getppid()); /* alive */
-    char *live = join_path(dir, name);
-    CU_ASSERT_FATAL(pt_write_file_atomic(live, "l", 1, &err) == 0);
-    snprintf(name, sizeof name, "out.st.tmp.%d.link", (int)dead);
+    /* a live writer: pt_wfile_open's file, open and locked */
+    pt_wfile *w = NULL;
+    CU_ASSERT_FATAL(pt_wfile_open(&w, path, &err) == 0);
+    char *live = NULL; /* its temporary file: the one name of the form there now */
+    snprintf(name, sizeof name, "out.st.tmp.%d.", pid);
+    DIR *d = opendir(dir);
+    CU_ASSERT_FATAL(d != NULL);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strncmp(e->d_name, name, strlen(name)) == 0 && strlen(e->d_name) == strlen(name) + 16 &&
+            strspn(e->d_name + strlen(name), "0123456789abcdef") == 16) {
+            CU_ASSERT(live == NULL);
+            live = join_path(dir, e->d_name);
+        }
+    closedir(d);
+    CU_ASSERT_FATAL(live != NULL);
+    snprintf(name, sizeof name, "out.st.tmp.%d.%.12s0000", pid, hex);
     char *link = join_path(dir, name);
     CU_ASSERT_FATAL(symlink(path, link) == 0);
-    snprintf(name, sizeof name, "out.st.tmp.%d.dir", (int)dead);
+    snprintf(name, sizeof name, "out.st.tmp.%d.%.12s1111", pid, hex);
     char *sub = join_path(dir, name);
     CU_ASSERT_FATAL(mkdir(sub, 0755) == 0);
-    snprintf(name, sizeof name, "out.st.tmp.%d.0123", (int)dead);
+    /* killed writers' leftovers (no lock): any pid, this one's too */
+    snprintf(name, sizeof name, "out.st.tmp.%d.%s", pid, hex);
     char *gone1 = join_path(dir, name);
-    snprintf(name, sizeof name, "out.st.tmp.%d.4567", (int)dead);
+    snprintf(name, sizeof name, "out.st.tmp.1.%.12s2222", hex);
     char *gone2 = join_path(dir, name);
     CU_ASSERT_FATAL(pt_write_file_atomic(gone1, "d", 1, &err) == 0);
     CU_ASSERT_FATAL(pt_write_file_atomic(gone2, "d", 1, &err) == 0);
@@ -492,15 +509,18 @@ static void test_remove_dead_temporaries(void)
     CU_ASSERT(stat(gone1, &st) != 0 && stat(gone2, &st) != 0);
     CU_ASSERT(stat(live, &st) == 0 && lstat(link, &st) == 0 && stat(sub, &st) == 0);
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
-        snprintf(name, sizeof name, keep[i], (int)dead);
+        snprintf(name, sizeof name, keep[i], pid, hex);
         char *p = join_path(dir, name);
         CU_ASSERT(stat(p, &st) == 0);
         unlink(p);
         free(p);
     }
+    /* the writer finishes unharmed; its leftover would be gone after an abort */
+    CU_ASSERT(pt_wfile_write(w, "x", 1, &err) == 0 && pt_wfile_commit(w, &err) == 0);
+    CU_ASSERT(stat(path, &st) == 0 && st.st_size == 1);
     CU_ASSERT_EQUAL(pt_remove_dead_temporaries(path), 0);
     CU_ASSERT_EQUAL(pt_remove_dead_temporaries("/nonexistent/dir/out.st"), 0);
-    unlink(live);
+    unlink(path);
     unlink(link);
     rmdir(sub);
     free(live), free(link), free(sub), free(gone1), free(gone2), free(path);

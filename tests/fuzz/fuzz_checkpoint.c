@@ -1,6 +1,6 @@
 /*
  * fuzz_checkpoint.c: libFuzzer target for the checkpoint manifest reader
- * (checkpoint/read.c): pt_checkpoint_read_config, what export and
+ * (checkpoint/manifest.c and read.c): pt_checkpoint_read_config, what export and
  * eval read, and pt_checkpoint_verify, everything a resume reads, on a
  * manifest made from the input.
  *

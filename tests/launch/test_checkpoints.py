@@ -17,6 +17,7 @@ a run.dir that holds checkpoints is refused and deletes nothing.
 
 usage: test_checkpoints.py PIPETRAIN_BINARY
 """
+import fcntl
 import hashlib
 import glob
 import json
@@ -604,6 +605,14 @@ def test_bert_other_labels(h):
     check(exported.get("id2label") == {"0": "a", "1": "b", "2": "c"} and
           exported.get("label2id") == {"a": 0, "b": 1, "c": 2},
           "exported id2label %s, label2id %s", exported.get("id2label"), exported.get("label2id"))
+    # what killed exports into the directory left there goes with the next one
+    before = sorted(os.listdir(out))
+    leftovers = [U.write(os.path.join(out, name + ".tmp.4242.0123456789abcdef"), "partial")
+                 for name in ("model.safetensors", "config.json", "vocab.txt")]
+    r = h.run(["export", ck, out]).expect(0, "export over a killed one's leftovers")
+    notes = [l for l in r.err.splitlines() if "temporary file" in l and "killed" in l]
+    check(sorted(os.listdir(out)) == before and len(notes) == 3,
+          "after an export over leftovers %s: %s, notes %s", leftovers, sorted(os.listdir(out)), notes)
     renamed = {}
     for key in ("data.train_file", "data.test_file"):
         with open(files[key]) as f:
@@ -1110,17 +1119,9 @@ def test_outputs_of_a_stopped_export_or_eval(h):
         check(U.read_bytes(os.path.join(outdir, "w.st")) == U.read_bytes(os.path.join(outdir, "again.st")),
               "an export that was signalled left a partial file")
     # SIGKILL leaves its temporary file (nothing can remove it then): the next
-    # export or eval of that output removes it, with a note; a live process's
-    # temporary file (this test's) is left alone
-    dead = 4194000
-    while True:
-        try:
-            os.kill(dead, 0)
-            dead -= 1
-        except ProcessLookupError:
-            break
-        except PermissionError:
-            dead -= 1
+    # export or eval of that output removes it, with a note, whatever its pid
+    # (a writer's lock tells it is alive, not its pid); a live writer's
+    # temporary file (this test holds its lock) is left alone
     for args, out in ((["export", ck], "w.st"), (["eval", cfg, "--checkpoint", ck, "--logits"], "l.st")):
         target = os.path.join(outdir, out)
         p = h.popen(args + [target])
@@ -1129,10 +1130,13 @@ def test_outputs_of_a_stopped_export_or_eval(h):
             caught = temporary_with_bytes(outdir)
         p.kill()
         p.communicate(timeout=120)
-        forged = U.write(target + ".tmp.%d.0123abcd" % dead, "left by a killed writer")
-        mine = U.write(target + ".tmp.%d.0123abcd" % os.getpid(), "a live writer's")
+        forged = U.write(target + ".tmp.1.00000000deadbeef", "left by a killed writer")
+        mine = U.write(target + ".tmp.%d.0123456789abcdef" % os.getpid(), "a live writer's")
+        holder = open(mine, "rb")
+        fcntl.flock(holder, fcntl.LOCK_EX)
         killed = [f for f in os.listdir(outdir) if f.startswith(out + ".tmp.")]
         r = h.run(args + [target]).expect(0, "%s after a killed one" % args[0])
+        holder.close()
         left = sorted(f for f in os.listdir(outdir) if ".tmp." in f)
         check(left == [os.path.basename(mine)], "%s after a SIGKILL left %s (there were %s)",
               args[0], left, killed)
