@@ -220,10 +220,41 @@ static int names_file(const char *path, int fd)
     return fd >= 0 && fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+/* The segment and disk file of the cache this process has open, for
+ * pt_cache_release_names, which a signal handler may call: plain globals,
+ * filled once the cache is open and emptied (set first) when it closes. */
+static struct {
+    char path[256], disk[sizeof(((header *)0)->disk_path)];
+    int fd, disk_fd;
+    volatile sig_atomic_t set;
+} open_names;
+
+static void remember_names(const pt_cache *c)
+{
+    shm_path(c->name, open_names.path, sizeof open_names.path);
+    memcpy(open_names.disk, c->h->disk_path, sizeof open_names.disk);
+    open_names.disk[sizeof open_names.disk - 1] = '\0';
+    open_names.fd = c->fd;
+    open_names.disk_fd = c->disk_fd;
+    open_names.set = 1;
+}
+
+void pt_cache_release_names(void)
+{
+    if (!open_names.set)
+        return;
+    if (open_names.disk[0] && names_file(open_names.disk, open_names.disk_fd))
+        unlink(open_names.disk);
+    if (names_file(open_names.path, open_names.fd))
+        unlink(open_names.path);
+}
+
 void pt_cache_close(pt_cache *c)
 {
     if (!c)
         return;
+    if (open_names.set && open_names.fd == c->fd)
+        open_names.set = 0;
     char disk[sizeof c->h->disk_path] = "", path[256];
     if (c->h) {
         memcpy(disk, c->h->disk_path, sizeof disk);
@@ -402,6 +433,7 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
      * tells attaching ranks the segment is complete */
     atomic_thread_fence(memory_order_release);
     memcpy(h->magic, MAGIC, 8);
+    remember_names(c);
     *out = c;
     return 0;
 }
@@ -447,6 +479,7 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         pt_cache_close(c);
         return rc;
     }
+    remember_names(c);
     *out = c;
     return 0;
 }

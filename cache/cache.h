@@ -48,6 +48,14 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
  * after the other ranks of the node have closed). NULL-safe. */
 void pt_cache_close(pt_cache *c);
 
+/* For a job that is ending (a stop signal, an abort): removes the names of
+ * the segment and disk file this process has open, if they still name them,
+ * so that the kernel frees both once the last process using them is gone,
+ * however it ends (the next job's sweep is then not needed, where there is
+ * one). What is mapped and open stays usable; no rank can attach any more.
+ * Async-signal-safe; does nothing when no cache is open. */
+void pt_cache_release_names(void);
+
 /* Copies the entry of sample id into out if it has depth `depth`: 1 (hit)
  * or 0 (miss). A concurrent store makes it a miss, never a torn read. */
 int pt_cache_get(pt_cache *c, int64_t id, int depth, void *out, pt_err *err);

@@ -6,6 +6,7 @@
  * engine's step ends in an all-reduce over the world, so all ranks agree on
  * every decision, stop requests included.
  */
+#include "cache/cache.h"
 #include "checkpoint/checkpoint.h"
 #include "launch/session.h"
 #include "tokenize/tokenize.h"
@@ -30,6 +31,10 @@ static void on_stop_signal(int sig)
         _exit(128 + sig);
     }
     stop_signal = sig;
+    /* the job ends, by saving and stopping or, under mpirun, by the
+     * launcher's SIGKILL a second later: the node's cache is freed once the
+     * last rank using it is gone, whichever way */
+    pt_cache_release_names();
     const char *where = current_where;
     if (where) { /* one write, so ranks sharing a terminal do not mix their lines */
         static const char head[] = "pipetrain: signal received while at ";

@@ -9,6 +9,7 @@
  * of one rank during training is printed by that rank with where it was, and
  * the job is aborted so no rank waits forever for it.
  */
+#include "cache/cache.h"
 #include "checkpoint/checkpoint.h"
 #include "launch/outputs.h"
 #include "launch/session.h"
@@ -408,8 +409,12 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if (rc && rc != PT_ESTOPPED) {
         int code = report(comm, rc, &err);
-        if (pt_comm_size(comm) > 1)
+        if (pt_comm_size(comm) > 1) {
+            /* the abort ends every rank without closing anything: the
+             * node's cache goes once the last of them is gone */
+            pt_cache_release_names();
             pt_comm_abort(comm, code); /* the others may be waiting for this rank */
+        }
         rc = code;
         goto done;
     }

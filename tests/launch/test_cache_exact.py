@@ -220,6 +220,34 @@ def test_small_dev_shm(h):
     same_steps(steps_of(off), steps_of(on_dir), "a 256 KiB /dev/shm: cache on vs off")
 
 
+def test_segment_gone_when_killed_after_a_stop_signal(h):
+    """Under mpirun a rank gets SIGTERM and, a second later, SIGKILL when
+    the launcher ends the job (another rank died): the stop signal takes the
+    segment's name off /dev/shm at once, so its memory is freed when the
+    process dies, though it never reaches its close. In a mount namespace
+    with a /dev/shm of its own (nothing else's segments there): SIGTERM, then
+    SIGKILL 50 ms later, leave /dev/shm empty. Needs root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    run_dir = h.path("killed")
+    # steps of a few hundred ms: the SIGKILL comes before the step that the
+    # stop waits for ends (so no close removes the segment)
+    slow = dict(REPRO, **{"train.max_steps": "100000", "model.dim": "256", "model.layers": "4",
+                          "model.heads": "4", "train.batch": "128", "freeze.start": "100000"})
+    cfg = U.write_config(h, "killed.yaml", keys(run_dir, slow, True))
+    script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
+              '"$0" train "$1" >/dev/null 2>&1 & p=$!\n'
+              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n'
+              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
+              'sleep 0.5; kill -TERM $p; sleep 0.05; kill -KILL $p; wait $p\n'
+              'echo "left: $(ls -A /dev/shm)"\n')
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                       capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+    check(p.returncode == 0 and p.stdout.strip() == "left:",
+          "SIGTERM then SIGKILL with the cache on: exit %d, %s", p.returncode,
+          U.tail(p.stdout + p.stderr))
+
+
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
           dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
@@ -326,7 +354,8 @@ FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33,
 
 
 def tests(full):
-    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm]
+    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm,
+           test_segment_gone_when_killed_after_a_stop_signal]
     out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),
