@@ -128,7 +128,7 @@ static int check_model_memory(pt_session *r, pt_err *err)
                                   (need - weights) / gib, room);
     const int tokens = pt_arch_tokens(a);
     if (example > have - weights)
-        return a->kind == PT_MODEL_GPT
+        return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
                    ? pt_config_key_fail(c, err, "model.context",
                                         "%d: one example's activations take %.3g GiB, %s; allowed: "
                                         "a shorter context",

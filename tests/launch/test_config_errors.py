@@ -335,6 +335,14 @@ CASES = [
     Case("context_beyond_stage_memory", {"model.context": "4096", "pipeline.memory_gib": "0.01",
                                          "pipeline.microbatches": "1"},
          kind="gpt", blame="model.context", needles=["one example's activations"]),
+    # micro-batches left to the planner: a unit that cannot fit even alone
+    # with one example is refused before the planner measures anything
+    # (which took minutes at long contexts, at every size it measures)
+    Case("context_beyond_memory_planned", {"model.context": "16384", "model.positions": "16384",
+                                           "pipeline.memory_gib": "0.5"},
+         kind="gpt", blame="pipeline.memory_gib",
+         needles=["no layout fits: with one example per micro-batch", "on a stage of its own"],
+         fast=True),
     Case("image_tokens_beyond_memory", {"data.image_size": "4096"}, blame="model.patch",
          needles=["4096x4096 images into 1048577 tokens"], timeout=20),
     # ---- ranges that follow what the code can do
