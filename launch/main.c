@@ -594,6 +594,14 @@ static int cmd_export(int argc, char **argv)
     }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
         rc = pt_output_probe("export", argv[3], &err);
+    /* a bert export's directory, when it is there already: that its files
+     * can be written (one that is not there is made by the export, which
+     * says when it cannot be) */
+    if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0) {
+        char path[2 * PT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/model.safetensors", argv[3]);
+        rc = pt_output_probe("export", path, &err);
+    }
     if (rc == 0)
         spec.count = pt_arch_units(&arch);
     if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, &err)) == 0 &&

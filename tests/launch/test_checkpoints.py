@@ -583,6 +583,30 @@ def test_resume_bert_other_dropout(h):
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming an old manifest")
 
 
+def read_only_export(h, ck):
+    """An export into a directory that is there but cannot be written is bad
+    input (exit 2, the path named) found before the work, as one into a
+    directory that cannot be made is. Read-only by a mount in a namespace of
+    its own: root writes through a directory's permissions."""
+    ro = h.path("read-only")
+    os.makedirs(ro)
+    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
+              'exec "$2" export "$3" "$1"')
+    try:
+        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, ck],
+                           capture_output=True, text=True, errors="replace", timeout=120,
+                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return
+    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+        return  # no mount namespace here (not root): nothing to check
+    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
+    U.no_sanitizer(r)
+    r.expect(2, "export into a read-only directory")
+    r.one_error("export: cannot write there", ro, "Read-only file system")
+    check(os.listdir(ro) == [], "the refused export left %s", os.listdir(ro))
+
+
 def test_bert_other_labels(h):
     """A text-classification checkpoint records its classes' labels (the
     classifier's rows, in byte order): resuming or evaluating it with a
@@ -613,6 +637,7 @@ def test_bert_other_labels(h):
     notes = [l for l in r.err.splitlines() if "temporary file" in l and "killed" in l]
     check(sorted(os.listdir(out)) == before and len(notes) == 3,
           "after an export over leftovers %s: %s, notes %s", leftovers, sorted(os.listdir(out)), notes)
+    read_only_export(h, ck)
     renamed = {}
     for key in ("data.train_file", "data.test_file"):
         with open(files[key]) as f:
