@@ -46,8 +46,13 @@ typedef struct pt_cost_model {
     pt_unit_cost *unit;            /* [units] */
 } pt_cost_model;
 
-/* Times every unit of the model on this backend at micro-batch sizes small
- * and large (small <= large). */
+/* The cost model's sizes alone (parameters, their state, activations and
+ * scratch at micro-batch sizes small and large), every time 0: what memory
+ * a layout takes, known without running anything. */
+int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int small, int large,
+                  pt_err *err);
+/* Those sizes, and every unit timed on this backend at micro-batch sizes
+ * small and large (small <= large). */
 int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
                     pt_err *err);
 void pt_cost_model_free(pt_cost_model *m);

@@ -115,8 +115,8 @@ done:
     return rc;
 }
 
-int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
-                    pt_err *err)
+int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int small, int large,
+                  pt_err *err)
 {
     const int units = pt_arch_units(a);
     memset(m, 0, sizeof *m);
@@ -136,24 +136,34 @@ int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int smal
         c->param_bytes = (double)info.numel * (double)pt_backend_real_size(be);
         c->state_bytes = 3 * c->param_bytes;
         for (int k = 0; k < 2; k++) {
-            int n = m->batch[k];
-            c->saved_bytes[k] = (double)pt_unit_saved_bytes(a, be, u, n);
-            c->scratch_bytes[k] = (double)pt_unit_scratch_bytes(a, be, u, n);
-            int rc = time_unit(a, be, u, n, &c->fwd[k], &c->bwd[k], err);
-            if (rc) {
+            c->saved_bytes[k] = (double)pt_unit_saved_bytes(a, be, u, m->batch[k]);
+            c->scratch_bytes[k] = (double)pt_unit_scratch_bytes(a, be, u, m->batch[k]);
+        }
+    }
+    return 0;
+}
+
+int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
+                    pt_err *err)
+{
+    int rc = pt_cost_sizes(m, a, be, small, large, err);
+    for (int u = 0; rc == 0 && u < m->units; u++) {
+        pt_unit_cost *c = &m->unit[u];
+        for (int k = 0; k < 2; k++) {
+            if ((rc = time_unit(a, be, u, m->batch[k], &c->fwd[k], &c->bwd[k], err))) {
+                pt_unit_info info;
+                pt_unit_info_get(a, u, &info);
                 pt_cost_model_free(m);
                 return pt_err_prefix(err, "profiling %s", info.name);
             }
             if (small == large) {
                 c->fwd[1] = c->fwd[0];
                 c->bwd[1] = c->bwd[0];
-                c->saved_bytes[1] = c->saved_bytes[0];
-                c->scratch_bytes[1] = c->scratch_bytes[0];
                 break;
             }
         }
     }
-    return 0;
+    return rc;
 }
 
 void pt_cost_model_free(pt_cost_model *m)

@@ -161,6 +161,60 @@ static int shared_cost_model(pt_run *r, int small, int large, const pt_profile *
     return rc;
 }
 
+/* Before measuring, which runs every unit on micro-batches of `small` and
+ * `large` examples (minutes, and that much memory, for a long context):
+ * whether any layout can fit the memory at all, by the planner's own
+ * measure (balance/plan.c) at its most frugal: one example per micro-batch,
+ * the unit on a stage of its own, one micro-batch in flight, the largest
+ * unit's scratch beside it, and the units of the prefix the resumed
+ * checkpoint froze (rank 0's reading) holding no state or activations. A
+ * unit that does not fit even so fits no layout: PT_EINPUT, which the
+ * caller reports under pipeline.memory_gib. Sizes only, nothing runs;
+ * rank 0 decides for every rank. */
+static int memory_can_fit(pt_run *r, int small, int large, pt_err *err)
+{
+    const double GIB = (double)(1ull << 30);
+    int64_t status = 0;
+    const double limit = device_memory(r);
+    if (r->rank == 0 && limit > 0) {
+        pt_cost_model m;
+        if (pt_cost_sizes(&m, &r->arch, r->be, small, large, err)) {
+            status = err->code;
+        } else {
+            const int frozen = r->spec.resume_depth > 0 ? pt_freeze_units(r->spec.resume_depth) : 0;
+            double scratch = 0, worst = 0;
+            int at = 0;
+            for (int u = 0; u < m.units; u++) {
+                const double w = pt_cost_scratch_bytes(&m, u, 1);
+                scratch = w > scratch ? w : scratch;
+                const double need = m.unit[u].param_bytes +
+                                    (u < frozen ? 0 : m.unit[u].state_bytes +
+                                                          pt_cost_saved_bytes(&m, u, 1));
+                if (need > worst)
+                    worst = need, at = u;
+            }
+            if (scratch + worst > limit) {
+                pt_unit_info info;
+                pt_unit_info_get(&r->arch, at, &info);
+                status = pt_fail(err, PT_EINPUT,
+                                 "no layout fits: with one example per micro-batch, %s on a stage "
+                                 "of its own takes %.3g GiB (its parameters, their gradients "
+                                 "and moments, and one example's activations) and the largest "
+                                 "unit's scratch %.3g GiB more, against %.3g GiB per device",
+                                 info.name, worst / GIB, scratch / GIB, limit / GIB);
+            }
+            pt_cost_model_free(&m);
+        }
+    }
+    int rc = pt_bcast(pt_comm_world(r->comm), &status, sizeof status, 0, err);
+    if (rc == 0 && status) {
+        if (r->rank != 0)
+            pt_fail(err, (int)status, "rank 0 found that no layout fits (rank 0 reports why)");
+        rc = (int)status;
+    }
+    return rc;
+}
+
 /* Rank 0 decides whether the spec's profile is used: 1 yes, 0 measure, or
  * an error when a strict one does not fit. The same answer on every rank. */
 static int use_given_profile(pt_run *r, int costs, int small, int large, pt_err *err)
@@ -439,6 +493,8 @@ int pt_layout_open(pt_run *r, pt_err *err)
     const int costs = needs_costs(r);
     if (rc == 0 && (use = use_given_profile(r, costs, small, large, err)) < 0)
         rc = -use;
+    if (rc == 0 && costs && !use)
+        rc = memory_can_fit(r, small, large, err);
     if (rc == 0 && use && r->ranks > 1) { /* rank 0's figures, as measuring gives them */
         double links[3] = {0, 0, 0};
         if (r->rank == 0) {

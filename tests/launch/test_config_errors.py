@@ -957,6 +957,12 @@ def test_text_classification_data_errors(h):
          ["'%s':4: token of more than 1048576 bytes (at most 255)" % f["long_vocab"]]),
         ("vocab_with_a_bom", {"data.vocab": f["bom_vocab"]}, "data.vocab",
          ["no [PAD] token", "line 1 starts with a UTF-8 byte order mark"]),
+        # BERT's tokens are word pieces: a context too long for the memory
+        # blames model.context, as GPT's does (not ViT's model.patch)
+        ("context_beyond_stage_memory", {"model.context": "4096", "model.positions": "4096",
+                                         "pipeline.memory_gib": "0.01",
+                                         "pipeline.microbatches": "1"}, "model.context",
+         ["4096: one example's activations take"]),
     ]
     for name, changes, key, needles in cases:
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
