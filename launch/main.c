@@ -65,21 +65,43 @@ static int exit_code(int rc)
     }
 }
 
+/* msg on one line of stderr after head, whatever it quotes: a control
+ * character in it (a path or value holding a newline, a tab, an escape
+ * sequence) is written as C writes it in a string (\n, \t, \x1b), so the
+ * line stays one line and the terminal prints what was given. */
+static void error_line(const char *head, const char *msg, size_t cap)
+{
+    char line[4 * sizeof ((pt_err *)0)->msg + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < cap && msg[i] && n + 5 < sizeof line; i++) {
+        const unsigned char c = (unsigned char)msg[i];
+        if (c >= 0x20 && c != 0x7f)
+            line[n++] = (char)c;
+        else if (c == '\n' || c == '\t' || c == '\r')
+            line[n++] = '\\', line[n++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        else
+            n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02x", c);
+    }
+    line[n] = '\0';
+    fprintf(stderr, "%s%s\n", head, line);
+}
+
 /* Prints err (prefixed with the rank when there are several) and returns the exit status. */
 static int report(const pt_comm *comm, int rc, const pt_err *err)
 {
+    char head[64] = "pipetrain: error: ";
     if (comm && pt_comm_size(comm) > 1)
-        fprintf(stderr, "pipetrain: rank %d: error: %s\n", pt_comm_rank(comm), err->msg);
-    else
-        fprintf(stderr, "pipetrain: error: %s\n", err->msg);
+        snprintf(head, sizeof head, "pipetrain: rank %d: error: ", pt_comm_rank(comm));
+    error_line(head, err->msg, sizeof err->msg);
     return exit_code(rc);
 }
 
 static int usage_error(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "pipetrain: error: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
+    char msg[sizeof ((pt_err *)0)->msg];
+    snprintf(msg, sizeof msg, fmt, arg);
+    error_line("pipetrain: error: ", msg, sizeof msg);
+    fprintf(stderr, "\n%s", usage);
     return 2;
 }
 

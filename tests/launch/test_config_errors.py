@@ -19,6 +19,7 @@ usage: test_config_errors.py PIPETRAIN_BINARY
 import json
 import os
 import shutil
+import signal
 import math
 import re
 import stat
@@ -69,13 +70,19 @@ def timed_run(h, args, timeout):
             "print(json.dumps([p.returncode, p.stdout.decode(errors='replace'),"
             " p.stderr.decode(errors='replace'), u.ru_utime + u.ru_stime]))\n")
     cmd = [h.binary] + [str(a) for a in args]
+    # a process group of its own: a timeout kills the binary too, not only
+    # the wrapper (an orphan would go on taking a core from the other tests)
+    p = subprocess.Popen([sys.executable, "-c", code] + cmd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=U.sanitizer_env(), cwd=h.dir,
+                         start_new_session=True)
     try:
-        p = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True,
-                           timeout=timeout, env=U.sanitizer_env(), cwd=h.dir)
+        stdout, stderr = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
         raise U.Failure("timed out after %ss: %s" % (timeout, " ".join(cmd)))
-    check(p.returncode == 0, "timing wrapper failed: %s", p.stderr[-2000:])
-    rc, out, err, cpu = json.loads(p.stdout)
+    check(p.returncode == 0, "timing wrapper failed: %s", stderr[-2000:])
+    rc, out, err, cpu = json.loads(stdout)
     r = U.Result(cmd, rc, out, err)
     U.no_sanitizer(r)
     return r, cpu
@@ -1406,6 +1413,15 @@ def test_cache_budget_above_need(h):
     h.run(["train", U.write_config(h, "big.yaml", keys)]).expect(0, "a cache budget of 1e6 GiB")
 
 
+def test_error_line_escapes_control_characters(h):
+    """A path holding a newline, a tab or an escape sequence (all allowed in
+    a file name) stays on the one error line, written as C escapes."""
+    ck = h.path("a\nb\tc\x1b[31m")
+    r = h.run(["export", ck, h.path("out.st")]).expect(2, "export of a missing checkpoint")
+    r.one_error("a\\nb\\tc\\x1b[31m")
+    check("\x1b" not in r.err, "the escape sequence reached stderr raw:\n%s", r.describe())
+
+
 def test_eval_output_errors(h):
     """eval's --logits / --hidden / --checkpoint / --init misused: one clear
     error line, exit 2, nothing written. An output that cannot be written is
@@ -1448,7 +1464,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_cache_budget_above_need, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
          test_usage_errors, test_subcommand_help, test_config_without_settings,
-         test_checkpoints_not_a_directory, test_eval_output_errors] + [make(c) for c in CASES]
+         test_checkpoints_not_a_directory, test_eval_output_errors,
+         test_error_line_escapes_control_characters] + [make(c) for c in CASES]
 
 if __name__ == "__main__":
     # 8 workers: most of a refused run is waiting for MPI to start, not CPU
