@@ -67,7 +67,7 @@ double pt_session_memory_per_rank(const pt_session *r)
  * "out of memory" and no key. Checked here with what the planner counts:
  * parameters with their gradients and AdamW moments, and the activations of
  * one micro-batch (a lower bound: a schedule may keep more in flight). */
-static int check_model_memory(pt_session *r, pt_err *err)
+static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     /* one process runs one stage and one replica, with one micro-batch
@@ -88,7 +88,9 @@ static int check_model_memory(pt_session *r, pt_err *err)
     const int64_t micro = (share + m - 1) / m;
     /* a resumed checkpoint's frozen units keep no gradients or moments and
      * save nothing for a backward */
-    const int frozen = pt_freeze_units(r->resume_depth);
+    /* an evaluation trains nothing: every unit counts as frozen */
+    const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(r->resume_depth);
+    const char *state = mode == PT_RUN_EVAL ? "" : " with their gradients and AdamW moments";
     double params = 0, trained = 0, saved = 0, scratch = 0;
     for (int u = 0; u < pt_arch_units(a); u++) {
         pt_unit_info info;
@@ -114,17 +116,16 @@ static int check_model_memory(pt_session *r, pt_err *err)
     if (weights >= have)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB with their gradients and AdamW moments, %s; allowed: a "
-                                  "smaller model, or more pipeline.stages over more ranks",
-                                  a->dim, a->layers, params, weights / gib, room);
+                                  "%.3g GiB%s, %s; allowed: a smaller model, or more "
+                                  "pipeline.stages over more ranks",
+                                  a->dim, a->layers, params, weights / gib, state, room);
     if (weights >= need - weights)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB with their gradients and AdamW moments, and a "
-                                  "micro-batch's activations %.3g GiB more: together %s; allowed: "
-                                  "a smaller model, more pipeline.stages over more ranks, or "
-                                  "smaller micro-batches",
-                                  a->dim, a->layers, params, weights / gib,
+                                  "%.3g GiB%s, and a micro-batch's activations %.3g GiB more: "
+                                  "together %s; allowed: a smaller model, more pipeline.stages "
+                                  "over more ranks, or smaller micro-batches",
+                                  a->dim, a->layers, params, weights / gib, state,
                                   (need - weights) / gib, room);
     const int tokens = pt_arch_tokens(a);
     if (example > have - weights)
@@ -424,9 +425,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * check waits for them */
     const int known = c->data.kind != PT_DATA_IDX; /* the image size */
     if ((rc = open_backend(s, err)) ||
-        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, err)))) ||
+        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
-        (!known && (rc = check_model_memory(s, err))))
+        (!known && (rc = check_model_memory(s, mode, err))))
         goto agree;
     if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
         rc = pt_config_key_fail(c, err, "run.profile_ops",

@@ -336,6 +336,12 @@ CASES = [
     Case("model_beyond_stage_memory", {"pipeline.memory_gib": "0.000001",
                                        "pipeline.microbatches": "1"}, blame="model.dim",
          needles=["parameters take", "1e-06 GiB one stage may use"]),
+    # an evaluation keeps no gradients or moments: counted, or said, it
+    # would refuse a model that evaluates in the memory it has
+    Case("eval_model_beyond_stage_memory", {"pipeline.memory_gib": "0.000001",
+                                            "pipeline.microbatches": "1"}, blame="model.dim",
+         cmd="eval", sets=["--init"], needles=["parameters take", "1e-06 GiB one stage may use"],
+         absent=["gradients", "moments"]),
     Case("micro_batch_beyond_stage_memory", {"train.batch": "40", "pipeline.memory_gib": "0.0003",
                                              "pipeline.microbatches": "1"},
          blame="train.batch", needles=["micro-batches of 40 examples", "allowed: at most"]),
