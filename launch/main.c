@@ -11,18 +11,15 @@
  */
 #include "cache/cache.h"
 #include "checkpoint/checkpoint.h"
+#include "launch/export.h"
 #include "launch/outputs.h"
 #include "launch/session.h"
 #include "formats/formats.h"
-#include "launch/weights.h"
-#include "hf/hf.h"
-#include "tokenize/tokenize.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define PT_VERSION "0.2.0"
 
@@ -133,45 +130,6 @@ static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
         return 1;
     }
     return 0;
-}
-
-/* The vocabulary at path as export writes it (its tokens in id order, one
- * per line: what was checked, whatever line endings the file had), when it
- * is the one checkpoint dir was trained with (or the checkpoint records
- * none). malloc'd into *text, *n bytes. */
-static int vocab_for_export(const char *dir, const char *path, char **text, size_t *n, pt_err *err)
-{
-    pt_vocab *v = NULL;
-    char sha[65];
-    *text = NULL;
-    *n = 0;
-    int rc = pt_vocab_load(&v, path, err);
-    if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0 &&
-        (rc = pt_checkpoint_check_vocab(dir, path, sha, err)) == PT_EINPUT)
-        pt_fail(err, rc, "'%.900s' is no longer the vocabulary the checkpoint was trained with "
-                "(its tokens changed since)", path);
-    size_t bytes = 0;
-    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++)
-        bytes += strlen(pt_vocab_token(v, id)) + 1;
-    if (rc == 0 && !(*text = malloc(bytes ? bytes : 1)))
-        rc = pt_fail(err, PT_ENOMEM, "out of memory for '%s'", path);
-    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++) {
-        const char *t = pt_vocab_token(v, id);
-        const size_t len = strlen(t);
-        memcpy(*text + *n, t, len);
-        (*text)[*n + len] = '\n';
-        *n += len + 1;
-    }
-    pt_vocab_free(v);
-    return rc;
-}
-
-/* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
-static void run_of_checkpoint(const char *ckpt, char *out, size_t n)
-{
-    const int len = snprintf(out, n, "%s/../..", ckpt);
-    if (len < 0 || (size_t)len >= n)
-        out[0] = '\0';
 }
 
 /* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits /
@@ -513,7 +471,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     const char *read_ckpt = a->init ? NULL : checkpoint;
     char ckpt_run[2 * PT_PATH_MAX] = "";
     if (read_ckpt)
-        run_of_checkpoint(read_ckpt, ckpt_run, sizeof ckpt_run);
+        pt_output_run_of_checkpoint(read_ckpt, ckpt_run, sizeof ckpt_run);
     const char *opts[2] = {"--logits", "--hidden"}, *outs[2] = {a->logits, a->hidden};
     for (int k = 0; k < 2; k++)
         if (writes && outs[k] && rc == 0 &&
@@ -593,85 +551,7 @@ static int cmd_export(int argc, char **argv)
     if (argc != 4)
         return usage_error("export takes a checkpoint directory and an output file%s", "");
     pt_err err = {0};
-    pt_config *cfg = calloc(1, sizeof *cfg);
-    pt_arch arch;
-    pt_backend *be = NULL;
-    pt_segment *seg = NULL;
-    int rc = cfg ? pt_checkpoint_read_config(argv[2], cfg, &arch, &err)
-                 : pt_fail(&err, PT_ENOMEM, "out of memory");
-    pt_segment_spec spec = {0, 0, 1, 1};
-    struct stat st;
-    if (rc == 0 && lstat(argv[3], &st) == 0 && S_ISLNK(st.st_mode))
-        rc = pt_fail(&err, PT_EINPUT, "export: '%s' is a symbolic link; it is not replaced (name "
-                     "the file or directory it leads to)", argv[3]);
-    else if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0 && !S_ISDIR(st.st_mode))
-        rc = pt_fail(&err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
-                     "directory (model.safetensors and config.json)", argv[3],
-                     pt_file_kind(st.st_mode));
-    else if (rc == 0 && (rc = pt_output_not_input("export", argv[3], argv[2], NULL, 0, &err)) == 0) {
-        char run[2 * PT_PATH_MAX];
-        run_of_checkpoint(argv[2], run, sizeof run);
-        if ((rc = pt_output_not_in_run("export", argv[3], run, &err)) == 0)
-            rc = pt_export_not_over_inputs(argv[3], arch.kind == PT_MODEL_BERT, cfg, &err);
-    }
-    if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
-        rc = pt_output_probe("export", argv[3], &err);
-    /* a bert export's directory, when it is there already: that its files
-     * can be written (one that is not there is made by the export, which
-     * says when it cannot be) */
-    if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(argv[3], &st) == 0) {
-        char path[2 * PT_PATH_MAX];
-        snprintf(path, sizeof path, "%s/model.safetensors", argv[3]);
-        rc = pt_output_probe("export", path, &err);
-    }
-    if (rc == 0)
-        spec.count = pt_arch_units(&arch);
-    if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, &err)) == 0 &&
-        (rc = pt_segment_create(&seg, &arch, be, &spec, &err)) == 0 &&
-        (rc = pt_checkpoint_load_segment(seg, argv[2], &err)) == 0) {
-        const char *meta[] = {"format", "pt", "producer", "pipetrain " PT_VERSION,
-                              "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
-        if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
-            char **labels = NULL;
-            int n_labels = 0;
-            /* the tokenizer the run used (data.vocab), when it is still there */
-            char *vocab = NULL;
-            pt_hf_tokenizer tok = {NULL, 0, arch.context};
-            pt_err why = {0};
-            struct stat vs;
-            if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
-                pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
-            else if (vocab_for_export(argv[2], cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
-                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
-                tok.vocab = vocab;
-            if (!tok.vocab)
-                fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "
-                        "export's there are removed): the run's data.vocab: %s\n", why.msg);
-            /* what a killed earlier export into the directory left there */
-            static const char *const files[] = {"model.safetensors", "config.json", "vocab.txt",
-                                                "tokenizer_config.json"};
-            for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
-                char path[2 * PT_PATH_MAX];
-                if (snprintf(path, sizeof path, "%s/%s", argv[3], files[k]) < (int)sizeof path)
-                    pt_output_sweep(path);
-            }
-            if ((rc = pt_checkpoint_read_labels(argv[2], arch.classes, &labels, &n_labels, &err)) == 0 &&
-                (rc = pt_hf_bert_save(seg, argv[3], (const char *const *)labels, n_labels,
-                                      tok.vocab ? &tok : NULL, &err)) == 0)
-                printf("wrote %s: model.safetensors, config.json%s\n", argv[3],
-                       tok.vocab ? ", vocab.txt, tokenizer_config.json" : "");
-            free(vocab);
-            for (int k = 0; k < n_labels; k++)
-                free(labels[k]);
-            free(labels);
-        } else if ((rc = pt_weights_save(seg, argv[3], meta, &err)) == 0) {
-            printf("wrote %s\n", argv[3]);
-        }
-    }
-    pt_segment_destroy(seg);
-    if (be)
-        pt_backend_close(be);
-    free(cfg);
+    const int rc = pt_export(argv[2], argv[3], PT_VERSION, &err);
     return rc ? report(NULL, rc, &err) : 0;
 }
 

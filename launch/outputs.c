@@ -239,3 +239,11 @@ int pt_output_same(const char *a, const char *b)
     output_name(b, nb, sizeof nb);
     return strcmp(na, nb) == 0;
 }
+
+/* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
+void pt_output_run_of_checkpoint(const char *ckpt, char *out, size_t n)
+{
+    const int len = snprintf(out, n, "%s/../..", ckpt);
+    if (len < 0 || (size_t)len >= n)
+        out[0] = '\0';
+}

@@ -36,4 +36,9 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
 /* Whether two output paths name one file (the same directory and name). */
 int pt_output_same(const char *a, const char *b);
 
+/* out = the run directory checkpoint directory ckpt lies in
+ * (RUN/checkpoints/step_N), as RUN/checkpoints/step_N/../..; "" when it does
+ * not fit in n bytes. */
+void pt_output_run_of_checkpoint(const char *ckpt, char *out, size_t n);
+
 #endif

@@ -1,0 +1,140 @@
+/*
+ * export.c: `pipetrain export CHECKPOINT_DIR OUT` (launch/export.h): reads
+ * the checkpoint's config and weights into a whole-model segment on the CPU
+ * and writes them for PyTorch: safetensors with the reference model's names
+ * (launch/weights.c), or for bert a Hugging Face model directory
+ * (hf/hf.h) with the run's tokenizer files when its data.vocab is still the
+ * vocabulary the checkpoint was trained with.
+ */
+#include "launch/export.h"
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "formats/formats.h"
+#include "hf/hf.h"
+#include "launch/outputs.h"
+#include "launch/weights.h"
+#include "tokenize/tokenize.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The vocabulary at path as export writes it (its tokens in id order, one
+ * per line: what was checked, whatever line endings the file had), when it
+ * is the one checkpoint dir was trained with (or the checkpoint records
+ * none). malloc'd into *text, *n bytes. */
+static int vocab_for_export(const char *dir, const char *path, char **text, size_t *n, pt_err *err)
+{
+    pt_vocab *v = NULL;
+    char sha[65];
+    *text = NULL;
+    *n = 0;
+    int rc = pt_vocab_load(&v, path, err);
+    if (rc == 0 && (rc = pt_checkpoint_vocab_sha256(v, sha, err)) == 0 &&
+        (rc = pt_checkpoint_check_vocab(dir, path, sha, err)) == PT_EINPUT)
+        pt_fail(err, rc, "'%.900s' is no longer the vocabulary the checkpoint was trained with "
+                "(its tokens changed since)", path);
+    size_t bytes = 0;
+    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++)
+        bytes += strlen(pt_vocab_token(v, id)) + 1;
+    if (rc == 0 && !(*text = malloc(bytes ? bytes : 1)))
+        rc = pt_fail(err, PT_ENOMEM, "out of memory for '%s'", path);
+    for (int32_t id = 0; rc == 0 && id < pt_vocab_size(v); id++) {
+        const char *t = pt_vocab_token(v, id);
+        const size_t len = strlen(t);
+        memcpy(*text + *n, t, len);
+        (*text)[*n + len] = '\n';
+        *n += len + 1;
+    }
+    pt_vocab_free(v);
+    return rc;
+}
+
+int pt_export(const char *ckpt, const char *out, const char *version, pt_err *err)
+{
+    char producer[64];
+    snprintf(producer, sizeof producer, "pipetrain %s", version);
+    pt_config *cfg = calloc(1, sizeof *cfg);
+    pt_arch arch;
+    pt_backend *be = NULL;
+    pt_segment *seg = NULL;
+    int rc = cfg ? pt_checkpoint_read_config(ckpt, cfg, &arch, err)
+                 : pt_fail(err, PT_ENOMEM, "out of memory");
+    pt_segment_spec spec = {0, 0, 1, 1};
+    struct stat st;
+    if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))
+        rc = pt_fail(err, PT_EINPUT, "export: '%s' is a symbolic link; it is not replaced (name "
+                     "the file or directory it leads to)", out);
+    else if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(out, &st) == 0 && !S_ISDIR(st.st_mode))
+        rc = pt_fail(err, PT_EINPUT, "export: '%s' exists and is %s; a bert model is written as a "
+                     "directory (model.safetensors and config.json)", out,
+                     pt_file_kind(st.st_mode));
+    else if (rc == 0 && (rc = pt_output_not_input("export", out, ckpt, NULL, 0, err)) == 0) {
+        char run[2 * PT_PATH_MAX];
+        pt_output_run_of_checkpoint(ckpt, run, sizeof run);
+        if ((rc = pt_output_not_in_run("export", out, run, err)) == 0)
+            rc = pt_export_not_over_inputs(out, arch.kind == PT_MODEL_BERT, cfg, err);
+    }
+    if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
+        rc = pt_output_probe("export", out, err);
+    /* a bert export's directory, when it is there already: that its files
+     * can be written (one that is not there is made by the export, which
+     * says when it cannot be) */
+    if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(out, &st) == 0) {
+        char path[2 * PT_PATH_MAX];
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        rc = pt_output_probe("export", path, err);
+    }
+    if (rc == 0)
+        spec.count = pt_arch_units(&arch);
+    if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, err)) == 0 &&
+        (rc = pt_segment_create(&seg, &arch, be, &spec, err)) == 0 &&
+        (rc = pt_checkpoint_load_segment(seg, ckpt, err)) == 0) {
+        const char *meta[] = {"format", "pt", "producer", producer,
+                              "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
+        if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
+            char **labels = NULL;
+            int n_labels = 0;
+            /* the tokenizer the run used (data.vocab), when it is still there */
+            char *vocab = NULL;
+            pt_hf_tokenizer tok = {NULL, 0, arch.context};
+            pt_err why = {0};
+            struct stat vs;
+            if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
+                pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
+            else if (vocab_for_export(ckpt, cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
+                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
+                tok.vocab = vocab;
+            if (!tok.vocab)
+                fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "
+                        "export's there are removed): the run's data.vocab: %s\n", why.msg);
+            /* what a killed earlier export into the directory left there */
+            static const char *const files[] = {"model.safetensors", "config.json", "vocab.txt",
+                                                "tokenizer_config.json"};
+            for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+                char path[2 * PT_PATH_MAX];
+                if (snprintf(path, sizeof path, "%s/%s", out, files[k]) < (int)sizeof path)
+                    pt_output_sweep(path);
+            }
+            if ((rc = pt_checkpoint_read_labels(ckpt, arch.classes, &labels, &n_labels, err)) == 0 &&
+                (rc = pt_hf_bert_save(seg, out, (const char *const *)labels, n_labels,
+                                      tok.vocab ? &tok : NULL, err)) == 0)
+                printf("wrote %s: model.safetensors, config.json%s\n", out,
+                       tok.vocab ? ", vocab.txt, tokenizer_config.json" : "");
+            free(vocab);
+            for (int k = 0; k < n_labels; k++)
+                free(labels[k]);
+            free(labels);
+        } else if ((rc = pt_weights_save(seg, out, meta, err)) == 0) {
+            printf("wrote %s\n", out);
+        }
+    }
+    pt_segment_destroy(seg);
+    if (be)
+        pt_backend_close(be);
+    free(cfg);
+    return rc;
+}
+
