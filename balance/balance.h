@@ -121,6 +121,16 @@ typedef struct pt_plan {
 } pt_plan;
 
 int pt_plan_make(pt_plan *out, const pt_plan_request *req, const pt_cost_model *cm, pt_err *err);
+
+/* The least memory any layout takes per device, by the measure
+ * pt_plan_make checks (stage_memory): one example per micro-batch, the
+ * unit on a stage of its own with one micro-batch in flight, the largest
+ * unit's scratch beside it; the first frozen_units units hold no state and
+ * save no activations. The unit that needs the most goes to *unit, its own
+ * bytes to *own and the scratch to *scratch. No layout fits a memory
+ * limit below *own + *scratch. Sizes only: cm's times are not read. */
+void pt_plan_least_memory(const pt_cost_model *cm, int frozen_units, int *unit, double *own,
+                          double *scratch);
 void pt_plan_print(const pt_plan *p, const pt_arch *a, FILE *out);
 
 #endif

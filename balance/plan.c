@@ -110,6 +110,22 @@ static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int 
     }
 }
 
+void pt_plan_least_memory(const pt_cost_model *cm, int frozen_units, int *unit, double *own,
+                          double *scratch)
+{
+    *unit = 0;
+    *own = *scratch = 0;
+    for (int u = 0; u < cm->units; u++) {
+        const int frozen = u < frozen_units;
+        const double w = pt_cost_scratch_bytes(cm, u, 1);
+        *scratch = w > *scratch ? w : *scratch;
+        const double need = cm->unit[u].param_bytes +
+                            (frozen ? 0 : cm->unit[u].state_bytes + pt_cost_saved_bytes(cm, u, 1));
+        if (need > *own)
+            *own = need, *unit = u;
+    }
+}
+
 /* The gradient all-reduce of each stage: its bytes, its time, and the part
  * left exposed; returns the step's exposed time (the worst stage's). */
 static double allreduce(const pt_cost_model *cm, const pt_plan_request *q, pt_plan *p,

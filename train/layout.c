@@ -163,12 +163,10 @@ static int shared_cost_model(pt_run *r, int small, int large, const pt_profile *
 
 /* Before measuring, which runs every unit on micro-batches of `small` and
  * `large` examples (minutes, and that much memory, for a long context):
- * whether any layout can fit the memory at all, by the planner's own
- * measure (balance/plan.c) at its most frugal: one example per micro-batch,
- * the unit on a stage of its own, one micro-batch in flight, the largest
- * unit's scratch beside it, and the units of the prefix the resumed
- * checkpoint froze (rank 0's reading) holding no state or activations. A
- * unit that does not fit even so fits no layout: PT_EINPUT, which the
+ * whether any layout can fit the memory at all: the planner's least
+ * (pt_plan_least_memory), the units of the prefix the resumed checkpoint
+ * froze (rank 0's reading) holding no state or activations. A unit that
+ * does not fit even so fits no layout: PT_EINPUT, which the
  * caller reports under pipeline.memory_gib. Sizes only, nothing runs;
  * rank 0 decides for every rank. */
 static int memory_can_fit(pt_run *r, int small, int large, pt_err *err)
@@ -182,17 +180,9 @@ static int memory_can_fit(pt_run *r, int small, int large, pt_err *err)
             status = err->code;
         } else {
             const int frozen = r->spec.resume_depth > 0 ? pt_freeze_units(r->spec.resume_depth) : 0;
-            double scratch = 0, worst = 0;
-            int at = 0;
-            for (int u = 0; u < m.units; u++) {
-                const double w = pt_cost_scratch_bytes(&m, u, 1);
-                scratch = w > scratch ? w : scratch;
-                const double need = m.unit[u].param_bytes +
-                                    (u < frozen ? 0 : m.unit[u].state_bytes +
-                                                          pt_cost_saved_bytes(&m, u, 1));
-                if (need > worst)
-                    worst = need, at = u;
-            }
+            double worst, scratch;
+            int at;
+            pt_plan_least_memory(&m, frozen, &at, &worst, &scratch);
             if (scratch + worst > limit) {
                 pt_unit_info info;
                 pt_unit_info_get(&r->arch, at, &info);
