@@ -108,9 +108,9 @@ void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n);
 int pt_checkpoint_dir_step(const char *name, int64_t *step);
 
 /* The newest complete checkpoint under RUN_DIR/checkpoints (a step
- * directory with a manifest that is a regular file; a damaged one is the
- * reader's to refuse, naming the file) into out; returns 0 if found,
- * PT_EINPUT (with a message) if there is none. */
+ * directory with a manifest that is, or links to, a regular file; a
+ * damaged one is the reader's to refuse, naming the file) into out;
+ * returns 0 if found, PT_EINPUT (with a message) if there is none. */
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
 
 /* The newest step directory under RUN_DIR/checkpoints that is newer than

@@ -53,8 +53,12 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step)
     return 1;
 }
 
-/* Whether dir is a step directory with a manifest: both themselves, not
- * symbolic links (a link's target is not the run's: never a checkpoint). */
+/* Whether dir is a step directory with a manifest: the directory itself,
+ * not a symbolic link (a linked directory is not the run's: never a
+ * checkpoint, never emptied), and a manifest that is, or links to, a
+ * regular file. The loaders open the manifest through a link too, so a
+ * checkpoint that eval, export and train.resume=DIR accept is one that
+ * auto finds, and pruning never takes it for a save that did not finish. */
 static int has_manifest(const char *dir)
 {
     char path[PT_CKPT_PATH];
@@ -62,7 +66,7 @@ static int has_manifest(const char *dir)
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return 0;
     pt_path_join(path, dir, "manifest");
-    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Removes the files of dir; only_temporary: just the temporary ones. Then

@@ -738,7 +738,8 @@ def test_data_identity(h):
     export then writes no vocab.txt; a training or test file edited in place
     under the same keys resumes with a note saying so; a malformed record is
     refused naming it; a manifest without one is not checked. Training from
-    an export whose vocab.txt differs from data.vocab says so in a note."""
+    an export whose vocab.txt differs from data.vocab says so in a note, and
+    so does one whose vocab.txt cannot be read as a vocabulary."""
     import hashlib
     files = U.bert_files(h, 40, 2)
     bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
@@ -849,6 +850,17 @@ def test_data_identity(h):
                    "'%s' here)" % (os.path.join(out, "vocab.txt"), tokens[5], tokens[6])
             check((note in r.err) == noted, "%s, %s: note %s expected:\n%s", name, args[0],
                   "a" if noted else "no", r.describe())
+    # an init_from vocab.txt that does not load (a token twice): its ids are
+    # not compared, and a note says so instead of nothing
+    unreadable = h.path("ident-init-unreadable-from")
+    shutil.copytree(out, unreadable)
+    U.write(os.path.join(unreadable, "vocab.txt"), "".join(t + "\n" for t in tokens[:6] + tokens[5:]))
+    cfg = U.write_config(h, "ident-init-unreadable.yaml", keys(h, h.path("ident-init-unreadable"), "gpt", **dict(
+        bert, **{"model.init_from": unreadable})))
+    r = h.run(["train", cfg]).expect(0, "train from an export with an unreadable vocab.txt")
+    check("model.init_from's '%s' cannot be read as a vocabulary, so data.vocab '%s' was not compared" %
+          (os.path.join(unreadable, "vocab.txt"), files["data.vocab"]) in r.err,
+          "no note of the init_from vocab.txt that does not load:\n%s", r.describe())
 
 
 def test_images_edited_in_place_are_noted(h):
@@ -1090,6 +1102,35 @@ def test_damaged_newest_step_directory(h):
     check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over a link differs")
 
 
+def test_linked_manifest(h):
+    """A step directory whose manifest is a symbolic link to a manifest kept
+    elsewhere (its units files in place) is a checkpoint to every command
+    alike: eval and export given it accept it, and so do eval without
+    --checkpoint and train.resume=auto, which resume it; the pruning of the
+    run that follows does not take it for a save that did not finish (it
+    removed the directory's files, and auto trained from scratch)."""
+    _, orig = trained(h)
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
+    cfg, run_dir = copy_run(h, orig, "copy-linked-manifest")
+    step_dir = U.ckpt(run_dir, LAST)
+    kept = h.path("kept-manifest")
+    shutil.move(os.path.join(step_dir, "manifest"), kept)
+    os.symlink(kept, os.path.join(step_dir, "manifest"))
+    before = sorted(os.listdir(step_dir))
+    got = h.path("got.st")
+    h.run(["export", step_dir, got]).expect(0, "export of a linked manifest")
+    check(U.read_bytes(got) == U.read_bytes(want), "the export through the link differs")
+    r = h.run(["eval", cfg]).expect(0, "eval over a linked manifest")
+    check("newer than" not in r.err, "eval passed the linked manifest over:\n%s", r.describe())
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"])
+    r.expect(0, "resume over a linked manifest")
+    check("resumed at step %d" % LAST in r.err and "not a complete checkpoint" not in r.err,
+          "auto did not resume the linked manifest:\n%s", r.describe())
+    check(sorted(os.listdir(step_dir)) == before and os.path.islink(os.path.join(step_dir, "manifest")),
+          "the step directory changed: %s", os.listdir(step_dir))
+
+
 def temporary_with_bytes(d):
     """Whether a temporary file in d holds bytes (one that vanishes while
     looked at counts as empty)."""
@@ -1315,7 +1356,8 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
-        test_damaged_newest_step_directory, test_outputs_of_a_stopped_export_or_eval,
+        test_damaged_newest_step_directory, test_linked_manifest,
+        test_outputs_of_a_stopped_export_or_eval,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir,
