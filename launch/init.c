@@ -105,7 +105,13 @@ void pt_session_note_init_vocab(const pt_session *s)
     if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) /* none, or never wait on a FIFO */
         return;
     pt_vocab *a = NULL, *b = NULL;
-    if (pt_vocab_load(&a, there, &ignored) == 0 && pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
+    pt_err why;
+    if (pt_vocab_load(&a, there, &why) != 0) /* not silently: its ids may differ all the same */
+        fprintf(stderr,
+                "pipetrain: note: model.init_from's '%s' cannot be read as a vocabulary, so "
+                "data.vocab '%s' was not compared with it (%s)\n",
+                there, c->data.vocab, why.msg);
+    else if (pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
         const int32_t na = pt_vocab_size(a), nb = pt_vocab_size(b);
         int32_t differ = 0, first = -1;
         for (int32_t id = 0; id < na || id < nb; id++)
