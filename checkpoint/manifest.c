@@ -40,6 +40,40 @@ static int64_t step_of_dir(const char *dir)
     return pt_checkpoint_dir_step(name, &step) ? step : -1;
 }
 
+int pt_manifest_file_name_ok(const char *file)
+{
+    return file && file[0] && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') &&
+           strcmp(file, "manifest") && strcmp(file, ".") && strcmp(file, "..");
+}
+
+/* The "units" and "files" records bound to each other (see manifest.h). */
+static int check_units_and_files(const manifest *m, const char *path, pt_err *err)
+{
+    const char *file, *unit;
+    const json_t *v, *u;
+    json_object_foreach((json_t *)m->units, unit, u) {
+        const char *holder = json_string_value(u);
+        if (!pt_manifest_file_name_ok(holder))
+            return pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %.80s",
+                           m->dir, unit);
+        if (!json_object_get(m->files, holder))
+            return pt_fail(err, PT_EINPUT, "'%s/manifest' names unit file '%s' for unit %.80s but "
+                           "does not list its size and SHA-256", m->dir, holder, unit);
+    }
+    json_object_foreach((json_t *)m->files, file, v) {
+        int used = 0;
+        json_object_foreach((json_t *)m->units, unit, u)
+            used |= strcmp(json_string_value(u), file) == 0;
+        if (!pt_manifest_file_name_ok(file))
+            return pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s', which is not a unit "
+                           "file of this directory", path, file);
+        if (!used)
+            return pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s' that none of its units "
+                           "is in: a manifest a save wrote lists its units' files only", path, file);
+    }
+    return 0;
+}
+
 int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
 {
     char path[PT_CKPT_PATH];
@@ -66,6 +100,8 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
                     !json_is_object(m->units) || !json_is_object(m->files)))
         rc = pt_fail(err, PT_EINPUT, "'%s': the manifest lacks its checkpoint id, step, units or "
                      "files (or one of them is malformed)", path);
+    if (rc == 0)
+        rc = check_units_and_files(m, path, err);
     if (rc == 0) {
         m->id = json_string_value(id);
         m->step = (int64_t)json_integer_value(step);

@@ -29,8 +29,15 @@ typedef struct saved_state {
 } saved_state;
 
 /* dir's manifest: its format, its own step against dir's name, its id and
- * records present; pt_manifest_close frees it (and any partly opened). */
+ * records present, and its "units" and "files" bound to each other (every
+ * unit's file a usable name that the files list, every listed file some
+ * unit's: what nothing reads is no part of a checkpoint);
+ * pt_manifest_close frees it (and any partly opened). */
 int pt_manifest_open(manifest *m, const char *dir, pt_err *err);
+/* Whether a name the manifest gives for a unit file is one we may open: a
+ * plain name of a file inside the checkpoint's own directory (not empty,
+ * not "." or "..", not the manifest). */
+int pt_manifest_file_name_ok(const char *file);
 void pt_manifest_close(manifest *m);
 
 /* The manifest's profile (the planner's measured inputs) into *out; a

@@ -70,20 +70,34 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
                      path, id ? id : "?", json_is_integer(step) ? (long long)json_integer_value(step) : -1LL,
                      name ? name : "?", m->id, m->step);
     json_decref(own);
+    /* every other record is a part of a unit the manifest keeps in this
+     * file: what no unit reads is not what a save wrote */
+    for (int i = 0; rc == 0 && i < pt_recfile_count(*out); i++) {
+        const char *tag;
+        size_t tag_len;
+        const void *data;
+        uint64_t data_len;
+        pt_recfile_get(*out, i, &tag, &tag_len, &data, &data_len);
+        char unit[256];
+        memcpy(unit, tag, tag_len); /* a record's tag is below 256 bytes, without NUL */
+        unit[tag_len] = '\0';
+        if (strcmp(unit, "checkpoint") == 0)
+            continue;
+        char *dot = strrchr(unit, '.');
+        if (dot)
+            *dot++ = '\0';
+        const char *holder = dot ? json_string_value(json_object_get(m->units, unit)) : NULL;
+        if (!dot || (strcmp(dot, "param") && strcmp(dot, "m") && strcmp(dot, "v")) || !holder ||
+            strcmp(holder, file) != 0)
+            rc = pt_fail(err, PT_EINPUT, "'%s' holds a record '%.*s' that is no part of a unit "
+                         "this checkpoint's manifest keeps in it: the file was edited",
+                         path, (int)(tag_len > 80 ? 80 : tag_len), tag);
+    }
     if (rc) {
         pt_recfile_close(*out);
         *out = NULL;
     }
     return rc;
-}
-
-/* Whether a name the manifest gives for a unit file is one we may open: a
- * plain name of a file inside the checkpoint's own directory (not empty,
- * not "." or "..", not the manifest). */
-static int usable_file_name(const char *file)
-{
-    return file && file[0] && strlen(file) < PT_CKPT_FILE_MAX && !strchr(file, '/') &&
-           strcmp(file, "manifest") && strcmp(file, ".") && strcmp(file, "..");
 }
 
 /* The record of one part of unit `info` in the file the manifest names for
@@ -94,7 +108,7 @@ static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, 
     static const char *suffix[] = {"param", "grad", "m", "v"};
     const manifest *m = ur->m;
     const char *file = json_string_value(json_object_get(m->units, info->name));
-    if (!usable_file_name(file))
+    if (!pt_manifest_file_name_ok(file))
         return pt_fail(err, PT_EINPUT, "'%s/manifest' does not say which file holds unit %s",
                        m->dir, info->name);
     int rc;
@@ -406,7 +420,7 @@ static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, 
         pt_recfile *f = NULL;
         if (rc)
             break;
-        if (!usable_file_name(file))
+        if (!pt_manifest_file_name_ok(file))
             rc = pt_fail(err, PT_EINPUT, "'%s/manifest' lists a file named '%.80s', which is not a "
                          "unit file of this directory", m->dir, file);
         else

@@ -446,6 +446,21 @@ CRAFTED = {
     "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
     "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
                                  ("auto", "path")),
+    # forged with every digest made again: what no unit reads is refused too
+    "unit_file_extra_record": (
+        lambda ck: edit_units_file(ck, lambda recs: recs + [("blocks.5.attn.param", b"\0" * 16)]),
+        ["units-stage0.bin", "record 'blocks.5.attn.param'", "no part of a unit"], None),
+    "unit_file_extra_part": (
+        lambda ck: edit_units_file(ck, lambda recs: recs + [("head.grad", b"\0" * 16)]),
+        ["units-stage0.bin", "record 'head.grad'"], None),
+    "files_entry_no_unit_is_in": (
+        lambda ck: rewrite_manifest(ck, lambda m: m["files"].update(
+            {"/etc/passwd": {"bytes": 1, "sha256": "0" * 64}})),
+        ["manifest", "lists a file named '/etc/passwd', which is not a unit file"], None),
+    "files_entry_no_unit_is_in_usable_name": (
+        lambda ck: rewrite_manifest(ck, lambda m: m["files"].update(
+            {"units-stage1.bin": dict(m["files"]["units-stage0.bin"])})),
+        ["manifest", "lists a file named 'units-stage1.bin' that none of its units is in"], None),
     "config_record_bad_key": (
         lambda ck: rewrite_manifest(ck, lambda m: m.update(
             config=m["config"].replace("  layers: 2\n", "  layerz: 2\n", 1))),
