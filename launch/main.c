@@ -577,6 +577,22 @@ static void catch_end_signals(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
+/* A stop signal can come as soon as the process exists (mpirun forwards
+ * one the moment it gets it), and before main the libraries' constructors
+ * run for 50 to 150 ms (OpenBLAS's allocates its buffers): a SIGUSR1 or
+ * SIGTERM then would end `train` by the default action, not with a
+ * checkpoint and 130. The executable's preinit functions run before any
+ * library's constructor, and glibc passes them main's arguments; the
+ * handler touches only its own static variables, set up by then. */
+static void catch_stop_signals_early(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    if (argc > 2 && argv && argv[1] && strcmp(argv[1], "train") == 0)
+        pt_catch_stop_signals();
+}
+__attribute__((used, section(".preinit_array"))) static void (*const early_stop_signals)(
+    int, char **, char **) = catch_stop_signals_early;
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

@@ -217,6 +217,34 @@ def keeps_learning_case(key, first, then, **extra):
     return t
 
 
+def test_stop_signal_before_main(h):
+    """A stop signal that comes while the libraries' constructors run (before
+    main: OpenBLAS's alone takes tens of milliseconds, and mpirun forwards a
+    signal the moment it gets one) stops the run as one during training
+    does: a checkpoint and status 130, not death by the default action. A
+    preloaded library's constructor raises the signal, so the moment is
+    exact: after the executable's preinit functions, before main."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return "skipped: no C compiler"
+    src = U.write(h.path("raise.c"), "#include <signal.h>\n#include <stdlib.h>\n"
+                  "__attribute__((constructor)) static void stop_early(void)\n"
+                  "{ raise(atoi(getenv(\"PT_TEST_EARLY_SIGNAL\"))); }\n")
+    lib = h.path("raise.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", lib, src], check=True)
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        run_dir = h.path("early-%d" % sig)
+        cfg = U.write_config(h, "early-%d.yaml" % sig, config(h, "vit", run_dir))
+        # ASan wants its runtime first among the libraries: the preload comes after it
+        r = h.run(["train", cfg], env={"LD_PRELOAD": lib, "PT_TEST_EARLY_SIGNAL": str(int(sig)),
+                                       "ASAN_OPTIONS": "verify_asan_link_order=0:" +
+                                       os.environ.get("ASAN_OPTIONS", "")})
+        r.expect(130, "signal %d before main" % sig)
+        check("stopped by signal %d after step 1" % sig in r.err, "no stop after step 1:\n%s",
+              r.describe())
+        check(U.checkpoints(run_dir) == ["step_%010d" % 1], "checkpoints %s", U.checkpoints(run_dir))
+
+
 def test_straight_runs_are_reproducible(h):
     """Control: the same config twice gives the same bits."""
     _, a, _ = train(h, "a", "vit", **{"train.checkpoint_every": "4"})
@@ -378,6 +406,7 @@ def tests():
         t.__name__ = "test_" + name
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
+            test_stop_signal_before_main,
             test_full_disk_stops_the_run_with_a_checkpoint,
             test_logs_are_written_only_to_regular_files,
             test_resume_counts_frozen_blocks_in_memory] + out
