@@ -56,6 +56,11 @@ static int model_rules(const pt_config *c, pt_err *err)
                                   pt_config_word("model.kind", c->model.kind),
                                   vit ? "fashion_mnist, idx, synthetic_images"
                                       : "text, kjv, synthetic_text");
+    /* [CLS] and [SEP] take two of a bert example's tokens: at 2, no text */
+    if (c->model.kind == PT_MODEL_BERT && c->model.context < 3)
+        return pt_config_key_fail(c, err, "model.context",
+                                  "%d leaves no token for the text ([CLS] and [SEP] take 2); "
+                                  "allowed with bert: 3 to 65536", c->model.context);
     if (c->model.kind == PT_MODEL_BERT && c->model.positions < c->model.context)
         return pt_config_key_fail(c, err, "model.positions",
                                   "%d is fewer than model.context (%d); allowed: at least %d",

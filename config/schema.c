@@ -62,7 +62,7 @@ const pt_key_spec pt_config_keys[] = {
      "data.train_file"},
     {"model.context", PT_K_INT, AT(model.context), 2, 65536, NULL, 0, "128",
      "GPT: context length in bytes; BERT: tokens per example ([CLS] text [SEP], truncated or "
-     "padded to this)"},
+     "padded to this; at least 3)"},
     {"model.vocab", PT_K_INT, AT(model.vocab), 2, 1 << 24, NULL, 0, "30522",
      "BERT: vocabulary size (the lines of data.vocab)"},
     {"model.positions", PT_K_INT, AT(model.positions), 2, 1 << 20, NULL, 0, "512",

@@ -970,6 +970,9 @@ def test_text_classification_data_errors(h):
          ["'%s':4: token of more than 1048576 bytes (at most 255)" % f["long_vocab"]]),
         ("vocab_with_a_bom", {"data.vocab": f["bom_vocab"]}, "data.vocab",
          ["no [PAD] token", "line 1 starts with a UTF-8 byte order mark"]),
+        # [CLS] and [SEP] alone: every example would be no text at all
+        ("context_of_two", {"model.context": "2"}, "model.context",
+         ["2 leaves no token for the text", "allowed with bert: 3 to 65536"]),
         # BERT's tokens are word pieces: a context too long for the memory
         # blames model.context, as GPT's does (not ViT's model.patch)
         ("context_beyond_stage_memory", {"model.context": "4096", "model.positions": "4096",
