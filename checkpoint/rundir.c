@@ -373,9 +373,23 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
     int rc = pt_mkdir_p(run_dir, 0755, err);
     if (rc)
         return rc;
-    int fd = open(pt_path_join(path, run_dir, "lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* never through a link (the file it leads to would be truncated and
+     * written), never waiting on a FIFO; what is in the lock's place and is
+     * not a file of its own is the user's to move */
+    int fd = open(pt_path_join(path, run_dir, "lock"),
+                  O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ELOOP)
+        return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; the lock file of a run.dir is "
+                       "never opened through one (remove it)", path);
     if (fd < 0)
-        return pt_fail(err, PT_ESYS, "cannot open the lock file '%s': %s", path, strerror(errno));
+        return pt_fail(err, errno == ENOMEM || errno == EMFILE || errno == ENFILE ? PT_ESYS : PT_EINPUT,
+                       "cannot open the lock file '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file; the lock file of a run.dir "
+                       "must be one (move it away)", path);
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         char holder[256] = "";

@@ -568,8 +568,11 @@ int pt_log_open(const char *path, FILE **out, pt_err *err)
     if (fd < 0 && errno == ENXIO)
         return pt_fail(err, PT_EINPUT, "'%s' exists and is not a regular file (a FIFO); it is "
                        "not written", path);
+    /* a place the user named that cannot hold the log is bad input; the
+     * system running out of something is not */
     if (fd < 0)
-        return pt_fail(err, errno == EISDIR ? PT_EINPUT : PT_ESYS, "cannot open '%s' for "
+        return pt_fail(err, errno == EISDIR || errno == EACCES || errno == EPERM || errno == EROFS ||
+                       errno == ENOTDIR ? PT_EINPUT : PT_ESYS, "cannot open '%s' for "
                        "appending: %s", path, strerror(errno));
     struct stat st;
     int rc = 0;

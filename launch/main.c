@@ -314,8 +314,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (pt_comm_rank(comm) == 0)
         pt_rundir_fresh_root(cfg->run.dir, fresh, sizeof fresh);
     int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
-    if (rc == 0 && pt_comm_rank(comm) == 0)
-        rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err);
+    if (rc == 0 && pt_comm_rank(comm) == 0 &&
+        (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "run.dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     /* one run.dir for the job: every rank must see the lock rank 0 took

@@ -517,12 +517,15 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         char metrics[PT_PATH_MAX + 32];
         const int lead = s->rank == 0;
         snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
-        if ((rc = pt_progress_open(&s->progress, lead && c->run.metrics ? metrics : NULL,
-                                   c->train.log_every, !lead, err)))
-            goto fail;
-        if (c->run.rank_metrics && (rc = open_rank_file(s, "metrics", &s->rank_metrics, err)))
-            goto fail;
-        if (c->run.log_samples && (rc = open_rank_file(s, "samples", &s->sample_log, err)))
+        rc = pt_progress_open(&s->progress, lead && c->run.metrics ? metrics : NULL,
+                              c->train.log_every, !lead, err);
+        if (rc == 0 && c->run.rank_metrics)
+            rc = open_rank_file(s, "metrics", &s->rank_metrics, err);
+        if (rc == 0 && c->run.log_samples)
+            rc = open_rank_file(s, "samples", &s->sample_log, err);
+        if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
+            pt_config_key_prefix(c, err, "run.dir");
+        if (rc)
             goto fail;
         s->run.spec.sample_log = s->sample_log;
         /* run.profile_ops writes RUN_DIR/op_profile-rank<R>.json at the end:

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -245,6 +246,49 @@ def test_stop_signal_before_main(h):
         check(U.checkpoints(run_dir) == ["step_%010d" % 1], "checkpoints %s", U.checkpoints(run_dir))
 
 
+def test_lock_is_never_written_through(h):
+    """RUN_DIR/lock as a link (to a file of the user's, or dangling), a
+    directory or a FIFO: refused with exit 2 naming the config's run.dir
+    and the lock, and nothing written where a link leads (the lock was
+    opened through it and the file it led to truncated). A run.dir on a
+    read-only mount: exit 2 naming run.dir, not a failure of the system."""
+    victim = U.write(h.path("victim.txt"), "the user's\n")
+    for name, make in (("link", lambda p: os.symlink(victim, p)),
+                       ("dangling", lambda p: os.symlink(h.path("nowhere.txt"), p)),
+                       ("dir", os.mkdir), ("fifo", os.mkfifo)):
+        run_dir = h.path("lock-" + name)
+        os.makedirs(run_dir)
+        lock = os.path.join(run_dir, "lock")
+        make(lock)
+        text = U.render(config(h, "vit", run_dir))
+        cfg = U.write(h.path("lock-%s.yaml" % name), text)
+        r = h.run(["train", cfg], timeout=60).expect(2, "a lock that is a " + name)
+        r.one_error("%s:%d: run.dir: " % (cfg, U.line_of(text, "run.dir")), lock)
+        check(os.path.islink(lock) or os.path.isdir(lock) or stat.S_ISFIFO(os.lstat(lock).st_mode),
+              "the lock's %s was replaced", name)
+    check(open(victim).read() == "the user's\n", "the file a linked lock led to was written")
+    check(not os.path.exists(h.path("nowhere.txt")), "a dangling lock's target was created")
+    ro = h.path("read-only")
+    os.makedirs(ro)
+    text = U.render(config(h, "vit", ro))
+    cfg = U.write(h.path("read-only.yaml"), text)
+    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
+              'exec "$2" train "$3"')
+    try:
+        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, cfg],
+                           capture_output=True, text=True, errors="replace", timeout=120,
+                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return "read-only run.dir skipped: no unshare"
+    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+        return "read-only run.dir skipped: no mount namespace"
+    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
+    U.no_sanitizer(r)
+    r.expect(2, "a read-only run.dir")
+    r.one_error("%s:%d: run.dir: " % (cfg, U.line_of(text, "run.dir")), "Read-only file system")
+    check(os.listdir(ro) == [], "the refused run left %s", os.listdir(ro))
+
+
 def test_straight_runs_are_reproducible(h):
     """Control: the same config twice gives the same bits."""
     _, a, _ = train(h, "a", "vit", **{"train.checkpoint_every": "4"})
@@ -406,7 +450,7 @@ def tests():
         t.__name__ = "test_" + name
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
-            test_stop_signal_before_main,
+            test_stop_signal_before_main, test_lock_is_never_written_through,
             test_full_disk_stops_the_run_with_a_checkpoint,
             test_logs_are_written_only_to_regular_files,
             test_resume_counts_frozen_blocks_in_memory] + out
