@@ -77,6 +77,30 @@ void pt_config_suggest(const char *key, char *out, size_t n)
         snprintf(out, n, "; `pipetrain keys` lists every key");
 }
 
+void pt_config_suggest_section(const char *name, char *out, size_t n)
+{
+    int best = -1, dist = 3;
+    size_t best_len = 0;
+    for (int i = 0; i < pt_config_key_count; i++) {
+        const char *key = pt_config_keys[i].key, *dot = strrchr(key, '.');
+        char section[64];
+        if (!dot || (size_t)(dot - key) >= sizeof section)
+            continue;
+        memcpy(section, key, (size_t)(dot - key));
+        section[dot - key] = '\0';
+        int e = edit_distance(name, section);
+        if (e < dist) {
+            dist = e;
+            best = i;
+            best_len = (size_t)(dot - key);
+        }
+    }
+    if (best >= 0)
+        snprintf(out, n, " (did you mean section '%.*s'?)", (int)best_len, pt_config_keys[best].key);
+    else
+        pt_config_suggest(name, out, n);
+}
+
 /* Integer keys keep their range in the schema's double columns, which hold
  * each bound exactly (schema_bug checks it); values are compared as
  * integers, because near 2^63 a double cannot tell v from v + 1 (one past

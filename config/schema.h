@@ -39,6 +39,9 @@ int pt_config_find_key(const char *key);
 int pt_config_is_section(const char *name);
 /* " (did you mean 'x'?)" for the closest known key, or a pointer to `pipetrain keys`. */
 void pt_config_suggest(const char *key, char *out, size_t n);
+/* The same for a name used as a section: the nearest section by its name
+ * (" (did you mean section 'train'?)"), else as pt_config_suggest. */
+void pt_config_suggest_section(const char *name, char *out, size_t n);
 /* Parses text into key ki of c. where: "FILE:LINE", "--set" or "default". */
 int pt_config_set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err);
 /* PT_EINPUT "WHERE: KEY: WHY 'TEXT'; allowed: ..." */

@@ -45,6 +45,17 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
             return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: a YAML tag on the key ('%s'), which a "
                            "config does not take", w->path, line, key, (const char *)kn->tag);
     int ki = pt_config_find_key(key);
+    /* an empty mapping under a name that is no section: its keys are not
+     * there to be refused one by one, so the name is (it passed, setting
+     * nothing, and a file of a million such names took minutes in the
+     * duplicate check of each mapping) */
+    if (vn->type == YAML_MAPPING_NODE && ki < 0 && !pt_config_is_section(key) &&
+        vn->data.mapping.pairs.start == vn->data.mapping.pairs.top) {
+        char hint[160];
+        pt_config_suggest_section(key, hint, sizeof hint);
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s' (an empty section)%s", w->path,
+                       line, key, hint);
+    }
     if (vn->type == YAML_MAPPING_NODE && ki < 0) {
         /* An alias (*name) reaches a mapping a second time: walking it again
          * would take exponential time for aliases of aliases of empty
