@@ -434,6 +434,21 @@ int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, 
                            "(auto takes model.init_from's config.json for bert); set it to %s to "
                            "resume", m->dir, drop[i].key, sa, drop[i].key, sb, sa);
         }
+    /* every unit the manifest keeps is one of that model's (a save lists
+     * exactly those): one more is an edited manifest */
+    const char *unit;
+    const json_t *v;
+    json_object_foreach((json_t *)m->units, unit, v) {
+        int known = 0;
+        for (int u = 0; !known && u < pt_arch_units(now); u++) {
+            pt_unit_info info;
+            pt_unit_info_get(now, u, &info);
+            known = strcmp(info.name, unit) == 0;
+        }
+        if (!known)
+            return pt_fail(err, PT_EINPUT, "'%s/manifest' lists a unit '%.80s' that the model it "
+                           "holds has not: the manifest was edited", m->dir, unit);
+    }
     return 0;
 }
 

@@ -461,6 +461,9 @@ CRAFTED = {
         lambda ck: rewrite_manifest(ck, lambda m: m["files"].update(
             {"units-stage1.bin": dict(m["files"]["units-stage0.bin"])})),
         ["manifest", "lists a file named 'units-stage1.bin' that none of its units is in"], None),
+    "units_entry_the_model_has_not": (
+        lambda ck: rewrite_manifest(ck, lambda m: m["units"].update({"blocks.7.mlp": "units-stage0.bin"})),
+        ["manifest", "lists a unit 'blocks.7.mlp' that the model it holds has not"], None),
     "config_record_bad_key": (
         lambda ck: rewrite_manifest(ck, lambda m: m.update(
             config=m["config"].replace("  layers: 2\n", "  layerz: 2\n", 1))),
