@@ -11,6 +11,7 @@
 #include "data/data_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -88,6 +89,82 @@ int pt_gz_read(gzFile gz, const char *path, void *buf, size_t len, size_t *got, 
     return 0;
 }
 
+/* zlib's gzread ends a gzip file at the first member that is followed by
+ * bytes that do not start another member, and drops those bytes unread (as
+ * gzip -d warns of "trailing garbage"). So the raw file is walked again here,
+ * member by member, inflating into scratch: whatever follows the last member
+ * is refused, as extra data after the declared size is. */
+static int gzip_members_end_the_file(const char *path, pt_err *err)
+{
+    int fd = pt_open_input(path, 0, err);
+    if (fd < 0)
+        return err->code;
+    enum { IN = 1 << 16, OUT = 1 << 16 };
+    unsigned char *in = malloc(IN), *out = malloc(OUT);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    int rc = in && out && inflateInit2(&z, 15 + 16) == Z_OK
+                 ? 0
+                 : pt_fail(err, PT_ENOMEM, "%s: out of memory checking the gzip stream", path);
+    const int ready = rc == 0;
+    uint64_t raw = 0; /* bytes of the file before z.next_in */
+    int in_member = 1, eof = 0;
+    while (rc == 0) {
+        if (z.avail_in == 0 && !eof) {
+            ssize_t got = read(fd, in, IN);
+            if (got < 0) {
+                rc = pt_fail(err, PT_ESYS, "%s: read failed: %s", path, strerror(errno));
+                break;
+            }
+            eof = got == 0;
+            z.next_in = in;
+            z.avail_in = (uInt)got;
+        }
+        if (!in_member) {
+            if (z.avail_in == 0 && eof)
+                break; /* the last member ended the file */
+            if (z.avail_in < 2 && !eof) { /* a member's magic may straddle reads */
+                memmove(in, z.next_in, z.avail_in);
+                ssize_t got = read(fd, in + z.avail_in, IN - z.avail_in);
+                if (got < 0) {
+                    rc = pt_fail(err, PT_ESYS, "%s: read failed: %s", path, strerror(errno));
+                    break;
+                }
+                eof = got == 0;
+                z.next_in = in;
+                z.avail_in += (uInt)got;
+                continue;
+            }
+            if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+                rc = pt_fail(err, PT_EINPUT, "%s: trailing bytes after the gzip data, from byte "
+                             "%llu of the file (not another gzip member)", path,
+                             (unsigned long long)raw);
+                break;
+            }
+            inflateReset(&z);
+            in_member = 1;
+        }
+        const uInt before = z.avail_in;
+        z.next_out = out;
+        z.avail_out = OUT;
+        int zr = inflate(&z, Z_NO_FLUSH);
+        raw += before - z.avail_in;
+        if (zr == Z_STREAM_END)
+            in_member = 0;
+        else if (zr == Z_BUF_ERROR && eof && z.avail_in == 0)
+            break; /* cut short: gzread has said so already */
+        else if (zr != Z_OK && zr != Z_BUF_ERROR)
+            rc = pt_fail(err, zr == Z_MEM_ERROR ? PT_ENOMEM : PT_EINPUT,
+                         "%s: corrupt gzip data (zlib: %s)", path, z.msg ? z.msg : "?");
+    }
+    if (ready)
+        inflateEnd(&z);
+    free(in);
+    free(out);
+    close(fd);
+    return rc;
+}
+
 int pt_gz_expect_end(gzFile gz, const char *path, uint64_t offset, const char *what,
                      pt_err *err)
 {
@@ -117,5 +194,5 @@ int pt_gz_expect_end(gzFile gz, const char *path, uint64_t offset, const char *w
                        "%s: truncated gzip stream: all %llu bytes of data are there but the "
                        "stream stops before its trailer (the CRC that checks them)",
                        path, (unsigned long long)offset);
-    return 0;
+    return gzdirect(gz) ? 0 : gzip_members_end_the_file(path, err);
 }

@@ -253,6 +253,50 @@ static void expect_idx_error(const char *what, const char *ipath, const char *lp
     pt_dataset_free(&ds);
 }
 
+/* Bytes after a gzip file's last member: zlib's gzread stops at the first
+ * member followed by what is not another member and drops the rest, so the
+ * loader walks the members itself and refuses them (gzip -d calls them
+ * trailing garbage); more valid members are data. */
+static void test_idx_gzip_trailing_bytes(void)
+{
+    char dir[256], ipath[512], lpath[512];
+    make_dir(dir, sizeof dir);
+    idx_pair p;
+    valid_pair(&p);
+    write_file(lpath, sizeof lpath, dir, "labels.gz", p.lab, p.lab_n, 1);
+    static const struct {
+        const char *name;
+        const unsigned char *bytes;
+        size_t n;
+    } tails[] = {{"text after the member", (const unsigned char *)"GARBAGE!!", 9},
+                 {"zero bytes after the member", (const unsigned char *)"\0\0\0\0\0\0\0\0", 8},
+                 {"one byte of a member's magic", (const unsigned char *)"\x1f", 1}};
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+        write_file(ipath, sizeof ipath, dir, "images.gz", p.img, p.img_n, 1);
+        FILE *f = fopen(ipath, "ab");
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT_FATAL(fwrite(tails[i].bytes, 1, tails[i].n, f) == tails[i].n);
+        CU_ASSERT_FATAL(fclose(f) == 0);
+        expect_idx_error(tails[i].name, ipath, lpath, PAIR_CLASSES, 0.0, 1.0, PT_EINPUT,
+                         "images.gz", "trailing bytes after the gzip data");
+    }
+    /* the images as two members, one after the other: read whole */
+    char half[512];
+    write_file(ipath, sizeof ipath, dir, "images.gz", p.img, p.img_n / 2, 1);
+    write_file(half, sizeof half, dir, "second.gz", p.img + p.img_n / 2, p.img_n - p.img_n / 2, 1);
+    unsigned char second[1 << 14];
+    size_t second_n = read_file(half, second, sizeof second);
+    FILE *f = fopen(ipath, "ab");
+    CU_ASSERT_FATAL(f != NULL);
+    CU_ASSERT_FATAL(fwrite(second, 1, second_n, f) == second_n);
+    CU_ASSERT_FATAL(fclose(f) == 0);
+    pt_dataset ds;
+    pt_err err = {0};
+    CU_ASSERT_EQUAL(pt_idx_load(&ds, ipath, lpath, PAIR_CLASSES, 0.0, 1.0, &err), 0);
+    CU_ASSERT_EQUAL(ds.count, PAIR_COUNT);
+    pt_dataset_free(&ds);
+}
+
 static void test_idx_bad_files(void)
 {
     char dir[256], ipath[512], lpath[512];
@@ -615,6 +659,7 @@ static void test_synthetic_text(void)
 static const pt_test idx_tests[] = {
     {"idx_round_trip", test_idx_round_trip},
     {"idx_bad_files", test_idx_bad_files},
+    {"idx_gzip_trailing_bytes", test_idx_gzip_trailing_bytes},
     {"idx_fashion_mnist", test_idx_fashion_mnist},
     {NULL, NULL},
 };
