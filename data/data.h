@@ -75,11 +75,12 @@ typedef struct pt_dataset {
 int pt_idx_load(pt_dataset *ds, const char *images_path, const char *labels_path, int classes,
                 double mean, double std, pt_err *err);
 
-/* The image size an IDX images file's header gives (its magic and
- * dimensions checked as pt_idx_load checks them), without reading the
- * pixels: what the model must fit can be checked before a large (or
- * hostile: gzip inflates up to a thousandfold) file is decompressed. */
-int pt_idx_image_size(const char *images_path, int *rows, int *cols, pt_err *err);
+/* The image count and size an IDX images file's header gives (its magic
+ * and dimensions checked as pt_idx_load checks them), without reading the
+ * pixels: what the model must fit, and the memory the pixels would take,
+ * can be checked before a large (or hostile: gzip inflates up to a
+ * thousandfold) file is decompressed. */
+int pt_idx_image_size(const char *images_path, int64_t *count, int *rows, int *cols, pt_err *err);
 
 /* Byte-level text, plain or gzip'd. The split is bytes [floor(begin*n),
  * floor(end*n)) of the n bytes of the file (0 <= begin < end <= 1). Example i

@@ -210,11 +210,12 @@ static int check_arguments(const char *images_path, int classes, double mean, do
 
 static const char *const image_dims[] = {"count", "rows", "cols"};
 
-int pt_idx_image_size(const char *images_path, int *rows, int *cols, pt_err *err)
+int pt_idx_image_size(const char *images_path, int64_t *count, int *rows, int *cols, pt_err *err)
 {
     idx_file f = {.path = images_path};
     int rc = pt_gz_open(&f.gz, images_path, err);
     if (!rc && !(rc = read_header(&f, 3, image_dims, "images", err))) {
+        *count = (int64_t)f.dims[0];
         *rows = (int)f.dims[1];
         *cols = (int)f.dims[2];
     }

@@ -108,6 +108,9 @@ static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const
 {
     const pt_config *c = &r->cfg;
     int rc = pt_idx_load(ds, images, labels, c->model.classes, c->data.mean, c->data.std, err);
+    if (rc == PT_ENOMEM) /* under an allocation limit below the RAM: the data is too big here */
+        return pt_config_key_fail(c, err, images_key, "%s; allowed: data that fits in the memory "
+                                  "this process may use", err->msg);
     if (rc != PT_EINPUT)
         return rc;
     pt_dataset all;
@@ -293,11 +296,28 @@ int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
         /* the image sizes from the headers first: a model that cannot take
          * them is refused before any pixel is decompressed */
         int th, tw, rh = 0, rw = 0;
-        if ((rc = pt_idx_image_size(c->data.test_images, &th, &tw, err)))
+        int64_t tn, rn = 0;
+        if ((rc = pt_idx_image_size(c->data.test_images, &tn, &th, &tw, err)))
             return pt_config_key_prefix(c, err, "data.test_images");
         if (mode == PT_RUN_TRAIN &&
-            (rc = pt_idx_image_size(c->data.train_images, &rh, &rw, err)))
+            (rc = pt_idx_image_size(c->data.train_images, &rn, &rh, &rw, err)))
             return pt_config_key_prefix(c, err, "data.train_images");
+        /* the pixels as floats, with their labels, in half the memory of a
+         * rank (as synthetic data): a header that declares more is refused
+         * before it is inflated (a small gzip file can declare gigabytes) */
+        const double have = pt_session_memory_per_rank(r) / 2, gib = (double)(1ull << 30);
+        const double need = (double)tn * ((double)th * tw * 4 + 4) +
+                            (double)rn * ((double)rh * rw * 4 + 4);
+        if (have > 0 && need > have) {
+            const int train_big = (double)rn * rh * rw >= (double)tn * th * tw;
+            return pt_config_key_fail(c, err, train_big ? "data.train_images" : "data.test_images",
+                                      "'%s' declares %lld images of %dx%d: the splits' pixels as "
+                                      "floats take %.1f GiB, more than %.1f GiB, half the memory "
+                                      "each rank has here (the node's RAM over its ranks)",
+                                      train_big ? c->data.train_images : c->data.test_images,
+                                      (long long)(train_big ? rn : tn), train_big ? rh : th,
+                                      train_big ? rw : tw, need / gib, have / gib);
+        }
         if (th != r->arch.height || tw != r->arch.width || th % r->arch.patch ||
             tw % r->arch.patch) {
             /* IDX files may hold any image size: the model follows the data */

@@ -188,6 +188,12 @@ def idx_data(h):
     # pixel is read (a gzip'd file this size could hold them all)
     out["vi_huge"] = U.write(h.path("test-images-huge"),
                              struct.pack(">IIII", 0x803, 4, 16384, 16384) + bytes(64), "wb")
+    # a header of 2^31 - 1 images of 28x28 (6 TiB as floats) over 64 bytes:
+    # a gzip'd file of megabytes can declare that and inflate it all
+    out["ti_many"] = U.write(h.path("train-images-many"),
+                             struct.pack(">IIII", 0x803, (1 << 31) - 1, 28, 28) + bytes(64), "wb")
+    out["tl_many"] = U.write(h.path("train-labels-many"),
+                             struct.pack(">II", 0x801, (1 << 31) - 1) + bytes(64), "wb")
     out["tl9"] = idx_file(h.path("train-labels-9"), 40, labels=[9 if i == 5 else i % 4
                                                                 for i in range(40)])
     return out
@@ -642,6 +648,13 @@ CASES = [
     Case("patch_checked_before_the_pixels", {**IDX, "data.test_images": "{vi_huge}",
                                               "model.patch": "7"}, blame="model.patch",
          needles=["16384x16384", "{vi_huge}"], absent=["truncated"], setup=idx_data),
+    Case("idx_images_beyond_memory", {**IDX, "data.train_images": "{ti_many}",
+                                      "data.train_labels": "{tl_many}",
+                                      "data.test_images": "{ti_many}", "data.test_labels": "{tl_many}",
+                                      "model.patch": "7"},
+         blame="data.train_images", needles=["{ti_many}", "declares 2147483647 images of 28x28",
+                                              "GiB, more than"], absent=["truncated"],
+         setup=idx_data, fast=True),
     Case("crop_above_idx_image_size", {**IDX, "data.crop_pad": "9"}, blame="data.crop_pad",
          needles=["at most 8"], setup=idx_data),
     Case("idx_file_not_idx", {**IDX, "data.train_labels": "{dir}/a.gz"}, blame="data.train_labels",
