@@ -76,6 +76,10 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
         if (inputs[i] && *inputs[i] && stat(inputs[i], &in) == 0 && same_inode(&out, &in))
             return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
                            "not overwritten: write it elsewhere", option, path, inputs[i]);
+    /* the program itself (a slip of the shell's completion) */
+    if (stat("/proc/self/exe", &in) == 0 && same_inode(&out, &in))
+        return pt_fail(err, PT_EINPUT, "%s '%s' is the pipetrain program running this command; "
+                       "it is not overwritten: write it elsewhere", option, path);
     return 0;
 }
 

@@ -1483,6 +1483,18 @@ def test_eval_output_errors(h):
             (["--init", "--logits", "x.st", "--hidden", h.path("a-dir")], ["--hidden", "is a directory"])]:
         r = h.run(["eval", cfg] + args).expect(2, " ".join(args))
         r.one_error(*needles)
+    # the program itself, as the output: refused, the program left whole
+    import shutil
+    prog = shutil.copy(h.binary, h.path("pipetrain-copy"))
+    before = U.read_bytes(prog)
+    binary, h.binary = h.binary, prog  # this test's own runner, run as the copy
+    try:
+        r = h.run(["eval", cfg, "--init", "--logits", prog]).expect(2, "--logits over the program")
+    finally:
+        h.binary = binary
+    r.one_error("--logits", "is the pipetrain program running this command")
+    check(U.read_bytes(prog) == before, "the program was overwritten")
+    os.unlink(prog)
     r = h.run(["train", cfg, "--hidden", "h.st"]).expect(2, "--hidden on train")
     r.one_error("unexpected argument '--hidden'")
     check(not os.path.exists(h.path("no-such-dir")), "eval created the missing directory")
