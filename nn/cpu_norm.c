@@ -180,6 +180,15 @@ static void ln_bwd_task(void *ctx, long t, int thread)
             const real sg = lanes_sum_in_order(acc_g) / dim, sgx = lanes_sum_in_order(acc_gx) / dim;
 #endif
             real *dxr = dx + (size_t)r * dim;
+            if (dim == 1) {
+                /* one feature: the output is the bias whatever x is, so dx
+                 * is exactly 0 (the formula's dy w - sg, contracted into a
+                 * fused multiply-add, is the product's rounding error, which
+                 * rstd, up to 1e6 at BERT's epsilon, turns into noise that
+                 * AdamW then follows) */
+                dxr[0] = add ? add[r] : 0;
+                continue;
+            }
             if (add) {
                 const real *ar = add + (size_t)r * dim;
 #pragma omp simd

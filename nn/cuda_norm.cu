@@ -182,8 +182,12 @@ __global__ void __launch_bounds__(LN_THREADS)
                     acc[i] += g * xh;
                     acc[dim + i] += g;
                 }
+                /* dim 1: the output is the bias whatever x is, so dx is 0
+                 * (the formula gives a fused product's rounding error, times
+                 * rstd up to 1e6: see cpu_norm.c) */
                 if (dxr)
-                    dxr[i] = from_f<T>((ar ? to_f(ar[i]) : 0.0f) + rs * (g * w[i] - sg - xh * sgx));
+                    dxr[i] = from_f<T>((ar ? to_f(ar[i]) : 0.0f) +
+                                       (dim == 1 ? 0.0f : rs * (g * w[i] - sg - xh * sgx)));
             }
         }
     }
