@@ -106,12 +106,14 @@ void pt_session_note_init_vocab(const pt_session *s)
         return;
     pt_vocab *a = NULL, *b = NULL;
     pt_err why;
-    if (pt_vocab_load(&a, there, &why) != 0) /* not silently: its ids may differ all the same */
+    if (pt_vocab_load(&a, there, &why) != 0) { /* not silently: its ids may differ all the same */
+        char shown[4 * sizeof why.msg + 1]; /* it quotes tokens: no control reaches the terminal */
+        pt_utf8_printable(why.msg, strnlen(why.msg, sizeof why.msg), shown, sizeof shown);
         fprintf(stderr,
                 "pipetrain: note: model.init_from's '%s' cannot be read as a vocabulary, so "
                 "data.vocab '%s' was not compared with it (%s)\n",
-                there, c->data.vocab, why.msg);
-    else if (pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
+                there, c->data.vocab, shown);
+    } else if (pt_vocab_load(&b, c->data.vocab, &ignored) == 0) {
         const int32_t na = pt_vocab_size(a), nb = pt_vocab_size(b);
         int32_t differ = 0, first = -1;
         for (int32_t id = 0; id < na || id < nb; id++)
@@ -120,11 +122,15 @@ void pt_session_note_init_vocab(const pt_session *s)
                 if (first < 0)
                     first = id;
             }
-        char ta[80] = "past its end", tb[80] = "past its end";
-        if (differ && first < na)
-            snprintf(ta, sizeof ta, "'%.64s'", pt_vocab_token(a, first));
-        if (differ && first < nb)
-            snprintf(tb, sizeof tb, "'%.64s'", pt_vocab_token(b, first));
+        char ta[300] = "past its end", tb[300] = "past its end", tok[260];
+        if (differ && first < na) {
+            pt_utf8_printable(pt_vocab_token(a, first), strlen(pt_vocab_token(a, first)), tok, 65);
+            snprintf(ta, sizeof ta, "'%s'", tok);
+        }
+        if (differ && first < nb) {
+            pt_utf8_printable(pt_vocab_token(b, first), strlen(pt_vocab_token(b, first)), tok, 65);
+            snprintf(tb, sizeof tb, "'%s'", tok);
+        }
         if (differ)
             fprintf(stderr,
                     "pipetrain: note: data.vocab '%s' differs from model.init_from's '%s' in %d of "

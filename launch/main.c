@@ -62,55 +62,31 @@ static int exit_code(int rc)
     }
 }
 
-/* The length of the valid UTF-8 sequence at s (of at most left bytes) and
- * its code point, or 0 when s does not start one. */
-static size_t utf8_at(const unsigned char *s, size_t left, unsigned *cp)
-{
-    const unsigned c = s[0];
-    size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
-    if (c >= 0xf5 || len == 0 || len > left)
-        return 0;
-    unsigned v = c & (0x7f >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80)
-            return 0;
-        v = v << 6 | (s[k] & 0x3f);
-    }
-    /* overlong forms, surrogates and code points past U+10FFFF */
-    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10ffff)) ||
-        (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
-
-/* msg on one line of stderr after head, whatever it quotes: a control
- * character in it (a path or value holding a newline, a tab, an escape
- * sequence, C1's U+0080-U+009F such as CSI) or a byte that is not UTF-8 is
- * written as C writes it in a string (\n, \t, \x1b, \u009b, \x9b), so the
- * line stays one line and the terminal prints what was given. */
+/* msg on one line of stderr after head, whatever it quotes: a newline, tab
+ * or carriage return in it (a path or value holding one) is written as C
+ * writes it in a string (\n, \t, \r), and every other control character
+ * (an escape sequence, C1's CSI), bidirectional control or byte that is not
+ * UTF-8 as \xNN (pt_utf8_printable), so the line stays one line and the
+ * terminal prints what was given. */
 static void error_line(const char *head, const char *msg, size_t cap)
 {
     char line[4 * sizeof ((pt_err *)0)->msg + 1];
-    size_t n = 0, end = strnlen(msg, cap);
-    const unsigned char *m = (const unsigned char *)msg;
-    for (size_t i = 0; i < end && n + 8 < sizeof line; i++) {
-        const unsigned char c = m[i];
-        unsigned cp = 0;
-        size_t len = c >= 0x80 ? utf8_at(m + i, end - i, &cp) : 0;
-        if (c >= 0x20 && c < 0x7f)
-            line[n++] = (char)c;
-        else if (c == '\n' || c == '\t' || c == '\r')
-            line[n++] = '\\', line[n++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
-        else if (len && cp >= 0xa0) { /* printable beyond ASCII: as it is */
-            memcpy(line + n, m + i, len);
-            n += len;
-            i += len - 1;
-        } else if (len) { /* C1 control */
-            n += (size_t)snprintf(line + n, sizeof line - n, "\\u%04x", cp);
-            i += len - 1;
-        } else
-            n += (size_t)snprintf(line + n, sizeof line - n, "\\x%02x", c);
+    size_t n = 0, i = 0;
+    const size_t end = strnlen(msg, cap);
+    while (i < end && n + 3 < sizeof line) {
+        const char c = msg[i];
+        if (c == '\n' || c == '\t' || c == '\r') {
+            line[n++] = '\\';
+            line[n++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < end && msg[j] != '\n' && msg[j] != '\t' && msg[j] != '\r')
+            j++;
+        pt_utf8_printable(msg + i, j - i, line + n, sizeof line - n);
+        n += strlen(line + n);
+        i = j;
     }
     line[n] = '\0';
     fprintf(stderr, "%s%s\n", head, line);

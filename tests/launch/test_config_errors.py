@@ -1456,11 +1456,12 @@ def test_error_line_escapes_control_characters(h):
     r = h.run(["export", ck, h.path("out.st")]).expect(2, "export of a missing checkpoint")
     r.one_error("a\\nb\\tc\\x1b[31m")
     check("\x1b" not in r.err, "the escape sequence reached stderr raw:\n%s", r.describe())
-    # C1 controls (U+009B is CSI) as \u escapes, a byte that is not UTF-8
-    # (a lone 0x9b, os.fsencode of \udc9b) as \x, other text as it is
-    ck = h.path("caf\u00e9-\u009b31m-\udc9b-\u4e2d")
+    # a C1 control (U+009B is CSI), a bidirectional override and a byte that
+    # is not UTF-8 (a lone 0x9b, os.fsencode of \udc9b) as \x escapes of
+    # their bytes, other text as it is
+    ck = h.path("caf\u00e9-\u009b31m-\u202e-\udc9b-\u4e2d")
     r = h.run(["export", ck, h.path("out.st")]).expect(2, "export of a missing checkpoint")
-    r.one_error("caf\u00e9-\\u009b31m-\\x9b-\u4e2d")
+    r.one_error("caf\u00e9-\\xc2\\x9b31m-\\xe2\\x80\\xae-\\x9b-\u4e2d")
     check("\u009b" not in r.err, "a C1 control reached stderr raw:\n%s", r.describe())
 
 
