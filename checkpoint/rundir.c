@@ -381,14 +381,18 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
     if (fd < 0 && errno == ELOOP)
         return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; the lock file of a run.dir is "
                        "never opened through one (remove it)", path);
+    /* a place the user named that cannot hold the lock is bad input (as for
+     * the logs: formats/fileio.c); the system running out of something is not */
     if (fd < 0)
-        return pt_fail(err, errno == ENOMEM || errno == EMFILE || errno == ENFILE ? PT_ESYS : PT_EINPUT,
+        return pt_fail(err, errno == EISDIR || errno == EACCES || errno == EPERM || errno == EROFS ||
+                       errno == ENOTDIR || errno == ENXIO ? PT_EINPUT : PT_ESYS,
                        "cannot open the lock file '%s': %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
         close(fd);
-        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file; the lock file of a run.dir "
-                       "must be one (move it away)", path);
+        return pt_fail(err, PT_EINPUT, "'%s' is not a regular file of its own (%s); the lock file "
+                       "of a run.dir must be one, never written where a link leads (move it away)",
+                       path, S_ISREG(st.st_mode) ? "a hard link to another name" : "not a file");
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;

@@ -583,6 +583,9 @@ int pt_log_open(const char *path, FILE **out, pt_err *err)
                      "written", path, S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) ||
                      S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket" :
                      "not a file");
+    else if (st.st_nlink > 1) /* a hard link: what is cut or appended would be another file's */
+        rc = pt_fail(err, PT_EINPUT, "'%s' is a hard link to another name; logs are written only "
+                     "to files of their own (remove it)", path);
     else if (fcntl(fd, F_SETFL, O_APPEND) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': %s", path, strerror(errno));
     FILE *f = rc == 0 ? fdopen(fd, "a") : NULL;

@@ -247,14 +247,15 @@ def test_stop_signal_before_main(h):
 
 
 def test_lock_is_never_written_through(h):
-    """RUN_DIR/lock as a link (to a file of the user's, or dangling), a
-    directory or a FIFO: refused with exit 2 naming the config's run.dir
+    """RUN_DIR/lock as a link (to a file of the user's, or dangling), a hard
+    link to a file of the user's, a directory or a FIFO: refused with exit 2 naming the config's run.dir
     and the lock, and nothing written where a link leads (the lock was
     opened through it and the file it led to truncated). A run.dir on a
     read-only mount: exit 2 naming run.dir, not a failure of the system."""
     victim = U.write(h.path("victim.txt"), "the user's\n")
     for name, make in (("link", lambda p: os.symlink(victim, p)),
                        ("dangling", lambda p: os.symlink(h.path("nowhere.txt"), p)),
+                       ("hardlink", lambda p: os.link(victim, p)),
                        ("dir", os.mkdir), ("fifo", os.mkfifo)):
         run_dir = h.path("lock-" + name)
         os.makedirs(run_dir)
@@ -264,8 +265,9 @@ def test_lock_is_never_written_through(h):
         cfg = U.write(h.path("lock-%s.yaml" % name), text)
         r = h.run(["train", cfg], timeout=60).expect(2, "a lock that is a " + name)
         r.one_error("%s:%d: run.dir: " % (cfg, U.line_of(text, "run.dir")), lock)
-        check(os.path.islink(lock) or os.path.isdir(lock) or stat.S_ISFIFO(os.lstat(lock).st_mode),
-              "the lock's %s was replaced", name)
+        st = os.lstat(lock)
+        check(stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISFIFO(st.st_mode) or
+              st.st_nlink == 2, "the lock's %s was replaced", name)
     check(open(victim).read() == "the user's\n", "the file a linked lock led to was written")
     check(not os.path.exists(h.path("nowhere.txt")), "a dangling lock's target was created")
     ro = h.path("read-only")
@@ -391,12 +393,12 @@ def test_resume_counts_frozen_blocks_in_memory(h):
 
 
 def test_logs_are_written_only_to_regular_files(h):
-    """metrics.jsonl as a FIFO, a link or a directory is refused (exit 2,
+    """metrics.jsonl as a FIFO, a link, a hard link or a directory is refused (exit 2,
     the file named) without waiting on it or writing through it; a cut last
     line left by an earlier run is removed, with a note."""
     target = U.write(h.path("target.txt"), "keep\n")
     for name, make in (("fifo", os.mkfifo), ("link", lambda p: os.symlink(target, p)),
-                       ("dir", os.mkdir)):
+                       ("hardlink", lambda p: os.link(target, p)), ("dir", os.mkdir)):
         run_dir = h.path(name)
         os.makedirs(run_dir)
         make(os.path.join(run_dir, "metrics.jsonl"))
