@@ -40,6 +40,14 @@ int pt_gz_read(gzFile gz, const char *path, void *buf, size_t len, size_t *got, 
 int pt_gz_expect_end(gzFile gz, const char *path, uint64_t offset, const char *what,
                      pt_err *err);
 
+/* After gz was read to its end: a gzip file (not a plain one) walked again,
+ * member by member, from the raw file, since gzread drops what follows a
+ * member when it does not start another: PT_EINPUT "trailing bytes" for
+ * anything after the last member, also an incomplete member there. On
+ * entry *cut_short says whether gzread found the stream cut short; on
+ * return it says whether the data's own member is (not bytes after it). */
+int pt_gz_check_members(gzFile gz, const char *path, int *cut_short, pt_err *err);
+
 /* Writes image `src` ([C, H, W], channel-major) of example `id` to dst with
  * the augmentation of (seed, epoch, id). ds gives the geometry and the pad value. */
 void pt_augment_image(const pt_dataset *ds, const pt_augment *aug, uint64_t seed, int64_t epoch,

@@ -94,8 +94,9 @@ int pt_gz_read(gzFile gz, const char *path, void *buf, size_t len, size_t *got, 
  * gzip -d warns of "trailing garbage"). So the raw file is walked again here,
  * member by member, inflating into scratch: whatever follows the last member
  * is refused, as extra data after the declared size is. */
-static int gzip_members_end_the_file(const char *path, pt_err *err)
+static int gzip_members_end_the_file(const char *path, int *cut_first, pt_err *err)
 {
+    *cut_first = 0;
     int fd = pt_open_input(path, 0, err);
     if (fd < 0)
         return err->code;
@@ -107,8 +108,8 @@ static int gzip_members_end_the_file(const char *path, pt_err *err)
                  ? 0
                  : pt_fail(err, PT_ENOMEM, "%s: out of memory checking the gzip stream", path);
     const int ready = rc == 0;
-    uint64_t raw = 0; /* bytes of the file before z.next_in */
-    int in_member = 1, eof = 0;
+    uint64_t raw = 0, member_at = 0; /* bytes of the file before z.next_in; where the member began */
+    int in_member = 1, eof = 0, members = 0;
     while (rc == 0) {
         if (z.avail_in == 0 && !eof) {
             ssize_t got = read(fd, in, IN);
@@ -143,16 +144,27 @@ static int gzip_members_end_the_file(const char *path, pt_err *err)
             }
             inflateReset(&z);
             in_member = 1;
+            member_at = raw;
         }
         const uInt before = z.avail_in;
         z.next_out = out;
         z.avail_out = OUT;
         int zr = inflate(&z, Z_NO_FLUSH);
         raw += before - z.avail_in;
-        if (zr == Z_STREAM_END)
+        if (zr == Z_STREAM_END) {
             in_member = 0;
-        else if (zr == Z_BUF_ERROR && eof && z.avail_in == 0)
-            break; /* cut short: gzread has said so already */
+            members++;
+        } else if (zr == Z_BUF_ERROR && eof && z.avail_in == 0) {
+            /* cut short: the data's own member is the caller's to call
+             * truncated; an incomplete one after it is trailing bytes */
+            if (members > 0)
+                rc = pt_fail(err, PT_EINPUT, "%s: trailing bytes after the gzip data, from byte "
+                             "%llu of the file (the start of another gzip member, cut short)",
+                             path, (unsigned long long)member_at);
+            else
+                *cut_first = 1;
+            break;
+        }
         else if (zr != Z_OK && zr != Z_BUF_ERROR)
             rc = pt_fail(err, zr == Z_MEM_ERROR ? PT_ENOMEM : PT_EINPUT,
                          "%s: corrupt gzip data (zlib: %s)", path, z.msg ? z.msg : "?");
@@ -189,10 +201,23 @@ int pt_gz_expect_end(gzFile gz, const char *path, uint64_t offset, const char *w
                        path, rest > limit ? "more than " : "",
                        (unsigned long long)(rest > limit ? limit : rest), rest == 1 ? "" : "s",
                        what, (unsigned long long)offset);
-    if (cut)
+    int rc = pt_gz_check_members(gz, path, &cut, err);
+    if (rc == 0 && cut)
         return pt_fail(err, PT_EINPUT,
                        "%s: truncated gzip stream: all %llu bytes of data are there but the "
                        "stream stops before its trailer (the CRC that checks them)",
                        path, (unsigned long long)offset);
-    return gzdirect(gz) ? 0 : gzip_members_end_the_file(path, err);
+    return rc;
+}
+
+int pt_gz_check_members(gzFile gz, const char *path, int *cut_short, pt_err *err)
+{
+    int cut_first = 0;
+    if (gzdirect(gz))
+        return 0;
+    int rc = gzip_members_end_the_file(path, &cut_first, err);
+    /* gzread's "cut short" stands only when the walk agrees that the data's
+     * own member is what stops early (not bytes of another after it) */
+    *cut_short = rc == 0 && *cut_short && cut_first;
+    return rc;
 }

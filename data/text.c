@@ -37,6 +37,9 @@ static int read_all(gzFile gz, const char *path, uint8_t **out, int64_t *len, pt
         size_t got;
         int cut;
         int rc = pt_gz_read(gz, path, buf + used, capacity - used, &got, &cut, "text", used, err);
+        /* at the end: what follows the gzip data, which gzread drops */
+        if (!rc && (cut || used + got < capacity))
+            rc = pt_gz_check_members(gz, path, &cut, err);
         if (!rc && cut)
             rc = pt_fail(err, PT_EINPUT,
                          "%s: truncated gzip stream: it stops after %zu bytes of text, before "

@@ -270,7 +270,9 @@ static void test_idx_gzip_trailing_bytes(void)
         size_t n;
     } tails[] = {{"text after the member", (const unsigned char *)"GARBAGE!!", 9},
                  {"zero bytes after the member", (const unsigned char *)"\0\0\0\0\0\0\0\0", 8},
-                 {"one byte of a member's magic", (const unsigned char *)"\x1f", 1}};
+                 {"one byte of a member's magic", (const unsigned char *)"\x1f", 1},
+                 {"a member's magic", (const unsigned char *)"\x1f\x8b", 2},
+                 {"a member's header alone", (const unsigned char *)"\x1f\x8b\x08\0\0\0\0\0\0\x03", 10}};
     for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
         write_file(ipath, sizeof ipath, dir, "images.gz", p.img, p.img_n, 1);
         FILE *f = fopen(ipath, "ab");
@@ -537,6 +539,34 @@ static void test_text_errors(void)
     expect_text_error("begin NaN", path, 8, NAN, 1, PT_EINPUT, "split");
     expect_text_error("context 0", path, 0, 0, 1, PT_EINPUT, "context");
     expect_text_error("truncated gzip", cut, 8, 0, 1, PT_EINPUT, "truncated");
+    /* bytes after the gzip data, which gzread drops unread: refused; an
+     * incomplete member there is trailing bytes, not a truncated text */
+    char tail[512];
+    static const struct {
+        const char *name, *bytes;
+        size_t n;
+    } tails[] = {{"text after the gzip data", "GARBAGE GARBAGE", 15},
+                 {"a member's magic after the data", "\x1f\x8b", 2},
+                 {"a member's header after the data", "\x1f\x8b\x08\0\0\0\0\0\0\x03", 10}};
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+        unsigned char with[2 * TEXT_N + 16];
+        memcpy(with, packed, packed_n);
+        memcpy(with + packed_n, tails[i].bytes, tails[i].n);
+        write_file(tail, sizeof tail, dir, "tail.gz", with, packed_n + tails[i].n, 0);
+        expect_text_error(tails[i].name, tail, 8, 0, 1, PT_EINPUT, "trailing bytes after the gzip data");
+    }
+    /* two whole members: one text */
+    {
+        unsigned char two[4 * TEXT_N];
+        memcpy(two, packed, packed_n);
+        memcpy(two + packed_n, packed, packed_n);
+        write_file(tail, sizeof tail, dir, "two.gz", two, 2 * packed_n, 0);
+        pt_dataset ds;
+        pt_err err = {0};
+        CU_ASSERT_EQUAL(pt_text_load(&ds, tail, 8, 0, 1, &err), 0);
+        CU_ASSERT_EQUAL(ds.count, (2 * TEXT_N - 1) / 8);
+        pt_dataset_free(&ds);
+    }
     printf("\n");
     remove_dir(dir);
 }
