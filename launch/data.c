@@ -108,9 +108,14 @@ static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const
 {
     const pt_config *c = &r->cfg;
     int rc = pt_idx_load(ds, images, labels, c->model.classes, c->data.mean, c->data.std, err);
-    if (rc == PT_ENOMEM) /* under an allocation limit below the RAM: the data is too big here */
-        return pt_config_key_fail(c, err, images_key, "%s; allowed: data that fits in the memory "
-                                  "this process may use", err->msg);
+    /* under an allocation limit below the RAM: the data is too big here (the
+     * data module's messages start with the file they are about) */
+    if (rc == PT_ENOMEM)
+        return pt_config_key_fail(c, err,
+                                  strncmp(err->msg, labels, strlen(labels)) == 0 ? labels_key
+                                                                               : images_key,
+                                  "%s; allowed: data that fits in the memory this process may use",
+                                  err->msg);
     if (rc != PT_EINPUT)
         return rc;
     pt_dataset all;
