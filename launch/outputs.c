@@ -136,6 +136,43 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
     }
 }
 
+/* Whether a file's name is one a run keeps in its run.dir: its lock, logs
+ * and profiles. */
+static int is_run_file(const char *base)
+{
+    const size_t n = strlen(base);
+    return strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
+           strcmp(base, "profile.json") == 0 ||
+           ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
+            n > 6 && strcmp(base + n - 6, ".jsonl") == 0) ||
+           (strncmp(base, "op_profile-rank", 15) == 0 && n > 5 && strcmp(base + n - 5, ".json") == 0);
+}
+
+/* Nor one of any run's own files: a name is_run_file knows in a directory
+ * that is a run's (it holds a lock or a checkpoints directory beside it),
+ * whichever run that is (another's lock replaced let a second job into its
+ * run.dir while the first trained). */
+static int output_not_a_run_file(const char *option, const char *path, pt_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!is_run_file(base))
+        return 0;
+    char parent[PT_PATH_MAX];
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    struct stat st;
+    char ckpts[PT_PATH_MAX + 16];
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", parent);
+    const int run = (strcmp(base, "lock") != 0 && holds(parent, "lock")) ||
+                    (stat(ckpts, &st) == 0 && S_ISDIR(st.st_mode));
+    const int held = strcmp(base, "lock") == 0 && holds(parent, "lock");
+    if (run || held)
+        return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files the run directory '%s' keeps "
+                       "(its lock, logs or profile); write it elsewhere", option, path, parent);
+    return 0;
+}
+
 /* An output must not land in a run directory's checkpoints (a checkpoint
  * holds only its own files, and pruning takes whole directories) nor be one
  * of the files a run keeps beside them (its lock, logs and profile: a lock
@@ -160,10 +197,7 @@ static int output_not_in_this_run(const char *option, const char *path, const ch
         return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
                        "only its own files, and pruning removes whole checkpoints; write it "
                        "elsewhere", option, path, ckpts);
-    const int own = strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
-                    strcmp(base, "profile.json") == 0 ||
-                    ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
-                     strlen(base) > 6 && strcmp(base + strlen(base) - 6, ".jsonl") == 0);
+    const int own = is_run_file(base);
     if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
         return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
                        "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
@@ -174,6 +208,8 @@ static int output_not_in_this_run(const char *option, const char *path, const ch
 int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
 {
     int rc = output_not_in_this_run(option, path, run_dir, err);
+    if (rc == 0)
+        rc = output_not_a_run_file(option, path, err);
     return rc ? rc : output_not_in_checkpoints(option, path, err);
 }
 

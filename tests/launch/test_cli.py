@@ -290,6 +290,22 @@ def test_export_errors(h):
         r = h.run(["export", ck, out]).expect(2, "export onto " + name)
         r.one_error("is one of the files run.dir")
     U.same_snapshot(whole, U.snapshot(run_dir), "run.dir")
+    # nor onto another run's: its lock replaced let a second job train in
+    # its run.dir beside the first (snapshot() leaves the lock out: compared
+    # by hand)
+    another = h.path("another-run")
+    shutil.copytree(run_dir, another)
+    U.write(os.path.join(another, "lock"), "pid 1 on elsewhere (job x)\n")
+    theirs = U.snapshot(another)
+    for name in ("lock", "metrics.jsonl", "profile.json"):
+        out = os.path.join(another, name)
+        r = h.run(["export", ck, out]).expect(2, "export onto another run's " + name)
+        r.one_error("is one of the files the run directory '%s' keeps" % another)
+        r = h.run(["eval", cfg, "--checkpoint", ck, "--hidden", out]).expect(2, "--hidden onto " + name)
+        r.one_error("--hidden", "is one of the files the run directory", strict=False)
+    U.same_snapshot(theirs, U.snapshot(another), "another run's run.dir")
+    check(open(os.path.join(another, "lock")).read() == "pid 1 on elsewhere (job x)\n",
+          "another run's lock was replaced")
     with open(cfg) as f:
         text = f.read()
     r = h.run(["eval", cfg, "--logits", cfg]).expect(2, "--logits onto the config")
