@@ -28,6 +28,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,12 +307,20 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
 }
 
 /* A name for this job's node-local resources, the same on every rank of a
- * node and different between nodes (their disk tiers may share a directory). */
+ * node and different between nodes (their disk tiers may share a directory),
+ * and between jobs: pid and start time alone collide across PID namespaces
+ * (two containers whose rank 0 is PID 1, started in the same second, on a
+ * shared /dev/shm or cache.disk_dir), hence a random part too. */
 static int job_name(pt_run *r, pt_err *err)
 {
     char base[48] = "";
-    if (r->rank == 0)
-        snprintf(base, sizeof base, "%d-%llx", (int)getpid(), (unsigned long long)time(NULL));
+    if (r->rank == 0) {
+        uint32_t id = 0;
+        if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id)
+            id = (uint32_t)clock(); /* no entropy yet: something, at least */
+        snprintf(base, sizeof base, "%d-%llx-%08x", (int)getpid(), (unsigned long long)time(NULL),
+                 (unsigned)id);
+    }
     int rc = pt_bcast(pt_comm_world(r->comm), base, sizeof base, 0, err);
     snprintf(r->job, sizeof r->job, "%s-n%d", base, pt_comm_node(r->comm));
     return rc;

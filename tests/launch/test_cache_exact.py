@@ -353,9 +353,42 @@ FULL_WIDTHS = [(8, 2), (9, 3), (12, 4), (17, 1), (24, 3), (31, 1), (32, 4), (33,
                (48, 3), (63, 7), (64, 4), (65, 5), (96, 3), (100, 4), (127, 1), (128, 2)]
 
 
+def test_jobs_in_pid_namespaces(h):
+    """Two jobs whose rank 0 is PID 1 of a PID namespace of its own (two
+    containers), started together on one /dev/shm and one cache.disk_dir:
+    their segments and disk files have different names (pid and start time
+    alone were the same, and one job failed with 'File exists'), and both
+    end bit-identical to the cache off. Needs root (unshare)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    base = dict(REPRO, **{"train.max_steps": "100"})
+    off = train(h, "ns-off", keys(h.path("ns-off"), base, False))
+    disk = h.path("disk")
+    os.makedirs(disk)
+    runs = []
+    for attempt in range(3):  # the same second on the clock, at least once
+        procs = []
+        for i in range(2):
+            run_dir = h.path("ns-%d-%d" % (attempt, i))
+            cfg = U.write_config(h, "ns-%d-%d.yaml" % (attempt, i),
+                                 keys(run_dir, base, True, **{"cache.disk_dir": disk,
+                                                              "cache.disk_gib": "0.01"}))
+            procs.append((run_dir, subprocess.Popen(
+                ["unshare", "-pf", "--mount-proc", h.binary, "train", cfg], cwd=h.dir,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=U.sanitizer_env())))
+        for run_dir, p in procs:
+            out, err = p.communicate(timeout=240)
+            check(p.returncode == 0, "a job in a PID namespace of its own: exit %d\n%s",
+                  p.returncode, U.tail(out + err))
+            runs.append(run_dir)
+    for run_dir in runs:
+        check_cache_use(run_dir, True)
+        same_steps(steps_of(off), steps_of(run_dir), "a job in a PID namespace: cache on vs off")
+
+
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm,
-           test_segment_gone_when_killed_after_a_stop_signal]
+           test_segment_gone_when_killed_after_a_stop_signal, test_jobs_in_pid_namespaces]
     out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),
