@@ -53,14 +53,46 @@ static void on_stop_signal(int sig)
 
 const char *volatile *pt_stop_signal_where(void) { return &current_where; }
 
+/* Signals whose default action ends the process and that are no request to
+ * stop (a closed pipe, a CPU or file-size limit, a timer nobody set): the
+ * process still ends by the signal, but first takes the names of the
+ * node's cache and its temporary files off, as a stop does, instead of
+ * leaving them to the next start's sweep. The signal is blocked while the
+ * handler runs; with the default action back, it ends the process as the
+ * handler returns. */
+static void on_fatal_signal(int sig)
+{
+    pt_cache_release_names();
+    pt_wfile_remove_temporaries();
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+}
+
 void pt_catch_stop_signals(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
+    const int fatal[] = {SIGPIPE, SIGALRM, SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
+        struct sigaction was;
+        /* one the user set to be ignored (nohup, a shell's trap '' PIPE) stays so */
+        if (sigaction(fatal[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
+            sigaction(fatal[i], &sa, NULL);
+    }
+    sa.sa_handler = on_stop_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* a hang-up (the terminal or ssh session gone) stops as SIGTERM does,
+     * unless the user asked to ignore it (nohup) */
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN)
+        sigaction(SIGHUP, &sa, NULL);
     /* Open MPI's mpirun forwards SIGUSR1 to every rank and lets them finish;
      * SIGTERM and SIGINT it turns into killing the job (ranks get a second
      * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is

@@ -248,6 +248,34 @@ def test_segment_gone_when_killed_after_a_stop_signal(h):
           U.tail(p.stdout + p.stderr))
 
 
+def test_segment_gone_when_a_signal_ends_the_run(h):
+    """Signals whose default action ends the process but that ask no stop
+    (SIGALRM, SIGPIPE, SIGXCPU): the run still ends by the signal, and takes
+    the cache's names off /dev/shm as it goes (they were left for the next
+    start's sweep). SIGHUP (a closed terminal) stops the run as SIGTERM
+    does: a checkpoint, status 130, nothing left. In a mount namespace with a
+    /dev/shm of its own. Needs root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    slow = dict(REPRO, **{"train.max_steps": "100000", "freeze.start": "100000"})
+    for sig, want in (("ALRM", 128 + 14), ("PIPE", 128 + 13), ("XCPU", 128 + 24), ("HUP", 130)):
+        run_dir = h.path("signal-" + sig)
+        cfg = U.write_config(h, "signal-%s.yaml" % sig, keys(run_dir, slow, True))
+        script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
+                  '"$0" train "$1" >/dev/null 2>&1 & p=$!\n'
+                  'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n'
+                  '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
+                  'sleep 0.3; kill -%s $p; wait $p; rc=$?\n'
+                  'echo "rc $rc left: $(ls -A /dev/shm)"\n' % sig)
+        p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                           capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+        check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % want,
+              "SIG%s with the cache on: exit %d, %s (want rc %d, nothing left)", sig, p.returncode,
+              U.tail(p.stdout + p.stderr), want)
+        if sig == "HUP":
+            check(U.checkpoints(run_dir), "SIGHUP left no checkpoint")
+
+
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
           dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
@@ -388,7 +416,8 @@ def test_jobs_in_pid_namespaces(h):
 
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm,
-           test_segment_gone_when_killed_after_a_stop_signal, test_jobs_in_pid_namespaces]
+           test_segment_gone_when_killed_after_a_stop_signal,
+           test_segment_gone_when_a_signal_ends_the_run, test_jobs_in_pid_namespaces]
     out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),
