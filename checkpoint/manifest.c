@@ -389,8 +389,13 @@ int pt_checkpoint_check_vocab(const char *dir, const char *path, const char *sha
 /* training: resuming, where the dropout probabilities are part of the run
  * (a different one would not continue the same training); reading weights
  * to evaluate or export, they do not matter. */
-int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err)
+int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, const char **key,
+                           pt_err *err)
 {
+    const char *ignored;
+    if (!key)
+        key = &ignored;
+    *key = NULL;
     pt_arch saved;
     int rc = read_arch(m, &saved, err);
     if (rc)
@@ -408,6 +413,7 @@ int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, 
             snprintf(sw, sizeof sw, "%d", was);
             snprintf(si, sizeof si, "%d", is);
         }
+        *key = field;
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with %s = %s, this config makes %s = %s",
                        m->dir, field, sw, field, si);
@@ -417,6 +423,7 @@ int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, 
     char sa[32], sb[32]; /* short when that tells them apart */
     if (a != b) {
         two_numbers(a, b, sa, sb, sizeof sa);
+        *key = "model.ln_eps";
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with model.ln_eps = %s, this config makes "
                        "model.ln_eps = %s", m->dir, sa, sb);
@@ -429,6 +436,7 @@ int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, 
     for (int i = 0; training && i < 2; i++)
         if (drop[i].was != drop[i].is) {
             two_numbers(drop[i].was, drop[i].is, sa, sb, sizeof sa);
+            *key = drop[i].key;
             return pt_fail(err, PT_EINPUT,
                            "checkpoint %s was trained with %s = %s, this config makes %s = %s "
                            "(auto takes model.init_from's config.json for bert); set it to %s to "

@@ -73,6 +73,7 @@ int pt_manifest_check_data(const manifest *m, pt_err *err);
 int pt_manifest_check_vocab(const manifest *m, const char *path, const char *now, pt_err *err);
 /* The architecture record against the model now (training: the dropout
  * probabilities must agree too). */
-int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, pt_err *err);
+int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, const char **key,
+                           pt_err *err);
 
 #endif

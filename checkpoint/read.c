@@ -180,7 +180,7 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     manifest m;
     int rc = pt_manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, err)) == 0 &&
+        if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, NULL, err)) == 0 &&
             (rc = pt_manifest_check_data(&m, err)) == 0)
             rc = load_units(seg, &m, 0, err);
         pt_manifest_close(&m);
@@ -225,8 +225,12 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
         rc = pt_manifest_check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
         if (rc == 0 && (rc = pt_manifest_check_data(&m, err)) == 0)
             rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
-        if (rc == 0 && r->active && (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, err)) == 0)
+        const char *key = NULL;
+        if (rc == 0 && r->active &&
+            (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, &key, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
+        else if (rc == PT_EINPUT && key) /* the config's line that makes the other model */
+            pt_config_key_prefix(c->cfg, err, key);
     }
     if (m.j || m.f)
         pt_manifest_close(&m);
@@ -305,7 +309,9 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
     /* every rank goes through the same collectives whatever fails where */
     int rc = pt_manifest_open(&m, dir, err);
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
-    if (rc == 0 && (rc = pt_manifest_state(&m, &st, err)) == 0 && (rc = pt_manifest_check_arch(&r->arch, &m, 1, err)) == 0 &&
+    const char *arch_key = NULL; /* the config's key that makes another model than the saved one */
+    if (rc == 0 && (rc = pt_manifest_state(&m, &st, err)) == 0 &&
+        (rc = pt_manifest_check_arch(&r->arch, &m, 1, &arch_key, err)) == 0 &&
         (rc = pt_manifest_check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
         (rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&
         (rc = pt_manifest_check_data(&m, err)) == 0) {
@@ -336,6 +342,8 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                 pt_profile_free(&prof);
         }
     }
+    if (rc == PT_EINPUT && arch_key)
+        pt_config_key_prefix(c->cfg, err, arch_key);
     if (rc == 0 && r->rank == 0)
         note_data_changes(c, &m);
     /* every rank learns whether the state was good before the layout changes */

@@ -1120,6 +1120,32 @@ def test_damaged_newest_step_directory(h):
     check(U.read_bytes(got) == U.read_bytes(want), "step 10 after the resume over a link differs")
 
 
+def test_other_model_names_the_config_line(h):
+    """A resume or an eval whose config makes another model than the
+    checkpoint holds is refused, exit 2, naming the config's file, line and
+    key that differ (model.dim in the file; model.layers by --set), the
+    checkpoint and both values; nothing in run.dir changes."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "copy-other-model")
+    text = open(cfg).read()
+    lines = text.splitlines(True)
+    at = U.line_of(text, "model.dim")
+    check(lines[at - 1].strip() != "dim: 56", "the test's model already has dim 56")
+    lines[at - 1] = "  dim: 56\n"
+    wide = U.write(h.path("wide.yaml"), "".join(lines))
+    before = U.snapshot(run_dir)
+    for args, where, needles in (
+            (["train", wide, "--set", "train.resume=auto"],
+             "%s:%d: model.dim: " % (wide, at), ["model.dim = 56"]),
+            (["eval", wide], "%s:%d: model.dim: " % (wide, at), ["model.dim = 56"]),
+            (["train", cfg, "--set", "train.resume=auto", "--set", "model.layers=3"],
+             "--set: model.layers: ", ["model.layers = 3"])):
+        r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
+        line = r.one_error(where, "checkpoint %s holds a model with" % U.ckpt(run_dir, LAST), *needles)
+        check(line.index(where) < line.index("checkpoint "), "the config's place is not first: %s", line)
+    U.same_snapshot(before, U.snapshot(run_dir), "run.dir")
+
+
 def test_linked_manifest(h):
     """A step directory whose manifest is a symbolic link to a manifest kept
     elsewhere (its units files in place) is a checkpoint to every command
@@ -1375,6 +1401,7 @@ def tests():
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_damaged_newest_step_directory, test_linked_manifest,
+        test_other_model_names_the_config_line,
         test_outputs_of_a_stopped_export_or_eval,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
