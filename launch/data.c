@@ -154,9 +154,19 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
     if (pt_text_load(&shortest, c->data.text, 1, begin, end, &again) == 0) {
         const int64_t bytes = shortest.nbytes;
         pt_dataset_free(&shortest);
+        /* what both splits can hold: a context the other split is too short
+         * for is no way out either */
+        const double cut = 1.0 - c->data.test_fraction;
+        int64_t fits = bytes;
+        if (pt_text_load(&shortest, c->data.text, 1, begin == 0.0 ? cut : 0.0,
+                         begin == 0.0 ? 1.0 : cut, &again) == 0) {
+            if (shortest.nbytes < fits)
+                fits = shortest.nbytes;
+            pt_dataset_free(&shortest);
+        }
         char allowed[96];
-        if (bytes - 1 >= 2)
-            snprintf(allowed, sizeof allowed, "2 to %lld", (long long)bytes - 1);
+        if (fits - 1 >= 2)
+            snprintf(allowed, sizeof allowed, "2 to %lld", (long long)fits - 1);
         else
             snprintf(allowed, sizeof allowed,
                      "none (a longer text, or another data.test_fraction)");
