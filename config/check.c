@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int need_file(const pt_config *c, const char *key, const char *path, pt_err *err)
 {
@@ -235,6 +236,12 @@ static int cache_rules(const pt_config *c, pt_err *err)
         if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
                                       c->cache.disk_dir);
+        /* the disk tier's file is made there: a directory this process
+         * cannot write (its permissions, a read-only mount) is refused now,
+         * not when the cache is made */
+        if (c->cache.enabled && access(c->cache.disk_dir, W_OK | X_OK) != 0)
+            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' cannot be written: %s",
+                                      c->cache.disk_dir, strerror(errno));
     }
     /* Half a disk tier is refused rather than warned about: either way the
      * run would go on without one, and a warning scrolls away with the

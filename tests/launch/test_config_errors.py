@@ -1458,6 +1458,34 @@ def test_cache_budget_above_need(h):
     h.run(["train", U.write_config(h, "big.yaml", keys)]).expect(0, "a cache budget of 1e6 GiB")
 
 
+def test_cache_disk_dir_read_only(h):
+    """A cache.disk_dir that is there but cannot be written (a read-only
+    mount: root writes through permissions) is refused with the config's
+    line and key, exit 2, before anything is made (it was exit 1 when the
+    disk tier's file could not be created). Needs root (unshare, mount)."""
+    ro = h.path("read-only-spill")
+    os.mkdir(ro)
+    text = U.render(base(h, **{"cache.enabled": "true", "cache.disk_dir": ro, "cache.disk_gib": "1",
+                               "freeze.policy": "schedule", "freeze.start": "0"}))
+    cfg = U.write(h.path("ro.yaml"), text)
+    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
+              'exec "$2" train "$3"')
+    try:
+        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, cfg],
+                           capture_output=True, text=True, errors="replace", timeout=120,
+                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL, cwd=h.dir)
+    except FileNotFoundError:
+        return "skipped: no unshare"
+    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+        return "skipped: no mount namespace"
+    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
+    U.no_sanitizer(r)
+    r.expect(2, "a read-only cache.disk_dir")
+    r.one_error("%s:%d: cache.disk_dir: " % (cfg, U.line_of(text, "cache.disk_dir")), ro,
+                "Read-only file system")
+    check(not os.path.exists(h.path("run")), "the refused run made run.dir")
+
+
 def test_error_line_escapes_control_characters(h):
     """A path holding a newline, a tab or an escape sequence (all allowed in
     a file name) stays on the one error line, written as C escapes."""
@@ -1525,7 +1553,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
-         test_cache_budget_above_need, test_subnormal_number_accepted,
+         test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
          test_usage_errors, test_subcommand_help, test_config_without_settings,
          test_checkpoints_not_a_directory, test_eval_output_errors,
