@@ -127,6 +127,27 @@ class Harness:
         check(r.rc >= 0, "killed by signal %d\n%s", -r.rc, r.describe())
         return r
 
+    def run_read_only(self, ro, args, timeout=120):
+        """Runs the binary with args in a mount namespace of its own where
+        directory ro is mounted read-only (root writes through a directory's
+        permissions, so a mount is the way to make one it cannot write).
+        The Result, or None where no mount namespace can be made (not root,
+        no unshare)."""
+        script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
+                  'shift; exec "$@"')
+        cmd = ["unshare", "-m", "sh", "-c", script, "sh", ro, self.binary] + [str(a) for a in args]
+        self.runs += 1
+        try:
+            p = subprocess.run(cmd, cwd=self.dir, capture_output=True, text=True, errors="replace",
+                               timeout=timeout, env=sanitizer_env(), stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            return None
+        if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+            return None
+        r = Result(cmd, p.returncode, p.stdout, p.stderr)
+        no_sanitizer(r)
+        return r
+
     def popen(self, args, cwd=None):
         cmd = [self.binary] + [str(a) for a in args]
         self.runs += 1

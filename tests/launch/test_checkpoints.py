@@ -608,18 +608,9 @@ def read_only_export(h, ck):
     its own: root writes through a directory's permissions."""
     ro = h.path("read-only")
     os.makedirs(ro)
-    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
-              'exec "$2" export "$3" "$1"')
-    try:
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, ck],
-                           capture_output=True, text=True, errors="replace", timeout=120,
-                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return
-    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+    r = h.run_read_only(ro, ["export", ck, ro])
+    if r is None:
         return  # no mount namespace here (not root): nothing to check
-    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
-    U.no_sanitizer(r)
     r.expect(2, "export into a read-only directory")
     r.one_error("export: cannot write there", ro, "Read-only file system")
     check(os.listdir(ro) == [], "the refused export left %s", os.listdir(ro))

@@ -1468,18 +1468,9 @@ def test_cache_disk_dir_read_only(h):
     text = U.render(base(h, **{"cache.enabled": "true", "cache.disk_dir": ro, "cache.disk_gib": "1",
                                "freeze.policy": "schedule", "freeze.start": "0"}))
     cfg = U.write(h.path("ro.yaml"), text)
-    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
-              'exec "$2" train "$3"')
-    try:
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, cfg],
-                           capture_output=True, text=True, errors="replace", timeout=120,
-                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL, cwd=h.dir)
-    except FileNotFoundError:
-        return "skipped: no unshare"
-    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+    r = h.run_read_only(ro, ["train", cfg])
+    if r is None:
         return "skipped: no mount namespace"
-    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
-    U.no_sanitizer(r)
     r.expect(2, "a read-only cache.disk_dir")
     r.one_error("%s:%d: cache.disk_dir: " % (cfg, U.line_of(text, "cache.disk_dir")), ro,
                 "Read-only file system")

@@ -274,18 +274,9 @@ def test_lock_is_never_written_through(h):
     os.makedirs(ro)
     text = U.render(config(h, "vit", ro))
     cfg = U.write(h.path("read-only.yaml"), text)
-    script = ('mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 99; '
-              'exec "$2" train "$3"')
-    try:
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", ro, h.binary, cfg],
-                           capture_output=True, text=True, errors="replace", timeout=120,
-                           env=U.sanitizer_env(), stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return "read-only run.dir skipped: no unshare"
-    if p.returncode == 99 or (p.returncode != 2 and "unshare" in p.stderr):
+    r = h.run_read_only(ro, ["train", cfg])
+    if r is None:
         return "read-only run.dir skipped: no mount namespace"
-    r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
-    U.no_sanitizer(r)
     r.expect(2, "a read-only run.dir")
     r.one_error("%s:%d: run.dir: " % (cfg, U.line_of(text, "run.dir")), "Read-only file system")
     check(os.listdir(ro) == [], "the refused run left %s", os.listdir(ro))
