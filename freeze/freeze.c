@@ -23,10 +23,16 @@
 
 int pt_freeze_bound(int blocks, double alpha, int t)
 {
-    double x = (double)blocks * (1.0 - pow(1.0 - alpha, (double)t));
-    /* 4.0000000000001 is 4, not 5: allow the rounding error of pow */
-    int b = (int)ceil(x - 1e-9 * (double)blocks);
-    return b < 0 ? 0 : b > blocks ? blocks : b;
+    if (t <= 0 || blocks <= 0 || !(alpha > 0))
+        return 0;
+    /* 1 - (1 - alpha)^t without cancellation, so that a tiny alpha still
+     * gives a tiny positive x (ceil: one block), not 0 */
+    const double x = -(double)blocks * expm1((double)t * log1p(-alpha));
+    /* 4.0000000000001 is 4, not 5: the rounding error of log1p and expm1 is
+     * a few ulps of x, so an x that close to an integer is that integer */
+    const double r = nearbyint(x);
+    double b = r >= 1 && fabs(x - r) <= 1e-12 * r ? r : ceil(x);
+    return b < 0 ? 0 : b > blocks ? blocks : (int)b;
 }
 
 int pt_freeze_units(int depth) { return depth > 0 ? 1 + 2 * depth : 0; }

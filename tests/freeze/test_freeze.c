@@ -60,6 +60,13 @@ static void schedule_tables(void)
     /* exact integers stay exact: L (1 - (1/2)^1) = 6 exactly, not 7 */
     CU_ASSERT_EQUAL(pt_freeze_bound(12, 0.5, 1), 6);
     CU_ASSERT_EQUAL(pt_freeze_bound(8, 0.25, 2), 4); /* 8 (1 - 0.75^2) = 3.5 -> 4 */
+    /* a tiny alpha is still a positive fraction of a block: one block */
+    CU_ASSERT_EQUAL(pt_freeze_bound(6, 1e-10, 1), 1);
+    CU_ASSERT_EQUAL(pt_freeze_bound(6, 1e-300, 1), 1);
+    CU_ASSERT_EQUAL(pt_freeze_bound(6, 4.9e-324, 1000000000), 1);
+    CU_ASSERT_EQUAL(pt_freeze_bound(6, 1e-300, 0), 0);
+    /* alpha near 1: everything after the first decision */
+    CU_ASSERT_EQUAL(pt_freeze_bound(6, 1.0 - 1e-16, 1), 6);
     CU_ASSERT_EQUAL(pt_freeze_units(0), 0);
     CU_ASSERT_EQUAL(pt_freeze_units(1), 3); /* embedding + attn + mlp of block 0 */
     CU_ASSERT_EQUAL(pt_freeze_units(6), 13);
