@@ -86,6 +86,11 @@ void pt_catch_stop_signals(void)
             sigaction(fatal[i], &sa, NULL);
     }
     sa.sa_handler = on_stop_signal;
+    /* SIGINT and SIGTERM are caught even when inherited as ignored: a
+     * non-interactive shell starts every `cmd &` with SIGINT ignored (so a
+     * Ctrl-C reaches only the foreground), and a script that then sends
+     * `kill -INT` to the job it started means it; a stop is a checkpoint
+     * and status 130, so nothing is lost either way */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     /* a hang-up (the terminal or ssh session gone) stops as SIGTERM does,
