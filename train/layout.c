@@ -513,14 +513,15 @@ int pt_layout_open(pt_run *r, pt_err *err)
     int depth = r->spec.resume_depth; /* rank 0's reading */
     if (rc == 0 && r->ranks > 1)
         rc = pt_bcast(pt_comm_world(r->comm), &depth, sizeof depth, 0, err);
-    if (rc == 0)
-        rc = make_plan(r, 0, &r->plan, err);
-    if (rc == PT_EINPUT && depth > 0 && r->frozen_units == 0) {
+    if (rc == 0 && (rc = make_plan(r, 0, &r->plan, err)) == PT_EINPUT && depth > 0 &&
+        r->frozen_units == 0) {
         /* No layout fits the whole model in training, but the checkpoint
          * this run resumes has a frozen prefix, which needs no gradients or
          * moments: plan for it now, as the saved run's later layouts were
          * (the load re-plans for the same prefix, which changes nothing).
-         * Every rank makes the same plans, so all take this branch. */
+         * Every rank makes the same plans, so all take this branch. Only
+         * the planner's refusal is retried: a refused profile, or
+         * memory_can_fit's refusal (which counted the prefix), stands. */
         const pt_err first = *err;
         r->freeze.depth = depth;
         r->frozen_units = pt_freeze_units(depth);

@@ -12,6 +12,11 @@ ranks is planned from (it used to be ignored for measuring again): the
 resumed run's profile.json holds that file's unit costs, and two such
 resumes are bit-identical.
 
+The same resume when the checkpoint has a frozen prefix and the given
+profile is of another world too: refused naming pipeline.profile, on every
+rank (it was taken for the planner's no-layout-fits and planned without
+costs).
+
 usage: test_resume_across_layouts.py PIPETRAIN MPIEXEC"""
 import json
 import os
@@ -60,6 +65,25 @@ def profile_beside_checkpoint(tools, work):
     return []
 
 
+def frozen_checkpoint_other_world_profile(tools, work):
+    freeze = dict(COMMON, pipeline__microbatches="auto", freeze__policy="schedule",
+                  freeze__unit="step", freeze__start=4, freeze__every=4, cache__enabled="true")
+    saved = os.path.join(work, "frozen-on-2")
+    tools.run(2, ["train", CONFIG] + h.sets(run__dir=saved, train__max_steps=8, **freeze))
+    run_dir = os.path.join(work, "frozen-on-3")
+    given = os.path.join(saved, "profile.json")  # measured on 2 ranks, as the checkpoint's own
+    rc, _, out = tools.run(3, ["train", CONFIG] + h.sets(
+        run__dir=run_dir, train__max_steps=16, pipeline__profile=given,
+        train__resume=h.latest_checkpoint(saved), **freeze), timeout=300, check=False)
+    want = ["pipeline.profile", "measured on another world", "2 ranks, this run has 3"]
+    if rc == 0 or any(w not in out for w in want) or "resumed at step" in out:
+        print("FAIL a frozen checkpoint resumed on 3 ranks with a 2-rank pipeline.profile: "
+              "exit %d, expected a refusal naming %s:\n%s" % (rc, want, out[-2000:]))
+        return ["frozen checkpoint, profile of another world"]
+    print("ok   a frozen checkpoint on 3 ranks refuses a 2-rank pipeline.profile")
+    return []
+
+
 def main():
     tools = h.Tools(sys.argv)
     failures = []
@@ -80,6 +104,7 @@ def main():
             if not worst <= TOL:
                 failures.append("%d->%d" % (first, second))
         failures += profile_beside_checkpoint(tools, work)
+        failures += frozen_checkpoint_other_world_profile(tools, work)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
     print("resume across layouts: passed")
