@@ -142,6 +142,25 @@ void pt_session_note_init_vocab(const pt_session *s)
     pt_vocab_free(b);
 }
 
+void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab)
+{
+    const size_t n = PT_PATH_MAX + 32;
+    pt_err ignored;
+    weights[0] = config[0] = vocab[0] = '\0';
+    if (!*c->model.init_from)
+        return;
+    if (c->model.kind != PT_MODEL_BERT ||
+        pt_hf_paths(c->model.init_from, weights, n, config, n, &ignored) != 0) {
+        snprintf(weights, n, "%s", c->model.init_from); /* what the load will refuse, as it is */
+        config[0] = '\0';
+        return;
+    }
+    const char *slash = strrchr(weights, '/');
+    const int dir = slash ? (int)(slash - weights + 1) : 0;
+    snprintf(config, n, "%.*sconfig.json", dir, weights);
+    snprintf(vocab, n, "%.*svocab.txt", dir, weights);
+}
+
 /* model.init_from's files (the weights, and a bert's config.json, which
  * sets its dropout) as one SHA-256 in hex, or "" when there are none or
  * they cannot be read (load_init reports that). */

@@ -469,11 +469,10 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     /* replica 0's last stage keeps the outputs and writes them: it finds
      * out now, not after the evaluation, whether it can */
     const int writes = pt_run_last_stage(run) && run->replica == 0;
-    char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32];
-    snprintf(init_weights, sizeof init_weights, "%s/model.safetensors", cfg->model.init_from);
-    snprintf(init_config, sizeof init_config, "%s/config.json", cfg->model.init_from);
-    const char *inputs[] = {cfg->source, cfg->model.init_from, *cfg->model.init_from ? init_weights : "",
-                            *cfg->model.init_from ? init_config : "", cfg->data.train_images,
+    char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32], init_vocab[PT_PATH_MAX + 32];
+    pt_session_init_files(cfg, init_weights, init_config, init_vocab);
+    const char *inputs[] = {cfg->source, cfg->model.init_from, init_weights, init_config,
+                            init_vocab, cfg->data.train_images,
                             cfg->data.train_labels, cfg->data.test_images, cfg->data.test_labels,
                             cfg->data.text, cfg->data.train_file, cfg->data.test_file,
                             cfg->data.vocab, cfg->pipeline.profile};

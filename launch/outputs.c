@@ -52,6 +52,21 @@ static int same_inode(const struct stat *a, const struct stat *b)
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
+/* Whether paths a and b name the same entry of the same directory, whether
+ * or not it exists (an input that would be read if it were there). */
+static int same_name(const char *a, const char *b)
+{
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    const char *na = sa ? sa + 1 : a, *nb = sb ? sb + 1 : b;
+    if (strcmp(na, nb) != 0 || !*na)
+        return 0;
+    char da[PT_PATH_MAX], db[PT_PATH_MAX];
+    snprintf(da, sizeof da, "%.*s", sa ? (int)(sa - a) + (sa == a) : 1, sa ? a : ".");
+    snprintf(db, sizeof db, "%.*s", sb ? (int)(sb - b) + (sb == b) : 1, sb ? b : ".");
+    struct stat x, y;
+    return stat(da, &x) == 0 && stat(db, &y) == 0 && same_inode(&x, &y);
+}
+
 /* An output of this command must not replace one of its inputs nor land in
  * the checkpoint directory it reads (a checkpoint holds only its own files,
  * and pruning old checkpoints would take anything else in it along):
@@ -70,12 +85,21 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
         return pt_fail(err, PT_EINPUT, "%s '%s' %s the checkpoint directory '%s' that this "
                        "command reads; a checkpoint holds only its own files: write it elsewhere",
                        option, path, is_it ? "is" : "is in", ckpt_dir);
-    if (stat(path, &out) != 0)
+    const int exists = stat(path, &out) == 0;
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i] || !*inputs[i])
+            continue;
+        if (stat(inputs[i], &in) == 0) {
+            if (exists && same_inode(&out, &in))
+                return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
+                               "not overwritten: write it elsewhere", option, path, inputs[i]);
+        } else if (same_name(path, inputs[i])) {
+            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', which this command reads when it is "
+                           "there; it is not created: write it elsewhere", option, path, inputs[i]);
+        }
+    }
+    if (!exists)
         return 0;
-    for (int i = 0; i < n; i++)
-        if (inputs[i] && *inputs[i] && stat(inputs[i], &in) == 0 && same_inode(&out, &in))
-            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
-                           "not overwritten: write it elsewhere", option, path, inputs[i]);
     /* the program itself (a slip of the shell's completion) */
     if (stat("/proc/self/exe", &in) == 0 && same_inode(&out, &in))
         return pt_fail(err, PT_EINPUT, "%s '%s' is the pipetrain program running this command; "

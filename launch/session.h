@@ -60,6 +60,11 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
  * differs from the vocab.txt beside them (the ids reach rows pretrained for
  * other tokens). */
 void pt_session_note_init_vocab(const pt_session *s);
+/* The files model.init_from reads or would read, for commands that must not
+ * write over them: the weights, and for a bert the config.json and vocab.txt
+ * beside them (whether they exist or not: one written there would be read
+ * next time); "" for none. Each buffer holds PT_PATH_MAX + 32 bytes. */
+void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab);
 
 /* The parts of pt_session_open, file by file. */
 

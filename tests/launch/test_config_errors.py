@@ -1188,6 +1188,43 @@ def test_bert_init_from_refused(h):
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
 
 
+def test_eval_outputs_spare_init_from(h):
+    """eval's --logits and --hidden never land on a file model.init_from
+    reads: its config.json and the vocab.txt beside its weights (as a
+    directory or as the .safetensors file), nor create a config.json beside
+    weights that have none (the next run would read it). Refused, exit 2,
+    nothing touched."""
+    f = textcls_files(h)
+    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
+            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
+            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
+            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    good = hf_bert(h, "good")
+    shutil.copy(f["vocab"], os.path.join(good, "vocab.txt"))
+    bare = h.path("bare")
+    os.makedirs(bare)
+    shutil.copy(os.path.join(good, "model.safetensors"), bare)
+    weights = os.path.join(good, "model.safetensors")
+    cases = [
+        ("vocab_of_dir", good, "--hidden", os.path.join(good, "vocab.txt"), "an input"),
+        ("vocab_of_file", weights, "--logits", os.path.join(good, "vocab.txt"), "an input"),
+        ("config_of_file", weights, "--logits", os.path.join(good, "config.json"), "an input"),
+        ("config_of_dir", good, "--hidden", os.path.join(good, "config.json"), "an input"),
+        ("config_not_there", os.path.join(bare, "model.safetensors"), "--logits",
+         os.path.join(bare, "config.json"), "reads when it is there"),
+        ("vocab_not_there", bare, "--hidden", os.path.join(bare, "vocab.txt"), "reads when it is there"),
+    ]
+    for name, init, opt, out, why in cases:
+        cfg = U.write(h.path("%s.yaml" % name),
+                      U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init}))))
+        before = U.snapshot(h.dir)
+        r = h.run(["eval", cfg, "--init", opt, out]).expect(2, name)
+        r.one_error(opt, "'%s'" % out, why, strict=False)
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    cfg = U.write(h.path("fine.yaml"), U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good}))))
+    h.run(["eval", cfg, "--init", "--logits", h.path("logits.st")]).expect(0, "--logits elsewhere")
+
+
 def test_bert_init_from_legacy_names(h):
     """An older BERT file (bert-base-uncased's among them) names LayerNorm's
     parameters gamma and beta, under "bert.": it loads as transformers loads
@@ -1542,7 +1579,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
-         test_text_classification_data_errors, test_bert_init_from_refused, test_bert_dropout_auto,
+         test_text_classification_data_errors, test_bert_init_from_refused, test_eval_outputs_spare_init_from,
+         test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
