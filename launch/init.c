@@ -194,13 +194,16 @@ void pt_session_init_digest(const pt_config *c, char hex[65])
  * gives its own hidden_dropout_prob and attention_probs_dropout_prob
  * (transformers' 0.1 where it names none), as from_pretrained does. A value
  * set in the config wins over the file's, as a from_pretrained keyword does.
- * What comes out is the arch's, and the checkpoint records it. */
+ * What comes out is the arch's, and the checkpoint records it. That
+ * config.json is checked against the model.* keys here too, as the load
+ * does, so that a model of other sizes is refused before it is allocated
+ * (gigabytes, for a dim mistyped by a digit). */
 int pt_session_resolve_dropout(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
     const int hidden_auto = c->model.hidden_dropout == PT_AUTO;
     const int attn_auto = c->model.attn_dropout == PT_AUTO;
-    if ((!hidden_auto && !attn_auto) || c->model.kind != PT_MODEL_BERT || !*c->model.init_from)
+    if (c->model.kind != PT_MODEL_BERT || !*c->model.init_from)
         return 0;
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
     pt_hf_bert_config hc;
@@ -208,8 +211,11 @@ int pt_session_resolve_dropout(pt_session *s, pt_err *err)
         return pt_config_key_prefix(c, err, "model.init_from");
     if (!*config)
         return 0;
+    const char *key = "model.init_from";
     if (pt_hf_bert_config_read(config, &hc, err))
         return pt_config_key_prefix(c, err, "model.init_from");
+    if (pt_hf_bert_config_check(&hc, &s->arch, config, &key, err))
+        return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
     if (hidden_auto)
         s->arch.hidden_dropout = hc.hidden_dropout;
     if (attn_auto)

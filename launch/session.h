@@ -80,7 +80,8 @@ int pt_session_same_data(pt_session *s, pt_err *err);
 /* init.c: model.init_from's weights into seg (a classifier's labels checked
  * against data's; `note`: this rank says when they cannot be); its files'
  * digest ("" when none or unreadable); model.dropout and
- * model.attention_dropout left at auto, from its config.json. */
+ * model.attention_dropout left at auto, from its config.json, which is
+ * checked against the model.* keys then (before the model is allocated). */
 int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
                          pt_err *err);
 void pt_session_init_digest(const pt_config *c, char hex[65]);

@@ -1168,7 +1168,9 @@ def test_bert_init_from_refused(h):
          "model.init_from", [L + "attention.self.query.weight", "has shape [8, 4]"]),
         ("nan", hf_bert(h, "nan", nan="embeddings.word_embeddings.weight"), {}, "model.init_from",
          ["embeddings.word_embeddings.weight", "NaN"]),
-        ("vocab_size", good, {"model.vocab": "7"}, "model.vocab", ["has 6 tokens"]),
+        # (its config.json agrees with model.vocab: only data.vocab's size differs)
+        ("vocab_size", hf_bert(h, "v7", {"vocab_size": 7}), {"model.vocab": "7"}, "model.vocab",
+         ["has 6 tokens"]),
         ("no_weights_file", no_weights, {}, "model.init_from",
          ["model.safetensors", "No such file", "holds its weights as model.safetensors"]),
         ("weights_link_dangling", dangling, {}, "model.init_from",
@@ -1176,6 +1178,11 @@ def test_bert_init_from_refused(h):
         ("both_spellings", hf_bert(h, "both", add={"embeddings.LayerNorm.gamma": (8,)}), {},
          "model.init_from", ["both", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"]),
         ("kjv_data", good, {"data.kind": "kjv"}, "data.kind", ["allowed with bert"]),
+        # checked before the model is sized: not the memory's refusal (nor,
+        # without a limit, gigabytes allocated first)
+        ("config_disagrees_big", good, {"model.dim": "4096", "model.heads": "2",
+                                        "model.mlp_hidden": "16384", "pipeline.memory_gib": "0.01"},
+         "model.dim", ["hidden_size 8"]),
     ]
     for name, init, changes, key, needles in cases:
         keys = base(h, "gpt", **dict(bert, **{"model.init_from": init}, **changes))
