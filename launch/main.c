@@ -16,6 +16,7 @@
 #include "launch/session.h"
 #include "formats/formats.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,6 +500,14 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                      (long long)s->test.count, (double)s->test.count * T * d * 4 / (1 << 20));
     if ((rc = pt_run_agree(run, rc, &err)) == 0)
         rc = pt_evaluate(run, 0, a->logits || a->hidden, logits, hidden, &ev, &err);
+    /* weights that are finite but overflow float32 on the way (a tampered
+     * or diverged model) give NaN or Inf logits: no accuracy is made up
+     * from them and nothing is written (the loss is every rank's) */
+    if (rc == 0 && !isfinite(ev.loss))
+        rc = pt_fail(&err, PT_EINPUT,
+                     "the test loss is %g: the model's outputs are not finite (weights of checkpoint "
+                     "%s too large for float32 arithmetic); no accuracy is reported and no output "
+                     "written", ev.loss, checkpoint);
     if (rc == 0 && logits) {
         const int64_t shape[2] = {rows, classes};
         const pt_st_tensor t = {"logits", 2, shape, logits};

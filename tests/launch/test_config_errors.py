@@ -863,6 +863,16 @@ def test_init_from_nan_or_inf(h):
                     "'%s'" % bad, "'blocks.1.mlp.fc1.weight' holds %s at element 3" % word)
         check(not os.path.exists(h.path("run2")), "refused weights created run.dir")
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+    # finite weights whose products overflow float32: eval reports no
+    # accuracy made from NaN logits, exits 2 and writes no output
+    huge = U.write(h.path("huge.safetensors"),
+                   data[:begin] + struct.pack("<16f", *([3e38] * 16)) + data[begin + 64:], "wb")
+    cfg = U.write(h.path("huge.yaml"), U.render(base(h, **{"model.init_from": huge})))
+    out = h.path("huge-logits.st")
+    r = h.run(["eval", cfg, "--init", "--logits", out]).expect(2, "overflowing weights")
+    r.one_error("the test loss is", "not finite", strict=False)
+    check("test accuracy" not in r.out, "an accuracy was reported:\n%s", r.describe())
+    check(not os.path.exists(out), "--logits was written from NaN logits")
 
 
 def test_profile_refused_with_its_key(h):
