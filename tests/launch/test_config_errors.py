@@ -1109,6 +1109,14 @@ def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None
     return root
 
 
+def hf_bert_keys(f):
+    """the model.* and data.* keys of hf_bert's model on textcls_files' data"""
+    return {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
+            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
+            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
+            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+
+
 def test_bert_init_from_refused(h):
     """A Hugging Face BERT for model.init_from: a good one trains; a config.json
     that disagrees with a model.* key blames that key; a missing, extra,
@@ -1117,10 +1125,7 @@ def test_bert_init_from_refused(h):
     another data kind, or model.vocab unlike data.vocab's size, is refused.
     Nothing is created on a refusal."""
     f = textcls_files(h)
-    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
-            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
-            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
-            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    bert = hf_bert_keys(f)
     good = hf_bert(h, "good")
     text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good})))
     h.run(["train", U.write(h.path("good.yaml"), text)]).expect(0, "a good Hugging Face BERT")
@@ -1212,10 +1217,7 @@ def test_eval_outputs_spare_init_from(h):
     weights that have none (the next run would read it). Refused, exit 2,
     nothing touched."""
     f = textcls_files(h)
-    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
-            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
-            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
-            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    bert = hf_bert_keys(f)
     good = hf_bert(h, "good")
     shutil.copy(f["vocab"], os.path.join(good, "vocab.txt"))
     bare = h.path("bare")
@@ -1247,10 +1249,7 @@ def test_bert_init_from_legacy_names(h):
     parameters gamma and beta, under "bert.": it loads as transformers loads
     it, to the same logits as the file with today's names."""
     f = textcls_files(h)
-    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
-            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
-            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
-            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    bert = hf_bert_keys(f)
     legacy = lambda k: "bert." + (k[:-len(".weight")] + ".gamma" if "LayerNorm.weight" in k else
                                   k[:-len(".bias")] + ".beta" if "LayerNorm.bias" in k else k)
     logits = {}
@@ -1294,10 +1293,7 @@ def test_bert_dropout_auto(h):
     they came to, the checkpoint records it and `export` writes it back into
     config.json."""
     f = textcls_files(h)
-    bert = {"model.kind": "bert", "model.dim": "8", "model.layers": "1", "model.heads": "2",
-            "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
-            "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
-            "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+    bert = hf_bert_keys(f)
     said = hf_bert(h, "said", {"hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3})
     silent = hf_bert(h, "silent")
     for init, sets, want in [(said, [], "dropout 0.2 (attention 0.3)"),
