@@ -215,7 +215,8 @@ int pt_config_bad_value(pt_err *err, const char *where, const pt_key_spec *k, co
 /* Whether a string value can be written back as a double-quoted YAML scalar
  * (format_value) and read again unchanged, as a checkpoint's config record
  * must be: valid UTF-8 of the characters a YAML file may hold (tab, CR and LF
- * included: format_value escapes the line breaks), less NEL, which YAML
+ * included: format_value escapes the line breaks, U+2028 and U+2029 among
+ * them), less NEL, which YAML
  * reads as a line break. Bytes that are not UTF-8 (from --set) and control
  * characters (from escapes like "\x01" or "\N") are not. */
 static int yaml_text(const char *text)
@@ -499,6 +500,12 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
             } else if (*s == '\n' || *s == '\r') { /* raw, YAML would fold them */
                 out[o++] = '\\';
                 out[o++] = *s == '\n' ? 'n' : 'r';
+            } else if ((unsigned char)s[0] == 0xE2 && (unsigned char)s[1] == 0x80 &&
+                       ((unsigned char)s[2] == 0xA8 || (unsigned char)s[2] == 0xA9)) {
+                /* U+2028 and U+2029 are line breaks to YAML too: \L and \P */
+                out[o++] = '\\';
+                out[o++] = (unsigned char)s[2] == 0xA8 ? 'L' : 'P';
+                s += 2;
             } else {
                 out[o++] = *s;
             }
