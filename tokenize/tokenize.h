@@ -1,9 +1,10 @@
 /*
- * tokenize.h: the public interface of the tokenize module: BERT's uncased
- * WordPiece tokenizer (a vocab.txt and the encoding of one text as
- * [CLS] pieces [SEP]), giving the same ids as Hugging Face's `tokenizers`
- * (BertWordPieceTokenizer, lowercase=True; BertTokenizerFast with
- * do_lower_case=True).
+ * tokenize.h: the public interface of the tokenize module: BERT's WordPiece
+ * tokenizer (a vocab.txt, the normalisation of text, and the encoding of one
+ * text as [CLS] pieces [SEP]), giving the same ids as Hugging Face's
+ * `tokenizers` (BertWordPieceTokenizer with the same lowercase,
+ * strip_accents and handle_chinese_chars; BertTokenizerFast with the same
+ * do_lower_case, strip_accents and tokenize_chinese_chars).
  *
  * The steps, in Hugging Face's order (Unicode properties from utf8proc):
  *  1. bytes to code points. Input is not trusted: every maximal invalid UTF-8
@@ -14,13 +15,16 @@
  *     Cc, Cf or Co, except \t \n \r) are dropped; whitespace (\t \n \r and
  *     categories Zs, Zl, Zp: what Rust's char::is_whitespace leaves once the
  *     controls are gone) separates words;
- *  3. CJK ideographs (U+4E00-9FFF, 3400-4DBF, 20000-2A6DF, 2A700-2B73F,
- *     2B740-2B81F, 2B920-2CEAF, F900-FAFF, 2F800-2FA1F) are words of their
- *     own. 2B920, not 2B820 as in Google's BERT: Hugging Face's table says so,
- *     and parity with it is the point (U+2B820-2B91F stay inside words);
- *  4. per word: NFD, drop category Mn (accents), lowercase (per code point,
- *     as Rust's char::to_lowercase; the one multi-character lowercase, U+0130,
- *     never survives NFD, so the simple mapping gives the same text);
+ *  3. with split_cjk, CJK ideographs (U+4E00-9FFF, 3400-4DBF, 20000-2A6DF,
+ *     2A700-2B73F, 2B740-2B81F, 2B920-2CEAF, F900-FAFF, 2F800-2FA1F) are
+ *     words of their own. 2B920, not 2B820 as in Google's BERT: Hugging
+ *     Face's table says so, and parity with it is the point (U+2B820-2B91F
+ *     stay inside words);
+ *  4. per word: with strip_accents, NFD and then every Mn (accent) dropped;
+ *     then with lowercase, each code point lowercased as Rust's
+ *     char::to_lowercase does (U+0130 becomes "i" U+0307, its one
+ *     multi-character lowercase, which NFD has already split when accents
+ *     are stripped). Without strip_accents the text is not decomposed at all;
  *  5. punctuation splits words: every character of category P* and every
  *     ASCII character in 33-47, 58-64, 91-96, 123-126 is a word of its own;
  *  6. WordPiece: a word of more than 100 code points is [UNK]; otherwise the
@@ -78,6 +82,18 @@ typedef struct pt_vocab_special {
 } pt_vocab_special;
 
 pt_vocab_special pt_vocab_specials(const pt_vocab *v);
+
+/* How a text is normalised before it is split (steps 3 and 4 above; Hugging
+ * Face's BertNormalizer options, each 0 or 1). A vocabulary loads uncased,
+ * {1, 1, 1}, as BERT's uncased models and transformers' defaults. */
+typedef struct pt_normalize {
+    int lowercase;     /* do_lower_case */
+    int strip_accents; /* NFD, then Mn dropped (transformers: strip_accents, or do_lower_case where it is None) */
+    int split_cjk;     /* tokenize_chinese_chars */
+} pt_normalize;
+
+void pt_vocab_set_normalize(pt_vocab *v, pt_normalize n);
+pt_normalize pt_vocab_normalize(const pt_vocab *v);
 
 /* Whether code point c prints as nothing or as a space other than U+0020:
  * Unicode's control, format and separator categories (Cc, Cf, Zs, Zl, Zp),

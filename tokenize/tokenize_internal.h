@@ -20,6 +20,7 @@ struct pt_vocab {
     int32_t *index;    /* [slots] open addressing: a token id or -1 (empty) */
     size_t slots;      /* a power of two, at least 2 * count */
     pt_vocab_special special;
+    pt_normalize norm;
 };
 
 /* What pt_utf8_next reports for an ill-formed subpart (U+FFFD). */

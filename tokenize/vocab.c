@@ -53,6 +53,13 @@ const char *pt_vocab_token(const pt_vocab *v, int32_t id)
 
 pt_vocab_special pt_vocab_specials(const pt_vocab *v) { return v->special; }
 
+void pt_vocab_set_normalize(pt_vocab *v, pt_normalize n)
+{
+    v->norm = (pt_normalize){n.lowercase != 0, n.strip_accents != 0, n.split_cjk != 0};
+}
+
+pt_normalize pt_vocab_normalize(const pt_vocab *v) { return v->norm; }
+
 void pt_vocab_free(pt_vocab *v)
 {
     if (!v)
@@ -191,6 +198,7 @@ int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
         fclose(f);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     }
+    v->norm = (pt_normalize){1, 1, 1};
     size_t cap_tokens = 0, cap_text = 0;
     long lineno = 0;
     int rc = 0;

@@ -3,14 +3,17 @@
  *
  * The text is read once, code point by code point. Cleaning (step 2) and
  * the CJK rule (step 3) cut it into "pre-words" at whitespace and around
- * ideographs; each pre-word is decomposed (NFD) code point by code point,
- * its Mn marks dropped, its runs of remaining combining marks put in
- * canonical order, lowercased, split at punctuation and each part turned
- * into pieces. Decomposing per pre-word gives the same text as decomposing
- * the whole string: pre-words are cut at starters (spaces, ideographs), and
- * canonical reordering never moves anything across a starter (an Mn of class
- * 0 included: dropping it must not join the marks on either side into one
- * run, so the marks before it are ordered when it is dropped).
+ * ideographs. With strip_accents, each pre-word is decomposed (NFD) code
+ * point by code point, its Mn marks dropped, its runs of remaining combining
+ * marks put in canonical order, then lowercased (with lowercase); without
+ * it, each code point is lowercased as it comes (with lowercase) and kept
+ * as it is otherwise. Then the pre-word is split at punctuation and each
+ * part turned into pieces. Decomposing per pre-word gives the same text as
+ * decomposing the whole string: pre-words are cut at starters (spaces,
+ * ideographs), and canonical reordering never moves anything across a
+ * starter (an Mn of class 0 included: dropping it must not join the marks
+ * on either side into one run, so the marks before it are ordered when it
+ * is dropped).
  *
  * Memory is one code point array as long as the longest pre-word; time is
  * linear in the text (a part of more than 100 code points is [UNK] without
@@ -150,6 +153,7 @@ int pt_unicode_invisible(uint32_t c)
 
 typedef struct {
     const pt_vocab *v;
+    pt_normalize norm;
     int32_t *out; /* pieces go here */
     int cap;      /* at most this many */
     int n;        /* written so far */
@@ -251,17 +255,19 @@ static void reorder(tok_state *st, size_t from)
     }
 }
 
-/* The pre-word collected so far: reorder, lowercase, split at punctuation,
- * WordPiece each part. */
+/* The pre-word collected so far: reorder, lowercase (what append has not
+ * done), split at punctuation, WordPiece each part. */
 static void flush(tok_state *st)
 {
     if (st->len == 0)
         return;
     reorder(st, st->fixed);
+    const int lower = st->norm.strip_accents && st->norm.lowercase;
     size_t a = 0;
     for (size_t i = 0; i < st->len; i++) {
-        uint32_t c = (uint32_t)utf8proc_tolower((utf8proc_int32_t)st->cps[i]);
-        st->cps[i] = c;
+        uint32_t c = st->cps[i];
+        if (lower)
+            st->cps[i] = c = (uint32_t)utf8proc_tolower((utf8proc_int32_t)c);
         if (is_punct(c)) {
             wordpiece(st, st->cps + a, i - a);
             wordpiece(st, st->cps + i, 1);
@@ -272,16 +278,27 @@ static void flush(tok_state *st)
     st->len = st->fixed = 0;
 }
 
-/* Appends code point c to the pre-word: its canonical decomposition, less the
- * Mn marks. Returns 0 or -1 (out of memory). */
+/* Appends code point c to the pre-word: with strip_accents, its canonical
+ * decomposition less the Mn marks; without, c itself, lowercased (with
+ * lowercase) as Rust's char::to_lowercase does. Returns 0 or -1 (out of
+ * memory). */
 static int append(tok_state *st, uint32_t c)
 {
     utf8proc_int32_t d[8];
-    int bound = 0;
-    utf8proc_ssize_t k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 8, UTF8PROC_DECOMPOSE,
-                                                 &bound);
-    if (k < 0 || k > 8) {
-        d[0] = (utf8proc_int32_t)c; /* cannot happen for a valid code point */
+    utf8proc_ssize_t k;
+    if (st->norm.strip_accents) {
+        int bound = 0;
+        k = utf8proc_decompose_char((utf8proc_int32_t)c, d, 8, UTF8PROC_DECOMPOSE, &bound);
+        if (k < 0 || k > 8) {
+            d[0] = (utf8proc_int32_t)c; /* cannot happen for a valid code point */
+            k = 1;
+        }
+    } else if (st->norm.lowercase && c == 0x130) {
+        d[0] = 'i'; /* the one lowercase of more than one code point */
+        d[1] = 0x307;
+        k = 2;
+    } else {
+        d[0] = st->norm.lowercase ? utf8proc_tolower((utf8proc_int32_t)c) : (utf8proc_int32_t)c;
         k = 1;
     }
     if (st->len + (size_t)k > st->room) {
@@ -308,6 +325,12 @@ static int append(tok_state *st, uint32_t c)
     }
     for (utf8proc_ssize_t i = 0; i < k; i++) {
         const utf8proc_property_t *p = utf8proc_get_property(d[i]);
+        if (!st->norm.strip_accents) { /* no decomposition: nothing to reorder */
+            st->cps[st->len] = (uint32_t)d[i];
+            st->ccc[st->len] = 0;
+            st->len++;
+            continue;
+        }
         if (p->category == UTF8PROC_CATEGORY_MN) {
             /* dropped, as Hugging Face strips Mn after its NFD; but an Mn of
              * class 0 is a starter there, which the reordering does not
@@ -337,7 +360,7 @@ int pt_tokenize(const pt_vocab *v, const char *text, size_t n, int32_t *ids, int
                        max_ids);
     if (!text && n > 0)
         return pt_fail(err, PT_EINPUT, "tokenize: NULL text of %zu bytes", n);
-    tok_state st = {.v = v, .out = ids + 1, .cap = max_ids - 2};
+    tok_state st = {.v = v, .norm = v->norm, .out = ids + 1, .cap = max_ids - 2};
     const unsigned char *s = (const unsigned char *)text;
     int rc = 0;
     size_t i = 0;
@@ -357,7 +380,7 @@ int pt_tokenize(const pt_vocab *v, const char *text, size_t n, int32_t *ids, int
             flush(&st);
             continue;
         }
-        int cjk = is_cjk(c);
+        int cjk = st.norm.split_cjk && is_cjk(c);
         if (cjk)
             flush(&st);
         if (append(&st, c)) {

@@ -30,6 +30,15 @@ and as a "##" continuation), where a character no longer falls to [UNK]: a
 different lowercase mapping or decomposition then shows too. Its
 differences must be exactly that list and hf_case_differences.txt's.
 The tokenizers version is pinned (TOKENIZERS) so the lists stay true.
+
+Then the other normalisations (pt_normalize; Hugging Face's lowercase,
+strip_accents and handle_chinese_chars): cased as bert-base-cased
+(lowercase and accent stripping off), lowercased with accents kept, accents
+stripped with case kept, and CJK ideographs left inside words. Each on the
+KJV lines, the hostile lines (with the real vocabulary and with every code
+point's) and the sweep with every code point's vocabulary, whose differences
+must be among the two lists' (a list entry may not differ in a mode that
+skips the step it is about).
 """
 import os
 import random
@@ -46,12 +55,14 @@ import sys
 import tokenizers
 from tokenizers import BertWordPieceTokenizer
 vocab, lines_path, out_path, max_len = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mode = sys.argv[5]  # lowercase, strip_accents, handle_chinese_chars: three digits 0 or 1
 data = open(lines_path, "rb").read()
 lines = data.split(b"\n")
 if data.endswith(b"\n"):
     lines.pop()
 texts = [l.decode("utf-8", errors="replace") for l in lines]
-tok = BertWordPieceTokenizer(vocab, lowercase=True)
+tok = BertWordPieceTokenizer(vocab, lowercase=mode[0] == "1", strip_accents=mode[1] == "1",
+                             handle_chinese_chars=mode[2] == "1")
 # a text's "[SEP]" is text: transformers' split_special_tokens=True
 tok._tokenizer.encode_special_tokens = True
 if max_len:
@@ -238,17 +249,18 @@ def main():
         with open(sweep, "wb") as f:
             f.write(b"".join(("%s a%sb\n" % (chr(c), chr(c))).encode() for c in cps))
 
-        def run_both(path, max_len, vocab=vocab):
+        def run_both(path, max_len, vocab=vocab, mode="111"):
             data = open(path, "rb").read()
             lines = data.split(b"\n")
             if data.endswith(b"\n"):
                 lines.pop()
-            r = subprocess.run([dump, vocab, path, str(max_len)], capture_output=True)
+            args = [dump, vocab, path, str(max_len)] + ([mode] if mode != "111" else [])
+            r = subprocess.run(args, capture_output=True)
             if r.returncode:
                 fail("tokenize_dump failed on %s:\n%s" % (path, r.stderr.decode(errors="replace")))
             c_out = r.stdout.decode().split("\n")[:-1]
             hf_path = os.path.join(tmp, "hf.txt")
-            r = subprocess.run([py, hf_script, vocab, path, hf_path, str(max_len)],
+            r = subprocess.run([py, hf_script, vocab, path, hf_path, str(max_len), mode],
                                capture_output=True, text=True)
             if r.returncode:
                 fail("the Hugging Face side failed:\n%s" % r.stderr)
@@ -307,6 +319,31 @@ def main():
         lines, c_out, hf_out, version = run_both(hostile, 0, vocab=every)
         total_bad += compare("hostile, every code point in the vocabulary", lines, c_out,
                              hf_out, 5)
+
+        modes = (("001", "cased (bert-base-cased: no lowercase, accents kept)"),
+                 ("101", "lowercase, accents kept"),
+                 ("011", "accents stripped, case kept"),
+                 ("110", "CJK ideographs inside words"))
+        for mode, what in modes:
+            for name, path, voc in (("kjv", kjv, vocab), ("hostile", hostile, vocab),
+                                    ("hostile, every code point in the vocabulary", hostile,
+                                     every)):
+                lines, c_out, hf_out, version = run_both(path, 0, vocab=voc, mode=mode)
+                total_bad += compare("%s: %s" % (what, name), lines, c_out, hf_out, 5)
+            lines, c_out, hf_out, version = run_both(sweep, 0, vocab=every, mode=mode)
+            if len(c_out) != len(cps) or len(hf_out) != len(cps):
+                fail("%s: sweep: %d code points, %d lines from tokenize_dump, %d from Hugging "
+                     "Face" % (what, len(cps), len(c_out), len(hf_out)))
+            differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+            unexpected = sorted(set(differ) - expected - case)
+            print("%s: sweep with every code point in the vocabulary: %d differ, all listed "
+                  "but %d" % (what, len(differ), len(unexpected)), flush=True)
+            for c in unexpected[:8]:
+                print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
+                      flush=True)
+            if unexpected:
+                print("  all unlisted: " + ranges(unexpected), flush=True)
+            total_bad += len(unexpected)
     print("tokenizers %s, %.1f s" % (version, time.time() - t0))
     if total_bad:
         fail("%d lines differ from Hugging Face" % total_bad)

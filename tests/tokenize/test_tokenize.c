@@ -15,7 +15,8 @@
 static const char *VOCAB[] = {
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "un", "una", "##ffable", "##aff",
     "##able", "a", "##a", ",", "!", "$", "\xc2\xab", "\xc2\xbb", "\xe4\xb8\xad", "\xe5\x9b\xbd",
-    "b", "x", "##y", "cafe", "σ", "ς", NULL};
+    "b", "x", "##y", "cafe", "σ", "ς", "Hello", "café", "CAFÉ", "cafe\xcc\x81", "Σ", "i\xcc\x87",
+    "İ", "\xe4\xb8\xad\xe5\x9b\xbd", "##\xe5\x9b\xbd", NULL};
 
 static char g_dir[256];
 /* the special tokens every vocabulary file starts with */
@@ -214,6 +215,45 @@ static void test_normalise(void)
     pt_vocab_free(m);
     unlink(path);
     rmdir(g_dir);
+}
+
+/* The normalisation options (Hugging Face's lowercase, strip_accents and
+ * handle_chinese_chars), each on its own and together. */
+static void test_normalise_options(void)
+{
+    pt_vocab *v = small_vocab();
+    pt_normalize d = pt_vocab_normalize(v);
+    CU_ASSERT(d.lowercase == 1 && d.strip_accents == 1 && d.split_cjk == 1);
+    /* cased, accents kept: no decomposition at all, so a precomposed é and
+     * e + U+0301 stay different words */
+    pt_vocab_set_normalize(v, (pt_normalize){0, 0, 1});
+    EXPECT_ENC(v, "Hello hello", "[CLS] Hello hello [SEP]");
+    EXPECT_ENC(v, "caf\xc3\xa9 CAF\xc3\x89", "[CLS] café CAFÉ [SEP]");
+    EXPECT_ENC(v, "cafe\xcc\x81", "[CLS] cafe\xcc\x81 [SEP]");
+    EXPECT_ENC(v, "\xce\xa3 \xc4\xb0", "[CLS] Σ İ [SEP]");
+    EXPECT_ENC(v, "HELLO", "[CLS] [UNK] [SEP]");
+    /* lowercased, accents kept: É lowercases to é without decomposing; İ to
+     * i + U+0307 (Rust's to_lowercase), two code points */
+    pt_vocab_set_normalize(v, (pt_normalize){1, 0, 1});
+    EXPECT_ENC(v, "CAF\xc3\x89 Hello", "[CLS] café hello [SEP]");
+    EXPECT_ENC(v, "CAFE\xcc\x81", "[CLS] cafe\xcc\x81 [SEP]");
+    EXPECT_ENC(v, "\xc4\xb0", "[CLS] i\xcc\x87 [SEP]");
+    EXPECT_ENC(v, "\xce\xa3", "[CLS] σ [SEP]");
+    /* cased, accents stripped: NFD and Mn dropped, case kept */
+    pt_vocab_set_normalize(v, (pt_normalize){0, 1, 1});
+    EXPECT_ENC(v, "caf\xc3\xa9 Hello", "[CLS] cafe Hello [SEP]");
+    EXPECT_ENC(v, "CAF\xc3\x89", "[CLS] [UNK] [SEP]"); /* CAFE is not in the vocabulary */
+    /* CJK left inside words: 中国 is one word, then WordPiece */
+    pt_vocab_set_normalize(v, (pt_normalize){1, 1, 0});
+    EXPECT_ENC(v, "\xe4\xb8\xad\xe5\x9b\xbd", "[CLS] \xe4\xb8\xad\xe5\x9b\xbd [SEP]");
+    EXPECT_ENC(v, "a\xe4\xb8\xad", "[CLS] [UNK] [SEP]");
+    pt_vocab_set_normalize(v, (pt_normalize){1, 1, 1});
+    EXPECT_ENC(v, "\xe4\xb8\xad\xe5\x9b\xbd", "[CLS] \xe4\xb8\xad \xe5\x9b\xbd [SEP]");
+    /* values other than 0 and 1 read as 1 */
+    pt_vocab_set_normalize(v, (pt_normalize){7, 0, -1});
+    d = pt_vocab_normalize(v);
+    CU_ASSERT(d.lowercase == 1 && d.strip_accents == 0 && d.split_cjk == 1);
+    pt_vocab_free(v);
 }
 
 static void test_cleaning(void)
@@ -422,6 +462,7 @@ static const pt_test tokenize_tests[] = {
     {"long_words", test_long_words},
     {"punct_cjk", test_punct_cjk},
     {"normalise", test_normalise},
+    {"normalise_options", test_normalise_options},
     {"cleaning", test_cleaning},
     {"invalid_utf8", test_invalid_utf8},
     {"truncation", test_truncation},

@@ -1,13 +1,15 @@
 /*
  * tokenize_dump: the C side of tokenize_parity. Usage:
  *
- *   tokenize_dump VOCAB LINES MAX_IDS
+ *   tokenize_dump VOCAB LINES MAX_IDS [NORMALIZE]
  *
  * Reads the vocabulary and the file LINES, cuts LINES at every "\n" byte
  * (nothing else: "\r", U+2028 and friends stay inside a line; a last empty
  * piece after a final "\n" is no line) and prints, for each line, the ids of
  * pt_tokenize ([CLS] pieces [SEP]) separated by spaces. MAX_IDS 0 means no
- * truncation. Exit status 1 with the message on stderr on any error.
+ * truncation. NORMALIZE, three digits 0 or 1, sets lowercase, strip_accents
+ * and split_cjk (pt_normalize); without it the vocabulary's default (111,
+ * uncased). Exit status 1 with the message on stderr on any error.
  */
 #include "tokenize/tokenize.h"
 
@@ -23,12 +25,18 @@ static int die(const char *msg)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4)
-        return die("usage: tokenize_dump VOCAB LINES MAX_IDS");
+    if (argc != 4 && argc != 5)
+        return die("usage: tokenize_dump VOCAB LINES MAX_IDS [NORMALIZE]");
     pt_err err = {0};
     pt_vocab *v = NULL;
     if (pt_vocab_load(&v, argv[1], &err))
         return die(err.msg);
+    if (argc == 5) {
+        const char *m = argv[4];
+        if (strlen(m) != 3 || strspn(m, "01") != 3)
+            return die("NORMALIZE is three digits 0 or 1: lowercase, strip_accents, split_cjk");
+        pt_vocab_set_normalize(v, (pt_normalize){m[0] == '1', m[1] == '1', m[2] == '1'});
+    }
     long max_ids = strtol(argv[3], NULL, 10);
     FILE *f = fopen(argv[2], "rb");
     if (!f)
