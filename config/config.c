@@ -131,7 +131,7 @@ static const char *schema_bug(const pt_key_spec *k)
         return k->min <= k->max ? NULL : "the range is empty";
     case PT_K_ENUM:
         return k->words && k->size == sizeof(int) ? NULL : "an enum needs words and an int field";
-    case PT_K_BOOL:
+    case PT_K_BOOL: /* PT_AUTO (-1) is neither 0 nor 1: no range to check */
         return k->size == sizeof(int) ? NULL : "a boolean needs an int field";
     case PT_K_STR:
         return k->size > 1 ? NULL : "a string needs room";
@@ -155,7 +155,7 @@ static void allowed(const pt_key_spec *k, char *out, size_t n)
                  (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_BOOL:
-        snprintf(out, n, "true or false");
+        snprintf(out, n, "true or false%s", (k->flags & PT_F_AUTO) ? ", or auto" : "");
         break;
     case PT_K_STR:
         snprintf(out, n, "a string of at most %zu bytes", k->size - 1);
@@ -301,6 +301,8 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
     case PT_K_BOOL: {
         static const char *yes[] = {"true", "yes", "on", "True", "TRUE", NULL};
         static const char *no[] = {"false", "no", "off", "False", "FALSE", NULL};
+        if ((k->flags & PT_F_AUTO) && strcmp(text, "auto") == 0)
+            return *(int *)field = PT_AUTO, 0;
         for (int i = 0; yes[i]; i++)
             if (strcmp(text, yes[i]) == 0)
                 return *(int *)field = 1, 0;
@@ -484,7 +486,10 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
             }
         break;
     case PT_K_BOOL:
-        snprintf(out, n, "%s", *(const int *)field ? "true" : "false");
+        if ((k->flags & PT_F_AUTO) && *(const int *)field == PT_AUTO)
+            snprintf(out, n, "auto");
+        else
+            snprintf(out, n, "%s", *(const int *)field ? "true" : "false");
         break;
     case PT_K_ENUM:
         snprintf(out, n, "%s", pt_config_word(k->key, *(const int *)field));
