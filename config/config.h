@@ -62,6 +62,7 @@ typedef struct pt_config {
         char text[PT_PATH_MAX];
         char train_file[PT_PATH_MAX], test_file[PT_PATH_MAX]; /* text classification */
         char vocab[PT_PATH_MAX];
+        int lowercase, strip_accents, split_cjk; /* PT_AUTO, 0 or 1: see launch/data.c */
         double test_fraction;
         double mean, std;
         int shuffle;

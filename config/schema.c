@@ -116,6 +116,17 @@ const pt_key_spec pt_config_keys[] = {
      "data.test_fraction of data.train_file)"},
     {"data.vocab", PT_K_STR, AT(data.vocab), 0, 0, NULL, PT_F_FILE, "datasets/minilm/vocab.txt",
      "text_classification: the WordPiece vocab.txt the texts are tokenized with"},
+    {"data.lowercase", PT_K_BOOL, AT(data.lowercase), 0, 0, NULL, PT_F_AUTO, "auto",
+     "text_classification: lowercase the texts before WordPiece (transformers' do_lower_case); "
+     "auto = the tokenizer_config.json beside data.vocab, true where it has none"},
+    {"data.strip_accents", PT_K_BOOL, AT(data.strip_accents), 0, 0, NULL, PT_F_AUTO, "auto",
+     "text_classification: decompose the texts (NFD) and drop their accents (Mn) before "
+     "WordPiece; auto = the strip_accents of the tokenizer_config.json beside data.vocab, "
+     "data.lowercase where it names none (as transformers)"},
+    {"data.split_cjk", PT_K_BOOL, AT(data.split_cjk), 0, 0, NULL, PT_F_AUTO, "auto",
+     "text_classification: every CJK ideograph is a word of its own (transformers' "
+     "tokenize_chinese_chars); auto = the tokenizer_config.json beside data.vocab, true where "
+     "it has none"},
     {"data.test_fraction", PT_K_FLOAT, AT(data.test_fraction), 0, 0.9, NULL, PT_F_MIN_EXCL,
      "0.1",
      "text: the last fraction of the file is the test split; text_classification without "

@@ -1,7 +1,8 @@
 /*
  * config.c: a Hugging Face BERT directory's config.json (the model it
  * describes, checked against the model.* keys, and the labels a classifier
- * was trained for) and where its files are (hf.h).
+ * was trained for), its tokenizer_config.json (how text is normalised) and
+ * where its files are (hf.h).
  */
 #include "hf/hf_internal.h"
 
@@ -257,4 +258,36 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
     *names = out;
     *n = (int)count;
     return 0;
+}
+
+int pt_hf_tokenizer_config_read(const char *path, pt_hf_normalizer *out, int *found, pt_err *err)
+{
+    *out = (pt_hf_normalizer){1, -1, 1}; /* transformers' BertTokenizer defaults */
+    *found = 0;
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? 0 : pt_fail(err, PT_EINPUT, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) /* never wait on a FIFO */
+        return pt_fail(err, PT_EINPUT, "%s: not a regular file", path);
+    json_t *root = NULL;
+    int rc = pt_hf_read_json(path, &root, err);
+    if (rc)
+        return rc;
+    *found = 1;
+    if (!json_is_object(root))
+        rc = pt_fail(err, PT_EINPUT, "%s: not a JSON object", path);
+    const char *keys[3] = {"do_lower_case", "strip_accents", "tokenize_chinese_chars"};
+    int *value[3] = {&out->lowercase, &out->strip_accents, &out->split_cjk};
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        const json_t *v = json_object_get(root, keys[i]);
+        if (!v || (i == 1 && json_is_null(v)))
+            continue;
+        if (!json_is_boolean(v))
+            rc = pt_fail(err, PT_EINPUT, "%s: %s: not %s", path, keys[i],
+                         i == 1 ? "true, false or null" : "true or false");
+        else
+            *value[i] = json_is_true(v);
+    }
+    json_decref(root);
+    return rc;
 }

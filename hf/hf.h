@@ -76,12 +76,28 @@ int pt_hf_bert_load(pt_segment *s, const char *weights_path, int *head_loaded, p
 int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err);
 void pt_hf_labels_free(char **names, int n);
 
-/* The tokenizer an export carries: vocab.txt's bytes (vocab lines) and
- * the tokens per example the model trained with. */
+/* How a tokenizer_config.json (transformers' BertTokenizer keys) says text
+ * is normalised, each 0 or 1: do_lower_case (1 where absent),
+ * strip_accents (-1 where absent or null: transformers then follows
+ * do_lower_case), tokenize_chinese_chars (1 where absent). */
+typedef struct pt_hf_normalizer {
+    int lowercase, strip_accents, split_cjk;
+} pt_hf_normalizer;
+
+/* Reads a tokenizer_config.json: *found 0 and the defaults when path is
+ * not there; PT_EINPUT naming the file (and the key) when it is not a
+ * regular file, not a JSON object, or one of those keys is of another type
+ * (a boolean, or null for strip_accents). The other keys are not read. */
+int pt_hf_tokenizer_config_read(const char *path, pt_hf_normalizer *out, int *found, pt_err *err);
+
+/* The tokenizer an export carries: vocab.txt's bytes (vocab lines), the
+ * tokens per example the model trained with, and its normalisation (each 0
+ * or 1, strip_accents included). */
 typedef struct pt_hf_tokenizer {
     const char *vocab;
     size_t vocab_bytes;
     int context;
+    pt_hf_normalizer norm;
 } pt_hf_tokenizer;
 
 /* Checks that a vocab.txt's bytes hold `lines` lines (the last may lack its
@@ -92,9 +108,9 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
  * into dir/model.safetensors and the matching dir/config.json (BertModel,
  * with the dropout probabilities the model trained with, and id2label and
  * label2id from labels[0..n_labels) when n_labels > 0), and with tok
- * dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer, uncased,
- * accents stripped, CJK split, special tokens in texts split as text, as
- * tokenize/ does; tok NULL: none, and an earlier export's are removed),
+ * dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer with tok's
+ * do_lower_case, strip_accents and tokenize_chinese_chars, special tokens
+ * in texts split as text, as tokenize/ does; tok NULL: none, and an earlier export's are removed),
  * each atomically, config.json last; what cannot be written fails before
  * any file is replaced. dir is created if missing.
  * The classifier goes into model.safetensors as head.fc.weight and

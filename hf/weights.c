@@ -213,9 +213,11 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
 static int tokenizer_text(const pt_hf_tokenizer *tok, const char *path, char **out, size_t *len,
                           pt_err *err)
 {
-    json_t *o = json_pack("{s:s, s:b, s:b, s:n, s:b, s:i, s:s, s:s, s:s, s:s, s:s}", "tokenizer_class",
-                          "BertTokenizer", "do_lower_case", 1, "do_basic_tokenize", 1, "strip_accents",
-                          "tokenize_chinese_chars", 1, "model_max_length", tok->context, "unk_token",
+    json_t *o = json_pack("{s:s, s:b, s:b, s:b, s:b, s:i, s:s, s:s, s:s, s:s, s:s}", "tokenizer_class",
+                          "BertTokenizer", "do_lower_case", tok->norm.lowercase != 0,
+                          "do_basic_tokenize", 1, "strip_accents", tok->norm.strip_accents != 0,
+                          "tokenize_chinese_chars", tok->norm.split_cjk != 0, "model_max_length",
+                          tok->context, "unk_token",
                           "[UNK]", "sep_token", "[SEP]", "pad_token", "[PAD]", "cls_token", "[CLS]",
                           "mask_token", "[MASK]");
     if (o && json_object_set_new(o, "split_special_tokens", json_true()))

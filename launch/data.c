@@ -1,7 +1,8 @@
 /*
  * data.c: a session's data: the training and test sets the config names
  * (IDX images, text, labelled texts for bert, or synthetic), within this
- * rank's share of the node's memory; their digests, which checkpoints record,
+ * rank's share of the node's memory; how labelled texts are tokenized; their
+ * digests, which checkpoints record,
  * and the check that every rank reads the same files.
  */
 #include "launch/session.h"
@@ -180,6 +181,48 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
     return pt_config_key_prefix(c, err, "data.text");
 }
 
+void pt_session_tokenizer_config(const pt_config *c, char *out)
+{
+    const char *slash = strrchr(c->data.vocab, '/');
+    snprintf(out, PT_PATH_MAX + 32, "%.*stokenizer_config.json",
+             slash ? (int)(slash - c->data.vocab + 1) : 0, c->data.vocab);
+}
+
+/* How the texts are normalised, into out and c: data.lowercase, data.strip_accents and
+ * data.split_cjk, where left at auto from the tokenizer_config.json beside
+ * data.vocab as transformers' AutoTokenizer reads it (do_lower_case,
+ * strip_accents, tokenize_chinese_chars; uncased, with accents stripped,
+ * where there is none, and strip_accents following data.lowercase where it
+ * names none). A value set in the config wins, as a from_pretrained keyword
+ * does. The values go into the session's config, so the checkpoints record
+ * them: an eval, an export or a resume of one tokenizes as the run did,
+ * whatever that file says later. */
+int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *err)
+{
+    int *const value[3] = {&c->data.lowercase, &c->data.strip_accents, &c->data.split_cjk};
+    static const char *const key[3] = {"data.lowercase", "data.strip_accents", "data.split_cjk"};
+    int first_auto = -1;
+    for (int i = 2; i >= 0; i--)
+        if (*value[i] == PT_AUTO)
+            first_auto = i;
+    if (first_auto >= 0) {
+        char path[PT_PATH_MAX + 32];
+        pt_hf_normalizer hn;
+        int found;
+        pt_session_tokenizer_config(c, path);
+        if (pt_hf_tokenizer_config_read(path, &hn, &found, err))
+            return pt_config_key_prefix(c, err, key[first_auto]);
+        if (c->data.lowercase == PT_AUTO)
+            c->data.lowercase = hn.lowercase;
+        if (c->data.strip_accents == PT_AUTO)
+            c->data.strip_accents = hn.strip_accents >= 0 ? hn.strip_accents : c->data.lowercase;
+        if (c->data.split_cjk == PT_AUTO)
+            c->data.split_cjk = hn.split_cjk;
+    }
+    *out = (pt_hf_normalizer){c->data.lowercase, c->data.strip_accents, c->data.split_cjk};
+    return 0;
+}
+
 /* Text classification: the labelled texts of data.train_file, tokenized with
  * data.vocab into model.context tokens each; the test split from
  * data.test_file (its labels must be the training file's) or drawn from the
@@ -189,9 +232,15 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     pt_vocab *vocab = NULL;
+    pt_hf_normalizer norm;
     int rc = pt_vocab_load(&vocab, c->data.vocab, err);
     if (rc)
         return pt_config_key_prefix(c, err, "data.vocab");
+    if ((rc = pt_session_resolve_normalize(&r->cfg, &norm, err))) {
+        pt_vocab_free(vocab);
+        return rc;
+    }
+    pt_vocab_set_normalize(vocab, (pt_normalize){norm.lowercase, norm.strip_accents, norm.split_cjk});
     if (pt_vocab_size(vocab) != c->model.vocab) {
         rc = pt_config_key_fail(c, err, "model.vocab",
                                 "%d, but '%s' (data.vocab) has %d tokens; allowed: %d",

@@ -13,6 +13,7 @@
 #include "formats/formats.h"
 #include "hf/hf.h"
 #include "launch/outputs.h"
+#include "launch/session.h"
 #include "launch/weights.h"
 #include "tokenize/tokenize.h"
 
@@ -99,13 +100,16 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
             int n_labels = 0;
             /* the tokenizer the run used (data.vocab), when it is still there */
             char *vocab = NULL;
-            pt_hf_tokenizer tok = {NULL, 0, arch.context};
+            pt_hf_tokenizer tok = {NULL, 0, arch.context, {1, 1, 1}};
             pt_err why = {0};
             struct stat vs;
             if (stat(cfg->data.vocab, &vs) != 0 || !S_ISREG(vs.st_mode)) /* never wait on a FIFO */
                 pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
             else if (vocab_for_export(ckpt, cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
-                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0)
+                     pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
+                     /* a checkpoint records its normalisation; one from before
+                      * data.lowercase was a key, how its run resolved auto */
+                     pt_session_resolve_normalize(cfg, &tok.norm, &why) == 0)
                 tok.vocab = vocab;
             if (!tok.vocab)
                 fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "

@@ -3,8 +3,8 @@
  * own safetensors, or for bert a Hugging Face BERT directory, whose
  * config.json must describe the model.* keys, sets the dropout left at auto
  * and names the labels a classifier was trained for; with its digest, which
- * every rank compares (data.c), and a note when its vocab.txt is not the
- * run's.
+ * every rank compares (data.c), and a note when its vocab.txt or
+ * tokenizer_config.json is not the run's.
  */
 #include "launch/session.h"
 #include "checkpoint/checkpoint.h"
@@ -90,18 +90,10 @@ int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *
  * token id i reaches the pretrained embedding row of that file's token i,
  * so a data.vocab that differs from it is worth a note (not an error:
  * replacing [unused] tokens with words of one's own is a use). Rank 0. */
-void pt_session_note_init_vocab(const pt_session *s)
+static void note_init_vocab(const pt_config *c, const char *there)
 {
-    const pt_config *c = &s->cfg;
-    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], there[PT_PATH_MAX + 48];
-    pt_err ignored;
     struct stat st;
-    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
-        c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from ||
-        pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, &ignored))
-        return;
-    char *slash = strrchr(weights, '/');
-    snprintf(there, sizeof there, "%.*svocab.txt", slash ? (int)(slash - weights + 1) : 0, weights);
+    pt_err ignored;
     if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) /* none, or never wait on a FIFO */
         return;
     pt_vocab *a = NULL, *b = NULL;
@@ -140,6 +132,66 @@ void pt_session_note_init_vocab(const pt_session *s)
     }
     pt_vocab_free(a);
     pt_vocab_free(b);
+}
+
+/* The same for how texts are normalised: the model was pretrained on texts
+ * normalised as the tokenizer_config.json beside its weights says, and a
+ * run that tokenizes otherwise (a cased model fed lowercased text, from a
+ * data.vocab elsewhere or a key set in the config) is worth a note. */
+static void note_init_normalize(const pt_config *c, const char *there)
+{
+    pt_hf_normalizer hn;
+    int found = 0;
+    pt_err why;
+    if (pt_hf_tokenizer_config_read(there, &hn, &found, &why) != 0) {
+        char shown[4 * sizeof why.msg + 1];
+        pt_utf8_printable(why.msg, strnlen(why.msg, sizeof why.msg), shown, sizeof shown);
+        fprintf(stderr,
+                "pipetrain: note: model.init_from's tokenizer_config.json cannot be read, so the "
+                "run's normalisation was not compared with it (%s)\n", shown);
+        return;
+    }
+    if (!found)
+        return;
+    if (hn.strip_accents < 0)
+        hn.strip_accents = hn.lowercase;
+    const int theirs[3] = {hn.lowercase, hn.strip_accents, hn.split_cjk};
+    const int ours[3] = {c->data.lowercase, c->data.strip_accents, c->data.split_cjk};
+    static const char *const key[3] = {"data.lowercase", "data.strip_accents", "data.split_cjk"};
+    static const char *const field[3] = {"do_lower_case", "strip_accents",
+                                         "tokenize_chinese_chars"};
+    char diff[400] = "";
+    size_t at = 0;
+    for (int i = 0; i < 3; i++)
+        if (ours[i] != theirs[i] && at < sizeof diff)
+            at += (size_t)snprintf(diff + at, sizeof diff - at, "%s%s %s where it says %s %s",
+                                   at ? ", " : "", key[i], ours[i] ? "true" : "false", field[i],
+                                   theirs[i] ? "true" : "false");
+    if (at)
+        fprintf(stderr,
+                "pipetrain: note: this run tokenizes otherwise than model.init_from's '%s' says "
+                "its model was trained (%s): its texts reach the pretrained weights as words it "
+                "never saw\n",
+                there, diff);
+}
+
+/* Rank 0, a bert taking model.init_from's weights: the notes above. */
+void pt_session_note_init_tokenizer(const pt_session *s)
+{
+    const pt_config *c = &s->cfg;
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
+    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
+        c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from)
+        return;
+    pt_session_init_files(c, weights, config, vocab);
+    if (!*vocab) /* weights the load refuses */
+        return;
+    note_init_vocab(c, vocab);
+    const char *slash = strrchr(weights, '/');
+    char there[PT_PATH_MAX + 48];
+    snprintf(there, sizeof there, "%.*stokenizer_config.json",
+             slash ? (int)(slash - weights + 1) : 0, weights);
+    note_init_normalize(c, there);
 }
 
 void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab)

@@ -392,7 +392,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     if (!*resume) /* a resume's weights are the checkpoint's */
-        pt_session_note_init_vocab(s);
+        pt_session_note_init_tokenizer(s);
     rc = pt_session_train(s, &err);
     if (rc && rc != PT_ESTOPPED && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
@@ -456,7 +456,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
     }
     if (rc == 0 && !checkpoint)
-        pt_session_note_init_vocab(s);
+        pt_session_note_init_tokenizer(s);
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";
@@ -471,9 +471,11 @@ static int cmd_eval(pt_comm *comm, const cli *a)
      * out now, not after the evaluation, whether it can */
     const int writes = pt_run_last_stage(run) && run->replica == 0;
     char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32], init_vocab[PT_PATH_MAX + 32];
+    char tokenizer_config[PT_PATH_MAX + 32];
     pt_session_init_files(cfg, init_weights, init_config, init_vocab);
+    pt_session_tokenizer_config(cfg, tokenizer_config);
     const char *inputs[] = {cfg->source, cfg->model.init_from, init_weights, init_config,
-                            init_vocab, cfg->data.train_images,
+                            init_vocab, tokenizer_config, cfg->data.train_images,
                             cfg->data.train_labels, cfg->data.test_images, cfg->data.test_labels,
                             cfg->data.text, cfg->data.train_file, cfg->data.test_file,
                             cfg->data.vocab, cfg->pipeline.profile};

@@ -239,9 +239,10 @@ int pt_output_not_in_run(const char *option, const char *path, const char *run_d
 
 /* An export must not replace one of the inputs of the run its checkpoint
  * comes from, as the checkpoint's config names them (model.init_from and
- * the files beside it, data.vocab, the data files): an export into the
- * pretrained model's own directory would replace that model. Checks out
- * itself and, for a bert export (a directory), each file it writes there. */
+ * the files beside it, data.vocab and its directory, the data files): an
+ * export into the pretrained model's own directory would replace that
+ * model. Checks out itself and, for a bert export (a directory), each file
+ * it writes there. */
 int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt_err *err)
 {
     static const char *const written[] = {"model.safetensors", "config.json", "vocab.txt",
@@ -256,13 +257,21 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
     for (int i = 3; i < FROM; i++)
         snprintf(from[i], sizeof from[i], "%.*s%s", slash ? (int)(slash - init) + 1 : 0, init,
                  written[i - 2]);
+    /* a tokenizer_config.json written beside data.vocab would change how
+     * the next run with that vocabulary tokenizes (its data.lowercase auto) */
+    char vocab_dir[PT_PATH_MAX];
+    const char *vslash = strrchr(cfg->data.vocab, '/');
+    snprintf(vocab_dir, sizeof vocab_dir, "%.*s",
+             vslash ? (int)(vslash - cfg->data.vocab) + (vslash == cfg->data.vocab) : 1,
+             vslash ? cfg->data.vocab : ".");
     const struct {
         const char *path, *key;
     } inputs[] = {{init, "model.init_from"},       {from[0], "model.init_from"},
                   {from[1], "model.init_from"},    {from[2], "model.init_from"},
                   {from[3], "model.init_from"},    {from[4], "model.init_from"},
                   {cfg->data.vocab, "data.vocab"}, {cfg->data.train_file, "data.train_file"},
-                  {cfg->data.test_file, "data.test_file"}};
+                  {cfg->data.test_file, "data.test_file"},
+                  {vocab_dir, "the directory of data.vocab"}};
     struct stat o, in;
     for (int w = -1; w < (dir ? (int)(sizeof written / sizeof *written) : 0); w++) {
         char p[2 * PT_PATH_MAX];

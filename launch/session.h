@@ -12,6 +12,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "hf/hf.h"
 #include "launch/progress.h"
 #include "train/train.h"
 
@@ -58,13 +59,22 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                     const char *resume, pt_err *err);
 /* Rank 0, a bert taking model.init_from's weights: a note when data.vocab
  * differs from the vocab.txt beside them (the ids reach rows pretrained for
- * other tokens). */
-void pt_session_note_init_vocab(const pt_session *s);
+ * other tokens), and one when the run normalises texts otherwise than the
+ * tokenizer_config.json beside them says. */
+void pt_session_note_init_tokenizer(const pt_session *s);
 /* The files model.init_from reads or would read, for commands that must not
  * write over them: the weights, and for a bert the config.json and vocab.txt
  * beside them (whether they exist or not: one written there would be read
  * next time); "" for none. Each buffer holds PT_PATH_MAX + 32 bytes. */
 void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab);
+/* The tokenizer_config.json beside data.vocab (whether it exists or not),
+ * which data.lowercase, data.strip_accents and data.split_cjk at auto read;
+ * out holds PT_PATH_MAX + 32 bytes. */
+void pt_session_tokenizer_config(const pt_config *c, char *out);
+/* data.lowercase, data.strip_accents and data.split_cjk, those at auto
+ * taken from that file (launch/data.c says how) and set in c: each 0 or 1
+ * in out. PT_EINPUT naming the key and the file when it cannot be read. */
+int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *err);
 
 /* The parts of pt_session_open, file by file. */
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -262,6 +263,9 @@ def snapshot(root):
             p = os.path.join(dirpath, fn)
             if os.path.islink(p):  # the link itself (it may point nowhere)
                 out[os.path.relpath(p, root)] = "link to " + os.readlink(p)
+                continue
+            if not stat.S_ISREG(os.lstat(p).st_mode):  # a FIFO: opening it would wait
+                out[os.path.relpath(p, root)] = "special file"
                 continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()

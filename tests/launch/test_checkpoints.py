@@ -672,6 +672,17 @@ def test_bert_other_labels(h):
                                                      **dict(bert, **{"model.init_from": out})))
     h.run(["train", cfg]).expect(0, "training from the export with its labels")
     export_refusals(h, orig, out, h.path("from-export"))
+    # data.vocab under another name than vocab.txt: its directory takes no
+    # export either (a tokenizer_config.json written there would change how
+    # the next run with that vocabulary tokenizes)
+    vdir = h.path("words")
+    os.makedirs(vdir)
+    words = shutil.copy(files["data.vocab"], os.path.join(vdir, "words.txt"))
+    _, wrun = trained(h, "words-run", kind="gpt", **dict(bert, **{"data.vocab": words}))
+    before = U.snapshot(vdir)
+    r = h.run(["export", U.ckpt(wrun, LAST), vdir]).expect(2, "export into data.vocab's directory")
+    r.one_error("export", vdir, "the directory of data.vocab")
+    check(U.snapshot(vdir) == before, "a refused export changed %s", vdir)
     # without id2label, or with the weights alone, the rows cannot be checked:
     # a note says so, once
     del exported["id2label"]

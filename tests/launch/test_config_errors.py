@@ -1050,6 +1050,66 @@ def test_text_classification_data_errors(h):
           "not one note of the single label:\n%s", r.describe())
 
 
+def test_tokenizer_config_errors(h):
+    """data.lowercase, data.strip_accents and data.split_cjk at auto read the
+    tokenizer_config.json beside data.vocab. One that cannot be read (not
+    JSON, not an object, a key of another type, a directory, a FIFO, which
+    must not hang the run) is refused naming the file and its key, blamed on
+    the first key left at auto (its line when the config sets it, the
+    config's name when it is the default), with nothing on disk changed. A
+    key set in the config is not looked up: with all three set, the same
+    file trains."""
+    f = textcls_files(h)
+    vdir = h.path("tokvocab")
+    os.mkdir(vdir)
+    vocab = U.write(os.path.join(vdir, "vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
+    tc = os.path.join(vdir, "tokenizer_config.json")
+    cases = [
+        ("not_json", '{"do_lower_case": tru', {}, "data.lowercase", [tc, "line 1"]),
+        ("not_object", '[true]', {}, "data.lowercase", [tc, "not a JSON object"]),
+        ("lowercase_string", '{"do_lower_case": "false"}', {}, "data.lowercase",
+         [tc, "do_lower_case: not true or false"]),
+        ("strip_number", '{"strip_accents": 0}', {"data.lowercase": "true"},
+         "data.strip_accents", [tc, "strip_accents: not true, false or null"]),
+        ("cjk_null", '{"tokenize_chinese_chars": null}',
+         {"data.lowercase": "false", "data.strip_accents": "false", "data.split_cjk": "auto"},
+         "data.split_cjk", [tc, "tokenize_chinese_chars: not true or false"]),
+        ("a_directory", None, {}, "data.lowercase", [tc, "not a regular file"]),
+        ("a_fifo", "fifo", {}, "data.lowercase", [tc, "not a regular file"]),
+    ]
+    for name, content, changes, key, needles in cases:
+        if os.path.isdir(tc):
+            os.rmdir(tc)
+        elif os.path.lexists(tc):
+            os.remove(tc)
+        if content is None:
+            os.mkdir(tc)
+        elif content == "fifo":
+            os.mkfifo(tc)
+        else:
+            U.write(tc, content)
+        keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                                 "data.train_file": f["tsv"], "data.vocab": vocab,
+                                 "model.vocab": "6", **changes})
+        text = U.render(keys)
+        cfg = U.write(h.path("bad.yaml"), text)
+        before = U.snapshot(h.dir)
+        r = h.run(["train", cfg], timeout=60).expect(2, name)
+        where = ("%s:%d: " % (cfg, U.line_of(text, key))) if key in changes else \
+            "%s: (default) " % cfg
+        r.one_error(where + key + ": ", *needles)
+        check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
+        U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    # every key set: the file is not read
+    os.remove(tc)
+    U.write(tc, "not json at all")
+    keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                             "data.train_file": f["tsv"], "data.vocab": vocab, "model.vocab": "6",
+                             "data.lowercase": "true", "data.strip_accents": "true",
+                             "data.split_cjk": "true"})
+    h.run(["train", U.write(h.path("set.yaml"), U.render(keys))]).expect(0, "all three set")
+
+
 def write_st(path, tensors):
     """float32 safetensors from {name: (shape, [values])}"""
     import struct
@@ -1214,8 +1274,9 @@ def test_eval_outputs_spare_init_from(h):
     """eval's --logits and --hidden never land on a file model.init_from
     reads: its config.json and the vocab.txt beside its weights (as a
     directory or as the .safetensors file), nor create a config.json beside
-    weights that have none (the next run would read it). Refused, exit 2,
-    nothing touched."""
+    weights that have none (the next run would read it), nor a
+    tokenizer_config.json beside data.vocab. Refused, exit 2, nothing
+    touched."""
     f = textcls_files(h)
     bert = hf_bert_keys(f)
     good = hf_bert(h, "good")
@@ -1232,6 +1293,10 @@ def test_eval_outputs_spare_init_from(h):
         ("config_not_there", os.path.join(bare, "model.safetensors"), "--logits",
          os.path.join(bare, "config.json"), "reads when it is there"),
         ("vocab_not_there", bare, "--hidden", os.path.join(bare, "vocab.txt"), "reads when it is there"),
+        # data.vocab's tokenizer_config.json: its data.lowercase (auto) reads it
+        ("tokenizer_config_not_there", good, "--logits",
+         os.path.join(os.path.dirname(f["vocab"]), "tokenizer_config.json"),
+         "reads when it is there"),
     ]
     for name, init, opt, out, why in cases:
         cfg = U.write(h.path("%s.yaml" % name),
@@ -1242,6 +1307,45 @@ def test_eval_outputs_spare_init_from(h):
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
     cfg = U.write(h.path("fine.yaml"), U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good}))))
     h.run(["eval", cfg, "--init", "--logits", h.path("logits.st")]).expect(0, "--logits elsewhere")
+
+
+def test_init_from_tokenizer_note(h):
+    """A model whose tokenizer_config.json says do_lower_case false (a cased
+    BERT) fed lowercased texts gets one note naming the key and the field:
+    from a data.vocab elsewhere (no tokenizer_config.json there: uncased),
+    or with data.lowercase set true over the model's own file. With the
+    model's own vocab.txt as data.vocab and the keys at auto, the run is
+    cased and there is no note; a tokenizer_config.json beside the weights
+    that cannot be read is a note, not an error (the run does not read it)."""
+    f = textcls_files(h)
+    bert = hf_bert_keys(f)
+    cased = hf_bert(h, "cased")
+    shutil.copy(f["vocab"], os.path.join(cased, "vocab.txt"))
+    U.write(os.path.join(cased, "tokenizer_config.json"), '{"do_lower_case": false}')
+    own = os.path.join(cased, "vocab.txt")
+    for name, changes, want in (
+            ("vocab_elsewhere", {}, ["data.lowercase true where it says do_lower_case false",
+                                     "data.strip_accents true where it says strip_accents false"]),
+            ("lowercase_set", {"data.vocab": own, "data.lowercase": "true"},
+             ["data.lowercase true where it says do_lower_case false"]),
+            ("own_vocab", {"data.vocab": own}, None)):
+        cfg = U.write(h.path("%s.yaml" % name), U.render(base(h, "gpt", **dict(
+            bert, **dict(changes, **{"model.init_from": cased})))))
+        r = h.run(["eval", cfg, "--init"]).expect(0, name)
+        notes = [l for l in r.err.splitlines() if "tokenizes otherwise" in l]
+        if want is None:
+            check(not notes, "%s: a note where the run tokenizes as the model:\n%s", name,
+                  r.describe())
+        else:
+            check(len(notes) == 1 and all(w in notes[0] for w in want) and
+                  os.path.join(cased, "tokenizer_config.json") in notes[0],
+                  "%s: not one note naming %s:\n%s", name, want, r.describe())
+    U.write(os.path.join(cased, "tokenizer_config.json"), '{"do_lower_case": 0}')
+    cfg = U.write(h.path("unreadable.yaml"), U.render(base(h, "gpt", **dict(
+        bert, **{"model.init_from": cased}))))
+    r = h.run(["eval", cfg, "--init"]).expect(0, "an unreadable tokenizer_config.json beside the weights")
+    notes = [l for l in r.err.splitlines() if "cannot be read" in l and "do_lower_case" in l]
+    check(len(notes) == 1, "not one note of the unreadable file:\n%s", r.describe())
 
 
 def test_bert_init_from_legacy_names(h):
@@ -1592,7 +1696,9 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
-         test_text_classification_data_errors, test_bert_init_from_refused, test_eval_outputs_spare_init_from,
+         test_text_classification_data_errors, test_tokenizer_config_errors,
+         test_init_from_tokenizer_note,
+         test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,

@@ -27,6 +27,14 @@ tokenizer_config.json: uncased, accents stripped, CJK split, special tokens
 in texts split as text) and the README's recipe for the logits are all
 checked by transformers' own code.
 
+Twice: with the uncased tokenizer all-MiniLM-L6-v2's directory implies (no
+tokenizer_config.json there: transformers' defaults), and with its vocab.txt
+copied beside a tokenizer_config.json saying do_lower_case false,
+strip_accents null and tokenize_chinese_chars false, which the run's
+data.lowercase, data.strip_accents and data.split_cjk (auto) take, the
+checkpoint records, and the export writes back; the texts' capitals,
+accents and CJK then give other ids, which transformers must reproduce.
+
 transformers is pinned to a release that still runs on Debian's PyTorch 1.13.
 
 usage: hf_export.py PIPETRAIN_BINARY MINILM_DIR VENV
@@ -132,61 +140,101 @@ def main():
                 for label, text in rows:
                     f.write("%s\t%s\n" % (label, text))
             return path
-        cfg = os.path.join(tmp, "bert.yaml")
-        with open(cfg, "w") as f:
-            f.write("""run: {dir: %s, seed: 3, threads: 1}
+        results = []
+        for tag, tokcfg in (("uncased", None),
+                            ("cased", {"do_lower_case": False, "strip_accents": None,
+                                       "tokenize_chinese_chars": False})):
+            results.append(check_variant(binary, minilm, py, tmp, write_tsv, tag, tokcfg))
+        for tag, worst, e_logits, lengths, norm in results:
+            print("hf_export (%s: %s): transformers %s loads the export (BertTokenizerFast, "
+                  "BertModel); hidden states at real positions within %.2e, logits (mean of real "
+                  "positions through head.fc) within %.2e, of %d texts of %d to %d tokens; "
+                  "id2label %s" % (tag, norm, TRANSFORMERS, worst, e_logits, len(TEST),
+                                   lengths.min(), lengths.max(), LABELS))
+        if results[0][3].tolist() == results[1][3].tolist():
+            fail("the cased run's texts have the uncased run's lengths: the normalisation "
+                 "changed nothing")
+
+
+def check_variant(binary, minilm, py, tmp, write_tsv, tag, tokcfg):
+    """Trains, exports and compares with transformers; tokcfg: the
+    tokenizer_config.json put beside a copy of the vocabulary (None: the
+    model's own directory's vocab.txt, with no tokenizer_config.json)."""
+    vocab = os.path.join(minilm, "vocab.txt")
+    if tokcfg is not None:
+        vdir = os.path.join(tmp, "vocab-" + tag)
+        os.makedirs(vdir)
+        with open(vocab, "rb") as src, open(os.path.join(vdir, "vocab.txt"), "wb") as dst:
+            dst.write(src.read())
+        with open(os.path.join(vdir, "tokenizer_config.json"), "w") as f:
+            json.dump(tokcfg, f)
+        vocab = os.path.join(vdir, "vocab.txt")
+    tmp = os.path.join(tmp, tag)
+    os.makedirs(tmp)
+    cfg = os.path.join(tmp, "bert.yaml")
+    with open(cfg, "w") as f:
+        f.write("""run: {dir: %s, seed: 3, threads: 1}
 model: {kind: bert, dim: 384, layers: 6, heads: 12, mlp_hidden: 1536, vocab: 30522,
-        positions: 512, context: %d, classes: %d, init_from: %s}
+    positions: 512, context: %d, classes: %d, init_from: %s}
 data: {kind: text_classification, train_file: %s, test_file: %s, vocab: %s}
 train: {batch: 4, epochs: 1, lr: 0.0005, warmup_steps: 0, eval_every: 0}
 """ % (os.path.join(tmp, "run"), CONTEXT, len(LABELS), minilm, write_tsv("train.tsv", TRAIN),
-                write_tsv("test.tsv", TEST), os.path.join(minilm, "vocab.txt")))
-        run([binary, "train", cfg])
-        ckpt = os.path.join(tmp, "run", "checkpoints", "step_0000000003")
-        out = os.path.join(tmp, "export")
-        r = run([binary, "export", ckpt, out])
-        for name in ("model.safetensors", "config.json", "vocab.txt", "tokenizer_config.json"):
-            if not os.path.isfile(os.path.join(out, name)):
-                fail("the export has no %s:\n%s" % (name, r.stdout + r.stderr))
-        logits_path, hidden_path = os.path.join(tmp, "logits.st"), os.path.join(tmp, "hidden.st")
-        run([binary, "eval", cfg, "--checkpoint", ckpt, "--logits", logits_path,
-             "--hidden", hidden_path])
-        ours_logits, ours_hidden = st.load(logits_path)["logits"], st.load(hidden_path)["hidden"]
+            write_tsv("test.tsv", TEST), vocab))
+    run([binary, "train", cfg])
+    ckpt = os.path.join(tmp, "run", "checkpoints", "step_0000000003")
+    out = os.path.join(tmp, "export")
+    r = run([binary, "export", ckpt, out])
+    for name in ("model.safetensors", "config.json", "vocab.txt", "tokenizer_config.json"):
+        if not os.path.isfile(os.path.join(out, name)):
+            fail("the export has no %s:\n%s" % (name, r.stdout + r.stderr))
+    logits_path, hidden_path = os.path.join(tmp, "logits.st"), os.path.join(tmp, "hidden.st")
+    run([binary, "eval", cfg, "--checkpoint", ckpt, "--logits", logits_path,
+         "--hidden", hidden_path])
+    ours_logits, ours_hidden = st.load(logits_path)["logits"], st.load(hidden_path)["hidden"]
 
-        texts = os.path.join(tmp, "texts.json")
-        with open(texts, "w", encoding="utf-8") as f:
-            json.dump([t for _, t in TEST], f)
-        theirs = os.path.join(tmp, "theirs.npz")
-        run([py, "-c", CHECK, out, texts, theirs, str(CONTEXT)])
-        t = np.load(theirs)
-        if str(t["tokenizer"]) != "BertTokenizerFast":
-            fail("AutoTokenizer made a %s" % t["tokenizer"])
-        id2label = {int(k): v for k, v in json.loads(str(t["id2label"])).items()}
-        if id2label != dict(enumerate(LABELS)):
-            fail("config.json's id2label is %s, the data's labels %s" % (id2label, LABELS))
-        mask, hidden = t["mask"].astype(bool), t["hidden"]
-        if ours_hidden.shape != hidden.shape:
-            fail("hidden states %s against transformers' %s" % (ours_hidden.shape, hidden.shape))
-        worst = 0.0
-        for i in range(len(TEST)):
-            n = int(mask[i].sum())
-            # pipetrain pads after [SEP] as the tokenizer does: its first n
-            # positions are the real tokens
-            e = rel(ours_hidden[i, :n], hidden[i, :n])
-            worst = max(worst, e)
-            if e > TOL:
-                fail("text %d (%r, %d tokens): hidden states differ by %.2e" % (i, TEST[i][1][:40], n, e))
-        weights = st.load(os.path.join(out, "model.safetensors"))
-        pooled = np.stack([hidden[i, :int(mask[i].sum())].mean(0) for i in range(len(TEST))])
-        logits = pooled @ weights["head.fc.weight"].T + weights["head.fc.bias"]
-        e_logits = rel(ours_logits, logits)
-        if e_logits > TOL:
-            fail("logits differ by %.2e:\n%s\n%s" % (e_logits, ours_logits, logits))
-        lengths = mask.sum(1)
-        print("hf_export: transformers %s loads the export (BertTokenizerFast, BertModel); "
-              "hidden states at real positions within %.2e, logits (mean of real positions "
-              "through head.fc) within %.2e, of %d texts of %d to %d tokens; id2label %s"
-              % (TRANSFORMERS, worst, e_logits, len(TEST), lengths.min(), lengths.max(), LABELS))
+    texts = os.path.join(tmp, "texts.json")
+    with open(texts, "w", encoding="utf-8") as f:
+        json.dump([t for _, t in TEST], f)
+    theirs = os.path.join(tmp, "theirs.npz")
+    run([py, "-c", CHECK, out, texts, theirs, str(CONTEXT)])
+    t = np.load(theirs)
+    if str(t["tokenizer"]) != "BertTokenizerFast":
+        fail("AutoTokenizer made a %s" % t["tokenizer"])
+    id2label = {int(k): v for k, v in json.loads(str(t["id2label"])).items()}
+    if id2label != dict(enumerate(LABELS)):
+        fail("config.json's id2label is %s, the data's labels %s" % (id2label, LABELS))
+    mask, hidden = t["mask"].astype(bool), t["hidden"]
+    if ours_hidden.shape != hidden.shape:
+        fail("hidden states %s against transformers' %s" % (ours_hidden.shape, hidden.shape))
+    worst = 0.0
+    for i in range(len(TEST)):
+        n = int(mask[i].sum())
+        # pipetrain pads after [SEP] as the tokenizer does: its first n
+        # positions are the real tokens
+        e = rel(ours_hidden[i, :n], hidden[i, :n])
+        worst = max(worst, e)
+        if e > TOL:
+            fail("text %d (%r, %d tokens): hidden states differ by %.2e" % (i, TEST[i][1][:40], n, e))
+    weights = st.load(os.path.join(out, "model.safetensors"))
+    pooled = np.stack([hidden[i, :int(mask[i].sum())].mean(0) for i in range(len(TEST))])
+    logits = pooled @ weights["head.fc.weight"].T + weights["head.fc.bias"]
+    e_logits = rel(ours_logits, logits)
+    if e_logits > TOL:
+        fail("logits differ by %.2e:\n%s\n%s" % (e_logits, ours_logits, logits))
+    lengths = mask.sum(1)
+    # the normalisation the checkpoint recorded and the export wrote
+    manifest = open(os.path.join(ckpt, "manifest"), "rb").read()
+    written = json.load(open(os.path.join(out, "tokenizer_config.json")))
+    want = {"do_lower_case": tokcfg is None, "strip_accents": tokcfg is None,
+            "tokenize_chinese_chars": tokcfg is None}
+    got = {k: written.get(k) for k in want}
+    if got != want:
+        fail("%s: the export's tokenizer_config.json says %s, the run tokenized with %s"
+             % (tag, got, want))
+    rec = b"lowercase: %s" % (b"true" if tokcfg is None else b"false")
+    if rec not in manifest:
+        fail("%s: the checkpoint's config does not record %r" % (tag, rec))
+    return tag, worst, e_logits, lengths, json.dumps(got)
 
 
 if __name__ == "__main__":
