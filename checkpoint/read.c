@@ -249,6 +249,15 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
     pt_err ignored;
     char diff[1024];
     const int have = was && pt_manifest_config(m, was, &arch, &ignored) == 0;
+    /* a checkpoint from before data.lowercase and its siblings were keys
+     * records none (auto): its run tokenized as auto resolves, and the
+     * digests below tell if the tokens differ */
+    if (have && was->data.lowercase == PT_AUTO)
+        was->data.lowercase = now->data.lowercase;
+    if (have && was->data.strip_accents == PT_AUTO)
+        was->data.strip_accents = now->data.strip_accents;
+    if (have && was->data.split_cjk == PT_AUTO)
+        was->data.split_cjk = now->data.split_cjk;
     if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
