@@ -6,7 +6,9 @@
  * Input: a 5-byte preamble, then the two files' bytes.
  *   byte 0   bit 0: the training file is JSONL (else TSV); bit 1: the test
  *            file is JSONL; bit 2: load the test file (else split the
- *            training file)
+ *            training file); bits 3, 4, 5: tokenize without lowercasing,
+ *            without stripping accents, without splitting CJK (pt_normalize;
+ *            all clear: the uncased default)
  *   byte 1   context - 2 (2..257)
  *   byte 2   the test fraction is (byte + 1) / 256 (1 itself is refused)
  *   byte 3-4 little-endian length of the training part (cut to what is
@@ -100,6 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size -= 5;
     if (train_n > size)
         train_n = size;
+    pt_vocab_set_normalize(ctx.vocab, (pt_normalize){!(flags & 8), !(flags & 16), !(flags & 32)});
     const char *train_path = flags & 1 ? ctx.jsonl[0] : ctx.tsv[0];
     const char *test_path = flags & 2 ? ctx.jsonl[1] : ctx.tsv[1];
     fuzz_write(train_path, data, train_n);
