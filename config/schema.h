@@ -15,7 +15,7 @@ typedef enum { PT_K_INT, PT_K_I64, PT_K_FLOAT, PT_K_BOOL, PT_K_STR, PT_K_ENUM } 
 enum {
     PT_F_MIN_EXCL = 1, /* the minimum itself is not allowed */
     PT_F_MAX_EXCL = 2, /* the maximum itself is not allowed */
-    PT_F_AUTO = 4,     /* integer or number key that also accepts `auto` (stored as PT_AUTO) */
+    PT_F_AUTO = 4,     /* integer, number or boolean key that also accepts `auto` (stored as PT_AUTO) */
     PT_F_FILE = 8      /* a path to an existing file, checked when the data kind uses it */
 };
 
