@@ -277,6 +277,10 @@ void pt_recfile_close(pt_recfile *f);
  * has no meaning we could pick. Errors are PT_EINPUT "line L, column C: what";
  * callers prefix the file name. */
 int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err);
+/* The same, every number read as a real: for files whose integers may be
+ * beyond 64 bits (transformers writes an unknown model_max_length as
+ * int(1e30)) and which are read for other fields. */
+int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err);
 
 /* A JSON number for v, or null when v is not finite (JSON has no NaN or
  * infinity); NULL only when out of memory. */

@@ -6,14 +6,24 @@
 
 #include <math.h>
 
-int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err)
+static int load(json_t **out, const char *text, size_t n, size_t flags, pt_err *err)
 {
     json_error_t e;
-    *out = json_loadb(text, n, JSON_REJECT_DUPLICATES, &e);
+    *out = json_loadb(text, n, JSON_REJECT_DUPLICATES | flags, &e);
     if (!*out)
         return pt_fail(err, PT_EINPUT, "line %d, column %d (byte %d): %s", e.line, e.column,
                        e.position, e.text);
     return 0;
+}
+
+int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err)
+{
+    return load(out, text, n, 0, err);
+}
+
+int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err)
+{
+    return load(out, text, n, JSON_DECODE_INT_AS_REAL, err);
 }
 
 json_t *pt_json_number(double v)

@@ -33,7 +33,7 @@ static int get_int(const json_t *root, const char *path, const char *key, int lo
 }
 
 /* A config.json (at most 1 MiB) as JSON; errors name the file. */
-int pt_hf_read_json(const char *path, json_t **root, pt_err *err)
+int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err)
 {
     *root = NULL;
     void *text = NULL;
@@ -41,7 +41,7 @@ int pt_hf_read_json(const char *path, json_t **root, pt_err *err)
     int rc = pt_read_file(path, 1 << 20, &text, &n, err);
     if (rc)
         return rc;
-    rc = pt_json_load(root, text, n, err);
+    rc = reals ? pt_json_load_reals(root, text, n, err) : pt_json_load(root, text, n, err);
     free(text);
     return rc ? pt_err_prefix(err, "%s", path) : 0;
 }
@@ -50,7 +50,7 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
 {
     memset(out, 0, sizeof *out);
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, err);
+    int rc = pt_hf_read_json(path, &root, 0, err);
     if (rc)
         return rc;
     if (!json_is_object(root)) {
@@ -223,7 +223,7 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
     *names = NULL;
     *n = 0;
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, err);
+    int rc = pt_hf_read_json(path, &root, 0, err);
     if (rc)
         return rc;
     const json_t *map = json_object_get(root, "id2label");
@@ -260,17 +260,21 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
     return 0;
 }
 
-int pt_hf_tokenizer_config_read(const char *path, pt_hf_normalizer *out, int *found, pt_err *err)
+int pt_hf_tokenizer_config_read(const char *path, int want, pt_hf_normalizer *out, int *found,
+                                int *field, pt_err *err)
 {
     *out = (pt_hf_normalizer){1, -1, 1}; /* transformers' BertTokenizer defaults */
     *found = 0;
+    *field = -1;
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (lstat(path, &st) != 0)
         return errno == ENOENT ? 0 : pt_fail(err, PT_EINPUT, "%s: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) /* a link to nothing: a file meant to be there (a cut download) */
+        return pt_fail(err, PT_EINPUT, "%s: a link to nothing (%s)", path, strerror(errno));
     if (!S_ISREG(st.st_mode)) /* never wait on a FIFO */
         return pt_fail(err, PT_EINPUT, "%s: not a regular file", path);
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, err);
+    int rc = pt_hf_read_json(path, &root, 1, err);
     if (rc)
         return rc;
     *found = 1;
@@ -280,13 +284,15 @@ int pt_hf_tokenizer_config_read(const char *path, pt_hf_normalizer *out, int *fo
     int *value[3] = {&out->lowercase, &out->strip_accents, &out->split_cjk};
     for (int i = 0; rc == 0 && i < 3; i++) {
         const json_t *v = json_object_get(root, keys[i]);
-        if (!v || (i == 1 && json_is_null(v)))
+        if (!(want & 1 << i) || !v || (i == 1 && json_is_null(v)))
             continue;
-        if (!json_is_boolean(v))
+        if (!json_is_boolean(v)) {
             rc = pt_fail(err, PT_EINPUT, "%s: %s: not %s", path, keys[i],
                          i == 1 ? "true, false or null" : "true or false");
-        else
+            *field = i;
+        } else {
             *value[i] = json_is_true(v);
+        }
     }
     json_decref(root);
     return rc;

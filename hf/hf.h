@@ -84,11 +84,16 @@ typedef struct pt_hf_normalizer {
     int lowercase, strip_accents, split_cjk;
 } pt_hf_normalizer;
 
-/* Reads a tokenizer_config.json: *found 0 and the defaults when path is
- * not there; PT_EINPUT naming the file (and the key) when it is not a
- * regular file, not a JSON object, or one of those keys is of another type
- * (a boolean, or null for strip_accents). The other keys are not read. */
-int pt_hf_tokenizer_config_read(const char *path, pt_hf_normalizer *out, int *found, pt_err *err);
+/* Reads a tokenizer_config.json's fields of `want` (bit 0 do_lower_case,
+ * bit 1 strip_accents, bit 2 tokenize_chinese_chars; the others keep their
+ * defaults): *found 0 and the defaults when path is not there; PT_EINPUT
+ * naming the file (and the field, whose bit number goes to *field, else -1)
+ * when it is a link to nothing, not a regular file, not a JSON object, or
+ * a wanted field is of another type (a boolean, or null for strip_accents).
+ * Numbers are read as reals, so an integer beyond 64 bits elsewhere (what
+ * transformers writes for an unknown model_max_length) is no error. */
+int pt_hf_tokenizer_config_read(const char *path, int want, pt_hf_normalizer *out, int *found,
+                                int *field, pt_err *err);
 
 /* The tokenizer an export carries: vocab.txt's bytes (vocab lines), the
  * tokens per example the model trained with, and its normalisation (each 0

@@ -201,17 +201,19 @@ int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *er
 {
     int *const value[3] = {&c->data.lowercase, &c->data.strip_accents, &c->data.split_cjk};
     static const char *const key[3] = {"data.lowercase", "data.strip_accents", "data.split_cjk"};
-    int first_auto = -1;
+    int first_auto = -1, want = 0;
     for (int i = 2; i >= 0; i--)
-        if (*value[i] == PT_AUTO)
+        if (*value[i] == PT_AUTO) {
             first_auto = i;
+            want |= 1 << i;
+        }
     if (first_auto >= 0) {
         char path[PT_PATH_MAX + 32];
         pt_hf_normalizer hn;
-        int found;
+        int found, field;
         pt_session_tokenizer_config(c, path);
-        if (pt_hf_tokenizer_config_read(path, &hn, &found, err))
-            return pt_config_key_prefix(c, err, key[first_auto]);
+        if (pt_hf_tokenizer_config_read(path, want, &hn, &found, &field, err))
+            return pt_config_key_prefix(c, err, key[field >= 0 ? field : first_auto]);
         if (c->data.lowercase == PT_AUTO)
             c->data.lowercase = hn.lowercase;
         if (c->data.strip_accents == PT_AUTO)

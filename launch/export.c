@@ -111,18 +111,33 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                       * data.lowercase was a key, how its run resolved auto */
                      pt_session_resolve_normalize(cfg, &tok.norm, &why) == 0)
                 tok.vocab = vocab;
-            if (!tok.vocab)
-                fprintf(stderr, "pipetrain: note: the export has no tokenizer files (an earlier "
-                        "export's there are removed): the run's data.vocab: %s\n", why.msg);
+            /* tokenizer files in the directory that the export cannot replace
+             * are left alone, and so is the rest: they may be no earlier
+             * export's but a model's own, its vocabulary that a relative
+             * data.vocab named from another directory */
+            for (int k = 0; !tok.vocab && rc == 0 && k < 2; k++) {
+                char path[2 * PT_PATH_MAX];
+                struct stat ls;
+                snprintf(path, sizeof path, "%s/%s", out, k ? "tokenizer_config.json" : "vocab.txt");
+                if (lstat(path, &ls) == 0)
+                    rc = pt_fail(err, PT_EINPUT,
+                                 "export: '%s' is there, and this export has no tokenizer to "
+                                 "replace it with (the run's data.vocab: %s); nothing was "
+                                 "written: remove it or export elsewhere", path, why.msg);
+            }
+            if (!tok.vocab && rc == 0)
+                fprintf(stderr, "pipetrain: note: the export has no tokenizer files: the run's "
+                        "data.vocab: %s\n", why.msg);
             /* what a killed earlier export into the directory left there */
             static const char *const files[] = {"model.safetensors", "config.json", "vocab.txt",
                                                 "tokenizer_config.json"};
-            for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+            for (size_t k = 0; rc == 0 && k < sizeof files / sizeof files[0]; k++) {
                 char path[2 * PT_PATH_MAX];
                 if (snprintf(path, sizeof path, "%s/%s", out, files[k]) < (int)sizeof path)
                     pt_output_sweep(path);
             }
-            if ((rc = pt_checkpoint_read_labels(ckpt, arch.classes, &labels, &n_labels, err)) == 0 &&
+            if (rc == 0 &&
+                (rc = pt_checkpoint_read_labels(ckpt, arch.classes, &labels, &n_labels, err)) == 0 &&
                 (rc = pt_hf_bert_save(seg, out, (const char *const *)labels, n_labels,
                                       tok.vocab ? &tok : NULL, err)) == 0)
                 printf("wrote %s: model.safetensors, config.json%s\n", out,

@@ -141,9 +141,9 @@ static void note_init_vocab(const pt_config *c, const char *there)
 static void note_init_normalize(const pt_config *c, const char *there)
 {
     pt_hf_normalizer hn;
-    int found = 0;
+    int found = 0, bad;
     pt_err why;
-    if (pt_hf_tokenizer_config_read(there, &hn, &found, &why) != 0) {
+    if (pt_hf_tokenizer_config_read(there, 7, &hn, &found, &bad, &why) != 0) {
         char shown[4 * sizeof why.msg + 1];
         pt_utf8_printable(why.msg, strnlen(why.msg, sizeof why.msg), shown, sizeof shown);
         fprintf(stderr,

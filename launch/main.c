@@ -450,7 +450,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             goto done;
         checkpoint = latest;
     }
-    rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, NULL, &err);
+    rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, checkpoint, &err);
     if (rc == 0 && checkpoint) {
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);

@@ -52,9 +52,12 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
  * config (collective over the world), initialises the weights (from the seed
  * or model.init_from) and, for training, opens the metrics files. Every
  * failure that is the config's fault names the key, file and line. Does not
- * resume (see pt_checkpoint_load), but plans from the profile of checkpoint
- * `resume` (NULL or "": none) when it applies to this world, so the resumed
- * run makes the saved run's layouts; pipeline.profile comes first. */
+ * resume or load a checkpoint (see pt_checkpoint_load and
+ * pt_checkpoint_load_weights), but takes from checkpoint `resume` (the one a
+ * resume would take, or an eval reads; NULL or "": none) the tokenizer
+ * normalisation it recorded, for the data keys left at auto; and for
+ * training plans from its profile when it applies to this world, so the
+ * resumed run makes the saved run's layouts (pipeline.profile comes first). */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err);
 /* Rank 0, a bert taking model.init_from's weights: a note when data.vocab

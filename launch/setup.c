@@ -380,6 +380,44 @@ int pt_session_write_profile(const pt_session *s, pt_err *err)
     return rc;
 }
 
+/* data.lowercase, data.strip_accents and data.split_cjk left at auto take
+ * what checkpoint `ckpt` (NULL or "": none) recorded its run tokenized with,
+ * not what the tokenizer_config.json beside data.vocab says now: a resume
+ * or an evaluation of it tokenizes as its run did. A key set in the config
+ * to another value stays, with a note; a checkpoint that cannot be read, or from before the keys, leaves auto (the
+ * load reports a bad one; the data digests tell tokens that differ). */
+static void recorded_normalize(pt_session *s, const char *ckpt)
+{
+    if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION)
+        return;
+    pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+    pt_arch arch;
+    pt_err ignored;
+    if (was && pt_checkpoint_read_config(ckpt, was, &arch, &ignored) == 0) {
+        int *const now[3] = {&s->cfg.data.lowercase, &s->cfg.data.strip_accents,
+                             &s->cfg.data.split_cjk};
+        const int then[3] = {was->data.lowercase, was->data.strip_accents, was->data.split_cjk};
+        static const char *const key[3] = {"data.lowercase", "data.strip_accents",
+                                           "data.split_cjk"};
+        char diff[300] = "";
+        size_t at = 0;
+        for (int i = 0; i < 3; i++) {
+            if (*now[i] == PT_AUTO)
+                *now[i] = then[i];
+            else if (then[i] != PT_AUTO && then[i] != *now[i] && at < sizeof diff)
+                at += (size_t)snprintf(diff + at, sizeof diff - at, "%s%s %s, its run %s",
+                                       at ? "; " : "", key[i], *now[i] ? "true" : "false",
+                                       then[i] ? "true" : "false");
+        }
+        if (at && s->rank == 0)
+            fprintf(stderr,
+                    "pipetrain: note: this run tokenizes otherwise than checkpoint %s's did (%s): "
+                    "its texts reach the trained weights as other tokens\n",
+                    ckpt, diff);
+    }
+    free(was);
+}
+
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err)
 {
@@ -389,6 +427,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
     pt_config_arch(cfg, &s->arch);
+    recorded_normalize(s, resume);
     /* the frozen blocks of the checkpoint a resume would take (each rank
      * reads it; the planner uses rank 0's): the memory checks count them
      * without gradients or moments. A bad file is the load's to report. */
@@ -463,7 +502,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);
-    if ((rc = given_profile(s, resume, &spec.profile_strict, err)))
+    if ((rc = given_profile(s, mode == PT_RUN_TRAIN ? resume : NULL, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
     spec.profile_fallback = s->profile_fallback.ranks ? &s->profile_fallback : NULL;

@@ -757,6 +757,68 @@ def export_refusals(h, orig, exported, from_export):
         check(not os.path.exists(h.path("labels-out-" + name)), "a refused export wrote its output")
 
 
+def test_tokenizer_recorded(h):
+    """A checkpoint records how its run tokenized (data.lowercase and the
+    others, resolved from the tokenizer_config.json beside data.vocab): an
+    eval and a resume of it tokenize so whatever that file says later (the
+    same hidden states to the byte, no note, the new checkpoints record the
+    same); a key set to another value in the config is followed, with a
+    note. An export that has no tokenizer to write (its data.vocab not
+    found) leaves a vocab.txt or tokenizer_config.json in its directory
+    alone and refuses, writing nothing (it may be a model's own)."""
+    files = U.bert_files(h, 40, 3)
+    vdir = h.path("cased")
+    os.makedirs(vdir)
+    vocab = shutil.copy(files["data.vocab"], os.path.join(vdir, "vocab.txt"))
+    tc = U.write(os.path.join(vdir, "tokenizer_config.json"), '{"do_lower_case": false}')
+    # capitals: cased they are [UNK], uncased the words
+    for key in ("data.train_file", "data.test_file"):
+        with open(files[key]) as f:
+            text = f.read()
+        U.write(files[key], "".join(l.split("\t")[0] + "\t" + l.split("\t")[1].title()
+                                    for l in text.splitlines(True)))
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None, "data.vocab": vocab})
+    cfg, run_dir = trained(h, "cased-run", kind="gpt", **bert)
+    ck = U.ckpt(run_dir, LAST)
+    config = read_manifest(ck)["config"]
+    check("lowercase: false" in config and "strip_accents: false" in config,
+          "the manifest does not record the cased run:\n%s", config)
+    before = h.path("h-before.st")
+    h.run(["eval", cfg, "--checkpoint", ck, "--hidden", before]).expect(0, "eval")
+    U.write(tc, '{"do_lower_case": true}')
+    after = h.path("h-after.st")
+    r = h.run(["eval", cfg, "--checkpoint", ck, "--hidden", after]).expect(0, "eval, file changed")
+    check(U.read_bytes(before) == U.read_bytes(after) and "tokenizes otherwise" not in r.err,
+          "eval after the tokenizer_config.json changed tokenized otherwise:\n%s", r.describe())
+    # the same data uncased: other hidden states (the check above can fail)
+    r = h.run(["eval", cfg, "--checkpoint", ck, "--hidden", after, "--set",
+               "data.lowercase=true"]).expect(0, "eval, lowercase set")
+    notes = [l for l in r.err.splitlines() if "tokenizes otherwise" in l]
+    check(U.read_bytes(before) != U.read_bytes(after) and len(notes) == 1 and
+          "data.lowercase true, its run false" in notes[0],
+          "eval with data.lowercase set otherwise:\n%s", r.describe())
+    more = U.write_config(h, "cased-more.yaml", keys(h, run_dir, "gpt",
+                                                     **dict(bert, **{"train.epochs": "3"})))
+    r = h.run(["train", more, "--set", "train.resume=auto"]).expect(0, "resume, file changed")
+    check("other data settings" not in r.err and "tokenizes otherwise" not in r.err,
+          "resume after the tokenizer_config.json changed:\n%s", r.describe())
+    newest = U.ckpt(run_dir, 15)
+    check("lowercase: false" in read_manifest(newest)["config"],
+          "the resumed run's checkpoint does not record lowercase false")
+    # an export whose data.vocab is gone leaves a vocab.txt where it writes alone
+    os.rename(vocab, vocab + ".away")
+    out = h.path("export-over-vocab")
+    os.makedirs(out)
+    mine = U.write(os.path.join(out, "vocab.txt"), "mine\n")
+    r = h.run(["export", ck, out]).expect(2, "export with no tokenizer over a vocab.txt")
+    r.one_error("export", mine, "no tokenizer to replace it with", "remove it or export elsewhere")
+    check(os.listdir(out) == ["vocab.txt"] and U.read_bytes(mine) == b"mine\n",
+          "a refused export changed %s: %s", out, os.listdir(out))
+    os.rename(vocab + ".away", vocab)
+
+
 def test_data_identity(h):
     """A checkpoint records what the run was fed: the SHA-256 of the
     training and test examples as the model sees them (counts, token ids,
@@ -1402,7 +1464,8 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
-        test_resume_bert_other_dropout, test_bert_other_labels, test_data_identity,
+        test_resume_bert_other_dropout, test_bert_other_labels, test_tokenizer_recorded,
+        test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,

@@ -1053,12 +1053,14 @@ def test_text_classification_data_errors(h):
 def test_tokenizer_config_errors(h):
     """data.lowercase, data.strip_accents and data.split_cjk at auto read the
     tokenizer_config.json beside data.vocab. One that cannot be read (not
-    JSON, not an object, a key of another type, a directory, a FIFO, which
-    must not hang the run) is refused naming the file and its key, blamed on
-    the first key left at auto (its line when the config sets it, the
-    config's name when it is the default), with nothing on disk changed. A
-    key set in the config is not looked up: with all three set, the same
-    file trains."""
+    JSON, not an object, a field of another type, a directory, a link to
+    nothing, a FIFO, which must not hang the run) is refused naming the file
+    and the field, blamed on the key of that field or else the first key
+    left at auto (its line when the config sets it, the config's name when
+    it is the default), with nothing on disk changed. The file transformers
+    writes (an integer beyond 64 bits in it) is read. A key set in the
+    config is not looked up: its field may be bad, and with all three set
+    the file is not read at all."""
     f = textcls_files(h)
     vdir = h.path("tokvocab")
     os.mkdir(vdir)
@@ -1075,6 +1077,11 @@ def test_tokenizer_config_errors(h):
          {"data.lowercase": "false", "data.strip_accents": "false", "data.split_cjk": "auto"},
          "data.split_cjk", [tc, "tokenize_chinese_chars: not true or false"]),
         ("a_directory", None, {}, "data.lowercase", [tc, "not a regular file"]),
+        # a cut download of a model: the file meant to be there is not
+        ("a_link_to_nothing", "dangling", {}, "data.lowercase", [tc, "a link to nothing"]),
+        # the key whose field is bad is blamed, not the first at auto
+        ("blames_its_key", '{"do_lower_case": true, "tokenize_chinese_chars": "no"}', {},
+         "data.split_cjk", [tc, "tokenize_chinese_chars: not true or false"]),
         ("a_fifo", "fifo", {}, "data.lowercase", [tc, "not a regular file"]),
     ]
     for name, content, changes, key, needles in cases:
@@ -1086,6 +1093,8 @@ def test_tokenizer_config_errors(h):
             os.mkdir(tc)
         elif content == "fifo":
             os.mkfifo(tc)
+        elif content == "dangling":
+            os.symlink(os.path.join(vdir, "no-such-file"), tc)
         else:
             U.write(tc, content)
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
@@ -1100,6 +1109,24 @@ def test_tokenizer_config_errors(h):
         r.one_error(where + key + ": ", *needles)
         check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
+    # what transformers' save_pretrained writes: an integer beyond 64 bits
+    # (model_max_length when none is known) is no error
+    os.remove(tc)
+    U.write(tc, '{"do_lower_case": false, "model_max_length": 1000000000000000019884624838656}')
+    keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                             "data.train_file": f["tsv"], "data.vocab": vocab, "model.vocab": "6",
+                             "run.dir": h.path("saved-run"), "train.checkpoint_every": "2"})
+    h.run(["train", U.write(h.path("saved.yaml"), U.render(keys))]).expect(0, "a transformers file")
+    ck = sorted(os.listdir(h.path("saved-run/checkpoints")))[-1]
+    _, _, recs = U.read_recfile(os.path.join(h.path("saved-run/checkpoints"), ck, "manifest"))
+    config = json.loads(dict(recs)["manifest"])["config"]
+    check("lowercase: false" in config, "the run did not take do_lower_case false:\n%s", config)
+    # a field of a key set in the config is not read, bad or not
+    U.write(tc, '{"do_lower_case": 1}')
+    keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                             "data.train_file": f["tsv"], "data.vocab": vocab, "model.vocab": "6",
+                             "data.lowercase": "false", "run.dir": h.path("unread-run")})
+    h.run(["train", U.write(h.path("unread.yaml"), U.render(keys))]).expect(0, "a field not read")
     # every key set: the file is not read
     os.remove(tc)
     U.write(tc, "not json at all")
