@@ -87,6 +87,12 @@ int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *
 /* The config stored in a checkpoint's manifest, and its architecture. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
 
+/* The working directory of the run that saved the checkpoint (what its
+ * config's relative paths are relative to) into out (n bytes), or "" when
+ * the manifest predates the record. PT_EINPUT when it is not an absolute
+ * path that fits. */
+int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err);
+
 /* Checks a checkpoint directory without a run, reading everything a resume
  * reads: the manifest (in its own step's directory), the training state, the
  * architecture (which must be a valid model), the freeze state, the config,

@@ -203,6 +203,24 @@ int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt
     return rc;
 }
 
+int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err)
+{
+    manifest m;
+    out[0] = '\0';
+    int rc = pt_manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    const json_t *cwd = json_object_get(m.j, "cwd");
+    if (cwd && (!json_is_string(cwd) || json_string_value(cwd)[0] != '/' ||
+                strlen(json_string_value(cwd)) >= n))
+        rc = pt_fail(err, PT_EINPUT, "%s/manifest: cwd: not an absolute path of at most %zu bytes",
+                     dir, n - 1);
+    else if (cwd)
+        snprintf(out, n, "%s", json_string_value(cwd));
+    pt_manifest_close(&m);
+    return rc;
+}
+
 /* The two numbers as "%g", or "%.17g" when that is needed to tell them apart. */
 static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
 {

@@ -232,6 +232,13 @@ static json_t *manifest_json(const pt_ckpt_run *c, const char *id, const file_en
         "total", (json_int_t)r->lr.total, "frozen_units", r->frozen_units, "arch", pt_ckpt_arch_json(&r->arch),
         "freeze", pt_freeze_to_json(&r->freeze), "units", units, "files", listed, "config", config);
     free(config);
+    /* the directory the config's relative paths were read from, so that an
+     * export from another one finds (and spares) the run's inputs */
+    char cwd[PT_PATH_MAX];
+    if (m && getcwd(cwd, sizeof cwd) && json_object_set_new(m, "cwd", json_string(cwd))) {
+        json_decref(m);
+        m = NULL;
+    }
     /* text classification: the label of each class (row of the classifier),
      * so that a resume, an evaluation or an export with other data cannot
      * silently give the rows other meanings */

@@ -22,6 +22,26 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The config's relative input paths (model.init_from, data.vocab, the
+ * data files) made relative to the directory the run started in, as the
+ * checkpoint records it (not before it did: then they are read from here),
+ * so that an export from elsewhere finds the run's vocabulary and spares
+ * its inputs. A path that would not fit is left as it is. */
+static int run_paths(const char *ckpt, pt_config *cfg, pt_err *err)
+{
+    char cwd[PT_PATH_MAX];
+    int rc = pt_checkpoint_read_cwd(ckpt, cwd, sizeof cwd, err);
+    char *const paths[] = {cfg->model.init_from, cfg->data.vocab, cfg->data.train_file,
+                           cfg->data.test_file};
+    for (size_t i = 0; rc == 0 && *cwd && i < sizeof paths / sizeof *paths; i++) {
+        char joined[PT_PATH_MAX];
+        if (*paths[i] && *paths[i] != '/' &&
+            snprintf(joined, sizeof joined, "%s/%s", cwd, paths[i]) < (int)sizeof joined)
+            memcpy(paths[i], joined, strlen(joined) + 1);
+    }
+    return rc;
+}
+
 /* The vocabulary at path as export writes it (its tokens in id order, one
  * per line: what was checked, whatever line endings the file had), when it
  * is the one checkpoint dir was trained with (or the checkpoint records
@@ -63,6 +83,8 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     pt_segment *seg = NULL;
     int rc = cfg ? pt_checkpoint_read_config(ckpt, cfg, &arch, err)
                  : pt_fail(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = run_paths(ckpt, cfg, err);
     pt_segment_spec spec = {0, 0, 1, 1};
     struct stat st;
     if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))

@@ -819,6 +819,45 @@ def test_tokenizer_recorded(h):
     os.rename(vocab + ".away", vocab)
 
 
+def test_export_from_another_directory(h):
+    """A checkpoint records the directory its run started in, and an export
+    from another one reads the config's relative paths from there: it finds
+    the run's data.vocab (and writes the tokenizer files, cased as the run
+    tokenized), and refuses, writing nothing, to export into the directory
+    of that vocabulary or into the model.init_from it started from (found
+    as the run found them, not from the export's working directory)."""
+    files = U.bert_files(h, 40, 5)
+    os.makedirs(h.path("work/pre"))
+    shutil.copy(files["data.vocab"], h.path("work/vocab.txt"))
+    U.write(h.path("work/tokenizer_config.json"), '{"do_lower_case": false}')
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None, "data.vocab": "vocab.txt",
+                          "train.checkpoint_every": "3"})
+    cfg = U.write(h.path("work/rel.yaml"), U.render(keys(h, "run", "gpt", **bert)))
+    h.run(["train", cfg], cwd=h.path("work")).expect(0, "training with relative paths")
+    ck = os.path.join(h.path("work/run/checkpoints"), "step_%010d" % LAST)
+    check(read_manifest(ck).get("cwd") == h.path("work"), "the manifest's cwd: %s",
+          read_manifest(ck).get("cwd"))
+    # a pretrained directory of its own to start from, named relatively
+    out = h.path("work/pre")
+    h.run(["export", ck, out], cwd="/").expect(0, "export from / into a new directory")
+    written = json.load(open(os.path.join(out, "tokenizer_config.json")))
+    check(written.get("do_lower_case") is False and
+          U.read_bytes(os.path.join(out, "vocab.txt")) == U.read_bytes(files["data.vocab"]),
+          "the export from / did not write the run's tokenizer: %s", written)
+    cfg2 = U.write(h.path("work/from-pre.yaml"), U.render(keys(h, "run2", "gpt", **dict(
+        bert, **{"model.init_from": "pre"}))))
+    h.run(["train", cfg2], cwd=h.path("work")).expect(0, "training from the relative export")
+    ck2 = os.path.join(h.path("work/run2/checkpoints"), "step_%010d" % LAST)
+    for into, needles in ((h.path("work"), ["the directory of data.vocab"]),
+                          (out, ["model.init_from"])):
+        before = U.snapshot(into)
+        r = h.run(["export", ck2, into], cwd="/").expect(2, "export from / into " + into)
+        r.one_error("export", *needles)
+        check(U.snapshot(into) == before, "a refused export changed %s", into)
+
+
 def test_data_identity(h):
     """A checkpoint records what the run was fed: the SHA-256 of the
     training and test examples as the model sees them (counts, token ids,
@@ -1465,6 +1504,7 @@ def tests():
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
         test_resume_bert_other_dropout, test_bert_other_labels, test_tokenizer_recorded,
+        test_export_from_another_directory,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
