@@ -235,7 +235,8 @@ static json_t *manifest_json(const pt_ckpt_run *c, const char *id, const file_en
     /* the directory the config's relative paths were read from, so that an
      * export from another one finds (and spares) the run's inputs */
     char cwd[PT_PATH_MAX];
-    if (m && getcwd(cwd, sizeof cwd) && json_object_set_new(m, "cwd", json_string(cwd))) {
+    json_t *where = m && getcwd(cwd, sizeof cwd) ? json_string(cwd) : NULL; /* NULL: not UTF-8 */
+    if (where && json_object_set_new(m, "cwd", where)) {
         json_decref(m);
         m = NULL;
     }

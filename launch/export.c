@@ -21,12 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The config's relative input paths (model.init_from, data.vocab, the
  * data files) made relative to the directory the run started in, as the
  * checkpoint records it (not before it did: then they are read from here),
  * so that an export from elsewhere finds the run's vocabulary and spares
- * its inputs. A path that would not fit is left as it is. */
+ * its inputs. A path that would not fit, or is not there (a project moved
+ * since, exported from its new place), is left as it is. */
 static int run_paths(const char *ckpt, pt_config *cfg, pt_err *err)
 {
     char cwd[PT_PATH_MAX];
@@ -36,7 +38,8 @@ static int run_paths(const char *ckpt, pt_config *cfg, pt_err *err)
     for (size_t i = 0; rc == 0 && *cwd && i < sizeof paths / sizeof *paths; i++) {
         char joined[PT_PATH_MAX];
         if (*paths[i] && *paths[i] != '/' &&
-            snprintf(joined, sizeof joined, "%s/%s", cwd, paths[i]) < (int)sizeof joined)
+            snprintf(joined, sizeof joined, "%s/%s", cwd, paths[i]) < (int)sizeof joined &&
+            access(joined, F_OK) == 0)
             memcpy(paths[i], joined, strlen(joined) + 1);
     }
     return rc;
@@ -85,6 +88,12 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                  : pt_fail(err, PT_ENOMEM, "out of memory");
     if (rc == 0)
         rc = run_paths(ckpt, cfg, err);
+    /* a checkpoint records how its run tokenized; one from before the keys
+     * records auto, and its run was uncased, the one tokenizer there was */
+    int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents, &cfg->data.split_cjk};
+    for (int i = 0; rc == 0 && i < 3; i++)
+        if (*norm[i] == PT_AUTO)
+            *norm[i] = 1;
     pt_segment_spec spec = {0, 0, 1, 1};
     struct stat st;
     if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))
@@ -129,8 +138,6 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                 pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
             else if (vocab_for_export(ckpt, cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
                      pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
-                     /* a checkpoint records its normalisation; one from before
-                      * data.lowercase was a key, how its run resolved auto */
                      pt_session_resolve_normalize(cfg, &tok.norm, &why) == 0)
                 tok.vocab = vocab;
             /* tokenizer files in the directory that the export cannot replace

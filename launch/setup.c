@@ -384,8 +384,9 @@ int pt_session_write_profile(const pt_session *s, pt_err *err)
  * what checkpoint `ckpt` (NULL or "": none) recorded its run tokenized with,
  * not what the tokenizer_config.json beside data.vocab says now: a resume
  * or an evaluation of it tokenizes as its run did. A key set in the config
- * to another value stays, with a note; a checkpoint that cannot be read, or from before the keys, leaves auto (the
- * load reports a bad one; the data digests tell tokens that differ). */
+ * to another value stays, with a note. A checkpoint from before the keys
+ * records auto: its run was uncased, as the one tokenizer pipetrain had.
+ * One that cannot be read leaves auto (the load reports it). */
 static void recorded_normalize(pt_session *s, const char *ckpt)
 {
     if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION)
@@ -396,7 +397,11 @@ static void recorded_normalize(pt_session *s, const char *ckpt)
     if (was && pt_checkpoint_read_config(ckpt, was, &arch, &ignored) == 0) {
         int *const now[3] = {&s->cfg.data.lowercase, &s->cfg.data.strip_accents,
                              &s->cfg.data.split_cjk};
-        const int then[3] = {was->data.lowercase, was->data.strip_accents, was->data.split_cjk};
+        /* a checkpoint from before the keys records auto: its run was uncased,
+         * the one tokenizer pipetrain had, whatever a file says now */
+        const int then[3] = {was->data.lowercase == PT_AUTO ? 1 : was->data.lowercase,
+                             was->data.strip_accents == PT_AUTO ? 1 : was->data.strip_accents,
+                             was->data.split_cjk == PT_AUTO ? 1 : was->data.split_cjk};
         static const char *const key[3] = {"data.lowercase", "data.strip_accents",
                                            "data.split_cjk"};
         char diff[300] = "";
@@ -404,7 +409,7 @@ static void recorded_normalize(pt_session *s, const char *ckpt)
         for (int i = 0; i < 3; i++) {
             if (*now[i] == PT_AUTO)
                 *now[i] = then[i];
-            else if (then[i] != PT_AUTO && then[i] != *now[i] && at < sizeof diff)
+            else if (then[i] != *now[i] && at < sizeof diff)
                 at += (size_t)snprintf(diff + at, sizeof diff - at, "%s%s %s, its run %s",
                                        at ? "; " : "", key[i], *now[i] ? "true" : "false",
                                        then[i] ? "true" : "false");

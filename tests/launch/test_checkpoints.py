@@ -763,7 +763,9 @@ def test_tokenizer_recorded(h):
     eval and a resume of it tokenize so whatever that file says later (the
     same hidden states to the byte, no note, the new checkpoints record the
     same); a key set to another value in the config is followed, with a
-    note. An export that has no tokenizer to write (its data.vocab not
+    note. A checkpoint from before the keys (none in its config) was trained
+    uncased, and its eval and export take that, whatever the file says. An
+    export that has no tokenizer to write (its data.vocab not
     found) leaves a vocab.txt or tokenizer_config.json in its directory
     alone and refuses, writing nothing (it may be a model's own)."""
     files = U.bert_files(h, 40, 3)
@@ -807,6 +809,32 @@ def test_tokenizer_recorded(h):
     newest = U.ckpt(run_dir, 15)
     check("lowercase: false" in read_manifest(newest)["config"],
           "the resumed run's checkpoint does not record lowercase false")
+    # a checkpoint from before the keys records none: its run was uncased (the
+    # one tokenizer there was), whatever the file beside data.vocab says now
+    old = h.path("cased-old")
+    shutil.copytree(run_dir, old)
+    old_ck = U.ckpt(old, LAST)
+
+    def no_keys(m):
+        m["config"] = "".join(l for l in m["config"].splitlines(True) if l.strip().split(":")[0]
+                              not in ("lowercase", "strip_accents", "split_cjk"))
+    rewrite_manifest(old_ck, no_keys)
+    U.write(tc, '{"do_lower_case": false}')
+    outs = {}
+    for name, sets in (("auto", []), ("uncased", ["data.lowercase=true", "data.strip_accents=true"]),
+                       ("cased", ["data.lowercase=false", "data.strip_accents=false"])):
+        outs[name] = h.path("h-old-%s.st" % name)
+        args = ["eval", cfg, "--checkpoint", old_ck, "--hidden", outs[name]]
+        for s_ in sets:
+            args += ["--set", s_]
+        h.run(args).expect(0, "eval of an old checkpoint, " + name)
+    check(U.read_bytes(outs["auto"]) == U.read_bytes(outs["uncased"]) and
+          U.read_bytes(outs["auto"]) != U.read_bytes(outs["cased"]),
+          "an old checkpoint's eval did not tokenize uncased")
+    h.run(["export", old_ck, h.path("old-export")]).expect(0, "export of an old checkpoint")
+    written = json.load(open(h.path("old-export/tokenizer_config.json")))
+    check(written.get("do_lower_case") is True and written.get("strip_accents") is True,
+          "an old checkpoint's export says %s", written)
     # an export whose data.vocab is gone leaves a vocab.txt where it writes alone
     os.rename(vocab, vocab + ".away")
     out = h.path("export-over-vocab")
