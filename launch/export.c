@@ -84,16 +84,25 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     pt_arch arch;
     pt_backend *be = NULL;
     pt_segment *seg = NULL;
-    int rc = cfg ? pt_checkpoint_read_config(ckpt, cfg, &arch, err)
-                 : pt_fail(err, PT_ENOMEM, "out of memory");
-    if (rc == 0)
+    /* the config as the checkpoint names its inputs, and (cfg) with its
+     * relative paths read from the run's directory: the export spares both
+     * (a copy of the project exported in its own directory names its own) */
+    pt_config *given = calloc(1, sizeof *given);
+    int rc = cfg && given ? pt_checkpoint_read_config(ckpt, cfg, &arch, err)
+                          : pt_fail(err, PT_ENOMEM, "out of memory");
+    if (rc == 0) {
+        *given = *cfg;
         rc = run_paths(ckpt, cfg, err);
+    }
     /* a checkpoint records how its run tokenized; one from before the keys
      * records auto, and its run was uncased, the one tokenizer there was */
-    int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents, &cfg->data.split_cjk};
-    for (int i = 0; rc == 0 && i < 3; i++)
-        if (*norm[i] == PT_AUTO)
-            *norm[i] = 1;
+    if (rc == 0) {
+        int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents,
+                              &cfg->data.split_cjk};
+        for (int i = 0; i < 3; i++)
+            if (*norm[i] == PT_AUTO)
+                *norm[i] = 1;
+    }
     pt_segment_spec spec = {0, 0, 1, 1};
     struct stat st;
     if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))
@@ -108,6 +117,8 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
         pt_output_run_of_checkpoint(ckpt, run, sizeof run);
         if ((rc = pt_output_not_in_run("export", out, run, err)) == 0)
             rc = pt_export_not_over_inputs(out, arch.kind == PT_MODEL_BERT, cfg, err);
+        if (rc == 0)
+            rc = pt_export_not_over_inputs(out, arch.kind == PT_MODEL_BERT, given, err);
     }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
         rc = pt_output_probe("export", out, err);
@@ -183,6 +194,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     if (be)
         pt_backend_close(be);
     free(cfg);
+    free(given);
     return rc;
 }
 

@@ -386,15 +386,34 @@ int pt_session_write_profile(const pt_session *s, pt_err *err)
  * or an evaluation of it tokenizes as its run did. A key set in the config
  * to another value stays, with a note. A checkpoint from before the keys
  * records auto: its run was uncased, as the one tokenizer pipetrain had.
- * One that cannot be read leaves auto (the load reports it). */
-static void recorded_normalize(pt_session *s, const char *ckpt)
+ * One whose config record cannot be read is refused while a key is at
+ * auto; one whose manifest cannot be read at all leaves auto (the load
+ * refuses it). */
+static int recorded_normalize(pt_session *s, const char *ckpt, pt_err *err)
 {
     if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION)
-        return;
+        return 0;
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
     pt_arch arch;
-    pt_err ignored;
-    if (was && pt_checkpoint_read_config(ckpt, was, &arch, &ignored) == 0) {
+    pt_err why;
+    char cwd[PT_PATH_MAX];
+    int rc = 0;
+    if (!was)
+        return pt_fail(err, PT_ENOMEM, "out of memory");
+    if (pt_checkpoint_read_config(ckpt, was, &arch, &why) != 0) {
+        /* a manifest that reads but whose config record does not (from a
+         * newer pipetrain, or damaged): how its run tokenized is unknown,
+         * and guessing would give the weights other tokens. One that does
+         * not read at all is the load's to report. */
+        const int auto_left = s->cfg.data.lowercase == PT_AUTO ||
+                              s->cfg.data.strip_accents == PT_AUTO ||
+                              s->cfg.data.split_cjk == PT_AUTO;
+        if (auto_left && pt_checkpoint_read_cwd(ckpt, cwd, sizeof cwd, &(pt_err){0}) == 0)
+            rc = pt_fail(err, PT_EINPUT,
+                         "checkpoint %s: %s; so how its run tokenized (data.lowercase, "
+                         "data.strip_accents, data.split_cjk) is not known: set those keys",
+                         ckpt, why.msg);
+    } else {
         int *const now[3] = {&s->cfg.data.lowercase, &s->cfg.data.strip_accents,
                              &s->cfg.data.split_cjk};
         /* a checkpoint from before the keys records auto: its run was uncased,
@@ -421,6 +440,7 @@ static void recorded_normalize(pt_session *s, const char *ckpt)
                     ckpt, diff);
     }
     free(was);
+    return rc;
 }
 
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
@@ -432,7 +452,6 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
     pt_config_arch(cfg, &s->arch);
-    recorded_normalize(s, resume);
     /* the frozen blocks of the checkpoint a resume would take (each rank
      * reads it; the planner uses rank 0's): the memory checks count them
      * without gradients or moments. A bad file is the load's to report. */
@@ -445,7 +464,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
     int rc;
-    if ((rc = pt_session_resolve_dropout(s, err)) ||
+    if ((rc = recorded_normalize(s, resume, err)) || (rc = pt_session_resolve_dropout(s, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
         goto agree;
     if (c->run.threads > 0) {

@@ -835,6 +835,17 @@ def test_tokenizer_recorded(h):
     written = json.load(open(h.path("old-export/tokenizer_config.json")))
     check(written.get("do_lower_case") is True and written.get("strip_accents") is True,
           "an old checkpoint's export says %s", written)
+    # a config record that does not read (a newer pipetrain's key): how the
+    # run tokenized is not known, and a guess is refused while a key is auto
+    unknown = h.path("cased-unknown")
+    shutil.copytree(run_dir, unknown)
+    unknown_ck = U.ckpt(unknown, LAST)
+    rewrite_manifest(unknown_ck, lambda m: m.update(config=m["config"].replace(
+        "  lowercase: false", "  lowercase: false\n  frobnicate: 3")))
+    r = h.run(["eval", cfg, "--checkpoint", unknown_ck]).expect(2, "an unreadable config record")
+    r.one_error(unknown_ck, "frobnicate", "is not known: set those keys")
+    h.run(["eval", cfg, "--checkpoint", unknown_ck, "--set", "data.lowercase=false", "--set",
+           "data.strip_accents=false", "--set", "data.split_cjk=true"]).expect(0, "keys set")
     # an export whose data.vocab is gone leaves a vocab.txt where it writes alone
     os.rename(vocab, vocab + ".away")
     out = h.path("export-over-vocab")
@@ -884,6 +895,15 @@ def test_export_from_another_directory(h):
         r = h.run(["export", ck2, into], cwd="/").expect(2, "export from / into " + into)
         r.one_error("export", *needles)
         check(U.snapshot(into) == before, "a refused export changed %s", into)
+    # a copy of the project, exported in its own directory: its config names
+    # the copy's vocabulary there, which is spared as the original's is
+    shutil.copytree(h.path("work"), h.path("work-copy"), symlinks=True)
+    U.write(h.path("work-copy/tokenizer_config.json"), '{"do_lower_case": false, "mine": 1}')
+    before = U.snapshot(h.path("work-copy"))
+    r = h.run(["export", os.path.join("run", "checkpoints", "step_%010d" % LAST), "."],
+              cwd=h.path("work-copy")).expect(2, "export of a copied project into its directory")
+    r.one_error("export", "the directory of data.vocab")
+    check(U.snapshot(h.path("work-copy")) == before, "a refused export changed the copy")
 
 
 def test_data_identity(h):
