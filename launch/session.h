@@ -33,6 +33,8 @@ typedef struct pt_session {
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     pt_profile profile_fallback; /* pipeline.profile's beside a resumed checkpoint's (rank 0) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
+    int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */
+    char normalized_from[PT_PATH_MAX + 64]; /* the checkpoint they came from ("": the file) */
     /* what the run is fed, as checkpoints record it ("": not known): the
      * vocabulary on every rank, the data sets on rank 0 when training */
     char train_sha256[65], test_sha256[65], vocab_sha256[65];
@@ -60,6 +62,10 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
  * resumed run makes the saved run's layouts (pipeline.profile comes first). */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err);
+/* A resume of checkpoint ckpt when it is not the one pt_session_open took
+ * the tokenizer keys left at auto from (a checkpoint saved while the job
+ * started): PT_EINPUT when it recorded other values for them. */
+int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *err);
 /* Rank 0, a bert taking model.init_from's weights: a note when data.vocab
  * differs from the vocab.txt beside them (the ids reach rows pretrained for
  * other tokens), and one when the run normalises texts otherwise than the

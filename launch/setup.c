@@ -438,6 +438,37 @@ static int recorded_normalize(pt_session *s, const char *ckpt, pt_err *err)
                     "pipetrain: note: this run tokenizes otherwise than checkpoint %s's did (%s): "
                     "its texts reach the trained weights as other tokens\n",
                     ckpt, diff);
+        snprintf(s->normalized_from, sizeof s->normalized_from, "%s", ckpt);
+    }
+    free(was);
+    return rc;
+}
+
+int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *err)
+{
+    if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION || !s->norm_auto)
+        return 0;
+    pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+    pt_arch arch;
+    pt_err ignored;
+    int rc = 0;
+    if (!was)
+        return pt_fail(err, PT_ENOMEM, "out of memory");
+    if (pt_checkpoint_read_config(ckpt, was, &arch, &ignored) == 0) { /* else the load refuses */
+        const int then[3] = {was->data.lowercase, was->data.strip_accents, was->data.split_cjk};
+        const int now[3] = {s->cfg.data.lowercase, s->cfg.data.strip_accents,
+                            s->cfg.data.split_cjk};
+        static const char *const key[3] = {"data.lowercase", "data.strip_accents",
+                                           "data.split_cjk"};
+        for (int i = 0; rc == 0 && i < 3; i++)
+            if ((s->norm_auto & 1 << i) && (then[i] == PT_AUTO ? 1 : then[i]) != now[i])
+                rc = pt_fail(err, PT_EINPUT,
+                             "checkpoint %s, which this job resumes, came while the job started: "
+                             "its run had %s %s, and this job took %s from %s; start the job "
+                             "again", ckpt, key[i], then[i] ? "true" : "false",
+                             now[i] ? "true" : "false",
+                             *s->normalized_from ? s->normalized_from
+                                                 : "the tokenizer_config.json beside data.vocab");
     }
     free(was);
     return rc;
@@ -452,6 +483,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
     pt_config_arch(cfg, &s->arch);
+    s->norm_auto = (c->data.lowercase == PT_AUTO) | (c->data.strip_accents == PT_AUTO) << 1 |
+                   (c->data.split_cjk == PT_AUTO) << 2;
     /* the frozen blocks of the checkpoint a resume would take (each rank
      * reads it; the planner uses rank 0's): the memory checks count them
      * without gradients or moments. A bad file is the load's to report. */
