@@ -187,6 +187,16 @@ int pt_manifest_config(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err 
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
     else
         rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
+    /* a text classification run records how it tokenized; one from before
+     * data.lowercase and its siblings were keys records none (auto), and it
+     * was uncased, the one tokenizer pipetrain had */
+    if (rc == 0 && cfg->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
+        int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents,
+                              &cfg->data.split_cjk};
+        for (int i = 0; i < 3; i++)
+            if (*norm[i] == PT_AUTO)
+                *norm[i] = 1;
+    }
     if (rc == 0)
         rc = read_arch(m, arch, err);
     return rc;

@@ -249,16 +249,6 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
     pt_err ignored;
     char diff[1024];
     const int have = was && pt_manifest_config(m, was, &arch, &ignored) == 0;
-    /* a text classification checkpoint from before data.lowercase and its
-     * siblings were keys records none (auto): its run was uncased, the one
-     * tokenizer pipetrain had (the session took that for these keys at auto) */
-    if (have && was->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
-        int *const norm[3] = {&was->data.lowercase, &was->data.strip_accents,
-                              &was->data.split_cjk};
-        for (int i = 0; i < 3; i++)
-            if (*norm[i] == PT_AUTO)
-                *norm[i] = 1;
-    }
     if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "

@@ -94,15 +94,6 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
         *given = *cfg;
         rc = run_paths(ckpt, cfg, err);
     }
-    /* a checkpoint records how its run tokenized; one from before the keys
-     * records auto, and its run was uncased, the one tokenizer there was */
-    if (rc == 0) {
-        int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents,
-                              &cfg->data.split_cjk};
-        for (int i = 0; i < 3; i++)
-            if (*norm[i] == PT_AUTO)
-                *norm[i] = 1;
-    }
     pt_segment_spec spec = {0, 0, 1, 1};
     struct stat st;
     if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))

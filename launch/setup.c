@@ -416,11 +416,8 @@ static int recorded_normalize(pt_session *s, const char *ckpt, pt_err *err)
     } else {
         int *const now[3] = {&s->cfg.data.lowercase, &s->cfg.data.strip_accents,
                              &s->cfg.data.split_cjk};
-        /* a checkpoint from before the keys records auto: its run was uncased,
-         * the one tokenizer pipetrain had, whatever a file says now */
-        const int then[3] = {was->data.lowercase == PT_AUTO ? 1 : was->data.lowercase,
-                             was->data.strip_accents == PT_AUTO ? 1 : was->data.strip_accents,
-                             was->data.split_cjk == PT_AUTO ? 1 : was->data.split_cjk};
+        /* 0 or 1: one from before the keys reads as uncased (checkpoint.h) */
+        const int then[3] = {was->data.lowercase, was->data.strip_accents, was->data.split_cjk};
         static const char *const key[3] = {"data.lowercase", "data.strip_accents",
                                            "data.split_cjk"};
         char diff[300] = "";
@@ -461,7 +458,7 @@ int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *er
         static const char *const key[3] = {"data.lowercase", "data.strip_accents",
                                            "data.split_cjk"};
         for (int i = 0; rc == 0 && i < 3; i++)
-            if ((s->norm_auto & 1 << i) && (then[i] == PT_AUTO ? 1 : then[i]) != now[i])
+            if ((s->norm_auto & 1 << i) && then[i] != now[i])
                 rc = pt_fail(err, PT_EINPUT,
                              "checkpoint %s, which this job resumes, came while the job started: "
                              "its run had %s %s, and this job took %s from %s; start the job "
