@@ -115,7 +115,9 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
  * label2id from labels[0..n_labels) when n_labels > 0), and with tok
  * dir/vocab.txt and dir/tokenizer_config.json (BertTokenizer with tok's
  * do_lower_case, strip_accents and tokenize_chinese_chars, special tokens
- * in texts split as text, as tokenize/ does; tok NULL: none, and an earlier export's are removed),
+ * in texts split as text, as tokenize/ does; tok NULL: none, and a
+ * vocab.txt or tokenizer_config.json in dir is left as it is: the caller
+ * decides whether the directory may hold one, launch/export.c refuses it),
  * each atomically, config.json last; what cannot be written fails before
  * any file is replaced. dir is created if missing.
  * The classifier goes into model.safetensors as head.fc.weight and

@@ -326,13 +326,6 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
      * others follow it rather than leave a mix of old and new); after a
      * failure before this point, none */
     const int staged_all = rc == 0;
-    if (staged_all && !tok) /* an earlier export's would describe another tokenizer */
-        for (int f = 0; f < 2; f++) {
-            struct stat st;
-            const char *old = f ? tokcfg : vocab;
-            if (lstat(old, &st) == 0 && S_ISREG(st.st_mode))
-                unlink(old);
-        }
     for (int f = 0; f < 3; f++) {
         if (files[f] && staged_all) {
             pt_err later;
