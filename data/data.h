@@ -75,6 +75,10 @@ typedef struct pt_dataset {
 int pt_idx_load(pt_dataset *ds, const char *images_path, const char *labels_path, int classes,
                 double mean, double std, pt_err *err);
 
+/* Fashion-MNIST's name of class k (as its authors list them), or NULL
+ * beyond its 10 classes: for reports. */
+const char *pt_fashion_mnist_class(int k);
+
 /* The image count and size an IDX images file's header gives (its magic
  * and dimensions checked as pt_idx_load checks them), without reading the
  * pixels: what the model must fit, and the memory the pixels would take,

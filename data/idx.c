@@ -290,3 +290,10 @@ done:
         gzclose(labels.gz);
     return rc;
 }
+
+const char *pt_fashion_mnist_class(int k)
+{
+    static const char *const names[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                          "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+    return k >= 0 && k < 10 ? names[k] : NULL;
+}

@@ -222,18 +222,25 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
         return rc;
     /* epochs counted from 1, as the progress lines count them */
     const int ended = r->epoch_step == 0 && r->epoch > 0;
+    const pt_eval_averages avg = pt_eval_macro(&ev);
+    char f1[64] = "";
+    if (ev.confusion)
+        snprintf(f1, sizeof f1, ", macro-F1 %.4f", avg.f1);
     pt_progress_note(&s->progress,
-                     "eval  step %lld (%s epoch %lld of %lld): test loss %.4f, accuracy %.2f%% (%lld "
+                     "eval  step %lld (%s epoch %lld of %lld): test loss %.4f, accuracy %.2f%%%s (%lld "
                      "examples)",
                      (long long)r->step, ended ? "end of" : "in", (long long)(ended ? r->epoch : r->epoch + 1),
-                     (long long)c->train.epochs, ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
+                     (long long)c->train.epochs, ev.loss, 100.0 * ev.accuracy, f1, (long long)ev.examples);
     json_t *o = pt_metrics_event("eval");
     json_object_set_new(o, "step", json_integer(r->step));
     json_object_set_new(o, "epoch", json_integer(r->epoch));
     json_object_set_new(o, "test_loss", pt_json_number(ev.loss));
     json_object_set_new(o, "test_accuracy", pt_json_number(ev.accuracy));
+    if (ev.confusion)
+        json_object_set_new(o, "macro_f1", pt_json_number(avg.f1));
     json_object_set_new(o, "examples", json_integer(ev.examples));
     json_object_set_new(o, "cache_hits", json_integer(ev.cache_hits));
+    pt_eval_result_free(&ev);
     pt_progress_metrics(&s->progress, o);
     if (r->arch.kind == PT_MODEL_GPT && c->sample.length > 0) {
         char text[4097];

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "launch/export.h"
 #include "launch/outputs.h"
+#include "launch/report.h"
 #include "launch/session.h"
 #include "formats/formats.h"
 
@@ -30,12 +31,13 @@ static const char usage[] =
     "  train CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        train; resume an interrupted run with --set train.resume=auto\n"
     "  eval CONFIG.yaml [--checkpoint DIR | --init] [--logits OUT.safetensors]\n"
-    "       [--hidden OUT.safetensors] [--set KEY=VALUE ...]\n"
+    "       [--hidden OUT.safetensors] [--report OUT.json] [--set KEY=VALUE ...]\n"
     "        test loss and accuracy of a checkpoint (default: the newest in run.dir;\n"
-    "        --init: no checkpoint, the initial weights, model.init_from or seeded);\n"
+    "        --init: no checkpoint, the initial weights, model.init_from or seeded),\n"
+    "        and for a classifier each class's precision, recall and F1;\n"
     "        --logits also writes every test row's logits [rows, classes], --hidden\n"
     "        every test example's final hidden states [examples, T, d] (what enters\n"
-    "        the head)\n"
+    "        the head), --report the figures by class and the confusion matrix (JSON)\n"
     "  plan CONFIG.yaml [--set KEY=VALUE ...]\n"
     "        print the topology, the pipeline layout, predicted time and memory, and exit\n"
     "  export CHECKPOINT_DIR OUT\n"
@@ -114,7 +116,7 @@ static int usage_error(const char *fmt, const char *arg)
 
 typedef struct cli {
     pt_config cfg;
-    const char *checkpoint, *logits, *hidden;
+    const char *checkpoint, *logits, *hidden, *report;
     int init; /* eval --init */
 } cli;
 
@@ -123,12 +125,14 @@ typedef struct cli {
  * (PT_EINPUT, negated) for a missing or repeated value. */
 static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
 {
-    const char *names[] = {"--checkpoint", "--logits", "--hidden"};
-    const char **fields[] = {&a->checkpoint, &a->logits, &a->hidden};
-    for (int k = 0; k < 3; k++) {
+    const char *names[] = {"--checkpoint", "--logits", "--hidden", "--report"};
+    const char **fields[] = {&a->checkpoint, &a->logits, &a->hidden, &a->report};
+    for (int k = 0; k < 4; k++) {
         if (strcmp(argv[*i], names[k]) != 0)
             continue;
-        const char *what = k == 0 ? "a checkpoint directory" : "an output file (OUT.safetensors)";
+        const char *what = k == 0   ? "a checkpoint directory"
+                           : k == 3 ? "an output file (OUT.json)"
+                                    : "an output file (OUT.safetensors)";
         const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
         if (!next || !*next || strncmp(next, "--", 2) == 0)
             return -pt_fail(err, PT_EINPUT, "%s needs %s%s%s%s (see pipetrain --help)", names[k], what,
@@ -143,11 +147,11 @@ static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
 }
 
 /* Reads CONFIG.yaml, the --set overrides and --checkpoint / --logits /
- * --hidden (where allowed) from argv[2..]; validates. */
+ * --hidden / --report (where allowed) from argv[2..]; validates. */
 static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *err)
 {
     pt_config_defaults(&a->cfg);
-    a->checkpoint = a->logits = a->hidden = NULL;
+    a->checkpoint = a->logits = a->hidden = a->report = NULL;
     a->init = 0;
     int rc = pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
@@ -166,9 +170,12 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
     if (rc == 0 && a->init && a->checkpoint)
         rc = pt_fail(err, PT_EINPUT, "--init and --checkpoint '%s' both choose the weights; give one",
                      a->checkpoint);
-    if (rc == 0 && a->logits && a->hidden && pt_output_same(a->logits, a->hidden))
-        rc = pt_fail(err, PT_EINPUT, "--logits and --hidden name the same file ('%s', '%s')",
-                     a->logits, a->hidden);
+    const char *opt[3] = {"--logits", "--hidden", "--report"}, *out[3] = {a->logits, a->hidden, a->report};
+    for (int i = 0; i < 3; i++)
+        for (int j = i + 1; rc == 0 && j < 3; j++)
+            if (out[i] && out[j] && pt_output_same(out[i], out[j]))
+                rc = pt_fail(err, PT_EINPUT, "%s and %s name the same file ('%s', '%s')", opt[i],
+                             opt[j], out[i], out[j]);
     return rc ? rc : pt_config_validate(&a->cfg, err);
 }
 
@@ -249,9 +256,10 @@ static int same_config(pt_comm *comm, const cli *a, pt_err *err)
     pt_config_write_yaml(cfg, f);
     /* eval's options too: ranks that load other weights would report a
      * mix of two checkpoints, or wait forever on each other */
-    fprintf(f, "eval:\n  checkpoint: \"%s\"\n  init: %d\n  logits: \"%s\"\n  hidden: \"%s\"\n",
+    fprintf(f, "eval:\n  checkpoint: \"%s\"\n  init: %d\n  logits: \"%s\"\n  hidden: \"%s\"\n"
+               "  report: \"%s\"\n",
             a->checkpoint ? a->checkpoint : "", a->init, a->logits ? a->logits : "",
-            a->hidden ? a->hidden : "");
+            a->hidden ? a->hidden : "", a->report ? a->report : "");
     fclose(f);
     pt_group *world = pt_comm_world(comm);
     const int rank = pt_comm_rank(comm);
@@ -487,8 +495,17 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     char ckpt_run[2 * PT_PATH_MAX] = "";
     if (read_ckpt)
         pt_output_run_of_checkpoint(read_ckpt, ckpt_run, sizeof ckpt_run);
-    const char *opts[2] = {"--logits", "--hidden"}, *outs[2] = {a->logits, a->hidden};
-    for (int k = 0; k < 2; k++)
+    const int by_class = run->arch.kind != PT_MODEL_GPT && classes <= PT_EVAL_MAX_CLASSES;
+    if (a->report && !by_class)
+        rc = pt_fail(&err, PT_EINPUT,
+                     run->arch.kind == PT_MODEL_GPT
+                         ? "--report '%s': a report by class is for classifiers (model.kind vit or "
+                           "bert); a gpt predicts tokens"
+                         : "--report '%s': a report by class is made for at most %d classes, and "
+                           "model.classes is %d",
+                     a->report, PT_EVAL_MAX_CLASSES, classes);
+    const char *opts[3] = {"--logits", "--hidden", "--report"}, *outs[3] = {a->logits, a->hidden, a->report};
+    for (int k = 0; k < 3; k++)
         if (writes && outs[k] && rc == 0 &&
             (rc = pt_output_not_input(opts[k], outs[k], read_ckpt, inputs, n_inputs, &err)) == 0 &&
             (rc = pt_output_not_in_run(opts[k], outs[k], cfg->run.dir, &err)) == 0)
@@ -497,6 +514,8 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         rc = pt_output_probe("--logits", a->logits, &err);
     if (writes && a->hidden && rc == 0)
         rc = pt_output_probe("--hidden", a->hidden, &err);
+    if (writes && a->report && rc == 0)
+        rc = pt_output_probe("--report", a->report, &err);
     if (writes && a->logits && rc == 0 && !(logits = malloc((size_t)rows * classes * sizeof *logits)))
         rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
     if (writes && a->hidden && rc == 0 &&
@@ -523,9 +542,14 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         const pt_st_tensor t = {"hidden", 3, shape, hidden};
         rc = pt_st_write(a->hidden, &t, 1, NULL, &err);
     }
-    if ((rc = pt_run_agree(run, rc, &err)) == 0 && pt_comm_rank(comm) == 0)
+    if (rc == 0 && writes && a->report)
+        rc = pt_report_write(a->report, s, checkpoint, &ev, &err);
+    if ((rc = pt_run_agree(run, rc, &err)) == 0 && pt_comm_rank(comm) == 0) {
         printf("checkpoint %s\ntest loss %.4f\ntest accuracy %.2f%%\nexamples %lld\n", checkpoint,
                ev.loss, 100.0 * ev.accuracy, (long long)ev.examples);
+        if (ev.confusion)
+            pt_report_print(s, &ev);
+    }
     if (rc == 0 && run->arch.kind == PT_MODEL_GPT && cfg->sample.length > 0) {
         char text[4097];
         int len = cfg->sample.length < 4096 ? cfg->sample.length : 4096;
@@ -545,6 +569,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             pt_comm_abort(comm, code);
         rc = code;
     }
+    pt_eval_result_free(&ev);
 done:
     free(logits);
     free(hidden);

@@ -267,6 +267,10 @@ typedef struct pt_stats {
     double loss;
     int64_t correct; /* rows whose argmax equals the target */
     int64_t rows;    /* loss terms seen */
+    /* NULL, or a classifier's (ViT, BERT) counts by class: the head adds 1
+     * to confusion[target * classes + predicted] for each row, predicted
+     * being the first of the highest logits (the argmax `correct` counts) */
+    int64_t *confusion;
 } pt_stats;
 
 /* ---------------------------------------------------------------- segments */

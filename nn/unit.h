@@ -49,6 +49,11 @@ const pt_unit_impl *pt_unit_impl_for(const pt_arch *a, pt_unit_role role);
 int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_err *err);
 
+/* Adds the head's rows (logits [rows, classes] in the backend's activation
+ * type, targets on the host) to stats->confusion, when it is there. */
+int pt_unit_count_confusion(const pt_unit_call *c, const void *logits, const int32_t *targets,
+                            int rows, int classes, pt_stats *stats, pt_err *err);
+
 /* A training call of an active (not frozen) unit: its backward will run, so
  * its forward keeps what that needs beyond the saved activations (GELU's
  * derivative). A frozen unit's training forward is an inference. */

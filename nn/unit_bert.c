@@ -502,7 +502,7 @@ static int head_forward(const pt_unit_call *c, const pt_batch *batch, const void
         stats->correct += correct;
         stats->rows += c->n;
     }
-    return 0;
+    return pt_unit_count_confusion(c, s.logits, batch->targets, c->n, classes, stats, err);
 }
 
 static int head_backward(const pt_unit_call *c, const pt_batch *batch, const void *x,

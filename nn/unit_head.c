@@ -14,6 +14,8 @@
  */
 #include "nn/unit.h"
 
+#include <stdlib.h>
+
 enum { LN_W, LN_B, FC_W, FC_B };
 
 typedef struct {
@@ -87,7 +89,35 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
         stats->correct += correct;
         stats->rows += rows;
     }
-    return 0;
+    return a->kind == PT_MODEL_VIT
+               ? pt_unit_count_confusion(c, s.logits, batch->targets, rows, classes, stats, err)
+               : 0;
+}
+
+int pt_unit_count_confusion(const pt_unit_call *c, const void *logits, const int32_t *targets,
+                            int rows, int classes, pt_stats *stats, pt_err *err)
+{
+    if (!stats || !stats->confusion || rows < 1)
+        return 0;
+    float *z = malloc((size_t)rows * classes * sizeof *z);
+    if (!z)
+        return pt_fail(err, PT_ENOMEM, "out of memory counting the predictions by class");
+    c->be->ops->act_to_f32(c->be, z, logits, (size_t)rows * classes);
+    int rc = c->be->ops->status ? c->be->ops->status(c->be, err) : 0;
+    for (int r = 0; rc == 0 && r < rows; r++) {
+        const float *row = z + (size_t)r * classes;
+        int arg = 0; /* the cross-entropy op's rule: the first of the highest */
+        for (int k = 1; k < classes; k++)
+            if (row[k] > row[arg])
+                arg = k;
+        if (targets[r] < 0 || targets[r] >= classes)
+            rc = pt_fail(err, PT_EINTERNAL, "row %d's target %d of %d classes", r, (int)targets[r],
+                         classes);
+        else
+            stats->confusion[(size_t)targets[r] * classes + arg]++;
+    }
+    free(z);
+    return rc;
 }
 
 static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x, const void *dy,

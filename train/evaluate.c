@@ -35,7 +35,20 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
         return pt_fail(err, PT_ENOMEM, "out of memory for evaluation");
     if (r->active)
         pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
+    *out = (pt_eval_result){0};
+    const int by_class = r->arch.kind != PT_MODEL_GPT && classes <= PT_EVAL_MAX_CLASSES;
+    const size_t cells = by_class ? (size_t)classes * classes : 0;
+    /* the four sums, then the counts by class, in one reduction */
+    double *v = malloc((4 + cells) * sizeof *v);
     pt_stats st = {0};
+    if (by_class && !(st.confusion = calloc(cells, sizeof *st.confusion))) {
+        free(v);
+        v = NULL;
+    }
+    if (!v) {
+        free(ids);
+        return pt_fail(err, PT_ENOMEM, "out of memory for evaluation's counts by class");
+    }
     int rc = 0;
     r->evaluating = 1;
     r->eval_hits = 0;
@@ -56,17 +69,77 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
     }
     free(ids);
     r->evaluating = 0;
-    double v[4] = {st.loss, (double)st.correct, (double)st.rows, (double)r->eval_hits};
+    v[0] = st.loss, v[1] = (double)st.correct, v[2] = (double)st.rows, v[3] = (double)r->eval_hits;
+    for (size_t i = 0; i < cells; i++) /* counts, exact in a double */
+        v[4 + i] = (double)st.confusion[i];
     if ((rc = pt_run_agree(r, rc, err)) == 0)
-        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 4, PT_DT_F64, err);
-    if (rc)
+        rc = pt_allreduce_sum(pt_comm_world(r->comm), v, 4 + cells, PT_DT_F64, err);
+    if (rc) {
+        free(st.confusion);
+        free(v);
         return rc;
+    }
     out->loss = v[0];
     out->accuracy = v[2] > 0 ? v[1] / v[2] : 0.0;
     out->examples = count;
     out->rows = (int64_t)v[2];
     out->cache_hits = (int64_t)v[3];
+    if (by_class) {
+        for (size_t i = 0; i < cells; i++)
+            st.confusion[i] = (int64_t)v[4 + i];
+        out->classes = classes;
+        out->confusion = st.confusion;
+    }
+    free(v);
     return 0;
+}
+
+void pt_eval_result_free(pt_eval_result *e)
+{
+    free(e->confusion);
+    e->confusion = NULL;
+    e->classes = 0;
+}
+
+pt_class_figures pt_eval_class(const pt_eval_result *e, int k)
+{
+    pt_class_figures f = {0};
+    const int C = e->classes;
+    if (!e->confusion || k < 0 || k >= C)
+        return f;
+    for (int j = 0; j < C; j++) {
+        f.examples += e->confusion[(size_t)k * C + j];
+        f.predicted += e->confusion[(size_t)j * C + k];
+    }
+    f.correct = e->confusion[(size_t)k * C + k];
+    f.precision = f.predicted > 0 ? (double)f.correct / (double)f.predicted : 0.0;
+    f.recall = f.examples > 0 ? (double)f.correct / (double)f.examples : 0.0;
+    f.f1 = f.precision + f.recall > 0 ? 2 * f.precision * f.recall / (f.precision + f.recall) : 0.0;
+    return f;
+}
+
+pt_eval_averages pt_eval_macro(const pt_eval_result *e)
+{
+    pt_eval_averages a = {0};
+    int64_t total = 0;
+    for (int k = 0; k < e->classes; k++) {
+        const pt_class_figures f = pt_eval_class(e, k);
+        if (f.examples == 0 && f.predicted == 0)
+            continue;
+        a.precision += f.precision;
+        a.recall += f.recall;
+        a.f1 += f.f1;
+        a.weighted_f1 += f.f1 * (double)f.examples;
+        total += f.examples;
+        a.classes++;
+    }
+    if (a.classes > 0) {
+        a.precision /= a.classes;
+        a.recall /= a.classes;
+        a.f1 /= a.classes;
+    }
+    a.weighted_f1 = total > 0 ? a.weighted_f1 / (double)total : 0.0;
+    return a;
 }
 
 /* Index drawn from softmax(logits / temperature) restricted to the top k. */

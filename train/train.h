@@ -254,9 +254,34 @@ typedef struct pt_eval_result {
     double loss, accuracy;
     int64_t examples, rows;
     int64_t cache_hits; /* test examples whose frozen prefix came from the cache */
+    /* a classifier's (ViT, BERT, at most PT_EVAL_MAX_CLASSES classes) counts
+     * by class, else classes 0 and confusion NULL: confusion[t * classes + p]
+     * rows of target t predicted p (the first of the highest logits) */
+    int classes;
+    int64_t *confusion;
 } pt_eval_result;
+#define PT_EVAL_MAX_CLASSES 1024
 int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
                 pt_eval_result *out, pt_err *err);
+void pt_eval_result_free(pt_eval_result *e);
+
+/* One class's figures from a pt_eval_result's counts, as scikit-learn's
+ * classification_report gives them: precision tp / predicted and recall
+ * tp / examples, 0 where the count under them is 0; F1 their harmonic
+ * mean, 0 where both are 0. */
+typedef struct pt_class_figures {
+    int64_t examples, predicted, correct;
+    double precision, recall, f1;
+} pt_class_figures;
+pt_class_figures pt_eval_class(const pt_eval_result *e, int k);
+/* Unweighted means over the classes that have test examples or
+ * predictions (scikit-learn's "macro avg"), and the F1 weighted by
+ * examples ("weighted avg"); 0 when there are no counts. */
+typedef struct pt_eval_averages {
+    double precision, recall, f1, weighted_f1;
+    int classes; /* the classes averaged */
+} pt_eval_averages;
+pt_eval_averages pt_eval_macro(const pt_eval_result *e);
 /* GPT only: continues prompt by `length` bytes into out (length + 1 bytes,
  * NUL-terminated; the same on every rank). Collective over the world. */
 int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature, int top_k,
