@@ -33,8 +33,9 @@ static int run_paths(const char *ckpt, pt_config *cfg, pt_err *err)
 {
     char cwd[PT_PATH_MAX];
     int rc = pt_checkpoint_read_cwd(ckpt, cwd, sizeof cwd, err);
-    char *const paths[] = {cfg->model.init_from, cfg->data.vocab, cfg->data.train_file,
-                           cfg->data.test_file};
+    char *const paths[] = {cfg->model.init_from, cfg->data.vocab,        cfg->data.train_file,
+                           cfg->data.test_file,  cfg->data.train_images, cfg->data.train_labels,
+                           cfg->data.test_images, cfg->data.test_labels, cfg->data.text};
     for (size_t i = 0; rc == 0 && *cwd && i < sizeof paths / sizeof *paths; i++) {
         char joined[PT_PATH_MAX];
         if (*paths[i] && *paths[i] != '/' &&

@@ -271,7 +271,12 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
                   {from[3], "model.init_from"},    {from[4], "model.init_from"},
                   {cfg->data.vocab, "data.vocab"}, {cfg->data.train_file, "data.train_file"},
                   {cfg->data.test_file, "data.test_file"},
-                  {*cfg->data.vocab ? vocab_dir : "", "the directory of data.vocab"}};
+                  {*cfg->data.vocab ? vocab_dir : "", "the directory of data.vocab"},
+                  {cfg->data.train_images, "data.train_images"},
+                  {cfg->data.train_labels, "data.train_labels"},
+                  {cfg->data.test_images, "data.test_images"},
+                  {cfg->data.test_labels, "data.test_labels"},
+                  {cfg->data.text, "data.text"}};
     struct stat o, in;
     for (int w = -1; w < (dir ? (int)(sizeof written / sizeof *written) : 0); w++) {
         char p[2 * PT_PATH_MAX];

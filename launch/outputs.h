@@ -30,7 +30,8 @@ int pt_output_not_in_run(const char *option, const char *path, const char *run_d
 
 /* An export at out (dir: a bert export's directory, checked file by file)
  * replaces none of the inputs cfg names: model.init_from and the files
- * beside it, data.vocab, the data files; nor is it data.vocab's directory. */
+ * beside it, data.vocab, the data files (text classification, IDX images and
+ * labels, data.text); nor is it data.vocab's directory. */
 int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt_err *err);
 
 /* Whether two output paths name one file (the same directory and name). */

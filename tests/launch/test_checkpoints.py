@@ -906,6 +906,42 @@ def test_export_from_another_directory(h):
     check(U.snapshot(h.path("work-copy")) == before, "a refused export changed the copy")
 
 
+def test_export_spares_data_files(h):
+    """export never writes over the data a run trained on: an IDX run's four
+    image and label files and a text run's data.text, named as the config
+    names them (relative to the run's directory), from that directory and
+    from another, are refused with exit 2 naming the key, and stay as they
+    were."""
+    import gzip
+    os.makedirs(h.path("work"))
+    rnd = random.Random(3)
+    idx = {}
+    for split, n in (("train", 40), ("test", 16)):
+        img, lab = h.path("work/%s-images.gz" % split), h.path("work/%s-labels.gz" % split)
+        with gzip.open(img, "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 8, 8) + bytes(rnd.randrange(256) for _ in range(n * 64)))
+        with gzip.open(lab, "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + bytes(rnd.randrange(4) for _ in range(n)))
+        idx["data.%s_images" % split] = os.path.basename(img)
+        idx["data.%s_labels" % split] = os.path.basename(lab)
+    U.write(h.path("work/text.txt"), "in the beginning god created the heaven and the earth. " * 40)
+    runs = {"vit": dict(idx, **{"data.kind": "idx", "model.patch": "4"}),
+            "gpt": {"data.kind": "text", "data.text": "text.txt"}}
+    for kind, extra in runs.items():
+        cfg = U.write(h.path("work/%s.yaml" % kind), U.render(keys(h, kind + "-run", kind, **extra)))
+        h.run(["train", cfg], cwd=h.path("work")).expect(0, "training " + kind)
+        ck = h.path("work", kind + "-run", "checkpoints", U.checkpoints(h.path("work", kind + "-run"))[-1])
+        for key, name in extra.items():
+            if key in ("data.kind", "model.patch"):
+                continue
+            before = U.snapshot(h.path("work"))
+            for cwd, out in ((h.path("work"), name), ("/", h.path("work", name))):
+                r = h.run(["export", ck, out], cwd=cwd).expect(2, "export over %s from %s" % (key, cwd))
+                r.one_error("export", key)
+                check(U.snapshot(h.path("work")) == before, "a refused export over %s changed the "
+                      "run's directory", key)
+
+
 def test_data_identity(h):
     """A checkpoint records what the run was fed: the SHA-256 of the
     training and test examples as the model sees them (counts, token ids,
@@ -1553,6 +1589,7 @@ def tests():
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
         test_resume_bert_other_dropout, test_bert_other_labels, test_tokenizer_recorded,
         test_export_from_another_directory,
+        test_export_spares_data_files,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
