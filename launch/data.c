@@ -117,11 +117,12 @@ static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const
                                                                                : images_key,
                                   "%s; allowed: data that fits in the memory this process may use",
                                   err->msg);
-    if (rc != PT_EINPUT)
+    if (rc != PT_EINPUT && rc != PT_ESYS) /* ESYS: a file that cannot be read, named below */
         return rc;
     pt_dataset all;
     pt_err again;
-    if (pt_idx_load(&all, images, labels, 256, c->data.mean, c->data.std, &again) == 0) {
+    if (rc == PT_EINPUT &&
+        pt_idx_load(&all, images, labels, 256, c->data.mean, c->data.std, &again) == 0) {
         int64_t at = 0;
         for (int64_t i = 1; i < all.count; i++)
             at = all.labels[i] > all.labels[at] ? i : at;
@@ -148,8 +149,8 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
 {
     const pt_config *c = &r->cfg;
     int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
-    if (rc != PT_EINPUT)
-        return rc;
+    if (rc != PT_EINPUT) /* it cannot be read: the key that names it */
+        return rc ? pt_config_key_prefix(c, err, "data.text") : 0;
     pt_dataset shortest;
     pt_err again;
     if (pt_text_load(&shortest, c->data.text, 1, begin, end, &again) == 0) {
@@ -352,7 +353,7 @@ static int synthetic_failed(pt_session *r, int rc, pt_err *err)
     return rc ? pt_config_key_prefix(&r->cfg, err, "data.synthetic_examples") : 0;
 }
 
-int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
+static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     int rc = 0;
@@ -439,4 +440,11 @@ int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
         return load_textcls(r, mode, err);
     }
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
+}
+
+int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
+{
+    /* a data file that cannot be read (an I/O error, a /proc file) is the
+     * input's fault as much as one that does not parse: exit 2 */
+    return pt_err_input(load_data(r, mode, err), err);
 }

@@ -59,8 +59,8 @@ static int check_init_labels(const char *config, const char *weights, const pt_d
 
 /* model.init_from: our own safetensors, or for bert a Hugging Face BERT
  * (its config.json, when there is one, must describe the model.* keys). */
-int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
-                         pt_err *err)
+static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+                     pt_err *err)
 {
     int rc;
     if (c->model.kind != PT_MODEL_BERT) {
@@ -84,6 +84,13 @@ int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *
     if (rc)
         pt_config_key_prefix(c, err, "model.init_from");
     return rc;
+}
+
+int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+                         pt_err *err)
+{
+    /* files that cannot be read are the input's fault, as files that do not parse */
+    return pt_err_input(load_init(seg, c, data, note, err), err);
 }
 
 /* A bert initialised from a Hugging Face directory that has a vocab.txt:

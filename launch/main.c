@@ -17,6 +17,7 @@
 #include "launch/session.h"
 #include "formats/formats.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -641,7 +642,7 @@ static void catch_stop_signals_early(int argc, char **argv, char **envp)
 __attribute__((used, section(".preinit_array"))) static void (*const early_stop_signals)(
     int, char **, char **) = catch_stop_signals_early;
 
-int main(int argc, char **argv)
+static int run_main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(usage, argc < 2 ? stderr : stdout);
@@ -722,5 +723,19 @@ int main(int argc, char **argv)
     }
     free(a);
     pt_comm_close(comm);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    int code = run_main(argc, argv);
+    /* what was printed must reach stdout: eval's figures or plan's layout
+     * lost to a full disk are a failure, not a success */
+    const int e = fflush(stdout) != 0 ? errno : 0;
+    if ((e || ferror(stdout)) && code == 0) {
+        fprintf(stderr, "pipetrain: error: cannot write to stdout%s%s\n", e ? ": " : "",
+                e ? strerror(e) : "");
+        code = 1;
+    }
     return code;
 }

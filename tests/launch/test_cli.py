@@ -25,6 +25,7 @@ import math
 import json
 import os
 import shutil
+import subprocess
 import re
 import sys
 
@@ -526,6 +527,19 @@ def test_demo_gpt_kjv(h):
     return demo(h, "gpt_kjv.yaml", ["datasets/kjv.txt"], ["--set", "sample.length=16"])
 
 
+def test_stdout_write_failure(h):
+    """What a command prints must reach stdout: with stdout on a full device
+    (/dev/full) eval, plan, keys, --version and --help exit 1 saying so,
+    rather than 0 with their figures lost."""
+    cfg = U.write_config(h, "c.yaml", U.tiny("vit", h.path("run"), **{"train.max_steps": "1"}))
+    for args in (["eval", cfg, "--init"], ["plan", cfg], ["keys"], ["--version"], ["--help"]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([h.binary] + args, stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=120, env=U.sanitizer_env(), cwd=h.dir)
+        check(p.returncode == 1 and "cannot write to stdout" in p.stderr,
+              "%s with stdout on /dev/full: exit %d\n%s", args[0], p.returncode, p.stderr[-2000:])
+
+
 def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
            test_keys_takes_no_arguments,
@@ -533,7 +547,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
-           test_demo_vit_fmnist, test_demo_gpt_kjv]
+           test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
                     ("eval_logits_gpt", logits_case("gpt", 10 * CONTEXT, 256))]:

@@ -1621,6 +1621,25 @@ def test_special_files(h):
                 r.one_error(os.path.join(bad, part), "not a regular file", strict=False)
 
 
+def test_unreadable_inputs(h):
+    """A file that opens but cannot be read (/proc/self/mem: every read fails
+    with EIO) is the input's fault as much as one that does not parse: as
+    an IDX file, a text file or a model.init_from, and a run.dir where no
+    log can be made (/proc/self, /proc/self/fd), each is refused with exit 2
+    naming the key, not exit 1."""
+    idx = {"data.kind": "idx", "model.classes": "10"}
+    cases = [("vit", dict(idx, **{"data.train_images": "/proc/self/mem"}), "data.train_images"),
+             ("vit", dict(idx, **{"data.test_labels": "/proc/self/mem"}), "data.test_labels"),
+             ("gpt", {"data.kind": "text", "data.text": "/proc/self/mem"}, "data.text"),
+             ("vit", {"model.init_from": "/proc/self/mem"}, "model.init_from"),
+             ("vit", {"run.dir": "/proc/self"}, "run.dir"),
+             ("gpt", {"run.dir": "/proc/self/fd"}, "run.dir")]
+    for i, (kind, extra, key) in enumerate(cases):
+        cfg = U.write_config(h, "c%d.yaml" % i, base(h, kind, **extra))
+        r = h.run(["train", cfg], timeout=60).expect(2, "%s unreadable" % key)
+        r.one_error(key)
+
+
 def test_subnormal_number_accepted(h):
     """1e-310 is below a double's normal numbers but a number all the same
     (strtod says ERANGE): a key whose range holds it takes it."""
@@ -1728,6 +1747,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
+         test_unreadable_inputs,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
          test_usage_errors, test_subcommand_help, test_config_without_settings,
