@@ -572,7 +572,7 @@ int pt_log_open(const char *path, FILE **out, pt_err *err)
      * system running out of something is not */
     if (fd < 0)
         return pt_fail(err, errno == EISDIR || errno == EACCES || errno == EPERM || errno == EROFS ||
-                       errno == ENOTDIR ? PT_EINPUT : PT_ESYS, "cannot open '%s' for "
+                       errno == ENOTDIR || errno == ENOENT ? PT_EINPUT : PT_ESYS, "cannot open '%s' for "
                        "appending: %s", path, strerror(errno));
     struct stat st;
     int rc = 0;

@@ -222,7 +222,7 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
         return rc;
     /* epochs counted from 1, as the progress lines count them */
     const int ended = r->epoch_step == 0 && r->epoch > 0;
-    const pt_eval_averages avg = pt_eval_macro(&ev);
+    const pt_eval_averages avg = pt_eval_means(&ev);
     char f1[64] = "";
     if (ev.confusion)
         snprintf(f1, sizeof f1, ", macro-F1 %.4f", avg.f1);

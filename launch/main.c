@@ -177,7 +177,19 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
             if (out[i] && out[j] && pt_output_same(out[i], out[j]))
                 rc = pt_fail(err, PT_EINPUT, "%s and %s name the same file ('%s', '%s')", opt[i],
                              opt[j], out[i], out[j]);
-    return rc ? rc : pt_config_validate(&a->cfg, err);
+    if (rc == 0 && (rc = pt_config_validate(&a->cfg, err)) == 0 && a->report) {
+        pt_arch arch;
+        pt_config_arch(&a->cfg, &arch);
+        if (!pt_eval_by_class(&arch))
+            rc = pt_fail(err, PT_EINPUT,
+                         arch.kind == PT_MODEL_GPT
+                             ? "--report '%s': a report by class is for classifiers (model.kind "
+                               "vit or bert); a gpt predicts tokens"
+                             : "--report '%s': a report by class is made for at most %d classes, "
+                               "and model.classes is %d",
+                         a->report, PT_EVAL_MAX_CLASSES, arch.classes);
+    }
+    return rc;
 }
 
 /* Collective over the world after setup: returns 0 when every rank is
@@ -496,15 +508,6 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     char ckpt_run[2 * PT_PATH_MAX] = "";
     if (read_ckpt)
         pt_output_run_of_checkpoint(read_ckpt, ckpt_run, sizeof ckpt_run);
-    const int by_class = run->arch.kind != PT_MODEL_GPT && classes <= PT_EVAL_MAX_CLASSES;
-    if (a->report && !by_class)
-        rc = pt_fail(&err, PT_EINPUT,
-                     run->arch.kind == PT_MODEL_GPT
-                         ? "--report '%s': a report by class is for classifiers (model.kind vit or "
-                           "bert); a gpt predicts tokens"
-                         : "--report '%s': a report by class is made for at most %d classes, and "
-                           "model.classes is %d",
-                     a->report, PT_EVAL_MAX_CLASSES, classes);
     const char *opts[3] = {"--logits", "--hidden", "--report"}, *outs[3] = {a->logits, a->hidden, a->report};
     for (int k = 0; k < 3; k++)
         if (writes && outs[k] && rc == 0 &&

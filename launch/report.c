@@ -27,7 +27,7 @@ static const char *class_name(const pt_session *s, int k, char *buf, size_t n)
 
 void pt_report_print(const pt_session *s, const pt_eval_result *ev)
 {
-    const pt_eval_averages avg = pt_eval_macro(ev);
+    const pt_eval_averages avg = pt_eval_means(ev);
     if (ev->classes <= 100) {
         printf("by class (predicted: the highest logit; precision, recall and F1 as scikit-learn's "
                "classification_report):\n  examples  predicted  precision  recall      F1  class\n");
@@ -47,7 +47,7 @@ int pt_report_write(const char *path, const pt_session *s, const char *checkpoin
                     const pt_eval_result *ev, pt_err *err)
 {
     json_t *o = json_object(), *classes = json_array(), *conf = json_array();
-    const pt_eval_averages avg = pt_eval_macro(ev);
+    const pt_eval_averages avg = pt_eval_means(ev);
     /* a path that is not UTF-8, escaped as the messages show it */
     char shown[4 * PT_PATH_MAX + 64];
     pt_utf8_printable(checkpoint, strlen(checkpoint), shown, sizeof shown);

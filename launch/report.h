@@ -1,7 +1,7 @@
 /*
  * report.h (internal to launch/): eval's figures by class, as a table on
  * stdout and as --report's JSON (report.c). The figures themselves come from
- * train/ (pt_eval_class, pt_eval_macro).
+ * train/ (pt_eval_class, pt_eval_means).
  */
 #ifndef PT_LAUNCH_REPORT_H
 #define PT_LAUNCH_REPORT_H
@@ -9,7 +9,7 @@
 #include "launch/session.h"
 
 /* Each class's examples, predictions, precision, recall and F1 (up to 100
- * classes; more only in --report), then the macro and weighted means. */
+ * classes; above that only the means), then the macro and weighted means. */
 void pt_report_print(const pt_session *s, const pt_eval_result *ev);
 
 /* --report: the same figures, named, with the confusion matrix, written

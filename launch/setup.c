@@ -616,10 +616,8 @@ agree: /* every rank fails here or goes on together: what follows is collective 
             rc = open_rank_file(s, "metrics", &s->rank_metrics, err);
         if (rc == 0 && c->run.log_samples)
             rc = open_rank_file(s, "samples", &s->sample_log, err);
-        if (rc == PT_EINPUT || rc == PT_ESYS) { /* a log run.dir cannot hold: the key that put it there */
-            rc = pt_err_input(rc, err);
+        if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
             pt_config_key_prefix(c, err, "run.dir");
-        }
         if (rc)
             goto fail;
         s->run.spec.sample_log = s->sample_log;

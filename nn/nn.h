@@ -269,7 +269,8 @@ typedef struct pt_stats {
     int64_t rows;    /* loss terms seen */
     /* NULL, or a classifier's (ViT, BERT) counts by class: the head adds 1
      * to confusion[target * classes + predicted] for each row, predicted
-     * being the first of the highest logits (the argmax `correct` counts) */
+     * being the first of the highest logits as floats (with finite logits,
+     * the argmax `correct` counts: the two sums of hits agree) */
     int64_t *confusion;
 } pt_stats;
 

@@ -30,26 +30,29 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
     /* with outputs kept, one micro-batch per pass: the head keeps only the last one's */
     const int micro = keep ? 1 : r->micro;
     const int64_t chunk = (int64_t)micro * r->max_micro;
-    int64_t *ids = malloc((size_t)chunk * sizeof *ids);
-    if (!ids)
-        return pt_fail(err, PT_ENOMEM, "out of memory for evaluation");
-    if (r->active)
-        pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     *out = (pt_eval_result){0};
-    const int by_class = r->arch.kind != PT_MODEL_GPT && classes <= PT_EVAL_MAX_CLASSES;
+    const int by_class = pt_eval_by_class(&r->arch);
     const size_t cells = by_class ? (size_t)classes * classes : 0;
     /* the four sums, then the counts by class, in one reduction */
+    int64_t *ids = malloc((size_t)chunk * sizeof *ids);
     double *v = malloc((4 + cells) * sizeof *v);
     pt_stats st = {0};
-    if (by_class && !(st.confusion = calloc(cells, sizeof *st.confusion))) {
-        free(v);
-        v = NULL;
-    }
-    if (!v) {
+    if (by_class)
+        st.confusion = calloc(cells, sizeof *st.confusion);
+    /* every rank fails together: one that left now would leave the others
+     * waiting in the pipeline and the reduction */
+    int rc = ids && v && (st.confusion || !by_class)
+                 ? 0
+                 : pt_fail(err, PT_ENOMEM, "out of memory for evaluation (its counts by class: "
+                           "%zu bytes)", cells * sizeof *st.confusion);
+    if ((rc = pt_run_agree(r, rc, err))) {
         free(ids);
-        return pt_fail(err, PT_ENOMEM, "out of memory for evaluation's counts by class");
+        free(v);
+        free(st.confusion);
+        return rc;
     }
-    int rc = 0;
+    if (r->active)
+        pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     r->evaluating = 1;
     r->eval_hits = 0;
     for (int64_t first = lo; r->active && first < hi && rc == 0; first += chunk) {
@@ -94,6 +97,11 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
     return 0;
 }
 
+int pt_eval_by_class(const pt_arch *a)
+{
+    return a->kind != PT_MODEL_GPT && pt_arch_out_classes(a) <= PT_EVAL_MAX_CLASSES;
+}
+
 void pt_eval_result_free(pt_eval_result *e)
 {
     free(e->confusion);
@@ -118,7 +126,7 @@ pt_class_figures pt_eval_class(const pt_eval_result *e, int k)
     return f;
 }
 
-pt_eval_averages pt_eval_macro(const pt_eval_result *e)
+pt_eval_averages pt_eval_means(const pt_eval_result *e)
 {
     pt_eval_averages a = {0};
     int64_t total = 0;

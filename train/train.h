@@ -261,6 +261,9 @@ typedef struct pt_eval_result {
     int64_t *confusion;
 } pt_eval_result;
 #define PT_EVAL_MAX_CLASSES 1024
+/* Whether evaluations of this model count by class (a classifier of at
+ * most PT_EVAL_MAX_CLASSES classes). */
+int pt_eval_by_class(const pt_arch *a);
 int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
                 pt_eval_result *out, pt_err *err);
 void pt_eval_result_free(pt_eval_result *e);
@@ -281,7 +284,7 @@ typedef struct pt_eval_averages {
     double precision, recall, f1, weighted_f1;
     int classes; /* the classes averaged */
 } pt_eval_averages;
-pt_eval_averages pt_eval_macro(const pt_eval_result *e);
+pt_eval_averages pt_eval_means(const pt_eval_result *e);
 /* GPT only: continues prompt by `length` bytes into out (length + 1 bytes,
  * NUL-terminated; the same on every rank). Collective over the world. */
 int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature, int top_k,

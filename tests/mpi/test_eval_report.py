@@ -13,8 +13,9 @@ within 1e-12 (the same double arithmetic, in another order). Then:
 - the same counts from 2 ranks as 2 pipeline stages and as 2 replicas (an
   example's logits do not depend on its batch, so the counts are the
   same integers);
-- a run with train.eval_examples 0 logs the final evaluation's macro_f1,
-  equal to eval's of the final checkpoint;
+- a run with train.eval_examples 25 (of 60) logs as its final
+  evaluation's macro_f1 the one of the first 25 rows of eval's logits of the
+  final checkpoint;
 - the table eval prints names each class (the labels; Fashion-MNIST's
   names);
 - a gpt's --report, and --report naming --logits' file, are refused with
@@ -96,7 +97,7 @@ def main():
                     "model: {kind: bert, dim: 32, layers: 2, heads: 2, mlp_hidden: 64, context: 16, "
                     "vocab: %d, classes: 3}\n"
                     "data: {%s}\n"
-                    "train: {batch: 16, epochs: 2, lr: 0.003, warmup_steps: 2, eval_examples: 0}\n"
+                    "train: {batch: 16, epochs: 2, lr: 0.003, warmup_steps: 2, eval_examples: 25}\n"
                     % (run, vocab, data))
         print("bert: train, then eval --logits --report", flush=True)
         tools.run(1, ["train", cfg])
@@ -115,9 +116,12 @@ def main():
                 fails.append("bert: eval's table has no line for class %r:\n%s" % (name, out))
         with open(os.path.join(run, "metrics.jsonl")) as f:
             evals = [r for r in map(json.loads, f) if r["event"] == "eval"]
-        if not evals or abs(evals[-1].get("macro_f1", -1) - report["macro_avg"]["f1"]) > TOL:
-            fails.append("bert: the run's last eval logged %r, eval's report says macro F1 %r" % (
-                evals[-1:], report["macro_avg"]["f1"]))
+        # the run's evaluations take the first 25 test examples (the final
+        # one: the final weights, those eval read)
+        first = expected(logits[:25], targets[:25], 3)[2][2]
+        if not evals or abs(evals[-1].get("macro_f1", -1) - first) > TOL or evals[-1]["examples"] != 25:
+            fails.append("bert: the run's last eval logged %r; the first 25 test logits give macro "
+                         "F1 %r" % (evals[-1:], first))
 
         for tag, stages in (("2 stages", 2), ("2 replicas", 1)):
             print("bert: eval on %s" % tag, flush=True)
