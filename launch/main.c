@@ -734,8 +734,10 @@ int main(int argc, char **argv)
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a
-     * success (train's result is its checkpoints; its stdout may be closed) */
-    const int result_on_stdout = !(argc > 1 && strcmp(argv[1], "train") == 0);
+     * success (train's and export's results are files; their stdout may be
+     * closed) */
+    const int result_on_stdout =
+        !(argc > 1 && (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "export") == 0));
     const int e = fflush(stdout) != 0 ? errno : 0;
     if ((e || ferror(stdout)) && code == 0 && result_on_stdout) {
         fprintf(stderr, "pipetrain: error: cannot write to stdout%s%s\n", e ? ": " : "",
