@@ -13,12 +13,18 @@
 #include <string.h>
 
 /* Class k's name in reports: the text classification label, Fashion-MNIST's
- * own name, or its number. */
+ * own name, or its number; a class past a text classification's labels (a
+ * model.classes above their count) says it has none, so that it cannot
+ * read as a label that is a number. */
 static const char *class_name(const pt_session *s, int k, char *buf, size_t n)
 {
     const pt_dataset *ds = s->test.label_names ? &s->test : &s->train;
     if (ds->label_names && k < ds->classes)
         return ds->label_names[k];
+    if (ds->label_names) {
+        snprintf(buf, n, "(class %d, no label)", k);
+        return buf;
+    }
     if (s->cfg.data.kind == PT_DATA_FASHION_MNIST && pt_fashion_mnist_class(k))
         return pt_fashion_mnist_class(k);
     snprintf(buf, n, "%d", k);
@@ -33,14 +39,15 @@ void pt_report_print(const pt_session *s, const pt_eval_result *ev)
                "classification_report):\n  examples  predicted  precision  recall      F1  class\n");
         for (int k = 0; k < ev->classes; k++) {
             const pt_class_figures f = pt_eval_class(ev, k);
-            char buf[16];
+            char buf[48];
             printf("  %8lld  %9lld     %6.4f  %6.4f  %6.4f  %s\n", (long long)f.examples,
                    (long long)f.predicted, f.precision, f.recall, f.f1, class_name(s, k, buf, sizeof buf));
         }
     }
     printf("macro avg: precision %.4f, recall %.4f, F1 %.4f (%d classes with examples or "
-           "predictions)\nweighted avg F1 %.4f\n",
-           avg.precision, avg.recall, avg.f1, avg.classes, avg.weighted_f1);
+           "predictions)\nweighted avg: precision %.4f, recall %.4f, F1 %.4f\n",
+           avg.precision, avg.recall, avg.f1, avg.classes, avg.weighted_precision,
+           avg.weighted_recall, avg.weighted_f1);
 }
 
 int pt_report_write(const char *path, const pt_session *s, const char *checkpoint,
@@ -57,7 +64,7 @@ int pt_report_write(const char *path, const pt_session *s, const char *checkpoin
     json_object_set_new(o, "test_accuracy", pt_json_number(ev->accuracy));
     for (int k = 0; k < ev->classes; k++) {
         const pt_class_figures f = pt_eval_class(ev, k);
-        char buf[16];
+        char buf[48];
         json_t *c = json_object(), *row = json_array();
         json_object_set_new(c, "class", json_integer(k));
         json_object_set_new(c, "name", json_string(class_name(s, k, buf, sizeof buf)));
@@ -79,7 +86,11 @@ int pt_report_write(const char *path, const pt_session *s, const char *checkpoin
     json_object_set_new(m, "f1", pt_json_number(avg.f1));
     json_object_set_new(m, "classes", json_integer(avg.classes));
     json_object_set_new(o, "macro_avg", m);
-    json_object_set_new(o, "weighted_f1", pt_json_number(avg.weighted_f1));
+    json_t *w = json_object();
+    json_object_set_new(w, "precision", pt_json_number(avg.weighted_precision));
+    json_object_set_new(w, "recall", pt_json_number(avg.weighted_recall));
+    json_object_set_new(w, "f1", pt_json_number(avg.weighted_f1));
+    json_object_set_new(o, "weighted_avg", w);
     json_object_set_new(o, "confusion", conf); /* [test class][predicted class] */
     char *text = json_dumps(o, JSON_PRESERVE_ORDER);
     json_decref(o);

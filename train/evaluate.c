@@ -137,6 +137,8 @@ pt_eval_averages pt_eval_means(const pt_eval_result *e)
         a.precision += f.precision;
         a.recall += f.recall;
         a.f1 += f.f1;
+        a.weighted_precision += f.precision * (double)f.examples;
+        a.weighted_recall += f.recall * (double)f.examples;
         a.weighted_f1 += f.f1 * (double)f.examples;
         total += f.examples;
         a.classes++;
@@ -146,6 +148,8 @@ pt_eval_averages pt_eval_means(const pt_eval_result *e)
         a.recall /= a.classes;
         a.f1 /= a.classes;
     }
+    a.weighted_precision = total > 0 ? a.weighted_precision / (double)total : 0.0;
+    a.weighted_recall = total > 0 ? a.weighted_recall / (double)total : 0.0;
     a.weighted_f1 = total > 0 ? a.weighted_f1 / (double)total : 0.0;
     return a;
 }

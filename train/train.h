@@ -278,10 +278,11 @@ typedef struct pt_class_figures {
 } pt_class_figures;
 pt_class_figures pt_eval_class(const pt_eval_result *e, int k);
 /* Unweighted means over the classes that have test examples or
- * predictions (scikit-learn's "macro avg"), and the F1 weighted by
+ * predictions (scikit-learn's "macro avg"), and the means weighted by
  * examples ("weighted avg"); 0 when there are no counts. */
 typedef struct pt_eval_averages {
-    double precision, recall, f1, weighted_f1;
+    double precision, recall, f1;
+    double weighted_precision, weighted_recall, weighted_f1;
     int classes; /* the classes averaged */
 } pt_eval_averages;
 pt_eval_averages pt_eval_means(const pt_eval_result *e);

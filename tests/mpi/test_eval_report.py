@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`pipetrain eval`'s figures by class against the logits it writes.
 
-A small BERT (3 labels, padded texts) trained for a few steps, and the demo
+A small BERT (3 labels, and a fourth class without one; padded texts)
+trained for a few steps, and the demo
 ViT's initial weights on Fashion-MNIST's 10,000 test images: `eval --logits
 L --report R`, then from L alone (numpy's argmax: the first of the highest
 logits, as the cross-entropy op counts a hit) and the test file's labels the
@@ -49,7 +50,7 @@ def expected(logits, targets, classes):
         figs.append((int(support), int(predicted), int(tp), prec, rec, f1))
     seen = [f for f in figs if f[0] or f[1]]
     macro = [sum(f[i] for f in seen) / len(seen) for i in (3, 4, 5)]
-    weighted = sum(f[5] * f[0] for f in seen) / sum(f[0] for f in seen)
+    weighted = [sum(f[i] * f[0] for f in seen) / sum(f[0] for f in seen) for i in (3, 4, 5)]
     return conf, figs, macro, weighted, len(seen)
 
 
@@ -72,9 +73,11 @@ def compare(what, report, logits, targets, classes, names):
     for key, want in zip(("precision", "recall", "f1"), macro):
         if abs(m[key] - want) > TOL:
             fails.append("%s: macro %s %r, expected %r" % (what, key, m[key], want))
-    if m["classes"] != seen or abs(report["weighted_f1"] - weighted) > TOL:
-        fails.append("%s: macro over %r classes, weighted F1 %r; expected %r, %r" % (
-            what, m["classes"], report["weighted_f1"], seen, weighted))
+    w = report["weighted_avg"]
+    if m["classes"] != seen or any(abs(w[k] - want) > TOL for k, want in zip(("precision", "recall", "f1"),
+                                                                           weighted)):
+        fails.append("%s: macro over %r classes, weighted %r; expected %r, %r" % (
+            what, m["classes"], w, seen, weighted))
     acc = float(np.trace(conf)) / len(targets)
     if abs(report["test_accuracy"] - acc) > TOL or report["examples"] != len(targets):
         fails.append("%s: accuracy %r of %r examples, the counts give %r of %r" % (
@@ -95,7 +98,7 @@ def main():
         with open(cfg, "w") as f:
             f.write("run: {dir: \"%s\", seed: 5, threads: 1}\n"
                     "model: {kind: bert, dim: 32, layers: 2, heads: 2, mlp_hidden: 64, context: 16, "
-                    "vocab: %d, classes: 3}\n"
+                    "vocab: %d, classes: 4}\n"
                     "data: {%s}\n"
                     "train: {batch: 16, epochs: 2, lr: 0.003, warmup_steps: 2, eval_examples: 25}\n"
                     % (run, vocab, data))
@@ -105,20 +108,21 @@ def main():
             labels = [line.split("\t")[0] for line in f if line.strip()]
         names = sorted(set(labels))
         targets = [names.index(x) for x in labels]
+        names.append("(class 3, no label)")  # model.classes 4 for 3 labels
         logits_path, report_path = os.path.join(work, "l.st"), os.path.join(work, "r.json")
         _, _, out = tools.run(1, ["eval", cfg, "--logits", logits_path, "--report", report_path])
-        logits = h.load_safetensors(logits_path)["logits"].reshape(len(targets), 3)
+        logits = h.load_safetensors(logits_path)["logits"].reshape(len(targets), 4)
         with open(report_path) as f:
             report = json.load(f)
-        fails += compare("bert", report, logits, targets, 3, names)
-        for name in names:
+        fails += compare("bert", report, logits, targets, 4, names)
+        for name in names[:3]:
             if not any(line.split()[-1:] == [name] for line in out.splitlines()):
                 fails.append("bert: eval's table has no line for class %r:\n%s" % (name, out))
         with open(os.path.join(run, "metrics.jsonl")) as f:
             evals = [r for r in map(json.loads, f) if r["event"] == "eval"]
         # the run's evaluations take the first 25 test examples (the final
         # one: the final weights, those eval read)
-        first = expected(logits[:25], targets[:25], 3)[2][2]
+        first = expected(logits[:25], targets[:25], 4)[2][2]
         if not evals or abs(evals[-1].get("macro_f1", -1) - first) > TOL or evals[-1]["examples"] != 25:
             fails.append("bert: the run's last eval logged %r; the first 25 test logits give macro "
                          "F1 %r" % (evals[-1:], first))

@@ -44,6 +44,8 @@ static void test_hand_matrix(void)
     NEAR(a.precision, (0.6 + 0 + 0 + 1.0) / 4);
     NEAR(a.recall, (0.75 + 0 + 0 + 2.0 / 3.0) / 4);
     NEAR(a.f1, (2.0 / 3.0 + 0 + 0 + 0.8) / 4);
+    NEAR(a.weighted_precision, (0.6 * 4 + 1.0 * 3) / 9);
+    NEAR(a.weighted_recall, (0.75 * 4 + 2.0 / 3.0 * 3) / 9); /* the accuracy, 5 of 9 */
     NEAR(a.weighted_f1, (2.0 / 3.0 * 4 + 0.8 * 3) / 9);
     /* out of range: nothing */
     const pt_class_figures out = pt_eval_class(&e, 5);
@@ -58,7 +60,7 @@ static void test_no_counts(void)
     e.confusion = &m[0][0];
     const pt_eval_averages a = pt_eval_means(&e);
     CU_ASSERT(a.classes == 0 && a.precision == 0 && a.recall == 0 && a.f1 == 0 &&
-              a.weighted_f1 == 0);
+              a.weighted_precision == 0 && a.weighted_recall == 0 && a.weighted_f1 == 0);
     pt_eval_result none = {0}; /* a gpt's: no counts by class */
     const pt_eval_averages b = pt_eval_means(&none);
     CU_ASSERT(b.classes == 0 && b.f1 == 0);
