@@ -159,6 +159,11 @@ void pt_rundir_lock_release(pt_rundir_lock *lock);
 /* The first line of RUN_DIR/lock (who holds it, with a random job id), for
  * ranks to check that they see the directory rank 0 locked. */
 int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);
+/* Whether this process may create files in run_dir and in its checkpoints/
+ * (when there is one), where every rank writes its units' files at each
+ * save: PT_EINPUT naming the directory, the host and the reason (a node
+ * that mounts the shared file system read-only) when it may not. */
+int pt_rundir_check_writable(const char *run_dir, pt_err *err);
 
 /* A refused run leaves no run directory behind. Before anything is made:
  * the first directory of run_dir's path that does not exist yet into fresh

@@ -449,6 +449,27 @@ int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err)
     return 0;
 }
 
+int pt_rundir_check_writable(const char *run_dir, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    const char *dirs[] = {run_dir, pt_path_join(path, run_dir, "checkpoints")};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (i == 1 && (lstat(dirs[i], &st) != 0 || !S_ISDIR(st.st_mode)))
+            break; /* none yet: made in run_dir at the first save */
+        if (access(dirs[i], W_OK | X_OK) != 0) {
+            const int e = errno;
+            char host[256] = "?";
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = '\0';
+            return pt_fail(err, PT_EINPUT, "cannot create files in '%s' on host '%s': %s; every "
+                           "rank writes its units' files there at each checkpoint, so run.dir must "
+                           "be writable from every node", dirs[i], host, strerror(e));
+        }
+    }
+    return 0;
+}
+
 void pt_rundir_lock_release(pt_rundir_lock *lock)
 {
     if (lock->fd >= 0)

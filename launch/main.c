@@ -368,6 +368,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
                                 cfg->run.dir, lock_here, lock_root);
     else if (rc && !got)
         pt_config_key_prefix(cfg, &err, "run.dir");
+    /* and may write there: a node that mounts it read-only would fail at the
+     * first checkpoint of a unit it holds, steps or hours in (or only after
+     * a re-plan moves a unit of the first replica there) */
+    if (rc == 0 && (rc = pt_rundir_check_writable(cfg->run.dir, &err)) == PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "run.dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     rc = pt_session_cut_logs(s, &err); /* under the lock */

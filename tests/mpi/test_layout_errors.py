@@ -13,7 +13,14 @@ Ranks that read different configurations (a config through a pipe reaches
 rank 0 alone; a launch with other --set per rank) are refused before
 anything runs, exit 2, the rank that differs naming the first key: they
 used to hang in a pipeline, or corrupt the heap in the gradient all-reduce
-(MPI_ERR_TRUNCATE) of replicas, or train replicas apart in silence."""
+(MPI_ERR_TRUNCATE) of replicas, or train replicas apart in silence.
+
+A run.dir that one rank cannot write (its node mounts the shared file
+system read-only) is refused at the start, exit 2, that rank naming
+run.dir and its host: it used to train until the first checkpoint of a
+unit on that node, then end with exit 1 (or, with every unit of the first
+replica elsewhere, only after a re-plan moved one there). Made here with
+a read-only bind mount in rank 1's own mount namespace (root only)."""
 import os
 import shutil
 import subprocess
@@ -261,6 +268,78 @@ def configs_differ(tools, work):
     return failures
 
 
+def read_only_on_rank1(tools, work):
+    """Rank 1 sees run.dir (fresh) or its checkpoints/ (a resume) through a
+    read-only bind mount of its own: refused before a step, nothing of the
+    run changed."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("ok   run.dir read-only on rank 1: skipped (needs root and unshare)", flush=True)
+        return 0
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"])
+    if probe.returncode != 0:
+        print("ok   run.dir read-only on rank 1: skipped (unshare --mount fails here)", flush=True)
+        return 0
+    # rank 1 enters a mount namespace where RO_DIR is read-only, then execs pipetrain
+    wrap = ['unshare', '--mount', '--propagation', 'private', 'sh', '-c',
+            'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"']
+    parent = os.path.join(work, "ro-parent")
+    os.mkdir(parent)
+    run = os.path.join(parent, "run")
+    cfg = os.path.join(work, "ro.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=1, replicas=2, micro=1))
+    line = 2  # run: / dir:
+    failures = 0
+
+    def launch(ro_dir, extra):
+        cmd = [tools.mpiexec, "--oversubscribe", "-np", "1", tools.pipetrain, "train", cfg] + extra + \
+              [":", "-np", "1"] + wrap + [ro_dir, tools.pipetrain, "train", cfg] + extra
+        return subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120)
+
+    def check(name, r, words, unchanged):
+        nonlocal failures
+        out = r.stdout + r.stderr
+        problems = ["the output lacks %r" % w for w in words if w not in out]
+        if r.returncode != 2:
+            problems.append("exit status %d, not 2" % r.returncode)
+        if "step 1" in out or "MPI_ABORT" in out:
+            problems.append("it started training")
+        problems += unchanged()
+        if problems:
+            failures += 1
+            print("FAIL run.dir read-only on rank 1 (%s): %s\n%s" % (name, "; ".join(problems),
+                                                                     out[-2000:]), flush=True)
+        else:
+            print("ok   run.dir read-only on rank 1 (%s): refused, exit 2" % name, flush=True)
+
+    before = H.our_segments()
+    r = launch(parent, [])
+    check("a fresh run.dir", r,
+          ["rank 1: error: %s:%d: run.dir: cannot create files in '%s' on host '" % (cfg, line, run),
+           "Read-only file system", "writable from every node"],
+          lambda: (["run.dir was left behind"] if os.path.exists(run) else []) +
+                  (["shared memory left"] if H.segments_left(before) else []))
+    # a run that trained, resumed while rank 1 cannot write its checkpoints/
+    rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
+    if rc != 0:
+        print("FAIL run.dir read-only on rank 1: the 2-replica run did not train (%d):\n%s"
+              % (rc, out[-2000:]), flush=True)
+        return failures + 1
+    ckpts = os.path.join(run, "checkpoints")
+
+    def listing():
+        return sorted((os.path.relpath(os.path.join(d, n), run), os.path.getsize(os.path.join(d, n)))
+                      for d, _, names in os.walk(run) for n in names if n != "lock")
+    was = listing()
+    r = launch(ckpts, ["--set", "train.resume=auto", "--set", "train.max_steps=4"])
+    check("checkpoints/ on a resume", r,
+          ["rank 1: error: %s:%d: run.dir: cannot create files in '%s' on host '" % (cfg, line, ckpts),
+           "Read-only file system"],
+          lambda: [] if listing() == was else ["run.dir changed: %r -> %r" % (was, listing())])
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -324,6 +403,7 @@ def main():
                 print("ok   boundary: batch %d, D 2, M 2 trains" % batch)
         failures += damaged_stage_file(tools, work)
         failures += configs_differ(tools, work)
+        failures += read_only_on_rank1(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
