@@ -144,12 +144,34 @@ def kill_one(p, variant):
             pass
 
 
+def show_group(p, why):
+    """What is left of a job that did not end in time (which process waits,
+    and where), printed before it is killed, so a rare hang says whose it
+    is: a rank still running, or only mpirun over ranks that have ended."""
+    try:
+        rows = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,stat=,etime=,wchan:24=,args="],
+                              capture_output=True, text=True, timeout=30).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        rows = []
+        print("  (ps failed: %s)" % e, flush=True)
+    family, lines = {p.pid}, []
+    for _ in range(4):  # descendants (ranks may leave mpirun's process group)
+        for r in rows:
+            f = r.split()
+            if len(f) > 1 and int(f[1]) in family:
+                family.add(int(f[0]))
+    lines = [r for r in rows if r.split() and int(r.split()[0]) in family]
+    print("  %s; its processes (pid, ppid, state, elapsed, wait channel, command):\n%s" %
+          (why, "\n".join("    " + r.strip()[:300] for r in lines)), flush=True)
+
+
 def wait_gone(p, variant):
     """The job must end by itself within LIMIT_S once a rank is gone."""
     try:
         p.wait(timeout=LIMIT_S)
         return True
     except subprocess.TimeoutExpired:
+        show_group(p, "%s: still running %d s after the kill" % (variant, LIMIT_S))
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         return False
@@ -268,6 +290,7 @@ def signal_mpirun(runner, ref, sig, want_rc):
     try:
         _, err = p.communicate(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
+        show_group(p, "still running %d s after the stop signal" % LIMIT_S)
         os.killpg(p.pid, signal.SIGKILL)
         _, err = p.communicate()
         subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
@@ -297,6 +320,7 @@ def stop_after_combine(runner, ref, variant, rank):
     try:
         _, err = p.communicate(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
+        show_group(p, "still running %d s after the stop signal" % LIMIT_S)
         os.killpg(p.pid, signal.SIGKILL)
         _, err = p.communicate()
         subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
