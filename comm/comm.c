@@ -177,6 +177,9 @@ const char *pt_comm_host(const pt_comm *c) { return c->host; }
 pt_group *pt_comm_world(pt_comm *c) { return &c->world; }
 pt_group *pt_comm_node_group(pt_comm *c) { return &c->node_group; }
 
+/* "core 3" or "cores 0-1", "thread" or "threads" */
+static const char *plural(int k, const char *one, const char *many) { return k == 1 ? one : many; }
+
 int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
 {
     hwloc_topology_t topo;
@@ -184,40 +187,78 @@ int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
         hwloc_topology_destroy(topo);
         return pt_fail(err, PT_ESYS, "hwloc could not read the machine's topology");
     }
-    int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    const int all = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    /* The cores this process may use. hwloc's topology already leaves out
+     * what a cgroup cpuset forbids. Without a launcher, the CPU affinity it
+     * was started with (taskset, numactl, a batch system's binding) is the
+     * user's too, and is never widened. Under mpirun it is not: Open MPI
+     * binds every rank to one core by default (even a single rank, even
+     * inside a taskset), and pipetrain splits the node's cores among its
+     * ranks instead. */
+    hwloc_bitmap_t allowed = hwloc_bitmap_alloc(), set = hwloc_bitmap_alloc();
+    if (!allowed || !set) {
+        hwloc_bitmap_free(allowed);
+        hwloc_bitmap_free(set);
+        hwloc_topology_destroy(topo);
+        return pt_fail(err, PT_ENOMEM, "out of memory binding to cores");
+    }
+    int narrowed = 0;
+    if (c->solo && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) == 0 &&
+        !hwloc_bitmap_iszero(allowed)) {
+        for (int k = 0; k < all && !narrowed; k++) {
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, k);
+            narrowed = core && core->cpuset && !hwloc_bitmap_isincluded(core->cpuset, allowed);
+        }
+    }
+    if (!narrowed)
+        hwloc_bitmap_fill(allowed);
+    int usable[1024], cores = 0; /* indices of the cores with an allowed PU */
+    for (int k = 0; k < all && cores < (int)(sizeof usable / sizeof *usable); k++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, k);
+        if (core && core->cpuset && hwloc_bitmap_intersects(core->cpuset, allowed))
+            usable[cores++] = k;
+    }
     if (cores < 1)
         cores = 1;
     c->cores = cores;
     int per = cores / c->local_size;
-    int rc = 0;
     if (per < 1) {
         *threads = 1;
-        snprintf(desc, n, "%d ranks share %d cores on %s: not bound, 1 thread each (oversubscribed)",
-                 c->local_size, cores, c->host);
+        snprintf(desc, n, "%d ranks share %d %s on %s: not bound, 1 thread each (oversubscribed)",
+                 c->local_size, cores, plural(cores, "core", "cores"), c->host);
     } else {
-        hwloc_bitmap_t set = hwloc_bitmap_alloc();
         for (int k = 0; k < per; k++) {
-            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, c->local_rank * per + k);
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, usable[c->local_rank * per + k]);
             if (core && core->cpuset)
                 hwloc_bitmap_or(set, set, core->cpuset);
         }
+        hwloc_bitmap_and(set, set, allowed); /* a PU outside the affinity stays outside */
+        char *text = NULL;
+        hwloc_bitmap_list_asprintf(&text, set);
+        char which[96];
+        const int first = usable[c->local_rank * per], last = usable[c->local_rank * per + per - 1];
+        if (narrowed)
+            snprintf(which, sizeof which, "the %d %s its CPU affinity allows", per,
+                     plural(per, "core", "cores"));
+        else if (per == 1)
+            snprintf(which, sizeof which, "core %d", first);
+        else
+            snprintf(which, sizeof which, "cores %d-%d", first, last);
         if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0) {
             /* binding can be refused (containers); running unbound is still correct */
-            snprintf(desc, n, "%s: binding refused (%s); %d threads unbound", c->host,
-                     strerror(errno), per);
+            snprintf(desc, n, "%s: binding refused (%s); %d %s unbound", c->host, strerror(errno), per,
+                     plural(per, "thread", "threads"));
         } else {
-            char *text = NULL;
-            hwloc_bitmap_list_asprintf(&text, set);
-            snprintf(desc, n, "%s: local rank %d bound to cores %d-%d (PUs %s), %d threads", c->host,
-                     c->local_rank, c->local_rank * per, c->local_rank * per + per - 1,
-                     text ? text : "?", per);
-            free(text);
+            snprintf(desc, n, "%s: local rank %d bound to %s (PUs %s), %d %s", c->host, c->local_rank,
+                     which, text ? text : "?", per, plural(per, "thread", "threads"));
         }
-        hwloc_bitmap_free(set);
+        free(text);
         *threads = per;
     }
+    hwloc_bitmap_free(allowed);
+    hwloc_bitmap_free(set);
     hwloc_topology_destroy(topo);
-    return rc;
+    return 0;
 }
 
 /* ----------------------------------------------------------------- groups */

@@ -54,11 +54,13 @@ int pt_comm_node_of(const pt_comm *c, int rank); /* node index of any world rank
 const char *pt_comm_host(const pt_comm *c);
 
 /* Binds this rank to its share of the node's cores (hwloc): the node's cores
- * split evenly among its ranks. *threads gets the cores this rank owns, or 1
- * when there are more ranks than cores (then nothing is bound). desc gets a
- * one-line description for the plan and the log. */
+ * (those a cgroup cpuset allows; without a launcher, those the process's CPU
+ * affinity allows, never widened) split evenly among its ranks. *threads
+ * gets the cores this rank owns, or 1 when there are more ranks than cores
+ * (then nothing is bound). desc gets a one-line description for the plan
+ * and the log. */
 int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err);
-/* Cores of this node (hwloc), known after pt_comm_bind; 0 before. */
+/* Cores of this node this job may use (as pt_comm_bind), known after it; 0 before. */
 int pt_comm_cores(const pt_comm *c);
 
 /* Groups. The world group and the node group (the ranks of this rank's

@@ -537,7 +537,7 @@ static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
  * last newline, 0 if there is none, or -1 with errno on a read error. */
 static off_t after_last_newline(int fd, off_t size)
 {
-    char buf[65536];
+    char buf[4096]; /* small: the stack may be (ulimit -s); a log ends in a newline near its end */
     while (size > 0) {
         const size_t n = size < (off_t)sizeof buf ? (size_t)size : sizeof buf;
         ssize_t got = pread(fd, buf, n, size - (off_t)n);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define PT_VERSION "0.2.0"
 
@@ -734,8 +735,33 @@ static int run_main(int argc, char **argv)
     return code;
 }
 
+/* The main thread's stack grows up to RLIMIT_STACK as it is used (the
+ * kernel checks the limit then), and some paths (a resume cutting its logs,
+ * parsing) need more than a very small `ulimit -s` gives: raise the soft
+ * limit to MIN_STACK where the hard one allows, else refuse to start with a
+ * message rather than die of a segmentation fault later. The pool's workers
+ * have stacks of their own size (nn/cpu_pool.c). */
+enum { MIN_STACK = 128 << 10 };
+static int enough_stack(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= MIN_STACK)
+        return 1;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= MIN_STACK) {
+        rl.rlim_cur = MIN_STACK;
+        if (setrlimit(RLIMIT_STACK, &rl) == 0)
+            return 1;
+    }
+    fprintf(stderr, "pipetrain: error: the stack size limit (ulimit -s) is %llu KiB and cannot be "
+            "raised to the %d KiB pipetrain needs; raise it\n",
+            (unsigned long long)(rl.rlim_cur >> 10), MIN_STACK >> 10);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (!enough_stack())
+        return 1;
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a

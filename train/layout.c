@@ -649,8 +649,9 @@ const char *pt_layout_mode(const pt_run *r)
 void pt_layout_print(const pt_run *r, FILE *out)
 {
     const int nodes = pt_comm_nodes(r->comm);
-    fprintf(out, "topology: %d rank%s on %d node%s, %d cores on rank 0's node (%s)\n", r->ranks,
-            r->ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", pt_comm_cores(r->comm),
+    const int cores = pt_comm_cores(r->comm);
+    fprintf(out, "topology: %d rank%s on %d node%s, %d core%s on rank 0's node (%s)\n", r->ranks,
+            r->ranks == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", cores, cores == 1 ? "" : "s",
             pt_comm_host(r->comm));
     if (r->ranks > 1)
         fprintf(out, "links: %.0f MB/s within a node, %s between nodes, %.1f us per message\n",

@@ -517,6 +517,67 @@ def test_small_stack(h):
     check(len(steps) == 3, "%d steps recorded, expected 3", len(steps))
 
 
+def test_tiny_stack_limit(h):
+    """A stack limit below the 128 KiB pipetrain needs: raised where the hard
+    limit allows (a resume, which cuts the logs, used to die of a
+    segmentation fault at 80 KiB), else refused with a message, exit 1."""
+    import resource
+    import subprocess
+    run_dir = h.path("tiny-stack")
+    cfg = U.write_config(h, "tiny-stack.yaml", U.tiny("vit", run_dir, **{"train.max_steps": "2"}))
+    h.run(["train", cfg]).expect(0)
+
+    def limit(soft, hard):
+        def set_it():
+            resource.setrlimit(resource.RLIMIT_STACK, (soft, hard))
+        return set_it
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    for soft_kib, hard_kib, want in ((64, None, 0), (80, 80, 1)):
+        if hard_kib is None and hard != resource.RLIM_INFINITY and hard < 128 << 10:
+            continue  # cannot be raised here
+        p = subprocess.run([h.binary, "train", cfg, "--set", "train.resume=auto", "--set",
+                            "train.max_steps=4"], cwd=h.dir, capture_output=True, text=True,
+                           errors="replace", timeout=240, env=U.sanitizer_env(),
+                           stdin=subprocess.DEVNULL,
+                           preexec_fn=limit(soft_kib << 10,
+                                            hard if hard_kib is None else hard_kib << 10))
+        what = "a resume under ulimit -s %d KiB (hard %s)" % (soft_kib, hard_kib or "as it was")
+        check(p.returncode == want, "%s: rc %d, wanted %d\n%s", what, p.returncode, want,
+              U.tail(p.stderr))
+        if want:
+            check("the stack size limit (ulimit -s) is 80 KiB and cannot be raised" in p.stderr,
+                  "%s: no message\n%s", what, U.tail(p.stderr))
+    steps, _ = U.metrics(run_dir)
+    check(len(steps) == 4, "%d steps recorded, expected 4", len(steps))
+
+
+def test_cpu_affinity(h):
+    """Without a launcher, the CPU affinity pipetrain starts with (taskset)
+    is never widened: one allowed CPU gives one thread bound to it. It used
+    to bind itself to every core of the machine."""
+    import subprocess
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        print("  skipped: one CPU allowed here")
+        return
+    cpu = allowed[-1]
+    cfg = U.write_config(h, "affinity.yaml", U.tiny("vit", h.path("affinity"), **{"train.max_steps": "2", "run.threads": "0"}))
+    for cmd in (["plan", cfg], ["train", cfg]):
+        p = subprocess.run([h.binary] + cmd, cwd=h.dir, capture_output=True, text=True,
+                           errors="replace", timeout=240, env=U.sanitizer_env(),
+                           stdin=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        check(p.returncode == 0, "%s under an affinity of CPU %d: rc %d\n%s", cmd[0], cpu,
+              p.returncode, U.tail(p.stderr))
+        out = p.stdout + p.stderr
+        if cmd[0] == "plan":
+            want = "bound to the 1 core its CPU affinity allows (PUs %d), 1 thread" % cpu
+            check(want in out and "1 core on rank 0's node" in out, "plan under an affinity of "
+                  "CPU %d does not say %r\n%s", cpu, want, U.tail(out))
+        else:
+            check("cpu backend with 1 thread per rank" in out, "train under an affinity of CPU %d "
+                  "did not take 1 thread\n%s", cpu, U.tail(out))
+
+
 def test_demo_vit_fmnist(h):
     return demo(h, "vit_fmnist.yaml",
                 ["/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz",
@@ -547,6 +608,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
+           test_tiny_stack_limit, test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
