@@ -382,7 +382,7 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         if (polls > 200) {
             if (now_s() > deadline)
                 return pt_fail(err, PT_EPEER,
-                               "no progress for %.0f s waiting for %s (it has stopped answering; "
+                               "no progress for %.3g s waiting for %s (it has stopped answering; "
                                "run.timeout_s sets this limit)",
                                g->timeout, what);
             struct timespec ts = {0, 20000};

@@ -146,7 +146,7 @@ int pt_nccl_wait(pt_group *g, pt_err *err)
         if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > g->timeout) {
             ncclCommAbort(g->nccl->comm);
             g->nccl->comm = NULL;
-            return pt_fail(err, PT_EPEER, "no progress for %.0f s waiting for NCCL (a peer has stopped "
+            return pt_fail(err, PT_EPEER, "no progress for %.3g s waiting for NCCL (a peer has stopped "
                            "answering; run.timeout_s sets this limit)", g->timeout);
         }
         struct timespec ts = {0, 20000};

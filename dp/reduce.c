@@ -332,7 +332,7 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
         if (polls > 200) {
             if (now_s() > deadline) {
                 pt_err e;
-                pt_fail(&e, PT_EPEER, "no progress for %.0f s in the gradient all-reduce among %d "
+                pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
                         "replicas: another replica has stopped answering (run.timeout_s sets this "
                         "limit)", limit, r->D);
                 fail(r, PT_EPEER, &e);

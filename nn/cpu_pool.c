@@ -399,19 +399,24 @@ static void stop_workers(pt_pool *p)
     p->started = 0;
 }
 
-/* SPIN_CAP_NS, or PIPETRAIN_SPIN_US when it is a number of microseconds
- * from 0 to 1e6 (*from_env then 1). */
+/* SPIN_CAP_NS, or PIPETRAIN_SPIN_US when it is a decimal number of
+ * microseconds from 0 to 1e6 (*from_env then 1; -1 when it is set to
+ * something else, which is ignored and said so by pt_pool_describe). */
 static uint64_t spin_cap(int *from_env)
 {
     const char *s = getenv("PIPETRAIN_SPIN_US");
     *from_env = 0;
-    if (s && *s) {
+    if (s) {
         char *end;
-        const double us = strtod(s, &end);
-        if (!*end && us >= 0 && us <= 1e6) {
+        /* decimal only: not hex, inf, nan, nor a sign */
+        const int decimal = ((*s >= '0' && *s <= '9') || *s == '.') &&
+                            s[strspn(s, "0123456789.eE+-")] == '\0';
+        const double us = decimal ? strtod(s, &end) : -1.0;
+        if (decimal && !*end && us >= 0 && us <= 1e6) {
             *from_env = 1;
             return (uint64_t)(us * 1000.0);
         }
+        *from_env = -1;
     }
     return SPIN_CAP_NS;
 }
@@ -499,12 +504,15 @@ int pt_pool_threads(const pt_pool *pool) { return pool ? pool->threads : 1; }
 void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size)
 {
     const uint64_t cap = pool ? pool->cap_ns : SPIN_CAP_NS;
-    const char *env = pool && pool->cap_from_env ? " (PIPETRAIN_SPIN_US)" : "";
+    const char *env = pool && pool->cap_from_env > 0 ? " (PIPETRAIN_SPIN_US)" : "";
+    const char *ignored = pool && pool->cap_from_env < 0
+                              ? "; PIPETRAIN_SPIN_US ignored: not a number of microseconds from 0 to 1e6"
+                              : "";
     if (cap == 0)
         snprintf(buf, size, "sleep at once%s", env);
     else
-        snprintf(buf, size, "spin up to %g us%s (less after waits that outlast it), then sleep",
-                 (double)cap / 1000.0, env);
+        snprintf(buf, size, "spin up to %g us%s (less after waits that outlast it), then sleep%s",
+                 (double)cap / 1000.0, env, ignored);
 }
 
 void pt_pool_get_stats(const pt_pool *pool, pt_pool_stats *out)

@@ -430,12 +430,15 @@ def test_waiting_threads(h):
     """`plan` says how the CPU backend's threads wait for each other
     (nn/cpu_pool.c): by default a spin of at most SPIN_CAP_NS that shrinks
     when waits outlast it, then sleep; PIPETRAIN_SPIN_US sets the cap (0:
-    sleep at once), and a value that is not a number of microseconds is
-    ignored. One thread has nobody to wait for: no line."""
+    sleep at once), and a value that is not a decimal number of microseconds
+    is ignored, saying so. One thread has nobody to wait for: no line."""
     cfg = U.write_config(h, "c.yaml", tiny_keys("vit", h.path("run"), **{"run.threads": "2"}))
     default = "spin up to 20 us (less after waits that outlast it), then sleep"
     cases = [({"PIPETRAIN_SPIN_US": None}, default),
-             ({"PIPETRAIN_SPIN_US": "fast"}, default),
+             ({"PIPETRAIN_SPIN_US": "fast"}, default + "; PIPETRAIN_SPIN_US ignored: not a "
+              "number of microseconds from 0 to 1e6"),
+             ({"PIPETRAIN_SPIN_US": "0x10"}, default + "; PIPETRAIN_SPIN_US ignored: not a "
+              "number of microseconds from 0 to 1e6"),
              ({"PIPETRAIN_SPIN_US": "0"}, "sleep at once (PIPETRAIN_SPIN_US)"),
              ({"PIPETRAIN_SPIN_US": "200"},
               "spin up to 200 us (PIPETRAIN_SPIN_US) (less after waits that outlast it), then sleep")]
