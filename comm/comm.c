@@ -218,8 +218,10 @@ int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
         if (core && core->cpuset && hwloc_bitmap_intersects(core->cpuset, allowed))
             usable[cores++] = k;
     }
-    if (cores < 1)
+    if (cores < 1) { /* hwloc found no core (some VMs): one, by index 0, as before */
         cores = 1;
+        usable[0] = 0;
+    }
     c->cores = cores;
     int per = cores / c->local_size;
     if (per < 1) {
