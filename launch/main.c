@@ -637,9 +637,8 @@ static void catch_end_signals(void)
 
 /* A stop signal can come as soon as the process exists (mpirun forwards
  * one the moment it gets it), and before main the libraries' constructors
- * run for 50 to 150 ms (OpenBLAS's allocates its buffers): a SIGUSR1 or
- * SIGTERM then would end `train` by the default action, not with a
- * checkpoint and 130. The executable's preinit functions run before any
+ * run for some milliseconds: a SIGUSR1 or SIGTERM then would end `train`
+ * by the default action, not with a checkpoint and 130. The executable's preinit functions run before any
  * library's constructor, and glibc passes them main's arguments; the
  * handler touches only its own static variables, set up by then. */
 static void catch_stop_signals_early(int argc, char **argv, char **envp)

@@ -16,7 +16,6 @@
 #include "nn/backend.h"
 #include "nn/cpu_pool.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -25,8 +24,6 @@
 #ifdef PT_HAVE_CUDA
 int pt_cuda_backend_open(pt_backend **out, int bf16, int device, int threads, pt_err *err);
 #endif
-
-static void blas_one_thread(void) { openblas_set_num_threads(1); }
 
 /* The CPUs this process may run on (at least 1). */
 static int usable_cpus(void)
@@ -37,18 +34,19 @@ static int usable_cpus(void)
     return 1;
 }
 
-static int open_cpu(pt_backend **out, const char *name, int f64, int threads, pt_err *err)
+int pt_cpu_backend_open(pt_backend **out, const char *name, const pt_ops *ops, size_t real_size,
+                        int threads, void (*thread_init)(void), pt_err *err)
 {
+    *out = NULL;
     pt_backend *be = calloc(1, sizeof *be);
     if (!be)
         return pt_fail(err, PT_ENOMEM, "out of memory opening the %s backend", name);
-    be->ops = f64 ? &pt_cpu_ops_f64 : &pt_cpu_ops_f32;
-    be->name = f64 ? "cpu64" : "cpu";
-    be->real_size = be->act_size = f64 ? sizeof(double) : sizeof(float);
+    be->ops = ops;
+    be->name = name;
+    be->real_size = be->act_size = real_size;
     be->threads = threads > 0 ? threads : usable_cpus();
-    blas_one_thread();
     pt_pool *pool;
-    const int rc = pt_pool_create(&pool, be->threads, blas_one_thread);
+    const int rc = pt_pool_create(&pool, be->threads, thread_init);
     if (rc) {
         const int be_threads = be->threads;
         free(be);
@@ -65,9 +63,10 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
 {
     *out = NULL;
     if (strcmp(name, "cpu") == 0)
-        return open_cpu(out, name, 0, threads, err);
+        return pt_cpu_backend_open(out, "cpu", &pt_cpu_ops_f32, sizeof(float), threads, NULL, err);
     if (strcmp(name, "cpu64") == 0)
-        return open_cpu(out, name, 1, threads, err);
+        return pt_fail(err, PT_EINPUT, "backend 'cpu64' (the float64 oracle) is not part of "
+                       "this program: tests open it with pt_backend_open_cpu64 (pt_nn_oracle)");
     /* cuda, cuda-bf16, each with an optional :N (the GPU) */
     size_t base = strcspn(name, ":");
     int bf16 = base == 9 && strncmp(name, "cuda-bf16", 9) == 0;
@@ -89,7 +88,7 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
                        "device '%s' was asked for, but this pipetrain was built without CUDA", name);
 #endif
     }
-    return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cpu64, cuda or cuda-bf16)",
+    return pt_fail(err, PT_EINPUT, "unknown backend '%s' (expected cpu, cuda or cuda-bf16)",
                    name);
 }
 

@@ -195,7 +195,13 @@ struct pt_backend {
 };
 
 extern const pt_ops pt_cpu_ops_f32;
-extern const pt_ops pt_cpu_ops_f64;
+extern const pt_ops pt_cpu_ops_f64; /* in pt_nn_oracle only (nn/cpu64.c) */
+
+/* A CPU backend over ops with real_size-byte elements and its thread pool
+ * (threads: 0 = one per CPU the process may run on); thread_init, if not
+ * NULL, runs first on each of the pool's threads. */
+int pt_cpu_backend_open(pt_backend **out, const char *name, const pt_ops *ops, size_t real_size,
+                        int threads, void (*thread_init)(void), pt_err *err);
 
 /* linear_bwd_mul where the backend has it, else linear_bwd and gelu_bwd */
 static inline void pt_linear_bwd_mul(pt_backend *be, void *dx, void *dw, void *db, const void *dy,

@@ -60,7 +60,7 @@ int cublas_check_at(cuda_impl *c, cublasStatus_t s, const char *what, const char
     if (s == CUBLAS_STATUS_SUCCESS)
         return 0;
     cuda_record(c, PT_EBACKEND, "cuBLASLt error in %s (%s:%d): %s", what, file, line,
-                cublasLtGetStatusString(s));
+                PT_LT(GetStatusString)(s));
     return -1;
 }
 
@@ -288,7 +288,7 @@ static void release(cuda_impl *c)
         (void)cudaStreamSynchronize(c->stream);
     cuda_gemm_cache_free(c);
     if (c->lt)
-        cublasLtDestroy(c->lt);
+        PT_LT(Destroy)(c->lt);
     for (int k = 0; k < CUDA_RING_EVENTS; k++)
         if (c->ring.ev[k])
             (void)cudaEventDestroy(c->ring.ev[k]);
@@ -323,8 +323,11 @@ static int setup(cuda_impl *c, pt_err *err)
                        "GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 or "
                        "newer (bf16 tensor cores)",
                        c->device, prop.name, prop.major, prop.minor);
+    char why[512];
+    if (cuda_lt_load(why, sizeof why))
+        return pt_fail(err, PT_EBACKEND, "%s", why);
     if (CUDA_CHECK(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
-        CUBLAS_CHECK(c, cublasLtCreate(&c->lt)))
+        CUBLAS_CHECK(c, PT_LT(Create)(&c->lt)))
         return pt_fail(err, c->code, "%s", c->msg);
     cuda_arena_init(&c->arena, ARENA_MIN_CHUNK, chunk_get, chunk_put, c);
     c->lt_ws_bytes = LT_WORKSPACE;

@@ -28,7 +28,6 @@
  * CUDA programming model (cuda_emu.h), so tests can run them without a GPU. */
 #include "nn/cuda_emu.h"
 #else
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +43,8 @@
 /* Alignment that vector accesses need (asserted only under emulation). */
 #define PT_CHECK_ALIGN(p, n) ((void)0)
 #endif
+
+#include "nn/cuda_lt.h"
 
 extern "C" {
 #include "nn/backend.h"

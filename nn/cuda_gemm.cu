@@ -79,13 +79,13 @@ void cuda_gemm_cache_free(cuda_impl *c)
     for (int i = 0; i < g->n; i++) {
         gemm_plan *p = &g->plans[i];
         if (p->desc)
-            cublasLtMatmulDescDestroy(p->desc);
+            PT_LT(MatmulDescDestroy)(p->desc);
         if (p->a)
-            cublasLtMatrixLayoutDestroy(p->a);
+            PT_LT(MatrixLayoutDestroy)(p->a);
         if (p->b)
-            cublasLtMatrixLayoutDestroy(p->b);
+            PT_LT(MatrixLayoutDestroy)(p->b);
         if (p->c)
-            cublasLtMatrixLayoutDestroy(p->c);
+            PT_LT(MatrixLayoutDestroy)(p->c);
     }
     free(g->plans);
     free(g);
@@ -100,46 +100,46 @@ static int plan_build(cuda_impl *c, gemm_plan *p, const gemm_args *g)
     cudaDataType_t cd = k->cd_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint32_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (CUBLAS_CHECK(c, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+    if (CUBLAS_CHECK(c, PT_LT(MatmulDescCreate)(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         CUBLAS_CHECK(c,
-                     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) ||
+                     PT_LT(MatmulDescSetAttribute)(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) ||
         CUBLAS_CHECK(c,
-                     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)) ||
+                     PT_LT(MatmulDescSetAttribute)(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb)) ||
         CUBLAS_CHECK(
-            c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
+            c, PT_LT(MatmulDescSetAttribute)(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)))
         return -1;
-    if (k->bias && CUBLAS_CHECK(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+    if (k->bias && CUBLAS_CHECK(c, PT_LT(MatmulDescSetAttribute)(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                   &g->bias, sizeof g->bias)))
         return -1;
     /* layouts describe the matrices as stored (before the transposes) */
     if (CUBLAS_CHECK(
-            c, cublasLtMatrixLayoutCreate(&p->a, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda)) ||
+            c, PT_LT(MatrixLayoutCreate)(&p->a, ab, k->ta ? k->k : k->m, k->ta ? k->m : k->k, k->lda)) ||
         CUBLAS_CHECK(
-            c, cublasLtMatrixLayoutCreate(&p->b, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb)) ||
-        CUBLAS_CHECK(c, cublasLtMatrixLayoutCreate(&p->c, cd, k->m, k->n, k->ldc)))
+            c, PT_LT(MatrixLayoutCreate)(&p->b, ab, k->tb ? k->n : k->k, k->tb ? k->k : k->n, k->ldb)) ||
+        CUBLAS_CHECK(c, PT_LT(MatrixLayoutCreate)(&p->c, cd, k->m, k->n, k->ldc)))
         return -1;
     cublasLtMatmulPreference_t pref;
-    if (CUBLAS_CHECK(c, cublasLtMatmulPreferenceCreate(&pref)))
+    if (CUBLAS_CHECK(c, PT_LT(MatmulPreferenceCreate)(&pref)))
         return -1;
     uint64_t ws = c->lt_ws_bytes;
     uint32_t al[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_c, (uint32_t)k->align_d};
     int bad =
-        CUBLAS_CHECK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        CUBLAS_CHECK(c, PT_LT(MatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                              &ws, sizeof ws)) ||
-        CUBLAS_CHECK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+        CUBLAS_CHECK(c, PT_LT(MatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                              &al[0], sizeof al[0])) ||
-        CUBLAS_CHECK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLAS_CHECK(c, PT_LT(MatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                              &al[1], sizeof al[1])) ||
-        CUBLAS_CHECK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        CUBLAS_CHECK(c, PT_LT(MatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                                                              &al[2], sizeof al[2])) ||
-        CUBLAS_CHECK(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        CUBLAS_CHECK(c, PT_LT(MatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                              &al[3], sizeof al[3]));
     if (!bad) {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
         /* "not supported" is an answer (no algorithm), not a failure */
         cublasStatus_t s =
-            cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
+            PT_LT(MatmulAlgoGetHeuristic)(c->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &res, &found);
         if (s == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
             p->algo = res.algo;
             p->ok = 1;
@@ -147,7 +147,7 @@ static int plan_build(cuda_impl *c, gemm_plan *p, const gemm_args *g)
             bad = CUBLAS_CHECK(c, s);
         }
     }
-    if (CUBLAS_CHECK(c, cublasLtMatmulPreferenceDestroy(pref)))
+    if (CUBLAS_CHECK(c, PT_LT(MatmulPreferenceDestroy)(pref)))
         bad = 1;
     return bad ? -1 : 0;
 }
@@ -198,11 +198,11 @@ static int lt_gemm(cuda_impl *c, const gemm_args *g)
         return -1;
     if (!p->ok)
         return 1;
-    if (g->bias && CUBLAS_CHECK(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+    if (g->bias && CUBLAS_CHECK(c, PT_LT(MatmulDescSetAttribute)(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                                   &g->bias, sizeof g->bias)))
         return -1;
     const float alpha = 1.0f, beta = g->beta;
-    return CUBLAS_CHECK(c, cublasLtMatmul(c->lt, p->desc, &alpha, g->A, p->a, g->B, p->b, &beta,
+    return CUBLAS_CHECK(c, PT_LT(Matmul)(c->lt, p->desc, &alpha, g->A, p->a, g->B, p->b, &beta,
                                           g->C ? g->C : g->D, p->c, g->D, p->c, &p->algo, c->lt_ws,
                                           c->lt_ws_bytes, c->stream))
                ? -1

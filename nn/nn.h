@@ -181,14 +181,17 @@ int pt_unit_find(const pt_arch *a, const char *name);
 
 typedef struct pt_backend pt_backend;
 
-/* name: "cpu" (float32, the training backend), "cpu64" (float64, the
- * finite-difference oracle), "cuda" or "cuda-bf16" (where built with CUDA and
- * a GPU exists; float32 or bf16 activations), optionally followed by ":N" to
- * use GPU N modulo the number of GPUs (one rank per GPU: N = local rank).
- * threads: threads for the CPU backends, the caller included (0 = one per CPU
- * the process may run on); a CPU backend starts threads - 1 workers when it
- * opens and joins them when it closes. */
+/* name: "cpu" (float32, the training backend), "cuda" or "cuda-bf16" (where
+ * built with CUDA and a GPU exists; float32 or bf16 activations), optionally
+ * followed by ":N" to use GPU N modulo the number of GPUs (one rank per GPU:
+ * N = local rank). threads: threads for the CPU backends, the caller included
+ * (0 = one per CPU the process may run on); a CPU backend starts threads - 1
+ * workers when it opens and joins them when it closes. */
 int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err);
+/* "cpu64": the same CPU op code in float64, the finite-difference oracle of
+ * the tests. It is in the library pt_nn_oracle (with OpenBLAS, which its
+ * matrix products call), not in pt_nn, so the trainer carries neither. */
+int pt_backend_open_cpu64(pt_backend **out, int threads, pt_err *err);
 void pt_backend_close(pt_backend *be);
 const char *pt_backend_name(const pt_backend *be);
 size_t pt_backend_real_size(const pt_backend *be); /* bytes per parameter element */

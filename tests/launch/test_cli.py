@@ -554,6 +554,42 @@ def test_tiny_stack_limit(h):
     check(len(steps) == 4, "%d steps recorded, expected 4", len(steps))
 
 
+def test_address_space_limit(h):
+    """Under an address-space limit (ulimit -v) a run ends: it trains, or the
+    dynamic loader or pipetrain refuses with a message. Between about 0.9
+    and 1.1 GiB OpenBLAS's library constructor (OpenBLAS was linked into the
+    trainer then) retried an allocation forever before main, and SIGTERM
+    could not end it; below 0.82 GiB cuBLASLt (linked then too) could not be
+    loaded, and at about 0.81 GiB its constructor crashed. A small model on
+    the CPU needs neither: it trains under 512 MiB."""
+    import resource
+    cfg = U.write_config(h, "as-limit.yaml", U.tiny("vit", h.path("as-limit"), **{
+        "train.max_steps": "3", "run.threads": "2", "model.dim": "32"}))
+    trained = []
+    for mib in (128, 256, 512, 768, 808, 812, 896, 960, 1024, 1088, 1152, 1536):
+        def set_it(b=mib << 20):
+            resource.setrlimit(resource.RLIMIT_AS, (b, b))
+        what = "train under ulimit -v %d MiB" % mib
+        try:
+            p = subprocess.run([h.binary, "train", cfg, "--set", "run.dir=" + h.path("as-%d" % mib)],
+                               cwd=h.dir, capture_output=True, text=True, errors="replace",
+                               timeout=60, env=U.sanitizer_env(), stdin=subprocess.DEVNULL,
+                               preexec_fn=set_it)
+        except subprocess.TimeoutExpired:
+            check(False, "%s: still running after 60 s", what)
+        err = p.stderr
+        if p.returncode == 0:
+            trained.append(mib)
+        elif p.returncode == 127:
+            check("error while loading shared libraries" in err, "%s: rc 127 without the "
+                  "loader's message\n%s", what, U.tail(err))
+        else:
+            check(p.returncode == 1 and "pipetrain: error:" in err, "%s: rc %d\n%s", what,
+                  p.returncode, U.tail(err))
+    check(trained and min(trained) <= 512, "no run trained under a limit of 512 MiB or less "
+          "(trained under: %s)", trained)
+
+
 def test_cpu_affinity(h):
     """Without a launcher, the CPU affinity pipetrain starts with (taskset)
     is never widened: one allowed CPU gives one thread bound to it. It used
@@ -611,7 +647,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
-           test_tiny_stack_limit, test_cpu_affinity,
+           test_tiny_stack_limit, test_address_space_limit, test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),

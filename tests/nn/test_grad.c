@@ -77,7 +77,7 @@ static void setup(fixture *f, pt_arch a, int first, int count)
     f->a = a;
     f->first = first;
     f->count = count;
-    CU_ASSERT_FATAL(pt_backend_open(&f->be, "cpu64", 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_backend_open_cpu64(&f->be, 1, &err) == 0);
     pt_segment_spec spec = {first, count, N, 1};
     CU_ASSERT_FATAL(pt_segment_create(&f->seg, &a, f->be, &spec, &err) == 0);
     CU_ASSERT_FATAL(pt_segment_init_params(f->seg, &err) == 0);
@@ -315,7 +315,7 @@ static void dropout_op(void)
 {
     pt_backend *be;
     pt_err err = {0};
-    CU_ASSERT_FATAL(pt_backend_open(&be, "cpu64", 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_backend_open_cpu64(&be, 1, &err) == 0);
     enum { NB = 3, PER = 37 };
     const int64_t ids[NB] = {5, 900, 2};
     double x[NB * PER], add[NB * PER], r[NB * PER], y[NB * PER], dx[NB * PER];

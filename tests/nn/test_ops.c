@@ -70,7 +70,7 @@ static void open_both(uint64_t seed)
 {
     pt_err err = {0};
     CU_ASSERT_EQUAL_FATAL(pt_backend_open(&be[0], "cpu", 1, &err), 0);
-    CU_ASSERT_EQUAL_FATAL(pt_backend_open(&be[1], "cpu64", 1, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_backend_open_cpu64(&be[1], 1, &err), 0);
     CU_ASSERT_EQUAL_FATAL(pt_backend_real_size(be[0]), sizeof(float));
     CU_ASSERT_EQUAL_FATAL(pt_backend_act_size(be[0]), sizeof(float));
     CU_ASSERT_EQUAL_FATAL(pt_backend_real_size(be[1]), sizeof(double));
@@ -1317,7 +1317,7 @@ static void copy_zero(void)
 static void backend_names(void)
 {
     const char *bad[] = {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1x", "cuda-bf16:", "cudax",
-                         "cpu:0"};
+                         "cpu:0", "cpu64"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         pt_err err = {0};
         pt_backend *b = NULL;
@@ -1347,7 +1347,7 @@ static void alloc_sizes(void)
     for (int b = 0; b < 2; b++) {
         pt_err err = {0};
         pt_backend *bk = NULL;
-        CU_ASSERT_EQUAL_FATAL(pt_backend_open(&bk, names[b], 1, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(b ? pt_backend_open_cpu64(&bk, 1, &err) : pt_backend_open(&bk, names[b], 1, &err), 0);
         for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
             unsigned char *p = pt_backend_alloc(bk, sizes[i]);
             CU_ASSERT_PTR_NOT_NULL_FATAL(p);
