@@ -226,8 +226,8 @@ int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
     int per = cores / c->local_size;
     if (per < 1) {
         *threads = 1;
-        snprintf(desc, n, "%d ranks share %d %s on %s: not bound, 1 thread each (oversubscribed)",
-                 c->local_size, cores, plural(cores, "core", "cores"), c->host);
+        snprintf(desc, n, "%d ranks share %d %s on %s: not bound (oversubscribed)", c->local_size,
+                 cores, plural(cores, "core", "cores"), c->host);
     } else {
         for (int k = 0; k < per; k++) {
             hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, usable[c->local_rank * per + k]);
@@ -248,11 +248,11 @@ int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err)
             snprintf(which, sizeof which, "cores %d-%d", first, last);
         if (hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) != 0) {
             /* binding can be refused (containers); running unbound is still correct */
-            snprintf(desc, n, "%s: binding refused (%s); %d %s unbound", c->host, strerror(errno), per,
-                     plural(per, "thread", "threads"));
+            snprintf(desc, n, "%s: binding to %s refused (%s); unbound", c->host, which,
+                     strerror(errno));
         } else {
-            snprintf(desc, n, "%s: local rank %d bound to %s (PUs %s), %d %s", c->host, c->local_rank,
-                     which, text ? text : "?", per, plural(per, "thread", "threads"));
+            snprintf(desc, n, "%s: local rank %d bound to %s (PUs %s)", c->host, c->local_rank, which,
+                     text ? text : "?");
         }
         free(text);
         *threads = per;

@@ -57,8 +57,8 @@ const char *pt_comm_host(const pt_comm *c);
  * (those a cgroup cpuset allows; without a launcher, those the process's CPU
  * affinity allows, never widened) split evenly among its ranks. *threads
  * gets the cores this rank owns, or 1 when there are more ranks than cores
- * (then nothing is bound). desc gets a one-line description for the plan
- * and the log. */
+ * (then nothing is bound). desc gets a one-line description of the binding
+ * for the plan, without the thread count (run.threads may set another). */
 int pt_comm_bind(pt_comm *c, int *threads, char *desc, size_t n, pt_err *err);
 /* Cores of this node this job may use (as pt_comm_bind), known after it; 0 before. */
 int pt_comm_cores(const pt_comm *c);

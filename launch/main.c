@@ -595,9 +595,19 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     if (!s)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, NULL, &err);
-    if ((rc = setup_failed(comm, rc, &err)) == 0 && pt_comm_rank(comm) == 0) {
-        printf("rank 0: %s\n", s->binding);
-        pt_layout_print(&s->run, stdout);
+    if ((rc = setup_failed(comm, rc, &err)) == 0) {
+        /* every rank's binding, in rank order */
+        const int ranks = pt_comm_size(comm);
+        char(*all)[sizeof s->binding] = calloc((size_t)ranks, sizeof *all);
+        rc = setup_failed(comm, all ? 0 : pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
+        if (rc == 0 && (rc = pt_allgather(pt_comm_world(comm), s->binding, all, sizeof s->binding, &err)))
+            rc = report(comm, rc, &err);
+        if (rc == 0 && pt_comm_rank(comm) == 0) {
+            for (int k = 0; k < ranks; k++)
+                printf("rank %d: %.*s\n", k, (int)sizeof *all, all[k]);
+            pt_layout_print(&s->run, stdout);
+        }
+        free(all);
     }
     pt_session_close(s);
     free(s);

@@ -513,6 +513,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                     at, s->threads, cores > 1 ? cores : 1, cores > 1 ? "s" : "");
         }
     }
+    const size_t used = strlen(s->binding);
+    snprintf(s->binding + used, sizeof s->binding - used, ", %d %s", s->threads,
+             s->threads == 1 ? "thread" : "threads");
     /* the backend first, so the model's memory is checked before data that
      * can take long to make; IDX files decide the image size, so there the
      * check waits for them */

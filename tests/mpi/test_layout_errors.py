@@ -22,6 +22,7 @@ unit on that node, then end with exit 1 (or, with every unit of the first
 replica elsewhere, only after a re-plan moved one there). Made here with
 a read-only bind mount in rank 1's own mount namespace (root only)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -401,6 +402,19 @@ def main():
                       % (batch, rc, out[-2000:]))
             else:
                 print("ok   boundary: batch %d, D 2, M 2 trains" % batch)
+        # plan lists every rank's binding with the threads it will use
+        # (run.threads, not its share of the cores); it used to print rank 0's alone
+        for threads in ("1", "2"):
+            rc, _, out = tools.run(2, ["plan", os.path.join(work, "boundary-4.yaml"), "--set",
+                                       "run.threads=" + threads], check=False, timeout=120)
+            want = ", %s %s" % (threads, "thread" if threads == "1" else "threads")
+            lines = [l for l in out.splitlines() if re.match(r"rank [01]: ", l)]
+            if rc != 0 or len(lines) != 2 or not all(l.endswith(want) for l in lines):
+                failures += 1
+                print("FAIL plan with run.threads %s on 2 ranks: exit %d, binding lines %r\n%s"
+                      % (threads, rc, lines, out[-2000:]))
+            else:
+                print("ok   plan lists both ranks' bindings, run.threads %s" % threads)
         failures += damaged_stage_file(tools, work)
         failures += configs_differ(tools, work)
         failures += read_only_on_rank1(tools, work)
