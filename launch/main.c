@@ -345,7 +345,14 @@ static int cmd_train(pt_comm *comm, const cli *a)
     char fresh[PT_CKPT_PATH] = ""; /* what a refusal removes again */
     if (pt_comm_rank(comm) == 0)
         pt_rundir_fresh_root(cfg->run.dir, fresh, sizeof fresh);
-    int rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
+    /* not inside another run's checkpoints, whose pruning would take this
+     * run's lock and logs (before the session, which makes run.dir) */
+    int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, &err) : 0;
+    if (rc == PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "run.dir");
+    if ((rc = setup_failed(comm, rc, &err)))
+        goto done;
+    rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
@@ -623,12 +630,17 @@ static int cmd_export(int argc, char **argv)
     return rc ? report(NULL, rc, &err) : 0;
 }
 
-/* eval, plan and export end at SIGINT, SIGTERM or SIGHUP as by default,
- * but first remove the temporary files of the outputs they were writing
- * (a finished output is renamed into place whole, so what is left of an
- * unfinished one is only its temporary file). */
+/* eval, plan and export end at a signal whose default action ends the
+ * process (SIGINT, SIGTERM, SIGHUP, SIGUSR1, a closed pipe, a timer, ...) as
+ * by default, but first take off the names of the node's cache (which an
+ * evaluation may have made) and remove the temporary files of the outputs
+ * they were writing (a finished output is renamed into place whole, so what
+ * is left of an unfinished one is only its temporary file). A signal the
+ * process started ignoring (nohup's SIGHUP) stays ignored, but for SIGINT
+ * and SIGTERM, as for train. */
 static void on_end_signal(int sig)
 {
+    pt_cache_release_names();
     pt_wfile_remove_temporaries();
     raise(sig); /* SA_RESETHAND: the default action now */
 }
@@ -642,7 +654,13 @@ static void catch_end_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
+                          SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        struct sigaction was;
+        if (sigaction(others[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
+            sigaction(others[i], &sa, NULL);
+    }
 }
 
 /* A stop signal can come as soon as the process exists (mpirun forwards

@@ -123,12 +123,34 @@ static int holds(const char *dir, const char *name)
     return lstat(p, &st) == 0;
 }
 
+/* Whether the real directory path `at` or a directory above it is a
+ * checkpoint (a step_N directory that holds a manifest) or a run's
+ * checkpoints directory (one named checkpoints beside a run's lock or
+ * metrics.jsonl): 1 or 2, with that directory in `at`; 0 for neither. */
+static int checkpoints_at_or_above(char at[PT_PATH_MAX])
+{
+    char parent[PT_PATH_MAX];
+    for (;;) {
+        const char *slash = strrchr(at, '/');
+        const char *base = slash ? slash + 1 : at;
+        if (strncmp(base, "step_", 5) == 0 && holds(at, "manifest"))
+            return 1;
+        if (strcmp(base, "checkpoints") == 0 && slash) {
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - at) + (slash == at), at);
+            if (holds(parent, "lock") || holds(parent, "metrics.jsonl"))
+                return 2;
+        }
+        if (!slash || slash == at)
+            return 0;
+        at[slash - at] = '\0';
+    }
+}
+
 /* An output must not land in any checkpoint, whichever run it belongs to:
- * not in (or be) a checkpoint (a step_N directory that holds a manifest),
- * nor in (or be) a run's checkpoints directory (one named checkpoints
- * beside a run's lock or metrics.jsonl), where an export would add files to
- * a checkpoint or make a step directory that is none. Looks at path (when
- * it is there) and every directory above it. */
+ * not in (or be) a checkpoint, nor in (or be) a run's checkpoints
+ * directory, where an export would add files to a checkpoint or make a step
+ * directory that is none. Looks at path (when it is there) and every
+ * directory above it. */
 static int output_not_in_checkpoints(const char *option, const char *path, pt_err *err)
 {
     char at[PT_PATH_MAX], parent[PT_PATH_MAX];
@@ -140,23 +162,53 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
         if (!realpath(parent, at))
             return 0; /* no such directory: the write fails and says so */
     }
-    for (;;) {
-        const char *slash = strrchr(at, '/');
-        const char *base = slash ? slash + 1 : at;
-        if (strncmp(base, "step_", 5) == 0 && holds(at, "manifest"))
-            return pt_fail(err, PT_EINPUT, "%s '%s' is in checkpoint directory '%s' (it holds a "
-                           "manifest): a checkpoint holds only its own files; write it elsewhere",
-                           option, path, at);
-        if (strcmp(base, "checkpoints") == 0 && slash) {
-            snprintf(parent, sizeof parent, "%.*s", (int)(slash - at) + (slash == at), at);
-            if (holds(parent, "lock") || holds(parent, "metrics.jsonl"))
-                return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a "
-                               "checkpoint holds only its own files, and pruning removes whole "
-                               "checkpoints; write it elsewhere", option, path, at);
+    switch (checkpoints_at_or_above(at)) {
+    case 1:
+        return pt_fail(err, PT_EINPUT, "%s '%s' is in checkpoint directory '%s' (it holds a "
+                       "manifest): a checkpoint holds only its own files; write it elsewhere",
+                       option, path, at);
+    case 2:
+        return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a "
+                       "checkpoint holds only its own files, and pruning removes whole "
+                       "checkpoints; write it elsewhere", option, path, at);
+    default:
+        return 0;
+    }
+}
+
+int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
+{
+    /* the nearest directory at or above run.dir that exists (train makes the rest) */
+    char path[PT_PATH_MAX], at[PT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", *run_dir ? run_dir : ".");
+    struct stat st;
+    while (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+        char *slash = strrchr(path, '/');
+        if (!slash) {
+            snprintf(path, sizeof path, ".");
+            break;
         }
-        if (!slash || slash == at)
-            return 0;
-        at[slash - at] = '\0';
+        if (slash == path) {
+            path[1] = '\0';
+            break;
+        }
+        *slash = '\0';
+    }
+    if (!realpath(path, at))
+        return 0; /* creating run.dir fails and says so */
+    switch (checkpoints_at_or_above(at)) {
+    case 1:
+        return pt_fail(err, PT_EINPUT, "'%s' is in checkpoint directory '%s' (it holds a "
+                       "manifest), not a run directory: a checkpoint holds only its own files, "
+                       "and pruning it would remove this run's lock and logs; to continue from "
+                       "it, set train.resume to it and run.dir to a directory of its own",
+                       run_dir, at);
+    case 2:
+        return pt_fail(err, PT_EINPUT, "'%s' is in '%s', a run's checkpoints, not a run "
+                       "directory: pruning removes whole checkpoints, and with them this run's "
+                       "lock and logs; choose a directory of its own", run_dir, at);
+    default:
+        return 0;
     }
 }
 

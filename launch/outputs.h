@@ -28,6 +28,11 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
  * nor one of the files run_dir keeps beside them (lock, logs, profile). */
 int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err);
 
+/* run.dir (train) is neither in nor is any checkpoint or run's checkpoints
+ * directory, whichever run's: that run's pruning would take this one's lock
+ * and logs (the nearest existing directory at or above it is looked at). */
+int pt_output_run_dir_ok(const char *run_dir, pt_err *err);
+
 /* An export at out (dir: a bert export's directory, checked file by file)
  * replaces none of the inputs cfg names: model.init_from and the files
  * beside it, data.vocab, the data files (text classification, IDX images and

@@ -276,6 +276,34 @@ def test_segment_gone_when_a_signal_ends_the_run(h):
             check(U.checkpoints(run_dir), "SIGHUP left no checkpoint")
 
 
+def test_eval_segment_gone_when_a_signal_ends_it(h):
+    """eval with the cache on (a checkpoint with frozen blocks: the test
+    examples' frozen prefix is cached) ended by a signal takes the cache's
+    names off /dev/shm as it goes; it used to leave its segment for the next
+    start's sweep. In a mount namespace with a /dev/shm of its own. Needs
+    root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    run_dir = h.path("eval-signal")
+    cfg = U.write_config(h, "eval-signal.yaml", U.tiny("vit", run_dir, **{
+        "freeze.policy": "schedule", "freeze.start": "1", "cache.enabled": "true",
+        "train.epochs": "3"}))
+    h.run(["train", cfg]).expect(0)
+    for sig, want in (("TERM", 128 + 15), ("INT", 128 + 2), ("HUP", 128 + 1), ("USR1", 128 + 10),
+                      ("PIPE", 128 + 13)):
+        script = ('mount -t tmpfs -o size=512m tmpfs /dev/shm || exit 90\n'
+                  '"$0" eval "$1" --set data.synthetic_examples=400000 >/dev/null 2>&1 & p=$!\n'
+                  'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done\n'
+                  '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
+                  'sleep 0.2; kill -%s $p; wait $p; rc=$?\n'
+                  'echo "rc $rc left: $(ls -A /dev/shm)"\n' % sig)
+        p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                           capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+        check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % want,
+              "eval ended by SIG%s with the cache on: exit %d, %s (want rc %d, nothing left)", sig,
+              p.returncode, U.tail(p.stdout + p.stderr), want)
+
+
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
           dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
@@ -417,7 +445,8 @@ def test_jobs_in_pid_namespaces(h):
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm,
            test_segment_gone_when_killed_after_a_stop_signal,
-           test_segment_gone_when_a_signal_ends_the_run, test_jobs_in_pid_namespaces]
+           test_segment_gone_when_a_signal_ends_the_run, test_eval_segment_gone_when_a_signal_ends_it,
+           test_jobs_in_pid_namespaces]
     out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
     out += [sweep_case("bert", 16, 2, 12, 1, dropout="0.1"), sweep_case("bert", 33, 3, 16, 2, dropout="0.1"),

@@ -1566,6 +1566,32 @@ def test_two_jobs_in_one_run_dir(h):
     U.metrics(run_dir)  # every line parses
 
 
+def test_run_dir_inside_checkpoints(h):
+    """A run.dir in (or that is) another run's checkpoint or checkpoints
+    directory is refused, exit 2, and nothing there changes: that run's
+    pruning would remove this run's lock and logs while it trains, letting a
+    second job into its run.dir (the slip of naming a checkpoint in run.dir
+    instead of train.resume used to be accepted)."""
+    cfg, run_dir = trained(h)
+    ckpts = os.path.join(run_dir, "checkpoints")
+    step = os.path.join(ckpts, "step_%010d" % LAST)
+    before = U.snapshot(run_dir)
+    for where, words in ((step, "is in checkpoint directory"),
+                         (os.path.join(step, "a", "b"), "is in checkpoint directory"),
+                         (os.path.join(ckpts, "step_%010d" % (LAST + 5)), "a run's checkpoints"),
+                         (ckpts, "a run's checkpoints"),
+                         (os.path.join(run_dir, "checkpoints", "..", "checkpoints", "x"),
+                          "a run's checkpoints")):
+        for extra in ([], ["--set", "train.resume=" + step]):
+            r = h.run(["train", cfg, "--set", "run.dir=" + where] + extra).expect(2)
+            r.one_error("run.dir", words, "not a run directory")
+            U.same_snapshot(before, U.snapshot(run_dir), "the run after run.dir %s" % where)
+    # a run.dir beside them is a run directory of its own
+    other = os.path.join(run_dir, "checkpoints", "..", "fork")
+    h.run(["train", cfg, "--set", "run.dir=" + other, "--set", "train.resume=" + step,
+           "--set", "train.epochs=3"]).expect(0)
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -1603,7 +1629,7 @@ def tests():
         test_outputs_of_a_stopped_export_or_eval,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
-        test_two_jobs_in_one_run_dir,
+        test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
     ]
 
 
