@@ -122,6 +122,18 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step);
  * returns 0 if found, PT_EINPUT (with a message) if there is none. */
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
 
+/* A reader's hold on checkpoint dir (eval, export): while it is held, the
+ * pruning of a run training in that run.dir leaves the checkpoint alone (it
+ * goes at a later save). 1 when held; 0, holding nothing, when dir has no
+ * manifest (any more: pruned, or replaced by a save, before the hold), which
+ * the read that follows reports. Release with pt_checkpoint_release (a
+ * released or never-held hold may be released again). */
+typedef struct pt_ckpt_hold {
+    int fd; /* -1: none */
+} pt_ckpt_hold;
+int pt_checkpoint_hold(pt_ckpt_hold *h, const char *dir);
+void pt_checkpoint_release(pt_ckpt_hold *h);
+
 /* The newest step directory under RUN_DIR/checkpoints that is newer than
  * checkpoint `latest` (a path as pt_checkpoint_latest gives) and not a
  * complete checkpoint (a save that did not finish, a damaged manifest), or

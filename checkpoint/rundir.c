@@ -92,6 +92,59 @@ static void remove_files(const char *dir, int only_temporary)
         rmdir(dir);
 }
 
+/* Checkpoint readers (pt_checkpoint_hold) hold a shared flock on its
+ * manifest; pruning removes a checkpoint only under an exclusive one, taken
+ * without waiting. Returns the descriptor that holds it (close it after the
+ * removal), -2 when there is no manifest to hold, or -1 when a reader holds
+ * it. */
+static int take_for_removal(const char *dir)
+{
+    char path[PT_CKPT_PATH];
+    const int fd = open(pt_path_join(path, dir, "manifest"), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -2;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int busy = errno == EWOULDBLOCK;
+        close(fd);
+        return busy ? -1 : -2;
+    }
+    return fd;
+}
+
+int pt_checkpoint_hold(pt_ckpt_hold *h, const char *dir)
+{
+    h->fd = -1;
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, dir, "manifest");
+    /* O_NONBLOCK: a FIFO there must not stop the reader (the read that
+     * follows refuses it, naming it) */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat held, now;
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &held) != 0 || !S_ISREG(held.st_mode)) {
+        close(fd);
+        return 0;
+    }
+    int rc;
+    while ((rc = flock(fd, LOCK_SH)) != 0 && errno == EINTR)
+        ;
+    /* a pruning that held it first removed it, or a save replaced it */
+    if (rc != 0 || stat(path, &now) != 0 || now.st_dev != held.st_dev || now.st_ino != held.st_ino) {
+        close(fd);
+        return 0;
+    }
+    h->fd = fd;
+    return 1;
+}
+
+void pt_checkpoint_release(pt_ckpt_hold *h)
+{
+    if (h->fd >= 0)
+        close(h->fd);
+    h->fd = -1;
+}
+
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
 {
     char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
@@ -232,7 +285,13 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
             newer += steps[j] > steps[i];
         if (newer >= (size_t)keep && steps[i] != current) {
             pt_step_dir(run_dir, steps[i], path, sizeof path);
+            /* one that an eval or export is reading stays until a later save */
+            const int held = take_for_removal(path);
+            if (held == -1)
+                continue;
             remove_files(path, 0);
+            if (held >= 0)
+                close(held);
         }
     }
     free(steps);

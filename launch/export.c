@@ -89,6 +89,10 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
      * relative paths read from the run's directory: the export spares both
      * (a copy of the project exported in its own directory names its own) */
     pt_config *given = calloc(1, sizeof *given);
+    /* while this reads the checkpoint, a run training in its run.dir does not
+     * prune it (no manifest: the read says so) */
+    pt_ckpt_hold hold;
+    pt_checkpoint_hold(&hold, ckpt);
     int rc = cfg && given ? pt_checkpoint_read_config(ckpt, cfg, &arch, err)
                           : pt_fail(err, PT_ENOMEM, "out of memory");
     if (rc == 0) {
@@ -185,6 +189,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     pt_segment_destroy(seg);
     if (be)
         pt_backend_close(be);
+    pt_checkpoint_release(&hold);
     free(cfg);
     free(given);
     return rc;

@@ -317,8 +317,8 @@ static void passed_over(const char *run_dir, const char *latest)
     const int64_t step = pt_checkpoint_passed_over(run_dir, latest);
     if (step >= 0)
         fprintf(stderr, "pipetrain: note: checkpoints/step_%010lld is newer than %s but not a "
-                "complete checkpoint (a save that did not finish, or a damaged manifest): %s is "
-                "used\n", (long long)step, latest, latest);
+                "complete checkpoint (a save still being written, a save that did not finish, or "
+                "a damaged manifest): %s is used\n", (long long)step, latest, latest);
 }
 
 static int cmd_train(pt_comm *comm, const cli *a)
@@ -475,18 +475,29 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     const char *checkpoint = a->checkpoint;
     float *logits = NULL, *hidden = NULL;
     int rc = 0;
+    /* while this reads the checkpoint, a run training in its run.dir does not
+     * prune it */
+    pt_ckpt_hold hold = {-1};
     if (!checkpoint && !a->init) {
         /* rank 0's newest checkpoint, for every rank (a node whose view of
-         * run.dir lags must not read another, or none) */
-        if (pt_comm_rank(comm) == 0 &&
-            (rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) == 0)
-            passed_over(cfg->run.dir, latest);
+         * run.dir lags must not read another, or none); again if a run
+         * training there pruned it before it was held */
+        if (pt_comm_rank(comm) == 0) {
+            for (int tries = 0; tries < 20; tries++)
+                if ((rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) ||
+                    pt_checkpoint_hold(&hold, latest))
+                    break;
+            if (rc == 0)
+                passed_over(cfg->run.dir, latest);
+        }
         if ((rc = setup_failed(comm, rc, &err)) ||
             (rc = setup_failed(comm, pt_bcast(pt_comm_world(comm), latest, sizeof latest, 0, &err),
                                &err)))
             goto done;
         checkpoint = latest;
     }
+    if (checkpoint && hold.fd < 0)
+        pt_checkpoint_hold(&hold, checkpoint); /* no manifest: the read says so */
     rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, checkpoint, &err);
     if (rc == 0 && checkpoint) {
         const pt_ckpt_run c = pt_session_ckpt(s);
@@ -588,6 +599,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     }
     pt_eval_result_free(&ev);
 done:
+    pt_checkpoint_release(&hold);
     free(logits);
     free(hidden);
     pt_session_close(s);

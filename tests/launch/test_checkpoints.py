@@ -1592,6 +1592,60 @@ def test_run_dir_inside_checkpoints(h):
            "--set", "train.epochs=3"]).expect(0)
 
 
+def test_prune_spares_a_held_checkpoint(h):
+    """A checkpoint that a reader holds (eval and export take a shared lock
+    on its manifest while they read it) is not pruned under it: it stays past
+    train.keep_checkpoints and goes at the first save after the reader let
+    go. Pruning used to remove checkpoints that eval or export were reading
+    (with keep 1, more than half of the evaluations of a run in progress
+    failed)."""
+    cfg, run_dir = trained(h)
+    held = os.path.join(run_dir, "checkpoints", "step_%010d" % LAST)
+    fd = os.open(os.path.join(held, "manifest"), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3",
+               "--set", "train.keep_checkpoints=1"]).expect(0)
+        left = U.checkpoints(run_dir)
+        check(left == ["step_%010d" % LAST, "step_%010d" % (LAST + 5)],
+              "with step %d held, a resume keeping 1 left %s", LAST, left)
+    finally:
+        os.close(fd)
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=4",
+           "--set", "train.keep_checkpoints=1"]).expect(0)
+    left = U.checkpoints(run_dir)
+    check(left == ["step_%010d" % (LAST + 10)], "released, step %d was not pruned: %s", LAST, left)
+
+
+def test_eval_while_training(h):
+    """eval of a run in progress (its newest checkpoint, chosen and held
+    before the run's pruning can take it) succeeds while the run saves and
+    prunes at every step."""
+    run_dir = h.path("live")
+    cfg = U.write_config(h, "live.yaml", keys(h, run_dir, **{
+        "train.epochs": "100000", "train.checkpoint_every": "1", "train.keep_checkpoints": "1",
+        "train.eval_every": "0", "data.synthetic_examples": "400"}))
+    trainer = h.popen(["train", cfg])
+    try:
+        deadline = time.time() + 120
+        while not U.checkpoints(run_dir) and time.time() < deadline and trainer.poll() is None:
+            time.sleep(0.05)
+        check(U.checkpoints(run_dir), "the run saved no checkpoint in 120 s")
+        bad = []
+        for i in range(25):
+            r = h.run(["eval", cfg])
+            if r.rc != 0:
+                bad.append("eval %d: exit %d: %s" % (i, r.rc, U.tail(r.err, 400)))
+        check(trainer.poll() is None, "the run ended during the evaluations")
+        check(not bad, "%d of 25 evaluations of the run in progress failed:\n%s", len(bad),
+              "\n".join(bad[:3]))
+    finally:
+        if trainer.poll() is None:
+            trainer.send_signal(signal.SIGTERM)
+        trainer.communicate(timeout=120)
+    check(trainer.returncode == 130, "the run, stopped by SIGTERM: exit %d", trainer.returncode)
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -1630,6 +1684,7 @@ def tests():
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
+        test_prune_spares_a_held_checkpoint, test_eval_while_training,
     ]
 
 
