@@ -147,7 +147,8 @@ int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest);
  * RUN_DIR/abandoned/step_N.XXXXXX (a note says so) rather than block every
  * later save of that step. */
 int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err);
-/* Keeps the newest `keep` complete checkpoints; removes older ones and
+/* Keeps the newest `keep` complete checkpoints; removes older ones (but
+ * those a reader holds, pt_checkpoint_hold, which go at a later call) and
  * incomplete directories other than step `current`. */
 void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
 /* A resume at step `step` leaves the history after it: the complete

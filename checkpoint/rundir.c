@@ -94,19 +94,27 @@ static void remove_files(const char *dir, int only_temporary)
 
 /* Checkpoint readers (pt_checkpoint_hold) hold a shared flock on its
  * manifest; pruning removes a checkpoint only under an exclusive one, taken
- * without waiting. Returns the descriptor that holds it (close it after the
- * removal), -2 when there is no manifest to hold, or -1 when a reader holds
- * it. */
+ * without waiting. Returns the descriptor to close after the removal, -2
+ * when there is no manifest to hold (remove), or -1 to keep the checkpoint
+ * for now: a reader holds it, or the lock could not be asked for (keeping
+ * too much is the safe failure). NFS emulates flock with byte-range locks,
+ * for which an exclusive lock needs the file open for writing. */
 static int take_for_removal(const char *dir)
 {
     char path[PT_CKPT_PATH];
-    const int fd = open(pt_path_join(path, dir, "manifest"), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    pt_path_join(path, dir, "manifest");
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return -2;
+        return errno == ENOENT ? -2 : -1;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        const int busy = errno == EWOULDBLOCK;
+        /* a file system without locks at all: nothing can hold it */
+        const int none = errno == ENOLCK || errno == ENOSYS || errno == EOPNOTSUPP;
+        if (none)
+            return fd;
         close(fd);
-        return busy ? -1 : -2;
+        return -1;
     }
     return fd;
 }

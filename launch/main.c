@@ -648,8 +648,9 @@ static int cmd_export(int argc, char **argv)
  * evaluation may have made) and remove the temporary files of the outputs
  * they were writing (a finished output is renamed into place whole, so what
  * is left of an unfinished one is only its temporary file). A signal the
- * process started ignoring (nohup's SIGHUP) stays ignored, but for SIGINT
- * and SIGTERM, as for train. */
+ * process started ignoring (nohup's SIGHUP), or that a library handles
+ * (a profiler's SIGPROF, say), is left as it is, but for SIGINT and SIGTERM,
+ * as for train. */
 static void on_end_signal(int sig)
 {
     pt_cache_release_names();
@@ -670,7 +671,8 @@ static void catch_end_signals(void)
                           SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
         struct sigaction was;
-        if (sigaction(others[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
+        if (sigaction(others[i], NULL, &was) == 0 && !(was.sa_flags & SA_SIGINFO) &&
+            was.sa_handler == SIG_DFL)
             sigaction(others[i], &sa, NULL);
     }
 }

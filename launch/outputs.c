@@ -8,6 +8,7 @@
  */
 #include "launch/outputs.h"
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "formats/formats.h"
 #include "hf/hf.h"
@@ -117,7 +118,7 @@ static int under(const char *in, const char *dir)
 /* Whether directory dir holds an entry `name` (of any kind). */
 static int holds(const char *dir, const char *name)
 {
-    char p[2 * PT_PATH_MAX];
+    char p[PATH_MAX + 64];
     struct stat st;
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return lstat(p, &st) == 0;
@@ -127,9 +128,9 @@ static int holds(const char *dir, const char *name)
  * checkpoint (a step_N directory that holds a manifest) or a run's
  * checkpoints directory (one named checkpoints beside a run's lock or
  * metrics.jsonl): 1 or 2, with that directory in `at`; 0 for neither. */
-static int checkpoints_at_or_above(char at[PT_PATH_MAX])
+static int checkpoints_at_or_above(char at[PATH_MAX])
 {
-    char parent[PT_PATH_MAX];
+    char parent[PATH_MAX];
     for (;;) {
         const char *slash = strrchr(at, '/');
         const char *base = slash ? slash + 1 : at;
@@ -153,7 +154,7 @@ static int checkpoints_at_or_above(char at[PT_PATH_MAX])
  * directory above it. */
 static int output_not_in_checkpoints(const char *option, const char *path, pt_err *err)
 {
-    char at[PT_PATH_MAX], parent[PT_PATH_MAX];
+    char at[PATH_MAX], parent[PATH_MAX]; /* realpath writes up to PATH_MAX */
     struct stat st;
     if (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && realpath(path, at))) {
         const char *slash = strrchr(path, '/');
@@ -179,7 +180,7 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
 int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
 {
     /* the nearest directory at or above run.dir that exists (train makes the rest) */
-    char path[PT_PATH_MAX], at[PT_PATH_MAX];
+    char path[PATH_MAX], at[PATH_MAX];
     snprintf(path, sizeof path, "%s", *run_dir ? run_dir : ".");
     struct stat st;
     while (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
@@ -196,19 +197,44 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
     }
     if (!realpath(path, at))
         return 0; /* creating run.dir fails and says so */
-    switch (checkpoints_at_or_above(at)) {
-    case 1:
-        return pt_fail(err, PT_EINPUT, "'%s' is in checkpoint directory '%s' (it holds a "
-                       "manifest), not a run directory: a checkpoint holds only its own files, "
-                       "and pruning it would remove this run's lock and logs; to continue from "
-                       "it, set train.resume to it and run.dir to a directory of its own",
-                       run_dir, at);
-    case 2:
-        return pt_fail(err, PT_EINPUT, "'%s' is in '%s', a run's checkpoints, not a run "
-                       "directory: pruning removes whole checkpoints, and with them this run's "
-                       "lock and logs; choose a directory of its own", run_dir, at);
-    default:
-        return 0;
+    /* with the components of run.dir that do not exist yet: a step
+     * directory that a save will make is the run's to prune too */
+    const size_t have = strlen(path), len = strlen(run_dir);
+    if (strcmp(path, ".") != 0 && have < len && run_dir[have] == '/') {
+        const size_t used = strlen(at);
+        snprintf(at + used, sizeof at - used, "%s", run_dir + have);
+    } else if (strcmp(path, ".") == 0 && *run_dir && run_dir[0] != '/') {
+        const size_t used = strlen(at);
+        snprintf(at + used, sizeof at - used, "/%s", run_dir);
+    }
+    /* pruning touches only RUN/checkpoints/step_N: run.dir must not be at or
+     * below one of a run (a step directory with a manifest, or one under the
+     * checkpoints of a directory with a run's lock or log) */
+    char step_dir[PATH_MAX], parent[PATH_MAX];
+    snprintf(step_dir, sizeof step_dir, "%s", at);
+    for (;;) {
+        char *slash = strrchr(step_dir, '/');
+        if (!slash || slash == step_dir)
+            return 0;
+        int64_t step;
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - step_dir), step_dir);
+        const char *up = strrchr(parent, '/');
+        if (pt_checkpoint_dir_step(slash + 1, &step) && up && strcmp(up + 1, "checkpoints") == 0) {
+            char run[PATH_MAX];
+            snprintf(run, sizeof run, "%.*s", (int)(up - parent) + (up == parent), parent);
+            if (holds(step_dir, "manifest"))
+                return pt_fail(err, PT_EINPUT, "'%s' is in checkpoint directory '%s' (it holds a "
+                               "manifest), not a run directory: a checkpoint holds only its own "
+                               "files, and pruning it would remove this run's lock and logs; to "
+                               "continue from it, set train.resume to it and run.dir to a "
+                               "directory of its own", run_dir, step_dir);
+            if (holds(run, "lock") || holds(run, "metrics.jsonl"))
+                return pt_fail(err, PT_EINPUT, "'%s' is in '%s', a step directory of the run in "
+                               "'%s', not a run directory: that run's saves and pruning would "
+                               "remove this run's lock and logs; choose a directory of its own",
+                               run_dir, step_dir, run);
+        }
+        *slash = '\0';
     }
 }
 
@@ -256,8 +282,8 @@ static int output_not_a_run_file(const char *option, const char *path, pt_err *e
 static int output_not_in_this_run(const char *option, const char *path, const char *run_dir,
                                   pt_err *err)
 {
-    char real_run[PT_PATH_MAX], ckpts[PT_PATH_MAX + 16], real_ckpts[PT_PATH_MAX];
-    char parent[PT_PATH_MAX], real_parent[PT_PATH_MAX], real_path[PT_PATH_MAX];
+    char real_run[PATH_MAX], ckpts[PATH_MAX + 16], real_ckpts[PATH_MAX];
+    char parent[PATH_MAX], real_parent[PATH_MAX], real_path[PATH_MAX];
     if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
         return 0;
     snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
@@ -351,7 +377,7 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
 static void output_name(const char *path, char *out, size_t n)
 {
     const char *slash = strrchr(path, '/');
-    char dir[PT_PATH_MAX], real[PT_PATH_MAX];
+    char dir[PATH_MAX], real[PATH_MAX];
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
              slash ? path : ".");
     if (!realpath(dir, real))
@@ -364,7 +390,7 @@ static void output_name(const char *path, char *out, size_t n)
  * names of one inode do not collide. */
 int pt_output_same(const char *a, const char *b)
 {
-    char na[2 * PT_PATH_MAX + 2], nb[2 * PT_PATH_MAX + 2];
+    char na[2 * PATH_MAX + 2], nb[2 * PATH_MAX + 2];
     output_name(a, na, sizeof na);
     output_name(b, nb, sizeof nb);
     return strcmp(na, nb) == 0;

@@ -39,10 +39,16 @@ static int open_backend(pt_session *r, pt_err *err)
         }
         return 0;
     case PT_DEVICE_AUTO: {
-        pt_err none;
+        pt_err none = {0};
         if (pt_backend_open(&r->be, gpu, threads, &none) == 0)
             return 0;
-        break; /* no usable GPU: the CPU */
+        /* no usable GPU: the CPU; with a word when there is a GPU that
+         * cannot be used (too old, its libraries missing, out of memory) */
+        if (r->rank == 0 && strncmp(none.msg, "no CUDA device", 14) != 0 &&
+            !strstr(none.msg, "built without CUDA"))
+            fprintf(stderr, "pipetrain: note: run.device is auto, and the GPU cannot be used "
+                    "(%s): training on the CPU\n", none.msg);
+        break;
     }
     default:
         break;

@@ -9,39 +9,50 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 cuda_lt_api cuda_lt;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char failure[512]; /* empty once loaded */
 
-static void load(void)
+/* Opens name and resolves every function into *api: 0, or -1 with why in
+ * failure. */
+static int try_load(const char *name, cuda_lt_api *api)
 {
-    char first[240] = "";
-    void *lib = dlopen(PT_CUBLASLT_SONAME, RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
-        snprintf(first, sizeof first, "%s", why ? why : "not found");
-        lib = dlopen(PT_CUBLASLT_PATH, RTLD_NOW | RTLD_LOCAL);
+        snprintf(failure, sizeof failure, "%.400s", why ? why : name);
+        return -1;
     }
-    if (!lib) {
-        const char *why = dlerror();
-        snprintf(failure, sizeof failure,
-                 "cannot load cuBLASLt, which the CUDA backend's matrix products need: %s; %.200s",
-                 first, why ? why : "not found");
-        return;
-    }
-    cuda_lt_api api;
 #define PT_LT_RESOLVE(fn)                                                                                    \
-    if (!(*(void **)&api.fn = dlsym(lib, "cublasLt" #fn))) {                                                 \
-        snprintf(failure, sizeof failure, "%s has no function cublasLt" #fn, PT_CUBLASLT_SONAME);            \
+    if (!(*(void **)&api->fn = dlsym(lib, "cublasLt" #fn))) {                                                \
+        snprintf(failure, sizeof failure, "%.400s has no function cublasLt" #fn, name);                      \
         dlclose(lib);                                                                                        \
-        return;                                                                                              \
+        return -1;                                                                                           \
     }
     PT_LT_FUNCTIONS(PT_LT_RESOLVE)
 #undef PT_LT_RESOLVE
-    cuda_lt = api;
-    failure[0] = 0;
+    return 0;
+}
+
+static void load(void)
+{
+    const char *names[] = {PT_CUBLASLT_SONAME, PT_CUBLASLT_PATH};
+    char why[2][sizeof failure];
+    for (int k = 0; k < 2; k++) {
+        cuda_lt_api api;
+        if (try_load(names[k], &api) == 0) {
+            cuda_lt = api;
+            failure[0] = 0;
+            return;
+        }
+        memcpy(why[k], failure, sizeof failure);
+    }
+    snprintf(failure, sizeof failure,
+             "cannot load cuBLASLt, which the CUDA backend's matrix products need: %.200s; %.200s",
+             why[0], why[1]);
 }
 
 extern "C" int cuda_lt_load(char *msg, size_t size)

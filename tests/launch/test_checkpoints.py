@@ -1567,29 +1567,63 @@ def test_two_jobs_in_one_run_dir(h):
 
 
 def test_run_dir_inside_checkpoints(h):
-    """A run.dir in (or that is) another run's checkpoint or checkpoints
-    directory is refused, exit 2, and nothing there changes: that run's
-    pruning would remove this run's lock and logs while it trains, letting a
-    second job into its run.dir (the slip of naming a checkpoint in run.dir
-    instead of train.resume used to be accepted)."""
+    """A run.dir at or below a step directory of another run's checkpoints
+    (a checkpoint, or a step a save will make) is refused, exit 2, and
+    nothing there changes: that run's saves and pruning would remove this
+    run's lock and logs while it trains, letting a second job into its
+    run.dir (the slip of naming a checkpoint in run.dir instead of
+    train.resume used to be accepted). Directories that pruning never
+    touches are run directories like any other."""
     cfg, run_dir = trained(h)
     ckpts = os.path.join(run_dir, "checkpoints")
     step = os.path.join(ckpts, "step_%010d" % LAST)
     before = U.snapshot(run_dir)
     for where, words in ((step, "is in checkpoint directory"),
                          (os.path.join(step, "a", "b"), "is in checkpoint directory"),
-                         (os.path.join(ckpts, "step_%010d" % (LAST + 5)), "a run's checkpoints"),
-                         (ckpts, "a run's checkpoints"),
-                         (os.path.join(run_dir, "checkpoints", "..", "checkpoints", "x"),
-                          "a run's checkpoints")):
+                         (os.path.join(ckpts, "step_%010d" % (LAST + 5)), "a step directory of the run"),
+                         (os.path.join(ckpts, "step_%010d" % (LAST + 5), "x"),
+                          "a step directory of the run"),
+                         (os.path.join(run_dir, "checkpoints", "..", "checkpoints",
+                                       "step_%010d" % LAST), "is in checkpoint directory")):
         for extra in ([], ["--set", "train.resume=" + step]):
             r = h.run(["train", cfg, "--set", "run.dir=" + where] + extra).expect(2)
             r.one_error("run.dir", words, "not a run directory")
             U.same_snapshot(before, U.snapshot(run_dir), "the run after run.dir %s" % where)
-    # a run.dir beside them is a run directory of its own
-    other = os.path.join(run_dir, "checkpoints", "..", "fork")
-    h.run(["train", cfg, "--set", "run.dir=" + other, "--set", "train.resume=" + step,
-           "--set", "train.epochs=3"]).expect(0)
+    # look-alikes that no pruning touches: a directory called checkpoints
+    # beside another tool's metrics.jsonl and lock, a step_ name that is not
+    # a step, a name in a run's checkpoints that is not a step
+    proj = h.path("proj")
+    os.makedirs(os.path.join(proj, "checkpoints"))
+    for name in ("metrics.jsonl", "lock"):
+        U.write(os.path.join(proj, name), "{}\n")
+    prep = h.path("data", "step_prep")
+    os.makedirs(prep)
+    U.write(os.path.join(prep, "manifest"), "not ours\n")
+    for where in (os.path.join(proj, "checkpoints", "run1"), os.path.join(prep, "out"),
+                  os.path.join(ckpts, "fork")):
+        h.run(["train", cfg, "--set", "run.dir=" + where, "--set", "train.resume=" + step,
+               "--set", "train.epochs=3"]).expect(0)
+
+
+def test_long_real_paths(h):
+    """A run.dir and outputs reached through a symbolic link to a directory
+    whose real path is longer than 1024 bytes: the checks that resolve real
+    paths (run.dir against other runs' checkpoints, eval's and export's
+    outputs) used to overflow a 1024-byte buffer (train died of SIGSEGV)."""
+    deep = h.path("deep")
+    for c in "abcdef":
+        deep = os.path.join(deep, c * 200)
+    os.makedirs(deep)
+    link = h.path("short")
+    os.symlink(deep, link)
+    run_dir = os.path.join(link, "run")
+    cfg = U.write_config(h, "long.yaml", keys(h, run_dir))
+    h.run(["train", cfg]).expect(0)
+    h.run(["eval", cfg, "--logits", os.path.join(link, "logits.bin")]).expect(0)
+    step = os.path.join(run_dir, "checkpoints", U.checkpoints(run_dir)[-1])
+    h.run(["export", step, os.path.join(link, "model.safetensors")]).expect(0)
+    h.run(["export", step, os.path.join(run_dir, "checkpoints", "x.safetensors")]).expect(2)
+    h.run(["train", cfg, "--set", "run.dir=" + os.path.join(step, "run")]).expect(2)
 
 
 def test_prune_spares_a_held_checkpoint(h):
@@ -1684,7 +1718,7 @@ def tests():
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
-        test_prune_spares_a_held_checkpoint, test_eval_while_training,
+        test_prune_spares_a_held_checkpoint, test_eval_while_training, test_long_real_paths,
     ]
 
 
