@@ -1661,10 +1661,13 @@ def test_eval_while_training(h):
         "train.eval_every": "0", "data.synthetic_examples": "400"}))
     trainer = h.popen(["train", cfg])
     try:
+        def complete():  # a step directory whose save finished (it has its manifest)
+            return [c for c in U.checkpoints(run_dir)
+                    if os.path.exists(os.path.join(run_dir, "checkpoints", c, "manifest"))]
         deadline = time.time() + 120
-        while not U.checkpoints(run_dir) and time.time() < deadline and trainer.poll() is None:
+        while not complete() and time.time() < deadline and trainer.poll() is None:
             time.sleep(0.05)
-        check(U.checkpoints(run_dir), "the run saved no checkpoint in 120 s")
+        check(complete(), "the run saved no checkpoint in 120 s")
         bad = []
         for i in range(25):
             r = h.run(["eval", cfg])
