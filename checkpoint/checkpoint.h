@@ -169,6 +169,8 @@ typedef struct pt_rundir_lock {
  * files crashed jobs left. */
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
+/* Whether a job holds run_dir's lock now (a training run in progress). */
+int pt_rundir_in_use(const char *run_dir);
 /* The first line of RUN_DIR/lock (who holds it, with a random job id), for
  * ranks to check that they see the directory rank 0 locked. */
 int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);

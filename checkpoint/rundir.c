@@ -433,6 +433,17 @@ void pt_rundir_remove_fresh(const char *run_dir, const char *fresh)
     }
 }
 
+int pt_rundir_in_use(const char *run_dir)
+{
+    char path[PT_CKPT_PATH];
+    const int fd = open(pt_path_join(path, run_dir, "lock"), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    const int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* and with it a shared lock taken just now */
+    return held;
+}
+
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 {
     lock->fd = -1;

@@ -148,6 +148,20 @@ typedef struct file_entry {
     unsigned char sha256[32];
 } file_entry;
 
+/* A checkpoint holds finite numbers only: a NaN or Inf in the weights or
+ * moments (a diverged update) is refused rather than saved, so the newest
+ * checkpoint stays one a resume, eval or export can use. */
+static int all_finite(const float *x, size_t n, const char *tag, int64_t step, pt_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return pt_fail(err, PT_EINPUT, "%s holds %s at element %zu after step %lld: training "
+                           "diverged, and this is not saved (try a lower train.lr or a "
+                           "train.grad_clip)", tag, isnan(x[i]) ? "NaN" : "Inf", i,
+                           (long long)step);
+    return 0;
+}
+
 static int write_units(const pt_run *r, const char *path, const char *id, const char *name,
                        pt_err *err)
 {
@@ -183,6 +197,8 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
             char tag[96];
             snprintf(tag, sizeof tag, "%s.%s", info.name, suffix[parts[k]]);
             if ((rc = pt_segment_unit_get(s, u, parts[k], host, err)) == 0)
+                rc = all_finite(host, info.numel, tag, r->step, err);
+            if (rc == 0)
                 rc = pt_recwriter_add(w, tag, host, info.numel * sizeof *host, err);
         }
     }

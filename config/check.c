@@ -92,6 +92,13 @@ static int model_rules(const pt_config *c, pt_err *err)
                                   "%d, but IDX labels are bytes (0 to 255); allowed with data.kind "
                                   "%s: 2 to 256",
                                   c->model.classes, pt_config_word("data.kind", c->data.kind));
+    /* the kernels compute in float32, where a smaller epsilon is 0 or
+     * loses its digits (0/0 where a variance is 0) */
+    if (c->model.ln_eps > 0 && c->model.ln_eps < 1e-38)
+        return pt_config_key_fail(c, err, "model.ln_eps",
+                                  "%g is below what float32, in which the model computes, can "
+                                  "hold; allowed: 0 (the model's default) or 1e-38 to 1",
+                                  c->model.ln_eps);
     if (c->run.device == PT_DEVICE_CPU && c->run.precision == PT_PRECISION_BF16)
         return pt_config_key_fail(c, err, "run.precision",
                                   "bf16 needs a GPU, and run.device is cpu; allowed on the CPU: "

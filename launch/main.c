@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 
 #define PT_VERSION "0.2.0"
@@ -483,10 +484,16 @@ static int cmd_eval(pt_comm *comm, const cli *a)
          * run.dir lags must not read another, or none); again if a run
          * training there pruned it before it was held */
         if (pt_comm_rank(comm) == 0) {
-            for (int tries = 0; tries < 20; tries++)
-                if ((rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err)) ||
-                    pt_checkpoint_hold(&hold, latest))
+            for (int tries = 0; tries < 50; tries++) {
+                rc = pt_checkpoint_latest(cfg->run.dir, latest, sizeof latest, &err);
+                if (rc == 0 && pt_checkpoint_hold(&hold, latest))
                     break;
+                /* a scan that met a save and a pruning halfway finds none:
+                 * look again while a run trains there */
+                if (rc && (!pt_rundir_in_use(cfg->run.dir) || tries == 49))
+                    break;
+                nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            }
             if (rc == 0)
                 passed_over(cfg->run.dir, latest);
         }

@@ -217,8 +217,17 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
         if (runs)
             rc = pt_stage_exec_forward(r->exec, r->batches, 1, NULL, err);
         if (rc == 0 && runs && pt_run_last_stage(r) &&
-            (rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)) == 0)
-            next = sample_index(logits, V, temperature, top_k, &rng);
+            (rc = pt_segment_logits(r->seg, 0, len - 1, logits, err)) == 0) {
+            /* a model that diverged: nothing to draw from (every draw would
+             * be the last byte) */
+            for (int k = 0; k < V && rc == 0; k++)
+                if (!isfinite(logits[k]))
+                    rc = pt_fail(err, PT_EINPUT, "sampling: the model's logit of byte %d is %s "
+                                 "(its weights diverged); no sample is drawn", k,
+                                 isnan(logits[k]) ? "NaN" : "Inf");
+            if (rc == 0)
+                next = sample_index(logits, V, temperature, top_k, &rng);
+        }
         if ((rc = pt_run_agree(r, rc, err)) ||
             (rc = pt_bcast(pt_comm_world(r->comm), &next, sizeof next, drawer, err)))
             break;

@@ -165,9 +165,18 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
         sumsq += v[u];
     if (!isfinite(v[units + R_LOSS]))
         return pt_fail(err, PT_EINPUT,
-                       "the loss became %g at step %lld: training diverged (try a lower train.lr "
+                       "the loss became %s at step %lld: training diverged (try a lower train.lr "
                        "or a train.grad_clip)",
-                       v[units + R_LOSS], (long long)r->step + 1);
+                       isnan(v[units + R_LOSS]) ? "NaN" : v[units + R_LOSS] > 0 ? "Inf" : "-Inf",
+                       (long long)r->step + 1);
+    /* before the update: weights that a NaN or Inf gradient reached would be
+     * saved at the next checkpoint (and every step after would be NaN) */
+    if (!isfinite(sumsq))
+        return pt_fail(err, PT_EINPUT,
+                       "the gradient became %s at step %lld (the loss was %.6g): training "
+                       "diverged, and the step was not applied (try a lower train.lr or a "
+                       "train.grad_clip)",
+                       isnan(sumsq) ? "NaN" : "Inf", (long long)r->step + 1, v[units + R_LOSS]);
     /* per-block gradient norms for the auto freeze policy: a block is its attn and mlp units */
     if (r->freeze.cfg.kind == PT_FREEZE_AUTO) {
         double *block = v + units + R_COUNT;

@@ -451,13 +451,22 @@ CASES = [
          needles=["fast", "allowed: a number > 0 and <= 10"]),
     Case("nan_for_float", {"train.grad_clip": "nan"}, blame="train.grad_clip",
          needles=["allowed: a number >= 0 and <= 1e+06"]),
-    Case("inf_for_float", {"data.std": ".inf"}, blame="data.std", needles=["allowed: a number > 0"]),
+    Case("inf_for_float", {"data.std": ".inf"}, blame="data.std", needles=["not a number", "allowed: a number >= 1e-06"]),
     # ---- values out of range
     Case("int_below_range", {"model.layers": "0"}, blame="model.layers",
          needles=["out of range", "allowed: an integer from 1 to 1024"]),
     Case("i64_above_range", {"train.batch": "99999999999"}, blame="train.batch",
          needles=["allowed: an integer from 1 to 16777216"]),
     Case("negative_seed", {"run.seed": "-1"}, blame="run.seed", needles=["allowed: an integer from 0"]),
+    # epsilons and scales that float32, in which the model computes, turns
+    # into 0 or Inf (0/0 in AdamW and LayerNorm, Inf pixels) used to train
+    # into NaN and blame the learning rate
+    Case("eps_below_float", {"train.eps": "1e-300"}, blame="train.eps",
+         needles=["allowed: a number >= 1e-38 and <= 1"]),
+    Case("ln_eps_below_float", {"model.ln_eps": "1e-46"}, blame="model.ln_eps",
+         needles=["below what float32", "allowed: 0 (the model's default) or 1e-38 to 1"]),
+    Case("std_too_small", {"data.std": "1e-40"}, blame="data.std",
+         needles=["allowed: a number >= 1e-06 and <= 1000"]),
     Case("huge_int_overflow", {"model.dim": "99999999999999999999999"}, blame="model.dim",
          needles=[RANGE_DIM]),
     Case("float_above_range", {"train.weight_decay": "11"}, blame="train.weight_decay",
