@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,22 @@ struct pt_comm {
 };
 
 static MPI_Request *req_of(pt_req *r) { return (MPI_Request *)(void *)r->opaque; }
+
+/* After a wait timed out, a non-blocking operation is still posted on
+ * buffers its caller has since given up (often on its stack), and the ranks
+ * no longer call collectives in one order: a further MPI call could let MPI
+ * write into freed memory (seen: crashes in the next collective) or wait
+ * forever. So none is made: every later operation fails at once, and
+ * closing aborts the job instead of finalizing. */
+static volatile sig_atomic_t stopped;
+
+void pt_comm_stop(void) { stopped = 1; }
+
+static int stopped_fail(pt_err *err)
+{
+    return pt_fail(err, PT_EPEER, "no more communication: an earlier wait found a peer that "
+                   "stopped answering");
+}
 
 static int mpi_fail(pt_err *err, int code, const char *what)
 {
@@ -144,8 +161,16 @@ void pt_comm_close(pt_comm *c)
 {
     if (!c)
         return;
-    pt_group_nccl_close(&c->world);
     const int solo = c->solo;
+    if (!solo && stopped) {
+        fflush(stdout);
+        fflush(stderr);
+        /* the launcher forwards output while it kills: a moment for the
+         * message that says why to get out first */
+        nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    pt_group_nccl_close(&c->world);
     if (!solo)
         MPI_Comm_free(&c->node_comm);
     free(c->node_of);
@@ -304,7 +329,7 @@ void pt_group_free(pt_group *g)
     if (!g || !g->owned)
         return;
     pt_group_nccl_close(g);
-    if (!g->solo)
+    if (!g->solo && !stopped)
         MPI_Comm_free(&g->mpi);
     free(g);
 }
@@ -342,6 +367,8 @@ int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_r
 {
     if (g->solo) /* the only rank there is: a transfer to itself */
         return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
+    if (stopped)
+        return stopped_fail(err);
     int rc = check_size(bytes, err);
     if (rc)
         return rc;
@@ -355,6 +382,8 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
 {
     if (g->solo) /* the only rank there is: a transfer to itself */
         return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
+    if (stopped)
+        return stopped_fail(err);
     int rc = check_size(bytes, err);
     if (rc)
         return rc;
@@ -368,6 +397,8 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
 {
     if (!r->active)
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     const double deadline = now_s() + g->timeout;
     for (long polls = 0;; polls++) {
         int done = 0;
@@ -382,11 +413,13 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
             return 0;
         }
         if (polls > 200) {
-            if (now_s() > deadline)
+            if (now_s() > deadline) {
+                pt_comm_stop();
                 return pt_fail(err, PT_EPEER,
                                "no progress for %.3g s waiting for %s (it has stopped answering; "
                                "run.timeout_s sets this limit)",
                                g->timeout, what);
+            }
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }
@@ -398,6 +431,8 @@ int pt_req_test(pt_req *r, int *done, pt_err *err)
     *done = 1;
     if (!r->active)
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     MPI_Status st;
     int flag = 0, rc = MPI_Test(req_of(r), &flag, &st);
     if (rc != MPI_SUCCESS) {
@@ -414,6 +449,10 @@ void pt_req_cancel(pt_req *r)
 {
     if (!r->active)
         return;
+    if (stopped) { /* left posted: the job is aborted at close */
+        r->active = 0;
+        return;
+    }
     MPI_Cancel(req_of(r));
     MPI_Request_free(req_of(r));
     r->active = 0;
@@ -432,6 +471,8 @@ int pt_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *e
 {
     if (g->solo) /* the sum over one member */
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     /* in chunks that fit MPI's int count */
     const size_t chunk = (size_t)1 << 28;
     for (size_t at = 0; at < count; at += chunk) {
@@ -452,6 +493,8 @@ int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err)
 {
     if (g->solo)
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     pt_req r = {0};
     int rc = MPI_Iallreduce(MPI_IN_PLACE, v, 1, MPI_INT64_T, MPI_MAX, g->mpi, req_of(&r));
     if (rc != MPI_SUCCESS)
@@ -479,6 +522,8 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
 {
     if (g->solo)
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     int rc = check_size(bytes, err);
     if (rc)
         return rc;
@@ -496,6 +541,8 @@ int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err 
             memmove(all, mine, bytes);
         return 0;
     }
+    if (stopped)
+        return stopped_fail(err);
     int rc = check_size(bytes, err);
     if (rc)
         return rc;
@@ -511,6 +558,8 @@ int pt_barrier(pt_group *g, pt_err *err)
 {
     if (g->solo)
         return 0;
+    if (stopped)
+        return stopped_fail(err);
     pt_req r = {0};
     int rc = MPI_Ibarrier(g->mpi, req_of(&r));
     if (rc != MPI_SUCCESS)

@@ -43,6 +43,12 @@ void pt_comm_close(pt_comm *c);
 /* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does
  * not return. */
 void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));
+/* Stops all communication of this process after a wait timed out (a peer
+ * stopped answering): every later transfer or collective fails at once
+ * without calling MPI, whose posted operations may still point at freed
+ * buffers, and pt_comm_close aborts the job. pt_wait calls it; so does any
+ * other loop that gives up waiting (the gradient all-reduce's). */
+void pt_comm_stop(void);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

@@ -335,6 +335,7 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
                 pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
                         "replicas: another replica has stopped answering (run.timeout_s sets this "
                         "limit)", limit, r->D);
+                pt_comm_stop(); /* its sends and receives stay posted */
                 fail(r, PT_EPEER, &e);
                 break;
             }

@@ -203,9 +203,12 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
 {
     const int own = rc != 0 && !err->relayed;
     int64_t v[2] = {rc != 0, own};
-    pt_err ignore;
-    if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &ignore))
-        v[0] = v[1] = 1; /* cannot even agree: failed; a rank that failed itself speaks */
+    pt_err ignore, agree;
+    if (pt_allreduce_sum(pt_comm_world(comm), v, 2, PT_DT_I64, &agree)) {
+        /* cannot even agree (a rank stopped answering): each rank speaks
+         * for itself, of its own failure or of this one */
+        return report(comm, own ? rc : agree.code, own ? err : &agree);
+    }
     if (v[0] == 0)
         return 0;
     const int size = pt_comm_size(comm);

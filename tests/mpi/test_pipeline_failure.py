@@ -82,6 +82,26 @@ def main():
                "replicas: no manifest for the interrupted save")
         expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"), "replicas: newest checkpoint is step 4")
 
+        # run.timeout_s far below a message's time: waits time out anywhere
+        # (setup, link measurement, steps). The rank that gave up used to go
+        # on calling collectives while MPI still held its abandoned request
+        # (crashes in the next one, hangs), or exit saying nothing.
+        for i, (limit, extra) in enumerate([(1e-9, {}), (1e-4, {}), (1e-3, {}), (3e-3, {}),
+                                            (1e-3, dp), (3e-3, dp), (1e-9, dp), (1e-4, {})]):
+            name = "tiny-timeout-%d" % i
+            ranks = 4 if extra else 2
+            keys = dict(run__dir=os.path.join(work, name), train__max_steps=20, train__eval_examples=64,
+                        pipeline__stages=2, pipeline__microbatches=4, run__threads=1,
+                        run__timeout_s=limit)
+            keys.update({k.replace(".", "__"): v for k, v in extra.items()})
+            args = ["train", CONFIG] + h.sets(**keys)
+            rc, secs, out = tools.run(ranks, args, timeout=120, check=False)
+            print("%s (run.timeout_s %g, %d ranks): exit %d after %.1f s" % (name, limit, ranks, rc, secs),
+                  flush=True)
+            crashed = re.search(r"Segmentation|signal 11|signal 6|core dumped", out)
+            expect(rc == 0 or (rc != 0 and "no progress for" in out and not crashed and secs < LIMIT_S),
+                   "%s: trained, or every rank gone within %d s with a message and no crash" % (name, LIMIT_S))
+
         # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
         ckpt = dict(train__max_steps=12, train__checkpoint_every=4, train__eval_examples=64,
                     pipeline__stages=2, pipeline__microbatches=4, run__threads=1)
