@@ -173,6 +173,11 @@ typedef struct pt_ops {
      * n * H * T * T act elements (the probabilities). A flash-style backend
      * keeps only each row's log-sum-exp. */
     size_t (*attention_saved_bytes)(const pt_backend *be, int n, int T, int H);
+    /* Bytes attention_fwd or attention_bwd allocate for themselves while
+     * they run (freed before they return), with or without dropout on the
+     * probabilities: memory the planner counts beside a unit's scratch.
+     * NULL: none. */
+    size_t (*attention_work_bytes)(const pt_backend *be, int n, int T, int H, int hd, int dropout);
     /* The device's stream (a cudaStream_t) and index, and how many devices
      * the process sees: for a communication library that queues on the same
      * stream. NULL: not a device backend. */

@@ -788,6 +788,21 @@ void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out_, void *probs_, cons
     run_pairs(be, &j, fwd_task);
 }
 
+/* Each thread's scratch of fwd_task and bwd_task (the larger), times the
+ * threads that run pairs: what run_pairs allocates beside the unit's own
+ * memory, a score tile of T x T per thread among it. */
+size_t CPU_FN(pt_cpu_attention_work_bytes)(const pt_backend *be, int n, int T, int H, int hd,
+                                          int dropout)
+{
+    const size_t Tp = (size_t)padded(T), hdp = (size_t)padded(hd), t = (size_t)T;
+    const size_t fwd = hd * Tp + t * Tp + 2 * Tp + 2 * t * hdp;
+    const size_t bwd = hd * Tp + t * Tp + Tp + 4 * t * hdp + (dropout ? t * Tp : 0);
+    const size_t pairs = (size_t)n * H;
+    const size_t threads = be->threads < 1 ? 1 : (size_t)be->threads;
+    return (threads < pairs ? threads : pairs) * (fwd > bwd ? fwd : bwd) * sizeof(real) +
+           threads * sizeof(real *);
+}
+
 static void bwd_task(void *ctx, long task, int thread)
 {
     const attn_job *j = ctx;

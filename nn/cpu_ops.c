@@ -188,6 +188,7 @@ const pt_ops OPS_NAME = {
     .gelu_bwd = CPU_FN(pt_cpu_gelu_bwd),
     .attention_fwd = CPU_FN(pt_cpu_attention_fwd),
     .attention_bwd = CPU_FN(pt_cpu_attention_bwd),
+    .attention_work_bytes = CPU_FN(pt_cpu_attention_work_bytes),
 #ifndef PT_REAL_F64
     .linear_bwd_mul = CPU_FN(pt_cpu_linear_bwd_mul), /* the float64 oracle composes it (nn/backend.h) */
 #endif

@@ -124,6 +124,8 @@ void CPU_FN(pt_cpu_scale)(pt_backend *be, void *x, size_t n, double f);
 void CPU_FN(pt_cpu_attention_fwd)(pt_backend *be, void *out, void *probs, const void *qkv, int n,
                                   int T, int H, int hd, int causal, const int32_t *lens,
                                   const pt_dropout *drop);
+size_t CPU_FN(pt_cpu_attention_work_bytes)(const pt_backend *be, int n, int T, int H, int hd,
+                                          int dropout);
 void CPU_FN(pt_cpu_attention_bwd)(pt_backend *be, void *dqkv, const void *dout, const void *qkv,
                                   const void *probs, const void *out, int n, int T, int H, int hd,
                                   int causal, const int32_t *lens, const pt_dropout *drop);

@@ -76,7 +76,12 @@ size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, i
 {
     pt_unit_info info;
     pt_unit_info_get(a, unit, &info);
-    return pt_unit_impl_for(a, info.role)->scratch_bytes(a, be, n);
+    size_t bytes = pt_unit_impl_for(a, info.role)->scratch_bytes(a, be, n);
+    /* and what attention allocates for itself while it runs */
+    if (info.role == PT_UNIT_ATTN && be->ops->attention_work_bytes)
+        bytes += be->ops->attention_work_bytes(be, n, pt_arch_tokens(a), a->heads,
+                                               a->dim / a->heads, a->attn_dropout > 0);
+    return bytes;
 }
 
 static size_t par_bytes(const pt_segment *s, size_t n) { return n * s->be->real_size; }

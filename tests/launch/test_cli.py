@@ -590,6 +590,21 @@ def test_address_space_limit(h):
           "(trained under: %s)", trained)
 
 
+def test_attention_work_memory_counted(h):
+    """The planner counts the memory CPU attention takes for itself while it
+    runs (a T x T score tile per thread, beside the T x T probabilities kept
+    for backward): a context whose attention needs 2 GiB used to be planned
+    as 1 GiB, so a memory limit (or the machine's RAM) between the two was
+    accepted and the run was killed for want of memory."""
+    cfg = U.write_config(h, "long-context.yaml", U.tiny("gpt", h.path("long-context"), **{
+        "model.context": "16384", "model.dim": "2", "model.heads": "1", "model.layers": "1",
+        "train.batch": "1", "train.max_steps": "1", "data.synthetic_examples": "16",
+        "pipeline.memory_gib": "1.5"}))
+    r = h.run(["train", cfg]).expect(2)
+    r.one_error("pipeline.memory_gib", "blocks.0.attn", "scratch 1 GiB more")
+    check(not os.path.exists(h.path("long-context")), "a refused run left its run.dir")
+
+
 def test_cpu_affinity(h):
     """Without a launcher, the CPU affinity pipetrain starts with (taskset)
     is never widened: one allowed CPU gives one thread bound to it. It used
@@ -647,7 +662,8 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
-           test_tiny_stack_limit, test_address_space_limit, test_cpu_affinity,
+           test_tiny_stack_limit, test_address_space_limit, test_attention_work_memory_counted,
+           test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
