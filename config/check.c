@@ -294,11 +294,21 @@ static int sample_rules(const pt_config *c, pt_err *err)
     /* The sampler's window is model.context bytes: the prompt and the byte
      * being drawn. It would keep only the last context - 1 bytes of a longer
      * prompt and continue a text the user did not write. */
-    if (len > (size_t)c->model.context - 1)
+    if (len > (size_t)c->model.context - 1) {
+        /* where the context came from, too: often the key the user wrote */
+        char at[PT_PATH_MAX + 32];
+        pt_config_where(c, "model.context", at, sizeof at);
+        const size_t n = strlen(at);
+        if (n >= 2 && at[n - 2] == ':')
+            at[n - 2] = '\0';
+        else if (n >= 1 && at[n - 1] == ' ')
+            at[n - 1] = '\0';
         return pt_config_key_fail(c, err, "sample.prompt",
-                                  "%zu bytes, but the model sees model.context = %d bytes, the "
-                                  "prompt and the byte it samples; allowed: 1 to %d bytes",
-                                  len, c->model.context, c->model.context - 1);
+                                  "%zu bytes, but the model sees model.context = %d bytes (%s), "
+                                  "the prompt and the byte it samples; allowed: 1 to %d bytes "
+                                  "(or a longer model.context, or sample.length 0)",
+                                  len, c->model.context, at, c->model.context - 1);
+    }
     return 0;
 }
 
