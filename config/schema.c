@@ -64,7 +64,7 @@ const pt_key_spec pt_config_keys[] = {
      "GPT: context length in bytes; BERT: tokens per example ([CLS] text [SEP], truncated or "
      "padded to this; at least 3)"},
     {"model.vocab", PT_K_INT, AT(model.vocab), 2, 1 << 24, NULL, 0, "30522",
-     "BERT: vocabulary size (the lines of data.vocab)"},
+     "BERT: rows of the token embedding: the lines of data.vocab, or more (a padded checkpoint)"},
     {"model.positions", PT_K_INT, AT(model.positions), 2, 1 << 20, NULL, 0, "512",
      "BERT: rows of the position table (at least model.context)"},
     {"model.type_vocab", PT_K_INT, AT(model.type_vocab), 1, 1024, NULL, 0, "2",

@@ -203,11 +203,22 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
         return pt_fail(err, PT_EINPUT, "'%s' is not a regular file (%s)", config,
                        pt_file_kind(st.st_mode));
     }
-    if (stat(weights, &st) != 0)
-        return pt_fail(err, PT_EINPUT, "%s: %s%s", weights, strerror(errno),
+    if (stat(weights, &st) != 0) {
+        const int e = errno;
+        /* weights split over several files (save_pretrained's
+         * max_shard_size), which pipetrain does not read */
+        char index[4096 + 16];
+        snprintf(index, sizeof index, "%.*s.index.json", (int)strlen(weights), weights);
+        if (isdir && stat(index, &st) == 0)
+            return pt_fail(err, PT_EINPUT, "%s: %s (the directory holds sharded weights, "
+                           "model.safetensors.index.json and its shards; pipetrain reads one "
+                           "model.safetensors: save the model with a max_shard_size above "
+                           "its size)", weights, strerror(e));
+        return pt_fail(err, PT_EINPUT, "%s: %s%s", weights, strerror(e),
                        isdir ? " (a Hugging Face model directory holds its weights as "
                                "model.safetensors)"
                              : "");
+    }
     return 0; /* its type: pt_st_open's to check */
 }
 

@@ -244,9 +244,11 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         return rc;
     }
     pt_vocab_set_normalize(vocab, (pt_normalize){norm.lowercase, norm.strip_accents, norm.split_cjk});
-    if (pt_vocab_size(vocab) != c->model.vocab) {
+    /* more rows than tokens is allowed: checkpoints that pad their
+     * embedding (to a multiple of 8, say) keep rows no token reaches */
+    if (pt_vocab_size(vocab) > c->model.vocab) {
         rc = pt_config_key_fail(c, err, "model.vocab",
-                                "%d, but '%s' (data.vocab) has %d tokens; allowed: %d",
+                                "%d, but '%s' (data.vocab) has %d tokens; allowed: %d or more",
                                 c->model.vocab, c->data.vocab, (int)pt_vocab_size(vocab),
                                 (int)pt_vocab_size(vocab));
         pt_vocab_free(vocab);

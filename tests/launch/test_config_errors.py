@@ -1227,9 +1227,19 @@ def test_bert_init_from_refused(h):
     text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": good})))
     h.run(["train", U.write(h.path("good.yaml"), text)]).expect(0, "a good Hugging Face BERT")
     shutil.rmtree(h.path("run"))
+    # an embedding padded past the vocabulary (rows no token reaches) trains
+    padded = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": hf_bert(h, "v8", {"vocab_size": 8},
+                                                                      reshape={"embeddings.word_embeddings.weight": (8, 8)}),
+                                                    "model.vocab": "8"})))
+    h.run(["train", U.write(h.path("padded.yaml"), padded)]).expect(0, "an embedding of 8 rows, 6 tokens")
+    shutil.rmtree(h.path("run"))
     no_weights = h.path("no-weights")
     os.makedirs(no_weights)
     shutil.copy(os.path.join(good, "config.json"), no_weights)
+    sharded = h.path("sharded")  # save_pretrained's max_shard_size: an index and its shards
+    os.makedirs(sharded)
+    shutil.copy(os.path.join(good, "config.json"), sharded)
+    U.write(os.path.join(sharded, "model.safetensors.index.json"), '{"metadata": {}, "weight_map": {}}\n')
     dangling = h.path("dangling")
     os.makedirs(dangling)
     shutil.copy(os.path.join(good, "config.json"), dangling)
@@ -1281,10 +1291,14 @@ def test_bert_init_from_refused(h):
         ("nan", hf_bert(h, "nan", nan="embeddings.word_embeddings.weight"), {}, "model.init_from",
          ["embeddings.word_embeddings.weight", "NaN"]),
         # (its config.json agrees with model.vocab: only data.vocab's size differs)
-        ("vocab_size", hf_bert(h, "v7", {"vocab_size": 7}), {"model.vocab": "7"}, "model.vocab",
-         ["has 6 tokens"]),
+        ("vocab_size", hf_bert(h, "v5", {"vocab_size": 5},
+                                reshape={"embeddings.word_embeddings.weight": (5, 8)}),
+         {"model.vocab": "5"}, "model.vocab",
+         ["has 6 tokens", "allowed: 6 or more"]),
         ("no_weights_file", no_weights, {}, "model.init_from",
          ["model.safetensors", "No such file", "holds its weights as model.safetensors"]),
+        ("sharded_weights", sharded, {}, "model.init_from",
+         ["model.safetensors", "sharded weights", "max_shard_size"]),
         ("weights_link_dangling", dangling, {}, "model.init_from",
          ["model.safetensors", "No such file"]),
         ("both_spellings", hf_bert(h, "both", add={"embeddings.LayerNorm.gamma": (8,)}), {},
