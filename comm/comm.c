@@ -506,9 +506,13 @@ int pt_allreduce_max_i64(pt_group *g, int64_t *v, pt_err *err)
 int pt_group_agree(pt_group *g, int rc, pt_err *err)
 {
     int64_t worst = rc;
-    int got = pt_allreduce_max_i64(g, &worst, err);
+    /* a rank that failed keeps its own message whatever the agreement meets
+     * (a peer that stopped answering, or communication stopped after the
+     * timeout that is its failure) */
+    pt_err mine;
+    int got = pt_allreduce_max_i64(g, &worst, rc ? &mine : err);
     if (got)
-        return got;
+        return rc ? rc : got;
     if (rc == 0 && worst != 0) {
         pt_fail(err, (int)worst, "another rank failed (its message says why)");
         if (err)

@@ -9,11 +9,13 @@
 #include "launch/outputs.h"
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/format.h"
 #include "config/config.h"
 #include "formats/formats.h"
 #include "hf/hf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +179,57 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
     }
 }
 
+/* path with its "." components dropped and each ".." taking the component
+ * before it away (not past the root), in place; path is absolute. */
+static void lexical_normalize(char *path)
+{
+    char out[PATH_MAX];
+    size_t n = 0;
+    const char *p = path;
+    while (*p) {
+        while (*p == '/')
+            p++;
+        const char *end = strchr(p, '/');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0)
+            break;
+        if (len == 1 && p[0] == '.') {
+            /* nothing */
+        } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--; /* the slash before it */
+        } else if (n + 1 + len < sizeof out) {
+            out[n++] = '/';
+            memcpy(out + n, p, len);
+            n += len;
+        }
+        p += len;
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    memcpy(path, out, n + 1);
+}
+
+/* Whether directory dir holds a pipetrain checkpoint's manifest (by its
+ * magic: a checkpoint reached under another name, a bind mount say). */
+static int is_checkpoint(const char *dir)
+{
+    char p[PATH_MAX + 64], magic[sizeof PT_CKPT_MANIFEST_MAGIC - 1];
+    snprintf(p, sizeof p, "%s/manifest", dir);
+    const int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    const int yes = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                    read(fd, magic, sizeof magic) == (ssize_t)sizeof magic &&
+                    memcmp(magic, PT_CKPT_MANIFEST_MAGIC, sizeof magic) == 0;
+    close(fd);
+    return yes;
+}
+
 int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
 {
     /* the nearest directory at or above run.dir that exists (train makes the rest) */
@@ -207,6 +260,9 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
         const size_t used = strlen(at);
         snprintf(at + used, sizeof at - used, "/%s", run_dir);
     }
+    /* the tail's "." and "..", as making the directories resolves them
+     * (nothing in the tail exists, so no link is in it) */
+    lexical_normalize(at);
     /* pruning touches only RUN/checkpoints/step_N: run.dir must not be at or
      * below one of a run (a step directory with a manifest, or one under the
      * checkpoints of a directory with a run's lock or log) */
@@ -219,6 +275,11 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
         int64_t step;
         snprintf(parent, sizeof parent, "%.*s", (int)(slash - step_dir), step_dir);
         const char *up = strrchr(parent, '/');
+        if (is_checkpoint(step_dir))
+            return pt_fail(err, PT_EINPUT, "'%s' is in checkpoint directory '%s' (it holds a "
+                           "checkpoint's manifest), not a run directory: a checkpoint holds only "
+                           "its own files; to continue from it, set train.resume to it and run.dir "
+                           "to a directory of its own", run_dir, step_dir);
         if (pt_checkpoint_dir_step(slash + 1, &step) && up && strcmp(up + 1, "checkpoints") == 0) {
             char run[PATH_MAX];
             snprintf(run, sizeof run, "%.*s", (int)(up - parent) + (up == parent), parent);

@@ -1585,7 +1585,12 @@ def test_run_dir_inside_checkpoints(h):
                          (os.path.join(ckpts, "step_%010d" % (LAST + 5), "x"),
                           "a step directory of the run"),
                          (os.path.join(run_dir, "checkpoints", "..", "checkpoints",
-                                       "step_%010d" % LAST), "is in checkpoint directory")):
+                                       "step_%010d" % LAST), "is in checkpoint directory"),
+                         # ".." among the parts that do not exist yet
+                         (os.path.join(ckpts, "zz", "..", "step_%010d" % (LAST + 10)),
+                          "a step directory of the run"),
+                         (os.path.join(ckpts, "zz", "y", "..", "..", "step_%010d" % LAST),
+                          "is in checkpoint directory")):
         for extra in ([], ["--set", "train.resume=" + step]):
             r = h.run(["train", cfg, "--set", "run.dir=" + where] + extra).expect(2)
             r.one_error("run.dir", words, "not a run directory")

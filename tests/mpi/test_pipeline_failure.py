@@ -12,6 +12,9 @@ continue from the previous one and still reproduce an uninterrupted run.
 usage: test_pipeline_failure.py PIPETRAIN MPIEXEC"""
 import os
 import re
+import signal
+import subprocess
+import time
 import sys
 import tempfile
 
@@ -101,6 +104,47 @@ def main():
             crashed = re.search(r"Segmentation|signal 11|signal 6|core dumped", out)
             expect(rc == 0 or (rc != 0 and "no progress for" in out and not crashed and secs < LIMIT_S),
                    "%s: trained, or every rank gone within %d s with a message and no crash" % (name, LIMIT_S))
+
+        # a rank of an evaluation that stops answering (SIGSTOP): the ranks
+        # that wait for it say what they waited for and for how long; the
+        # agreement after it used to replace that with a generic line
+        tools.run(1, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"), train__max_steps=2,
+                                                train__eval_examples=64, run__threads=1))
+        cmd = tools.command(2, ["eval", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"),
+                                                         run__threads=1, run__timeout_s=3,
+                                                         pipeline__stages=2, train__eval_examples=0))
+        start = time.time()
+        p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        ranks = []
+        while time.time() - start < 60 and len(ranks) < 2 and p.poll() is None:
+            time.sleep(0.2)
+            got = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+            ranks = [int(x) for x in got]
+        time.sleep(1.0)  # into its work: reading the data, or evaluating 10,000 test images
+        stopped = ranks[-1] if len(ranks) == 2 else None
+        try:
+            if stopped:
+                os.kill(stopped, signal.SIGSTOP)
+        except ProcessLookupError:
+            stopped = None
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        secs = time.time() - start
+        if stopped:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(stopped, sig)
+                except ProcessLookupError:
+                    pass
+        print("eval with a stopped rank: exit %d after %.1f s" % (p.returncode, secs), flush=True)
+        expect(stopped is not None, "eval with a stopped rank: found the ranks")
+        if p.returncode != 0:  # a run that finished before the stop proves nothing either way
+            expect("no progress for 3 s" in out, "eval with a stopped rank: the waiting rank says "
+                   "what it waited for\n" + out[-1500:])
 
         # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
         ckpt = dict(train__max_steps=12, train__checkpoint_every=4, train__eval_examples=64,
