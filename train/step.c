@@ -165,10 +165,11 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
         sumsq += v[u];
     if (!isfinite(v[units + R_LOSS]))
         return pt_fail(err, PT_EINPUT,
-                       "the loss became %s at step %lld: training diverged (try a lower train.lr "
-                       "or a train.grad_clip)",
+                       "the loss became %s at step %lld: training diverged; the weights after "
+                       "step %lld give it, and so does a checkpoint of that step (resume an "
+                       "earlier one, with a lower train.lr or a train.grad_clip)",
                        isnan(v[units + R_LOSS]) ? "NaN" : v[units + R_LOSS] > 0 ? "Inf" : "-Inf",
-                       (long long)r->step + 1);
+                       (long long)r->step + 1, (long long)r->step);
     /* before the update: weights that a NaN or Inf gradient reached would be
      * saved at the next checkpoint (and every step after would be NaN) */
     if (!isfinite(sumsq))
