@@ -248,6 +248,23 @@ def test_segment_gone_when_killed_after_a_stop_signal(h):
           U.tail(p.stdout + p.stderr))
 
 
+def signal_in_own_shm(h, args, sig, shm_size, settle):
+    """Runs pipetrain ARGS in a mount namespace
+    with a /dev/shm of its own (shm_size), sends SIG `settle` seconds after
+    the cache's segment appears there: (status of the sh, its stdout, stdout
+    and stderr), stdout being "rc RC left: NAMES"."""
+    cmd = " ".join('"$%d"' % (i + 1) for i in range(len(args)))
+    script = ('mount -t tmpfs -o size=%s tmpfs /dev/shm || exit 90\n'
+              '"$0" %s >/dev/null 2>&1 & p=$!\n'
+              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done\n'
+              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
+              'sleep %s; kill -%s $p; wait $p; rc=$?\n'
+              'echo "rc $rc left: $(ls -A /dev/shm)"\n' % (shm_size, cmd, settle, sig))
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary] + list(args), cwd=h.dir,
+                       capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+    return p.returncode, p.stdout.strip(), U.tail(p.stdout + p.stderr)
+
+
 def test_segment_gone_when_a_signal_ends_the_run(h):
     """Signals whose default action ends the process but that ask no stop
     (SIGALRM, SIGPIPE, SIGXCPU): the run still ends by the signal, and takes
@@ -261,17 +278,9 @@ def test_segment_gone_when_a_signal_ends_the_run(h):
     for sig, want in (("ALRM", 128 + 14), ("PIPE", 128 + 13), ("XCPU", 128 + 24), ("HUP", 130)):
         run_dir = h.path("signal-" + sig)
         cfg = U.write_config(h, "signal-%s.yaml" % sig, keys(run_dir, slow, True))
-        script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
-                  '"$0" train "$1" >/dev/null 2>&1 & p=$!\n'
-                  'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n'
-                  '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
-                  'sleep 0.3; kill -%s $p; wait $p; rc=$?\n'
-                  'echo "rc $rc left: $(ls -A /dev/shm)"\n' % sig)
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
-                           capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
-        check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % want,
-              "SIG%s with the cache on: exit %d, %s (want rc %d, nothing left)", sig, p.returncode,
-              U.tail(p.stdout + p.stderr), want)
+        rc, out, shown = signal_in_own_shm(h, ["train", cfg], sig, "64m", "0.3")
+        check(rc == 0 and out == "rc %d left:" % want,
+              "SIG%s with the cache on: exit %d, %s (want rc %d, nothing left)", sig, rc, shown, want)
         if sig == "HUP":
             check(U.checkpoints(run_dir), "SIGHUP left no checkpoint")
 
@@ -291,17 +300,11 @@ def test_eval_segment_gone_when_a_signal_ends_it(h):
     h.run(["train", cfg]).expect(0)
     for sig, want in (("TERM", 128 + 15), ("INT", 128 + 2), ("HUP", 128 + 1), ("USR1", 128 + 10),
                       ("PIPE", 128 + 13)):
-        script = ('mount -t tmpfs -o size=512m tmpfs /dev/shm || exit 90\n'
-                  '"$0" eval "$1" --set data.synthetic_examples=400000 >/dev/null 2>&1 & p=$!\n'
-                  'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done\n'
-                  '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
-                  'sleep 0.2; kill -%s $p; wait $p; rc=$?\n'
-                  'echo "rc $rc left: $(ls -A /dev/shm)"\n' % sig)
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
-                           capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
-        check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % want,
+        rc, out, shown = signal_in_own_shm(h, ["eval", cfg, "--set", "data.synthetic_examples=400000"],
+                                           sig, "512m", "0.2")
+        check(rc == 0 and out == "rc %d left:" % want,
               "eval ended by SIG%s with the cache on: exit %d, %s (want rc %d, nothing left)", sig,
-              p.returncode, U.tail(p.stdout + p.stderr), want)
+              rc, shown, want)
 
 
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
