@@ -472,7 +472,15 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
                        "of a run.dir must be one, never written where a link leads (move it away)",
                        path, S_ISREG(st.st_mode) ? "a hard link to another name" : "not a file");
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    /* a job holds its lock for its whole run; pt_rundir_in_use (an eval
+     * looking whether a run trains here) holds a shared one for a moment:
+     * look again for a while before calling the run.dir in use */
+    int locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    for (int tries = 0; !locked && errno == EWOULDBLOCK && tries < 40; tries++) {
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+        locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    }
+    if (!locked) {
         int e = errno;
         char holder[256] = "";
         ssize_t got = pread(fd, holder, sizeof holder - 1, 0);

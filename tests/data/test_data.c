@@ -297,6 +297,7 @@ static void test_idx_gzip_trailing_bytes(void)
     CU_ASSERT_EQUAL(pt_idx_load(&ds, ipath, lpath, PAIR_CLASSES, 0.0, 1.0, &err), 0);
     CU_ASSERT_EQUAL(ds.count, PAIR_COUNT);
     pt_dataset_free(&ds);
+    remove_dir(dir);
 }
 
 static void test_idx_bad_files(void)

@@ -1715,6 +1715,46 @@ def test_eval_while_training(h):
     check(trainer.returncode == 130, "the run, stopped by SIGTERM: exit %d", trainer.returncode)
 
 
+def test_start_beside_a_probe(h):
+    """A job starting while an eval looks whether a run trains in run.dir
+    (it holds the lock file shared for a moment) takes the lock: it looks
+    again for a while before calling the run.dir in use. It used to be
+    refused whenever its one look met the probe."""
+    stop = threading.Event()
+    starts = []
+    for i in range(6):
+        run_dir = h.path("probed-%d" % i)
+        os.makedirs(run_dir)
+        open(os.path.join(run_dir, "lock"), "w").close()
+        starts.append((run_dir, U.write_config(h, "probed-%d.yaml" % i, U.tiny(
+            "vit", run_dir, **{"train.epochs": "1", "train.checkpoint_every": "0"}))))
+
+    def probe():  # shared for 20 ms of every 40, as eval's look does for a moment
+        while not stop.is_set():
+            for run_dir, _ in starts:
+                fd = os.open(os.path.join(run_dir, "lock"), os.O_RDONLY)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                fds.append(fd)
+            time.sleep(0.02)
+            while fds:
+                os.close(fds.pop())
+            time.sleep(0.02)
+    fds = []
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        refused = []
+        for run_dir, cfg in starts:
+            r = h.run(["train", cfg])
+            if r.rc != 0:
+                refused.append("exit %d: %s" % (r.rc, U.tail(r.err, 300)))
+    finally:
+        stop.set()
+        t.join()
+    check(not refused, "%d of %d jobs starting beside a momentary probe failed:\n%s",
+          len(refused), len(starts), "\n".join(refused[:2]))
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -1754,7 +1794,7 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_long_real_paths,
-        test_diverged_run_saves_no_nan,
+        test_diverged_run_saves_no_nan, test_start_beside_a_probe,
     ]
 
 
