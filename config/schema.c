@@ -159,7 +159,7 @@ const pt_key_spec pt_config_keys[] = {
     {"train.lr", PT_K_FLOAT, AT(train.lr), 0, 10, NULL, PT_F_MIN_EXCL, "0.001",
      "peak learning rate"},
     {"train.min_lr", PT_K_FLOAT, AT(train.min_lr), 0, 10, NULL, 0, "0",
-     "learning rate at the end of the cosine or linear decay"},
+     "learning rate at the end of the cosine or linear decay; at most train.lr"},
     {"train.schedule", PT_K_ENUM, AT(train.schedule), 0, 0, PT_WORDS("constant", "cosine", "linear"), 0, "cosine",
      "learning-rate decay after warm-up, over all steps of the run"},
     {"train.warmup_steps", PT_K_I64, AT(train.warmup_steps), 0, 1e15, NULL, 0, "0",

@@ -313,6 +313,10 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
 {
     /* a FIFO (<(...), /dev/stdin) is read up to the limit below, and is not
      * waited on when it has no writer */
+    if (strlen(path) >= sizeof c->source) /* the name every message gives */
+        return pt_fail(err, PT_EINPUT, "config '%.64s...' is %zu bytes long; a path of at most %zu "
+                       "bytes is taken (give a shorter name of the same file)", path, strlen(path),
+                       sizeof c->source - 1);
     int fd = pt_open_input(path, 1, err);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (fd >= 0 && !f) {

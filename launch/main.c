@@ -142,6 +142,8 @@ static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
                             next ? ", got '" : "", next ? next : "", next ? "'" : "");
         if (*fields[k])
             return -pt_fail(err, PT_EINPUT, "%s given twice ('%s' and '%s')", names[k], *fields[k], next);
+        if (pt_cli_path_ok(names[k], next, err))
+            return -PT_EINPUT;
         *fields[k] = next;
         ++*i;
         return 1;
@@ -648,7 +650,11 @@ static int cmd_export(int argc, char **argv)
     if (argc != 4)
         return usage_error("export takes a checkpoint directory and an output file%s", "");
     pt_err err = {0};
-    const int rc = pt_export(argv[2], argv[3], PT_VERSION, &err);
+    int rc = pt_cli_path_ok("export: CHECKPOINT_DIR", argv[2], &err);
+    if (rc == 0)
+        rc = pt_cli_path_ok("export: OUT", argv[3], &err);
+    if (rc == 0)
+        rc = pt_export(argv[2], argv[3], PT_VERSION, &err);
     return rc ? report(NULL, rc, &err) : 0;
 }
 

@@ -31,6 +31,16 @@ void pt_output_sweep(const char *path)
                 "that was killed\n", n, n == 1 ? "" : "s", path);
 }
 
+int pt_cli_path_ok(const char *option, const char *path, pt_err *err)
+{
+    const size_t n = strlen(path);
+    if (n < PT_PATH_MAX)
+        return 0;
+    return pt_fail(err, PT_EINPUT, "%s '%.64s...' is %zu bytes long; a path of at most %d bytes is "
+                   "taken (give a shorter name of the same place)", option, path, n,
+                   PT_PATH_MAX - 1);
+}
+
 /* Whether eval can write its output option's file: creates and removes the
  * temporary file a write would start with. A path that cannot be written is
  * bad input (PT_EINPUT). */

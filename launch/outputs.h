@@ -10,6 +10,11 @@
 #include "config/config.h"
 #include "nn/nn.h"
 
+/* path, a path given on the command line, fits the checks' buffers (fewer
+ * than PT_PATH_MAX bytes, as a configuration's paths): a longer one is
+ * refused rather than checked cut short. */
+int pt_cli_path_ok(const char *option, const char *path, pt_err *err);
+
 /* Whether a file can be written at path (creates and removes the temporary
  * name a write starts with); a directory there is refused. When it can, the
  * temporary files that a killed earlier write of path left are removed

@@ -307,6 +307,27 @@ def test_export_errors(h):
     U.same_snapshot(theirs, U.snapshot(another), "another run's run.dir")
     check(open(os.path.join(another, "lock")).read() == "pid 1 on elsewhere (job x)\n",
           "another run's lock was replaced")
+    # a spelling longer than the checks' buffers is refused, never checked cut
+    # short (such a --logits replaced a run's lock; such an export OUT, the
+    # run's data)
+    def long_spelling(path):
+        return os.path.join(os.path.dirname(path), "./" * 530 + os.path.basename(path))
+    for out in (os.path.join(another, "lock"), os.path.join(run_dir, "metrics.jsonl")):
+        r = h.run(["eval", cfg, "--logits", long_spelling(out)]).expect(2, "a long --logits")
+        r.one_error("--logits", "bytes long", strict=False)
+        r = h.run(["export", ck, long_spelling(out)]).expect(2, "a long export OUT")
+        r.one_error("export: OUT", "bytes long")
+    r = h.run(["export", long_spelling(ck), h.path("long.st")]).expect(2, "a long CHECKPOINT_DIR")
+    r.one_error("export: CHECKPOINT_DIR", "bytes long")
+    r = h.run(["eval", cfg, "--checkpoint", long_spelling(ck)]).expect(2, "a long --checkpoint")
+    r.one_error("--checkpoint", "bytes long", strict=False)
+    r = h.run(["eval", long_spelling(cfg)]).expect(2, "a long config path")
+    r.one_error("config", "bytes long", strict=False)
+    U.same_snapshot(theirs, U.snapshot(another), "another run's run.dir")
+    U.same_snapshot(whole, U.snapshot(run_dir), "run.dir")
+    check(open(os.path.join(another, "lock")).read() == "pid 1 on elsewhere (job x)\n",
+          "another run's lock was replaced")
+    check(not os.path.exists(h.path("long.st")), "an export from a long checkpoint path wrote")
     with open(cfg) as f:
         text = f.read()
     r = h.run(["eval", cfg, "--logits", cfg]).expect(2, "--logits onto the config")
