@@ -53,6 +53,18 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step)
     return 1;
 }
 
+/* Whether a run's checkpoints/ entry is a step directory under the name a
+ * save gives it (step_ and 10 or more digits): the name the scans return
+ * and pruning removes. Another spelling of a step (step_4, a copy made by
+ * hand) is the user's, left alone as any foreign entry. */
+static int entry_step(const char *name, int64_t *step)
+{
+    char canonical[64];
+    return pt_checkpoint_dir_step(name, step) &&
+           snprintf(canonical, sizeof canonical, "step_%010" PRId64, *step) > 0 &&
+           strcmp(canonical, name) == 0;
+}
+
 /* Whether dir is a step directory with a manifest: the directory itself,
  * not a symbolic link (a linked directory is not the run's: never a
  * checkpoint, never emptied), and a manifest that is, or links to, a
@@ -82,6 +94,11 @@ static void remove_files(const char *dir, int only_temporary)
             close(fd);
         return;
     }
+    /* the manifest first, on disk before the rest goes: a crash halfway
+     * leaves a step directory without one (no checkpoint, which the next
+     * save's pruning removes), never a manifest naming files that are gone */
+    if (!only_temporary && unlinkat(dirfd(d), "manifest", 0) == 0)
+        fsync(dirfd(d));
     struct dirent *e;
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
@@ -162,7 +179,7 @@ int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
         struct dirent *e;
         while ((e = readdir(d))) {
             int64_t step;
-            if (!pt_checkpoint_dir_step(e->d_name, &step) || step <= best)
+            if (!entry_step(e->d_name, &step) || step <= best)
                 continue;
             if (has_manifest(pt_path_join(path, root, e->d_name)))
                 best = step;
@@ -186,7 +203,7 @@ int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
     struct dirent *e;
     while (d && (e = readdir(d))) {
         int64_t step;
-        if (pt_checkpoint_dir_step(e->d_name, &step) && step > from && step > newest &&
+        if (entry_step(e->d_name, &step) && step > from && step > newest &&
             !has_manifest(pt_path_join(path, root, e->d_name)))
             newest = step;
     }
@@ -262,7 +279,7 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step;
-        if (!pt_checkpoint_dir_step(e->d_name, &step))
+        if (!entry_step(e->d_name, &step))
             continue;
         pt_path_join(path, root, e->d_name);
         if (!has_manifest(path)) {
@@ -320,7 +337,7 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
         int64_t at;
         /* complete ones only: an incomplete directory is no history, and
          * the next save's pruning removes it */
-        if (!pt_checkpoint_dir_step(e->d_name, &at) || at <= step ||
+        if (!entry_step(e->d_name, &at) || at <= step ||
             !has_manifest(pt_path_join(path, root, e->d_name)))
             continue;
         if (!moved_to[0]) {
@@ -345,7 +362,7 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
         DIR *back = opendir(moved_to);
         while (back && (e = readdir(back))) {
             int64_t at;
-            if (!pt_checkpoint_dir_step(e->d_name, &at))
+            if (!entry_step(e->d_name, &at))
                 continue;
             snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
             if (rename(dest, pt_path_join(path, root, e->d_name)) == 0)
@@ -376,7 +393,7 @@ static void remove_leftovers(const char *run_dir)
     struct dirent *e;
     while ((e = readdir(d))) {
         int64_t step;
-        if (!pt_checkpoint_dir_step(e->d_name, &step))
+        if (!entry_step(e->d_name, &step))
             continue;
         pt_path_join(path, root, e->d_name);
         remove_files(path, 1);
@@ -454,6 +471,8 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
     /* never through a link (the file it leads to would be truncated and
      * written), never waiting on a FIFO; what is in the lock's place and is
      * not a file of its own is the user's to move */
+    int renamed = 0;
+again:;
     int fd = open(pt_path_join(path, run_dir, "lock"),
                   O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0 && errno == ELOOP)
@@ -493,6 +512,17 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
                            run_dir, *holder ? holder : "it holds the lock file");
         return pt_fail(err, PT_ESYS, "cannot lock '%s': %s", path, strerror(e));
     }
+    /* the file locked must still be the one named lock: a refused job
+     * removes the lock file it made (pt_rundir_remove_fresh), and a third
+     * job would make and lock a new one beside this descriptor's */
+    struct stat named;
+    if (lstat(path, &named) != 0 || named.st_dev != st.st_dev || named.st_ino != st.st_ino) {
+        close(fd);
+        if (++renamed < 20)
+            goto again;
+        return pt_fail(err, PT_ESYS, "cannot lock '%s': it is removed or replaced as it is locked",
+                       path);
+    }
     /* who holds it, for the message a second job prints */
     char host[256] = "?", text[512];
     gethostname(host, sizeof host - 1);
@@ -506,8 +536,10 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
     int len = snprintf(text, sizeof text, "pid %ld on %s since %s (job %s)\n", (long)getpid(), host,
                        when, id);
     if (ftruncate(fd, 0) == 0 && len > 0) {
-        ssize_t ignored = pwrite(fd, text, (size_t)len, 0);
-        (void)ignored;
+        /* on the server before the other ranks read it (they compare it
+         * with rank 0's: an NFS client keeps written pages until a sync) */
+        if (pwrite(fd, text, (size_t)len, 0) == len)
+            fsync(fd);
     }
     lock->fd = fd;
     remove_leftovers(run_dir);

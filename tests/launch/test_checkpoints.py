@@ -1755,6 +1755,48 @@ def test_start_beside_a_probe(h):
           len(refused), len(starts), "\n".join(refused[:2]))
 
 
+def test_step_directory_under_another_name(h):
+    """A step directory renamed by hand (step_10 for step_0000000010) is the
+    user's: train.resume=auto and eval take the newest checkpoint under a
+    save's name, pruning leaves it, and nothing is opened under a name it
+    does not have (auto used to find it and then open step_0000000010)."""
+    cfg, run_dir = trained(h)
+    ck = os.path.join(run_dir, "checkpoints")
+    os.rename(os.path.join(ck, "step_%010d" % LAST), os.path.join(ck, "step_%d" % LAST))
+    before = U.snapshot(os.path.join(ck, "step_%d" % LAST))
+    r = h.run(["eval", cfg]).expect(0)
+    check("step_%010d" % 9 in r.out, "eval did not take step 9:\n%s", r.out)
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.keep_checkpoints=1"]).expect(0)
+    left = sorted(os.listdir(ck))
+    check(left == ["step_%010d" % LAST, "step_%d" % LAST], "after a resume keeping 1: %s", left)
+    U.same_snapshot(before, U.snapshot(os.path.join(ck, "step_%d" % LAST)), "the renamed step")
+
+
+def test_lock_file_removed_while_waited_for(h):
+    """A job waiting for the lock file that another process holds, which is
+    then removed and let go, does not run on the removed file's lock: it
+    takes the lock of the file named lock (a third job would make and lock
+    a new one beside it). It used to go on with its lock on the removed file
+    and stop at the check that every rank sees that lock."""
+    failed = []
+    for i in range(5):
+        run_dir = h.path("unlinked-%d" % i)
+        os.makedirs(run_dir)
+        lock = os.path.join(run_dir, "lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cfg = U.write_config(h, "unlinked-%d.yaml" % i, U.tiny(
+            "vit", run_dir, **{"train.epochs": "1", "train.checkpoint_every": "0"}))
+        p = h.popen(["train", cfg])
+        time.sleep(0.08 + 0.02 * i)  # inside the 200 ms it looks again for
+        os.unlink(lock)
+        os.close(fd)
+        out, err = p.communicate(timeout=120)
+        if p.returncode != 0:
+            failed.append("exit %d: %s" % (p.returncode, U.tail(err, 300)))
+    check(not failed, "%d of 5 jobs failed:\n%s", len(failed), "\n".join(failed[:2]))
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -1795,6 +1837,7 @@ def tests():
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_long_real_paths,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
+        test_step_directory_under_another_name, test_lock_file_removed_while_waited_for,
     ]
 
 
