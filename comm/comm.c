@@ -445,17 +445,31 @@ int pt_req_test(pt_req *r, int *done, pt_err *err)
     return 0;
 }
 
-void pt_req_cancel(pt_req *r)
+int pt_req_cancel(pt_req *r)
 {
     if (!r->active)
-        return;
-    if (stopped) { /* left posted: the job is aborted at close */
-        r->active = 0;
-        return;
-    }
-    MPI_Cancel(req_of(r));
-    MPI_Request_free(req_of(r));
+        return 0;
     r->active = 0;
+    if (stopped) /* left posted: the job is aborted at close */
+        return 1;
+    MPI_Cancel(req_of(r));
+    /* a cancelled request completes: at once when no message had matched
+     * it, once its data has moved when one had; until then MPI may still
+     * write into (or read) its buffer */
+    const double deadline = now_s() + 0.2;
+    for (;;) {
+        int done = 0;
+        MPI_Status st;
+        if (MPI_Test(req_of(r), &done, &st) != MPI_SUCCESS)
+            return 1;
+        if (done)
+            return 0;
+        if (now_s() > deadline)
+            break;
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    MPI_Request_free(req_of(r));
+    return 1;
 }
 
 /* ------------------------------------------------------------ collectives */

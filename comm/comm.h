@@ -94,8 +94,10 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err);
 /* Whether a transfer has completed (*done), without waiting; an inactive
  * request is done. */
 int pt_req_test(pt_req *r, int *done, pt_err *err);
-/* Cancels and frees a pending transfer (after an error). */
-void pt_req_cancel(pt_req *r);
+/* Cancels and frees a pending transfer (after an error). Returns 1 when
+ * it may not have completed (MPI may still write into or read its buffer,
+ * which the caller then leaves allocated: the job is failing), else 0. */
+int pt_req_cancel(pt_req *r);
 
 /* Collectives on host memory, with the group's deadline. */
 int pt_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err);

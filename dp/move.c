@@ -77,8 +77,8 @@ int pt_dp_move_units(pt_group *pipe, int stage, int stages, const int *old_bound
         if (rc == 0 && (rc = pt_wait(pipe, &reqs[i], "a unit moving to its new stage", err)) == 0 &&
             staged && land[i])
             pt_backend_upload(be, land[i], host[i], size[i]);
-        else if (rc)
-            pt_req_cancel(&reqs[i]);
+        else if (rc && pt_req_cancel(&reqs[i]))
+            host[i] = NULL; /* MPI may still use it: left allocated (the job is failing) */
         free(host[i]);
     }
     free(reqs);

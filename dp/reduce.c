@@ -77,16 +77,19 @@ void pt_reducer_destroy(pt_reducer *r)
 {
     if (!r)
         return;
+    int live = 0;
     for (int i = 0; i < r->nb; i++) {
         if (r->b[i].req)
             for (int k = 0; k < 2 * (r->D - 1); k++)
-                pt_req_cancel(&r->b[i].req[k]);
+                live |= pt_req_cancel(&r->b[i].req[k]);
         free(r->b[i].req);
-        free(r->b[i].parts);
     }
+    /* what MPI may still use is left allocated (the job is failing) */
+    for (int i = 0; i < r->nb && !live; i++)
+        free(r->b[i].parts);
     free(r->b);
     free(r->bucket_of);
-    if (r->staged)
+    if (r->staged && !live)
         free(r->grads);
     free(r);
 }

@@ -80,6 +80,16 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
     if (!x)
         return;
     for (int m = 0; m < x->M; m++) {
+        /* the transfers first: a buffer that one may still use is left
+         * allocated (the job is failing) */
+        if (x->recv_act) {
+            int live = pt_req_cancel(&x->recv_act[m]);
+            live |= pt_req_cancel(&x->recv_grad[m]);
+            live |= pt_req_cancel(&x->send_act[m]);
+            live |= pt_req_cancel(&x->send_grad[m]);
+            if (live)
+                continue;
+        }
         if (x->x_in)
             pt_backend_free(x->be, x->x_in[m]);
         if (x->y_out)
@@ -92,12 +102,6 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
         for (int k = 0; k < 4; k++)
             if (staging[k])
                 free(staging[k][m]);
-        if (x->recv_act) {
-            pt_req_cancel(&x->recv_act[m]);
-            pt_req_cancel(&x->recv_grad[m]);
-            pt_req_cancel(&x->send_act[m]);
-            pt_req_cancel(&x->send_grad[m]);
-        }
     }
     pt_backend_free(x->be, x->y_scratch);
     free(x->h_x_in);
