@@ -239,8 +239,14 @@ static void remember_names(const pt_cache *c)
     open_names.set = 1;
 }
 
+/* Whether this process was told to release the names (it is ending) */
+static volatile sig_atomic_t names_released;
+
+int pt_cache_names_released(void) { return names_released != 0; }
+
 void pt_cache_release_names(void)
 {
+    names_released = 1;
     if (!open_names.set)
         return;
     if (open_names.disk[0] && names_file(open_names.disk, open_names.disk_fd))
@@ -448,8 +454,14 @@ int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
     char path[256];
     shm_path(c->name, path, sizeof path);
     struct stat st;
-    if (rc == 0 && (c->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        rc = pt_fail(err, PT_ESYS, "cannot open the cache segment %s: %s", c->name, strerror(errno));
+    if (rc == 0 && (c->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        if (errno == ENOENT)
+            rc = pt_fail(err, PT_ESYS, "the cache segment %s is gone: the node's first rank took "
+                         "its name off (it is stopping, or it died)", c->name);
+        else
+            rc = pt_fail(err, PT_ESYS, "cannot open the cache segment %s: %s", c->name,
+                         strerror(errno));
+    }
     /* hold it before reading it; only a sweeper removing it (every user,
      * creator included, is gone) holds it exclusively */
     else if (rc == 0 && (flock(c->fd, LOCK_SH | LOCK_NB) != 0 || fstat(c->fd, &st) != 0 || st.st_nlink == 0))

@@ -55,6 +55,8 @@ void pt_cache_close(pt_cache *c);
  * one). What is mapped and open stays usable; no rank can attach any more.
  * Async-signal-safe; does nothing when no cache is open. */
 void pt_cache_release_names(void);
+/* Whether pt_cache_release_names was called in this process (it is ending). */
+int pt_cache_names_released(void);
 
 /* Copies the entry of sample id into out if it has depth `depth`: 1 (hit)
  * or 0 (miss). A concurrent store makes it a miss, never a torn read. */

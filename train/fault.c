@@ -16,7 +16,7 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
     long long want_step;
     char kind[16], where[32] = "step";
     if (!spec || sscanf(spec, "%d:%lld:%15[a-z]:%31[a-z-]", &want_rank, &want_step, kind, where) < 3 ||
-        want_rank != rank || want_step != step || strcmp(where, point) != 0)
+        (want_rank != rank && want_rank != -1) || want_step != step || strcmp(where, point) != 0)
         return 0;
     if (strcmp(kind, "crash") == 0) {
         raise(SIGKILL);

@@ -105,6 +105,25 @@ def main():
             expect(rc == 0 or (rc != 0 and "no progress for" in out and not crashed and secs < LIMIT_S),
                    "%s: trained, or every rank gone within %d s with a message and no crash" % (name, LIMIT_S))
 
+        # a stop signal at start-up, after a node's first rank made the
+        # activation cache and before the others attached (the signal takes
+        # the segment's name off): the job stops, exit 130, every rank gone
+        # and the segment with it. A rank whose attach failed used to end
+        # with exit 1, or enter other collectives than the rest and hang.
+        before = h.our_segments()
+        for who in ("-1", "0", "1"):
+            name = "stop-at-cache-open-%s" % who.replace("-", "all")
+            args = ["train", CONFIG] + h.sets(run__dir=os.path.join(work, name), train__max_steps=4,
+                                              train__eval_examples=64, pipeline__stages=2,
+                                              run__threads=1, cache__enabled="true",
+                                              freeze__policy="schedule")
+            rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": who + ":0:stop:cache-open"},
+                                      timeout=120, check=False)
+            print("%s: exit %d after %.1f s" % (name, rc, secs), flush=True)
+            expect(rc == 130 and secs < LIMIT_S, "%s: exit 130 within %d s\n%s" % (name, LIMIT_S, out[-1500:]))
+        left = h.segments_left(before)
+        expect(not left, "stops at the cache's opening: no cache segment left in /dev/shm (%s)" % left)
+
         # a rank of an evaluation that stops answering (SIGSTOP): the ranks
         # that wait for it say what they waited for and for how long; the
         # agreement after it used to replace that with a generic line
