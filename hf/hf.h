@@ -67,6 +67,10 @@ int pt_hf_paths(const char *path, char *weights, size_t wn, char *config, size_t
  * tensor, a shape that differs, a value that is NaN or Inf, or a tensor the
  * model has no place for is PT_EINPUT naming the file and the tensor. */
 int pt_hf_bert_load(pt_segment *s, const char *weights_path, int *head_loaded, pt_err *err);
+/* The same file's header only, before anything is built: every tensor the
+ * model a needs is there with its shape (PT_EINPUT naming the file and the
+ * tensor, as the load would). */
+int pt_hf_bert_check_shapes(const pt_arch *a, const char *weights_path, pt_err *err);
 
 /* The class names of a config.json's id2label in class order (what
  * pipetrain's export writes, and transformers' classifiers carry): *names

@@ -15,12 +15,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Reads one Hugging Face tensor of the expected shape into dst. */
-static int read_part(pt_st_file *f, const char *path, const char *prefix, const char *name,
-                     int ndim, const int64_t *shape, float *dst, size_t numel, pt_err *err)
+/* The index in f of one Hugging Face tensor of the expected shape (*at),
+ * under its name or its other spelling (its name into full). */
+static int find_part(pt_st_file *f, const char *path, const char *prefix, const char *name,
+                     int ndim, const int64_t *shape, int *at, char full[NAME_MAX_LEN + 8],
+                     pt_err *err)
 {
-    char full[NAME_MAX_LEN + 8], legacy[NAME_MAX_LEN + 8];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
+    char legacy[NAME_MAX_LEN + 8];
+    snprintf(full, NAME_MAX_LEN + 8, "%s%s", prefix, name);
     int i = pt_st_find(f, full);
     const int alt = pt_hf_other_spelling(full, legacy, sizeof legacy) ? pt_st_find(f, legacy) : -1;
     if (i >= 0 && alt >= 0)
@@ -28,7 +30,7 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
                        full, legacy);
     if (i < 0 && alt >= 0) {
         i = alt;
-        memcpy(full, legacy, sizeof full);
+        memcpy(full, legacy, sizeof legacy);
     }
     if (i < 0)
         return pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path, full);
@@ -43,7 +45,19 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
         return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s", path,
                        full, got, want);
     }
-    int rc = pt_st_read_f32(f, i, dst, numel, err);
+    *at = i;
+    return 0;
+}
+
+/* Reads one Hugging Face tensor of the expected shape into dst. */
+static int read_part(pt_st_file *f, const char *path, const char *prefix, const char *name,
+                     int ndim, const int64_t *shape, float *dst, size_t numel, pt_err *err)
+{
+    char full[NAME_MAX_LEN + 8];
+    int i;
+    int rc = find_part(f, path, prefix, name, ndim, shape, &i, full, err);
+    if (rc == 0)
+        rc = pt_st_read_f32(f, i, dst, numel, err);
     if (rc)
         return rc;
     for (size_t j = 0; j < numel; j++)
@@ -57,6 +71,49 @@ static int read_part(pt_st_file *f, const char *path, const char *prefix, const 
     return 0;
 }
 
+/* The prefix the encoder's names have in f: BertForSequenceClassification
+ * and BertForMaskedLM save the encoder under "bert." */
+static const char *encoder_prefix(pt_st_file *f)
+{
+    return pt_st_find(f, "embeddings.word_embeddings.weight") < 0 &&
+                   pt_st_find(f, "bert.embeddings.word_embeddings.weight") >= 0
+               ? "bert."
+               : "";
+}
+
+int pt_hf_bert_check_shapes(const pt_arch *a, const char *path, pt_err *err)
+{
+    pt_st_file *f;
+    int rc = pt_st_open(&f, path, err);
+    if (rc)
+        return rc;
+    const char *prefix = encoder_prefix(f);
+    for (int u = 0; rc == 0 && u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        if (info.role == PT_UNIT_HEAD && pt_st_find(f, info.params[0].name) < 0 &&
+            pt_st_find(f, info.params[1].name) < 0)
+            continue; /* the seed's classifier */
+        for (int k = 0; rc == 0 && k < info.n_params; k++) {
+            const pt_param_info *p = &info.params[k];
+            char names[3][NAME_MAX_LEN], full[NAME_MAX_LEN + 8];
+            int parts = pt_hf_names(&info, k, names);
+            if (parts == 0) {
+                parts = 1;
+                snprintf(names[0], NAME_MAX_LEN, "%s", p->name);
+            }
+            int64_t shape[4];
+            memcpy(shape, p->shape, sizeof shape);
+            shape[0] /= parts;
+            for (int i = 0, at; rc == 0 && i < parts; i++)
+                rc = find_part(f, path, info.role == PT_UNIT_HEAD ? "" : prefix, names[i], p->ndim,
+                               shape, &at, full, err);
+        }
+    }
+    pt_st_close(f);
+    return rc;
+}
+
 int pt_hf_bert_load(pt_segment *s, const char *path, int *head_loaded, pt_err *err)
 {
     *head_loaded = 0;
@@ -67,11 +124,7 @@ int pt_hf_bert_load(pt_segment *s, const char *path, int *head_loaded, pt_err *e
     int rc = pt_st_open(&f, path, err);
     if (rc)
         return rc;
-    /* BertForSequenceClassification and BertForMaskedLM save the encoder under "bert." */
-    const char *prefix = pt_st_find(f, "embeddings.word_embeddings.weight") < 0 &&
-                                 pt_st_find(f, "bert.embeddings.word_embeddings.weight") >= 0
-                             ? "bert."
-                             : "";
+    const char *prefix = encoder_prefix(f);
     float *host = NULL;
     const int first = pt_segment_first(s), last = first + pt_segment_count(s);
     for (int u = first; rc == 0 && u < last; u++) {

@@ -86,6 +86,31 @@ static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data
     return rc;
 }
 
+int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err)
+{
+    if (!*c->model.init_from)
+        return 0;
+    int rc;
+    if (c->model.kind != PT_MODEL_BERT) {
+        if ((rc = pt_err_input(pt_weights_check_shapes(a, c->model.init_from, err), err)))
+            pt_config_key_prefix(c, err, "model.init_from");
+        return rc;
+    }
+    char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
+    if ((rc = pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err)))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (*config) {
+        pt_hf_bert_config hc;
+        const char *key = "model.init_from";
+        if ((rc = pt_err_input(pt_hf_bert_config_read(config, &hc, err), err)) ||
+            (rc = pt_hf_bert_config_check(&hc, a, config, &key, err)))
+            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
+    }
+    if ((rc = pt_err_input(pt_hf_bert_check_shapes(a, weights, err), err)))
+        pt_config_key_prefix(c, err, "model.init_from");
+    return rc;
+}
+
 int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
                          pt_err *err)
 {

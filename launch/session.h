@@ -103,6 +103,10 @@ int pt_session_same_data(pt_session *s, pt_err *err);
  * checked against the model.* keys then (before the model is allocated). */
 int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
                          pt_err *err);
+/* model.init_from before anything is built (its headers only): its
+ * config.json describes the model.* keys, and every tensor the model a
+ * needs is there with its shape; the load's messages. */
+int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err);
 void pt_session_init_digest(const pt_config *c, char hex[65]);
 int pt_session_resolve_dropout(pt_session *s, pt_err *err);
 

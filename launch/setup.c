@@ -529,7 +529,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = open_backend(s, err)) ||
         (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
-        (!known && (rc = check_model_memory(s, mode, err))))
+        (!known && (rc = check_model_memory(s, mode, err))) ||
+        (rc = pt_session_check_init(c, &s->arch, err)))
         goto agree;
     if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
         rc = pt_config_key_fail(c, err, "run.profile_ops",

@@ -13,6 +13,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The index in f of parameter p with its shape (*at). */
+static int find_param(pt_st_file *f, const char *path, const pt_param_info *p, int *at, pt_err *err)
+{
+    const int i = pt_st_find(f, p->name);
+    if (i < 0)
+        return pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path, p->name);
+    const pt_st_entry *e = pt_st_entry_at(f, i);
+    int same = e->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++)
+        same = e->shape[d] == p->shape[d];
+    if (!same) {
+        char want[96], got[96];
+        pt_st_shape_text(p->ndim, p->shape, want, sizeof want);
+        pt_st_shape_text(e->ndim, e->shape, got, sizeof got);
+        return pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s", path,
+                       p->name, got, want);
+    }
+    *at = i;
+    return 0;
+}
+
+int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err)
+{
+    pt_st_file *f;
+    int rc = pt_st_open(&f, path, err);
+    if (rc)
+        return rc;
+    for (int u = 0; rc == 0 && u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        for (int k = 0, at; rc == 0 && k < info.n_params; k++)
+            rc = find_param(f, path, &info.params[k], &at, err);
+    }
+    pt_st_close(f);
+    return rc;
+}
+
 int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
 {
     const pt_arch *a = pt_segment_arch(s);
@@ -33,25 +70,9 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
         }
         for (int k = 0; rc == 0 && k < info.n_params; k++) {
             const pt_param_info *p = &info.params[k];
-            int i = pt_st_find(f, p->name);
-            if (i < 0) {
-                rc = pt_fail(err, PT_EINPUT, "'%s' has no tensor '%s' (the model needs it)", path,
-                             p->name);
-                break;
-            }
-            const pt_st_entry *e = pt_st_entry_at(f, i);
-            int same = e->ndim == p->ndim;
-            for (int d = 0; same && d < p->ndim; d++)
-                same = e->shape[d] == p->shape[d];
-            if (!same) {
-                char want[96], got[96];
-                pt_st_shape_text(p->ndim, p->shape, want, sizeof want);
-                pt_st_shape_text(e->ndim, e->shape, got, sizeof got);
-                rc = pt_fail(err, PT_EINPUT, "'%s': tensor '%s' has shape %s; the model needs %s",
-                             path, p->name, got, want);
-                break;
-            }
-            if ((rc = pt_st_read_f32(f, i, host + p->offset, p->numel, err)))
+            int i = -1;
+            if ((rc = find_param(f, path, p, &i, err)) ||
+                (rc = pt_st_read_f32(f, i, host + p->offset, p->numel, err)))
                 break;
             used++;
             /* a NaN or Inf would only show later, as a loss of nan at step 1 */

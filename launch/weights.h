@@ -13,6 +13,9 @@
  * tensor the segment does not have or a value that is NaN or Inf is an error
  * (PT_EINPUT) naming the file and the tensor. */
 int pt_weights_load(pt_segment *s, const char *path, pt_err *err);
+/* The file's header only, before anything is built: every parameter of
+ * model a is there with its shape (PT_EINPUT naming the file and tensor). */
+int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err);
 
 /* Writes every parameter of the segment's units. meta: NULL or a
  * NULL-terminated key, value, ... list stored as safetensors metadata. */

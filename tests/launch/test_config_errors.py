@@ -873,6 +873,15 @@ def test_init_from_nan_or_inf(h):
                     "'%s'" % bad, "'blocks.1.mlp.fc1.weight' holds %s at element 3" % word)
         check(not os.path.exists(h.path("run2")), "refused weights created run.dir")
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory")
+    # another shape than the model's: refused from the file's header, before
+    # the model is sized (here the memory's refusal would come first)
+    text = U.render(base(h, **{"model.init_from": good, "run.dir": h.path("run2"),
+                               "model.mlp_hidden": "200000", "pipeline.memory_gib": "0.01"}))
+    cfg = U.write(h.path("bad.yaml"), text)
+    r = h.run(["train", cfg]).expect(2, "another shape")
+    r.one_error("%s:%d: model.init_from: " % (cfg, U.line_of(text, "model.init_from")),
+                "'blocks.0.mlp.fc1.weight' has shape", "the model needs [200000, ")
+    check(not os.path.exists(h.path("run2")), "refused weights created run.dir")
     # finite weights whose products overflow float32: eval reports no
     # accuracy made from NaN logits, exits 2 and writes no output
     huge = U.write(h.path("huge.safetensors"),
@@ -1304,6 +1313,13 @@ def test_bert_init_from_refused(h):
         ("both_spellings", hf_bert(h, "both", add={"embeddings.LayerNorm.gamma": (8,)}), {},
          "model.init_from", ["both", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.gamma"]),
         ("kjv_data", good, {"data.kind": "kjv"}, "data.kind", ["allowed with bert"]),
+        # a config.json that agrees with the model.* keys and not with the
+        # tensors: the tensors' shapes are read before the model is sized
+        # (it used to be built and profiled first: gigabytes and a minute
+        # for a large one, or here the memory's refusal)
+        ("shapes_past_config", hf_bert(h, "mlp-big", {"intermediate_size": 200000}),
+         {"model.mlp_hidden": "200000", "pipeline.memory_gib": "0.01"}, "model.init_from",
+         [L + "intermediate.dense.weight", "has shape [16, 8]", "the model needs [200000, 8]"]),
         # checked before the model is sized: not the memory's refusal (nor,
         # without a limit, gigabytes allocated first)
         ("config_disagrees_big", good, {"model.dim": "4096", "model.heads": "2",
