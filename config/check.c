@@ -130,6 +130,10 @@ static int data_rules(const pt_config *c, pt_err *err)
 
 static int train_rules(const pt_config *c, pt_err *err)
 {
+    if (c->train.min_lr > 0 && c->train.min_lr < 1e-38)
+        return pt_config_key_fail(c, err, "train.min_lr",
+                                  "%g is below what float32, in which the update is computed, can "
+                                  "hold; allowed: 0 or 1e-38 to train.lr", c->train.min_lr);
     if (c->train.min_lr > c->train.lr)
         return pt_config_key_fail(c, err, "train.min_lr",
                                   "%g is above train.lr (%g); allowed: 0 to train.lr",

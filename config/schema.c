@@ -82,8 +82,8 @@ const pt_key_spec pt_config_keys[] = {
      "bert: dropout probability of the attention probabilities while training (Hugging Face's "
      "attention_probs_dropout_prob); auto as model.dropout"},
     /* below 10: nn's pt_arch_check refuses 10 itself */
-    {"model.init_std", PT_K_FLOAT, AT(model.init_std), 0, 10, NULL, PT_F_MIN_EXCL | PT_F_MAX_EXCL,
-     "0.02", "standard deviation of the normal initialisation of weights"},
+    {"model.init_std", PT_K_FLOAT, AT(model.init_std), 1e-38, 10, NULL, PT_F_MAX_EXCL,
+     "0.02", "standard deviation of the normal initialisation of weights (float32 holds no less)"},
     {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
      "start from these weights (safetensors, names as `pipetrain export` writes; bert: a Hugging "
      "Face BERT directory with config.json and model.safetensors, or its model.safetensors)"},
@@ -156,8 +156,8 @@ const pt_key_spec pt_config_keys[] = {
      "different ones each epoch) are not used in it"},
     {"train.max_steps", PT_K_I64, AT(train.max_steps), 0, 1e15, NULL, 0, "0",
      "stop after this many optimizer steps in all; 0 = no limit"},
-    {"train.lr", PT_K_FLOAT, AT(train.lr), 0, 10, NULL, PT_F_MIN_EXCL, "0.001",
-     "peak learning rate"},
+    {"train.lr", PT_K_FLOAT, AT(train.lr), 1e-38, 10, NULL, 0, "0.001",
+     "peak learning rate (float32 holds no less)"},
     {"train.min_lr", PT_K_FLOAT, AT(train.min_lr), 0, 10, NULL, 0, "0",
      "learning rate at the end of the cosine or linear decay; at most train.lr"},
     {"train.schedule", PT_K_ENUM, AT(train.schedule), 0, 0, PT_WORDS("constant", "cosine", "linear"), 0, "cosine",

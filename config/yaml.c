@@ -335,7 +335,9 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
     }
     size_t len = fread(text, 1, MAX_BYTES + 1, f);
     int rc = ferror(f)
-                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s", path, strerror(errno))
+                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s%s", path, strerror(errno),
+                           errno == EAGAIN ? " (a device with nothing to read now: a config is "
+                                             "a file or a pipe)" : "")
                  : pt_config_load_text(c, text, len, path, err);
     free(text);
     fclose(f);

@@ -85,6 +85,10 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
         const json_t *e = json_object_get(root, "layer_norm_eps");
         if (!json_is_number(e) || !(json_number_value(e) > 0 && json_number_value(e) < 1))
             rc = pt_fail(err, PT_EINPUT, "%s: layer_norm_eps: must be a number in (0, 1)", path);
+        else if (json_number_value(e) < 1e-38) /* as model.ln_eps */
+            rc = pt_fail(err, PT_EINPUT, "%s: layer_norm_eps: %g is below what float32, in which "
+                         "the model computes, can hold; allowed: 1e-38 to 1", path,
+                         json_number_value(e));
         else
             out->ln_eps = json_number_value(e);
     }

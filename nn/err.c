@@ -95,6 +95,10 @@ int pt_open_input(const char *path, int streams_ok, pt_err *err)
         close(fd);
         return -1;
     }
+    /* a pipe's writer is waited for; a device is read as far as it has
+     * something to give (a terminal or /dev/ptmx would wait forever) */
+    if (S_ISCHR(st.st_mode))
+        return fd;
     int flags = fcntl(fd, F_GETFL);
     if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
         pt_fail(err, PT_ESYS, "'%s': fcntl: %s", path, strerror(errno));

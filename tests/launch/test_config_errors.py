@@ -466,6 +466,14 @@ CASES = [
          needles=["allowed: a number >= 1e-38 and <= 1"]),
     Case("ln_eps_below_float", {"model.ln_eps": "1e-46"}, blame="model.ln_eps",
          needles=["below what float32", "allowed: 0 (the model's default) or 1e-38 to 1"]),
+    # a learning rate or initial scale that float32 turns into 0: training
+    # that changed no weight while the log gave the rate, logits all 0
+    Case("lr_below_float", {"train.lr": "1e-50"}, blame="train.lr",
+         needles=["allowed: a number >= 1e-38 and <= 10"]),
+    Case("min_lr_below_float", {"train.min_lr": "1e-45"}, blame="train.min_lr",
+         needles=["below what float32", "allowed: 0 or 1e-38 to train.lr"]),
+    Case("init_std_below_float", {"model.init_std": "1e-50"}, blame="model.init_std",
+         needles=["allowed: a number >= 1e-38 and < 10"]),
     Case("std_too_small", {"data.std": "1e-40"}, blame="data.std",
          needles=["allowed: a number >= 1e-06 and <= 1000"]),
     Case("huge_int_overflow", {"model.dim": "99999999999999999999999"}, blame="model.dim",
@@ -1268,6 +1276,8 @@ def test_bert_init_from_refused(h):
         ("config_eps", hf_bert(h, "eps", {"layer_norm_eps": 1e-5}), {"model.ln_eps": "1e-12"},
          "model.ln_eps",
          ["layer_norm_eps 1e-05"]),
+        ("config_eps_below_float", hf_bert(h, "eps45", {"layer_norm_eps": 1e-45}), {},
+         "model.init_from", ["layer_norm_eps: 1e-45 is below what float32", "1e-38 to 1"]),
         ("config_relu", hf_bert(h, "relu", {"hidden_act": "relu"}), {}, "model.init_from",
          ["hidden_act", "relu"]),
         # dropout probabilities that are not one: refused whether auto takes them or not
@@ -1574,6 +1584,12 @@ def test_config_without_settings(h):
     os.mkfifo(fifo)
     r = h.run(["plan", fifo], timeout=30).expect(2, "a FIFO config without a writer")
     r.one_error("no-writer.yaml", "holds no settings", "a pipe that had no writer")
+    # a device is read as far as it has something now: one that would wait
+    # (a pseudo-terminal's master) is refused at once, as is /dev/zero
+    for dev, needle in (("/dev/ptmx", "nothing to read now"), ("/dev/zero", "larger than 1 MiB")):
+        if os.path.exists(dev):
+            r = h.run(["plan", dev], timeout=30).expect(2, "the config " + dev)
+            r.one_error(dev, needle)
     r = h.run(["plan", U.write(h.path("braces.yaml"), "{}\n"), "--set", "run.dir=" + h.path("r"),
                "--set", "train.max_steps=1"])
     check("holds no settings" not in r.err, "an explicit empty mapping refused\n%s", r.describe())
