@@ -243,6 +243,15 @@ static int yaml_text(const char *text)
     return 1;
 }
 
+/* Whether a number is written with a leading zero before another digit
+ * (017, -08, 010.5): YAML 1.1 (whose yes and on this reader takes) reads
+ * 017 as octal 15, YAML 1.2 and strtoll as 17; neither is assumed. */
+static int leading_zero(const char *text)
+{
+    const char *p = text + (*text == '+' || *text == '-');
+    return p[0] == '0' && isdigit((unsigned char)p[1]);
+}
+
 /* Parses text into key k of c. where: "FILE:LINE" or "--set". */
 int pt_config_set_value(pt_config *c, int ki, const char *text, const char *where, pt_err *err)
 {
@@ -263,6 +272,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
             if (end == text || *end || isspace((unsigned char)text[0]))
                 return pt_config_bad_value(err, where, k, text, "not an integer:");
             /* ERANGE: an integer beyond what a long long holds, so beyond any range */
+            if (leading_zero(text))
+                return pt_config_bad_value(err, where, k, text,
+                                           "a leading zero (octal in YAML 1.1, decimal in 1.2: "
+                                           "write the number without it):");
             if (errno == ERANGE || v < int_min(k) || v > int_max(k))
                 return pt_config_bad_value(err, where, k, text, "out of range:");
         }
@@ -291,6 +304,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
             return pt_config_bad_value(err, where, k, text, "not a number:");
         if (overflow)
             return pt_config_bad_value(err, where, k, text, "out of range:");
+        if (leading_zero(text))
+            return pt_config_bad_value(err, where, k, text,
+                                       "a leading zero (octal in YAML 1.1, decimal in 1.2: write "
+                                       "the number without it):");
         int below = (k->flags & PT_F_MIN_EXCL) ? v <= k->min : v < k->min;
         int above = (k->flags & PT_F_MAX_EXCL) ? v >= k->max : v > k->max;
         if (below || above)

@@ -33,6 +33,11 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     int line = (int)kn->start_mark.line + 1;
     if (kn->type != YAML_SCALAR_NODE)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: a key must be a plain word", w->path, line);
+    /* an empty key ("": or ? with nothing) would join its keys to the
+     * section above as if it were not there */
+    if (kn->data.scalar.length == 0)
+        return pt_fail(w->err, PT_EINPUT, "%s:%d: an empty key%s%s; a key is a word", w->path, line,
+                       *prefix ? " under " : "", prefix);
     char key[256];
     int n = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "",
                      (const char *)kn->data.scalar.value);

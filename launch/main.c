@@ -167,6 +167,8 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
             rc = pt_config_set(&a->cfg, argv[i] + 6, err);
         else if (eval_options && (got = path_option(argc, argv, &i, a, err)) != 0)
             rc = got < 0 ? -got : 0;
+        else if (eval_options && strcmp(argv[i], "--init") == 0 && a->init)
+            rc = pt_fail(err, PT_EINPUT, "--init given twice");
         else if (eval_options && strcmp(argv[i], "--init") == 0)
             a->init = 1;
         else
@@ -710,11 +712,19 @@ __attribute__((used, section(".preinit_array"))) static void (*const early_stop_
 
 static int run_main(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
     }
     const char *cmd = argv[1];
+    const int help = strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0;
+    if ((help || strcmp(cmd, "--version") == 0) && argc > 2)
+        return usage_error(help ? "--help takes no arguments, got '%s'"
+                                : "--version takes no arguments, got '%s'", argv[2]);
+    if (help) {
+        fputs(usage, stdout);
+        return 0;
+    }
     if (strcmp(cmd, "--version") == 0) {
         printf("pipetrain %s\n", PT_VERSION);
         return 0;

@@ -72,6 +72,8 @@ def test_help(h):
         for cmd in ("train", "eval", "export", "keys", "plan"):
             check(re.search(r"^\s+%s\b" % cmd, r.out, re.M), "%s: usage lacks '%s'", flag, cmd)
         check(r.err == "", "%s wrote on stderr: %r", flag, r.err)
+        r = h.run([flag, "extra"]).expect(2, flag + " with an argument")
+        r.one_error("takes no arguments", "'extra'", strict=False)
 
 
 def test_no_arguments(h):
@@ -83,6 +85,8 @@ def test_no_arguments(h):
 def test_version(h):
     r = h.run(["--version"]).expect(0)
     check(re.match(r"^pipetrain \d+\.\d+\.\d+\n$", r.out), "unexpected --version output %r", r.out)
+    r = h.run(["--version", "extra"]).expect(2, "--version with an argument")
+    r.one_error("--version takes no arguments", "'extra'", strict=False)
 
 
 def test_keys_lists_every_schema_key(h):

@@ -316,6 +316,14 @@ CASES = [
     Case("megabyte_of_empty_sections",
          raw=lambda t: t + "".join("k%x: {}\n" % i for i in range(60000)),
          line=line_with("k0: {}"), needles=["unknown key 'k0'"], timeout=60),
+    # an empty key joined its keys to the section above, unseen
+    Case("empty_key_top", raw=append('"":\n  sample.length: 3\n'), line=line_with('"":'),
+         needles=["an empty key"]),
+    Case("empty_key_in_section", raw=inserted_under("train", '  "": 3\n'), line=line_with('  "": 3'),
+         needles=["an empty key under train"]),
+    # a key written whole at the top is the key; set both ways, it is set twice
+    Case("whole_key_and_section", raw=append("train.lr: 0.1\n"), line=last_line,
+         needles=["train.lr: set twice"]),
     Case("key_without_section", raw=append("lr: 0.1\n"), line=last_line,
          needles=["'lr'", "did you mean 'train.lr'"]),
     Case("section_is_a_scalar", raw=append("pipeline: 4\n"), line=last_line, needles=["pipeline"]),
@@ -474,6 +482,14 @@ CASES = [
          needles=["below what float32", "allowed: 0 or 1e-38 to train.lr"]),
     Case("init_std_below_float", {"model.init_std": "1e-50"}, blame="model.init_std",
          needles=["allowed: a number >= 1e-38 and < 10"]),
+    # a leading zero: octal to YAML 1.1 (017 is 15), decimal to 1.2 (17);
+    # it used to be read as 17 without a word
+    Case("leading_zero_int", {"run.threads": "017"}, blame="run.threads",
+         needles=["a leading zero", "'017'"]),
+    Case("leading_zero_negative", {"pipeline.microbatches": "-08"}, blame="pipeline.microbatches",
+         needles=["a leading zero", "'-08'"]),
+    Case("leading_zero_float", {"train.lr": "010"}, blame="train.lr",
+         needles=["a leading zero", "'010'"]),
     Case("std_too_small", {"data.std": "1e-40"}, blame="data.std",
          needles=["allowed: a number >= 1e-06 and <= 1000"]),
     Case("huge_int_overflow", {"model.dim": "99999999999999999999999"}, blame="model.dim",
@@ -1765,6 +1781,7 @@ def test_eval_output_errors(h):
             (["--hidden", "a.st", "--hidden", "b.st"], ["--hidden given twice", "a.st", "b.st"]),
             (["--init", "--logits", "x.st", "--hidden", "x.st"], ["--logits and --hidden", "x.st"]),
             (["--init", "--checkpoint", h.path("a-dir")], ["--init and --checkpoint"]),
+            (["--init", "--init"], ["--init given twice"]),
             (["--init", "--hidden", missing], ["--hidden", missing, "No such file or directory"]),
             (["--init", "--logits", "x.st", "--hidden", h.path("a-dir")], ["--hidden", "is a directory"])]:
         r = h.run(["eval", cfg] + args).expect(2, " ".join(args))
