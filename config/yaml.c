@@ -166,6 +166,15 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
 static int line_at(const char *text, size_t at)
 {
     int line = 1;
+    const unsigned char *u = (const unsigned char *)text;
+    /* libyaml reads UTF-16 after its byte-order mark: count its units, not
+     * bytes (U+010A has an 0x0A byte) */
+    const int le = at >= 2 && u[0] == 0xFF && u[1] == 0xFE, be = at >= 2 && u[0] == 0xFE && u[1] == 0xFF;
+    if (le || be) {
+        for (size_t i = 2; i + 2 <= at; i += 2)
+            line += le ? u[i] == '\n' && u[i + 1] == 0 : u[i] == 0 && u[i + 1] == '\n';
+        return line;
+    }
     for (size_t i = 0; i < at; i++)
         line += text[i] == '\n';
     return line;

@@ -68,6 +68,34 @@ double pt_session_memory_per_rank(const pt_session *r)
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
+/* A step stages its replica's share of train.batch at once (inputs, targets
+ * and records: train/layout.c), whatever the layout: a batch whose staging
+ * cannot fit a rank's memory even spread over every rank is refused naming
+ * train.batch (plan and eval too, which size it alike) rather than failing
+ * at the allocation with no key. */
+static int check_staging(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int ranks = pt_comm_size(s->comm);
+    const int replicas = c->pipeline.replicas == PT_AUTO || c->pipeline.replicas > ranks
+                             ? ranks : c->pipeline.replicas;
+    const double share = ceil((double)c->train.batch / (replicas > 0 ? replicas : 1));
+    const double per = (double)pt_arch_input_floats(&s->arch) * sizeof(float) +
+                       2.0 * pt_arch_tokens(&s->arch) * sizeof(int32_t) + 64;
+    const double gib = (double)(1ull << 30), have = c->pipeline.memory_gib > 0
+        ? c->pipeline.memory_gib * gib : pt_session_memory_per_rank(s);
+    if (have <= 0 || share * per <= have)
+        return 0;
+    return pt_config_key_fail(c, err, "train.batch",
+                              "%lld examples, %.0f per replica, whose inputs and targets a step "
+                              "holds at once take %.3g GiB, more than the %.3g GiB per rank%s; "
+                              "allowed: a batch of at most %.0f per replica",
+                              c->train.batch, share, share * per / gib, have / gib,
+                              c->pipeline.memory_gib > 0 ? " (pipeline.memory_gib)"
+                                                         : " (the node's RAM over its ranks)",
+                              floor(have / per));
+}
+
 /* One stage with a fixed number of micro-batches leaves nothing to plan, so
  * nothing checked that the model fits: the segment's allocation failed with
  * "out of memory" and no key. Checked here with what the planner counts:
@@ -530,7 +558,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (!known && (rc = check_model_memory(s, mode, err))) ||
-        (rc = pt_session_check_init(c, &s->arch, err)))
+        (rc = pt_session_check_init(c, &s->arch, err)) || (rc = check_staging(s, err)))
         goto agree;
     if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
         rc = pt_config_key_fail(c, err, "run.profile_ops",

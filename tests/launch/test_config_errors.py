@@ -744,6 +744,15 @@ CASES = [
          needles=["unexpected argument '--checkpoint'"]),
     Case("eval_with_bad_config", {"model.heads": "3"}, cmd="eval", blame="model.heads"),
     Case("plan_with_bad_config", {"train.schedule": "cosin"}, cmd="plan", blame="train.schedule"),
+    # a batch whose step staging (inputs and targets at once) cannot fit:
+    # refused naming train.batch, where plan and eval used to exit 1 with
+    # "out of memory for batch staging" (52 GB asked for)
+    Case("batch_staging_plan", {"train.batch": "16777216", "pipeline.microbatches": "1048576",
+                                "data.image_size": "28", "model.patch": "7", "pipeline.memory_gib": "4"}, cmd="plan",
+         blame="train.batch", needles=["whose inputs and targets a step holds at once"]),
+    Case("batch_staging_eval", {"train.batch": "16777216", "pipeline.microbatches": "1048576",
+                                "data.image_size": "28", "model.patch": "7", "pipeline.memory_gib": "4"}, cmd="eval",
+         sets=["--init"], blame="train.batch", needles=["whose inputs and targets a step holds at once"]),
 ]
 
 
@@ -1585,6 +1594,22 @@ def test_subcommand_help(h):
                   r.describe())
 
 
+def test_utf16_config(h):
+    """A UTF-16 config (with its byte-order mark, as libyaml reads it) is
+    read as the same config in UTF-8, and an error in it is reported on its
+    line, counted in characters: U+010A, whose low byte is a newline's, used
+    to count as a line (line 8 for line 3)."""
+    text = U.render(base(h, **{"train.max_steps": "1"}))
+    for codec, bom in (("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff")):
+        cfg = U.write(h.path(codec + ".yaml"), bom + text.encode(codec), "wb")
+        h.run(["plan", cfg]).expect(0, codec)
+        bad = "# \u010a\u010a\u010a\u010a\u010a\nrun:\n  dir: X\n".encode(codec)
+        surrogate = b"\x00\xd8" if codec.endswith("le") else b"\xd8\x00"
+        cfg = U.write(h.path(codec + "-bad.yaml"), bom + bad.replace("X".encode(codec), surrogate), "wb")
+        r = h.run(["plan", cfg]).expect(2, codec + " with a lone surrogate")
+        r.one_error(cfg + ":3: YAML syntax error")
+
+
 def test_config_without_settings(h):
     """An empty config, one of comments only, or a FIFO read before its
     writer came, is refused (exit 2) naming the file: it would otherwise
@@ -1823,7 +1848,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_unreadable_inputs,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
-         test_usage_errors, test_subcommand_help, test_config_without_settings,
+         test_usage_errors, test_subcommand_help, test_config_without_settings, test_utf16_config,
          test_checkpoints_not_a_directory, test_eval_output_errors,
          test_error_line_escapes_control_characters] + [make(c) for c in CASES]
 
