@@ -137,7 +137,7 @@ void pt_checkpoint_release(pt_ckpt_hold *h);
 /* The newest step directory under RUN_DIR/checkpoints that is newer than
  * checkpoint `latest` (a path as pt_checkpoint_latest gives) and not a
  * complete checkpoint (a save that did not finish, a damaged manifest), or
- * -1: what `auto` passed over, for a note. */
+ * -1: what `auto` passed over, for a note. latest NULL: any such directory. */
 int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest);
 
 /* An empty step directory RUN_DIR/checkpoints/step_N for a new save: an

@@ -194,9 +194,9 @@ int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
 
 int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
 {
-    const char *base = strrchr(latest, '/');
-    int64_t from, newest = -1;
-    if (!pt_checkpoint_dir_step(base ? base + 1 : latest, &from))
+    const char *base = latest ? strrchr(latest, '/') : NULL;
+    int64_t from = -1, newest = -1;
+    if (latest && !pt_checkpoint_dir_step(base ? base + 1 : latest, &from))
         return -1;
     char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
     DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));

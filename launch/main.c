@@ -398,9 +398,16 @@ static int cmd_train(pt_comm *comm, const cli *a)
          * run.dir lags would otherwise enter the load's collectives alone) */
     } else if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
-        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0)
-            fprintf(stderr, "pipetrain: no checkpoint in %s yet; starting fresh\n", cfg->run.dir);
-        else
+        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
+            const int64_t step = pt_checkpoint_passed_over(cfg->run.dir, NULL);
+            char unfinished[128] = "";
+            if (step >= 0)
+                snprintf(unfinished, sizeof unfinished, " (checkpoints/step_%010lld is not a "
+                         "complete checkpoint: a save that did not finish, or a damaged manifest)",
+                         (long long)step);
+            fprintf(stderr, "pipetrain: no checkpoint in %s yet%s; starting fresh\n", cfg->run.dir,
+                    unfinished);
+        } else
             passed_over(cfg->run.dir, resume);
     } else if (*cfg->train.resume) {
         snprintf(resume, sizeof resume, "%s", cfg->train.resume);

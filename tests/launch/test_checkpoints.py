@@ -225,6 +225,8 @@ def test_only_checkpoint_without_manifest_starts_fresh(h):
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
     check("no checkpoint" in r.err and "starting fresh" in r.err,
           "resume=auto did not say it starts fresh\n%s", r.describe())
+    check("step_0000000005 is not a complete checkpoint" in r.err,
+          "the unfinished step directory was not named\n%s", r.describe())
     check("resumed at" not in r.err, "resumed from a directory without a manifest\n%s",
           r.describe())
     check(os.path.isfile(os.path.join(U.ckpt(run_dir, 5), "manifest")),
