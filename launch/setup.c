@@ -147,6 +147,22 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                    "RAM over its ranks)";
     char room[160];
     snprintf(room, sizeof room, where, have / gib);
+    /* a model whose parameters are mostly one table: its key, not the width */
+    pt_unit_info first, last;
+    pt_unit_info_get(a, 0, &first);
+    pt_unit_info_get(a, pt_arch_units(a) - 1, &last);
+    const int by_vocab = a->kind != PT_MODEL_VIT && (double)first.numel > params / 2;
+    const int by_classes = a->kind != PT_MODEL_GPT && (double)last.numel > params / 2;
+    if (weights >= have / 2 && (by_vocab || by_classes) && weights + (double)micro * example > have)
+        return pt_config_key_fail(c, err, by_vocab ? "model.vocab" : "model.classes",
+                                  "%d %s, %d wide (model.dim): their table alone holds %.0f of "
+                                  "the model's %.0f parameters, which take %.3g GiB%s%s, %s; "
+                                  "allowed: fewer %s, or a smaller model",
+                                  by_vocab ? a->vocab : a->classes, by_vocab ? "tokens" : "classes",
+                                  a->dim, (double)(by_vocab ? first.numel : last.numel), params,
+                                  weights / gib, state,
+                                  weights >= have ? "" : " with a micro-batch's activations",
+                                  room, by_vocab ? "tokens" : "classes");
     if (weights >= have)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
@@ -560,6 +576,19 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         (!known && (rc = check_model_memory(s, mode, err))) ||
         (rc = pt_session_check_init(c, &s->arch, err)) || (rc = check_staging(s, err)))
         goto agree;
+    /* allowed (a plan for a bigger machine), but what does not fit here
+     * fails at an allocation: say so first */
+    if (s->rank == 0 && c->pipeline.memory_gib > 0 && pt_session_memory_per_rank(s) > 0 &&
+        strcmp(pt_backend_name(s->be), "cpu") == 0 &&
+        c->pipeline.memory_gib * (1ull << 30) > pt_session_memory_per_rank(s)) {
+        char at[PT_PATH_MAX + 32];
+        pt_config_where(c, "pipeline.memory_gib", at, sizeof at);
+        fprintf(stderr,
+                "pipetrain: warning: %spipeline.memory_gib: %g GiB per rank, more than the %.3g "
+                "GiB each rank has here (the node's RAM over its ranks); a layout planned for it "
+                "may not fit this machine\n", at, c->pipeline.memory_gib,
+                pt_session_memory_per_rank(s) / (1ull << 30));
+    }
     if (mode == PT_RUN_TRAIN && c->run.profile_ops && (rc = pt_backend_profile_ops(s->be, err))) {
         rc = pt_config_key_fail(c, err, "run.profile_ops",
                                 "true, but this run trains on the %s backend, whose ops are "

@@ -630,6 +630,20 @@ def test_attention_work_memory_counted(h):
     check(not os.path.exists(h.path("long-context")), "a refused run left its run.dir")
 
 
+def test_memory_claim_beyond_the_machine(h):
+    """pipeline.memory_gib above what a rank has here is allowed (a plan
+    for a bigger machine) with a warning naming the key and what this
+    machine has; a layout planned for it used to fail later at an allocation
+    with no word of the key. Within the machine: no warning."""
+    cfg = U.write_config(h, "c.yaml", tiny_keys("vit", h.path("run"), **{"pipeline.memory_gib": "1e6"}))
+    r = h.run(["plan", cfg]).expect(0)
+    check(re.search(r"warning: .*pipeline\.memory_gib: 1e\+06 GiB per rank, more than the [\d.]+ GiB "
+                    r"each rank has here", r.err), "no warning:\n%s", r.describe())
+    cfg = U.write_config(h, "d.yaml", tiny_keys("vit", h.path("run"), **{"pipeline.memory_gib": "0.5"}))
+    r = h.run(["plan", cfg]).expect(0)
+    check("memory_gib" not in r.err, "a warning within the machine:\n%s", r.describe())
+
+
 def test_cpu_affinity(h):
     """Without a launcher, the CPU affinity pipetrain starts with (taskset)
     is never widened: one allowed CPU gives one thread bound to it. It used
@@ -688,7 +702,7 @@ def tests():
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_address_space_limit, test_attention_work_memory_counted,
-           test_cpu_affinity,
+           test_memory_claim_beyond_the_machine, test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
