@@ -24,7 +24,7 @@
 /* bounds of what a profile may claim, generous for any machine we plan for
  * and small enough that the planner's sums of them stay finite */
 enum { MAX_RANKS = 1 << 20, MAX_CORES = 1 << 20, MAX_THREADS = 1 << 16, MAX_BATCH = 1 << 24,
-       MAX_FILE = 32 << 20 };
+       MAX_FILE = 16 << 20 }; /* a million ranks and 4096 units: about 10 MiB */
 #define MAX_SECONDS 1e6   /* a unit's time per micro-batch; a latency */
 #define MAX_BYTES 1e17    /* a unit's memory; bytes per example at a stage boundary */
 #define MAX_RATE 1e15     /* a link's bytes per second */

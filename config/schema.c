@@ -106,7 +106,8 @@ const pt_key_spec pt_config_keys[] = {
     {"data.test_labels", PT_K_STR, AT(data.test_labels), 0, 0, NULL, PT_F_FILE,
      FASHION_MNIST_DIR "/t10k-labels-idx1-ubyte.gz", "IDX label file for evaluation"},
     {"data.text", PT_K_STR, AT(data.text), 0, 0, NULL, PT_F_FILE, "datasets/kjv.txt",
-     "text file for data.kind text or kjv (bytes are tokens)"},
+     "text file for data.kind text or kjv (bytes are tokens; a file that starts as gzip data "
+     "does, with 1f 8b, is read unpacked)"},
     {"data.train_file", PT_K_STR, AT(data.train_file), 0, 0, NULL, PT_F_FILE,
      "datasets/kjv_books.tsv",
      "text_classification: labelled texts, NAME.tsv (lines LABEL<TAB>TEXT) or NAME.jsonl (lines "

@@ -86,6 +86,17 @@ const char *pt_fashion_mnist_class(int k);
  * thousandfold) file is decompressed. */
 int pt_idx_image_size(const char *images_path, int64_t *count, int *rows, int *cols, pt_err *err);
 
+/* The most memory a loaded file may take (bytes; 0 = no limit, the
+ * default): data.text's bytes as read (after gzip: a small file can inflate
+ * to gigabytes), a text classification file's examples at the context's
+ * tokens each. Beyond it the load is refused (PT_EINPUT naming the file and
+ * the limit) before the memory is taken, not failed at an allocation. Set
+ * by the launcher from the memory each rank has; process-wide. */
+void pt_data_set_memory_limit(int64_t bytes);
+int64_t pt_data_memory_limit(void);
+/* The words every such refusal holds (for a caller telling it apart). */
+#define PT_DATA_TOO_BIG "a data file may take here"
+
 /* Byte-level text, plain or gzip'd. The split is bytes [floor(begin*n),
  * floor(end*n)) of the n bytes of the file (0 <= begin < end <= 1). Example i
  * covers bytes [i*context, i*context + context + 1) of the split: tokens are

@@ -86,3 +86,9 @@ void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt
     else
         gather_text(ds, ids, n, tokens, targets);
 }
+
+static int64_t memory_limit; /* pt_data_set_memory_limit: 0 = none */
+
+void pt_data_set_memory_limit(int64_t bytes) { memory_limit = bytes > 0 ? bytes : 0; }
+
+int64_t pt_data_memory_limit(void) { return memory_limit; }

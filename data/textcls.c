@@ -252,6 +252,14 @@ int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label '%.*s' starts or ends with a space", at,
                        lineno, (int)n, s);
+    /* reports name a class past the labels (model.classes above their
+     * count) "(class K, no label)": no label may read as one */
+    static const char head[] = "(class ", tail[] = ", no label)";
+    if (n >= sizeof head + sizeof tail - 2 && memcmp(s, head, sizeof head - 1) == 0 &&
+        memcmp(s + n - (sizeof tail - 1), tail, sizeof tail - 1) == 0)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%" PRId64 ": the label '%.*s' has the form reports give a class "
+                       "without a label; allowed: another name", at, lineno, (int)n, s);
     return 0;
 }
 
@@ -452,6 +460,18 @@ static int grow(pt_dataset *ds, int64_t *cap, const reader *r, pt_err *err)
     int64_t more = *cap ? *cap * 2 : 16;
     if (more > PT_DATA_MAX_COUNT)
         more = PT_DATA_MAX_COUNT;
+    /* every example keeps model.context tokens, however short its line */
+    const int64_t limit = pt_data_memory_limit();
+    const double per = (double)ds->context * sizeof(int32_t) + sizeof(int32_t);
+    if (limit > 0 && (double)(ds->count + 1) * per > (double)limit)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%" PRId64 ": more than %" PRId64 " examples, which at %d tokens each "
+                       "(model.context) take more than the %lld bytes " PT_DATA_TOO_BIG
+                       " (half the memory of a rank); allowed: fewer examples, or a shorter "
+                       "context", r->path, r->lineno, ds->count, ds->context, (long long)limit);
+    if (limit > 0 && (double)more * per > (double)limit)
+        more = (int64_t)((double)limit / per) > ds->count ? (int64_t)((double)limit / per)
+                                                           : ds->count + 1;
     int32_t *tokens = realloc(ds->tokens, (size_t)more * (size_t)ds->context * sizeof *tokens);
     if (tokens)
         ds->tokens = tokens;

@@ -149,7 +149,8 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
 {
     const pt_config *c = &r->cfg;
     int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
-    if (rc != PT_EINPUT) /* it cannot be read: the key that names it */
+    /* it cannot be read, or is too big: the key that names it */
+    if (rc != PT_EINPUT || strstr(err->msg, PT_DATA_TOO_BIG))
         return rc ? pt_config_key_prefix(c, err, "data.text") : 0;
     pt_dataset shortest;
     pt_err again;
@@ -366,6 +367,9 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     int rc = 0;
+    /* a file may take half of what a rank has, as IDX pixels and synthetic
+     * data may (the rest is the model's) */
+    pt_data_set_memory_limit((int64_t)(pt_session_memory_per_rank(r) / 2));
     switch (c->data.kind) {
     case PT_DATA_FASHION_MNIST:
     case PT_DATA_IDX: {

@@ -572,6 +572,39 @@ static void test_text_errors(void)
     remove_dir(dir);
 }
 
+/* A memory limit on data.text: a file of exactly the limit loads, one byte
+ * more is refused, and a gzip file is judged by what it unpacks to (a small
+ * file of zeros can unpack to gigabytes), with a message that says so. */
+static void test_text_memory_limit(void)
+{
+    char dir[256], path[512];
+    make_dir(dir, sizeof dir);
+    enum { LIMIT = 3 << 20 };
+    unsigned char *bytes = malloc(LIMIT + 1);
+    CU_ASSERT_FATAL(bytes != NULL);
+    for (size_t i = 0; i <= LIMIT; i++)
+        bytes[i] = (unsigned char)('a' + i % 26);
+    pt_data_set_memory_limit(LIMIT);
+    pt_dataset ds;
+    pt_err err = {0};
+    write_file(path, sizeof path, dir, "at-limit.txt", bytes, LIMIT, 0);
+    CU_ASSERT_EQUAL(pt_text_load(&ds, path, 8, 0, 1, &err), 0);
+    CU_ASSERT_EQUAL(ds.nbytes, LIMIT);
+    pt_dataset_free(&ds);
+    write_file(path, sizeof path, dir, "past-limit.txt", bytes, LIMIT + 1, 0);
+    expect_text_error("a byte past the limit", path, 8, 0, 1, PT_EINPUT, PT_DATA_TOO_BIG);
+    memset(bytes, 0, LIMIT + 1);
+    write_file(path, sizeof path, dir, "zeros.gz", bytes, LIMIT + 1, 1);
+    expect_text_error("gzip unpacking past the limit", path, 8, 0, 1, PT_EINPUT,
+                      "once unpacked (it is gzip data)");
+    pt_data_set_memory_limit(0);
+    CU_ASSERT_EQUAL(pt_text_load(&ds, path, 8, 0, 1, &err), 0); /* no limit: it loads */
+    pt_dataset_free(&ds);
+    free(bytes);
+    printf("\n");
+    remove_dir(dir);
+}
+
 /* ----------------------------------------------------- synthetic tests */
 
 static void test_synthetic_images(void)
@@ -698,6 +731,7 @@ static const pt_test text_tests[] = {
     {"text_splits", test_text_splits},
     {"text_layout", test_text_layout},
     {"text_errors", test_text_errors},
+    {"text_memory_limit", test_text_memory_limit},
     {NULL, NULL},
 };
 static const pt_test textcls_tests[] = {

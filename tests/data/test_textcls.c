@@ -469,6 +469,14 @@ static const hostile HOSTILE[] = {
     H("label-variation-selector.tsv", "law\xef\xb8\x8f\tgod\n", 1, "U+FE0F"),
     H("label-hangul-filler.tsv", "\xe3\x85\xa4law\tgod\n", 1, "U+3164"),
     H("label-tag.tsv", "law\xf3\xa0\x81\x81\tgod\n", 1, "U+E0041"),
+    /* default-ignorable code points not yet assigned: drawn as nothing
+     * too (utf8proc calls them unassigned, not ignorable) */
+    H("label-reserved-invisible-operator.tsv", "law\xe2\x81\xa5\tgod\n", 1, "U+2065"),
+    H("label-reserved-specials.tsv", "law\xef\xbf\xb0\tgod\n", 1, "U+FFF0"),
+    H("label-reserved-tag.tsv", "law\xf3\xa0\x82\x80\tgod\n", 1, "U+E0080"),
+    /* the name reports give a class without a label */
+    H("label-placeholder.tsv", "law\tgod\n(class 3, no label)\tgod\n", 2,
+      "the form reports give a class without a label"),
     H("json-label-nbsp.jsonl", "{\"text\": \"god\", \"label\": \"law\\u00a0\"}\n", 1,
       "U+00A0 at byte 4"),
     H("empty-text.tsv", "law\tgod\nlaw\t\n", 2, "empty text"),
@@ -685,6 +693,20 @@ void test_textcls_limits(void)
     memcpy(text + PT_TEXTCLS_MAX_LABEL + 1, "\tgod\n", 6);
     write_text(path, sizeof path, "label-over-limit.tsv", text);
     expect_refused("label of 257 bytes", path, v, 4, 1, "at most 256 bytes");
+
+    /* a memory limit: every example keeps `context` tokens (36 bytes at
+     * context 8), so 100 examples fit in 4096 bytes and 200 do not */
+    n = 0;
+    for (int k = 0; k < 200; k++)
+        n += (size_t)sprintf(text + n, "law\tgod\n");
+    pt_data_set_memory_limit(4096);
+    write_bytes(path, sizeof path, "fits.tsv", text, n / 2);
+    load_ok(&ds, path, v, 8, NULL);
+    CU_ASSERT_EQUAL(ds.count, 100);
+    pt_dataset_free(&ds);
+    write_bytes(path, sizeof path, "past-the-memory-limit.tsv", text, n);
+    expect_refused("200 examples past 4096 bytes", path, v, 8, 114, PT_DATA_TOO_BIG);
+    pt_data_set_memory_limit(0);
     printf("\n");
     free(text);
     pt_vocab_free(v);
