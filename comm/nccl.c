@@ -62,6 +62,15 @@ void pt_group_nccl_close(pt_group *g)
     g->nccl = NULL;
 }
 
+/* A communicator that failed: aborted, and gone from the group (later
+ * calls say there is none, instead of using it). */
+static void abort_comm(pt_group *g)
+{
+    ncclCommAbort(g->nccl->comm);
+    free(g->nccl);
+    g->nccl = NULL;
+}
+
 static int need(pt_group *g, pt_err *err)
 {
     return g->nccl ? 0 : pt_fail(err, PT_EINTERNAL, "the group has no NCCL communicator");
@@ -138,14 +147,12 @@ int pt_nccl_wait(pt_group *g, pt_err *err)
         ncclResult_t async;
         if (ncclCommGetAsyncError(g->nccl->comm, &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress) {
-            ncclCommAbort(g->nccl->comm);
-            g->nccl->comm = NULL;
+            abort_comm(g);
             return nccl_fail(err, async, "NCCL reported an asynchronous error");
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > g->timeout) {
-            ncclCommAbort(g->nccl->comm);
-            g->nccl->comm = NULL;
+            abort_comm(g);
             return pt_fail(err, PT_EPEER, "no progress for %.3g s waiting for NCCL (a peer has stopped "
                            "answering; run.timeout_s sets this limit)", g->timeout);
         }

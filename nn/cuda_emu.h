@@ -271,7 +271,8 @@ inline void run_block(block_state *b, unsigned long long *seed)
             }
             if (lw > 0 && aw == lw) {
                 for (int k = w * 32; k < n && k < w * 32 + 32; k++)
-                    b->th[k].wait = RUN;
+                    if (b->th[k].wait != DONE) /* a thread that returned stays returned */
+                        b->th[k].wait = RUN;
                 released = 1;
             }
         }
@@ -283,7 +284,8 @@ inline void run_block(block_state *b, unsigned long long *seed)
             return;
         if (at_block == live) {
             for (int k = 0; k < n; k++)
-                b->th[k].wait = RUN;
+                if (b->th[k].wait != DONE)
+                    b->th[k].wait = RUN;
             released = 1;
         }
         if (!released) {

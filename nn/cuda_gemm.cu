@@ -160,7 +160,8 @@ static gemm_plan *plan_for(cuda_impl *c, const gemm_args *g)
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
     k.ab_bf16 = g->ab_bf16, k.cd_bf16 = g->cd_bf16, k.bias = g->bias != NULL;
     k.align_a = alignment(g->A), k.align_b = alignment(g->B);
-    k.align_c = alignment(g->C), k.align_d = alignment(g->D);
+    /* C is D where the product has none (Matmul gets g->C ? g->C : g->D) */
+    k.align_c = alignment(g->C ? g->C : g->D), k.align_d = alignment(g->D);
     k.align_bias = g->bias ? alignment(g->bias) : 0;
     if (!c->gemm && !(c->gemm = (cuda_gemm_cache *)calloc(1, sizeof *c->gemm))) {
         cuda_record(c, PT_ENOMEM, "out of host memory for cuBLASLt plans");

@@ -289,6 +289,7 @@ static int nccl_transfers(pt_stage_exec *x, const pt_action *list, int i, int le
     while (i + n - 1 < len - 1 && list[i + n - 1].fused)
         n++;
     int rc = pt_nccl_group_start(err);
+    const int started = rc == 0;
     for (int k = 0; rc == 0 && k < n; k++) {
         const pt_action a = list[i + k];
         const size_t bytes = act_bytes(x, batches[a.mb].n);
@@ -309,8 +310,14 @@ static int nccl_transfers(pt_stage_exec *x, const pt_action *list, int i, int le
             rc = pt_fail(err, PT_EINTERNAL, "action %d is not a transfer", (int)a.kind);
         }
     }
-    if (rc == 0)
-        rc = pt_nccl_group_end(err);
+    /* a group once started is ended, failed or not (NCCL would defer this
+     * thread's later calls) */
+    if (started) {
+        pt_err ignore;
+        const int end = pt_nccl_group_end(rc ? &ignore : err);
+        if (rc == 0)
+            rc = end;
+    }
     if (rc == 0)
         rc = pt_nccl_wait(x->pipe, err);
     *count = n;
