@@ -7,6 +7,7 @@
  */
 #include "config/schema.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,20 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     if (strlen(text) != vn->data.scalar.length)
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
                                    "a NUL character (\\0) after");
+    /* a quoted number is a string in every YAML, so "016" has no octal
+     * reading to be taken for: its leading zeros go (the plain 016, which
+     * YAML 1.1 reads as 15, is refused by the number's parser) */
+    const pt_key_type type = pt_config_keys[ki].type;
+    char plain[64];
+    if (vn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE && strlen(text) < sizeof plain &&
+        (type == PT_K_INT || type == PT_K_I64 || type == PT_K_FLOAT)) {
+        const size_t sign = *text == '+' || *text == '-';
+        size_t z = sign;
+        while (text[z] == '0' && isdigit((unsigned char)text[z + 1]))
+            z++;
+        snprintf(plain, sizeof plain, "%.*s%s", (int)sign, text, text + z);
+        text = plain;
+    }
     int rc = pt_config_set_value(w->c, ki, text, where, w->err);
     if (rc == 0)
         w->c->line[ki] = line;

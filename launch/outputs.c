@@ -120,6 +120,25 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
     return 0;
 }
 
+/* realpath into out; when it fails other than by a missing name (a real
+ * path longer than PATH_MAX, a loop, no permission), PT_EINPUT naming what:
+ * a check that needs the real path fails closed. *missing: it failed
+ * because a name is not there (the write, or the mkdir, fails and says so). */
+static int real_path(const char *option, const char *path, char out[PATH_MAX], int *missing,
+                     pt_err *err)
+{
+    *missing = 0;
+    if (realpath(path, out))
+        return 0;
+    if (errno == ENOENT || errno == ENOTDIR) {
+        *missing = 1;
+        return 0;
+    }
+    return pt_fail(err, PT_EINPUT, "%s: the real path of '%.200s' cannot be found (%s), and "
+                   "without it nothing can say it stays out of every run's checkpoints; "
+                   "give a place with a shorter real path", option, path, strerror(errno));
+}
+
 /* Whether the real path `in` is dir or lies under it. */
 static int under(const char *in, const char *dir)
 {
@@ -168,12 +187,16 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
 {
     char at[PATH_MAX], parent[PATH_MAX]; /* realpath writes up to PATH_MAX */
     struct stat st;
-    if (!(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && realpath(path, at))) {
+    int missing = 1, rc = 0;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+        (rc = real_path(option, path, at, &missing, err)))
+        return rc;
+    if (missing) {
         const char *slash = strrchr(path, '/');
         snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
                  slash ? path : ".");
-        if (!realpath(parent, at))
-            return 0; /* no such directory: the write fails and says so */
+        if ((rc = real_path(option, parent, at, &missing, err)) || missing)
+            return rc; /* no such directory: the write fails and says so */
     }
     switch (checkpoints_at_or_above(at)) {
     case 1:
@@ -258,8 +281,9 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
         }
         *slash = '\0';
     }
-    if (!realpath(path, at))
-        return 0; /* creating run.dir fails and says so */
+    int missing, rc;
+    if ((rc = real_path("run.dir", path, at, &missing, err)) || missing)
+        return rc; /* missing: creating run.dir fails and says so */
     /* with the components of run.dir that do not exist yet: a step
      * directory that a save will make is the run's to prune too */
     const size_t have = strlen(path), len = strlen(run_dir);
@@ -354,24 +378,31 @@ static int output_not_in_this_run(const char *option, const char *path, const ch
                                   pt_err *err)
 {
     char real_run[PATH_MAX], ckpts[PATH_MAX + 16], real_ckpts[PATH_MAX];
-    char parent[PATH_MAX], real_parent[PATH_MAX], real_path[PATH_MAX];
-    if (!run_dir || !*run_dir || !realpath(run_dir, real_run))
+    char parent[PATH_MAX], real_parent[PATH_MAX], real_out[PATH_MAX];
+    int missing, rc;
+    if (!run_dir || !*run_dir)
         return 0;
+    if ((rc = real_path(option, run_dir, real_run, &missing, err)) || missing)
+        return rc;
     snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run_dir);
-    const int have_ckpts = realpath(ckpts, real_ckpts) != NULL;
+    if ((rc = real_path(option, ckpts, real_ckpts, &missing, err)))
+        return rc;
+    const int have_ckpts = !missing;
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
              slash ? path : ".");
-    if (!realpath(parent, real_parent))
-        return 0; /* no such directory: the write fails and says so */
-    const int exists = realpath(path, real_path) != NULL;
-    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_path, real_ckpts))))
+    if ((rc = real_path(option, parent, real_parent, &missing, err)) || missing)
+        return rc; /* no such directory: the write fails and says so */
+    if ((rc = real_path(option, path, real_out, &missing, err)))
+        return rc;
+    const int exists = !missing;
+    if (have_ckpts && (under(real_parent, real_ckpts) || (exists && under(real_out, real_ckpts))))
         return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
                        "only its own files, and pruning removes whole checkpoints; write it "
                        "elsewhere", option, path, ckpts);
     const int own = is_run_file(base);
-    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_path, real_ckpts) == 0)))
+    if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_out, real_ckpts) == 0)))
         return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
                        "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
     return 0;

@@ -68,11 +68,11 @@ double pt_session_memory_per_rank(const pt_session *r)
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
-/* A step stages its replica's share of train.batch at once (inputs, targets
- * and records: train/layout.c), whatever the layout: a batch whose staging
- * cannot fit a rank's memory even spread over every rank is refused naming
- * train.batch (plan and eval too, which size it alike) rather than failing
- * at the allocation with no key. */
+/* A step stages its replica's share of train.batch at once in host memory
+ * (inputs, targets and records: train/layout.c), whatever the layout: a
+ * batch whose staging cannot fit a rank's RAM even spread over every rank
+ * is refused naming train.batch (plan and eval too, which size it alike)
+ * rather than failing at the allocation with no key. */
 static int check_staging(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
@@ -82,17 +82,16 @@ static int check_staging(pt_session *s, pt_err *err)
     const double share = ceil((double)c->train.batch / (replicas > 0 ? replicas : 1));
     const double per = (double)pt_arch_input_floats(&s->arch) * sizeof(float) +
                        2.0 * pt_arch_tokens(&s->arch) * sizeof(int32_t) + 64;
-    const double gib = (double)(1ull << 30), have = c->pipeline.memory_gib > 0
-        ? c->pipeline.memory_gib * gib : pt_session_memory_per_rank(s);
+    /* host memory, whatever pipeline.memory_gib says of a device's */
+    const double gib = (double)(1ull << 30), have = pt_session_memory_per_rank(s);
     if (have <= 0 || share * per <= have)
         return 0;
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld examples, %.0f per replica, whose inputs and targets a step "
-                              "holds at once take %.3g GiB, more than the %.3g GiB per rank%s; "
-                              "allowed: a batch of at most %.0f per replica",
+                              "holds at once in host memory take %.3g GiB, more than the %.3g "
+                              "GiB per rank here (the node's RAM over its ranks); allowed: a "
+                              "batch of at most %.0f per replica",
                               c->train.batch, share, share * per / gib, have / gib,
-                              c->pipeline.memory_gib > 0 ? " (pipeline.memory_gib)"
-                                                         : " (the node's RAM over its ranks)",
                               floor(have / per));
 }
 

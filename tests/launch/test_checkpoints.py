@@ -1634,6 +1634,34 @@ def test_long_real_paths(h):
     h.run(["train", cfg, "--set", "run.dir=" + os.path.join(step, "run")]).expect(2)
 
 
+def test_real_paths_past_path_max(h):
+    """A directory whose real path is longer than PATH_MAX (4096 bytes,
+    reached through two links): the checks that keep run.dir and eval's and
+    export's outputs out of every run's checkpoints need real paths, and
+    refuse (exit 2, naming the path) when there is none; they used to let
+    the write through, into another run's checkpoint too."""
+    names = ["%02d" % i + "d" * 198 for i in range(22)]
+    first = os.path.join(h.path("deep"), *names[:11])
+    os.makedirs(first)
+    s = h.path("s")
+    os.symlink(first, s)
+    os.makedirs(os.path.join(s, *names[11:]))
+    os.symlink(os.path.join(*names[11:]), os.path.join(s, "t"))
+    far = os.path.join(s, "t")
+    check(len(os.path.realpath(far)) > 4096 or not os.path.isdir(far), "the real path is short")
+    cfg, run_dir = trained(h)
+    step = os.path.join(run_dir, "checkpoints", U.checkpoints(run_dir)[-1])
+    before = U.snapshot(h.path("deep"))
+    far_cfg = U.write_config(h, "far.yaml", keys(h, os.path.join(far, "run")))
+    r = h.run(["train", far_cfg]).expect(2, "run.dir past PATH_MAX")
+    r.one_error("run.dir", "cannot be found (File name too long)", strict=False)
+    r = h.run(["eval", cfg, "--logits", os.path.join(far, "l.st")]).expect(2, "--logits past PATH_MAX")
+    r.one_error("--logits", "cannot be found", strict=False)
+    r = h.run(["export", step, os.path.join(far, "w.st")]).expect(2, "export past PATH_MAX")
+    r.one_error("export", "cannot be found")
+    U.same_snapshot(before, U.snapshot(h.path("deep")), "the deep directories")
+
+
 def test_diverged_run_saves_no_nan(h):
     """A run that diverges stops before a NaN reaches its weights and saves
     nothing non-finite: the gradient is checked before the update and every
@@ -1838,6 +1866,7 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_long_real_paths,
+        test_real_paths_past_path_max,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
         test_step_directory_under_another_name, test_lock_file_removed_while_waited_for,
     ]

@@ -756,14 +756,14 @@ CASES = [
          needles=["unexpected argument '--checkpoint'"]),
     Case("eval_with_bad_config", {"model.heads": "3"}, cmd="eval", blame="model.heads"),
     Case("plan_with_bad_config", {"train.schedule": "cosin"}, cmd="plan", blame="train.schedule"),
-    # a batch whose step staging (inputs and targets at once) cannot fit:
-    # refused naming train.batch, where plan and eval used to exit 1 with
-    # "out of memory for batch staging" (52 GB asked for)
+    # a batch whose step staging (inputs and targets at once, in host
+    # memory) cannot fit: refused naming train.batch, where plan and eval
+    # used to exit 1 with "out of memory for batch staging" (here 4 TiB)
     Case("batch_staging_plan", {"train.batch": "16777216", "pipeline.microbatches": "1048576",
-                                "data.image_size": "28", "model.patch": "7", "pipeline.memory_gib": "4"}, cmd="plan",
+                                "data.image_size": "256", "model.patch": "64"}, cmd="plan",
          blame="train.batch", needles=["whose inputs and targets a step holds at once"]),
     Case("batch_staging_eval", {"train.batch": "16777216", "pipeline.microbatches": "1048576",
-                                "data.image_size": "28", "model.patch": "7", "pipeline.memory_gib": "4"}, cmd="eval",
+                                "data.image_size": "256", "model.patch": "64"}, cmd="eval",
          sets=["--init"], blame="train.batch", needles=["whose inputs and targets a step holds at once"]),
 ]
 
@@ -1610,6 +1610,25 @@ def test_subcommand_help(h):
                   r.describe())
 
 
+def test_quoted_number_with_leading_zero(h):
+    """A quoted number is a string in every YAML, so "016" has no octal
+    reading: it is 16 (the plain 016 is refused as ambiguous)."""
+    text = U.render(base(h, **{"train.max_steps": "1"})).replace("dim: 16", 'dim: "016"', 1)
+    check('dim: "016"' in text, "the config has no 'dim: 16' to quote:\n%s", text)
+    h.run(["plan", U.write(h.path("quoted.yaml"), text)]).expect(0, 'dim: "016"')
+
+
+def test_staging_is_host_memory(h):
+    """The check of a step's staged inputs counts the host's memory, not
+    pipeline.memory_gib (a device's): a small memory_gib does not refuse a
+    batch the host holds."""
+    keys = base(h, **{"pipeline.memory_gib": "0.01", "train.batch": "2048",
+                      "data.synthetic_examples": "4096", "data.image_size": "112",
+                      "model.patch": "28", "train.max_steps": "1"})
+    r = h.run(["plan", U.write_config(h, "staging.yaml", keys)])
+    check("whose inputs and targets" not in r.err, "refused for its staging:\n%s", r.describe())
+
+
 def test_utf16_config(h):
     """A UTF-16 config (with its byte-order mark, as libyaml reads it) is
     read as the same config in UTF-8, and an error in it is reported on its
@@ -1865,6 +1884,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
          test_usage_errors, test_subcommand_help, test_config_without_settings, test_utf16_config,
+         test_quoted_number_with_leading_zero, test_staging_is_host_memory,
          test_checkpoints_not_a_directory, test_eval_output_errors,
          test_error_line_escapes_control_characters] + [make(c) for c in CASES]
 
