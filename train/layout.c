@@ -335,33 +335,29 @@ static int open_cache(pt_run *r, pt_err *err)
     pt_cache_spec cs = {r->job, r->spec.train->count + test, row, r->spec.cache_memory,
                         r->spec.cache_dir, r->spec.cache_disk};
     pt_group *node = pt_comm_node_group(r->comm);
-    int rc = pt_comm_local_rank(r->comm) == 0 ? pt_cache_create(&r->cache, &cs, err) : 0;
+    const int first = pt_comm_local_rank(r->comm) == 0;
+    int rc = first ? pt_cache_create(&r->cache, &cs, err) : 0;
     if (rc == 0) /* a stop signal after the creation, before the others attach */
         rc = pt_test_fault("cache-open", pt_comm_rank(r->comm), 0, err);
-    int64_t worst = rc;
-    int got = pt_allreduce_max_i64(node, &worst, err);
-    if (got)
-        return got;
-    if (rc == 0 && worst)
-        return pt_fail(err, (int)worst, "creating the node's activation cache failed (the node's "
-                       "first rank says why)");
-    if (rc == 0 && pt_comm_local_rank(r->comm) != 0)
-        rc = pt_cache_attach(&r->cache, &cs, err);
-    /* every rank learns of a rank that could not attach (the next steps are
-     * collectives it would not enter) */
-    int64_t v[2] = {rc != 0, pt_cache_names_released()};
+    /* the node's other ranks attach only to a segment its first rank made */
+    int64_t made = rc;
     pt_err ignore;
+    int got = pt_allreduce_max_i64(node, &made, rc ? &ignore : err);
+    if (got)
+        return rc ? rc : got;
+    if (rc == 0 && made == 0 && !first)
+        rc = pt_cache_attach(&r->cache, &cs, err);
+    /* then every rank of every node agrees, whatever failed where (the next
+     * steps are collectives a failed rank would not enter); a stop signal
+     * that took a first rank's names off before the others attached stops
+     * the job, as it asked */
+    int64_t v[2] = {rc != 0 || made != 0, pt_cache_names_released()};
     if ((got = pt_allreduce_sum(pt_comm_world(r->comm), v, 2, PT_DT_I64, rc ? &ignore : err)))
         return rc ? rc : got;
-    /* a stop signal took a first rank's names off before the others
-     * attached: the job stops, as the signal asked */
     if (v[0] && v[1])
-        return pt_fail(err, PT_ESTOPPED, "stopped by a signal before every rank had attached to "
-                       "its node's activation cache");
-    if (rc == 0 && v[0])
-        return pt_fail(err, PT_EPEER, "another rank could not attach to its node's activation "
-                       "cache (it says why)");
-    return rc;
+        return pt_fail(err, PT_ESTOPPED, "stopped by a signal before every rank had opened its "
+                       "node's activation cache");
+    return pt_group_agree(pt_comm_world(r->comm), rc, err);
 }
 
 /* Staging for the largest micro-batches this layout runs. */

@@ -98,8 +98,9 @@ def main():
                MNH_MPIRUN=mpiexec)
     env.pop("MNH_SUBNET", None)
 
-    def H(*args, check=True, **kw):
-        r = subprocess.run([hosts] + list(args), env=env, capture_output=True, text=True, **kw)
+    def H(*args, check=True, extra_env=None, **kw):
+        r = subprocess.run([hosts] + list(args), env=dict(env, **(extra_env or {})),
+                           capture_output=True, text=True, **kw)
         if check and r.returncode != 0:
             raise SystemExit("hosts.sh %s failed (%d):\n%s%s" % (" ".join(args), r.returncode,
                                                                  r.stdout, r.stderr))
@@ -168,6 +169,22 @@ def main():
             close_to("K = 1 x D = 2, one rank per host", ref,
                      (losses(run_dir), h.export_weights(binary, h.latest_checkpoint(run_dir),
                                                              run_dir + ".st")), steps)
+        print("the cache fails to open on host 1 only", flush=True)
+        # host 1's first rank (rank 2) fails making its node's cache: every
+        # rank of both hosts agrees at once and rank 2's message is printed;
+        # host 0's ranks used to wait in another collective until
+        # run.timeout_s, printing that a signal had stopped them
+        run_dir = os.path.join(work, "cache-fails")
+        start = time.time()
+        r = H("run", "--", "-np", "4", "-x", "PIPETRAIN_TEST_FAULT",
+              *train_cmd(run_dir, pipeline__stages=2, pipeline__replicas=2, run__timeout_s=60),
+              check=False, extra_env={"PIPETRAIN_TEST_FAULT": "2:0:error:cache-open"})
+        took = time.time() - start
+        out = r.stdout + r.stderr
+        expect(r.returncode not in (0, 130) and took < 30,
+               "a cache that fails on one host ends the job (%d) in %.1f s" % (r.returncode, took))
+        expect("rank 2: error: injected fault" in out and "stopped by a signal" not in out,
+               "the failing rank's message, and no word of a signal:\n" + out[-2000:])
         print("a rank killed on host 1", flush=True)
         run_dir = os.path.join(work, "killed")
         start = time.time()
