@@ -38,7 +38,8 @@ typedef struct pt_ckpt_run {
      * when not known (synthetic data are not digested): rank 0's are what a
      * save records; a resume refuses another vocabulary and notes other
      * training or test examples under the same settings (rank 0), an
-     * evaluation refuses another vocabulary (every rank). */
+     * evaluation refuses another vocabulary (every rank) and notes other
+     * test examples (rank 0). */
     const char *train_sha256, *test_sha256, *vocab_sha256;
 } pt_ckpt_run;
 

@@ -214,6 +214,33 @@ static int same_checkpoint(pt_run *r, const manifest *m, int rc, const char *dir
     return 0;
 }
 
+/* An evaluation of a checkpoint on other test examples than its run
+ * evaluated is allowed (another test file is a use), but where the test
+ * split comes from the training data (another data.test_fraction), some
+ * of its examples may be ones the model trained on: said once. */
+static void note_other_test_split(const pt_ckpt_run *c, const manifest *m)
+{
+    const char *sha;
+    int64_t n;
+    pt_err ignored;
+    if (c->run->rank != 0 || !c->test || !c->test_sha256 || !*c->test_sha256 ||
+        pt_manifest_data(m, "test", &sha, &n, &ignored) || !sha ||
+        (strcmp(sha, c->test_sha256) == 0 && n == c->test->count))
+        return;
+    pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+    pt_arch arch;
+    char diff[1024] = "";
+    if (was && pt_manifest_config(m, was, &arch, &ignored) == 0 &&
+        pt_config_differences(was, c->cfg, "data.", diff, sizeof diff) <= 0)
+        diff[0] = '\0';
+    fprintf(stderr,
+            "pipetrain: note: evaluating %s on other test examples than its run evaluated (%" PRId64
+            " examples, SHA-256 %.16s... then; %" PRId64 ", %.16s... now%s%s): where they come from "
+            "the training data, some may be examples it trained on\n",
+            m->dir, n, sha, c->test->count, c->test_sha256, *diff ? "; " : "", diff);
+    free(was);
+}
+
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
     pt_run *r = c->run;
@@ -231,6 +258,8 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
             rc = load_units(r->seg, &m, 0, err);
         else if (rc == PT_EINPUT && key) /* the config's line that makes the other model */
             pt_config_key_prefix(c->cfg, err, key);
+        if (rc == 0)
+            note_other_test_split(c, &m);
     }
     if (m.j || m.f)
         pt_manifest_close(&m);

@@ -1143,6 +1143,25 @@ def test_resume_with_other_data_is_noted(h):
           U.checkpoints(run_dir), r.err[-3000:])
 
 
+def test_eval_on_other_test_examples_is_noted(h):
+    """eval of a checkpoint on other test examples than its run evaluated
+    (here another data.test_fraction, which moves training text into the
+    test split) is allowed, with a note naming the change; the same split
+    gives none. It used to say nothing."""
+    text = U.write(h.path("words.txt"), " ".join(U.WORDS[i * 7 % len(U.WORDS)] for i in range(900)))
+    run_dir = h.path("text-run")
+    cfg = U.write_config(h, "text.yaml", U.tiny("gpt", run_dir, **{
+        "data.kind": "text", "data.text": text, "data.test_fraction": "0.25",
+        "train.max_steps": "2", "train.checkpoint_every": "2"}))
+    h.run(["train", cfg]).expect(0)
+    r = h.run(["eval", cfg]).expect(0, "the run's own split")
+    check("other test examples" not in r.err, "a note on the run's own split:\n%s", r.err)
+    r = h.run(["eval", cfg, "--set", "data.test_fraction=0.5"]).expect(0, "another split")
+    note = [l for l in r.err.splitlines() if "other test examples than its run evaluated" in l]
+    check(len(note) == 1 and "data.test_fraction 0.25 -> 0.5" in note[0] and
+          "some may be examples it trained on" in note[0], "no note of the other split:\n%s", r.err)
+
+
 def test_eval_without_checkpoints(h):
     run_dir = h.path("empty-run")
     cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
@@ -1854,6 +1873,7 @@ def tests():
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
+        test_eval_on_other_test_examples_is_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
         test_prune_removes_incomplete_and_keeps_foreign_entries,
