@@ -302,7 +302,7 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         fprintf(stderr, "pipetrain: note: '%s' (data.train_file) has one label, '%.200s': every "
                 "training example is class 0, so the classifier has nothing to tell apart\n",
                 c->data.train_file, r->train.label_names[0]);
-    if (mode != PT_RUN_TRAIN)
+    if (mode == PT_RUN_EVAL)
         pt_dataset_free(&r->train); /* evaluation needs only the test split */
     return 0;
 }
@@ -379,7 +379,7 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
         int64_t tn, rn = 0;
         if ((rc = pt_idx_image_size(c->data.test_images, &tn, &th, &tw, err)))
             return pt_config_key_prefix(c, err, "data.test_images");
-        if (mode == PT_RUN_TRAIN &&
+        if (mode != PT_RUN_EVAL &&
             (rc = pt_idx_image_size(c->data.train_images, &rn, &rh, &rw, err)))
             return pt_config_key_prefix(c, err, "data.train_images");
         /* the pixels as floats, with their labels, in half the memory of a
@@ -409,12 +409,12 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
                                           "(data.test_images); allowed: a divisor of both sides",
                                           r->arch.patch, th, tw, c->data.test_images);
         }
-        if (mode == PT_RUN_TRAIN && (rh != th || rw != tw))
+        if (mode != PT_RUN_EVAL && (rh != th || rw != tw))
             return pt_config_key_fail(c, err, "data.test_images",
                                       "'%s' holds %dx%d images, but data.train_images '%s' holds "
                                       "%dx%d; both splits must have images of one size",
                                       c->data.test_images, th, tw, c->data.train_images, rh, rw);
-        if (mode == PT_RUN_TRAIN &&
+        if (mode != PT_RUN_EVAL &&
             (rc = load_idx(r, &r->train, "data.train_images", c->data.train_images,
                            "data.train_labels", c->data.train_labels, err)))
             return rc;
@@ -424,7 +424,7 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV: {
         double cut = 1.0 - c->data.test_fraction;
-        if (mode == PT_RUN_TRAIN && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
+        if (mode != PT_RUN_EVAL && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
             return rc;
         return load_text(r, &r->test, cut, 1.0, "test", err);
     }

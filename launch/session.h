@@ -88,7 +88,8 @@ int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *er
 /* The parts of pt_session_open, file by file. */
 
 /* data.c: the training and test sets the config names, into s->train and
- * s->test (only the test set unless training); their digests, which
+ * s->test (only the test set for an evaluation: a plan checks the training
+ * set as training would); their digests, which
  * checkpoints record (not for synthetic data or a plan); rank 0's digests
  * of data, vocabulary and initial weights against this rank's (collective
  * over the world). */

@@ -596,7 +596,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         goto agree;
     }
     pt_session_digest_data(s, mode);
-    if (mode == PT_RUN_TRAIN) {
+    /* plan refuses what train would, from the same training split */
+    if (mode != PT_RUN_EVAL) {
         pt_augment aug = {c->data.hflip, c->data.crop_pad};
         /* text data with augmentation is refused by pt_config_validate, so
          * what is left is a crop larger than the images (IDX: any size) */

@@ -756,6 +756,14 @@ CASES = [
          needles=["unexpected argument '--checkpoint'"]),
     Case("eval_with_bad_config", {"model.heads": "3"}, cmd="eval", blame="model.heads"),
     Case("plan_with_bad_config", {"train.schedule": "cosin"}, cmd="plan", blame="train.schedule"),
+    # plan refuses what train would: a batch past the training split (plan
+    # did not read the training split, or did not look)
+    Case("plan_batch_past_the_data", {"train.batch": "1000"}, cmd="plan", blame="train.batch",
+         needles=["the training split has only 40 examples"]),
+    Case("plan_batch_past_fashion_mnist", {"data.kind": "fashion_mnist", "train.batch": "70000",
+                                           "model.classes": "10", "data.image_size": "28",
+                                           "model.patch": "7"},
+         cmd="plan", blame="train.batch", needles=["the training split has only 60000 examples"]),
     # a batch whose step staging (inputs and targets at once, in host
     # memory) cannot fit: refused naming train.batch, where plan and eval
     # used to exit 1 with "out of memory for batch staging" (here 4 TiB)
