@@ -70,11 +70,41 @@ static void profiled_sizes(const pt_run *r, int *small, int *large)
         *small = *large;
 }
 
+/* The sizes a unit is timed at here: profiled_sizes', but under a memory
+ * limit (pipeline.memory_gib, the same on every rank) no larger micro-batch
+ * than one unit alone fits in it: no layout can use one, and timing a unit
+ * at it would take more than the limit (a profile timed at either pair
+ * serves: profile_fits). */
+static void measured_sizes(const pt_run *r, int *small, int *large)
+{
+    profiled_sizes(r, small, large);
+    pt_cost_model m;
+    pt_err ignored;
+    if (r->spec.mem_limit > 0 && pt_cost_sizes(&m, &r->arch, r->be, 1, *large, &ignored) == 0) {
+        int fits = *large;
+        for (; fits > 1; fits = fits * 3 / 4) {
+            int all = 1;
+            for (int u = 0; all && u < m.units; u++)
+                all = m.unit[u].param_bytes + m.unit[u].state_bytes +
+                          pt_cost_saved_bytes(&m, u, fits) + pt_cost_scratch_bytes(&m, u, fits) <=
+                      r->spec.mem_limit;
+            if (all)
+                break;
+        }
+        *large = fits;
+        pt_cost_model_free(&m);
+    }
+    if (*small > *large)
+        *small = *large;
+}
+
 /* Whether profile p was measured on this world for what this run plans:
  * 1, or 0 with the first difference in why. */
 static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int small, int large,
                         char *why, size_t n)
 {
+    int ms, ml; /* what this run would time them at */
+    measured_sizes(r, &ms, &ml);
     const int *node_of = pt_comm_node_map(r->comm);
     const int units = pt_arch_units(&r->arch);
     if (p->ranks != r->ranks) {
@@ -112,9 +142,10 @@ static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int sma
         snprintf(why, n, "it holds no unit costs (that run had nothing to choose), this run needs them");
     else if (costs && p->cost.units != units)
         snprintf(why, n, "it holds the costs of %d units, this model has %d", p->cost.units, units);
-    else if (costs && (p->cost.batch[0] != small || p->cost.batch[1] != large))
+    else if (costs && !(p->cost.batch[0] == small && p->cost.batch[1] == large) &&
+             !(p->cost.batch[0] == ms && p->cost.batch[1] == ml))
         snprintf(why, n, "it timed micro-batches of %d and %d examples, this run needs %d and %d "
-                 "(train.batch or the ranks differ)", p->cost.batch[0], p->cost.batch[1], small, large);
+                 "(train.batch or the ranks differ)", p->cost.batch[0], p->cost.batch[1], ms, ml);
     else
         return 1;
     return 0;
@@ -520,6 +551,8 @@ int pt_layout_open(pt_run *r, pt_err *err)
     } else if (rc == 0 && r->ranks > 1) {
         rc = pt_comm_measure_links(r->comm, &r->bw_intra, &r->bw_inter, &r->latency, err);
     }
+    if (!use) /* timed here: at what fits */
+        measured_sizes(r, &small, &large);
     if (rc == 0 && costs)
         rc = shared_cost_model(r, small, large, use ? r->spec.profile : NULL, err);
     int depth = r->spec.resume_depth; /* rank 0's reading */

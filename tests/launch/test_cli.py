@@ -644,6 +644,29 @@ def test_memory_claim_beyond_the_machine(h):
     check("memory_gib" not in r.err, "a warning within the machine:\n%s", r.describe())
 
 
+def test_units_timed_within_the_memory_limit(h):
+    """Under pipeline.memory_gib the units are timed at micro-batches that
+    one unit alone fits in (no layout can use larger ones), not at the whole
+    batch: timing them at 256 examples took 3x the limit before training
+    began. A profile timed at the whole batch still plans such a run."""
+    keys = U.tiny("vit", h.path("run"), **{
+        "data.synthetic_examples": "512", "data.image_size": "28", "model.patch": "4",
+        "model.dim": "64", "model.heads": "2", "model.classes": "10", "train.batch": "256",
+        "train.max_steps": "1", "pipeline.memory_gib": "0.02"})
+    h.run(["train", U.write_config(h, "limited.yaml", keys)]).expect(0)
+    timed = json.load(open(h.path("run", "profile.json")))["costs"]["batch"]
+    check(timed[1] < 256, "timed at micro-batches of %s under a 0.02 GiB limit", timed)
+    free = dict(keys, **{"run.dir": h.path("free"), "pipeline.memory_gib": "0",
+                         "pipeline.microbatches": "auto", "pipeline.stages": "auto"})
+    del free["pipeline.memory_gib"]
+    h.run(["train", U.write_config(h, "free.yaml", free)]).expect(0)
+    whole = json.load(open(h.path("free", "profile.json")))["costs"]["batch"]
+    if whole[1] == 256:  # measured at the whole batch (one process plans only with a limit)
+        again = dict(keys, **{"run.dir": h.path("again"),
+                              "pipeline.profile": h.path("free", "profile.json")})
+        h.run(["train", U.write_config(h, "again.yaml", again)]).expect(0)
+
+
 def test_cpu_affinity(h):
     """Without a launcher, the CPU affinity pipetrain starts with (taskset)
     is never widened: one allowed CPU gives one thread bound to it. It used
@@ -702,7 +725,8 @@ def tests():
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_address_space_limit, test_attention_work_memory_counted,
-           test_memory_claim_beyond_the_machine, test_cpu_affinity,
+           test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
+           test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
