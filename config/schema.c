@@ -191,7 +191,8 @@ const pt_key_spec pt_config_keys[] = {
     /* sample (gpt) */
     /* at most 4096: the sampler writes no more (train.c, main.c) */
     {"sample.length", PT_K_INT, AT(sample.length), 0, 4096, NULL, 0, "200",
-     "GPT: bytes generated after each evaluation; 0 = none"},
+     "GPT: bytes generated after each evaluation (drawn with seed run.seed + step; eval's "
+     "with run.seed); 0 = none"},
     {"sample.temperature", PT_K_FLOAT, AT(sample.temperature), 0, 100, NULL, PT_F_MIN_EXCL, "0.8",
      "GPT: softmax temperature for sampling"},
     /* at most the vocabulary: a token is a byte */
