@@ -271,7 +271,7 @@ int pt_manifest_labels(const manifest *m, int arch_classes, const json_t **out, 
     for (size_t k = 0; k < count; k++) {
         const json_t *v = json_array_get(labels, k);
         int rc = pt_textcls_check_label(at, (int64_t)k + 1, json_string_value(v),
-                                        json_string_length(v), err);
+                                        json_string_length(v), 1, err);
         if (rc)
             return rc;
         if (k > 0 && strcmp(json_string_value(json_array_get(labels, k - 1)), json_string_value(v)) >= 0)

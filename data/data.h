@@ -140,9 +140,12 @@ int pt_textcls_load(pt_dataset *ds, const char *path, const pt_vocab *vocab, int
 /* 0 if the n bytes at s are a label pt_textcls_load accepts, else
  * PT_EINPUT with "AT:LINENO: what is wrong" (the rules above, and no
  * character that prints as nothing or as a space, no combining mark first,
- * normalization form C), or PT_ENOMEM. For a label read back from a
- * checkpoint too. */
-int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, pt_err *err);
+ * normalization form C, not the form reports give a class without a label),
+ * or PT_ENOMEM. stored: a label read back from a checkpoint, held to the
+ * rules its run was (not the two that came later: reserved default-ignorable
+ * code points, the placeholder's form), so that a saved run still loads. */
+int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, int stored,
+                           pt_err *err);
 
 /* 0 if path's name is one pt_textcls_load reads (.tsv or .jsonl, in any
  * case), else PT_EINPUT with its message. Looks at the name only. */

@@ -26,7 +26,7 @@ static int read_all(gzFile gz, const char *path, uint8_t **out, int64_t *len, pt
         if (used == capacity) {
             size_t grown = capacity ? capacity * 2 : FIRST_CAPACITY;
             const int64_t limit = pt_data_memory_limit();
-            if (limit > 0 && used >= (size_t)limit) {
+            if (limit > 0 && used > (size_t)limit) {
                 free(buf);
                 return pt_fail(err, PT_EINPUT,
                                "%s holds at least %zu bytes of text%s, more than the %lld bytes "
@@ -34,8 +34,10 @@ static int read_all(gzFile gz, const char *path, uint8_t **out, int64_t *len, pt
                                path, used, gzdirect(gz) ? "" : " once unpacked (it is gzip data)",
                                (long long)limit);
             }
-            if (limit > 0 && grown > (size_t)limit)
-                grown = (size_t)limit + 1; /* one byte past it: a file of exactly the limit fits */
+            /* one byte past the limit at most: a file of exactly the limit
+             * fits, and one byte more is found without reading on */
+            if (limit > 0 && grown > (size_t)limit + 1)
+                grown = (size_t)limit + 1;
             uint8_t *p = grown > capacity && grown <= (size_t)INT64_MAX ? realloc(buf, grown) : NULL;
             if (!p) {
                 free(buf);

@@ -203,7 +203,8 @@ static uint32_t utf8_decode(const unsigned char *s, size_t k)
 
 /* A label name: 1 to PT_TEXTCLS_MAX_LABEL bytes of UTF-8, no control byte,
  * no invisible or non-ASCII space character, no space at either end (data.h). */
-int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, pt_err *err)
+int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t n, int stored,
+                           pt_err *err)
 {
     if (n == 0)
         return pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": empty label", at, lineno);
@@ -224,7 +225,7 @@ int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t
                            "%s:%" PRId64 ": the label is not valid UTF-8 (byte %zu)", at,
                            lineno, i + 1);
         const uint32_t cp = utf8_decode((const unsigned char *)s + i, k);
-        if (cp >= 0x80 && pt_unicode_invisible(cp))
+        if (cp >= 0x80 && (pt_unicode_invisible(cp) || (!stored && pt_unicode_reserved_ignorable(cp))))
             return pt_fail(err, PT_EINPUT,
                            "%s:%" PRId64 ": the label holds U+%04X at byte %zu, a character that "
                            "prints as nothing or as a space (a label that looks like another "
@@ -255,7 +256,7 @@ int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t
     /* reports name a class past the labels (model.classes above their
      * count) "(class K, no label)": no label may read as one */
     static const char head[] = "(class ", tail[] = ", no label)";
-    if (n >= sizeof head + sizeof tail - 2 && memcmp(s, head, sizeof head - 1) == 0 &&
+    if (!stored && n >= sizeof head + sizeof tail - 2 && memcmp(s, head, sizeof head - 1) == 0 &&
         memcmp(s + n - (sizeof tail - 1), tail, sizeof tail - 1) == 0)
         return pt_fail(err, PT_EINPUT,
                        "%s:%" PRId64 ": the label '%.*s' has the form reports give a class "
@@ -516,7 +517,7 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                  : parse_jsonl(r, &json, digits, sizeof digits, &label, &label_n, &text, &text_n,
                                err);
         if (!rc)
-            rc = pt_textcls_check_label(r->path, r->lineno, label, label_n, err);
+            rc = pt_textcls_check_label(r->path, r->lineno, label, label_n, 0, err);
         if (!rc && is_blank(text, text_n))
             rc = pt_fail(err, PT_EINPUT, "%s:%" PRId64 ": empty text (label '%s')", r->path,
                          r->lineno, label);

@@ -331,13 +331,15 @@ static int check_synthetic_memory(pt_session *r, pt_err *err)
     const int ranks = pt_comm_local_size(r->comm);
     if (have <= 0 || need <= have)
         return 0;
-    if (fixed >= have / 2) /* one prototype image per class: the classes are the size */
-        return pt_config_key_fail(c, err, "model.classes",
+    /* one prototype image per class: where there are more classes than
+     * examples, the classes are the size; else the images are */
+    if (fixed >= have / 2)
+        return pt_config_key_fail(c, err, c->model.classes > n ? "model.classes" : "data.image_size",
                                   "%d classes' prototype images of %dx%d pixels take %.1f GiB, "
                                   "more than half of the %.1f GiB for the data here (the node's "
-                                  "RAM over its ranks, halved); allowed: fewer classes or smaller "
-                                  "images", c->model.classes, c->data.image_size,
-                                  c->data.image_size, fixed / gib, have / gib);
+                                  "RAM over its ranks, halved); allowed: %s", c->model.classes,
+                                  c->data.image_size, c->data.image_size, fixed / gib, have / gib,
+                                  c->model.classes > n ? "fewer classes" : "smaller images");
     const double fit = (have - fixed) / per_example;
     char allowed[96];
     if (fit >= 16)

@@ -134,9 +134,13 @@ static int real_path(const char *option, const char *path, char out[PATH_MAX], i
         *missing = 1;
         return 0;
     }
+    const int e = errno;
     return pt_fail(err, PT_EINPUT, "%s: the real path of '%.200s' cannot be found (%s), and "
-                   "without it nothing can say it stays out of every run's checkpoints; "
-                   "give a place with a shorter real path", option, path, strerror(errno));
+                   "without it nothing can say it stays out of every run's checkpoints; %s",
+                   option, path, strerror(e),
+                   e == ENAMETOOLONG ? "give a place with a shorter real path"
+                   : e == ELOOP      ? "its symbolic links lead in a circle: name a real place"
+                                     : "name a place it can resolve");
 }
 
 /* Whether the real path `in` is dir or lies under it. */

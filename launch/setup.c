@@ -146,22 +146,35 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                    "RAM over its ranks)";
     char room[160];
     snprintf(room, sizeof room, where, have / gib);
-    /* a model whose parameters are mostly one table: its key, not the width */
-    pt_unit_info first, last;
-    pt_unit_info_get(a, 0, &first);
-    pt_unit_info_get(a, pt_arch_units(a) - 1, &last);
-    const int by_vocab = a->kind != PT_MODEL_VIT && (double)first.numel > params / 2;
-    const int by_classes = a->kind != PT_MODEL_GPT && (double)last.numel > params / 2;
-    if (weights >= have / 2 && (by_vocab || by_classes) && weights + (double)micro * example > have)
-        return pt_config_key_fail(c, err, by_vocab ? "model.vocab" : "model.classes",
+    /* weights too big, and mostly one table: its key, not the width (the
+     * word table of bert, the position table of bert or gpt, the classifier
+     * of vit or bert; gpt's 256 byte rows never are one) */
+    const double words = a->kind == PT_MODEL_BERT ? (double)a->vocab * a->dim : 0;
+    const double places = a->kind == PT_MODEL_BERT  ? (double)a->positions * a->dim
+                          : a->kind == PT_MODEL_GPT ? (double)a->context * a->dim
+                                                    : 0;
+    const double rows = a->kind != PT_MODEL_GPT ? (double)a->classes * a->dim : 0;
+    const double table = fmax(words, fmax(places, rows));
+    if (weights >= have && table > params / 2) {
+        const char *key = table == words    ? "model.vocab"
+                          : table == places ? (a->kind == PT_MODEL_BERT ? "model.positions"
+                                                                        : "model.context")
+                                            : "model.classes";
+        const int count = table == words ? a->vocab : table == places
+                              ? (a->kind == PT_MODEL_BERT ? a->positions : a->context) : a->classes;
+        const char *what = table == words ? "tokens" : table == places ? "positions" : "classes";
+        return pt_config_key_fail(c, err, key,
                                   "%d %s, %d wide (model.dim): their table alone holds %.0f of "
-                                  "the model's %.0f parameters, which take %.3g GiB%s%s, %s; "
-                                  "allowed: fewer %s, or a smaller model",
-                                  by_vocab ? a->vocab : a->classes, by_vocab ? "tokens" : "classes",
-                                  a->dim, (double)(by_vocab ? first.numel : last.numel), params,
-                                  weights / gib, state,
-                                  weights >= have ? "" : " with a micro-batch's activations",
-                                  room, by_vocab ? "tokens" : "classes");
+                                  "the model's %.0f parameters, which take %.3g GiB%s, %s; "
+                                  "allowed: %s, or a smaller model",
+                                  count, what, a->dim, table, params, weights / gib, state, room,
+                                  table == words ? "a vocabulary of fewer tokens (data.vocab, and "
+                                                   "model.vocab with it)"
+                                  : table == places ? (a->kind == PT_MODEL_BERT
+                                                           ? "fewer positions"
+                                                           : "a shorter context")
+                                                    : "fewer classes");
+    }
     if (weights >= have)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "

@@ -101,6 +101,9 @@ pt_normalize pt_vocab_normalize(const pt_vocab *v);
  * selectors, fillers, tags, ...), from utf8proc's tables, and U+2800
  * BRAILLE PATTERN BLANK (a symbol that prints as a space). */
 int pt_unicode_invisible(uint32_t c);
+/* Whether c is in Unicode's Default_Ignorable_Code_Point ranges, the
+ * reserved code points there included (utf8proc knows only the assigned). */
+int pt_unicode_reserved_ignorable(uint32_t c);
 
 /* Whether code point c is a combining mark (Mn, Mc, Me): it prints on the
  * character before it. */

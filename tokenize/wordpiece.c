@@ -137,17 +137,12 @@ int pt_unicode_is_nfc(const char *s, size_t n)
     return same;
 }
 
-int pt_unicode_invisible(uint32_t c)
+int pt_unicode_reserved_ignorable(uint32_t c)
 {
-    if (c == 0x20)
-        return 0;
-    if (c == 0x2800)
-        return 1;
-    if (c > 0x10ffff)
-        return 1;
-    /* Unicode's Default_Ignorable_Code_Point, reserved ones included
-     * (U+2065, U+FFF0-FFF8, most of U+E0000-E0FFF): renderers draw them as
-     * nothing, while utf8proc calls the unassigned ones Cn and not ignorable */
+    /* Unicode's Default_Ignorable_Code_Point ranges, reserved code points
+     * included (U+2065, U+FFF0-FFF8, most of U+E0000-E0FFF): renderers draw
+     * them as nothing, while utf8proc calls the unassigned ones Cn and not
+     * ignorable */
     static const uint32_t ignorable[][2] = {
         {0x00AD, 0x00AD},   {0x034F, 0x034F},   {0x061C, 0x061C},   {0x115F, 0x1160},
         {0x17B4, 0x17B5},   {0x180B, 0x180F},   {0x200B, 0x200F},   {0x202A, 0x202E},
@@ -157,6 +152,17 @@ int pt_unicode_invisible(uint32_t c)
     for (size_t i = 0; i < sizeof ignorable / sizeof *ignorable; i++)
         if (c >= ignorable[i][0] && c <= ignorable[i][1])
             return 1;
+    return 0;
+}
+
+int pt_unicode_invisible(uint32_t c)
+{
+    if (c == 0x20)
+        return 0;
+    if (c == 0x2800)
+        return 1;
+    if (c > 0x10ffff)
+        return 1;
     const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
     return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_ZS ||
            k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP ||

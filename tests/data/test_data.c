@@ -584,15 +584,19 @@ static void test_text_memory_limit(void)
     CU_ASSERT_FATAL(bytes != NULL);
     for (size_t i = 0; i <= LIMIT; i++)
         bytes[i] = (unsigned char)('a' + i % 26);
-    pt_data_set_memory_limit(LIMIT);
     pt_dataset ds;
     pt_err err = {0};
-    write_file(path, sizeof path, dir, "at-limit.txt", bytes, LIMIT, 0);
-    CU_ASSERT_EQUAL(pt_text_load(&ds, path, 8, 0, 1, &err), 0);
-    CU_ASSERT_EQUAL(ds.nbytes, LIMIT);
-    pt_dataset_free(&ds);
-    write_file(path, sizeof path, dir, "past-limit.txt", bytes, LIMIT + 1, 0);
-    expect_text_error("a byte past the limit", path, 8, 0, 1, PT_EINPUT, PT_DATA_TOO_BIG);
+    /* 3 MiB, and 2 MiB, which the read's doubling buffer reaches exactly */
+    for (size_t limit = LIMIT; limit >= (2u << 20); limit -= 1u << 20) {
+        pt_data_set_memory_limit((int64_t)limit);
+        write_file(path, sizeof path, dir, "at-limit.txt", bytes, limit, 0);
+        CU_ASSERT_EQUAL(pt_text_load(&ds, path, 8, 0, 1, &err), 0);
+        CU_ASSERT_EQUAL(ds.nbytes, (int64_t)limit);
+        pt_dataset_free(&ds);
+        write_file(path, sizeof path, dir, "past-limit.txt", bytes, limit + 1, 0);
+        expect_text_error("a byte past the limit", path, 8, 0, 1, PT_EINPUT, PT_DATA_TOO_BIG);
+    }
+    pt_data_set_memory_limit(LIMIT);
     memset(bytes, 0, LIMIT + 1);
     write_file(path, sizeof path, dir, "zeros.gz", bytes, LIMIT + 1, 1);
     expect_text_error("gzip unpacking past the limit", path, 8, 0, 1, PT_EINPUT,

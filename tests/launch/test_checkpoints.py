@@ -627,6 +627,30 @@ def read_only_export(h, ck):
     check(os.listdir(ro) == [], "the refused export left %s", os.listdir(ro))
 
 
+def test_stored_labels_under_the_rules_of_their_run(h):
+    """Labels a checkpoint stores are held to the rules of the run that
+    saved them: a label that later runs' data may not have (the form reports
+    give a class without a label, a reserved default-ignorable code point)
+    still exports, so a saved run stays usable."""
+    files = U.bert_files(h, 40, 1)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    _, orig = trained(h, kind="gpt", **bert)
+    ck = U.ckpt(orig, LAST)
+    labels = ["(class 0, no label)", "a\u2065", "c"]  # in byte order, as a save keeps them
+
+    def relabel(m):
+        m["labels"] = labels
+    rewrite_manifest(ck, relabel)
+    out = h.path("export-old-labels")
+    h.run(["export", ck, out]).expect(0, "export of labels an earlier run saved")
+    with open(os.path.join(out, "config.json")) as f:
+        exported = json.load(f)
+    check(exported.get("id2label") == {str(i): l for i, l in enumerate(labels)},
+          "exported id2label %s", exported.get("id2label"))
+
+
 def test_bert_other_labels(h):
     """A text-classification checkpoint records its classes' labels (the
     classifier's rows, in byte order): resuming or evaluating it with a
@@ -1867,7 +1891,8 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
-        test_resume_bert_other_dropout, test_bert_other_labels, test_tokenizer_recorded,
+        test_resume_bert_other_dropout, test_bert_other_labels,
+        test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
         test_export_spares_data_files,
         test_data_identity,
