@@ -83,7 +83,8 @@ const pt_key_spec pt_config_keys[] = {
      "attention_probs_dropout_prob); auto as model.dropout"},
     /* below 10: nn's pt_arch_check refuses 10 itself */
     {"model.init_std", PT_K_FLOAT, AT(model.init_std), 1e-38, 10, NULL, PT_F_MAX_EXCL,
-     "0.02", "standard deviation of the normal initialisation of weights (float32 holds no less)"},
+     "0.02", "standard deviation of the normal initialisation of weights (at least about float32's "
+     "smallest normal number)"},
     {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
      "start from these weights (safetensors, names as `pipetrain export` writes; bert: a Hugging "
      "Face BERT directory with config.json and model.safetensors, or its model.safetensors)"},
@@ -158,9 +159,9 @@ const pt_key_spec pt_config_keys[] = {
     {"train.max_steps", PT_K_I64, AT(train.max_steps), 0, 1e15, NULL, 0, "0",
      "stop after this many optimizer steps in all; 0 = no limit"},
     {"train.lr", PT_K_FLOAT, AT(train.lr), 1e-38, 10, NULL, 0, "0.001",
-     "peak learning rate (float32 holds no less)"},
+     "peak learning rate (at least about float32's smallest normal number)"},
     {"train.min_lr", PT_K_FLOAT, AT(train.min_lr), 0, 10, NULL, 0, "0",
-     "learning rate at the end of the cosine or linear decay; at most train.lr"},
+     "learning rate at the end of the cosine or linear decay: 0, or 1e-38 up to train.lr"},
     {"train.schedule", PT_K_ENUM, AT(train.schedule), 0, 0, PT_WORDS("constant", "cosine", "linear"), 0, "cosine",
      "learning-rate decay after warm-up, over all steps of the run"},
     {"train.warmup_steps", PT_K_I64, AT(train.warmup_steps), 0, 1e15, NULL, 0, "0",
@@ -170,7 +171,7 @@ const pt_key_spec pt_config_keys[] = {
     {"train.beta1", PT_K_FLOAT, AT(train.beta1), 0, 1, NULL, PT_F_MAX_EXCL, "0.9", "AdamW beta1"},
     {"train.beta2", PT_K_FLOAT, AT(train.beta2), 0, 1, NULL, PT_F_MAX_EXCL, "0.999", "AdamW beta2"},
     {"train.eps", PT_K_FLOAT, AT(train.eps), 1e-38, 1, NULL, 0, "1e-8",
-     "AdamW epsilon (float32 cannot hold less)"},
+     "AdamW epsilon (at least about float32's smallest normal number)"},
     {"train.grad_clip", PT_K_FLOAT, AT(train.grad_clip), 0, 1e6, NULL, 0, "1.0",
      "clip the global gradient norm to this; 0 = off"},
     {"train.log_every", PT_K_I64, AT(train.log_every), 1, 1e9, NULL, 0, "50",
