@@ -57,6 +57,26 @@ static int check_init_labels(const char *config, const char *weights, const pt_d
     return rc;
 }
 
+/* A bert's model.init_from: its weights' and config.json's paths (config
+ * "" when there is none), the config.json checked against the model.* keys
+ * of a (PT_EINPUT blaming the key that makes the other model). */
+static int bert_files(const pt_config *c, const pt_arch *a, char weights[PT_PATH_MAX + 32],
+                      char config[PT_PATH_MAX + 32], pt_err *err)
+{
+    int rc;
+    if ((rc = pt_hf_paths(c->model.init_from, weights, PT_PATH_MAX + 32, config, PT_PATH_MAX + 32,
+                          err)))
+        return pt_config_key_prefix(c, err, "model.init_from");
+    if (*config) {
+        pt_hf_bert_config hc;
+        const char *key = "model.init_from";
+        if ((rc = pt_err_input(pt_hf_bert_config_read(config, &hc, err), err)) ||
+            (rc = pt_hf_bert_config_check(&hc, a, config, &key, err)))
+            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
+    }
+    return 0;
+}
+
 /* model.init_from: our own safetensors, or for bert a Hugging Face BERT
  * (its config.json, when there is one, must describe the model.* keys). */
 static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
@@ -69,15 +89,8 @@ static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data
         return rc;
     }
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
-    if ((rc = pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err)))
-        return pt_config_key_prefix(c, err, "model.init_from");
-    if (*config) {
-        pt_hf_bert_config hc;
-        const char *key = "model.init_from";
-        if ((rc = pt_hf_bert_config_read(config, &hc, err)) ||
-            (rc = pt_hf_bert_config_check(&hc, pt_segment_arch(seg), config, &key, err)))
-            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
-    }
+    if ((rc = bert_files(c, pt_segment_arch(seg), weights, config, err)))
+        return rc;
     int head = 0;
     if ((rc = pt_hf_bert_load(seg, weights, &head, err)) == 0 && head)
         rc = check_init_labels(config, weights, data, c->data.train_file, note, err);
@@ -97,15 +110,8 @@ int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err)
         return rc;
     }
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
-    if ((rc = pt_hf_paths(c->model.init_from, weights, sizeof weights, config, sizeof config, err)))
-        return pt_config_key_prefix(c, err, "model.init_from");
-    if (*config) {
-        pt_hf_bert_config hc;
-        const char *key = "model.init_from";
-        if ((rc = pt_err_input(pt_hf_bert_config_read(config, &hc, err), err)) ||
-            (rc = pt_hf_bert_config_check(&hc, a, config, &key, err)))
-            return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
-    }
+    if ((rc = bert_files(c, a, weights, config, err)))
+        return rc;
     if ((rc = pt_err_input(pt_hf_bert_check_shapes(a, weights, err), err)))
         pt_config_key_prefix(c, err, "model.init_from");
     return rc;

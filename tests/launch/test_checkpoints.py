@@ -627,16 +627,26 @@ def read_only_export(h, ck):
     check(os.listdir(ro) == [], "the refused export left %s", os.listdir(ro))
 
 
+def bert_keys(h):
+    """A tiny bert on 40 labelled texts of 3 classes (a, b, c): its files
+    and keys."""
+    files = U.bert_files(h, 40, 1)
+    return files, dict(files, **{"model.kind": "bert", "model.context": "17",
+                                 "model.positions": "20", "model.classes": "3",
+                                 "data.kind": "text_classification", "sample.length": None})
+
+
+def trained_bert(h):
+    """That bert trained: its run directory."""
+    return trained(h, kind="gpt", **bert_keys(h)[1])[1]
+
+
 def test_stored_labels_under_the_rules_of_their_run(h):
     """Labels a checkpoint stores are held to the rules of the run that
     saved them: a label that later runs' data may not have (the form reports
     give a class without a label, a reserved default-ignorable code point)
     still exports, so a saved run stays usable."""
-    files = U.bert_files(h, 40, 1)
-    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
-                          "model.classes": "3", "data.kind": "text_classification",
-                          "sample.length": None})
-    _, orig = trained(h, kind="gpt", **bert)
+    orig = trained_bert(h)
     ck = U.ckpt(orig, LAST)
     labels = ["(class 0, no label)", "a\u2065", "c"]  # in byte order, as a save keeps them
 
@@ -658,10 +668,7 @@ def test_bert_other_labels(h):
     'b') is refused naming both, since every row would stand for another
     label; export writes them as id2label and label2id; a manifest without
     labels (written before they were recorded) is not checked."""
-    files = U.bert_files(h, 40, 1)
-    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
-                          "model.classes": "3", "data.kind": "text_classification",
-                          "sample.length": None})
+    files, bert = bert_keys(h)
     _, orig = trained(h, kind="gpt", **bert)
     ck = U.ckpt(orig, LAST)
     check(read_manifest(ck).get("labels") == ["a", "b", "c"], "the manifest's labels: %s",
