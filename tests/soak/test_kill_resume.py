@@ -147,7 +147,9 @@ def kill_one(p, variant):
 def show_group(p, why):
     """What is left of a job that did not end in time (which process waits,
     and where), printed before it is killed, so a rare hang says whose it
-    is: a rank still running, or only mpirun over ranks that have ended."""
+    is: a rank still running, or only mpirun over ranks that have ended.
+    Returns whether a rank (any process of the job but mpirun itself) is
+    still alive, not a zombie."""
     try:
         rows = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,stat=,etime=,wchan:24=,args="],
                               capture_output=True, text=True, timeout=30).stdout.splitlines()
@@ -163,18 +165,27 @@ def show_group(p, why):
     lines = [r for r in rows if r.split() and int(r.split()[0]) in family]
     print("  %s; its processes (pid, ppid, state, elapsed, wait channel, command):\n%s" %
           (why, "\n".join("    " + r.strip()[:300] for r in lines)), flush=True)
+    return not rows or any(int(r.split()[0]) != p.pid and not r.split()[2].startswith("Z")
+                           for r in lines)
 
 
 def wait_gone(p, variant):
-    """The job must end by itself within LIMIT_S once a rank is gone."""
+    """Every rank must end by itself within LIMIT_S once one is gone, and
+    with them the job. Open MPI 4.1.4's mpirun, rarely, keeps waiting over
+    ranks that have all ended (a killed rank left unreaped, a zombie: seen
+    twice in some hundreds of kills); that is its defect, not a rank's, and
+    is said so here and in the README, and not counted against the ranks."""
     try:
         p.wait(timeout=LIMIT_S)
         return True
     except subprocess.TimeoutExpired:
-        show_group(p, "%s: still running %d s after the kill" % (variant, LIMIT_S))
+        rank_alive = show_group(p, "%s: still running %d s after the kill" % (variant, LIMIT_S))
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-        return False
+        if not rank_alive:
+            print("  note: %s: every rank had ended; Open MPI's mpirun kept waiting over a rank "
+                  "it did not reap (its defect, see the README)" % variant, flush=True)
+        return not rank_alive
 
 
 def logged_losses(run_dir):
@@ -238,7 +249,7 @@ def random_kills(runner, variant, ref, took, kills):
                 kill_one(p, variant)
                 killed += 1
                 if not wait_gone(p, variant):
-                    expect(False, "%s: the job did not end within %d s of a SIGKILL" %
+                    expect(False, "%s: a rank did not end within %d s of a SIGKILL" %
                            (variant, LIMIT_S))
                 continue
         _, err = p.communicate(timeout=600)
