@@ -249,11 +249,19 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
                                  (uint64_t)c->run.seed + (uint64_t)r->step, text, err)))
             return rc;
         /* the model's bytes need not be UTF-8: escaped where they are not */
-        char shown[4 * sizeof text + 1];
-        pt_utf8_printable(text, (size_t)len, shown, sizeof shown);
-        pt_progress_note(&s->progress, "sample: %s%s", c->sample.prompt, shown);
+        char shown[4 * (sizeof c->sample.prompt + sizeof text) + 1];
+        pt_session_show_sample(c->sample.prompt, text, (size_t)len, shown, sizeof shown);
+        pt_progress_note(&s->progress, "sample: %s", shown);
     }
     return 0;
+}
+
+void pt_session_show_sample(const char *prompt, const char *text, size_t n, char *out,
+                            size_t cap)
+{
+    pt_utf8_printable_bytes(prompt, strlen(prompt), out, cap);
+    const size_t at = strlen(out);
+    pt_utf8_printable_bytes(text, n, out + at, cap - at);
 }
 
 /* The per-rank timing line (run.rank_metrics). */

@@ -605,9 +605,9 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         if ((rc = pt_sample_text(run, cfg->sample.prompt, len, cfg->sample.temperature,
                                  cfg->sample.top_k, (uint64_t)cfg->run.seed, text, &err)) == 0 &&
             pt_comm_rank(comm) == 0) {
-            char shown[4 * sizeof text + 1]; /* the model's bytes, escaped where not UTF-8 */
-            pt_utf8_printable(text, (size_t)len, shown, sizeof shown);
-            printf("sample: %s%s\n", cfg->sample.prompt, shown);
+            char shown[4 * (sizeof cfg->sample.prompt + sizeof text) + 1];
+            pt_session_show_sample(cfg->sample.prompt, text, (size_t)len, shown, sizeof shown);
+            printf("sample: %s\n", shown);
         }
     }
     if (rc && err.relayed) {

@@ -123,6 +123,11 @@ void pt_session_close(pt_session *s);
  * evaluation, freeze decisions (and re-plans), checkpoints, progress and
  * metrics, and a clean stop on a signal (PT_ESTOPPED after saving). */
 int pt_session_train(pt_session *s, pt_err *err);
+/* A GPT sample for a terminal: the prompt, then the n bytes drawn, with
+ * bytes that are not UTF-8 (and controls) as \xNN and a backslash as \\
+ * (pt_utf8_printable_bytes), into out (cap >= 1 bytes; 4 per byte always fit). */
+void pt_session_show_sample(const char *prompt, const char *text, size_t n, char *out,
+                            size_t cap);
 /* op_report.c (run.profile_ops): the op timings of the `steps` recorded
  * steps, which took step_s wall seconds in all, as a table on the progress
  * stream and RUN_DIR/op_profile-rank<R>.json. */

@@ -120,6 +120,10 @@ int pt_unicode_is_nfc(const char *s, size_t n);
  * as it is, into out (NUL-terminated, cut at a whole character to fit cap
  * >= 1 bytes). */
 void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap);
+/* The same with each backslash doubled, so that what reads \xNN is always
+ * an escaped byte: for bytes a model made (a sample), where a backslash is
+ * as likely as any other byte. */
+void pt_utf8_printable_bytes(const char *s, size_t n, char *out, size_t cap);
 
 /* Encodes text (n bytes, any bytes: see step 1 above) for classification:
  * ids = [CLS] pieces [SEP], truncated to at most max_ids ids by keeping the

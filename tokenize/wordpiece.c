@@ -98,7 +98,7 @@ int pt_unicode_combining(uint32_t c)
     return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
 }
 
-void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
+static void printable(const char *s, size_t n, char *out, size_t cap, int backslash)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t at = 0;
@@ -111,9 +111,12 @@ void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
         const int control = (cp < 0x20 && cp != '\n' && cp != '\t') || (cp >= 0x7F && cp <= 0x9F) ||
                             (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
         const int escape = (cp == PT_UTF8_INVALID && !literal_fffd) || control;
-        const size_t need = escape ? 4 * k : k;
+        const int doubled = backslash && cp == '\\';
+        const size_t need = escape ? 4 * k : k + (size_t)doubled;
         if (at + need + 1 > cap)
             break;
+        if (doubled)
+            out[at++] = '\\';
         for (size_t j = 0; j < k; j++) {
             if (escape) {
                 snprintf(out + at, 5, "\\x%02x", u[i + j]);
@@ -125,6 +128,16 @@ void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
         i += k;
     }
     out[at] = '\0';
+}
+
+void pt_utf8_printable(const char *s, size_t n, char *out, size_t cap)
+{
+    printable(s, n, out, cap, 0);
+}
+
+void pt_utf8_printable_bytes(const char *s, size_t n, char *out, size_t cap)
+{
+    printable(s, n, out, cap, 1);
 }
 
 int pt_unicode_is_nfc(const char *s, size_t n)

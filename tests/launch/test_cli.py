@@ -704,6 +704,37 @@ def test_demo_gpt_kjv(h):
     return demo(h, "gpt_kjv.yaml", ["datasets/kjv.txt"], ["--set", "sample.length=16"])
 
 
+def test_sample_escapes_are_unambiguous(h):
+    """A GPT sample is printed with undecodable bytes as \\xNN: a backslash,
+    of the prompt or drawn, is doubled, so the line decodes back to the
+    bytes (the prompt as written, a\\x41 must not read as aA)."""
+    prompt = "a\\x41\\"
+    cfg = U.write_config(h, "s.yaml", U.tiny("gpt", h.path("run"), **{
+        "sample.prompt": "'%s'" % prompt, "sample.length": "600", "sample.temperature": "100",
+        "sample.top_k": "0"}))
+    r = h.run(["eval", cfg, "--init"])
+    at = r.out.find("\nsample: ")
+    check(r.rc == 0 and at >= 0 and r.out.endswith("\n"), "eval --init of a gpt: exit %d, "
+          "no sample last on stdout\n%s", r.rc, r.describe())
+    # newlines and tabs are printed as they are: the sample runs to the end
+    shown, out, i = r.out[at + len("\nsample: "):-1], bytearray(), 0
+    while i < len(shown):
+        if shown[i] != "\\":
+            out += shown[i].encode()
+            i += 1
+        elif shown[i + 1:i + 2] == "\\":
+            out += b"\\"
+            i += 2
+        else:
+            check(re.match(r"x[0-9a-f]{2}", shown[i + 1:i + 4]) is not None,
+                  "a backslash at %d is neither doubled nor \\xNN: %r", i, shown[i:i + 8])
+            out.append(int(shown[i + 2:i + 4], 16))
+            i += 4
+    check(out.startswith(prompt.encode()) and len(out) == len(prompt) + 600,
+          "the sample line decodes to %d bytes starting %r (expected the prompt %r and 600 bytes)",
+          len(out), bytes(out[:16]), prompt)
+
+
 def test_stdout_write_failure(h):
     """What a command prints must reach stdout: with stdout on a full device
     (/dev/full) eval, plan, keys, --version and --help exit 1 saying so,
@@ -727,7 +758,8 @@ def tests():
            test_tiny_stack_limit, test_address_space_limit, test_attention_work_memory_counted,
            test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
            test_cpu_affinity,
-           test_demo_vit_fmnist, test_demo_gpt_kjv, test_stdout_write_failure]
+           test_demo_vit_fmnist, test_demo_gpt_kjv, test_sample_escapes_are_unambiguous,
+           test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
                     ("eval_logits_gpt", logits_case("gpt", 10 * CONTEXT, 256))]:

@@ -453,6 +453,13 @@ static void test_printable(void)
     CU_ASSERT_STRING_EQUAL(out, "a\\xc2\\x9b1m\\xe2\\x80\\xaez");
     pt_utf8_printable("", 0, out, 1);
     CU_ASSERT_STRING_EQUAL(out, "");
+    /* a backslash is itself there, doubled in the bytes form (and cut whole) */
+    pt_utf8_printable("a\\x41\xff", 6, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, "a\\x41\\xff");
+    pt_utf8_printable_bytes("a\\x41\xff", 6, out, sizeof out);
+    CU_ASSERT_STRING_EQUAL(out, "a\\\\x41\\xff");
+    pt_utf8_printable_bytes("a\\", 2, out, 3);
+    CU_ASSERT_STRING_EQUAL(out, "a");
 }
 
 static const pt_test tokenize_tests[] = {
