@@ -318,6 +318,7 @@ static int setup(cuda_impl *c, pt_err *err)
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
+    c->grid_y_max = prop.maxGridSize[1] > 0 ? prop.maxGridSize[1] : 65535;
     if (prop.major < 8)
         return pt_fail(err, PT_EBACKEND,
                        "GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 or "

@@ -88,6 +88,7 @@ typedef struct cuda_impl {
     char device_name[256];
     int sm_count;
     size_t smem_optin;
+    int grid_y_max; /* the launch grid's y limit (65535) */
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *lt_ws;

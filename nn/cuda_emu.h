@@ -298,9 +298,27 @@ inline void run_block(block_state *b, unsigned long long *seed)
     }
 }
 
+/* The grid's y and z limit: a GPU's 65535, or PT_EMU_GRID_YZ (tests make it
+ * small to reach the limit with small shapes). */
+inline unsigned grid_yz_max()
+{
+    const char *v = getenv("PT_EMU_GRID_YZ");
+    const long n = v ? strtol(v, NULL, 10) : 0;
+    return n >= 1 && n <= 65535 ? (unsigned)n : 65535u;
+}
+
 inline void launch(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body)
 {
     static unsigned long long seed = 12345;
+    /* a launch a GPU refuses (cudaErrorInvalidConfiguration) is a bug here */
+    const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (!grid.x || !grid.y || !grid.z || grid.x > 2147483647u || grid.y > grid_yz_max() ||
+        grid.z > grid_yz_max() || !threads || threads > 1024 || block.z > 64) {
+        fprintf(stderr, "cuda_emu: launch of grid (%u,%u,%u), block (%u,%u,%u) is past the "
+                "device's limits (grid y and z at most %u)\n", grid.x, grid.y, grid.z, block.x,
+                block.y, block.z, grid_yz_max());
+        abort();
+    }
     block_state *b = new block_state();
     b->grid = grid;
     b->block = block;
@@ -486,6 +504,7 @@ struct cudaDeviceProp {
     char name[256];
     int major, minor, multiProcessorCount;
     size_t sharedMemPerBlockOptin;
+    int maxGridSize[3];
 };
 
 static inline const char *cudaGetErrorName(cudaError_t e)
@@ -521,6 +540,8 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
     p->major = 9;
     p->multiProcessorCount = 132;
     p->sharedMemPerBlockOptin = 227 * 1024;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = p->maxGridSize[2] = (int)emu::grid_yz_max();
     return cudaSuccess;
 }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)

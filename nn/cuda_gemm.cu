@@ -226,45 +226,49 @@ __global__ void __launch_bounds__(256)
 {
     __shared__ float As[16][64 + 1], Bs[16][64 + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-    const int i0 = blockIdx.y * 64, j0 = blockIdx.x * 64;
-    float acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        for (int e = threadIdx.x; e < 64 * 16; e += 256) {
-            int ii = e % 64, kk = e / 64, i = i0 + ii, k = k0 + kk;
-            As[kk][ii] = i < M && k < K ? to_f(A[(size_t)i * sai + (size_t)k * sak]) : 0.0f;
-            int j = j0 + ii;
-            Bs[kk][ii] = j < N && k < K ? to_f(B[(size_t)k * sbk + (size_t)j * sbj]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-            float a[4], b[4];
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                a[q] = As[kk][ty + 16 * q];
-                b[q] = Bs[kk][tx + 16 * q];
+    const int j0 = blockIdx.x * 64;
+    /* row tiles in steps of gridDim.y: the grid's y is at most 65535 (M of
+     * 4M rows and more takes several) */
+    for (int i0 = blockIdx.y * 64; i0 < M; i0 += gridDim.y * 64) {
+        float acc[4][4] = {};
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            for (int e = threadIdx.x; e < 64 * 16; e += 256) {
+                int ii = e % 64, kk = e / 64, i = i0 + ii, k = k0 + kk;
+                As[kk][ii] = i < M && k < K ? to_f(A[(size_t)i * sai + (size_t)k * sak]) : 0.0f;
+                int j = j0 + ii;
+                Bs[kk][ii] = j < N && k < K ? to_f(B[(size_t)k * sbk + (size_t)j * sbj]) : 0.0f;
             }
+            __syncthreads();
 #pragma unroll
-            for (int q = 0; q < 4; q++)
+            for (int kk = 0; kk < 16; kk++) {
+                float a[4], b[4];
 #pragma unroll
-                for (int r = 0; r < 4; r++)
-                    acc[q][r] += a[q] * b[r];
+                for (int q = 0; q < 4; q++) {
+                    a[q] = As[kk][ty + 16 * q];
+                    b[q] = Bs[kk][tx + 16 * q];
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        acc[q][r] += a[q] * b[r];
+            }
+            __syncthreads();
         }
-        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int i = i0 + ty + 16 * q, j = j0 + tx + 16 * r;
+                if (i < M && j < N) {
+                    size_t o = (size_t)i * ldo + j;
+                    float v = acc[q][r] + (bias ? bias[j] : 0.0f);
+                    if (add && beta != 0.0f)
+                        v += beta * to_f(add[o]);
+                    out[o] = from_f<TO>(v);
+                }
+            }
     }
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            int i = i0 + ty + 16 * q, j = j0 + tx + 16 * r;
-            if (i < M && j < N) {
-                size_t o = (size_t)i * ldo + j;
-                float v = acc[q][r] + (bias ? bias[j] : 0.0f);
-                if (add && beta != 0.0f)
-                    v += beta * to_f(add[o]);
-                out[o] = from_f<TO>(v);
-            }
-        }
 }
 
 template <typename TA, typename TB, typename TO>
@@ -272,7 +276,8 @@ static void gemm_fallback(cuda_impl *c, TO *out, int ldo, const TO *add, float b
                           const TA *A, size_t sai, size_t sak, const TB *B, size_t sbk, size_t sbj, int M,
                           int N, int K)
 {
-    dim3 grid((unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64));
+    const int row_tiles = (M + 63) / 64;
+    dim3 grid((unsigned)((N + 63) / 64), (unsigned)(row_tiles < c->grid_y_max ? row_tiles : c->grid_y_max));
     PT_LAUNCH((gemm_fallback_kernel<TA, TB, TO>), grid, 256, 0, c->stream, out, ldo, add, beta, bias, A, sai,
               sak, B, sbk, sbj, M, N, K);
     CUDA_LAUNCHED(c, "gemm_fallback_kernel");

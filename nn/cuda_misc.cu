@@ -222,6 +222,8 @@ void cuda_colsum_add(cuda_impl *c, float *dst, const T *src, int rows, int cols,
     int cap = 1024 / col_blocks;       /* ...and about 1024 blocks in all */
     if (cap < 1)
         cap = 1;
+    if (cap > c->grid_y_max)
+        cap = c->grid_y_max;
     if (row_blocks > cap)
         row_blocks = cap;
     const int rows_per_block = (rows + row_blocks - 1) / row_blocks;
