@@ -338,23 +338,26 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
     /* every rank goes through the same collectives whatever fails where */
     int rc = pt_manifest_open(&m, dir, err);
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
-    const char *arch_key = NULL; /* the config's key that makes another model than the saved one */
+    /* the config's key that differs from the saved run (a model's, the batch, the seed) */
+    const char *arch_key = NULL;
     if (rc == 0 && (rc = pt_manifest_state(&m, &st, err)) == 0 &&
         (rc = pt_manifest_check_arch(&r->arch, &m, 1, &arch_key, err)) == 0 &&
         (rc = pt_manifest_check_labels(&m, &r->arch, c->train, c->cfg->data.train_file, err)) == 0 &&
         (rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err)) == 0 &&
         (rc = pt_manifest_check_data(&m, err)) == 0) {
-        if (st.batch != c->cfg->train.batch)
+        if (st.batch != c->cfg->train.batch) {
+            arch_key = "train.batch";
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with train.batch = %" PRId64 ", this config has %lld; "
                          "the data position is only exact with the same batch",
                          dir, st.batch, c->cfg->train.batch);
-        else if (st.seed != c->cfg->run.seed)
+        } else if (st.seed != c->cfg->run.seed) {
+            arch_key = "run.seed";
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
                          "set it back to resume the same data order",
                          dir, st.seed, c->cfg->run.seed);
-        else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
+        } else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
                          " batches: the training data changed",

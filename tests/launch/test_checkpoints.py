@@ -1391,6 +1391,21 @@ def test_other_model_names_the_config_line(h):
         r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
         line = r.one_error(where, "checkpoint %s holds a model with" % U.ckpt(run_dir, LAST), *needles)
         check(line.index(where) < line.index("checkpoint "), "the config's place is not first: %s", line)
+    # the batch and the seed, which fix the data position, the same way
+    at = U.line_of(text, "train.batch")
+    lines = text.splitlines(True)
+    check(lines[at - 1].strip().startswith("batch: ") and lines[at - 1].strip() != "batch: 6",
+          "the test's batch line: %r", lines[at - 1])
+    other_batch = U.write(h.path("other-batch.yaml"), "".join(lines[:at - 1] + ["  batch: 6\n"] +
+                                                             lines[at:]))
+    for args, where, needle in (
+            (["train", other_batch, "--set", "train.resume=auto"], "%s:%d: train.batch: " % (
+                other_batch, at), "saved with train.batch = "),
+            (["train", cfg, "--set", "train.resume=auto", "--set", "run.seed=77"],
+             "--set: run.seed: ", "saved with run.seed = ")):
+        r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
+        line = r.one_error(where, "checkpoint %s was saved" % U.ckpt(run_dir, LAST), needle)
+        check(line.index(where) < line.index("checkpoint "), "the config's place is not first: %s", line)
     U.same_snapshot(before, U.snapshot(run_dir), "run.dir")
 
 
