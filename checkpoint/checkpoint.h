@@ -41,6 +41,9 @@ typedef struct pt_ckpt_run {
      * evaluation refuses another vocabulary (every rank) and notes other
      * test examples (rank 0). */
     const char *train_sha256, *test_sha256, *vocab_sha256;
+    /* run.dir's lock, held by rank 0 of a training job (NULL elsewhere):
+     * each save first checks that run.dir is still the one locked */
+    const struct pt_rundir_lock *lock;
 } pt_ckpt_run;
 
 /* The identity of a data set (what the model is fed: shapes, labels,
@@ -170,6 +173,13 @@ typedef struct pt_rundir_lock {
  * files crashed jobs left. */
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
+/* Whether run_dir is still the directory this job locked, before a save
+ * writes into it: RUN_DIR/lock the file held (not gone with a run.dir moved
+ * or removed, nor replaced) and RUN_DIR/checkpoints, where there is one, a
+ * directory (not a link put there); PT_ESYS saying what changed when not,
+ * so the job stops rather than write where another job may. 0 when lock is
+ * NULL or not held. */
+int pt_rundir_lock_check(const pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 /* Whether a job holds run_dir's lock now (a training run in progress). */
 int pt_rundir_in_use(const char *run_dir);
 /* The first line of RUN_DIR/lock (who holds it, with a random job id), for

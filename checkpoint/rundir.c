@@ -588,6 +588,34 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err)
     return 0;
 }
 
+int pt_rundir_lock_check(const pt_rundir_lock *lock, const char *run_dir, pt_err *err)
+{
+    if (!lock || lock->fd < 0)
+        return 0;
+    char path[PT_CKPT_PATH];
+    struct stat held, named;
+    if (fstat(lock->fd, &held) != 0)
+        return pt_fail(err, PT_ESYS, "cannot look at run.dir '%s''s lock: %s", run_dir,
+                       strerror(errno));
+    pt_path_join(path, run_dir, "lock");
+    if (lstat(path, &named) != 0 || named.st_dev != held.st_dev || named.st_ino != held.st_ino) {
+        const int gone = errno == ENOENT || errno == ENOTDIR;
+        return pt_fail(err, PT_ESYS,
+                       "run.dir '%s' is no longer the directory this job locked: '%s' %s since "
+                       "the job began (run.dir moved or removed?); the job stops rather than "
+                       "save where another job may write too (its checkpoints so far are where "
+                       "run.dir went)",
+                       run_dir, path, gone ? "is gone" : "is another file");
+    }
+    pt_path_join(path, run_dir, "checkpoints");
+    if (lstat(path, &named) == 0 && !S_ISDIR(named.st_mode))
+        return pt_fail(err, PT_ESYS,
+                       "'%s' is %s, not run.dir's directory of checkpoints; the job stops rather "
+                       "than save (and prune) where it leads",
+                       path, S_ISLNK(named.st_mode) ? "a symbolic link" : pt_file_kind(named.st_mode));
+    return 0;
+}
+
 void pt_rundir_lock_release(pt_rundir_lock *lock)
 {
     if (lock->fd >= 0)

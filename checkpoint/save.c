@@ -346,7 +346,9 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
     int rc = 0;
     if (r->rank == 0) {
         pt_unique_id(id, sizeof id);
-        rc = pt_rundir_prepare_step(c->cfg->run.dir, r->step, err);
+        rc = pt_rundir_lock_check(c->lock, c->cfg->run.dir, err);
+        if (rc == 0)
+            rc = pt_rundir_prepare_step(c->cfg->run.dir, r->step, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-prepared", r->rank, r->step, err);
     }

@@ -366,6 +366,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_config_key_prefix(cfg, &err, "run.dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
+    s->lock = &lock;
     /* one run.dir for the job: every rank must see the lock rank 0 took
      * (a relative run.dir from other working directories, a node that does
      * not share the file system, would write checkpoints elsewhere or over

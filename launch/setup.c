@@ -349,7 +349,8 @@ pt_ckpt_run pt_session_ckpt(pt_session *s)
                          .test = &s->test,
                          .train_sha256 = s->train_sha256,
                          .test_sha256 = s->test_sha256,
-                         .vocab_sha256 = s->vocab_sha256};
+                         .vocab_sha256 = s->vocab_sha256,
+                         .lock = s->lock};
 }
 
 /* RUN_DIR/NAME-rankR.jsonl: its path, and opened for appending. */

@@ -1810,6 +1810,55 @@ def test_eval_while_training(h):
     check(trainer.returncode == 130, "the run, stopped by SIGTERM: exit %d", trainer.returncode)
 
 
+def test_run_dir_changed_while_training(h):
+    """run.dir moved away, its lock removed, or its checkpoints/ replaced by
+    a link to another run's, while a job trains: the next save stops the job
+    (exit 1, saying what changed) rather than save where another job may
+    (before: it made a new run.dir of the old name, which a second job could
+    lock and train in beside it, and pruned the other run's checkpoints
+    through the link)."""
+    _, other = trained(h, "other-run")
+    other_ckpts = os.path.join(other, "checkpoints")
+    before = U.snapshot(other)
+    for how in ("moved", "lock", "link"):
+        run_dir = h.path("live-" + how)
+        cfg = U.write_config(h, "live-%s.yaml" % how, keys(h, run_dir, **{
+            # saves far apart (a tenth of a second or more), so the change
+            # falls between two of them, not inside one
+            "train.epochs": "100000", "train.max_steps": "400000", "train.checkpoint_every": "4000",
+            "train.keep_checkpoints": "1", "train.eval_every": "0", "train.log_every": "100000",
+            "data.synthetic_examples": "400"}))  # few lines: stderr is a pipe read at the end
+        trainer = h.popen(["train", cfg])
+        try:
+            ckpts = os.path.join(run_dir, "checkpoints")
+            deadline = time.time() + 120
+            while time.time() < deadline and trainer.poll() is None and not glob.glob(
+                    os.path.join(ckpts, "step_*", "manifest")):
+                time.sleep(0.02)
+            check(trainer.poll() is None, "%s: the run ended before its first checkpoint", how)
+            if how == "moved":
+                os.rename(run_dir, run_dir + ".moved")
+            elif how == "lock":
+                os.unlink(os.path.join(run_dir, "lock"))
+            else:
+                os.rename(ckpts, ckpts + ".aside")
+                os.symlink(other_ckpts, ckpts)
+            out, err = trainer.communicate(timeout=120)
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.communicate()
+        want = ("'%s' is a symbolic link, not run.dir's directory of checkpoints" % ckpts
+                if how == "link" else "run.dir '%s' is no longer the directory this job locked: "
+                "'%s/lock' is gone" % (run_dir, run_dir))
+        check(trainer.returncode == 1 and want in err, "%s: exit %d (expected 1 and %r)\n%s", how,
+              trainer.returncode, want, U.tail(err, 1500))
+        if how == "moved":
+            check(not os.path.exists(run_dir), "the moved run.dir's name was made again: %s",
+                  os.listdir(run_dir) if os.path.isdir(run_dir) else "a file")
+    U.same_snapshot(before, U.snapshot(other), "the other run's directory")
+
+
 def test_start_beside_a_probe(h):
     """A job starting while an eval looks whether a run trains in run.dir
     (it holds the lock file shared for a moment) takes the lock: it looks
@@ -1932,7 +1981,8 @@ def tests():
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
-        test_prune_spares_a_held_checkpoint, test_eval_while_training, test_long_real_paths,
+        test_prune_spares_a_held_checkpoint, test_eval_while_training, test_run_dir_changed_while_training,
+        test_long_real_paths,
         test_real_paths_past_path_max,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
         test_step_directory_under_another_name, test_lock_file_removed_while_waited_for,
