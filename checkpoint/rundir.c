@@ -555,7 +555,7 @@ int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err)
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0)
-        return pt_fail(err, PT_EINPUT, "cannot read '%s': %s", path, strerror(errno));
+        return pt_err_input(pt_fail(err, PT_ESYS, "cannot read '%s': %s", path, strerror(errno)), err);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return pt_fail(err, PT_EINPUT, "'%s' is not a regular file", path);

@@ -219,7 +219,7 @@ static int setup_failed(pt_comm *comm, int rc, const pt_err *err)
     if (v[1] == size || v[1] == 0) { /* everywhere alike, or nobody's own */
         if (pt_comm_rank(comm) == 0)
             report(v[1] == size ? NULL : comm, rc ? rc : PT_EPEER,
-                   rc ? err : &(pt_err){PT_EPEER, 1, "another rank failed"});
+                   rc ? err : &(pt_err){.code = PT_EPEER, .relayed = 1, .msg = "another rank failed"});
     } else if (own) {
         report(comm, rc, err);
     }
@@ -383,7 +383,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
                                 "says '%.200s' here, '%.200s' on rank 0); every rank must see "
                                 "one run.dir, on a file system the nodes share",
                                 cfg->run.dir, lock_here, lock_root);
-    else if (rc && !got)
+    else if (rc == PT_EINPUT && !got)
         pt_config_key_prefix(cfg, &err, "run.dir");
     /* and may write there: a node that mounts it read-only would fail at the
      * first checkpoint of a unit it holds, steps or hours in (or only after

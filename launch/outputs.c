@@ -55,9 +55,11 @@ int pt_output_probe(const char *option, const char *path, pt_err *err)
         pt_output_sweep(path);
         return 0;
     }
+    /* the system short of memory or descriptors is not the path's fault */
+    const int code = err->code == PT_ENOMEM ? PT_ENOMEM : pt_err_input(err->code, err);
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
-    return pt_fail(err, PT_EINPUT, "%s: cannot write there (%s)", option, why);
+    return pt_fail(err, code, "%s: cannot write there (%s)", option, why);
 }
 
 static int same_inode(const struct stat *a, const struct stat *b)

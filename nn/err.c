@@ -14,7 +14,9 @@
 
 int pt_fail(pt_err *err, int code, const char *fmt, ...)
 {
+    const int e = errno; /* the failed call's, before formatting can change it */
     if (err) {
+        err->sys_errno = code == PT_ESYS ? e : 0;
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -60,11 +62,20 @@ const char *pt_file_kind(unsigned mode)
                          : "not a file";
 }
 
+/* errno values that say the system ran out of something, not that the
+ * input is bad */
+static int system_short(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOMEM || e == EAGAIN || e == EINTR || e == EIO;
+}
+
 int pt_err_input(int rc, pt_err *err)
 {
-    if (rc == PT_ESYS && err)
+    if (rc != PT_ESYS || (err && system_short(err->sys_errno)))
+        return rc;
+    if (err)
         err->code = PT_EINPUT;
-    return rc == PT_ESYS ? PT_EINPUT : rc;
+    return PT_EINPUT;
 }
 
 static int input_kind_ok(mode_t m, int streams_ok)

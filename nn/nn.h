@@ -40,6 +40,7 @@ typedef struct pt_err {
     int relayed; /* 1: the failure happened elsewhere and is reported there;
                     msg only relays that it happened */
     char msg[1024];
+    int sys_errno; /* PT_ESYS: errno as pt_fail was called (0 otherwise) */
 } pt_err;
 
 /* Formats msg into err (if err is non-NULL) and returns code. */
@@ -62,7 +63,9 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(print
 int pt_open_input(const char *path, int streams_ok, pt_err *err);
 
 /* A file the user named that cannot be opened or read is bad input too:
- * PT_ESYS becomes PT_EINPUT (in err as well); other codes pass. */
+ * PT_ESYS becomes PT_EINPUT (in err as well), unless the system ran out of
+ * something (EMFILE, ENFILE, ENOMEM, EAGAIN, EINTR, EIO: the same input
+ * would do elsewhere); other codes pass. */
 int pt_err_input(int rc, pt_err *err);
 
 /* What a file of this st_mode is, for messages: "a regular file", "a

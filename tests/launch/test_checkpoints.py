@@ -1859,6 +1859,34 @@ def test_run_dir_changed_while_training(h):
     U.same_snapshot(before, U.snapshot(other), "the other run's directory")
 
 
+def test_few_file_descriptors_are_not_bad_input(h):
+    """Under a low limit of open files (ulimit -n 4 to 12) train, eval and
+    export end with 0 or with exit 1 naming the cause, never exit 2 (bad
+    input: the same config and files do elsewhere) nor a signal. They used
+    to say exit 2 ('cannot read lock: Too many open files', and a manifest
+    that could not be opened)."""
+    import resource
+    cfg, run_dir = trained(h, "fds")
+    seen = []
+    for n in range(4, 13):  # 3: the loader itself cannot open the libraries
+        def limit(n=n):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+        for args in (["eval", cfg], ["train", cfg, "--set", "run.dir=" + h.path("fds-%d" % n)],
+                     ["export", U.ckpt(run_dir, LAST), h.path("fds-%d.safetensors" % n)]):
+            p = subprocess.run([h.binary] + args, cwd=h.dir, env=U.sanitizer_env(), text=True,
+                               errors="replace", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, preexec_fn=limit, timeout=120)
+            seen.append((n, args[0], p.returncode))
+            check(p.returncode in (0, 1), "%s under ulimit -n %d: exit %d\n%s", args[0], n,
+                  p.returncode, U.tail(p.stderr, 1500))
+            check(p.returncode == 0 or "Too many open files" in p.stderr or
+                  "file descriptors" in p.stderr, "%s under ulimit -n %d: exit 1 without the cause"
+                  "\n%s", args[0], n, U.tail(p.stderr, 1500))
+    for cmd in ("eval", "train", "export"):
+        codes = [rc for _, c, rc in seen if c == cmd]
+        check(1 in codes and 0 in codes, "%s: no limit both failed and passed: %s", cmd, codes)
+
+
 def test_start_beside_a_probe(h):
     """A job starting while an eval looks whether a run trains in run.dir
     (it holds the lock file shared for a moment) takes the lock: it looks
@@ -1982,6 +2010,7 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_run_dir_changed_while_training,
+        test_few_file_descriptors_are_not_bad_input,
         test_long_real_paths,
         test_real_paths_past_path_max,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
