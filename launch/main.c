@@ -694,7 +694,7 @@ static void catch_end_signals(void)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
-                          SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
+                          SIGXCPU, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
         struct sigaction was;
         if (sigaction(others[i], NULL, &was) == 0 && !(was.sa_flags & SA_SIGINFO) &&
@@ -837,6 +837,14 @@ int main(int argc, char **argv)
 {
     if (!enough_stack())
         return 1;
+    /* a file-size limit (ulimit -f): a write past it fails with EFBIG, which
+     * every writer reports naming its file (a checkpoint, a log, an export)
+     * and cleans up after, rather than SIGXFSZ ending the process with
+     * nothing said; a handler someone installed stays */
+    struct sigaction xfsz;
+    if (sigaction(SIGXFSZ, NULL, &xfsz) == 0 && !(xfsz.sa_flags & SA_SIGINFO) &&
+        xfsz.sa_handler == SIG_DFL)
+        signal(SIGXFSZ, SIG_IGN);
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a

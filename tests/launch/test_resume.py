@@ -300,6 +300,38 @@ def test_resume_when_already_done(h):
           [r["step"] for r in steps])
 
 
+def test_file_size_limit_is_reported(h):
+    """Under a file-size limit (ulimit -f) that a checkpoint's units file
+    passes, the run ends with exit 1 naming the file and EFBIG, leaves no
+    temporary file, and a run without the limit then trains to the
+    straight run's bits. SIGXFSZ used to end it with no word (exit by the
+    signal)."""
+    import resource
+    steps = {"train.epochs": "10", "train.max_steps": "40", "train.keep_checkpoints": "50"}
+    _, straight, _ = train(h, "straight", "vit", **steps)
+    units = os.path.getsize(U.unit_files(U.ckpt(straight, 40))[0])
+    run_dir = h.path("limited")
+    cfg = U.write_config(h, "limited.yaml", config(h, "vit", run_dir, **steps))
+    cap = units // 2
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    p = subprocess.run([h.binary, "train", cfg], cwd=h.dir, env=U.sanitizer_env(), text=True,
+                       errors="replace", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, preexec_fn=limit, timeout=240)
+    check(p.returncode == 1 and "File too large" in p.stderr and "units-stage0.bin" in p.stderr,
+          "under ulimit -f of %d bytes (units files of %d): exit %d (expected 1 naming the file "
+          "and EFBIG)\n%s", cap, units, p.returncode, U.tail(p.stderr, 1500))
+    left = [os.path.join(d, f) for d, _, fs in os.walk(run_dir) for f in fs if ".tmp." in f]
+    check(not left, "temporary files left: %s", left)
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "the run without the limit")
+    a, b = U.unit_files(U.ckpt(straight, 40)), U.unit_files(U.ckpt(run_dir, 40))
+    check(len(a) == len(b) and all([r for r in U.unit_records(x) if r[0] != "checkpoint"] ==
+                                   [r for r in U.unit_records(y) if r[0] != "checkpoint"]
+                                   for x, y in zip(a, b)),
+          "step 40's units differ from the straight run's")
+
+
 FULL_DISK = r"""
 set -u
 mount -t tmpfs -o size=64k tmpfs "$MNT" || exit 90
@@ -445,6 +477,7 @@ def tests():
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_stop_signal_before_main, test_lock_is_never_written_through,
             test_full_disk_stops_the_run_with_a_checkpoint,
+            test_file_size_limit_is_reported,
             test_logs_are_written_only_to_regular_files,
             test_resume_counts_frozen_blocks_in_memory] + out
 
