@@ -83,7 +83,10 @@ DATA = os.path.join(ROOT, "datasets", "kjv_books.tsv")
 VOCAB = os.path.join(ROOT, "datasets", "minilm", "vocab.txt")
 MATPLOTLIB = "3.10.8"
 TARGET_SPEEDUP, TARGET_POINTS = 2.5, 0.3
-EVAL_LINE = re.compile(r"^eval\s+epoch (\d+) step (\d+): test loss \S+, accuracy ([0-9.]+)% \((\d+) examples\)")
+# pipetrain's line after each evaluation (README, "Reading the output")
+EVAL_LINE = re.compile(r"^eval\s+step (?P<step>\d+) \((?:end of|in) epoch (?P<epoch>\d+) of \d+\): "
+                       r"test loss \S+, accuracy (?P<accuracy>[0-9.]+)%(?:, macro-F1 \S+)? "
+                       r"\((?P<examples>\d+) examples\)")
 
 
 def fail(msg):
@@ -210,7 +213,8 @@ def train(args, binary, work, files, slug, extra, cache_gib):
         m = EVAL_LINE.match(line)
         if m:
             evals.append(t)
-            print("    %6.1f s  epoch %s: test accuracy %s%%" % (t, m.group(1), m.group(3)), flush=True)
+            print("    %6.1f s  epoch %s: test accuracy %s%%" % (t, m.group("epoch"), m.group("accuracy")),
+                  flush=True)
         elif line.startswith("freeze decision"):
             print("    %6.1f s  %s" % (t, line.strip()), flush=True)
     rc = p.wait()

@@ -735,6 +735,36 @@ def test_sample_escapes_are_unambiguous(h):
           len(out), bytes(out[:16]), prompt)
 
 
+def test_bench_reads_the_eval_lines(h):
+    """bench/bert_freeze.py times each evaluation by the line train prints
+    after it; every such line (mid-epoch and end of epoch, with and without
+    macro-F1) must be one its pattern reads, with the step, epoch, accuracy
+    and examples of metrics.jsonl's eval records. (The pattern of an older
+    line form once left the bench unable to run.)"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "bert_freeze", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "bench", "bert_freeze.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for kind, extra in (("vit", {}), ("gpt", {"sample.length": "0"})):
+        run_dir = h.path("evals-" + kind)
+        cfg = U.write_config(h, "evals-%s.yaml" % kind, U.tiny(kind, run_dir, **dict(
+            extra, **{"train.eval_every_steps": "3"})))  # mid-epoch lines too
+        r = h.run(["train", cfg]).expect(0, "training " + kind)
+        lines = [l for l in r.err.splitlines() if l.startswith("eval ")]
+        _, evals = U.metrics(run_dir)
+        check(len(lines) == len(evals) and len(evals) >= 3, "%s: %d eval lines, %d eval records",
+              kind, len(lines), len(evals))
+        for line, rec in zip(lines, evals):
+            m = bench.EVAL_LINE.match(line)
+            check(m is not None, "bench/bert_freeze.py's EVAL_LINE does not read %r", line)
+            check(int(m.group("step")) == rec["step"] and
+                  abs(float(m.group("accuracy")) - 100 * rec["test_accuracy"]) < 0.006 and
+                  int(m.group("examples")) == rec["examples"],
+                  "%r read as %s against the record %s", line, m.groupdict(), rec)
+
+
 def test_stdout_write_failure(h):
     """What a command prints must reach stdout: with stdout on a full device
     (/dev/full) eval, plan, keys, --version and --help exit 1 saying so,
@@ -759,7 +789,7 @@ def tests():
            test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
            test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_sample_escapes_are_unambiguous,
-           test_stdout_write_failure]
+           test_bench_reads_the_eval_lines, test_stdout_write_failure]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
                     ("eval_logits_gpt", logits_case("gpt", 10 * CONTEXT, 256))]:
