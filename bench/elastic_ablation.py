@@ -26,7 +26,11 @@ replicas of the 2-stage pipeline, one per host, and elastic runs can grow to
 4 replicas across the hosts.
 
 usage: elastic_ablation.py PIPETRAIN [--epochs 8] [--start 3] [--alpha 0.333]
-                           [--memory-gib 0.0075] [--hosts] [--link 1gbit] [--skip-local]"""
+                           [--memory-gib 0.0052] [--hosts] [--link 1gbit] [--skip-local]
+
+The default limit is one under which no single stage holds the unfrozen
+model with its micro-batches in flight (the planner then has no 1-stage
+layout to choose; `pipetrain plan` on 2 ranks shows K = 2, M = 64)."""
 import argparse
 import json
 import os
@@ -142,7 +146,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--start", type=int, default=3)
     ap.add_argument("--alpha", default="0.3333333333")
-    ap.add_argument("--memory-gib", default="0.0075")
+    ap.add_argument("--memory-gib", default="0.0052")
     ap.add_argument("--hosts", action="store_true")
     ap.add_argument("--link", default="1gbit")
     ap.add_argument("--skip-local", action="store_true")
