@@ -392,8 +392,11 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         rc = pt_fail(err, PT_ESYS, "cannot create the cache segment %s: %s%s", c->name, strerror(why),
                      why == ENOSPC ? " (" SHM_DIR " has no room or no inode left for it: make room, or "
                                      "set cache.enabled false)"
-                                   : " (it needs " SHM_DIR " to be a tmpfs with O_TMPFILE, Linux 3.11 "
-                                     "or later)");
+                     : why == EOPNOTSUPP || why == EISDIR || why == EINVAL
+                         ? " (it needs " SHM_DIR " to be a tmpfs with O_TMPFILE, Linux 3.11 or later)"
+                     : why == EROFS || why == EACCES || why == EPERM
+                         ? " (" SHM_DIR " must be writable by this user; or set cache.enabled false)"
+                         : "");
         pt_cache_close(c);
         return rc;
     }

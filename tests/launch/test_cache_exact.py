@@ -220,6 +220,25 @@ def test_small_dev_shm(h):
     same_steps(steps_of(off), steps_of(on_dir), "a 256 KiB /dev/shm: cache on vs off")
 
 
+def test_read_only_dev_shm(h):
+    """A /dev/shm this job cannot write (mounted read-only here) ends a run
+    with the cache on with exit 1 saying the directory must be writable or
+    the cache off, not that the kernel lacks O_TMPFILE (which it said for
+    every failure but a full one). Needs
+    root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    base = dict(REPRO, **{"train.max_steps": "10"})
+    cfg = U.write_config(h, "ro.yaml", keys(h.path("ro"), base, True))
+    script = 'mount -t tmpfs -o ro,size=256k tmpfs /dev/shm && exec "$0" train "$1"'
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                       capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+    check(p.returncode == 1 and "Read-only file system" in p.stderr and
+          "must be writable by this user; or set cache.enabled false" in p.stderr and
+          "O_TMPFILE" not in p.stderr,
+          "cache on with a read-only /dev/shm: exit %d\n%s", p.returncode, U.tail(p.stderr))
+
+
 def test_segment_gone_when_killed_after_a_stop_signal(h):
     """Under mpirun a rank gets SIGTERM and, a second later, SIGKILL when
     the launcher ends the job (another rank died): the stop signal takes the
@@ -446,7 +465,7 @@ def test_jobs_in_pid_namespaces(h):
 
 
 def tests(full):
-    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm,
+    out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm, test_read_only_dev_shm,
            test_segment_gone_when_killed_after_a_stop_signal,
            test_segment_gone_when_a_signal_ends_the_run, test_eval_segment_gone_when_a_signal_ends_it,
            test_jobs_in_pid_namespaces]
