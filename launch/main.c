@@ -324,9 +324,9 @@ static void passed_over(const char *run_dir, const char *latest)
 {
     const int64_t step = pt_checkpoint_passed_over(run_dir, latest);
     if (step >= 0)
-        fprintf(stderr, "pipetrain: note: checkpoints/step_%010lld is newer than %s but not a "
+        fprintf(stderr, "pipetrain: note: %s/checkpoints/step_%010lld is newer than %s but not a "
                 "complete checkpoint (a save still being written, a save that did not finish, or "
-                "a damaged manifest): %s is used\n", (long long)step, latest, latest);
+                "a damaged manifest): %s is used\n", run_dir, (long long)step, latest, latest);
 }
 
 static int cmd_train(pt_comm *comm, const cli *a)
