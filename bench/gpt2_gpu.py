@@ -101,7 +101,7 @@ model:
   context: {T}
 data:
   kind: synthetic_text
-  synthetic_examples: {(steps + 4) * batch}
+  synthetic_examples: {max(16, (steps + 4) * batch)}
 train:
   batch: {batch}
   epochs: 1

@@ -21,6 +21,7 @@ import argparse
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,8 @@ def main():
     args = ap.parse_args()
     if args.layers < 1 or args.steps < 1:
         ap.error("--layers and --steps must be at least 1")
+    if not shutil.which("ncu"):
+        sys.exit("gpu_kernels: needs ncu (Nsight Compute) on PATH")
     with tempfile.TemporaryDirectory(prefix="pt-gpu-kernels-") as work:
         one = kernel_times(os.path.abspath(args.pipetrain), work, args.layers, 1)
         more = kernel_times(os.path.abspath(args.pipetrain), work, args.layers, 1 + args.steps)

@@ -243,6 +243,13 @@ def canary_report(runs, bursts, window):
                 # (leave one out: a line fitted to a run itself would absorb part of its own noise)
                 xs = [r[2] for r in sel]
                 mid = statistics.median(xs)
+                moved = (max(xs) - min(xs)) / mid if mid else 0.0
+                if moved < 0.02:
+                    # a line fitted to a clock that hardly moved is noise: moving runs
+                    # along it can make any speed, negative ones too
+                    print("%s, runs at the median clock: not computed (the canary's FMA rate moved "
+                          "%.1f%% over the runs, too little for a line)" % (n, 100 * moved))
+                    continue
                 adj = []
                 for i, (x, y) in enumerate(zip(xs, rates)):
                     _, _, b = fit(xs[:i] + xs[i + 1:], rates[:i] + rates[i + 1:])
