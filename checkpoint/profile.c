@@ -283,7 +283,7 @@ int pt_profile_read(const char *path, const pt_arch *arch, pt_profile *out, pt_e
         rc = pt_profile_parse(o, arch, where, out, err);
     }
     json_decref(o);
-    return rc == PT_ESYS ? PT_EINPUT : rc;
+    return pt_err_input(rc, err);
 }
 
 int pt_profile_write(const char *path, const pt_profile *p, const pt_arch *arch, pt_err *err)

@@ -510,9 +510,11 @@ static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
             snprintf(parent, sizeof parent, "/");
         else if ((size_t)(slash - dir) < sizeof parent)
             snprintf(parent, sizeof parent, "%.*s", (int)(slash - dir), dir);
-        else
+        else {
+            errno = ENAMETOOLONG; /* what pt_fail records */
             return pt_fail(err, PT_ESYS, "cannot make '%s' durable: its parent's name is too "
                            "long", dir);
+        }
         const int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
             return errno == EACCES ? 0 : pt_fail(err, PT_ESYS, "cannot open directory '%s' "
@@ -530,6 +532,7 @@ static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
         return 0;
     if (e == EEXIST)
         e = ENOTDIR;
+    errno = e; /* what pt_fail records, not stat's */
     return pt_fail(err, PT_ESYS, "cannot create directory '%s': %s", dir, strerror(e));
 }
 

@@ -66,7 +66,7 @@ const char *pt_file_kind(unsigned mode)
  * input is bad */
 static int system_short(int e)
 {
-    return e == EMFILE || e == ENFILE || e == ENOMEM || e == EAGAIN || e == EINTR || e == EIO;
+    return e == EMFILE || e == ENFILE || e == ENOMEM;
 }
 
 int pt_err_input(int rc, pt_err *err)

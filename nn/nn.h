@@ -64,8 +64,8 @@ int pt_open_input(const char *path, int streams_ok, pt_err *err);
 
 /* A file the user named that cannot be opened or read is bad input too:
  * PT_ESYS becomes PT_EINPUT (in err as well), unless the system ran out of
- * something (EMFILE, ENFILE, ENOMEM, EAGAIN, EINTR, EIO: the same input
- * would do elsewhere); other codes pass. */
+ * descriptors or memory (EMFILE, ENFILE, ENOMEM: the same input would do
+ * elsewhere); other codes pass. */
 int pt_err_input(int rc, pt_err *err);
 
 /* What a file of this st_mode is, for messages: "a regular file", "a
