@@ -43,7 +43,7 @@ typedef struct pt_ckpt_run {
     const char *train_sha256, *test_sha256, *vocab_sha256;
     /* run.dir's lock, held by rank 0 of a training job (NULL elsewhere):
      * each save first checks that run.dir is still the one locked */
-    const struct pt_rundir_lock *lock;
+    struct pt_rundir_lock *lock;
 } pt_ckpt_run;
 
 /* The identity of a data set (what the model is fed: shapes, labels,
@@ -166,6 +166,10 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
 
 typedef struct pt_rundir_lock {
     int fd; /* -1: not held */
+    /* RUN_DIR/checkpoints as the job first saw it (what it leads to, when it
+     * is a link the user put there): saves check it is still that one */
+    int ckpts_known;
+    unsigned long long ckpts_dev, ckpts_ino;
 } pt_rundir_lock;
 
 /* Creates run_dir if needed and takes its lock, without waiting: PT_EINPUT
@@ -174,12 +178,15 @@ typedef struct pt_rundir_lock {
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
 /* Whether run_dir is still the directory this job locked, before a save
- * writes into it: RUN_DIR/lock the file held (not gone with a run.dir moved
- * or removed, nor replaced) and RUN_DIR/checkpoints, where there is one, a
- * directory (not a link put there); PT_ESYS saying what changed when not,
- * so the job stops rather than write where another job may. 0 when lock is
- * NULL or not held. */
-int pt_rundir_lock_check(const pt_rundir_lock *lock, const char *run_dir, pt_err *err);
+ * writes into it and again before it prunes: RUN_DIR/lock the file held
+ * (not gone with a run.dir moved or removed, nor replaced) and
+ * RUN_DIR/checkpoints the directory the job first saw there (a link the
+ * user made before the job started is followed, as ever; one put in its
+ * place later, or another directory, is not); PT_ESYS saying what changed
+ * when not, so the job stops rather than write, or prune, where another
+ * job may. The first check that finds checkpoints/ records it. 0 when
+ * lock is NULL or not held. */
+int pt_rundir_lock_check(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 /* Whether a job holds run_dir's lock now (a training run in progress). */
 int pt_rundir_in_use(const char *run_dir);
 /* The first line of RUN_DIR/lock (who holds it, with a random job id), for

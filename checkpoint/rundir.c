@@ -463,6 +463,7 @@ int pt_rundir_in_use(const char *run_dir)
 
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 {
+    memset(lock, 0, sizeof *lock);
     lock->fd = -1;
     char path[PT_CKPT_PATH];
     int rc = pt_mkdir_p(run_dir, 0755, err);
@@ -543,6 +544,10 @@ again:;
     }
     lock->fd = fd;
     remove_leftovers(run_dir);
+    /* the checkpoints/ there now (a link the user made included) is the
+     * run's; one made later is recorded by the first save */
+    pt_err ignored;
+    (void)pt_rundir_lock_check(lock, run_dir, &ignored);
     return 0;
 }
 
@@ -588,7 +593,7 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err)
     return 0;
 }
 
-int pt_rundir_lock_check(const pt_rundir_lock *lock, const char *run_dir, pt_err *err)
+int pt_rundir_lock_check(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 {
     if (!lock || lock->fd < 0)
         return 0;
@@ -598,21 +603,37 @@ int pt_rundir_lock_check(const pt_rundir_lock *lock, const char *run_dir, pt_err
         return pt_fail(err, PT_ESYS, "cannot look at run.dir '%s''s lock: %s", run_dir,
                        strerror(errno));
     pt_path_join(path, run_dir, "lock");
-    if (lstat(path, &named) != 0 || named.st_dev != held.st_dev || named.st_ino != held.st_ino) {
-        const int gone = errno == ENOENT || errno == ENOTDIR;
+    const int found = lstat(path, &named) == 0;
+    if (!found || named.st_dev != held.st_dev || named.st_ino != held.st_ino)
         return pt_fail(err, PT_ESYS,
-                       "run.dir '%s' is no longer the directory this job locked: '%s' %s since "
-                       "the job began (run.dir moved or removed?); the job stops rather than "
-                       "save where another job may write too (its checkpoints so far are where "
-                       "run.dir went)",
-                       run_dir, path, gone ? "is gone" : "is another file");
-    }
+                       "run.dir '%s' is no longer the directory this job locked: '%s' %s; the "
+                       "job stops rather than save where another job may write too",
+                       run_dir, path,
+                       !found ? "is gone (run.dir moved or removed? the checkpoints so far are "
+                                "where it went)"
+                              : "is another file than the lock the job holds (replaced)");
     pt_path_join(path, run_dir, "checkpoints");
-    if (lstat(path, &named) == 0 && !S_ISDIR(named.st_mode))
+    struct stat now;
+    if (stat(path, &now) != 0) {
+        if (!lock->ckpts_known)
+            return 0; /* made by the first save */
+        return pt_fail(err, PT_ESYS, "'%s' is gone since the job's first save (moved or "
+                       "removed); the job stops rather than save into a new one", path);
+    }
+    if (!lock->ckpts_known) {
+        lock->ckpts_known = 1;
+        lock->ckpts_dev = (unsigned long long)now.st_dev;
+        lock->ckpts_ino = (unsigned long long)now.st_ino;
+        return 0;
+    }
+    if ((unsigned long long)now.st_dev != lock->ckpts_dev ||
+        (unsigned long long)now.st_ino != lock->ckpts_ino)
         return pt_fail(err, PT_ESYS,
-                       "'%s' is %s, not run.dir's directory of checkpoints; the job stops rather "
-                       "than save (and prune) where it leads",
-                       path, S_ISLNK(named.st_mode) ? "a symbolic link" : pt_file_kind(named.st_mode));
+                       "'%s' is no longer the directory of checkpoints this job saved in (%s since "
+                       "the job's first save); the job stops rather than save (and prune) there",
+                       path, lstat(path, &named) == 0 && S_ISLNK(named.st_mode)
+                                 ? "a symbolic link leading elsewhere put in its place"
+                                 : "another directory put in its place");
     return 0;
 }
 

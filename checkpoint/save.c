@@ -349,6 +349,8 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
         rc = pt_rundir_lock_check(c->lock, c->cfg->run.dir, err);
         if (rc == 0)
             rc = pt_rundir_prepare_step(c->cfg->run.dir, r->step, err);
+        if (rc == 0) /* records checkpoints/ when this save made it */
+            rc = pt_rundir_lock_check(c->lock, c->cfg->run.dir, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-prepared", r->rank, r->step, err);
     }
@@ -374,8 +376,11 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
         rc = write_manifest(c, dir, id, all, n, err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-manifest", r->rank, r->step, err);
-        if (rc == 0)
+        /* the units took a while: checked again before anything is removed */
+        if (rc == 0 && pt_rundir_lock_check(c->lock, c->cfg->run.dir, err) == 0)
             pt_rundir_prune(c->cfg->run.dir, c->cfg->train.keep_checkpoints, r->step);
+        else if (rc == 0)
+            rc = err->code;
     }
     free(all);
     if ((rc = pt_run_agree(r, rc, err)))

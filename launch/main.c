@@ -341,7 +341,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * It is taken once the session is built, which validates every input
      * first, so bad input never creates run.dir; checkpoints are looked at
      * only under it. */
-    pt_rundir_lock lock = {-1};
+    pt_rundir_lock lock = {.fd = -1};
     /* the checkpoint a resume would take, looked at (read only) so the run
      * plans from its profile; which one is resumed is settled under the lock */
     char planned[PT_PATH_MAX + 64] = "";
@@ -401,11 +401,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_err none;
         if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
             const int64_t step = pt_checkpoint_passed_over(cfg->run.dir, NULL);
-            char unfinished[128] = "";
+            char unfinished[PT_PATH_MAX + 160] = "";
             if (step >= 0)
-                snprintf(unfinished, sizeof unfinished, " (checkpoints/step_%010lld is not a "
+                snprintf(unfinished, sizeof unfinished, " (%s/checkpoints/step_%010lld is not a "
                          "complete checkpoint: a save that did not finish, or a damaged manifest)",
-                         (long long)step);
+                         cfg->run.dir, (long long)step);
             fprintf(stderr, "pipetrain: no checkpoint in %s yet%s; starting fresh\n", cfg->run.dir,
                     unfinished);
         } else

@@ -38,7 +38,7 @@ typedef struct pt_session {
     /* what the run is fed, as checkpoints record it ("": not known): the
      * vocabulary on every rank, the data sets on rank 0 when training */
     char train_sha256[65], test_sha256[65], vocab_sha256[65];
-    const pt_rundir_lock *lock; /* train's rank 0: run.dir's lock, which saves check (not owned) */
+    pt_rundir_lock *lock; /* train's rank 0: run.dir's lock, which saves check (not owned) */
 } pt_session;
 
 /* The session as checkpoint/ sees it: its engine, config and data. */

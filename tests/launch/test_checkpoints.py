@@ -1811,16 +1811,17 @@ def test_eval_while_training(h):
 
 
 def test_run_dir_changed_while_training(h):
-    """run.dir moved away, its lock removed, or its checkpoints/ replaced by
-    a link to another run's, while a job trains: the next save stops the job
-    (exit 1, saying what changed) rather than save where another job may
-    (before: it made a new run.dir of the old name, which a second job could
-    lock and train in beside it, and pruned the other run's checkpoints
-    through the link)."""
+    """run.dir moved away, its lock removed or replaced, or its checkpoints/
+    replaced by a link to another run's or by another directory, while a job
+    trains: the next save stops the job (exit 1, saying what changed) rather
+    than save where another job may (before: it made a new run.dir of the
+    old name, which a second job could lock and train in beside it, and
+    pruned the other run's checkpoints through the link). A checkpoints/
+    that was a link before the job started is followed, as it always was."""
     _, other = trained(h, "other-run")
     other_ckpts = os.path.join(other, "checkpoints")
     before = U.snapshot(other)
-    for how in ("moved", "lock", "link"):
+    for how in ("moved", "lock", "replaced", "link", "directory"):
         run_dir = h.path("live-" + how)
         cfg = U.write_config(h, "live-%s.yaml" % how, keys(h, run_dir, **{
             # saves far apart (a tenth of a second or more), so the change
@@ -1840,23 +1841,45 @@ def test_run_dir_changed_while_training(h):
                 os.rename(run_dir, run_dir + ".moved")
             elif how == "lock":
                 os.unlink(os.path.join(run_dir, "lock"))
-            else:
+            elif how == "replaced":
+                U.write(os.path.join(run_dir, "lock.new"), "pid 1 on elsewhere\n")
+                os.rename(os.path.join(run_dir, "lock.new"), os.path.join(run_dir, "lock"))
+            elif how == "link":
                 os.rename(ckpts, ckpts + ".aside")
                 os.symlink(other_ckpts, ckpts)
+            else:
+                os.rename(ckpts, ckpts + ".aside")
+                os.mkdir(ckpts)
             out, err = trainer.communicate(timeout=120)
         finally:
             if trainer.poll() is None:
                 trainer.kill()
                 trainer.communicate()
-        want = ("'%s' is a symbolic link, not run.dir's directory of checkpoints" % ckpts
-                if how == "link" else "run.dir '%s' is no longer the directory this job locked: "
-                "'%s/lock' is gone" % (run_dir, run_dir))
+        want = {"moved": "run.dir '%s' is no longer the directory this job locked: '%s/lock' is "
+                         "gone" % (run_dir, run_dir),
+                "replaced": "'%s/lock' is another file than the lock the job holds" % run_dir,
+                "link": "'%s' is no longer the directory of checkpoints this job saved in (a "
+                        "symbolic link leading elsewhere" % ckpts,
+                "directory": "'%s' is no longer the directory of checkpoints this job saved in "
+                             "(another directory" % ckpts}.get(how, "'%s/lock' is gone" % run_dir)
         check(trainer.returncode == 1 and want in err, "%s: exit %d (expected 1 and %r)\n%s", how,
               trainer.returncode, want, U.tail(err, 1500))
         if how == "moved":
             check(not os.path.exists(run_dir), "the moved run.dir's name was made again: %s",
                   os.listdir(run_dir) if os.path.isdir(run_dir) else "a file")
     U.same_snapshot(before, U.snapshot(other), "the other run's directory")
+    # a checkpoints/ that is a link the user made before the job: followed,
+    # as it always was (a volume of its own for the checkpoints)
+    run_dir, elsewhere = h.path("linked-from-start"), h.path("elsewhere")
+    os.makedirs(run_dir)
+    os.makedirs(elsewhere)
+    os.symlink(elsewhere, os.path.join(run_dir, "checkpoints"))
+    cfg = U.write_config(h, "linked-from-start.yaml", keys(h, run_dir))
+    h.run(["train", cfg]).expect(0, "training with checkpoints/ a link made before")
+    check(os.path.isfile(os.path.join(elsewhere, "step_%010d" % LAST, "manifest")),
+          "no checkpoint where the link leads: %s", os.listdir(elsewhere))
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"]).expect(
+        0, "resuming through the link")
 
 
 def test_few_file_descriptors_are_not_bad_input(h):
