@@ -396,7 +396,10 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
                          ? " (it needs " SHM_DIR " to be a tmpfs with O_TMPFILE, Linux 3.11 or later)"
                      : why == EROFS || why == EACCES || why == EPERM
                          ? " (" SHM_DIR " must be writable by this user; or set cache.enabled false)"
-                         : "");
+                     : why == ENOENT || why == ENOTDIR
+                         ? " (this machine has no " SHM_DIR " directory: mount a tmpfs there, or "
+                           "set cache.enabled false)"
+                         : " (or set cache.enabled false)");
         pt_cache_close(c);
         return rc;
     }
