@@ -319,6 +319,11 @@ static int setup(cuda_impl *c, pt_err *err)
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->grid_y_max = prop.maxGridSize[1] > 0 ? prop.maxGridSize[1] : 65535;
+    /* tests: a lower limit, so that small shapes take the paths of huge ones */
+    const char *gy = getenv("PT_CUDA_GRID_Y");
+    const long gy_max = gy ? strtol(gy, NULL, 10) : 0;
+    if (gy_max >= 1 && gy_max < c->grid_y_max)
+        c->grid_y_max = (int)gy_max;
     if (prop.major < 8)
         return pt_fail(err, PT_EBACKEND,
                        "GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 or "

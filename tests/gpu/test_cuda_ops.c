@@ -225,8 +225,10 @@ static void linear_fallback(void)
         linear_case(&P, 37, 24, 1, 1, 2, 0);
     }
     /* more row tiles than the grid's y may hold: 300 rows are 5 tiles of 64,
-     * under the emulation's limit made 2 (a GPU's 65535 is 4M rows; there
-     * the variable does nothing) */
+     * under a limit made 2 (a GPU's 65535 is 4M rows): the backend's
+     * (PT_CUDA_GRID_Y, on a GPU too) and the emulation's, which aborts on a
+     * launch past it */
+    setenv("PT_CUDA_GRID_Y", "2", 1);
     setenv("PT_EMU_GRID_YZ", "2", 1);
     EACH_PRECISION(P)
     {
@@ -234,6 +236,7 @@ static void linear_fallback(void)
         linear_case(&P, 130, 96, 64, 1, 2, 0);
     }
     unsetenv("PT_EMU_GRID_YZ");
+    unsetenv("PT_CUDA_GRID_Y");
     unsetenv("PT_CUDA_GEMM");
 }
 
