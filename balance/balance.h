@@ -13,14 +13,19 @@
 /* ------------------------------------------------------------ partition */
 
 /* A contiguous min-max partition problem. Costs are per unit; memory of a
- * stage covering units [a, b) is fixed(a, b) + slots[stage] * per_slot(a, b),
- * given as prefix sums (length units + 1). mem_limit <= 0: no limit. */
+ * stage covering units [a, b) is
+ * fixed(a, b) + slots[stage] * (per_slot(a, b) - mem_slot_less), fixed and
+ * per_slot given as prefix sums (length units + 1): mem_slot_less is what a
+ * stage's slot holds less than its units' sum (a unit's output, counted
+ * with each unit, is kept inside a stage but not after its last unit).
+ * mem_limit <= 0: no limit. */
 typedef struct pt_partition_problem {
     int units, stages;
     const double *cost;
     const double *mem_fixed_prefix, *mem_slot_prefix;
     const int *slots;
     double mem_limit;
+    double mem_slot_less;
 } pt_partition_problem;
 
 /* bounds gets stages + 1 entries: stage s holds units [bounds[s], bounds[s+1]).
@@ -90,6 +95,10 @@ typedef struct pt_plan_request {
      * between nodes, seconds per message; 0 bandwidth = free */
     double bw_intra, bw_inter, latency;
     int overlap;           /* the all-reduce overlaps the last micro-batch's backward */
+    /* bytes per example of the replica's share of a step that a rank
+     * stages in host memory, when that is the device's (the CPU backend; 0
+     * for a GPU's) */
+    double staging_bytes_per_example;
 } pt_plan_request;
 
 /* A candidate the planner priced, for explaining its choice. */

@@ -22,7 +22,7 @@ static double stage_memory(const pt_partition_problem *p, int stage, int first, 
 {
     double fixed = p->mem_fixed_prefix[end] - p->mem_fixed_prefix[first];
     double per_slot = p->mem_slot_prefix[end] - p->mem_slot_prefix[first];
-    return fixed + (double)p->slots[stage] * per_slot;
+    return fixed + (double)p->slots[stage] * (per_slot - p->mem_slot_less);
 }
 
 int pt_partition_solve(const pt_partition_problem *p, int *bounds, double *bottleneck, pt_err *err)

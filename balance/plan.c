@@ -90,23 +90,45 @@ static int slots_of(const pt_plan_request *q, int K, int M, int s)
     return q->recompute ? 1 : (q->schedule == PT_PLAN_GPIPE ? M : (K - s < M ? K - s : M));
 }
 
+/* What a slot of a stage keeps of unit u for micro-batches of b examples:
+ * its saved activations (none when frozen: it runs forward only and keeps
+ * nothing for a backward) and its output, which the segment keeps per slot
+ * for the next unit (nn/segment.c; frozen or not), all but the stage's last
+ * unit's: a stage holds one output less than its units (the partition's
+ * mem_slot_less). */
+static double slot_bytes(const pt_cost_model *cm, const pt_plan_request *q, int u, int b)
+{
+    return (u < q->frozen_units ? 0 : pt_cost_saved_bytes(cm, u, b)) +
+           cm->boundary_bytes_per_example * b;
+}
+
+/* Memory of a stage beside its units' and the largest scratch, the same on
+ * every stage of a (K, M, b): the segment's two buffers of activation
+ * gradients for the backward, the stage's input and output buffers and
+ * their gradients per micro-batch, and the replica's share of the step
+ * staged in host memory. */
+static double stage_extra(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
+{
+    const double boundary = cm->boundary_bytes_per_example * b;
+    return 2 * boundary + boundary_buffers(K) * M * boundary +
+           q->staging_bytes_per_example * M * b;
+}
+
 /* Memory of every stage for a given (K, M, b, bounds). */
 static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b,
                          const int *bounds, double *mem)
 {
     for (int s = 0; s < K; s++) {
-        double fixed = 0, per_slot = 0, scratch = 0;
-        for (int u = bounds[s]; u < bounds[s + 1]; u++) {
+        double fixed = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0;
+        /* stage 0's segment holds a cached frozen prefix too */
+        for (int u = s == 0 ? 0 : bounds[s]; u < bounds[s + 1]; u++) {
             int frozen = u < q->frozen_units;
             fixed += cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
-            /* a frozen unit runs forward only and keeps nothing for a backward */
-            per_slot += frozen ? 0 : pt_cost_saved_bytes(cm, u, b);
+            per_slot += slot_bytes(cm, q, u, b);
             double w = pt_cost_scratch_bytes(cm, u, b);
             scratch = w > scratch ? w : scratch;
         }
-        double boundary = cm->boundary_bytes_per_example * b;
-        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch +
-                 boundary_buffers(K) * M * boundary;
+        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + stage_extra(cm, q, K, M, b);
     }
 }
 
@@ -114,10 +136,12 @@ void pt_plan_least_memory(const pt_cost_model *cm, int frozen_units, int *unit, 
                           double *scratch)
 {
     *unit = 0;
-    *own = *scratch = 0;
+    /* and the segment's two buffers of activation gradients */
+    *own = 0;
+    *scratch = 2 * cm->boundary_bytes_per_example;
     for (int u = 0; u < cm->units; u++) {
         const int frozen = u < frozen_units;
-        const double w = pt_cost_scratch_bytes(cm, u, 1);
+        const double w = pt_cost_scratch_bytes(cm, u, 1) + 2 * cm->boundary_bytes_per_example;
         *scratch = w > *scratch ? w : *scratch;
         const double need = cm->unit[u].param_bytes +
                             (frozen ? 0 : cm->unit[u].state_bytes + pt_cost_saved_bytes(cm, u, 1));
@@ -183,31 +207,32 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
         bwd[u] = frozen ? 0 : (pt_cost_time(cm, u, b, 0, 0) - pt_cost_time(cm, u, b, 1, 0)) * slowdown;
         fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
-        slot[u + 1] = slot[u] + (frozen ? 0 : pt_cost_saved_bytes(cm, u, b));
+        slot[u + 1] = slot[u] + slot_bytes(cm, q, u, b);
         double w = pt_cost_scratch_bytes(cm, u, b);
         scratch = w > scratch ? w : scratch;
     }
     for (int s = 0; s < K; s++)
         slots[s] = slots_of(q, K, M, s);
     double limit = q->mem_limit;
-    const double buffers = boundary_buffers(K) * M * cm->boundary_bytes_per_example * b;
+    const double buffers = stage_extra(cm, q, K, M, b);
     if (limit > 0)
         limit -= scratch + buffers;
     if (q->mem_limit > 0 && !(limit > 0)) {
         rc = pt_fail(err, PT_EINPUT, "no way to cut %d units into %d stages fits %.3g bytes per "
                      "device: a unit's scratch (%.3g bytes) and the stage-boundary buffers of %d "
-                     "micro-batches of %d examples (%.3g bytes) alone take more", n - skip, K,
-                     q->mem_limit, scratch, M, b, buffers);
+                     "micro-batches of %d examples (%.3g bytes) alone take more", n - skip, K, q->mem_limit, scratch, M, b, buffers);
         goto done;
     }
-    /* prefix sums restarted at skip; the prefix's parameters count on stage 0 */
-    double prefix_fixed = fixed[skip];
+    /* prefix sums restarted at skip; the prefix's parameters and the
+     * outputs its units keep per slot count on stage 0 */
+    double prefix_fixed = fixed[skip], prefix_slot = slot[skip];
     for (int u = 0; u <= n - skip; u++) {
         fixed[u] = fixed[u + skip] - prefix_fixed + (u > 0 ? prefix_fixed : 0);
-        slot[u] = slot[u + skip] - slot[skip];
+        slot[u] = slot[u + skip] - prefix_slot + (u > 0 ? prefix_slot : 0);
     }
     pt_partition_problem prob = {n - skip, K, cost + skip, fixed, slot, slots,
-                                 q->mem_limit > 0 ? (limit > 0 ? limit : 1e-300) : 0};
+                                 q->mem_limit > 0 ? (limit > 0 ? limit : 1e-300) : 0,
+                                 cm->boundary_bytes_per_example * b};
     double bottleneck;
     memset(p, 0, sizeof *p);
     if ((rc = pt_partition_solve(&prob, p->bounds, &bottleneck, err)))

@@ -93,6 +93,9 @@ int pt_idx_image_size(const char *images_path, int64_t *count, int *rows, int *c
  * the limit) before the memory is taken, not failed at an allocation. Set
  * by the launcher from the memory each rank has; process-wide. */
 void pt_data_set_memory_limit(int64_t bytes);
+/* Bytes a loaded split holds in memory (its pixels, labels, text or
+ * tokens and label names): what each rank keeps beside its model. */
+double pt_dataset_bytes(const pt_dataset *ds);
 int64_t pt_data_memory_limit(void);
 /* The words every such refusal holds (for a caller telling it apart). */
 #define PT_DATA_TOO_BIG "a data file may take here"

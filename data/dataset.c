@@ -87,6 +87,22 @@ void pt_dataset_gather(const pt_dataset *ds, const int64_t *ids, int n, const pt
         gather_text(ds, ids, n, tokens, targets);
 }
 
+double pt_dataset_bytes(const pt_dataset *ds)
+{
+    double bytes = 0;
+    if (ds->images)
+        bytes += (double)ds->count * ds->channels * ds->height * ds->width * sizeof(float);
+    if (ds->labels)
+        bytes += (double)ds->count * sizeof(int32_t);
+    if (ds->bytes)
+        bytes += (double)ds->nbytes;
+    if (ds->tokens)
+        bytes += (double)ds->count * ds->context * sizeof(int32_t);
+    for (int k = 0; ds->label_names && k < ds->classes; k++)
+        bytes += (double)strlen(ds->label_names[k]) + 1 + sizeof(char *);
+    return bytes;
+}
+
 static int64_t memory_limit; /* pt_data_set_memory_limit: 0 = none */
 
 void pt_data_set_memory_limit(int64_t bytes) { memory_limit = bytes > 0 ? bytes : 0; }

@@ -95,11 +95,22 @@ static int check_staging(pt_session *s, pt_err *err)
                               floor(have / per));
 }
 
+/* The data set this rank holds (both splits, once loaded). */
+static double data_bytes(const pt_session *r)
+{
+    return pt_dataset_bytes(&r->train) + pt_dataset_bytes(&r->test);
+}
+
 /* One stage with a fixed number of micro-batches leaves nothing to plan, so
  * nothing checked that the model fits: the segment's allocation failed with
  * "out of memory" and no key. Checked here with what the planner counts:
- * parameters with their gradients and AdamW moments, and the activations of
- * one micro-batch (a lower bound: a schedule may keep more in flight). */
+ * parameters with their gradients and AdamW moments, and the activations
+ * of one micro-batch (a lower bound: a schedule
+ * may keep more in flight): what its units save, the outputs the segment
+ * keeps between them, its two buffers of activation gradients and the
+ * largest scratch. Without pipeline.memory_gib the limit is the node's RAM
+ * over its ranks less the data set each rank holds (0 before it is
+ * loaded). */
 static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -124,8 +135,15 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     /* an evaluation trains nothing: every unit counts as frozen */
     const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(r->resume_depth);
     const char *state = mode == PT_RUN_EVAL ? "" : " with their gradients and AdamW moments";
-    double params = 0, trained = 0, saved = 0, scratch = 0;
-    for (int u = 0; u < pt_arch_units(a); u++) {
+    const int units = pt_arch_units(a);
+    /* a unit's output, kept per slot for the next unit, and the segment's
+     * two gradient buffers: units + 1 of them, per example */
+    const double boundary = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(r->be);
+    double params = 0, trained = 0, saved = (units + 1) * boundary, scratch = 0;
+    /* scratch at the micro-batch's size when that is a size_t's (per-thread
+     * parts of it are not per example), else per example */
+    const int whole = micro <= (1 << 20);
+    for (int u = 0; u < units; u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
         params += (double)info.numel;
@@ -133,17 +151,20 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         /* per example, scaled in double: a long sequence times a large batch
          * passes what size_t holds */
         saved += u < frozen ? 0.0 : (double)pt_unit_saved_bytes(a, r->be, u, 1);
-        double w = (double)pt_unit_scratch_bytes(a, r->be, u, 1);
+        double w = whole ? (double)pt_unit_scratch_bytes(a, r->be, u, (int)micro) / (double)micro
+                         : (double)pt_unit_scratch_bytes(a, r->be, u, 1);
         scratch = w > scratch ? w : scratch;
     }
+    /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
+    const double ram = pt_session_memory_per_rank(r);
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
-        ? r->cfg.pipeline.memory_gib * gib : pt_session_memory_per_rank(r);
+        ? r->cfg.pipeline.memory_gib * gib : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
     const double weights = (params + 3 * trained) * (double)pt_backend_real_size(r->be);
     const double example = saved + scratch, need = weights + (double)micro * example;
     if (have <= 0 || need <= have)
         return 0;
     char where[] = "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's "
-                   "RAM over its ranks)";
+                   "RAM over its ranks less the data set a rank holds)";
     char room[160];
     snprintf(room, sizeof room, where, have / gib);
     /* weights too big, and mostly one table: its key, not the width (the
@@ -206,7 +227,7 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                               "%d), whose activations take %.3g GiB, %s; allowed: at most %.0f "
                               "examples per micro-batch (more micro-batches, or a smaller batch)",
                               c->train.batch, (long long)micro, (int)m,
-                              (double)micro * example / gib, room, (have - weights) / example);
+                              (double)micro * example / gib, room, floor((have - weights) / example));
 }
 
 /* What the training split is made of, for messages about its size. */
@@ -321,6 +342,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->gpipe = c->pipeline.schedule == PT_PIPE_GPIPE;
     sp->recompute = c->pipeline.recompute;
     sp->mem_limit = c->pipeline.memory_gib * gib;
+    sp->data_bytes = data_bytes(ss);
     sp->cores = c->pipeline.cores;
     sp->elastic = c->pipeline.elastic;
     sp->overlap = c->pipeline.overlap;
@@ -586,7 +608,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = open_backend(s, err)) ||
         (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
-        (!known && (rc = check_model_memory(s, mode, err))) ||
+        (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
         (rc = pt_session_check_init(c, &s->arch, err)) || (rc = check_staging(s, err)))
         goto agree;
     /* allowed (a plan for a bigger machine), but what does not fit here

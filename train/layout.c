@@ -46,9 +46,26 @@ static double ram_per_rank(const pt_run *r)
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
+/* The limit a stage plans under: pipeline.memory_gib, else what the node's
+ * RAM over its ranks leaves beside the data set each rank holds (at least
+ * a byte: a data set that takes it all leaves no layout room). */
 static double device_memory(const pt_run *r)
 {
-    return r->spec.mem_limit > 0 ? r->spec.mem_limit : ram_per_rank(r);
+    if (r->spec.mem_limit > 0)
+        return r->spec.mem_limit;
+    const double ram = ram_per_rank(r);
+    return ram > 0 ? (ram - r->spec.data_bytes > 1 ? ram - r->spec.data_bytes : 1) : 0;
+}
+
+/* Bytes per example a rank stages of its replica's share of a step
+ * (stage_buffers: inputs, tokens, targets, records), as launch/setup.c's
+ * check_staging counts them; device memory only on a host backend. */
+static double staging_bytes_per_example(const pt_run *r)
+{
+    if (!pt_backend_is_host(r->be))
+        return 0;
+    return (double)pt_arch_input_floats(&r->arch) * sizeof(float) +
+           2.0 * pt_arch_tokens(&r->arch) * sizeof(int32_t) + 64;
 }
 
 /* The cores of a node as the planner prices them. */
@@ -333,6 +350,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .bw_inter = r->bw_inter,
         .latency = r->latency,
         .overlap = s->overlap,
+        .staging_bytes_per_example = staging_bytes_per_example(r),
     };
     return pt_plan_make(out, &q, &r->cost, err);
 }

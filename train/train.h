@@ -57,7 +57,9 @@ typedef struct pt_train_spec {
     int stages, replicas, micro;
     int gpipe;                    /* 1: GPipe, 0: 1F1B */
     int recompute;
-    double mem_limit;             /* bytes per device; 0: the node's RAM over its ranks */
+    double mem_limit;             /* bytes per device; 0: the node's RAM over its ranks, less
+                                     data_bytes */
+    double data_bytes;            /* the data set every rank holds in memory */
     int cores;                    /* per node, as the planner prices sharing; 0: hwloc's count */
     int elastic;                  /* re-plan what is auto at freeze decisions */
     int overlap;                  /* all-reduce overlaps the backward */

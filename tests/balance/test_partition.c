@@ -64,7 +64,7 @@ static void check_random(int with_memory)
     for (int trial = 0; trial < 3000; trial++) {
         problem p;
         random_problem(&p, &rng, with_memory);
-        pt_partition_problem q = {p.n, p.K, p.cost, p.fixed, p.slot, p.slots, p.limit};
+        pt_partition_problem q = {p.n, p.K, p.cost, p.fixed, p.slot, p.slots, p.limit, 0};
         int bounds[9];
         double got;
         pt_err err = {0};
@@ -104,7 +104,7 @@ static void rejects_impossible(void)
     double cost[3] = {1, 2, 3}, prefix[4] = {0, 1, 2, 3};
     int slots[4] = {1, 1, 1, 1}, bounds[5];
     pt_err err = {0};
-    pt_partition_problem q = {3, 4, cost, prefix, prefix, slots, 0};
+    pt_partition_problem q = {3, 4, cost, prefix, prefix, slots, 0, 0};
     CU_ASSERT_EQUAL(pt_partition_solve(&q, bounds, NULL, &err), PT_EINPUT); /* more stages than units */
     q.stages = 2;
     q.mem_limit = 1.5; /* no stage of >= 1 unit costs under 2 with one slot */
