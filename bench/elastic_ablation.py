@@ -27,11 +27,14 @@ much faster link 1 x 4 can win: `pipetrain plan` says which), and elastic
 runs can grow to 4 replicas across the hosts.
 
 usage: elastic_ablation.py PIPETRAIN [--epochs 8] [--start 3] [--alpha 0.333]
-                           [--memory-gib 0.0052] [--hosts] [--link 1gbit] [--skip-local]
+                           [--memory-gib 0.00524] [--hosts] [--link 1gbit] [--skip-local]
 
 The default limit is one under which no single stage holds the unfrozen
 model with its micro-batches in flight (the planner then has no 1-stage
-layout to choose; `pipetrain plan` on 2 ranks shows K = 2, M = 64)."""
+layout to choose; `pipetrain plan` shows K = 2, M = 128 on 2 ranks and
+K = 2 x D = 2, M = 16 on 4). The count includes the replica's share of the
+step staged in host memory, so 4 replicas of one stage fit from 0.00525 GiB,
+and 2 stages on 2 ranks need 0.00524: the window is that narrow."""
 import argparse
 import json
 import os
@@ -147,7 +150,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--start", type=int, default=3)
     ap.add_argument("--alpha", default="0.3333333333")
-    ap.add_argument("--memory-gib", default="0.0052")
+    ap.add_argument("--memory-gib", default="0.00524")
     ap.add_argument("--hosts", action="store_true")
     ap.add_argument("--link", default="1gbit")
     ap.add_argument("--skip-local", action="store_true")
