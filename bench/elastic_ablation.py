@@ -21,10 +21,11 @@ all-reduce of 2 replicas of the unfrozen model, with and without overlap
 left exposed.
 
 --hosts runs the same on 2 simulated hosts x 2 ranks (tests/multinode/hosts.sh)
-with their link capped at --link (default 1gbit): at that link the planner
-makes the baseline 2 replicas of the 2-stage pipeline, one per host (on a
-much faster link 1 x 4 can win: `pipetrain plan` says which), and elastic
-runs can grow to 4 replicas across the hosts.
+with their link capped at --link (default 1gbit): the baseline is then 2
+replicas of the 2-stage pipeline, one per host (at the default limit 1 x 4
+does not fit, whatever the link; at a larger --memory-gib a much faster
+link can make 1 x 4 win: `pipetrain plan` says which), and elastic runs can
+grow to 4 replicas across the hosts.
 
 usage: elastic_ablation.py PIPETRAIN [--epochs 8] [--start 3] [--alpha 0.333]
                            [--memory-gib 0.00524] [--hosts] [--link 1gbit] [--skip-local]
