@@ -39,11 +39,31 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The node's RAM over its ranks. */
-static double ram_per_rank(const pt_run *r)
+/* This rank's node's RAM over its ranks. */
+static double local_ram_per_rank(const pt_run *r)
 {
     double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
+}
+
+/* The node's RAM over its ranks, as the planner prices it: rank 0's node's
+ * on every rank (shared_node0_inputs). */
+static double ram_per_rank(const pt_run *r) { return r->node0_ram_per_rank; }
+
+/* Every rank takes rank 0's node's cores, RAM per rank and threads per rank
+ * as the planner's: each rank plans the layout by itself, so a rank of a
+ * node with fewer cores (or less RAM, or more ranks on it) that planned from
+ * its own would choose another layout than its peers, and the job would run
+ * two meshes at once: ranks idle that their peers count as replicas, shares
+ * of the batch that no rank trains. */
+static int shared_node0_inputs(pt_run *r, pt_err *err)
+{
+    double v[3] = {pt_comm_cores(r->comm), r->spec.threads, local_ram_per_rank(r)};
+    int rc = pt_bcast(pt_comm_world(r->comm), v, sizeof v, 0, err);
+    r->node0_cores = (int)v[0];
+    r->node0_threads = (int)v[1];
+    r->node0_ram_per_rank = v[2];
+    return rc;
 }
 
 /* The limit a stage plans under: pipeline.memory_gib, else what the node's
@@ -71,7 +91,7 @@ static double staging_bytes_per_example(const pt_run *r)
 /* The cores of a node as the planner prices them. */
 static int planner_cores(const pt_run *r)
 {
-    return r->spec.cores > 0 ? r->spec.cores : pt_comm_cores(r->comm);
+    return r->spec.cores > 0 ? r->spec.cores : r->node0_cores;
 }
 
 /* The micro-batch sizes the units are timed at: the largest and the smallest
@@ -149,9 +169,9 @@ static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int sma
         snprintf(why, n, "it planned with %.3g GiB per rank (the node's RAM over its ranks), this "
                  "machine has %.3g (pipeline.memory_gib sets the limit instead)",
                  p->ram_per_rank / (1u << 30), ram_per_rank(r) / (1u << 30));
-    else if (p->threads != r->spec.threads)
+    else if (p->threads != r->node0_threads)
         snprintf(why, n, "it was timed with %d threads per rank, this run uses %d", p->threads,
-                 r->spec.threads);
+                 r->node0_threads);
     else if (strcmp(p->backend, pt_backend_name(r->be)) != 0)
         snprintf(why, n, "it was timed on the %s backend, this run uses %s", p->backend,
                  pt_backend_name(r->be));
@@ -343,7 +363,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .batch = s->batch,
         .mem_limit = device_memory(r),
         .cores = planner_cores(r),
-        .threads = s->threads,
+        .threads = r->node0_threads,
         .frozen_units = r->frozen_units,
         .cached_units = cached_units(r, K ? K : 1),
         .bw_intra = r->bw_intra,
@@ -548,6 +568,8 @@ int pt_layout_open(pt_run *r, pt_err *err)
 {
     pt_group_set_timeout(pt_comm_world(r->comm), r->spec.timeout_s);
     int rc = job_name(r, err);
+    if (rc == 0)
+        rc = shared_node0_inputs(r, err);
     int small, large, use = 0;
     profiled_sizes(r, &small, &large);
     const int costs = needs_costs(r);
@@ -681,7 +703,7 @@ int pt_layout_profile(const pt_run *r, pt_profile *out, pt_err *err)
     const int *node_of = pt_comm_node_map(r->comm);
     out->ranks = r->ranks;
     out->cores = planner_cores(r);
-    out->threads = r->spec.threads;
+    out->threads = r->node0_threads;
     out->ram_per_rank = ram_per_rank(r);
     snprintf(out->backend, sizeof out->backend, "%s", pt_backend_name(r->be));
     out->bw_intra = r->bw_intra;
