@@ -99,6 +99,12 @@ typedef struct pt_plan_request {
      * stages in host memory, when that is the device's (the CPU backend; 0
      * for a GPU's) */
     double staging_bytes_per_example;
+    /* the gradient all-reduce among D >= 2 replicas receives the other
+     * replicas' copies of the chunk a rank sums, (D - 1) / D of its stage's
+     * active gradients, into buffers of its own: 1 when those are the
+     * device's memory (the CPU backend; a GPU's are in host memory, or
+     * NCCL's) */
+    int reduce_buffers;
 } pt_plan_request;
 
 /* A candidate the planner priced, for explaining its choice. */

@@ -114,16 +114,26 @@ static double stage_extra(const pt_cost_model *cm, const pt_plan_request *q, int
            q->staging_bytes_per_example * M * b;
 }
 
-/* Memory of every stage for a given (K, M, b, bounds). */
-static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b,
-                         const int *bounds, double *mem)
+/* What a unit that trains holds beside its parameters: gradients and AdamW
+ * moments, and with D >= 2 replicas its share of the all-reduce's receive
+ * buffers ((D - 1) / D of its gradients, which are as large as its
+ * parameters: dp/reduce.c), where those are the device's memory. */
+static double state_of(const pt_cost_model *cm, const pt_plan_request *q, int D, int u)
+{
+    const double reduce = q->reduce_buffers && D > 1 ? (double)(D - 1) / D : 0;
+    return cm->unit[u].state_bytes + reduce * cm->unit[u].param_bytes;
+}
+
+/* Memory of every stage for a given (K, D, M, b, bounds). */
+static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int K, int D, int M,
+                         int b, const int *bounds, double *mem)
 {
     for (int s = 0; s < K; s++) {
         double fixed = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0;
         /* stage 0's segment holds a cached frozen prefix too */
         for (int u = s == 0 ? 0 : bounds[s]; u < bounds[s + 1]; u++) {
             int frozen = u < q->frozen_units;
-            fixed += cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
+            fixed += cm->unit[u].param_bytes + (frozen ? 0 : state_of(cm, q, D, u));
             per_slot += slot_bytes(cm, q, u, b);
             double w = pt_cost_scratch_bytes(cm, u, b);
             scratch = w > scratch ? w : scratch;
@@ -206,7 +216,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         int frozen = u < q->frozen_units;
         cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
         bwd[u] = frozen ? 0 : (pt_cost_time(cm, u, b, 0, 0) - pt_cost_time(cm, u, b, 1, 0)) * slowdown;
-        fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : cm->unit[u].state_bytes);
+        fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : state_of(cm, q, D, u));
         slot[u + 1] = slot[u] + slot_bytes(cm, q, u, b);
         double w = pt_cost_scratch_bytes(cm, u, b);
         scratch = w > scratch ? w : scratch;
@@ -251,7 +261,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         own_bwd[s] = pt_partition_cost(bwd, p->bounds, s);
         bwd_bottleneck = own_bwd[s] > bwd_bottleneck ? own_bwd[s] : bwd_bottleneck;
     }
-    stage_memory(cm, q, K, M, b, p->bounds, p->stage_mem);
+    stage_memory(cm, q, K, D, M, b, p->bounds, p->stage_mem);
     p->compute_time = M * bottleneck;
     p->bubble_time = (K - 1) * bottleneck;
     if (K > 1) {

@@ -371,6 +371,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .latency = r->latency,
         .overlap = s->overlap,
         .staging_bytes_per_example = staging_bytes_per_example(r),
+        .reduce_buffers = pt_backend_is_host(r->be),
     };
     return pt_plan_make(out, &q, &r->cost, err);
 }
