@@ -60,6 +60,10 @@ int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int 
  * small and large (small <= large). */
 int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
                     pt_err *err);
+/* Times unit u of a model pt_cost_sizes made (both of its sizes), as
+ * pt_cost_profile does for every unit; on failure m is left for the caller
+ * to free. */
+int pt_cost_profile_unit(pt_cost_model *m, const pt_arch *a, pt_backend *be, int u, pt_err *err);
 void pt_cost_model_free(pt_cost_model *m);
 /* Seconds of unit u per micro-batch of n examples: forward, plus backward
  * unless frozen, plus a second forward under recompute. */

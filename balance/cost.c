@@ -143,26 +143,32 @@ int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int 
     return 0;
 }
 
+int pt_cost_profile_unit(pt_cost_model *m, const pt_arch *a, pt_backend *be, int u, pt_err *err)
+{
+    pt_unit_cost *c = &m->unit[u];
+    for (int k = 0; k < 2; k++) {
+        int rc = time_unit(a, be, u, m->batch[k], &c->fwd[k], &c->bwd[k], err);
+        if (rc) {
+            pt_unit_info info;
+            pt_unit_info_get(a, u, &info);
+            return pt_err_prefix(err, "profiling %s", info.name);
+        }
+        if (m->batch[0] == m->batch[1]) {
+            c->fwd[1] = c->fwd[0];
+            c->bwd[1] = c->bwd[0];
+            break;
+        }
+    }
+    return 0;
+}
+
 int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,
                     pt_err *err)
 {
     int rc = pt_cost_sizes(m, a, be, small, large, err);
-    for (int u = 0; rc == 0 && u < m->units; u++) {
-        pt_unit_cost *c = &m->unit[u];
-        for (int k = 0; k < 2; k++) {
-            if ((rc = time_unit(a, be, u, m->batch[k], &c->fwd[k], &c->bwd[k], err))) {
-                pt_unit_info info;
-                pt_unit_info_get(a, u, &info);
-                pt_cost_model_free(m);
-                return pt_err_prefix(err, "profiling %s", info.name);
-            }
-            if (small == large) {
-                c->fwd[1] = c->fwd[0];
-                c->bwd[1] = c->bwd[0];
-                break;
-            }
-        }
-    }
+    for (int u = 0; rc == 0 && u < m->units; u++)
+        if ((rc = pt_cost_profile_unit(m, a, be, u, err)))
+            pt_cost_model_free(m);
     return rc;
 }
 

@@ -189,9 +189,13 @@ static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int sma
 }
 
 /* Rank 0 profiles, or copies the given profile's costs; everyone gets the
- * model (or rank 0's error). */
-static int shared_cost_model(pt_run *r, int small, int large, const pt_profile *given, pt_err *err)
+ * model (or rank 0's error). Profiling takes minutes for a large model,
+ * longer than run.timeout_s, which bounds every wait for another rank: so
+ * rank 0 tells the others after each unit it timed, and a wait is as long
+ * as one unit's timing (given: the same on every rank). */
+static int shared_cost_model(pt_run *r, int small, int large, int use, pt_err *err)
 {
+    const pt_profile *given = use ? r->spec.profile : NULL; /* rank 0's is the one read */
     pt_cost_model *cm = &r->cost;
     pt_group *world = pt_comm_world(r->comm);
     int64_t status = 0;
@@ -205,10 +209,19 @@ static int shared_cost_model(pt_run *r, int small, int large, const pt_profile *
             status = pt_fail(err, PT_ENOMEM, "out of memory for the cost model");
         else
             memcpy(cm->unit, given->cost.unit, (size_t)cm->units * sizeof *cm->unit);
-    } else if (r->rank == 0 && pt_cost_profile(cm, &r->arch, r->be, small, large, err)) {
+    } else if (r->rank == 0 && pt_cost_sizes(cm, &r->arch, r->be, small, large, err)) {
         status = err->code;
     }
-    int rc = pt_bcast(world, &status, sizeof status, 0, err);
+    /* as many broadcasts on every rank: `use` is agreed, and each carries
+     * the status that ends the loop */
+    int rc = 0;
+    const int steps = use ? 1 : pt_arch_units(&r->arch);
+    for (int u = 0; rc == 0 && u < steps; u++) {
+        if (!use && r->rank == 0 && status == 0 && pt_cost_profile_unit(cm, &r->arch, r->be, u, err))
+            status = err->code;
+        if ((rc = pt_bcast(world, &status, sizeof status, 0, err)) == 0 && status)
+            break;
+    }
     if (rc == 0 && status) {
         if (r->rank != 0)
             pt_fail(err, (int)status, "profiling on rank 0 failed (rank 0 reports why)");
@@ -595,7 +608,7 @@ int pt_layout_open(pt_run *r, pt_err *err)
     if (!use) /* timed here: at what fits */
         measured_sizes(r, &small, &large);
     if (rc == 0 && costs)
-        rc = shared_cost_model(r, small, large, use ? r->spec.profile : NULL, err);
+        rc = shared_cost_model(r, small, large, use, err);
     int depth = r->spec.resume_depth; /* rank 0's reading */
     if (rc == 0 && r->ranks > 1)
         rc = pt_bcast(pt_comm_world(r->comm), &depth, sizeof depth, 0, err);
