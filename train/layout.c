@@ -46,23 +46,29 @@ static double local_ram_per_rank(const pt_run *r)
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
-/* The node's RAM over its ranks, as the planner prices it: rank 0's node's
- * on every rank (shared_node0_inputs). */
-static double ram_per_rank(const pt_run *r) { return r->node0_ram_per_rank; }
+/* The RAM over its ranks of the node that has least of it, as the planner
+ * prices it on every rank (shared_node_inputs): a layout must fit every
+ * rank's memory. */
+static double ram_per_rank(const pt_run *r) { return r->least_ram_per_rank; }
 
-/* Every rank takes rank 0's node's cores, RAM per rank and threads per rank
- * as the planner's: each rank plans the layout by itself, so a rank of a
- * node with fewer cores (or less RAM, or more ranks on it) that planned from
- * its own would choose another layout than its peers, and the job would run
- * two meshes at once: ranks idle that their peers count as replicas, shares
- * of the batch that no rank trains. */
-static int shared_node0_inputs(pt_run *r, pt_err *err)
+/* Every rank plans from the same machine figures: rank 0's node's cores
+ * and threads per rank (the node the planner prices the sharing of cores
+ * on), and the least RAM per rank of any node. Each rank plans the layout
+ * by itself, so a rank of a node with fewer cores (or less RAM, or more
+ * ranks on it) that planned from its own figures would choose another
+ * layout than its peers, and the job would run two meshes at once: ranks
+ * idle that their peers count as replicas, shares of the batch that no
+ * rank trains. */
+static int shared_node_inputs(pt_run *r, pt_err *err)
 {
-    double v[3] = {pt_comm_cores(r->comm), r->spec.threads, local_ram_per_rank(r)};
+    int v[2] = {pt_comm_cores(r->comm), r->spec.threads};
     int rc = pt_bcast(pt_comm_world(r->comm), v, sizeof v, 0, err);
-    r->node0_cores = (int)v[0];
-    r->node0_threads = (int)v[1];
-    r->node0_ram_per_rank = v[2];
+    r->node0_cores = v[0];
+    r->node0_threads = v[1];
+    int64_t least = -(int64_t)local_ram_per_rank(r); /* the largest of these is the least RAM */
+    if (rc == 0)
+        rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &least, err);
+    r->least_ram_per_rank = (double)-least;
     return rc;
 }
 
@@ -583,7 +589,7 @@ int pt_layout_open(pt_run *r, pt_err *err)
     pt_group_set_timeout(pt_comm_world(r->comm), r->spec.timeout_s);
     int rc = job_name(r, err);
     if (rc == 0)
-        rc = shared_node0_inputs(r, err);
+        rc = shared_node_inputs(r, err);
     int small, large, use = 0;
     profiled_sizes(r, &small, &large);
     const int costs = needs_costs(r);

@@ -106,8 +106,8 @@ typedef struct pt_profile {
     int ranks, cores, threads;    /* cores: of a node, as the planner priced them */
     int *node_of;                 /* [ranks] */
     char backend[32];
-    double ram_per_rank;          /* bytes: the node's RAM over its ranks, the memory
-                                     limit when pipeline.memory_gib is not set */
+    double ram_per_rank;          /* bytes: the least over the nodes of a node's RAM over its
+                                     ranks, the memory limit when pipeline.memory_gib is not set */
     double bw_intra, bw_inter, latency;
     pt_cost_model cost;           /* units 0: nothing was profiled (nothing to choose) */
 } pt_profile;
@@ -152,13 +152,13 @@ typedef struct pt_run {
     pt_reducer *reducer;
     pt_cost_model cost;    /* per-unit costs, for (re-)planning; empty when nothing is chosen */
     double bw_intra, bw_inter, latency; /* measured links */
-    /* the planner's inputs that a node measures for itself, as rank 0's node
-     * gives them, on every rank (layout.c): the cores its ranks share, its
-     * RAM over its ranks, the threads per rank. Nodes may differ in each
-     * (cores, RAM, ranks placed on them, run.threads 0), and a rank that
-     * planned from its own would lay out another mesh than its peers. */
+    /* the planner's inputs that a node measures for itself, the same on
+     * every rank (layout.c): rank 0's node's cores and threads per rank,
+     * and the least RAM over its ranks of any node. Nodes may differ in
+     * each (cores, RAM, ranks placed on them, run.threads 0), and a rank
+     * that planned from its own would lay out another mesh than its peers. */
     int node0_cores, node0_threads;
-    double node0_ram_per_rank;
+    double least_ram_per_rank;
     struct pt_prefix *prefix;
     pt_cache *cache;       /* this node's activation cache (cache on) */
     char job[64];          /* identifies the job on its nodes */
