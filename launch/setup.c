@@ -129,15 +129,22 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const int64_t replicas = ranks == 1 ? 1 : c->pipeline.replicas == PT_AUTO ? ranks : c->pipeline.replicas;
     const int64_t share = (c->train.batch + replicas - 1) / replicas;
     const int64_t m = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
+    /* with D >= 2 replicas fixed the gradient all-reduce receives the
+     * others' copies of the chunk this rank sums: (D - 1) / D of the
+     * gradients, in host memory (dp/reduce.c; a GPU's NCCL or host copies
+     * are not the device's). D auto is planned, and counted there, for
+     * the D the planner picks (balance/plan.c) */
+    const int fixed_d = ranks > 1 && c->pipeline.replicas != PT_AUTO && replicas > 1;
+    const double reduce = fixed_d && pt_backend_is_host(r->be) ? (double)(replicas - 1) / replicas : 0;
     const int64_t micro = (share + m - 1) / m;
     /* a resumed checkpoint's frozen units keep no gradients or moments and
      * save nothing for a backward */
     /* an evaluation trains nothing: every unit counts as frozen */
     const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(r->resume_depth);
     const char *state = mode == PT_RUN_EVAL ? ""
-                        : ranks > 1 && replicas > 1 ? " with their gradients, AdamW moments and the "
-                                                      "gradient all-reduce's buffers"
-                                                    : " with their gradients and AdamW moments";
+                        : reduce > 0 ? " with their gradients, AdamW moments and the gradient "
+                                       "all-reduce's buffers"
+                                     : " with their gradients and AdamW moments";
     const int units = pt_arch_units(a);
     /* a unit's output, kept per slot for the next unit, and the segment's
      * two gradient buffers: units + 1 of them, per example */
@@ -162,11 +169,6 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const double ram = pt_session_memory_per_rank(r);
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
         ? r->cfg.pipeline.memory_gib * gib : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
-    /* with D >= 2 replicas the gradient all-reduce receives the others'
-     * copies of the chunk this rank sums: (D - 1) / D of the gradients, in
-     * host memory (dp/reduce.c; a GPU's NCCL or host copies are not the
-     * device's) */
-    const double reduce = replicas > 1 && pt_backend_is_host(r->be) ? (double)(replicas - 1) / replicas : 0;
     const double weights = (params + (3 + reduce) * trained) * (double)pt_backend_real_size(r->be);
     const double example = saved + scratch, need = weights + (double)micro * example;
     if (have <= 0 || need <= have)
