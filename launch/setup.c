@@ -60,6 +60,43 @@ static int open_backend(pt_session *r, pt_err *err)
     return pt_backend_open(&r->be, "cpu", threads, err);
 }
 
+/* Collective: every rank trains on the same kind of device. run.device auto
+ * resolves on each rank by itself, so nodes with and without a GPU would
+ * give a job of both: each rank would plan its layout from its own
+ * device's memory and staging (and the layouts could differ), and a
+ * replica on the CPU would hold every GPU replica back. Refused naming the
+ * key, a rank of each kind and its host; the same message on every rank. */
+static int same_backend(pt_session *s, pt_err *err)
+{
+    struct {
+        char backend[24];
+        char host[72];
+    } mine, *all;
+    memset(&mine, 0, sizeof mine);
+    const int size = pt_comm_size(s->comm);
+    if (size < 2)
+        return 0;
+    snprintf(mine.backend, sizeof mine.backend, "%s", pt_backend_name(s->be));
+    snprintf(mine.host, sizeof mine.host, "%s", pt_comm_host(s->comm));
+    if (!(all = calloc((size_t)size, sizeof *all)))
+        return pt_fail(err, PT_ENOMEM, "out of memory for the ranks' devices");
+    int rc = pt_allgather(pt_comm_world(s->comm), &mine, all, sizeof mine, err);
+    int other = -1;
+    for (int i = 1; rc == 0 && i < size && other < 0; i++)
+        if (strcmp(all[i].backend, all[0].backend) != 0)
+            other = i;
+    if (other >= 0)
+        rc = pt_config_key_fail(&s->cfg, err, "run.device",
+                                "auto, and the ranks found different devices: rank 0 (host %s) "
+                                "the %s backend, rank %d (host %s) the %s backend; a job "
+                                "trains on one kind: run.device cpu for every rank on the "
+                                "CPU, or a GPU for every rank",
+                                all[0].host,
+                                all[0].backend, other, all[other].host, all[other].backend);
+    free(all);
+    return rc;
+}
+
 /* Memory this rank may give its copy of the data: the node's RAM divided
  * among the node's ranks (each holds the whole data set). */
 double pt_session_memory_per_rank(const pt_session *r)
@@ -665,7 +702,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if ((rc = check_layout_keys(s, err)))
         goto agree;
 agree: /* every rank fails here or goes on together: what follows is collective */
-    if ((rc = pt_group_agree(pt_comm_world(s->comm), rc, err)))
+    if ((rc = pt_group_agree(pt_comm_world(s->comm), rc, err)) || (rc = same_backend(s, err)))
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);

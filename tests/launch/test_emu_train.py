@@ -184,8 +184,45 @@ def test_vit_fp32_two_stages(h):
           "2 stages vs 1 process: exported weights differ")
 
 
+def test_mixed_devices_refused(h):
+    """run.device auto resolves on each rank: a rank with a GPU (the
+    emulated one, rank 0: local rank 0 has device 0) beside one without
+    (the CPU build) is one job on two kinds of device, each rank planning
+    from its own device's memory. Refused before run.dir is made, naming
+    the config line, the key and a rank of each kind; run.device cpu on the
+    same two ranks trains."""
+    cpu = os.path.abspath(os.environ["PT_CPU_BINARY"]) if os.environ.get("PT_CPU_BINARY") else None
+    if not os.environ.get("PT_MPIEXEC") or not cpu:
+        return "skipped: no mpirun (PT_MPIEXEC) or CPU binary (PT_CPU_BINARY)"
+    k = dict(base(h, "vit", "fp32"), **{"run.device": "auto", "pipeline.stages": "2",
+                                         "freeze.policy": "none", "train.max_steps": "2"})
+    env = dict(U.sanitizer_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1")
+    for device, rc in (("auto", 2), ("cpu", 0)):
+        run_dir = h.path("mixed-" + device)
+        cfg = U.write_config(h, "mixed-%s.yaml" % device,
+                             dict(k, **{"run.dir": run_dir, "run.device": device}))
+        cmd = [os.environ["PT_MPIEXEC"], "--oversubscribe", "-np", "1", h.binary, "train", cfg,
+               ":", "-np", "1", cpu, "train", cfg]
+        try:
+            p = subprocess.run(cmd, cwd=h.dir, capture_output=True, text=True, errors="replace",
+                               timeout=120, env=env, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise U.Failure("timed out: %s\n%s" % (" ".join(cmd), U.tail(str(e.stderr or ""))))
+        r = U.Result(cmd, p.returncode, p.stdout, p.stderr)
+        U.no_sanitizer(r)
+        r.expect(rc, "run.device %s on a rank with a GPU and one without" % device)
+        if rc:
+            line = [l for l in r.err.splitlines() if l.startswith(U.ERROR_PREFIX)]
+            check(len(line) == 1, "one error line wanted\n%s", r.describe())
+            for want in ("mixed-auto.yaml:", "run.device: auto", "rank 0", "cuda backend",
+                         "rank 1", "cpu backend", "run.device cpu"):
+                check(want in line[0], "error line lacks %r: %s", want, line[0])
+            check(not os.path.exists(run_dir), "%s made by a refused run", run_dir)
+
+
 TESTS = [case("vit", "fp32"), case("bert", "fp32"), case("vit", "bf16"), case("bert", "bf16"),
-         test_vit_fp32_two_stages]
+         test_vit_fp32_two_stages, test_mixed_devices_refused]
 
 if __name__ == "__main__":
     sys.exit(U.main(TESTS, sys.argv, workers=2))
