@@ -446,11 +446,16 @@ INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int
                                : 0);
 }
 
-/* Marks a masked score; exp() of it is then replaced by an exact 0. */
-#define MASKED ((real)-1e30)
+/* Marks a masked score; exp() of it is then replaced by an exact 0. An
+ * infinity, not a large finite number: a finite mark (it was -1e30) is
+ * above a real score below it, so a column whose every real score lay
+ * there took its max from the mark, every real key got weight 0 and the
+ * output was NaN (0 / 0), or, causal, the masked later keys got it all
+ * instead. A query always sees key 0, so its max is a real score. */
+#define MASKED ((real)-INFINITY)
 
 /* exp(x) lane by lane for x <= 0 (a score less its column's max), exactly
- * 0 for a masked score (x near MASKED). float32: cpu_math.h's
+ * 0 for a masked score (x = MASKED). float32: cpu_math.h's
  * pt_f16_expf_nonpos (pt_expf's operations lane by lane) on 16 lanes at a
  * time; float64: libm. */
 INLINE vreal softmax_exp(vreal x)
@@ -458,12 +463,12 @@ INLINE vreal softmax_exp(vreal x)
     vreal e;
 #ifdef PT_REAL_F64
     for (int l = 0; l < VW; l++)
-        e[l] = x[l] > (real)0.5 * MASKED ? R_EXP(x[l]) : 0;
+        e[l] = x[l] > MASKED ? R_EXP(x[l]) : 0;
 #else
     for (int l = 0; l < VW; l += 16) { /* VW is 16, 8 or 4: one pt_f16, or part of one */
         pt_f16 v = {0};
         memcpy(&v, (const real *)&x + l, (VW < 16 ? VW : 16) * sizeof(real));
-        v = pt_f16_sel(pt_f16_gt(v, pt_f16_set(0.5f * MASKED)), pt_f16_expf_nonpos(v),
+        v = pt_f16_sel(pt_f16_gt(v, pt_f16_set(MASKED)), pt_f16_expf_nonpos(v),
                        pt_f16_set(0.0f));
         memcpy((real *)&e + l, &v, (VW < 16 ? VW : 16) * sizeof(real));
     }

@@ -804,6 +804,93 @@ static void attention_all(void)
     close_both();
 }
 
+/* Scores far below 0 (about -1e31 here, from queries and keys of 1e15):
+ * softmax is shift-invariant, so the outputs must be those of the same
+ * scores less their max, which torch gives: key 0's score is the highest
+ * by about 1e29, its probability 1 and every other key's 0 (exp of far
+ * below float's range), so every output row is v_0, its gradient goes to
+ * v_0 alone, and q and k get none (P (1 - P) = 0; float32's exp stops
+ * at e^-87 = 1.6e-38, which leaves them about 1e-22 with keys of 1e15,
+ * hence the bound 1e-20 below, where a wrong weight gives 1e15). Causal and with a
+ * padding mask too (key 0 is seen by every query), at T below and above
+ * the block width. The masked scores used to be marked by -1e30, which is
+ * above these real ones: the outputs were NaN, and causal attention gave
+ * the weight to the later keys it must not see. Both backends. */
+static void attention_far_scores(void)
+{
+    open_both(405);
+    const int Ts[] = {5, 20}, H = 2, hd = 4;
+    int bad = 0, checked = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (int mode = 0; mode < 3; mode++) { /* 0 plain, 1 causal, 2 padding mask */
+            const int T = Ts[ti], n = 2, causal = mode == 1;
+            const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+            const int32_t lens_h[2] = {T, 2};
+            void *lens[2] = {NULL, NULL};
+            for (int k = 0; k < 2 && mode == 2; k++)
+                lens[k] = ints_new(k, lens_h, (size_t)n);
+            tens qkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
+            tens probs = t_new((size_t)n * H * T * T, 0);
+            tens dout = t_new(rows * d, 0), dqkv = t_new(rows * 3 * d, 0);
+            float *h = malloc(rows * 3 * d * sizeof *h);
+            for (size_t r = 0; r < rows; r++)
+                for (size_t c = 0; c < d; c++) {
+                    const int t = (int)(r % (size_t)T);
+                    h[(r * 3 + 0) * d + c] = 1e15f * (1.0f + 0.125f * (float)(c % 3));
+                    h[(r * 3 + 1) * d + c] = -1e15f * (1.0f + 0.01f * (float)t);
+                    h[(r * 3 + 2) * d + c] = (float)(r + 1) + 0.5f * (float)c;
+                }
+            t_set(&qkv, h);
+            t_fill(&dout, -1, 1);
+            t_fill_nan(&out);
+            t_fill_nan(&probs);
+            t_fill_nan(&dqkv);
+            EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal, lens[k_],
+                                    NULL);
+            EACH OPS->attention_bwd(BE, D(dqkv), D(dout), D(qkv), D(probs), D(out), n, T, H, hd,
+                                    causal, lens[k_], NULL);
+            float *go = t_get(&dout, 1);
+            for (int k = 0; k < 2; k++) {
+                float *o = t_get(&out, k), *g = t_get(&dqkv, k);
+                for (int b = 0; b < n; b++)
+                    for (int t = 0; t < T; t++)
+                        for (size_t c = 0; c < d; c++) {
+                            const size_t r = (size_t)b * T + t;
+                            /* out: v_0 of example b */
+                            const float want = h[(((size_t)b * T) * 3 + 2) * d + c];
+                            /* dv: the column sum of dout at key 0, else 0; dq, dk: 0 */
+                            float dv = 0;
+                            for (int i = 0; t == 0 && i < T; i++)
+                                dv += go[((size_t)b * T + i) * d + c];
+                            const float got_o = o[r * d + c], got_q = g[(r * 3 + 0) * d + c],
+                                        got_k = g[(r * 3 + 1) * d + c], got_v = g[(r * 3 + 2) * d + c];
+                            checked++;
+                            if (!(fabsf(got_o - want) <= 1e-6f * fabsf(want) && fabsf(got_q) <= 1e-20f &&
+                                  fabsf(got_k) <= 1e-20f && fabsf(got_v - dv) <= 1e-5f) &&
+                                bad++ < 5)
+                                printf("\n  %s T=%d mode %d b=%d t=%d c=%zu: out %g (want %g), dq %g, dk %g, "
+                                       "dv %g (want %g)",
+                                       k ? "cpu64" : "cpu", T, mode, b, t, c, got_o, want, got_q, got_k,
+                                       got_v, dv);
+                        }
+                free(o);
+                free(g);
+            }
+            free(go);
+            free(h);
+            for (int k = 0; k < 2; k++)
+                pt_backend_free(be[k], lens[k]);
+            t_free(&qkv);
+            t_free(&out);
+            t_free(&probs);
+            t_free(&dout);
+            t_free(&dqkv);
+        }
+    printf(" [%d values checked, %d off]", checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    close_both();
+}
+
 /* --------------------------------------------------------------- dropout */
 
 /* add_mode: 0 none, 1 a separate tensor, 2 aliased with y; in place: y is x. */
@@ -1373,6 +1460,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"layernorm", layernorm_all},
                                 {"gelu", gelu_all},
                                 {"attention", attention_all},
+                                {"attention_far_scores", attention_far_scores},
                                 {"embeddings", embeddings_all},
                                 {"copy_rows", copy_rows_all},
                                 {"mean_pool", mean_pool_all},
