@@ -53,6 +53,10 @@ static pt_arch bert_arch(void)
     return a;
 }
 
+/* 1: the bert fixture's example 2 is [PAD] at every position, [CLS]'s
+ * included (its length is then 1, as an example of one real token). */
+static int all_padding;
+
 typedef struct {
     pt_backend *be;
     pt_segment *seg;
@@ -113,7 +117,7 @@ static void setup(fixture *f, pt_arch a, int first, int count)
     }
     if (a.kind == PT_MODEL_BERT)
         for (int b = 1; b < N; b++)
-            for (int t = b == 1 ? 3 : 1; t < T; t++)
+            for (int t = b == 1 ? 3 : (all_padding ? 0 : 1); t < T; t++)
                 f->tokens[(size_t)b * T + t] = a.pad_id;
     /* dropout's identity: ids in no order, a step past 0 */
     const int64_t ids[N] = {40, 7, 1003};
@@ -354,6 +358,63 @@ static void dropout_op(void)
     pt_backend_close(be);
 }
 
+/* The attention op alone in the modes no unit combines: causal with a
+ * padding mask, with and without dropout on the probabilities (lengths 1,
+ * 3 and T; T 5 and 19, below and above the block width). f = sum(r * out)
+ * for a fixed r, every element of qkv perturbed. */
+static void attention_op_causal_masked(void)
+{
+    pt_backend *be;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_backend_open_cpu64(&be, 1, &err) == 0);
+    enum { NB = 3, NH = 2, HD = 3, TMAX = 19 };
+    const int Ts[] = {5, TMAX};
+    const int64_t ids[NB] = {9, 4, 61};
+    int bad = 0, checked = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (int dropped = 0; dropped < 2; dropped++) {
+            const int T = Ts[ti];
+            const int32_t lens[NB] = {T, 1, 3};
+            const size_t nq = (size_t)NB * T * 3 * NH * HD, no = (size_t)NB * T * NH * HD;
+            double *qkv = malloc(nq * sizeof *qkv), *dqkv = malloc(nq * sizeof *dqkv);
+            double *out = malloc(no * sizeof *out), *r = malloc(no * sizeof *r);
+            double *probs = malloc((size_t)NB * NH * T * T * sizeof *probs);
+            pt_rng rng;
+            pt_rng_seed(&rng, 31, (uint64_t)T);
+            fill(&rng, qkv, nq, 1.5);
+            fill(&rng, r, no, 1.0);
+            const pt_dropout drop = {0.3, pt_dropout_key(2, 3, 1, 0), ids};
+            const pt_dropout *dp = dropped ? &drop : NULL;
+            be->ops->attention_fwd(be, out, probs, qkv, NB, T, NH, HD, 1, lens, dp);
+            be->ops->attention_bwd(be, dqkv, r, qkv, probs, out, NB, T, NH, HD, 1, lens, dp);
+            for (size_t i = 0; i < nq; i++) {
+                const double keep = qkv[i];
+                double f2[2];
+                for (int s2 = 0; s2 < 2; s2++) {
+                    qkv[i] = keep + (s2 ? -H : H);
+                    be->ops->attention_fwd(be, out, probs, qkv, NB, T, NH, HD, 1, lens, dp);
+                    f2[s2] = 0;
+                    for (size_t j = 0; j < no; j++)
+                        f2[s2] += r[j] * out[j];
+                }
+                qkv[i] = keep;
+                const double num = (f2[0] - f2[1]) / (2 * H);
+                checked++;
+                if (!close_enough(dqkv[i], num) && bad++ < 5)
+                    printf("\n  T=%d dropout=%d dqkv[%zu]: analytic %.10g numeric %.10g", T, dropped,
+                           i, dqkv[i], num);
+            }
+            free(qkv);
+            free(dqkv);
+            free(out);
+            free(r);
+            free(probs);
+        }
+    printf(" [%d values checked, %d off]", checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    pt_backend_close(be);
+}
+
 static void bert_attn_long_sequence(void) { check_unit_range(long_sequence(bert_arch()), 1, 1); }
 
 /* T > the attention block width (16) and a head size of 16: the kernels' padded
@@ -366,6 +427,44 @@ static void attn_long_sequence(void)
     check_unit_range(a, 1, 1);
     a.causal = 0;
     check_unit_range(a, 1, 1);
+}
+
+/* ViT's last block computed at every row in training too (the reference
+ * that the [CLS]-rows-only default is compared against in test_cls_rows) */
+static void vit_full_last_block(void)
+{
+    pt_arch a = vit_arch();
+    a.full_last_block = 1;
+    check_unit_range(a, 0, 6);
+    check_unit_range(a, 3, 2);
+}
+
+/* The last block's units alone, at the [CLS] rows only (the default), as a
+ * pipeline cut before the head or between them leaves them: the other rows
+ * are passed on, and their gradient with them */
+static void vit_last_block_alone(void)
+{
+    check_unit_range(vit_arch(), 3, 1);
+    check_unit_range(vit_arch(), 4, 1);
+    check_unit_range(vit_arch(), 3, 2);
+}
+
+/* One token per example: a softmax over one key */
+static void gpt_context_one(void)
+{
+    pt_arch a = gpt_arch();
+    a.context = 1;
+    check_unit_range(a, 0, 6);
+}
+
+/* An example made only of padding, [CLS]'s place included: length 1 (the
+ * [PAD] at position 0 is its one real token), with and without dropout */
+static void bert_all_padding(void)
+{
+    all_padding = 1;
+    check_unit_range(bert_arch(), 0, 6);
+    check_unit_range(bert_drop_arch(), 0, 6);
+    all_padding = 0;
 }
 
 static void vit_attn_causal(void)
@@ -390,6 +489,8 @@ static const pt_test unit_tests[] = {
     {"bert_dropout_mlp", bert_drop_mlp},     {"bert_dropout_head_loss", bert_drop_head},
     {"bert_dropout_attn_long_sequence", bert_drop_attn_long_sequence},
     {"bert_dropout_is_live", bert_drop_is_live},
+    {"vit_last_block_alone", vit_last_block_alone},
+    {"attention_op_causal_masked", attention_op_causal_masked},
     {NULL, NULL}};
 static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"vit_middle_segment", vit_middle_segment},
@@ -398,6 +499,9 @@ static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"bert_middle_segment", bert_middle_segment},
                                       {"bert_dropout_whole_model", bert_drop_whole_model},
                                       {"bert_dropout_middle_segment", bert_drop_middle_segment},
+                                      {"vit_full_last_block", vit_full_last_block},
+                                      {"gpt_context_one", gpt_context_one},
+                                      {"bert_all_padding", bert_all_padding},
                                       {NULL, NULL}};
 static const pt_test_suite suites[] = {{"finite differences, one unit", unit_tests},
                                        {"finite differences, unit runs", model_tests},
