@@ -65,6 +65,22 @@
 #define PT_CUDA_ARCHS "(unknown)"
 #endif
 
+/* A score in log2 units, s * sl2 rounded once (__fmul_rn is never fused
+ * into an add): a row's max, its sum and both passes, forward and backward,
+ * must see the same value. Written s * sl2 - ref, the compiler contracts it
+ * into one fused multiply-add (nvcc's default, the emulation's
+ * -ffp-contract=fast), which subtracts from the exact product, while the max
+ * took the rounded one: the top key then weighed 2^e, e the product's
+ * rounding error, which the row's log-sum-exp m + log2(l), rounded to m's
+ * ulp, cannot take back. The probabilities no longer summed to 1: a
+ * one-hot row's output was off by 0.03% where s * sl2 is about 1e4, 40%
+ * about 1e7, a factor 5e4 about 3e8 (test_cuda_ops'
+ * attention_offset_scores). */
+__device__ __forceinline__ float log2_score(float s, float sl2)
+{
+    return __fmul_rn(s, sl2);
+}
+
 /* Example b's real keys: lens[b] clamped to [1, T], as the CPU backend's
  * key_count, or T without a mask. Every thread reads the same value. */
 __device__ __forceinline__ int key_count(const int32_t *lens, int b, int Tn)
@@ -132,9 +148,9 @@ __global__ void __launch_bounds__(NW * 32)
             PT_CHECK_ALIGN(srow + col, 8);
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             if (visible(i, k0 + col, L, causal))
-                bm = fmaxf(bm, s.x * sl2);
+                bm = fmaxf(bm, log2_score(s.x, sl2));
             if (visible(i, k0 + col + 1, L, causal))
-                bm = fmaxf(bm, s.y * sl2);
+                bm = fmaxf(bm, log2_score(s.y, sl2));
         }
         bm = fmaxf(bm, __shfl_xor_sync(FULL_MASK, bm, 1));
         const float mn = fmaxf(m, bm), ref = mn == -INFINITY ? 0.0f : mn;
@@ -143,9 +159,9 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             if (visible(i, k0 + col, L, causal))
-                sum += exp2f(s.x * sl2 - ref);
+                sum += exp2f(log2_score(s.x, sl2) - ref);
             if (visible(i, k0 + col + 1, L, causal))
-                sum += exp2f(s.y * sl2 - ref);
+                sum += exp2f(log2_score(s.y, sl2) - ref);
         }
         sum += __shfl_xor_sync(FULL_MASK, sum, 1);
         l = l * exp2f(m - ref) + sum;
@@ -168,8 +184,8 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BC / 4; t++) {
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            float p0 = visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            float p1 = visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            float p0 = visible(i, k0 + col, L, causal) ? exp2f(log2_score(s.x, sl2) - lse2) : 0.0f;
+            float p1 = visible(i, k0 + col + 1, L, causal) ? exp2f(log2_score(s.y, sl2) - lse2) : 0.0f;
             if (dr.on) {
                 p0 *= drop_mul(dr, drow, e_i + k0 + col);
                 p1 *= drop_mul(dr, drow, e_i + k0 + col + 1);
@@ -264,8 +280,10 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             const float2 dp = *reinterpret_cast<const float2 *>(dprow + col);
-            const float p0 = i < Tn && visible(i, k0 + col, L, causal) ? exp2f(s.x * sl2 - lse2) : 0.0f;
-            const float p1 = i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(s.y * sl2 - lse2) : 0.0f;
+            const float p0 =
+                i < Tn && visible(i, k0 + col, L, causal) ? exp2f(log2_score(s.x, sl2) - lse2) : 0.0f;
+            const float p1 =
+                i < Tn && visible(i, k0 + col + 1, L, causal) ? exp2f(log2_score(s.y, sl2) - lse2) : 0.0f;
             const float m0 = dr.on ? drop_mul(dr, drow, e_i + k0 + col) : 1.0f;
             const float m1 = dr.on ? drop_mul(dr, drow, e_i + k0 + col + 1) : 1.0f;
             st2(prow + col, p0 * (dp.x * m0 - D) * scale, p1 * (dp.y * m1 - D) * scale);
@@ -338,8 +356,9 @@ __global__ void __launch_bounds__(NW * 32)
         for (int t = 0; t < G::BR / 4; t++) {
             const int col = 4 * t + 2 * p, ii = q0 + col;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
-            float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
-            float p1 = ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+            float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(log2_score(s.x, sl2) - sL[col]) : 0.0f;
+            float p1 =
+                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(log2_score(s.y, sl2) - sL[col + 1]) : 0.0f;
             if (dr.on) {
                 p0 *= drop_mul(dr, drow, e_h + (uint64_t)ii * Tn);
                 p1 *= drop_mul(dr, drow, e_h + (uint64_t)(ii + 1) * Tn);
@@ -353,9 +372,9 @@ __global__ void __launch_bounds__(NW * 32)
             const int col = 4 * t + 2 * p, ii = q0 + col;
             const float2 s = *reinterpret_cast<const float2 *>(srow + col);
             const float2 dp = *reinterpret_cast<const float2 *>(dprow + col);
-            const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(s.x * sl2 - sL[col]) : 0.0f;
+            const float p0 = ii < Tn && visible(ii, j, L, causal) ? exp2f(log2_score(s.x, sl2) - sL[col]) : 0.0f;
             const float p1 =
-                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(s.y * sl2 - sL[col + 1]) : 0.0f;
+                ii + 1 < Tn && visible(ii + 1, j, L, causal) ? exp2f(log2_score(s.y, sl2) - sL[col + 1]) : 0.0f;
             const float m0 = dr.on ? drop_mul(dr, drow, e_h + (uint64_t)ii * Tn) : 1.0f;
             const float m1 = dr.on ? drop_mul(dr, drow, e_h + (uint64_t)(ii + 1) * Tn) : 1.0f;
             st2(prow + col, p0 * (dp.x * m0 - sD[col]) * scale, p1 * (dp.y * m1 - sD[col + 1]) * scale);

@@ -119,6 +119,14 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b)
 
 /* ------------------------------------------------------------------- math */
 
+/* The product rounded once, never contracted into a fused multiply-add
+ * with what the caller adds (as CUDA's __fmul_rn): the volatile store makes
+ * it a value of its own, which -ffp-contract=fast cannot fuse. */
+static inline float __fmul_rn(float a, float b)
+{
+    volatile float r = a * b;
+    return r;
+}
 static inline float normcdff(float x)
 {
     return 0.5f * erfcf(-x * 0.70710678118654752f);

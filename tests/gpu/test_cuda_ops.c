@@ -559,6 +559,86 @@ static void attention_all(void)
     }
 }
 
+/*
+ * Scores far from 0 in one direction (a large common part, as attention
+ * logits grow in a diverging or long-trained model) with key 0 ahead of the
+ * next by 5% of it: the softmax is one-hot, so out must be v_0 at every
+ * query (key 0 is seen by every query, causal or padded) and dV all at key
+ * 0, on the GPU as on the CPU. The scores, times log2(e) / sqrt(hd), are
+ * about 1e4 and 1e7 here. The GPU used to take a row's max from the rounded
+ * product s * sl2 and its exponentials from a fused multiply-add of the
+ * exact one: the top key weighed 2^e, e the product's rounding error (up to
+ * 5e-4 at 1e4, 0.5 at 1e7), so out was v_0 times 2^e (0.03% to 41% off).
+ * Only out and the value gradients are compared: dq and dk are sums of
+ * roundings of dP - D near 0, times keys of 1e3.
+ */
+static void attention_offset_scores(void)
+{
+    EACH_PRECISION(P)
+    {
+        const float mags[] = {40.0f, 1300.0f};
+        const int Ts[] = {20, 70}, H = 2, hd = 16, n = 2;
+        for (size_t mi = 0; mi < sizeof mags / sizeof *mags; mi++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+                for (int mode = 0; mode < 3; mode++) { /* plain, causal, padded */
+                    const int T = Ts[ti], causal = mode == 1;
+                    const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+                    const int32_t lens[2] = {T, T / 2};
+                    tpair qkv = tp_new(&P, rows * 3 * d, 0), out = tp_new(&P, rows * d, 0);
+                    tpair dout = tp_new(&P, rows * d, 0), dqkv = tp_new(&P, rows * 3 * d, 0);
+                    ipair lp = {NULL, NULL};
+                    if (mode == 2)
+                        lp = ip_new(&P, lens, (size_t)n);
+                    void *pc = pt_backend_alloc(P.cpu, (size_t)n * H * T * T * sizeof(float));
+                    void *pg = pt_backend_alloc(P.gpu, P.gpu->ops->attention_saved_bytes(P.gpu, n, T, H));
+                    CU_ASSERT_FATAL(pc && pg);
+                    float *hq = malloc(rows * 3 * d * sizeof *hq);
+                    CU_ASSERT_FATAL(hq != NULL);
+                    for (size_t r = 0; r < rows; r++)
+                        for (size_t c = 0; c < d; c++) {
+                            const int t = (int)(r % (size_t)T);
+                            hq[(r * 3 + 0) * d + c] = mags[mi] * (1.0f + 0.001f * (float)t);
+                            hq[(r * 3 + 1) * d + c] = -mags[mi] * (1.0f + 0.05f * (float)t);
+                            hq[(r * 3 + 2) * d + c] = (float)(1 + (r + c) % 7);
+                        }
+                    tp_set(&P, &qkv, hq);
+                    free(hq);
+                    tp_fill(&P, &dout, -1, 1);
+                    tp_fill(&P, &dqkv, -9, 9);
+                    char what[120];
+                    snprintf(what, sizeof what, "scores of %g: T=%d mode %d", (double)mags[mi], T, mode);
+                    EACH_BACKEND BE(gpu)->ops->attention_fwd(BE(gpu), S(out), gpu ? pg : pc, S(qkv), n, T, H, hd,
+                                                             causal, mode == 2 ? S(lp) : NULL, NULL);
+                    EXPECT_CLOSE(&P, out, P.tol, "attention_fwd %s", what);
+                    EACH_BACKEND BE(gpu)->ops->attention_bwd(BE(gpu), S(dqkv), S(dout), S(qkv), gpu ? pg : pc,
+                                                             S(out), n, T, H, hd, causal,
+                                                             mode == 2 ? S(lp) : NULL, NULL);
+                    float *gc = tp_get(&P, &dqkv, 0), *gg = tp_get(&P, &dqkv, 1);
+                    double num = 0, den = 0;
+                    for (size_t r = 0; r < rows; r++)
+                        for (size_t c = 2 * d; c < 3 * d; c++) { /* the value slots */
+                            const double e = fabs((double)gg[r * 3 * d + c] - (double)gc[r * 3 * d + c]);
+                            num = e > num || e != e ? (e != e ? INFINITY : e) : num;
+                            den = fmax(den, fabs((double)gc[r * 3 * d + c]));
+                        }
+                    free(gc);
+                    free(gg);
+                    if (!(num <= P.tol * den))
+                        printf("\n  [%s] attention_bwd dV %s: normwise error %.3g > %.3g", gpu_names[P.bf16], what,
+                               num / den, P.tol);
+                    CU_ASSERT(num <= P.tol * den);
+                    pt_backend_free(P.cpu, pc);
+                    pt_backend_free(P.gpu, pg);
+                    if (mode == 2)
+                        ip_free(&P, &lp);
+                    tp_free(&P, &qkv);
+                    tp_free(&P, &out);
+                    tp_free(&P, &dout);
+                    tp_free(&P, &dqkv);
+                }
+    }
+}
+
 /* --------------------------------------------------------------- dropout */
 
 /* The op against the CPU's: the same mask (the same hash), so fp32 agrees bit
@@ -848,6 +928,7 @@ static const pt_test tests[] = {
     {"layernorm", layernorm_all},
     {"gelu", gelu_all},
     {"attention", attention_all},
+    {"attention_offset_scores", attention_offset_scores},
     {"mean_pool", mean_pool_all},
     {"dropout", dropout_all},
     {"patchify", patchify_all},
