@@ -1732,12 +1732,19 @@ def test_diverged_run_saves_no_nan(h):
     nothing non-finite: the gradient is checked before the update and every
     tensor before a checkpoint is written. A NaN gradient used to be applied
     and saved at the next checkpoint (here, every step), which eval, export
-    and a resume then refused, with the good checkpoints pruned."""
-    for kind in ("vit", "gpt"):
+    and a resume then refused, with the good checkpoints pruned. BERT too
+    (post-LN, padded examples, dropout)."""
+    for kind in ("vit", "gpt", "bert"):
         run_dir = h.path("diverged-" + kind)
-        cfg = U.write_config(h, "diverged-%s.yaml" % kind, U.tiny(kind, run_dir, **{
+        keys = U.tiny("gpt" if kind == "bert" else kind, run_dir, **{
             "train.lr": "10", "train.weight_decay": "10", "train.warmup_steps": "0",
-            "train.min_lr": "0", "train.checkpoint_every": "1", "train.keep_checkpoints": "100"}))
+            "train.min_lr": "0", "train.checkpoint_every": "1", "train.keep_checkpoints": "100"})
+        if kind == "bert":
+            keys.update({"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                         "model.classes": "3", "model.dropout": "0.1", "data.kind": "text_classification",
+                         "data.synthetic_examples": None, "sample.length": None})
+            keys.update(U.bert_files(h, 40, 5))
+        cfg = U.write_config(h, "diverged-%s.yaml" % kind, keys)
         r = h.run(["train", cfg]).expect(2)
         check("training diverged" in r.err, "%s: no word of the divergence\n%s", kind,
               U.tail(r.err))

@@ -48,9 +48,40 @@ def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None):
     return run_dir, out
 
 
+def diverged_case(tools, work, name, args):
+    """A run that diverges in a 2-stage pipeline (lr and weight decay 10, a
+    checkpoint every step) stops with every rank naming the step, exit 2,
+    and leaves no checkpoint of non-finite numbers: the newest one
+    evaluates and exports (both refuse a NaN or Inf)."""
+    run_dir = os.path.join(work, name)
+    args = args + h.sets(run__dir=run_dir, run__threads=1, train__eval_examples=16)
+    rc, secs, out = tools.run(2, ["train"] + args + h.sets(
+        pipeline__stages=2, pipeline__microbatches=2, train__lr=10, train__weight_decay=10,
+        train__warmup_steps=0, train__min_lr=0, train__checkpoint_every=1, train__keep_checkpoints=100,
+        train__max_steps=40), timeout=300, check=False)
+    print("%s: exit %d after %.1f s" % (name, rc, secs), flush=True)
+    expect(rc == 2, "%s: exit 2" % name)
+    said = re.findall(r"rank (\d): error: the (?:loss|gradient) became (?:NaN|Inf|-Inf) at step (\d+)", out)
+    expect(sorted(r for r, _ in said) == ["0", "1"] and len({st for _, st in said}) == 1,
+           "%s: both ranks name the same step (%s)\n%s" % (name, said, out[-1500:]))
+    latest = h.latest_checkpoint(run_dir)
+    rc_eval, _, out_eval = tools.run(1, ["eval"] + args + ["--checkpoint", latest], timeout=120, check=False)
+    expect(rc_eval == 0, "%s: the newest checkpoint (%s) evaluates\n%s" % (name, latest, out_eval[-800:]))
+    weights = tools.export(latest, os.path.join(work, name + ".safetensors"))
+    expect(all(np.isfinite(w).all() for w in weights.values()), "%s: exported weights finite" % name)
+
+
 def main():
     tools = h.Tools(sys.argv)
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
+        diverged_case(tools, work, "diverged-vit", [CONFIG, "--set", "train.batch=32"])
+        data, vocab = h.bert_data(work, 64, 16, 4)
+        bert = os.path.join(work, "bert.yaml")
+        with open(bert, "w") as f:
+            f.write("model: {kind: bert, dim: 16, layers: 2, heads: 2, context: 17, positions: 20, "
+                    "classes: 3, vocab: %d, dropout: 0.1}\ndata: {%s}\ntrain: {batch: 8, epochs: 10}\n"
+                    % (vocab, data))
+        diverged_case(tools, work, "diverged-bert", [bert])
         fault_case(tools, work, "crash", "2:5:crash",
                    [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, replica \d, stage \d"])
         fault_case(tools, work, "error", "1:5:error",
