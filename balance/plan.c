@@ -317,7 +317,10 @@ sort:
 /* Why a feasible candidate lost to the winner, in a few words. */
 static void explain(const pt_plan *won, const pt_plan *lost, char *out, size_t n)
 {
-    const double slower = lost->step_time / won->step_time;
+    /* a profile of zero costs (units too fast for the clock) prices the
+     * winner at 0: no ratio then, and no share of a step of 0 */
+    const double slower = won->step_time > 0 ? lost->step_time / won->step_time
+                          : lost->step_time > 0 ? INFINITY : 1;
     const char *what = "compute";
     double worst = lost->compute_time - won->compute_time;
     if (lost->bubble_time - won->bubble_time > worst) {
@@ -333,6 +336,9 @@ static void explain(const pt_plan *won, const pt_plan *lost, char *out, size_t n
     if (slower < 1.01)
         snprintf(out, n, "within 1%% of the chosen layout, which uses fewer stages or micro-batches "
                  "or more replicas");
+    else if (isinf(slower))
+        snprintf(out, n, "slower, mostly %s (all-reduce %.1f ms exposed)", what,
+                 1e3 * lost->exposed_time);
     else
         snprintf(out, n, "%.2fx slower, mostly %s (bubble %.0f%%, all-reduce %.1f ms exposed)", slower,
                  what, 100 * lost->bubble, 1e3 * lost->exposed_time);

@@ -216,11 +216,32 @@ static void memory_limit_searches_micro_batches_of_one_stage(void)
     pt_cost_model_free(&m);
 }
 
+/* A profile whose every cost is 0 (units too small for the clock): every
+ * candidate is as fast as the winner, and the runners-up say so, with no
+ * ratio of zeros ("nanx slower") in their reasons. */
+static void zero_costs_explain_without_ratios(void)
+{
+    pt_cost_model m = model(6, 0, 1e3, 1e3);
+    for (int ranks = 2; ranks <= 4; ranks++) {
+        pt_plan_request q = request(ranks, NULL, 16, 0);
+        pt_plan p;
+        pt_err err;
+        CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+        CU_ASSERT(p.n_alt > 0);
+        for (int i = 0; i < p.n_alt; i++) {
+            CU_ASSERT_PTR_NULL(strstr(p.alt[i].why, "nan"));
+            CU_ASSERT_PTR_NULL(strstr(p.alt[i].why, "inf"));
+        }
+    }
+    pt_cost_model_free(&m);
+}
+
 static const pt_test tests[] = {
     {"fits_one_device_is_data_parallel", fits_one_device_is_data_parallel},
     {"memory_forces_a_pipeline_and_freezing_shortens_it", memory_forces_a_pipeline_and_freezing_shortens_it},
     {"nodes_and_the_inter_node_link", nodes_and_the_inter_node_link},
     {"fixed_choices_are_honoured", fixed_choices_are_honoured},
     {"memory_limit_searches_micro_batches_of_one_stage", memory_limit_searches_micro_batches_of_one_stage},
+    {"zero_costs_explain_without_ratios", zero_costs_explain_without_ratios},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"layout planner", tests}, {NULL, NULL}};
