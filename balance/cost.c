@@ -179,8 +179,9 @@ void pt_cost_model_free(pt_cost_model *m)
 }
 
 /* Linear in the micro-batch size through the two profiled points, never
- * below the smaller one's per-example rate times n (costs do not fall when
- * micro-batches grow past what was measured). */
+ * below n times the per-example rate measured at the larger size (the line
+ * through the two points can fall below that, to 0 or less, away from
+ * them). */
 static double at(const double v[2], const int b[2], double n)
 {
     if (b[1] == b[0])
