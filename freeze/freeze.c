@@ -49,7 +49,8 @@ int pt_freeze_init(pt_freeze_state *s, const pt_freeze_config *cfg, int blocks, 
     s->acc = calloc((size_t)blocks + 1, sizeof *s->acc);
     s->prev = calloc((size_t)blocks + 1, sizeof *s->prev);
     s->rate = calloc((size_t)blocks + 1, sizeof *s->rate);
-    if (!s->acc || !s->prev || !s->rate) {
+    s->sorted = calloc((size_t)blocks + 1, sizeof *s->sorted);
+    if (!s->acc || !s->prev || !s->rate || !s->sorted) {
         pt_freeze_free(s);
         return pt_fail(err, PT_ENOMEM, "out of memory for the freeze state");
     }
@@ -61,7 +62,8 @@ void pt_freeze_free(pt_freeze_state *s)
     free(s->acc);
     free(s->prev);
     free(s->rate);
-    s->acc = s->prev = s->rate = NULL;
+    free(s->sorted);
+    s->acc = s->prev = s->rate = s->sorted = NULL;
 }
 
 void pt_freeze_accumulate(pt_freeze_state *s, const double *block_norm)
@@ -81,19 +83,15 @@ static int cmp_double(const void *a, const void *b)
 static double median_rate(const pt_freeze_state *s, double *rate)
 {
     int n = 0;
-    double *sorted = malloc((size_t)s->blocks * sizeof *sorted);
+    double *sorted = s->sorted;
     for (int b = s->depth; b < s->blocks; b++) {
         rate[b] = s->prev[b] > 0 ? fabs(s->prev[b] - s->acc[b]) / s->prev[b] : 0.0;
-        if (sorted)
-            sorted[n++] = rate[b];
+        sorted[n++] = rate[b];
     }
-    double med = 0;
-    if (sorted && n > 0) {
-        qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
-        med = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-    }
-    free(sorted);
-    return med;
+    if (n == 0)
+        return 0;
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_double);
+    return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
 int pt_freeze_decide(pt_freeze_state *s, pt_freeze_report *r)

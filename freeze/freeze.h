@@ -30,8 +30,10 @@ typedef struct pt_freeze_state {
     int depth;         /* frozen blocks */
     int decisions;     /* decisions made so far (t) */
     /* auto: per-block gradient norms summed since the last decision, and the
-     * sums of the previous interval */
-    double *acc, *prev, *rate;
+     * sums of the previous interval; the change rates, and room to sort them
+     * for their median (made with the state: a decision allocates nothing,
+     * so it cannot fail on one rank and differ from its peers') */
+    double *acc, *prev, *rate, *sorted;
     int have_prev;
     int64_t acc_steps;
 } pt_freeze_state;

@@ -30,21 +30,24 @@
 /* Indexes of the step's scalars after the per-unit sums of squares. */
 enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_COUNT };
 
-/* FNV-1a over the bytes of this rank's parameters. */
+/* FNV-1a over the bytes of this rank's parameters, read through a buffer of
+ * its own (no allocation that could fail on one replica and make its hash
+ * differ from its peers'). */
 static uint64_t weights_hash(pt_run *r)
 {
     uint64_t h = 1469598103934665603ULL;
+    unsigned char host[1 << 14];
     const size_t real = pt_backend_real_size(r->be);
     const int first = pt_segment_first(r->seg), count = pt_segment_count(r->seg);
     for (int u = first; u < first + count; u++) {
         const size_t bytes = pt_segment_unit_numel(r->seg, u) * real;
-        unsigned char *host = malloc(bytes ? bytes : 1);
-        if (!host)
-            return 0;
-        pt_backend_download(r->be, host, pt_segment_unit_data(r->seg, u, PT_PART_PARAM), bytes);
-        for (size_t i = 0; i < bytes; i++)
-            h = (h ^ host[i]) * 1099511628211ULL;
-        free(host);
+        const unsigned char *data = pt_segment_unit_data(r->seg, u, PT_PART_PARAM);
+        for (size_t at = 0; at < bytes; at += sizeof host) {
+            const size_t n = bytes - at < sizeof host ? bytes - at : sizeof host;
+            pt_backend_download(r->be, host, data + at, n);
+            for (size_t i = 0; i < n; i++)
+                h = (h ^ host[i]) * 1099511628211ULL;
+        }
     }
     return h;
 }
