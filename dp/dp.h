@@ -55,12 +55,6 @@ void pt_dp_moves_free(pt_dp_moves *m);
 int pt_dp_execute_moves(const pt_dp_moves *m, pt_group *world, int me, pt_segment *old_seg,
                         pt_segment *new_seg, uint64_t *bytes, pt_err *err);
 
-/* Moves every unit's state from the old partition of one pipeline to the new
- * one (collective over pipe; group rank = stage). */
-int pt_dp_move_units(pt_group *pipe, int stage, int stages, const int *old_bounds,
-                     const int *new_bounds, int frozen_units, pt_segment *old_seg,
-                     pt_segment *new_seg, pt_err *err);
-
 /* ------------------------------------------------- the gradient all-reduce */
 
 typedef struct pt_reducer pt_reducer;
