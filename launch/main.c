@@ -422,9 +422,14 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * chose; the load is collective over the world */
     if ((rc = pt_run_agree(&s->run, rc, &err)) == 0)
         rc = pt_bcast(pt_comm_world(comm), resume, sizeof resume, 0, &err);
-    /* the tokenizer was set up from `planned`: another checkpoint came since */
-    if (rc == 0 && strcmp(resume, planned) != 0)
-        rc = pt_run_agree(&s->run, pt_session_check_normalize(s, resume, &err), &err);
+    /* the tokenizer was set up from `planned`: another checkpoint came since.
+     * `planned` is each rank's own reading of run.dir (one whose view lags,
+     * or that looked just before a save landed, found another), so whether
+     * it differs is this rank's alone: every rank enters the agreement */
+    if (rc == 0)
+        rc = pt_run_agree(&s->run,
+                          strcmp(resume, planned) != 0 ? pt_session_check_normalize(s, resume, &err) : 0,
+                          &err);
     if (rc == 0 && *resume) {
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load(&c, resume, &err);
