@@ -423,7 +423,10 @@ void pt_config_where(const pt_config *c, const char *key, char *out, size_t n)
 
 int pt_config_key_fail(const pt_config *c, pt_err *err, const char *key, const char *fmt, ...)
 {
-    char at[PT_PATH_MAX + 32], msg[768];
+    /* the body as long as the message may be: a path of up to PT_PATH_MAX
+     * bytes quoted in it must not cut off the reason and what is allowed
+     * (a 768-byte body did, for an 800-byte data.vocab) */
+    char at[PT_PATH_MAX + 32], msg[sizeof err->msg];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

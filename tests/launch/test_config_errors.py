@@ -227,6 +227,14 @@ def textcls_files(h):
     return out
 
 
+def long_missing_path(h):
+    """textcls_files, and a vocabulary path of 800 bytes that is not there."""
+    out = textcls_files(h)
+    head = os.path.join(h.dir, "no-such-dir")
+    out["long_missing"] = head + "/" + "v" * (800 - len(head) - 1)
+    return out
+
+
 TEXTCLS = {"data.kind": "text_classification", "data.train_file": "{tsv}",
            "data.vocab": "{vocab}"}
 
@@ -650,6 +658,11 @@ CASES = [
          blame="data.test_file", needles=["{missing}.jsonl"], setup=textcls_files),
     Case("textcls_missing_vocab", {**TEXTCLS, "data.vocab": "{missing}"}, blame="data.vocab",
          needles=["{missing}"], setup=textcls_files),
+    # a long path (800 bytes, well within PT_PATH_MAX) quoted in the message
+    # keeps the reason after it: the body was cut at 767 bytes, mid-path
+    Case("textcls_long_missing_vocab_keeps_reason",
+         {**TEXTCLS, "data.vocab": "{long_missing}"}, blame="data.vocab",
+         needles=["{long_missing}': No such file or directory"], setup=long_missing_path),
     Case("textcls_default_train_file_missing", {"data.kind": "text_classification"},
          needles=["{cfg}: (default) data.train_file: cannot use 'datasets/kjv_books.tsv'",
                   "(scripts/setup.sh writes it)"]),
