@@ -34,6 +34,27 @@ static int find_param(pt_st_file *f, const char *path, const pt_param_info *p, i
     return 0;
 }
 
+/* A tensor of f that no unit of the whole model has, refused naming it. */
+static int unknown_tensor(const pt_arch *a, const pt_st_file *f, const char *path, pt_err *err)
+{
+    for (int i = 0; i < pt_st_count(f); i++) {
+        const char *name = pt_st_entry_at(f, i)->name;
+        int known = 0;
+        for (int u = 0; !known && u < pt_arch_units(a); u++) {
+            pt_unit_info info;
+            pt_unit_info_get(a, u, &info);
+            for (int k = 0; k < info.n_params; k++)
+                known |= strcmp(info.params[k].name, name) == 0;
+        }
+        if (!known)
+            return pt_fail(err, PT_EINPUT,
+                           "'%s' has tensor '%s', which this model does not have (model.* keys "
+                           "differ from the model that was saved?)",
+                           path, name);
+    }
+    return 0;
+}
+
 int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err)
 {
     pt_st_file *f;
@@ -46,6 +67,8 @@ int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err)
         for (int k = 0, at; rc == 0 && k < info.n_params; k++)
             rc = find_param(f, path, &info.params[k], &at, err);
     }
+    if (rc == 0)
+        rc = unknown_tensor(a, f, path, err);
     pt_st_close(f);
     return rc;
 }
@@ -90,27 +113,11 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
             rc = pt_segment_unit_set(s, u, PT_PART_PARAM, host, err);
     }
     free(host);
-    if (rc == 0 && pt_segment_first(s) == 0 &&
-        pt_segment_count(s) == pt_arch_units(a) && used != pt_st_count(f)) {
-        /* only a segment holding the whole model can say a tensor is unused */
-        for (int i = 0; i < pt_st_count(f); i++) {
-            const char *name = pt_st_entry_at(f, i)->name;
-            int known = 0;
-            for (int u = 0; !known && u < pt_arch_units(a); u++) {
-                pt_unit_info info;
-                pt_unit_info_get(a, u, &info);
-                for (int k = 0; k < info.n_params; k++)
-                    known |= strcmp(info.params[k].name, name) == 0;
-            }
-            if (!known) {
-                rc = pt_fail(err, PT_EINPUT,
-                             "'%s' has tensor '%s', which this model does not have (model.* "
-                             "keys differ from the model that was saved?)",
-                             path, name);
-                break;
-            }
-        }
-    }
+    /* what this segment did not use may be another stage's: every name is
+     * looked up in the whole model, so the file is refused or taken alike
+     * whatever the layout */
+    if (rc == 0 && used != pt_st_count(f))
+        rc = unknown_tensor(a, f, path, err);
     pt_st_close(f);
     return rc;
 }

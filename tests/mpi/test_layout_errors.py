@@ -21,9 +21,11 @@ run.dir and its host: it used to train until the first checkpoint of a
 unit on that node, then end with exit 1 (or, with every unit of the first
 replica elsewhere, only after a re-plan moved one there). Made here with
 a read-only bind mount in rank 1's own mount namespace (root only)."""
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -341,6 +343,51 @@ def read_only_on_rank1(tools, work):
     return failures
 
 
+def extra_tensor_in_init(tools, work):
+    """model.init_from with a tensor no unit of the model has is refused,
+    naming the tensor, whatever the layout: it used to be refused on one
+    stage only (each stage of a pipeline loads its own units and could not
+    tell another stage's tensor from none)."""
+    run = os.path.join(work, "run-for-init")
+    cfg = os.path.join(work, "for-init.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=1, replicas=1, micro=1))
+    tools.run(1, ["train", cfg], timeout=300)
+    exported = os.path.join(work, "init.safetensors")
+    tools.run(1, ["export", H.latest_checkpoint(run), exported])
+    with open(exported, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header, body = json.loads(data[8:8 + n]), data[8 + n:]
+    header["block9.extra"] = {"dtype": "F32", "shape": [3],
+                              "data_offsets": [len(body), len(body) + 12]}
+    text = json.dumps(header).encode()
+    extra = os.path.join(work, "extra.safetensors")
+    with open(extra, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + body + bytes(12))
+    failures = 0
+    for stages in (1, 2):
+        run_dir = os.path.join(work, "run-extra-%d" % stages)
+        rc, _, out = tools.run(stages, ["train", cfg, "--set", "run.dir=" + run_dir, "--set",
+                                        "model.init_from=" + extra, "--set",
+                                        "pipeline.stages=%d" % stages], check=False, timeout=120)
+        problems = []
+        if rc != 2:
+            problems.append("exit status %d, not 2" % rc)
+        if "has tensor 'block9.extra', which this model does not have" not in out:
+            problems.append("the output does not name the tensor")
+        if os.path.exists(run_dir):
+            problems.append("run.dir was created")
+        if problems:
+            failures += 1
+            print("FAIL init_from with an extra tensor on %d stage(s): %s\n%s"
+                  % (stages, "; ".join(problems), out[-2000:]), flush=True)
+        else:
+            print("ok   init_from with an extra tensor on %d stage(s): refused naming it" % stages,
+                  flush=True)
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -418,6 +465,7 @@ def main():
         failures += damaged_stage_file(tools, work)
         failures += configs_differ(tools, work)
         failures += read_only_on_rank1(tools, work)
+        failures += extra_tensor_in_init(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
