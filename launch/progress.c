@@ -124,16 +124,32 @@ void pt_progress_note(pt_progress *p, const char *fmt, ...)
 {
     if (p->quiet)
         return;
-    if (p->line_open) {
-        fputc('\n', stderr);
-        p->line_open = 0;
-    }
+    /* the whole line in one write: stderr is unbuffered, and under mpirun
+     * another rank's output could land between the text and its newline */
+    char line[4096], *text = line;
+    const int open = p->line_open;
+    p->line_open = 0;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(line + open, sizeof line - open - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (n < 0)
+        return;
+    if ((size_t)n + open + 1 >= sizeof line && (text = malloc((size_t)n + open + 2))) {
+        va_start(ap, fmt);
+        vsnprintf(text + open, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    } else if (!text) { /* no room for the longer line: the first part of it */
+        text = line;
+        n = (int)(sizeof line - open - 2);
+    }
+    if (open)
+        text[0] = '\n';
+    text[open + n] = '\n';
+    fwrite(text, 1, (size_t)n + open + 1, stderr);
     fflush(stderr);
+    if (text != line)
+        free(text);
 }
 
 json_t *pt_metrics_event(const char *event)
