@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #define PT_VERSION "0.2.0"
 
@@ -832,9 +833,28 @@ static int enough_stack(void)
         if (setrlimit(RLIMIT_STACK, &rl) == 0)
             return 1;
     }
-    fprintf(stderr, "pipetrain: error: the stack size limit (ulimit -s) is %llu KiB and cannot be "
-            "raised to the %d KiB pipetrain needs; raise it\n",
-            (unsigned long long)(rl.rlim_cur >> 10), MIN_STACK >> 10);
+    /* Said with write(2), not fprintf: stdio prints to the unbuffered stderr
+     * through an 8 KiB buffer on the stack, more than a stack of 16-22 KiB
+     * has left (with the environment on it, at a random offset), which made
+     * this refusal a segmentation fault in about half of the starts. */
+    char kib[24], *k = kib + sizeof kib;
+    unsigned long long v = (unsigned long long)(rl.rlim_cur >> 10);
+    *--k = '\0';
+    do
+        *--k = (char)('0' + v % 10);
+    while ((v /= 10) && k > kib);
+    const char *parts[] = {"pipetrain: error: the stack size limit (ulimit -s) is ", k,
+                           " KiB and cannot be raised to the 128 KiB pipetrain needs; raise it\n"};
+    _Static_assert(MIN_STACK == 128 << 10, "the message names MIN_STACK");
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        for (size_t at = 0, n = strlen(parts[i]); at < n;) {
+            const ssize_t w = write(STDERR_FILENO, parts[i] + at, n - at);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            at += (size_t)w;
+        }
     return 0;
 }
 

@@ -579,6 +579,46 @@ def test_tiny_stack_limit(h):
     check(len(steps) == 4, "%d steps recorded, expected 4", len(steps))
 
 
+def test_stack_limit_refused_without_crash(h):
+    """A hard stack limit far below 128 KiB, yet enough to reach main (16 and
+    18 KiB): pipetrain refuses with its message, exit 1, every time. The
+    refusal used to be printed with fprintf to the unbuffered stderr, whose
+    8 KiB buffer on the stack overflowed such a stack in about a third of the
+    starts (the initial stack's offset is random): a segmentation fault
+    instead of the promised message. The environment is empty: every byte of
+    it sits on that stack too, and with a few hundred more the dynamic loader
+    itself (before pipetrain runs) overflows 18 KiB now and then. Limits at
+    which /bin/true cannot start are left out, and so is a sanitizer build,
+    whose runtime overflows such a stack itself."""
+    import resource
+    import subprocess
+
+    def limit(kib):
+        def set_it():
+            resource.setrlimit(resource.RLIMIT_STACK, (kib << 10, kib << 10))
+        return set_it
+    with open(h.binary, "rb") as f:
+        image = f.read()
+    if b"__asan_init" in image or b"__tsan_init" in image:
+        return "skipped: a sanitizer's runtime needs more stack than this before main"
+    tried = 0
+    for kib in (16, 18):
+        if any(subprocess.run(["/bin/true"], env={}, preexec_fn=limit(kib)).returncode != 0
+               for _ in range(8)):
+            continue  # the loader itself needs more here
+        tried += 1
+        for i in range(24):
+            p = subprocess.run([h.binary, "keys"], cwd=h.dir, capture_output=True, text=True,
+                               errors="replace", timeout=60, env={},
+                               stdin=subprocess.DEVNULL, preexec_fn=limit(kib))
+            check(p.returncode == 1 and "the stack size limit (ulimit -s) is %d KiB and cannot be "
+                  "raised to the 128 KiB pipetrain needs" % kib in p.stderr,
+                  "hard stack limit %d KiB, start %d: rc %d, wanted 1 and the message\n%s", kib, i,
+                  p.returncode, U.tail(p.stderr))
+    if not tried:
+        return "skipped: /bin/true does not start under an 18 KiB stack here"
+
+
 def test_address_space_limit(h):
     """Under an address-space limit (ulimit -v) a run ends: it trains, or the
     dynamic loader or pipetrain refuses with a message. Between about 0.9
@@ -785,7 +825,8 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
-           test_tiny_stack_limit, test_address_space_limit, test_attention_work_memory_counted,
+           test_tiny_stack_limit, test_stack_limit_refused_without_crash,
+           test_address_space_limit, test_attention_work_memory_counted,
            test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
            test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_sample_escapes_are_unambiguous,
