@@ -109,8 +109,9 @@ typedef struct pt_hf_tokenizer {
     pt_hf_normalizer norm;
 } pt_hf_tokenizer;
 
-/* Checks that a vocab.txt's bytes hold `lines` lines (the last may lack its
- * newline): 0, or PT_EINPUT naming path. */
+/* Checks that a vocab.txt's bytes hold at most `lines` lines (the last may
+ * lack its newline), the model's vocabulary: fewer is a padded embedding,
+ * as training allows: 0, or PT_EINPUT naming path. */
 int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, pt_err *err);
 
 /* Writes the segment's units (the whole model) under Hugging Face's names

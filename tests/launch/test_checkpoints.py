@@ -940,6 +940,30 @@ def test_export_from_another_directory(h):
     check(U.snapshot(h.path("work-copy")) == before, "a refused export changed the copy")
 
 
+def test_export_padded_bert(h):
+    """A bert whose embedding is padded past its vocabulary's lines
+    (model.vocab larger, as training allows) exports with its tokenizer
+    files, the run's vocab.txt as it is, and a run from the export (its
+    vocab.txt as data.vocab, the same padded model.vocab) trains."""
+    files = U.bert_files(h, 40, 7)
+    padded = str(int(files["model.vocab"]) + 5)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None, "model.vocab": padded})
+    _, run_dir = trained(h, "padded", kind="gpt", **bert)
+    out = h.path("padded-export")
+    r = h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0, "export of a padded bert")
+    check(os.path.exists(os.path.join(out, "tokenizer_config.json")) and
+          U.read_bytes(os.path.join(out, "vocab.txt")) == U.read_bytes(files["data.vocab"]) and
+          "no tokenizer files" not in r.err,
+          "a padded bert's export has no tokenizer files:\n%s", r.describe())
+    check(json.load(open(os.path.join(out, "config.json"))).get("vocab_size") == int(padded),
+          "the export's vocab_size is not model.vocab")
+    cfg = U.write_config(h, "from-padded.yaml", keys(h, h.path("from-padded"), "gpt", **dict(
+        bert, **{"model.init_from": out, "data.vocab": os.path.join(out, "vocab.txt")})))
+    h.run(["train", cfg]).expect(0, "training from a padded bert's export")
+
+
 def test_export_spares_data_files(h):
     """export never writes over the data a run trained on: an IDX run's four
     image and label files and a text run's data.text, named as the config
@@ -2023,6 +2047,7 @@ def tests():
         test_resume_bert_other_dropout, test_bert_other_labels,
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
+        test_export_padded_bert,
         test_export_spares_data_files,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
