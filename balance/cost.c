@@ -31,7 +31,7 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
                      pt_err *err)
 {
     pt_segment *s = NULL;
-    pt_segment_spec spec = {u, 1, n, 1};
+    pt_segment_spec spec = {u, 1, n, 1, 0};
     int rc = pt_segment_create(&s, a, be, &spec, err);
     if (rc)
         return rc;

@@ -99,7 +99,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
         *given = *cfg;
         rc = run_paths(ckpt, cfg, err);
     }
-    pt_segment_spec spec = {0, 0, 1, 1};
+    pt_segment_spec spec = {0, 0, 1, 1, 0};
     struct stat st;
     if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))
         rc = pt_fail(err, PT_EINPUT, "export: '%s' is a symbolic link; it is not replaced (name "

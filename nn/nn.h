@@ -293,6 +293,11 @@ typedef struct pt_segment_spec {
     int first, count; /* units */
     int max_batch;    /* most examples in one forward call */
     int slots;        /* micro-batches whose activations can be held at once */
+    /* units [first, first + frozen) are frozen from the start (as after
+     * pt_segment_freeze): no gradient or moment memory is ever allocated for
+     * them, so a layout with a frozen prefix never holds, even for a moment,
+     * the training state of the whole segment. 0: none. */
+    int frozen;
 } pt_segment_spec;
 
 int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,

@@ -161,6 +161,9 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
                        spec->first, spec->first + spec->count, units);
     if (spec->max_batch < 1 || spec->slots < 1)
         return pt_fail(err, PT_EINTERNAL, "segment needs max_batch >= 1 and slots >= 1");
+    if (spec->frozen < 0 || spec->frozen > spec->count)
+        return pt_fail(err, PT_EINTERNAL, "segment of %d units with %d frozen", spec->count,
+                       spec->frozen);
     if (a->kind == PT_MODEL_BERT && (!be->ops->mean_pool_fwd || !be->ops->mean_pool_bwd))
         return pt_fail(err, PT_EBACKEND,
                        "the %s backend does not implement BERT's padding mask and pooling yet; "
@@ -178,6 +181,7 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
     s->count = spec->count;
     s->max_batch = spec->max_batch;
     s->slots = spec->slots;
+    s->frozen = spec->frozen; /* before alloc_training_state: only the active units' state */
     s->loss_scale = 1.0;
     s->info = calloc(s->count, sizeof *s->info);
     s->impl = calloc(s->count, sizeof *s->impl);

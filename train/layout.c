@@ -515,9 +515,12 @@ static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg,
     r->source_units = C > 0 ? C : (F > 0 && F < r->plan.bounds[1] ? F : 0);
     const int prefix = r->stage == 0 && r->source_units > 0;
     const int slots = pt_stage_exec_slots(&r->sched, r->stage, sp->recompute) + prefix;
-    pt_segment_spec spec = {first, count, r->max_micro, slots};
-    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)) ||
-        (rc = pt_segment_freeze(r->seg, frozen_here, err)))
+    /* created frozen: the frozen units' gradients and moments are never
+     * allocated (creating them active and freezing after would hold the
+     * whole segment's training state at once, which a plan for the frozen
+     * layout does not count) */
+    pt_segment_spec spec = {first, count, r->max_micro, slots, frozen_here};
+    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)))
         return rc;
     if (moves && (rc = pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg, r->seg,
                                            sent, err)))

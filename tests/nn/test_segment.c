@@ -1,0 +1,214 @@
+/*
+ * test_segment.c: a segment's memory and its frozen prefix.
+ *
+ * A segment created with a frozen prefix (pt_segment_spec.frozen) never
+ * allocates the frozen units' gradients and AdamW moments: the most backend
+ * memory it holds at any moment is the memory of the same segment created
+ * with nothing frozen, less three times the frozen units' parameters. (A
+ * layout is rebuilt at every freeze decision and on resume; creating the
+ * segment active and freezing it afterwards held, and on the CPU zero-filled,
+ * the whole segment's gradients and moments first, which a plan made for the
+ * frozen layout does not count.) And it trains as a segment created active and
+ * then frozen: the same gradients, the same parameters after AdamW, bit for
+ * bit.
+ */
+#include "nn/backend.h"
+#include "tests/common/cunit_main.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------- a backend that counts bytes */
+
+#define MAX_BLOCKS 4096
+static struct {
+    void *p;
+    size_t bytes;
+} blocks[MAX_BLOCKS];
+static size_t live, peak;
+static void *(*cpu_alloc)(pt_backend *, size_t);
+static void (*cpu_free)(pt_backend *, void *);
+static pt_ops counting_ops;
+static const pt_ops *own_ops;
+
+static void *count_alloc(pt_backend *be, size_t bytes)
+{
+    void *p = cpu_alloc(be, bytes);
+    for (int i = 0; p && i < MAX_BLOCKS; i++)
+        if (!blocks[i].p) {
+            blocks[i].p = p;
+            blocks[i].bytes = bytes;
+            live += bytes;
+            peak = live > peak ? live : peak;
+            return p;
+        }
+    CU_FAIL_FATAL("more backend blocks than the test tracks");
+    return p;
+}
+
+static void count_free(pt_backend *be, void *p)
+{
+    for (int i = 0; p && i < MAX_BLOCKS; i++)
+        if (blocks[i].p == p) {
+            live -= blocks[i].bytes;
+            blocks[i].p = NULL;
+            break;
+        }
+    cpu_free(be, p);
+}
+
+static pt_backend *open_counting(void)
+{
+    pt_backend *be = NULL;
+    pt_err err;
+    CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
+    own_ops = be->ops;
+    counting_ops = *be->ops;
+    cpu_alloc = counting_ops.alloc;
+    cpu_free = counting_ops.free;
+    counting_ops.alloc = count_alloc;
+    counting_ops.free = count_free;
+    be->ops = &counting_ops;
+    return be;
+}
+
+static void close_counting(pt_backend *be)
+{
+    be->ops = own_ops; /* the backend's own ops for its teardown */
+    pt_backend_close(be);
+}
+
+static pt_arch gpt(void)
+{
+    pt_arch a;
+    memset(&a, 0, sizeof a);
+    a.kind = PT_MODEL_GPT;
+    a.dim = 64;
+    a.layers = 3;
+    a.heads = 4;
+    a.mlp_hidden = 256;
+    a.causal = 1;
+    a.vocab = 40;
+    a.context = 8;
+    a.init_std = 0.02;
+    a.seed = 7;
+    return a;
+}
+
+/* Peak backend bytes while creating segment [0, count) of `a` with `frozen`
+ * units frozen; the segment is left in *out. */
+static size_t create_peak(const pt_arch *a, pt_backend *be, int frozen, pt_segment **out)
+{
+    pt_err err;
+    pt_segment_spec spec = {0, pt_arch_units(a), 4, 2, 0};
+    spec.frozen = frozen;
+    peak = live;
+    const size_t before = live;
+    CU_ASSERT_FATAL(pt_segment_create(out, a, be, &spec, &err) == 0);
+    return peak - before;
+}
+
+static void test_created_frozen_memory(void)
+{
+    const pt_arch a = gpt();
+    const int units = pt_arch_units(&a);
+    pt_backend *be = open_counting();
+    pt_segment *active = NULL;
+    const size_t all = create_peak(&a, be, 0, &active);
+    pt_segment_destroy(active);
+    for (int frozen = 1; frozen <= units; frozen++) {
+        pt_segment *s = NULL;
+        const size_t got = create_peak(&a, be, frozen, &s);
+        size_t frozen_bytes = 0;
+        for (int u = 0; u < frozen; u++)
+            frozen_bytes += pt_segment_unit_numel(s, u) * pt_backend_real_size(be);
+        /* each of grads, m, v is one block rounded up to 64 bytes */
+        CU_ASSERT(got + 3 * frozen_bytes <= all + 3 * 64);
+        CU_ASSERT_EQUAL(pt_segment_frozen(s), frozen);
+        size_t count = 0;
+        pt_segment_grads(s, &count);
+        size_t want = 0;
+        for (int u = frozen; u < units; u++)
+            want += pt_segment_unit_numel(s, u);
+        CU_ASSERT_EQUAL(count, want);
+        CU_ASSERT_PTR_NULL(pt_segment_unit_data(s, frozen - 1, PT_PART_M));
+        pt_segment_destroy(s);
+    }
+    pt_err err;
+    pt_segment *s = NULL;
+    pt_segment_spec bad = {0, units, 4, 1, 0};
+    bad.frozen = units + 1;
+    CU_ASSERT(pt_segment_create(&s, &a, be, &bad, &err) != 0);
+    CU_ASSERT_PTR_NULL(s);
+    close_counting(be);
+}
+
+/* One training step (forward, backward, AdamW) of `s` on a fixed batch. */
+static void train_step(pt_segment *s, const pt_arch *a)
+{
+    enum { N = 3 };
+    int32_t tokens[N * 8], targets[N * 8];
+    for (int i = 0; i < N * a->context; i++) {
+        tokens[i] = (i * 7 + 3) % a->vocab;
+        targets[i] = (i * 5 + 1) % a->vocab;
+    }
+    pt_batch b = {N, NULL, tokens, targets, NULL, 0};
+    pt_stats st = {0};
+    pt_err err;
+    pt_segment_set_loss_scale(s, 1.0 / (N * a->context));
+    pt_segment_zero_grads(s);
+    CU_ASSERT_FATAL(pt_segment_forward(s, 1, &b, NULL, NULL, 1, &st, &err) == 0);
+    CU_ASSERT_FATAL(pt_segment_backward(s, 1, &b, NULL, NULL, &err) == 0);
+    pt_adamw opt = {1e-2, 0.9, 0.999, 1e-8, 0.1, 1, 1.0};
+    CU_ASSERT_FATAL(pt_segment_adamw(s, &opt, &err) == 0);
+}
+
+static void test_created_frozen_trains_as_freeze(void)
+{
+    const pt_arch a = gpt();
+    const int units = pt_arch_units(&a);
+    pt_backend *be = NULL;
+    pt_err err;
+    CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
+    for (int frozen = 0; frozen < units; frozen++) {
+        pt_segment *made = NULL, *later = NULL;
+        pt_segment_spec spec = {0, units, 4, 2, 0};
+        spec.frozen = frozen;
+        CU_ASSERT_FATAL(pt_segment_create(&made, &a, be, &spec, &err) == 0);
+        spec.frozen = 0;
+        CU_ASSERT_FATAL(pt_segment_create(&later, &a, be, &spec, &err) == 0);
+        CU_ASSERT_FATAL(pt_segment_freeze(later, frozen, &err) == 0);
+        CU_ASSERT_FATAL(pt_segment_init_params(made, &err) == 0);
+        CU_ASSERT_FATAL(pt_segment_init_params(later, &err) == 0);
+        train_step(made, &a);
+        train_step(later, &a);
+        for (int u = 0; u < units; u++) {
+            const size_t n = pt_segment_unit_numel(made, u);
+            float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+            CU_ASSERT_FATAL(x && y);
+            for (int part = PT_PART_PARAM; part <= PT_PART_V; part++) {
+                if (u < frozen && part != PT_PART_PARAM)
+                    continue;
+                CU_ASSERT_FATAL(pt_segment_unit_get(made, u, (pt_part)part, x, &err) == 0);
+                CU_ASSERT_FATAL(pt_segment_unit_get(later, u, (pt_part)part, y, &err) == 0);
+                CU_ASSERT(memcmp(x, y, n * sizeof *x) == 0);
+            }
+            free(x);
+            free(y);
+        }
+        pt_segment_destroy(made);
+        pt_segment_destroy(later);
+    }
+    pt_backend_close(be);
+}
+
+static const pt_test segment_tests[] = {
+    {"created_frozen_memory", test_created_frozen_memory},
+    {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
+    {NULL, NULL},
+};
+
+static const pt_test_suite suites[] = {
+    {"segment", segment_tests},
+    {NULL, NULL},
+};
