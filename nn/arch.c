@@ -93,6 +93,11 @@ int pt_arch_check(const pt_arch *a, pt_err *err)
             return pt_fail(err, PT_EINPUT,
                            "model.patch (%d) must divide the image size %dx%d", a->patch,
                            a->height, a->width);
+        /* the units index an example's values (and a patch's) with int */
+        if ((int64_t)a->channels * a->height * a->width > INT32_MAX)
+            return pt_fail(err, PT_EINPUT,
+                           "an image of %d x %d x %d values is more than %d values per example",
+                           a->channels, a->height, a->width, INT32_MAX);
     } else {
         if ((rc = check_range(err, "vocabulary size", a->vocab, 2, 1 << 24)) ||
             (rc = check_range(err, "model.context", a->context, 1, 1 << 16)))

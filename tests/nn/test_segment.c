@@ -202,9 +202,29 @@ static void test_created_frozen_trains_as_freeze(void)
     pt_backend_close(be);
 }
 
+/* A ViT whose image (channels x height x width values, which the units
+ * index as int) passes every range check alone but not in product: refused,
+ * where pt_arch_input_floats used to wrap to 0. The largest that fits is
+ * taken. */
+static void test_arch_refuses_images_past_int(void)
+{
+    pt_arch a = {.kind = PT_MODEL_VIT, .dim = 8, .layers = 1, .heads = 2, .mlp_hidden = 16,
+                 .channels = 64, .height = 1 << 14, .width = 1 << 14, .patch = 1 << 14,
+                 .classes = 3, .init_std = 0.02, .seed = 1};
+    pt_err err = {0};
+    CU_ASSERT_EQUAL(pt_arch_check(&a, &err), PT_EINPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "64 x 16384 x 16384"));
+    a.channels = 7; /* 7 * 2^28 < 2^31 */
+    CU_ASSERT_EQUAL(pt_arch_check(&a, &err), 0);
+    CU_ASSERT_EQUAL(pt_arch_input_floats(&a), 7 << 28);
+    a.channels = 8; /* 2^31 */
+    CU_ASSERT_EQUAL(pt_arch_check(&a, &err), PT_EINPUT);
+}
+
 static const pt_test segment_tests[] = {
     {"created_frozen_memory", test_created_frozen_memory},
     {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
+    {"arch_refuses_images_past_int", test_arch_refuses_images_past_int},
     {NULL, NULL},
 };
 
