@@ -233,8 +233,8 @@ static void wordpiece(tok_state *st, const uint32_t *w, size_t k)
         size_t end = k;
         if (start > 0) {
             /* the bytes before `start` are done with: the prefix goes there */
-            base[off[start] - 2] = '#';
-            base[off[start] - 1] = '#';
+            buf[off[start]] = '#'; /* base[off[start] - 2], without an index below 0 */
+            buf[off[start] + 1] = '#';
         }
         for (; end > start; end--) {
             const char *s = start ? base + off[start] - 2 : base;
