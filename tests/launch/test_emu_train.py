@@ -149,19 +149,29 @@ def case(kind, precision):
     return t
 
 
-def mpi_train(h, name, k, ranks):
-    """Trains k under `ranks` ranks of mpirun (PT_MPIEXEC); returns its run directory."""
-    cfg = U.write_config(h, name + ".yaml", k)
-    cmd = [os.environ["PT_MPIEXEC"], "--oversubscribe", "-np", str(ranks), h.binary, "train", cfg]
-    env = dict(U.sanitizer_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+def mpirun(h, apps, timeout):
+    """Runs mpirun (PT_MPIEXEC) on apps, a list of (ranks, argv), one process
+    group each (":" between them); returns its Result, checked for sanitizer
+    reports."""
+    cmd = [os.environ["PT_MPIEXEC"], "--oversubscribe"]
+    for i, (ranks, argv) in enumerate(apps):
+        cmd += ([":"] if i else []) + ["-np", str(ranks)] + argv
+    env = dict(U.sanitizer_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1")
     try:
         p = subprocess.run(cmd, cwd=h.dir, capture_output=True, text=True, errors="replace",
-                           timeout=300, env=env, stdin=subprocess.DEVNULL)
+                           timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as e:
         raise U.Failure("timed out: %s\n%s" % (" ".join(cmd), U.tail(str(e.stderr or ""))))
     r = U.Result(cmd, p.returncode, p.stdout, p.stderr)
     U.no_sanitizer(r)
-    r.expect(0, "training " + name)
+    return r
+
+
+def mpi_train(h, name, k, ranks):
+    """Trains k under `ranks` ranks of mpirun (PT_MPIEXEC); returns its run directory."""
+    cfg = U.write_config(h, name + ".yaml", k)
+    mpirun(h, [(ranks, [h.binary, "train", cfg])], 300).expect(0, "training " + name)
     return k["run.dir"]
 
 
@@ -196,21 +206,11 @@ def test_mixed_devices_refused(h):
         return "skipped: no mpirun (PT_MPIEXEC) or CPU binary (PT_CPU_BINARY)"
     k = dict(base(h, "vit", "fp32"), **{"run.device": "auto", "pipeline.stages": "2",
                                          "freeze.policy": "none", "train.max_steps": "2"})
-    env = dict(U.sanitizer_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1")
     for device, rc in (("auto", 2), ("cpu", 0)):
         run_dir = h.path("mixed-" + device)
         cfg = U.write_config(h, "mixed-%s.yaml" % device,
                              dict(k, **{"run.dir": run_dir, "run.device": device}))
-        cmd = [os.environ["PT_MPIEXEC"], "--oversubscribe", "-np", "1", h.binary, "train", cfg,
-               ":", "-np", "1", cpu, "train", cfg]
-        try:
-            p = subprocess.run(cmd, cwd=h.dir, capture_output=True, text=True, errors="replace",
-                               timeout=120, env=env, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as e:
-            raise U.Failure("timed out: %s\n%s" % (" ".join(cmd), U.tail(str(e.stderr or ""))))
-        r = U.Result(cmd, p.returncode, p.stdout, p.stderr)
-        U.no_sanitizer(r)
+        r = mpirun(h, [(1, [h.binary, "train", cfg]), (1, [cpu, "train", cfg])], 120)
         r.expect(rc, "run.device %s on a rank with a GPU and one without" % device)
         if rc:
             line = [l for l in r.err.splitlines() if l.startswith(U.ERROR_PREFIX)]
