@@ -43,6 +43,7 @@
 #include "nn/cpu_transpose.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,6 +400,46 @@ static void panel_task(void *ctx, long p, int thread)
     run_task(pl, 0, pl->panels, p);
 }
 
+/* The packed panels' area of the calling thread: one per thread, kept and
+ * grown as calls need (to PACK_BYTES, or one panel when a panel is more), and
+ * freed when the thread ends. A fresh area per call left the allocator to
+ * place several MiB again on every call, and where it put them from the
+ * heap the holes between long-lived allocations made a rank's resident size
+ * depend on what else it had allocated (a few MiB more on rank 0). */
+static _Thread_local float *pack_area;
+static _Thread_local size_t pack_bytes;
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static int pack_key_ok;
+
+static void free_pack_area(void *area)
+{
+    free(area);
+    pack_area = NULL;
+    pack_bytes = 0;
+}
+
+static void make_pack_key(void) { pack_key_ok = pthread_key_create(&pack_key, free_pack_area) == 0; }
+
+static float *pack_area_for(size_t bytes)
+{
+    if (bytes <= pack_bytes)
+        return pack_area;
+    pthread_once(&pack_once, make_pack_key);
+    free(pack_area);
+    pack_area = aligned_alloc(64, bytes);
+    if (!pack_area) {
+        fprintf(stderr, "pipetrain: out of memory allocating %zu bytes to pack a linear layer's "
+                        "weights\n", bytes);
+        abort();
+    }
+    pack_bytes = bytes;
+    /* without a key (none left), the area lives as long as the process */
+    if (pack_key_ok)
+        pthread_setspecific(pack_key, pack_area);
+    return pack_area;
+}
+
 /* y [rows, out] = (init + x [rows, in] times w^T ([out][in]) or, with
  * w_kn, times w ([in][out])) times mul [rows, out] if given; pool as the
  * caller chose it, extra tasks as in plan. */
@@ -419,12 +460,7 @@ static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_
     pl.group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
     pl.group = pl.group > pl.panels ? pl.panels : pl.group;
     const size_t bytes = ((size_t)pl.group * panel_bytes + 63) / 64 * 64;
-    pl.packed = aligned_alloc(64, bytes);
-    if (!pl.packed) {
-        fprintf(stderr, "pipetrain: out of memory allocating %zu bytes to pack a linear layer's "
-                        "weights\n", bytes);
-        abort();
-    }
+    pl.packed = pack_area_for(bytes);
     pl.blocks = (rows + MR - 1) / MR;
     int per = (int)(CHUNK_BYTES / ((size_t)MR * (pl.in ? pl.in : 1) * sizeof(float)));
     per = per > pl.blocks / WHOLE_CHUNKS ? pl.blocks / WHOLE_CHUNKS : per;
@@ -447,7 +483,6 @@ static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_
             pl.extra = 0;
         }
     }
-    free(pl.packed);
 }
 
 /* Small products run on the caller alone (the same tasks, the same bits). */
