@@ -20,6 +20,10 @@
  * PT_CKPT_FILE_MAX bytes. */
 enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
 
+/* Values a unit moves through the host in at a time while it is saved or
+ * loaded (1 MiB of float32). */
+#define PT_CKPT_PIECE ((size_t)1 << 18)
+
 /* The manifest's "arch" record: written, read (-1 when a field is missing or
  * out of range, *bad naming it ("" for the record itself) and *allowed
  * saying what it may be; the record is not checked as a model, see

@@ -139,7 +139,13 @@ static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, 
             return pt_fail(err, PT_EINPUT, "'%s': %s holds %g at element %zu; a checkpoint's values "
                            "must be finite%s", pt_recfile_path(ur->f), tag, (double)x, i,
                            part == PT_PART_V ? " and its second moments not negative" : "");
+        /* the pages read are let go of as the check passes them: a unit
+         * file is as large as a stage's training state */
+        if ((i + 1) % PT_CKPT_PIECE == 0)
+            pt_recfile_release(ur->f, bytes + (i + 1 - PT_CKPT_PIECE) * sizeof x,
+                               PT_CKPT_PIECE * sizeof x);
     }
+    pt_recfile_release(ur->f, bytes, *len);
     return 0;
 }
 
@@ -151,6 +157,9 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     int rc = 0;
     unit_reader ur = {m, NULL, ""};
+    float *host = malloc(PT_CKPT_PIECE * sizeof *host); /* the record may not be aligned */
+    if (!host)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory loading a checkpoint");
     for (int u = first; rc == 0 && u < first + count; u++) {
         pt_unit_info info;
         pt_unit_info_get(arch, u, &info);
@@ -161,16 +170,16 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
             uint64_t len;
             if ((rc = unit_record(&ur, &info, parts[k], &data, &len, err)))
                 break;
-            float *host = malloc(len + 1);
-            if (!host) {
-                rc = pt_fail(err, PT_ENOMEM, "out of memory loading a checkpoint");
-                break;
+            for (size_t at = 0; rc == 0 && at < info.numel; at += PT_CKPT_PIECE) {
+                size_t n = info.numel - at < PT_CKPT_PIECE ? info.numel - at : PT_CKPT_PIECE;
+                const char *piece = (const char *)data + at * sizeof *host;
+                memcpy(host, piece, n * sizeof *host);
+                pt_recfile_release(ur.f, piece, n * sizeof *host);
+                rc = pt_segment_unit_write(s, u, parts[k], at, n, host, err);
             }
-            memcpy(host, data, len);
-            rc = pt_segment_unit_set(s, u, parts[k], host, err);
-            free(host);
         }
     }
+    free(host);
     pt_recfile_close(ur.f);
     return rc;
 }

@@ -151,15 +151,33 @@ typedef struct file_entry {
 /* A checkpoint holds finite numbers only: a NaN or Inf in the weights or
  * moments (a diverged update) is refused rather than saved, so the newest
  * checkpoint stays one a resume, eval or export can use. */
-static int all_finite(const float *x, size_t n, const char *tag, int64_t step, pt_err *err)
+static int all_finite(const float *x, size_t n, size_t at, const char *tag, int64_t step,
+                      pt_err *err)
 {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
             return pt_fail(err, PT_EINPUT, "%s holds %s at element %zu after step %lld: training "
                            "diverged, and this is not saved (try a lower train.lr or a "
-                           "train.grad_clip)", tag, isnan(x[i]) ? "NaN" : "Inf", i,
+                           "train.grad_clip)", tag, isnan(x[i]) ? "NaN" : "Inf", at + i,
                            (long long)step);
     return 0;
+}
+
+/* One part of a unit as a record, through a host buffer of PT_CKPT_PIECE
+ * values: saving needs no copy of the largest unit beside the training
+ * state (which the memory planner does not count). */
+static int write_part(pt_recwriter *w, const pt_segment *s, int u, pt_part part,
+                      const pt_unit_info *info, const char *tag, int64_t step, float *host,
+                      pt_err *err)
+{
+    int rc = pt_recwriter_begin(w, tag, info->numel * sizeof *host, err);
+    for (size_t at = 0; rc == 0 && at < info->numel; at += PT_CKPT_PIECE) {
+        size_t n = info->numel - at < PT_CKPT_PIECE ? info->numel - at : PT_CKPT_PIECE;
+        if ((rc = pt_segment_unit_read(s, u, part, at, n, host, err)) == 0 &&
+            (rc = all_finite(host, n, at, tag, step, err)) == 0)
+            rc = pt_recwriter_write(w, host, n * sizeof *host, err);
+    }
+    return rc;
 }
 
 static int write_units(const pt_run *r, const char *path, const char *id, const char *name,
@@ -180,26 +198,19 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
         rc = pt_test_fault("checkpoint-writing", r->rank, r->step, err);
     const pt_segment *s = r->seg;
     const int first = pt_segment_first(s), count = pt_segment_count(s);
-    float *host = NULL;
+    float *host = malloc(PT_CKPT_PIECE * sizeof *host);
+    if (!host && rc == 0)
+        rc = pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
     for (int u = first; rc == 0 && u < first + count; u++) {
         pt_unit_info info;
         pt_unit_info_get(&r->arch, u, &info);
-        free(host);
-        host = malloc(info.numel * sizeof *host + 1);
-        if (!host) {
-            rc = pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
-            break;
-        }
         static const char *suffix[] = {"param", "grad", "m", "v"};
         const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
         const int frozen = u - first < pt_segment_frozen(s);
         for (int k = 0; rc == 0 && k < (frozen ? 1 : 3); k++) {
             char tag[96];
             snprintf(tag, sizeof tag, "%s.%s", info.name, suffix[parts[k]]);
-            if ((rc = pt_segment_unit_get(s, u, parts[k], host, err)) == 0)
-                rc = all_finite(host, info.numel, tag, r->step, err);
-            if (rc == 0)
-                rc = pt_recwriter_add(w, tag, host, info.numel * sizeof *host, err);
+            rc = write_part(w, s, u, parts[k], &info, tag, r->step, host, err);
         }
     }
     free(host);

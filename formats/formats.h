@@ -262,6 +262,11 @@ int pt_recfile_find(const pt_recfile *f, const char *tag, const void **data, uin
 /* The path the file was opened with. */
 const char *pt_recfile_path(const pt_recfile *f);
 
+/* Lets go of the resident pages behind [data, data + len) of the mapping (a
+ * record read and used): they are read again from the file should they be
+ * touched later. The data stays valid. */
+void pt_recfile_release(const pt_recfile *f, const void *data, uint64_t len);
+
 /* Unmaps and frees. NULL-safe. */
 void pt_recfile_close(pt_recfile *f);
 

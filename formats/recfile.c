@@ -320,7 +320,15 @@ static int check_envelope(const pt_recfile *f, const char magic[8], uint32_t *ve
         return pt_fail(err, PT_EINPUT, "'%s': no end marker: the file is truncated or was not "
                        "completely written", f->path);
     uint32_t stored = pt_get_le32(trailer + 12);
-    uint32_t computed = pt_crc32(0, base, f->size - 12);
+    /* in pieces, each let go of once summed: a checkpoint's unit files are
+     * as large as a stage's training state, and would otherwise sit in the
+     * resident set beside it while it is loaded */
+    uint32_t computed = 0;
+    for (size_t at = 0, piece = (size_t)1 << 20; at < f->size - 12; at += piece) {
+        size_t n = f->size - 12 - at < piece ? f->size - 12 - at : piece;
+        computed = pt_crc32(computed, base + at, n);
+        pt_recfile_release(f, base + at, n);
+    }
     if (stored != computed)
         return pt_fail(err, PT_EINPUT, "'%s': checksum mismatch (the file is corrupted): stored "
                        "0x%08x, computed 0x%08x", f->path, stored, computed);
@@ -379,8 +387,24 @@ int pt_recfile_open(pt_recfile **out, const char *path, const char magic[8], uin
         *version = 0;
         return rc;
     }
+    /* parsing read the records' headers; the records are read again as
+     * they are used */
+    pt_recfile_release(f, f->map, f->size);
     *out = f;
     return 0;
+}
+
+void pt_recfile_release(const pt_recfile *f, const void *data, uint64_t len)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t base = (uintptr_t)f->map, end = base + f->size;
+    uintptr_t from = (uintptr_t)data, to = from + len;
+    if (!f->map || from < base || to > end || to < from || page == 0)
+        return;
+    from = (from + page - 1) / page * page; /* whole pages of the range only */
+    to = to == end ? to : to / page * page;
+    if (from < to)
+        (void)madvise((void *)from, to - from, MADV_DONTNEED); /* advice: failure is harmless */
 }
 
 int pt_recfile_count(const pt_recfile *f) { return f->count; }

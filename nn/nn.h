@@ -321,6 +321,13 @@ typedef enum { PT_PART_PARAM, PT_PART_GRAD, PT_PART_M, PT_PART_V } pt_part;
 size_t pt_segment_unit_numel(const pt_segment *s, int unit);
 int pt_segment_unit_get(const pt_segment *s, int unit, pt_part part, float *host, pt_err *err);
 int pt_segment_unit_set(pt_segment *s, int unit, pt_part part, const float *host, pt_err *err);
+/* Elements [at, at + n) of a unit's part: a checkpoint moves a unit in
+ * pieces of bounded size, so that saving or loading one needs no host copy
+ * of the largest unit. */
+int pt_segment_unit_read(const pt_segment *s, int unit, pt_part part, size_t at, size_t n,
+                         float *host, pt_err *err);
+int pt_segment_unit_write(pt_segment *s, int unit, pt_part part, size_t at, size_t n,
+                          const float *host, pt_err *err);
 /* Backend memory of a unit's part (pt_segment_unit_numel elements of
  * pt_backend_real_size bytes), or NULL when the unit is not in the segment or
  * is frozen and the part is not PT_PART_PARAM. For moving state between ranks

@@ -301,22 +301,51 @@ void *pt_segment_unit_data(pt_segment *s, int unit, pt_part part)
     return part_ptr(s, unit, part, NULL);
 }
 
-int pt_segment_unit_get(const pt_segment *s, int unit, pt_part part, float *host, pt_err *err)
+/* Elements [at, at + n) of a unit's part, or a failure naming them when they
+ * are not all in it. */
+static void *range_ptr(const pt_segment *s, int unit, pt_part part, size_t at, size_t n,
+                       pt_err *err)
 {
-    void *p = part_ptr(s, unit, part, err);
+    char *p = part_ptr(s, unit, part, err);
+    if (!p)
+        return NULL;
+    size_t numel = s->info[unit - s->first].numel;
+    if (at > numel || n > numel - at) {
+        pt_fail(err, PT_EINTERNAL, "elements [%zu, +%zu) are not in unit %s's %zu", at, n,
+                s->info[unit - s->first].name, numel);
+        return NULL;
+    }
+    return p + par_bytes(s, at);
+}
+
+int pt_segment_unit_read(const pt_segment *s, int unit, pt_part part, size_t at, size_t n,
+                         float *host, pt_err *err)
+{
+    void *p = range_ptr(s, unit, part, at, n, err);
     if (!p)
         return err ? err->code : PT_EINTERNAL;
-    s->be->ops->par_to_f32(s->be, host, p, s->info[unit - s->first].numel);
+    s->be->ops->par_to_f32(s->be, host, p, n);
     return 0;
+}
+
+int pt_segment_unit_write(pt_segment *s, int unit, pt_part part, size_t at, size_t n,
+                          const float *host, pt_err *err)
+{
+    void *p = range_ptr(s, unit, part, at, n, err);
+    if (!p)
+        return err ? err->code : PT_EINTERNAL;
+    s->be->ops->par_from_f32(s->be, p, host, n);
+    return 0;
+}
+
+int pt_segment_unit_get(const pt_segment *s, int unit, pt_part part, float *host, pt_err *err)
+{
+    return pt_segment_unit_read(s, unit, part, 0, pt_segment_unit_numel(s, unit), host, err);
 }
 
 int pt_segment_unit_set(pt_segment *s, int unit, pt_part part, const float *host, pt_err *err)
 {
-    void *p = part_ptr(s, unit, part, err);
-    if (!p)
-        return err ? err->code : PT_EINTERNAL;
-    s->be->ops->par_from_f32(s->be, p, host, s->info[unit - s->first].numel);
-    return 0;
+    return pt_segment_unit_write(s, unit, part, 0, pt_segment_unit_numel(s, unit), host, err);
 }
 
 int pt_segment_freeze(pt_segment *s, int frozen, pt_err *err)

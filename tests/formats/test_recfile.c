@@ -172,6 +172,48 @@ static void test_round_trip(void)
     free_temp_dir(dir);
 }
 
+/* Letting go of a record's pages (pt_recfile_release, a checkpoint load
+ * does it as it goes) leaves the data readable and the same: whole and
+ * partial pages, the whole mapping, ranges reaching past it or outside it. */
+static void test_release_keeps_data(void)
+{
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "units-0.bin");
+    size_t big_n = (3u << 20) + 12345;
+    unsigned char *big = malloc(big_n);
+    CU_ASSERT_FATAL(big != NULL);
+    for (size_t i = 0; i < big_n; i++)
+        big[i] = (unsigned char)(i * 13 + (i >> 11));
+    pt_err err = {0};
+    pt_recwriter *w;
+    CU_ASSERT_FATAL(pt_recwriter_open(&w, path, MAGIC, 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_recwriter_add(w, "a", "x", 1, &err) == 0);
+    CU_ASSERT_FATAL(pt_recwriter_add(w, "big", big, big_n, &err) == 0);
+    CU_ASSERT_FATAL(pt_recwriter_commit(w, &err) == 0);
+    pt_recfile *f;
+    uint32_t version;
+    CU_ASSERT_FATAL(pt_recfile_open(&f, path, MAGIC, &version, &err) == 0);
+    const void *data, *a;
+    uint64_t len, a_len;
+    CU_ASSERT_FATAL(pt_recfile_find(f, "big", &data, &len, &err) == 0);
+    CU_ASSERT_FATAL(pt_recfile_find(f, "a", &a, &a_len, &err) == 0);
+    const unsigned char *d = data;
+    CU_ASSERT(memcmp(d, big, big_n) == 0);
+    pt_recfile_release(f, d + 1, 100);              /* inside one page */
+    pt_recfile_release(f, d + 4097, (1u << 20) + 3); /* partial pages at both ends */
+    CU_ASSERT(memcmp(d, big, big_n) == 0);
+    pt_recfile_release(f, data, len);
+    CU_ASSERT(memcmp(d, big, big_n) == 0 && memcmp(a, "x", 1) == 0);
+    pt_recfile_release(f, d, len + (1u << 30)); /* past the mapping: ignored */
+    pt_recfile_release(f, big, 4096);           /* not in it: ignored */
+    pt_recfile_release(f, d + len, UINT64_MAX);  /* wraps: ignored */
+    CU_ASSERT(memcmp(d, big, big_n) == 0);
+    pt_recfile_close(f);
+    free(big);
+    free(path);
+    free_temp_dir(dir);
+}
+
 static void test_zero_records(void)
 {
     char *dir = make_temp_dir();
@@ -432,6 +474,7 @@ static void test_writer_misuse(void)
 
 static const pt_test recfile_tests[] = {
     {"round_trip", test_round_trip},
+    {"release_keeps_data", test_release_keeps_data},
     {"zero_records", test_zero_records},
     {"wrong_magic_and_missing_tag", test_wrong_magic_and_missing_tag},
     {"truncation_at_every_length", test_truncation_at_every_length},

@@ -101,6 +101,30 @@ def test_planned_under_its_limit(h):
     return "grew %.1f MiB" % (grew / MiB)
 
 
+def test_resume_under_its_limit(h):
+    # a resume holds what the run it continues held: the checkpoint's unit
+    # files (parameters and both moments, 3x the parameters) were mapped
+    # and read whole, and sat in the resident set beside the training state
+    # (this vit grew by 61.5 MiB fresh and by 97.8 MiB resumed, past a
+    # 70 MiB limit the fresh run keeps to)
+    base = baseline(h, "vit_resume", VIT_TINY)
+    keys = keys_of(h, "vit_resume", VIT, **{"pipeline.memory_gib": "%.6f" % (70 / 1024.0),
+                                             "pipeline.microbatches": "1", "train.batch": "4"})
+    rc, err, rss = peak_rss(h, "vit_resume_fresh", keys)
+    check(rc == 0, "the fresh run failed (%d):\n%s", rc, err[-2000:])
+    fresh = rss - base
+    check(fresh <= 70 * MiB, "the fresh run grew by %.1f MiB under a 70 MiB limit", fresh / MiB)
+    keys.update({"train.max_steps": "3", "train.resume": "auto"})
+    rc, err, rss = peak_rss(h, "vit_resume_again", keys)
+    check(rc == 0 and "resum" in err.lower(), "the resume failed (%d):\n%s", rc, err[-2000:])
+    resumed = rss - base
+    check(resumed <= 70 * MiB, "the resume grew by %.1f MiB under a 70 MiB limit (the fresh run "
+          "by %.1f MiB)", resumed / MiB, fresh / MiB)
+    check(resumed <= fresh + 4 * MiB, "the resume grew by %.1f MiB, the fresh run by %.1f MiB",
+          resumed / MiB, fresh / MiB)
+    return "fresh %.1f MiB, resumed %.1f MiB" % (fresh / MiB, resumed / MiB)
+
+
 if __name__ == "__main__":
-    sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit], sys.argv,
-                  workers=1))
+    sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
+                   test_resume_under_its_limit], sys.argv, workers=1))

@@ -15,6 +15,7 @@
 #include "nn/backend.h"
 #include "tests/common/cunit_main.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,6 +203,56 @@ static void test_created_frozen_trains_as_freeze(void)
     pt_backend_close(be);
 }
 
+/* A unit's part read and written in pieces (a checkpoint moves units so):
+ * every piece equals that part of the whole, pieces written back make the
+ * whole, and a piece not inside the unit is refused. */
+static void test_unit_pieces(void)
+{
+    const pt_arch a = gpt();
+    pt_backend *be = NULL;
+    pt_err err;
+    CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
+    pt_segment *s = NULL;
+    pt_segment_spec spec = {0, pt_arch_units(&a), 4, 2, 0};
+    CU_ASSERT_FATAL(pt_segment_create(&s, &a, be, &spec, &err) == 0);
+    CU_ASSERT_FATAL(pt_segment_init_params(s, &err) == 0);
+    train_step(s, &a);
+    for (int u = 0; u < pt_arch_units(&a); u++) {
+        const size_t n = pt_segment_unit_numel(s, u);
+        float *whole = malloc(n * sizeof *whole), *piece = malloc(n * sizeof *piece);
+        CU_ASSERT_FATAL(whole && piece);
+        for (int part = PT_PART_PARAM; part <= PT_PART_V; part++) {
+            CU_ASSERT_FATAL(pt_segment_unit_get(s, u, (pt_part)part, whole, &err) == 0);
+            const size_t step[] = {1, 7, n / 3 + 1, n};
+            for (int k = 0; k < 4; k++)
+                for (size_t at = 0; at < n; at += step[k]) {
+                    size_t m = n - at < step[k] ? n - at : step[k];
+                    CU_ASSERT_FATAL(pt_segment_unit_read(s, u, (pt_part)part, at, m, piece, &err) == 0);
+                    CU_ASSERT(memcmp(piece, whole + at, m * sizeof *piece) == 0);
+                }
+            /* written back in pieces of 5, reversed, then read whole */
+            for (size_t i = 0; i < n; i++)
+                piece[i] = -whole[n - 1 - i];
+            for (size_t at = 0; at < n; at += 5)
+                CU_ASSERT_FATAL(pt_segment_unit_write(s, u, (pt_part)part, at, n - at < 5 ? n - at : 5,
+                                                      piece + at, &err) == 0);
+            CU_ASSERT_FATAL(pt_segment_unit_get(s, u, (pt_part)part, whole, &err) == 0);
+            CU_ASSERT(memcmp(piece, whole, n * sizeof *piece) == 0);
+            CU_ASSERT(pt_segment_unit_read(s, u, (pt_part)part, n, 1, piece, &err) == PT_EINTERNAL);
+            CU_ASSERT(pt_segment_unit_read(s, u, (pt_part)part, 1, n, piece, &err) == PT_EINTERNAL);
+            CU_ASSERT(pt_segment_unit_write(s, u, (pt_part)part, SIZE_MAX, 2, piece, &err) ==
+                      PT_EINTERNAL);
+            CU_ASSERT(pt_segment_unit_read(s, u, (pt_part)part, n, 0, piece, &err) == 0);
+        }
+        free(whole);
+        free(piece);
+    }
+    CU_ASSERT(pt_segment_unit_read(s, pt_arch_units(&a), PT_PART_PARAM, 0, 1, NULL, &err) ==
+              PT_EINTERNAL);
+    pt_segment_destroy(s);
+    pt_backend_close(be);
+}
+
 /* A ViT whose image (channels x height x width values, which the units
  * index as int) passes every range check alone but not in product: refused,
  * where pt_arch_input_floats used to wrap to 0. The largest that fits is
@@ -225,6 +276,7 @@ static const pt_test segment_tests[] = {
     {"created_frozen_memory", test_created_frozen_memory},
     {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
     {"arch_refuses_images_past_int", test_arch_refuses_images_past_int},
+    {"unit_pieces", test_unit_pieces},
     {NULL, NULL},
 };
 
