@@ -17,8 +17,9 @@
  *    pool given (nn/cpu_pool.h); which thread computes an element, and which
  *    tile shape it sits in, changes no operation on it.
  *
- * Blocking: w is packed per call (at most PACK_BYTES of it at a time) into
- * panels of NR = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
+ * Blocking: w is packed per call (at most PACK_BYTES of it at a time, into
+ * the calling thread's area, nn/cpu_pool.h pt_pool_area) into panels of NR
+ * = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
  * so the micro-kernel loads two vectors per k and broadcasts one x per row
  * from x itself (x is not packed: it is read row by row with unit stride).
  * The forward's w [out][in] is transposed into its panels 16 x 16 at a
@@ -43,7 +44,6 @@
 #include "nn/cpu_transpose.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,44 +400,22 @@ static void panel_task(void *ctx, long p, int thread)
     run_task(pl, 0, pl->panels, p);
 }
 
-/* The packed panels' area of the calling thread: one per thread, kept and
- * grown as calls need (to PACK_BYTES, or one panel when a panel is more), and
- * freed when the thread ends. A fresh area per call left the allocator to
- * place several MiB again on every call, and where it put them from the
- * heap the holes between long-lived allocations made a rank's resident size
- * depend on what else it had allocated (a few MiB more on rank 0). */
-static _Thread_local float *pack_area;
-static _Thread_local size_t pack_bytes;
-static pthread_key_t pack_key;
-static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
-static int pack_key_ok;
-
-static void free_pack_area(void *area)
+/* Panels packed at a time: as many as PACK_BYTES holds, at least one, at
+ * most all. */
+static int pack_group(int out, int in)
 {
-    free(area);
-    pack_area = NULL;
-    pack_bytes = 0;
+    const int panels = (out + NR - 1) / NR;
+    const size_t panel_bytes = (size_t)NR * (size_t)(in > 0 ? in : 1) * sizeof(float);
+    const int group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
+    return group > panels ? panels : group;
 }
 
-static void make_pack_key(void) { pack_key_ok = pthread_key_create(&pack_key, free_pack_area) == 0; }
-
-static float *pack_area_for(size_t bytes)
+size_t GEMM_FN(pt_gemm_pack_bytes)(int out, int in)
 {
-    if (bytes <= pack_bytes)
-        return pack_area;
-    pthread_once(&pack_once, make_pack_key);
-    free(pack_area);
-    pack_area = aligned_alloc(64, bytes);
-    if (!pack_area) {
-        fprintf(stderr, "pipetrain: out of memory allocating %zu bytes to pack a linear layer's "
-                        "weights\n", bytes);
-        abort();
-    }
-    pack_bytes = bytes;
-    /* without a key (none left), the area lives as long as the process */
-    if (pack_key_ok)
-        pthread_setspecific(pack_key, pack_area);
-    return pack_area;
+    if (out <= 0)
+        return 0;
+    const size_t panel_bytes = (size_t)NR * (size_t)(in > 0 ? in : 1) * sizeof(float);
+    return ((size_t)pack_group(out, in) * panel_bytes + 63) / 64 * 64;
 }
 
 /* y [rows, out] = (init + x [rows, in] times w^T ([out][in]) or, with
@@ -456,11 +434,10 @@ static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_
     pl.panels = (out + NR - 1) / NR;
     /* the last panel is one vector wide when that covers it */
     pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
-    const size_t panel_bytes = (size_t)NR * (size_t)(pl.in ? pl.in : 1) * sizeof(float);
-    pl.group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
-    pl.group = pl.group > pl.panels ? pl.panels : pl.group;
-    const size_t bytes = ((size_t)pl.group * panel_bytes + 63) / 64 * 64;
-    pl.packed = pack_area_for(bytes);
+    pl.group = pack_group(out, pl.in);
+    /* the calling thread's, kept between calls (pt_pool_area) */
+    pl.packed = pt_pool_area(PT_AREA_PACK, GEMM_FN(pt_gemm_pack_bytes)(out, pl.in),
+                             "packing a linear layer's weights");
     pl.blocks = (rows + MR - 1) / MR;
     int per = (int)(CHUNK_BYTES / ((size_t)MR * (pl.in ? pl.in : 1) * sizeof(float)));
     per = per > pl.blocks / WHOLE_CHUNKS ? pl.blocks / WHOLE_CHUNKS : per;

@@ -37,6 +37,8 @@
 
 #include "nn/cpu_pool.h"
 
+#include <stddef.h>
+
 /* Forward: x [rows, in], w [out, in] (PyTorch's Linear layout), b [out] or
  * NULL, add [rows, out] or NULL (may alias y), y [rows, out]. Runs on the
  * threads of pool (NULL: the caller alone); aborts with a message if its
@@ -45,6 +47,12 @@
  * scratch does. */
 void pt_gemm_nt_f32(pt_pool *pool, float *y, const float *x, const float *w, const float *b,
                     const float *add, int rows, int out, int in);
+
+/* The packing area a product with out x in weights needs: out rounded up
+ * to the panel width, times in floats, at most 8 MiB or one panel (and a
+ * 64-byte multiple). The calling thread's area is kept between calls at
+ * the largest size any call needed (pt_pool_area). */
+size_t pt_gemm_pack_bytes(int out, int in);
 
 /* y [rows, n] = x [rows, k] w [k, n] (w k-major: row k of w is the k-th
  * term's operand), the backward's dx = dy w with n = in, k = out. Packs w
@@ -94,10 +102,21 @@ static inline int pt_gemm_tn_chunks(int k, int m, int n)
  * order, the chunks' accumulators added in chunk order, then colsum =
  * colsum + that sum (taken from the rows the product copies anyway,
  * instead of another pass over dy). With more than one chunk, the partial
- * sums are allocated for the call (aborting with a message if they cannot
- * be). */
+ * sums are in the calling thread's area (pt_pool_area; aborting with a
+ * message if it cannot grow). */
 void pt_gemm_tn_f32(pt_pool *pool, float *c, float *colsum, const float *a, const float *b, int k,
                     int m, int n);
+
+/* The partial sums (and column sums) pt_gemm_tn_plan uses for a product of
+ * k rows, m x n: none with one chunk; kept per thread as the packing area
+ * is (pt_pool_area). */
+static inline size_t pt_gemm_tn_part_bytes(int k, int m, int n)
+{
+    const int chunks = pt_gemm_tn_chunks(k, m, n);
+    if (chunks < 2)
+        return 0;
+    return ((size_t)chunks * ((size_t)m * (size_t)n + (size_t)m) * sizeof(float) + 63) / 64 * 64;
+}
 
 /* The same as tasks of runs the caller makes: pt_gemm_tn_plan fills *p
  * (allocating the partial sums when there is more than one chunk) and

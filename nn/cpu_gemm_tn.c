@@ -145,21 +145,16 @@ long GEMM_FN(pt_gemm_tn_plan)(pt_gemm_tn *p, float *c, float *colsum, const floa
     p->by_b = n > m;
     p->chunks = pt_gemm_tn_chunks(k, m, n);
     if (p->chunks > 1) {
-        const size_t bytes = ((size_t)p->chunks * ((size_t)m * n + m) * sizeof(float) + 63) / 64 * 64;
-        p->part = aligned_alloc(64, bytes);
-        if (!p->part) {
-            fprintf(stderr, "pipetrain: out of memory allocating %zu bytes for a weight "
-                            "gradient's partial sums\n", bytes);
-            abort();
-        }
+        /* the calling thread's, kept between calls (pt_pool_area) */
+        p->part = pt_pool_area(PT_AREA_PARTS, pt_gemm_tn_part_bytes(k, m, n),
+                               "a weight gradient's partial sums");
     }
     return (long)p->chunks * p->mblocks * p->nblocks;
 }
 
 void GEMM_FN(pt_gemm_tn_done)(pt_gemm_tn *p)
 {
-    free(p->part);
-    p->part = NULL;
+    p->part = NULL; /* the thread's area, kept for its next call */
 }
 
 /* Rows of c per reduction task: about RED_ELEMS elements of c. */

@@ -63,6 +63,17 @@ void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx);
 #define PT_POOL_SCRATCH ((unsigned long)256 << 10)
 void *pt_pool_scratch(void);
 
+/* The calling thread's area `which` of at least `bytes` bytes, 64-byte
+ * aligned: kept between calls and grown as they need (its contents are not
+ * kept when it grows), freed when the thread ends. For a GEMM's working
+ * memory (the packed weights, a weight gradient's partial sums), which a
+ * fresh allocation per call left the allocator to place again on every
+ * call. Aborts, with a message naming `what`, if it cannot grow. */
+enum { PT_AREA_PACK, PT_AREA_PARTS, PT_AREAS };
+void *pt_pool_area(int which, unsigned long bytes, const char *what);
+/* The calling thread's area `which` as it stands: its bytes (0: none yet). */
+unsigned long pt_pool_area_bytes(int which);
+
 /* How the pool's threads wait, in words, into buf: e.g. "spin up to 20 us
  * (less after waits that outlast it), then sleep". */
 void pt_pool_describe(const pt_pool *pool, char *buf, unsigned long size);

@@ -433,6 +433,52 @@ static void teardown(void)
     pt_pool_destroy(NULL);
 }
 
+/* A thread's GEMM areas (pt_pool_area): 64-byte aligned, kept while big
+ * enough, grown when not (to a multiple of 64), one of each kind apart,
+ * none shared with another thread; a thread's are freed when it ends (a
+ * leak shows under the sanitizer's build). */
+typedef struct {
+    void *pack, *parts;
+    int bad;
+    pthread_barrier_t *both;
+} area_seen;
+
+static void *areas_thread(void *arg)
+{
+    area_seen *seen = arg;
+    int bad = pt_pool_area_bytes(PT_AREA_PACK) != 0 || pt_pool_area_bytes(PT_AREA_PARTS) != 0;
+    unsigned char *a = pt_pool_area(PT_AREA_PACK, 100, "a test");
+    bad |= !a || ((uintptr_t)a & 63) || pt_pool_area_bytes(PT_AREA_PACK) != 128;
+    memset(a, 7, 100);
+    bad |= pt_pool_area(PT_AREA_PACK, 60, "a test") != a || a[99] != 7; /* kept */
+    unsigned char *b = pt_pool_area(PT_AREA_PARTS, 4000, "a test");
+    bad |= !b || b == a || ((uintptr_t)b & 63) || pt_pool_area_bytes(PT_AREA_PARTS) != 4032;
+    a = pt_pool_area(PT_AREA_PACK, 1 << 20, "a test"); /* grown */
+    bad |= !a || ((uintptr_t)a & 63) || pt_pool_area_bytes(PT_AREA_PACK) != (1u << 20);
+    memset(a, 1, 1 << 20);
+    bad |= pt_pool_area(PT_AREA_PARTS, 10, "a test") != b;
+    seen->pack = a;
+    seen->parts = b;
+    seen->bad = bad;
+    pthread_barrier_wait(seen->both); /* both threads hold theirs at once */
+    return NULL;
+}
+
+static void areas_per_thread(void)
+{
+    pthread_barrier_t both;
+    CU_ASSERT_FATAL(pthread_barrier_init(&both, NULL, 2) == 0);
+    area_seen seen[2] = {{NULL, NULL, 1, &both}, {NULL, NULL, 1, &both}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        CU_ASSERT_FATAL(pthread_create(&t[i], NULL, areas_thread, &seen[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    CU_ASSERT(seen[0].bad == 0 && seen[1].bad == 0);
+    CU_ASSERT(seen[0].pack != seen[1].pack && seen[0].parts != seen[1].parts);
+    pthread_barrier_destroy(&both);
+}
+
 static const pt_test tests[] = {
     {"every_task_once_any_threads_and_sizes", every_task_once},
     {"claiming_is_dynamic", claiming_is_dynamic},
@@ -442,6 +488,7 @@ static const pt_test tests[] = {
     {"nested_and_concurrent_runs", nested_and_concurrent_runs},
     {"spin_adapts", spin_adapts},
     {"scratch_per_thread", scratch_per_thread},
+    {"areas_per_thread", areas_per_thread},
     {"teardown", teardown},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"thread pool", tests}, {NULL, NULL}};
