@@ -35,6 +35,8 @@ double pt_partition_cost(const double *cost, const int *bounds, int stage);
 
 /* ------------------------------------------------------------ cost model */
 
+enum { PT_COST_WORK_STEPS = 32 };
+
 /* One unit's measured cost at the two profiled micro-batch sizes. */
 typedef struct pt_unit_cost {
     double fwd[2], bwd[2];         /* seconds per micro-batch */
@@ -48,6 +50,11 @@ typedef struct pt_cost_model {
     int units;
     int batch[2];                  /* the profiled micro-batch sizes */
     double boundary_bytes_per_example;
+    /* what the backend keeps for the linear layers beside every stage at
+     * micro-batches of up to 2^i examples (nn.h pt_arch_linear_work_bytes;
+     * pt_cost_linear_work): from the model and the backend, never from a
+     * profile */
+    double linear_work_bytes[PT_COST_WORK_STEPS];
     pt_unit_cost *unit;            /* [units] */
 } pt_cost_model;
 
@@ -70,6 +77,12 @@ void pt_cost_model_free(pt_cost_model *m);
 double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recompute);
 double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n);
 double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n);
+/* Fills m's linear_work_bytes for `a` on `be` (pt_cost_sizes does). */
+void pt_cost_set_linear_work(pt_cost_model *m, const pt_arch *a, const pt_backend *be);
+/* What the backend keeps for the linear layers at micro-batches of n
+ * examples: the count at the next power of two (it never shrinks as n
+ * grows, so this is not less than the count at n). */
+double pt_cost_linear_work(const pt_cost_model *m, int n);
 
 /* ----------------------------------------------------------------- plans */
 

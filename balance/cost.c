@@ -9,6 +9,7 @@
  */
 #include "balance/balance.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -129,6 +130,7 @@ int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int 
     m->batch[0] = small;
     m->batch[1] = large;
     m->boundary_bytes_per_example = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(be);
+    pt_cost_set_linear_work(m, a, be);
     for (int u = 0; u < units; u++) {
         pt_unit_cost *c = &m->unit[u];
         pt_unit_info info;
@@ -204,6 +206,21 @@ double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recomp
 double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n)
 {
     return at(m->unit[u].saved_bytes, m->batch, n);
+}
+
+void pt_cost_set_linear_work(pt_cost_model *m, const pt_arch *a, const pt_backend *be)
+{
+    for (int i = 0; i < PT_COST_WORK_STEPS; i++)
+        m->linear_work_bytes[i] =
+            (double)pt_arch_linear_work_bytes(a, be, i < 31 ? 1 << i : INT_MAX);
+}
+
+double pt_cost_linear_work(const pt_cost_model *m, int n)
+{
+    int i = 0;
+    while (i < PT_COST_WORK_STEPS - 1 && (1LL << i) < (long long)n)
+        i++;
+    return m->linear_work_bytes[i];
 }
 
 double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n)

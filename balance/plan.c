@@ -105,13 +105,13 @@ static double slot_bytes(const pt_cost_model *cm, const pt_plan_request *q, int 
 /* Memory of a stage beside its units' and the largest scratch, the same on
  * every stage of a (K, M, b): the segment's two buffers of activation
  * gradients for the backward, the stage's input and output buffers and
- * their gradients per micro-batch, and the replica's share of the step
- * staged in host memory. */
+ * their gradients per micro-batch, the replica's share of the step staged
+ * in host memory, and what the backend keeps for the linear layers. */
 static double stage_extra(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
 {
     const double boundary = cm->boundary_bytes_per_example * b;
     return 2 * boundary + boundary_buffers(K) * M * boundary +
-           q->staging_bytes_per_example * M * b;
+           q->staging_bytes_per_example * M * b + pt_cost_linear_work(cm, b);
 }
 
 /* What a unit that trains holds beside its parameters: gradients and AdamW
@@ -146,12 +146,14 @@ void pt_plan_least_memory(const pt_cost_model *cm, int frozen_units, int *unit, 
                           double *scratch)
 {
     *unit = 0;
-    /* and the segment's two buffers of activation gradients */
+    /* and the segment's two buffers of activation gradients, and what the
+     * backend keeps for the linear layers */
     *own = 0;
-    *scratch = 2 * cm->boundary_bytes_per_example;
+    *scratch = 2 * cm->boundary_bytes_per_example + pt_cost_linear_work(cm, 1);
     for (int u = 0; u < cm->units; u++) {
         const int frozen = u < frozen_units;
-        const double w = pt_cost_scratch_bytes(cm, u, 1) + 2 * cm->boundary_bytes_per_example;
+        const double w = pt_cost_scratch_bytes(cm, u, 1) + 2 * cm->boundary_bytes_per_example +
+                         pt_cost_linear_work(cm, 1);
         *scratch = w > *scratch ? w : *scratch;
         const double need = cm->unit[u].param_bytes +
                             (frozen ? 0 : cm->unit[u].state_bytes + pt_cost_saved_bytes(cm, u, 1));

@@ -14,6 +14,7 @@
 #include "hf/hf.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,7 +208,10 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
         ? r->cfg.pipeline.memory_gib * gib : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
     const double weights = (params + (3 + reduce) * trained) * (double)pt_backend_real_size(r->be);
-    const double example = saved + scratch, need = weights + (double)micro * example;
+    /* and the backend's work for the linear layers, kept per thread at the
+     * largest any layer needed (nn.h pt_arch_linear_work_bytes) */
+    const double work = (double)pt_arch_linear_work_bytes(a, r->be, micro > INT_MAX ? INT_MAX : (int)micro);
+    const double example = saved + scratch, need = weights + (double)micro * example + work;
     if (have <= 0 || need <= have)
         return 0;
     char where[] = "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's "
@@ -252,13 +256,14 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     if (weights >= need - weights)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB%s, and a micro-batch's activations %.3g GiB more: "
+                                  "%.3g GiB%s, and a micro-batch's activations with the linear "
+                                  "layers' working memory %.3g GiB more: "
                                   "together %s; allowed: a smaller model, more pipeline.stages "
                                   "over more ranks, or smaller micro-batches",
                                   a->dim, a->layers, params, weights / gib, state,
                                   (need - weights) / gib, room);
     const int tokens = pt_arch_tokens(a);
-    if (example > have - weights)
+    if (example > have - weights - work)
         return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
                    ? pt_config_key_fail(c, err, "model.context",
                                         "%d: one example's activations take %.3g GiB, %s; allowed: "
@@ -274,7 +279,8 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                               "%d), whose activations take %.3g GiB, %s; allowed: at most %.0f "
                               "examples per micro-batch (more micro-batches, or a smaller batch)",
                               c->train.batch, (long long)micro, (int)m,
-                              (double)micro * example / gib, room, floor((have - weights) / example));
+                              (double)micro * example / gib, room,
+                              floor((have - weights - work) / example));
 }
 
 /* What the training split is made of, for messages about its size. */

@@ -144,6 +144,12 @@ void *pt_backend_device_stream(pt_backend *be, int *device, int *devices)
 
 int pt_backend_is_host(const pt_backend *be) { return strncmp(be->name, "cuda", 4) != 0; }
 
+void pt_backend_release_work(pt_backend *be)
+{
+    if (be->ops->release_work)
+        be->ops->release_work(be);
+}
+
 void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_t n)
 {
     be->ops->act_from_f32(be, dst, src, n);

@@ -178,6 +178,17 @@ typedef struct pt_ops {
      * probabilities: memory the planner counts beside a unit's scratch.
      * NULL: none. */
     size_t (*attention_work_bytes)(const pt_backend *be, int n, int T, int H, int hd, int dropout);
+    /* Working memory that linear_fwd and linear_bwd(_mul) keep on the
+     * calling thread between calls, for weights of out x in over `rows`
+     * rows: *pack (the packed weights, forward's or backward's, the larger)
+     * and *parts (a weight gradient's partial sums). Each is kept at the
+     * largest any call has needed, so a device holds the largest *pack and
+     * the largest *parts over its layers. NULL: none. */
+    void (*linear_work_bytes)(const pt_backend *be, int rows, int out, int in, size_t *pack,
+                              size_t *parts);
+    /* Lets go of what linear_work_bytes counts, on the calling thread. NULL:
+     * nothing kept. */
+    void (*release_work)(pt_backend *be);
     /* The device's stream (a cudaStream_t) and index, and how many devices
      * the process sees: for a communication library that queues on the same
      * stream. NULL: not a device backend. */

@@ -99,6 +99,23 @@ static void column_sums(real *db, const real *dy, int rows, int cols, int chunks
 }
 
 #ifndef PT_REAL_F64
+void CPU_FN(pt_cpu_linear_work_bytes)(const pt_backend *be, int rows, int out, int in,
+                                      size_t *pack, size_t *parts)
+{
+    (void)be;
+    /* forward packs w [out, in]; the backward's dx packs it read k-major,
+     * as a product with `in` outputs of `out` terms */
+    const size_t fwd = pt_gemm_pack_bytes(out, in), bwd = pt_gemm_pack_bytes(in, out);
+    *pack = fwd > bwd ? fwd : bwd;
+    *parts = pt_gemm_tn_part_bytes(rows, out, in);
+}
+
+void CPU_FN(pt_cpu_release_work)(pt_backend *be)
+{
+    (void)be;
+    pt_pool_release_areas();
+}
+
 /* The float32 backward's products are our own kernels (nn/cpu_gemm.h),
  * with the arithmetic of each element fixed as the forward's is: dw +=
  * dy^T x one fused chain per element over each of a few chunks of the

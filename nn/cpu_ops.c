@@ -191,6 +191,8 @@ const pt_ops OPS_NAME = {
     .attention_work_bytes = CPU_FN(pt_cpu_attention_work_bytes),
 #ifndef PT_REAL_F64
     .linear_bwd_mul = CPU_FN(pt_cpu_linear_bwd_mul), /* the float64 oracle composes it (nn/backend.h) */
+    .linear_work_bytes = CPU_FN(pt_cpu_linear_work_bytes),
+    .release_work = CPU_FN(pt_cpu_release_work),
 #endif
     .attention_first_fwd = CPU_FN(pt_cpu_attention_first_fwd),
     .attention_first_bwd = CPU_FN(pt_cpu_attention_first_bwd),

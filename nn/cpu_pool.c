@@ -384,6 +384,8 @@ void *pt_pool_area(int which, unsigned long bytes, const char *what)
 
 unsigned long pt_pool_area_bytes(int which) { return areas.bytes[which]; }
 
+void pt_pool_release_areas(void) { unmap_areas(NULL); }
+
 static void *worker_main(void *arg)
 {
     worker *me = arg;

@@ -73,6 +73,8 @@ enum { PT_AREA_PACK, PT_AREA_PARTS, PT_AREAS };
 void *pt_pool_area(int which, unsigned long bytes, const char *what);
 /* The calling thread's area `which` as it stands: its bytes (0: none yet). */
 unsigned long pt_pool_area_bytes(int which);
+/* Unmaps the calling thread's areas (a later call maps them again). */
+void pt_pool_release_areas(void);
 
 /* How the pool's threads wait, in words, into buf: e.g. "spin up to 20 us
  * (less after waits that outlast it), then sleep". */

@@ -85,6 +85,11 @@ void CPU_FN(pt_cpu_linear_bwd_mul)(pt_backend *be, void *dx, void *dw, void *db,
 #endif
 void CPU_FN(pt_cpu_linear_bwd)(pt_backend *be, void *dx, void *dw, void *db, const void *dy,
                                const void *x, const void *w, int rows, int out, int in);
+#ifndef PT_REAL_F64 /* the float64 oracle's products keep nothing between calls */
+void CPU_FN(pt_cpu_linear_work_bytes)(const pt_backend *be, int rows, int out, int in,
+                                      size_t *pack, size_t *parts);
+void CPU_FN(pt_cpu_release_work)(pt_backend *be);
+#endif
 
 void CPU_FN(pt_cpu_layernorm_fwd)(pt_backend *be, void *y, void *mean, void *rstd, const void *x,
                                   const void *w, const void *b, int rows, int dim, double eps);

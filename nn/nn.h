@@ -221,6 +221,10 @@ void pt_backend_act_from_host(pt_backend *be, void *dst, const float *src, size_
 void pt_backend_act_to_host(pt_backend *be, float *dst, const void *src, size_t n);
 /* Waits for all queued work (no-op on the CPU). */
 int pt_backend_sync(pt_backend *be, pt_err *err);
+/* Lets go of the working memory the calling thread's ops keep between
+ * calls (pt_arch_linear_work_bytes): after timing units at sizes larger
+ * than training's, which left it at their size. */
+void pt_backend_release_work(pt_backend *be);
 
 /* Op timing (run.profile_ops, nn/op_profile.c). pt_backend_profile_ops puts
  * a timing layer in front of a host backend's ops (PT_EINPUT for a device
@@ -250,6 +254,15 @@ double pt_cpu_fma_burst(long rounds);
  * all units of a segment, so a segment needs the largest). */
 size_t pt_unit_saved_bytes(const pt_arch *a, const pt_backend *be, int unit, int n);
 size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, int n);
+/* What a backend keeps beside every segment of the model for its linear
+ * layers at micro-batches of up to n examples (pt_ops.linear_work_bytes:
+ * the CPU's packed weights, and a weight gradient's partial sums, which
+ * grow with the rows to a cap; each kept per thread at the largest any
+ * layer needed): counted once per device. Never less for a larger n. */
+size_t pt_arch_linear_work_bytes(const pt_arch *a, const pt_backend *be, int n);
+/* The same in its two parts: the packed weights and the partial sums. */
+void pt_arch_linear_work(const pt_arch *a, const pt_backend *be, int n, size_t *pack,
+                         size_t *parts);
 
 /* ----------------------------------------------------------------- batches */
 

@@ -23,6 +23,7 @@
  */
 #include "nn/unit.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,39 @@ size_t pt_unit_scratch_bytes(const pt_arch *a, const pt_backend *be, int unit, i
         bytes += be->ops->attention_work_bytes(be, n, pt_arch_tokens(a), a->heads,
                                                a->dim / a->heads, a->attn_dropout > 0);
     return bytes;
+}
+
+size_t pt_arch_linear_work_bytes(const pt_arch *a, const pt_backend *be, int n)
+{
+    size_t pack, parts;
+    pt_arch_linear_work(a, be, n, &pack, &parts);
+    return pack + parts;
+}
+
+void pt_arch_linear_work(const pt_arch *a, const pt_backend *be, int n, size_t *pack_,
+                         size_t *parts_)
+{
+    *pack_ = *parts_ = 0;
+    if (!be->ops->linear_work_bytes)
+        return;
+    /* no product has more rows than the micro-batch has tokens */
+    const double tokens = (double)(n > 0 ? n : 1) * pt_arch_tokens(a);
+    const int rows = tokens > INT_MAX ? INT_MAX : (int)tokens;
+    size_t pack = 0, parts = 0;
+    for (int u = 0; u < pt_arch_units(a); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(a, u, &info);
+        int dims[PT_UNIT_LINEARS][2];
+        const int count = pt_unit_impl_for(a, info.role)->linears(a, dims);
+        for (int k = 0; k < count; k++) {
+            size_t p, q;
+            be->ops->linear_work_bytes(be, rows, dims[k][0], dims[k][1], &p, &q);
+            pack = p > pack ? p : pack;
+            parts = q > parts ? q : parts;
+        }
+    }
+    *pack_ = pack;
+    *parts_ = parts;
 }
 
 static size_t par_bytes(const pt_segment *s, size_t n) { return n * s->be->real_size; }

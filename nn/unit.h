@@ -34,7 +34,13 @@ typedef struct pt_unit_impl {
     /* x: the forward input; dx may be NULL (not needed) */
     int (*backward)(const pt_unit_call *c, const pt_batch *batch, const void *x, const void *dy,
                     void *dx, pt_err *err);
+    /* The unit's linear layers, as {out, in} of their weights (at most
+     * PT_UNIT_LINEARS), into dims; returns how many. For the working memory
+     * a backend keeps for them (pt_ops.linear_work_bytes). */
+    int (*linears)(const pt_arch *a, int dims[][2]);
 } pt_unit_impl;
+
+enum { PT_UNIT_LINEARS = 4 };
 
 extern const pt_unit_impl pt_unit_embed_vit, pt_unit_embed_gpt, pt_unit_attn, pt_unit_mlp,
     pt_unit_head;

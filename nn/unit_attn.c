@@ -179,4 +179,13 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     return 0;
 }
 
-const pt_unit_impl pt_unit_attn = {saved_bytes, scratch_bytes, forward, backward};
+/* qkv, and the output projection (the first token's query, in the last
+ * block when only that token goes on, is of the projection's shape) */
+static int linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = 3 * a->dim, dims[0][1] = a->dim;
+    dims[1][0] = a->dim, dims[1][1] = a->dim;
+    return 2;
+}
+
+const pt_unit_impl pt_unit_attn = {saved_bytes, scratch_bytes, forward, backward, linears};

@@ -195,8 +195,15 @@ static int embed_backward(const pt_unit_call *c, const pt_batch *batch, const vo
     return 0;
 }
 
+/* the token type's row, added as a product with one input */
+static int embed_linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = a->dim, dims[0][1] = 1;
+    return 1;
+}
+
 const pt_unit_impl pt_unit_embed_bert = {embed_saved_bytes, embed_scratch_bytes, embed_forward,
-                                         embed_backward};
+                                         embed_backward, embed_linears};
 
 /* ---------------------------------------------------- post-LN attention */
 
@@ -317,8 +324,15 @@ static int attn_backward(const pt_unit_call *c, const pt_batch *batch, const voi
     return 0;
 }
 
+static int attn_linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = 3 * a->dim, dims[0][1] = a->dim;
+    dims[1][0] = a->dim, dims[1][1] = a->dim;
+    return 2;
+}
+
 const pt_unit_impl pt_unit_attn_post = {attn_saved_bytes, attn_scratch_bytes, attn_forward,
-                                        attn_backward};
+                                        attn_backward, attn_linears};
 
 /* ---------------------------------------------------------- post-LN MLP */
 
@@ -426,8 +440,15 @@ static int mlp_backward(const pt_unit_call *c, const pt_batch *batch, const void
     return 0;
 }
 
+static int mlp_linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = a->mlp_hidden, dims[0][1] = a->dim;
+    dims[1][0] = a->dim, dims[1][1] = a->mlp_hidden;
+    return 2;
+}
+
 const pt_unit_impl pt_unit_mlp_post = {mlp_saved_bytes, mlp_scratch_bytes, mlp_forward,
-                                       mlp_backward};
+                                       mlp_backward, mlp_linears};
 
 /* --------------------------------------------------------- pooled head */
 
@@ -538,5 +559,12 @@ int pt_unit_head_pooled_logits(const pt_unit_call *c, int row, float *out, pt_er
     return 0;
 }
 
+/* the classifier on the pooled vector */
+static int head_linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = a->classes, dims[0][1] = a->dim;
+    return 1;
+}
+
 const pt_unit_impl pt_unit_head_pooled = {head_saved_bytes, head_scratch_bytes, head_forward,
-                                          head_backward};
+                                          head_backward, head_linears};

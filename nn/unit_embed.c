@@ -71,8 +71,15 @@ static int vit_backward(const pt_unit_call *c, const pt_batch *batch, const void
     return 0;
 }
 
+/* the patches' projection */
+static int vit_linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = a->dim, dims[0][1] = vit_patch_len(a);
+    return 1;
+}
+
 const pt_unit_impl pt_unit_embed_vit = {vit_saved_bytes, vit_scratch_bytes, vit_forward,
-                                        vit_backward};
+                                        vit_backward, vit_linears};
 
 /* ------------------------------------------------------------------- GPT */
 
@@ -109,5 +116,12 @@ static int gpt_backward(const pt_unit_call *c, const pt_batch *batch, const void
     return 0;
 }
 
+/* lookups only */
+static int gpt_linears(const pt_arch *a, int dims[][2])
+{
+    (void)a, (void)dims;
+    return 0;
+}
+
 const pt_unit_impl pt_unit_embed_gpt = {gpt_saved_bytes, gpt_scratch_bytes, gpt_forward,
-                                        gpt_backward};
+                                        gpt_backward, gpt_linears};

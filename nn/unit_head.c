@@ -167,4 +167,10 @@ int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err)
     return 0;
 }
 
-const pt_unit_impl pt_unit_head = {saved_bytes, scratch_bytes, forward, backward};
+static int linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = pt_arch_out_classes(a), dims[0][1] = a->dim;
+    return 1;
+}
+
+const pt_unit_impl pt_unit_head = {saved_bytes, scratch_bytes, forward, backward, linears};

@@ -131,4 +131,11 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     return 0;
 }
 
-const pt_unit_impl pt_unit_mlp = {saved_bytes, scratch_bytes, forward, backward};
+static int linears(const pt_arch *a, int dims[][2])
+{
+    dims[0][0] = a->mlp_hidden, dims[0][1] = a->dim;
+    dims[1][0] = a->dim, dims[1][1] = a->mlp_hidden;
+    return 2;
+}
+
+const pt_unit_impl pt_unit_mlp = {saved_bytes, scratch_bytes, forward, backward, linears};

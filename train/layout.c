@@ -26,6 +26,9 @@
 
 #include "train/prefix.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -129,7 +132,8 @@ static void measured_sizes(const pt_run *r, int *small, int *large)
             int all = 1;
             for (int u = 0; all && u < m.units; u++)
                 all = m.unit[u].param_bytes + m.unit[u].state_bytes +
-                          pt_cost_saved_bytes(&m, u, fits) + pt_cost_scratch_bytes(&m, u, fits) <=
+                          pt_cost_saved_bytes(&m, u, fits) + pt_cost_scratch_bytes(&m, u, fits) +
+                          pt_cost_linear_work(&m, fits) <=
                       r->spec.mem_limit;
             if (all)
                 break;
@@ -244,6 +248,8 @@ static int shared_cost_model(pt_run *r, int small, int large, int use, pt_err *e
         rc = pt_bcast(world, &cm->boundary_bytes_per_example, sizeof(double), 0, err);
     if (rc == 0)
         rc = pt_bcast(world, cm->unit, (size_t)cm->units * sizeof *cm->unit, 0, err);
+    /* not a measurement: the same on every rank (one backend for the job) */
+    pt_cost_set_linear_work(cm, &r->arch, r->be);
     if (rc)
         pt_cost_model_free(cm);
     return rc;
@@ -618,6 +624,17 @@ int pt_layout_open(pt_run *r, pt_err *err)
         measured_sizes(r, &small, &large);
     if (rc == 0 && costs)
         rc = shared_cost_model(r, small, large, use, err);
+    /* timing the units at the larger size left the backend's working
+     * memory (pt_arch_linear_work_bytes) at that size, and freed more than
+     * training then allocates from the heap: both would stay in the
+     * resident set beside the layout's count (about 5 MiB on a 256-wide
+     * ViT) */
+    if (rc == 0 && costs && !use) {
+        pt_backend_release_work(r->be);
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
+    }
     int depth = r->spec.resume_depth; /* rank 0's reading */
     if (rc == 0 && r->ranks > 1)
         rc = pt_bcast(pt_comm_world(r->comm), &depth, sizeof depth, 0, err);
@@ -692,6 +709,9 @@ int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err)
     pt_segment_destroy(old_seg);
     pt_mesh_groups_free(&old_groups);
     pt_mesh_free(&old_mesh);
+    /* the working memory kept at the old layout's micro-batches, which the
+     * new one may not need (it is counted at the new one's) */
+    pt_backend_release_work(r->be);
     /* bytes summed over the ranks; the time is rank 0's, all ranks having
      * finished once the agreement below returns */
     double v[2] = {(double)sent, 0};

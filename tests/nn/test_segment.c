@@ -13,8 +13,11 @@
  * bit.
  */
 #include "nn/backend.h"
+#include "nn/cpu_pool.h"
 #include "tests/common/cunit_main.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +256,95 @@ static void test_unit_pieces(void)
     pt_backend_close(be);
 }
 
+/* What the CPU keeps per thread for the linear layers (nn/cpu_pool.h
+ * pt_pool_area: packed weights, a weight gradient's partial sums) after a
+ * training step on a fresh thread, against the count the memory planner
+ * takes (pt_arch_linear_work at the step's examples): a GPT step runs
+ * every linear layer forward and backward on all the micro-batch's tokens,
+ * so the two agree exactly; on 1 and 2 threads, on rows enough (2048) that
+ * the partial sums reach their cap, and for a width whose MLP weights are
+ * packed a part at a time (8 MiB at most). */
+enum { WORK_N = 8 };
+
+typedef struct {
+    pt_arch a;
+    int threads;
+    unsigned long kept[PT_AREAS];
+} work_case;
+
+static void *train_on_thread(void *arg)
+{
+    work_case *w = arg;
+    const pt_arch *a = &w->a;
+    pt_backend *be = NULL;
+    pt_err err;
+    if (pt_backend_open(&be, "cpu", w->threads, &err) != 0)
+        return NULL;
+    pt_segment *s = NULL;
+    enum { N = WORK_N };
+    pt_segment_spec spec = {0, pt_arch_units(a), N, 1, 0};
+    if (pt_segment_create(&s, a, be, &spec, &err) == 0 && pt_segment_init_params(s, &err) == 0) {
+        int32_t *tokens = malloc(sizeof(int32_t) * N * a->context);
+        int32_t *targets = malloc(sizeof(int32_t) * N * a->context);
+        for (int i = 0; tokens && targets && i < N * a->context; i++) {
+            tokens[i] = (i * 7 + 3) % a->vocab;
+            targets[i] = (i * 5 + 1) % a->vocab;
+        }
+        pt_batch b = {N, NULL, tokens, targets, NULL, 0};
+        pt_stats st = {0};
+        pt_segment_set_loss_scale(s, 1.0 / (N * a->context));
+        pt_segment_zero_grads(s);
+        if (tokens && targets && pt_segment_forward(s, 0, &b, NULL, NULL, 1, &st, &err) == 0 &&
+            pt_segment_backward(s, 0, &b, NULL, NULL, &err) == 0)
+            for (int k = 0; k < PT_AREAS; k++)
+                w->kept[k] = pt_pool_area_bytes(k);
+        else
+            fprintf(stderr, "the step failed: %s\n", err.msg);
+        free(tokens);
+        free(targets);
+    }
+    pt_segment_destroy(s);
+    pt_backend_close(be);
+    return NULL;
+}
+
+static void test_linear_work_counted(void)
+{
+    /* width, MLP width, context; the last's MLP weights are packed a part
+     * at a time forward (8 MiB) and one panel (8.96 MB) backward, on rows
+     * too few for partial sums */
+    const int cases[][3] = {{32, 128, 256}, {64, 256, 256}, {48, 4096, 256}, {16, 140000, 8}};
+    for (int i = 0; i < 4; i++)
+        for (int threads = 1; threads <= 2; threads++) {
+            work_case w = {gpt(), threads, {0}};
+            w.a.dim = cases[i][0];
+            w.a.mlp_hidden = cases[i][1];
+            w.a.context = cases[i][2];
+            w.a.layers = 1;
+            pthread_t t;
+            CU_ASSERT_FATAL(pthread_create(&t, NULL, train_on_thread, &w) == 0);
+            pthread_join(t, NULL);
+            pt_backend *be = NULL;
+            pt_err err;
+            CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
+            size_t pack, parts;
+            pt_arch_linear_work(&w.a, be, WORK_N, &pack, &parts);
+            CU_ASSERT_EQUAL(w.kept[PT_AREA_PACK], pack);
+            CU_ASSERT_EQUAL(w.kept[PT_AREA_PARTS], parts);
+            if (i < 3) {
+                CU_ASSERT(parts > 0);
+            } else {
+                CU_ASSERT(pack > (8u << 20) && parts == 0);
+            }
+            CU_ASSERT_EQUAL(pt_arch_linear_work_bytes(&w.a, be, WORK_N), pack + parts);
+            /* never less for more examples */
+            for (int n = 1; n < 64; n++)
+                CU_ASSERT(pt_arch_linear_work_bytes(&w.a, be, n) <=
+                          pt_arch_linear_work_bytes(&w.a, be, n + 1));
+            pt_backend_close(be);
+        }
+}
+
 /* A ViT whose image (channels x height x width values, which the units
  * index as int) passes every range check alone but not in product: refused,
  * where pt_arch_input_floats used to wrap to 0. The largest that fits is
@@ -277,6 +369,7 @@ static const pt_test segment_tests[] = {
     {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
     {"arch_refuses_images_past_int", test_arch_refuses_images_past_int},
     {"unit_pieces", test_unit_pieces},
+    {"linear_work_counted", test_linear_work_counted},
     {NULL, NULL},
 };
 
