@@ -78,7 +78,13 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
         out->ln_eps = 1e-12;
         if (json_object_get(root, "type_vocab_size"))
             rc = get_int(root, path, "type_vocab_size", 1, 1 << 10, &out->type_vocab, err);
-        if (rc == 0 && json_object_get(root, "pad_token_id"))
+        /* null: transformers gives the embedding no padding row (pad_id -1),
+         * which changes nothing pipetrain computes (a padding token's
+         * embedding never reaches the loss) */
+        const json_t *pad = json_object_get(root, "pad_token_id");
+        if (rc == 0 && json_is_null(pad))
+            out->pad_id = -1;
+        else if (rc == 0 && pad)
             rc = get_int(root, path, "pad_token_id", 0, out->vocab - 1, &out->pad_id, err);
     }
     if (rc == 0 && json_object_get(root, "layer_norm_eps")) {
@@ -158,7 +164,7 @@ int pt_hf_bert_config_check(const pt_hf_bert_config *c, const pt_arch *a, const 
             return pt_fail(err, PT_EINPUT, "is %lld, but %s says %s %lld", pairs[i].ours, path,
                            pairs[i].field, pairs[i].theirs);
         }
-    if (c->pad_id != a->pad_id) {
+    if (c->pad_id >= 0 && c->pad_id != a->pad_id) {
         *key = "model.init_from";
         return pt_fail(err, PT_EINPUT, "%s: pad_token_id is %d; pipetrain's bert pads with id %d",
                        path, c->pad_id, a->pad_id);

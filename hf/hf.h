@@ -34,6 +34,7 @@
 
 /* What a BERT config.json says (the fields pipetrain's bert depends on). */
 typedef struct pt_hf_bert_config {
+    /* pad_id: -1 where pad_token_id is null (no padding row) */
     int hidden, layers, heads, intermediate, vocab, positions, type_vocab, pad_id;
     double ln_eps;
     /* hidden_dropout_prob, attention_probs_dropout_prob (transformers' 0.1

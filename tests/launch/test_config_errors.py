@@ -1320,6 +1320,18 @@ def test_bert_init_from_refused(h):
                                                     "model.vocab": "8"})))
     h.run(["train", U.write(h.path("padded.yaml"), padded)]).expect(0, "an embedding of 8 rows, 6 tokens")
     shutil.rmtree(h.path("run"))
+    # pad_token_id null (transformers: no padding row) or absent (transformers'
+    # default 0) train as 0 does
+    for name, pad in (("pad-null", {"pad_token_id": None}), ("pad-absent", None)):
+        init = hf_bert(h, name, pad)
+        if pad is None:
+            with open(os.path.join(init, "config.json")) as c:
+                cfg = json.load(c)
+            del cfg["pad_token_id"]
+            U.write(os.path.join(init, "config.json"), json.dumps(cfg))
+        text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init})))
+        h.run(["train", U.write(h.path(name + ".yaml"), text)]).expect(0, "pad_token_id " + name)
+        shutil.rmtree(h.path("run"))
     no_weights = h.path("no-weights")
     os.makedirs(no_weights)
     shutil.copy(os.path.join(good, "config.json"), no_weights)
@@ -1350,6 +1362,10 @@ def test_bert_init_from_refused(h):
          "model.init_from", ["layer_norm_eps: 1e-45 is below what float32", "1e-38 to 1"]),
         ("config_relu", hf_bert(h, "relu", {"hidden_act": "relu"}), {}, "model.init_from",
          ["hidden_act", "relu"]),
+        ("config_pad", hf_bert(h, "pad1", {"pad_token_id": 1}), {}, "model.init_from",
+         ["pad_token_id is 1", "pads with id 0"]),
+        ("config_pad_text", hf_bert(h, "padtext", {"pad_token_id": "0"}), {}, "model.init_from",
+         ["pad_token_id: not an integer"]),
         # dropout probabilities that are not one: refused whether auto takes them or not
         ("config_dropout_of_one", hf_bert(h, "drop1", {"hidden_dropout_prob": 1.0}), {},
          "model.init_from", ["hidden_dropout_prob", "must be a number in [0, 1)"]),
