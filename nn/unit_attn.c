@@ -179,13 +179,18 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
     return 0;
 }
 
-/* qkv, and the output projection (the first token's query, in the last
- * block when only that token goes on, is of the projection's shape) */
+/* qkv, and the output projection; in ViT's last block when only the [CLS]
+ * rows go on (pt_unit_cls_rows_only), keys and values alone over every row
+ * (2d x d: fewer weights than qkv, so possibly more partial sums), the
+ * first token's query of the projection's shape */
 static int linears(const pt_arch *a, int dims[][2])
 {
     dims[0][0] = 3 * a->dim, dims[0][1] = a->dim;
     dims[1][0] = a->dim, dims[1][1] = a->dim;
-    return 2;
+    if (a->kind != PT_MODEL_VIT || a->full_last_block)
+        return 2;
+    dims[2][0] = 2 * a->dim, dims[2][1] = a->dim;
+    return 3;
 }
 
 const pt_unit_impl pt_unit_attn = {saved_bytes, scratch_bytes, forward, backward, linears};

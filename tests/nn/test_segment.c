@@ -99,6 +99,25 @@ static pt_arch gpt(void)
     return a;
 }
 
+/* Fashion-MNIST's shape: 28 x 28, patches of 4 (49 + [CLS] = 50 tokens) */
+static pt_arch vit_arch(void)
+{
+    pt_arch a;
+    memset(&a, 0, sizeof a);
+    a.kind = PT_MODEL_VIT;
+    a.dim = 64;
+    a.layers = 2;
+    a.heads = 4;
+    a.mlp_hidden = 256;
+    a.channels = 1;
+    a.height = a.width = 28;
+    a.patch = 4;
+    a.classes = 10;
+    a.init_std = 0.02;
+    a.seed = 3;
+    return a;
+}
+
 /* Peak backend bytes while creating segment [0, count) of `a` with `frozen`
  * units frozen; the segment is left in *out. */
 static size_t create_peak(const pt_arch *a, pt_backend *be, int frozen, pt_segment **out)
@@ -263,12 +282,14 @@ static void test_unit_pieces(void)
  * every linear layer forward and backward on all the micro-batch's tokens,
  * so the two agree exactly; on 1 and 2 threads, on rows enough (2048) that
  * the partial sums reach their cap, and for a width whose MLP weights are
- * packed a part at a time (8 MiB at most). */
+ * packed a part at a time (8 MiB at most). A ViT step's last block runs its
+ * keys and values alone over every row (2d x d), whose partial sums can be
+ * the largest: widths where they are, and one where they are not. */
 enum { WORK_N = 8 };
 
 typedef struct {
     pt_arch a;
-    int threads;
+    int threads, n;
     unsigned long kept[PT_AREAS];
 } work_case;
 
@@ -281,26 +302,37 @@ static void *train_on_thread(void *arg)
     if (pt_backend_open(&be, "cpu", w->threads, &err) != 0)
         return NULL;
     pt_segment *s = NULL;
-    enum { N = WORK_N };
+    const int N = w->n, vit = a->kind == PT_MODEL_VIT;
     pt_segment_spec spec = {0, pt_arch_units(a), N, 1, 0};
     if (pt_segment_create(&s, a, be, &spec, &err) == 0 && pt_segment_init_params(s, &err) == 0) {
-        int32_t *tokens = malloc(sizeof(int32_t) * N * a->context);
-        int32_t *targets = malloc(sizeof(int32_t) * N * a->context);
-        for (int i = 0; tokens && targets && i < N * a->context; i++) {
-            tokens[i] = (i * 7 + 3) % a->vocab;
-            targets[i] = (i * 5 + 1) % a->vocab;
+        /* GPT: a target per token; ViT: an image and a class per example */
+        const size_t inputs = vit ? (size_t)N * pt_arch_input_floats(a) : (size_t)N * a->context;
+        const size_t rows = vit ? (size_t)N : (size_t)N * a->context;
+        int32_t *tokens = vit ? NULL : malloc(sizeof(int32_t) * inputs);
+        float *images = vit ? malloc(sizeof(float) * inputs) : NULL;
+        int32_t *targets = malloc(sizeof(int32_t) * rows);
+        const int out = pt_arch_out_classes(a);
+        for (size_t i = 0; (tokens || images) && targets && i < inputs; i++) {
+            if (tokens)
+                tokens[i] = (int32_t)((i * 7 + 3) % (size_t)a->vocab);
+            else
+                images[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
         }
-        pt_batch b = {N, NULL, tokens, targets, NULL, 0};
+        for (size_t i = 0; targets && i < rows; i++)
+            targets[i] = (int32_t)((i * 5 + 1) % (size_t)out);
+        pt_batch b = {N, images, tokens, targets, NULL, 0};
         pt_stats st = {0};
-        pt_segment_set_loss_scale(s, 1.0 / (N * a->context));
+        pt_segment_set_loss_scale(s, 1.0 / (double)rows);
         pt_segment_zero_grads(s);
-        if (tokens && targets && pt_segment_forward(s, 0, &b, NULL, NULL, 1, &st, &err) == 0 &&
+        if ((tokens || images) && targets &&
+            pt_segment_forward(s, 0, &b, NULL, NULL, 1, &st, &err) == 0 &&
             pt_segment_backward(s, 0, &b, NULL, NULL, &err) == 0)
             for (int k = 0; k < PT_AREAS; k++)
                 w->kept[k] = pt_pool_area_bytes(k);
         else
             fprintf(stderr, "the step failed: %s\n", err.msg);
         free(tokens);
+        free(images);
         free(targets);
     }
     pt_segment_destroy(s);
@@ -316,7 +348,7 @@ static void test_linear_work_counted(void)
     const int cases[][3] = {{32, 128, 256}, {64, 256, 256}, {48, 4096, 256}, {16, 140000, 8}};
     for (int i = 0; i < 4; i++)
         for (int threads = 1; threads <= 2; threads++) {
-            work_case w = {gpt(), threads, {0}};
+            work_case w = {gpt(), threads, WORK_N, {0}};
             w.a.dim = cases[i][0];
             w.a.mlp_hidden = cases[i][1];
             w.a.context = cases[i][2];
@@ -343,6 +375,27 @@ static void test_linear_work_counted(void)
                           pt_arch_linear_work_bytes(&w.a, be, n + 1));
             pt_backend_close(be);
         }
+    /* width, MLP width, examples (50 rows each): 320 at 4d and 256 at 3d,
+     * where keys and values take the most partial sums; 256 at 4d, where
+     * they do not */
+    const int vit_cases[][3] = {{320, 1280, 48}, {256, 768, 48}, {256, 1024, 48}};
+    for (int i = 0; i < 3; i++) {
+        work_case w = {vit_arch(), 1, vit_cases[i][2], {0}};
+        w.a.dim = vit_cases[i][0];
+        w.a.mlp_hidden = vit_cases[i][1];
+        pthread_t t;
+        CU_ASSERT_FATAL(pthread_create(&t, NULL, train_on_thread, &w) == 0);
+        pthread_join(t, NULL);
+        pt_backend *be = NULL;
+        pt_err err;
+        CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
+        size_t pack, parts;
+        pt_arch_linear_work(&w.a, be, w.n, &pack, &parts);
+        CU_ASSERT_EQUAL(w.kept[PT_AREA_PACK], pack);
+        CU_ASSERT_EQUAL(w.kept[PT_AREA_PARTS], parts);
+        CU_ASSERT(parts > 0);
+        pt_backend_close(be);
+    }
 }
 
 /* A ViT whose image (channels x height x width values, which the units
