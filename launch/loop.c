@@ -313,6 +313,19 @@ static int log_failed(const pt_session *s, char *msg, size_t n)
     return which != NULL;
 }
 
+/* The op profile of a run.profile_ops run, written as the run ends: a log,
+ * like metrics.jsonl, so failing to write it (a full disk) neither keeps the
+ * run from its last evaluation and checkpoint nor hides why it stopped.
+ * 1, with the reason in msg, when it failed. */
+static int op_report_failed(pt_session *s, int64_t steps, double secs, char *msg, size_t n)
+{
+    pt_err e = {0};
+    if (steps <= 0 || pt_op_report(s, steps, secs, &e) == 0)
+        return 0;
+    snprintf(msg, n, "%s", e.msg);
+    return 1;
+}
+
 static void epoch_metrics(pt_session *s, double took)
 {
     pt_run *r = &s->run;
@@ -450,12 +463,14 @@ int pt_session_train(pt_session *s, pt_err *err)
             saved_at = r->step;
         }
         if (stopping) {
-            if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
-                break;
-            if (log_failed(s, why, sizeof why))
-                return pt_fail(err, PT_ESYS, "%s; the run stopped after step %lld with a "
+            char op_why[sizeof err->msg];
+            const int op_failed = op_report_failed(s, profiled, profiled_s, op_why, sizeof op_why);
+            const int logs = log_failed(s, why, sizeof why);
+            if (logs || op_failed)
+                return pt_fail(err, PT_ESYS, "%s%s%s; the run stopped after step %lld with a "
                                "checkpoint (resume with --set train.resume=auto once there is "
-                               "room)", why, (long long)r->step);
+                               "room)", logs ? why : "", logs && op_failed ? "; and " : "",
+                               op_failed ? op_why : "", (long long)r->step);
             if (res.failed && !signalled) { /* that rank says why, and the job exits 1 */
                 rc = pt_fail(err, PT_ESYS, "another rank failed after step %lld",
                              (long long)r->step);
@@ -475,16 +490,18 @@ int pt_session_train(pt_session *s, pt_err *err)
     }
     if (rc)
         return rc;
-    if (profiled && (rc = pt_op_report(s, profiled, profiled_s, err)))
-        return rc;
     if (evaluated_at != r->step && (rc = evaluate_and_report(s, err)))
         return rc;
     if (saved_at != r->step && (rc = save_checkpoint(s, err)))
         return rc;
-    char why[PT_PATH_MAX + 160];
-    if (log_failed(s, why, sizeof why))
-        return pt_fail(err, PT_ESYS, "%s; the run trained to step %lld and saved its checkpoint, "
-                       "but that log is incomplete", why, (long long)r->step);
+    char why[PT_PATH_MAX + 160], op_why[sizeof err->msg];
+    const int op_failed = op_report_failed(s, profiled, profiled_s, op_why, sizeof op_why);
+    const int logs = log_failed(s, why, sizeof why);
+    if (logs || op_failed)
+        return pt_fail(err, PT_ESYS, "%s%s%s; the run trained to step %lld and saved its "
+                       "checkpoint%s", logs ? why : "", logs && op_failed ? "; and " : "",
+                       op_failed ? op_why : "", (long long)r->step,
+                       logs ? ", but that log is incomplete" : "");
     if (r->step == first_step && r->step >= r->total_steps)
         pt_progress_note(&s->progress, "nothing left to train: the checkpoint is at step %lld, and "
                          "this run's settings end it at step %lld", (long long)r->step,

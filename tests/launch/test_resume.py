@@ -353,23 +353,35 @@ def test_full_disk_stops_the_run_with_a_checkpoint(h):
     the resume drops the line the full disk cut, and the run ends with the
     straight run's bits and a metrics file of whole lines, every step once
     but those whose lines could not be written (the failed one, and the one
-    in which the ranks agreed to stop)."""
+    in which the ranks agreed to stop). The same with run.profile_ops, whose
+    profile, written as the run stops, cannot be written either: its error
+    used to be the only one shown, without the cause or the stop."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return "skipped: needs root and unshare(1) for a private tmpfs"
     steps = {"train.epochs": "10", "train.max_steps": "40", "train.keep_checkpoints": "50"}
     _, straight, _ = train(h, "straight", "vit", **steps)
-    mnt = h.path("mnt")
+    for ops in ("false", "true"):
+        out = h.path("ops-" + ops)
+        os.makedirs(out)
+        skipped = full_disk_case(h, straight, out, dict(steps, **{"run.profile_ops": ops}))
+        if skipped:
+            return skipped
+
+
+def full_disk_case(h, straight, out, steps):
+    """test_full_disk_stops_the_run_with_a_checkpoint's run, in out."""
+    mnt = os.path.join(out, "mnt")
     os.makedirs(mnt)
     run_dir = os.path.join(mnt, "run")
-    cfg = U.write_config(h, "full.yaml", config(h, "vit", run_dir, **steps))
-    env = dict(U.sanitizer_env(), MNT=mnt, RUN=run_dir, BIN=h.binary, CFG=cfg, OUT=h.dir)
+    cfg = U.write_config(h, os.path.join(out, "full.yaml"), config(h, "vit", run_dir, **steps))
+    env = dict(U.sanitizer_env(), MNT=mnt, RUN=run_dir, BIN=h.binary, CFG=cfg, OUT=out)
     p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL_DISK],
                        env=env, capture_output=True, text=True, timeout=240)
     if p.returncode in (90, 91):
         return "skipped: no tmpfs could be mounted here (%s)" % p.stderr.strip()[-200:]
     check(p.returncode == 0, "the script failed (%d): %s", p.returncode, p.stderr[-2000:])
-    rc1, rc2 = (int(open(h.path(n + ".rc")).read()) for n in ("first", "second"))
-    err1, err2 = (open(h.path(n + ".err")).read() for n in ("first", "second"))
+    rc1, rc2 = (int(open(os.path.join(out, n + ".rc")).read()) for n in ("first", "second"))
+    err1, err2 = (open(os.path.join(out, n + ".err")).read() for n in ("first", "second"))
     check(rc1 == 1 and "metrics.jsonl' failed: No space left on device" in err1 and
           "the run stopped after step" in err1,
           "the first run: exit %d (expected 1, the file and ENOSPC named):\n%s", rc1, err1[-2000:])
@@ -377,7 +389,7 @@ def test_full_disk_stops_the_run_with_a_checkpoint(h):
     check(0 < stop < 40, "stopped at step %d", stop)
     check(rc2 == 0 and "resumed at step %d" % stop in err2, "the resume: exit %d\n%s", rc2,
           err2[-2000:])
-    resumed = h.path("run")
+    resumed = os.path.join(out, "run")
     check(os.path.isfile(os.path.join(U.ckpt(resumed, stop), "manifest")),
           "no checkpoint of step %d: %s", stop, U.checkpoints(resumed))
     sa, _ = U.metrics(straight)  # json.loads of every line: a cut line fails here
