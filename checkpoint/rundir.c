@@ -230,9 +230,33 @@ static int abandoned_dir(const char *run_dir, char *out, size_t n, pt_err *err)
     return 0;
 }
 
+/* Moves `path` (checkpoints/NAME, what pipetrain does not remove: a
+ * directory inside, a link) whole into a new directory of its own under
+ * RUN_DIR/abandoned; dest gets its new path. */
+static int set_aside(const char *run_dir, const char *path, const char *name, char *dest,
+                     size_t n, pt_err *err)
+{
+    char base[PT_CKPT_PATH];
+    int rc = abandoned_dir(run_dir, base, sizeof base, err);
+    if (rc)
+        return rc;
+    snprintf(dest, n, "%s/%s.XXXXXX", base, name);
+    if (!mkdtemp(dest))
+        return pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
+    const size_t at = strlen(dest);
+    snprintf(dest + at, n - at, "/%s", name);
+    if (rename(path, dest) != 0) {
+        rc = pt_fail(err, PT_ESYS, "'%s' holds what is not a file of a checkpoint, and "
+                     "cannot be moved to '%s': %s", path, dest, strerror(errno));
+        dest[at] = '\0';
+        rmdir(dest);
+    }
+    return rc;
+}
+
 int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
 {
-    char dir[PT_CKPT_PATH], base[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
+    char dir[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
     pt_step_dir(run_dir, step, dir, sizeof dir);
     struct stat st;
     if (lstat(dir, &st) != 0)
@@ -252,17 +276,11 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
     }
     /* left: something that is not a file of ours (a directory in it, a link
      * or a file by its name); never searched through or removed: moved */
-    int rc = abandoned_dir(run_dir, base, sizeof base, err);
+    char name[64];
+    snprintf(name, sizeof name, "step_%010" PRId64, step);
+    int rc = set_aside(run_dir, dir, name, dest, sizeof dest, err);
     if (rc)
         return rc;
-    snprintf(dest, sizeof dest, "%s/step_%010" PRId64 ".XXXXXX", base, step);
-    if (!mkdtemp(dest))
-        return pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
-    const size_t at = strlen(dest);
-    snprintf(dest + at, sizeof dest - at, "/step_%010" PRId64, step);
-    if (rename(dir, dest) != 0)
-        return pt_fail(err, PT_ESYS, "'%s' holds what is not a file of a checkpoint, and "
-                       "cannot be moved to '%s': %s", dir, dest, strerror(errno));
     fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
             "'%s'\n", dir, dest);
     return pt_mkdir_p(dir, 0755, err);
@@ -286,10 +304,22 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
             if (step != current) {
                 remove_files(path, 0);
                 /* not silently: it may be a checkpoint whose manifest the
-                 * user removed, not a crashed save's */
-                fprintf(stderr, "pipetrain: note: '%s' was not a complete checkpoint (no manifest: "
-                        "a save that did not finish, or a manifest removed); its files were "
-                        "removed\n", path);
+                 * user removed, not a crashed save's; what is left (a
+                 * directory inside, or a link) is moved aside whole, once */
+                struct stat st;
+                char dest[PT_CKPT_PATH + 64];
+                pt_err err = {0};
+                if (lstat(path, &st) != 0)
+                    fprintf(stderr, "pipetrain: note: '%s' was not a complete checkpoint (no "
+                            "manifest: a save that did not finish, or a manifest removed); its "
+                            "files were removed\n", path);
+                else if (set_aside(run_dir, path, e->d_name, dest, sizeof dest, &err) == 0)
+                    fprintf(stderr, "pipetrain: note: '%s' was not a complete checkpoint (no "
+                            "manifest) and held what is not a file of a checkpoint; its files "
+                            "were removed, the rest moved to '%s'\n", path, dest);
+                else
+                    fprintf(stderr, "pipetrain: note: '%s' is not a complete checkpoint (no "
+                            "manifest); %s\n", path, err.msg);
             }
             continue;
         }

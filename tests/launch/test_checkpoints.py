@@ -1252,8 +1252,13 @@ def test_keep_checkpoints_default_per_epoch(h):
 
 
 def test_prune_removes_incomplete_and_keeps_foreign_entries(h):
+    """Pruning removes a step directory without a manifest; one holding what
+    pipetrain does not remove (a directory in it), or a link, is moved
+    whole to RUN_DIR/abandoned/ with one note (it stayed, with a note at
+    every later save that its files were removed), a link's target
+    untouched; entries not named as steps stay."""
     _, orig = trained(h)
-    cfg, run_dir = copy_run(h, orig, "copy", **{"train.epochs": "3",
+    cfg, run_dir = copy_run(h, orig, "copy", **{"train.epochs": "4",
                                                 "train.keep_checkpoints": "2"})
     root = os.path.join(run_dir, "checkpoints")
     # an interrupted save at a later step, and entries that are not pipetrain's
@@ -1262,12 +1267,36 @@ def test_prune_removes_incomplete_and_keeps_foreign_entries(h):
     shutil.copy(U.unit_files(U.ckpt(run_dir, LAST))[0], stale)
     U.write(os.path.join(root, "notes.txt"), "mine\n")
     os.mkdir(os.path.join(root, "step_best"))
+    # step 3 without its manifest and a directory where a units file was;
+    # step 6 a link to a directory of the user's
+    old = U.ckpt(run_dir, 3)
+    os.unlink(os.path.join(old, "manifest"))
+    units = U.unit_files(old)[0]
+    os.unlink(units)
+    os.mkdir(units)
+    mine = h.path("mine")
+    shutil.copytree(U.ckpt(run_dir, 6), mine)
+    os.unlink(os.path.join(mine, "manifest"))
+    shutil.rmtree(U.ckpt(run_dir, 6))
+    os.symlink(mine, U.ckpt(run_dir, 6))
+    kept = U.snapshot(mine)
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
     check("resumed at step %d" % LAST in r.err, "did not resume from step %d (the directory "
           "without a manifest must be skipped)\n%s", LAST, r.describe())
     left = sorted(os.listdir(root))
-    check(left == ["notes.txt", "step_0000000012", "step_0000000015", "step_best"],
+    check(left == ["notes.txt", "step_0000000018", "step_0000000020", "step_best"],
           "after pruning to 2: %s", left)
+    for step in (3, 6):
+        name = "step_%010d" % step
+        notes = r.err.count("'%s' was not a complete checkpoint" % os.path.join(root, name))
+        moved = glob.glob(os.path.join(run_dir, "abandoned", name + ".*", name))
+        check(notes == 1 and len(moved) == 1, "%s: %d notes, moved to %s\n%s", name, notes, moved,
+              r.describe())
+    check(os.path.isdir(os.path.join(glob.glob(os.path.join(run_dir, "abandoned", "step_0000000003.*",
+                                                            "step_0000000003"))[0],
+                                     os.path.basename(units))),
+          "step 3's directory was not moved whole")
+    U.same_snapshot(kept, U.snapshot(mine), "the linked directory of the user's")
 
 
 def test_fresh_run_refused_where_checkpoints_exist(h):
