@@ -57,10 +57,12 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
         json_decref(root);
         return pt_fail(err, PT_EINPUT, "%s: not a JSON object", path);
     }
+    /* absent: BertModel.from_pretrained reads the file as BERT's all the
+     * same (the fields and the tensors' names are checked below) */
     const json_t *type = json_object_get(root, "model_type");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "bert") != 0)
+    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "bert") != 0))
         rc = pt_fail(err, PT_EINPUT, "%s: model_type: %s; allowed: \"bert\"", path,
-                     json_is_string(type) ? json_string_value(type) : "missing or not a string");
+                     json_is_string(type) ? json_string_value(type) : "not a string");
     if (rc == 0)
         rc = get_int(root, path, "hidden_size", 1, 1 << 16, &out->hidden, err);
     if (rc == 0)
@@ -112,12 +114,21 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
             *drop_value[i] = json_number_value(e);
     }
     if (rc == 0) {
+        /* transformers' "gelu_python" is the same erf GELU, written out */
         const json_t *act = json_object_get(root, "hidden_act");
-        if (act && (!json_is_string(act) || strcmp(json_string_value(act), "gelu") != 0))
+        const char *name = json_is_string(act) ? json_string_value(act) : "";
+        if (act && strcmp(name, "gelu") != 0 && strcmp(name, "gelu_python") != 0)
             rc = pt_fail(err, PT_EINPUT,
-                         "%s: hidden_act: %s; pipetrain's bert has the erf GELU (\"gelu\") only",
-                         path, json_is_string(act) ? json_string_value(act) : "not a string");
+                         "%s: hidden_act: %s; pipetrain's bert has the erf GELU (\"gelu\" or "
+                         "\"gelu_python\") only",
+                         path, json_is_string(act) ? name : "not a string");
     }
+    /* BertForSequenceClassification's dropout before its classifier (null:
+     * hidden_dropout_prob's); pipetrain's head is its own, and only notes it */
+    out->classifier_dropout = -1;
+    const json_t *cd = json_object_get(root, "classifier_dropout");
+    if (rc == 0 && json_is_number(cd))
+        out->classifier_dropout = json_number_value(cd);
     if (rc == 0) {
         const json_t *pos = json_object_get(root, "position_embedding_type");
         if (pos && (!json_is_string(pos) || strcmp(json_string_value(pos), "absolute") != 0))

@@ -41,6 +41,8 @@ typedef struct pt_hf_bert_config {
      * where the file has none): what model.dropout and
      * model.attention_dropout's auto take */
     double hidden_dropout, attn_dropout;
+    /* classifier_dropout where it is a number, else -1 (absent or null) */
+    double classifier_dropout;
 } pt_hf_bert_config;
 
 /* Reads a config.json. Refused (PT_EINPUT, "PATH: field: problem"): not

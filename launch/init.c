@@ -310,5 +310,12 @@ int pt_session_resolve_dropout(pt_session *s, pt_err *err)
         s->arch.hidden_dropout = hc.hidden_dropout;
     if (attn_auto)
         s->arch.attn_dropout = hc.attn_dropout;
+    /* transformers' sequence classifier would drop its pooled vector at
+     * classifier_dropout; pipetrain's head drops it at model.dropout */
+    if (hc.classifier_dropout >= 0 && hc.classifier_dropout != s->arch.hidden_dropout &&
+        s->rank == 0)
+        fprintf(stderr, "pipetrain: note: %s: classifier_dropout %g is not used: pipetrain's "
+                "classifier drops the pooled vector at model.dropout (%g)\n", config,
+                hc.classifier_dropout, s->arch.hidden_dropout);
     return 0;
 }

@@ -1321,16 +1321,21 @@ def test_bert_init_from_refused(h):
     h.run(["train", U.write(h.path("padded.yaml"), padded)]).expect(0, "an embedding of 8 rows, 6 tokens")
     shutil.rmtree(h.path("run"))
     # pad_token_id null (transformers: no padding row) or absent (transformers'
-    # default 0) train as 0 does
-    for name, pad in (("pad-null", {"pad_token_id": None}), ("pad-absent", None)):
-        init = hf_bert(h, name, pad)
-        if pad is None:
+    # default 0) train as 0 does; so does a file without model_type (which
+    # BertModel.from_pretrained reads as BERT's), and "gelu_python" (the
+    # erf GELU, as "gelu")
+    for name, change, drop in (("pad-null", {"pad_token_id": None}, None),
+                               ("pad-absent", None, "pad_token_id"),
+                               ("no-model-type", None, "model_type"),
+                               ("gelu-python", {"hidden_act": "gelu_python"}, None)):
+        init = hf_bert(h, name, change)
+        if drop:
             with open(os.path.join(init, "config.json")) as c:
                 cfg = json.load(c)
-            del cfg["pad_token_id"]
+            del cfg[drop]
             U.write(os.path.join(init, "config.json"), json.dumps(cfg))
         text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init})))
-        h.run(["train", U.write(h.path(name + ".yaml"), text)]).expect(0, "pad_token_id " + name)
+        h.run(["train", U.write(h.path(name + ".yaml"), text)]).expect(0, name)
         shutil.rmtree(h.path("run"))
     no_weights = h.path("no-weights")
     os.makedirs(no_weights)
@@ -1573,6 +1578,16 @@ def test_bert_dropout_auto(h):
         cfg = U.write(h.path("auto.yaml"), U.render(keys))
         r = h.run(["plan", cfg] + sum((["--set", s] for s in sets), [])).expect(0, "plan")
         check(want in r.out, "plan with model.init_from %r %s does not say %r:\n%s", init, sets, want, r.out)
+    # classifier_dropout (BertForSequenceClassification's, before its
+    # classifier): pipetrain's head drops at model.dropout, and says so when
+    # the file names another number
+    for name, cd, noted in (("cd0", 0.0, True), ("cdnull", None, False), ("cdsame", 0.2, False)):
+        init = hf_bert(h, name, {"hidden_dropout_prob": 0.2, "classifier_dropout": cd})
+        keys = base(h, "gpt", **dict(bert, **{"model.init_from": init}))
+        r = h.run(["plan", U.write(h.path(name + ".yaml"), U.render(keys))]).expect(0, name)
+        note = "classifier_dropout 0 is not used" in r.err and "model.dropout (0.2)" in r.err
+        check(note == noted and r.err.count("classifier_dropout") == noted,
+              "classifier_dropout %r: note %s (expected %s):\n%s", cd, note, noted, r.describe())
     keys = base(h, "gpt", **dict(bert, **{"model.init_from": said}))
     cfg = U.write(h.path("auto.yaml"), U.render(keys))
     h.run(["train", cfg]).expect(0, "training with config.json's dropout")
