@@ -72,6 +72,26 @@ static void on_fatal_signal(int sig)
     raise(sig);
 }
 
+/* SIGBUS: a page of a mapping whose file is gone past it: the activation
+ * cache's shared memory or a checkpoint file being read, cut short by another
+ * process while mapped (or the device under it failing). Not a bug of the
+ * run's to dump core over: it says so, takes the names off as a stop does,
+ * and ends the process with status 1. */
+static void on_bus_error(int sig)
+{
+    (void)sig;
+    static const char msg[] =
+        "pipetrain: error: SIGBUS: a file or shared-memory segment this process had mapped "
+        "(the activation cache's, or a checkpoint file being read) was cut short by another "
+        "process while in use, or the device holding it failed; stopping (the last complete "
+        "checkpoint is intact: resume with --set train.resume=auto)\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    pt_cache_release_names();
+    pt_wfile_remove_temporaries();
+    _exit(1);
+}
+
 void pt_catch_stop_signals(void)
 {
     struct sigaction sa;
@@ -86,6 +106,8 @@ void pt_catch_stop_signals(void)
         if (sigaction(fatal[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
             sigaction(fatal[i], &sa, NULL);
     }
+    sa.sa_handler = on_bus_error;
+    sigaction(SIGBUS, &sa, NULL);
     sa.sa_handler = on_stop_signal;
     /* SIGINT and SIGTERM are caught even when inherited as ignored: a
      * non-interactive shell starts every `cmd &` with SIGINT ignored (so a

@@ -220,6 +220,52 @@ def test_small_dev_shm(h):
     same_steps(steps_of(off), steps_of(on_dir), "a 256 KiB /dev/shm: cache on vs off")
 
 
+CUT_SHORT = r"""
+mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90
+"$BIN" train "$CFG" > "$OUT/cut.out" 2> "$OUT/cut.err" &
+pid=$!
+# the cache in use: the third epoch begun (blocks froze from step 6 on)
+i=0
+until grep -q '"event": "epoch", "epoch": 3' "$RUN/metrics.jsonl" 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -gt 6000 ] || ! kill -0 $pid 2>/dev/null; then kill -9 $pid; exit 91; fi
+    sleep 0.02
+done
+kill -STOP $pid
+for f in /dev/shm/pipetrain-*; do truncate -s 0 "$f"; done
+kill -CONT $pid
+wait $pid
+echo $? > "$OUT/cut.rc"
+"""
+
+
+def test_dev_shm_cut_short(h):
+    """The job's shared-memory segment cut to nothing by another process
+    while the cache is in use (a page of it mapped past its end): the run
+    ends with exit 1 and a message saying so, not SIGBUS and a core dump,
+    and resumes from its last checkpoint. Needs root (unshare, mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare"
+    run_dir = h.path("cut")
+    cfg = U.write_config(h, "cut.yaml", keys(run_dir, dict(REPRO, **{
+        "train.max_steps": "3000", "train.epochs": "100", "train.checkpoint_every": "32"}), True))
+    env = dict(U.sanitizer_env(), BIN=h.binary, CFG=cfg, OUT=h.dir, RUN=run_dir)
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", CUT_SHORT],
+                       cwd=h.dir, capture_output=True, text=True, timeout=400, env=env)
+    if p.returncode == 90:
+        return "skipped: no tmpfs could be mounted here"
+    check(p.returncode == 0, "the script failed (%d): %s", p.returncode,
+          U.tail(p.stderr + U.read_bytes(h.path("cut.err")).decode(errors="replace")))
+    rc = int(open(h.path("cut.rc")).read())
+    err = open(h.path("cut.err")).read()
+    check(rc == 1 and "SIGBUS: a file or shared-memory segment this process had mapped" in err,
+          "the cache's segment cut short: exit %d (expected 1 and the message)\n%s", rc,
+          U.tail(err))
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=200"])
+    r.expect(0, "the resume after the segment was cut short")
+    check("resumed at step" in r.err, "no resume:\n%s", r.describe())
+
+
 def test_read_only_dev_shm(h):
     """A /dev/shm this job cannot write (mounted read-only here) ends a run
     with the cache on with exit 1 saying the directory must be writable or
@@ -466,6 +512,7 @@ def test_jobs_in_pid_namespaces(h):
 
 def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm, test_read_only_dev_shm,
+           test_dev_shm_cut_short,
            test_segment_gone_when_killed_after_a_stop_signal,
            test_segment_gone_when_a_signal_ends_the_run, test_eval_segment_gone_when_a_signal_ends_it,
            test_jobs_in_pid_namespaces]
