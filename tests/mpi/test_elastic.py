@@ -64,6 +64,19 @@ Checked, for each model:
     fewest micro-batches to fit while nothing is frozen; the
     staging once had room for the old M's micro-batches only (a heap
     overflow that ASan reports, hence this test's sanitize label);
+  - an idle rank joining: on 5 ranks of one node (the 4-rank profile as 5
+    ranks', world_profile) under IDLE_JOIN's limit the whole model needs 2
+    stages, so the first layout is (2, 2) with rank 4 idle; as blocks freeze
+    it becomes a replica (vit (2, 2) -> (1, 4) -> (1, 5), bert_dropout
+    (2, 2) -> (1, 5)) and must receive the units' parameters and Adam
+    moments from a rank that held them. Checked: the layouts, the same
+    tolerances against one process, every example once per epoch, rank 4
+    training after it joined, the replicas the same every step
+    (run.check_replicas), cache on and off bit-identical, and a resume from
+    each checkpoint saved while a rank was idle (vit's step 16) re-planning
+    as the run that never stopped and ending bit-identical to it. A joining
+    rank that got the parameters without the moments (checked by breaking
+    dp/moves.c so) fails here while the 4-rank runs above pass;
   - /dev/shm holds none of the runs' cache segments afterwards (a segment
     is the runs' if it appeared while the test ran and its job's rank 0 is
     gone: another job on a shared machine may hold its own meanwhile).
@@ -131,6 +144,11 @@ MEMORY = {"vit": "0.0021", "bert": "0.0021", "bert_dropout": "0.0021"}
 # 0.0021 to 0.0023 GiB (below, only M = 32 fits; above, M = 11), bert's from
 # about 0.0019 to 0.0021.
 GROWING_MEMORY = {"vit": "0.0022", "bert": "0.002", "bert_dropout": "0.002"}
+# GiB per device on 5 ranks of one node (the 4-rank profile as 5 ranks':
+# world_profile): the whole model needs 2 stages, so the first layout is
+# K = 2 x D = 2 with the fifth rank idle; once blocks freeze it joins
+# (vit: -> (1, 4) -> (1, 5); bert: -> (1, 5))
+IDLE_JOIN = {"vit": "0.003", "bert_dropout": "0.003"}
 # The planner prices ranks that share cores as slower; this machine may have
 # fewer cores than ranks, so the test plans for one core per rank, as on the
 # machines the layout is meant for (a run on 2 cores is right to prefer fewer
@@ -300,6 +318,93 @@ def check_model(tools, work, model):
     full.update(loss)
     compare("%s resumed on 2 ranks within pipeline.memory_gib %s" % (model, MEMORY[model]), uninterrupted,
             (full, w), steps)
+    return config, ref
+
+
+def world_profile(profile, ranks, path):
+    """The profile measured on 4 ranks of one node, as if measured on
+    `ranks` ranks of one node with a core each: the units' costs and the
+    links are the model's, the world is the one the run has."""
+    with open(profile) as f:
+        p = json.load(f)
+    p["ranks"], p["node_of"], p["cores"] = ranks, [0] * ranks, ranks
+    with open(path, "w") as f:
+        json.dump(p, f)
+    return path
+
+
+def check_idle_join(tools, work, model, config, ref):
+    """5 ranks: the first layouts leave a rank idle, and a later re-plan
+    makes it a replica (IDLE_JOIN's limits; the docstring's checks)."""
+    work = os.path.join(work, model)
+    profile = world_profile(MODELS[model][1], 5, os.path.join(work, "profile-5.json"))
+    sanitized = os.environ.get("PT_TEST_SANITIZED") == "1"
+    steps = len(ref[0])
+
+    def train(name, **kv):
+        run_dir = os.path.join(work, name)
+        tools.run(5, ["train", config] + h.sets(run__dir=run_dir, pipeline__memory_gib=IDLE_JOIN[model],
+                                                pipeline__cores="5", **kv))
+        return run_dir
+
+    def result(run_dir):
+        loss = {r["step"]: r["loss"] for r in events(run_dir, "step")}
+        return loss, tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+
+    print("%s: 5 ranks, an idle rank joining as a replica" % model, flush=True)
+    runs = {}
+    for cache in ("true",) if sanitized else ("true", "false"):
+        run_dir = train("idle-join-" + cache, pipeline__profile=profile, cache__enabled=cache,
+                        run__log_samples="true", run__check_replicas=1)
+        runs[cache] = run_dir
+        plans = [((e["old"]["stages"], e["old"]["replicas"]), (e["new"]["stages"], e["new"]["replicas"]))
+                 for e in events(run_dir, "replan")]
+        busy = [plans[0][0]] + [new for _, new in plans] if plans else []
+        expect(len(busy) >= 2 and busy[0][0] * busy[0][1] < 5 and busy[-1][0] * busy[-1][1] == 5,
+               "%s, cache %s: the first layout leaves a rank idle and the last uses all 5: %s"
+               % (model, cache, busy))
+        compare("%s idle rank joining, cache %s, against one process" % (model, cache), ref, result(run_dir),
+                steps, ref_is_serial=True)
+        seen = {}
+        for path in glob.glob(os.path.join(run_dir, "samples-rank*.jsonl")):
+            with open(path) as f:
+                for rec in map(json.loads, f):
+                    seen.setdefault(rec["epoch"], []).extend(rec["ids"])
+        expect(sorted(seen) == [0, 1, 2, 3] and
+               all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
+               "%s, cache %s: every example exactly once in each of the 4 epochs (%s)"
+               % (model, cache, {e: len(v) for e, v in sorted(seen.items())}))
+        expect(os.path.exists(os.path.join(run_dir, "samples-rank4.jsonl")),
+               "%s, cache %s: rank 4 trained examples after it joined" % (model, cache))
+    uninterrupted = result(runs["true"])
+    if "false" in runs:
+        off = result(runs["false"])
+        expect(off[0] == uninterrupted[0] and
+               all(np.array_equal(off[1][k], uninterrupted[1][k]) for k in off[1]),
+               "%s, idle rank joining: cache on and cache off bit-identical" % model)
+    # resumed from every checkpoint saved while a rank was idle: the same
+    # layouts from there and the same bits as the run that never stopped
+    joined = next(e["step"] for e in events(runs["true"], "replan")
+                  if e["new"]["stages"] * e["new"]["replicas"] == 5)
+    for step in range(16, joined, 16):
+        run_dir = os.path.join(work, "idle-join-resumed-%d" % step)
+        name = "step_%010d" % step
+        shutil.copytree(os.path.join(runs["true"], "checkpoints", name),
+                        os.path.join(run_dir, "checkpoints", name))
+        tools.run(5, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto",
+                                                pipeline__memory_gib=IDLE_JOIN[model], pipeline__cores="5"))
+        plans = [(e["step"], e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
+                 for e in events(run_dir, "replan")]
+        was = [(e["step"], e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
+               for e in events(runs["true"], "replan") if e["step"] > step]
+        expect(plans[-len(was):] == was and len(plans) >= len(was) > 0,
+               "%s: resumed at step %d, the rank joins as in the run that never stopped (%s, %s)"
+               % (model, step, plans, was))
+        loss, w = result(run_dir)
+        same = len(loss) == steps - step and all(loss[k] == uninterrupted[0][k] for k in loss) and \
+            all(np.array_equal(w[k], uninterrupted[1][k]) for k in w)
+        expect(same, "%s: resumed at step %d, while a rank was idle: bit-identical to the run that never "
+               "stopped" % (model, step))
 
 
 def main():
@@ -312,7 +417,9 @@ def main():
                 # runs the same units, layouts and padding masks, plus dropout
                 print("bert: left to the optimized build (bert_dropout covers it here)", flush=True)
                 continue
-            check_model(tools, work, model)
+            config, ref = check_model(tools, work, model)
+            if model in IDLE_JOIN:
+                check_idle_join(tools, work, model, config, ref)
     # segments that appeared while the test ran and whose job is gone (the
     # machine may be shared: another user's running job keeps its own)
     left = h.segments_left(before)
