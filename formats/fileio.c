@@ -621,26 +621,60 @@ int pt_log_cut(FILE *f, const char *path, int64_t *cut, pt_err *err)
     return 0;
 }
 
-int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
+int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err)
 {
+    *made = 0;
     if (!path || !*path)
         return pt_fail(err, PT_EINPUT, "cannot create a directory with an empty path");
     char *dir = copy_string(path);
     if (!dir)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     int rc = 0;
-    /* every proper prefix ending before a '/', skipping the root and empty components */
-    for (char *p = dir + 1; *p && !rc; p++) {
-        if (*p != '/' || p[-1] == '/')
+    struct stat st;
+    /* every proper prefix ending before a '/', skipping the root and empty
+     * components, then the whole path; the first one not there before is
+     * where the made ones start */
+    for (char *p = dir + 1; !rc; p++) {
+        if (*p && (*p != '/' || p[-1] == '/'))
             continue;
+        const char end = *p;
         *p = '\0';
+        const int there = stat(dir, &st) == 0;
         rc = make_one_directory(dir, mode, err);
-        *p = '/';
+        if (!there && !*made && (rc == 0 || stat(dir, &st) == 0))
+            *made = strlen(dir);
+        *p = end;
+        if (!end)
+            break;
     }
-    if (!rc)
-        rc = make_one_directory(dir, mode, err);
     free(dir);
     return rc;
+}
+
+int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
+{
+    size_t made;
+    return pt_mkdir_p_made(path, mode, &made, err);
+}
+
+void pt_rmdir_made(const char *path, size_t made)
+{
+    char *dir = made ? copy_string(path) : NULL;
+    if (!dir)
+        return;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') /* a trailing '/' names the same directory */
+        dir[--n] = '\0';
+    while (n >= made && rmdir(dir) == 0) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        while (slash > dir && slash[-1] == '/')
+            slash--;
+        *slash = '\0';
+        n = strlen(dir);
+    }
+    free(dir);
 }
 
 int pt_fsync_dir(const char *dir, pt_err *err)

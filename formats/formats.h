@@ -96,6 +96,12 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
  * directory is fine, an existing non-directory is PT_ESYS. Each directory it
  * creates is durable when it returns (its parent fsynced). */
 int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
+/* The same, with *made the length of the path's shortest prefix it created
+ * (0 when every directory was there), for pt_rmdir_made to take back what
+ * a failed output left: path and its parents down to that prefix, each
+ * only while empty. */
+int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err);
+void pt_rmdir_made(const char *path, size_t made);
 
 /* fsyncs a directory, making renames and creations in it durable. File systems
  * that cannot fsync a directory (EINVAL) are treated as success. */

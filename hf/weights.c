@@ -315,9 +315,14 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
         snprintf(vocab, sizeof vocab, "%s/vocab.txt", dir) >= (int)sizeof vocab ||
         snprintf(tokcfg, sizeof tokcfg, "%s/tokenizer_config.json", dir) >= (int)sizeof tokcfg)
         return pt_fail(err, PT_EINPUT, "%s: path too long", dir);
-    int rc = pt_mkdir_p(dir, 0777, err);
-    if (rc) /* a place the user named that cannot be made: bad input */
+    /* the directories this export makes are taken back if it fails: a
+     * failed export leaves the disk as it found it */
+    size_t made;
+    int rc = pt_mkdir_p_made(dir, 0777, &made, err);
+    if (rc) { /* a place the user named that cannot be made: bad input */
+        pt_rmdir_made(dir, made);
         return pt_err_input(rc, err);
+    }
     size_t total = 0;
     int n = 0;
     for (int u = 0; u < units; u++) {
@@ -397,5 +402,7 @@ done:
     free(t);
     free(names);
     free(shapes);
+    if (rc)
+        pt_rmdir_made(dir, made);
     return rc;
 }

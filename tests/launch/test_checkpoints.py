@@ -964,6 +964,45 @@ def test_export_padded_bert(h):
     h.run(["train", cfg]).expect(0, "training from a padded bert's export")
 
 
+FULL_EXPORT = r"""
+set -u
+mount -t tmpfs -o size=64k tmpfs "$MNT" || exit 90
+mkdir "$MNT/kept"
+# all but a page of the 64 KiB: the weights cannot be written
+head -c 61440 /dev/zero > "$MNT/filler"
+"$BIN" export "$CK" "$MNT/new/deeper/out" > "$OUT/fresh.out" 2> "$OUT/fresh.err"; echo $? > "$OUT/fresh.rc"
+"$BIN" export "$CK" "$MNT/kept/out/" > "$OUT/kept.out" 2> "$OUT/kept.err"; echo $? > "$OUT/kept.rc"
+find "$MNT" > "$OUT/left"
+"""
+
+
+def test_failed_bert_export_takes_back_its_directories(h):
+    """A bert export writes a directory, making it and its missing parents
+    first; when the files then cannot be written (a full disk), the export
+    fails naming the cause and leaves no directory it made, and those that
+    were there before it stay. It used to leave them, empty."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare(1) for a private tmpfs"
+    ck = U.ckpt(trained_bert(h), LAST)
+    out = h.path("full-export")
+    mnt = os.path.join(out, "mnt")
+    os.makedirs(mnt)
+    env = dict(U.sanitizer_env(), MNT=mnt, BIN=h.binary, CK=ck, OUT=out)
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", FULL_EXPORT],
+                       env=env, capture_output=True, text=True, timeout=120)
+    if p.returncode == 90:
+        return "skipped: no tmpfs could be mounted here (%s)" % p.stderr.strip()[-200:]
+    check(p.returncode == 0, "the script failed (%d): %s", p.returncode, p.stderr[-2000:])
+    for name in ("fresh", "kept"):
+        rc = int(open(os.path.join(out, name + ".rc")).read())
+        err = open(os.path.join(out, name + ".err")).read()
+        check(rc not in (0, 2) and "No space left on device" in err,
+              "%s: an export onto a full disk: exit %d (expected 1, ENOSPC named):\n%s", name, rc, err)
+    left = sorted(os.path.relpath(line.strip(), mnt) for line in open(os.path.join(out, "left")))
+    check(left == [".", "filler", "kept"], "the failed exports left %s (expected only the directory that was "
+          "there)", left)
+
+
 def test_export_spares_data_files(h):
     """export never writes over the data a run trained on: an IDX run's four
     image and label files and a text run's data.text, named as the config
@@ -1528,8 +1567,13 @@ def test_outputs_of_a_stopped_export_or_eval(h):
         p = h.popen(args)
         if i < 6:  # as soon as a temporary file holds bytes: while an output is written
             caught = False  # (not eval's probe of its outputs at the start, which stays empty)
-            while p.poll() is None and not caught:
-                caught = temporary_with_bytes(outdir)
+            for attempt in range(5):  # on a busy machine the poll may miss a short write
+                while p.poll() is None and not caught:
+                    caught = temporary_with_bytes(outdir)
+                if caught:
+                    break
+                p.communicate(timeout=120)
+                p = h.popen(args)
             writing[args[0]] += caught
         else:
             time.sleep(rng.uniform(0.0, 0.4))
@@ -2077,7 +2121,7 @@ def tests():
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
         test_export_padded_bert,
-        test_export_spares_data_files,
+        test_failed_bert_export_takes_back_its_directories, test_export_spares_data_files,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
