@@ -6,6 +6,7 @@ The tests run from the repository root (the demo configs use paths relative
 to it) and write only into their own temporary directories."""
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -138,6 +139,40 @@ def latest_checkpoint(run_dir):
     root = os.path.join(run_dir, "checkpoints")
     done = [d for d in sorted(os.listdir(root)) if os.path.exists(os.path.join(root, d, "manifest"))]
     return os.path.join(root, done[-1])
+
+
+def events(run_dir, kind):
+    """metrics.jsonl's records of one event kind ("step", "replan", ...)."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == kind]
+
+
+def samples(run_dir):
+    """{rank: {epoch: [ids]}}: the examples each rank's replica trained
+    (run.log_samples: samples-rank<R>.jsonl, written by first stages)."""
+    out = {}
+    for name in os.listdir(run_dir):
+        m = re.fullmatch(r"samples-rank(\d+)\.jsonl", name)
+        if m:
+            with open(os.path.join(run_dir, name)) as f:
+                for rec in map(json.loads, f):
+                    out.setdefault(int(m.group(1)), {}).setdefault(rec["epoch"], []).extend(rec["ids"])
+    return out
+
+
+def samples_by_epoch(run_dir):
+    """{epoch: [ids]} over every rank."""
+    out = {}
+    for by_epoch in samples(run_dir).values():
+        for epoch, ids in by_epoch.items():
+            out.setdefault(epoch, []).extend(ids)
+    return out
+
+
+def nrel(a, b):
+    """Normwise relative difference ||a - b|| / ||b||."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 def rel(a, b):

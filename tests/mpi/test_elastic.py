@@ -91,7 +91,6 @@ gave 5.4e-7). Every
 other check holds there as it is.
 
 usage: test_elastic.py PIPETRAIN MPIEXEC"""
-import glob
 import json
 import os
 import shutil
@@ -163,16 +162,6 @@ def expect(cond, what):
         failures.append(what)
 
 
-def events(run_dir, kind):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == kind]
-
-
-def nrel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def compare(name, ref, got, steps, ref_is_serial=False):
     """Losses (the last logged value of each step) and weights as the
     docstring says."""
@@ -193,7 +182,7 @@ def compare(name, ref, got, steps, ref_is_serial=False):
             if not d:
                 continue
             a, b = np.concatenate([a[:d], a[2 * d:]]), np.concatenate([b[:d], b[2 * d:]])
-        e = nrel(a, b)
+        e = h.nrel(a, b)
         if e > worst:
             worst, where = e, k
     print("  %-50s losses %.1e, weights %.1e (%s)%s" % (name, worst_loss, worst, where,
@@ -222,7 +211,7 @@ def check_model(tools, work, model):
         return run_dir
 
     def result(run_dir):
-        loss = {r["step"]: r["loss"] for r in events(run_dir, "step")}
+        loss = {r["step"]: r["loss"] for r in h.events(run_dir, "step")}
         return loss, tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
 
     print("%s: one process" % model, flush=True)
@@ -237,21 +226,17 @@ def check_model(tools, work, model):
                         run__check_replicas=4)
         runs[cache] = run_dir
         plans = [(e["old"]["stages"], e["old"]["replicas"], e["new"]["stages"],
-                  e["new"]["replicas"]) for e in events(run_dir, "replan")]
+                  e["new"]["replicas"]) for e in h.events(run_dir, "replan")]
         expect(plans == [(4, 1, 2, 2), (2, 2, 1, 4)],
                "%s, cache %s: (K, D) went (4, 1) -> (2, 2) -> (1, 4): %s" % (model, cache, plans))
-        for e in events(run_dir, "replan"):
+        for e in h.events(run_dir, "replan"):
             print("    transition at step %d: %.2f MiB moved in %.3f s" %
                   (e["step"], e["bytes_moved"] / 2**20, e["seconds"]), flush=True)
             expect(e["seconds"] < 5, "a transition takes seconds, not minutes (%.3f s)" % e["seconds"])
         compare("%s elastic, cache %s, against one process" % (model, cache), ref, result(run_dir), steps,
                 ref_is_serial=True)
         # every example exactly once per epoch
-        seen = {}
-        for path in glob.glob(os.path.join(run_dir, "samples-rank*.jsonl")):
-            with open(path) as f:
-                for rec in map(json.loads, f):
-                    seen.setdefault(rec["epoch"], []).extend(rec["ids"])
+        seen = h.samples_by_epoch(run_dir)
         expect(sorted(seen) == [0, 1, 2, 3] and
                all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
                "%s, cache %s: every example exactly once in each of the 4 epochs (%s)"
@@ -266,7 +251,7 @@ def check_model(tools, work, model):
     print("%s: a re-plan to more, smaller micro-batches" % model, flush=True)
     run_dir = train("growing-micro", 4, pipeline__memory_gib=GROWING_MEMORY[model], pipeline__cores=CORES,
                     pipeline__profile=growing, pipeline__stages=4, pipeline__replicas=1)
-    micro = [(e["old"]["micro"], e["new"]["micro"]) for e in events(run_dir, "replan")]
+    micro = [(e["old"]["micro"], e["new"]["micro"]) for e in h.events(run_dir, "replan")]
     expect(micro[:1] == [(16, 32)], "%s: M went 16 -> 32 at the first decision: %s" % (model, micro))
     compare("%s M 16 -> 32, against one process" % model, ref, result(run_dir), steps, ref_is_serial=True)
 
@@ -283,9 +268,9 @@ def check_model(tools, work, model):
                                             pipeline__memory_gib=MEMORY[model], pipeline__cores=CORES,
                                             pipeline__profile=growing))
     plans = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
-             for e in events(run_dir, "replan")]
+             for e in h.events(run_dir, "replan")]
     was = [(e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
-           for e in events(runs["true"], "replan")]
+           for e in h.events(runs["true"], "replan")]
     expect(plans == was[-len(plans):] and len(plans) >= 1,
            "%s, resumed with the same config: the same layouts as the run that never stopped (%s, %s)"
            % (model, plans, was))
@@ -348,7 +333,7 @@ def check_idle_join(tools, work, model, config, ref):
         return run_dir
 
     def result(run_dir):
-        loss = {r["step"]: r["loss"] for r in events(run_dir, "step")}
+        loss = {r["step"]: r["loss"] for r in h.events(run_dir, "step")}
         return loss, tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
 
     print("%s: 5 ranks, an idle rank joining as a replica" % model, flush=True)
@@ -358,18 +343,14 @@ def check_idle_join(tools, work, model, config, ref):
                         run__log_samples="true", run__check_replicas=1)
         runs[cache] = run_dir
         plans = [((e["old"]["stages"], e["old"]["replicas"]), (e["new"]["stages"], e["new"]["replicas"]))
-                 for e in events(run_dir, "replan")]
+                 for e in h.events(run_dir, "replan")]
         busy = [plans[0][0]] + [new for _, new in plans] if plans else []
         expect(len(busy) >= 2 and busy[0][0] * busy[0][1] < 5 and busy[-1][0] * busy[-1][1] == 5,
                "%s, cache %s: the first layout leaves a rank idle and the last uses all 5: %s"
                % (model, cache, busy))
         compare("%s idle rank joining, cache %s, against one process" % (model, cache), ref, result(run_dir),
                 steps, ref_is_serial=True)
-        seen = {}
-        for path in glob.glob(os.path.join(run_dir, "samples-rank*.jsonl")):
-            with open(path) as f:
-                for rec in map(json.loads, f):
-                    seen.setdefault(rec["epoch"], []).extend(rec["ids"])
+        seen = h.samples_by_epoch(run_dir)
         expect(sorted(seen) == [0, 1, 2, 3] and
                all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
                "%s, cache %s: every example exactly once in each of the 4 epochs (%s)"
@@ -384,7 +365,7 @@ def check_idle_join(tools, work, model, config, ref):
                "%s, idle rank joining: cache on and cache off bit-identical" % model)
     # resumed from every checkpoint saved while a rank was idle: the same
     # layouts from there and the same bits as the run that never stopped
-    joined = next(e["step"] for e in events(runs["true"], "replan")
+    joined = next(e["step"] for e in h.events(runs["true"], "replan")
                   if e["new"]["stages"] * e["new"]["replicas"] == 5)
     for step in range(16, joined, 16):
         run_dir = os.path.join(work, "idle-join-resumed-%d" % step)
@@ -394,9 +375,9 @@ def check_idle_join(tools, work, model, config, ref):
         tools.run(5, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto",
                                                 pipeline__memory_gib=IDLE_JOIN[model], pipeline__cores="5"))
         plans = [(e["step"], e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
-                 for e in events(run_dir, "replan")]
+                 for e in h.events(run_dir, "replan")]
         was = [(e["step"], e["new"]["stages"], e["new"]["replicas"], e["new"]["micro"])
-               for e in events(runs["true"], "replan") if e["step"] > step]
+               for e in h.events(runs["true"], "replan") if e["step"] > step]
         expect(plans[-len(was):] == was and len(plans) >= len(was) > 0,
                "%s: resumed at step %d, the rank joins as in the run that never stopped (%s, %s)"
                % (model, step, plans, was))

@@ -34,7 +34,6 @@ The hosts are torn down however the test ends.
 Passes with "skipped: ..." where the hosts cannot be made.
 
 usage: test_elastic_hosts.py PIPETRAIN HOSTS_SH MPIEXEC"""
-import glob
 import json
 import os
 import shutil
@@ -80,16 +79,6 @@ def skip_reason():
     return None
 
 
-def events(run_dir, kind):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == kind]
-
-
-def nrel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def world_profile(path):
     """test_elastic.py's ViT profile as measured on this world."""
     with open(os.path.join(HERE, "..", "mpi", "elastic_profile.json")) as f:
@@ -99,17 +88,6 @@ def world_profile(path):
     with open(path, "w") as f:
         json.dump(p, f)
     return path
-
-
-def samples(run_dir):
-    """{rank: {epoch: [ids]}} from run.log_samples."""
-    out = {}
-    for path in glob.glob(os.path.join(run_dir, "samples-rank*.jsonl")):
-        rank = int(os.path.basename(path)[len("samples-rank"):-len(".jsonl")])
-        with open(path) as f:
-            for rec in map(json.loads, f):
-                out.setdefault(rank, {}).setdefault(rec["epoch"], []).extend(rec["ids"])
-    return out
 
 
 def main():
@@ -143,7 +121,7 @@ def main():
         profile = world_profile(os.path.join(work, "profile.json"))
 
         def result(run_dir):
-            loss = {r["step"]: r["loss"] for r in events(run_dir, "step")}
+            loss = {r["step"]: r["loss"] for r in h.events(run_dir, "step")}
             return loss, h.export_weights(binary, h.latest_checkpoint(run_dir), run_dir + ".st")
 
         def train(run_dir, watch=False, **kv):
@@ -177,22 +155,19 @@ def main():
         if not ok:
             raise SystemExit("FAILED: the elastic run across hosts did not finish")
         layouts = [(e["step"], (e["old"]["stages"], e["old"]["replicas"]), (e["new"]["stages"], e["new"]["replicas"]))
-                   for e in events(on_dir, "replan")]
+                   for e in h.events(on_dir, "replan")]
         expect([(s, a, b) for s, a, b in layouts if a != b] == [(16, (3, 2), (2, 2)), (32, (2, 2), (1, 6))],
                "(K, D) went (3, 2) -> (2, 2) at step 16 -> (1, 6) at step 32: %s" % layouts)
         expect(all(len(s) == 1 for s in seen.values()) and not seen[0] & seen[1],
                "each host had its own cache segment while training: %s" % seen)
         expect(not segments(0) and not segments(1), "both hosts' cache segments are gone at the end")
-        by_rank = samples(on_dir)
+        by_rank = h.samples(on_dir)
         for rank in IDLE:
             epochs = sorted(by_rank.get(rank, {}))
             expect(1 not in epochs and 2 in epochs and 3 in epochs,
                    "rank %d (host %d) idle in epoch 1, a replica in epochs 2 and 3: examples in epochs %s"
                    % (rank, rank // PER_HOST, epochs))
-        per_epoch = {}
-        for rank in by_rank.values():
-            for epoch, ids in rank.items():
-                per_epoch.setdefault(epoch, []).extend(ids)
+        per_epoch = h.samples_by_epoch(on_dir)
         expect(sorted(per_epoch) == [0, 1, 2, 3] and
                all(sorted(v) == list(range(EXAMPLES)) for v in per_epoch.values()),
                "every example exactly once in each of the 4 epochs (%s)"
@@ -208,8 +183,8 @@ def main():
                 expect(max(np.abs(a[d:2 * d]).max(), np.abs(b[d:2 * d]).max()) <= steps * LR * 1.01,
                        "%s key part within %g of 0" % (k, steps * LR))
                 a, b = np.concatenate([a[:d], a[2 * d:]]), np.concatenate([b[:d], b[2 * d:]])
-            if nrel(a, b) > worst:
-                worst, where = nrel(a, b), k
+            if h.nrel(a, b) > worst:
+                worst, where = h.nrel(a, b), k
         expect(loss_err <= LOSS_TOL and worst <= TOL,
                "against one process: losses %.1e (bound %.0e), weights %.1e at %s (bound %.0e)"
                % (loss_err, LOSS_TOL, worst, where, TOL))
@@ -220,8 +195,8 @@ def main():
         shutil.copytree(os.path.join(on_dir, "checkpoints", name), os.path.join(res_dir, "checkpoints", name))
         if train(res_dir, train__resume="auto")[0]:
             got = result(res_dir)
-            was = [(e["step"], e["new"]) for e in events(on_dir, "replan") if e["step"] > 16]
-            now = [(e["step"], e["new"]) for e in events(res_dir, "replan")]
+            was = [(e["step"], e["new"]) for e in h.events(on_dir, "replan") if e["step"] > 16]
+            now = [(e["step"], e["new"]) for e in h.events(res_dir, "replan")]
             expect(now[-len(was):] == was and len(now) >= len(was) > 0,
                    "the resumed run re-plans as the one that never stopped: %s, %s" % (now, was))
             expect(len(got[0]) == steps - 16 and all(got[0][s] == on[0][s] for s in got[0]) and

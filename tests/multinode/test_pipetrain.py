@@ -60,11 +60,6 @@ def skip_reason():
     return None
 
 
-def nrel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-
-
 def losses(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [r["loss"] for r in map(json.loads, f) if r["event"] == "step"]
@@ -82,7 +77,7 @@ def close_to(name, ref, got, steps):
             expect(max(np.abs(a[d:2 * d]).max(), np.abs(b[d:2 * d]).max()) <= steps * LR * 1.01,
                    "%s: %s key part within its bound" % (name, k))
             a, b = np.concatenate([a[:d], a[2 * d:]]), np.concatenate([b[:d], b[2 * d:]])
-        worst = max(worst, nrel(a, b))
+        worst = max(worst, h.nrel(a, b))
     expect(loss_err <= LOSS_TOL and worst <= TOL, "%s: losses %.1e, weights %.1e of one process"
            % (name, loss_err, worst))
 
