@@ -499,9 +499,11 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
  * before anything that relies on it (a checkpoint's step directory, before
  * older checkpoints are removed). A parent this process may not read (so
  * cannot open to fsync) is left as it is. */
-static int make_one_directory(const char *dir, mode_t mode, pt_err *err)
+static int make_one_directory(const char *dir, mode_t mode, int *created, pt_err *err)
 {
+    *created = 0;
     if (mkdir(dir, mode) == 0) {
+        *created = 1;
         const char *slash = strrchr(dir, '/');
         char parent[PATH_MAX];
         if (!slash)
@@ -630,18 +632,17 @@ int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err)
     if (!dir)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
     int rc = 0;
-    struct stat st;
     /* every proper prefix ending before a '/', skipping the root and empty
-     * components, then the whole path; the first one not there before is
+     * components, then the whole path; the first one this call created is
      * where the made ones start */
     for (char *p = dir + 1; !rc; p++) {
         if (*p && (*p != '/' || p[-1] == '/'))
             continue;
         const char end = *p;
         *p = '\0';
-        const int there = stat(dir, &st) == 0;
-        rc = make_one_directory(dir, mode, err);
-        if (!there && !*made && (rc == 0 || stat(dir, &st) == 0))
+        int created;
+        rc = make_one_directory(dir, mode, &created, err);
+        if (created && !*made)
             *made = strlen(dir);
         *p = end;
         if (!end)

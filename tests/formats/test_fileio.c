@@ -356,6 +356,45 @@ static void test_mkdir_p(void)
     free_temp_dir(dir);
 }
 
+/* pt_mkdir_p_made says from where it created directories, and
+ * pt_rmdir_made takes back those (each only while empty), never one that
+ * was there before. */
+static void test_mkdir_p_made(void)
+{
+    char *dir = make_temp_dir();
+    pt_err err = {0};
+    size_t made = 99;
+    CU_ASSERT(pt_mkdir_p_made(dir, 0755, &made, &err) == 0 && made == 0); /* all there */
+    pt_rmdir_made(dir, made);
+    struct stat st;
+    CU_ASSERT(stat(dir, &st) == 0);
+
+    char *a = join_path(dir, "a"), *deep = join_path(dir, "a/b//c/"), *c = join_path(dir, "a/b/c");
+    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, &err) == 0 && made == strlen(a));
+    pt_rmdir_made(deep, made);
+    CU_ASSERT(stat(a, &st) != 0 && errno == ENOENT); /* a, b and c taken back */
+    CU_ASSERT(stat(dir, &st) == 0);                  /* the parent that was there stays */
+
+    CU_ASSERT_FATAL(pt_mkdir_p(a, 0755, &err) == 0); /* a there before: only b and c made */
+    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, &err) == 0 && made == strlen(a) + 2);
+    char *file = join_path(dir, "a/b/kept");
+    CU_ASSERT_FATAL(pt_write_file_atomic(file, "x", 1, &err) == 0);
+    pt_rmdir_made(deep, made); /* c goes; b holds a file: b and a stay */
+    CU_ASSERT(stat(c, &st) != 0 && stat(file, &st) == 0 && stat(a, &st) == 0);
+
+    char *under = join_path(dir, "a/kept/x/y");
+    char *blocker = join_path(dir, "a/kept");
+    CU_ASSERT_FATAL(pt_write_file_atomic(blocker, "x", 1, &err) == 0);
+    CU_ASSERT(pt_mkdir_p_made(under, 0755, &made, &err) == PT_ESYS && made == 0);
+    free(blocker);
+    free(under);
+    free(file);
+    free(c);
+    free(deep);
+    free(a);
+    free_temp_dir(dir);
+}
+
 static void test_write_after_failure_is_refused(void)
 {
     /* A file-size limit makes the kernel refuse writes (EFBIG) like a full disk would. */
@@ -556,6 +595,7 @@ static const pt_test fileio_tests[] = {
     {"commit_onto_directory_fails_cleanly", test_commit_onto_directory_fails_cleanly},
     {"read_file_limits", test_read_file_limits},
     {"mkdir_p", test_mkdir_p},
+    {"mkdir_p_made", test_mkdir_p_made},
     {"write_after_failure_is_refused", test_write_after_failure_is_refused},
     {"little_endian_codecs", test_little_endian_codecs},
     {"remove_dead_temporaries", test_remove_dead_temporaries},
