@@ -156,11 +156,12 @@ enum { TRACKED_NAME = 4096 + 96 };
 static struct {
     _Atomic int owner, live;
     _Atomic unsigned seq;
+    size_t made; /* a directory's (pt_made_dirs_track), 0 for a temporary file */
     char name[TRACKED_NAME];
 } tracked[PT_WFILE_TRACKED];
 
 /* Tracks name; the slot, or -1 when none is free or the name is too long. */
-static int track(const char *name)
+static int track(const char *name, size_t made)
 {
     const size_t n = strlen(name);
     for (int i = 0; n < TRACKED_NAME && i < PT_WFILE_TRACKED; i++) {
@@ -169,6 +170,7 @@ static int track(const char *name)
             continue;
         atomic_fetch_add(&tracked[i].seq, 1);
         memcpy(tracked[i].name, name, n + 1);
+        tracked[i].made = made;
         atomic_fetch_add(&tracked[i].seq, 1);
         atomic_store(&tracked[i].live, 1);
         return i;
@@ -184,21 +186,55 @@ static void untrack(int slot)
     atomic_store(&tracked[slot].owner, 0);
 }
 
-void pt_wfile_remove_temporaries(void)
+/* rmdir of dir, then of each parent while its name is at least made
+ * bytes long, until one is not empty; in place, no allocation (a signal
+ * handler's too). */
+static void rmdir_up(char *dir, size_t made)
 {
-    for (int i = 0; i < PT_WFILE_TRACKED; i++) {
-        if (!atomic_load(&tracked[i].live))
-            continue;
-        char copy[TRACKED_NAME];
-        const unsigned before = atomic_load(&tracked[i].seq);
-        if (before & 1)
-            continue; /* being written: not a file yet */
-        memcpy(copy, tracked[i].name, sizeof copy);
-        copy[sizeof copy - 1] = '\0';
-        if (atomic_load(&tracked[i].seq) == before && atomic_load(&tracked[i].live))
-            unlink(copy);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') /* a trailing '/' names the same directory */
+        dir[--n] = '\0';
+    while (made && n >= made && rmdir(dir) == 0) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        while (slash > dir && slash[-1] == '/')
+            slash--;
+        *slash = '\0';
+        n = (size_t)(slash - dir);
     }
 }
+
+void pt_wfile_remove_temporaries(void)
+{
+    /* the files first: a directory goes only once empty */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < PT_WFILE_TRACKED; i++) {
+            if (!atomic_load(&tracked[i].live))
+                continue;
+            char copy[TRACKED_NAME];
+            const unsigned before = atomic_load(&tracked[i].seq);
+            if (before & 1)
+                continue; /* being written: not a file yet */
+            memcpy(copy, tracked[i].name, sizeof copy);
+            copy[sizeof copy - 1] = '\0';
+            const size_t made = tracked[i].made;
+            if (atomic_load(&tracked[i].seq) != before || !atomic_load(&tracked[i].live) ||
+                (made > 0) != pass)
+                continue;
+            if (made)
+                rmdir_up(copy, made);
+            else
+                unlink(copy);
+        }
+}
+
+int pt_made_dirs_track(const char *path, size_t made)
+{
+    return made ? track(path, made) : -1;
+}
+
+void pt_made_dirs_untrack(int slot) { untrack(slot); }
 
 static void wfile_free(pt_wfile *f)
 {
@@ -272,7 +308,7 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
         snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
         /* tracked before it exists, so that a signal handler never misses
          * it (the name is ours alone: pid, 64 random bits, and O_EXCL) */
-        f->slot = track(f->tmp);
+        f->slot = track(f->tmp, 0);
         f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         /* Locked until the file is closed or the process ends: how a sweep
          * of dead writers' leftovers (pt_remove_dead_temporaries) tells this
@@ -661,20 +697,8 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
 void pt_rmdir_made(const char *path, size_t made)
 {
     char *dir = made ? copy_string(path) : NULL;
-    if (!dir)
-        return;
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') /* a trailing '/' names the same directory */
-        dir[--n] = '\0';
-    while (n >= made && rmdir(dir) == 0) {
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash == dir)
-            break;
-        while (slash > dir && slash[-1] == '/')
-            slash--;
-        *slash = '\0';
-        n = strlen(dir);
-    }
+    if (dir)
+        rmdir_up(dir, made);
     free(dir);
 }
 

@@ -78,8 +78,9 @@ int pt_wfile_sync(pt_wfile *f, pt_err *err);
 void pt_wfile_abort(pt_wfile *f);
 
 /* Unlinks the temporary files of every pt_wfile open now (the first
- * PT_WFILE_TRACKED of them), for a handler of a signal that ends the
- * process: async-signal-safe. */
+ * PT_WFILE_TRACKED of them), then takes back the directories tracked by
+ * pt_made_dirs_track as pt_rmdir_made does, for a handler of a signal that
+ * ends the process: async-signal-safe. */
 enum { PT_WFILE_TRACKED = 16 };
 void pt_wfile_remove_temporaries(void);
 
@@ -102,6 +103,12 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
  * only while empty. */
 int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err);
 void pt_rmdir_made(const char *path, size_t made);
+/* While an output that pt_mkdir_p_made made directories for is written:
+ * a signal's pt_wfile_remove_temporaries takes them back too. Returns the
+ * slot to untrack (-1: nothing tracked, as when made is 0; untrack of -1
+ * does nothing). */
+int pt_made_dirs_track(const char *path, size_t made);
+void pt_made_dirs_untrack(int slot);
 
 /* fsyncs a directory, making renames and creations in it durable. File systems
  * that cannot fsync a directory (EINVAL) are treated as success. */

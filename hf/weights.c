@@ -323,6 +323,7 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
         pt_rmdir_made(dir, made);
         return pt_err_input(rc, err);
     }
+    const int tracked = pt_made_dirs_track(dir, made); /* and if a signal ends the export */
     size_t total = 0;
     int n = 0;
     for (int u = 0; u < units; u++) {
@@ -402,6 +403,7 @@ done:
     free(t);
     free(names);
     free(shapes);
+    pt_made_dirs_untrack(tracked);
     if (rc)
         pt_rmdir_made(dir, made);
     return rc;

@@ -1003,6 +1003,48 @@ def test_failed_bert_export_takes_back_its_directories(h):
           "there)", left)
 
 
+def test_stopped_bert_export_takes_back_its_directories(h):
+    """A bert export into a directory it makes, ended by SIGTERM, SIGINT or
+    SIGHUP while its files are written: the command ends by the signal and
+    leaves neither temporary files nor the directories it made (those there
+    before stay); one that finished first leaves the whole export. The
+    directories used to stay, empty."""
+    bert = dict(bert_keys(h)[1], **{"model.dim": "256", "model.layers": "4", "model.heads": "4",
+                                    "model.mlp_hidden": "1024"})
+    cfg, run_dir = trained(h, "big-bert", kind="gpt", steps=(1,), **dict(bert, **{
+        "train.max_steps": "1", "train.epochs": "1", "train.checkpoint_every": "1"}))
+    ck = U.ckpt(run_dir, 1)
+    base = h.path("stopped-exports")
+    os.makedirs(base)
+    stopped = 0
+    for i, sig in enumerate((signal.SIGTERM, signal.SIGINT, signal.SIGHUP) * 2):
+        top = os.path.join(base, "new%d" % i)
+        out = os.path.join(top, "deeper", "out")
+        for attempt in range(5):  # on a busy machine the poll may miss the write
+            p = h.popen(["export", ck, out])
+            caught = False
+            while p.poll() is None and not caught:
+                caught = os.path.isdir(out) and temporary_with_bytes(out)
+            if caught:
+                break
+            p.communicate(timeout=120)
+            shutil.rmtree(top, ignore_errors=True)
+        p.send_signal(sig)
+        p.communicate(timeout=120)
+        check(p.returncode in (0, -sig), "export ended with %s after signal %d", p.returncode, sig)
+        if p.returncode == -sig:
+            stopped += 1
+            left = [os.path.relpath(os.path.join(d, f), base) for d, ds, fs in os.walk(top) for f in ds + fs]
+            check(not os.path.exists(top), "an export stopped by signal %d left %s (and %s)", sig,
+                  left, top)
+        else:
+            check(sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json",
+                                              "vocab.txt"], "a finished export holds %s", os.listdir(out))
+    check(sorted(os.listdir(base)) == ["new%d" % i for i in range(6) if os.path.exists(
+        os.path.join(base, "new%d" % i))], "other entries in %s", os.listdir(base))
+    check(stopped >= 3, "only %d of 6 exports were stopped while writing", stopped)
+
+
 def test_export_spares_data_files(h):
     """export never writes over the data a run trained on: an IDX run's four
     image and label files and a text run's data.text, named as the config
@@ -2121,7 +2163,8 @@ def tests():
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
         test_export_padded_bert,
-        test_failed_bert_export_takes_back_its_directories, test_export_spares_data_files,
+        test_failed_bert_export_takes_back_its_directories,
+        test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
