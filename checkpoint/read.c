@@ -335,6 +335,13 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
                 "saved with (%s): the steps from here follow them (blocks frozen so far stay "
                 "frozen)\n",
                 m->dir, all);
+    /* the arithmetic's precision: allowed (a run moved to another device
+     * kind), but the steps from here round otherwise */
+    if (have && pt_config_differences(was, now, "run.precision", diff, sizeof diff) > 0)
+        fprintf(stderr,
+                "pipetrain: note: resuming %s with another run.precision than it was saved with "
+                "(%s): the steps from here round otherwise than the saved run's would have\n",
+                m->dir, diff);
     free(was);
 }
 

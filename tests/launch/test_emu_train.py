@@ -221,8 +221,27 @@ def test_mixed_devices_refused(h):
             check(not os.path.exists(run_dir), "%s made by a refused run", run_dir)
 
 
+def test_resume_under_other_precision_notes_it(h):
+    """A checkpoint saved in fp32 resumed in bf16 (or back) trains on, with
+    a note naming run.precision: the steps from there round otherwise than
+    the saved run's would have. The same precision gets no note."""
+    k = dict(base(h, "vit", "fp32"), **{"freeze.policy": "none", "train.max_steps": "6"})
+    first = C.train(h, "first", C.keys(h.path("first"), k, False), "train.max_steps=3")
+    for name, was, now in (("same", "fp32", "fp32"), ("bf16", "fp32", "bf16")):
+        run_dir = h.path(name)
+        cfg = U.write_config(h, name + ".yaml", C.keys(run_dir, dict(k, **{"run.precision": now}),
+                                                       False))
+        r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(first, 3)]).expect(0, name)
+        noted = "another run.precision than it was saved with (run.precision %s -> %s)" % (was, now)
+        check((noted in r.err) == (was != now) and ("run.precision" in r.err) == (was != now),
+              "resumed %s checkpoint in %s: note %s\n%s", was, now,
+              "missing" if was != now else "given", r.describe())
+        check_device(run_dir, now)
+
+
 TESTS = [case("vit", "fp32"), case("bert", "fp32"), case("vit", "bf16"), case("bert", "bf16"),
-         test_vit_fp32_two_stages, test_mixed_devices_refused]
+         test_vit_fp32_two_stages, test_mixed_devices_refused,
+         test_resume_under_other_precision_notes_it]
 
 if __name__ == "__main__":
     sys.exit(U.main(TESTS, sys.argv, workers=2))
