@@ -11,6 +11,7 @@
 #include "launch/session.h"
 #include "tokenize/tokenize.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -366,6 +367,36 @@ static void epoch_metrics(pt_session *s, double took)
     r->cache_hits = r->prefix_computed = 0;
 }
 
+/* The first line of each run of a job (fresh or resumed): where it starts,
+ * from what, when, and on what. A resume's lines for steps after its step
+ * follow it; the lines before it for those steps are the history it left. */
+static void start_metrics(pt_session *s, size_t params)
+{
+    const pt_run *r = &s->run;
+    json_t *o = pt_metrics_event("start");
+    json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "epoch", json_integer(r->epoch));
+    json_object_set_new(o, "epoch_step", json_integer(r->epoch_step));
+    json_object_set_new(o, "total_steps", json_integer(r->total_steps));
+    json_object_set_new(o, "resumed_from",
+                        *s->resumed_from ? json_string(s->resumed_from) : json_null());
+    json_object_set_new(o, "abandoned_to",
+                        *s->abandoned_to ? json_string(s->abandoned_to) : json_null());
+    json_object_set_new(o, "unix_time", pt_json_number(pt_unix_time()));
+    json_object_set_new(o, "time_s", pt_json_number(pt_now() - s->progress.start));
+    json_object_set_new(o, "version", json_string(PT_VERSION));
+    json_object_set_new(o, "model", json_string(pt_config_word("model.kind", s->cfg.model.kind)));
+    json_object_set_new(o, "parameters", json_integer((json_int_t)params));
+    json_object_set_new(o, "ranks", json_integer(r->ranks));
+    json_object_set_new(o, "backend", json_string(pt_backend_name(s->be)));
+    json_object_set_new(o, "threads", json_integer(s->threads));
+    json_object_set_new(o, "stages", json_integer(r->plan.stages));
+    json_object_set_new(o, "replicas", json_integer(r->plan.replicas));
+    json_object_set_new(o, "microbatches", json_integer(r->plan.micro));
+    json_object_set_new(o, "frozen_blocks", json_integer(r->freeze.depth));
+    pt_progress_metrics(&s->progress, o);
+}
+
 int pt_session_train(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
@@ -394,6 +425,7 @@ int pt_session_train(pt_session *s, pt_err *err)
     if (r->step > 0)
         pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
+    start_metrics(s, params);
     int rc = 0;
     /* freeze.start 0: the first decision comes before any training (the
      * schedule's first bound; auto has no gradient norms yet and keeps 0) */
@@ -451,7 +483,9 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (stopping && !stop_signal)
             stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
-                              per_epoch, res.loss, res.lr, res.grad_norm, res.examples,
+                              per_epoch, res.loss, res.lr, res.grad_norm,
+                              res.rows > 0 ? (double)res.correct / (double)res.rows : NAN,
+                              res.examples,
                               step_s, (int64_t)res.allreduce.bytes, res.allreduce.total_s,
                               res.allreduce.exposed_s};
         pt_progress_step(&s->progress, &rep);

@@ -27,7 +27,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define PT_VERSION "0.2.0"
 
 static const char usage[] =
     "usage: pipetrain COMMAND [ARGUMENTS]\n"
@@ -444,6 +443,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
         int count = 0;
         rc = pt_rundir_abandon_after(cfg->run.dir, s->run.step, moved, sizeof moved, &count, &err);
         if (rc == 0 && count)
+            snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
+        if (rc == 0 && count)
             fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
                     "checkpoint%s (a history this run leaves): moved to %s\n",
                     (long long)s->run.step, count, count == 1 ? "" : "s", moved);
@@ -452,6 +453,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         goto refused;
     if (!*resume) /* a resume's weights are the checkpoint's */
         pt_session_note_init_tokenizer(s);
+    snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
     rc = pt_session_train(s, &err);
     if (rc && rc != PT_ESTOPPED && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */

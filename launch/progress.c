@@ -21,6 +21,13 @@ double pt_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+double pt_unix_time(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -84,6 +91,7 @@ void pt_progress_step(pt_progress *p, const pt_step_report *s)
         json_object_set_new(o, "step", json_integer(s->step));
         json_object_set_new(o, "epoch", json_integer(s->epoch));
         json_object_set_new(o, "loss", pt_json_number(s->loss));
+        json_object_set_new(o, "train_accuracy", pt_json_number(s->accuracy));
         json_object_set_new(o, "lr", pt_json_number(s->lr));
         json_object_set_new(o, "grad_norm", pt_json_number(s->grad_norm));
         json_object_set_new(o, "samples_per_s", pt_json_number(p->rate));

@@ -2,8 +2,9 @@
  * progress.h (internal to launch/): what a run tells the user and writes for
  * tools. On a terminal, one progress line redrawn in place (step, epoch,
  * loss, samples/s, ETA); otherwise plain lines every `every` steps. Metrics
- * go to a JSON-lines file, one object per event: "event" is "step", "eval",
- * "epoch" (epoch timing) or "freeze" (a freeze decision).
+ * go to a JSON-lines file, one object per event: "event" is "start" (a run
+ * of the job begins), "step", "eval", "epoch" (epoch timing), "freeze" (a
+ * freeze decision) or "replan".
  */
 #ifndef PT_LAUNCH_PROGRESS_H
 #define PT_LAUNCH_PROGRESS_H
@@ -37,7 +38,8 @@ typedef struct pt_progress {
     int line_open;           /* a progress line is drawn without a newline */
 } pt_progress;
 
-double pt_now(void);
+double pt_now(void);      /* monotonic seconds */
+double pt_unix_time(void); /* seconds since 1970 (the wall clock, for logs) */
 
 /* metrics_path may be NULL. */
 int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err);
@@ -48,6 +50,7 @@ typedef struct pt_step_report {
     int64_t epoch, epochs;
     int64_t epoch_step, epoch_steps;
     double loss, lr, grad_norm;
+    double accuracy; /* the step's rows the model got right while training; NaN: no rows */
     int64_t samples; /* examples in this step */
     double step_s;   /* the step's own wall seconds (no evaluation, checkpoint or logging) */
     /* this rank's gradient all-reduce: bytes sent, seconds in all, seconds

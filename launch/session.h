@@ -10,6 +10,8 @@
 #ifndef PT_LAUNCH_SESSION_H
 #define PT_LAUNCH_SESSION_H
 
+#define PT_VERSION "0.2.0"
+
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "hf/hf.h"
@@ -39,6 +41,10 @@ typedef struct pt_session {
      * vocabulary on every rank, the data sets on rank 0 when training */
     char train_sha256[65], test_sha256[65], vocab_sha256[65];
     pt_rundir_lock *lock; /* train's rank 0: run.dir's lock, which saves check (not owned) */
+    /* train: the checkpoint this run resumed ("": a fresh start), and where
+     * rank 0 moved the later checkpoints of the history it leaves ("": none),
+     * for the metrics' start event */
+    char resumed_from[PT_CKPT_PATH], abandoned_to[PT_CKPT_PATH];
 } pt_session;
 
 /* The session as checkpoint/ sees it: its engine, config and data. */

@@ -203,6 +203,8 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     out->grad_norm = norm;
     out->lr = rate;
     out->examples = s->batch;
+    out->rows = (int64_t)v[units + R_ROWS];
+    out->correct = (int64_t)v[units + R_CORRECT];
     out->stop = v[units + R_STOP] > 0;
     out->failed = v[units + R_FAILED] > 0;
     return 0;

@@ -118,6 +118,8 @@ void pt_profile_free(pt_profile *p);
 typedef struct pt_step_result {
     double loss, grad_norm, lr;
     int64_t examples;             /* in the global batch */
+    int64_t rows, correct;        /* the loss's rows over all ranks (examples; gpt: tokens),
+                                     and those whose highest logit was the target */
     pt_reducer_stats allreduce;   /* this rank's gradient all-reduce */
     int stop;                     /* some rank was asked to stop */
     int failed;                   /* some rank asked because it failed (PT_STOP_FAILED) */

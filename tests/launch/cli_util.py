@@ -305,6 +305,12 @@ def read_bytes(path):
         return f.read()
 
 
+def starts(run_dir):
+    """The start lines of RUN_DIR/metrics.jsonl, parsed."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r.get("event") == "start"]
+
+
 def metrics(run_dir):
     """(step lines, eval lines) of RUN_DIR/metrics.jsonl, parsed."""
     steps, evals = [], []

@@ -1424,6 +1424,14 @@ def test_resume_explicit_older_checkpoint(h):
                         U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
     check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)] and
           not os.path.exists(partial), "checkpoints: %s", U.checkpoints(run_dir))
+    # metrics.jsonl: this run's start line names the checkpoint and where the
+    # history it left went; the left history's lines stay before it
+    starts = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    starts = [(i, e) for i, e in enumerate(starts) if e["event"] == "start"]
+    check(len(starts) == 2 and starts[0][1]["step"] == 0 and starts[0][1]["resumed_from"] is None
+          and starts[1][1]["step"] == 6 and starts[1][1]["resumed_from"] == U.ckpt(run_dir, 6)
+          and starts[1][1]["abandoned_to"] == left[0] and starts[0][1]["abandoned_to"] is None,
+          "start events: %s", starts)
     exports = []
     for ck in (U.ckpt(orig, LAST), U.ckpt(run_dir, LAST)):
         out = h.path("export-%d.st" % len(exports))

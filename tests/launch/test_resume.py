@@ -95,7 +95,7 @@ def compare(h, straight, resumed, final=STEPS, resumed_at=None, run_ended_at=Non
     check(steps_b == list(range(1, final + 1)),
           "the resumed run's metrics.jsonl has steps %s, expected 1..%d once each", steps_b, final)
     for ra, rb in zip(sa, sb):
-        for k in ("step", "epoch", "loss", "lr", "grad_norm"):
+        for k in ("step", "epoch", "loss", "train_accuracy", "lr", "grad_norm"):
             check(ra[k] == rb[k], "step %d: %s is %r straight, %r resumed (resumed at %s)",
                   ra["step"], k, ra[k], rb[k], resumed_at)
     key = [(r["step"], r["test_loss"], r["test_accuracy"]) for r in va]
@@ -139,6 +139,13 @@ def crash_case(kind, stop, every, **extra):
         r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume")
         check("resumed at step %d" % stop in r.err, "no 'resumed at step %d'\n%s", stop,
               r.describe())
+        starts = U.starts(resumed)
+        check([e["step"] for e in starts] == [0, stop] and starts[0]["resumed_from"] is None and
+              starts[1]["resumed_from"] == U.ckpt(resumed, stop) and
+              starts[1]["abandoned_to"] is None and
+              starts[1]["total_steps"] == starts[0]["total_steps"] == STEPS and
+              abs(starts[1]["unix_time"] - time.time()) < 3600,
+              "start events of the resumed run: %s", starts)
         compare(h, straight, resumed, resumed_at=stop)
         not_trivial(h, straight, stop)
     return t

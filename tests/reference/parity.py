@@ -82,16 +82,34 @@ def torch_train(model, batches, loss_fn):
                              {"params": other, "weight_decay": 0.0}],
                             lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
-    losses = []
+    losses, counts = [], []
     for step, (x, y) in enumerate(batches):
-        loss = loss_fn(model(x), y)
+        out = model(x)
+        loss = loss_fn(out, y)
+        # training accuracy as pipetrain logs it: rows whose highest logit
+        # (the first on a tie, as torch's argmax) is the target
+        counts.append((int((out.argmax(-1) == y).sum()), y.numel()))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), HP["clip"])
         opt.step()
         sched.step()
         losses.append(loss.item())
-    return losses
+    return losses, counts
+
+
+def check_train_accuracy(name, accs, counts):
+    """Each step's train_accuracy against torch's count on the same batch.
+    A row may flip where its two highest logits tie to within the two
+    sides' rounding (about 1e-6 here), so one row a step may differ; a wrong
+    count (another denominator, rows of another micro-batch missed) moves
+    it by more."""
+    if len(accs) != len(counts):
+        return ["train_accuracy: %d steps logged, %d trained" % (len(accs), len(counts))]
+    off = [abs(a * n - c) for a, (c, n) in zip(accs, counts)]
+    print("%s: train accuracy pipetrain %s" % (name, " ".join("%.4f" % a for a in accs)))
+    print("%s: train accuracy torch     %s" % (name, " ".join("%.4f" % (c / n) for c, n in counts)))
+    return [] if max(off) <= 1 + 1e-6 else ["train_accuracy differs by %.1f rows" % max(off)]
 
 
 def pipetrain_run(binary, work, config):
@@ -104,10 +122,11 @@ def pipetrain_run(binary, work, config):
     ckpt = os.path.join(run_dir, "checkpoints", ckpt)
     sh([binary, "export", ckpt, os.path.join(work, "final.safetensors")])
     sh([binary, "eval", cfg, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors")])
-    losses = [r["loss"] for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
-              if r["event"] == "step"]
-    return (losses, st.load(os.path.join(work, "final.safetensors")),
-            st.load(os.path.join(work, "logits.safetensors"))["logits"])
+    steps = [r for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
+             if r["event"] == "step"]
+    return ([r["loss"] for r in steps], st.load(os.path.join(work, "final.safetensors")),
+            st.load(os.path.join(work, "logits.safetensors"))["logits"],
+            [r["train_accuracy"] for r in steps])
 
 
 def common_config(work, shape):
@@ -224,14 +243,16 @@ data:
   test_images: "{work}/test-images.gz"
   test_labels: "{work}/test-labels.gz"
 """
-    losses, params, logits = pipetrain_run(binary, work, config)
+    losses, params, logits, accs = pipetrain_run(binary, work, config)
     x = torch.tensor(((images / 255.0 - MEAN) / STD).astype(np.float32)).unsqueeze(1)
     y = torch.tensor(labels.astype(np.int64))
     batches = [(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]) for i in range(STEPS)]
-    ref_losses = torch_train(ref, batches, F.cross_entropy)
+    ref_losses, counts = torch_train(ref, batches, F.cross_entropy)
     with torch.no_grad():
         ref_logits = ref(x[n_train:]).numpy()
-    return compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref, ref_logits, init, dim)
+    worst, bad = compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref,
+                         ref_logits, init, dim)
+    return worst, bad + check_train_accuracy(shape_name("vit", shape), accs, counts)
 
 
 def gpt_case(binary, work, shape):
@@ -263,7 +284,7 @@ data:
   test_fraction: {test_fraction}
 sample: {{length: 0}}
 """
-    losses, params, logits = pipetrain_run(binary, work, config)
+    losses, params, logits, accs = pipetrain_run(binary, work, config)
     cut = int(len(text) * (1 - test_fraction))
 
     def examples(split):
@@ -280,10 +301,12 @@ sample: {{length: 0}}
     def lm_loss(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    ref_losses = torch_train(ref, batches, lm_loss)
+    ref_losses, counts = torch_train(ref, batches, lm_loss)
     with torch.no_grad():
         ref_logits = ref(xte).reshape(-1, 256).numpy()
-    return compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref, ref_logits, init, dim)
+    worst, bad = compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref,
+                         ref_logits, init, dim)
+    return worst, bad + check_train_accuracy(shape_name("gpt", shape), accs, counts)
 
 
 def main():
