@@ -97,7 +97,8 @@ static int model_rules(const pt_config *c, pt_err *err)
     if (c->model.ln_eps > 0 && c->model.ln_eps < 1e-38)
         return pt_config_key_fail(c, err, "model.ln_eps",
                                   "%g is below what float32, in which the model computes, can "
-                                  "hold; allowed: 0 (the model's default) or 1e-38 to 1",
+                                  "hold; allowed: 0 (the model's default) or 1e-38 to 1 (1 "
+                                  "excluded)",
                                   c->model.ln_eps);
     if (c->run.device == PT_DEVICE_CPU && c->run.precision == PT_PRECISION_BF16)
         return pt_config_key_fail(c, err, "run.precision",

@@ -157,7 +157,8 @@ const pt_key_spec pt_config_keys[] = {
      "examples left over at the end of an epoch's order (fewer than a batch; with data.shuffle, "
      "different ones each epoch) are not used in it"},
     {"train.max_steps", PT_K_I64, AT(train.max_steps), 0, 1e15, NULL, 0, "0",
-     "stop after this many optimizer steps in all; 0 = no limit"},
+     "stop after this many optimizer steps in all, if train.epochs has more; the learning-rate "
+     "schedule (warm-up and decay) then spans these steps; 0 = no limit"},
     {"train.lr", PT_K_FLOAT, AT(train.lr), 1e-38, 10, NULL, 0, "0.001",
      "peak learning rate (at least about float32's smallest normal number)"},
     {"train.min_lr", PT_K_FLOAT, AT(train.min_lr), 0, 10, NULL, 0, "0",
@@ -167,7 +168,8 @@ const pt_key_spec pt_config_keys[] = {
     {"train.warmup_steps", PT_K_I64, AT(train.warmup_steps), 0, 1e15, NULL, 0, "0",
      "linear warm-up from lr/warmup_steps to lr"},
     {"train.weight_decay", PT_K_FLOAT, AT(train.weight_decay), 0, 10, NULL, 0, "0.05",
-     "AdamW decoupled weight decay (matrix weights only)"},
+     "AdamW decoupled weight decay, on linear weights and the token embedding (not on biases, "
+     "LayerNorm, position embeddings or CLS)"},
     {"train.beta1", PT_K_FLOAT, AT(train.beta1), 0, 1, NULL, PT_F_MAX_EXCL, "0.9", "AdamW beta1"},
     {"train.beta2", PT_K_FLOAT, AT(train.beta2), 0, 1, NULL, PT_F_MAX_EXCL, "0.999", "AdamW beta2"},
     {"train.eps", PT_K_FLOAT, AT(train.eps), 1e-38, 1, NULL, 0, "1e-8",

@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build
-rm -rf runs/vit_fmnist
+# the demo starts fresh; an earlier run's directory is kept, moved aside
+if [ -e runs/vit_fmnist ]; then
+    kept="runs/vit_fmnist.before-$(date +%Y%m%d-%H%M%S)"
+    mv runs/vit_fmnist "$kept"
+    echo "demo: moved the earlier runs/vit_fmnist to $kept"
+fi
 time ./build/pipetrain train configs/vit_fmnist.yaml "$@"
 ./build/pipetrain eval configs/vit_fmnist.yaml
