@@ -156,7 +156,9 @@ enum { TRACKED_NAME = 4096 + 96 };
 static struct {
     _Atomic int owner, live;
     _Atomic unsigned seq;
-    size_t made; /* a directory's (pt_made_dirs_track), 0 for a temporary file */
+    /* a directory's (pt_mkdir_p_made with a slot): the length of the
+     * shortest prefix made, MADE_NONE while none is; 0 for a temporary file */
+    _Atomic size_t made;
     char name[TRACKED_NAME];
 } tracked[PT_WFILE_TRACKED];
 
@@ -170,7 +172,7 @@ static int track(const char *name, size_t made)
             continue;
         atomic_fetch_add(&tracked[i].seq, 1);
         memcpy(tracked[i].name, name, n + 1);
-        tracked[i].made = made;
+        atomic_store(&tracked[i].made, made);
         atomic_fetch_add(&tracked[i].seq, 1);
         atomic_store(&tracked[i].live, 1);
         return i;
@@ -186,15 +188,21 @@ static void untrack(int slot)
     atomic_store(&tracked[slot].owner, 0);
 }
 
+/* A tracked directory none of whose levels is made yet. */
+#define MADE_NONE ((size_t)-1)
+
 /* rmdir of dir, then of each parent while its name is at least made
- * bytes long, until one is not empty; in place, no allocation (a signal
- * handler's too). */
+ * bytes long, until one is not empty; a level that is not there (a
+ * creation that failed or was stopped before it, or one that could not
+ * be: a name too long, a file in the way) is passed over; in place,
+ * no allocation (a signal handler's too). */
 static void rmdir_up(char *dir, size_t made)
 {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') /* a trailing '/' names the same directory */
         dir[--n] = '\0';
-    while (made && n >= made && rmdir(dir) == 0) {
+    while (made && n >= made &&
+           (rmdir(dir) == 0 || errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG)) {
         char *slash = strrchr(dir, '/');
         if (!slash || slash == dir)
             break;
@@ -218,7 +226,7 @@ void pt_wfile_remove_temporaries(void)
                 continue; /* being written: not a file yet */
             memcpy(copy, tracked[i].name, sizeof copy);
             copy[sizeof copy - 1] = '\0';
-            const size_t made = tracked[i].made;
+            const size_t made = atomic_load(&tracked[i].made);
             if (atomic_load(&tracked[i].seq) != before || !atomic_load(&tracked[i].live) ||
                 (made > 0) != pass)
                 continue;
@@ -227,11 +235,6 @@ void pt_wfile_remove_temporaries(void)
             else
                 unlink(copy);
         }
-}
-
-int pt_made_dirs_track(const char *path, size_t made)
-{
-    return made ? track(path, made) : -1;
 }
 
 void pt_made_dirs_untrack(int slot) { untrack(slot); }
@@ -415,6 +418,11 @@ int pt_wfile_commit(pt_wfile *f, pt_err *err)
     if (!rc && fsync(f->fd) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot fsync the temporary file '%s': %s", f->path,
                      f->tmp, strerror(errno));
+    /* the lock on the temporary file (which tells pt_remove_dead_temporaries
+     * that its writer lives) is held through the rename, by a second
+     * descriptor of the same open file: close below drops none while it is
+     * open */
+    const int held = dup(f->fd);
     /* close can report a deferred write error (NFS): it counts */
     if (close(f->fd) != 0 && !rc)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot close the temporary file '%s': %s", f->path,
@@ -423,8 +431,11 @@ int pt_wfile_commit(pt_wfile *f, pt_err *err)
     if (!rc && rename(f->tmp, f->path) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot rename '%s' into place: %s", f->path, f->tmp,
                      strerror(errno));
-    if (rc) {
+    if (rc)
         unlink(f->tmp);
+    if (held >= 0)
+        close(held);
+    if (rc) {
         wfile_free(f);
         return rc;
     }
@@ -535,11 +546,15 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
  * before anything that relies on it (a checkpoint's step directory, before
  * older checkpoints are removed). A parent this process may not read (so
  * cannot open to fsync) is left as it is. */
-static int make_one_directory(const char *dir, mode_t mode, int *created, pt_err *err)
+static int make_one_directory(const char *dir, mode_t mode, int *created, int slot,
+                              pt_err *err)
 {
     *created = 0;
     if (mkdir(dir, mode) == 0) {
         *created = 1;
+        /* at once, before the fsync: a signal from here on takes it back */
+        if (slot >= 0 && atomic_load(&tracked[slot].made) == MADE_NONE)
+            atomic_store(&tracked[slot].made, strlen(dir));
         const char *slash = strrchr(dir, '/');
         char parent[PATH_MAX];
         if (!slash)
@@ -571,7 +586,12 @@ static int make_one_directory(const char *dir, mode_t mode, int *created, pt_err
     if (e == EEXIST)
         e = ENOTDIR;
     errno = e; /* what pt_fail records, not stat's */
-    return pt_fail(err, PT_ESYS, "cannot create directory '%s': %s", dir, strerror(e));
+    /* a place the user named that cannot hold a directory is bad input;
+     * the system running out of something (space, inodes) is not */
+    const int input = e == EACCES || e == EPERM || e == EROFS || e == ENOTDIR ||
+                      e == ENAMETOOLONG || e == ELOOP;
+    return pt_fail(err, input ? PT_EINPUT : PT_ESYS, "cannot create directory '%s': %s", dir,
+                   strerror(e));
 }
 
 /* Where the last line of the first size bytes of fd ends: one past its
@@ -659,15 +679,53 @@ int pt_log_cut(FILE *f, const char *path, int64_t *cut, pt_err *err)
     return 0;
 }
 
-int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err)
+/* PT_EINPUT when a '.' or '..' component of path follows a component that
+ * does not exist yet: 'new/..' names the directory above one this call
+ * would create, and whoever takes back what it made, climbing the name,
+ * would take that one for its own. */
+int pt_path_dots_after_missing(const char *path, pt_err *err)
 {
-    *made = 0;
-    if (!path || !*path)
-        return pt_fail(err, PT_EINPUT, "cannot create a directory with an empty path");
     char *dir = copy_string(path);
     if (!dir)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    size_t missing = 0; /* the length of the first prefix that is not there */
     int rc = 0;
+    for (char *p = dir + 1, *start = dir + (dir[0] == '/'); !rc; p++) {
+        if (*p && *p != '/')
+            continue;
+        const char end = *p;
+        *p = '\0';
+        const size_t len = strlen(start);
+        if (len > 0 && missing && (strcmp(start, ".") == 0 || strcmp(start, "..") == 0))
+            rc = pt_fail(err, PT_EINPUT, "'%s': '%s' follows '%.*s', which does not exist yet; "
+                         "name the directory without it", path, start, (int)missing, dir);
+        struct stat st;
+        if (!rc && len > 0 && !missing && lstat(dir, &st) != 0 && errno == ENOENT)
+            missing = strlen(dir);
+        *p = end;
+        if (!end)
+            break;
+        start = p + 1;
+    }
+    free(dir);
+    return rc;
+}
+
+int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, int *slot, pt_err *err)
+{
+    *made = 0;
+    if (slot)
+        *slot = -1;
+    if (!path || !*path)
+        return pt_fail(err, PT_EINPUT, "cannot create a directory with an empty path");
+    int rc = pt_path_dots_after_missing(path, err);
+    if (rc)
+        return rc;
+    char *dir = copy_string(path);
+    if (!dir)
+        return pt_fail(err, PT_ENOMEM, "'%s': out of memory", path);
+    if (slot) /* before anything is made: a signal takes back every level made */
+        *slot = track(path, MADE_NONE);
     /* every proper prefix ending before a '/', skipping the root and empty
      * components, then the whole path; the first one this call created is
      * where the made ones start */
@@ -677,7 +735,7 @@ int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err)
         const char end = *p;
         *p = '\0';
         int created;
-        rc = make_one_directory(dir, mode, &created, err);
+        rc = make_one_directory(dir, mode, &created, slot ? *slot : -1, err);
         if (created && !*made)
             *made = strlen(dir);
         *p = end;
@@ -691,7 +749,7 @@ int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err)
 int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
 {
     size_t made;
-    return pt_mkdir_p_made(path, mode, &made, err);
+    return pt_mkdir_p_made(path, mode, &made, NULL, err);
 }
 
 void pt_rmdir_made(const char *path, size_t made)

@@ -79,7 +79,7 @@ void pt_wfile_abort(pt_wfile *f);
 
 /* Unlinks the temporary files of every pt_wfile open now (the first
  * PT_WFILE_TRACKED of them), then takes back the directories tracked by
- * pt_made_dirs_track as pt_rmdir_made does, for a handler of a signal that
+ * pt_mkdir_p_made tracked as pt_rmdir_made does, for a handler of a signal that
  * ends the process: async-signal-safe. */
 enum { PT_WFILE_TRACKED = 16 };
 void pt_wfile_remove_temporaries(void);
@@ -100,14 +100,20 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
 /* The same, with *made the length of the path's shortest prefix it created
  * (0 when every directory was there), for pt_rmdir_made to take back what
  * a failed output left: path and its parents down to that prefix, each
- * only while empty. */
-int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, pt_err *err);
+ * only while empty (also after a failure part of the way: *made is set
+ * then too). A '.' or '..' after a component that does not exist yet is
+ * refused (PT_EINPUT), before anything is made: the prefix would not name
+ * what was made. With slot, the path is tracked before the first mkdir,
+ * and each level as it is made, so that a signal's
+ * pt_wfile_remove_temporaries takes them back too; *slot is the slot to
+ * untrack once the output is written (-1: none free, or slot NULL; untrack
+ * of -1 does nothing). */
+int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, int *slot, pt_err *err);
 void pt_rmdir_made(const char *path, size_t made);
-/* While an output that pt_mkdir_p_made made directories for is written:
- * a signal's pt_wfile_remove_temporaries takes them back too. Returns the
- * slot to untrack (-1: nothing tracked, as when made is 0; untrack of -1
- * does nothing). */
-int pt_made_dirs_track(const char *path, size_t made);
+/* PT_EINPUT when a '.' or '..' component of path follows one that does not
+ * exist (yet): pt_mkdir_p_made's refusal, for a caller to make before its
+ * work. */
+int pt_path_dots_after_missing(const char *path, pt_err *err);
 void pt_made_dirs_untrack(int slot);
 
 /* fsyncs a directory, making renames and creations in it durable. File systems
@@ -393,5 +399,10 @@ typedef struct pt_st_tensor {
  * arguments are PT_EINPUT and leave nothing on disk. */
 int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
                 pt_err *err);
+/* The same, written and synced under the temporary name only: *staged is
+ * the file for pt_wfile_commit (or pt_wfile_abort) to finish, with others
+ * written beside it. */
+int pt_st_write_staged(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
+                       pt_wfile **staged, pt_err *err);
 
 #endif

@@ -595,6 +595,15 @@ static int build_header(const char *path, const pt_st_tensor *t, int n, const ch
 int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
                 pt_err *err)
 {
+    pt_wfile *file;
+    const int rc = pt_st_write_staged(path, t, n, meta, &file, err);
+    return rc ? rc : pt_wfile_commit(file, err);
+}
+
+int pt_st_write_staged(const char *path, const pt_st_tensor *t, int n, const char *const *meta,
+                       pt_wfile **staged, pt_err *err)
+{
+    *staged = NULL;
     if (n < 0 || (n > 0 && !t))
         return pt_fail(err, PT_EINPUT, "'%s': %d tensors to write", path, n);
     char *header = NULL;
@@ -630,11 +639,14 @@ int pt_st_write(const char *path, const pt_st_tensor *t, int n, const char *cons
     }
     free(chunk);
     free(header);
+    if (!rc)
+        rc = pt_wfile_sync(file, err);
     if (rc) {
         pt_wfile_abort(file);
         return rc;
     }
-    return pt_wfile_commit(file, err);
+    *staged = file;
+    return 0;
 }
 
 void pt_st_shape_text(int ndim, const int64_t *shape, char *out, size_t n)

@@ -318,12 +318,13 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
     /* the directories this export makes are taken back if it fails: a
      * failed export leaves the disk as it found it */
     size_t made;
-    int rc = pt_mkdir_p_made(dir, 0777, &made, err);
-    if (rc) { /* a place the user named that cannot be made: bad input */
+    int tracked; /* and if a signal ends the export, from its first mkdir on */
+    int rc = pt_mkdir_p_made(dir, 0777, &made, &tracked, err);
+    if (rc) {
         pt_rmdir_made(dir, made);
-        return pt_err_input(rc, err);
+        pt_made_dirs_untrack(tracked);
+        return rc;
     }
-    const int tracked = pt_made_dirs_track(dir, made); /* and if a signal ends the export */
     size_t total = 0;
     int n = 0;
     for (int u = 0; u < units; u++) {
@@ -366,28 +367,30 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
         }
         at += info.numel;
     }
-    /* config.json (and the tokenizer's files) are written and synced under
-     * temporary names first and put in place after model.safetensors: an
-     * output that cannot be written (a directory or a FIFO by any name, a
-     * full disk) fails before any file is replaced; what is left to fail
-     * after the weights are in place is the renames (and a directory
-     * fsync), config.json's last */
+    /* every file is written and synced under a temporary name first, and
+     * only then are they renamed into place, one after another (config.json
+     * last): an output that cannot be written (a directory or a FIFO by any
+     * name, a full disk) fails before any file is replaced; what is left to
+     * fail then is a rename or a directory fsync, which the file system
+     * rarely refuses */
     const char *meta[] = {"format", "pt", NULL};
     char *text = NULL, *tok_text = NULL;
     size_t len = 0, tok_len = 0;
-    pt_wfile *files[3] = {NULL, NULL, NULL}; /* vocab.txt, tokenizer_config.json, config.json */
+    /* vocab.txt, tokenizer_config.json, model.safetensors, config.json */
+    pt_wfile *files[4] = {NULL, NULL, NULL, NULL};
     if (rc == 0 && tok && (rc = tokenizer_text(tok, tokcfg, &tok_text, &tok_len, err)) == 0 &&
         (rc = staged(&files[0], vocab, tok->vocab, tok->vocab_bytes, err)) == 0)
         rc = staged(&files[1], tokcfg, tok_text, tok_len, err);
-    if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0 &&
-        (rc = staged(&files[2], config, text, len, err)) == 0)
-        rc = pt_st_write(weights, t, i, meta, err);
+    if (rc == 0)
+        rc = pt_st_write_staged(weights, t, i, meta, &files[2], err);
+    if (rc == 0 && (rc = config_text(a, labels, n_labels, config, &text, &len, err)) == 0)
+        rc = staged(&files[3], config, text, len, err);
     /* all staged: each put in place (one whose rename fails leaves the old
-     * file; a failed directory fsync leaves the new one in place, so the
+     * file; after a failed directory fsync the new one is in place, so the
      * others follow it rather than leave a mix of old and new); after a
      * failure before this point, none */
     const int staged_all = rc == 0;
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < 4; f++) {
         if (files[f] && staged_all) {
             pt_err later;
             const int c = pt_wfile_commit(files[f], rc ? &later : err);

@@ -17,6 +17,7 @@
 #include "launch/weights.h"
 #include "tokenize/tokenize.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,24 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     }
     pt_segment_spec spec = {0, 0, 1, 1, 0};
     struct stat st;
-    if (rc == 0 && lstat(out, &st) == 0 && S_ISLNK(st.st_mode))
+    /* out without trailing '/' or '/.': 'link/' names where a link leads,
+     * and the link is never written through */
+    char bare[PT_PATH_MAX + 1];
+    snprintf(bare, sizeof bare, "%s", out);
+    for (size_t n = strlen(bare);;) {
+        if (n > 1 && bare[n - 1] == '/')
+            bare[--n] = '\0';
+        else if (n > 2 && bare[n - 1] == '.' && bare[n - 2] == '/')
+            bare[n -= 2] = '\0';
+        else
+            break;
+    }
+    /* a directory the export makes: no '.' or '..' after a level that is
+     * not there yet (where it lands, and what a failure takes back, would
+     * be another directory than the name says) */
+    if (rc == 0 && arch.kind == PT_MODEL_BERT)
+        rc = pt_path_dots_after_missing(out, err);
+    if (rc == 0 && lstat(bare, &st) == 0 && S_ISLNK(st.st_mode))
         rc = pt_fail(err, PT_EINPUT, "export: '%s' is a symbolic link; it is not replaced (name "
                      "the file or directory it leads to)", out);
     else if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(out, &st) == 0 && !S_ISDIR(st.st_mode))
@@ -147,6 +165,13 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                      pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
                      pt_session_resolve_normalize(cfg, &tok.norm, &why) == 0)
                 tok.vocab = vocab;
+            /* a vocabulary that could not be read now (no descriptor left, a
+             * read error) is no reason to export without tokenizer files */
+            if (!tok.vocab && (why.code == PT_ESYS || why.code == PT_ENOMEM)) {
+                *err = why;
+                rc = pt_err_prefix(err, "export: reading the run's data.vocab for the "
+                                   "tokenizer files");
+            }
             /* tokenizer files in the directory that the export cannot replace
              * are left alone, and so is the rest: they may be no earlier
              * export's but a model's own, its vocabulary that a relative
@@ -175,14 +200,19 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
             if (rc == 0 &&
                 (rc = pt_checkpoint_read_labels(ckpt, arch.classes, &labels, &n_labels, err)) == 0 &&
                 (rc = pt_hf_bert_save(seg, out, (const char *const *)labels, n_labels,
-                                      tok.vocab ? &tok : NULL, err)) == 0)
+                                      tok.vocab ? &tok : NULL, err)) == 0) {
+                signal(SIGPIPE, SIG_IGN); /* see below */
                 printf("wrote %s: model.safetensors, config.json%s\n", out,
                        tok.vocab ? ", vocab.txt, tokenizer_config.json" : "");
+            }
             free(vocab);
             for (int k = 0; k < n_labels; k++)
                 free(labels[k]);
             free(labels);
         } else if ((rc = pt_weights_save(seg, out, meta, err)) == 0) {
+            /* the output is in place: a reader of stdout that has gone
+             * (a closed pipe) ends nothing, as a full stdout does not */
+            signal(SIGPIPE, SIG_IGN);
             printf("wrote %s\n", out);
         }
     }

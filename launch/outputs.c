@@ -197,12 +197,28 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
         (rc = real_path(option, path, at, &missing, err)))
         return rc;
-    if (missing) {
-        const char *slash = strrchr(path, '/');
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
-                 slash ? path : ".");
-        if ((rc = real_path(option, parent, at, &missing, err)) || missing)
-            return rc; /* no such directory: the write fails and says so */
+    /* the nearest directory above it that is there: a bert export makes
+     * the levels that are not (and where nothing is there, the write fails
+     * and says so) */
+    snprintf(parent, sizeof parent, "%s", path);
+    while (missing) {
+        char *slash = strrchr(parent, '/');
+        while (slash && slash > parent && slash[1] == '\0') { /* a trailing '/' */
+            *slash = '\0';
+            slash = strrchr(parent, '/');
+        }
+        if (!slash && strcmp(parent, ".") == 0)
+            return 0;
+        if (!slash)
+            snprintf(parent, sizeof parent, ".");
+        else if (slash == parent) {
+            if (parent[1] == '\0')
+                return 0;
+            parent[1] = '\0';
+        } else
+            *slash = '\0';
+        if ((rc = real_path(option, parent, at, &missing, err)))
+            return rc;
     }
     switch (checkpoints_at_or_above(at)) {
     case 1:

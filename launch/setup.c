@@ -757,7 +757,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         /* rank 0 makes run.dir once every input has proved good; then every
          * rank opens its own files in it */
         rc = s->rank == 0 ? pt_mkdir_p(c->run.dir, 0755, err) : 0;
-        if (rc == PT_ESYS) { /* a place the user named that cannot be made */
+        if (rc == PT_ESYS || rc == PT_EINPUT) { /* a place the user named that cannot be made */
             rc = pt_err_input(rc, err);
             pt_config_key_prefix(c, err, "run.dir");
         }

@@ -341,9 +341,10 @@ static void test_mkdir_p(void)
     char *file = join_path(dir, "a/file");
     CU_ASSERT_FATAL(pt_write_file_atomic(file, "x", 1, &err) == 0);
     char *through = join_path(dir, "a/file/sub");
-    CU_ASSERT(pt_mkdir_p(through, 0755, &err) == PT_ESYS);
+    /* a file where the path needs a directory: the path named is bad input */
+    CU_ASSERT(pt_mkdir_p(through, 0755, &err) == PT_EINPUT);
     CU_ASSERT(strstr(err.msg, "a/file") != NULL);
-    CU_ASSERT(pt_mkdir_p(file, 0755, &err) == PT_ESYS);
+    CU_ASSERT(pt_mkdir_p(file, 0755, &err) == PT_EINPUT);
     CU_ASSERT(strstr(err.msg, "Not a directory") != NULL);
     CU_ASSERT(pt_mkdir_p("", 0755, &err) == PT_EINPUT);
 
@@ -364,19 +365,19 @@ static void test_mkdir_p_made(void)
     char *dir = make_temp_dir();
     pt_err err = {0};
     size_t made = 99;
-    CU_ASSERT(pt_mkdir_p_made(dir, 0755, &made, &err) == 0 && made == 0); /* all there */
+    CU_ASSERT(pt_mkdir_p_made(dir, 0755, &made, NULL, &err) == 0 && made == 0); /* all there */
     pt_rmdir_made(dir, made);
     struct stat st;
     CU_ASSERT(stat(dir, &st) == 0);
 
     char *a = join_path(dir, "a"), *deep = join_path(dir, "a/b//c/"), *c = join_path(dir, "a/b/c");
-    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, &err) == 0 && made == strlen(a));
+    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, NULL, &err) == 0 && made == strlen(a));
     pt_rmdir_made(deep, made);
     CU_ASSERT(stat(a, &st) != 0 && errno == ENOENT); /* a, b and c taken back */
     CU_ASSERT(stat(dir, &st) == 0);                  /* the parent that was there stays */
 
     CU_ASSERT_FATAL(pt_mkdir_p(a, 0755, &err) == 0); /* a there before: only b and c made */
-    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, &err) == 0 && made == strlen(a) + 2);
+    CU_ASSERT(pt_mkdir_p_made(deep, 0755, &made, NULL, &err) == 0 && made == strlen(a) + 2);
     char *file = join_path(dir, "a/b/kept");
     CU_ASSERT_FATAL(pt_write_file_atomic(file, "x", 1, &err) == 0);
     pt_rmdir_made(deep, made); /* c goes; b holds a file: b and a stay */
@@ -385,7 +386,57 @@ static void test_mkdir_p_made(void)
     char *under = join_path(dir, "a/kept/x/y");
     char *blocker = join_path(dir, "a/kept");
     CU_ASSERT_FATAL(pt_write_file_atomic(blocker, "x", 1, &err) == 0);
-    CU_ASSERT(pt_mkdir_p_made(under, 0755, &made, &err) == PT_ESYS && made == 0);
+    /* a file where a directory goes: the user's path is no directory */
+    CU_ASSERT(pt_mkdir_p_made(under, 0755, &made, NULL, &err) == PT_EINPUT && made == 0);
+
+    /* '.' or '..' after a level that is not there yet: refused, nothing
+     * made (taking back 'new/../a' would climb into a, made before) */
+    const char *dotted[] = {"a/new/../kept2", "a/new/.", "a/new/./x", "new/../a/x"};
+    for (size_t i = 0; i < sizeof dotted / sizeof *dotted; i++) {
+        char *p = join_path(dir, dotted[i]), *n = join_path(dir, i == 3 ? "new" : "a/new");
+        CU_ASSERT(pt_mkdir_p_made(p, 0755, &made, NULL, &err) == PT_EINPUT && made == 0);
+        CU_ASSERT(strstr(err.msg, "does not exist yet") != NULL);
+        CU_ASSERT(stat(n, &st) != 0 && errno == ENOENT);
+        free(p);
+        free(n);
+    }
+    char *there = join_path(dir, "a/b/../b2"); /* '..' after levels that are there: fine */
+    CU_ASSERT(pt_mkdir_p_made(there, 0755, &made, NULL, &err) == 0 && made == strlen(there));
+    pt_rmdir_made(there, made);
+    free(there);
+
+    /* a creation that fails part of the way (a name too long for the file
+     * system) says what it made, and all of it is taken back */
+    char longname[400];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    char *n1 = join_path(dir, "n1"), *n2 = join_path(dir, "n1/n2");
+    char *part = malloc(strlen(n2) + sizeof longname + 8);
+    CU_ASSERT_FATAL(part != NULL);
+    sprintf(part, "%s/%s/n3", n2, longname);
+    CU_ASSERT(pt_mkdir_p_made(part, 0755, &made, NULL, &err) == PT_EINPUT && made == strlen(n1));
+    CU_ASSERT(stat(n2, &st) == 0);
+    pt_rmdir_made(part, made);
+    CU_ASSERT(stat(n1, &st) != 0 && errno == ENOENT);
+
+    /* tracked: the handler of a stop signal takes back each level made
+     * (here: called by hand, as after a creation stopped part of the way) */
+    int slot = -7;
+    CU_ASSERT(pt_mkdir_p_made(part, 0755, &made, &slot, &err) == PT_EINPUT && slot >= 0);
+    CU_ASSERT(stat(n2, &st) == 0);
+    pt_wfile_remove_temporaries();
+    CU_ASSERT(stat(n1, &st) != 0 && errno == ENOENT);
+    CU_ASSERT(stat(a, &st) == 0 && stat(dir, &st) == 0); /* what was there stays */
+    pt_made_dirs_untrack(slot);
+    CU_ASSERT(pt_mkdir_p_made(n2, 0755, &made, &slot, &err) == 0 && slot >= 0);
+    pt_made_dirs_untrack(slot); /* written: untracked, a signal leaves it */
+    pt_wfile_remove_temporaries();
+    CU_ASSERT(stat(n2, &st) == 0);
+    pt_rmdir_made(n2, made);
+    CU_ASSERT(stat(n1, &st) != 0 && errno == ENOENT);
+    free(part);
+    free(n1);
+    free(n2);
     free(blocker);
     free(under);
     free(file);

@@ -1003,6 +1003,67 @@ def test_failed_bert_export_takes_back_its_directories(h):
           "there)", left)
 
 
+def test_bert_export_paths_that_are_not_what_they_say(h):
+    """A bert export makes the directories OUT names that are not there, and
+    used to check OUT against the run's inputs and checkpoints only where
+    it was there: `e1/new/..` replaced the pretrained model in e1 that the
+    run started from, `CK/sub/out` and `checkpoints/a/b` wrote into a
+    checkpoint and the run's checkpoints, and `link/` wrote through a link
+    that `link` is refused as. Each is refused now (exit 2, naming why),
+    nothing is made or changed; a closed stdout after a finished export
+    does not end it by SIGPIPE."""
+    ck = U.ckpt(trained_bert(h), LAST)
+    base = h.path("odd-exports")
+    os.makedirs(os.path.join(base, "target"))
+    os.symlink(os.path.join(base, "target"), os.path.join(base, "link"))
+    first = os.path.join(base, "e1")
+    h.run(["export", ck, first]).expect(0, "a first export")
+    before = U.snapshot(base)
+    ck_before = U.snapshot(ck)
+    ckpts = os.path.dirname(ck)
+    cases = [
+        (os.path.join(first, "new", ".."), "follows"),
+        (os.path.join(base, "new", "..", "e1"), "follows"),
+        (os.path.join(base, "new", "."), "follows"),
+        (os.path.join(ck, "sub", "out"), "in checkpoint directory"),
+        (os.path.join(ckpts, "a", "b"), "a run's checkpoints"),
+        (os.path.join(ckpts, "zz", "..", "step_%010d" % (LAST + 40)), "follows"),
+        (os.path.join(base, "link") + "/", "symbolic link"),
+        (os.path.join(base, "link", "."), "symbolic link"),
+    ]
+    for out, why in cases:
+        r = h.run(["export", ck, out]).expect(2, "export to " + out)
+        check(why in r.err, "export to %s: no %r in\n%s", out, why, r.describe())
+        U.same_snapshot(before, U.snapshot(base), "after an export to " + out)
+        check(not os.path.exists(os.path.join(base, "new")) and not os.listdir(
+            os.path.join(base, "target")), "an export to %s made a directory", out)
+        U.same_snapshot(ck_before, U.snapshot(ck), "the checkpoint after an export to " + out)
+        check(sorted(os.listdir(ckpts)) == sorted(U.checkpoints(os.path.dirname(ckpts))),
+              "the run's checkpoints after an export to %s: %s", out, os.listdir(ckpts))
+    # a run.dir spelled through a directory that is not there: refused before
+    # anything is made, and the files of the run it names are left alone
+    run_dir = os.path.dirname(ckpts)
+    empty = os.path.join(run_dir, "NOTES")
+    U.write(empty, "")
+    held = U.snapshot(run_dir)
+    dotted = os.path.join(os.path.dirname(run_dir), "nx", "..", os.path.basename(run_dir))
+    cfg = U.write_config(h, "dotted.yaml", keys(h, dotted, "gpt", **bert_keys(h)[1]))
+    r = h.run(["train", cfg]).expect(2, "a run.dir through a missing directory")
+    check("run.dir" in r.err and "does not exist yet" in r.err, "no reason given\n%s", r.describe())
+    U.same_snapshot(held, U.snapshot(run_dir), "the run's directory after the refused train")
+    check(os.path.isfile(empty) and os.path.isfile(os.path.join(run_dir, "lock")),
+          "the refused train removed files of %s: %s", run_dir, os.listdir(run_dir))
+    check(not os.path.exists(os.path.join(os.path.dirname(run_dir), "nx")), "nx was made")
+    # stdout closed before the "wrote" line: the export is done, exit 0
+    out = os.path.join(base, "piped")
+    p = subprocess.Popen([h.binary, "export", ck, out], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=U.sanitizer_env(), cwd=h.dir)
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    check(p.returncode == 0 and os.path.isfile(os.path.join(out, "model.safetensors")),
+          "an export whose stdout was closed: exit %d\n%s", p.returncode, err.decode()[-2000:])
+
+
 def test_stopped_bert_export_takes_back_its_directories(h):
     """A bert export into a directory it makes, ended by SIGTERM, SIGINT or
     SIGHUP while its files are written: the command ends by the signal and
@@ -2173,6 +2234,7 @@ def tests():
         test_export_padded_bert,
         test_failed_bert_export_takes_back_its_directories,
         test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
+        test_bert_export_paths_that_are_not_what_they_say,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
