@@ -74,11 +74,23 @@ static char *directory_of(const char *path)
     return dir;
 }
 
+/* The bytes of a file name (its last path component) that its temporary
+ * names keep: all where they fit a name's 255 bytes beside the mark, a pid
+ * of up to 10 digits, a dot and the id; else as many of the first as fit
+ * (a temporary name then also matches a longer name with the same start,
+ * whose dead temporaries the sweep may remove as well). */
+static size_t temp_base_len(const char *base)
+{
+    const size_t room = 255 - strlen(PT_TEMP_MARK) - 10 - 1 - TEMP_ID_CHARS, b = strlen(base);
+    return b < room ? b : room;
+}
+
 /* Whether directory entry `name` is a temporary name of a file whose last
- * path component is base ("BASE.tmp.PID.ID"). */
+ * path component is base ("BASE.tmp.PID.ID", BASE cut as temp_base_len
+ * says). */
 static int temporary_of(const char *name, const char *base)
 {
-    const size_t b = strlen(base), m = strlen(PT_TEMP_MARK);
+    const size_t b = temp_base_len(base), m = strlen(PT_TEMP_MARK);
     if (strncmp(name, base, b) != 0 || strncmp(name + b, PT_TEMP_MARK, m) != 0)
         return 0;
     /* exactly what pt_wfile_open writes: the pid in decimal (no sign,
@@ -308,7 +320,10 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
     for (int attempt = 0; attempt < 8; attempt++) {
         char id[TEMP_ID_CHARS + 1];
         pt_unique_id(id, sizeof id);
-        snprintf(f->tmp, tmp_cap, "%s" PT_TEMP_MARK "%ld.%s", path, (long)getpid(), id);
+        const char *slash = strrchr(path, '/');
+        const char *base = slash ? slash + 1 : path;
+        snprintf(f->tmp, tmp_cap, "%.*s%.*s" PT_TEMP_MARK "%ld.%s", (int)(base - path), path,
+                 (int)temp_base_len(base), base, (long)getpid(), id);
         /* tracked before it exists, so that a signal handler never misses
          * it (the name is ours alone: pid, 64 random bits, and O_EXCL) */
         f->slot = track(f->tmp, 0);

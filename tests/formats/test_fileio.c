@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <sys/resource.h>
 #include <zlib.h>
@@ -545,6 +546,47 @@ static void test_log_open(void)
  * them ("NAME.tmp.PID.<16 hex>"), regular files no one holds a lock on; a
  * live writer's (locked: this process's own included, whatever its pid),
  * a link, a directory, or a name that merely looks like one are left. */
+/* Names up to the file system's 255 bytes can be written: their temporary
+ * names keep as much of the name as fits (they used to append to all of it
+ * and fail past about 220 bytes); a dead one is found and removed by the
+ * next write of that name, a live one is left. */
+static void test_long_names(void)
+{
+    char *dir = make_temp_dir();
+    CU_ASSERT_FATAL(dir != NULL);
+    pt_err err = {0};
+    for (size_t len = 200; len <= 255; len += 5) {
+        char name[256];
+        memset(name, 'a' + (char)(len % 26), len);
+        name[len] = '\0';
+        char *path = join_path(dir, name);
+        CU_ASSERT(pt_write_file_atomic(path, "x", 1, &err) == 0);
+        pt_wfile *w = NULL; /* live, then left as a killed writer would */
+        CU_ASSERT_FATAL(pt_wfile_open(&w, path, &err) == 0);
+        CU_ASSERT(pt_remove_dead_temporaries(path) == 0); /* its writer lives */
+        const pid_t child = fork();
+        if (child == 0) { /* a writer that dies with its file open */
+            pt_wfile *c = NULL;
+            _exit(pt_wfile_open(&c, path, &err) == 0 ? 0 : 1);
+        }
+        int status;
+        CU_ASSERT(waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0);
+        CU_ASSERT(pt_remove_dead_temporaries(path) == 1); /* the dead one only */
+        CU_ASSERT(pt_wfile_commit(w, &err) == 0);
+        CU_ASSERT(unlink(path) == 0);
+        free(path);
+    }
+    DIR *d = opendir(dir);
+    int left = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        left += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    CU_ASSERT(left == 0);
+    free_temp_dir(dir);
+}
+
 static void test_remove_dead_temporaries(void)
 {
     char *dir = make_temp_dir();
@@ -650,6 +692,7 @@ static const pt_test fileio_tests[] = {
     {"write_after_failure_is_refused", test_write_after_failure_is_refused},
     {"little_endian_codecs", test_little_endian_codecs},
     {"remove_dead_temporaries", test_remove_dead_temporaries},
+    {"long_names", test_long_names},
     {"log_open", test_log_open},
     {NULL, NULL}};
 
