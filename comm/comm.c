@@ -623,6 +623,17 @@ static int ping_pong(pt_comm *c, int a, int b, size_t bytes, int reps, char *buf
     return 0;
 }
 
+double pt_link_bandwidth(double bytes, double t_small, double t_big)
+{
+    /* the big message's time less the latency the small ones showed; on a
+     * loaded machine a few small messages can take longer than the big
+     * ones, and then the big ones' own rate (a lower bound) is the figure:
+     * never 0, which would say the link is not there */
+    if (t_big > t_small && t_big - t_small > 0.05 * t_big)
+        return bytes / (t_big - t_small);
+    return t_big > 0 ? bytes / t_big : bytes / 1e-9;
+}
+
 int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double *latency, pt_err *err)
 {
     enum { BIG = 4 << 20, SMALL = 8 };
@@ -644,13 +655,13 @@ int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double
         (rc = ping_pong(c, 0, local_peer, SMALL, 20, buf, &t_small, err)) == 0 &&
         (rc = ping_pong(c, 0, local_peer, BIG, 3, buf, &t_big, err)) == 0 && c->rank == 0) {
         v[2] = t_small;
-        v[0] = t_big > t_small ? (double)BIG / (t_big - t_small) : 0;
+        v[0] = pt_link_bandwidth(BIG, t_small, t_big);
     }
     if (rc == 0 && remote_peer > 0 &&
         (rc = ping_pong(c, 0, remote_peer, SMALL, 20, buf, &t_small, err)) == 0 &&
         (rc = ping_pong(c, 0, remote_peer, BIG, 3, buf, &t_big, err)) == 0 && c->rank == 0) {
         v[2] = t_small > v[2] ? t_small : v[2];
-        v[1] = t_big > t_small ? (double)BIG / (t_big - t_small) : 0;
+        v[1] = pt_link_bandwidth(BIG, t_small, t_big);
     }
     free(buf);
     if (rc == 0)

@@ -6,6 +6,8 @@
  * in world order, as with mpirun --map-by node).
  */
 #include "comm/comm.h"
+
+#include <math.h>
 #include "tests/common/cunit_main.h"
 
 #include <stdlib.h>
@@ -105,5 +107,23 @@ static void several_nodes(void)
     pt_mesh_free(&m);
 }
 
-static const pt_test tests[] = {{"one_node", one_node}, {"several_nodes", several_nodes}, {NULL, NULL}};
+/* A link's bandwidth from its ping-pong timings is positive whatever they
+ * are: a loaded machine once made 20 small messages slower than 3 big ones,
+ * the bandwidth came out 0, and profile.json then said the link was not
+ * there (pipeline.profile and resumes refused it). */
+static void link_bandwidth(void)
+{
+    const double big = 4 << 20;
+    CU_ASSERT_DOUBLE_EQUAL(pt_link_bandwidth(big, 1e-5, 1e-3), big / (1e-3 - 1e-5), 1e-3);
+    const double t[][2] = {{6.3e-3, 1e-3}, {1e-3, 1e-3}, {0, 0}, {1e-3, 0}, {9.9e-4, 1e-3}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        const double bw = pt_link_bandwidth(big, t[i][0], t[i][1]);
+        CU_ASSERT(bw > 0 && isfinite(bw));
+        if (t[i][1] > 0) /* no faster than the big messages' time less nothing could make it */
+            CU_ASSERT(bw <= big / (0.05 * t[i][1]) * 1.0001);
+    }
+}
+
+static const pt_test tests[] = {{"one_node", one_node}, {"several_nodes", several_nodes},
+                                {"link_bandwidth", link_bandwidth}, {NULL, NULL}};
 static const pt_test_suite suites[] = {{"process mesh", tests}, {NULL, NULL}};
