@@ -373,11 +373,32 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                          "checkpoint %s was saved with run.seed = %" PRId64 ", this config has %lld; "
                          "set it back to resume the same data order",
                          dir, st.seed, c->cfg->run.seed);
-        } else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler))
+        } else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler)) {
+            /* the key that changed the data, named as the others are: the
+             * first data.* key that differs from the saved run's, else the
+             * file the training examples come from (changed in place) */
+            static char key[64];
+            char diff[1024] = "", from[2 * PT_PATH_MAX + 80];
+            pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+            pt_arch saved;
+            pt_err ignored;
+            if (was && pt_manifest_config(&m, was, &saved, &ignored) == 0 &&
+                pt_config_differences(was, c->cfg, "data.", diff, sizeof diff) > 0) {
+                snprintf(key, sizeof key, "%.*s", (int)strcspn(diff, " "), diff);
+                arch_key = key;
+            } else {
+                diff[0] = '\0';
+                arch_key = pt_config_data_key(c->cfg);
+            }
+            free(was);
+            pt_config_data_source(c->cfg, 0, from, sizeof from);
             rc = pt_fail(err, PT_EINPUT,
                          "checkpoint %s is %" PRId64 " batches into an epoch of %" PRId64
-                         " batches: the training data changed",
-                         dir, st.epoch_step, pt_sampler_steps(&r->sampler));
+                         " batches: the training data changed (%s%s); resume with the data it "
+                         "was saved with, or start a new run",
+                         dir, st.epoch_step, pt_sampler_steps(&r->sampler),
+                         *diff ? diff : from, *diff ? "" : ", changed since");
+        }
         else if ((rc = pt_freeze_from_json(&r->freeze, json_object_get(m.j, "freeze"), err)))
             pt_err_prefix(err, "'%s/manifest'", dir);
         else if (st.frozen != pt_freeze_units(r->freeze.depth))

@@ -567,6 +567,22 @@ void pt_config_data_source(const pt_config *c, int test, char *out, size_t n)
     }
 }
 
+const char *pt_config_data_key(const pt_config *c)
+{
+    switch (c->data.kind) {
+    case PT_DATA_FASHION_MNIST:
+    case PT_DATA_IDX:
+        return "data.train_images";
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV:
+        return "data.text";
+    case PT_DATA_TEXT_CLASSIFICATION:
+        return "data.train_file";
+    default:
+        return "data.synthetic_examples";
+    }
+}
+
 int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
                           size_t n)
 {

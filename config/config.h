@@ -184,6 +184,9 @@ int pt_config_differences(const pt_config *a, const pt_config *b, const char *pr
  * 'PATH' and data.test_labels 'PATH'", "data.text 'PATH'", or "its data.*
  * settings" for generated data. */
 void pt_config_data_source(const pt_config *c, int test, char *out, size_t n);
+/* The key that names where the training examples come from (data.train_file,
+ * data.text, data.train_images; data.synthetic_examples for generated data). */
+const char *pt_config_data_key(const pt_config *c);
 
 /* Prints the key table as Markdown (the README's "Configuration" section). */
 void pt_config_print_keys(FILE *out);

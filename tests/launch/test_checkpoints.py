@@ -1307,11 +1307,14 @@ def test_images_edited_in_place_are_noted(h):
 
 
 def test_resume_mid_epoch_after_data_shrank(h):
-    """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2 batches."""
+    """Step 3 is 3 batches into an epoch; with 16 examples an epoch has 2
+    batches. The refusal names the key that changed, at its line, as the
+    other refusals of a resume do (it used to name none)."""
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy", **{"data.synthetic_examples": "16"})
     ck = U.ckpt(run_dir, 3)
-    all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "data"], ("path",))
+    all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "copy.yaml:", "data.synthetic_examples: ",
+                                     "data.synthetic_examples 40 -> 16"], ("path",))
 
 
 def test_resume_with_other_data_is_noted(h):
