@@ -377,6 +377,129 @@ static int resume_rules(const pt_config *c, pt_err *err)
     return 0;
 }
 
+/* ------------------------------------------------------- keys not read */
+
+/* Which configurations read a key: a test and, for the note, what reads it
+ * and what this configuration has instead. */
+typedef struct {
+    const char *keys; /* space-separated */
+    int (*reads)(const pt_config *c);
+    const char *reader; /* "model.kind vit" */
+    const char *have;   /* "model.kind", "data.kind", ...: the key whose value is shown */
+} pt_key_reader;
+
+static int is_vit(const pt_config *c) { return c->model.kind == PT_MODEL_VIT; }
+static int not_vit(const pt_config *c) { return c->model.kind != PT_MODEL_VIT; }
+static int not_gpt(const pt_config *c) { return c->model.kind != PT_MODEL_GPT; }
+static int is_bert(const pt_config *c) { return c->model.kind == PT_MODEL_BERT; }
+static int is_gpt(const pt_config *c) { return c->model.kind == PT_MODEL_GPT; }
+static int gpt_samples(const pt_config *c) { return is_gpt(c) && c->sample.length > 0; }
+static int is_idx(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX;
+}
+static int is_text_file(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_TEXT_FILE || c->data.kind == PT_DATA_KJV;
+}
+static int is_textcls(const pt_config *c) { return c->data.kind == PT_DATA_TEXT_CLASSIFICATION; }
+static int cuts_test(const pt_config *c)
+{
+    return is_text_file(c) || (is_textcls(c) && !*c->data.test_file);
+}
+static int is_synthetic(const pt_config *c)
+{
+    return c->data.kind == PT_DATA_SYNTH_IMAGES || c->data.kind == PT_DATA_SYNTH_TEXT;
+}
+static int is_synth_images(const pt_config *c) { return c->data.kind == PT_DATA_SYNTH_IMAGES; }
+static int decays(const pt_config *c) { return c->train.schedule != PT_LR_CONSTANT; }
+static int freezes(const pt_config *c)
+{
+    return strcmp(pt_config_word("freeze.policy", c->freeze.policy), "none") != 0;
+}
+static int caches(const pt_config *c) { return c->cache.enabled; }
+
+static const pt_key_reader readers[] = {
+    {"model.patch", is_vit, "model.kind vit", "model.kind"},
+    {"model.context", not_vit, "model.kind gpt and bert (a vit's tokens are its patches)",
+     "model.kind"},
+    {"model.classes", not_gpt, "model.kind vit and bert (a gpt predicts bytes)", "model.kind"},
+    {"model.vocab model.positions model.type_vocab model.dropout model.attention_dropout", is_bert,
+     "model.kind bert", "model.kind"},
+    {"data.train_images data.train_labels data.test_images data.test_labels data.mean data.std",
+     is_idx, "data.kind fashion_mnist and idx", "data.kind"},
+    {"data.text", is_text_file, "data.kind text and kjv", "data.kind"},
+    {"data.train_file data.test_file data.vocab data.lowercase data.strip_accents data.split_cjk",
+     is_textcls, "data.kind text_classification", "data.kind"},
+    {"data.test_fraction", cuts_test,
+     "data.kind text and kjv, and text_classification without data.test_file", "data.kind"},
+    {"data.synthetic_examples", is_synthetic, "data.kind synthetic_images and synthetic_text",
+     "data.kind"},
+    {"data.image_size", is_synth_images, "data.kind synthetic_images", "data.kind"},
+    {"sample.length", is_gpt, "model.kind gpt", "model.kind"},
+    {"sample.temperature sample.top_k sample.prompt", gpt_samples,
+     "model.kind gpt with sample.length above 0", "sample.length"},
+    {"train.min_lr", decays, "train.schedule cosine and linear", "train.schedule"},
+    {"freeze.alpha freeze.every freeze.unit freeze.start freeze.max_depth pipeline.elastic",
+     freezes, "freeze.policy schedule and auto", "freeze.policy"},
+    {"cache.memory_gib cache.disk_dir cache.disk_gib cache.min_depth", caches,
+     "cache.enabled true", "cache.enabled"},
+};
+
+/* The value of key as the config file would spell it (for the notes). */
+static void key_value(const pt_config *c, const char *key, char *out, size_t n)
+{
+    if (strcmp(key, "model.kind") == 0 || strcmp(key, "data.kind") == 0 ||
+        strcmp(key, "freeze.policy") == 0)
+        snprintf(out, n, "%s",
+                 pt_config_word(key, strcmp(key, "model.kind") == 0  ? c->model.kind
+                                     : strcmp(key, "data.kind") == 0 ? c->data.kind
+                                                                     : c->freeze.policy));
+    else if (strcmp(key, "train.schedule") == 0)
+        snprintf(out, n, "%s", pt_config_word(key, c->train.schedule));
+    else if (strcmp(key, "sample.length") == 0)
+        snprintf(out, n, "%d", c->sample.length);
+    else if (strcmp(key, "cache.enabled") == 0)
+        snprintf(out, n, "%s", c->cache.enabled ? "true" : "false");
+    else
+        snprintf(out, n, "?");
+}
+
+int pt_config_unused(const pt_config *c, void (*note)(const char *key, const char *why, void *arg),
+                     void *arg)
+{
+    int count = 0;
+    for (size_t r = 0; r < sizeof readers / sizeof readers[0]; r++) {
+        if (readers[r].reads(c))
+            continue;
+        char value[64], why[256];
+        /* a vit's sample.prompt: its kind is why, not sample.length */
+        const char *have = readers[r].reads == gpt_samples && !is_gpt(c) ? "model.kind"
+                                                                          : readers[r].have;
+        key_value(c, have, value, sizeof value);
+        /* text_classification with a test file: that file is why */
+        if (readers[r].reads == cuts_test && is_textcls(c))
+            snprintf(why, sizeof why, "read only with %s, and data.test_file is set",
+                     readers[r].reader);
+        else
+            snprintf(why, sizeof why, "read only with %s, and %s is %s", readers[r].reader, have,
+                     value);
+        for (const char *k = readers[r].keys; *k;) {
+            size_t len = strcspn(k, " ");
+            char key[64];
+            snprintf(key, sizeof key, "%.*s", (int)len, k);
+            k += len + (k[len] == ' ');
+            int ki = pt_config_find_key(key);
+            if (ki < 0 || c->line[ki] == 0) /* left at its default */
+                continue;
+            count++;
+            if (note)
+                note(key, why, arg);
+        }
+    }
+    return count;
+}
+
 int pt_config_validate(const pt_config *c, pt_err *err)
 {
     int rc;

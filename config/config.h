@@ -153,6 +153,13 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err);
 /* Cross-key checks and input files that must exist, after all overrides. */
 int pt_config_validate(const pt_config *c, pt_err *err);
 
+/* Calls note(key, why, arg) for each key the file or a --set gave a value
+ * that this configuration never reads (model.patch for a gpt, cache.* with
+ * the cache off; keys left at their defaults are not named), with why, as
+ * "read only with model.kind vit, and model.kind is gpt"; returns how many. */
+int pt_config_unused(const pt_config *c, void (*note)(const char *key, const char *why, void *arg),
+                     void *arg);
+
 /* PT_EINPUT with "FILE:LINE: KEY: message" (or "--set: KEY: ..." or
  * "FILE: (default) KEY: ...", wherever key got its value): for problems with
  * a key found after the config was accepted (the data, the ranks, the device),

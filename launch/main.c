@@ -329,6 +329,23 @@ static void passed_over(const char *run_dir, const char *latest)
                 "a damaged manifest): %s is used\n", run_dir, (long long)step, latest, latest);
 }
 
+/* A note on stderr for each key the config set that the run never reads
+ * (a model.patch for a gpt, a cache.* with the cache off): a setting that
+ * changes nothing is often one meant for another key or another config. */
+static void note_unused_key(const char *key, const char *why, void *arg)
+{
+    const pt_config *c = arg;
+    char at[PT_PATH_MAX + 32];
+    pt_config_where(c, key, at, sizeof at);
+    fprintf(stderr, "pipetrain: note: %s%s is not used: %s\n", at, key, why);
+}
+
+static void note_unused_keys(pt_comm *comm, const pt_config *c)
+{
+    if (pt_comm_rank(comm) == 0)
+        pt_config_unused(c, note_unused_key, (void *)c);
+}
+
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -451,6 +468,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
+    note_unused_keys(comm, cfg);
     if (!*resume) /* a resume's weights are the checkpoint's */
         pt_session_note_init_tokenizer(s);
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
@@ -645,6 +663,7 @@ static int cmd_plan(pt_comm *comm, const cli *a)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, NULL, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
+        note_unused_keys(comm, &a->cfg);
         /* every rank's binding, in rank order */
         const int ranks = pt_comm_size(comm);
         char(*all)[sizeof s->binding] = calloc((size_t)ranks, sizeof *all);

@@ -25,6 +25,7 @@ import math
 import json
 import os
 import shutil
+import struct
 import subprocess
 import re
 import sys
@@ -513,6 +514,7 @@ def demo(h, config, data_files, extra):
             "run.threads=1"] + extra
     before = U.snapshot(os.path.join(U.REPO, "runs"))
     r = h.run(args, cwd=U.REPO, timeout=280).expect(0, config)
+    check(not unused_notes(r), "%s sets keys it does not use\n%s", config, r.describe())
     check("done: 2 steps" in r.err, "%s did not train 2 steps\n%s", config, r.describe())
     check(U.checkpoints(run_dir) == ["step_0000000002"], "checkpoints %s", U.checkpoints(run_dir))
     U.same_snapshot(before, U.snapshot(os.path.join(U.REPO, "runs")), "the repository's runs/")
@@ -818,6 +820,122 @@ def test_stdout_write_failure(h):
               "%s with stdout on /dev/full: exit %d\n%s", args[0], p.returncode, p.stderr[-2000:])
 
 
+NOTE_RE = re.compile(r"^pipetrain: note: (.*?)(\S+) is not used: (.*)$")
+
+
+def unused_notes(r):
+    """{key: (where, why)} of the 'KEY is not used' notes on stderr."""
+    out = {}
+    for line in r.err.splitlines():
+        m = NOTE_RE.match(line)
+        if m:
+            check(m.group(2) not in out, "%s noted twice\n%s", m.group(2), r.describe())
+            out[m.group(2)] = (m.group(1), m.group(3))
+    return out
+
+
+def unused_case(h, name, keys, expect, sets=(), command="plan"):
+    """Runs `command` on keys (and --set's); the keys it notes as not used
+    must be exactly expect, each noted where it was set."""
+    path = U.write_config(h, name + ".yaml", keys)
+    text = open(path).read()
+    args = [command, path]
+    for s in sets:
+        args += ["--set", s]
+    r = h.run(args).expect(0, name)
+    got = unused_notes(r)
+    check(set(got) == set(expect), "%s: notes for %s, expected %s\n%s", name, sorted(got),
+          sorted(expect), r.describe())
+    set_keys = {s.split("=", 1)[0] for s in sets}
+    for key, (where, why) in got.items():
+        want = "--set: " if key in set_keys else "%s:%d: " % (path, U.line_of(text, key))
+        check(where == want, "%s: %s noted at %r, expected %r", name, key, where, want)
+        check(why.startswith("read only with "), "%s: %s: %r", name, key, why)
+    return got
+
+
+def test_unused_keys_noted(h):
+    """A key the config sets that its run never reads (model.patch for a
+    gpt, cache.* with the cache off, ...) gets a note naming where it was
+    set and what reads it, from train and plan; keys that are read, and keys
+    left at their defaults, get none; eval prints none."""
+    vit = U.tiny("vit", h.path("run"))
+    gpt = U.tiny("gpt", h.path("run"))
+    text = U.write(h.path("t.txt"), "in the beginning god created the heaven and the earth\n" * 40)
+    disk = h.path("disk")
+    os.makedirs(disk)
+    off = {  # read by nothing a vit on synthetic images does
+        "model.context": "16", "model.vocab": "30", "model.positions": "20",
+        "model.type_vocab": "2", "model.dropout": "0", "model.attention_dropout": "auto",
+        "data.text": text, "data.train_file": "x.tsv", "data.test_file": "y.tsv",
+        "data.vocab": "v.txt", "data.lowercase": "true", "data.strip_accents": "false",
+        "data.split_cjk": "true", "data.test_fraction": "0.2", "data.train_images": "a",
+        "data.train_labels": "b", "data.test_images": "c", "data.test_labels": "d",
+        "data.mean": "0.5", "data.std": "0.5", "sample.length": "4", "sample.temperature": "1",
+        "sample.top_k": "3", "sample.prompt": "hi", "train.schedule": "constant",
+        "freeze.alpha": "0.5", "freeze.every": "2", "freeze.unit": "step", "freeze.start": "2",
+        "freeze.max_depth": "1", "pipeline.elastic": "false", "cache.memory_gib": "0.5",
+        "cache.disk_dir": disk, "cache.disk_gib": "1", "cache.min_depth": "1"}
+    expect = set(off) - {"train.schedule"} | {"train.min_lr"}  # tiny sets min_lr
+    unused_case(h, "vit_off", dict(vit, **off), expect)
+    # the same keys read: nothing noted
+    on = {"freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.every": "2",
+          "freeze.unit": "step", "freeze.start": "2", "freeze.max_depth": "1",
+          "pipeline.elastic": "false", "cache.enabled": "true", "cache.memory_gib": "0.5",
+          "cache.disk_dir": disk, "cache.disk_gib": "1", "cache.min_depth": "1",
+          "train.schedule": "linear", "model.patch": "4", "model.classes": "4",
+          "data.image_size": "8", "data.synthetic_examples": "40"}
+    unused_case(h, "vit_on", dict(vit, **on), set())
+    # a gpt: patches, classes and image sizes are not its; its sample keys
+    # only while it samples; the --set ones are noted as --set's
+    unused_case(h, "gpt_off", dict(gpt, **{"model.patch": "4", "model.classes": "4",
+                                           "data.image_size": "8", "sample.prompt": "x"}),
+                {"model.patch", "model.classes", "data.image_size", "sample.prompt",
+                 "freeze.alpha"},
+                sets=("sample.length=0", "freeze.alpha=0.5"))
+    got = unused_case(h, "gpt_sets", gpt, {"freeze.alpha", "model.patch"},
+                      sets=("freeze.alpha=0.5", "model.patch=2"))
+    check("freeze.policy is none" in got["freeze.alpha"][1], "%r", got["freeze.alpha"])
+    check("model.kind is gpt" in got["model.patch"][1], "%r", got["model.patch"])
+    unused_case(h, "gpt_on", dict(gpt, **{"sample.temperature": "1", "sample.top_k": "3",
+                                          "sample.prompt": "x", "model.context": "16"}), set())
+    # text data: the synthetic count is not read, the split fraction is
+    unused_case(h, "gpt_text", dict(gpt, **{"data.kind": "text", "data.text": text,
+                                            "data.test_fraction": "0.2"}),
+                {"data.synthetic_examples"})
+    # bert: its tables are read; a test file makes data.test_fraction unread
+    bert = dict(U.tiny("gpt", h.path("run")), **U.bert_files(h, 40, 1))
+    bert.update({"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                 "model.type_vocab": "2", "model.dropout": "0", "model.classes": "3",
+                 "data.kind": "text_classification", "sample.length": None,
+                 "data.synthetic_examples": None})
+    got = unused_case(h, "bert_test_file", dict(bert, **{"data.test_fraction": "0.2",
+                                                         "model.patch": "4"}),
+                      {"data.test_fraction", "model.patch"})
+    check("data.test_file is set" in got["data.test_fraction"][1], "%r", got["data.test_fraction"])
+    unused_case(h, "bert_on", dict(bert, **{"data.test_file": None, "data.test_fraction": "0.25",
+                                            "data.lowercase": "true"}), set())
+    # IDX images read their files and normalisation; no image size is set there
+    def idx(name, count, side=0, labels=None):
+        if labels is not None:
+            return U.write(h.path(name), struct.pack(">II", 0x801, count) + bytes(labels), "wb")
+        return U.write(h.path(name), struct.pack(">IIII", 0x803, count, side, side) +
+                       bytes((i * 37) % 256 for i in range(count * side * side)), "wb")
+    files = {"data.train_images": idx("ti", 40, 8), "data.test_images": idx("vi", 12, 8),
+             "data.train_labels": idx("tl", 40, labels=[i % 4 for i in range(40)]),
+             "data.test_labels": idx("vl", 12, labels=[i % 4 for i in range(12)])}
+    unused_case(h, "idx_on", dict(vit, **files, **{"data.kind": "idx", "data.mean": "0.5",
+                                                   "data.std": "0.25", "data.image_size": None,
+                                                   "data.synthetic_examples": None}), set())
+    unused_case(h, "idx_off", dict(vit, **files, **{"data.kind": "idx", "data.mean": "0.5"}),
+                {"data.image_size", "data.synthetic_examples"})
+    # train notes them too (after it has started); eval of its checkpoint does not
+    keys = dict(vit, **{"model.context": "16", "train.max_steps": "2"})
+    unused_case(h, "vit_train", keys, {"model.context"}, command="train")
+    r = h.run(["eval", U.write_config(h, "vit_train.yaml", keys)]).expect(0)
+    check(not unused_notes(r), "eval noted unused keys\n%s", r.describe())
+
+
 def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
            test_keys_takes_no_arguments,
@@ -830,7 +948,8 @@ def tests():
            test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
            test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_sample_escapes_are_unambiguous,
-           test_bench_reads_the_eval_lines, test_stdout_write_failure]
+           test_bench_reads_the_eval_lines, test_stdout_write_failure,
+           test_unused_keys_noted]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
                     ("eval_logits_gpt", logits_case("gpt", 10 * CONTEXT, 256))]:
