@@ -524,6 +524,9 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
         rc = pt_manifest_config(&m, cfg, &arch, err);
     if (rc == 0)
         rc = pt_manifest_state(&m, &st, err);
+    /* its own architecture: the units it lists must be that model's */
+    if (rc == 0)
+        rc = pt_manifest_check_arch(&arch, &m, 0, NULL, err);
     if (rc == 0) {
         const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
         rc = pt_freeze_init(&freeze, &none, arch.layers, err);

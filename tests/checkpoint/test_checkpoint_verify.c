@@ -174,6 +174,9 @@ static void test_bad_fields(void)
                  "not a unit file of this directory");
     refused_with("checkpoint", json_string("00000000000000000000000000000000"),
                  "files of different checkpoints were mixed");
+    /* a unit the model has not, in a file that is listed */
+    refused_with("units/blocks.7.mlp", json_string("units-stage0.bin"),
+                 "lists a unit 'blocks.7.mlp' that the model it holds has not");
 }
 
 static const pt_test verify_tests[] = {
