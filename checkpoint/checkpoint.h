@@ -108,6 +108,16 @@ int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err);
  * manifest lists. 0, or PT_EINPUT with the message a resume would give. */
 int pt_checkpoint_verify(const char *dir, pt_err *err);
 
+/* What a checkpoint holds, for `pipetrain inspect`: verified first (as
+ * pt_checkpoint_verify), then a new JSON object in *out: checkpoint, id,
+ * step, epoch, epoch_step, batch, seed, model {kind, parameters, dim,
+ * layers, heads, mlp_hidden, tokens, classes}, frozen_blocks, lr {schedule,
+ * peak, min, warmup_steps, total_steps, next: the rate of the next update},
+ * labels (null or the class names), data {train, test, vocab: null or
+ * {sha256, examples}}, started_in (null where not recorded), files, bytes;
+ * and the config the run saved into *cfg. */
+int pt_checkpoint_describe(const char *dir, pt_config *cfg, json_t **out, pt_err *err);
+
 /* ---------------------------------------------- the run directory (rundir.c) */
 
 enum { PT_CKPT_PATH = 2 * PT_PATH_MAX };

@@ -552,3 +552,106 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     pt_manifest_close(&m);
     return rc;
 }
+
+/* A string of the manifest or JSON null (a field an older format lacks). */
+static json_t *string_or_null(const json_t *v)
+{
+    return json_is_string(v) ? json_string(json_string_value(v)) : json_null();
+}
+
+/* The "data" record's part as {"sha256", "examples"} or null. */
+static int describe_data(const manifest *m, const char *part, json_t *out, pt_err *err)
+{
+    const char *sha;
+    int64_t examples;
+    int rc = pt_manifest_data(m, part, &sha, &examples, err);
+    if (rc)
+        return rc;
+    json_t *o = json_null();
+    if (sha) {
+        o = json_object();
+        json_object_set_new(o, "sha256", json_string(sha));
+        if (examples >= 0)
+            json_object_set_new(o, "examples", json_integer((json_int_t)examples));
+    }
+    json_object_set_new(out, part, o);
+    return 0;
+}
+
+int pt_checkpoint_describe(const char *dir, pt_config *cfg, json_t **out, pt_err *err)
+{
+    *out = NULL;
+    int rc = pt_checkpoint_verify(dir, err);
+    manifest m;
+    if (rc || (rc = pt_manifest_open(&m, dir, err)))
+        return rc;
+    pt_arch arch;
+    saved_state st;
+    const json_t *labels = NULL;
+    int count = 0;
+    if ((rc = pt_manifest_config(&m, cfg, &arch, err)) ||
+        (rc = pt_manifest_state(&m, &st, err)) ||
+        (rc = pt_manifest_labels(&m, arch.classes, &labels, &count, err))) {
+        pt_manifest_close(&m);
+        return rc;
+    }
+    const json_t *depth = json_object_get(json_object_get(m.j, "freeze"), "depth");
+    size_t params = 0;
+    for (int u = 0; u < pt_arch_units(&arch); u++) {
+        pt_unit_info info;
+        pt_unit_info_get(&arch, u, &info);
+        params += info.numel;
+    }
+    json_t *o = json_object(), *model = json_object(), *lr = json_object(), *data = json_object();
+    json_object_set_new(o, "checkpoint", json_string(dir));
+    json_object_set_new(o, "id", json_string(m.id));
+    json_object_set_new(o, "step", json_integer((json_int_t)m.step));
+    json_object_set_new(o, "epoch", json_integer((json_int_t)st.epoch));
+    json_object_set_new(o, "epoch_step", json_integer((json_int_t)st.epoch_step));
+    json_object_set_new(o, "batch", json_integer((json_int_t)st.batch));
+    json_object_set_new(o, "seed", json_integer((json_int_t)st.seed));
+    json_object_set_new(model, "kind", json_string(pt_config_word("model.kind", arch.kind)));
+    json_object_set_new(model, "parameters", json_integer((json_int_t)params));
+    json_object_set_new(model, "dim", json_integer(arch.dim));
+    json_object_set_new(model, "layers", json_integer(arch.layers));
+    json_object_set_new(model, "heads", json_integer(arch.heads));
+    json_object_set_new(model, "mlp_hidden", json_integer(arch.mlp_hidden));
+    json_object_set_new(model, "tokens", json_integer(pt_arch_tokens(&arch)));
+    json_object_set_new(model, "classes", json_integer(pt_arch_out_classes(&arch)));
+    json_object_set_new(o, "model", model);
+    /* verified: an integer from 0 to the blocks */
+    json_object_set_new(o, "frozen_blocks", json_integer(json_integer_value(depth)));
+    json_object_set_new(lr, "schedule", json_string(pt_config_word("train.schedule", st.lr.kind)));
+    json_object_set_new(lr, "peak", pt_json_number(st.lr.base));
+    json_object_set_new(lr, "min", pt_json_number(st.lr.min_lr));
+    json_object_set_new(lr, "warmup_steps", json_integer((json_int_t)st.lr.warmup));
+    json_object_set_new(lr, "total_steps", json_integer((json_int_t)st.lr.total));
+    json_object_set_new(lr, "next", pt_json_number(pt_lr_at(&st.lr, m.step)));
+    json_object_set_new(o, "lr", lr);
+    json_t *names = json_null();
+    if (count) {
+        names = json_array();
+        for (int i = 0; i < count; i++)
+            json_array_append_new(names, json_string(json_string_value(json_array_get(labels, i))));
+    }
+    json_object_set_new(o, "labels", names);
+    const char *parts[3] = {"train", "test", "vocab"};
+    for (int i = 0; rc == 0 && i < 3; i++)
+        rc = describe_data(&m, parts[i], data, err);
+    json_object_set_new(o, "data", data);
+    json_object_set_new(o, "started_in", string_or_null(json_object_get(m.j, "cwd")));
+    json_int_t bytes = 0;
+    const char *name;
+    const json_t *file;
+    json_object_foreach((json_t *)m.files, name, file)
+        bytes += json_integer_value(json_object_get(file, "bytes"));
+    json_object_set_new(o, "files", json_integer((json_int_t)json_object_size(m.files)));
+    json_object_set_new(o, "bytes", json_integer(bytes));
+    pt_manifest_close(&m);
+    if (rc) {
+        json_decref(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
+}

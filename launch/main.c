@@ -12,6 +12,7 @@
 #include "cache/cache.h"
 #include "checkpoint/checkpoint.h"
 #include "launch/export.h"
+#include "launch/inspect.h"
 #include "launch/outputs.h"
 #include "launch/report.h"
 #include "launch/session.h"
@@ -48,6 +49,11 @@ static const char usage[] =
     "        shapes; model.kind bert: OUT is a directory that gets a Hugging Face\n"
     "        BERT (model.safetensors with transformers' names, config.json, and the\n"
     "        run's vocab.txt with a tokenizer_config.json)\n"
+    "  inspect DIR [--config]\n"
+    "        verify a checkpoint (DIR, or a run directory's newest) and print what\n"
+    "        it holds as JSON: step, epoch, model, frozen blocks, learning rate,\n"
+    "        labels, data digests; --config: the configuration it was saved with\n"
+    "        (YAML that train reads back)\n"
     "  keys  every configuration key, its default and what it allows (Markdown)\n"
     "\n"
     "train, eval and plan run under mpirun for several ranks, e.g.\n"
@@ -682,6 +688,32 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     return rc;
 }
 
+static int cmd_inspect(int argc, char **argv)
+{
+    int config = 0;
+    const char *dir = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && !config)
+            config = 1;
+        else if (strcmp(argv[i], "--config") == 0)
+            return usage_error("inspect: --config given twice%s", "");
+        else if (argv[i][0] == '-' && argv[i][1])
+            return usage_error("inspect: unknown option '%s'", argv[i]);
+        else if (dir)
+            return usage_error("inspect takes one checkpoint or run directory, got also '%s'",
+                               argv[i]);
+        else
+            dir = argv[i];
+    }
+    if (!dir)
+        return usage_error("inspect takes a checkpoint directory or a run directory%s", "");
+    pt_err err = {0};
+    int rc = pt_cli_path_ok("inspect: DIR", dir, &err);
+    if (rc == 0)
+        rc = pt_inspect(dir, config, &err);
+    return rc ? report(NULL, rc, &err) : 0;
+}
+
 static int cmd_export(int argc, char **argv)
 {
     if (argc != 4)
@@ -772,7 +804,7 @@ static int run_main(int argc, char **argv)
     }
     if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) &&
         (strcmp(cmd, "train") == 0 || strcmp(cmd, "eval") == 0 || strcmp(cmd, "plan") == 0 ||
-         strcmp(cmd, "export") == 0)) {
+         strcmp(cmd, "export") == 0 || strcmp(cmd, "inspect") == 0)) {
         fputs(usage, stdout); /* `pipetrain train --help`: the usage, not a config named --help */
         return 0;
     }
@@ -780,6 +812,8 @@ static int run_main(int argc, char **argv)
         catch_end_signals();
         return cmd_export(argc, argv);
     }
+    if (strcmp(cmd, "inspect") == 0)
+        return cmd_inspect(argc, argv);
     int (*run_cmd)(pt_comm *, const cli *) = strcmp(cmd, "train") == 0  ? cmd_train
                                             : strcmp(cmd, "eval") == 0 ? cmd_eval
                                             : strcmp(cmd, "plan") == 0 ? cmd_plan

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -90,7 +91,9 @@ def all_refuse(h, cfg, run_dir, ckpt_dir, needles, modes=("auto", "path", "eval"
     before = U.snapshot(run_dir)
     out = h.path("export-out.safetensors")
     fresh = h.path("fresh-parent/fresh-run")
-    for mode in list(modes) + (["fresh"] if "path" in modes else []):
+    # inspect verifies a checkpoint whole, as export reads it
+    extra = (["fresh"] if "path" in modes else []) + (["inspect"] if "export" in modes else [])
+    for mode in list(modes) + extra:
         if mode == "fresh":
             r = h.run(["train", cfg, "--set", "train.resume=" + ckpt_dir, "--set",
                        "run.dir=" + fresh])
@@ -107,6 +110,9 @@ def all_refuse(h, cfg, run_dir, ckpt_dir, needles, modes=("auto", "path", "eval"
             r = h.run(["eval", cfg, "--checkpoint", ckpt_dir])
         elif mode == "eval-default":
             r = h.run(["eval", cfg])
+        elif mode == "inspect":
+            r = h.run(["inspect", ckpt_dir])
+            check(not r.out, "inspect of a bad checkpoint printed %r", r.out[:200])
         else:
             r = h.run(["export", ckpt_dir, out])
             check(not os.path.exists(out), "export of a bad checkpoint left %s", out)
@@ -2210,6 +2216,78 @@ def test_lock_file_removed_while_waited_for(h):
     check(not failed, "%d of 5 jobs failed:\n%s", len(failed), "\n".join(failed[:2]))
 
 
+def inspected(h, path, *extra):
+    r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)
+    return r.out if extra else json.loads(r.out)
+
+
+def test_inspect(h):
+    """`inspect` tells what a checkpoint holds without changing a byte:
+    the step, position, frozen blocks and parameter count that a resume from
+    it starts with (its start line), the learning rate of the update after it
+    (the uninterrupted run's next step line), and for a run directory its
+    newest checkpoint; `--config` prints the configuration the run saved, which
+    resumes it; a bert's labels and data counts. Bad arguments exit 2."""
+    frz = {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.every": "3",
+           "freeze.start": "3", "freeze.alpha": "0.5", "train.warmup_steps": "4"}
+    _, orig = trained(h, "frz", **frz)
+    before = U.snapshot(orig)
+    steps = {rec["step"]: rec for rec in U.metrics(orig)[0]}
+    params = U.starts(orig)[0]["parameters"]
+    newest = inspected(h, orig)
+    check(newest["checkpoint"] == U.ckpt(orig, LAST) and newest["step"] == LAST,
+          "a run directory's newest: %s", newest)
+    depths = set()
+    for step in (3, 6, 9):
+        ck = U.ckpt(orig, step)
+        o = inspected(h, ck)
+        depths.add(o["frozen_blocks"])
+        check(o["checkpoint"] == ck and o["step"] == step and o["batch"] == 8 and o["seed"] == 3,
+              "step %d: %s", step, o)
+        check(o["model"]["kind"] == "vit" and o["model"]["parameters"] == params and
+              o["model"]["layers"] == 2 and o["model"]["tokens"] == 5, "step %d: %s", step, o)
+        check(o["lr"]["next"] == steps[step + 1]["lr"], "step %d: next lr %r, the run's %r", step,
+              o["lr"]["next"], steps[step + 1]["lr"])
+        check(o["lr"]["schedule"] == "cosine" and o["lr"]["warmup_steps"] == 4 and
+              o["lr"]["total_steps"] == LAST, "step %d: %s", step, o["lr"])
+        check(o["labels"] is None and o["files"] == len(U.unit_files(ck)), "step %d: %s", step, o)
+        # what a resume from it starts at
+        cfg, run_dir = copy_run(h, orig, "resume%d" % step, **frz,
+                                **{"train.max_steps": str(step + 1)})
+        shutil.rmtree(os.path.join(run_dir, "checkpoints"))
+        shutil.copytree(ck, os.path.join(run_dir, "checkpoints", os.path.basename(ck)))
+        os.remove(os.path.join(run_dir, "metrics.jsonl"))
+        h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume %d" % step)
+        start = U.starts(run_dir)[0]
+        for key in ("step", "epoch", "epoch_step", "frozen_blocks"):
+            check(start[key] == o[key], "step %d: %s: inspect %r, resume %r", step, key, o[key],
+                  start[key])
+    check(depths == {1, 2}, "frozen blocks at steps 3, 6, 9: %s", depths)
+    # --config: the saved configuration, which resumes the run
+    text = inspected(h, U.ckpt(orig, 9), "--config")
+    copy = h.path("copy")
+    shutil.copytree(orig, copy)
+    cfg = U.write(h.path("saved.yaml"), text)
+    r = h.run(["train", cfg, "--set", "run.dir=" + copy, "--set", "train.resume=" +
+               U.ckpt(copy, 9)]).expect(0, "resuming with the saved config")
+    check("resumed at step 9" in r.err, "%s", r.describe())
+    U.same_snapshot(before, U.snapshot(orig), "the inspected run")
+    # bert: labels and data
+    b = inspected(h, trained_bert(h))
+    check(b["labels"] == ["a", "b", "c"] and b["model"]["kind"] == "bert", "bert: %s", b)
+    check(b["data"]["train"]["examples"] == 40 and b["data"]["test"]["examples"] == 16 and
+          re.fullmatch("[0-9a-f]{64}", b["data"]["vocab"]["sha256"]), "bert data: %s", b["data"])
+    for args, needle in ((["inspect"], "inspect takes"), (["inspect", orig, orig], "got also"),
+                         (["inspect", orig, "--json"], "unknown option"),
+                         (["inspect", orig, "--config", "--config"], "twice"),
+                         (["inspect", h.path("none")], "none/manifest"),
+                         (["inspect", h.dir], "manifest")):
+        r = h.run(args).expect(2, " ".join(args))
+        check(needle in r.err and not r.out, "%s: %s", args, r.describe())
+    os.makedirs(h.path("empty/checkpoints"))
+    h.run(["inspect", h.path("empty")]).expect(2).one_error("without a complete checkpoint")
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -2259,6 +2337,7 @@ def tests():
         test_real_paths_past_path_max,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
         test_step_directory_under_another_name, test_lock_file_removed_while_waited_for,
+        test_inspect,
     ]
 
 
