@@ -629,9 +629,16 @@ double pt_link_bandwidth(double bytes, double t_small, double t_big)
      * loaded machine a few small messages can take longer than the big
      * ones, and then the big ones' own rate (a lower bound) is the figure:
      * never 0, which would say the link is not there */
-    if (t_big > t_small && t_big - t_small > 0.05 * t_big)
-        return bytes / (t_big - t_small);
-    return t_big > 0 ? bytes / t_big : bytes / 1e-9;
+    /* the latency taken off at most 90% of the big messages' time, so the
+     * figure moves smoothly with the timings and is at most 10 times that
+     * lower bound; and at most 1e15 bytes/s, what a profile may state
+     * (checkpoint/profile.c reads back no more) */
+    const double most = 1e15;
+    if (!(t_big > 0))
+        return most;
+    const double lat = t_small > 0 ? (t_small < 0.9 * t_big ? t_small : 0.9 * t_big) : 0;
+    const double bw = bytes / (t_big - lat);
+    return bw < most ? bw : most;
 }
 
 int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double *latency, pt_err *err)

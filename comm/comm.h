@@ -149,7 +149,8 @@ void pt_mesh_groups_free(pt_mesh_groups *g);
 int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double *latency, pt_err *err);
 /* A link's bytes/s from the one-way seconds of a message of `bytes` bytes
  * (t_big) and of a small one (t_small, the latency): positive whatever the
- * timings (a loaded machine can make the small ones slower). */
+ * timings (a loaded machine can make the small ones slower), at most 10
+ * times bytes / t_big, and at most 1e15, moving smoothly with the timings. */
 double pt_link_bandwidth(double bytes, double t_small, double t_big);
 /* The world's node index of every rank ([size], owned by the comm). */
 const int *pt_comm_node_map(const pt_comm *c);
