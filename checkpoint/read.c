@@ -250,6 +250,51 @@ static void note_other_test_split(const pt_ckpt_run *c, const manifest *m)
     free(was);
 }
 
+/* The differences between a and b (as pt_config_differences) in the keys
+ * that decide how many training examples b's data.kind makes: the kind,
+ * where the examples come from, and what splits the test examples off them;
+ * not those that change only their order, pixels or test split
+ * (data.shuffle, data.mean, data.test_images, ...). Returns how many. */
+static int train_count_differences(const pt_config *a, const pt_config *b, char *out, size_t n)
+{
+    const char *keys[4] = {"data.kind", NULL, NULL, NULL};
+    switch (b->data.kind) {
+    case PT_DATA_FASHION_MNIST:
+    case PT_DATA_IDX:
+        keys[1] = "data.train_images";
+        keys[2] = "data.train_labels";
+        break;
+    case PT_DATA_TEXT_FILE:
+    case PT_DATA_KJV:
+        keys[1] = "data.text";
+        keys[2] = "data.test_fraction";
+        break;
+    case PT_DATA_TEXT_CLASSIFICATION:
+        keys[1] = "data.train_file";
+        keys[2] = "data.test_file";
+        keys[3] = *b->data.test_file ? NULL : "data.test_fraction";
+        break;
+    default:
+        keys[1] = "data.synthetic_examples";
+        break;
+    }
+    int count = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < 4 && keys[i]; i++) {
+        char one[1024];
+        if (pt_config_differences(a, b, keys[i], one, sizeof one) <= 0)
+            continue;
+        const size_t sep = count++ ? 2 : 0, len = strlen(one);
+        if (used + sep + len < n) { /* else cut: the rest is not written */
+            memcpy(out + used, ", ", sep);
+            memcpy(out + used + sep, one, len + 1);
+            used += sep + len;
+        }
+    }
+    return count;
+}
+
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
     pt_run *r = c->run;
@@ -375,15 +420,16 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                          dir, st.seed, c->cfg->run.seed);
         } else if (st.epoch_step > 0 && st.epoch_step >= pt_sampler_steps(&r->sampler)) {
             /* the key that changed the data, named as the others are: the
-             * first data.* key that differs from the saved run's, else the
-             * file the training examples come from (changed in place) */
+             * first key that decides the count of training examples and
+             * differs from the saved run's, else the file the training
+             * examples come from (changed in place) */
             static char key[64];
             char diff[1024] = "", from[2 * PT_PATH_MAX + 80];
             pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
             pt_arch saved;
             pt_err ignored;
             if (was && pt_manifest_config(&m, was, &saved, &ignored) == 0 &&
-                pt_config_differences(was, c->cfg, "data.", diff, sizeof diff) > 0) {
+                train_count_differences(was, c->cfg, diff, sizeof diff) > 0) {
                 snprintf(key, sizeof key, "%.*s", (int)strcspn(diff, " "), diff);
                 arch_key = key;
             } else {

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -82,7 +83,15 @@ static char *directory_of(const char *path)
 static size_t temp_base_len(const char *base)
 {
     const size_t room = 255 - strlen(PT_TEMP_MARK) - 10 - 1 - TEMP_ID_CHARS, b = strlen(base);
-    return b < room ? b : room;
+    if (b < room)
+        return b;
+    /* not inside a UTF-8 character: a name cut there is not valid UTF-8,
+     * which some file systems refuse (ZFS's utf8only, strict casefolding)
+     * where the whole name is fine */
+    size_t n = room; /* a character has at most 3 continuation bytes */
+    while (n > room - 3 && ((unsigned char)base[n] & 0xC0) == 0x80)
+        n--;
+    return n;
 }
 
 /* Whether directory entry `name` is a temporary name of a file whose last
@@ -250,6 +259,31 @@ void pt_wfile_remove_temporaries(void)
 }
 
 void pt_made_dirs_untrack(int slot) { untrack(slot); }
+
+/* A handler stores the signal before it looks at `grouping`, and end clears
+ * `grouping` before it looks at the signal (both sequentially consistent):
+ * either end sees the signal and raises it, or the handler sees no group and
+ * goes on as without one; it is never lost. */
+static atomic_int grouping, deferred;
+
+void pt_wfile_group_begin(void) { atomic_store(&grouping, 1); }
+
+void pt_wfile_group_end(void)
+{
+    atomic_store(&grouping, 0);
+    const int sig = atomic_exchange(&deferred, 0);
+    if (sig)
+        raise(sig);
+}
+
+int pt_wfile_defer_signal(int sig)
+{
+    atomic_store(&deferred, sig);
+    if (atomic_load(&grouping))
+        return 1;
+    atomic_store(&deferred, 0);
+    return 0;
+}
 
 static void wfile_free(pt_wfile *f)
 {
@@ -437,7 +471,11 @@ int pt_wfile_commit(pt_wfile *f, pt_err *err)
      * that its writer lives) is held through the rename, by a second
      * descriptor of the same open file: close below drops none while it is
      * open */
-    const int held = dup(f->fd);
+    const int held = rc ? -1 : fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
+    if (!rc && held < 0) /* without it a sweep could take the file before the rename */
+        rc = pt_fail(err, PT_ESYS,
+                     "'%s': cannot hold the temporary file '%s' through its rename: %s", f->path,
+                     f->tmp, strerror(errno));
     /* close can report a deferred write error (NFS): it counts */
     if (close(f->fd) != 0 && !rc)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot close the temporary file '%s': %s", f->path,

@@ -84,6 +84,17 @@ void pt_wfile_abort(pt_wfile *f);
 enum { PT_WFILE_TRACKED = 16 };
 void pt_wfile_remove_temporaries(void);
 
+/* Outputs of several files put in place one after another (a bert export's
+ * renames) as a group: between begin and end, a signal handler that asks
+ * pt_wfile_defer_signal(sig) first has the signal put off (it returns 1 and
+ * does nothing else), and end raises it again once the group is in place, so
+ * that a stop never leaves some of the new files beside old ones. Begin and
+ * end on one thread, not nested; async-signal-safe, whatever thread the
+ * handler runs on. */
+void pt_wfile_group_begin(void);
+void pt_wfile_group_end(void);
+int pt_wfile_defer_signal(int sig);
+
 /* pt_wfile_open + pt_wfile_write + pt_wfile_commit. */
 int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *err);
 

@@ -320,13 +320,13 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
     size_t made;
     int tracked; /* and if a signal ends the export, from its first mkdir on */
     int rc = pt_mkdir_p_made(dir, 0777, &made, &tracked, err);
-    if (rc) {
+    if (rc) { /* a place the user named that cannot be made: bad input, as for train */
         pt_rmdir_made(dir, made);
         pt_made_dirs_untrack(tracked);
-        return rc;
+        return pt_err_input(rc, err);
     }
     size_t total = 0;
-    int n = 0;
+    int n = 0, grouped = 0;
     for (int u = 0; u < units; u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
@@ -390,6 +390,10 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
      * others follow it rather than leave a mix of old and new); after a
      * failure before this point, none */
     const int staged_all = rc == 0;
+    if (staged_all) { /* a stop waits until all four are in place */
+        pt_wfile_group_begin();
+        grouped = 1;
+    }
     for (int f = 0; f < 4; f++) {
         if (files[f] && staged_all) {
             pt_err later;
@@ -402,12 +406,14 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
     free(text);
     free(tok_text);
 done:
+    pt_made_dirs_untrack(tracked);
+    if (rc)
+        pt_rmdir_made(dir, made);
+    if (grouped) /* a signal put off ends the process now */
+        pt_wfile_group_end();
     free(host);
     free(t);
     free(names);
     free(shapes);
-    pt_made_dirs_untrack(tracked);
-    if (rc)
-        pt_rmdir_made(dir, made);
     return rc;
 }

@@ -738,6 +738,18 @@ static int cmd_export(int argc, char **argv)
  * as for train. */
 static void on_end_signal(int sig)
 {
+    if (pt_wfile_defer_signal(sig)) {
+        /* outputs going into place as a group (a bert export's renames):
+         * this handler again (SA_RESETHAND took it off) for when the group
+         * is in place and raises the signal again */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_end_signal;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sig, &sa, NULL);
+        return;
+    }
     pt_cache_release_names();
     pt_wfile_remove_temporaries();
     raise(sig); /* SA_RESETHAND: the default action now */

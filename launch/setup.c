@@ -756,7 +756,10 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     if (mode == PT_RUN_TRAIN) {
         /* rank 0 makes run.dir once every input has proved good; then every
          * rank opens its own files in it */
-        rc = s->rank == 0 ? pt_mkdir_p(c->run.dir, 0755, err) : 0;
+        size_t made = 0;
+        rc = s->rank == 0 ? pt_mkdir_p_made(c->run.dir, 0755, &made, NULL, err) : 0;
+        if (rc) /* a refused run leaves no directory it made, parents included */
+            pt_rmdir_made(c->run.dir, made);
         if (rc == PT_ESYS || rc == PT_EINPUT) { /* a place the user named that cannot be made */
             rc = pt_err_input(rc, err);
             pt_config_key_prefix(c, err, "run.dir");

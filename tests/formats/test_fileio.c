@@ -587,6 +587,70 @@ static void test_long_names(void)
     free_temp_dir(dir);
 }
 
+/* Whether s is valid UTF-8 (lead and continuation bytes only; enough for
+ * telling a cut character). */
+static int utf8_whole(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    while (*u) {
+        const int n = *u < 0x80 ? 1 : (*u & 0xE0) == 0xC0 ? 2 : (*u & 0xF0) == 0xE0 ? 3
+                                  : (*u & 0xF8) == 0xF0 ? 4 : 0;
+        if (n == 0)
+            return 0;
+        for (int i = 1; i < n; i++)
+            if ((u[i] & 0xC0) != 0x80)
+                return 0;
+        u += n;
+    }
+    return 1;
+}
+
+/* A long name of 2-, 3- and 4-byte characters, at every alignment: its
+ * temporary name is cut between characters, never inside one (a name that is
+ * not valid UTF-8 is refused by some file systems where the whole name is
+ * fine), and the write and the sweep work as for ASCII names. */
+static void test_long_utf8_names(void)
+{
+    char *dir = make_temp_dir();
+    CU_ASSERT_FATAL(dir != NULL);
+    pt_err err = {0};
+    const char *chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9d\x84\x9e"};
+    for (int c = 0; c < 3; c++)
+        for (int shift = 0; shift < 4; shift++) {
+            char name[256];
+            size_t len = (size_t)shift;
+            memset(name, 'x', len);
+            const size_t w = strlen(chars[c]);
+            while (len + w <= 255) {
+                memcpy(name + len, chars[c], w);
+                len += w;
+            }
+            name[len] = '\0';
+            char *path = join_path(dir, name);
+            pt_wfile *wf = NULL;
+            CU_ASSERT_FATAL(pt_wfile_open(&wf, path, &err) == 0);
+            int temps = 0;
+            DIR *d = opendir(dir);
+            for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+                if (e->d_name[0] != '.') {
+                    temps++;
+                    CU_ASSERT(utf8_whole(e->d_name));
+                    CU_ASSERT(strstr(e->d_name, ".tmp.") != NULL);
+                    CU_ASSERT(strlen(e->d_name) <= 255);
+                }
+            if (d)
+                closedir(d);
+            CU_ASSERT(temps == 1);
+            CU_ASSERT(pt_remove_dead_temporaries(path) == 0); /* its writer lives */
+            CU_ASSERT(pt_wfile_write(wf, "x", 1, &err) == 0);
+            CU_ASSERT(pt_wfile_commit(wf, &err) == 0);
+            CU_ASSERT(access(path, F_OK) == 0);
+            CU_ASSERT(unlink(path) == 0);
+            free(path);
+        }
+    free_temp_dir(dir);
+}
+
 static void test_remove_dead_temporaries(void)
 {
     char *dir = make_temp_dir();
@@ -693,6 +757,7 @@ static const pt_test fileio_tests[] = {
     {"little_endian_codecs", test_little_endian_codecs},
     {"remove_dead_temporaries", test_remove_dead_temporaries},
     {"long_names", test_long_names},
+    {"long_utf8_names", test_long_utf8_names},
     {"log_open", test_log_open},
     {NULL, NULL}};
 

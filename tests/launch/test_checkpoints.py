@@ -1112,6 +1112,96 @@ def test_stopped_bert_export_takes_back_its_directories(h):
     check(stopped >= 3, "only %d of 6 exports were stopped while writing", stopped)
 
 
+def test_signal_while_bert_export_renames(h):
+    """A stop signal that comes while a bert export puts its four staged
+    files in place, after any one of the renames: the export finishes the
+    group first, then ends by the signal, so its directory holds the whole new
+    export, never new files beside old or missing ones. A preloaded rename()
+    raises the signal right after the rename of the file named, so the moment
+    is exact."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return "skipped: no C compiler"
+    src = U.write(h.path("rename.c"), r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+int rename(const char *from, const char *to)
+{
+    int (*real)(const char *, const char *) = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    const int rc = real(from, to);
+    const char *after = getenv("PT_TEST_SIGNAL_AFTER");
+    size_t n = strlen(to), m = after ? strlen(after) : 0;
+    if (after && n >= m && strcmp(to + n - m, after) == 0)
+        raise(atoi(getenv("PT_TEST_SIGNAL")));
+    return rc;
+}
+""")
+    lib = h.path("rename.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", lib, src, "-ldl"], check=True)
+    run_dir = trained_bert(h)
+    ck, older = U.ckpt(run_dir, LAST), U.ckpt(run_dir, 3)
+    names = ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+    want = h.path("reference")
+    h.run(["export", ck, want]).expect(0, "the reference export")
+    want_bytes = {n: U.read_bytes(os.path.join(want, n)) for n in names}
+    old = h.path("old-export")
+    h.run(["export", older, old]).expect(0, "an export of step 3")
+    check(U.read_bytes(os.path.join(old, "model.safetensors")) != want_bytes["model.safetensors"],
+          "steps 3 and %d exported the same weights", LAST)
+    for i, (after, sig) in enumerate((a, s) for a in names for s in
+                                     (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)):
+        for into in ("new", "over"):
+            out = h.path("%s%d/out" % (into, i))
+            if into == "over":
+                shutil.copytree(old, out)
+            env = {"LD_PRELOAD": lib, "PT_TEST_SIGNAL_AFTER": "/" + after,
+                   "PT_TEST_SIGNAL": str(int(sig)),
+                   "ASAN_OPTIONS": "verify_asan_link_order=0:" + os.environ.get("ASAN_OPTIONS", "")}
+            full = dict(U.sanitizer_env(), **env)
+            p = subprocess.run([h.binary, "export", ck, out], capture_output=True, text=True,
+                               errors="replace", timeout=240, env=full, cwd=h.dir,
+                               stdin=subprocess.DEVNULL)
+            r = U.Result([h.binary, "export", ck, out], p.returncode, p.stdout, p.stderr)
+            U.no_sanitizer(r)
+            check(r.rc == -sig, "signal %d after %s (%s): exit %s\n%s", sig, after, into, r.rc,
+                  r.describe())
+            got = sorted(os.listdir(out)) if os.path.isdir(out) else None
+            check(got == names, "signal %d after %s (%s): the directory holds %s", sig, after,
+                  into, got)
+            for n in names:
+                check(U.read_bytes(os.path.join(out, n)) == want_bytes[n],
+                      "signal %d after %s (%s): %s is not the new export's", sig, after, into, n)
+
+
+def test_unmakeable_directories_leave_nothing(h):
+    """A run.dir or a bert export directory that cannot be made part of the
+    way down (a name past 255 bytes under new levels) is refused, exit 2
+    naming it, and the levels made before the failure are taken back (a
+    refused train used to leave them); a bert export from a working
+    directory that was removed is bad input too (exit 2, as for train)."""
+    cfg, _ = trained(h, "vit")
+    long = "b" * 256
+    for where in (os.path.join("new1", "new2", long), os.path.join(h.dir, "abs1", long, "x")):
+        r = h.run(["train", cfg, "--set", "run.dir=" + where]).expect(2, where)
+        r.one_error("run.dir", "File name too long")
+        check(not os.path.exists(os.path.join(h.dir, "new1")) and
+              not os.path.exists(os.path.join(h.dir, "abs1")), "a refused train left %s",
+              sorted(os.listdir(h.dir)))
+    bert = trained_bert(h)
+    ck = U.ckpt(bert, LAST)
+    r = h.run(["export", ck, os.path.join("e1", "e2", long, "out")]).expect(2)
+    r.one_error("File name too long")
+    check(not os.path.exists(h.path("e1")), "a refused export left %s", h.path("e1"))
+    p = subprocess.run(["sh", "-c", 'mkdir gone && cd gone && rmdir ../gone && exec "$0" export '
+                        '"$1" out', h.binary, ck], cwd=h.dir, capture_output=True, text=True,
+                       env=U.sanitizer_env(), timeout=240)
+    r = U.Result(["export from a removed directory"], p.returncode, p.stdout, p.stderr)
+    r.expect(2, "export from a removed working directory").one_error("out")
+
+
 def test_export_spares_data_files(h):
     """export never writes over the data a run trained on: an IDX run's four
     image and label files and a text run's data.text, named as the config
@@ -1321,6 +1411,13 @@ def test_resume_mid_epoch_after_data_shrank(h):
     ck = U.ckpt(run_dir, 3)
     all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "copy.yaml:", "data.synthetic_examples: ",
                                      "data.synthetic_examples 40 -> 16"], ("path",))
+    # beside keys that change only the order or the pixels (before it in the
+    # table), the key named is still the one that changed the count
+    cfg, run_dir = copy_run(h, orig, "copy2", **{"data.synthetic_examples": "16",
+                                                 "data.shuffle": "false", "data.hflip": "true"})
+    line = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 3)]).expect(2).one_error(
+        "copy2.yaml:", "data.synthetic_examples: ", "data.synthetic_examples 40 -> 16")
+    check("shuffle" not in line and "hflip" not in line, "%s", line)
 
 
 def test_resume_with_other_data_is_noted(h):
@@ -2315,6 +2412,7 @@ def tests():
         test_export_padded_bert,
         test_failed_bert_export_takes_back_its_directories,
         test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
+        test_signal_while_bert_export_renames, test_unmakeable_directories_leave_nothing,
         test_bert_export_paths_that_are_not_what_they_say,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
