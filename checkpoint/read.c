@@ -649,7 +649,7 @@ int pt_checkpoint_describe(const char *dir, pt_config *cfg, json_t **out, pt_err
         params += info.numel;
     }
     json_t *o = json_object(), *model = json_object(), *lr = json_object(), *data = json_object();
-    json_object_set_new(o, "checkpoint", json_string(dir));
+    json_object_set_new(o, "checkpoint", pt_json_text(dir));
     json_object_set_new(o, "id", json_string(m.id));
     json_object_set_new(o, "step", json_integer((json_int_t)m.step));
     json_object_set_new(o, "epoch", json_integer((json_int_t)st.epoch));

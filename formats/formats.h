@@ -320,6 +320,11 @@ int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err);
 /* A JSON number for v, or null when v is not finite (JSON has no NaN or
  * infinity); NULL only when out of memory. */
 json_t *pt_json_number(double v);
+/* A JSON string of text that may not be UTF-8 (a path from the command
+ * line): itself where it is, else with each byte that is not part of a
+ * valid UTF-8 character as U+FFFD (JSON holds only Unicode text); NULL only
+ * when out of memory. */
+json_t *pt_json_text(const char *s);
 
 /* The integer at key of obj into *v: PT_EINPUT naming `what` and the key if
  * it is missing or not an integer. */

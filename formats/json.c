@@ -5,6 +5,8 @@
 #include "formats/formats.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int load(json_t **out, const char *text, size_t n, size_t flags, pt_err *err)
 {
@@ -29,6 +31,49 @@ int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err)
 json_t *pt_json_number(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* Length of the valid UTF-8 character at s (shortest form, no surrogate,
+ * at most U+10FFFF), or 0. */
+static size_t utf8_char(const unsigned char *s)
+{
+    const unsigned c = s[0];
+    size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+json_t *pt_json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    const unsigned char *u = (const unsigned char *)s;
+    char *out = malloc(3 * strlen(s) + 1), *o = out;
+    if (!out)
+        return NULL;
+    while (*u) {
+        size_t n = utf8_char(u);
+        if (n) {
+            memcpy(o, u, n);
+            o += n;
+            u += n;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            u++;
+        }
+    }
+    *o = '\0';
+    j = json_string(out);
+    free(out);
+    return j;
 }
 
 int pt_json_get_i64(const json_t *obj, const char *key, int64_t *v, const char *what, pt_err *err)

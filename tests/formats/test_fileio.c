@@ -651,6 +651,30 @@ static void test_long_utf8_names(void)
     free_temp_dir(dir);
 }
 
+/* pt_json_text: valid UTF-8 as it is; each byte of an invalid sequence
+ * (a lone or cut byte, an overlong form, a surrogate, past U+10FFFF) as one
+ * U+FFFD, what is around it kept; never NULL for a path that is not UTF-8
+ * (json_string alone gives NULL, and inspect lost its "checkpoint"). */
+static void test_json_text(void)
+{
+    const char *cases[][2] = {
+        {"runs/x", "runs/x"},
+        {"caf\xc3\xa9/\xe2\x82\xac/\xf0\x9d\x84\x9e", "caf\xc3\xa9/\xe2\x82\xac/\xf0\x9d\x84\x9e"},
+        {"r\xffn", "r\xef\xbf\xbdn"},
+        {"end\xc3", "end\xef\xbf\xbd"},
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"a\xed\xa0\x80" "b", "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b"},
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe2\x82" "x\xc3\xa9", "\xef\xbf\xbd\xef\xbf\xbd" "x\xc3\xa9"},
+        {"", ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = pt_json_text(cases[i][0]);
+        CU_ASSERT_FATAL(j != NULL);
+        CU_ASSERT_STRING_EQUAL(json_string_value(j), cases[i][1]);
+        json_decref(j);
+    }
+}
+
 static void test_remove_dead_temporaries(void)
 {
     char *dir = make_temp_dir();
@@ -758,6 +782,7 @@ static const pt_test fileio_tests[] = {
     {"remove_dead_temporaries", test_remove_dead_temporaries},
     {"long_names", test_long_names},
     {"long_utf8_names", test_long_utf8_names},
+    {"json_text", test_json_text},
     {"log_open", test_log_open},
     {NULL, NULL}};
 

@@ -2383,6 +2383,12 @@ def test_inspect(h):
         check(needle in r.err and not r.out, "%s: %s", args, r.describe())
     os.makedirs(h.path("empty/checkpoints"))
     h.run(["inspect", h.path("empty")]).expect(2).one_error("without a complete checkpoint")
+    # a path that is not UTF-8 (JSON holds only Unicode): its bytes as U+FFFD
+    odd = os.path.join(h.dir, os.fsdecode(b"r\xffn"))
+    shutil.copytree(orig, odd)
+    o = inspected(h, odd)
+    check(o["checkpoint"] == os.path.join(h.dir, "r\ufffdn", "checkpoints", "step_%010d" % LAST),
+          "a path that is not UTF-8: %r", o.get("checkpoint"))
 
 
 def tests():
