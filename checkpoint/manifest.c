@@ -509,6 +509,13 @@ int pt_manifest_state(const manifest *m, saved_state *st, pt_err *err)
     if (st->epoch < 0 || st->epoch_step < 0 || kind < 0 || kind > PT_LR_LINEAR)
         return pt_fail(err, PT_EINPUT, "%s: epoch %" PRId64 ", epoch_step %" PRId64
                        ", lr.kind %" PRId64 " out of range", what, st->epoch, st->epoch_step, kind);
+    /* what a config can set (train.batch, run.seed, train.lr and
+     * train.min_lr, the warm-up and the steps): a save writes nothing else */
+    if (st->batch < 1 || st->seed < 0 || st->lr.warmup < 0 || st->lr.total < 0 ||
+        !(st->lr.base > 0 && st->lr.base <= 10) || !(st->lr.min_lr >= 0 && st->lr.min_lr <= 10))
+        return pt_fail(err, PT_EINPUT, "%s: batch %" PRId64 ", seed %" PRId64 ", lr.base %g, lr.min "
+                       "%g, lr.warmup %" PRId64 " or lr.total %" PRId64 " out of range", what,
+                       st->batch, st->seed, st->lr.base, st->lr.min_lr, st->lr.warmup, st->lr.total);
     st->lr.kind = (pt_lr_kind)kind;
     return 0;
 }

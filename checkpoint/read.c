@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* The unit files of a manifest, opened one at a time as units ask for them
  * (a stage's units are consecutive, so each file is opened once). */
@@ -37,6 +38,14 @@ static int open_unit_file(const manifest *m, const char *file, pt_recfile **out,
     if (!json_is_integer(bytes) || !json_is_string(sha) || json_string_length(sha) != 64)
         return pt_fail(err, PT_EINPUT, "'%s/manifest' names unit file '%s' but does not list its "
                        "size and SHA-256", m->dir, file);
+    /* the size first: a file of another size is refused without reading
+     * it (a sparse file of terabytes would take hours to hash) */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size != (uint64_t)json_integer_value(bytes))
+        return pt_fail(err, PT_EINPUT, "'%s' is not the file this checkpoint's manifest lists "
+                       "(other size): it was changed, damaged or copied from another checkpoint",
+                       path);
     unsigned char digest[32];
     uint64_t size;
     char hex[65];
@@ -591,6 +600,9 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
         rc = pt_manifest_labels(&m, arch.classes, &labels, &count, err);
     if (rc == 0)
         rc = pt_manifest_check_data(&m, err);
+    char cwd[PT_PATH_MAX]; /* the directory its run started in, as export reads it */
+    if (rc == 0)
+        rc = pt_checkpoint_read_cwd(dir, cwd, sizeof cwd, err);
     if (rc == 0)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);

@@ -379,123 +379,190 @@ static int resume_rules(const pt_config *c, pt_err *err)
 
 /* ------------------------------------------------------- keys not read */
 
-/* Which configurations read a key: a test and, for the note, what reads it
- * and what this configuration has instead. */
+/* Which configurations read a key: a test, and for the note what reads it
+ * and what this configuration has instead ("model.kind is gpt"). */
 typedef struct {
     const char *keys; /* space-separated */
-    int (*reads)(const pt_config *c);
+    int (*reads)(const pt_config *c, int resuming);
     const char *reader; /* "model.kind vit" */
-    const char *have;   /* "model.kind", "data.kind", ...: the key whose value is shown */
+    void (*have)(const pt_config *c, char *out, size_t n);
 } pt_key_reader;
 
-static int is_vit(const pt_config *c) { return c->model.kind == PT_MODEL_VIT; }
-static int not_vit(const pt_config *c) { return c->model.kind != PT_MODEL_VIT; }
-static int not_gpt(const pt_config *c) { return c->model.kind != PT_MODEL_GPT; }
-static int is_bert(const pt_config *c) { return c->model.kind == PT_MODEL_BERT; }
-static int is_gpt(const pt_config *c) { return c->model.kind == PT_MODEL_GPT; }
-static int gpt_samples(const pt_config *c) { return is_gpt(c) && c->sample.length > 0; }
-static int is_idx(const pt_config *c)
+static int is_vit(const pt_config *c, int r) { (void)r; return c->model.kind == PT_MODEL_VIT; }
+static int not_vit(const pt_config *c, int r) { return !is_vit(c, r); }
+static int is_gpt(const pt_config *c, int r) { (void)r; return c->model.kind == PT_MODEL_GPT; }
+static int not_gpt(const pt_config *c, int r) { return !is_gpt(c, r); }
+static int is_bert(const pt_config *c, int r) { (void)r; return c->model.kind == PT_MODEL_BERT; }
+static int gpt_samples(const pt_config *c, int r) { return is_gpt(c, r) && c->sample.length > 0; }
+static int is_idx(const pt_config *c, int r)
 {
+    (void)r;
     return c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX;
 }
-static int is_text_file(const pt_config *c)
+static int is_text_file(const pt_config *c, int r)
 {
+    (void)r;
     return c->data.kind == PT_DATA_TEXT_FILE || c->data.kind == PT_DATA_KJV;
 }
-static int is_textcls(const pt_config *c) { return c->data.kind == PT_DATA_TEXT_CLASSIFICATION; }
-static int cuts_test(const pt_config *c)
+static int is_textcls(const pt_config *c, int r)
 {
-    return is_text_file(c) || (is_textcls(c) && !*c->data.test_file);
+    (void)r;
+    return c->data.kind == PT_DATA_TEXT_CLASSIFICATION;
 }
-static int is_synthetic(const pt_config *c)
+static int cuts_test(const pt_config *c, int r)
 {
+    return is_text_file(c, r) || (is_textcls(c, r) && !*c->data.test_file);
+}
+static int is_synthetic(const pt_config *c, int r)
+{
+    (void)r;
     return c->data.kind == PT_DATA_SYNTH_IMAGES || c->data.kind == PT_DATA_SYNTH_TEXT;
 }
-static int is_synth_images(const pt_config *c) { return c->data.kind == PT_DATA_SYNTH_IMAGES; }
-static int decays(const pt_config *c) { return c->train.schedule != PT_LR_CONSTANT; }
-static int freezes(const pt_config *c)
+static int is_synth_images(const pt_config *c, int r)
 {
+    (void)r;
+    return c->data.kind == PT_DATA_SYNTH_IMAGES;
+}
+static int decays(const pt_config *c, int r) { (void)r; return c->train.schedule != PT_LR_CONSTANT; }
+static int freezes(const pt_config *c, int r)
+{
+    (void)r;
     return strcmp(pt_config_word("freeze.policy", c->freeze.policy), "none") != 0;
 }
-static int caches(const pt_config *c) { return c->cache.enabled; }
-
-static const pt_key_reader readers[] = {
-    {"model.patch", is_vit, "model.kind vit", "model.kind"},
-    {"model.context", not_vit, "model.kind gpt and bert (a vit's tokens are its patches)",
-     "model.kind"},
-    {"model.classes", not_gpt, "model.kind vit and bert (a gpt predicts bytes)", "model.kind"},
-    {"model.vocab model.positions model.type_vocab model.dropout model.attention_dropout", is_bert,
-     "model.kind bert", "model.kind"},
-    {"data.train_images data.train_labels data.test_images data.test_labels data.mean data.std",
-     is_idx, "data.kind fashion_mnist and idx", "data.kind"},
-    {"data.text", is_text_file, "data.kind text and kjv", "data.kind"},
-    {"data.train_file data.test_file data.vocab data.lowercase data.strip_accents data.split_cjk",
-     is_textcls, "data.kind text_classification", "data.kind"},
-    {"data.test_fraction", cuts_test,
-     "data.kind text and kjv, and text_classification without data.test_file", "data.kind"},
-    {"data.synthetic_examples", is_synthetic, "data.kind synthetic_images and synthetic_text",
-     "data.kind"},
-    {"data.image_size", is_synth_images, "data.kind synthetic_images", "data.kind"},
-    {"sample.length", is_gpt, "model.kind gpt", "model.kind"},
-    {"sample.temperature sample.top_k sample.prompt", gpt_samples,
-     "model.kind gpt with sample.length above 0", "sample.length"},
-    {"train.min_lr", decays, "train.schedule cosine and linear", "train.schedule"},
-    {"freeze.alpha freeze.every freeze.unit freeze.start freeze.max_depth pipeline.elastic",
-     freezes, "freeze.policy schedule and auto", "freeze.policy"},
-    {"cache.memory_gib cache.disk_dir cache.disk_gib cache.min_depth", caches,
-     "cache.enabled true", "cache.enabled"},
-};
-
-/* The value of key as the config file would spell it (for the notes). */
-static void key_value(const pt_config *c, const char *key, char *out, size_t n)
+/* elastic re-plans at freeze decisions whatever of the layout is auto */
+static int replans(const pt_config *c, int r)
 {
-    if (strcmp(key, "model.kind") == 0 || strcmp(key, "data.kind") == 0 ||
-        strcmp(key, "freeze.policy") == 0)
-        snprintf(out, n, "%s",
-                 pt_config_word(key, strcmp(key, "model.kind") == 0  ? c->model.kind
-                                     : strcmp(key, "data.kind") == 0 ? c->data.kind
-                                                                     : c->freeze.policy));
-    else if (strcmp(key, "train.schedule") == 0)
-        snprintf(out, n, "%s", pt_config_word(key, c->train.schedule));
-    else if (strcmp(key, "sample.length") == 0)
-        snprintf(out, n, "%d", c->sample.length);
-    else if (strcmp(key, "cache.enabled") == 0)
-        snprintf(out, n, "%s", c->cache.enabled ? "true" : "false");
+    return freezes(c, r) && (c->pipeline.stages == PT_AUTO || c->pipeline.replicas == PT_AUTO ||
+                             c->pipeline.microbatches == PT_AUTO);
+}
+/* one replica (fixed: a re-plan keeps it): no all-reduce, nothing to compare */
+static int replicates(const pt_config *c, int r) { (void)r; return c->pipeline.replicas != 1; }
+static int caches(const pt_config *c, int r) { (void)r; return c->cache.enabled; }
+/* a resume takes its weights from the checkpoint; a bert's model.init_from
+ * still gives its config.json's dropout and its tokenizer settings to the
+ * keys left at auto */
+static int inits(const pt_config *c, int resuming) { (void)c; return !resuming; }
+static int init_files(const pt_config *c, int resuming) { return !resuming || is_bert(c, 0); }
+
+static void have_model(const pt_config *c, char *out, size_t n)
+{
+    snprintf(out, n, "model.kind is %s", pt_config_word("model.kind", c->model.kind));
+}
+static void have_data(const pt_config *c, char *out, size_t n)
+{
+    if (is_textcls(c, 0) && *c->data.test_file)
+        snprintf(out, n, "data.test_file is set");
     else
-        snprintf(out, n, "?");
+        snprintf(out, n, "data.kind is %s", pt_config_word("data.kind", c->data.kind));
+}
+static void have_sampling(const pt_config *c, char *out, size_t n)
+{
+    if (!is_gpt(c, 0))
+        have_model(c, out, n);
+    else
+        snprintf(out, n, "sample.length is %d", c->sample.length);
+}
+static void have_schedule(const pt_config *c, char *out, size_t n)
+{
+    snprintf(out, n, "train.schedule is %s", pt_config_word("train.schedule", c->train.schedule));
+}
+static void have_policy(const pt_config *c, char *out, size_t n)
+{
+    snprintf(out, n, "freeze.policy is %s", pt_config_word("freeze.policy", c->freeze.policy));
+}
+static void have_layout(const pt_config *c, char *out, size_t n)
+{
+    if (!freezes(c, 0))
+        have_policy(c, out, n);
+    else
+        snprintf(out, n, "pipeline.stages, pipeline.replicas and pipeline.microbatches are all "
+                 "fixed");
+}
+static void have_replicas(const pt_config *c, char *out, size_t n)
+{
+    (void)c;
+    snprintf(out, n, "pipeline.replicas is 1");
+}
+static void have_cache(const pt_config *c, char *out, size_t n)
+{
+    (void)c;
+    snprintf(out, n, "cache.enabled is false");
+}
+static void have_resume(const pt_config *c, char *out, size_t n)
+{
+    (void)c;
+    snprintf(out, n, "this run resumes a checkpoint, whose weights it takes");
 }
 
-int pt_config_unused(const pt_config *c, void (*note)(const char *key, const char *why, void *arg),
-                     void *arg)
+static const pt_key_reader readers[] = {
+    {"model.patch", is_vit, "model.kind vit", have_model},
+    {"model.context", not_vit, "model.kind gpt and bert (a vit's tokens are its patches)",
+     have_model},
+    {"model.classes", not_gpt, "model.kind vit and bert (a gpt predicts bytes)", have_model},
+    {"model.vocab model.positions model.type_vocab model.dropout model.attention_dropout", is_bert,
+     "model.kind bert", have_model},
+    {"model.init_std", inits, "a run that starts fresh", have_resume},
+    {"model.init_from", init_files, "a run that starts fresh (or resumes a bert)", have_resume},
+    {"data.train_images data.train_labels data.test_images data.test_labels data.mean data.std",
+     is_idx, "data.kind fashion_mnist and idx", have_data},
+    {"data.text", is_text_file, "data.kind text and kjv", have_data},
+    {"data.train_file data.test_file data.vocab data.lowercase data.strip_accents data.split_cjk",
+     is_textcls, "data.kind text_classification", have_data},
+    {"data.test_fraction", cuts_test,
+     "data.kind text and kjv, and text_classification without data.test_file", have_data},
+    {"data.synthetic_examples", is_synthetic, "data.kind synthetic_images and synthetic_text",
+     have_data},
+    {"data.image_size", is_synth_images, "data.kind synthetic_images", have_data},
+    {"sample.length", is_gpt, "model.kind gpt", have_model},
+    {"sample.temperature sample.top_k sample.prompt", gpt_samples,
+     "model.kind gpt with sample.length above 0", have_sampling},
+    {"train.min_lr", decays, "train.schedule cosine and linear", have_schedule},
+    {"freeze.alpha freeze.every freeze.unit freeze.start freeze.max_depth", freezes,
+     "freeze.policy schedule and auto", have_policy},
+    {"pipeline.elastic", replans,
+     "freeze.policy schedule and auto, and some of pipeline.stages, pipeline.replicas and "
+     "pipeline.microbatches at auto", have_layout},
+    {"run.check_replicas pipeline.overlap pipeline.bucket_mib", replicates,
+     "pipeline.replicas auto or above 1", have_replicas},
+    {"cache.memory_gib cache.disk_dir cache.disk_gib cache.min_depth", caches,
+     "cache.enabled true", have_cache},
+};
+
+/* The rule for key, or NULL (every configuration reads it). */
+static const pt_key_reader *reader_of(const char *key)
+{
+    const size_t n = strlen(key);
+    for (size_t r = 0; r < sizeof readers / sizeof readers[0]; r++)
+        for (const char *k = readers[r].keys; *k;) {
+            const size_t len = strcspn(k, " ");
+            if (len == n && strncmp(k, key, n) == 0)
+                return &readers[r];
+            k += len + (k[len] == ' ');
+        }
+    return NULL;
+}
+
+int pt_config_reads(const pt_config *c, const char *key, int resuming)
+{
+    const pt_key_reader *r = reader_of(key);
+    return !r || r->reads(c, resuming);
+}
+
+int pt_config_unused(const pt_config *c, int resuming,
+                     void (*note)(const char *key, const char *why, void *arg), void *arg)
 {
     int count = 0;
-    for (size_t r = 0; r < sizeof readers / sizeof readers[0]; r++) {
-        if (readers[r].reads(c))
+    for (int ki = 0; ki < pt_config_key_count; ki++) {
+        const char *key = pt_config_keys[ki].key;
+        const pt_key_reader *r = reader_of(key);
+        if (c->line[ki] == 0 || !r || r->reads(c, resuming)) /* default, or read */
             continue;
-        char value[64], why[256];
-        /* a vit's sample.prompt: its kind is why, not sample.length */
-        const char *have = readers[r].reads == gpt_samples && !is_gpt(c) ? "model.kind"
-                                                                          : readers[r].have;
-        key_value(c, have, value, sizeof value);
-        /* text_classification with a test file: that file is why */
-        if (readers[r].reads == cuts_test && is_textcls(c))
-            snprintf(why, sizeof why, "read only with %s, and data.test_file is set",
-                     readers[r].reader);
-        else
-            snprintf(why, sizeof why, "read only with %s, and %s is %s", readers[r].reader, have,
-                     value);
-        for (const char *k = readers[r].keys; *k;) {
-            size_t len = strcspn(k, " ");
-            char key[64];
-            snprintf(key, sizeof key, "%.*s", (int)len, k);
-            k += len + (k[len] == ' ');
-            int ki = pt_config_find_key(key);
-            if (ki < 0 || c->line[ki] == 0) /* left at its default */
-                continue;
-            count++;
-            if (note)
-                note(key, why, arg);
-        }
+        char have[160], why[512];
+        r->have(c, have, sizeof have);
+        snprintf(why, sizeof why, "read only with %s, and %s", r->reader, have);
+        count++;
+        if (note)
+            note(key, why, arg);
     }
     return count;
 }

@@ -591,7 +591,8 @@ int pt_config_differences(const pt_config *a, const pt_config *b, const char *pr
     out[0] = '\0';
     for (int i = 0; i < pt_config_key_count; i++) {
         const pt_key_spec *k = &pt_config_keys[i];
-        if (strncmp(k->key, prefix, strlen(prefix)) != 0)
+        if (strncmp(k->key, prefix, strlen(prefix)) != 0 ||
+            (!pt_config_reads(a, k->key, 0) && !pt_config_reads(b, k->key, 0)))
             continue;
         char va[PT_PATH_MAX + 64], vb[PT_PATH_MAX + 64];
         format_value(a, k, va, sizeof va);
@@ -608,11 +609,13 @@ int pt_config_differences(const pt_config *a, const pt_config *b, const char *pr
     return count;
 }
 
-int pt_config_write_yaml(const pt_config *c, FILE *out)
+static int write_yaml(const pt_config *c, int read_only, FILE *out)
 {
     char section[32] = "";
     for (int i = 0; i < pt_config_key_count; i++) {
         const pt_key_spec *k = &pt_config_keys[i];
+        if (read_only && !pt_config_reads(c, k->key, 0))
+            continue;
         const char *dot = strchr(k->key, '.');
         size_t sl = (size_t)(dot - k->key);
         if (strlen(section) != sl || strncmp(section, k->key, sl) != 0) {
@@ -637,3 +640,7 @@ void pt_config_print_keys(FILE *out)
         fprintf(out, "| `%s` | `%s` | %s | %s |\n", k->key, *k->def ? k->def : "''", what, k->doc);
     }
 }
+
+int pt_config_write_yaml(const pt_config *c, FILE *out) { return write_yaml(c, 0, out); }
+
+int pt_config_write_yaml_read(const pt_config *c, FILE *out) { return write_yaml(c, 1, out); }

@@ -153,12 +153,16 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err);
 /* Cross-key checks and input files that must exist, after all overrides. */
 int pt_config_validate(const pt_config *c, pt_err *err);
 
+/* Whether a run of this configuration reads key (resuming: a run that
+ * resumes a checkpoint): not model.patch for a gpt, nor cache.* with the
+ * cache off, nor model.init_std on a resume, ... (config/check.c's table). */
+int pt_config_reads(const pt_config *c, const char *key, int resuming);
 /* Calls note(key, why, arg) for each key the file or a --set gave a value
- * that this configuration never reads (model.patch for a gpt, cache.* with
- * the cache off; keys left at their defaults are not named), with why, as
- * "read only with model.kind vit, and model.kind is gpt"; returns how many. */
-int pt_config_unused(const pt_config *c, void (*note)(const char *key, const char *why, void *arg),
-                     void *arg);
+ * that such a run never reads (keys left at their defaults are not named),
+ * with why, as "read only with model.kind vit, and model.kind is gpt";
+ * returns how many. */
+int pt_config_unused(const pt_config *c, int resuming,
+                     void (*note)(const char *key, const char *why, void *arg), void *arg);
 
 /* PT_EINPUT with "FILE:LINE: KEY: message" (or "--set: KEY: ..." or
  * "FILE: (default) KEY: ...", wherever key got its value): for problems with
@@ -179,10 +183,14 @@ void pt_config_arch(const pt_config *c, pt_arch *a);
 
 /* Writes every key and its current value as YAML (for checkpoints and logs). */
 int pt_config_write_yaml(const pt_config *c, FILE *out);
+/* The same, but only the keys a run of this configuration that starts fresh
+ * reads (pt_config_reads): what a person needs to run it again. */
+int pt_config_write_yaml_read(const pt_config *c, FILE *out);
 
 /* The keys whose name starts with prefix ("data.") and whose values differ
- * between a and b, as "key a -> b, ..." into out (cut to n, "" when none);
- * returns how many differ. */
+ * between a and b, as "key a -> b, ..." into out (cut to n, "" when none),
+ * leaving out a key that neither reads (pt_config_reads: a data.text beside
+ * image data changes nothing); returns how many differ. */
 int pt_config_differences(const pt_config *a, const pt_config *b, const char *prefix, char *out,
                           size_t n);
 

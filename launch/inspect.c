@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* The checkpoint path names: itself when it holds a manifest (or nothing
  * of a run: the describe names what is missing), else a run directory's
@@ -33,19 +34,37 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
 int pt_inspect(const char *path, int config, pt_err *err)
 {
     char dir[PT_CKPT_PATH];
-    int rc = checkpoint_of(path, dir, sizeof dir, err);
-    if (rc)
-        return rc;
     pt_config *cfg = malloc(sizeof *cfg); /* large: keep it off the stack */
     if (!cfg)
-        return pt_fail(err, PT_ENOMEM, "out of memory reading checkpoint %s", dir);
-    pt_ckpt_hold hold; /* not pruned while it is read */
-    pt_checkpoint_hold(&hold, dir);
+        return pt_fail(err, PT_ENOMEM, "out of memory reading checkpoint %s", path);
     json_t *o = NULL;
-    rc = pt_checkpoint_describe(dir, cfg, &o, err);
-    pt_checkpoint_release(&hold);
+    int rc = 0;
+    /* a run directory's newest, held against pruning while it is read; a
+     * run that trains there may prune it between the choice and the hold,
+     * or a scan may meet a save and a pruning halfway: choose again then */
+    for (int tries = 0;; tries++) {
+        const int run_dir = (rc = checkpoint_of(path, dir, sizeof dir, err)) != 0 ||
+                            strcmp(dir, path) != 0;
+        pt_ckpt_hold hold;
+        const int held = rc == 0 && pt_checkpoint_hold(&hold, dir);
+        if (rc == 0)
+            rc = pt_checkpoint_describe(dir, cfg, &o, err);
+        if (held)
+            pt_checkpoint_release(&hold);
+        if (rc == 0 || !run_dir || held || tries == 49 || !pt_rundir_in_use(path))
+            break;
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
+    if (rc) {
+        free(cfg);
+        return rc;
+    }
     if (rc == 0 && config) {
-        pt_config_write_yaml(cfg, stdout);
+        /* to run it again: the keys such a run reads, and not the
+         * checkpoint that run resumed (a run of this config starts fresh,
+         * or resumes with train.resume set anew) */
+        cfg->train.resume[0] = '\0';
+        pt_config_write_yaml_read(cfg, stdout);
     } else if (rc == 0) {
         char *text = json_dumps(o, JSON_INDENT(2));
         if (text)

@@ -346,10 +346,10 @@ static void note_unused_key(const char *key, const char *why, void *arg)
     fprintf(stderr, "pipetrain: note: %s%s is not used: %s\n", at, key, why);
 }
 
-static void note_unused_keys(pt_comm *comm, const pt_config *c)
+static void note_unused_keys(pt_comm *comm, const pt_config *c, int resuming)
 {
     if (pt_comm_rank(comm) == 0)
-        pt_config_unused(c, note_unused_key, (void *)c);
+        pt_config_unused(c, resuming, note_unused_key, (void *)c);
 }
 
 static int cmd_train(pt_comm *comm, const cli *a)
@@ -474,7 +474,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
-    note_unused_keys(comm, cfg);
+    note_unused_keys(comm, cfg, *resume != '\0');
     if (!*resume) /* a resume's weights are the checkpoint's */
         pt_session_note_init_tokenizer(s);
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
@@ -669,7 +669,7 @@ static int cmd_plan(pt_comm *comm, const cli *a)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, NULL, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
-        note_unused_keys(comm, &a->cfg);
+        note_unused_keys(comm, &a->cfg, 0);
         /* every rank's binding, in rank order */
         const int ranks = pt_comm_size(comm);
         char(*all)[sizeof s->binding] = calloc((size_t)ranks, sizeof *all);

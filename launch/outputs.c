@@ -34,6 +34,8 @@ void pt_output_sweep(const char *path)
 int pt_cli_path_ok(const char *option, const char *path, pt_err *err)
 {
     const size_t n = strlen(path);
+    if (n == 0) /* an unset shell variable, say: not the root directory */
+        return pt_fail(err, PT_EINPUT, "%s is empty; give a path", option);
     if (n < PT_PATH_MAX)
         return 0;
     return pt_fail(err, PT_EINPUT, "%s '%.64s...' is %zu bytes long; a path of at most %d bytes is "

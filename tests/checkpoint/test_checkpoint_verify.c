@@ -174,6 +174,16 @@ static void test_bad_fields(void)
                  "not a unit file of this directory");
     refused_with("checkpoint", json_string("00000000000000000000000000000000"),
                  "files of different checkpoints were mixed");
+    /* values no config can make (a forged manifest) */
+    refused_with("batch", json_integer(0), "out of range");
+    refused_with("seed", json_integer(-1), "out of range");
+    refused_with("lr/total", json_integer(-4), "out of range");
+    refused_with("lr/warmup", json_integer(-1), "out of range");
+    refused_with("lr/base", json_real(1e308), "out of range");
+    refused_with("lr/min", json_real(-0.5), "out of range");
+    /* the directory its run started in: absolute, as export reads it */
+    refused_with("cwd", json_string("rel/x"), "cwd");
+    refused_with("cwd", json_integer(3), "cwd");
     /* a unit the model has not, in a file that is listed */
     refused_with("units/blocks.7.mlp", json_string("units-stage0.bin"),
                  "lists a unit 'blocks.7.mlp' that the model it holds has not");

@@ -2100,9 +2100,9 @@ def test_prune_spares_a_held_checkpoint(h):
 
 
 def test_eval_while_training(h):
-    """eval of a run in progress (its newest checkpoint, chosen and held
-    before the run's pruning can take it) succeeds while the run saves and
-    prunes at every step."""
+    """eval and inspect of a run in progress (its newest checkpoint, chosen
+    and held before the run's pruning can take it) succeed while the run
+    saves and prunes at every step."""
     run_dir = h.path("live")
     cfg = U.write_config(h, "live.yaml", keys(h, run_dir, **{
         "train.epochs": "100000", "train.checkpoint_every": "1", "train.keep_checkpoints": "1",
@@ -2121,9 +2121,23 @@ def test_eval_while_training(h):
             r = h.run(["eval", cfg])
             if r.rc != 0:
                 bad.append("eval %d: exit %d: %s" % (i, r.rc, U.tail(r.err, 400)))
+        # inspect of the run directory likewise (its newest, chosen again
+        # when the run pruned it first), a few hundred times: a step that only
+        # grows, the step directory's own
+        last = 0
+        for i in range(300):
+            r = h.run(["inspect", run_dir])
+            if r.rc != 0:
+                bad.append("inspect %d: exit %d: %s" % (i, r.rc, U.tail(r.err, 400)))
+                continue
+            o = json.loads(r.out)
+            if o["step"] < last or not o["checkpoint"].endswith("step_%010d" % o["step"]):
+                bad.append("inspect %d: step %d after %d (%s)" % (i, o["step"], last,
+                                                                  o["checkpoint"]))
+            last = o["step"]
         check(trainer.poll() is None, "the run ended during the evaluations")
-        check(not bad, "%d of 60 evaluations of the run in progress failed:\n%s", len(bad),
-              "\n".join(bad[:3]))
+        check(not bad, "%d evaluations or inspections of the run in progress failed:\n%s",
+              len(bad), "\n".join(bad[:3]))
     finally:
         if trainer.poll() is None:
             trainer.send_signal(signal.SIGTERM)
@@ -2354,7 +2368,8 @@ def test_inspect(h):
         shutil.rmtree(os.path.join(run_dir, "checkpoints"))
         shutil.copytree(ck, os.path.join(run_dir, "checkpoints", os.path.basename(ck)))
         os.remove(os.path.join(run_dir, "metrics.jsonl"))
-        h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume %d" % step)
+        h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, step)]).expect(
+            0, "resume %d" % step)
         start = U.starts(run_dir)[0]
         for key in ("step", "epoch", "epoch_step", "frozen_blocks"):
             check(start[key] == o[key], "step %d: %s: inspect %r, resume %r", step, key, o[key],
@@ -2368,6 +2383,19 @@ def test_inspect(h):
     r = h.run(["train", cfg, "--set", "run.dir=" + copy, "--set", "train.resume=" +
                U.ckpt(copy, 9)]).expect(0, "resuming with the saved config")
     check("resumed at step 9" in r.err, "%s", r.describe())
+    # ... and that starts a run like it: the same steps, bit for bit, and no
+    # note of a key it does not read (it holds only those a run reads)
+    fresh = h.path("fresh")
+    r = h.run(["train", cfg, "--set", "run.dir=" + fresh]).expect(0, "a run from the saved config")
+    check("is not used" not in r.err, "notes for keys the saved config holds:\n%s", r.err)
+    again = {rec["step"]: rec for rec in U.metrics(fresh)[0]}
+    check([again[k]["loss"] for k in sorted(again)] == [steps[k]["loss"] for k in sorted(steps)],
+          "a run from the saved config trained otherwise")
+    # a run that resumed another's checkpoint: its saved config does not
+    # resume that checkpoint again
+    text = inspected(h, h.path("resume6"), "--config")
+    check('  resume: ""' in text.splitlines() and "step_%010d" % 6 not in text,
+          "the saved config of a resumed run names the checkpoint it resumed:\n%s", text)
     U.same_snapshot(before, U.snapshot(orig), "the inspected run")
     # bert: labels and data
     b = inspected(h, trained_bert(h))
@@ -2375,6 +2403,7 @@ def test_inspect(h):
     check(b["data"]["train"]["examples"] == 40 and b["data"]["test"]["examples"] == 16 and
           re.fullmatch("[0-9a-f]{64}", b["data"]["vocab"]["sha256"]), "bert data: %s", b["data"])
     for args, needle in ((["inspect"], "inspect takes"), (["inspect", orig, orig], "got also"),
+                         (["inspect", ""], "is empty"), (["export", "", h.path("e")], "is empty"),
                          (["inspect", orig, "--json"], "unknown option"),
                          (["inspect", orig, "--config", "--config"], "twice"),
                          (["inspect", h.path("none")], "none/manifest"),

@@ -929,11 +929,39 @@ def test_unused_keys_noted(h):
                                                    "data.synthetic_examples": None}), set())
     unused_case(h, "idx_off", dict(vit, **files, **{"data.kind": "idx", "data.mean": "0.5"}),
                 {"data.image_size", "data.synthetic_examples"})
+    # the layout: elastic re-plans only what is auto; one fixed replica has
+    # no all-reduce and nothing to compare
+    fixed = {"freeze.policy": "schedule", "pipeline.stages": "1", "pipeline.replicas": "1",
+             "pipeline.microbatches": "2"}
+    got = unused_case(h, "layout_fixed", dict(vit, **fixed, **{
+        "pipeline.elastic": "true", "pipeline.overlap": "false", "pipeline.bucket_mib": "8",
+        "run.check_replicas": "2"}), {"pipeline.elastic", "pipeline.overlap",
+                                      "pipeline.bucket_mib", "run.check_replicas"})
+    check("are all fixed" in got["pipeline.elastic"][1], "%r", got["pipeline.elastic"])
+    unused_case(h, "layout_auto", dict(vit, **{"freeze.policy": "schedule",
+                                               "pipeline.elastic": "true",
+                                               "pipeline.overlap": "false",
+                                               "pipeline.bucket_mib": "8",
+                                               "run.check_replicas": "2"}), set())
     # train notes them too (after it has started); eval of its checkpoint does not
     keys = dict(vit, **{"model.context": "16", "train.max_steps": "2"})
     unused_case(h, "vit_train", keys, {"model.context"}, command="train")
     r = h.run(["eval", U.write_config(h, "vit_train.yaml", keys)]).expect(0)
     check(not unused_notes(r), "eval noted unused keys\n%s", r.describe())
+    # a resume takes the checkpoint's weights: model.init_std and a vit's
+    # model.init_from are not read then (they are on a fresh start, above)
+    init = h.path("init.safetensors")
+    h.run(["export", U.ckpt(h.path("run"), 2), init]).expect(0)
+    got = unused_case(h, "vit_resume", dict(keys, **{"model.init_std": "0.5",
+                                                     "model.init_from": init,
+                                                     "train.max_steps": "3"}),
+                      {"model.context", "model.init_std", "model.init_from"}, command="train",
+                      sets=("train.resume=auto",))
+    check("resumes a checkpoint" in got["model.init_std"][1], "%r", got["model.init_std"])
+    unused_case(h, "vit_fresh_init", dict(keys, **{"model.init_std": "0.5",
+                                                   "model.init_from": init,
+                                                   "run.dir": h.path("run2")}),
+                {"model.context"}, command="train")
 
 
 def tests():
