@@ -279,9 +279,13 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
         keys[2] = "data.test_fraction";
         break;
     case PT_DATA_TEXT_CLASSIFICATION:
+        /* a test file takes nothing from the training file; none cuts the
+         * test split from it (data.test_fraction) */
         keys[1] = "data.train_file";
-        keys[2] = "data.test_file";
-        keys[3] = *b->data.test_file ? NULL : "data.test_fraction";
+        if (!*a->data.test_file != !*b->data.test_file)
+            keys[2] = "data.test_file";
+        else if (!*b->data.test_file)
+            keys[2] = "data.test_fraction";
         break;
     default:
         keys[1] = "data.synthetic_examples";
@@ -505,9 +509,10 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
          * train.lr trains the new steps with the new schedule. Only a changed
          * schedule is worth a note; with the same config the steps are exact. */
         const pt_lr_schedule *was = &st.lr, *now = &r->lr;
+        /* (a constant schedule never reaches its min_lr) */
         const int same = was->kind == now->kind && was->base == now->base &&
-                         was->min_lr == now->min_lr && was->warmup == now->warmup &&
-                         was->total == now->total;
+                         (was->min_lr == now->min_lr || now->kind == PT_LR_CONSTANT) &&
+                         was->warmup == now->warmup && was->total == now->total;
         if (!same && r->rank == 0)
             fprintf(stderr,
                     "pipetrain: note: the learning-rate schedule differs from the checkpoint's "

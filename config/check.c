@@ -429,20 +429,17 @@ static int freezes(const pt_config *c, int r)
     (void)r;
     return strcmp(pt_config_word("freeze.policy", c->freeze.policy), "none") != 0;
 }
-/* elastic re-plans at freeze decisions whatever of the layout is auto */
+/* elastic re-plans whatever of the layout is auto at freeze decisions, and
+ * on a resume of a checkpoint with frozen blocks (whatever the policy now) */
 static int replans(const pt_config *c, int r)
 {
-    return freezes(c, r) && (c->pipeline.stages == PT_AUTO || c->pipeline.replicas == PT_AUTO ||
-                             c->pipeline.microbatches == PT_AUTO);
+    return (freezes(c, r) || r) && (c->pipeline.stages == PT_AUTO ||
+                                    c->pipeline.replicas == PT_AUTO ||
+                                    c->pipeline.microbatches == PT_AUTO);
 }
 /* one replica (fixed: a re-plan keeps it): no all-reduce, nothing to compare */
 static int replicates(const pt_config *c, int r) { (void)r; return c->pipeline.replicas != 1; }
 static int caches(const pt_config *c, int r) { (void)r; return c->cache.enabled; }
-/* a resume takes its weights from the checkpoint; a bert's model.init_from
- * still gives its config.json's dropout and its tokenizer settings to the
- * keys left at auto */
-static int inits(const pt_config *c, int resuming) { (void)c; return !resuming; }
-static int init_files(const pt_config *c, int resuming) { return !resuming || is_bert(c, 0); }
 
 static void have_model(const pt_config *c, char *out, size_t n)
 {
@@ -472,8 +469,9 @@ static void have_policy(const pt_config *c, char *out, size_t n)
 }
 static void have_layout(const pt_config *c, char *out, size_t n)
 {
-    if (!freezes(c, 0))
-        have_policy(c, out, n);
+    if (c->pipeline.stages == PT_AUTO || c->pipeline.replicas == PT_AUTO ||
+        c->pipeline.microbatches == PT_AUTO)
+        snprintf(out, n, "freeze.policy is none (and the run starts fresh)");
     else
         snprintf(out, n, "pipeline.stages, pipeline.replicas and pipeline.microbatches are all "
                  "fixed");
@@ -488,11 +486,6 @@ static void have_cache(const pt_config *c, char *out, size_t n)
     (void)c;
     snprintf(out, n, "cache.enabled is false");
 }
-static void have_resume(const pt_config *c, char *out, size_t n)
-{
-    (void)c;
-    snprintf(out, n, "this run resumes a checkpoint, whose weights it takes");
-}
 
 static const pt_key_reader readers[] = {
     {"model.patch", is_vit, "model.kind vit", have_model},
@@ -501,8 +494,6 @@ static const pt_key_reader readers[] = {
     {"model.classes", not_gpt, "model.kind vit and bert (a gpt predicts bytes)", have_model},
     {"model.vocab model.positions model.type_vocab model.dropout model.attention_dropout", is_bert,
      "model.kind bert", have_model},
-    {"model.init_std", inits, "a run that starts fresh", have_resume},
-    {"model.init_from", init_files, "a run that starts fresh (or resumes a bert)", have_resume},
     {"data.train_images data.train_labels data.test_images data.test_labels data.mean data.std",
      is_idx, "data.kind fashion_mnist and idx", have_data},
     {"data.text", is_text_file, "data.kind text and kjv", have_data},
@@ -520,8 +511,8 @@ static const pt_key_reader readers[] = {
     {"freeze.alpha freeze.every freeze.unit freeze.start freeze.max_depth", freezes,
      "freeze.policy schedule and auto", have_policy},
     {"pipeline.elastic", replans,
-     "freeze.policy schedule and auto, and some of pipeline.stages, pipeline.replicas and "
-     "pipeline.microbatches at auto", have_layout},
+     "some of pipeline.stages, pipeline.replicas and pipeline.microbatches at auto, and "
+     "freeze.policy schedule or auto or a resume", have_layout},
     {"run.check_replicas pipeline.overlap pipeline.bucket_mib", replicates,
      "pipeline.replicas auto or above 1", have_replicas},
     {"cache.memory_gib cache.disk_dir cache.disk_gib cache.min_depth", caches,

@@ -614,8 +614,8 @@ static int write_yaml(const pt_config *c, int read_only, FILE *out)
     char section[32] = "";
     for (int i = 0; i < pt_config_key_count; i++) {
         const pt_key_spec *k = &pt_config_keys[i];
-        if (read_only && !pt_config_reads(c, k->key, 0))
-            continue;
+        if (read_only && !pt_config_reads(c, k->key, 0) && !pt_config_reads(c, k->key, 1))
+            continue; /* read neither by a run that starts fresh nor by a resume */
         const char *dot = strchr(k->key, '.');
         size_t sl = (size_t)(dot - k->key);
         if (strlen(section) != sl || strncmp(section, k->key, sl) != 0) {

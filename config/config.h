@@ -155,7 +155,8 @@ int pt_config_validate(const pt_config *c, pt_err *err);
 
 /* Whether a run of this configuration reads key (resuming: a run that
  * resumes a checkpoint): not model.patch for a gpt, nor cache.* with the
- * cache off, nor model.init_std on a resume, ... (config/check.c's table). */
+ * cache off, nor pipeline.elastic where nothing is re-planned, ...
+ * (config/check.c's table). */
 int pt_config_reads(const pt_config *c, const char *key, int resuming);
 /* Calls note(key, why, arg) for each key the file or a --set gave a value
  * that such a run never reads (keys left at their defaults are not named),
@@ -183,8 +184,8 @@ void pt_config_arch(const pt_config *c, pt_arch *a);
 
 /* Writes every key and its current value as YAML (for checkpoints and logs). */
 int pt_config_write_yaml(const pt_config *c, FILE *out);
-/* The same, but only the keys a run of this configuration that starts fresh
- * reads (pt_config_reads): what a person needs to run it again. */
+/* The same, but only the keys a run of this configuration reads, fresh or
+ * resumed (pt_config_reads): what a person needs to run it again. */
 int pt_config_write_yaml_read(const pt_config *c, FILE *out);
 
 /* The keys whose name starts with prefix ("data.") and whose values differ

@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <fcntl.h>
@@ -260,17 +261,33 @@ void pt_wfile_remove_temporaries(void)
 
 void pt_made_dirs_untrack(int slot) { untrack(slot); }
 
-/* A handler stores the signal before it looks at `grouping`, and end clears
- * `grouping` before it looks at the signal (both sequentially consistent):
- * either end sees the signal and raises it, or the handler sees no group and
- * goes on as without one; it is never lost. */
+/* The group's thread blocks the signals that can come from outside while
+ * it renames (a handler that ran there would interrupt a rename or an fsync,
+ * EINTR, and end the process between two files); one that comes is pending
+ * until end unblocks it, and its handler then finds no group. A handler on
+ * another thread that does not block them stores the signal before it looks
+ * at `grouping`, and end clears `grouping` before it looks at the signal
+ * (both sequentially consistent): either end sees the signal and raises it,
+ * or the handler sees no group and goes on as without one. */
 static atomic_int grouping, deferred;
+static sigset_t group_saved;
 
-void pt_wfile_group_begin(void) { atomic_store(&grouping, 1); }
+void pt_wfile_group_begin(void)
+{
+    sigset_t all;
+    sigfillset(&all);
+    /* not those a fault raises: blocked, they would end the process anyway */
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+        sigdelset(&all, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &all, &group_saved);
+    atomic_store(&grouping, 1);
+}
 
 void pt_wfile_group_end(void)
 {
     atomic_store(&grouping, 0);
+    pthread_sigmask(SIG_SETMASK, &group_saved, NULL); /* a pending signal is delivered here */
     const int sig = atomic_exchange(&deferred, 0);
     if (sig)
         raise(sig);

@@ -85,12 +85,13 @@ enum { PT_WFILE_TRACKED = 16 };
 void pt_wfile_remove_temporaries(void);
 
 /* Outputs of several files put in place one after another (a bert export's
- * renames) as a group: between begin and end, a signal handler that asks
- * pt_wfile_defer_signal(sig) first has the signal put off (it returns 1 and
- * does nothing else), and end raises it again once the group is in place, so
- * that a stop never leaves some of the new files beside old ones. Begin and
- * end on one thread, not nested; async-signal-safe, whatever thread the
- * handler runs on. */
+ * renames) as a group: between begin and end the calling thread blocks the
+ * signals that come from outside (not those of a fault), so a stop is
+ * delivered at end, once the group is in place; a handler that runs on
+ * another thread meanwhile and asks pt_wfile_defer_signal(sig) first has the
+ * signal put off (it returns 1 and does nothing else), and end raises it
+ * again. So a stop never leaves some of the new files beside old ones.
+ * Begin and end on one thread, not nested. */
 void pt_wfile_group_begin(void);
 void pt_wfile_group_end(void);
 int pt_wfile_defer_signal(int sig);

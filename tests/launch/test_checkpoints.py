@@ -1418,6 +1418,37 @@ def test_resume_mid_epoch_after_data_shrank(h):
     line = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 3)]).expect(2).one_error(
         "copy2.yaml:", "data.synthetic_examples: ", "data.synthetic_examples 40 -> 16")
     check("shuffle" not in line and "hflip" not in line, "%s", line)
+    # bert: another test file (which takes nothing from the training file)
+    # beside a training file cut in place: the training file is named
+    files, bert = bert_keys(h)
+    _, borig = trained(h, "bert", kind="gpt", **bert)
+    other_test = U.write(h.path("test2.tsv"), open(files["data.test_file"]).read())
+    cfg, run_dir = copy_run(h, borig, "bcopy", kind="gpt",
+                            **dict(bert, **{"data.test_file": other_test}))
+    with open(files["data.train_file"]) as f:
+        lines = f.read().splitlines()
+    U.write(files["data.train_file"], "\n".join(lines[:16]) + "\n")
+    line = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 3)]).expect(2).one_error(
+        "data.train_file", "changed since")
+    check("data.test_file" not in line.split("checkpoint")[0], "%s", line)
+
+
+def test_schedule_note_on_resume(h):
+    """A resume under another learning-rate schedule says so once; a
+    min_lr changed under a constant schedule (which never reaches it) is no
+    change, and the same schedule gets no note."""
+    for sched, changes, noted in (("cosine", {}, False), ("cosine", {"train.lr": "0.002"}, True),
+                                  ("cosine", {"train.min_lr": "0.0002"}, True),
+                                  ("constant", {"train.min_lr": "0.0002"}, False)):
+        if not os.path.isdir(h.path("s-%s" % sched)):
+            trained(h, "s-%s" % sched, **{"train.schedule": sched})
+        orig = h.path("s-%s" % sched)
+        name = "c-%s-%d" % (sched, len(changes) + 2 * ("train.lr" in changes))
+        cfg, run_dir = copy_run(h, orig, name, **dict({"train.schedule": sched}, **changes))
+        r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0)
+        got = r.err.count("learning-rate schedule differs")
+        check(got == (1 if noted else 0), "%s %s: %d notes of another schedule\n%s", sched,
+              changes, got, r.err)
 
 
 def test_resume_with_other_data_is_noted(h):
@@ -2448,6 +2479,7 @@ def tests():
         test_failed_bert_export_takes_back_its_directories,
         test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
         test_signal_while_bert_export_renames, test_unmakeable_directories_leave_nothing,
+        test_schedule_note_on_resume,
         test_bert_export_paths_that_are_not_what_they_say,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,

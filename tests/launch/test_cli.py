@@ -948,20 +948,18 @@ def test_unused_keys_noted(h):
     unused_case(h, "vit_train", keys, {"model.context"}, command="train")
     r = h.run(["eval", U.write_config(h, "vit_train.yaml", keys)]).expect(0)
     check(not unused_notes(r), "eval noted unused keys\n%s", r.describe())
-    # a resume takes the checkpoint's weights: model.init_std and a vit's
-    # model.init_from are not read then (they are on a fresh start, above)
+    # pipeline.elastic with freeze.policy none and the layout at auto: not
+    # read by a fresh run, read by a resume (a checkpoint with frozen blocks
+    # is planned again); model.init_std and model.init_from are read by
+    # both (a resume checks the weights, and saves and exports init_std)
     init = h.path("init.safetensors")
     h.run(["export", U.ckpt(h.path("run"), 2), init]).expect(0)
-    got = unused_case(h, "vit_resume", dict(keys, **{"model.init_std": "0.5",
-                                                     "model.init_from": init,
-                                                     "train.max_steps": "3"}),
-                      {"model.context", "model.init_std", "model.init_from"}, command="train",
-                      sets=("train.resume=auto",))
-    check("resumes a checkpoint" in got["model.init_std"][1], "%r", got["model.init_std"])
-    unused_case(h, "vit_fresh_init", dict(keys, **{"model.init_std": "0.5",
-                                                   "model.init_from": init,
-                                                   "run.dir": h.path("run2")}),
-                {"model.context"}, command="train")
+    extra = {"model.init_std": "0.5", "model.init_from": init, "pipeline.elastic": "false"}
+    got = unused_case(h, "vit_fresh", dict(keys, **extra, **{"run.dir": h.path("run2")}),
+                      {"model.context", "pipeline.elastic"}, command="train")
+    check("starts fresh" in got["pipeline.elastic"][1], "%r", got["pipeline.elastic"])
+    unused_case(h, "vit_resume", dict(keys, **extra, **{"train.max_steps": "3"}),
+                {"model.context"}, command="train", sets=("train.resume=auto",))
 
 
 def tests():
