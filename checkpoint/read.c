@@ -282,10 +282,8 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
         /* a test file takes nothing from the training file; none cuts the
          * test split from it (data.test_fraction) */
         keys[1] = "data.train_file";
-        if (!*a->data.test_file != !*b->data.test_file)
-            keys[2] = "data.test_file";
-        else if (!*b->data.test_file)
-            keys[2] = "data.test_fraction";
+        keys[2] = !*a->data.test_file != !*b->data.test_file ? "data.test_file" : "";
+        keys[3] = *b->data.test_file ? "" : "data.test_fraction";
         break;
     default:
         keys[1] = "data.synthetic_examples";
@@ -296,7 +294,7 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
     out[0] = '\0';
     for (int i = 0; i < 4 && keys[i]; i++) {
         char one[1024];
-        if (pt_config_differences(a, b, keys[i], one, sizeof one) <= 0)
+        if (!*keys[i] || pt_config_differences(a, b, keys[i], one, sizeof one) <= 0)
             continue;
         const size_t sep = count++ ? 2 : 0, len = strlen(one);
         if (used + sep + len < n) { /* else cut: the rest is not written */

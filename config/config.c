@@ -612,10 +612,23 @@ int pt_config_differences(const pt_config *a, const pt_config *b, const char *pr
 static int write_yaml(const pt_config *c, int read_only, FILE *out)
 {
     char section[32] = "";
+    pt_config *defaults = read_only ? malloc(sizeof *defaults) : NULL; /* large */
+    if (read_only && !defaults)
+        return PT_ENOMEM;
+    if (defaults)
+        pt_config_defaults(defaults);
     for (int i = 0; i < pt_config_key_count; i++) {
         const pt_key_spec *k = &pt_config_keys[i];
-        if (read_only && !pt_config_reads(c, k->key, 0) && !pt_config_reads(c, k->key, 1))
-            continue; /* read neither by a run that starts fresh nor by a resume */
+        if (read_only && !pt_config_reads(c, k->key, 0)) {
+            /* read neither by a run that starts fresh nor by a resume; or
+             * only by a resume, and at its default (left out, a fresh run
+             * from the text would note it as set and not read) */
+            char v[2 * PT_PATH_MAX + 8], d[2 * PT_PATH_MAX + 8];
+            format_value(c, k, v, sizeof v);
+            format_value(defaults, k, d, sizeof d);
+            if (!pt_config_reads(c, k->key, 1) || strcmp(v, d) == 0)
+                continue;
+        }
         const char *dot = strchr(k->key, '.');
         size_t sl = (size_t)(dot - k->key);
         if (strlen(section) != sl || strncmp(section, k->key, sl) != 0) {
@@ -627,6 +640,7 @@ static int write_yaml(const pt_config *c, int read_only, FILE *out)
         format_value(c, k, value, sizeof value);
         fprintf(out, "  %s: %s\n", dot + 1, value);
     }
+    free(defaults);
     return ferror(out) ? PT_ESYS : 0;
 }
 

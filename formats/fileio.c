@@ -272,15 +272,22 @@ void pt_made_dirs_untrack(int slot) { untrack(slot); }
 static atomic_int grouping, deferred;
 static sigset_t group_saved;
 
-void pt_wfile_group_begin(void)
+/* Blocks in this thread the signals that come from outside (not those a
+ * fault raises: blocked, they would end the process anyway); the mask
+ * before into *saved. */
+static void block_outside_signals(sigset_t *saved)
 {
     sigset_t all;
     sigfillset(&all);
-    /* not those a fault raises: blocked, they would end the process anyway */
     const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
     for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
         sigdelset(&all, faults[i]);
-    pthread_sigmask(SIG_BLOCK, &all, &group_saved);
+    pthread_sigmask(SIG_BLOCK, &all, saved);
+}
+
+void pt_wfile_group_begin(void)
+{
+    block_outside_signals(&group_saved);
     atomic_store(&grouping, 1);
 }
 
@@ -620,11 +627,21 @@ static int make_one_directory(const char *dir, mode_t mode, int *created, int sl
                               pt_err *err)
 {
     *created = 0;
-    if (mkdir(dir, mode) == 0) {
+    /* a tracked mkdir and its record as one step for a signal: a handler
+     * that ran when mkdir returned, before the record, would leave the
+     * directory behind */
+    sigset_t saved;
+    if (slot >= 0)
+        block_outside_signals(&saved);
+    const int made = mkdir(dir, mode) == 0;
+    const int e_mkdir = errno;
+    if (made && slot >= 0 && atomic_load(&tracked[slot].made) == MADE_NONE)
+        atomic_store(&tracked[slot].made, strlen(dir)); /* a signal from here on takes it back */
+    if (slot >= 0)
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    errno = e_mkdir;
+    if (made) {
         *created = 1;
-        /* at once, before the fsync: a signal from here on takes it back */
-        if (slot >= 0 && atomic_load(&tracked[slot].made) == MADE_NONE)
-            atomic_store(&tracked[slot].made, strlen(dir));
         const char *slash = strrchr(dir, '/');
         char parent[PATH_MAX];
         if (!slash)

@@ -406,9 +406,9 @@ int pt_hf_bert_save(const pt_segment *s, const char *dir, const char *const *lab
     free(text);
     free(tok_text);
 done:
-    pt_made_dirs_untrack(tracked);
-    if (rc)
+    if (rc) /* taken back first, then untracked: a signal between them finds it gone */
         pt_rmdir_made(dir, made);
+    pt_made_dirs_untrack(tracked);
     if (grouped) /* a signal put off ends the process now */
         pt_wfile_group_end();
     free(host);

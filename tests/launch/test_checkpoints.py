@@ -1126,16 +1126,29 @@ def test_signal_while_bert_export_renames(h):
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+static void maybe_raise(const char *path, const char *var)
+{
+    const char *after = getenv(var);
+    size_t n = strlen(path), m = after ? strlen(after) : 0;
+    if (after && n >= m && strcmp(path + n - m, after) == 0)
+        raise(atoi(getenv("PT_TEST_SIGNAL")));
+}
 int rename(const char *from, const char *to)
 {
     int (*real)(const char *, const char *) = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
     const int rc = real(from, to);
-    const char *after = getenv("PT_TEST_SIGNAL_AFTER");
-    size_t n = strlen(to), m = after ? strlen(after) : 0;
-    if (after && n >= m && strcmp(to + n - m, after) == 0)
-        raise(atoi(getenv("PT_TEST_SIGNAL")));
+    maybe_raise(to, "PT_TEST_SIGNAL_AFTER");
+    return rc;
+}
+int mkdir(const char *path, mode_t mode)
+{
+    int (*real)(const char *, mode_t) = (int (*)(const char *, mode_t))dlsym(RTLD_NEXT, "mkdir");
+    const int rc = real(path, mode);
+    if (rc == 0)
+        maybe_raise(path, "PT_TEST_SIGNAL_AFTER_MKDIR");
     return rc;
 }
 """)
@@ -1174,6 +1187,26 @@ int rename(const char *from, const char *to)
             for n in names:
                 check(U.read_bytes(os.path.join(out, n)) == want_bytes[n],
                       "signal %d after %s (%s): %s is not the new export's", sig, after, into, n)
+    # and right after each mkdir of the directories it makes (the moment
+    # between a mkdir and its record, which a handler used to miss): none of
+    # them is left
+    for level in ("m1", "m2", "out"):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            top = h.path("made-%s-%d" % (level, sig))
+            os.makedirs(top)
+            out = os.path.join(top, "m1", "m2", "out")
+            env = {"LD_PRELOAD": lib, "PT_TEST_SIGNAL_AFTER_MKDIR": "/" + level,
+                   "PT_TEST_SIGNAL": str(int(sig)),
+                   "ASAN_OPTIONS": "verify_asan_link_order=0:" + os.environ.get("ASAN_OPTIONS", "")}
+            p = subprocess.run([h.binary, "export", ck, out], capture_output=True, text=True,
+                               errors="replace", timeout=240, env=dict(U.sanitizer_env(), **env),
+                               cwd=h.dir, stdin=subprocess.DEVNULL)
+            U.no_sanitizer(U.Result(["export"], p.returncode, p.stdout, p.stderr))
+            check(p.returncode == -sig, "signal %d after mkdir %s: exit %s\n%s", sig, level,
+                  p.returncode, p.stderr[-1500:])
+            check(os.listdir(top) == [], "signal %d after mkdir %s left %s", sig, level,
+                  [os.path.relpath(os.path.join(d, x), top) for d, ds, fs in os.walk(top)
+                   for x in ds + fs])
 
 
 def test_unmakeable_directories_leave_nothing(h):
@@ -1431,6 +1464,13 @@ def test_resume_mid_epoch_after_data_shrank(h):
     line = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 3)]).expect(2).one_error(
         "data.train_file", "changed since")
     check("data.test_file" not in line.split("checkpoint")[0], "%s", line)
+    # no test file any more, and a test fraction that leaves too few
+    # training texts: both are named, the fraction too
+    cfg, run_dir = copy_run(h, borig, "bcopy2", kind="gpt",
+                            **dict(bert, **{"data.test_file": '""', "data.test_fraction": "0.5"}))
+    U.write(files["data.train_file"], "\n".join(lines) + "\n")
+    h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 3)]).expect(2).one_error(
+        "data.test_file", "data.test_fraction 0.1 -> 0.5")
 
 
 def test_schedule_note_on_resume(h):
@@ -2428,8 +2468,16 @@ def test_inspect(h):
     check('  resume: ""' in text.splitlines() and "step_%010d" % 6 not in text,
           "the saved config of a resumed run names the checkpoint it resumed:\n%s", text)
     U.same_snapshot(before, U.snapshot(orig), "the inspected run")
-    # bert: labels and data
-    b = inspected(h, trained_bert(h))
+    # bert: labels and data; a run without freezing, trained again from its
+    # saved config, gets no note either (no key only a resume reads)
+    bert_run = trained_bert(h)
+    text = inspected(h, bert_run, "--config")
+    cfg = U.write(h.path("bert-saved.yaml"), text)
+    r = h.run(["train", cfg, "--set", "run.dir=" + h.path("bert-again")]).expect(0)
+    check("is not used" not in r.err, "notes for keys the saved config holds:\n%s", r.err)
+    check([x["loss"] for x in U.metrics(h.path("bert-again"))[0]] ==
+          [x["loss"] for x in U.metrics(bert_run)[0]], "the bert trained again otherwise")
+    b = inspected(h, bert_run)
     check(b["labels"] == ["a", "b", "c"] and b["model"]["kind"] == "bert", "bert: %s", b)
     check(b["data"]["train"]["examples"] == 40 and b["data"]["test"]["examples"] == 16 and
           re.fullmatch("[0-9a-f]{64}", b["data"]["vocab"]["sha256"]), "bert data: %s", b["data"])
