@@ -736,17 +736,26 @@ static int cmd_export(int argc, char **argv)
  * process started ignoring (nohup's SIGHUP), or that a library handles
  * (a profiler's SIGPROF, say), is left as it is, but for SIGINT and SIGTERM,
  * as for train. */
+static void on_end_signal(int sig);
+
+/* on_end_signal, once (SA_RESETHAND: the default action after it runs) */
+static struct sigaction end_action(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_end_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    return sa;
+}
+
 static void on_end_signal(int sig)
 {
     if (pt_wfile_defer_signal(sig)) {
         /* outputs going into place as a group (a bert export's renames):
          * this handler again (SA_RESETHAND took it off) for when the group
          * is in place and raises the signal again */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_end_signal;
-        sa.sa_flags = SA_RESETHAND;
-        sigemptyset(&sa.sa_mask);
+        const struct sigaction sa = end_action();
         sigaction(sig, &sa, NULL);
         return;
     }
@@ -757,11 +766,7 @@ static void on_end_signal(int sig)
 
 static void catch_end_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_end_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
+    const struct sigaction sa = end_action();
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
