@@ -232,6 +232,29 @@ static int same_checkpoint(pt_run *r, const manifest *m, int rc, const char *dir
     return 0;
 }
 
+/* Generated data has no digest: its examples are a function of run.seed
+ * and data.synthetic_examples (with the model's sizes, which the checkpoint
+ * checks). Where either differs from the saved run's, the evaluation draws
+ * other test examples, and those of one seed may be another seed's
+ * training examples: said once. */
+static void note_other_generated(const pt_config *now, const manifest *m)
+{
+    pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
+    pt_arch arch;
+    pt_err ignored;
+    char seed[256] = "", count[256] = "";
+    if (was && pt_manifest_config(m, was, &arch, &ignored) == 0) {
+        const int s = pt_config_differences(was, now, "run.seed", seed, sizeof seed);
+        const int n = pt_config_differences(was, now, "data.synthetic_examples", count, sizeof count);
+        if (s > 0 || n > 0)
+            fprintf(stderr,
+                    "pipetrain: note: evaluating %s on other generated test examples than its "
+                    "run evaluated (%s%s%s): some may be examples it trained on\n",
+                    m->dir, seed, s > 0 && n > 0 ? ", " : "", count);
+    }
+    free(was);
+}
+
 /* An evaluation of a checkpoint on other test examples than its run
  * evaluated is allowed (another test file is a use), but where the test
  * split comes from the training data (another data.test_fraction), some
@@ -241,6 +264,11 @@ static void note_other_test_split(const pt_ckpt_run *c, const manifest *m)
     const char *sha;
     int64_t n;
     pt_err ignored;
+    const int kind = c->cfg->data.kind;
+    if (c->run->rank == 0 && (kind == PT_DATA_SYNTH_IMAGES || kind == PT_DATA_SYNTH_TEXT)) {
+        note_other_generated(c->cfg, m);
+        return;
+    }
     if (c->run->rank != 0 || !c->test || !c->test_sha256 || !*c->test_sha256 ||
         pt_manifest_data(m, "test", &sha, &n, &ignored) || !sha ||
         (strcmp(sha, c->test_sha256) == 0 && n == c->test->count))
@@ -331,6 +359,20 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
     return pt_run_agree(r, rc, err);
 }
 
+/* How many of the data settings that differ between a and b (as
+ * pt_config_differences) name only where the test examples come from: the
+ * test images and labels, or another test file where both runs have one (a
+ * test file added or dropped changes what the training file gives). */
+static int test_only_differences(const pt_config *a, const pt_config *b)
+{
+    char ignored[8];
+    int count = pt_config_differences(a, b, "data.test_images", ignored, sizeof ignored) +
+                pt_config_differences(a, b, "data.test_labels", ignored, sizeof ignored);
+    if (!*a->data.test_file == !*b->data.test_file)
+        count += pt_config_differences(a, b, "data.test_file", ignored, sizeof ignored);
+    return count;
+}
+
 /* Other data settings than the checkpoint's (another file, more examples,
  * shuffle off) are allowed (the batch and seed are checked, and an epoch
  * that no longer fits its position is refused), but the resume is then no
@@ -343,7 +385,13 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
     pt_err ignored;
     char diff[1024];
     const int have = was && pt_manifest_config(m, was, &arch, &ignored) == 0;
-    if (have && pt_config_differences(was, now, "data.", diff, sizeof diff) > 0) {
+    const int changed_data = have ? pt_config_differences(was, now, "data.", diff, sizeof diff) : 0;
+    if (changed_data > 0 && changed_data == test_only_differences(was, now)) {
+        fprintf(stderr,
+                "pipetrain: note: resuming %s with other test data settings than it was saved "
+                "with (%s): its evaluations are not comparable with the saved run's\n",
+                m->dir, diff);
+    } else if (changed_data > 0) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",

@@ -1536,6 +1536,63 @@ def test_eval_on_other_test_examples_is_noted(h):
           "some may be examples it trained on" in note[0], "no note of the other split:\n%s", r.err)
 
 
+def test_eval_on_other_generated_examples_is_noted(h):
+    """Generated data records no digest: eval under another run.seed or
+    data.synthetic_examples than the checkpoint's run draws other test
+    examples (one seed's test examples may be another's training ones), so a
+    note names the keys; the run's own settings and a key that generates
+    nothing (train.lr) give none. It used to say nothing."""
+    for kind in ("vit", "gpt"):
+        cfg, run_dir = trained(h, "gen-" + kind, kind)
+        r = h.run(["eval", cfg]).expect(0, kind + ": the run's own settings")
+        check("other generated test examples" not in r.err, "%s: a note on the run's own data:\n%s",
+              kind, r.err)
+        r = h.run(["eval", cfg, "--set", "train.lr=0.001"]).expect(0, kind + ": another lr")
+        check("other generated test examples" not in r.err, "%s: a note for train.lr:\n%s", kind,
+              r.err)
+        for sets, want in ((["run.seed=4"], ["run.seed 3 -> 4"]),
+                           (["data.synthetic_examples=48"], ["data.synthetic_examples 40 -> 48"]),
+                           (["run.seed=5", "data.synthetic_examples=44"],
+                            ["run.seed 3 -> 5", "data.synthetic_examples 40 -> 44"])):
+            args = ["eval", cfg]
+            for one in sets:
+                args += ["--set", one]
+            r = h.run(args).expect(0, "%s: eval under %s" % (kind, sets))
+            note = [l for l in r.err.splitlines() if "other generated test examples" in l]
+            check(len(note) == 1 and all(w in note[0] for w in want) and
+                  "some may be examples it trained on" in note[0] and
+                  "step_%010d" % LAST in note[0],
+                  "%s %s: no note naming %s:\n%s", kind, sets, want, r.err)
+
+
+def test_resume_with_other_test_data_is_noted(h):
+    """A resume whose data settings differ only in where the test examples
+    come from (another data.test_file beside the same training file) keeps
+    its data order and position: the note says its evaluations are not
+    comparable, not that the order is inexact. A change that reaches the
+    training examples (the training file, or a test file dropped so that
+    data.test_fraction cuts the training file) keeps the order's note."""
+    files, bert = bert_keys(h)
+    _, orig = trained(h, "tb", "gpt", **bert)
+    other = U.write(h.path("other-test.tsv"), "a\tthe deep\nb\tvoid and form\nc\tupon the face\n")
+    cases = (("test-file", {"data.test_file": other}, "other test data settings",
+              "its evaluations are not comparable"),
+             ("no-test-file", {"data.test_file": None, "data.test_fraction": "0.1"},
+              "other data settings", "only exact with the same data"))
+    for name, change, what, why in cases:
+        cfg, run_dir = copy_run(h, orig, name, "gpt", **dict(bert, **change))
+        # without a test file, 4 of the 40 examples move into the test
+        # split, and the position (step 6: epoch 2, batch 1) still fits
+        r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, name)
+        note = [l for l in r.err.splitlines() if "data settings than it was saved with" in l]
+        check(len(note) == 1 and what in note[0] and why in note[0] and
+              "data.test_file" in note[0], "%s: not the note expected (%r, %r):\n%s", name, what,
+              why, r.err)
+        other_why = ("only exact with the same data" if name == "test-file"
+                     else "its evaluations are not comparable")
+        check(other_why not in note[0], "%s: the other wording too:\n%s", name, r.err)
+
+
 def test_eval_without_checkpoints(h):
     run_dir = h.path("empty-run")
     cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
@@ -2533,6 +2590,8 @@ def tests():
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_images_edited_in_place_are_noted,
         test_eval_on_other_test_examples_is_noted,
+        test_eval_on_other_generated_examples_is_noted,
+        test_resume_with_other_test_data_is_noted,
         test_eval_without_checkpoints, test_keep_checkpoints_prunes,
         test_keep_checkpoints_default_per_epoch,
         test_prune_removes_incomplete_and_keeps_foreign_entries,
