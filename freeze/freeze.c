@@ -6,7 +6,11 @@
  *   ceil(L (1 - (1 - alpha)^t)), capped at max_depth.
  * auto: from the per-block gradient norms accumulated between decisions (as
  *   AutoFreeze does): the change rate r_b = |G_prev - G| / G_prev of every
- *   active block and the median of those rates. A block has settled when its
+ *   active block, G the block's norm per step over the interval (its sum
+ *   over the interval's steps, divided by their count: the first interval,
+ *   freeze.start long, and the later ones, freeze.every long, may differ;
+ *   intervals of one length compare their sums as they are, the same ratio
+ *   without another rounding), and the median of those rates. A block has settled when its
  *   rate is at most the median and below the largest rate; the new depth is
  *   the length of the prefix of settled blocks. (AutoFreeze's strict "below
  *   the median" freezes nothing when most blocks have stopped changing
@@ -50,7 +54,8 @@ int pt_freeze_init(pt_freeze_state *s, const pt_freeze_config *cfg, int blocks, 
     s->prev = calloc((size_t)blocks + 1, sizeof *s->prev);
     s->rate = calloc((size_t)blocks + 1, sizeof *s->rate);
     s->sorted = calloc((size_t)blocks + 1, sizeof *s->sorted);
-    if (!s->acc || !s->prev || !s->rate || !s->sorted) {
+    s->mean = calloc((size_t)blocks + 1, sizeof *s->mean);
+    if (!s->acc || !s->prev || !s->rate || !s->sorted || !s->mean) {
         pt_freeze_free(s);
         return pt_fail(err, PT_ENOMEM, "out of memory for the freeze state");
     }
@@ -63,7 +68,8 @@ void pt_freeze_free(pt_freeze_state *s)
     free(s->prev);
     free(s->rate);
     free(s->sorted);
-    s->acc = s->prev = s->rate = s->sorted = NULL;
+    free(s->mean);
+    s->acc = s->prev = s->rate = s->sorted = s->mean = NULL;
 }
 
 void pt_freeze_accumulate(pt_freeze_state *s, const double *block_norm)
@@ -79,13 +85,28 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of the change rates of blocks [from, L); blocks with G_prev == 0 rate 0. */
+/* Block b's change rate: of its norm per step, from the previous interval
+ * to this one; 0 where the previous norm was 0. Intervals of the same
+ * length (or a previous one of unknown length, as a checkpoint of an
+ * earlier build restores it, which compared the sums) compare the sums. */
+static double change_rate(const pt_freeze_state *s, int b)
+{
+    const double was = s->prev[b], now = s->acc[b];
+    if (!(was > 0))
+        return 0.0;
+    if (s->prev_steps == 0 || s->prev_steps == s->acc_steps)
+        return fabs(was - now) / was;
+    const double per_was = was / (double)s->prev_steps, per_now = now / (double)s->acc_steps;
+    return fabs(per_was - per_now) / per_was;
+}
+
+/* Median of the change rates of blocks [from, L). */
 static double median_rate(const pt_freeze_state *s, double *rate)
 {
     int n = 0;
     double *sorted = s->sorted;
     for (int b = s->depth; b < s->blocks; b++) {
-        rate[b] = s->prev[b] > 0 ? fabs(s->prev[b] - s->acc[b]) / s->prev[b] : 0.0;
+        rate[b] = change_rate(s, b);
         sorted[n++] = rate[b];
     }
     if (n == 0)
@@ -124,12 +145,15 @@ int pt_freeze_decide(pt_freeze_state *s, pt_freeze_report *r)
             want = b < bound ? b : bound;
         }
         r->rates = rate;
-        r->norms = s->acc; /* this interval's sums, about to become prev */
+        /* the report's norms: this interval's, per step */
+        for (int b = 0; b < s->blocks; b++)
+            s->mean[b] = s->acc_steps > 0 ? s->acc[b] / (double)s->acc_steps : 0.0;
+        r->norms = s->mean;
         /* this interval's sums become the reference of the next decision */
         memcpy(s->prev, s->acc, (size_t)s->blocks * sizeof *s->prev);
         memset(s->acc, 0, (size_t)s->blocks * sizeof *s->acc);
-        r->norms = s->prev;
         s->have_prev = s->acc_steps > 0;
+        s->prev_steps = s->acc_steps;
         s->acc_steps = 0;
     }
     if (want > s->cfg.max_depth)
@@ -148,9 +172,9 @@ json_t *pt_freeze_to_json(const pt_freeze_state *s)
         json_array_append_new(acc, isfinite(s->acc[b]) ? json_real(s->acc[b]) : json_null());
         json_array_append_new(prev, isfinite(s->prev[b]) ? json_real(s->prev[b]) : json_null());
     }
-    return json_pack("{s:i, s:i, s:b, s:I, s:o, s:o}", "depth", s->depth, "decisions", s->decisions,
-                     "have_prev", s->have_prev, "acc_steps", (json_int_t)s->acc_steps, "acc", acc,
-                     "prev", prev);
+    return json_pack("{s:i, s:i, s:b, s:I, s:I, s:o, s:o}", "depth", s->depth, "decisions",
+                     s->decisions, "have_prev", s->have_prev, "acc_steps", (json_int_t)s->acc_steps,
+                     "prev_steps", (json_int_t)s->prev_steps, "acc", acc, "prev", prev);
 }
 
 /* Array of `blocks` finite numbers into out. */
@@ -170,19 +194,25 @@ static int numbers(const json_t *arr, int blocks, double *out)
 int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err)
 {
     const json_t *depth = json_object_get(j, "depth"), *decisions = json_object_get(j, "decisions"),
-                 *have_prev = json_object_get(j, "have_prev"), *steps = json_object_get(j, "acc_steps");
+                 *have_prev = json_object_get(j, "have_prev"), *steps = json_object_get(j, "acc_steps"),
+                 *prev_steps = json_object_get(j, "prev_steps");
+    /* prev_steps may be absent (a checkpoint of a build that did not record
+     * it: 0, the sums compared as that build compared them) */
     if (!json_is_integer(depth) || !json_is_integer(decisions) || !json_is_boolean(have_prev) ||
-        !json_is_integer(steps) || json_integer_value(depth) < 0 ||
+        !json_is_integer(steps) || (prev_steps && !json_is_integer(prev_steps)) ||
+        (prev_steps && json_integer_value(prev_steps) < 0) || json_integer_value(depth) < 0 ||
         json_integer_value(depth) > s->blocks || json_integer_value(decisions) < 0 ||
         json_integer_value(decisions) > INT32_MAX || json_integer_value(steps) < 0 ||
         numbers(json_object_get(j, "acc"), s->blocks, s->acc) ||
         numbers(json_object_get(j, "prev"), s->blocks, s->prev))
         return pt_fail(err, PT_EINPUT, "the freeze state is missing or malformed (it needs depth "
-                       "0..%d, decisions, have_prev, acc_steps and %d finite acc and prev sums)",
+                       "0..%d, decisions, have_prev, acc_steps, prev_steps (if any) not negative, "
+                       "and %d finite acc and prev sums)",
                        s->blocks, s->blocks);
     s->depth = (int)json_integer_value(depth);
     s->decisions = (int)json_integer_value(decisions);
     s->have_prev = json_is_true(have_prev);
     s->acc_steps = (int64_t)json_integer_value(steps);
+    s->prev_steps = prev_steps ? (int64_t)json_integer_value(prev_steps) : 0;
     return 0;
 }

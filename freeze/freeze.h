@@ -29,20 +29,23 @@ typedef struct pt_freeze_state {
     int blocks;        /* L */
     int depth;         /* frozen blocks */
     int decisions;     /* decisions made so far (t) */
-    /* auto: per-block gradient norms summed since the last decision, and the
-     * sums of the previous interval; the change rates, and room to sort them
-     * for their median (made with the state: a decision allocates nothing,
-     * so it cannot fail on one rank and differ from its peers') */
-    double *acc, *prev, *rate, *sorted;
+    /* auto: per-block gradient norms summed since the last decision over
+     * acc_steps steps, and the sums of the previous interval over prev_steps
+     * (0: not known, from a checkpoint of a build that did not record it);
+     * the change rates, the interval's means per step for the report, and
+     * room to sort the rates for their median (made with the state: a
+     * decision allocates nothing, so it cannot fail on one rank and differ
+     * from its peers') */
+    double *acc, *prev, *rate, *sorted, *mean;
     int have_prev;
-    int64_t acc_steps;
+    int64_t acc_steps, prev_steps;
 } pt_freeze_state;
 
 /* What a decision was based on, for the log. */
 typedef struct pt_freeze_report {
     int old_depth, new_depth, bound, candidate; /* candidate: what the norms alone say (auto) */
     double threshold;                           /* auto: median change rate of the active blocks */
-    const double *norms;                        /* auto: per-block norm sums of the interval [L] */
+    const double *norms;                        /* auto: per-block norms of the interval, mean per step [L] */
     const double *rates;                        /* auto: per-block change rates [L] (0 when frozen) */
     int decision;                               /* t, 1-based */
 } pt_freeze_report;

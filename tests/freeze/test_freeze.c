@@ -159,6 +159,100 @@ static void auto_policy(void)
     pt_freeze_free(&s);
 }
 
+/* Feeds steps[i] steps of norms norm(b, i) in interval i, deciding after each. */
+static void run_windows(pt_freeze_state *s, int intervals, const int *steps,
+                        double (*norm)(int, int), int *depths, pt_freeze_report *last)
+{
+    double v[6];
+    for (int i = 0; i < intervals; i++) {
+        for (int step = 0; step < steps[i]; step++) {
+            for (int b = 0; b < s->blocks; b++)
+                v[b] = norm(b, i);
+            pt_freeze_accumulate(s, v);
+        }
+        depths[i] = pt_freeze_decide(s, last);
+    }
+}
+
+/* blocks 0..2 the same norm every step; blocks 3..5 double theirs per interval */
+static double steady_prefix(int b, int i) { return b < 3 ? 1.0 + 0.25 * b : (double)(1 << i); }
+
+/* Intervals of different lengths (freeze.start 4 steps, then freeze.every
+ * 2) compare the norms per step, not the sums: a block whose norm per step
+ * does not change has rate 0 whatever the lengths. Comparing sums, blocks
+ * 0..2 halved (rate 0.5) while 3..5, twice the norm over half the steps,
+ * looked unchanged (rate 0), and nothing froze. */
+static void auto_policy_unequal_intervals(void)
+{
+    pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.5, 0};
+    pt_freeze_state s;
+    pt_freeze_report r;
+    pt_err err;
+    int d[3];
+    const int lengths[3] = {4, 2, 2};
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+    run_windows(&s, 2, lengths, steady_prefix, d, &r);
+    CU_ASSERT_EQUAL(d[0], 0);
+    CU_ASSERT_EQUAL(d[1], 3);
+    CU_ASSERT_EQUAL(r.candidate, 3);
+    for (int b = 0; b < 3; b++) {
+        CU_ASSERT_EQUAL(r.rates[b], 0.0);
+        CU_ASSERT_EQUAL(r.norms[b], 1.0 + 0.25 * b); /* the report: per step */
+    }
+    for (int b = 3; b < 6; b++) {
+        CU_ASSERT_DOUBLE_EQUAL(r.rates[b], 1.0, 1e-15);
+        CU_ASSERT_EQUAL(r.norms[b], 2.0);
+    }
+    pt_freeze_free(&s);
+    /* a saved state in the middle of the second interval, through text,
+     * decides as the state that was not saved; one of a build that did not
+     * record prev_steps (the key left out) compares the sums, as it did */
+    pt_freeze_state a, b, old;
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&a, &cfg, 6, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&b, &cfg, 6, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&old, &cfg, 6, &err), 0);
+    run_windows(&a, 1, lengths, steady_prefix, d, &r);
+    double v[6];
+    for (int k = 0; k < 6; k++)
+        v[k] = steady_prefix(k, 1);
+    pt_freeze_accumulate(&a, v);
+    json_t *saved = pt_freeze_to_json(&a);
+    CU_ASSERT_FATAL(saved != NULL);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(saved, "prev_steps")), 4);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, saved, &err), 0);
+    CU_ASSERT_EQUAL(json_object_del(saved, "prev_steps"), 0);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&old, saved, &err), 0);
+    json_decref(saved);
+    pt_freeze_accumulate(&a, v);
+    pt_freeze_accumulate(&b, v);
+    pt_freeze_accumulate(&old, v);
+    CU_ASSERT_EQUAL(pt_freeze_decide(&a, &r), 3);
+    CU_ASSERT_EQUAL(pt_freeze_decide(&b, &r), 3);
+    CU_ASSERT_EQUAL(pt_freeze_decide(&old, &r), 0); /* the sums: blocks 0..2 rate 0.5, 3..5 0 */
+    CU_ASSERT_EQUAL(r.rates[0], 0.5);
+    CU_ASSERT_EQUAL(r.rates[3], 0.0);
+    pt_freeze_free(&a);
+    pt_freeze_free(&b);
+    pt_freeze_free(&old);
+    /* a negative or non-integer prev_steps is refused */
+    const char *bad[] = {
+        "{\"depth\": 0, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"prev_steps\": -1, \"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": 0, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"prev_steps\": 1.5, \"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+        "{\"depth\": 0, \"decisions\": 1, \"have_prev\": true, \"acc_steps\": 0, "
+        "\"prev_steps\": \"2\", \"acc\": [0,0,0,0,0,0], \"prev\": [0,0,0,0,0,0]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+        json_t *j = json_loads(bad[i], 0, NULL);
+        CU_ASSERT_FATAL(j != NULL);
+        CU_ASSERT_EQUAL(pt_freeze_from_json(&s, j, &err), PT_EINPUT);
+        json_decref(j);
+        pt_freeze_free(&s);
+    }
+}
+
 static void saved_state_decides_the_same(void)
 {
     pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.5, 0};
@@ -218,6 +312,7 @@ static void saved_state_decides_the_same(void)
 static const pt_test tests[] = {{"schedule_tables", schedule_tables},
                                 {"max_depth_caps", max_depth_caps},
                                 {"auto_policy", auto_policy},
+                                {"auto_policy_unequal_intervals", auto_policy_unequal_intervals},
                                 {"saved_state_decides_the_same", saved_state_decides_the_same},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"freeze policies", tests}, {NULL, NULL}};

@@ -210,7 +210,7 @@ def main():
               "kind", "base", "min", "warmup", "total", "frozen_units", "arch", "dim",
               "layers", "heads", "mlp_hidden", "causal", "channels", "height", "width", "patch",
               "classes", "vocab", "context", "init_std", "freeze", "depth", "decisions",
-              "have_prev", "acc_steps", "acc", "prev", "units", "files", "bytes", "sha256",
+              "have_prev", "acc_steps", "prev_steps", "acc", "prev", "units", "files", "bytes", "sha256",
               "config", "embed", "blocks.0.attn", "blocks.0.mlp", "head", "units-stage0.bin",
               "manifest", "../", ".", "profile", "ranks", "node_of", "cores", "threads",
               "backend", "cpu", "links", "intra_bytes_per_s", "inter_bytes_per_s", "latency_s",
