@@ -417,7 +417,9 @@ int pt_session_train(pt_session *s, pt_err *err)
                      pt_layout_mode(r), r->plan.stages, r->plan.stages == 1 ? "" : "s",
                      r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
                      pt_backend_name(s->be), s->threads, s->threads == 1 ? "" : "s");
-    if (r->step == 0 && c->train.warmup_steps >= r->total_steps && r->total_steps > 0)
+    /* (a warm-up of 1 step is no warm-up: update 0 uses train.lr) */
+    if (r->step == 0 && c->train.warmup_steps > 1 && c->train.warmup_steps >= r->total_steps &&
+        r->total_steps > 0)
         pt_progress_note(&s->progress,
                          "note: train.warmup_steps = %lld is not below the run's %lld steps: the "
                          "learning rate never reaches train.lr",

@@ -431,6 +431,27 @@ def test_eval_under_training_memory(h):
         check("pipeline.memory_gib" in r.err, "%s did not name the key:\n%s", cmd, r.err)
 
 
+def test_warmup_note(h):
+    """The note that the learning rate never reaches train.lr comes where the
+    warm-up covers every update (warmup_steps >= the run's steps) and is one:
+    a warm-up of 1 step is none (update 0 uses lr (1/1 + 0) = train.lr), and
+    one shorter than the run reaches the peak. Every logged rate is checked
+    against the note: below train.lr throughout where noted."""
+    for warmup, steps, noted in ((1, 1, False), (1, 3, False), (2, 3, False), (3, 3, True),
+                                 (5, 3, True), (2, 2, True)):
+        name = "w%d-s%d" % (warmup, steps)
+        cfg = U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **{
+            "train.warmup_steps": str(warmup), "train.max_steps": str(steps),
+            "train.lr": "0.003", "train.min_lr": "0.003", "train.checkpoint_every": "0"}))
+        r = h.run(["train", cfg]).expect(0, name)
+        got = "never reaches train.lr" in r.err + r.out
+        check(got == noted, "%s: note %s, expected %s\n%s", name, got, noted, r.err)
+        lrs = [float(m) for m in re.findall(r" lr ([0-9.e+-]+) ", r.out + r.err)]
+        check(len(lrs) == steps, "%s: %d logged rates, expected %d", name, len(lrs), steps)
+        check(noted == all(x < 0.003 * (1 - 1e-6) for x in lrs),
+              "%s: the rates %s do not agree with the note (%s)", name, lrs, noted)
+
+
 def test_eval_every_steps(h):
     """train.eval_every_steps evaluates every N steps besides the epochs'
     evaluations (never twice at one step, and at the end), and changes no
@@ -967,7 +988,7 @@ def tests():
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
-           test_eval_under_training_memory, test_eval_every_steps,
+           test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_stack_limit_refused_without_crash,
            test_address_space_limit, test_attention_work_memory_counted,
