@@ -218,25 +218,25 @@ void pt_session_note_init_tokenizer(const pt_session *s)
 {
     const pt_config *c = &s->cfg;
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
+    char tokenizer[PT_PATH_MAX + 32];
     if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
         c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from)
         return;
-    pt_session_init_files(c, weights, config, vocab);
+    pt_session_init_files(c, weights, config, vocab, tokenizer);
     if (!*vocab) /* weights the load refuses */
         return;
     note_init_vocab(c, vocab);
-    const char *slash = strrchr(weights, '/');
-    char there[PT_PATH_MAX + 48];
-    snprintf(there, sizeof there, "%.*stokenizer_config.json",
-             slash ? (int)(slash - weights + 1) : 0, weights);
-    note_init_normalize(c, there);
+    note_init_normalize(c, tokenizer);
 }
 
-void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab)
+void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab,
+                           char *tokenizer)
 {
     const size_t n = PT_PATH_MAX + 32;
     pt_err ignored;
     weights[0] = config[0] = vocab[0] = '\0';
+    if (tokenizer)
+        tokenizer[0] = '\0';
     if (!*c->model.init_from)
         return;
     if (c->model.kind != PT_MODEL_BERT ||
@@ -249,6 +249,8 @@ void pt_session_init_files(const pt_config *c, char *weights, char *config, char
     const int dir = slash ? (int)(slash - weights + 1) : 0;
     snprintf(config, n, "%.*sconfig.json", dir, weights);
     snprintf(vocab, n, "%.*svocab.txt", dir, weights);
+    if (tokenizer)
+        snprintf(tokenizer, n, "%.*stokenizer_config.json", dir, weights);
 }
 
 /* model.init_from's files (the weights, and a bert's config.json, which

@@ -573,11 +573,11 @@ static int cmd_eval(pt_comm *comm, const cli *a)
      * out now, not after the evaluation, whether it can */
     const int writes = pt_run_last_stage(run) && run->replica == 0;
     char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32], init_vocab[PT_PATH_MAX + 32];
-    char tokenizer_config[PT_PATH_MAX + 32];
-    pt_session_init_files(cfg, init_weights, init_config, init_vocab);
+    char tokenizer_config[PT_PATH_MAX + 32], init_tokenizer[PT_PATH_MAX + 32];
+    pt_session_init_files(cfg, init_weights, init_config, init_vocab, init_tokenizer);
     pt_session_tokenizer_config(cfg, tokenizer_config);
     const char *inputs[] = {cfg->source, cfg->model.init_from, init_weights, init_config,
-                            init_vocab, tokenizer_config, cfg->data.train_images,
+                            init_vocab, init_tokenizer, tokenizer_config, cfg->data.train_images,
                             cfg->data.train_labels, cfg->data.test_images, cfg->data.test_labels,
                             cfg->data.text, cfg->data.train_file, cfg->data.test_file,
                             cfg->data.vocab, cfg->pipeline.profile};

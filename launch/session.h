@@ -79,10 +79,12 @@ int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *er
  * tokenizer_config.json beside them says. */
 void pt_session_note_init_tokenizer(const pt_session *s);
 /* The files model.init_from reads or would read, for commands that must not
- * write over them: the weights, and for a bert the config.json and vocab.txt
- * beside them (whether they exist or not: one written there would be read
- * next time); "" for none. Each buffer holds PT_PATH_MAX + 32 bytes. */
-void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab);
+ * write over them: the weights, and for a bert the config.json, vocab.txt
+ * and tokenizer_config.json beside them (whether they exist or not: one
+ * written there would be read next time); "" for none. Each buffer holds
+ * PT_PATH_MAX + 32 bytes; tokenizer may be NULL. */
+void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab,
+                           char *tokenizer);
 /* The tokenizer_config.json beside data.vocab (whether it exists or not),
  * which data.lowercase, data.strip_accents and data.split_cjk at auto read;
  * out holds PT_PATH_MAX + 32 bytes. */

@@ -1439,9 +1439,10 @@ def test_bert_init_from_refused(h):
 
 
 def test_eval_outputs_spare_init_from(h):
-    """eval's --logits and --hidden never land on a file model.init_from
-    reads: its config.json and the vocab.txt beside its weights (as a
-    directory or as the .safetensors file), nor create a config.json beside
+    """eval's --logits, --hidden and --report never land on a file
+    model.init_from reads: its config.json, vocab.txt and
+    tokenizer_config.json beside its weights (as a directory or as the
+    .safetensors file), nor create one of them or a config.json beside
     weights that have none (the next run would read it), nor a
     tokenizer_config.json beside data.vocab. Refused, exit 2, nothing
     touched."""
@@ -1453,6 +1454,9 @@ def test_eval_outputs_spare_init_from(h):
     os.makedirs(bare)
     shutil.copy(os.path.join(good, "model.safetensors"), bare)
     weights = os.path.join(good, "model.safetensors")
+    tok = h.path("tok")
+    shutil.copytree(good, tok)
+    tok_config = U.write(os.path.join(tok, "tokenizer_config.json"), '{"do_lower_case": true}')
     cases = [
         ("vocab_of_dir", good, "--hidden", os.path.join(good, "vocab.txt"), "an input"),
         ("vocab_of_file", weights, "--logits", os.path.join(good, "vocab.txt"), "an input"),
@@ -1465,6 +1469,15 @@ def test_eval_outputs_spare_init_from(h):
         ("tokenizer_config_not_there", good, "--logits",
          os.path.join(os.path.dirname(f["vocab"]), "tokenizer_config.json"),
          "reads when it is there"),
+        # model.init_from's tokenizer_config.json, which the note on how
+        # the model was trained to tokenize reads (it used to be replaced)
+        ("init_tokenizer_config_of_dir", tok, "--report", tok_config, "an input"),
+        ("init_tokenizer_config_of_file", os.path.join(tok, "model.safetensors"), "--logits",
+         tok_config, "an input"),
+        ("init_tokenizer_config_not_there", bare, "--report",
+         os.path.join(bare, "tokenizer_config.json"), "reads when it is there"),
+        ("init_tokenizer_config_not_there_hidden", good, "--hidden",
+         os.path.join(good, "tokenizer_config.json"), "reads when it is there"),
     ]
     for name, init, opt, out, why in cases:
         cfg = U.write(h.path("%s.yaml" % name),
