@@ -457,9 +457,39 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
     return pt_fail(err, PT_EINTERNAL, "unknown data kind %d", c->data.kind);
 }
 
+/* A training run whose test examples come from its training file (the
+ * same file under both keys, by another name too) evaluates on examples
+ * it trains on: allowed (a check that a model can fit its data), said once,
+ * on rank 0. */
+static void note_test_is_training(const pt_session *r)
+{
+    const pt_config *c = &r->cfg;
+    const char *train_key, *test_key, *train, *test;
+    if (c->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
+        train_key = "data.train_file", test_key = "data.test_file";
+        train = c->data.train_file, test = c->data.test_file;
+    } else if (c->data.kind == PT_DATA_FASHION_MNIST || c->data.kind == PT_DATA_IDX) {
+        train_key = "data.train_images", test_key = "data.test_images";
+        train = c->data.train_images, test = c->data.test_images;
+    } else {
+        return;
+    }
+    struct stat a, b;
+    if (r->rank != 0 || !*test || stat(train, &a) != 0 || stat(test, &b) != 0 ||
+        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return;
+    fprintf(stderr,
+            "pipetrain: note: %s '%s' is the training file (%s '%s'): the run's test figures are "
+            "on examples it trains on\n",
+            test_key, test, train_key, train);
+}
+
 int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     /* a data file that cannot be read (an I/O error, a /proc file) is the
      * input's fault as much as one that does not parse: exit 2 */
-    return pt_err_input(load_data(r, mode, err), err);
+    const int rc = pt_err_input(load_data(r, mode, err), err);
+    if (rc == 0 && mode == PT_RUN_TRAIN)
+        note_test_is_training(r);
+    return rc;
 }
