@@ -369,6 +369,8 @@ void pt_config_defaults(pt_config *c)
 }
 
 
+static void format_value(const pt_config *c, const pt_key_spec *k, char *out, size_t n);
+
 /* Index of the first key of a section (one that exists). */
 static int first_in_section(const char *section)
 {
@@ -401,9 +403,23 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
         pt_config_suggest(key, hint, sizeof hint);
         return pt_fail(err, PT_EINPUT, "--set: unknown key '%s'%s", key, hint);
     }
+    /* a key --set gave before: the last value is used, and noted */
+    char was[PT_PATH_MAX + 64] = "";
+    const int again = c->line[ki] == -1;
+    if (again)
+        format_value(c, &pt_config_keys[ki], was, sizeof was);
     int rc = pt_config_set_value(c, ki, eq + 1, "--set", err);
     if (rc == 0)
         c->line[ki] = -1;
+    if (rc == 0 && again) {
+        char now[PT_PATH_MAX + 64];
+        format_value(c, &pt_config_keys[ki], now, sizeof now);
+        const size_t at = strlen(c->set_twice), room = sizeof c->set_twice - at;
+        const int w = snprintf(c->set_twice + at, room, "%s%s %s -> %s", at ? ", " : "", key, was,
+                               now);
+        if (w < 0 || (size_t)w >= room) /* what does not fit is left out whole */
+            c->set_twice[at] = '\0';
+    }
     return rc;
 }
 

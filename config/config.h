@@ -129,6 +129,9 @@ typedef struct pt_config {
     /* Source line of each key that was set (0 = default, -1 = --set), for
      * messages about cross-key problems found after parsing. */
     int line[128];
+    /* Keys --set gave more than once (the last value is used), as "key old
+     * -> new" joined by ", ", for a note; "" for none. */
+    char set_twice[512];
 } pt_config;
 
 /* Defaults for every key. */

@@ -346,8 +346,18 @@ static void note_unused_key(const char *key, const char *why, void *arg)
     fprintf(stderr, "pipetrain: note: %s%s is not used: %s\n", at, key, why);
 }
 
+/* Keys --set gave more than once: the last value is used (as a shell's or
+ * argparse's last option wins), said once. */
+static void note_set_twice(pt_comm *comm, const pt_config *c)
+{
+    if (pt_comm_rank(comm) == 0 && c->set_twice[0])
+        fprintf(stderr, "pipetrain: note: --set gave a key more than once, and its last value is "
+                "used: %s\n", c->set_twice);
+}
+
 static void note_unused_keys(pt_comm *comm, const pt_config *c, int resuming)
 {
+    note_set_twice(comm, c);
     if (pt_comm_rank(comm) == 0)
         pt_config_unused(c, resuming, note_unused_key, (void *)c);
 }
@@ -564,6 +574,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                                            : "none (the initial weights, seeded)";
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
+    note_set_twice(comm, cfg);
     pt_run *run = &s->run;
     pt_eval_result ev = {0};
     const int64_t rows = s->test.count * pt_arch_rows_per_example(&run->arch);

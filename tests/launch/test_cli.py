@@ -431,6 +431,32 @@ def test_eval_under_training_memory(h):
         check("pipeline.memory_gib" in r.err, "%s did not name the key:\n%s", cmd, r.err)
 
 
+def test_set_twice_noted(h):
+    """A key --set gives more than once takes the last value (as argparse's
+    last option wins), with one note naming each such key and its values,
+    from train, plan and eval; a --set over the config file's line, or of
+    two different keys, gives none."""
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", U.tiny("vit", run_dir, **{"train.max_steps": "2"}))
+    twice = ["--set", "model.dim=8", "--set", "train.lr=0.002", "--set", "model.dim=16"]
+    for cmd in ("train", "plan", "eval"):
+        r = h.run([cmd, cfg] + twice).expect(0, cmd)
+        notes = [l for l in r.err.splitlines() if "more than once" in l]
+        check(len(notes) == 1 and "model.dim 8 -> 16" in notes[0] and "train.lr" not in notes[0],
+              "%s: not one note of model.dim 8 -> 16:\n%s", cmd, r.err)
+    # the last value is the one used: the same parameter count as 16 alone
+    once = h.run(["train", cfg, "--set", "run.dir=" + h.path("once"), "--set",
+                  "model.dim=16"]).expect(0, "once")
+    again = h.run(["train", cfg, "--set", "run.dir=" + h.path("again")] + twice).expect(0, "twice")
+    count = re.compile(r"([0-9]+) parameters")
+    check(count.findall(once.out + once.err) == count.findall(again.out + again.err) and
+          count.findall(once.out + once.err), "the last --set is not the one used:\n%s\n%s",
+          once.out + once.err, again.out + again.err)
+    for args in (["--set", "model.dim=16"], ["--set", "model.dim=16", "--set", "train.lr=0.002"]):
+        r = h.run(["plan", cfg] + args).expect(0, str(args))
+        check("more than once" not in r.err, "%s: a note:\n%s", args, r.err)
+
+
 def test_warmup_note(h):
     """The note that the learning rate never reaches train.lr comes where the
     warm-up covers every update (warmup_steps >= the run's steps) and is one:
@@ -989,6 +1015,7 @@ def tests():
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
+           test_set_twice_noted,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_stack_limit_refused_without_crash,
            test_address_space_limit, test_attention_work_memory_counted,
