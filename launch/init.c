@@ -132,8 +132,17 @@ static void note_init_vocab(const pt_config *c, const char *there)
 {
     struct stat st;
     pt_err ignored;
-    if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) /* none, or never wait on a FIFO */
+    if (stat(there, &st) != 0 || !S_ISREG(st.st_mode)) { /* never wait on a FIFO */
+        /* none is no vocabulary; a name there that is not a file (a
+         * directory, a FIFO, a dangling link) is said, as one that does
+         * not load is */
+        if (lstat(there, &st) == 0)
+            fprintf(stderr,
+                    "pipetrain: note: model.init_from's '%s' is not a regular file, so data.vocab "
+                    "'%s' was not compared with it\n",
+                    there, c->data.vocab);
         return;
+    }
     pt_vocab *a = NULL, *b = NULL;
     pt_err why;
     if (pt_vocab_load(&a, there, &why) != 0) { /* not silently: its ids may differ all the same */

@@ -1403,6 +1403,30 @@ def test_data_identity(h):
     check("model.init_from's '%s' cannot be read as a vocabulary, so data.vocab '%s' was not compared" %
           (os.path.join(unreadable, "vocab.txt"), files["data.vocab"]) in r.err,
           "no note of the init_from vocab.txt that does not load:\n%s", r.describe())
+    # a vocab.txt there that is no file (a directory, a FIFO, a dangling
+    # link): not compared either, said, and never waited on
+    for kind in ("dir", "fifo", "dangling"):
+        there = h.path("ident-init-%s-from" % kind)
+        shutil.copytree(out, there)
+        v = os.path.join(there, "vocab.txt")
+        os.remove(v)
+        {"dir": os.mkdir, "fifo": os.mkfifo,
+         "dangling": lambda p: os.symlink(h.path("nothing-here"), p)}[kind](v)
+        cfg = U.write_config(h, "ident-init-%s.yaml" % kind, keys(h, h.path("ident-init-" + kind),
+                                                                   "gpt", **dict(bert, **{
+                                                                       "model.init_from": there})))
+        r = h.run(["train", cfg]).expect(0, "train from an export whose vocab.txt is a " + kind)
+        check("model.init_from's '%s' is not a regular file, so data.vocab '%s' was not compared" %
+              (v, files["data.vocab"]) in r.err, "%s: no note of the vocab.txt:\n%s", kind,
+              r.describe())
+    # none at all: nothing to compare, no note
+    none = h.path("ident-init-none-from")
+    shutil.copytree(out, none)
+    os.remove(os.path.join(none, "vocab.txt"))
+    cfg = U.write_config(h, "ident-init-none.yaml", keys(h, h.path("ident-init-none"), "gpt", **dict(
+        bert, **{"model.init_from": none})))
+    r = h.run(["train", cfg]).expect(0, "train from an export without a vocab.txt")
+    check("was not compared" not in r.err, "a note without a vocab.txt:\n%s", r.describe())
 
 
 def test_images_edited_in_place_are_noted(h):
