@@ -317,6 +317,15 @@ int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err);
  * beyond 64 bits (transformers writes an unknown model_max_length as
  * int(1e30)) and which are read for other fields. */
 int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err);
+/* The same for JSON that other programs write (a Hugging Face config.json or
+ * tokenizer_config.json, a safetensors header), with every number read as a
+ * real when reals is set: a \u0000 escape in a string is valid JSON there
+ * (Python's json writes one, in fields pipetrain never reads), so it is
+ * kept, and a string such a file gives must be read through pt_json_cstr. */
+int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err);
+/* j's text when j is a string without a NUL character in it; NULL when j is
+ * no string or holds one (it would read as a shorter text in C). */
+const char *pt_json_cstr(const json_t *j);
 
 /* A JSON number for v, or null when v is not finite (JSON has no NaN or
  * infinity); NULL only when out of memory. */
@@ -395,7 +404,8 @@ int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err
 /* A shape as messages write it, "[384, 1536]" (NUL-terminated, cut to n). */
 void pt_st_shape_text(int ndim, const int64_t *shape, char *out, size_t n);
 
-/* The metadata value for key, or NULL if absent. */
+/* The metadata value for key, or NULL if absent (or holding a NUL
+ * character, which a C string cannot give whole). */
 const char *pt_st_metadata(const pt_st_file *f, const char *key);
 
 /* Closes and frees. NULL-safe. */

@@ -28,6 +28,17 @@ int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err)
     return load(out, text, n, JSON_DECODE_INT_AS_REAL, err);
 }
 
+int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err)
+{
+    return load(out, text, n, JSON_ALLOW_NUL | (reals ? JSON_DECODE_INT_AS_REAL : 0), err);
+}
+
+const char *pt_json_cstr(const json_t *j)
+{
+    const char *s = json_string_value(j);
+    return s && strlen(s) == json_string_length(j) ? s : NULL;
+}
+
 json_t *pt_json_number(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();

@@ -169,9 +169,10 @@ static int parse_entry(pt_st_file *f, const char *key, size_t key_len, const jso
         return rc;
     const char *dtype_name = json_string_value(dtype);
     size_t dtype_len = json_string_length(dtype);
-    unsigned size = dtype_len < sizeof e->dtype ? dtype_size(dtype_name) : 0;
+    unsigned size = dtype_len < sizeof e->dtype && pt_json_cstr(dtype) ? dtype_size(dtype_name) : 0;
     if (!size)
-        return entry_fail(f, name, err, "unknown dtype '%.20s'", dtype_name);
+        return entry_fail(f, name, err, "unknown dtype '%.20s'%s", dtype_name,
+                          pt_json_cstr(dtype) ? "" : " (then a NUL character)");
     memcpy(e->dtype, dtype_name, dtype_len + 1);
     size_t ndim = json_array_size(shape);
     if (ndim > PT_ST_MAX_NDIM)
@@ -357,7 +358,7 @@ static int read_header(pt_st_file *f, uint64_t *size, uint64_t *header_len, pt_e
                        (unsigned long long)n);
     rc = pt_pread_all(f->fd, header, (size_t)n, 8, path, err);
     if (!rc)
-        rc = pt_json_load(&f->header, header, (size_t)n, err);
+        rc = pt_json_load_foreign(&f->header, header, (size_t)n, 0, err);
     if (rc)
         pt_err_prefix(err, "'%s': header (%llu bytes, from byte 8)", path, (unsigned long long)n);
     free(header);
@@ -481,7 +482,7 @@ int pt_st_read_f32(const pt_st_file *f, int i, float *out, size_t n, pt_err *err
 
 const char *pt_st_metadata(const pt_st_file *f, const char *key)
 {
-    return f->metadata ? json_string_value(json_object_get(f->metadata, key)) : NULL;
+    return f->metadata ? pt_json_cstr(json_object_get(f->metadata, key)) : NULL;
 }
 
 void pt_st_close(pt_st_file *f)

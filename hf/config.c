@@ -32,6 +32,14 @@ static int get_int(const json_t *root, const char *path, const char *key, int lo
     return 0;
 }
 
+/* A field's text for a message: the string, or what it is instead. */
+static const char *text_or_kind(const json_t *j)
+{
+    return pt_json_cstr(j)     ? pt_json_cstr(j)
+           : json_is_string(j) ? "a string holding a NUL character"
+                               : "not a string";
+}
+
 /* A config.json (at most 1 MiB) as JSON; errors name the file. */
 int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err)
 {
@@ -41,7 +49,7 @@ int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err)
     int rc = pt_read_file(path, 1 << 20, &text, &n, err);
     if (rc)
         return rc;
-    rc = reals ? pt_json_load_reals(root, text, n, err) : pt_json_load(root, text, n, err);
+    rc = pt_json_load_foreign(root, text, n, reals, err);
     free(text);
     return rc ? pt_err_prefix(err, "%s", path) : 0;
 }
@@ -60,9 +68,9 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
     /* absent: BertModel.from_pretrained reads the file as BERT's all the
      * same (the fields and the tensors' names are checked below) */
     const json_t *type = json_object_get(root, "model_type");
-    if (type && (!json_is_string(type) || strcmp(json_string_value(type), "bert") != 0))
+    if (type && (!pt_json_cstr(type) || strcmp(pt_json_cstr(type), "bert") != 0))
         rc = pt_fail(err, PT_EINPUT, "%s: model_type: %s; allowed: \"bert\"", path,
-                     json_is_string(type) ? json_string_value(type) : "not a string");
+                     text_or_kind(type));
     if (rc == 0)
         rc = get_int(root, path, "hidden_size", 1, 1 << 16, &out->hidden, err);
     if (rc == 0)
@@ -116,12 +124,12 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
     if (rc == 0) {
         /* transformers' "gelu_python" is the same erf GELU, written out */
         const json_t *act = json_object_get(root, "hidden_act");
-        const char *name = json_is_string(act) ? json_string_value(act) : "";
+        const char *name = pt_json_cstr(act) ? pt_json_cstr(act) : "";
         if (act && strcmp(name, "gelu") != 0 && strcmp(name, "gelu_python") != 0)
             rc = pt_fail(err, PT_EINPUT,
                          "%s: hidden_act: %s; pipetrain's bert has the erf GELU (\"gelu\" or "
                          "\"gelu_python\") only",
-                         path, json_is_string(act) ? name : "not a string");
+                         path, text_or_kind(act));
     }
     /* BertForSequenceClassification's dropout before its classifier (null:
      * hidden_dropout_prob's); pipetrain's head is its own, and only notes it */
@@ -131,10 +139,10 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
         out->classifier_dropout = json_number_value(cd);
     if (rc == 0) {
         const json_t *pos = json_object_get(root, "position_embedding_type");
-        if (pos && (!json_is_string(pos) || strcmp(json_string_value(pos), "absolute") != 0))
+        if (pos && (!pt_json_cstr(pos) || strcmp(pt_json_cstr(pos), "absolute") != 0))
             rc = pt_fail(err, PT_EINPUT,
                          "%s: position_embedding_type: %s; allowed: \"absolute\"", path,
-                         json_is_string(pos) ? json_string_value(pos) : "not a string");
+                         text_or_kind(pos));
     }
     /* what would make transformers build another model from these weights:
      * a decoder masks attention causally, cross-attention adds layers */
@@ -274,12 +282,14 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
         errno = 0;
         const long id = strtol(key, &end, 10);
         if (!*key || *end || errno || id < 0 || (size_t)id >= count || key[0] == '+' ||
-            (key[0] == '0' && key[1]) || out[id] || !json_is_string(value))
+            (key[0] == '0' && key[1]) || out[id] || !pt_json_cstr(value))
             rc = pt_fail(err, PT_EINPUT, "%s: id2label: '%.40s' %s; allowed: keys 0 to %zu once "
-                         "each, names as strings", path, key,
-                         !json_is_string(value) ? "names no string" : "is not a class id or repeats one",
+                         "each, names as strings without a NUL character", path, key,
+                         !json_is_string(value)   ? "names no string"
+                         : !pt_json_cstr(value)   ? "names a string holding a NUL character"
+                                                  : "is not a class id or repeats one",
                          count - 1);
-        else if (!(out[id] = strdup(json_string_value(value))))
+        else if (!(out[id] = strdup(pt_json_cstr(value))))
             rc = pt_fail(err, PT_ENOMEM, "%s: out of memory", path);
     }
     json_decref(root);

@@ -1207,9 +1207,11 @@ def test_tokenizer_config_errors(h):
         check(not os.path.exists(h.path("run")), "%s: run.dir created", name)
         U.same_snapshot(before, U.snapshot(h.dir), "the test directory (%s)" % name)
     # what transformers' save_pretrained writes: an integer beyond 64 bits
-    # (model_max_length when none is known) is no error
+    # (model_max_length when none is known) is no error, nor a \u0000 in a
+    # field pipetrain does not read (Python's json writes it)
     os.remove(tc)
-    U.write(tc, '{"do_lower_case": false, "model_max_length": 1000000000000000019884624838656}')
+    U.write(tc, '{"do_lower_case": false, "model_max_length": 1000000000000000019884624838656, '
+                '"chat_template": "a\\u0000b"}')
     keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
                              "data.train_file": f["tsv"], "data.vocab": vocab, "model.vocab": "6",
                              "run.dir": h.path("saved-run"), "train.checkpoint_every": "2"})
@@ -1327,7 +1329,10 @@ def test_bert_init_from_refused(h):
     for name, change, drop in (("pad-null", {"pad_token_id": None}, None),
                                ("pad-absent", None, "pad_token_id"),
                                ("no-model-type", None, "model_type"),
-                               ("gelu-python", {"hidden_act": "gelu_python"}, None)):
+                               ("gelu-python", {"hidden_act": "gelu_python"}, None),
+                               # \u0000 in a field pipetrain does not read is
+                               # valid JSON (Python writes it): read
+                               ("nul-unread", {"note": "a\u0000b"}, None)):
         init = hf_bert(h, name, change)
         if drop:
             with open(os.path.join(init, "config.json")) as c:
@@ -1392,6 +1397,16 @@ def test_bert_init_from_refused(h):
          ["config.json", "No such file"]),
         ("config_not_bert", hf_bert(h, "gpt2", {"model_type": "gpt2"}), {}, "model.init_from",
          ["model_type", "gpt2"]),
+        # a field it reads holding \u0000 is not that text cut short
+        ("config_type_nul", hf_bert(h, "type-nul", {"model_type": "bert\u0000x"}), {},
+         "model.init_from", ["model_type: a string holding a NUL character"]),
+        ("config_act_nul", hf_bert(h, "act-nul", {"hidden_act": "gelu\u0000"}), {},
+         "model.init_from", ["hidden_act: a string holding a NUL character"]),
+        # (labels are read with a classifier, as a pipetrain export has)
+        ("config_label_nul", hf_bert(h, "label-nul", {"id2label": {"0": "law\u0000x",
+                                                                 "1": "wisdom"}},
+                                     add={"head.fc.weight": (2, 8), "head.fc.bias": (2,)}), {},
+         "model.init_from", ["id2label: '0' names a string holding a NUL character"]),
         ("tensor_missing", hf_bert(h, "missing", drop=[L + "output.dense.weight"]), {},
          "model.init_from", ["has no tensor", L + "output.dense.weight"]),
         ("extra_layer", hf_bert(h, "extra", add={"encoder.layer.1.output.dense.bias": (8,)}), {},
