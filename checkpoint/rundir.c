@@ -254,13 +254,25 @@ static int set_aside(const char *run_dir, const char *path, const char *name, ch
     return rc;
 }
 
+/* A step directory made for a save: run.dir was writable when the run
+ * began, so one that cannot be made now (a file system gone read-only, or
+ * its permissions changed under the run) fails the run as a full disk
+ * does, exit 1, not as input the user gave. */
+static int make_step_dir(const char *dir, pt_err *err)
+{
+    int rc = pt_mkdir_p(dir, 0755, err);
+    if (rc == PT_EINPUT)
+        rc = err->code = PT_ESYS;
+    return rc;
+}
+
 int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
 {
     char dir[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
     pt_step_dir(run_dir, step, dir, sizeof dir);
     struct stat st;
     if (lstat(dir, &st) != 0)
-        return pt_mkdir_p(dir, 0755, err);
+        return make_step_dir(dir, err);
     if (S_ISDIR(st.st_mode)) {
         /* the manifest first, through the directory itself (never a link's
          * target), so it stops being a checkpoint before anything else goes */
@@ -272,7 +284,7 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
         }
         remove_files(dir, 0);
         if (lstat(dir, &st) != 0)
-            return pt_mkdir_p(dir, 0755, err);
+            return make_step_dir(dir, err);
     }
     /* left: something that is not a file of ours (a directory in it, a link
      * or a file by its name); never searched through or removed: moved */
@@ -283,7 +295,7 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
         return rc;
     fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
             "'%s'\n", dir, dest);
-    return pt_mkdir_p(dir, 0755, err);
+    return make_step_dir(dir, err);
 }
 
 void pt_rundir_prune(const char *run_dir, int keep, int64_t current)

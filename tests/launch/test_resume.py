@@ -27,6 +27,7 @@ middle of an epoch and one at step 5 is at its end.
 usage: test_resume.py PIPETRAIN_BINARY
 """
 import json
+import re
 import os
 import shutil
 import signal
@@ -289,6 +290,46 @@ def test_lock_is_never_written_through(h):
     check(os.listdir(ro) == [], "the refused run left %s", os.listdir(ro))
 
 
+def test_checkpoints_read_only_mid_run(h):
+    """A run.dir writable when the run began whose checkpoints/ is
+    read-only by the time of a save (a file system remounted read-only
+    under the run) fails the run as a full disk does: exit 1 naming the
+    step directory and the cause, not exit 2, which is for bad input. The
+    run is started in a mount namespace of its own; once it has logged a
+    step, its checkpoints/ is mounted read-only there, and the next save
+    (at step 5000) cannot make its step directory. It used to exit 2 when that mkdir
+    failed, and 1 when a file in the directory could not be made."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: no mount namespace"
+    run_dir = h.path("ro-mid")
+    cfg = U.write_config(h, "ro-mid.yaml", config(h, "vit", run_dir, **{
+        "train.max_steps": "20000", "train.epochs": "5000", "train.checkpoint_every": "5000",
+        "train.log_every": "1"}))
+    ck = os.path.join(run_dir, "checkpoints")
+    os.makedirs(ck)  # (a run makes it at its first save)
+    script = ('"$@" > "$OUT" 2> "$ERR" & pid=$!; '
+              'until grep -q \'"event": "step"\' "$RUN/metrics.jsonl" 2>/dev/null; do '
+              '  kill -0 $pid 2>/dev/null || break; sleep 0.01; done; '
+              'mount --bind "$CK" "$CK" && mount -o remount,bind,ro "$CK" || { kill $pid; exit 99; }; '
+              'wait $pid')
+    env = dict(U.sanitizer_env(), OUT=h.path("ro.out"), ERR=h.path("ro.err"), RUN=run_dir, CK=ck)
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", h.binary, "train", cfg],
+                       cwd=h.dir, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    if p.returncode == 99:
+        return "skipped: no read-only bind mount"
+    err = open(h.path("ro.err"), errors="replace").read()
+    check(p.returncode == 1, "exit %d, expected 1:\n%s", p.returncode, U.tail(err))
+    # the first save after the mount (step 5000, or a later one where the
+    # machine was slow to mount) is the one that fails
+    failed = re.findall(r"cannot create directory '[^']*/checkpoints/step_([0-9]{10})': "
+                        r"Read-only file system", err)
+    check(len(failed) == 1 and int(failed[0]) % 5000 == 0,
+          "the error does not name the step directory and the cause:\n%s", U.tail(err))
+    if failed:
+        check(U.checkpoints(run_dir) == ["step_%010d" % s for s in range(5000, int(failed[0]), 5000)],
+              "checkpoints %s after the save of step %s failed", U.checkpoints(run_dir), failed[0])
+
+
 def test_straight_runs_are_reproducible(h):
     """Control: the same config twice gives the same bits."""
     _, a, _ = train(h, "a", "vit", **{"train.checkpoint_every": "4"})
@@ -495,7 +536,7 @@ def tests():
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_stop_signal_before_main, test_lock_is_never_written_through,
-            test_full_disk_stops_the_run_with_a_checkpoint,
+            test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_file_size_limit_is_reported,
             test_logs_are_written_only_to_regular_files,
             test_resume_counts_frozen_blocks_in_memory] + out
