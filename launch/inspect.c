@@ -18,9 +18,18 @@
  * newest. */
 static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
 {
-    char manifest[PT_CKPT_PATH], ckpts[PT_CKPT_PATH];
+    char manifest[PT_CKPT_PATH], ckpts[PT_CKPT_PATH], mark[PT_CKPT_PATH];
     struct stat st;
-    if (lstat(pt_path_join(manifest, path, "manifest"), &st) == 0 ||
+    const int has_manifest = lstat(pt_path_join(manifest, path, "manifest"), &st) == 0;
+    if (!has_manifest &&
+        (stat(pt_path_join(ckpts, path, "checkpoints"), &st) != 0 || !S_ISDIR(st.st_mode))) {
+        /* a run that has only just begun: its lock or log, no checkpoints/ yet */
+        if (lstat(pt_path_join(mark, path, "lock"), &st) == 0 ||
+            lstat(pt_path_join(mark, path, "metrics.jsonl"), &st) == 0)
+            return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a "
+                           "checkpoint yet (no checkpoints/ in it)", path);
+    }
+    if (has_manifest ||
         stat(pt_path_join(ckpts, path, "checkpoints"), &st) != 0 || !S_ISDIR(st.st_mode)) {
         snprintf(out, n, "%s", path);
         return 0;

@@ -2572,6 +2572,16 @@ def test_inspect(h):
         check(needle in r.err and not r.out, "%s: %s", args, r.describe())
     os.makedirs(h.path("empty/checkpoints"))
     h.run(["inspect", h.path("empty")]).expect(2).one_error("without a complete checkpoint")
+    # a run that has only just begun (its lock, its log, no checkpoints/
+    # yet) is a run directory, not a checkpoint without a manifest
+    for marks in (("lock",), ("metrics.jsonl",), ("lock", "metrics.jsonl")):
+        young = h.path("young-" + "-".join(marks))
+        os.makedirs(young)
+        for m in marks:
+            U.write(os.path.join(young, m), "")
+        r = h.run(["inspect", young]).expect(2, "a run without checkpoints/ yet")
+        r.one_error("'%s' is a run directory without a checkpoint yet" % young)
+        check(sorted(os.listdir(young)) == sorted(marks), "inspect changed %s", young)
     # a path that is not UTF-8 (JSON holds only Unicode): its bytes as U+FFFD
     odd = os.path.join(h.dir, os.fsdecode(b"r\xffn"))
     shutil.copytree(orig, odd)
