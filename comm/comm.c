@@ -530,9 +530,11 @@ int pt_group_agree(pt_group *g, int rc, pt_err *err)
     if (rc == 0 && worst != 0) {
         pt_fail(err, (int)worst, "another rank failed (its message says why)");
         if (err)
-            err->relayed = 1;
+            err->relayed = err->agreed = 1;
         return (int)worst;
     }
+    if (rc && err) /* every rank knows: none is left waiting on this one */
+        err->agreed = 1;
     return rc;
 }
 

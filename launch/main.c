@@ -495,7 +495,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if (rc && rc != PT_ESTOPPED) {
         int code = report(comm, rc, &err);
-        if (pt_comm_size(comm) > 1) {
+        /* a failure the ranks agreed on (a checkpoint some ranks could not
+         * write) ends every rank here without an abort: several ranks
+         * aborting at once could crash mpirun itself */
+        if (pt_comm_size(comm) > 1 && !err.agreed) {
             /* the abort ends every rank without closing anything: the
              * node's cache goes once the last of them is gone */
             pt_cache_release_names();
@@ -658,7 +661,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
     } else if (rc) {
         int code = report(comm, rc, &err);
-        if (pt_comm_size(comm) > 1)
+        if (pt_comm_size(comm) > 1 && !err.agreed) /* as train's */
             pt_comm_abort(comm, code);
         rc = code;
     }

@@ -23,6 +23,7 @@ int pt_fail(pt_err *err, int code, const char *fmt, ...)
         va_end(ap);
         err->code = code;
         err->relayed = 0;
+        err->agreed = 0;
     }
     return code;
 }

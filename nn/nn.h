@@ -39,6 +39,9 @@ typedef struct pt_err {
     int code;
     int relayed; /* 1: the failure happened elsewhere and is reported there;
                     msg only relays that it happened */
+    int agreed;  /* 1: every rank learned of this failure in an agreement after
+                    it (pt_group_agree), so no rank waits on this one and the
+                    job may end without an abort; pt_fail clears it */
     char msg[1024];
     int sys_errno; /* PT_ESYS: errno as pt_fail was called (0 otherwise) */
 } pt_err;

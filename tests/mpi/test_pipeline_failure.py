@@ -34,14 +34,15 @@ def expect(cond, what):
         failures.append(what)
 
 
-def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None):
+def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=None):
     run_dir = os.path.join(work, name)
     args = ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=20, train__eval_examples=64,
                                       pipeline__stages=ranks, pipeline__microbatches=4,
                                       run__threads=1, **(extra or {}))
     rc, secs, out = tools.run(ranks, args, env={"PIPETRAIN_TEST_FAULT": fault}, timeout=120, check=False)
     print("%s (PIPETRAIN_TEST_FAULT=%s): exit %d after %.1f s" % (name, fault, rc, secs), flush=True)
-    expect(rc != 0, "%s: non-zero exit" % name)
+    expect(rc != 0 if want_rc is None else rc == want_rc,
+           "%s: exit %s" % (name, "non-zero" if want_rc is None else want_rc))
     expect(secs < LIMIT_S, "%s: every rank gone within %d s" % (name, LIMIT_S))
     for pattern in must_say:
         expect(re.search(pattern, out) is not None, "%s: output matches /%s/" % (name, pattern))
@@ -115,6 +116,26 @@ def main():
         expect(not os.path.exists(os.path.join(run_dir, "checkpoints", "step_0000000008", "manifest")),
                "replicas: no manifest for the interrupted save")
         expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"), "replicas: newest checkpoint is step 4")
+
+        # a save that fails on every rank (a full disk under each rank's
+        # unit file), or on one, after the ranks agreed on it: the ranks that
+        # failed say why, exit 1, and no rank aborts the job (several ranks
+        # calling MPI_Abort at once could crash mpirun itself)
+        for who, speakers in (("-1", ["0", "1", "2", "3"]), ("2", ["2"])):
+            name = "save-fails-%s" % who.replace("-", "all")
+            run_dir, out = fault_case(tools, work, name, who + ":8:error:checkpoint",
+                                      [r"injected fault at step 8 \(checkpoint\)"],
+                                      extra=dict(dp, **{"train.checkpoint_every": 4,
+                                                        "train.max_steps": 12}), want_rc=1)
+            said = sorted(set(re.findall(r"rank (\d): error: saving checkpoint \S*step_0000000008: "
+                                         r"injected fault at step 8", out)))
+            expect(said == speakers, "%s: ranks %s name the failed save, expected %s"
+                   % (name, said, speakers))
+            expect("MPI_ABORT" not in out and "ORTE_ERROR_LOG" not in out and
+                   re.search(r"Segmentation|signal 11|core dumped", out) is None,
+                   "%s: nothing aborted or crashed\n%s" % (name, out[-1500:]))
+            expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"),
+                   "%s: newest checkpoint is step 4" % name)
 
         # run.timeout_s far below a message's time: waits time out anywhere
         # (setup, link measurement, steps). The rank that gave up used to go
