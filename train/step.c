@@ -109,6 +109,14 @@ __attribute__((format(printf, 2, 3))) static void at_phase(pt_run *r, const char
 }
 
 /* This replica's part of the step: the pipeline and the gradient all-reduce. */
+/* rc, with err marked as a failure every rank has alike (pt_err.agreed) */
+static int agreed(pt_err *err, int rc)
+{
+    if (err)
+        err->agreed = 1;
+    return rc;
+}
+
 static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *err)
 {
     const int64_t *ids;
@@ -166,21 +174,24 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     double sumsq = 0;
     for (int u = 0; u < units; u++)
         sumsq += v[u];
+    /* every rank reads the same combined values, so the checks below fail
+     * on all ranks alike, with none waiting on another: agreed (the job
+     * then ends without an abort) */
     if (!isfinite(v[units + R_LOSS]))
-        return pt_fail(err, PT_EINPUT,
+        return agreed(err, pt_fail(err, PT_EINPUT,
                        "the loss became %s at step %lld: training diverged; the weights after "
                        "step %lld give it, and so does a checkpoint of that step (resume an "
                        "earlier one, with a lower train.lr or a train.grad_clip)",
                        isnan(v[units + R_LOSS]) ? "NaN" : v[units + R_LOSS] > 0 ? "Inf" : "-Inf",
-                       (long long)r->step + 1, (long long)r->step);
+                       (long long)r->step + 1, (long long)r->step));
     /* before the update: weights that a NaN or Inf gradient reached would be
      * saved at the next checkpoint (and every step after would be NaN) */
     if (!isfinite(sumsq))
-        return pt_fail(err, PT_EINPUT,
+        return agreed(err, pt_fail(err, PT_EINPUT,
                        "the gradient became %s at step %lld (the loss was %.6g): training "
                        "diverged, and the step was not applied (try a lower train.lr or a "
                        "train.grad_clip)",
-                       isnan(sumsq) ? "NaN" : "Inf", (long long)r->step + 1, v[units + R_LOSS]);
+                       isnan(sumsq) ? "NaN" : "Inf", (long long)r->step + 1, v[units + R_LOSS]));
     /* per-block gradient norms for the auto freeze policy: a block is its attn and mlp units */
     if (r->freeze.cfg.kind == PT_FREEZE_AUTO) {
         double *block = v + units + R_COUNT;

@@ -65,6 +65,9 @@ def diverged_case(tools, work, name, args):
     said = re.findall(r"rank (\d): error: the (?:loss|gradient) became (?:NaN|Inf|-Inf) at step (\d+)", out)
     expect(sorted(r for r, _ in said) == ["0", "1"] and len({st for _, st in said}) == 1,
            "%s: both ranks name the same step (%s)\n%s" % (name, said, out[-1500:]))
+    # both found it in the same combined numbers: they end without aborting
+    # (two ranks calling MPI_Abort at once could crash mpirun)
+    expect("MPI_ABORT" not in out, "%s: no rank aborted the job\n%s" % (name, out[-1500:]))
     latest = h.latest_checkpoint(run_dir)
     rc_eval, _, out_eval = tools.run(1, ["eval"] + args + ["--checkpoint", latest], timeout=120, check=False)
     expect(rc_eval == 0, "%s: the newest checkpoint (%s) evaluates\n%s" % (name, latest, out_eval[-800:]))
