@@ -386,7 +386,8 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
     char diff[1024];
     const int have = was && pt_manifest_config(m, was, &arch, &ignored) == 0;
     const int changed_data = have ? pt_config_differences(was, now, "data.", diff, sizeof diff) : 0;
-    if (changed_data > 0 && changed_data == test_only_differences(was, now)) {
+    const int test_only = changed_data > 0 && changed_data == test_only_differences(was, now);
+    if (test_only) {
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other test data settings than it was saved "
                 "with (%s): its evaluations are not comparable with the saved run's\n",
@@ -396,10 +397,12 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
                 "pipetrain: note: resuming %s with other data settings than it was saved with "
                 "(%s): the data order and position are only exact with the same data\n",
                 m->dir, diff);
-    } else if (have) {
-        /* the same settings, other examples: a file changed in place */
+    }
+    if (have && (changed_data == 0 || test_only)) {
+        /* the same settings, other examples: a file changed in place (with
+         * only the test source's settings changed, the training split's) */
         static const char *const splits[] = {"train", "test"};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (test_only ? 1 : 2); i++) {
             const char *is = i == 0 ? c->train_sha256 : c->test_sha256, *sha;
             const pt_dataset *ds = i == 0 ? c->train : c->test;
             int64_t n;

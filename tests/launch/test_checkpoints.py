@@ -1615,6 +1615,19 @@ def test_resume_with_other_test_data_is_noted(h):
         other_why = ("only exact with the same data" if name == "test-file"
                      else "its evaluations are not comparable")
         check(other_why not in note[0], "%s: the other wording too:\n%s", name, r.err)
+    # the test file swapped and the training file edited in place (its lines
+    # in reverse order: the same count and labels, other examples in each
+    # place): both are said, the second from the training examples' digest
+    with open(files["data.train_file"]) as f:
+        lines = f.read().splitlines()
+    U.write(files["data.train_file"], "\n".join(reversed(lines)) + "\n")
+    cfg, run_dir = copy_run(h, orig, "test-file-train-edited", "gpt",
+                            **dict(bert, **{"data.test_file": other}))
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "edited")
+    check(sum("other test data settings" in l for l in r.err.splitlines()) == 1 and
+          sum("on other training examples than it was saved with" in l
+              for l in r.err.splitlines()) == 1,
+          "the swapped test file and the edited training file are not both noted:\n%s", r.err)
 
 
 def test_eval_without_checkpoints(h):
