@@ -412,13 +412,17 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
     if (rc == 0)
         c->line[ki] = -1;
     if (rc == 0 && again) {
-        char now[PT_PATH_MAX + 64];
+        /* "key old -> new", each value cut to 80 bytes (a path may take
+         * 1023); keys that no longer fit are counted, not dropped unsaid */
+        char now[PT_PATH_MAX + 64], one[512];
         format_value(c, &pt_config_keys[ki], now, sizeof now);
-        const size_t at = strlen(c->set_twice), room = sizeof c->set_twice - at;
-        const int w = snprintf(c->set_twice + at, room, "%s%s %s -> %s", at ? ", " : "", key, was,
-                               now);
-        if (w < 0 || (size_t)w >= room) /* what does not fit is left out whole */
-            c->set_twice[at] = '\0';
+        snprintf(one, sizeof one, "%s %.80s%s -> %.80s%s", key, was, strlen(was) > 80 ? "..." : "",
+                 now, strlen(now) > 80 ? "..." : "");
+        const size_t at = strlen(c->set_twice);
+        if (!c->set_twice_more && at + 2 + strlen(one) < sizeof c->set_twice)
+            snprintf(c->set_twice + at, sizeof c->set_twice - at, "%s%s", at ? ", " : "", one);
+        else
+            c->set_twice_more++;
     }
     return rc;
 }

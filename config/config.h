@@ -130,8 +130,10 @@ typedef struct pt_config {
      * messages about cross-key problems found after parsing. */
     int line[128];
     /* Keys --set gave more than once (the last value is used), as "key old
-     * -> new" joined by ", ", for a note; "" for none. */
-    char set_twice[512];
+     * -> new" joined by ", " (values cut to 80 bytes), for a note; "" for
+     * none; and how many more there were than fit. */
+    char set_twice[1024];
+    int set_twice_more;
 } pt_config;
 
 /* Defaults for every key. */

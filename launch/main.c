@@ -350,9 +350,10 @@ static void note_unused_key(const char *key, const char *why, void *arg)
  * argparse's last option wins), said once. */
 static void note_set_twice(pt_comm *comm, const pt_config *c)
 {
-    if (pt_comm_rank(comm) == 0 && c->set_twice[0])
+    if (pt_comm_rank(comm) == 0 && (c->set_twice[0] || c->set_twice_more))
         fprintf(stderr, "pipetrain: note: --set gave a key more than once, and its last value is "
-                "used: %s\n", c->set_twice);
+                "used: %s%s%.0d%s\n", c->set_twice, c->set_twice_more ? ", and " : "",
+                c->set_twice_more, c->set_twice_more ? " more" : "");
 }
 
 static void note_unused_keys(pt_comm *comm, const pt_config *c, int resuming)

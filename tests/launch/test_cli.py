@@ -455,6 +455,17 @@ def test_set_twice_noted(h):
     for args in (["--set", "model.dim=16"], ["--set", "model.dim=16", "--set", "train.lr=0.002"]):
         r = h.run(["plan", cfg] + args).expect(0, str(args))
         check("more than once" not in r.err, "%s: a note:\n%s", args, r.err)
+    # long values (paths of 240 bytes and more) are cut, and keys past what
+    # the note holds are counted: never no note at all
+    long_a, long_b = h.path("a" * 240, "x"), h.path("b" * 240, "x")
+    many = ["--set", "run.dir=" + long_a, "--set", "run.dir=" + long_b]
+    for i in range(40):
+        many += ["--set", "data.synthetic_examples=%d" % (40 + i)]
+    r = h.run(["plan", cfg] + many).expect(0, "long values")
+    notes = [l for l in r.err.splitlines() if "more than once" in l]
+    check(len(notes) == 1 and notes[0].count("run.dir ") == 1 and "..." in notes[0] and
+          "data.synthetic_examples 40 -> 41" in notes[0] and re.search(r"and [0-9]+ more$", notes[0]),
+          "long values: not one note with the cut run.dir and a count:\n%s", r.err)
 
 
 def test_warmup_note(h):
