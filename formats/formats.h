@@ -321,7 +321,8 @@ int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err);
  * tokenizer_config.json, a safetensors header), with every number read as a
  * real when reals is set: a \u0000 escape in a string is valid JSON there
  * (Python's json writes one, in fields pipetrain never reads), so it is
- * kept, and a string such a file gives must be read through pt_json_cstr. */
+ * kept, and a string such a file gives must be read through pt_json_cstr;
+ * in an object key (which jansson cannot hold) it is read as U+FFFD. */
 int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err);
 /* j's text when j is a string without a NUL character in it; NULL when j is
  * no string or holds one (it would read as a shorter text in C). */

@@ -28,9 +28,55 @@ int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err)
     return load(out, text, n, JSON_DECODE_INT_AS_REAL, err);
 }
 
+/* A copy of text in which each \u0000 escape in an object key is \uFFFD
+ * (jansson refuses a NUL in a key whatever its flags): the same length, so
+ * that a parse error's line and column are still the file's. A string is
+ * a key when the next byte after it that is not white space is ':'. NULL
+ * when out of memory. */
+static char *keys_without_nul(const char *text, size_t n)
+{
+    char *t = malloc(n ? n : 1);
+    if (!t)
+        return NULL;
+    memcpy(t, text, n);
+    size_t i = 0;
+    while (i < n) {
+        if (t[i] != '"') {
+            i++;
+            continue;
+        }
+        const size_t start = i++;
+        while (i < n && t[i] != '"')
+            i += t[i] == '\\' ? 2 : 1;
+        if (i >= n)
+            break; /* no closing quote: the parse says so */
+        const size_t end = i++;
+        size_t j = i;
+        while (j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r'))
+            j++;
+        if (j >= n || t[j] != ':')
+            continue;
+        for (size_t k = start + 1; k < end;) {
+            if (t[k] != '\\') {
+                k++;
+                continue;
+            }
+            if (k + 5 < end && t[k + 1] == 'u' && memcmp(t + k + 2, "0000", 4) == 0)
+                memcpy(t + k + 2, "FFFD", 4);
+            k += 2;
+        }
+    }
+    return t;
+}
+
 int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err)
 {
-    return load(out, text, n, JSON_ALLOW_NUL | (reals ? JSON_DECODE_INT_AS_REAL : 0), err);
+    char *t = keys_without_nul(text, n);
+    if (!t)
+        return pt_fail(err, PT_ENOMEM, "out of memory for %zu bytes of JSON", n);
+    const int rc = load(out, t, n, JSON_ALLOW_NUL | (reals ? JSON_DECODE_INT_AS_REAL : 0), err);
+    free(t);
+    return rc;
 }
 
 const char *pt_json_cstr(const json_t *j)

@@ -675,6 +675,34 @@ static void test_json_text(void)
     }
 }
 
+/* pt_json_load_foreign: \u0000 in a string value kept (pt_json_cstr then
+ * NULL), in an object key read as U+FFFD (jansson holds no NUL in a key),
+ * an escaped backslash before "u0000" in a key left alone, and a parse
+ * error's column that of the text as given. */
+static void test_json_load_foreign(void)
+{
+    const char *text = "{\"a\\u0000b\": 1, \"v\": \"x\\u0000y\", \"w\": \"ok\", "
+                       "\"c\\\\u0000\" : 2, \"d\": {\"\\u0000\":3}}";
+    json_t *j = NULL;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_json_load_foreign(&j, text, strlen(text), 0, &err) == 0);
+    CU_ASSERT(json_integer_value(json_object_get(j, "a\xef\xbf\xbd" "b")) == 1);
+    const json_t *v = json_object_get(j, "v");
+    CU_ASSERT(json_string_length(v) == 3 && memcmp(json_string_value(v), "x\0y", 3) == 0);
+    CU_ASSERT(pt_json_cstr(v) == NULL);
+    CU_ASSERT(pt_json_cstr(json_object_get(j, "w")) &&
+              strcmp(pt_json_cstr(json_object_get(j, "w")), "ok") == 0);
+    CU_ASSERT(json_integer_value(json_object_get(j, "c\\u0000")) == 2);
+    CU_ASSERT(json_integer_value(json_object_get(json_object_get(j, "d"), "\xef\xbf\xbd")) == 3);
+    CU_ASSERT(pt_json_cstr(json_object_get(j, "none")) == NULL);
+    json_decref(j);
+    /* pipetrain's own files stay strict */
+    CU_ASSERT(pt_json_load(&j, text, strlen(text), &err) == PT_EINPUT);
+    const char *bad = "{\"k\\u0000\": tru}";
+    CU_ASSERT(pt_json_load_foreign(&j, bad, strlen(bad), 0, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "line 1, column 15 (byte 15)") != NULL); /* the \u0000 counts 6 */
+}
+
 static void test_remove_dead_temporaries(void)
 {
     char *dir = make_temp_dir();
@@ -783,6 +811,7 @@ static const pt_test fileio_tests[] = {
     {"long_names", test_long_names},
     {"long_utf8_names", test_long_utf8_names},
     {"json_text", test_json_text},
+    {"json_load_foreign", test_json_load_foreign},
     {"log_open", test_log_open},
     {NULL, NULL}};
 

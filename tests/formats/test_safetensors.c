@@ -228,7 +228,6 @@ static const bad_header bad_headers[] = {
      "the last 4 bytes of the data section (from byte 8, after tensor 't') belong to no tensor"},
     {"{\"__metadata__\":{}}", 4, "the last 4 bytes of the data section (from byte 0) belong"},
     {"{\"t\":{" T8 "},\"t\":{" T8 "}}", 8, "duplicate object key near '\"t\"'"},
-    {"{\"a\\u0000b\":{" T8 "}}", 8, "NUL byte in object key"},
     {"{\"__metadata__\":[],\"t\":{" T8 "}}", 8, "\"__metadata__\" is an array, not an object"},
     {"{\"__metadata__\":{\"k\":1},\"t\":{" T8 "}}", 8,
      "\"__metadata__\" value of 'k' is a number, not a string"},
@@ -251,6 +250,8 @@ static void test_hand_built_defects(void)
         " {\"t\":{" T8 "}}   ",
         /* a metadata value holding \u0000: valid JSON, and read as absent */
         "{\"__metadata__\":{\"k\":\"a\\u0000\",\"j\":\"b\"},\"t\":{" T8 "}}",
+        /* a key holding \u0000 (jansson holds none): read with U+FFFD there */
+        "{\"a\\u0000b\":{" T8 "}}",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         write_st(path, strlen(good[i]), good[i], zeros, 8);
@@ -260,6 +261,8 @@ static void test_hand_built_defects(void)
         if (rc)
             printf("\n  good case %zu: %s\n", i, err.msg);
         CU_ASSERT(rc == 0);
+        if (rc == 0 && strstr(good[i], "a\\u0000b"))
+            CU_ASSERT(pt_st_find(f, "a\xEF\xBF\xBD" "b") == 0);
         if (rc == 0 && strstr(good[i], "__metadata__")) {
             CU_ASSERT(pt_st_metadata(f, "k") == NULL);
             CU_ASSERT(pt_st_metadata(f, "j") && strcmp(pt_st_metadata(f, "j"), "b") == 0);

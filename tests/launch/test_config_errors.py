@@ -1332,7 +1332,10 @@ def test_bert_init_from_refused(h):
                                ("gelu-python", {"hidden_act": "gelu_python"}, None),
                                # \u0000 in a field pipetrain does not read is
                                # valid JSON (Python writes it): read
-                               ("nul-unread", {"note": "a\u0000b"}, None)):
+                               ("nul-unread", {"note": "a\u0000b"}, None),
+                               # in a key too (transformers' label2id mirrors
+                               # id2label), which jansson cannot hold as it is
+                               ("nul-key-unread", {"label2id": {"a\u0000b": 0, "c": 1}}, None)):
         init = hf_bert(h, name, change)
         if drop:
             with open(os.path.join(init, "config.json")) as c:
