@@ -233,6 +233,17 @@ def line_of(text, key):
     raise AssertionError("key %s not in\n%s" % (key, text))
 
 
+def exchange(a, b):
+    """Swap the names a and b in one step (renameat2 RENAME_EXCHANGE), so a
+    process watching either name never finds it missing."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), a)
+
+
 def write(path, text, mode="w"):
     with open(path, mode) as f:
         f.write(text)

@@ -2345,11 +2345,13 @@ def test_run_dir_changed_while_training(h):
                 U.write(os.path.join(run_dir, "lock.new"), "pid 1 on elsewhere\n")
                 os.rename(os.path.join(run_dir, "lock.new"), os.path.join(run_dir, "lock"))
             elif how == "link":
-                os.rename(ckpts, ckpts + ".aside")
-                os.symlink(other_ckpts, ckpts)
+                # swapped in one step: a save falling between a rename and a
+                # symlink would find no checkpoints/ at all (another message)
+                os.symlink(other_ckpts, ckpts + ".aside")
+                U.exchange(ckpts + ".aside", ckpts)
             else:
-                os.rename(ckpts, ckpts + ".aside")
-                os.mkdir(ckpts)
+                os.mkdir(ckpts + ".aside")
+                U.exchange(ckpts + ".aside", ckpts)
             out, err = trainer.communicate(timeout=120)
         finally:
             if trainer.poll() is None:
