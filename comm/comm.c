@@ -42,6 +42,11 @@ static volatile sig_atomic_t stopped;
 
 void pt_comm_stop(void) { stopped = 1; }
 
+static const char *volatile phase;
+
+void pt_comm_phase(const char *p) { phase = p; }
+const char *pt_comm_phase_now(void) { return phase; }
+
 static int stopped_fail(pt_err *err)
 {
     return pt_fail(err, PT_EPEER, "no more communication: an earlier wait found a peer that "
@@ -415,10 +420,11 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         if (polls > 200) {
             if (now_s() > deadline) {
                 pt_comm_stop();
+                const char *at = phase;
                 return pt_fail(err, PT_EPEER,
-                               "no progress for %.3g s waiting for %s (it has stopped answering; "
+                               "no progress for %.3g s waiting for %s%s%s (it has stopped answering; "
                                "run.timeout_s sets this limit)",
-                               g->timeout, what);
+                               g->timeout, what, at ? " while " : "", at ? at : "");
             }
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);

@@ -239,6 +239,9 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
     loop_at("step %lld: evaluating the test split", (long long)r->step);
+    static char phase[64]; /* for a timeout's message; evaluation errors carry no step */
+    snprintf(phase, sizeof phase, "at step %lld: evaluating the test split", (long long)r->step);
+    pt_comm_phase(phase);
     const pt_config *c = &s->cfg;
     pt_eval_result ev;
     int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, NULL, &ev, err);
@@ -465,6 +468,7 @@ int pt_session_train(pt_session *s, pt_err *err)
         /* a log that cannot be written (a full disk) stops the run as a
          * signal does, with a checkpoint, rather than train on without it */
         char why[PT_PATH_MAX + 160];
+        pt_comm_phase(NULL); /* a step's errors name the step and stage */
         rc = pt_run_step(r, (stop_signal ? PT_STOP_SIGNAL : 0) |
                                 (log_failed(s, why, sizeof why) ? PT_STOP_FAILED : 0),
                          &res, err);
@@ -548,8 +552,14 @@ int pt_session_train(pt_session *s, pt_err *err)
     }
     if (rc)
         return rc;
+    pt_comm_phase("finishing the run (its last evaluation, checkpoint and logs)");
+    loop_at("step %lld: finishing the run (its last evaluation, checkpoint and logs)",
+            (long long)r->step);
+    if ((rc = pt_test_fault("finished", s->rank, r->step, err)))
+        return rc;
     if (evaluated_at != r->step && (rc = evaluate_and_report(s, err)))
         return rc;
+    pt_comm_phase("finishing the run (its last checkpoint and logs)");
     if (saved_at != r->step && (rc = save_checkpoint(s, err)))
         return rc;
     char why[PT_PATH_MAX + 160], op_why[sizeof err->msg];

@@ -465,8 +465,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
                           strcmp(resume, planned) != 0 ? pt_session_check_normalize(s, resume, &err) : 0,
                           &err);
     if (rc == 0 && *resume) {
+        pt_comm_phase("starting up: reading the checkpoint to resume");
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load(&c, resume, &err);
+        pt_comm_phase("starting up");
     }
     /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
     if (rc == 0)
@@ -490,6 +492,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_session_note_init_tokenizer(s);
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
     rc = pt_session_train(s, &err);
+    pt_comm_phase("finishing the run");
     if (rc && rc != PT_ESTOPPED && err.relayed) {
         rc = exit_code(rc); /* the failed rank reports, and ends the job */
         goto done;
@@ -619,8 +622,10 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         !(hidden = malloc((size_t)s->test.count * T * d * sizeof *hidden)))
         rc = pt_fail(&err, PT_ENOMEM, "out of memory for the hidden states of %lld test examples (%.0f MiB)",
                      (long long)s->test.count, (double)s->test.count * T * d * 4 / (1 << 20));
+    pt_comm_phase("evaluating the test split");
     if ((rc = pt_run_agree(run, rc, &err)) == 0)
         rc = pt_evaluate(run, 0, a->logits || a->hidden, logits, hidden, &ev, &err);
+    pt_comm_phase("finishing");
     /* weights that are finite but overflow float32 on the way (a tampered
      * or diverged model) give NaN or Inf logits: no accuracy is made up
      * from them and nothing is written (the loss is every rank's) */
@@ -881,6 +886,7 @@ static int run_main(int argc, char **argv)
         free(a);
         return report(NULL, rc, &err);
     }
+    pt_comm_phase("starting up");
     if (run_cmd != cmd_train) /* after MPI's start, whose handlers these replace */
         catch_end_signals();
     if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
@@ -896,6 +902,9 @@ static int run_main(int argc, char **argv)
         /* from here every wait, the start-up's included, is run.timeout_s long */
         pt_group_set_timeout(pt_comm_world(comm), a->cfg.run.timeout_s);
         pt_group_set_timeout(pt_comm_node_group(comm), a->cfg.run.timeout_s);
+        code = setup_failed(comm, pt_test_fault("start-up", pt_comm_rank(comm), 0, &err), &err);
+    }
+    if (code == 0) {
         code = run_cmd(comm, a);
     }
     free(a);

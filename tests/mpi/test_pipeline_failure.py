@@ -93,6 +93,14 @@ def main():
         fault_case(tools, work, "hang", "3:5:hang",
                    [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
                    extra={"run.timeout_s": 5})
+        # where no step is running, the timeout says what the job was doing:
+        # starting up, or the last evaluation after the last step
+        fault_case(tools, work, "hang-at-start-up", "1:0:hang:start-up",
+                   [r"rank 0: error: no progress for 5 s waiting for an all-reduce while starting up"],
+                   ranks=2, extra={"run.timeout_s": 5})
+        fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
+                   [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
+                    r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
 
         # after a re-plan (a freeze decision at step 3 rebuilds the stage
         # executors) the messages still give the run's step, not a count
