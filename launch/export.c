@@ -12,7 +12,7 @@
 #include "config/config.h"
 #include "formats/formats.h"
 #include "hf/hf.h"
-#include "launch/outputs.h"
+#include "outputs/outputs.h"
 #include "launch/session.h"
 #include "launch/weights.h"
 #include "tokenize/tokenize.h"

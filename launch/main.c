@@ -13,7 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "launch/export.h"
 #include "launch/inspect.h"
-#include "launch/outputs.h"
+#include "outputs/outputs.h"
 #include "launch/report.h"
 #include "launch/session.h"
 #include "formats/formats.h"

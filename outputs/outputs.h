@@ -1,11 +1,11 @@
 /*
- * outputs.h (internal to launch/): the checks every output of `eval` and
- * `export` passes before anything is written (outputs.c). Each returns 0 or
+ * outputs.h: the public interface of the outputs module: the checks every
+ * output of `eval` and `export` passes before anything is written. Each returns 0 or
  * PT_EINPUT with a message naming the option, the path and what it would
  * have replaced.
  */
-#ifndef PT_LAUNCH_OUTPUTS_H
-#define PT_LAUNCH_OUTPUTS_H
+#ifndef PT_OUTPUTS_H
+#define PT_OUTPUTS_H
 
 #include "config/config.h"
 #include "nn/nn.h"

@@ -6,7 +6,7 @@
  * from. Each refusal is bad input (PT_EINPUT) naming the option, the path
  * and what it would have replaced.
  */
-#include "launch/outputs.h"
+#include "outputs/outputs.h"
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/format.h"
