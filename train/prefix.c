@@ -148,7 +148,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
     if (!ids) { /* nothing to look up: the whole prefix for every sample */
         for (int i = 0; i < n; i++)
             p->pick[i] = i;
-        r->prefix_computed += training ? n : 0; /* evaluation is not the epoch's work */
+        r->step_computed += training ? n : 0; /* evaluation is not the epoch's work */
         return compute_group(p, b, NULL, n, 0, depth, x, err);
     }
     if (!training) { /* the test split's ids follow the training split's */
@@ -157,7 +157,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         ids = p->test_ids;
     }
     /* evaluation is not the epoch's work: its hits are counted apart */
-    int64_t *hits = training ? &r->cache_hits : &r->eval_hits;
+    int64_t *hits = training ? &r->step_hits : &r->eval_hits;
     /* hits go straight into x; the misses wait in `todo` */
     int todo = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -203,7 +203,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         if (p->staged && start > 0)
             pt_backend_upload(r->be, p->in, p->hio, (size_t)k * p->row_bytes);
         rc = compute_group(p, b, ids, k, start, depth, x, err);
-        r->prefix_computed += training ? k : 0;
+        r->step_computed += training ? k : 0;
         todo = left;
     }
     return rc;

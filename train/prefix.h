@@ -16,7 +16,8 @@ typedef struct pt_prefix pt_prefix;
 int pt_prefix_create(pt_prefix **out, struct pt_run *r, int slot, pt_cache *cache, pt_err *err);
 void pt_prefix_destroy(pt_prefix *p);
 /* The pt_stage_input_fn. Training samples served from the cache and computed
- * are counted in the run's cache_hits and prefix_computed. */
+ * are counted in the run's step_hits and step_computed (this rank's, which
+ * the step's combine adds to the epoch's cache_hits and prefix_computed). */
 int pt_prefix_input(void *ctx, int mb, const pt_batch *batch, int training, void *x, pt_err *err);
 
 #endif

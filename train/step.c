@@ -28,7 +28,8 @@
 #include <string.h>
 
 /* Indexes of the step's scalars after the per-unit sums of squares. */
-enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_COUNT };
+enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_HITS, R_COMPUTED, R_COUNT };
+_Static_assert(R_COUNT <= 8, "run.c allocates 8 values after the units and the blocks");
 
 /* FNV-1a over the bytes of this rank's parameters, read through a buffer of
  * its own (no allocation that could fail on one replica and make its hash
@@ -162,6 +163,10 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     v[units + R_ROWS] = (double)st.rows;
     v[units + R_STOP] = stop_requested ? 1 : 0;
     v[units + R_FAILED] = stop_requested & PT_STOP_FAILED ? 1 : 0;
+    /* the frozen prefix's samples of every replica, for the epoch's counts */
+    v[units + R_HITS] = (double)r->step_hits;
+    v[units + R_COMPUTED] = (double)r->step_computed;
+    r->step_hits = r->step_computed = 0;
     if (r->active)
         at_phase(r, "step %lld, replica %d, stage %d: combining the step's results over all ranks",
                  (long long)r->step + 1, r->replica, r->stage);
@@ -218,6 +223,8 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     out->correct = (int64_t)v[units + R_CORRECT];
     out->stop = v[units + R_STOP] > 0;
     out->failed = v[units + R_FAILED] > 0;
+    r->cache_hits += (int64_t)v[units + R_HITS];
+    r->prefix_computed += (int64_t)v[units + R_COMPUTED];
     return 0;
 }
 

@@ -176,9 +176,12 @@ typedef struct pt_run {
     int source_units;      /* of those, the ones stage 0's prefix source produces */
     pt_freeze_state freeze;
 
-    /* this epoch's frozen-prefix samples served by the cache and computed
-     * (stage 0; reset by whoever reports them) */
+    /* this epoch's frozen-prefix samples served by the cache and computed,
+     * over every replica (reset by whoever reports them); step_hits and
+     * step_computed are this rank's in the step under way (stage 0 of a
+     * replica counts them), which the step's combine adds in */
     int64_t cache_hits, prefix_computed;
+    int64_t step_hits, step_computed;
     int sample_log_errno; /* the first failed write to spec.sample_log (then no more); 0 */
     /* set by pt_evaluate while it runs the test split: batch_ids then hold
      * test indices, cached as ids train->count + index; eval_hits counts

@@ -19,6 +19,8 @@ For each:
   - K = 2 stages under mpirun, cache off and on, against K = 1: within 1e-5
     relative (the re-partition after every decision moves units between the
     ranks; in practice bit-identical);
+  - D = 2 replicas with the cache: the epochs' cache counts are the job's
+    (both replicas'), as one process's;
   - killed after the checkpoint of step 40 (between decisions, 2 blocks
     frozen) and resumed:
     identical to the run that never stopped, for cache off and on (a resumed
@@ -106,6 +108,17 @@ def check_model(tools, work, model):
         _, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
         worst, _ = h.compare_runs("%s K=2 cache %s vs K=1" % (model, cache), off_loss, off_w, loss, w, TOL)
         expect(worst <= TOL, "%s: K=2 with cache %s within %.0e of K=1" % (model, cache, TOL))
+
+    # 2 replicas: each serves its half of the batch from the node's cache;
+    # the epoch's counts are the job's, as one process counts them (the
+    # numbers of replicas against one process: mpi_pipeline_equivalence,
+    # mpi_elastic)
+    print("%s: D = 2, the cache's counts" % model, flush=True)
+    d2_dir, _, _ = train("d2-true", 2, pipeline__stages=1, pipeline__replicas=2, cache__enabled="true")
+    counts = [(e["cache_hits"], e["prefix_computed"]) for e in records(d2_dir, "epoch")]
+    serial = [(e["cache_hits"], e["prefix_computed"]) for e in records(on_dir, "epoch")]
+    expect(counts == serial, "%s: D=2's epoch counts (hits, computed) are the job's, as one "
+           "process's: %s against %s" % (model, counts, serial))
 
     print("%s: stop and resume across decisions" % model, flush=True)
     for cache in ("false", "true"):
