@@ -49,6 +49,11 @@ static int read_header(idx_file *f, int ndim, const char *const *dim_names, cons
     uint32_t want_magic = (uint32_t)IDX_TYPE_UBYTE << 8 | (uint32_t)ndim;
     if ((rc = pt_gz_read(f->gz, f->path, head, 4, &got, &cut, "header", 0, err)))
         return rc;
+    if (got < 4 && cut) /* gzip data that stops, in its own header or in the IDX one */
+        return pt_fail(err, PT_EINPUT,
+                       "%s: truncated gzip stream: it stops after %zu bytes of data, before the "
+                       "end of the IDX header's 4-byte magic number (expected 0x%08x, IDX %s)",
+                       f->path, got, (unsigned)want_magic, kind);
     if (got < 4)
         return pt_fail(err, PT_EINPUT,
                        "%s: truncated header: the file ends after %zu bytes, before the end of "
@@ -75,9 +80,10 @@ static int read_header(idx_file *f, int ndim, const char *const *dim_names, cons
         return rc;
     if (got < dim_bytes)
         return pt_fail(err, PT_EINPUT,
-                       "%s: truncated header: expected %zu bytes (magic and %d dimension sizes) "
-                       "but the file ends after %zu bytes",
-                       f->path, 4 + dim_bytes, ndim, 4 + got);
+                       "%s: truncated %s: expected %zu bytes (magic and %d dimension sizes) "
+                       "but the %s after %zu bytes",
+                       f->path, cut ? "gzip stream in the IDX header" : "header", 4 + dim_bytes,
+                       ndim, cut ? "data stops" : "file ends", 4 + got);
     f->ndim = ndim;
     f->header_bytes = 4 + dim_bytes;
     for (int d = 0; d < ndim; d++) {

@@ -368,6 +368,22 @@ static void test_idx_bad_files(void)
     write_file(ipath, sizeof ipath, dir, "cut-data.gz", packed, packed_n / 2, 0);
     expect_idx_error("gzip cut in its data", ipath, lpath, 10, 0, 1, PT_EINPUT, "cut-data.gz",
                      "cut short");
+    /* cut in the gzip header itself (its 2-byte magic alone, or 5 of its 10
+     * bytes), and in the IDX header inside: said as a cut gzip stream, not
+     * as an IDX file that ends */
+    for (size_t n = 2; n <= 5; n += 3) {
+        write_file(ipath, sizeof ipath, dir, "cut-gzip-header.gz", packed, n, 0);
+        expect_idx_error("gzip cut in its own header", ipath, lpath, 10, 0, 1, PT_EINPUT,
+                         "cut-gzip-header.gz", "truncated gzip stream");
+    }
+    {
+        unsigned char head6[6] = {0, 0, 8, 3, 0, 0}, cut[64];
+        write_file(ipath, sizeof ipath, dir, "head6.gz", head6, sizeof head6, 1);
+        size_t cut_n = read_file(ipath, cut, sizeof cut);
+        write_file(ipath, sizeof ipath, dir, "cut-idx-header.gz", cut, cut_n - 4, 0);
+        expect_idx_error("gzip cut in the IDX header", ipath, lpath, 10, 0, 1, PT_EINPUT,
+                         "cut-idx-header.gz", "truncated gzip stream in the IDX header");
+    }
     write_file(ipath, sizeof ipath, dir, "cut-trailer.gz", packed, packed_n - 3, 0);
     expect_idx_error("gzip cut in its trailer", ipath, lpath, 10, 0, 1, PT_EINPUT,
                      "cut-trailer.gz", "truncated gzip");
