@@ -29,9 +29,12 @@ enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
  * saying what it may be; the record is not checked as a model, see
  * pt_arch_check) and
  * compared field by field from one table. pt_ckpt_arch_difference names the
- * config key behind the first field that differs, or returns NULL. */
+ * config key behind the first field that differs (in words where it is the
+ * data's: "the image height of the data"), or returns NULL;
+ * pt_ckpt_arch_key gives the config key of such words for config c. */
 json_t *pt_ckpt_arch_json(const pt_arch *a);
 int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char **allowed);
 const char *pt_ckpt_arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is);
+const char *pt_ckpt_arch_key(const char *says, const pt_config *c);
 
 #endif

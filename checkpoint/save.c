@@ -37,25 +37,27 @@ static void units_file(int stage, char *out, size_t n) { snprintf(out, n, "units
 static const struct {
     const char *name; /* in the manifest */
     const char *says; /* what to tell the user: the config key behind it */
+    const char *key;  /* the config key that sets it (images: data.image_size for generated
+                       * ones; pt_ckpt_arch_key says which for files) */
     size_t off;
     int since_bert;   /* 1: absent from manifests written before bert existed (read as 0) */
 } arch_fields[] = {
-    {"kind", "model.kind", offsetof(pt_arch, kind), 0},
-    {"dim", "model.dim", offsetof(pt_arch, dim), 0},
-    {"layers", "model.layers", offsetof(pt_arch, layers), 0},
-    {"heads", "model.heads", offsetof(pt_arch, heads), 0},
-    {"mlp_hidden", "model.mlp_hidden", offsetof(pt_arch, mlp_hidden), 0},
-    {"causal", "model.kind (causal attention)", offsetof(pt_arch, causal), 0},
-    {"channels", "the image channels of the data", offsetof(pt_arch, channels), 0},
-    {"height", "the image height of the data", offsetof(pt_arch, height), 0},
-    {"width", "the image width of the data", offsetof(pt_arch, width), 0},
-    {"patch", "model.patch", offsetof(pt_arch, patch), 0},
-    {"classes", "model.classes", offsetof(pt_arch, classes), 0},
-    {"vocab", "the vocabulary of the data", offsetof(pt_arch, vocab), 0},
-    {"context", "model.context", offsetof(pt_arch, context), 0},
-    {"positions", "model.positions", offsetof(pt_arch, positions), 1},
-    {"type_vocab", "model.type_vocab", offsetof(pt_arch, type_vocab), 1},
-    {"pad_id", "the [PAD] id", offsetof(pt_arch, pad_id), 1},
+    {"kind", "model.kind", "model.kind", offsetof(pt_arch, kind), 0},
+    {"dim", "model.dim", "model.dim", offsetof(pt_arch, dim), 0},
+    {"layers", "model.layers", "model.layers", offsetof(pt_arch, layers), 0},
+    {"heads", "model.heads", "model.heads", offsetof(pt_arch, heads), 0},
+    {"mlp_hidden", "model.mlp_hidden", "model.mlp_hidden", offsetof(pt_arch, mlp_hidden), 0},
+    {"causal", "model.kind (causal attention)", "model.kind", offsetof(pt_arch, causal), 0},
+    {"channels", "the image channels of the data", "data.image_size", offsetof(pt_arch, channels), 0},
+    {"height", "the image height of the data", "data.image_size", offsetof(pt_arch, height), 0},
+    {"width", "the image width of the data", "data.image_size", offsetof(pt_arch, width), 0},
+    {"patch", "model.patch", "model.patch", offsetof(pt_arch, patch), 0},
+    {"classes", "model.classes", "model.classes", offsetof(pt_arch, classes), 0},
+    {"vocab", "the vocabulary of the data", "model.vocab", offsetof(pt_arch, vocab), 0},
+    {"context", "model.context", "model.context", offsetof(pt_arch, context), 0},
+    {"positions", "model.positions", "model.positions", offsetof(pt_arch, positions), 1},
+    {"type_vocab", "model.type_vocab", "model.type_vocab", offsetof(pt_arch, type_vocab), 1},
+    {"pad_id", "the [PAD] id", "data.vocab", offsetof(pt_arch, pad_id), 1},
 };
 enum { ARCH_FIELDS = sizeof arch_fields / sizeof arch_fields[0] };
 _Static_assert(sizeof(pt_model_kind) == sizeof(int), "arch fields are read as int");
@@ -123,6 +125,19 @@ int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char 
     a->init_std = json_number_value(std);
     a->seed = (uint64_t)json_integer_value(seed);
     return 0;
+}
+
+const char *pt_ckpt_arch_key(const char *says, const pt_config *c)
+{
+    for (int i = 0; i < ARCH_FIELDS; i++)
+        if (strcmp(says, arch_fields[i].says) == 0) {
+            const char *key = arch_fields[i].key;
+            /* images from files: their size is the files' */
+            if (strcmp(key, "data.image_size") == 0 && c->data.kind != PT_DATA_SYNTH_IMAGES)
+                return pt_config_data_key(c);
+            return key;
+        }
+    return says; /* a key already (model.ln_eps, model.dropout, ...) */
 }
 
 const char *pt_ckpt_arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is)

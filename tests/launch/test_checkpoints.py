@@ -1845,8 +1845,9 @@ def test_damaged_newest_step_directory(h):
 def test_other_model_names_the_config_line(h):
     """A resume or an eval whose config makes another model than the
     checkpoint holds is refused, exit 2, naming the config's file, line and
-    key that differ (model.dim in the file; model.layers by --set), the
-    checkpoint and both values; nothing in run.dir changes."""
+    key that differ (model.dim in the file; model.layers by --set;
+    data.image_size, behind the model's image height), the checkpoint and
+    both values; nothing in run.dir changes."""
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy-other-model")
     text = open(cfg).read()
@@ -1861,7 +1862,11 @@ def test_other_model_names_the_config_line(h):
              "%s:%d: model.dim: " % (wide, at), ["model.dim = 56"]),
             (["eval", wide], "%s:%d: model.dim: " % (wide, at), ["model.dim = 56"]),
             (["train", cfg, "--set", "train.resume=auto", "--set", "model.layers=3"],
-             "--set: model.layers: ", ["model.layers = 3"])):
+             "--set: model.layers: ", ["model.layers = 3"]),
+            (["train", cfg, "--set", "train.resume=auto", "--set", "data.image_size=12"],
+             "--set: data.image_size: ", ["the image height of the data = 12"]),
+            (["eval", cfg, "--set", "data.image_size=12"],
+             "--set: data.image_size: ", ["the image height of the data = 12"])):
         r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
         line = r.one_error(where, "checkpoint %s holds a model with" % U.ckpt(run_dir, LAST), *needles)
         check(line.index(where) < line.index("checkpoint "), "the config's place is not first: %s", line)
