@@ -1541,6 +1541,29 @@ def test_resume_with_other_data_is_noted(h):
           U.checkpoints(run_dir), r.err[-3000:])
 
 
+def test_resume_with_other_initial_weights_is_noted(h):
+    """A resume continues the checkpoint's weights: another model.init_std
+    or model.init_from than the run started with is not used, and a note
+    says so, naming both values (before: silently ignored); the same ones
+    give none. The resumed run is bit-identical to the one without them."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "same-init", **{"train.epochs": "3"})
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "same init")
+    check("other initial weights" not in r.err, "a note with the same initial weights:\n%s", r.err)
+    same = [U.unit_records(f) for f in U.unit_files(U.ckpt(run_dir, 15))]
+    weights = h.path("init.safetensors")
+    h.run(["export", U.ckpt(orig, 3), weights]).expect(0, "exporting initial weights")
+    cfg, run_dir = copy_run(h, orig, "other-init", **{"train.epochs": "3", "model.init_std": "0.05",
+                                                      "model.init_from": weights})
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "other init")
+    note = [l for l in r.err.splitlines() if "other initial weights" in l]
+    check(len(note) == 1 and "model.init_std 0.02 -> 0.05" in note[0] and
+          'model.init_from "" -> "%s"' % weights in note[0] and "step_0000000006" in note[0] and
+          "not used" in note[0], "the note does not name the changes:\n%s", r.err)
+    check([U.unit_records(f) for f in U.unit_files(U.ckpt(run_dir, 15))] == same,
+          "the other initial weights changed the resumed run")
+
+
 def test_eval_on_other_test_examples_is_noted(h):
     """eval of a checkpoint on other test examples than its run evaluated
     (here another data.test_fraction, which moves training text into the
@@ -2642,6 +2665,7 @@ def tests():
         test_bert_export_paths_that_are_not_what_they_say,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
+        test_resume_with_other_initial_weights_is_noted,
         test_images_edited_in_place_are_noted,
         test_eval_on_other_test_examples_is_noted,
         test_eval_on_other_generated_examples_is_noted,
