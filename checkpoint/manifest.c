@@ -234,12 +234,8 @@ int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err)
 /* The two numbers as "%g", or "%.17g" when that is needed to tell them apart. */
 static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
 {
-    snprintf(sa, n, "%g", a);
-    snprintf(sb, n, "%g", b);
-    if (strcmp(sa, sb) == 0) {
-        snprintf(sa, n, "%.17g", a);
-        snprintf(sb, n, "%.17g", b);
-    }
+    pt_number_text(a, sa, n); /* two doubles that differ never read alike */
+    pt_number_text(b, sb, n);
 }
 
 /* The manifest's class labels ("labels": one string per class, in the

@@ -312,7 +312,7 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         int above = (k->flags & PT_F_MAX_EXCL) ? v >= k->max : v > k->max;
         if (below || above)
             return pt_config_bad_value(err, where, k, text, "out of range:");
-        *(double *)field = v;
+        *(double *)field = v + 0.0; /* -0 is 0: written back, and compared on resume, as 0 */
         return 0;
     }
     case PT_K_BOOL: {
@@ -518,12 +518,8 @@ static void format_value(const pt_config *c, const pt_key_spec *k, char *out, si
     case PT_K_FLOAT:
         if ((k->flags & PT_F_AUTO) && *(const double *)field == PT_AUTO)
             snprintf(out, n, "auto");
-        else /* the shortest text that reads back as the same double */
-            for (int digits = 1; digits <= 17; digits++) {
-                snprintf(out, n, "%.*g", digits, *(const double *)field);
-                if (strtod(out, NULL) == *(const double *)field)
-                    break;
-            }
+        else
+            pt_number_text(*(const double *)field, out, n);
         break;
     case PT_K_BOOL:
         if ((k->flags & PT_F_AUTO) && *(const int *)field == PT_AUTO)

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,6 +50,15 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...)
     err->msg[plen + keep] = '\0';
     memcpy(err->msg, prefix, plen);
     return err->code;
+}
+
+void pt_number_text(double v, char *out, size_t n)
+{
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(out, n, "%.*g", digits, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
 }
 
 const char *pt_file_kind(unsigned mode)

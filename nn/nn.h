@@ -75,6 +75,10 @@ int pt_err_input(int rc, pt_err *err);
  * directory", "a FIFO", "a character device", ... */
 const char *pt_file_kind(unsigned mode);
 
+/* v as the shortest text that reads back as the same double (0.1, not
+ * 0.10000000000000001; 0.999999999, not %g's 1), for messages and configs. */
+void pt_number_text(double v, char *out, size_t n);
+
 /* --------------------------------------------------------------------- rng */
 
 /* xoshiro256** seeded through splitmix64 from (seed, stream). Streams make

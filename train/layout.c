@@ -796,8 +796,12 @@ void pt_layout_print(const pt_run *r, FILE *out)
     fprintf(out, "model: %d units, batch %lld, schedule %s%s", pt_arch_units(&r->arch),
             (long long)r->spec.batch, r->spec.gpipe ? "gpipe" : "1f1b",
             r->spec.recompute ? " with recompute" : "");
-    if (r->arch.kind == PT_MODEL_BERT) /* what model.dropout's auto came to */
-        fprintf(out, ", dropout %g (attention %g)", r->arch.hidden_dropout, r->arch.attn_dropout);
+    if (r->arch.kind == PT_MODEL_BERT) { /* what model.dropout's auto came to */
+        char p[2][32]; /* 0.999999999 is not 1, and -0 is 0 */
+        pt_number_text(r->arch.hidden_dropout + 0.0, p[0], sizeof p[0]);
+        pt_number_text(r->arch.attn_dropout + 0.0, p[1], sizeof p[1]);
+        fprintf(out, ", dropout %s (attention %s)", p[0], p[1]);
+    }
     fprintf(out, "\n");
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);

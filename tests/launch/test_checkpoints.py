@@ -1564,6 +1564,20 @@ def test_resume_with_other_initial_weights_is_noted(h):
           "the other initial weights changed the resumed run")
 
 
+def test_minus_zero_is_zero(h):
+    """A number key written -0 is 0: the run saves it as 0, and a resume
+    that says 0 is the same setting, without a note of another optimizer
+    setting (before: saved as -0, and noted as -0 -> 0)."""
+    run_dir = h.path("minus-zero")
+    cfg = U.write_config(h, "minus-zero.yaml", keys(h, run_dir, **{"train.weight_decay": "-0"}))
+    h.run(["train", cfg]).expect(0, "training with train.weight_decay -0")
+    r = h.run(["inspect", run_dir, "--config"]).expect(0, "inspect --config")
+    check("  weight_decay: 0\n" in r.out, "not saved as 0:\n%s", r.out)
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6), "--set",
+               "train.weight_decay=0"]).expect(0, "resume with 0")
+    check("other optimizer" not in r.err, "a note of another weight decay:\n%s", r.err)
+
+
 def test_eval_on_other_test_examples_is_noted(h):
     """eval of a checkpoint on other test examples than its run evaluated
     (here another data.test_fraction, which moves training text into the
@@ -2665,7 +2679,7 @@ def tests():
         test_bert_export_paths_that_are_not_what_they_say,
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
-        test_resume_with_other_initial_weights_is_noted,
+        test_resume_with_other_initial_weights_is_noted, test_minus_zero_is_zero,
         test_images_edited_in_place_are_noted,
         test_eval_on_other_test_examples_is_noted,
         test_eval_on_other_generated_examples_is_noted,

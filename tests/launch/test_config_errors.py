@@ -1632,8 +1632,8 @@ def test_bert_dropout_auto(h):
     BERT's config.json gives them (hidden_dropout_prob,
     attention_probs_dropout_prob; transformers' 0.1 where it has none), a
     value in the config wins, a bert from scratch has 0; `plan` prints what
-    they came to, the checkpoint records it and `export` writes it back into
-    config.json."""
+    they came to (each as set, to its last digit), the checkpoint records it
+    and `export` writes it back into config.json."""
     f = textcls_files(h)
     bert = hf_bert_keys(f)
     said = hf_bert(h, "said", {"hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3})
@@ -1643,7 +1643,10 @@ def test_bert_dropout_auto(h):
                              (said, ["model.attention_dropout=0.05"], "dropout 0.2 (attention 0.05)"),
                              (silent, [], "dropout 0.1 (attention 0.1)"),
                              ("", [], "dropout 0 (attention 0)"),
-                             ("", ["model.dropout=0.25"], "dropout 0.25 (attention 0)")]:
+                             ("", ["model.dropout=0.25"], "dropout 0.25 (attention 0)"),
+                             # as set, to the digit (not %g's 1), and -0 as 0
+                             ("", ["model.dropout=0.999999999", "model.attention_dropout=-0"],
+                              "dropout 0.999999999 (attention 0)")]:
         keys = base(h, "gpt", **dict(bert, **{"model.init_from": init or None}))
         cfg = U.write(h.path("auto.yaml"), U.render(keys))
         r = h.run(["plan", cfg] + sum((["--set", s] for s in sets), [])).expect(0, "plan")
