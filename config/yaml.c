@@ -362,11 +362,24 @@ int pt_config_load(pt_config *c, const char *path, pt_err *err)
         fclose(f);
         return pt_fail(err, PT_ENOMEM, "out of memory reading config '%s'", path);
     }
-    size_t len = fread(text, 1, MAX_BYTES + 1, f);
-    int rc = ferror(f)
-                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s%s", path, strerror(errno),
-                           errno == EAGAIN ? " (a device with nothing to read now: a config is "
-                                             "a file or a pipe)" : "")
+    /* a stop signal while a pipe is slow to write interrupts the read: it
+     * goes on (the run stops after its first step, with a checkpoint) */
+    size_t len = 0;
+    int failed = 0;
+    for (;;) {
+        len += fread(text + len, 1, MAX_BYTES + 1 - len, f);
+        if (len > MAX_BYTES || !ferror(f))
+            break;
+        if (errno != EINTR) {
+            failed = errno;
+            break;
+        }
+        clearerr(f);
+    }
+    int rc = failed
+                 ? pt_fail(err, PT_EINPUT, "cannot read config '%s': %s%s", path, strerror(failed),
+                           failed == EAGAIN ? " (a device with nothing to read now: a config is "
+                                              "a file or a pipe)" : "")
                  : pt_config_load_text(c, text, len, path, err);
     free(text);
     fclose(f);

@@ -99,8 +99,14 @@ void pt_catch_stop_signals(void)
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal_signal;
     sigemptyset(&sa.sa_mask);
-    /* SIGXFSZ is ignored from main on (a write past ulimit -f fails, named) */
-    const int fatal[] = {SIGPIPE, SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
+    /* SIGXFSZ is ignored from main on (a write past ulimit -f fails, named).
+     * A closed pipe is no reason to lose a run: train's only stream is
+     * stderr (progress, notes), and a reader that went away (`2>&1 | head`,
+     * a dead tee) makes those writes fail while the run goes on, its log in
+     * metrics.jsonl, and a stop still saves a checkpoint (before, the stop
+     * handler's own line to stderr raised SIGPIPE and ended it unsaved) */
+    signal(SIGPIPE, SIG_IGN);
+    const int fatal[] = {SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
         struct sigaction was;
         /* one the user set to be ignored (nohup, a shell's trap '' PIPE) stays so */
@@ -127,6 +133,15 @@ void pt_catch_stop_signals(void)
      * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is
      * the way to stop a job under mpirun with a checkpoint and status 130. */
     sigaction(SIGUSR1, &sa, NULL);
+    /* a parent that blocked them (and exec passed the mask on) would keep
+     * every stop request from arriving: the run would never save on one */
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGHUP);
+    sigaddset(&stops, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL);
 }
 
 /* Publishes what this rank does between steps (for the line above): two

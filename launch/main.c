@@ -19,6 +19,7 @@
 #include "formats/formats.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -808,6 +809,12 @@ static void catch_end_signals(void)
 static void catch_stop_signals_early(int argc, char **argv, char **envp)
 {
     (void)envp;
+    /* a standard descriptor the parent closed (`2>&-`) would be the number
+     * the next open gets: train's progress lines went into metrics.jsonl or
+     * over the run's lock. Each closed one reads and writes /dev/null. */
+    for (int fd = 0; fd <= 2; fd++) /* open gives the lowest free number: fd (those below are open) */
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
+            break;
     if (argc > 2 && argv && argv[1] && strcmp(argv[1], "train") == 0)
         pt_catch_stop_signals();
 }

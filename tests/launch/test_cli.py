@@ -28,7 +28,9 @@ import shutil
 import struct
 import subprocess
 import re
+import signal
 import sys
+import time
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -487,6 +489,111 @@ def test_warmup_note(h):
         check(len(lrs) == steps, "%s: %d logged rates, expected %d", name, len(lrs), steps)
         check(noted == all(x < 0.003 * (1 - 1e-6) for x in lrs),
               "%s: the rates %s do not agree with the note (%s)", name, lrs, noted)
+
+
+def long_run(h, name, **keys):
+    """A config whose run trains far longer than a test waits."""
+    return U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **dict({
+        "train.epochs": "100000", "train.log_every": "1000", "train.eval_every": "0",
+        "train.checkpoint_every": "0", "sample.length": None}, **keys)))
+
+
+def stop_after(p, secs, sig=signal.SIGTERM):
+    """Sends sig to process p after secs; its exit status (never waits more
+    than 120 s)."""
+    time.sleep(secs)
+    p.send_signal(sig)
+    try:
+        return p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise U.Failure("still running 120 s after signal %d" % sig)
+
+
+def test_closed_standard_streams(h):
+    """A train started with a standard stream closed (`2>&-`, and all three)
+    writes its progress nowhere rather than into the first file it opens:
+    before, stderr's number went to metrics.jsonl (lines that are not JSON)
+    or, with run.metrics off, to the run's lock (overwriting who holds it)."""
+    for metrics, closes in (("true", "2>&-"), ("false", "2>&-"), ("true", "<&- >&- 2>&-"),
+                            ("false", "<&- >&- 2>&-")):
+        name = "closed-%s-%d" % (metrics, len(closes))
+        cfg = U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **{
+            "run.metrics": metrics}))
+        p = subprocess.run(["sh", "-c", 'exec "$0" train "$1" ' + closes, h.binary, cfg],
+                           env=U.sanitizer_env(), timeout=240)
+        check(p.returncode == 0, "%s: exit %d", name, p.returncode)
+        for top, _, files in os.walk(h.path(name)):
+            for f in files:
+                with open(os.path.join(top, f), "rb") as fh:
+                    text = fh.read()
+                check(b"epoch 1/" not in text and b"pipetrain: vit" not in text,
+                      "%s: %s holds progress lines", name, os.path.join(top, f))
+        if metrics == "true":
+            with open(os.path.join(h.path(name), "metrics.jsonl")) as f:
+                for line in f:
+                    try:
+                        json.loads(line)
+                    except ValueError:
+                        raise U.Failure("%s: metrics.jsonl holds %r" % (name, line[:200]))
+        check(U.checkpoints(h.path(name)), "%s: no checkpoint", name)
+
+
+def test_stderr_reader_gone(h):
+    """A train whose stderr is a pipe nobody reads any more (`2>&1 | head`,
+    a tee that died) goes on training, and a stop signal still saves a
+    checkpoint and exits 130; before, the next progress line or the stop
+    handler's own line ended it by SIGPIPE with nothing saved."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        name = "gone-%d" % sig
+        cfg = long_run(h, name, **{"train.log_every": "1"})
+        r, w = os.pipe()
+        p = subprocess.Popen([h.binary, "train", cfg], stdout=subprocess.DEVNULL, stderr=w,
+                             stdin=subprocess.DEVNULL, env=U.sanitizer_env(), cwd=h.dir)
+        os.close(w)
+        os.read(r, 10)  # the first line has begun: then the reader goes
+        os.close(r)
+        rc = stop_after(p, 1.0, sig)
+        check(rc == 130, "signal %d with the reader gone: exit %d (expected 130)", sig, rc)
+        check(U.checkpoints(h.path(name)), "signal %d with the reader gone: no checkpoint", sig)
+
+
+def test_stop_while_the_config_pipe_is_read(h):
+    """A stop signal while train still reads its config from a slow pipe
+    (`train <(generate-config)`) is a stop, not bad input: the read goes on
+    and the run stops after its first step with a checkpoint, exit 130
+    (before: exit 2, "cannot read config: Interrupted system call")."""
+    cfg = long_run(h, "slow-pipe")
+    r, w = os.pipe()
+    p = subprocess.Popen([h.binary, "train", "/dev/fd/%d" % r], pass_fds=(r,), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                         env=U.sanitizer_env(), cwd=h.dir)
+    os.close(r)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    os.write(w, open(cfg, "rb").read())
+    os.close(w)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 130 and "stopped by signal 15 after step 1" in err,
+          "exit %d (expected 130, stopped after step 1)\n%s", p.returncode, U.tail(err, 1500))
+    check(U.checkpoints(h.path("slow-pipe")) == ["step_%010d" % 1], "checkpoints %s",
+          U.checkpoints(h.path("slow-pipe")))
+
+
+def test_stop_signals_blocked_by_the_parent(h):
+    """Stop signals that the parent had blocked (exec passes the mask on)
+    still stop train with a checkpoint: before, they were never delivered
+    and the run went on to its end."""
+    cfg = long_run(h, "blocked")
+    stops = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1}
+    p = subprocess.Popen([h.binary, "train", cfg], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=U.sanitizer_env(), cwd=h.dir,
+                         preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_BLOCK, stops))
+    rc = stop_after(p, 1.5)
+    check(rc == 130, "exit %d (expected 130)", rc)
+    check(U.checkpoints(h.path("blocked")), "no checkpoint")
 
 
 def test_eval_every_steps(h):
@@ -1026,6 +1133,8 @@ def tests():
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
+           test_closed_standard_streams, test_stderr_reader_gone,
+           test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
            test_set_twice_noted,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_stack_limit_refused_without_crash,
