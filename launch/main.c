@@ -125,6 +125,7 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 typedef struct cli {
+    const char *command; /* train, eval or plan */
     pt_config cfg;
     const char *checkpoint, *logits, *hidden, *report;
     int init; /* eval --init */
@@ -283,8 +284,10 @@ static int same_config(pt_comm *comm, const cli *a, pt_err *err)
         pt_comm_abort(comm, 1);
     }
     pt_config_write_yaml(cfg, f);
-    /* eval's options too: ranks that load other weights would report a
-     * mix of two checkpoints, or wait forever on each other */
+    /* the command and eval's options too: ranks that run other commands, or
+     * load other weights, would wait forever on each other or report a mix
+     * of two checkpoints */
+    fprintf(f, "command: %s\n", a->command);
     fprintf(f, "eval:\n  checkpoint: \"%s\"\n  init: %d\n  logits: \"%s\"\n  hidden: \"%s\"\n"
                "  report: \"%s\"\n",
             a->checkpoint ? a->checkpoint : "", a->init, a->logits ? a->logits : "",
@@ -308,7 +311,10 @@ static int same_config(pt_comm *comm, const cli *a, pt_err *err)
     /* every rank, whether it differs or not, learns whether any does */
     if (rc == 0)
         rc = pt_allreduce_sum(world, &any, 1, PT_DT_I64, err);
-    if (differ)
+    if (differ && strncmp(diff, "command: ", 9) == 0)
+        rc = pt_fail(err, PT_EINPUT, "rank %d runs 'pipetrain %s', rank 0 another command: every "
+                     "rank of a job runs the same one", rank, a->command);
+    else if (differ)
         rc = pt_fail(err, PT_EINPUT,
                      "config '%s': rank %d reads another configuration than rank 0 (its '%s' is not "
                      "rank 0's): every rank reads CONFIG and --set itself, so give each the same file "
@@ -875,6 +881,7 @@ static int run_main(int argc, char **argv)
         pt_fail(&err, PT_ENOMEM, "out of memory reading the config");
         return report(NULL, err.code, &err);
     }
+    a->command = cmd;
     /* One process started by hand: a config that does not read is refused
      * before MPI starts (its start-up is most of such a run's time), with
      * the message rank 0 would give after it. Under a launcher every rank

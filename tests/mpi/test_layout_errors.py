@@ -133,6 +133,12 @@ def configs_differ(tools, work):
                 .replace("  max_steps: 2\n", "  max_steps: 2\n  checkpoint_every: 1\n"))
     tools.run(1, ["train", tcfg])
     ck = [os.path.join(trained, "checkpoints", "step_%010d" % k) for k in (1, 2)]
+    # another command on rank 1 (an MPMD line): refused at once, not both
+    # ranks waiting run.timeout_s for each other
+    cases.append(("another command on rank 1",
+                  base + ["-np", "1", tools.pipetrain, "train", cfg, ":", "-np", "1",
+                          tools.pipetrain, "eval", cfg], None,
+                  ["rank 1: error: rank 1 runs 'pipetrain eval', rank 0 another command"]))
     cases.append(("eval of another checkpoint on rank 1",
                   base + ["-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[0], ":",
                           "-np", "1", tools.pipetrain, "eval", tcfg, "--checkpoint", ck[1]], None,
