@@ -418,7 +418,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     int got = pt_bcast(pt_comm_world(comm), lock_root, sizeof lock_root, 0, &err);
     if (rc == 0 && got)
         rc = got;
-    if (rc == 0 && strcmp(lock_here, lock_root) != 0)
+    /* an empty text: rank 0 could not read its lock (it says why), so
+     * there is nothing to compare (a lock's text is never empty) */
+    if (rc == 0 && lock_root[0] && strcmp(lock_here, lock_root) != 0)
         rc = pt_config_key_fail(cfg, &err, "run.dir",
                                 "'%s' is not the directory rank 0 locked for this job (its lock "
                                 "says '%.200s' here, '%.200s' on rank 0); every rank must see "
@@ -527,6 +529,12 @@ refused:
     pt_session_close(s);
     pt_err ignored;
     pt_barrier(pt_comm_world(comm), &ignored);
+    /* refused after run.dir was made but before its lock was taken (a file
+     * in it that could not be opened: too few descriptors, say): taken now,
+     * with the session's files closed, so that the directory this job began
+     * goes too; one another job holds stays as it is */
+    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && fresh[0])
+        pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
     if (lock.fd >= 0)
         pt_rundir_remove_fresh(cfg->run.dir, fresh);
 done:

@@ -2431,7 +2431,8 @@ def test_few_file_descriptors_are_not_bad_input(h):
     export end with 0 or with exit 1 naming the cause, never exit 2 (bad
     input: the same config and files do elsewhere) nor a signal. They used
     to say exit 2 ('cannot read lock: Too many open files', and a manifest
-    that could not be opened)."""
+    that could not be opened). A train refused so leaves no run.dir (it left
+    one with its empty log when the lock could not be opened)."""
     import resource
     cfg, run_dir = trained(h, "fds")
     seen = []
@@ -2449,6 +2450,9 @@ def test_few_file_descriptors_are_not_bad_input(h):
             check(p.returncode == 0 or "Too many open files" in p.stderr or
                   "file descriptors" in p.stderr, "%s under ulimit -n %d: exit 1 without the cause"
                   "\n%s", args[0], n, U.tail(p.stderr, 1500))
+            check(p.returncode == 0 or args[0] != "train" or not os.path.exists(h.path("fds-%d" % n)),
+                  "a refused train under ulimit -n %d left its run.dir: %s", n,
+                  os.listdir(h.path("fds-%d" % n)) if os.path.isdir(h.path("fds-%d" % n)) else "")
     for cmd in ("eval", "train", "export"):
         codes = [rc for _, c, rc in seen if c == cmd]
         check(1 in codes and 0 in codes, "%s: no limit both failed and passed: %s", cmd, codes)
