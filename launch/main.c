@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -122,6 +123,23 @@ static int usage_error(const char *fmt, const char *arg)
     error_line("pipetrain: error: ", msg, sizeof msg);
     fprintf(stderr, "\n%s", usage);
     return 2;
+}
+
+/* A umask that takes the owner's own permissions off (0222, 0277): the
+ * directories train and export make (run.dir, checkpoints/, a bert export)
+ * would refuse the files that go into them, and the files could not be read
+ * back, to a user who is not root (root passes permissions). Refused at the
+ * start, naming it, rather than failing at the first save. */
+static int umask_ok(pt_err *err)
+{
+    const mode_t mask = umask(0);
+    umask(mask);
+    if (!(mask & S_IRWXU) || geteuid() == 0)
+        return 0;
+    return pt_fail(err, PT_EINPUT, "the umask is %04o: it takes the owner's permissions off the "
+                   "directories and files pipetrain makes, which this user could then not write "
+                   "into or read back; set one that leaves the owner rwx (umask 022 or 077)",
+                   (unsigned)mask);
 }
 
 typedef struct cli {
@@ -868,6 +886,9 @@ static int run_main(int argc, char **argv)
     }
     if (strcmp(cmd, "export") == 0) {
         catch_end_signals();
+        pt_err err = {0};
+        if (umask_ok(&err))
+            return report(NULL, err.code, &err);
         return cmd_export(argc, argv);
     }
     if (strcmp(cmd, "inspect") == 0)
@@ -920,6 +941,8 @@ static int run_main(int argc, char **argv)
         code = setup_failed(comm, same_config(comm, a, &err), &err);
     if (code == 0) /* every rank read the same: an empty one everywhere */
         code = setup_failed(comm, pt_config_has_settings(&a->cfg, &err), &err);
+    if (code == 0 && run_cmd == cmd_train)
+        code = setup_failed(comm, umask_ok(&err), &err);
     if (code == 0) {
         /* from here every wait, the start-up's included, is run.timeout_s long */
         pt_group_set_timeout(pt_comm_world(comm), a->cfg.run.timeout_s);

@@ -596,6 +596,46 @@ def test_stop_signals_blocked_by_the_parent(h):
     check(U.checkpoints(h.path("blocked")), "no checkpoint")
 
 
+def test_umask_without_owner_rights(h):
+    """For a user who is not root, a umask that takes the owner's own
+    permissions off (0222) would make run.dir and checkpoints/ directories
+    the job cannot write into: train and export refuse it at the start,
+    exit 2, naming the umask, and make nothing (before: a fresh run was
+    refused blaming run.dir and left it behind; an existing run.dir trained
+    to its first save and failed there). A umask of 077 trains. Run as
+    nobody through setpriv; skipped where that cannot be done."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        print("skipped: needs root and setpriv")
+        return
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if subprocess.run(nobody + [h.binary, "--version"], capture_output=True).returncode != 0:
+        print("skipped: user nobody cannot run %s" % h.binary)
+        return
+    import tempfile
+    work = tempfile.mkdtemp(prefix="pt-umask-")
+    try:
+        os.chmod(work, 0o777)
+        cfg = U.write(os.path.join(work, "c.yaml"), U.render(U.tiny("vit", os.path.join(work, "run"))))
+        os.chmod(cfg, 0o644)
+        for mask, want in (("0222", 2), ("0277", 2), ("077", 0)):
+            for args in (["train", cfg], ["export", os.path.join(work, "run", "checkpoints", "x"),
+                                          os.path.join(work, "out.safetensors")]):
+                if args[0] == "export" and want == 0:
+                    continue
+                p = subprocess.run(nobody + ["sh", "-c", 'umask %s; exec "$0" "$@"' % mask, h.binary]
+                                   + args, capture_output=True, text=True, errors="replace",
+                                   timeout=240, env=U.sanitizer_env(), cwd=work)
+                check(p.returncode == want, "%s under umask %s: exit %d, expected %d\n%s", args[0],
+                      mask, p.returncode, want, U.tail(p.stderr, 1500))
+                if want:
+                    check("the umask is %04o" % int(mask, 8) in p.stderr,
+                          "%s under umask %s: the umask is not named\n%s", args[0], mask, p.stderr)
+                    check(sorted(os.listdir(work)) == ["c.yaml"], "%s under umask %s made %s",
+                          args[0], mask, os.listdir(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_eval_every_steps(h):
     """train.eval_every_steps evaluates every N steps besides the epochs'
     evaluations (never twice at one step, and at the end), and changes no
@@ -1135,6 +1175,7 @@ def tests():
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
            test_closed_standard_streams, test_stderr_reader_gone,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
+           test_umask_without_owner_rights,
            test_set_twice_noted,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_stack_limit_refused_without_crash,
