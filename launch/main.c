@@ -184,13 +184,19 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
     pt_config_defaults(&a->cfg);
     a->checkpoint = a->logits = a->hidden = a->report = NULL;
     a->init = 0;
-    int rc = pt_config_load(&a->cfg, argv[2], err);
+    /* `train --set k=v CONFIG`: the config comes first (./-name is a file) */
+    int rc = strncmp(argv[2], "--", 2) == 0
+                 ? pt_fail(err, PT_EINPUT, "the config file comes first, before '%s' (%s CONFIG.yaml "
+                           "[--set KEY=VALUE ...]; see pipetrain --help)", argv[2], argv[1])
+                 : pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
         int got = 0;
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc)
             rc = pt_config_set(&a->cfg, argv[++i], err);
         else if (strncmp(argv[i], "--set=", 6) == 0)
             rc = pt_config_set(&a->cfg, argv[i] + 6, err);
+        else if (strcmp(argv[i], "--set") == 0) /* the last argument */
+            rc = pt_fail(err, PT_EINPUT, "--set needs KEY=VALUE after it (see pipetrain --help)");
         else if (eval_options && (got = path_option(argc, argv, &i, a, err)) != 0)
             rc = got < 0 ? -got : 0;
         else if (eval_options && strcmp(argv[i], "--init") == 0 && a->init)
@@ -771,6 +777,12 @@ static int cmd_export(int argc, char **argv)
 {
     if (argc != 4)
         return usage_error("export takes a checkpoint directory and an output file%s", "");
+    /* `export CK --help` wrote a file named --help: an option is no path
+     * here (./-name is one, for whoever means it) */
+    for (int i = 2; i < 4; i++)
+        if (argv[i][0] == '-' && argv[i][1])
+            return usage_error("export takes no options, got '%s' (a path that starts with '-': "
+                               "write it as ./-name)", argv[i]);
     pt_err err = {0};
     int rc = pt_cli_path_ok("export: CHECKPOINT_DIR", argv[2], &err);
     if (rc == 0)
@@ -822,8 +834,7 @@ static void catch_end_signals(void)
     const struct sigaction sa = end_action();
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
-                          SIGXCPU, SIGVTALRM, SIGPROF};
+    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
         struct sigaction was;
         if (sigaction(others[i], NULL, &was) == 0 && !(was.sa_flags & SA_SIGINFO) &&
@@ -1011,6 +1022,14 @@ int main(int argc, char **argv)
     if (sigaction(SIGXFSZ, NULL, &xfsz) == 0 && !(xfsz.sa_flags & SA_SIGINFO) &&
         xfsz.sa_handler == SIG_DFL)
         signal(SIGXFSZ, SIG_IGN);
+    /* a closed pipe likewise: a stdout whose reader went away (`| head`)
+     * fails the write, and a command whose result is printed says so and
+     * exits 1, as on a full disk, rather than die by SIGPIPE saying nothing
+     * (train ignores it from its start: its stderr is no reason to stop) */
+    struct sigaction pipe_was;
+    if (sigaction(SIGPIPE, NULL, &pipe_was) == 0 && !(pipe_was.sa_flags & SA_SIGINFO) &&
+        pipe_was.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a

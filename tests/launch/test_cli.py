@@ -262,6 +262,18 @@ def test_export_errors(h):
     r.one_error(strict=False)
     r = h.run(["export", ck, h.path("a.st"), "extra"]).expect(2, "extra argument")
     r.one_error(strict=False)
+    # an option where a path goes is refused, not written as a file of that
+    # name (export CK --help made one called --help)
+    for args in ([ck, "--help"], [ck, "-h"], ["--force", h.path("b.st")]):
+        r = h.run(["export"] + args).expect(2, "export " + " ".join(args))
+        r.one_error("export takes no options", strict=False)
+    check(not os.path.exists(h.path("--help")) and not os.path.exists(h.path("-h")),
+          "export wrote a file named after an option")
+    # the config comes first, and --set needs its KEY=VALUE
+    r = h.run(["train", "--set", "train.lr=0.01", cfg]).expect(2, "train --set ... CONFIG")
+    r.one_error("the config file comes first, before '--set'", strict=False)
+    r = h.run(["train", cfg, "--set"]).expect(2, "train CONFIG --set")
+    r.one_error("--set needs KEY=VALUE", strict=False)
     out = h.path("no-such-dir", "w.safetensors")
     r = h.run(["export", ck, out])
     check(r.rc in (1, 2), "export into a missing directory: status %d", r.rc)
@@ -557,6 +569,22 @@ def test_stderr_reader_gone(h):
         rc = stop_after(p, 1.0, sig)
         check(rc == 130, "signal %d with the reader gone: exit %d (expected 130)", sig, rc)
         check(U.checkpoints(h.path(name)), "signal %d with the reader gone: no checkpoint", sig)
+
+
+def test_stdout_reader_gone(h):
+    """A command whose result is printed, with a stdout whose reader went
+    away (`| head -c 0`), exits 1 saying it cannot write to stdout, as on a
+    full disk (before: killed by SIGPIPE, status 141, nothing said)."""
+    cfg = U.write_config(h, "c.yaml", U.tiny("vit", h.path("run")))
+    for args in (["keys"], ["--help"], ["plan", cfg]):
+        r, w = os.pipe()
+        os.close(r)
+        p = subprocess.run([h.binary] + args, stdout=w, stderr=subprocess.PIPE, text=True,
+                           errors="replace", stdin=subprocess.DEVNULL, env=U.sanitizer_env(),
+                           cwd=h.dir, timeout=240)
+        os.close(w)
+        check(p.returncode == 1 and "cannot write to stdout" in p.stderr,
+              "%s with its stdout reader gone: exit %d\n%s", args[0], p.returncode, p.stderr[-1500:])
 
 
 def test_stop_while_the_config_pipe_is_read(h):
@@ -1173,7 +1201,7 @@ def tests():
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
-           test_closed_standard_streams, test_stderr_reader_gone,
+           test_closed_standard_streams, test_stderr_reader_gone, test_stdout_reader_gone,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
            test_umask_without_owner_rights,
            test_set_twice_noted,
