@@ -80,8 +80,11 @@ def segments_left(before):
     """The cache segments that appeared since `before` (our_segments()) and
     whose job's rank 0 is gone: those the runs in between left behind. Other
     jobs on the machine (the suite runs tests side by side) may hold
-    segments of their own meanwhile; theirs have a live rank 0."""
-    return sorted(n for n, pid in our_segments().items() if n not in before and not alive(pid))
+    segments of their own meanwhile; theirs have a live rank 0. A name is
+    looked for again once its rank 0 is seen gone: a job that took its name
+    off and ended between the listing and the look at its pid left nothing."""
+    return sorted(n for n, pid in our_segments().items() if n not in before and not alive(pid)
+                  and os.path.lexists(os.path.join("/dev/shm", n)))
 
 
 def sets(**kv):

@@ -7,8 +7,12 @@ enough model on the CPU, and the other ranks gave up on rank 0 as one that
 "stopped answering" while it was timing its units. Now rank 0 tells them
 after each unit, so only one unit's timing has to fit in run.timeout_s.
 
-Checked on 2 ranks with a ViT of 18 units (d = 512) whose profile takes
-several seconds, under run.timeout_s = 3: it profiles, plans and trains.
+Checked on 2 ranks with a ViT of 42 small units (d = 128) whose profile
+takes several seconds, under run.timeout_s = 3: it profiles, plans and
+trains. Units small enough that one unit's timing (a warm-up and at least 3
+timed runs at each of two sizes) stays far below 3 s on a loaded machine:
+with d = 512 a unit took about 1.2 s unloaded and over 3 s when the ranks
+shared the cores with another test's processes.
 
 usage: test_profile_wait.py PIPETRAIN MPIEXEC"""
 import os
@@ -20,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 CONFIG = """run: {{dir: {run}, seed: 5, threads: 1, timeout_s: 3}}
-model: {{kind: vit, dim: 512, layers: 8, heads: 8, patch: 7}}
+model: {{kind: vit, dim: 128, layers: 40, heads: 8, patch: 7}}
 data: {{kind: synthetic_images, synthetic_examples: 64}}
 train: {{batch: 32, epochs: 1, max_steps: 1, eval_every: 0, eval_examples: 4}}
 pipeline: {{cores: 2}}
