@@ -473,8 +473,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
                 snprintf(unfinished, sizeof unfinished, " (%s/checkpoints/step_%010lld is not a "
                          "complete checkpoint: a save that did not finish, or a damaged manifest)",
                          cfg->run.dir, (long long)step);
-            fprintf(stderr, "pipetrain: no checkpoint in %s yet%s; starting fresh\n", cfg->run.dir,
-                    unfinished);
+            char said[sizeof unfinished + PT_PATH_MAX + 64];
+            snprintf(said, sizeof said, "no checkpoint in %s yet%s; starting fresh", cfg->run.dir,
+                     unfinished);
+            error_line("pipetrain: ", said, sizeof said); /* run.dir's bytes escaped */
         } else
             passed_over(cfg->run.dir, resume);
     } else if (*cfg->train.resume) {

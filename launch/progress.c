@@ -6,6 +6,8 @@
  */
 #include "launch/progress.h"
 
+#include "tokenize/tokenize.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -151,10 +153,24 @@ void pt_progress_note(pt_progress *p, const char *fmt, ...)
         text = line;
         n = (int)(sizeof line - open - 2);
     }
-    if (open)
-        text[0] = '\n';
-    text[open + n] = '\n';
-    fwrite(text, 1, (size_t)n + open + 1, stderr);
+    /* controls but newline and tab, bytes that are not UTF-8 and
+     * bidirectional controls as \xNN (a run.dir holding a carriage return
+     * redrew the line), where there is memory for it */
+    const size_t cap = 4 * (size_t)n + 3;
+    char *shown = malloc(cap + 1);
+    if (shown) {
+        shown[0] = '\n';
+        pt_utf8_printable(text + open, (size_t)n, shown + open, cap - open);
+        const size_t len = strlen(shown + open) + open;
+        shown[len] = '\n';
+        fwrite(shown, 1, len + 1, stderr);
+        free(shown);
+    } else {
+        if (open)
+            text[0] = '\n';
+        text[open + n] = '\n';
+        fwrite(text, 1, (size_t)n + open + 1, stderr);
+    }
     fflush(stderr);
     if (text != line)
         free(text);

@@ -587,6 +587,18 @@ def test_stdout_reader_gone(h):
               "%s with its stdout reader gone: exit %d\n%s", args[0], p.returncode, p.stderr[-1500:])
 
 
+def test_notes_escape_the_run_dir(h):
+    """A run.dir holding a carriage return or a right-to-left override (both
+    allowed in a path) is escaped in the notes that name it ("no checkpoint
+    in ... yet", "done: ... checkpoints in ..."), as errors escape it: before,
+    the carriage return redrew the line and the override reversed it."""
+    cfg = U.write_config(h, "odd.yaml", U.tiny("vit", h.path("plain")))
+    r = h.run(["train", cfg, "--set", "run.dir=" + h.path("odd\rname\u202edir"), "--set",
+               "train.resume=auto"]).expect(0, "train")
+    check("no checkpoint in" in r.err and "done:" in r.err, "the notes are missing:\n%s", r.err)
+    check("\r" not in r.err and "\u202e" not in r.err, "raw bytes of run.dir on stderr: %r", r.err)
+
+
 def test_stop_while_the_config_pipe_is_read(h):
     """A stop signal while train still reads its config from a slow pipe
     (`train <(generate-config)`) is a stop, not bad input: the read goes on
@@ -1202,6 +1214,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
            test_closed_standard_streams, test_stderr_reader_gone, test_stdout_reader_gone,
+           test_notes_escape_the_run_dir,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
            test_umask_without_owner_rights,
            test_set_twice_noted,
