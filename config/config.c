@@ -416,8 +416,14 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err)
          * 1023); keys that no longer fit are counted, not dropped unsaid */
         char now[PT_PATH_MAX + 64], one[512];
         format_value(c, &pt_config_keys[ki], now, sizeof now);
-        snprintf(one, sizeof one, "%s %.80s%s -> %.80s%s", key, was, strlen(was) > 80 ? "..." : "",
-                 now, strlen(now) > 80 ? "..." : "");
+        /* cut between UTF-8 characters: a continuation byte is never first */
+        int wl = strlen(was) > 80 ? 80 : (int)strlen(was), nl = strlen(now) > 80 ? 80 : (int)strlen(now);
+        while (wl > 0 && wl < (int)strlen(was) && ((unsigned char)was[wl] & 0xC0) == 0x80)
+            wl--;
+        while (nl > 0 && nl < (int)strlen(now) && ((unsigned char)now[nl] & 0xC0) == 0x80)
+            nl--;
+        snprintf(one, sizeof one, "%s %.*s%s -> %.*s%s", key, wl, was, strlen(was) > 80 ? "..." : "",
+                 nl, now, strlen(now) > 80 ? "..." : "");
         const size_t at = strlen(c->set_twice);
         if (!c->set_twice_more && at + 2 + strlen(one) < sizeof c->set_twice)
             snprintf(c->set_twice + at, sizeof c->set_twice - at, "%s%s", at ? ", " : "", one);

@@ -381,10 +381,13 @@ static void note_unused_key(const char *key, const char *why, void *arg)
  * argparse's last option wins), said once. */
 static void note_set_twice(pt_comm *comm, const pt_config *c)
 {
-    if (pt_comm_rank(comm) == 0 && (c->set_twice[0] || c->set_twice_more))
-        fprintf(stderr, "pipetrain: note: --set gave a key more than once, and its last value is "
-                "used: %s%s%.0d%s\n", c->set_twice, c->set_twice_more ? ", and " : "",
-                c->set_twice_more, c->set_twice_more ? " more" : "");
+    if (pt_comm_rank(comm) == 0 && (c->set_twice[0] || c->set_twice_more)) {
+        char said[sizeof c->set_twice + 128]; /* the values' bytes escaped */
+        snprintf(said, sizeof said, "--set gave a key more than once, and its last value is used: "
+                 "%s%s%.0d%s", c->set_twice, c->set_twice_more ? ", and " : "",
+                 c->set_twice_more, c->set_twice_more ? " more" : "");
+        error_line("pipetrain: note: ", said, sizeof said);
+    }
 }
 
 static void note_unused_keys(pt_comm *comm, const pt_config *c, int resuming)

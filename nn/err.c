@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,11 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...)
 
 void pt_number_text(double v, char *out, size_t n)
 {
-    for (int digits = 1; digits <= 17; digits++) {
+    /* at least the integer part's digits up to 1e15: 600, not 6e+02 */
+    int first = 1;
+    for (double a = fabs(v); a >= 10 && first < 16; a /= 10)
+        first++;
+    for (int digits = first; digits <= 17; digits++) {
         snprintf(out, n, "%.*g", digits, v);
         if (strtod(out, NULL) == v)
             break;

@@ -76,7 +76,8 @@ int pt_err_input(int rc, pt_err *err);
 const char *pt_file_kind(unsigned mode);
 
 /* v as the shortest text that reads back as the same double (0.1, not
- * 0.10000000000000001; 0.999999999, not %g's 1), for messages and configs. */
+ * 0.10000000000000001; 0.999999999, not %g's 1), without an exponent for
+ * whole numbers below 1e16 (600, not 6e+02), for messages and configs. */
 void pt_number_text(double v, char *out, size_t n);
 
 /* --------------------------------------------------------------------- rng */

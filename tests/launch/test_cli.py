@@ -480,6 +480,18 @@ def test_set_twice_noted(h):
     check(len(notes) == 1 and notes[0].count("run.dir ") == 1 and "..." in notes[0] and
           "data.synthetic_examples 40 -> 41" in notes[0] and re.search(r"and [0-9]+ more$", notes[0]),
           "long values: not one note with the cut run.dir and a count:\n%s", r.err)
+    # a value cut at 80 bytes is cut between UTF-8 characters (3-byte ones
+    # from byte 79: a cut inside one is no text), a tab is escaped, and a
+    # whole number is written whole (600, not 6e+02)
+    wide = "run.dir=" + "xx" + "\u20ac" * 40  # with its quote, byte 80 falls inside a euro sign
+    r = h.run(["plan", cfg, "--set", wide, "--set", wide + "y", "--set", "sample.prompt=a\tb",
+               "--set", "sample.prompt=c", "--set", "run.timeout_s=600", "--set",
+               "run.timeout_s=700"]).expect(0, "cut values")
+    note = [l for l in r.err.splitlines() if "more than once" in l]
+    check(len(note) == 1 and "\t" not in note[0] and "a\\tb" in note[0] and
+          "run.timeout_s 600 -> 700" in note[0], "the note of odd values:\n%r", r.err)
+    check("\ufffd" not in note[0] and "\\x" not in note[0],
+          "a character cut in the note: %r", note)
 
 
 def test_warmup_note(h):
