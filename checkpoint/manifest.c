@@ -9,10 +9,12 @@
 
 #include "formats/formats.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void pt_manifest_close(manifest *m)
 {
@@ -82,6 +84,13 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
     m->dir = dir;
     pt_path_join(path, dir, "manifest");
     int rc = pt_recfile_open(&m->f, path, PT_CKPT_MANIFEST_MAGIC, &version, err);
+    struct stat st;
+    char ckpts[PT_CKPT_PATH];
+    if (rc && lstat(path, &st) != 0 && errno == ENOENT &&
+        stat(pt_path_join(ckpts, dir, "checkpoints"), &st) == 0 && S_ISDIR(st.st_mode)) /* a run directory given for one of its checkpoints */
+        return pt_fail(err, PT_EINPUT, "'%s' is a run directory, not a checkpoint: name one of "
+                       "its checkpoints (%s/step_N; `pipetrain inspect %s` verifies the newest "
+                       "and says its step)", dir, ckpts, dir);
     if (rc)
         return pt_err_input(rc, err);
     const void *text;

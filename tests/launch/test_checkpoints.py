@@ -206,6 +206,12 @@ def test_not_a_checkpoint_path(h):
     cfg, run_dir = trained(h)
     missing = h.path("no-such-checkpoint")
     all_refuse(h, cfg, run_dir, missing, ["no-such-checkpoint"], modes=("path", "eval", "export"))
+    # a run directory where a checkpoint goes: said so, with where its
+    # checkpoints are (it said only that the manifest could not be opened)
+    for args in (["eval", cfg, "--checkpoint", run_dir], ["export", run_dir, h.path("x.st")]):
+        r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
+        r.one_error("'%s' is a run directory, not a checkpoint" % run_dir,
+                    "%s/checkpoints/step_N" % run_dir)
 
 
 def test_manifest_deleted_auto_takes_previous(h):
