@@ -359,6 +359,18 @@ static int write_manifest(const pt_ckpt_run *c, const char *dir, const char *id,
     return rc;
 }
 
+/* A write into run.dir that failed because run.dir was moved or replaced
+ * meanwhile: that is what the error says (rank 0, which holds the lock). */
+static int moved_meanwhile(const pt_ckpt_run *c, int rc, pt_err *err)
+{
+    pt_err moved;
+    if (rc && c->run->rank == 0 && pt_rundir_lock_check(c->lock, c->cfg->run.dir, &moved)) {
+        *err = moved;
+        return moved.code;
+    }
+    return rc;
+}
+
 int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
 {
     pt_run *r = c->run;
@@ -389,6 +401,7 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
         rc = write_units(r, pt_path_join(path, dir, mine.name), id, mine.name, err);
         if (rc == 0)
             rc = pt_sha256_file(path, mine.sha256, &mine.bytes, err);
+        rc = moved_meanwhile(c, rc, err);
     }
     if (rc == 0)
         rc = pt_test_fault("checkpoint", r->rank, r->step, err);
@@ -399,7 +412,7 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
     rc = all ? pt_allgather(world, &mine, all, sizeof mine, err)
              : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
     if (rc == 0 && r->rank == 0) {
-        rc = write_manifest(c, dir, id, all, n, err);
+        rc = moved_meanwhile(c, write_manifest(c, dir, id, all, n, err), err);
         if (rc == 0)
             rc = pt_test_fault("checkpoint-manifest", r->rank, r->step, err);
         /* the units took a while: checked again before anything is removed */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
@@ -29,6 +30,12 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
             pause();
     if (strcmp(kind, "stop") == 0) { /* a stop signal arriving just here */
         raise(SIGUSR1);
+        return 0;
+    }
+    if (strcmp(kind, "pause") == 0) { /* 2 s here, for a test to change what lies around */
+        struct timespec left = {2, 0};
+        while (nanosleep(&left, &left) != 0)
+            ;
         return 0;
     }
     return pt_fail(err, PT_EINTERNAL, "injected fault at step %lld (%s)", want_step, point);

@@ -2432,6 +2432,34 @@ def test_run_dir_changed_while_training(h):
         0, "resuming through the link")
 
 
+def test_run_dir_moved_during_a_save(h):
+    """run.dir moved away while a save writes into it (here held 2 s after
+    its step directory is made, by the test hook): the job stops, exit 1,
+    saying that run.dir is no longer the directory it locked (before: that
+    it could not open units-stage0.bin, which was true but not why)."""
+    run_dir = h.path("moving")
+    cfg = U.write_config(h, "moving.yaml", keys(h, run_dir, **{"train.checkpoint_every": "3"}))
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:3:pause:checkpoint-prepared")
+    p = subprocess.Popen([h.binary, "train", cfg], cwd=h.dir, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not os.path.isdir(U.ckpt(run_dir, 3)):
+            time.sleep(0.01)
+        check(p.poll() is None, "the run ended before its save")
+        os.rename(run_dir, run_dir + ".moved")
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    want = "run.dir '%s' is no longer the directory this job locked" % run_dir
+    check(p.returncode == 1 and want in err, "exit %d (expected 1 and %r)\n%s", p.returncode, want,
+          U.tail(err, 1500))
+    check(not os.path.exists(run_dir), "the moved run.dir was made again: %s",
+          os.listdir(run_dir) if os.path.isdir(run_dir) else "a file")
+
+
 def test_few_file_descriptors_are_not_bad_input(h):
     """Under a low limit of open files (ulimit -n 4 to 12) train, eval and
     export end with 0 or with exit 1 naming the cause, never exit 2 (bad
@@ -2706,6 +2734,7 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_run_dir_changed_while_training,
+        test_run_dir_moved_during_a_save,
         test_few_file_descriptors_are_not_bad_input,
         test_long_real_paths,
         test_real_paths_past_path_max,
