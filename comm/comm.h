@@ -92,10 +92,11 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
  * the timeout message ("gradient of micro-batch 3 from rank 2"). */
 int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err);
 /* What this process is doing where no error prefix says it ("starting up",
- * "step 12: evaluating the test split"), named in a timeout's message; the
+ * "at step 12: evaluating the test split"), named in a timeout's message; the
  * caller keeps the string alive until the next call. NULL: nothing (a
  * step's errors carry their own place). */
 void pt_comm_phase(const char *phase);
+const char *pt_comm_phase_now(void); /* the phase set last (NULL: none) */
 /* Whether a transfer has completed (*done), without waiting; an inactive
  * request is done. */
 int pt_req_test(pt_req *r, int *done, pt_err *err);

@@ -20,7 +20,5 @@ struct pt_group {
     int solo;              /* a group of one without MPI (comm.c, solo_open) */
 };
 
-/* the phase pt_comm_phase set (NULL: none), for the timeout messages */
-const char *pt_comm_phase_now(void);
 
 #endif

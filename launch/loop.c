@@ -55,7 +55,8 @@ static void on_stop_signal(int sig)
 const char *volatile *pt_stop_signal_where(void) { return &current_where; }
 
 /* Signals whose default action ends the process and that are no request to
- * stop (a closed pipe, a CPU or file-size limit, a timer nobody set): the
+ * stop (a CPU limit, a timer nobody set; a closed pipe is ignored and a
+ * file-size limit from main on): the
  * process still ends by the signal, but first takes the names of the
  * node's cache and its temporary files off, as a stop does, instead of
  * leaving them to the next start's sweep. The signal is blocked while the
@@ -109,7 +110,7 @@ void pt_catch_stop_signals(void)
     const int fatal[] = {SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
         struct sigaction was;
-        /* one the user set to be ignored (nohup, a shell's trap '' PIPE) stays so */
+        /* one the user set to be ignored (a shell's trap '' ALRM) stays so */
         if (sigaction(fatal[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
             sigaction(fatal[i], &sa, NULL);
     }
@@ -250,13 +251,10 @@ static int freeze_decision(pt_session *s, pt_err *err)
     return 0;
 }
 
-static int evaluate_and_report(pt_session *s, pt_err *err)
+static int evaluate_and_log(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
     loop_at("step %lld: evaluating the test split", (long long)r->step);
-    static char phase[64]; /* for a timeout's message; evaluation errors carry no step */
-    snprintf(phase, sizeof phase, "at step %lld: evaluating the test split", (long long)r->step);
-    pt_comm_phase(phase);
     const pt_config *c = &s->cfg;
     pt_eval_result ev;
     int rc = pt_evaluate(r, c->train.eval_examples, 0, NULL, NULL, &ev, err);
@@ -296,6 +294,20 @@ static int evaluate_and_report(pt_session *s, pt_err *err)
         pt_progress_note(&s->progress, "sample: %s", shown);
     }
     return 0;
+}
+
+/* An evaluation, with the phase a timeout names set for its time (its
+ * errors carry no step) and put back after it: what follows in the step
+ * (a freeze decision, a save) names itself. */
+static int evaluate_and_report(pt_session *s, pt_err *err)
+{
+    static char phase[64];
+    const char *was = pt_comm_phase_now();
+    snprintf(phase, sizeof phase, "at step %lld: evaluating the test split", (long long)s->run.step);
+    pt_comm_phase(phase);
+    const int rc = evaluate_and_log(s, err);
+    pt_comm_phase(was);
+    return rc;
 }
 
 void pt_session_show_sample(const char *prompt, const char *text, size_t n, char *out,

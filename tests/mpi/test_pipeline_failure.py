@@ -104,6 +104,14 @@ def main():
         fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
                     r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
+        # a save after an evaluation in the same step names the save, not the
+        # evaluation before it
+        _, out = fault_case(tools, work, "hang-in-save-after-eval", "1:2:hang:checkpoint",
+                            [r"rank 0: error: saving checkpoint \S*step_0000000002: no progress for 5 s"],
+                            ranks=2, extra={"run.timeout_s": 5, "train.eval_every_steps": 2,
+                                            "train.checkpoint_every": 2})
+        expect("evaluating" not in "".join(l for l in out.splitlines() if "no progress" in l),
+               "hang-in-save-after-eval: the timeout does not name the evaluation before the save")
 
         # after a re-plan (a freeze decision at step 3 rebuilds the stage
         # executors) the messages still give the run's step, not a count
