@@ -126,15 +126,24 @@ static int usage_error(const char *fmt, const char *arg)
 }
 
 /* A umask that takes the owner's own permissions off (0222, 0277): the
- * directories train and export make (run.dir, checkpoints/, a bert export)
- * would refuse the files that go into them, and the files could not be read
- * back, to a user who is not root (root passes permissions). Refused at the
- * start, naming it, rather than failing at the first save. */
+ * directories train makes (run.dir, checkpoints/, each step's) would refuse
+ * the files that go into them, and the files could not be read back, to a
+ * user who is not root (root passes permissions). Refused at the start,
+ * naming it, rather than failing at the first save. (export's one file
+ * such a umask makes read-only, as asked.) */
 static int umask_ok(pt_err *err)
 {
-    const mode_t mask = umask(0);
-    umask(mask);
-    if (!(mask & S_IRWXU) || geteuid() == 0)
+    /* read, not set and set back: MPI's threads are running, and a file one
+     * of them made in between would get mode 0666 */
+    unsigned mask = 0;
+    char line[128];
+    int found = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "Umask: %o", &mask) == 1;
+    if (f)
+        fclose(f);
+    if (!found || !(mask & S_IRWXU) || geteuid() == 0)
         return 0;
     return pt_fail(err, PT_EINPUT, "the umask is %04o: it takes the owner's permissions off the "
                    "directories and files pipetrain makes, which this user could then not write "
@@ -442,12 +451,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
     char lock_here[512], lock_root[512];
     rc = pt_rundir_lock_text(cfg->run.dir, lock_here, sizeof lock_here, &err);
     memcpy(lock_root, lock_here, sizeof lock_root);
-    int got = pt_bcast(pt_comm_world(comm), lock_root, sizeof lock_root, 0, &err);
+    int64_t root_rc = rc; /* whether rank 0 read its own lock */
+    int got = pt_bcast(pt_comm_world(comm), &root_rc, sizeof root_rc, 0, &err);
+    if (!got)
+        got = pt_bcast(pt_comm_world(comm), lock_root, sizeof lock_root, 0, &err);
     if (rc == 0 && got)
         rc = got;
-    /* an empty text: rank 0 could not read its lock (it says why), so
-     * there is nothing to compare (a lock's text is never empty) */
-    if (rc == 0 && lock_root[0] && strcmp(lock_here, lock_root) != 0)
+    /* rank 0 could not read its lock: it says why, and there is nothing
+     * to compare */
+    if (rc == 0 && root_rc == 0 && strcmp(lock_here, lock_root) != 0)
         rc = pt_config_key_fail(cfg, &err, "run.dir",
                                 "'%s' is not the directory rank 0 locked for this job (its lock "
                                 "says '%.200s' here, '%.200s' on rank 0); every rank must see "
@@ -562,7 +574,9 @@ refused:
      * in it that could not be opened: too few descriptors, say): taken now,
      * with the session's files closed, so that the directory this job began
      * goes too; one another job holds stays as it is */
-    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && fresh[0])
+    struct stat made;
+    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && fresh[0] && lstat(cfg->run.dir, &made) == 0 &&
+        S_ISDIR(made.st_mode)) /* made by the session: never made here */
         pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
     if (lock.fd >= 0)
         pt_rundir_remove_fresh(cfg->run.dir, fresh);
@@ -839,7 +853,8 @@ static void catch_end_signals(void)
     const struct sigaction sa = end_action();
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
+    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
+                          SIGXCPU, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
         struct sigaction was;
         if (sigaction(others[i], NULL, &was) == 0 && !(was.sa_flags & SA_SIGINFO) &&
@@ -859,9 +874,12 @@ static void catch_stop_signals_early(int argc, char **argv, char **envp)
     (void)envp;
     /* a standard descriptor the parent closed (`2>&-`) would be the number
      * the next open gets: train's progress lines went into metrics.jsonl or
-     * over the run's lock. Each closed one reads and writes /dev/null. */
+     * over the run's lock. Each closed one is /dev/null: stdin and stdout
+     * read-only (a result printed to a closed stdout still fails, and is
+     * reported), stderr write-only (messages to nowhere, as asked). */
     for (int fd = 0; fd <= 2; fd++) /* open gives the lowest free number: fd (those below are open) */
-        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", O_RDWR) < 0)
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF &&
+            open("/dev/null", fd == 2 ? O_WRONLY : O_RDONLY) < 0)
             break;
     if (argc > 2 && argv && argv[1] && strcmp(argv[1], "train") == 0)
         pt_catch_stop_signals();
@@ -902,9 +920,6 @@ static int run_main(int argc, char **argv)
     }
     if (strcmp(cmd, "export") == 0) {
         catch_end_signals();
-        pt_err err = {0};
-        if (umask_ok(&err))
-            return report(NULL, err.code, &err);
         return cmd_export(argc, argv);
     }
     if (strcmp(cmd, "inspect") == 0)
@@ -1027,14 +1042,6 @@ int main(int argc, char **argv)
     if (sigaction(SIGXFSZ, NULL, &xfsz) == 0 && !(xfsz.sa_flags & SA_SIGINFO) &&
         xfsz.sa_handler == SIG_DFL)
         signal(SIGXFSZ, SIG_IGN);
-    /* a closed pipe likewise: a stdout whose reader went away (`| head`)
-     * fails the write, and a command whose result is printed says so and
-     * exits 1, as on a full disk, rather than die by SIGPIPE saying nothing
-     * (train ignores it from its start: its stderr is no reason to stop) */
-    struct sigaction pipe_was;
-    if (sigaction(SIGPIPE, NULL, &pipe_was) == 0 && !(pipe_was.sa_flags & SA_SIGINFO) &&
-        pipe_was.sa_handler == SIG_DFL)
-        signal(SIGPIPE, SIG_IGN);
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a
