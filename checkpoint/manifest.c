@@ -240,10 +240,11 @@ int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err)
     return rc;
 }
 
-/* The two numbers as "%g", or "%.17g" when that is needed to tell them apart. */
+/* The two numbers, each as the shortest text that reads back as it (so two
+ * that differ never print alike). */
 static void two_numbers(double a, double b, char *sa, char *sb, size_t n)
 {
-    pt_number_text(a, sa, n); /* two doubles that differ never read alike */
+    pt_number_text(a, sa, n);
     pt_number_text(b, sb, n);
 }
 

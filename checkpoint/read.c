@@ -443,11 +443,12 @@ static void note_data_changes(const pt_ckpt_run *c, const manifest *m)
                 "frozen)\n",
                 m->dir, all);
     /* where a fresh run's weights come from: a resume continues the
-     * checkpoint's, whatever these say now */
+     * checkpoint's, whatever these say now (a bert's model.init_from is
+     * still read for its config.json: the dropout that auto takes) */
     if (have && pt_config_differences(was, now, "model.init_", diff, sizeof diff) > 0)
         fprintf(stderr,
                 "pipetrain: note: resuming %s with other initial weights than it was saved with "
-                "(%s): not used, a resume continues the checkpoint's weights\n",
+                "(%s): none are loaded, a resume continues the checkpoint's weights\n",
                 m->dir, diff);
     /* the arithmetic's precision: allowed (a run moved to another device
      * kind), but the steps from here round otherwise */

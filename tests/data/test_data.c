@@ -65,13 +65,14 @@ static void remove_dir(const char *dir)
     CU_ASSERT(rmdir(dir) == 0);
 }
 
-/* Writes n bytes to dir/name, gzip'd when gz, else as they are. */
+/* Writes n bytes to dir/name, gzip'd when gz (2: stored, not compressed,
+ * so that a byte of data lies at a known offset), else as they are. */
 static void write_file(char *path, size_t size, const char *dir, const char *name,
                        const void *data, size_t n, int gz)
 {
     snprintf(path, size, "%s/%s", dir, name);
     if (gz) {
-        gzFile f = gzopen(path, "wb");
+        gzFile f = gzopen(path, gz == 2 ? "wb0" : "wb");
         CU_ASSERT_FATAL(f != NULL);
         CU_ASSERT_FATAL(n == 0 || gzwrite(f, data, (unsigned)n) == (int)n);
         CU_ASSERT_FATAL(gzclose(f) == Z_OK);
@@ -377,12 +378,21 @@ static void test_idx_bad_files(void)
                          "cut-gzip-header.gz", "truncated gzip stream");
     }
     {
-        unsigned char head6[6] = {0, 0, 8, 3, 0, 0}, cut[64];
-        write_file(ipath, sizeof ipath, dir, "head6.gz", head6, sizeof head6, 1);
+        /* a whole IDX file, stored: its bytes follow the 10-byte gzip header
+         * and the 5 of the stored block's, so a cut 10 bytes into the data
+         * falls inside the IDX header (magic and dimension sizes) */
+        unsigned char whole[16 + 8 * 4 * 4], cut[sizeof whole + 64];
+        unsigned char px[8 * 4 * 4] = {0};
+        uint32_t d3[] = {8, 4, 4};
+        size_t whole_n = make_idx(whole, 0x803, 3, d3, px, sizeof px);
+        write_file(ipath, sizeof ipath, dir, "stored.gz", whole, whole_n, 2);
         size_t cut_n = read_file(ipath, cut, sizeof cut);
-        write_file(ipath, sizeof ipath, dir, "cut-idx-header.gz", cut, cut_n - 4, 0);
+        CU_ASSERT_FATAL(cut_n > 15 + whole_n && memcmp(cut + 15, whole, whole_n) == 0);
+        write_file(ipath, sizeof ipath, dir, "cut-idx-header.gz", cut, 15 + 10, 0);
         expect_idx_error("gzip cut in the IDX header", ipath, lpath, 10, 0, 1, PT_EINPUT,
-                         "cut-idx-header.gz", "truncated gzip stream in the IDX header");
+                         "cut-idx-header.gz",
+                         "truncated gzip stream in the IDX header: expected 16 bytes (magic and 3 "
+                         "dimension sizes) but the data stops after 10 bytes");
     }
     write_file(ipath, sizeof ipath, dir, "cut-trailer.gz", packed, packed_n - 3, 0);
     expect_idx_error("gzip cut in its trailer", ipath, lpath, 10, 0, 1, PT_EINPUT,

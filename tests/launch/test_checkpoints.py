@@ -1548,10 +1548,11 @@ def test_resume_with_other_data_is_noted(h):
 
 
 def test_resume_with_other_initial_weights_is_noted(h):
-    """A resume continues the checkpoint's weights: another model.init_std
-    or model.init_from than the run started with is not used, and a note
-    says so, naming both values (before: silently ignored); the same ones
-    give none. The resumed run is bit-identical to the one without them."""
+    """A resume continues the checkpoint's weights: with another
+    model.init_std or model.init_from than the run started with no initial
+    weights are loaded, and a note says so, naming both values (before:
+    silently ignored); the same ones give none. The resumed run is
+    bit-identical to the one without them."""
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "same-init", **{"train.epochs": "3"})
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "same init")
@@ -1565,7 +1566,7 @@ def test_resume_with_other_initial_weights_is_noted(h):
     note = [l for l in r.err.splitlines() if "other initial weights" in l]
     check(len(note) == 1 and "model.init_std 0.02 -> 0.05" in note[0] and
           'model.init_from "" -> "%s"' % weights in note[0] and "step_0000000006" in note[0] and
-          "not used" in note[0], "the note does not name the changes:\n%s", r.err)
+          "none are loaded" in note[0], "the note does not name the changes:\n%s", r.err)
     check([U.unit_records(f) for f in U.unit_files(U.ckpt(run_dir, 15))] == same,
           "the other initial weights changed the resumed run")
 
