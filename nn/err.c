@@ -55,6 +55,8 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...)
 
 void pt_number_text(double v, char *out, size_t n)
 {
+    if (!out || n == 0)
+        return;
     /* at least the integer part's digits up to 1e15: 600, not 6e+02 */
     int first = 1;
     for (double a = fabs(v); a >= 10 && first < 16; a /= 10)
