@@ -42,8 +42,10 @@ p = os.fork()
 if p == 0:
     os.execv(sys.argv[2], sys.argv[2:])
 _, status, usage = os.wait4(p, 0)
-with open("%s.%s" % (sys.argv[1], os.environ.get("OMPI_COMM_WORLD_RANK", "0")), "w") as f:
+out = "%s.%s" % (sys.argv[1], os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+with open(out + ".tmp", "w") as f:  # whole or not at all: mpirun may kill this wrapper
     f.write(str(usage.ru_maxrss * 1024))
+os.rename(out + ".tmp", out)
 sys.exit(os.waitstatus_to_exitcode(status))
 """
 failures = []
@@ -79,7 +81,7 @@ def main():
             try:
                 with open("%s.%d" % (out, q)) as f:
                     rss.append(int(f.read()))
-            except OSError:
+            except (OSError, ValueError):  # a rank whose wrapper mpirun ended first
                 rss.append(0)
         return r.returncode, r.stdout + r.stderr, rss
 
