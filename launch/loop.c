@@ -27,6 +27,11 @@ static const char *volatile current_where;
 
 static void on_stop_signal(int sig)
 {
+    /* a CPU-time limit's SIGXCPU comes again each CPU second past the soft
+     * limit: the first asks for a stop, the rest are not a second request
+     * (the hard limit's SIGKILL ends a save that takes longer) */
+    if (stop_signal && sig == SIGXCPU)
+        return;
     if (stop_signal) { /* a second signal: the user means it */
         pt_wfile_remove_temporaries();
         _exit(128 + sig);
@@ -55,7 +60,7 @@ static void on_stop_signal(int sig)
 const char *volatile *pt_stop_signal_where(void) { return &current_where; }
 
 /* Signals whose default action ends the process and that are no request to
- * stop (a CPU limit, a timer nobody set; a closed pipe is ignored and a
+ * stop (a timer nobody set; a closed pipe is ignored and a
  * file-size limit from main on): the
  * process still ends by the signal, but first takes the names of the
  * node's cache and its temporary files off, as a stop does, instead of
@@ -107,7 +112,7 @@ void pt_catch_stop_signals(void)
      * metrics.jsonl, and a stop still saves a checkpoint (before, the stop
      * handler's own line to stderr raised SIGPIPE and ended it unsaved) */
     signal(SIGPIPE, SIG_IGN);
-    const int fatal[] = {SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF};
+    const int fatal[] = {SIGALRM, SIGVTALRM, SIGPROF};
     for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++) {
         struct sigaction was;
         /* one the user set to be ignored (a shell's trap '' ALRM) stays so */
@@ -134,6 +139,12 @@ void pt_catch_stop_signals(void)
      * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is
      * the way to stop a job under mpirun with a checkpoint and status 130. */
     sigaction(SIGUSR1, &sa, NULL);
+    /* the soft CPU-time limit (ulimit -t, a batch system's CPU limit) is
+     * the kernel's warning before the hard limit's SIGKILL: time to save,
+     * as for SIGTERM, unless the user asked to ignore it */
+    struct sigaction xcpu;
+    if (sigaction(SIGXCPU, NULL, &xcpu) == 0 && xcpu.sa_handler != SIG_IGN)
+        sigaction(SIGXCPU, &sa, NULL);
     /* a parent that blocked them (and exec passed the mask on) would keep
      * every stop request from arriving: the run would never save on one */
     sigset_t stops;
@@ -142,6 +153,7 @@ void pt_catch_stop_signals(void)
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGHUP);
     sigaddset(&stops, SIGUSR1);
+    sigaddset(&stops, SIGXCPU);
     sigprocmask(SIG_UNBLOCK, &stops, NULL);
 }
 

@@ -380,6 +380,57 @@ def test_file_size_limit_is_reported(h):
           "step 40's units differ from the straight run's")
 
 
+def test_cpu_time_limit_stops_with_a_checkpoint(h):
+    """The soft CPU-time limit (ulimit -t, a batch system's CPU limit) is
+    the kernel's warning before the hard limit's SIGKILL: SIGXCPU stops the
+    run as SIGTERM does, a checkpoint of the step and exit 130, and a resume
+    goes on from it. The kernel sends SIGXCPU again each CPU second past the
+    soft limit; those are not a second stop request (which exits at once,
+    unsaved): two SIGXCPU in a row still save. SIGXCPU used to end the run
+    by the signal with nothing saved."""
+    import resource
+    endless = {"train.epochs": "100000", "train.max_steps": "10000000",
+               "train.checkpoint_every": "1000000", "model.dim": "32"}
+    run_dir = h.path("cpu-limit")
+    cfg = U.write_config(h, "cpu-limit.yaml", config(h, "vit", run_dir, **endless))
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_CPU, (1, 120))
+    p = subprocess.run([h.binary, "train", cfg], cwd=h.dir, env=U.sanitizer_env(), text=True,
+                       errors="replace", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL, preexec_fn=limit, timeout=240)
+    got = U.checkpoints(run_dir)
+    check(p.returncode == 130 and "stopped by signal %d" % signal.SIGXCPU in p.stderr and
+          len(got) == 1, "under ulimit -t 1 (hard 120): exit %d, checkpoints %s (expected 130 "
+          "and one checkpoint)\n%s", p.returncode, got, U.tail(p.stderr, 1500))
+    stopped = int(got[0][len("step_"):]) if got else 0
+    h.run(["train", cfg, "--set", "train.resume=auto", "--set",
+           "train.max_steps=%d" % (stopped + 2)]).expect(0, "the resume after the CPU limit")
+    check(U.checkpoints(run_dir)[-1] == "step_%010d" % (stopped + 2),
+          "the resume ended at %s, not step %d", U.checkpoints(run_dir), stopped + 2)
+    for gap in (0.0, 0.05):
+        run_dir = h.path("xcpu-twice-%g" % gap)
+        cfg = U.write_config(h, "xcpu-twice.yaml", config(h, "vit", run_dir, **endless))
+        proc = h.popen(["train", cfg])
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        deadline = time.time() + 120
+        while proc.poll() is None and time.time() < deadline:
+            try:
+                with open(metrics) as f:
+                    if sum(1 for _ in f) >= 3:
+                        break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGXCPU)
+        time.sleep(gap)
+        proc.send_signal(signal.SIGXCPU)
+        _, err = proc.communicate(timeout=240)
+        check(proc.returncode == 130 and len(U.checkpoints(run_dir)) == 1,
+              "SIGXCPU twice, %g s apart: exit %d, checkpoints %s (expected 130 and one)\n%s",
+              gap, proc.returncode, U.checkpoints(run_dir), U.tail(err, 1500))
+
+
 FULL_DISK = r"""
 set -u
 mount -t tmpfs -o size=64k tmpfs "$MNT" || exit 90
@@ -538,6 +589,7 @@ def tests():
             test_stop_signal_before_main, test_lock_is_never_written_through,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_file_size_limit_is_reported,
+            test_cpu_time_limit_stops_with_a_checkpoint,
             test_logs_are_written_only_to_regular_files,
             test_resume_counts_frozen_blocks_in_memory] + out
 
