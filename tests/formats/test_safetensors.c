@@ -310,9 +310,9 @@ static void test_header_length_field(void)
     const char *json = "{\"t\":{" T8 "}}";
     unsigned char zeros[8] = {0};
     struct { uint64_t len; const char *phrase; } cases[] = {
-        {UINT64_MAX, "header length 18446744073709551615 is larger than the limit of 100000000"},
-        {100000001, "larger than the limit"},
-        {100000000, "runs past the end of the file"},
+        {UINT64_MAX, "header length 18446744073709551615 is larger than the limit of 16777216"},
+        {16777217, "larger than the limit"},
+        {16777216, "runs past the end of the file"},
         {strlen(json) + 9, "runs past the end of the file"},
         {strlen(json) - 1, "'}' expected near end of file"},
     };
