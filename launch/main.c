@@ -514,6 +514,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
         rc = pt_run_agree(&s->run,
                           strcmp(resume, planned) != 0 ? pt_session_check_normalize(s, resume, &err) : 0,
                           &err);
+    if (rc == 0 && !*resume)
+        rc = pt_session_load_pending_init(s, &err);
     if (rc == 0 && *resume) {
         pt_comm_phase("starting up: reading the checkpoint to resume");
         const pt_ckpt_run c = pt_session_ckpt(s);

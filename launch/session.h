@@ -35,6 +35,7 @@ typedef struct pt_session {
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     pt_profile profile_fallback; /* pipeline.profile's beside a resumed checkpoint's (rank 0) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
+    int init_pending;      /* train: model.init_from's weights not loaded, a resume planned */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */
     char normalized_from[PT_PATH_MAX + 64]; /* the checkpoint they came from ("": the file) */
     /* what the run is fed, as checkpoints record it ("": not known): the
@@ -59,7 +60,8 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
 
 /* Binds cores, opens the device, loads the data, builds the engine from the
  * config (collective over the world), initialises the weights (from the seed
- * or model.init_from) and, for training, opens the metrics files. Every
+ * or, unless `resume` names a checkpoint, model.init_from) and, for
+ * training, opens the metrics files. Every
  * failure that is the config's fault names the key, file and line. Does not
  * resume or load a checkpoint (see pt_checkpoint_load and
  * pt_checkpoint_load_weights), but takes from checkpoint `resume` (the one a
@@ -69,6 +71,11 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
  * resumed run makes the saved run's layouts (pipeline.profile comes first). */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err);
+/* train: when pt_session_open planned a resume (and so left model.init_from's
+ * weights alone, which the checkpoint's replace) but none was settled under
+ * run.dir's lock (the checkpoint went in between), checks and loads them
+ * now; collective over the world. 0 when nothing waits. */
+int pt_session_load_pending_init(pt_session *s, pt_err *err);
 /* A resume of checkpoint ckpt when it is not the one pt_session_open took
  * the tokenizer keys left at auto from (a checkpoint saved while the job
  * started): PT_EINPUT when it recorded other values for them. */

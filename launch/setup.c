@@ -609,6 +609,30 @@ int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *er
     return rc;
 }
 
+/* model.init_from's weights into the engine, on the ranks that hold units
+ * (the others learn of a failure in the agreement) */
+static int load_init_weights(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int rc = s->run.active && *c->model.init_from
+        ? pt_session_load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
+                               s->rank == pt_mesh_rank(&s->run.mesh, 0, s->run.mesh.stages - 1),
+                               err)
+        : 0;
+    return pt_run_agree(&s->run, rc, err);
+}
+
+int pt_session_load_pending_init(pt_session *s, pt_err *err)
+{
+    if (!s->init_pending)
+        return 0;
+    s->init_pending = 0;
+    int rc = pt_session_check_init(&s->cfg, &s->arch, err);
+    if ((rc = pt_run_agree(&s->run, rc, err)) == 0)
+        rc = load_init_weights(s, err);
+    return rc;
+}
+
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err)
 {
@@ -617,6 +641,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->comm = comm;
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
+    /* a checkpoint will give the weights: an eval's, or the one a resume
+     * would take */
+    const int from_ckpt = resume && *resume && mode != PT_RUN_PLAN;
     pt_config_arch(cfg, &s->arch);
     s->norm_auto = (c->data.lowercase == PT_AUTO) | (c->data.strip_accents == PT_AUTO) << 1 |
                    (c->data.split_cjk == PT_AUTO) << 2;
@@ -662,7 +689,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
-        (rc = pt_session_check_init(c, &s->arch, err)) || (rc = check_staging(s, err)))
+        (rc = from_ckpt ? 0 : pt_session_check_init(c, &s->arch, err)) ||
+        (rc = check_staging(s, err)))
         goto agree;
     /* allowed (a plan for a bigger machine), but what does not fit here
      * fails at an allocation: say so first */
@@ -746,12 +774,13 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         }
         goto fail;
     }
-    /* only active ranks load weights: the others learn of a failure here */
-    rc = s->run.active && *c->model.init_from
-             ? pt_session_load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
-                         s->rank == pt_mesh_rank(&s->run.mesh, 0, s->run.mesh.stages - 1), err)
-             : 0;
-    if ((rc = pt_run_agree(&s->run, rc, err)) || (rc = pt_run_agree(&s->run, pt_session_same_data(s, err), err)))
+    /* a checkpoint's weights replace model.init_from's: they are not read
+     * (a damaged or changed init_from would refuse an unrelated checkpoint);
+     * a train's resume is settled under run.dir's lock, so there they wait
+     * (pt_session_load_pending_init) */
+    s->init_pending = from_ckpt && mode == PT_RUN_TRAIN && *c->model.init_from;
+    if ((rc = from_ckpt ? 0 : load_init_weights(s, err)) ||
+        (rc = pt_run_agree(&s->run, pt_session_same_data(s, err), err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {
         /* rank 0 makes run.dir once every input has proved good; then every

@@ -1547,6 +1547,58 @@ def test_eval_outputs_spare_init_from(h):
     h.run(["eval", cfg, "--init", "--logits", h.path("logits.st")]).expect(0, "--logits elsewhere")
 
 
+def test_checkpoint_does_not_read_init_from_weights(h):
+    """A checkpoint's weights replace model.init_from's, so eval of a
+    checkpoint and a resume never read them: once the run has a checkpoint,
+    init_from's weights damaged (a NaN, then the file cut short) refuse
+    neither, and both give what they gave before. A fresh run from
+    the damaged weights is still refused. Both used to load and check the
+    weights first, and refused the checkpoint over a file it does not use."""
+    f = textcls_files(h)
+    bert = hf_bert_keys(f)
+    init = hf_bert(h, "init")
+    keys = dict(bert, **{"model.init_from": init, "train.max_steps": "3", "train.epochs": "5"})
+    cfg = U.write(h.path("init.yaml"), U.render(base(h, "gpt", **keys)))
+    h.run(["train", cfg]).expect(0, "training from init_from")
+    run_dir = h.path("run")
+    before = h.run(["eval", cfg, "--logits", h.path("before.st")]).expect(0, "eval, init intact")
+    with open(h.path("before.st"), "rb") as fh:
+        want = fh.read()
+    straight = h.path("straight")
+    shutil.copytree(run_dir, straight)
+    h.run(["train", cfg, "--set", "run.dir=" + straight, "--set", "train.resume=auto",
+           "--set", "train.max_steps=5"]).expect(0, "the resume with init_from intact")
+    weights = os.path.join(init, "model.safetensors")
+    with open(weights, "rb") as fh:
+        good = fh.read()
+    n = int.from_bytes(good[:8], "little")
+    start = json.loads(good[8:8 + n])["embeddings.word_embeddings.weight"]["data_offsets"][0]
+    nan = bytearray(good)
+    nan[8 + n + start:8 + n + start + 4] = b"\x00\x00\xc0\x7f"
+    for damage, data in (("a NaN", bytes(nan)), ("cut short", good[:-1])):
+        with open(weights, "wb") as fh:
+            fh.write(data)
+        out = h.path("logits-%s.st" % damage.replace(" ", "-"))
+        r = h.run(["eval", cfg, "--logits", out]).expect(0, "eval, init_from's weights " + damage)
+        with open(out, "rb") as fh:
+            check(fh.read() == want, "eval's logits with init_from's weights %s differ", damage)
+        check(r.out == before.out, "eval with init_from's weights %s said\n%s\nnot\n%s", damage,
+              r.out, before.out)
+        fresh = h.run(["train", cfg, "--set", "run.dir=" + h.path("fresh")])
+        fresh.expect(2, "a fresh run from weights " + damage)
+        check("model.init_from" in fresh.err, "the fresh run's refusal names no key:\n%s",
+              fresh.describe())
+        resumed = h.path("resumed-" + damage.replace(" ", "-"))
+        shutil.copytree(run_dir, resumed)
+        h.run(["train", cfg, "--set", "run.dir=" + resumed, "--set", "train.resume=auto",
+               "--set", "train.max_steps=5"]).expect(0, "a resume, init_from's weights " + damage)
+        a, b = U.unit_files(U.ckpt(straight, 5)), U.unit_files(U.ckpt(resumed, 5))
+        check(len(a) == len(b) and all([r for r in U.unit_records(x) if r[0] != "checkpoint"] ==
+                                       [r for r in U.unit_records(y) if r[0] != "checkpoint"]
+                                       for x, y in zip(a, b)),
+              "the resume with init_from's weights %s ends otherwise than with them intact", damage)
+
+
 def test_init_from_tokenizer_note(h):
     """A model whose tokenizer_config.json says do_lower_case false (a cased
     BERT) fed lowercased texts gets one note naming the key and the field:
@@ -2011,6 +2063,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_text_classification_data_errors, test_tokenizer_config_errors,
          test_init_from_tokenizer_note,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
+         test_checkpoint_does_not_read_init_from_weights,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
