@@ -474,7 +474,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_config_key_prefix(cfg, &err, "run.dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
-    rc = pt_session_cut_logs(s, &err); /* under the lock */
+    /* (the test hook: a test changes run.dir's checkpoints here) */
+    if ((rc = pt_test_fault("settling", pt_comm_rank(comm), 0, &err)) == 0)
+        rc = pt_session_cut_logs(s, &err); /* under the lock */
     if (rc != 0 || pt_comm_rank(comm) != 0) {
         /* a failure is reported below, after the others learn of it; the
          * checkpoint to resume is rank 0's to find (a node whose view of

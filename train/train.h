@@ -311,7 +311,9 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * (default, before the step runs), `combined` (just after the step's results
  * were combined over the ranks), `cache-open` (with STEP 0: the node's first
  * rank has created the activation cache, the others have not attached), `start-up` (with STEP 0: every rank read
- * the config, nothing else is done), `finished` (the last step is done, its
+ * the config, nothing else is done), `settling` (with STEP 0: train's
+ * session is open and run.dir locked, the checkpoint to resume not yet
+ * chosen), `finished` (the last step is done, its
  * last evaluation and checkpoint are not), or one of the phases of saving the checkpoint of step STEP:
  * `checkpoint-prepared` (the step directory is empty), `checkpoint-writing`
  * (a unit file is half written under its temporary name), `checkpoint` (the

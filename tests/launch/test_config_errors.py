@@ -1599,6 +1599,44 @@ def test_checkpoint_does_not_read_init_from_weights(h):
               "the resume with init_from's weights %s ends otherwise than with them intact", damage)
 
 
+def test_init_from_loaded_when_the_planned_resume_goes(h):
+    """train.resume=auto plans its resume from the newest checkpoint before
+    run.dir is locked, and so leaves model.init_from's weights unread; the
+    checkpoint is chosen under the lock. When the checkpoints are gone by
+    then (removed while the test hook holds the start there), the run starts
+    fresh from init_from's weights, not from the seed's: the same bits as a
+    fresh run from them."""
+    f = textcls_files(h)
+    init = hf_bert(h, "init")
+    keys = dict(hf_bert_keys(f), **{"model.init_from": init, "train.max_steps": "3",
+                                    "train.epochs": "5"})
+    cfg = U.write(h.path("init.yaml"), U.render(base(h, "gpt", **keys)))
+    h.run(["train", cfg, "--set", "run.dir=" + h.path("fresh")]).expect(0, "a fresh run")
+    run_dir = h.path("run")
+    h.run(["train", cfg, "--set", "train.max_steps=2"]).expect(0, "the run to resume")
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
+    p = subprocess.Popen([h.binary, "train", cfg, "--set", "train.resume=auto"], cwd=h.dir,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", stdin=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    lock = os.path.join(run_dir, "lock")
+    while time.time() < deadline and p.poll() is None:  # the lock is taken before the hold
+        with open(lock) as fh:
+            if str(p.pid) in fh.read():
+                break
+        time.sleep(0.01)
+    for name in U.checkpoints(run_dir):  # checkpoints/ itself stays: the job checks it
+        shutil.rmtree(os.path.join(run_dir, "checkpoints", name))
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 0 and "starting fresh" in err,
+          "the run whose checkpoints went: exit %d\n%s", p.returncode, U.tail(err, 1500))
+    a, b = U.unit_files(U.ckpt(h.path("fresh"), 3)), U.unit_files(U.ckpt(run_dir, 3))
+    check(len(a) == len(b) and all([r for r in U.unit_records(x) if r[0] != "checkpoint"] ==
+                                   [r for r in U.unit_records(y) if r[0] != "checkpoint"]
+                                   for x, y in zip(a, b)),
+          "the run that found no checkpoint under the lock did not start from init_from's weights")
+
+
 def test_init_from_tokenizer_note(h):
     """A model whose tokenizer_config.json says do_lower_case false (a cased
     BERT) fed lowercased texts gets one note naming the key and the field:
@@ -2064,6 +2102,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_init_from_tokenizer_note,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
+         test_init_from_loaded_when_the_planned_resume_goes,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
