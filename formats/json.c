@@ -5,6 +5,7 @@
 #include "formats/formats.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,9 +13,20 @@ static int load(json_t **out, const char *text, size_t n, size_t flags, pt_err *
 {
     json_error_t e;
     *out = json_loadb(text, n, JSON_REJECT_DUPLICATES | flags, &e);
-    if (!*out)
+    if (!*out) {
+        /* jansson reads a raw NUL byte as the end of the text ("... expected
+         * near end of file", at a column before it): name the byte instead */
+        const char *nul = memchr(text, 0, n);
+        if (nul && nul - text <= (ptrdiff_t)e.position) {
+            int line = 1;
+            for (const char *c = text; c < nul; c++)
+                line += *c == '\n';
+            return pt_fail(err, PT_EINPUT, "line %d (byte %td): a NUL byte, which JSON text cannot "
+                           "hold (write it \\u0000 inside a string)", line, nul - text);
+        }
         return pt_fail(err, PT_EINPUT, "line %d, column %d (byte %d): %s", e.line, e.column,
                        e.position, e.text);
+    }
     return 0;
 }
 

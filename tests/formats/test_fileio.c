@@ -701,6 +701,20 @@ static void test_json_load_foreign(void)
     const char *bad = "{\"k\\u0000\": tru}";
     CU_ASSERT(pt_json_load_foreign(&j, bad, strlen(bad), 0, &err) == PT_EINPUT);
     CU_ASSERT(strstr(err.msg, "line 1, column 15 (byte 15)") != NULL); /* the \u0000 counts 6 */
+    /* a raw NUL byte is named, not read as the end of the text */
+    const char raw[] = "{\"a\": 1,\n \"b\": \"x\0y\"}";
+    CU_ASSERT(pt_json_load_foreign(&j, raw, sizeof raw - 1, 0, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "line 2 (byte 17): a NUL byte") != NULL);
+    if (!strstr(err.msg, "line 2 (byte 17): a NUL byte"))
+        printf("\n  raw NUL: %s\n", err.msg);
+    CU_ASSERT(pt_json_load(&j, raw, sizeof raw - 1, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "a NUL byte") != NULL);
+    /* a NUL after the error is not blamed */
+    const char late[] = "{\"a\": tru}\0";
+    CU_ASSERT(pt_json_load_foreign(&j, late, sizeof late - 1, 0, &err) == PT_EINPUT);
+    CU_ASSERT(strstr(err.msg, "NUL") == NULL && strstr(err.msg, "column 9") != NULL);
+    if (strstr(err.msg, "NUL") || !strstr(err.msg, "column 9"))
+        printf("\n  late NUL: %s\n", err.msg);
 }
 
 static void test_remove_dead_temporaries(void)
