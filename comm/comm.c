@@ -68,15 +68,24 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int pt_comm_launched(void)
+int pt_comm_launched_in(char *const *envp)
 {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK",    "PMI_RANK",
                                        "PMI_SIZE",             "PMI_FD",       "SLURM_PROCID",
                                        "MPI_LOCALNRANKS",      "HYDRA_CONTROL_FD"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i]))
-            return 1;
+    for (char *const *e = envp; e && *e; e++)
+        for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+            const size_t n = strlen(vars[i]);
+            if (strncmp(*e, vars[i], n) == 0 && (*e)[n] == '=')
+                return 1;
+        }
     return 0;
+}
+
+int pt_comm_launched(void)
+{
+    extern char **environ;
+    return pt_comm_launched_in(environ);
 }
 
 /* A process that no launcher started is a world of one, and then MPI is

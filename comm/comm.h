@@ -38,6 +38,9 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err);
  * this process as a rank of a job: any of the variables they set for their
  * ranks. Before pt_comm_open as after it. */
 int pt_comm_launched(void);
+/* The same from an environment given as main's third argument (before
+ * main, in an executable's preinit functions, getenv does not see it yet). */
+int pt_comm_launched_in(char *const *envp);
 /* MPI_Finalize (nothing of MPI's in a world of one). */
 void pt_comm_close(pt_comm *c);
 /* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -875,7 +876,6 @@ static void catch_end_signals(void)
  * handler touches only its own static variables, set up by then. */
 static void catch_stop_signals_early(int argc, char **argv, char **envp)
 {
-    (void)envp;
     /* a standard descriptor the parent closed (`2>&-`) would be the number
      * the next open gets: train's progress lines went into metrics.jsonl or
      * over the run's lock. Each closed one is /dev/null: stdin and stdout
@@ -887,6 +887,19 @@ static void catch_stop_signals_early(int argc, char **argv, char **envp)
             break;
     if (argc > 2 && argv && argv[1] && strcmp(argv[1], "train") == 0)
         pt_catch_stop_signals();
+    /* A rank's parent is its launcher's daemon (mpirun on its own node,
+     * orted, slurmstepd, a Hydra proxy). When that is SIGKILLed the ranks
+     * go on as orphans until Open MPI's progress thread ends them with
+     * _exit, which skips every cleanup: the node's cache segment and its
+     * disk file stayed until the next start's sweep. SIGTERM when the parent
+     * dies takes the names off at once (a train also stops after the step,
+     * saving, while the ranks still reach each other). Only under a
+     * launcher: a run started by hand may outlive its shell (nohup). */
+    if (pt_comm_launched_in(envp)) {
+        const pid_t parent = getppid();
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent)
+            raise(SIGTERM); /* it died before the request */
+    }
 }
 __attribute__((used, section(".preinit_array"))) static void (*const early_stop_signals)(
     int, char **, char **) = catch_stop_signals_early;

@@ -23,6 +23,8 @@ Two kinds of kill:
     written, manifest written), once plain and once as PID 1.
 And a stop signal to mpirun in the 2-stage pipeline: SIGUSR1 (every rank
 saves, mpirun exits 130) and SIGTERM (Open MPI kills the job; mpirun exits 1);
+and SIGKILL to mpirun with the cache on (the orphaned ranks end, leaving no
+segment);
 and, deterministically, a stop signal reaching rank 0 or rank 1 alone just
 after a step's results were combined (all ranks stop after the next step).
 Checked after the last resume: every step's loss that any attempt logged
@@ -318,6 +320,38 @@ def signal_mpirun(runner, ref, sig, want_rc):
         check_run(runner, "pipe2 after %s to mpirun" % name, run_dir, ref)
 
 
+def kill_mpirun(runner, variant):
+    """SIGKILL to mpirun itself mid-run (a long run, so that it cannot end
+    on its own first): the ranks, orphaned, must be gone within LIMIT_S and
+    leave no cache segment (checked by the caller, in a /dev/shm of the
+    test's own). Orphans used to train on until Open MPI's progress thread
+    ended them with _exit, past every cleanup: the node's segment stayed
+    until the next start's sweep (5 runs in 5)."""
+    cfg, run_dir = runner.config("kill-mpirun", variant)
+    with open(cfg) as f:
+        text = f.read()
+    with open(cfg, "w") as f:
+        f.write(text.replace("epochs: 3,", "epochs: 3000,"))
+    p = runner.start(variant, cfg, resume=False)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 60
+    while p.poll() is None and time.time() < deadline and not (
+            os.path.exists(metrics) and open(metrics).read().count('"step"') >= 3):
+        time.sleep(0.02)
+    expect(p.poll() is None, "%s: the long run ended before mpirun could be killed" % variant)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate()
+    deadline = time.time() + LIMIT_S
+    while time.time() < deadline and subprocess.run(["pgrep", "-f", cfg],
+                                                     capture_output=True).returncode == 0:
+        time.sleep(0.05)
+    left = subprocess.run(["pgrep", "-f", cfg], capture_output=True, text=True).stdout.split()
+    expect(not left, "%s: ranks %s still running %d s after mpirun's SIGKILL" % (variant, left,
+                                                                                 LIMIT_S))
+    if left:
+        subprocess.run(["pkill", "-KILL", "-f", cfg])
+
+
 def stop_after_combine(runner, ref, variant, rank):
     """A stop signal that reaches one rank just after a step's results were
     combined (PIPETRAIN_TEST_FAULT RANK:5:stop:combined): that step's
@@ -393,6 +427,8 @@ def main():
                 stop_after_combine(runner, ref, variant, 1)
                 signal_mpirun(runner, ref, signal.SIGUSR1, 130)
                 signal_mpirun(runner, ref, signal.SIGTERM, 1)
+            if variant == "cache2" and private:
+                kill_mpirun(runner, variant)
             if private:  # after each variant: a later variant's sweep must not hide a leak
                 left = our_segments()
                 expect(not left, "%s: /dev/shm holds no pipetrain segment at the end: %s" % (variant, left))
