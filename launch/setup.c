@@ -262,24 +262,30 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   "over more ranks, or smaller micro-batches",
                                   a->dim, a->layers, params, weights / gib, state,
                                   (need - weights) / gib, room);
+    /* what the activations are compared with is what the rest leaves */
+    char beside[256];
+    snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s and the linear "
+             "layers' working memory, together", (weights + work) / gib, state);
     const int tokens = pt_arch_tokens(a);
     if (example > have - weights - work)
         return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
                    ? pt_config_key_fail(c, err, "model.context",
-                                        "%d: one example's activations take %.3g GiB, %s; allowed: "
-                                        "a shorter context",
-                                        a->context, example / gib, room)
+                                        "%d: one example's activations take %.3g GiB %s %s; "
+                                        "allowed: a shorter context",
+                                        a->context, example / gib, beside, room)
                    : pt_config_key_fail(c, err, "model.patch",
                                         "%d cuts %dx%d images into %d tokens, and one example's "
-                                        "activations take %.3g GiB, %s; allowed: a larger patch, "
-                                        "or smaller images",
-                                        a->patch, a->height, a->width, tokens, example / gib, room);
+                                        "activations take %.3g GiB %s %s; allowed: a larger "
+                                        "patch, or smaller images",
+                                        a->patch, a->height, a->width, tokens, example / gib,
+                                        beside, room);
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld in micro-batches of %lld examples (pipeline.microbatches = "
-                              "%d), whose activations take %.3g GiB, %s; allowed: at most %.0f "
-                              "examples per micro-batch (more micro-batches, or a smaller batch)",
+                              "%d), whose activations take %.3g GiB %s %s; allowed: at most "
+                              "%.0f examples per micro-batch (more micro-batches, or a smaller "
+                              "batch)",
                               c->train.batch, (long long)micro, (int)m,
-                              (double)micro * example / gib, room,
+                              (double)micro * example / gib, beside, room,
                               floor((have - weights - work) / example));
 }
 

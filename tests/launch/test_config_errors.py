@@ -1637,6 +1637,29 @@ def test_init_from_loaded_when_the_planned_resume_goes(h):
           "the run that found no checkpoint under the lock did not start from init_from's weights")
 
 
+def test_memory_refusal_says_what_it_compares(h):
+    """A batch refused for one stage's memory: what the message says is
+    more than the limit is: the activations beside the parameters (with
+    their gradients and moments) and the linear layers' working memory.
+    It named the activations alone as more than the limit, when they were
+    less and the sum was not given."""
+    cfg = U.write_config(h, "mem.yaml", base(h, "vit", **{
+        "model.dim": "32", "model.heads": "2", "data.synthetic_examples": "64",
+        "train.batch": "16", "pipeline.microbatches": "1"}))
+    number = r"([0-9.]+(?:e-?[0-9]+)?)"
+    # the tiny ViT's 16 examples take about 0.00043 GiB, the rest 0.00041
+    for limit in ("0.0006", "0.0008"):
+        r = h.run(["plan", cfg, "--set", "pipeline.memory_gib=" + limit]).expect(2, limit)
+        m = re.search(r"activations take %s GiB beside the %s GiB of the parameters.*together "
+                      r"more than the %s GiB one stage may use" % (number, number, number), r.err)
+        check(m is not None, "memory_gib %s: the refusal does not say what it compares:\n%s",
+              limit, r.describe())
+        if m:
+            acts, rest, have = (float(x) for x in m.groups())
+            check(acts < have < acts + rest, "memory_gib %s: %g + %g GiB against %g GiB", limit,
+                  acts, rest, have)
+
+
 def test_init_from_tokenizer_note(h):
     """A model whose tokenizer_config.json says do_lower_case false (a cased
     BERT) fed lowercased texts gets one note naming the key and the field:
@@ -2103,6 +2126,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
+         test_memory_refusal_says_what_it_compares,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
