@@ -74,7 +74,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
 /* train: when pt_session_open planned a resume (and so left model.init_from's
  * weights alone, which the checkpoint's replace) but none was settled under
  * run.dir's lock (the checkpoint went in between), checks and loads them
- * now; collective over the world. 0 when nothing waits. */
+ * now. Collective over the world, whichever ranks have weights waiting
+ * (each planned from its own reading of run.dir). */
 int pt_session_load_pending_init(pt_session *s, pt_err *err);
 /* A resume of checkpoint ckpt when it is not the one pt_session_open took
  * the tokenizer keys left at auto from (a checkpoint saved while the job

@@ -616,27 +616,28 @@ int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *er
 }
 
 /* model.init_from's weights into the engine, on the ranks that hold units
- * (the others learn of a failure in the agreement) */
+ * (the others learn of a failure in the agreement that follows) */
 static int load_init_weights(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
-    const int rc = s->run.active && *c->model.init_from
+    return s->run.active && *c->model.init_from
         ? pt_session_load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
                                s->rank == pt_mesh_rank(&s->run.mesh, 0, s->run.mesh.stages - 1),
                                err)
         : 0;
-    return pt_run_agree(&s->run, rc, err);
 }
 
 int pt_session_load_pending_init(pt_session *s, pt_err *err)
 {
-    if (!s->init_pending)
-        return 0;
-    s->init_pending = 0;
-    int rc = pt_session_check_init(&s->cfg, &s->arch, err);
-    if ((rc = pt_run_agree(&s->run, rc, err)) == 0)
-        rc = load_init_weights(s, err);
-    return rc;
+    /* each rank planned from its own reading of run.dir, so some may have
+     * loaded the weights already: the agreement is every rank's */
+    int rc = 0;
+    if (s->init_pending) {
+        s->init_pending = 0;
+        if ((rc = pt_session_check_init(&s->cfg, &s->arch, err)) == 0)
+            rc = load_init_weights(s, err);
+    }
+    return pt_run_agree(&s->run, rc, err);
 }
 
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
@@ -785,7 +786,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
      * a train's resume is settled under run.dir's lock, so there they wait
      * (pt_session_load_pending_init) */
     s->init_pending = from_ckpt && mode == PT_RUN_TRAIN && *c->model.init_from;
-    if ((rc = from_ckpt ? 0 : load_init_weights(s, err)) ||
+    if ((rc = pt_run_agree(&s->run, from_ckpt ? 0 : load_init_weights(s, err), err)) ||
         (rc = pt_run_agree(&s->run, pt_session_same_data(s, err), err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {

@@ -104,11 +104,65 @@ def newest_hidden_on_rank1(tools, work):
     return 0
 
 
+def no_checkpoint_on_rank1_with_init_from(tools, work):
+    """With model.init_from, a rank that planned a resume leaves the
+    weights unread (the checkpoint's replace them) and a rank whose look
+    found no checkpoint loads them: the agreement after the load is still
+    every rank's. Rank 1 sees checkpoints/ empty: the job ends with exit 2,
+    rank 1 naming what it cannot read, not in collectives of different
+    kinds (one more agreement on the rank that loaded: a hang, or
+    run.timeout_s and exit 1)."""
+    name = "no checkpoint seen by rank 1, with model.init_from"
+    if not can_unshare():
+        print("ok   %s: skipped (needs root and unshare --mount)" % name, flush=True)
+        return 0
+    run = os.path.join(work, "run")
+    cfg = os.path.join(work, "views.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run))
+    rc, _, out = tools.run(2, ["train", cfg], check=False, timeout=300)
+    steps = sorted(os.listdir(os.path.join(run, "checkpoints"))) if rc == 0 else []
+    init = os.path.join(work, "init.safetensors")
+    if not steps or tools.run(1, ["export", os.path.join(run, "checkpoints", steps[-1]), init],
+                              check=False)[0] != 0:
+        print("FAIL %s: the first run or its export failed (%d):\n%s" % (name, rc, out[-2000:]),
+              flush=True)
+        return 1
+    empty = os.path.join(work, "empty")
+    os.mkdir(empty)
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" "$1" && shift && exec "$@"', empty, os.path.join(run, "checkpoints")]
+    extra = ["--set", "train.resume=auto", "--set", "train.epochs=3", "--set",
+             "model.init_from=" + init]
+    cmd = [tools.mpiexec, "--oversubscribe", "-np", "1", tools.pipetrain, "train", cfg] + extra + \
+          [":", "-np", "1"] + wrap + [tools.pipetrain, "train", cfg] + extra
+    try:
+        r = subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        print("FAIL %s: the job hung (no end within 120 s)" % name, flush=True)
+        return 1
+    out = r.stdout + r.stderr
+    problems = []
+    if r.returncode != 2:
+        problems.append("exit status %d, not 2" % r.returncode)
+    if "rank 1: error: '%s/checkpoints/%s" % (run, steps[-1]) not in out:
+        problems.append("rank 1 does not name the checkpoint it cannot read")
+    for bad in ("MPI_ERR", "NBC", "MPI_ABORT", "timed out", "no progress"):
+        if bad in out:
+            problems.append("the output has %r" % bad)
+    if problems:
+        print("FAIL %s: %s\n%s" % (name, "; ".join(problems), out[-2000:]), flush=True)
+        return 1
+    print("ok   %s: exit 2, rank 1 names the checkpoint it cannot read" % name, flush=True)
+    return 0
+
+
 def main():
     tools = H.Tools(sys.argv)
     only = os.environ.get("PT_TEST_ONLY", "")
     failures = 0
-    for case in (newest_hidden_on_rank1,):
+    for case in (newest_hidden_on_rank1, no_checkpoint_on_rank1_with_init_from):
         if only and only not in case.__name__:
             continue
         with tempfile.TemporaryDirectory(prefix="pt-views-") as work:
