@@ -139,7 +139,7 @@ void pt_catch_stop_signals(void)
      * before SIGKILL, and mpirun exits 1 whatever they do). So SIGUSR1 is
      * the way to stop a job under mpirun with a checkpoint and status 130. */
     sigaction(SIGUSR1, &sa, NULL);
-    /* the soft CPU-time limit (ulimit -t, a batch system's CPU limit) is
+    /* the soft CPU-time limit (ulimit -S -t, a batch system's CPU limit) is
      * the kernel's warning before the hard limit's SIGKILL: time to save,
      * as for SIGTERM, unless the user asked to ignore it */
     struct sigaction xcpu;

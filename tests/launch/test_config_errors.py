@@ -1618,13 +1618,16 @@ def test_init_from_loaded_when_the_planned_resume_goes(h):
     p = subprocess.Popen([h.binary, "train", cfg, "--set", "train.resume=auto"], cwd=h.dir,
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          errors="replace", stdin=subprocess.DEVNULL)
+    # the lock is taken once the resume is planned, before the hold: this
+    # job's own lock line, not the earlier run's
     deadline = time.time() + 60
     lock = os.path.join(run_dir, "lock")
-    while time.time() < deadline and p.poll() is None:  # the lock is taken before the hold
+    taken = False
+    while not taken and time.time() < deadline and p.poll() is None:
         with open(lock) as fh:
-            if str(p.pid) in fh.read():
-                break
+            taken = fh.read().startswith("pid %d on " % p.pid)
         time.sleep(0.01)
+    check(taken, "the job never took run.dir's lock (exit %s)", p.poll())
     for name in U.checkpoints(run_dir):  # checkpoints/ itself stays: the job checks it
         shutil.rmtree(os.path.join(run_dir, "checkpoints", name))
     out, err = p.communicate(timeout=120)
