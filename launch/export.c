@@ -142,7 +142,12 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(out, &st) == 0) {
         char path[2 * PT_PATH_MAX];
         snprintf(path, sizeof path, "%s/model.safetensors", out);
-        rc = pt_output_probe("export", path, err);
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = pt_fail(err, PT_EINPUT, "export: '%s', the weights file a bert export writes "
+                         "into '%s', is a directory there; remove it, or export elsewhere", path,
+                         out);
+        else
+            rc = pt_output_probe("export", path, err);
     }
     if (rc == 0)
         spec.count = pt_arch_units(&arch);

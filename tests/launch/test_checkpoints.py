@@ -1052,6 +1052,15 @@ def test_bert_export_paths_that_are_not_what_they_say(h):
         U.same_snapshot(ck_before, U.snapshot(ck), "the checkpoint after an export to " + out)
         check(sorted(os.listdir(ckpts)) == sorted(U.checkpoints(os.path.dirname(ckpts))),
               "the run's checkpoints after an export to %s: %s", out, os.listdir(ckpts))
+    # a directory where the export's weights file goes: refused naming it as
+    # what the export writes into OUT (it read as if OUT named the file)
+    blocked = os.path.join(base, "blocked")
+    os.makedirs(os.path.join(blocked, "model.safetensors"))
+    held = U.snapshot(blocked)
+    r = h.run(["export", ck, blocked]).expect(2, "an export onto a directory in the way")
+    r.one_error("'%s/model.safetensors', the weights file a bert export writes into '%s', is a "
+                "directory there" % (blocked, blocked))
+    U.same_snapshot(held, U.snapshot(blocked), "the export directory with a directory in the way")
     # a run.dir spelled through a directory that is not there: refused before
     # anything is made, and the files of the run it names are left alone
     run_dir = os.path.dirname(ckpts)
