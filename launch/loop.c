@@ -25,12 +25,23 @@
 static volatile sig_atomic_t stop_signal;
 static const char *volatile current_where;
 
-static void on_stop_signal(int sig)
+/* The launcher's process that started this rank (0: none), whose death
+ * sends SIGTERM (launch/main.c, PR_SET_PDEATHSIG). */
+static volatile pid_t launcher_pid;
+
+void pt_stop_signals_launcher(pid_t pid) { launcher_pid = pid; }
+
+static void on_stop_signal(int sig, siginfo_t *si, void *context)
 {
-    /* a CPU-time limit's SIGXCPU comes again each CPU second past the soft
-     * limit: the first asks for a stop, the rest are not a second request
-     * (the hard limit's SIGKILL ends a save that takes longer) */
-    if (stop_signal && sig == SIGXCPU)
+    (void)context;
+    /* Repeats that are not a second request: a CPU-time limit's SIGXCPU
+     * comes again each CPU second past the soft limit (the hard limit's
+     * SIGKILL ends a save that takes longer); and when the launcher dies,
+     * the kernel hands the rank to each of its threads in turn as they
+     * exit, sending the death signal each time (Open MPI's mpirun: 1 to 4
+     * SIGTERMs, all from its pid) */
+    if (stop_signal && (sig == SIGXCPU || (launcher_pid > 0 && si && si->si_code == SI_USER &&
+                                           si->si_pid == launcher_pid)))
         return;
     if (stop_signal) { /* a second signal: the user means it */
         pt_wfile_remove_temporaries();
@@ -121,7 +132,8 @@ void pt_catch_stop_signals(void)
     }
     sa.sa_handler = on_bus_error;
     sigaction(SIGBUS, &sa, NULL);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_sigaction = on_stop_signal; /* who sent it: a dying launcher's repeats */
+    sa.sa_flags = SA_SIGINFO;
     /* SIGINT and SIGTERM are caught even when inherited as ignored: a
      * non-interactive shell starts every `cmd &` with SIGINT ignored (so a
      * Ctrl-C reaches only the foreground), and a script that then sends

@@ -897,6 +897,7 @@ static void catch_stop_signals_early(int argc, char **argv, char **envp)
      * launcher: a run started by hand may outlive its shell (nohup). */
     if (pt_comm_launched_in(envp)) {
         const pid_t parent = getppid();
+        pt_stop_signals_launcher(parent);
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent)
             raise(SIGTERM); /* it died before the request */
     }

@@ -153,6 +153,10 @@ int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err);
  * the step, save and stop (a second one exits at once). Called before the
  * session is built, so a signal during setup is not fatal either. */
 void pt_catch_stop_signals(void);
+/* The launcher's process (a rank's parent under mpirun), whose death
+ * SIGTERMs the rank as many times as it has threads: after the first,
+ * SIGTERMs from it are no second stop request. */
+void pt_stop_signals_launcher(pid_t pid);
 /* Where the signal handler reads what to print ("signal received while at
  * ..."): the engine keeps it up to date. */
 const char *volatile *pt_stop_signal_where(void);

@@ -44,6 +44,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -320,19 +321,31 @@ def signal_mpirun(runner, ref, sig, want_rc):
         check_run(runner, "pipe2 after %s to mpirun" % name, run_dir, ref)
 
 
-def kill_mpirun(runner, variant):
+def kill_mpirun(runner, variant, trial):
     """SIGKILL to mpirun itself mid-run (a long run, so that it cannot end
-    on its own first): the ranks, orphaned, must be gone within LIMIT_S and
-    leave no cache segment (checked by the caller, in a /dev/shm of the
-    test's own). Orphans used to train on until Open MPI's progress thread
-    ended them with _exit, past every cleanup: the node's segment stayed
-    until the next start's sweep (5 runs in 5)."""
-    cfg, run_dir = runner.config("kill-mpirun", variant)
+    on its own first): every rank gets SIGTERM as its launcher dies
+    (PR_SET_PDEATHSIG), so it takes the cache's names off at once (no
+    segment left: checked by the caller, in a /dev/shm of the test's own),
+    stops after the step and saves it (rank 0 says so) before Open MPI ends
+    the orphans, about a second later here; and every rank is gone within
+    LIMIT_S. Orphans used to train on until Open MPI's progress thread ended
+    them with _exit, past every cleanup (the segment stayed, 5 runs in 5);
+    then the kernel sent the death signal once per thread of mpirun's that
+    the rank was handed to, and a second SIGTERM read as the user's second
+    request exited at once, unsaved (no stop line in 8 runs of 8)."""
+    cfg, run_dir = runner.config("kill-mpirun-%d" % trial, variant)
     with open(cfg) as f:
         text = f.read()
     with open(cfg, "w") as f:
         f.write(text.replace("epochs: 3,", "epochs: 3000,"))
-    p = runner.start(variant, cfg, resume=False)
+    errs = run_dir + ".err"
+    ranks = VARIANTS[variant][0]
+    # each rank's stderr in a file of its own (mpirun's pipe dies with it)
+    cmd = [runner.tools.mpiexec, "--oversubscribe", "-np", str(ranks), "sh", "-c",
+           'exec "$0" train "$1" 2> "$2.$OMPI_COMM_WORLD_RANK"', runner.tools.pipetrain, cfg, errs]
+    p = subprocess.Popen(cmd, cwd=h.ROOT, env=dict(h.ENV), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     deadline = time.time() + 60
     while p.poll() is None and time.time() < deadline and not (
@@ -350,6 +363,19 @@ def kill_mpirun(runner, variant):
                                                                                  LIMIT_S))
     if left:
         subprocess.run(["pkill", "-KILL", "-f", cfg])
+    try:
+        with open(errs + ".0", errors="replace") as f:
+            said = f.read()
+    except FileNotFoundError:
+        said = ""
+    stop = re.search(r"stopped by signal 15 after step (\d+)", said)
+    expect(stop is not None, "%s: rank 0 did not stop and save after mpirun's SIGKILL:\n%s" %
+           (variant, said[-1500:]))
+    if stop:
+        last = os.path.basename(h.latest_checkpoint(run_dir))
+        expect(last == "step_%010d" % int(stop.group(1)),
+               "%s: the stop after mpirun's SIGKILL saved %s, not step %s" % (variant, last,
+                                                                             stop.group(1)))
 
 
 def stop_after_combine(runner, ref, variant, rank):
@@ -428,7 +454,8 @@ def main():
                 signal_mpirun(runner, ref, signal.SIGUSR1, 130)
                 signal_mpirun(runner, ref, signal.SIGTERM, 1)
             if variant == "cache2" and private:
-                kill_mpirun(runner, variant)
+                for trial in range(2):
+                    kill_mpirun(runner, variant, trial)
             if private:  # after each variant: a later variant's sweep must not hide a leak
                 left = our_segments()
                 expect(not left, "%s: /dev/shm holds no pipetrain segment at the end: %s" % (variant, left))
