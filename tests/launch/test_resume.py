@@ -163,6 +163,21 @@ def max_steps_case(kind, stop, **extra):
     return t
 
 
+def wait_for_lines(p, run_dir, lines):
+    """Until RUN_DIR/metrics.jsonl holds `lines` lines (the run is training),
+    p has ended, or 120 s have passed."""
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.time() + 120
+    while p.poll() is None and time.time() < deadline:
+        try:
+            with open(metrics) as f:
+                if sum(1 for _ in f) >= lines:
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.002)
+
+
 def sigint_case(kind, epochs, **extra):
     """SIGINT a long run after a few steps, resume it, compare with a straight run."""
     long = {"train.epochs": str(epochs), "train.max_steps": "0", "train.eval_every": "0",
@@ -174,16 +189,7 @@ def sigint_case(kind, epochs, **extra):
         run_dir = h.path("resumed")
         cfg = U.write_config(h, "resumed.yaml", config(h, kind, run_dir, **long))
         p = h.popen(["train", cfg])
-        metrics = os.path.join(run_dir, "metrics.jsonl")
-        deadline = time.time() + 120
-        while p.poll() is None and time.time() < deadline:
-            try:
-                with open(metrics) as f:
-                    if sum(1 for _ in f) >= 3:
-                        break
-            except FileNotFoundError:
-                pass
-            time.sleep(0.002)
+        wait_for_lines(p, run_dir, 3)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         r = U.Result(p.args, p.returncode, out, err)
@@ -412,16 +418,7 @@ def test_cpu_time_limit_stops_with_a_checkpoint(h):
         run_dir = h.path("xcpu-twice-%g" % gap)
         cfg = U.write_config(h, "xcpu-twice.yaml", config(h, "vit", run_dir, **endless))
         proc = h.popen(["train", cfg])
-        metrics = os.path.join(run_dir, "metrics.jsonl")
-        deadline = time.time() + 120
-        while proc.poll() is None and time.time() < deadline:
-            try:
-                with open(metrics) as f:
-                    if sum(1 for _ in f) >= 3:
-                        break
-            except FileNotFoundError:
-                pass
-            time.sleep(0.002)
+        wait_for_lines(proc, run_dir, 3)
         proc.send_signal(signal.SIGXCPU)
         time.sleep(gap)
         proc.send_signal(signal.SIGXCPU)

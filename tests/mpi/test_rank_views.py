@@ -54,6 +54,24 @@ def can_unshare():
     return probe.returncode == 0
 
 
+def resume_with_rank1_hiding(tools, work, cfg, hidden, sets):
+    """train.resume=auto of cfg on 2 ranks, rank 1 in a mount namespace of
+    its own where directory `hidden` is an empty one; the finished process
+    (stdout, stderr, returncode), or None when it did not end in 120 s."""
+    empty = os.path.join(work, "empty")
+    os.makedirs(empty, exist_ok=True)
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" "$1" && shift && exec "$@"', empty, hidden]
+    extra = ["--set", "train.resume=auto", "--set", "train.epochs=3"] + sets
+    cmd = [tools.mpiexec, "--oversubscribe", "-np", "1", tools.pipetrain, "train", cfg] + extra + \
+          [":", "-np", "1"] + wrap + [tools.pipetrain, "train", cfg] + extra
+    try:
+        return subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def newest_hidden_on_rank1(tools, work):
     name = "newest checkpoint hidden from rank 1"
     if not can_unshare():
@@ -70,19 +88,10 @@ def newest_hidden_on_rank1(tools, work):
               % (name, rc, steps, out[-2000:]), flush=True)
         return 1
     newest = os.path.join(run, "checkpoints", steps[-1])
-    empty = os.path.join(work, "empty")
-    os.mkdir(empty)
     # rank 1 sees the newest step directory empty (no manifest): its own look
     # finds the one before, rank 0's the newest
-    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount --bind "$0" "$1" && shift && exec "$@"', empty, newest]
-    extra = ["--set", "train.resume=auto", "--set", "train.epochs=3"]
-    cmd = [tools.mpiexec, "--oversubscribe", "-np", "1", tools.pipetrain, "train", cfg] + extra + \
-          [":", "-np", "1"] + wrap + [tools.pipetrain, "train", cfg] + extra
-    try:
-        r = subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
+    r = resume_with_rank1_hiding(tools, work, cfg, newest, [])
+    if r is None:
         print("FAIL %s: the job hung (no end within 120 s)" % name, flush=True)
         return 1
     out = r.stdout + r.stderr
@@ -128,18 +137,9 @@ def no_checkpoint_on_rank1_with_init_from(tools, work):
         print("FAIL %s: the first run or its export failed (%d):\n%s" % (name, rc, out[-2000:]),
               flush=True)
         return 1
-    empty = os.path.join(work, "empty")
-    os.mkdir(empty)
-    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount --bind "$0" "$1" && shift && exec "$@"', empty, os.path.join(run, "checkpoints")]
-    extra = ["--set", "train.resume=auto", "--set", "train.epochs=3", "--set",
-             "model.init_from=" + init]
-    cmd = [tools.mpiexec, "--oversubscribe", "-np", "1", tools.pipetrain, "train", cfg] + extra + \
-          [":", "-np", "1"] + wrap + [tools.pipetrain, "train", cfg] + extra
-    try:
-        r = subprocess.run(cmd, cwd=H.ROOT, env=H.ENV, stdin=subprocess.DEVNULL,
-                           capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
+    r = resume_with_rank1_hiding(tools, work, cfg, os.path.join(run, "checkpoints"),
+                                 ["--set", "model.init_from=" + init])
+    if r is None:
         print("FAIL %s: the job hung (no end within 120 s)" % name, flush=True)
         return 1
     out = r.stdout + r.stderr
