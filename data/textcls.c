@@ -487,12 +487,39 @@ static int grow(pt_dataset *ds, int64_t *cap, const reader *r, pt_err *err)
     return 0;
 }
 
+/* Whether s (n bytes, surrounding ASCII spaces ignored) is `word`, in any
+ * case. */
+static int is_word(const char *s, size_t n, const char *word)
+{
+    while (n && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    return n == strlen(word) && strncasecmp(s, word, n) == 0;
+}
+
+/* A first line "label<TAB>text" or "text<TAB>label" is a column header (as
+ * pandas and most exports write one), which would otherwise train as an
+ * example of a class named "label" or "text". */
+static int tsv_header(const reader *r, const char *label, size_t label_n, const char *text,
+                      size_t text_n, pt_err *err)
+{
+    if (!((is_word(label, label_n, "label") && is_word(text, text_n, "text")) ||
+          (is_word(label, label_n, "text") && is_word(text, text_n, "label"))))
+        return 0;
+    return pt_fail(err, PT_EINPUT,
+                   "%s:%" PRId64 ": a column header ('%.*s<TAB>%.*s'); a .tsv file here has "
+                   "none, every line is LABEL<TAB>TEXT: remove the line",
+                   r->path, r->lineno, (int)label_n, label, (int)text_n, text);
+}
+
 /* Every example of r's file into ds. With `names` (classes of them, sorted),
  * labels must be among them; else they are collected into set. */
 static int read_examples(reader *r, file_format format, const pt_vocab *vocab, pt_dataset *ds,
                          char *const *names, int classes, label_set *set, pt_err *err)
 {
     int64_t cap = 0;
+    int first = 1; /* no line but blank ones read yet */
     for (;;) {
         int got = 0, rc;
         if ((rc = next_line(r, &got, err)))
@@ -516,6 +543,9 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                  ? parse_tsv(r, &label, &label_n, &text, &text_n, err)
                  : parse_jsonl(r, &json, digits, sizeof digits, &label, &label_n, &text, &text_n,
                                err);
+        if (!rc && format == FORMAT_TSV && first)
+            rc = tsv_header(r, label, label_n, text, text_n, err);
+        first = 0;
         if (!rc)
             rc = pt_textcls_check_label(r->path, r->lineno, label, label_n, 0, err);
         if (!rc && is_blank(text, text_n))

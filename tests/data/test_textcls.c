@@ -192,6 +192,18 @@ void test_textcls_tsv(void)
     CU_ASSERT_EQUAL(ds.count, 2);
     CU_ASSERT_EQUAL(ds.classes, 1);
     pt_dataset_free(&ds);
+
+    /* only a first line is a header: later, "label<TAB>text" is an example,
+     * and so is a first line with other words */
+    write_text(path, sizeof path, "late.tsv", "law\tgod\nlabel\ttext\n");
+    load_ok(&ds, path, v, 4, NULL);
+    CU_ASSERT_EQUAL(ds.count, 2);
+    CU_ASSERT_EQUAL(ds.classes, 2);
+    pt_dataset_free(&ds);
+    write_text(path, sizeof path, "labels.tsv", "label\ttext god\nlaw\tgod\n");
+    load_ok(&ds, path, v, 4, NULL);
+    CU_ASSERT_EQUAL(ds.count, 2);
+    pt_dataset_free(&ds);
     pt_vocab_free(v);
     remove_dir();
 }
@@ -531,6 +543,9 @@ static const hostile HOSTILE[] = {
     H("json-label-newline.jsonl", "{\"text\": \"god\", \"label\": \"a\\nb\"}\n", 1,
       "control byte 0x0a"),
     H("json-empty-text.jsonl", "{\"text\": \" \", \"label\": \"law\"}\n", 1, "empty text"),
+    /* a column header, which would train as an example of class "label" */
+    H("header.tsv", "label\ttext\nlaw\tgod\n", 1, "a column header ('label<TAB>text')"),
+    H("header-reversed.tsv", "\xef\xbb\xbf\n Text\tLABEL \r\nlaw\tgod\n", 2, "column header"),
     H("empty.tsv", "", 0, "no examples"),
     H("blank.jsonl", "\n \r\n\t\n", 0, "no examples"),
     H("only-bom.tsv", "\xef\xbb\xbf\n", 0, "no examples"),
