@@ -390,6 +390,15 @@ static int log_failed(const pt_session *s, char *msg, size_t n)
     return which != NULL;
 }
 
+/* What this rank asks of a step's combine (pt_stop_query): to stop, for a
+ * signal, or for a log it could not write. ctx: the session. */
+static int stop_query(void *ctx)
+{
+    char why[PT_PATH_MAX + 160];
+    return (stop_signal ? PT_STOP_SIGNAL : 0) |
+           (log_failed(ctx, why, sizeof why) ? PT_STOP_FAILED : 0);
+}
+
 /* The op profile of a run.profile_ops run, written as the run ends: a log,
  * like metrics.jsonl, so failing to write it (a full disk) neither keeps the
  * run from its last evaluation and checkpoint nor hides why it stopped.
@@ -520,9 +529,7 @@ int pt_session_train(pt_session *s, pt_err *err)
          * signal does, with a checkpoint, rather than train on without it */
         char why[PT_PATH_MAX + 160];
         pt_comm_phase(NULL); /* a step's errors name the step and stage */
-        rc = pt_run_step(r, (stop_signal ? PT_STOP_SIGNAL : 0) |
-                                (log_failed(s, why, sizeof why) ? PT_STOP_FAILED : 0),
-                         &res, err);
+        rc = pt_run_step(r, stop_query, s, &res, err);
         pt_op_profile_record(s->be, 0);
         if (rc)
             break;

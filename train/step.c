@@ -143,7 +143,8 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
     return 0;
 }
 
-int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
+int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *out,
+                pt_err *err)
 {
     int rc;
     memset(out, 0, sizeof *out);
@@ -161,6 +162,9 @@ int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err)
     v[units + R_LOSS] = st.loss;
     v[units + R_CORRECT] = (double)st.correct;
     v[units + R_ROWS] = (double)st.rows;
+    /* asked now, not when the step began: a signal during the step's work
+     * stops the run after this step, as the README promises */
+    const int stop_requested = stop ? stop(stop_ctx) : 0;
     v[units + R_STOP] = stop_requested ? 1 : 0;
     v[units + R_FAILED] = stop_requested & PT_STOP_FAILED ? 1 : 0;
     /* the frozen prefix's samples of every replica, for the epoch's counts */

@@ -245,11 +245,17 @@ void pt_layout_print(const pt_run *r, FILE *out);
 /* "single-device", "multi-device" or "multi-node". */
 const char *pt_layout_mode(const pt_run *r);
 
+/* Whether this rank asks to stop: 0, or PT_STOP_SIGNAL and/or
+ * PT_STOP_FAILED. */
+typedef int (*pt_stop_query)(void *ctx);
 /* step.c: one optimizer step at the sampler's position, on every rank (idle
  * ranks only join the step's all-reduce). Advances step, epoch_step.
- * stop_requested: 0, or PT_STOP_SIGNAL and/or PT_STOP_FAILED, which every
- * rank learns in out (stop, failed) to stop after the same step. */
-int pt_run_step(pt_run *r, int stop_requested, pt_step_result *out, pt_err *err);
+ * stop (may be NULL) is asked just before the step's results are combined,
+ * so that a request made while the step runs ends the run after this step;
+ * every rank learns the answers in out (stop, failed) to stop after the
+ * same step. */
+int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *out,
+                pt_err *err);
 /* Whether a freeze decision is due now (epoch_done: an epoch just ended; at
  * step 0, before training, only when freeze.start is 0). */
 int pt_freeze_due(const pt_run *r, int epoch_done);

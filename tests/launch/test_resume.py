@@ -260,6 +260,46 @@ def test_stop_signal_before_main(h):
         check(U.checkpoints(run_dir) == ["step_%010d" % 1], "checkpoints %s", U.checkpoints(run_dir))
 
 
+def test_signal_during_a_step_stops_after_that_step(h):
+    """A stop signal that comes while a step's micro-batches run ends the run
+    after that step, not the next: the step's combine asks for the signal
+    when it happens, not when the step began. The handler's note says which
+    step and action it interrupted; trials whose signal landed elsewhere (a
+    log line, between steps) may stop after the next step and only count if
+    they do not stop earlier than the step named."""
+    long = {"train.epochs": "400", "train.max_steps": "0", "train.eval_every": "0",
+            "train.checkpoint_every": "1000000", "train.log_every": "1000"}
+    landed = 0
+    for trial in range(12):
+        run_dir = h.path("during-%d" % trial)
+        cfg = U.write_config(h, "during-%d.yaml" % trial, config(h, "vit", run_dir, **long))
+        p = h.popen(["train", cfg])
+        wait_for_lines(p, run_dir, 3 + 5 * trial)
+        p.send_signal(signal.SIGUSR1)
+        out, err = p.communicate(timeout=120)
+        r = U.Result(p.args, p.returncode, out, err)
+        U.no_sanitizer(r)
+        r.expect(130, "stopped by SIGUSR1")
+        where = re.search(r"signal received while at step (\d+), (.*)", err)
+        stopped = re.search(r"stopped by signal 10 after step (\d+)", err)
+        check(where and stopped, "no note of where the signal came or of the stop\n%s",
+              r.describe())
+        at, after = int(where.group(1)), int(stopped.group(1))
+        check(U.checkpoints(run_dir) == ["step_%010d" % after], "checkpoints %s after a stop "
+              "after step %d", U.checkpoints(run_dir), after)
+        if "of micro-batch" in where.group(2):
+            landed += 1
+            check(after == at, "a signal during step %d (%s) stopped the run after step %d",
+                  at, where.group(2), after)
+        else:
+            check(after in (at, at + 1), "a signal at step %d (%s) stopped the run after step %d",
+                  at, where.group(2), after)
+        if landed >= 3:
+            break
+    check(landed >= 1, "no signal of 12 landed in a step's micro-batches")
+    return "%d signals in a step's micro-batches" % landed
+
+
 def test_lock_is_never_written_through(h):
     """RUN_DIR/lock as a link (to a file of the user's, or dangling), a hard
     link to a file of the user's, a directory or a FIFO: refused with exit 2 naming the config's run.dir
@@ -583,7 +623,8 @@ def tests():
         t.__name__ = "test_" + name
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
-            test_stop_signal_before_main, test_lock_is_never_written_through,
+            test_stop_signal_before_main, test_signal_during_a_step_stops_after_that_step,
+            test_lock_is_never_written_through,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_file_size_limit_is_reported,
             test_cpu_time_limit_stops_with_a_checkpoint,
