@@ -14,6 +14,7 @@
  * host (the batch, the loop) and, with several ranks, waiting for the others.
  */
 #include "launch/session.h"
+#include "outputs/outputs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err)
     }
     char path[PT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/op_profile-rank%d.json", s->cfg.run.dir, s->rank);
+    pt_output_sweep(path); /* a killed run's temporary file: run.dir's lock is ours */
     int rc = pt_write_file_atomic(path, text, strlen(text), err);
     free(text);
 

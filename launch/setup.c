@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include "formats/formats.h"
+#include "outputs/outputs.h"
 #include "launch/weights.h"
 #include "hf/hf.h"
 
@@ -516,6 +517,7 @@ int pt_session_write_profile(const pt_session *s, pt_err *err)
     pt_profile p;
     char path[PT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/profile.json", s->cfg.run.dir);
+    pt_output_sweep(path); /* a killed run's temporary file: run.dir's lock is ours */
     int rc = pt_layout_profile(&s->run, &p, err);
     if (rc == 0) {
         rc = pt_profile_write(path, &p, &s->run.arch, err);

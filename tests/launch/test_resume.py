@@ -300,6 +300,33 @@ def test_signal_during_a_step_stops_after_that_step(h):
     return "%d signals in a step's micro-batches" % landed
 
 
+def test_killed_writes_of_run_files_are_swept(h):
+    """A run killed while it wrote profile.json or an op profile leaves the
+    file's temporary twin in run.dir; the next run there removes it (with a
+    note), as every other output's, and leaves a live writer's alone (one
+    holding its lock: here this test)."""
+    import fcntl
+    run_dir = h.path("swept")
+    os.makedirs(run_dir)
+    dead = ["profile.json.tmp.%d.0123456789abcdef" % os.getpid(),
+            "profile.json.tmp.1.fedcba9876543210",
+            "op_profile-rank0.json.tmp.%d.00112233445566ff" % os.getpid()]
+    for name in dead:
+        U.write(os.path.join(run_dir, name), "a killed run's half-written file")
+    live = os.path.join(run_dir, "profile.json.tmp.%d.aaaaaaaaaaaaaaaa" % os.getpid())
+    with open(live, "w") as f:
+        f.write("a live writer's")
+        f.flush()
+        fcntl.flock(f, fcntl.LOCK_EX)
+        cfg = U.write_config(h, "swept.yaml", config(h, "vit", run_dir,
+                                                     **{"run.profile_ops": "true"}))
+        r = h.run(["train", cfg]).expect(0, "a run where killed writes were left")
+    left = sorted(n for n in os.listdir(run_dir) if ".tmp." in n)
+    check(left == [os.path.basename(live)], "temporary files left in run.dir: %s", left)
+    check(r.err.count("that was killed") == 2, "no note of each file's removed temporaries\n%s",
+          r.describe())
+
+
 def test_lock_is_never_written_through(h):
     """RUN_DIR/lock as a link (to a file of the user's, or dangling), a hard
     link to a file of the user's, a directory or a FIFO: refused with exit 2 naming the config's run.dir
@@ -624,7 +651,7 @@ def tests():
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_stop_signal_before_main, test_signal_during_a_step_stops_after_that_step,
-            test_lock_is_never_written_through,
+            test_lock_is_never_written_through, test_killed_writes_of_run_files_are_swept,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_file_size_limit_is_reported,
             test_cpu_time_limit_stops_with_a_checkpoint,
