@@ -213,9 +213,13 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
  * ("" when run_dir exists). After a refusal, before the lock is released:
  * when run_dir was fresh, its lock and the empty files opened in it are
  * removed, then the directories from run_dir up to fresh (left alone if
- * something else is in them). An existing run.dir keeps everything. */
+ * something else is in them). An existing run.dir keeps everything.
+ * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
+ * it because the lock file could not be made (a file system out of space
+ * or inodes): then nothing is done if a lock file is there by now (another
+ * job's), and a lock file is never removed. */
 void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n);
-void pt_rundir_remove_fresh(const char *run_dir, const char *fresh);
+void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked);
 
 /* ------------------------------------------------ the profile (profile.c)
  *

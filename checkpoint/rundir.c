@@ -462,24 +462,27 @@ void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n)
     fresh[0] = '\0';
 }
 
-void pt_rundir_remove_fresh(const char *run_dir, const char *fresh)
+void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked)
 {
     if (!*fresh)
         return;
     char path[PT_CKPT_PATH];
     struct stat st;
+    if (!locked && lstat(pt_path_join(path, run_dir, "lock"), &st) == 0)
+        return; /* another job's lock, made since: what is here is its */
     DIR *d = opendir(run_dir);
     if (d) {
         struct dirent *e;
         while ((e = readdir(d)))
-            if (strcmp(e->d_name, "lock") == 0 ||
-                (lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 && S_ISREG(st.st_mode) &&
-                 st.st_size == 0))
+            if (strcmp(e->d_name, "lock") == 0
+                    ? locked
+                    : lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 &&
+                          S_ISREG(st.st_mode) && st.st_size == 0)
                 unlink(pt_path_join(path, run_dir, e->d_name));
         closedir(d);
     } else { /* no descriptor left to list it (the refusal's cause): the files a start opens */
         static const char *const opened[] = {"lock", "metrics.jsonl"};
-        for (size_t i = 0; i < sizeof opened / sizeof *opened; i++)
+        for (size_t i = locked ? 0 : 1; i < sizeof opened / sizeof *opened; i++)
             if (lstat(pt_path_join(path, run_dir, opened[i]), &st) == 0 && S_ISREG(st.st_mode) &&
                 (i == 0 || st.st_size == 0))
                 unlink(path);

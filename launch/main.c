@@ -573,7 +573,7 @@ refused:
      * holds the lock removes anything (another job that took it owns what
      * is there) */
     pt_session_close(s);
-    pt_err ignored;
+    pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
     /* refused after run.dir was made but before its lock was taken (a file
      * in it that could not be opened: too few descriptors, say): taken now,
@@ -581,10 +581,15 @@ refused:
      * goes too; one another job holds stays as it is */
     struct stat made;
     if (lock.fd < 0 && pt_comm_rank(comm) == 0 && fresh[0] && lstat(cfg->run.dir, &made) == 0 &&
-        S_ISDIR(made.st_mode)) /* made by the session: never made here */
+        S_ISDIR(made.st_mode)) { /* made by the session: never made here */
         pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
+        /* no room for the lock file either (a file system out of inodes):
+         * no job can hold the directory, so what this one made goes */
+        if (lock.fd < 0 && (ignored.sys_errno == ENOSPC || ignored.sys_errno == EDQUOT))
+            pt_rundir_remove_fresh(cfg->run.dir, fresh, 0);
+    }
     if (lock.fd >= 0)
-        pt_rundir_remove_fresh(cfg->run.dir, fresh);
+        pt_rundir_remove_fresh(cfg->run.dir, fresh, 1);
 done:
     pt_session_close(s);
     free(s);

@@ -84,7 +84,7 @@ const char *pt_file_kind(unsigned mode)
  * input is bad */
 static int system_short(int e)
 {
-    return e == EMFILE || e == ENFILE || e == ENOMEM;
+    return e == EMFILE || e == ENFILE || e == ENOMEM || e == ENOSPC || e == EDQUOT;
 }
 
 int pt_err_input(int rc, pt_err *err)

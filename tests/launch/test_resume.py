@@ -509,6 +509,42 @@ cp -r "$RUN" "$OUT/run"
 """
 
 
+NO_INODES = r"""
+set -u
+for n in 1 3 4; do
+  mount -t tmpfs -o size=1m,nr_inodes=$n tmpfs "$MNT" || exit 90
+  "$BIN" train "$CFG" > "$OUT/inodes-$n.out" 2> "$OUT/inodes-$n.err"; echo $? > "$OUT/inodes-$n.rc"
+  (cd "$MNT" && find . -mindepth 1) > "$OUT/inodes-$n.left"
+  umount "$MNT"
+done
+"""
+
+
+def test_no_room_to_start_is_not_bad_input(h):
+    """A file system with no inode left for run.dir, its metrics.jsonl or
+    its lock (tmpfs with 1, 3 and 4 inodes: the root takes one) is the
+    machine's trouble, not the user's: exit 1 naming ENOSPC, not 2, and
+    none of the directories the run made (run.dir and a parent) left."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return "skipped: needs root and unshare(1) for a private tmpfs"
+    mnt = h.path("noinodes")
+    os.makedirs(mnt)
+    cfg = U.write_config(h, "noinodes.yaml", config(h, "vit", os.path.join(mnt, "r", "sub")))
+    env = dict(U.sanitizer_env(), MNT=mnt, BIN=h.binary, CFG=cfg, OUT=h.path("."))
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", NO_INODES],
+                       env=env, capture_output=True, text=True, timeout=240)
+    if p.returncode == 90:
+        return "skipped: no tmpfs could be mounted here (%s)" % p.stderr.strip()[-200:]
+    check(p.returncode == 0, "the script failed (%d): %s", p.returncode, p.stderr[-2000:])
+    for n in (1, 3, 4):
+        rc = int(open(h.path("inodes-%d.rc" % n)).read())
+        err = open(h.path("inodes-%d.err" % n)).read()
+        left = open(h.path("inodes-%d.left" % n)).read().split()
+        check(rc == 1 and "No space left on device" in err,
+              "%d inodes: exit %d (expected 1, naming ENOSPC)\n%s", n, rc, err[-1500:])
+        check(not left, "%d inodes: the failed start left %s", n, left)
+
+
 def test_full_disk_stops_the_run_with_a_checkpoint(h):
     """A metrics.jsonl that cannot be written (run.dir on a full file system;
     its checkpoints on another) stops the run as a signal does: a checkpoint
@@ -653,6 +689,7 @@ def tests():
             test_stop_signal_before_main, test_signal_during_a_step_stops_after_that_step,
             test_lock_is_never_written_through, test_killed_writes_of_run_files_are_swept,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
+            test_no_room_to_start_is_not_bad_input,
             test_file_size_limit_is_reported,
             test_cpu_time_limit_stops_with_a_checkpoint,
             test_logs_are_written_only_to_regular_files,
