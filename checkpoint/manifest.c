@@ -91,6 +91,17 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
         return pt_fail(err, PT_EINPUT, "'%s' is a run directory, not a checkpoint: name one of "
                        "its checkpoints (%s/step_N; `pipetrain inspect %s` verifies the newest "
                        "and says its step)", dir, ckpts, dir);
+    if (rc && lstat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+        /* say what is missing: the directory itself, or its manifest */
+        const int gone = stat(dir, &st) != 0;
+        if (gone || !S_ISDIR(st.st_mode))
+            return pt_fail(err, PT_EINPUT, "'%s': %s; a checkpoint is a directory holding a "
+                           "manifest (RUN_DIR/checkpoints/step_N)", dir,
+                           gone ? "no such directory" : "not a directory");
+        return pt_fail(err, PT_EINPUT, "'%s' holds no manifest: it is not a checkpoint (an empty "
+                       "directory, or a save that never finished); a checkpoint is "
+                       "RUN_DIR/checkpoints/step_N", dir);
+    }
     if (rc)
         return pt_err_input(rc, err);
     const void *text;

@@ -212,6 +212,15 @@ def test_not_a_checkpoint_path(h):
         r = h.run(args).expect(2, " ".join(args[:1] + args[2:]))
         r.one_error("'%s' is a run directory, not a checkpoint" % run_dir,
                     "%s/checkpoints/step_N" % run_dir)
+    # what is wrong with the path itself, not "'PATH/manifest': cannot open"
+    empty = h.path("empty-dir")
+    os.makedirs(empty)
+    for path, says in ((missing, "no such directory"), (cfg, "not a directory"),
+                       (empty, "holds no manifest: it is not a checkpoint")):
+        for args in (["inspect", path], ["export", path, h.path("y.st")],
+                     ["eval", cfg, "--checkpoint", path]):
+            r = h.run(args).expect(2, " ".join(args))
+            r.one_error("'%s'" % path, says)
 
 
 def test_manifest_deleted_auto_takes_previous(h):

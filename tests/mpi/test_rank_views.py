@@ -98,7 +98,7 @@ def newest_hidden_on_rank1(tools, work):
     problems = []
     if r.returncode != 2:
         problems.append("exit status %d, not 2" % r.returncode)
-    want = "rank 1: error: '%s/manifest'" % newest
+    want = "rank 1: error: '%s' holds no manifest" % newest
     if want not in out:
         problems.append("the output lacks %r" % want)
     for bad in ("MPI_ERR", "NBC", "MPI_ABORT", "step 9"):
