@@ -2680,7 +2680,7 @@ def test_inspect(h):
                          (["inspect", ""], "is empty"), (["export", "", h.path("e")], "is empty"),
                          (["inspect", orig, "--json"], "unknown option"),
                          (["inspect", orig, "--config", "--config"], "twice"),
-                         (["inspect", h.path("none")], "none/manifest"),
+                         (["inspect", h.path("none")], "none': no such directory"),
                          (["inspect", h.dir], "manifest")):
         r = h.run(args).expect(2, " ".join(args))
         check(needle in r.err and not r.out, "%s: %s", args, r.describe())
