@@ -543,9 +543,12 @@ int pt_session_train(pt_session *s, pt_err *err)
          * came after this rank's part of the combine is not looked at here,
          * or this rank would save and leave while the others go on to the
          * next step and wait for it; it is in the next step's combine. */
+        /* A rank that stops because another was asked (not signalled) leaves
+         * stop_signal to the handler: its own signal, coming during the
+         * stop's save (a kill sent to each rank in turn), is then a first
+         * request, not a second one that would end it before the save. */
         const int stopping = res.stop, signalled = stop_signal != 0;
-        if (stopping && !stop_signal)
-            stop_signal = SIGTERM; /* another rank was asked to stop: stop together */
+        const int stopped_by = signalled ? (int)stop_signal : SIGTERM;
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
                               per_epoch, res.loss, res.lr, res.grad_norm,
                               res.rows > 0 ? (double)res.correct / (double)res.rows : NAN,
@@ -599,13 +602,13 @@ int pt_session_train(pt_session *s, pt_err *err)
             }
             if (signalled)
                 pt_progress_note(&s->progress, "stopped by signal %d after step %lld; resume "
-                                 "with --set train.resume=auto", (int)stop_signal,
+                                 "with --set train.resume=auto", stopped_by,
                                  (long long)r->step);
             else
                 pt_progress_note(&s->progress, "stopped after step %lld: another rank was told "
                                  "to stop; resume with --set train.resume=auto",
                                  (long long)r->step);
-            return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", (int)stop_signal);
+            return pt_fail(err, PT_ESTOPPED, "stopped by signal %d", stopped_by);
         }
     }
     if (rc)

@@ -10,15 +10,27 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Whether one fault of the list (spec, up to a comma or its end) names
+ * this rank, step and point; its kind into kind. */
+static int fault_here(const char *spec, const char *point, int rank, int64_t step, char *kind)
+{
+    int want_rank;
+    long long want_step;
+    char where[32] = "step";
+    return sscanf(spec, "%d:%lld:%15[a-z]:%31[a-z-]", &want_rank, &want_step, kind, where) >= 3 &&
+           (want_rank == rank || want_rank == -1) && want_step == step &&
+           strcmp(where, point) == 0;
+}
+
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
 {
     const char *spec = getenv("PIPETRAIN_TEST_FAULT");
-    int want_rank;
-    long long want_step;
-    char kind[16], where[32] = "step";
-    if (!spec || sscanf(spec, "%d:%lld:%15[a-z]:%31[a-z-]", &want_rank, &want_step, kind, where) < 3 ||
-        (want_rank != rank && want_rank != -1) || want_step != step || strcmp(where, point) != 0)
+    char kind[16];
+    while (spec && !fault_here(spec, point, rank, step, kind))
+        spec = (spec = strchr(spec, ',')) ? spec + 1 : NULL;
+    if (!spec)
         return 0;
+    const long long want_step = step;
     if (strcmp(kind, "crash") == 0) {
         raise(SIGKILL);
         /* still here: PID 1 of a pid namespace ignores signals it sends

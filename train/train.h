@@ -328,7 +328,9 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * (a reported error), `crash` (SIGKILL, as if the process were lost),
  * `hang` (stops answering), `stop` (SIGUSR1 to itself, as a stop signal
  * arriving at that moment; the run goes on to stop as the signal says) or
- * `pause` (2 s there, then on: a test changes the files meanwhile). Unset, it costs one getenv per call. */
+ * `pause` (2 s there, then on: a test changes the files meanwhile). Several
+ * faults are separated by commas; the first that matches acts. Unset, it
+ * costs one getenv per call. */
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err);
 
 #endif

@@ -410,6 +410,39 @@ def stop_after_combine(runner, ref, variant, rank):
         check_run(runner, what, run_dir, ref)
 
 
+def stop_during_peer_save(runner, ref, variant):
+    """Rank 0 is signalled as step 5 begins (PIPETRAIN_TEST_FAULT
+    0:5:stop:step), so every rank stops after step 5; rank 1, which stops
+    because rank 0 asked, gets its own stop signal during that save
+    (1:5:stop:checkpoint), as when a user signals each rank in turn. That is
+    its first signal, not a second one that exits at once: the save
+    completes, exit 130 with a checkpoint of step 5, and the resumed run is
+    exact. (A rank that counted the other's request as its own signal exited
+    138 in the save, leaving the step directory without a manifest.)"""
+    cfg, run_dir = runner.config("stop-peer-save", variant)
+    p = runner.start(variant, cfg, resume=False, fault="0:5:stop:step,1:5:stop:checkpoint")
+    try:
+        _, err = p.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        show_group(p, "still running %d s after the stop signals" % LIMIT_S)
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
+    what = "%s: a stop signal at rank 1 during the save rank 0's stop began" % variant
+    expect(p.returncode == 130, "%s: exit %s (want 130)%s" % (what, p.returncode,
+                                                              "" if p.returncode == 130 else "\n" + err[-1500:]))
+    if p.returncode == 130:
+        last = os.path.basename(h.latest_checkpoint(run_dir))
+        expect(last == "step_%010d" % 5 and max(logged_losses(run_dir)) == 5,
+               "%s: every rank stopped after step 5 (%s, last logged %d)" % (what, last,
+                                                                             max(logged_losses(run_dir))))
+    p = runner.start(variant, cfg, resume=True)
+    _, err = p.communicate(timeout=600)
+    expect(p.returncode == 0, "%s: resumed (exit %d)" % (what, p.returncode))
+    if p.returncode == 0:
+        check_run(runner, what, run_dir, ref)
+
+
 def our_segments():
     return [n for n in os.listdir("/dev/shm") if n.startswith("pipetrain-%d-" % os.getuid())]
 
@@ -451,6 +484,7 @@ def main():
             if variant == "pipe2":
                 stop_after_combine(runner, ref, variant, 0)
                 stop_after_combine(runner, ref, variant, 1)
+                stop_during_peer_save(runner, ref, variant)
                 signal_mpirun(runner, ref, signal.SIGUSR1, 130)
                 signal_mpirun(runner, ref, signal.SIGTERM, 1)
             if variant == "cache2" and private:
