@@ -217,7 +217,7 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
  * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
  * it because the lock file could not be made (a file system out of space
  * or inodes): then nothing is done if a lock file is there by now (another
- * job's), and a lock file is never removed. */
+ * job's), and a lock file is never removed; only empty regular files are. */
 void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n);
 void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked);
 

@@ -93,11 +93,16 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
                        "and says its step)", dir, ckpts, dir);
     if (rc && lstat(path, &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
         /* say what is missing: the directory itself, or its manifest */
-        const int gone = stat(dir, &st) != 0;
+        const int gone = stat(dir, &st) != 0, e = errno;
+        struct stat link;
         if (gone || !S_ISDIR(st.st_mode))
             return pt_fail(err, PT_EINPUT, "'%s': %s; a checkpoint is a directory holding a "
                            "manifest (RUN_DIR/checkpoints/step_N)", dir,
-                           gone ? "no such directory" : "not a directory");
+                           !gone ? "not a directory"
+                           : e == ENOENT && lstat(dir, &link) == 0 ? "a symbolic link to nothing"
+                           : e == ENOENT ? "no such directory"
+                           : e == ENOTDIR ? "a part of the path is not a directory"
+                                          : strerror(e));
         return pt_fail(err, PT_EINPUT, "'%s' holds no manifest: it is not a checkpoint (an empty "
                        "directory, or a save that never finished); a checkpoint is "
                        "RUN_DIR/checkpoints/step_N", dir);

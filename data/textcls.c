@@ -487,14 +487,21 @@ static int grow(pt_dataset *ds, int64_t *cap, const reader *r, pt_err *err)
     return 0;
 }
 
-/* Whether s (n bytes, surrounding ASCII spaces ignored) is `word`, in any
+/* s (*n bytes) without its surrounding ASCII spaces and tabs. */
+static const char *trimmed(const char *s, size_t *n)
+{
+    while (*n && (*s == ' ' || *s == '\t'))
+        s++, (*n)--;
+    while (*n && (s[*n - 1] == ' ' || s[*n - 1] == '\t'))
+        (*n)--;
+    return s;
+}
+
+/* Whether s (n bytes, surrounding spaces and tabs ignored) is `word`, in any
  * case. */
 static int is_word(const char *s, size_t n, const char *word)
 {
-    while (n && (*s == ' ' || *s == '\t'))
-        s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-        n--;
+    s = trimmed(s, &n);
     return n == strlen(word) && strncasecmp(s, word, n) == 0;
 }
 
@@ -507,6 +514,8 @@ static int tsv_header(const reader *r, const char *label, size_t label_n, const 
     if (!((is_word(label, label_n, "label") && is_word(text, text_n, "text")) ||
           (is_word(label, label_n, "text") && is_word(text, text_n, "label"))))
         return 0;
+    label = trimmed(label, &label_n); /* "label", "text" in some case: nothing to escape */
+    text = trimmed(text, &text_n);
     return pt_fail(err, PT_EINPUT,
                    "%s:%" PRId64 ": a column header ('%.*s<TAB>%.*s'); a .tsv file here has "
                    "none, every line is LABEL<TAB>TEXT: remove the line",

@@ -584,8 +584,9 @@ refused:
         S_ISDIR(made.st_mode)) { /* made by the session: never made here */
         pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
         /* no room for the lock file either (a file system out of inodes):
-         * no job can hold the directory, so what this one made goes */
-        if (lock.fd < 0 && (ignored.sys_errno == ENOSPC || ignored.sys_errno == EDQUOT))
+         * no job can hold the directory, so what this one made goes. Not
+         * for a quota (EDQUOT): another user's job may have room for it. */
+        if (lock.fd < 0 && ignored.sys_errno == ENOSPC)
             pt_rundir_remove_fresh(cfg->run.dir, fresh, 0);
     }
     if (lock.fd >= 0)

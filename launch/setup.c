@@ -798,10 +798,10 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         rc = s->rank == 0 ? pt_mkdir_p_made(c->run.dir, 0755, &made, NULL, err) : 0;
         if (rc) /* a refused run leaves no directory it made, parents included */
             pt_rmdir_made(c->run.dir, made);
-        if (rc == PT_ESYS || rc == PT_EINPUT) { /* a place the user named that cannot be made */
-            rc = pt_err_input(rc, err);
+        /* a place the user named that cannot be made is the key's fault; a
+         * file system out of space or inodes is not (exit 1, no key named) */
+        if ((rc == PT_ESYS || rc == PT_EINPUT) && (rc = pt_err_input(rc, err)) == PT_EINPUT)
             pt_config_key_prefix(c, err, "run.dir");
-        }
         if ((rc = pt_run_agree(&s->run, rc, err)))
             goto fail;
         char metrics[PT_PATH_MAX + 32];

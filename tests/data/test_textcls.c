@@ -545,7 +545,9 @@ static const hostile HOSTILE[] = {
     H("json-empty-text.jsonl", "{\"text\": \" \", \"label\": \"law\"}\n", 1, "empty text"),
     /* a column header, which would train as an example of class "label" */
     H("header.tsv", "label\ttext\nlaw\tgod\n", 1, "a column header ('label<TAB>text')"),
-    H("header-reversed.tsv", "\xef\xbb\xbf\n Text\tLABEL \r\nlaw\tgod\n", 2, "column header"),
+    H("header-reversed.tsv", "\xef\xbb\xbf\n Text\tLABEL \r\nlaw\tgod\n", 2,
+      "a column header ('Text<TAB>LABEL')"),
+    H("header-two-tabs.tsv", "label\t\ttext\nlaw\tgod\n", 1, "a column header ('label<TAB>text')"),
     H("empty.tsv", "", 0, "no examples"),
     H("blank.jsonl", "\n \r\n\t\n", 0, "no examples"),
     H("only-bom.tsv", "\xef\xbb\xbf\n", 0, "no examples"),
