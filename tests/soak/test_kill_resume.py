@@ -378,6 +378,34 @@ def kill_mpirun(runner, variant, trial):
                                                                              stop.group(1)))
 
 
+def stopped_by_fault(runner, ref, variant, name, fault, step, what):
+    """Runs variant with PIPETRAIN_TEST_FAULT=fault: every rank must stop
+    after `step` together (exit 130, a checkpoint of that step, the last
+    logged step), and the resumed run is exact."""
+    cfg, run_dir = runner.config(name, variant)
+    p = runner.start(variant, cfg, resume=False, fault=fault)
+    try:
+        _, err = p.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        show_group(p, "still running %d s after the stop signal" % LIMIT_S)
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
+    what = "%s: %s" % (variant, what)
+    expect(p.returncode == 130, "%s: exit %s (want 130)%s" % (what, p.returncode,
+                                                              "" if p.returncode == 130 else "\n" + err[-1500:]))
+    if p.returncode == 130:
+        last = os.path.basename(h.latest_checkpoint(run_dir))
+        expect(last == "step_%010d" % step and max(logged_losses(run_dir)) == step,
+               "%s: every rank stopped after step %d (%s, last logged %d)" % (
+                   what, step, last, max(logged_losses(run_dir))))
+    p = runner.start(variant, cfg, resume=True)
+    _, err = p.communicate(timeout=600)
+    expect(p.returncode == 0, "%s: resumed (exit %d)" % (what, p.returncode))
+    if p.returncode == 0:
+        check_run(runner, what, run_dir, ref)
+
+
 def stop_after_combine(runner, ref, variant, rank):
     """A stop signal that reaches one rank just after a step's results were
     combined (PIPETRAIN_TEST_FAULT RANK:5:stop:combined): that step's
@@ -386,28 +414,8 @@ def stop_after_combine(runner, ref, variant, rank):
     exact. A rank that looked at its own signal there left after step 5
     while the others waited for it in step 6: the job hung (about 1 run in
     10 of the mpirun SIGUSR1 case, under load)."""
-    cfg, run_dir = runner.config("stop-rank%d" % rank, variant)
-    p = runner.start(variant, cfg, resume=False, fault="%d:5:stop:combined" % rank)
-    try:
-        _, err = p.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        show_group(p, "still running %d s after the stop signal" % LIMIT_S)
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
-    what = "%s: a stop signal at rank %d after step 5's combine" % (variant, rank)
-    expect(p.returncode == 130, "%s: exit %s (want 130)%s" % (what, p.returncode,
-                                                              "" if p.returncode == 130 else "\n" + err[-1500:]))
-    if p.returncode == 130:
-        last = os.path.basename(h.latest_checkpoint(run_dir))
-        expect(last == "step_%010d" % 6 and max(logged_losses(run_dir)) == 6,
-               "%s: every rank stopped after step 6 (%s, last logged %d)" % (what, last,
-                                                                             max(logged_losses(run_dir))))
-    p = runner.start(variant, cfg, resume=True)
-    _, err = p.communicate(timeout=600)
-    expect(p.returncode == 0, "%s: resumed (exit %d)" % (what, p.returncode))
-    if p.returncode == 0:
-        check_run(runner, what, run_dir, ref)
+    stopped_by_fault(runner, ref, variant, "stop-rank%d" % rank, "%d:5:stop:combined" % rank, 6,
+                     "a stop signal at rank %d after step 5's combine" % rank)
 
 
 def stop_during_peer_save(runner, ref, variant):
@@ -419,28 +427,8 @@ def stop_during_peer_save(runner, ref, variant):
     completes, exit 130 with a checkpoint of step 5, and the resumed run is
     exact. (A rank that counted the other's request as its own signal exited
     138 in the save, leaving the step directory without a manifest.)"""
-    cfg, run_dir = runner.config("stop-peer-save", variant)
-    p = runner.start(variant, cfg, resume=False, fault="0:5:stop:step,1:5:stop:checkpoint")
-    try:
-        _, err = p.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        show_group(p, "still running %d s after the stop signals" % LIMIT_S)
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        subprocess.run(["pkill", "-KILL", "-f", cfg])  # ranks outside mpirun's group
-    what = "%s: a stop signal at rank 1 during the save rank 0's stop began" % variant
-    expect(p.returncode == 130, "%s: exit %s (want 130)%s" % (what, p.returncode,
-                                                              "" if p.returncode == 130 else "\n" + err[-1500:]))
-    if p.returncode == 130:
-        last = os.path.basename(h.latest_checkpoint(run_dir))
-        expect(last == "step_%010d" % 5 and max(logged_losses(run_dir)) == 5,
-               "%s: every rank stopped after step 5 (%s, last logged %d)" % (what, last,
-                                                                             max(logged_losses(run_dir))))
-    p = runner.start(variant, cfg, resume=True)
-    _, err = p.communicate(timeout=600)
-    expect(p.returncode == 0, "%s: resumed (exit %d)" % (what, p.returncode))
-    if p.returncode == 0:
-        check_run(runner, what, run_dir, ref)
+    stopped_by_fault(runner, ref, variant, "stop-peer-save", "0:5:stop:step,1:5:stop:checkpoint",
+                     5, "a stop signal at rank 1 during the save rank 0's stop began")
 
 
 def our_segments():
