@@ -23,6 +23,7 @@
  */
 #include "pipe/pipe.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +47,13 @@ struct pt_stage_exec {
     pt_req *recv_act, *recv_grad, *send_act, *send_grad;
     int *slot_of, *slot_busy;
     int64_t at_step; /* the training step being run (1-based), for messages */
-    char where[256]; /* its last byte stays 0: a signal handler reading it
-                        mid-rewrite finds an end */
+    /* where the stage is: two strings, written in turn; the one written
+     * last is published (where, and *publish_where), so a signal handler
+     * that interrupts the writing of the other reads a whole one */
+    char where_buf[2][256];
+    int where_next;
+    const char *where;
+    const char *volatile *publish_where;
     pt_exec_times times;
     pt_stage_hooks hooks;
     int replica;
@@ -55,6 +61,20 @@ struct pt_stage_exec {
     int nccl;                   /* transfers through the pipeline group's NCCL communicator */
     int in_last_bwd;            /* that backward is running: unit gradients become final */
 };
+
+/* Writes the unpublished one of where's two strings, then publishes it. */
+__attribute__((format(printf, 2, 3))) static void set_where(pt_stage_exec *x, const char *fmt, ...)
+{
+    char *buf = x->where_buf[x->where_next];
+    x->where_next = 1 - x->where_next;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof x->where_buf[0] - 1, fmt, ap); /* the last byte stays 0 (calloc) */
+    va_end(ap);
+    __atomic_store_n(&x->where, buf, __ATOMIC_RELEASE);
+    if (x->publish_where)
+        __atomic_store_n(x->publish_where, buf, __ATOMIC_RELEASE);
+}
 
 static double wall_s(void)
 {
@@ -79,6 +99,11 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
 {
     if (!x)
         return;
+    if (x->publish_where) { /* the published string must outlive the executor */
+        const char *now = *x->publish_where;
+        if (now == x->where_buf[0] || now == x->where_buf[1])
+            __atomic_store_n(x->publish_where, "between pipeline layouts", __ATOMIC_RELEASE);
+    }
     for (int m = 0; m < x->M; m++) {
         /* the transfers first: a buffer that one may still use is left
          * allocated (the job is failing) */
@@ -215,8 +240,8 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     for (int i = 0; i < s->len[x->stage]; i++)
         if (list[i].kind == PT_A_BWD)
             x->last_bwd = i;
-    snprintf(x->where, sizeof x->where - 1, "replica %d, stage %d, before the first step", x->replica,
-             x->stage);
+    set_where(x, "replica %d, stage %d, before the first step", x->replica, x->stage);
+    x->publish_where = spec->publish_where; /* from here on: the rank is where its stage is */
     *out = x;
     return 0;
 }
@@ -240,8 +265,7 @@ static void describe(pt_stage_exec *x, int i, int len, pt_action a)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage - 1), peer = buf;
     else if (a.kind == PT_A_SEND_ACT || a.kind == PT_A_RECV_GRAD)
         snprintf(buf, sizeof buf, " (stage %d)", x->stage + 1), peer = buf;
-    snprintf(x->where, sizeof x->where - 1,
-             "step %lld, replica %d, stage %d, action %d of %d: %s of micro-batch %d%s",
+    set_where(x, "step %lld, replica %d, stage %d, action %d of %d: %s of micro-batch %d%s",
              (long long)x->at_step, x->replica, x->stage, i + 1, len, pt_action_name(a.kind), a.mb, peer);
 }
 
@@ -391,8 +415,7 @@ static int finish_sends(pt_stage_exec *x, pt_err *err)
 {
     int rc = 0;
     for (int m = 0; m < x->M && rc == 0; m++) {
-        snprintf(x->where, sizeof x->where - 1,
-                 "step %lld, replica %d, stage %d: completing the sends of micro-batch %d",
+        set_where(x, "step %lld, replica %d, stage %d: completing the sends of micro-batch %d",
                  (long long)x->at_step, x->replica, x->stage, m);
         if ((rc = pt_wait(x->pipe, &x->send_act[m], "the next stage", err)) == 0)
             rc = pt_wait(x->pipe, &x->send_grad[m], "the previous stage", err);
@@ -439,8 +462,8 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
         rc = finish_sends(x, err);
     x->times.step_wall = wall_s() - t0;
     if (rc == 0)
-        snprintf(x->where, sizeof x->where - 1, "replica %d, stage %d, between steps (after step %lld)",
-                 x->replica, x->stage, (long long)x->at_step);
+        set_where(x, "replica %d, stage %d, between steps (after step %lld)", x->replica,
+                  x->stage, (long long)x->at_step);
     return rc;
 }
 
@@ -453,8 +476,8 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
     int rc = 0;
     for (int m = 0; m < n_micro && rc == 0; m++) {
         const size_t bytes = act_bytes(x, batches[m].n);
-        snprintf(x->where, sizeof x->where - 1, "evaluation, replica %d, stage %d: forward of micro-batch %d",
-                 x->replica, x->stage, m);
+        set_where(x, "evaluation, replica %d, stage %d: forward of micro-batch %d", x->replica,
+                  x->stage, m);
         if (x->nccl) { /* one micro-batch at a time along the pipeline */
             if (x->stage > 0 && ((rc = pt_nccl_recv(x->pipe, x->x_in[m], bytes, x->stage - 1, err)) ||
                                  (rc = pt_nccl_wait(x->pipe, err))))

@@ -90,6 +90,10 @@ typedef struct pt_stage_spec {
                                 must be frozen) */
     pt_stage_hooks hooks;    /* all NULL: none */
     int replica;             /* for messages: which replica this stage belongs to */
+    /* where the executor publishes pt_stage_exec_where's string each time
+     * it changes, for a signal handler that may read it at any moment (the
+     * string it points at is never rewritten while published); NULL: none */
+    const char *volatile *publish_where;
 } pt_stage_spec;
 
 typedef struct pt_stage_exec pt_stage_exec;

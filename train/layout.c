@@ -538,7 +538,8 @@ static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg,
         return rc;
     pt_stage_spec xs = {&r->sched, r->stage, r->groups.pipe, r->seg, r->max_micro, sp->recompute,
                         prefix ? pt_prefix_input : NULL, r->prefix, prefix ? r->source_units : 0,
-                        {reducer_unit_done, reducer_progress, r->reducer}, r->replica};
+                        {reducer_unit_done, reducer_progress, r->reducer}, r->replica,
+                        r->spec.where};
     return pt_stage_exec_create(&r->exec, &xs, err);
 }
 
