@@ -11,7 +11,9 @@ first 3 steps are not timed; its op table (RUN_DIR/op_profile-rank0.json) is
 printed per op and shape, then summed by kind and phase. FLOPs and bytes are
 nominal (products 2mnk, elementwise arithmetic as written, each operand moved
 once); the peak is measured by pipetrain with an FMA micro-kernel at the run's
-thread count, as the output says. Residual adds have no op of their own: they
+thread count, as the output says. The last two columns are the op's fastest
+single call (one shape per row): against the mean they tell a slow kernel
+from a machine that slowed some calls (a VM's steal, a sibling thread). Residual adds have no op of their own: they
 are fused into the linear forward (+res) and the LayerNorm backward (+res).
 
 usage: op_breakdown.py PIPETRAIN_BINARY [--threads 1,2] [--models demo,wide]
@@ -80,14 +82,24 @@ def report(p, label):
         return ["%.3f" % (1e3 * t), "%.1f" % (100 * t / step), "%.2f" % g,
                 "%.1f" % (100e9 * g / peak) if f else "", "%.2f" % (b / t * 1e-9) if t > 0 else ""]
 
+    def fastest(o):
+        """GFLOP/s and % of peak of the op's fastest call (one shape, one
+        FLOP count a call): what it does when nothing slows it"""
+        if not o["flops_per_step"] or not o.get("best_call_s"):
+            return ["", ""]
+        g = o["flops_per_step"] / o["calls_per_step"] / o["best_call_s"] * 1e-9
+        return ["%.2f" % g, "%.1f" % (100e9 * g / peak)]
+
     print(fmt_row(["op", "shape", "calls/step", "ms/step", "% of step", "GFLOP/s", "% of peak",
-                   "GB/s"]))
-    print(fmt_row(["---"] * 8))
+                   "GB/s", "fastest call GFLOP/s", "its % of peak"]))
+    print(fmt_row(["---"] * 10))
     for o in p["ops"]:
         print(fmt_row([o["op"], o["shape"], "%g" % o["calls_per_step"]] +
-                      cols(o["s_per_step"], o["flops_per_step"], o["bytes_per_step"])))
+                      cols(o["s_per_step"], o["flops_per_step"], o["bytes_per_step"]) +
+                      fastest(o)))
     print(fmt_row(["(outside ops)", "", ""] + ["%.3f" % (1e3 * (step - p["ops_s"])),
-                                              "%.1f" % (100 * (step - p["ops_s"]) / step), "", "", ""]))
+                                              "%.1f" % (100 * (step - p["ops_s"]) / step), "", "", "",
+                                              "", ""]))
     print()
     sums = {}
     for o in p["ops"]:

@@ -7,7 +7,8 @@
  *   {"format": "pipetrain-op-profile-1", "rank", "threads", "steps",
  *    "step_s" (wall seconds per recorded step), "ops_s" (seconds per step
  *    inside ops), "peak_flops", "peak_how", "ops": [{"op", "shape",
- *    "calls_per_step", "s_per_step", "flops_per_step", "bytes_per_step"}]}
+ *    "calls_per_step", "s_per_step", "flops_per_step", "bytes_per_step",
+ *    "best_call_s" (the fastest call's seconds)}]}
  *
  * with ops sorted by time, longest first. Their FLOPs and bytes are nominal
  * (see nn/op_profile.c); the time outside ops is the step's own work on the
@@ -46,12 +47,13 @@ int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err)
 
     json_t *ops = json_array();
     for (int i = 0; ops && i < n; i++)
-        json_array_append_new(ops, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}", "op", st[i].op,
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "op", st[i].op,
                                              "shape", st[i].shape, "calls_per_step",
                                              pt_json_number((double)st[i].calls * per),
                                              "s_per_step", pt_json_number(st[i].seconds * per),
                                              "flops_per_step", pt_json_number(st[i].flops * per),
-                                             "bytes_per_step", pt_json_number(st[i].bytes * per)));
+                                             "bytes_per_step", pt_json_number(st[i].bytes * per),
+                                             "best_call_s", pt_json_number(st[i].best)));
     json_t *o = ops ? json_pack("{s:s, s:i, s:i, s:I, s:o, s:o, s:o, s:s, s:o}", "format",
                                 "pipetrain-op-profile-1", "rank", s->rank, "threads", s->threads,
                                 "steps", (json_int_t)steps, "step_s", pt_json_number(step),

@@ -245,6 +245,8 @@ typedef struct pt_op_stat {
     char shape[64];  /* what tells this row from the op's others */
     int64_t calls;
     double seconds, flops, bytes;
+    double best; /* the fastest call's seconds: the op undisturbed, where the
+                    sum also holds the calls a busy machine slowed */
 } pt_op_stat;
 int pt_backend_profile_ops(pt_backend *be, pt_err *err);
 void pt_op_profile_record(pt_backend *be, int on);

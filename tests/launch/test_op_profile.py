@@ -97,6 +97,14 @@ def test_totals_vit(h):
           p["ops_s"], p["step_s"])
     times = [o["s_per_step"] for o in ops]
     check(times == sorted(times, reverse=True), "ops not sorted by time")
+    # the fastest call: positive, and no slower than the calls' mean
+    for o in ops:
+        mean = o["s_per_step"] / o["calls_per_step"]
+        check(0 <= o["best_call_s"] <= mean * (1 + 1e-9), "%s %s: fastest call %r s, mean %r s",
+              o["op"], o["shape"], o["best_call_s"], mean)
+    check(any(o["best_call_s"] < 0.999 * o["s_per_step"] / o["calls_per_step"]
+              for o in ops if o["calls_per_step"] > 1),
+          "no op's fastest call is below its mean: not the fastest call")
     names = {o["op"] for o in ops}
     for want in ("linear_fwd", "linear_bwd", "linear_bwd_mul", "layernorm_fwd", "layernorm_bwd",
                  "gelu_fwd", "attention_fwd", "attention_bwd", "patchify", "vit_assemble_fwd",
