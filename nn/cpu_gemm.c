@@ -74,9 +74,10 @@
 /* k is walked in steps of at most KC_MAX (k itself if it is no longer),
  * as equal as multiples of 16 allow: a step's slice of a panel, KC_MAX x NR
  * floats (32 KiB with AVX-512), is what stays in L1 across a chunk's row
- * blocks. Measured against the unstepped kernel (bench/gemm_speed shapes,
- * 1 and 2 threads, alternating calls): MiniLM's k = 1536 products 1.2-1.5x
- * as fast, k = 768 and 1024 0-10%, k <= 256 unchanged (not stepped). A
+ * blocks. Measured against the unstepped kernel on bench/gemm_speed's
+ * shapes (both linked in one harness, calls alternating, 1 and 2 threads):
+ * MiniLM's k = 1536 products 1.2-1.5x as fast, k = 768 and 1024 between
+ * -8% and +14% by shape and run, k <= 256 unchanged (not stepped). A
  * chunk's rows are counted by the step's k, so a stepped chunk has at most
  * STEP_BLOCKS row blocks, whose accumulators the task keeps between steps. */
 #define KC_MAX 256
@@ -210,9 +211,9 @@ static void finish(const dest *d, const float *t, int mr)
  * a step of k after the first, at acc_in ([mr][NR], aligned); then, for a
  * step before the last, the accumulators are stored to acc_out as they
  * are; else init is added and the rows stored, straight from registers
- * when the panel's columns are all real, through finish() when not. mr and NV are constants at every call
- * (see run_tile), so the loops over them unroll and the accumulators live
- * in registers. */
+ * when the panel's columns are all real, through finish() when not. mr and
+ * NV are constants at every call (see run_tile), so the loops over them
+ * unroll and the accumulators live in registers. */
 INLINE void tile(const int mr, const int NV, const float *x, size_t ldx, const float *panel,
                  int in, const dest *d, const float *acc_in, float *acc_out)
 {
