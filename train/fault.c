@@ -30,7 +30,6 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
         spec = (spec = strchr(spec, ',')) ? spec + 1 : NULL;
     if (!spec)
         return 0;
-    const long long want_step = step;
     if (strcmp(kind, "crash") == 0) {
         raise(SIGKILL);
         /* still here: PID 1 of a pid namespace ignores signals it sends
@@ -50,5 +49,5 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
             ;
         return 0;
     }
-    return pt_fail(err, PT_EINTERNAL, "injected fault at step %lld (%s)", want_step, point);
+    return pt_fail(err, PT_EINTERNAL, "injected fault at step %lld (%s)", (long long)step, point);
 }
