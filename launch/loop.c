@@ -169,18 +169,14 @@ void pt_catch_stop_signals(void)
     sigprocmask(SIG_UNBLOCK, &stops, NULL);
 }
 
-/* Publishes what this rank does between steps (for the line above): two
- * buffers in turn, so the handler never reads one being written. */
+/* Publishes what this rank does between steps (for the line above). */
 __attribute__((format(printf, 1, 2))) static void loop_at(const char *fmt, ...)
 {
-    static char where[2][160];
-    static int next;
+    static pt_note note;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(where[next], sizeof where[0] - 1, fmt, ap); /* the last byte stays 0 */
+    pt_note_vprintf(&note, &current_where, fmt, ap);
     va_end(ap);
-    current_where = where[next];
-    next = 1 - next;
 }
 
 static int log_failed(const pt_session *s, char *msg, size_t n);

@@ -1,5 +1,6 @@
 /*
- * err.c: filling pt_err. Errors travel up as (code, message) in a struct the
+ * err.c: filling pt_err, and the notes of where the code is that a signal
+ * handler prints. Errors travel up as (code, message) in a struct the
  * caller owns; there is no global "last error".
  */
 #include "nn/nn.h"
@@ -13,6 +14,38 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+const char *pt_note_vprintf(pt_note *n, const char *volatile *slot, const char *fmt, va_list ap)
+{
+    char *buf = n->buf[n->next];
+    n->next = 1 - n->next;
+    vsnprintf(buf, sizeof n->buf[0] - 1, fmt, ap);
+    pt_note_publish(slot, buf);
+    return buf;
+}
+
+const char *pt_note_printf(pt_note *n, const char *volatile *slot, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const char *s = pt_note_vprintf(n, slot, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void pt_note_publish(const char *volatile *slot, const char *s)
+{
+    if (slot)
+        __atomic_store_n(slot, s, __ATOMIC_RELEASE);
+}
+
+int pt_note_is_published(const pt_note *n, const char *volatile *slot)
+{
+    if (!slot)
+        return 0;
+    const char *now = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return now == n->buf[0] || now == n->buf[1];
+}
 
 int pt_fail(pt_err *err, int code, const char *fmt, ...)
 {

@@ -19,6 +19,7 @@
 #ifndef PT_NN_H
 #define PT_NN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,33 @@ int pt_fail(pt_err *err, int code, const char *fmt, ...)
 
 /* Prefixes err->msg with "context: " (keeps the code). Returns err->code. */
 int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A note of what the code is doing, for a signal handler that may read it
+ * at any moment (the line a rank prints when a stop signal comes): written
+ * into whichever of two buffers was not published last, then published, by
+ * a release store of its address into a slot the handler reads. So the
+ * string a handler finds is never the one being written, and is whole. A
+ * zeroed note is ready; the last byte of each buffer is never written and
+ * stays 0. */
+typedef struct {
+    char buf[2][256];
+    int next;
+} pt_note;
+
+/* Formats into n's other buffer and, when slot is not NULL, publishes it
+ * there; returns the new string. */
+const char *pt_note_printf(pt_note *n, const char *volatile *slot, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *pt_note_vprintf(pt_note *n, const char *volatile *slot, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+/* Publishes s, which must outlive every reader of the slot (a string
+ * literal, or another note's), into *slot when slot is not NULL. */
+void pt_note_publish(const char *volatile *slot, const char *s);
+
+/* Whether *slot is one of n's strings: its owner replaces it (with
+ * pt_note_publish) before n's memory is freed. */
+int pt_note_is_published(const pt_note *n, const char *volatile *slot);
 
 /* Opens a file the user named (config, data, vocabulary, weights,
  * checkpoint) for reading: its descriptor, or -1 with err set. What is not

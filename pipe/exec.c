@@ -47,11 +47,9 @@ struct pt_stage_exec {
     pt_req *recv_act, *recv_grad, *send_act, *send_grad;
     int *slot_of, *slot_busy;
     int64_t at_step; /* the training step being run (1-based), for messages */
-    /* where the stage is: two strings, written in turn; the one written
-     * last is published (where, and *publish_where), so a signal handler
-     * that interrupts the writing of the other reads a whole one */
-    char where_buf[2][256];
-    int where_next;
+    /* where the stage is (the note's latest string), also published to
+     * *publish_where for a signal handler */
+    pt_note note;
     const char *where;
     const char *volatile *publish_where;
     pt_exec_times times;
@@ -62,18 +60,12 @@ struct pt_stage_exec {
     int in_last_bwd;            /* that backward is running: unit gradients become final */
 };
 
-/* Writes the unpublished one of where's two strings, then publishes it. */
 __attribute__((format(printf, 2, 3))) static void set_where(pt_stage_exec *x, const char *fmt, ...)
 {
-    char *buf = x->where_buf[x->where_next];
-    x->where_next = 1 - x->where_next;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof x->where_buf[0] - 1, fmt, ap); /* the last byte stays 0 (calloc) */
+    x->where = pt_note_vprintf(&x->note, x->publish_where, fmt, ap);
     va_end(ap);
-    __atomic_store_n(&x->where, buf, __ATOMIC_RELEASE);
-    if (x->publish_where)
-        __atomic_store_n(x->publish_where, buf, __ATOMIC_RELEASE);
 }
 
 static double wall_s(void)
@@ -99,11 +91,9 @@ void pt_stage_exec_destroy(pt_stage_exec *x)
 {
     if (!x)
         return;
-    if (x->publish_where) { /* the published string must outlive the executor */
-        const char *now = *x->publish_where;
-        if (now == x->where_buf[0] || now == x->where_buf[1])
-            __atomic_store_n(x->publish_where, "between pipeline layouts", __ATOMIC_RELEASE);
-    }
+    /* the published string must outlive the executor */
+    if (pt_note_is_published(&x->note, x->publish_where))
+        pt_note_publish(x->publish_where, "between pipeline layouts");
     for (int m = 0; m < x->M; m++) {
         /* the transfers first: a buffer that one may still use is left
          * allocated (the job is failing) */

@@ -92,21 +92,12 @@ static void log_samples(pt_run *r, const int64_t *ids, int n)
 }
 
 /* Publishes where this rank is (see pt_train_spec.where). */
-static void at(pt_run *r, const char *where)
-{
-    if (r->spec.where)
-        *r->spec.where = where;
-}
-
 __attribute__((format(printf, 2, 3))) static void at_phase(pt_run *r, const char *fmt, ...)
 {
-    char *buf = r->where[r->where_next];
-    r->where_next = 1 - r->where_next;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof r->where[0] - 1, fmt, ap); /* the last byte stays 0 (pt_run zeroed) */
+    pt_note_vprintf(&r->where, r->spec.where, fmt, ap);
     va_end(ap);
-    at(r, buf);
 }
 
 /* This replica's part of the step: the pipeline and the gradient all-reduce. */
@@ -132,7 +123,7 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
     pt_segment_set_loss_scale(r->seg, 1.0 / ((double)r->spec.batch *
                                              (double)pt_arch_rows_per_example(&r->arch)));
     pt_reducer_begin(r->reducer);
-    at(r, pt_stage_exec_where(r->exec));
+    pt_note_publish(r->spec.where, pt_stage_exec_where(r->exec));
     if ((rc = pt_stage_exec_step(r->exec, r->batches, st, err)))
         return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
     at_phase(r, "step %lld, replica %d, stage %d: the gradient all-reduce among %d replicas",

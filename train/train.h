@@ -197,9 +197,7 @@ typedef struct pt_run {
     int *batch_first;
     int staged_examples;   /* capacity of the staging, in examples (and micro-batches) */
     double *reduce;        /* per-unit sums of squares, then the step's scalars */
-    char where[2][256];    /* the step's phase outside the executor (two, so the one
-                              a signal handler may be reading is never rewritten) */
-    int where_next;
+    pt_note where;         /* the step's phase outside the executor */
 } pt_run;
 
 /* What a run is built for: training; evaluation (a model with no gradients,
