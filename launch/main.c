@@ -436,6 +436,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
     int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, &err) : 0;
     if (rc == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
+    /* nor may the run's files or checkpoints be any of its inputs */
+    const char *input_key = NULL;
+    if (rc == 0 && pt_comm_rank(comm) == 0 &&
+        (rc = pt_run_dir_not_over_inputs(cfg, &input_key, &err)) == PT_EINPUT && input_key)
+        pt_config_key_prefix(cfg, &err, input_key);
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
@@ -526,8 +531,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_comm_phase("starting up");
     }
     /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
-    if (rc == 0)
-        rc = pt_session_write_profile(s, &err);
+    if (rc == 0 && (rc = pt_session_write_profile(s, &err)) == PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "run.dir"); /* a link or hard link at its profile.json */
     /* last: a run refused before this leaves run.dir's checkpoints as they were */
     if (rc == 0 && *resume && pt_comm_rank(comm) == 0) {
         char moved[PT_CKPT_PATH] = "";

@@ -432,6 +432,89 @@ static int output_not_in_this_run(const char *option, const char *path, const ch
     return 0;
 }
 
+/* an input file and the config key that names it (NULL: the config file) */
+typedef struct {
+    const char *path, *key;
+} named_input;
+
+/* train's inputs are none of what its run writes or removes: the files
+ * run.dir keeps (its lock, logs and profiles, appended to or replaced) and
+ * whatever lies in its checkpoints directory (a save empties the step
+ * directory it writes, pruning removes whole ones). Each input that exists
+ * is looked at by its real path, so a symbolic link to such a file counts
+ * as the file. pipeline.profile is not among them: run.dir's own
+ * profile.json is where such a file comes from, and the run writes it
+ * again with what it planned from. */
+int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *err)
+{
+    *key = NULL;
+    char real_run[PATH_MAX], ckpts[PATH_MAX + 16], real_ckpts[PATH_MAX], real_in[PATH_MAX];
+    int missing, rc;
+    if ((rc = real_path("run.dir", cfg->run.dir, real_run, &missing, err)) || missing)
+        return rc; /* not there yet: nothing in it can be an input */
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", real_run);
+    if ((rc = real_path("run.dir", ckpts, real_ckpts, &missing, err)))
+        return rc;
+    const int have_ckpts = !missing;
+    /* model.init_from is a directory or its model.safetensors, with
+     * config.json, vocab.txt and tokenizer_config.json beside that */
+    static const char *const beside[] = {"model.safetensors", "config.json", "vocab.txt",
+                                         "tokenizer_config.json"};
+    enum { BESIDE = sizeof beside / sizeof *beside };
+    char from[2 * BESIDE][2 * PT_PATH_MAX];
+    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
+    for (int i = 0; i < BESIDE; i++) {
+        snprintf(from[i], sizeof from[i], "%s/%s", init, beside[i]);
+        snprintf(from[BESIDE + i], sizeof from[i], "%.*s%s",
+                 slash ? (int)(slash - init) + 1 : 0, init, beside[i]);
+    }
+    char vocab_cfg[2 * PT_PATH_MAX]; /* the tokenizer_config.json beside data.vocab */
+    const char *vslash = strrchr(cfg->data.vocab, '/');
+    snprintf(vocab_cfg, sizeof vocab_cfg, "%.*stokenizer_config.json",
+             vslash ? (int)(vslash - cfg->data.vocab) + 1 : 0, cfg->data.vocab);
+    named_input inputs[5 + 2 * BESIDE + 9] = {
+        {cfg->empty_source ? "" : cfg->source, NULL},
+        {init, "model.init_from"},
+        {cfg->data.vocab, "data.vocab"},
+        {*cfg->data.vocab ? vocab_cfg : "", "data.vocab"},
+        {cfg->data.train_file, "data.train_file"},
+    };
+    int n = 5;
+    for (int i = 0; i < 2 * BESIDE; i++)
+        inputs[n++] = (named_input){*init ? from[i] : "", "model.init_from"};
+    inputs[n++] = (named_input){cfg->data.test_file, "data.test_file"};
+    inputs[n++] = (named_input){cfg->data.train_images, "data.train_images"};
+    inputs[n++] = (named_input){cfg->data.train_labels, "data.train_labels"};
+    inputs[n++] = (named_input){cfg->data.test_images, "data.test_images"};
+    inputs[n++] = (named_input){cfg->data.test_labels, "data.test_labels"};
+    inputs[n++] = (named_input){cfg->data.text, "data.text"};
+    for (int i = 0; i < n; i++) {
+        const char *p = inputs[i].path, *what = inputs[i].key ? inputs[i].key : "the config file";
+        if (!p || !*p)
+            continue;
+        if ((rc = real_path(what, p, real_in, &missing, err)))
+            return rc;
+        if (missing)
+            continue; /* loading it says so */
+        const char *cut = strrchr(real_in, '/');
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%.*s", cut ? (int)(cut - real_in) + (cut == real_in) : 0,
+                 real_in);
+        const char *shown = inputs[i].key ? "" : "the config file ";
+        *key = inputs[i].key;
+        if (have_ckpts && under(real_in, real_ckpts))
+            return pt_fail(err, PT_EINPUT, "%s'%s' is in '%s/checkpoints', run.dir's "
+                           "checkpoints, which the run's saves and pruning replace and remove: "
+                           "keep it elsewhere", shown, p, cfg->run.dir);
+        if (cut && strcmp(parent, real_run) == 0 && is_run_file(cut + 1))
+            return pt_fail(err, PT_EINPUT, "%s'%s' is one of the files run.dir '%s' keeps (its "
+                           "lock, logs and profiles), which the run writes: keep it elsewhere",
+                           shown, p, cfg->run.dir);
+        *key = NULL;
+    }
+    return 0;
+}
+
 /* The same, and nowhere in any run's checkpoints (output_not_in_checkpoints). */
 int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err)
 {

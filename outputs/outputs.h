@@ -1,6 +1,7 @@
 /*
  * outputs.h: the public interface of the outputs module: the checks every
- * output of `eval` and `export` passes before anything is written. Each returns 0 or
+ * output of `eval` and `export` passes before anything is written, and
+ * those that keep `train`'s run files off its inputs. Each returns 0 or
  * PT_EINPUT with a message naming the option, the path and what it would
  * have replaced.
  */
@@ -37,6 +38,13 @@ int pt_output_not_in_run(const char *option, const char *path, const char *run_d
  * directory, whichever run's: that run's pruning would take this one's lock
  * and logs (the nearest existing directory at or above it is looked at). */
 int pt_output_run_dir_ok(const char *run_dir, pt_err *err);
+
+/* train's inputs (the config file and every file the config names but
+ * pipeline.profile) are none of the files run.dir keeps (its lock, logs and
+ * profiles) and lie nowhere in run.dir's checkpoints: the run would write
+ * over them or remove them. On a refusal, *key is the config key that names
+ * the input (NULL: the config file itself). */
+int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *err);
 
 /* An export at out (dir: a bert export's directory, checked file by file)
  * replaces none of the inputs cfg names: model.init_from and the files

@@ -354,6 +354,86 @@ def test_export_errors(h):
     check(open(cfg).read() == text, "the config was overwritten")
 
 
+def test_train_inputs_are_not_run_files(h):
+    """train never writes over nor removes one of its own inputs: a config,
+    data file or vocabulary that is one of the files run.dir keeps (its
+    lock, logs and profiles), or lies in run.dir's checkpoints, or is a
+    link to such a file, is refused (exit 2, naming the key) and left as it
+    was; the same files elsewhere train."""
+    corpus = "".join("%d the beginning of the earth was without form and void\n" % i
+                     for i in range(300))
+    text_keys = {"data.kind": "text", "data.text": None}
+    places = {  # a bert's labelled texts must be named *.jsonl (or *.tsv)
+        "gpt": ("metrics.jsonl", "profile.json", "lock", "samples-rank0.jsonl",
+                "op_profile-rank0.json", "metrics-rank0.jsonl",
+                os.path.join("checkpoints", "step_0000000099", "in.txt"),
+                os.path.join("checkpoints", "in.txt"), "link"),
+        "bert": ("metrics.jsonl", "samples-rank0.jsonl", "metrics-rank0.jsonl",
+                 os.path.join("checkpoints", "step_0000000099", "in.jsonl"), "link.jsonl")}
+    for kind in ("gpt", "bert"):
+        for where in places[kind]:
+            run_dir = h.path("run-%s-%s" % (kind, where.replace("/", "_")))
+            at = os.path.join(run_dir, where)
+            os.makedirs(os.path.dirname(at), exist_ok=True)
+            if kind == "gpt":
+                k = tiny_keys("gpt", run_dir, **text_keys)
+                key, content = "data.text", corpus
+            else:
+                k = tiny_keys("gpt", run_dir)
+                k.update({"model.kind": "bert", "data.kind": "text_classification",
+                          "model.classes": "3", "data.synthetic_examples": None,
+                          "sample.length": None})
+                k.update(U.bert_files(h, 40, 5))
+                key = "data.train_file"
+                content = "".join(json.dumps({"text": t, "label": l}) + "\n" for l, t in
+                                  (line.split("\t", 1) for line in
+                                   open(k["data.train_file"]).read().splitlines()))
+            if where.startswith("link"):  # a link to the run's metrics.jsonl
+                target = os.path.join(run_dir, "metrics.jsonl")
+                U.write(target, content)
+                os.symlink("metrics.jsonl", at)
+            else:
+                U.write(at, content)
+            k[key] = at
+            cfg = U.write_config(h, "c-%s.yaml" % kind, k)
+            before = U.snapshot(run_dir)
+            locked = open(at).read() if where == "lock" else None
+            r = h.run(["train", cfg]).expect(2, "%s %s at %s" % (kind, key, where))
+            r.one_error(key, at, "checkpoints" if "checkpoints" in where
+                        else "is one of the files run.dir", strict=False)
+            U.same_snapshot(before, U.snapshot(run_dir), "run.dir")
+            if locked is not None:
+                check(open(at).read() == locked, "the input at run.dir/lock was changed")
+    # the config itself as run.dir's profile.json
+    run_dir = h.path("run-config")
+    os.makedirs(run_dir)
+    cfg = U.write(os.path.join(run_dir, "profile.json"),
+                  U.render(tiny_keys("gpt", run_dir)))
+    before = U.snapshot(run_dir)
+    r = h.run(["train", cfg]).expect(2, "the config as run.dir's profile.json")
+    r.one_error("the config file '%s'" % cfg, "is one of the files run.dir", strict=False)
+    U.same_snapshot(before, U.snapshot(run_dir), "run.dir")
+    # nor is a file written through a link at one of run.dir's names: the
+    # link's target is refused as run.dir's, naming the key, and unchanged
+    for name in ("profile.json", "metrics.jsonl"):
+        run_dir = h.path("run-link-" + name)
+        os.makedirs(run_dir)
+        mine = U.write(h.path("mine-" + name), "the user's\n")
+        os.symlink(mine, os.path.join(run_dir, name))
+        cfg = U.write_config(h, "link.yaml", tiny_keys("gpt", run_dir))
+        r = h.run(["train", cfg]).expect(2, "a link at run.dir's " + name)
+        r.one_error("run.dir: ", "is a symbolic link", strict=False)
+        check(open(mine).read() == "the user's\n", "the file a link at %s leads to changed", name)
+    # the same names outside a run directory are plain inputs
+    elsewhere = h.path("elsewhere")
+    os.makedirs(os.path.join(elsewhere, "checkpoints"))
+    text = U.write(os.path.join(elsewhere, "metrics.jsonl"), corpus)
+    cfg = U.write_config(h, "fine.yaml", tiny_keys("gpt", h.path("run-fine"), **{
+        "data.kind": "text", "data.text": text}))
+    h.run(["train", cfg]).expect(0, "data.text named metrics.jsonl outside run.dir")
+    check(open(text).read() == corpus, "an input outside run.dir was changed")
+
+
 def head_logits(kind, hidden, tokens, weights):
     """the logits the exported head computes from the hidden states
     (a flat list, [examples, tokens, D]): LayerNorm (eps 1e-5) then the linear
@@ -1213,7 +1293,7 @@ def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
-           test_readme_documents_every_key, test_export_errors, test_plan_writes_nothing,
+           test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
            test_closed_standard_streams, test_stderr_reader_gone,
            test_notes_escape_the_run_dir,
