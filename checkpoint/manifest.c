@@ -308,14 +308,27 @@ int pt_manifest_labels(const manifest *m, int arch_classes, const json_t **out, 
 /* The labels the checkpoint's classifier was trained with against the
  * data's now (text classification): the same names in the same order, or
  * bad input, since every row of the classifier would stand for another
- * label. A checkpoint without labels is not checked. */
+ * label. A checkpoint without labels is not checked. The labels are
+ * checked against the checkpoint's own model (its classifier's rows); a
+ * config whose model differs from it (model.classes, model.kind) is left
+ * to pt_manifest_check_arch, which names the key: measured against the
+ * config's classes, a good checkpoint's labels read as a damaged manifest. */
 int pt_manifest_check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *train,
                              const char *train_file, pt_err *err)
 {
+    pt_config *saved = malloc(sizeof *saved);
+    if (!saved)
+        return pt_fail(err, PT_ENOMEM, "out of memory reading the config of %s", m->dir);
+    pt_arch own;
+    int rc = pt_manifest_config(m, saved, &own, err);
+    free(saved);
+    if (rc)
+        return rc;
     const json_t *labels;
     int n;
-    int rc = pt_manifest_labels(m, arch->classes, &labels, &n, err);
-    if (rc || n == 0 || train->kind != PT_DATA_TEXTCLS || !train->label_names)
+    rc = pt_manifest_labels(m, own.classes, &labels, &n, err);
+    if (rc || n == 0 || own.kind != arch->kind || own.classes != arch->classes ||
+        train->kind != PT_DATA_TEXTCLS || !train->label_names)
         return rc;
     for (int k = 0; k < n || k < train->classes; k++) {
         const char *was = k < n ? json_string_value(json_array_get(labels, (size_t)k)) : "(none)";

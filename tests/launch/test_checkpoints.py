@@ -572,6 +572,36 @@ def test_resume_bert_other_ln_eps(h):
     h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming eps 0 as 1e-12")
 
 
+def test_bert_other_classes_or_kind_names_the_key(h):
+    """A config whose model has another class count (fewer or more) or
+    another kind than a bert checkpoint with stored labels is refused, exit
+    2, naming model.classes or model.kind and both values, by eval as by a
+    resume: not as a damaged manifest (eval measured the stored labels
+    against the config's classes and called a good checkpoint's labels "not
+    a list of 1 to 2 class names")."""
+    files = U.bert_files(h, 40, 1)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    _, orig = trained(h, kind="gpt", **bert)
+    # the same data with two of its three labels, for a 2-class config
+    def two_labels(key):
+        return U.write(h.path("two-" + os.path.basename(files[key])), "".join(
+            line + "\n" for line in open(files[key]).read().splitlines()
+            if line.split("\t", 1)[0] in ("a", "b")))
+    two = {"data.train_file": two_labels("data.train_file"),
+           "data.test_file": two_labels("data.test_file")}
+    for classes, data in (("2", two), ("5", {})):
+        cfg, run_dir = copy_run(h, orig, "classes-" + classes, kind="gpt", **dict(
+            bert, **dict(data, **{"model.classes": classes})))
+        all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST),
+                   ["model.classes: ", "model.classes = 3", "model.classes = " + classes],
+                   ("auto", "path", "eval"))
+    cfg, run_dir = copy_run(h, orig, "kind-gpt", kind="gpt")
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["model.kind = bert", "model.kind = gpt"],
+               ("auto", "eval"))
+
+
 def test_resume_bert_other_dropout(h):
     """model.dropout and model.attention_dropout are part of the training: a
     bert run trained with dropout 0.1 is not resumed (auto or a path) with
@@ -2725,7 +2755,8 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
-        test_resume_bert_other_dropout, test_bert_other_labels,
+        test_resume_bert_other_dropout, test_bert_other_classes_or_kind_names_the_key,
+        test_bert_other_labels,
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
         test_export_padded_bert,
