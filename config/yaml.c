@@ -205,8 +205,28 @@ static int syntax_error(const yaml_parser_t *p, const char *text, size_t len, co
     const int line = p->error == YAML_READER_ERROR
                          ? line_at(text, p->problem_offset < len ? p->problem_offset : len)
                          : (int)p->problem_mark.line + 1;
-    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name, line,
-                   p->problem ? p->problem : "?");
+    /* libyaml takes a key of more than 1024 characters for no key at all;
+     * its message then says a ':' is missing from a line that has one, or
+     * (in a section) that the line's ':' is out of place */
+    const char *why = p->problem ? p->problem : "?";
+    if (p->error == YAML_SCANNER_ERROR && (strcmp(why, "could not find expected ':'") == 0 ||
+                                           strcmp(why, "mapping values are not allowed in this "
+                                                       "context") == 0)) {
+        const char *at = text, *end = text + len;
+        for (int l = 1; l < line && at < end; l++) {
+            const char *nl = memchr(at, '\n', (size_t)(end - at));
+            at = nl ? nl + 1 : end;
+        }
+        const char *nl = at < end ? memchr(at, '\n', (size_t)(end - at)) : NULL;
+        const char *colon = at < end ? memchr(at, ':', (size_t)((nl ? nl : end) - at)) : NULL;
+        while (colon && at < colon && (*at == ' ' || *at == '\t'))
+            at++; /* the key starts after its indentation */
+        if (colon && colon - at > 1024)
+            return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: a key of %zu characters; "
+                           "YAML takes a plain key of at most 1024", name, line,
+                           (size_t)(colon - at));
+    }
+    return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name, line, why);
 }
 
 /* The first pass: size, nesting depth, anchors and documents, checked on the

@@ -105,7 +105,9 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
                     rc = pt_fail(err, PT_EINPUT,
                                  "'%s': tensor '%s' holds %s at element %zu of %zu; weights must "
                                  "be finite numbers",
-                                 path, p->name, isnan(w[j]) ? "NaN" : "Inf", j, p->numel);
+                                 path, p->name,
+                                 isnan(w[j]) ? "NaN" : "Inf (or a number beyond float32's range)",
+                                 j, p->numel);
                     break;
                 }
         }

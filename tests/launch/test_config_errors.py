@@ -557,6 +557,11 @@ CASES = [
                                                                '  seed: 3\n  "seed\\0zzz": 7\n', 1),
          line=line_with("zzz"), needles=["key holds a NUL"], absent=["twice"]),
     Case("yaml_syntax_unclosed_flow", raw=append("pipeline: {stages: 1\n"), needles=["YAML"]),
+    # libyaml takes a key past 1024 characters for no key ("could not find
+    # expected ':'" on a line that has one): said as what it is
+    Case("yaml_key_past_1024", raw=inserted_under("train", "  %s: 1\n" % ("k" * 1100)),
+         line=line_with("k" * 1100), needles=["YAML syntax error", "a key of 1100 characters",
+                                              "at most 1024"]),
     Case("duplicate_key", raw=dup, line=line_with("lr: 0.005"),
          needles=["train.lr", "twice"]),
     Case("list_for_scalar", {"train.lr": "[0.1, 0.2]"}, blame="train.lr",
