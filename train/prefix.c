@@ -156,8 +156,15 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             p->test_ids[i] = r->spec.train->count + ids[i];
         ids = p->test_ids;
     }
-    /* evaluation is not the epoch's work: its hits are counted apart */
+    /* evaluation is not the epoch's work: its hits are counted apart. A
+     * hit counts only where the cache holds the whole frozen prefix: where
+     * it holds less (the stages after it need units of their own), the
+     * rest of the prefix runs on every example, and every example counts
+     * as computed. */
+    const int whole = depth >= r->frozen_units;
     int64_t *hits = training ? &r->step_hits : &r->eval_hits;
+    if (!whole && training)
+        r->step_computed += n;
     /* hits go straight into x; the misses wait in `todo` */
     int todo = 0, rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
@@ -165,7 +172,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         if (got < 0)
             rc = err->code;
         else if (got)
-            (*hits)++;
+            *hits += whole;
         else
             p->rest[todo++] = i;
     }
@@ -203,7 +210,7 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         if (p->staged && start > 0)
             pt_backend_upload(r->be, p->in, p->hio, (size_t)k * p->row_bytes);
         rc = compute_group(p, b, ids, k, start, depth, x, err);
-        r->step_computed += training ? k : 0;
+        r->step_computed += training && whole ? k : 0;
         todo = left;
     }
     return rc;

@@ -123,6 +123,11 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
     pt_segment_set_loss_scale(r->seg, 1.0 / ((double)r->spec.batch *
                                              (double)pt_arch_rows_per_example(&r->arch)));
     pt_reducer_begin(r->reducer);
+    /* a frozen prefix that stage 0 runs itself, no prefix source before it
+     * (the cache off, and the prefix filling stage 0): computed for every
+     * example of the share (a source counts its own, train/prefix.c) */
+    if (r->stage == 0 && r->frozen_units > 0 && r->source_units == 0)
+        r->step_computed += n;
     pt_note_publish(r->spec.where, pt_stage_exec_where(r->exec));
     if ((rc = pt_stage_exec_step(r->exec, r->batches, st, err)))
         return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));

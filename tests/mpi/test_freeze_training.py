@@ -104,10 +104,24 @@ def check_model(tools, work, model):
            % (model, [e["cache_hits"] for e in epochs]))
 
     print("%s: K = 2 against K = 1" % model, flush=True)
+    def counts(run_dir):
+        return [(e["cache_hits"], e["prefix_computed"]) for e in records(run_dir, "epoch")]
     for cache in ("false", "true"):
-        _, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
+        k2_dir, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
         worst, _ = h.compare_runs("%s K=2 cache %s vs K=1" % (model, cache), off_loss, off_w, loss, w, TOL)
         expect(worst <= TOL, "%s: K=2 with cache %s within %.0e of K=1" % (model, cache, TOL))
+        # every example that went through the frozen prefix is counted once,
+        # as served whole by the cache or as computed, whatever the layout;
+        # with the cache off all of them as computed, as one process counts
+        # (stage 0 running the prefix itself counted none; a cache capped
+        # short of the prefix, to leave units for stage 1, counted hits)
+        one = counts(on_dir if cache == "true" else off_dir)
+        two = counts(k2_dir)
+        expect([a + b for a, b in two] == [a + b for a, b in one],
+               "%s: K=2 cache %s counts every example of the frozen prefix once: (hits, "
+               "computed) %s, one process %s" % (model, cache, two, one))
+        if cache == "false":
+            expect(two == one, "%s: K=2 cache off counts %s, one process %s" % (model, two, one))
 
     # 2 replicas: each serves its half of the batch from the node's cache;
     # the epoch's counts are the job's, as one process counts them (the
