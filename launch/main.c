@@ -634,6 +634,8 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             }
             if (rc == 0)
                 passed_over(cfg->run.dir, latest);
+            else if (rc == PT_EINPUT) /* where eval looked: the config's run.dir */
+                pt_config_key_prefix(cfg, &err, "run.dir");
         }
         if ((rc = setup_failed(comm, rc, &err)) ||
             (rc = setup_failed(comm, pt_bcast(pt_comm_world(comm), latest, sizeof latest, 0, &err),

@@ -1723,10 +1723,15 @@ def test_resume_with_other_test_data_is_noted(h):
 
 
 def test_eval_without_checkpoints(h):
+    """eval without --checkpoint and nothing in run.dir: exit 2, naming the
+    config's line of run.dir, where it looked (--set when set there)."""
     run_dir = h.path("empty-run")
     cfg = U.write_config(h, "c.yaml", keys(h, run_dir))
     r = h.run(["eval", cfg]).expect(2)
-    r.one_error("no checkpoint", strict=False)
+    r.one_error("%s:%d: run.dir: " % (cfg, U.line_of(open(cfg).read(), "run.dir")),
+                "no checkpoint", strict=False)
+    r = h.run(["eval", cfg, "--set", "run.dir=" + run_dir + "-too"]).expect(2)
+    r.one_error("--set: run.dir: ", "no checkpoint", strict=False)
     check(not os.path.exists(run_dir), "eval created run.dir")
 
 
