@@ -177,7 +177,8 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
 #define MAX_DEPTH 16
 #define MAX_ANCHORS 64
 
-/* Line (1-based) of byte `at` of text. */
+/* Line (1-based) of byte `at` of text, lines ended as libyaml ends them
+ * (its marks count the same breaks). */
 static int line_at(const char *text, size_t at)
 {
     int line = 1;
@@ -186,12 +187,22 @@ static int line_at(const char *text, size_t at)
      * bytes (U+010A has an 0x0A byte) */
     const int le = at >= 2 && u[0] == 0xFF && u[1] == 0xFE, be = at >= 2 && u[0] == 0xFE && u[1] == 0xFF;
     if (le || be) {
-        for (size_t i = 2; i + 2 <= at; i += 2)
-            line += le ? u[i] == '\n' && u[i + 1] == 0 : u[i] == 0 && u[i + 1] == '\n';
+        for (size_t i = 2; i + 2 <= at; i += 2) {
+            const unsigned c = le ? u[i] | (unsigned)u[i + 1] << 8 : (unsigned)u[i] << 8 | u[i + 1];
+            const unsigned next = i + 4 <= at ? (le ? u[i + 2] | (unsigned)u[i + 3] << 8
+                                                    : (unsigned)u[i + 2] << 8 | u[i + 3])
+                                              : 0;
+            /* the breaks libyaml counts: LF, CR (CR LF once), NEL, LS, PS */
+            line += c == '\n' || (c == '\r' && next != '\n') || c == 0x85 || c == 0x2028 ||
+                    c == 0x2029;
+        }
         return line;
     }
     for (size_t i = 0; i < at; i++)
-        line += text[i] == '\n';
+        line += u[i] == '\n' || (u[i] == '\r' && (i + 1 >= at || u[i + 1] != '\n')) ||
+                (u[i] == 0xC2 && i + 1 < at && u[i + 1] == 0x85) ||
+                (u[i] == 0xE2 && i + 2 < at && u[i + 1] == 0x80 &&
+                 (u[i + 2] == 0xA8 || u[i + 2] == 0xA9));
     return line;
 }
 

@@ -1899,6 +1899,31 @@ def test_utf16_config(h):
         r.one_error(cfg + ":3: YAML syntax error")
 
 
+def test_line_ends_of_libyaml(h):
+    """Lines that end in a lone CR (or CR LF), and in UTF-16 too, are lines:
+    an error libyaml's reader finds by byte (a bad UTF-8 byte, a control
+    character) is reported on its line, as the errors found by position are
+    (it named line 1 of a file of lone CRs)."""
+    text = U.render(base(h, **{"train.max_steps": "1"}))
+    last = len(text.splitlines()) + 1
+    for name, ends in (("cr", "\r"), ("crlf", "\r\n")):
+        body = text.replace("\n", ends)
+        cfg = U.write(h.path(name + ".yaml"), body.encode(), "wb")
+        h.run(["plan", cfg]).expect(0, name + " line ends")
+        for bad, needle in ((b"\xff", "invalid leading UTF-8 octet"),
+                            (b"\x01", "control characters")):
+            raw = (body + "sample:" + ends + '  prompt: "a').encode() + bad + ('b"' + ends).encode()
+            cfg = U.write(h.path(name + "-bad.yaml"), raw, "wb")
+            r = h.run(["plan", cfg]).expect(2, name + " with a reader error")
+            r.one_error("%s:%d: YAML syntax error" % (cfg, last + 1), needle)
+    for codec, bom in (("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff")):
+        body = text.replace("\n", "\r")
+        raw = bom + (body + "sample:\r").encode(codec) + b"\x00\xd8"[::1 if codec.endswith("le") else -1]
+        cfg = U.write(h.path(codec + "-cr.yaml"), raw, "wb")
+        r = h.run(["plan", cfg]).expect(2, codec + " lone CRs with a lone surrogate")
+        r.one_error("%s:%d: YAML syntax error" % (cfg, last + 1))
+
+
 def test_config_without_settings(h):
     """An empty config, one of comments only, or a FIFO read before its
     writer came, is refused (exit 2) naming the file: it would otherwise
@@ -2141,7 +2166,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_unreadable_inputs,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
-         test_usage_errors, test_subcommand_help, test_config_without_settings, test_utf16_config,
+         test_usage_errors, test_subcommand_help, test_config_without_settings, test_utf16_config, test_line_ends_of_libyaml,
          test_quoted_number_with_leading_zero, test_staging_is_host_memory,
          test_checkpoints_not_a_directory, test_eval_output_errors,
          test_error_line_escapes_control_characters] + [make(c) for c in CASES]
