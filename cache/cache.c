@@ -433,8 +433,8 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         c->disk_fd = create_disk_file(h->disk_path, disk_entries * spec->entry_bytes);
         c->own_disk = c->disk_fd >= 0;
         if (c->disk_fd < 0) {
-            rc = pt_fail(err, PT_ESYS, "cannot create the disk cache '%s': %s", h->disk_path,
-                         strerror(errno));
+            rc = pt_fail(err, PT_ESYS, "cannot create the disk cache '%s' (in cache.disk_dir): %s",
+                         h->disk_path, strerror(errno));
             if (!c->own_disk)
                 h->disk_path[0] = '\0'; /* someone else's file: no sweep may take it for ours */
             pt_cache_close(c);
