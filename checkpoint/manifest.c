@@ -316,17 +316,20 @@ int pt_manifest_labels(const manifest *m, int arch_classes, const json_t **out, 
 int pt_manifest_check_labels(const manifest *m, const pt_arch *arch, const pt_dataset *train,
                              const char *train_file, pt_err *err)
 {
+    /* the checkpoint's own model, where its config record reads (one of a
+     * newer pipetrain may not: then the config's model stands in) */
     pt_config *saved = malloc(sizeof *saved);
     if (!saved)
         return pt_fail(err, PT_ENOMEM, "out of memory reading the config of %s", m->dir);
     pt_arch own;
-    int rc = pt_manifest_config(m, saved, &own, err);
+    pt_err quiet = {0};
+    const int known = pt_manifest_config(m, saved, &own, &quiet) == 0;
     free(saved);
-    if (rc)
-        return rc;
+    if (!known)
+        own = *arch;
     const json_t *labels;
     int n;
-    rc = pt_manifest_labels(m, own.classes, &labels, &n, err);
+    int rc = pt_manifest_labels(m, own.classes, &labels, &n, err);
     if (rc || n == 0 || own.kind != arch->kind || own.classes != arch->classes ||
         train->kind != PT_DATA_TEXTCLS || !train->label_names)
         return rc;
