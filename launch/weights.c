@@ -103,11 +103,10 @@ int pt_weights_load(pt_segment *s, const char *path, pt_err *err)
             for (size_t j = 0; j < p->numel; j++)
                 if (!isfinite(w[j])) {
                     rc = pt_fail(err, PT_EINPUT,
-                                 "'%s': tensor '%s' holds %s at element %zu of %zu; weights must "
-                                 "be finite numbers",
-                                 path, p->name,
-                                 isnan(w[j]) ? "NaN" : "Inf (or a number beyond float32's range)",
-                                 j, p->numel);
+                                 "'%s': tensor '%s' holds %s at element %zu of %zu%s; weights "
+                                 "must be finite numbers",
+                                 path, p->name, isnan(w[j]) ? "NaN" : "Inf", j, p->numel,
+                                 isnan(w[j]) ? "" : " (or a number beyond float32's range)");
                     break;
                 }
         }
