@@ -89,8 +89,11 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     if (w->c->line[ki] > 0)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: set twice (first on line %d)", w->path,
                        line, key, w->c->line[ki]);
+    /* the value's line; but a value that starts before its key came
+     * through an alias (*name), and its anchor's line is not this key's */
     char where[PT_PATH_MAX + 16];
-    snprintf(where, sizeof where, "%s:%d", w->path, (int)vn->start_mark.line + 1);
+    snprintf(where, sizeof where, "%s:%d", w->path,
+             vn->start_mark.index < kn->start_mark.index ? line : (int)vn->start_mark.line + 1);
     if (vn->type != YAML_SCALAR_NODE)
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki],
                                    vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",

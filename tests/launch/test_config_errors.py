@@ -557,6 +557,11 @@ CASES = [
                                                                '  seed: 3\n  "seed\\0zzz": 7\n', 1),
          line=line_with("zzz"), needles=["key holds a NUL"], absent=["twice"]),
     Case("yaml_syntax_unclosed_flow", raw=append("pipeline: {stages: 1\n"), needles=["YAML"]),
+    # a value that comes through an alias (*name) is reported on its key's
+    # line, not on the line of the anchor (another key's, valid there)
+    Case("alias_value_on_its_key_line",
+         raw=lambda t: t.replace("  seed: 3\n", "  seed: &n 5000\n", 1) + "freeze:\n  alpha: *n\n",
+         blame="freeze.alpha", line=line_with("*n"), needles=["5000", "allowed: a number > 0 and < 1"]),
     # libyaml takes a key past 1024 characters for no key ("could not find
     # expected ':'" on a line that has one): said as what it is
     Case("yaml_key_past_1024", raw=inserted_under("train", "  %s: 1\n" % ("k" * 1100)),
