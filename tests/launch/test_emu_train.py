@@ -178,7 +178,12 @@ def mpi_train(h, name, k, ranks):
 def test_vit_fp32_two_stages(h):
     if not os.environ.get("PT_MPIEXEC"):
         return "skipped: no mpirun (PT_MPIEXEC)"
-    k = dict(base(h, "vit", "fp32"), **{"pipeline.microbatches": "2"})
+    # 3 blocks, frozen 1 then 2 (alpha 0.3, at most 2): on 2 stages the
+    # cache holds the frozen prefix whole at depth 2 (8 units, at most 6
+    # cached; with 2 blocks it stops a unit short of depth 2's 5, and no
+    # evaluation counts as served whole)
+    k = dict(base(h, "vit", "fp32"), **{"pipeline.microbatches": "2", "model.layers": "3",
+                                        "freeze.alpha": "0.3", "freeze.max_depth": "2"})
     one = C.train(h, "one", C.keys(h.path("one"), k, False))
     two = mpi_train(h, "two", C.keys(h.path("two"), k, True, **{
         "pipeline.stages": "2", "pipeline.elastic": "false"}), 2)
