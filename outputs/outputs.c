@@ -437,6 +437,45 @@ typedef struct {
     const char *path, *key;
 } named_input;
 
+/* The files a config names as inputs, in out[] (at most CONFIG_INPUTS, ""
+ * where unset), their paths built in names[]: model.init_from and the
+ * files of a Hugging Face model directory beside it or in it
+ * (model.safetensors, config.json, vocab.txt, tokenizer_config.json:
+ * init_from is the directory or its model.safetensors), data.vocab and the
+ * tokenizer_config.json beside it, the data files. pipeline.profile is
+ * not among them (see pt_run_dir_not_over_inputs). */
+enum { HF_FILES = 4, CONFIG_INPUTS = 1 + 2 * HF_FILES + 9 };
+typedef char input_name[2 * PT_PATH_MAX];
+static int config_inputs(const pt_config *cfg, named_input out[CONFIG_INPUTS],
+                         input_name names[2 * HF_FILES + 1])
+{
+    static const char *const hf[HF_FILES] = {"model.safetensors", "config.json", "vocab.txt",
+                                             "tokenizer_config.json"};
+    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
+    const char *vocab = cfg->data.vocab, *vslash = strrchr(vocab, '/');
+    int n = 0;
+    out[n++] = (named_input){init, "model.init_from"};
+    for (int i = 0; i < HF_FILES; i++) {
+        snprintf(names[2 * i], sizeof names[0], "%s/%s", init, hf[i]);
+        snprintf(names[2 * i + 1], sizeof names[0], "%.*s%s", slash ? (int)(slash - init) + 1 : 0,
+                 init, hf[i]);
+        out[n++] = (named_input){*init ? names[2 * i] : "", "model.init_from"};
+        out[n++] = (named_input){*init ? names[2 * i + 1] : "", "model.init_from"};
+    }
+    snprintf(names[2 * HF_FILES], sizeof names[0], "%.*stokenizer_config.json",
+             vslash ? (int)(vslash - vocab) + 1 : 0, vocab);
+    out[n++] = (named_input){vocab, "data.vocab"};
+    out[n++] = (named_input){*vocab ? names[2 * HF_FILES] : "", "data.vocab"};
+    out[n++] = (named_input){cfg->data.train_file, "data.train_file"};
+    out[n++] = (named_input){cfg->data.test_file, "data.test_file"};
+    out[n++] = (named_input){cfg->data.train_images, "data.train_images"};
+    out[n++] = (named_input){cfg->data.train_labels, "data.train_labels"};
+    out[n++] = (named_input){cfg->data.test_images, "data.test_images"};
+    out[n++] = (named_input){cfg->data.test_labels, "data.test_labels"};
+    out[n++] = (named_input){cfg->data.text, "data.text"};
+    return n;
+}
+
 /* train's inputs are none of what its run writes or removes: the files
  * run.dir keeps (its lock, logs and profiles, appended to or replaced) and
  * whatever lies in its checkpoints directory (a save empties the step
@@ -456,38 +495,9 @@ int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *e
     if ((rc = real_path("run.dir", ckpts, real_ckpts, &missing, err)))
         return rc;
     const int have_ckpts = !missing;
-    /* model.init_from is a directory or its model.safetensors, with
-     * config.json, vocab.txt and tokenizer_config.json beside that */
-    static const char *const beside[] = {"model.safetensors", "config.json", "vocab.txt",
-                                         "tokenizer_config.json"};
-    enum { BESIDE = sizeof beside / sizeof *beside };
-    char from[2 * BESIDE][2 * PT_PATH_MAX];
-    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
-    for (int i = 0; i < BESIDE; i++) {
-        snprintf(from[i], sizeof from[i], "%s/%s", init, beside[i]);
-        snprintf(from[BESIDE + i], sizeof from[i], "%.*s%s",
-                 slash ? (int)(slash - init) + 1 : 0, init, beside[i]);
-    }
-    char vocab_cfg[2 * PT_PATH_MAX]; /* the tokenizer_config.json beside data.vocab */
-    const char *vslash = strrchr(cfg->data.vocab, '/');
-    snprintf(vocab_cfg, sizeof vocab_cfg, "%.*stokenizer_config.json",
-             vslash ? (int)(vslash - cfg->data.vocab) + 1 : 0, cfg->data.vocab);
-    named_input inputs[5 + 2 * BESIDE + 9] = {
-        {cfg->empty_source ? "" : cfg->source, NULL},
-        {init, "model.init_from"},
-        {cfg->data.vocab, "data.vocab"},
-        {*cfg->data.vocab ? vocab_cfg : "", "data.vocab"},
-        {cfg->data.train_file, "data.train_file"},
-    };
-    int n = 5;
-    for (int i = 0; i < 2 * BESIDE; i++)
-        inputs[n++] = (named_input){*init ? from[i] : "", "model.init_from"};
-    inputs[n++] = (named_input){cfg->data.test_file, "data.test_file"};
-    inputs[n++] = (named_input){cfg->data.train_images, "data.train_images"};
-    inputs[n++] = (named_input){cfg->data.train_labels, "data.train_labels"};
-    inputs[n++] = (named_input){cfg->data.test_images, "data.test_images"};
-    inputs[n++] = (named_input){cfg->data.test_labels, "data.test_labels"};
-    inputs[n++] = (named_input){cfg->data.text, "data.text"};
+    named_input inputs[1 + CONFIG_INPUTS] = {{cfg->empty_source ? "" : cfg->source, NULL}};
+    input_name names[2 * HF_FILES + 1];
+    const int n = 1 + config_inputs(cfg, inputs + 1, names);
     for (int i = 0; i < n; i++) {
         const char *p = inputs[i].path, *what = inputs[i].key ? inputs[i].key : "the config file";
         if (!p || !*p)
@@ -534,16 +544,6 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
 {
     static const char *const written[] = {"model.safetensors", "config.json", "vocab.txt",
                                           "tokenizer_config.json"};
-    /* init_from is a directory or its model.safetensors, with config.json
-     * (and perhaps vocab.txt) beside that */
-    enum { FROM = 5 };
-    char from[FROM][2 * PT_PATH_MAX];
-    const char *init = cfg->model.init_from, *slash = strrchr(init, '/');
-    for (int i = 0; i < 3; i++)
-        snprintf(from[i], sizeof from[i], "%s/%s", init, written[i]);
-    for (int i = 3; i < FROM; i++)
-        snprintf(from[i], sizeof from[i], "%.*s%s", slash ? (int)(slash - init) + 1 : 0, init,
-                 written[i - 2]);
     /* a tokenizer_config.json written beside data.vocab would change how
      * the next run with that vocabulary tokenizes (its data.lowercase auto) */
     char vocab_dir[PT_PATH_MAX];
@@ -551,27 +551,18 @@ int pt_export_not_over_inputs(const char *out, int dir, const pt_config *cfg, pt
     snprintf(vocab_dir, sizeof vocab_dir, "%.*s",
              vslash ? (int)(vslash - cfg->data.vocab) + (vslash == cfg->data.vocab) : 1,
              vslash ? cfg->data.vocab : ".");
-    const struct {
-        const char *path, *key;
-    } inputs[] = {{init, "model.init_from"},       {from[0], "model.init_from"},
-                  {from[1], "model.init_from"},    {from[2], "model.init_from"},
-                  {from[3], "model.init_from"},    {from[4], "model.init_from"},
-                  {cfg->data.vocab, "data.vocab"}, {cfg->data.train_file, "data.train_file"},
-                  {cfg->data.test_file, "data.test_file"},
-                  {*cfg->data.vocab ? vocab_dir : "", "the directory of data.vocab"},
-                  {cfg->data.train_images, "data.train_images"},
-                  {cfg->data.train_labels, "data.train_labels"},
-                  {cfg->data.test_images, "data.test_images"},
-                  {cfg->data.test_labels, "data.test_labels"},
-                  {cfg->data.text, "data.text"}};
+    named_input inputs[CONFIG_INPUTS + 1];
+    input_name names[2 * HF_FILES + 1];
+    int n = config_inputs(cfg, inputs, names);
+    inputs[n++] = (named_input){*cfg->data.vocab ? vocab_dir : "", "the directory of data.vocab"};
     struct stat o, in;
     for (int w = -1; w < (dir ? (int)(sizeof written / sizeof *written) : 0); w++) {
         char p[2 * PT_PATH_MAX];
         snprintf(p, sizeof p, w < 0 ? "%s" : "%s/%s", out, w < 0 ? "" : written[w]);
         if (stat(p, &o) != 0)
             continue;
-        for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
-            if ((*init || i > FROM) && inputs[i].path && *inputs[i].path &&
+        for (int i = 0; i < n; i++)
+            if (inputs[i].path && *inputs[i].path &&
                 stat(inputs[i].path, &in) == 0 && same_inode(&o, &in))
                 return pt_fail(err, PT_EINPUT, "export: '%s' %s '%s', %s of the run this "
                                "checkpoint comes from%s; export elsewhere", p,
