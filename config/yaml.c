@@ -121,17 +121,20 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
      * reading to be taken for: its leading zeros go (the plain 016, which
      * YAML 1.1 reads as 15, is refused by the number's parser) */
     const pt_key_type type = pt_config_keys[ki].type;
-    char plain[64];
-    if (vn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE && strlen(text) < sizeof plain &&
+    char *plain = NULL; /* as long as the text: "0000...17" reads as 17 however many zeros */
+    if (vn->data.scalar.style != YAML_PLAIN_SCALAR_STYLE &&
         (type == PT_K_INT || type == PT_K_I64 || type == PT_K_FLOAT)) {
         const size_t sign = *text == '+' || *text == '-';
         size_t z = sign;
         while (text[z] == '0' && isdigit((unsigned char)text[z + 1]))
             z++;
-        snprintf(plain, sizeof plain, "%.*s%s", (int)sign, text, text + z);
+        if (!(plain = malloc(strlen(text) + 1)))
+            return pt_fail(w->err, PT_ENOMEM, "out of memory reading %s", w->path);
+        snprintf(plain, strlen(text) + 1, "%.*s%s", (int)sign, text, text + z);
         text = plain;
     }
     int rc = pt_config_set_value(w->c, ki, text, where, w->err);
+    free(plain);
     if (rc == 0)
         w->c->line[ki] = line;
     return rc;

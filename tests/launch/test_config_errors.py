@@ -1871,10 +1871,17 @@ def test_subcommand_help(h):
 
 def test_quoted_number_with_leading_zero(h):
     """A quoted number is a string in every YAML, so "016" has no octal
-    reading: it is 16 (the plain 016 is refused as ambiguous)."""
+    reading: it is 16 (the plain 016 is refused as ambiguous), however many
+    zeros lead (62 or more were refused as a leading zero), signed too."""
     text = U.render(base(h, **{"train.max_steps": "1"})).replace("dim: 16", 'dim: "016"', 1)
     check('dim: "016"' in text, "the config has no 'dim: 16' to quote:\n%s", text)
     h.run(["plan", U.write(h.path("quoted.yaml"), text)]).expect(0, 'dim: "016"')
+    for zeros in (61, 62, 200, 5000):
+        for value in ('"%s16"', '"+%s16"'):
+            quoted = value % ("0" * zeros)
+            long_text = text.replace('dim: "016"', "dim: " + quoted, 1)
+            h.run(["plan", U.write(h.path("quoted-%d.yaml" % zeros), long_text)]).expect(
+                0, "dim: %s with %d zeros" % (value[:2], zeros))
 
 
 def test_staging_is_host_memory(h):
