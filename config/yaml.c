@@ -183,6 +183,21 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
 #define MAX_DEPTH 16
 #define MAX_ANCHORS 64
 
+/* The bytes of the line break at u[i] (u[0 .. end) UTF-8), 0 if none: the
+ * breaks libyaml counts, LF, CR LF, CR, NEL, LS and PS. */
+static size_t break_at(const unsigned char *u, size_t i, size_t end)
+{
+    if (u[i] == '\n')
+        return 1;
+    if (u[i] == '\r')
+        return i + 1 < end && u[i + 1] == '\n' ? 2 : 1;
+    if (u[i] == 0xC2 && i + 1 < end && u[i + 1] == 0x85)
+        return 2;
+    if (u[i] == 0xE2 && i + 2 < end && u[i + 1] == 0x80 && (u[i + 2] == 0xA8 || u[i + 2] == 0xA9))
+        return 3;
+    return 0;
+}
+
 /* Line (1-based) of byte `at` of text, lines ended as libyaml ends them
  * (its marks count the same breaks). */
 static int line_at(const char *text, size_t at)
@@ -204,11 +219,11 @@ static int line_at(const char *text, size_t at)
         }
         return line;
     }
-    for (size_t i = 0; i < at; i++)
-        line += u[i] == '\n' || (u[i] == '\r' && (i + 1 >= at || u[i + 1] != '\n')) ||
-                (u[i] == 0xC2 && i + 1 < at && u[i + 1] == 0x85) ||
-                (u[i] == 0xE2 && i + 2 < at && u[i + 1] == 0x80 &&
-                 (u[i + 2] == 0xA8 || u[i + 2] == 0xA9));
+    for (size_t i = 0; i < at;) {
+        const size_t b = break_at(u, i, at);
+        line += b > 0;
+        i += b ? b : 1;
+    }
     return line;
 }
 
@@ -229,19 +244,23 @@ static int syntax_error(const yaml_parser_t *p, const char *text, size_t len, co
     if (p->error == YAML_SCANNER_ERROR && (strcmp(why, "could not find expected ':'") == 0 ||
                                            strcmp(why, "mapping values are not allowed in this "
                                                        "context") == 0)) {
-        const char *at = text, *end = text + len;
-        for (int l = 1; l < line && at < end; l++) {
-            const char *nl = memchr(at, '\n', (size_t)(end - at));
-            at = nl ? nl + 1 : end;
+        /* the problem's line (UTF-8 text: libyaml reads UTF-16 itself) */
+        const unsigned char *u = (const unsigned char *)text;
+        const int utf16 = len >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF));
+        size_t i = 0;
+        for (int l = 1; !utf16 && l < line && i < len;) {
+            const size_t b = break_at(u, i, len);
+            l += b > 0;
+            i += b ? b : 1;
         }
-        const char *nl = at < end ? memchr(at, '\n', (size_t)(end - at)) : NULL;
-        const char *colon = at < end ? memchr(at, ':', (size_t)((nl ? nl : end) - at)) : NULL;
-        while (colon && at < colon && (*at == ' ' || *at == '\t'))
-            at++; /* the key starts after its indentation */
-        if (colon && colon - at > 1024)
+        while (!utf16 && i < len && (u[i] == ' ' || u[i] == '\t'))
+            i++; /* the key starts after its indentation */
+        size_t chars = 0; /* UTF-8 characters before the line's first ':' */
+        for (; !utf16 && i < len && u[i] != ':' && !break_at(u, i, len); i++)
+            chars += (u[i] & 0xC0) != 0x80;
+        if (!utf16 && i < len && u[i] == ':' && chars > 1024)
             return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: a key of %zu characters; "
-                           "YAML takes a plain key of at most 1024", name, line,
-                           (size_t)(colon - at));
+                           "YAML takes a plain key of at most 1024", name, line, chars);
     }
     return pt_fail(err, PT_EINPUT, "%s:%d: YAML syntax error: %s", name, line, why);
 }

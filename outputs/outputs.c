@@ -439,11 +439,12 @@ typedef struct {
 
 /* The files a config names as inputs, in out[] (at most CONFIG_INPUTS, ""
  * where unset), their paths built in names[]: model.init_from and the
- * files of a Hugging Face model directory beside it or in it
- * (model.safetensors, config.json, vocab.txt, tokenizer_config.json:
- * init_from is the directory or its model.safetensors), data.vocab and the
- * tokenizer_config.json beside it, the data files. pipeline.profile is
- * not among them (see pt_run_dir_not_over_inputs). */
+ * files of a Hugging Face model directory in it (model.safetensors,
+ * config.json, vocab.txt, tokenizer_config.json: init_from is such a
+ * directory) or beside it (the three but model.safetensors: init_from is
+ * that file), data.vocab and the tokenizer_config.json beside it, the data
+ * files. pipeline.profile is not among them (see
+ * pt_run_dir_not_over_inputs). */
 enum { HF_FILES = 4, CONFIG_INPUTS = 1 + 2 * HF_FILES + 9 };
 typedef char input_name[2 * PT_PATH_MAX];
 static int config_inputs(const pt_config *cfg, named_input out[CONFIG_INPUTS],
@@ -460,7 +461,7 @@ static int config_inputs(const pt_config *cfg, named_input out[CONFIG_INPUTS],
         snprintf(names[2 * i + 1], sizeof names[0], "%.*s%s", slash ? (int)(slash - init) + 1 : 0,
                  init, hf[i]);
         out[n++] = (named_input){*init ? names[2 * i] : "", "model.init_from"};
-        out[n++] = (named_input){*init ? names[2 * i + 1] : "", "model.init_from"};
+        out[n++] = (named_input){*init && i > 0 ? names[2 * i + 1] : "", "model.init_from"};
     }
     snprintf(names[2 * HF_FILES], sizeof names[0], "%.*stokenizer_config.json",
              vslash ? (int)(vslash - vocab) + 1 : 0, vocab);
@@ -499,13 +500,12 @@ int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *e
     input_name names[2 * HF_FILES + 1];
     const int n = 1 + config_inputs(cfg, inputs + 1, names);
     for (int i = 0; i < n; i++) {
-        const char *p = inputs[i].path, *what = inputs[i].key ? inputs[i].key : "the config file";
-        if (!p || !*p)
+        const char *p = inputs[i].path;
+        /* one that does not resolve is not read as it is (its loader says
+         * why, where it is an input at all: most are the files a model
+         * directory may hold) */
+        if (!p || !*p || !realpath(p, real_in))
             continue;
-        if ((rc = real_path(what, p, real_in, &missing, err)))
-            return rc;
-        if (missing)
-            continue; /* loading it says so */
         const char *cut = strrchr(real_in, '/');
         char parent[PATH_MAX];
         snprintf(parent, sizeof parent, "%.*s", cut ? (int)(cut - real_in) + (cut == real_in) : 0,

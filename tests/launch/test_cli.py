@@ -424,6 +424,25 @@ def test_train_inputs_are_not_run_files(h):
         r = h.run(["train", cfg]).expect(2, "a link at run.dir's " + name)
         r.one_error("run.dir: ", "is a symbolic link", strict=False)
         check(open(mine).read() == "the user's\n", "the file a link at %s leads to changed", name)
+    # files a model directory may hold beside model.init_from are looked at
+    # only as far as they resolve: a link there that loops is no input
+    # train reads (it was refused, naming no line, when run.dir existed)
+    first = h.path("run-first")
+    h.run(["train", U.write_config(h, "first.yaml", tiny_keys("gpt", first))]).expect(0)
+    w = h.path("w")
+    os.makedirs(w)
+    h.run(["export", U.ckpt(first, 4), os.path.join(w, "init.safetensors")]).expect(0)
+    os.symlink("config.json", os.path.join(w, "config.json"))
+    run_dir = h.path("run-init")
+    os.makedirs(run_dir)
+    cfg = U.write_config(h, "init.yaml", tiny_keys("gpt", run_dir, **{
+        "model.init_from": os.path.join(w, "init.safetensors")}))
+    h.run(["train", cfg]).expect(0, "init_from beside a looping config.json link")
+    # and an export may replace a model.safetensors beside a run's
+    # init_from file, again and again: that file is no input of the run
+    for _ in range(2):
+        h.run(["export", U.ckpt(run_dir, 4), os.path.join(w, "model.safetensors")]).expect(
+            0, "export to model.safetensors beside init_from")
     # the same names outside a run directory are plain inputs
     elsewhere = h.path("elsewhere")
     os.makedirs(os.path.join(elsewhere, "checkpoints"))

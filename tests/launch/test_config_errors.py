@@ -567,6 +567,9 @@ CASES = [
     Case("yaml_key_past_1024", raw=inserted_under("train", "  %s: 1\n" % ("k" * 1100)),
          line=line_with("k" * 1100), needles=["YAML syntax error", "a key of 1100 characters",
                                               "at most 1024"]),
+    # counted in characters, not bytes
+    Case("yaml_key_past_1024_utf8", raw=append("%s: 1\n" % ("\u00e9" * 1100)),
+         line=line_with("\u00e9" * 1100), needles=["a key of 1100 characters", "at most 1024"]),
     Case("duplicate_key", raw=dup, line=line_with("lr: 0.005"),
          needles=["train.lr", "twice"]),
     Case("list_for_scalar", {"train.lr": "[0.1, 0.2]"}, blame="train.lr",
@@ -1928,6 +1931,10 @@ def test_line_ends_of_libyaml(h):
             cfg = U.write(h.path(name + "-bad.yaml"), raw, "wb")
             r = h.run(["plan", cfg]).expect(2, name + " with a reader error")
             r.one_error("%s:%d: YAML syntax error" % (cfg, last + 1), needle)
+        # a key past libyaml's 1024 characters, said as such on its line
+        cfg = U.write(h.path(name + "-key.yaml"), (body + "k" * 1100 + ": 1" + ends).encode(), "wb")
+        r = h.run(["plan", cfg]).expect(2, name + " with a long key")
+        r.one_error("%s:%d: YAML syntax error: a key of 1100 characters" % (cfg, last))
     for codec, bom in (("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff")):
         body = text.replace("\n", "\r")
         raw = bom + (body + "sample:\r").encode(codec) + b"\x00\xd8"[::1 if codec.endswith("le") else -1]
