@@ -56,9 +56,11 @@ int pt_err_prefix(pt_err *err, const char *fmt, ...) __attribute__((format(print
 
 /* A note of what the code is doing, for a signal handler that may read it
  * at any moment (the line a rank prints when a stop signal comes): written
- * into whichever of two buffers was not published last, then published, by
- * a release store of its address into a slot the handler reads. So the
- * string a handler finds is never the one being written, and is whole. A
+ * into whichever of its two buffers was not written last, then published,
+ * by a release store of its address into a slot the handler reads. So the
+ * string a handler finds is never the one being written, as long as the
+ * slot holds only the note's latest string (or another that outlives it:
+ * pt_note_publish), and it is whole. A
  * zeroed note is ready; the last byte of each buffer is never written and
  * stays 0. */
 typedef struct {
