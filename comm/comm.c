@@ -370,11 +370,51 @@ int pt_group_world_rank(const pt_group *g, int rank)
 
 /* -------------------------------------------------------------- transfers */
 
-static int check_size(size_t bytes, pt_err *err)
+/* `bytes` bytes as MPI counts them: up to INT_MAX, that many MPI_BYTEs;
+ * beyond (a unit of a large model moved at a re-plan, a large stage's
+ * micro-batch), one element of a type made here: whole GiB blocks, then
+ * the rest. MPI counts are ints, so without it a transfer past 2 GiB could
+ * not be posted at all. A made type is freed by release_bytes right after
+ * the call that posts it (MPI keeps it until the operation completes). */
+typedef struct {
+    MPI_Datatype type;
+    int count;
+} mpi_bytes;
+
+static int bytes_type(size_t bytes, mpi_bytes *out, pt_err *err)
 {
-    if (bytes > INT_MAX)
-        return pt_fail(err, PT_EINTERNAL, "a single transfer of %zu bytes exceeds MPI's int count", bytes);
+    out->type = MPI_BYTE;
+    out->count = (int)bytes;
+    if (bytes <= INT_MAX)
+        return 0;
+    enum { GIB = 1 << 30 };
+    const size_t blocks = bytes / GIB, rest = bytes % GIB;
+    if (blocks > INT_MAX)
+        return pt_fail(err, PT_EINTERNAL, "a single transfer of %zu bytes", bytes);
+    MPI_Datatype gib = MPI_DATATYPE_NULL;
+    const int lengths[2] = {(int)blocks, (int)rest};
+    const MPI_Aint at[2] = {0, (MPI_Aint)(blocks * GIB)};
+    MPI_Datatype types[2] = {MPI_DATATYPE_NULL, MPI_BYTE};
+    int rc = MPI_Type_contiguous(GIB, MPI_BYTE, &gib);
+    if (rc == MPI_SUCCESS) {
+        types[0] = gib;
+        rc = MPI_Type_create_struct(rest ? 2 : 1, lengths, at, types, &out->type);
+        MPI_Type_free(&gib);
+    }
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&out->type)) != MPI_SUCCESS)
+        MPI_Type_free(&out->type);
+    if (rc != MPI_SUCCESS) {
+        out->type = MPI_BYTE;
+        return mpi_fail(err, rc, "a datatype for a transfer past 2 GiB");
+    }
+    out->count = 1;
     return 0;
+}
+
+static void release_bytes(mpi_bytes *b)
+{
+    if (b->type != MPI_BYTE)
+        MPI_Type_free(&b->type);
 }
 
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
@@ -383,10 +423,13 @@ int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_r
         return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
     if (stopped)
         return stopped_fail(err);
-    int rc = check_size(bytes, err);
+    mpi_bytes n;
+    int rc = bytes_type(bytes, &n, err);
     if (rc)
         return rc;
-    if ((rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
+    rc = MPI_Isend(buf, n.count, n.type, peer, tag, g->mpi, req_of(r));
+    release_bytes(&n);
+    if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Isend");
     r->active = 1;
     return 0;
@@ -398,10 +441,13 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
         return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
     if (stopped)
         return stopped_fail(err);
-    int rc = check_size(bytes, err);
+    mpi_bytes n;
+    int rc = bytes_type(bytes, &n, err);
     if (rc)
         return rc;
-    if ((rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, g->mpi, req_of(r))) != MPI_SUCCESS)
+    rc = MPI_Irecv(buf, n.count, n.type, peer, tag, g->mpi, req_of(r));
+    release_bytes(&n);
+    if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Irecv");
     r->active = 1;
     return 0;
@@ -559,11 +605,14 @@ int pt_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
         return 0;
     if (stopped)
         return stopped_fail(err);
-    int rc = check_size(bytes, err);
+    mpi_bytes n;
+    int rc = bytes_type(bytes, &n, err);
     if (rc)
         return rc;
     pt_req r = {0};
-    if ((rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, g->mpi, req_of(&r))) != MPI_SUCCESS)
+    rc = MPI_Ibcast(buf, n.count, n.type, root, g->mpi, req_of(&r));
+    release_bytes(&n);
+    if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Ibcast");
     r.active = 1;
     return pt_wait(g, &r, "a broadcast", err);
@@ -578,12 +627,14 @@ int pt_allgather(pt_group *g, const void *mine, void *all, size_t bytes, pt_err 
     }
     if (stopped)
         return stopped_fail(err);
-    int rc = check_size(bytes, err);
+    mpi_bytes n;
+    int rc = bytes_type(bytes, &n, err);
     if (rc)
         return rc;
     pt_req r = {0};
-    if ((rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, g->mpi,
-                             req_of(&r))) != MPI_SUCCESS)
+    rc = MPI_Iallgather(mine, n.count, n.type, all, n.count, n.type, g->mpi, req_of(&r));
+    release_bytes(&n);
+    if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Iallgather");
     r.active = 1;
     return pt_wait(g, &r, "an all-gather", err);
