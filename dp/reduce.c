@@ -324,14 +324,26 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
     for (int i = 0; i < r->nb && !r->failed; i++)
         if (r->b[i].phase == IDLE)
             start_scatter(r, i);
-    const double limit = pt_group_timeout(r->g), deadline = t0 + limit;
+    /* the limit is on a wait without progress: every bucket's phase change
+     * (a part scattered, summed, gathered) starts it again, so a long
+     * reduction that keeps moving is not taken for a dead replica */
+    const double limit = pt_group_timeout(r->g);
+    double deadline = t0 + limit;
+    long moved = -1;
     for (long polls = 0; !r->failed; polls++) {
         pt_reducer_progress(r);
         int left = 0;
-        for (int i = 0; i < r->nb; i++)
+        long phases = 0;
+        for (int i = 0; i < r->nb; i++) {
             left += r->b[i].phase != DONE;
+            phases += r->b[i].phase;
+        }
         if (!left)
             break;
+        if (phases != moved) {
+            moved = phases;
+            deadline = now_s() + limit;
+        }
         if (polls > 200) {
             if (now_s() > deadline) {
                 pt_err e;

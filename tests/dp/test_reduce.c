@@ -7,13 +7,18 @@
  * replica must end with exactly the float sum of the D inputs added in
  * replica order (each rank recomputes every replica's input from the seed),
  * so all replicas hold the same bits; frozen units' gradients do not exist
- * and are not touched. Exit status: the number of failed checks.
+ * and are not touched. Then a reduction that keeps moving but lasts longer
+ * than the group's timeout (one replica reports its units 0.3 s apart, the
+ * timeout 0.9 s): the limit is on a wait without progress, so it must
+ * finish, not be taken for a dead replica. Exit status: the number of
+ * failed checks.
  */
 #include "dp/dp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int failures;
 
@@ -35,7 +40,10 @@ static float input(int replica, int unit, size_t i)
     return (float)v;
 }
 
-static void run_case(pt_comm *comm, pt_backend *be, int D, int frozen, size_t bucket, int overlap)
+/* delay: seconds replica 1 waits before reporting each unit done (0: none),
+ * with the group's timeout at 3 times that */
+static void run_case(pt_comm *comm, pt_backend *be, int D, int frozen, size_t bucket, int overlap,
+                     double delay)
 {
     const int rank = pt_comm_rank(comm), size = pt_comm_size(comm);
     const int color = rank / D < size / D ? rank / D : -1;
@@ -48,6 +56,8 @@ static void run_case(pt_comm *comm, pt_backend *be, int D, int frozen, size_t bu
     if (!g)
         return;
     const int me = pt_group_rank(g);
+    if (delay > 0)
+        pt_group_set_timeout(g, 3 * delay);
     pt_arch a = {.kind = PT_MODEL_GPT, .dim = 12, .layers = 3, .heads = 3, .mlp_hidden = 20, .causal = 1,
                  .vocab = 256, .context = 5, .init_std = 0.02, .seed = 1};
     pt_segment *seg;
@@ -70,6 +80,8 @@ static void run_case(pt_comm *comm, pt_backend *be, int D, int frozen, size_t bu
         }
         pt_reducer_begin(r);
         for (int u = 6; u > frozen; u--) {
+            if (delay > 0 && me == 1)
+                nanosleep(&(struct timespec){0, (long)(delay * 1e9)}, NULL);
             pt_reducer_unit_done(r, u);
             pt_reducer_progress(r);
         }
@@ -120,9 +132,12 @@ int main(int argc, char **argv)
             for (int b = 0; b < 3; b++)
                 for (int overlap = 0; overlap < 2; overlap++) {
                     const size_t bucket = b == 0 ? 1 : b == 1 ? 4096 : (size_t)1 << 30;
-                    run_case(comm, be, D, frozen, bucket, overlap);
+                    run_case(comm, be, D, frozen, bucket, overlap, 0);
                     cases++;
                 }
+    /* slow but moving: 6 buckets, 1.8 s in all, a timeout of 0.9 s */
+    run_case(comm, be, 2, 0, 1, 1, 0.3);
+    cases++;
     int64_t total = failures;
     pt_allreduce_sum(pt_comm_world(comm), &total, 1, PT_DT_I64, &err);
     if (pt_comm_rank(comm) == 0)
