@@ -195,13 +195,20 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
             int d = pt_cache_depth(p->cache, ids[i]);
             d = d < depth ? d : 0;
             int take = d == start;
-            if (take && start > 0) /* its shallower entry becomes the group's input */
-                take = pt_cache_get(p->cache, ids[i], start, host_row(p, p->in, p->hio, k), err) == 1;
+            if (take && start > 0) { /* its shallower entry becomes the group's input */
+                take = pt_cache_get(p->cache, ids[i], start, host_row(p, p->in, p->hio, k), err);
+                if (take < 0) { /* a failed read, as on the hit path above */
+                    rc = err->code;
+                    break;
+                }
+            }
             if (take)
                 p->pick[k++] = i;
             else
                 p->rest[left++] = i; /* left <= j: in place */
         }
+        if (rc)
+            break;
         if (k == 0) { /* the entries changed under us: the first from the input */
             p->pick[k++] = p->rest[0];
             memmove(p->rest, p->rest + 1, (size_t)(--left) * sizeof *p->rest);
