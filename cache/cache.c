@@ -18,7 +18,8 @@
  * exhausted a put reports no room and the sample is computed every time.
  *
  * Lifetime: who may remove a segment. The segment is /dev/shm/pipetrain-UID-JOB
- * (JOB is pid-time of rank 0, so names are not reused), mode 0600. Every
+ * (JOB: rank 0's pid, start time and a random part, then the node's index,
+ * so names are not reused), mode 0600. Every
  * process that uses it holds a shared flock(2) on it: the creator from before
  * the segment has a name until after it has removed it, each attached rank
  * from attach to close. The kernel drops a process's locks however it dies,
@@ -79,6 +80,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Where Linux keeps POSIX shared memory; the protocol above needs its files
@@ -229,6 +231,9 @@ static struct {
     volatile sig_atomic_t set;
 } open_names;
 
+/* Whether this process was told to release the names (it is ending) */
+static volatile sig_atomic_t names_released;
+
 static void remember_names(const pt_cache *c)
 {
     shm_path(c->name, open_names.path, sizeof open_names.path);
@@ -237,10 +242,12 @@ static void remember_names(const pt_cache *c)
     open_names.fd = c->fd;
     open_names.disk_fd = c->disk_fd;
     open_names.set = 1;
+    /* a stop signal that came before the cache was open found no names to
+     * take off; they are taken off now (taking them off twice is harmless:
+     * each unlink first checks that the name still names this file) */
+    if (names_released)
+        pt_cache_release_names();
 }
-
-/* Whether this process was told to release the names (it is ending) */
-static volatile sig_atomic_t names_released;
 
 int pt_cache_names_released(void) { return names_released != 0; }
 
@@ -311,6 +318,14 @@ static int lock_if_possible(int fd, int how)
     return errno == ENOSYS || errno == ENOLCK || errno == EOPNOTSUPP || errno == EINVAL ? 0 : -1;
 }
 
+/* The name a disk file has while it is made where there is no O_TMPFILE:
+ * NAME.cache.creating. A creator killed before it renamed it leaves it;
+ * the sweeps remove it with its segment, or (pt_cache_sweep_disk) once
+ * unlocked, its segment gone and at least CREATING_AGE_S seconds old: its
+ * creator holds no lock between the open and the flock of it. */
+#define CREATING ".creating"
+enum { CREATING_AGE_S = 60 };
+
 /* The disk file, created locked before it has its name, so a sweep (which
  * takes an unlocked file for a dead job's) never sees it unlocked: an
  * unnamed file linked to path, or where the file system has no O_TMPFILE
@@ -325,7 +340,7 @@ static int create_disk_file(const char *path, uint64_t bytes)
         slash[slash == dir] = '\0';
     int fd = open(slash ? dir : ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600), named = 0;
     if (fd < 0) {
-        snprintf(tmp, sizeof tmp, "%s.creating", path);
+        snprintf(tmp, sizeof tmp, "%s" CREATING, path);
         fd = open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         named = 1;
     }
@@ -379,8 +394,19 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
                  .disk_entries = disk_entries, .slots_offset = slots_offset, .data_offset = data_offset,
                  .size = size, .creator_pid = getpid(), .creator_start = process_start(getpid(), &(char){0})};
     snprintf(h0.job, sizeof h0.job, "%s", spec->job);
-    if (disk_entries && snprintf(h0.disk_path, sizeof h0.disk_path, "%s%s.cache", spec->disk_dir, c->name) >=
-                            (int)sizeof h0.disk_path) {
+    /* the disk file by its absolute path: a sweep or an attaching rank in
+     * another working directory must find the same file */
+    char *dir = disk_entries ? realpath(spec->disk_dir, NULL) : NULL;
+    if (disk_entries && !dir) {
+        const int why = errno;
+        free(c);
+        return pt_fail(err, PT_ESYS, "cannot resolve the disk cache directory '%s' (cache.disk_dir): %s",
+                       spec->disk_dir, strerror(why));
+    }
+    const int too_long = disk_entries && snprintf(h0.disk_path, sizeof h0.disk_path, "%s%s.cache", dir,
+                                                  c->name) >= (int)sizeof h0.disk_path;
+    free(dir);
+    if (too_long) {
         free(c);
         return pt_fail(err, PT_EINPUT, "the disk cache directory '%s' is too long a path", spec->disk_dir);
     }
@@ -657,7 +683,8 @@ const char *pt_cache_name(const pt_cache *c) { return c->name; }
 /* ------------------------------------------------------------------ sweep */
 
 /* Removes the disk file a dead segment's header names, if it is that
- * segment's (named NAME.cache, as create names it) and this user's. */
+ * segment's (named NAME.cache, as create names it) and this user's, and
+ * the NAME.cache.creating a creator without O_TMPFILE died with. */
 static void remove_disk_file(header *h, const char *name, uid_t uid)
 {
     h->disk_path[sizeof h->disk_path - 1] = '\0';
@@ -668,6 +695,10 @@ static void remove_disk_file(header *h, const char *name, uid_t uid)
         return;
     if (lstat(h->disk_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid)
         unlink(h->disk_path);
+    char creating[sizeof h->disk_path + 16];
+    snprintf(creating, sizeof creating, "%s" CREATING, h->disk_path);
+    if (lstat(creating, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid)
+        unlink(creating);
 }
 
 /* Removes SHM_DIR/name (already known to carry this user's prefix) if the
@@ -735,7 +766,13 @@ int pt_cache_sweep(pt_err *err)
  * cleaned by hand): dir/pipetrain-UID-JOB.cache of this user, removed
  * when nobody holds its lock (every user of a disk file holds a shared
  * flock on it, as on the segment), the name still names the file locked,
- * and no segment of that name exists here (whose own sweep decides). */
+ * and no segment of that name exists here (whose own sweep decides); and
+ * the NAME.cache.creating of a creator that died making it (see CREATING).
+ * A directory that nodes share relies on flock seeing the other nodes'
+ * locks: on a file system that keeps them per node (Lustre mounted with
+ * localflock, NFS with local_lock=flock), a job's sweep would take a live
+ * job's file on another node for dead; such nodes need a cache.disk_dir
+ * each (the README says so). */
 int pt_cache_sweep_disk(const char *dir)
 {
     const uid_t uid = getuid();
@@ -748,7 +785,8 @@ int pt_cache_sweep_disk(const char *dir)
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *end = job_end(e->d_name, prefix, k);
-        if (!end || strcmp(end, ".cache") != 0)
+        const int creating = end && strcmp(end, ".cache" CREATING) == 0;
+        if (!end || (strcmp(end, ".cache") != 0 && !creating))
             continue;
         char segment[300];
         struct stat seen, held;
@@ -756,7 +794,7 @@ int pt_cache_sweep_disk(const char *dir)
         if (lstat(segment, &seen) == 0 || errno != ENOENT)
             continue;
         if (fstatat(dirfd(d), e->d_name, &seen, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(seen.st_mode) ||
-            seen.st_uid != uid)
+            seen.st_uid != uid || (creating && time(NULL) - seen.st_mtime < CREATING_AGE_S))
             continue;
         /* for writing: NFS emulates flock with POSIX locks, whose exclusive
          * kind needs it */

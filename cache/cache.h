@@ -44,8 +44,10 @@ typedef struct pt_cache_stats {
  * tells a sweep the segment is in use (cache.c). */
 int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
 int pt_cache_attach(pt_cache **out, const pt_cache_spec *spec, pt_err *err);
-/* Detaches; the creator also removes the disk file and the segment (call it
- * after the other ranks of the node have closed). NULL-safe. */
+/* Detaches; the creator also removes the names of the disk file and the
+ * segment. Ranks that still have the cache open keep using it (their mapping
+ * and descriptors hold it) until they close; none can attach after.
+ * NULL-safe. */
 void pt_cache_close(pt_cache *c);
 
 /* For a job that is ending (a stop signal, an abort): removes the names of

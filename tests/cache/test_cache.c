@@ -15,9 +15,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static void round_trip_and_depths(void)
@@ -411,6 +414,129 @@ static void mode_0600_and_attach_errors(void)
     CU_ASSERT_NOT_EQUAL(pt_cache_attach(&again, &spec, &err), 0); /* gone */
 }
 
+/* A stop signal before the cache was open found no names to take off: the
+ * cache opens, works, and has no names left (nothing for a sweep, no rank
+ * can attach). In a child: the released state is the process's. */
+static void names_released_before_open(void)
+{
+    char dir[] = "/tmp/pt-cache-XXXXXX", job[64], name[128];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    job_name(job, sizeof job, "released");
+    seg_name(name, sizeof name, job);
+    pid_t kid = fork();
+    if (kid == 0) {
+        pt_cache_release_names(); /* as the signal handler does */
+        pt_cache_spec spec = {job, 10, ENTRY * sizeof(float), 2 * ENTRY * sizeof(float), dir,
+                              10 * ENTRY * sizeof(float)};
+        pt_cache *c, *other;
+        pt_err err = {0};
+        if (pt_cache_create(&c, &spec, &err))
+            _exit(2);
+        float in[ENTRY], out[ENTRY];
+        int bad = shm_exists(name) ? 3 : !dir_is_empty(dir) ? 4 : 0;
+        for (int64_t id = 0; id < 5 && !bad; id++) { /* both tiers */
+            pattern(id, 1, in);
+            bad = pt_cache_put(c, id, 1, in, &err) != 1 || pt_cache_get(c, id, 1, out, &err) != 1 ||
+                  memcmp(in, out, sizeof in) ? 5 : 0;
+        }
+        if (!bad && pt_cache_attach(&other, &spec, &err) == 0)
+            bad = 6;
+        pt_cache_close(c);
+        _exit(bad);
+    }
+    int status = 0;
+    CU_ASSERT_FATAL(kid > 0 && waitpid(kid, &status, 0) == kid && WIFEXITED(status));
+    CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+    CU_ASSERT_FALSE(shm_exists(name));
+    CU_ASSERT_EQUAL(rmdir(dir), 0);
+}
+
+/* A relative cache.disk_dir: a job SIGKILLed in one working directory, the
+ * sweep in another still removes its disk file with the segment (the
+ * header names the file by its absolute path). */
+static void relative_disk_dir_swept_elsewhere(void)
+{
+    private_dev_shm();
+    char base[] = "/tmp/pt-cache-XXXXXX", a[300], b[300], rel[300], job[64], name[128], here[4096];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(base));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(getcwd(here, sizeof here));
+    snprintf(a, sizeof a, "%s/a", base);
+    snprintf(b, sizeof b, "%s/b", base);
+    snprintf(rel, sizeof rel, "%s/a/rel", base);
+    CU_ASSERT_FATAL(mkdir(a, 0700) == 0 && mkdir(b, 0700) == 0 && mkdir(rel, 0700) == 0);
+    job_name(job, sizeof job, "relative");
+    seg_name(name, sizeof name, job);
+    int ready[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(ready), 0);
+    pid_t kid = fork();
+    if (kid == 0) {
+        pt_cache_spec spec = {job, 10, ENTRY * sizeof(float), 0, "rel", 10 * ENTRY * sizeof(float)};
+        pt_cache *c;
+        pt_err err = {0};
+        char ok = chdir(a) == 0 && pt_cache_create(&c, &spec, &err) == 0 ? 'y' : 'n';
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    char ok = 0;
+    CU_ASSERT_FATAL(kid > 0 && read(ready[0], &ok, 1) == 1);
+    CU_ASSERT_EQUAL(ok, 'y');
+    CU_ASSERT_FALSE(dir_is_empty(rel));
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    close(ready[0]);
+    close(ready[1]);
+    CU_ASSERT_EQUAL_FATAL(chdir(b), 0); /* where no "rel" is */
+    pt_err err = {0};
+    CU_ASSERT(pt_cache_sweep(&err) >= 1);
+    CU_ASSERT_EQUAL(chdir(here), 0);
+    CU_ASSERT_FALSE(shm_exists(name));
+    CU_ASSERT_TRUE(dir_is_empty(rel)); /* its disk file went with it */
+    CU_ASSERT(rmdir(rel) == 0 && rmdir(a) == 0 && rmdir(b) == 0 && rmdir(base) == 0);
+}
+
+/* NAME.cache.creating, the name a disk file has while it is made where
+ * there is no O_TMPFILE: one a dead creator left (old, unlocked, its
+ * segment gone) is swept; one being made (recent, or locked) is not. */
+static void creating_file_swept(void)
+{
+    private_dev_shm();
+    char dir[] = "/tmp/pt-cache-XXXXXX", old[512], fresh[512], held[512];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    const unsigned uid = (unsigned)getuid();
+    const int pid = (int)getpid();
+    snprintf(old, sizeof old, "%s/pipetrain-%u-test-old-%d.cache.creating", dir, uid, pid);
+    snprintf(fresh, sizeof fresh, "%s/pipetrain-%u-test-fresh-%d.cache.creating", dir, uid, pid);
+    snprintf(held, sizeof held, "%s/pipetrain-%u-test-held-%d.cache.creating", dir, uid, pid);
+    int fds[3];
+    const char *paths[3] = {old, fresh, held};
+    for (int k = 0; k < 3; k++)
+        CU_ASSERT_FATAL((fds[k] = open(paths[k], O_CREAT | O_EXCL | O_RDWR, 0600)) >= 0);
+    const struct timespec past[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    CU_ASSERT(futimens(fds[0], past) == 0 && futimens(fds[2], past) == 0);
+    close(fds[0]);
+    close(fds[1]);
+    pid_t holder = fork(); /* a creator that holds its lock, as create does */
+    if (holder == 0) {
+        if (flock(fds[2], LOCK_SH) != 0)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(fds[2]);
+    usleep(100 * 1000);
+    CU_ASSERT_EQUAL(pt_cache_sweep_disk(dir), 1);
+    CU_ASSERT(access(old, F_OK) != 0);
+    CU_ASSERT(access(fresh, F_OK) == 0);
+    CU_ASSERT(access(held, F_OK) == 0);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    CU_ASSERT_EQUAL(pt_cache_sweep_disk(dir), 1); /* unlocked now */
+    CU_ASSERT(access(held, F_OK) != 0);
+    CU_ASSERT(unlink(fresh) == 0 && rmdir(dir) == 0);
+}
+
 static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths},
                                 {"concurrent_processes", concurrent_processes},
                                 {"disk_tier_and_full", disk_tier_and_full},
@@ -420,5 +546,8 @@ static const pt_test tests[] = {{"round_trip_and_depths", round_trip_and_depths}
                                 {"sigkill_then_sweep", sigkill_then_sweep},
                                 {"zombie_creator_swept", zombie_creator_swept},
                                 {"mode_0600_and_attach_errors", mode_0600_and_attach_errors},
+                                {"names_released_before_open", names_released_before_open},
+                                {"relative_disk_dir_swept_elsewhere", relative_disk_dir_swept_elsewhere},
+                                {"creating_file_swept", creating_file_swept},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"shared activation cache", tests}, {NULL, NULL}};
