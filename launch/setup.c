@@ -134,10 +134,28 @@ static int check_staging(pt_session *s, pt_err *err)
                               floor(have / per));
 }
 
-/* The data set this rank holds (both splits, once loaded). */
+/* This rank's share of the node's activation cache where a run stores
+ * entries in it (the cache on and a freeze policy): the segment's pages
+ * are the node's RAM too, up to cache.memory_gib or an entry for every
+ * example, whichever is less. */
+static double cache_share(const pt_session *r)
+{
+    const pt_config *c = &r->cfg;
+    if (!c->cache.enabled || c->freeze.policy == PT_FREEZE_NONE)
+        return 0;
+    const double row = (double)pt_arch_tokens(&r->arch) * r->arch.dim *
+                       (double)(r->be ? pt_backend_act_size(r->be) : sizeof(float));
+    const double entries = row * (double)(r->train.count + r->test.count);
+    const double most = c->cache.memory_gib * (double)(1ull << 30);
+    const int ranks = pt_comm_local_size(r->comm);
+    return (entries < most ? entries : most) / (ranks > 0 ? ranks : 1);
+}
+
+/* The data set this rank holds (both splits, once loaded), and its share
+ * of the cache. */
 static double data_bytes(const pt_session *r)
 {
-    return pt_dataset_bytes(&r->train) + pt_dataset_bytes(&r->test);
+    return pt_dataset_bytes(&r->train) + pt_dataset_bytes(&r->test) + cache_share(r);
 }
 
 /* One stage with a fixed number of micro-batches leaves nothing to plan, so
@@ -215,10 +233,14 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const double example = saved + scratch, need = weights + (double)micro * example + work;
     if (have <= 0 || need <= have)
         return 0;
-    char where[] = "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's "
-                   "RAM over its ranks less the data set a rank holds)";
-    char room[160];
-    snprintf(room, sizeof room, where, have / gib);
+    char room[256];
+    snprintf(room, sizeof room,
+             "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's RAM over "
+             "its ranks less the data set a rank holds%s)",
+             have / gib,
+             r->cfg.pipeline.memory_gib <= 0 && cache_share(r) > 0
+                 ? " and its share of the activation cache, cache.memory_gib"
+                 : "");
     /* weights too big, and mostly one table: its key, not the width (the
      * word table of bert, the position table of bert or gpt, the classifier
      * of vit or bert; gpt's 256 byte rows never are one) */

@@ -1676,6 +1676,27 @@ def test_memory_refusal_says_what_it_compares(h):
                   acts, rest, have)
 
 
+def test_memory_counts_the_cache(h):
+    """The node's RAM a stage may use leaves room for the rank's share of
+    the activation cache's shared memory when the cache is on and a freeze
+    policy fills it: its pages are RAM too. A ViT of 4097 tokens at d 1024
+    has 16 MiB entries, 25,000 examples' worth far past any machine's RAM
+    at cache.memory_gib 1e6; the model itself needs about a GiB. It was
+    planned as if the cache took nothing (the rank was killed when the
+    cache filled); now refused naming the cache, and the same config with
+    the cache off, or at 1 GiB, is not refused for memory."""
+    cfg = U.write_config(h, "cachemem.yaml", base(h, "vit", **{
+        "data.kind": "synthetic_images", "data.image_size": "64", "model.patch": "1",
+        "model.dim": "1024", "model.heads": "8", "model.layers": "1",
+        "data.synthetic_examples": "20000", "train.batch": "2", "pipeline.microbatches": "1",
+        "freeze.policy": "schedule", "cache.enabled": "true", "cache.memory_gib": "1e6"}))
+    r = h.run(["plan", cfg]).expect(2, "cache on")
+    check("share of the activation cache, cache.memory_gib" in r.err,
+          "the refusal does not name the cache:\n%s", r.describe())
+    for off in ("cache.enabled=false", "cache.memory_gib=1"):
+        h.run(["plan", cfg, "--set", off]).expect(0, off)
+
+
 def test_init_from_tokenizer_note(h):
     """A model whose tokenizer_config.json says do_lower_case false (a cased
     BERT) fed lowercased texts gets one note naming the key and the field:
@@ -2178,7 +2199,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
-         test_memory_refusal_says_what_it_compares,
+         test_memory_refusal_says_what_it_compares, test_memory_counts_the_cache,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
