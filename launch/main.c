@@ -535,15 +535,26 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_config_key_prefix(cfg, &err, "run.dir"); /* a link or hard link at its profile.json */
     /* last: a run refused before this leaves run.dir's checkpoints as they were */
     if (rc == 0 && *resume && pt_comm_rank(comm) == 0) {
-        char moved[PT_CKPT_PATH] = "";
+        char moved[PT_CKPT_PATH] = "", own[PT_CKPT_PATH];
         int count = 0;
-        rc = pt_rundir_abandon_after(cfg->run.dir, s->run.step, moved, sizeof moved, &count, &err);
+        /* a checkpoint of another directory (another run's, resumed into
+         * this run.dir) leaves this run.dir's own checkpoint of the same
+         * step too: it is another history's, and the step's save, and a
+         * later auto resume, must be this run's */
+        pt_step_dir(cfg->run.dir, s->run.step, own, sizeof own);
+        struct stat from_st, own_st;
+        const int foreign = !(stat(resume, &from_st) == 0 && stat(own, &own_st) == 0 &&
+                              from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino);
+        const int64_t from = foreign ? s->run.step - 1 : s->run.step;
+        rc = pt_rundir_abandon_after(cfg->run.dir, from, moved, sizeof moved, &count, &err);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)
-            fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
-                    "checkpoint%s (a history this run leaves): moved to %s\n",
-                    (long long)s->run.step, count, count == 1 ? "" : "s", moved);
+            fprintf(stderr, "pipetrain: note: resuming step %lld %sof a run.dir that holds %d "
+                    "checkpoint%s %s (a history this run leaves): moved to %s\n",
+                    (long long)s->run.step, foreign ? "from another directory's checkpoint " : "",
+                    count, count == 1 ? "" : "s", foreign ? "at or after that step" : "after it",
+                    moved);
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;

@@ -1872,6 +1872,38 @@ def test_resume_explicit_older_checkpoint(h):
           r.describe())
 
 
+def test_resume_other_runs_step_into_run_holding_that_step(h):
+    """Another run's checkpoint of step 6 resumed into a run.dir that holds
+    its own step 6 (and later ones): run.dir's step 6 is another history's
+    too, and moves with 9 and 10 into RUN_DIR/abandoned/after-step_5.*; the
+    run then saves the step it resumed there. It kept run.dir's own step 6
+    under that name (taken for the checkpoint it resumed, so nothing was
+    saved), and a later `auto` resume or `eval` went on from the other
+    history."""
+    _, orig = trained(h)
+    cfg, other = trained(h, "other", **{"train.lr": "0.002"})
+    before = U.snapshot(os.path.join(other, "checkpoints"))
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+               "--set", "train.max_steps=6"]).expect(0)
+    check("from another directory's checkpoint of a run.dir that holds 3 checkpoints at or "
+          "after that step" in r.err, "no note of the checkpoints left\n%s", r.describe())
+    left = glob.glob(os.path.join(other, "abandoned", "after-step_%010d.*" % 5))
+    check(len(left) == 1 and sorted(os.listdir(left[0])) == ["step_%010d" % k for k in (6, 9, LAST)],
+          "abandoned: %s", left)
+    for step in (6, 9, LAST):
+        name = "step_%010d/" % step
+        U.same_snapshot({k[len(name):]: v for k, v in before.items() if k.startswith(name)},
+                        U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
+    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
+          U.checkpoints(other))
+    exports = []
+    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
+        out = h.path("export-%d.st" % len(exports))
+        h.run(["export", ck, out]).expect(0)
+        exports.append(U.read_bytes(out))
+    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+
+
 def test_damaged_newest_step_directory(h):
     """The newest step directory damaged so that it is no checkpoint: its
     manifest replaced by a directory, a FIFO or a link to a device (a
@@ -2782,6 +2814,7 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
+        test_resume_other_runs_step_into_run_holding_that_step,
         test_damaged_newest_step_directory, test_linked_manifest,
         test_other_model_names_the_config_line,
         test_outputs_of_a_stopped_export_or_eval,
