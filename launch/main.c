@@ -550,11 +550,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)
-            fprintf(stderr, "pipetrain: note: resuming step %lld %sof a run.dir that holds %d "
-                    "checkpoint%s %s (a history this run leaves): moved to %s\n",
+            fprintf(stderr, "pipetrain: note: resuming step %lld %sof a run.dir that holds %d %s"
+                    "checkpoint%s%s (a history this run leaves): moved to %s\n",
                     (long long)s->run.step, foreign ? "from another directory's checkpoint " : "",
-                    count, count == 1 ? "" : "s", foreign ? "at or after that step" : "after it",
-                    moved);
+                    count, foreign ? "" : "later ", count == 1 ? "" : "s",
+                    foreign ? " at or after that step" : "", moved);
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
