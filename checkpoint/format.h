@@ -20,6 +20,11 @@
  * PT_CKPT_FILE_MAX bytes. */
 enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
 
+/* The largest manifest record read: the most a save writes (1024 blocks'
+ * units, 4096 labels of 256 bytes even as \u escapes, the config) is a few
+ * MiB; a larger one is refused before it is parsed. */
+#define PT_MANIFEST_MAX_BYTES (32 << 20)
+
 /* Values a unit moves through the host in at a time while it is saved or
  * loaded (1 MiB of float32). */
 #define PT_CKPT_PIECE ((size_t)1 << 18)

@@ -62,18 +62,29 @@ static int check_units_and_files(const manifest *m, const char *path, pt_err *er
             return pt_fail(err, PT_EINPUT, "'%s/manifest' names unit file '%s' for unit %.80s but "
                            "does not list its size and SHA-256", m->dir, holder, unit);
     }
+    /* the files some unit is in, as a set: a hostile manifest of many
+     * units and files is checked in linear time, not their product */
+    json_t *used = json_object();
+    if (!used)
+        return pt_fail(err, PT_ENOMEM, "out of memory reading '%s'", path);
+    int rc = 0;
+    json_object_foreach((json_t *)m->units, unit, u)
+        if (json_object_set_new(used, json_string_value(u), json_true()) != 0) {
+            rc = pt_fail(err, PT_ENOMEM, "out of memory reading '%s'", path);
+            break;
+        }
     json_object_foreach((json_t *)m->files, file, v) {
-        int used = 0;
-        json_object_foreach((json_t *)m->units, unit, u)
-            used |= strcmp(json_string_value(u), file) == 0;
+        if (rc)
+            break;
         if (!pt_manifest_file_name_ok(file))
-            return pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s', which is not a unit "
-                           "file of this directory", path, file);
-        if (!used)
-            return pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s' that none of its units "
-                           "is in: a manifest a save wrote lists its units' files only", path, file);
+            rc = pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s', which is not a unit "
+                         "file of this directory", path, file);
+        else if (!json_object_get(used, file))
+            rc = pt_fail(err, PT_EINPUT, "'%s' lists a file named '%.80s' that none of its units "
+                         "is in: a manifest a save wrote lists its units' files only", path, file);
     }
-    return 0;
+    json_decref(used);
+    return rc;
 }
 
 int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
@@ -115,7 +126,11 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
         rc = pt_fail(err, PT_EINPUT, "'%s': checkpoint format %u; this pipetrain reads format %d",
                      path, version, PT_CKPT_FORMAT);
     else if ((rc = pt_recfile_find(m->f, "manifest", &text, &len, err)) == 0 &&
-             (rc = pt_json_load(&m->j, text, (size_t)len, err)))
+             len > PT_MANIFEST_MAX_BYTES)
+        rc = pt_fail(err, PT_EINPUT, "'%s': its manifest record is %" PRIu64 " bytes; a save "
+                     "writes at most %d MiB", path, len,
+                     PT_MANIFEST_MAX_BYTES >> 20);
+    else if (rc == 0 && (rc = pt_json_load(&m->j, text, (size_t)len, err)))
         pt_err_prefix(err, "'%s'", path);
     const json_t *id = json_object_get(m->j, "checkpoint"), *step = json_object_get(m->j, "step");
     m->units = json_object_get(m->j, "units");
@@ -547,6 +562,12 @@ int pt_manifest_state(const manifest *m, saved_state *st, pt_err *err)
     if (st->epoch < 0 || st->epoch_step < 0 || kind < 0 || kind > PT_LR_LINEAR)
         return pt_fail(err, PT_EINPUT, "%s: epoch %" PRId64 ", epoch_step %" PRId64
                        ", lr.kind %" PRId64 " out of range", what, st->epoch, st->epoch_step, kind);
+    /* every epoch before this one took a step at least, and this one
+     * epoch_step of them: a save writes epoch + epoch_step <= step */
+    if (st->epoch > m->step || st->epoch_step > m->step - st->epoch)
+        return pt_fail(err, PT_EINPUT, "'%s/manifest': epoch %" PRId64 " and epoch_step %" PRId64
+                       " do not fit step %" PRId64 " (every epoch takes a step at least): the "
+                       "manifest was edited", m->dir, st->epoch, st->epoch_step, m->step);
     /* what a config can set (train.batch, run.seed, train.lr and
      * train.min_lr, the warm-up and the steps): a save writes nothing else */
     if (st->batch < 1 || st->seed < 0 || st->lr.warmup < 0 || st->lr.total < 0 ||

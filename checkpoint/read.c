@@ -556,7 +556,12 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
          * trained keep the steps they had, and only the rest are counted
          * with the new one. */
         const int64_t per_epoch = pt_sampler_steps(&r->sampler);
-        int64_t total = r->step - r->epoch_step + (r->spec.epochs - r->epoch) * per_epoch;
+        /* (in int64 without overflow whatever the manifest's counts: one
+         * past any run's end, or before its step, saturates) */
+        int64_t rest, total;
+        if (__builtin_mul_overflow(r->spec.epochs - r->epoch, per_epoch, &rest) ||
+            __builtin_add_overflow(r->step - r->epoch_step, rest, &total))
+            total = r->spec.epochs > r->epoch ? INT64_MAX : 0;
         if (r->spec.max_steps > 0 && r->spec.max_steps < total)
             total = r->spec.max_steps;
         r->total_steps = total > 0 ? total : 0;

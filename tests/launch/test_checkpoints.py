@@ -397,6 +397,15 @@ CRAFTED = {
     "state_negative_epoch_step": (manifest_set("epoch_step", -1), ["manifest", "epoch_step"],
                                   ("auto", "path")),
     "state_step_as_text": (manifest_set("step", "10"), ["manifest", "step"], None),
+    # (an epoch of 2^62 was accepted, and its step count overflowed)
+    "state_epoch_past_step": (manifest_set("epoch", 2 ** 62), ["manifest", "do not fit step"],
+                              ("auto", "path")),
+    "state_epoch_step_past_step": (manifest_set("epoch_step", LAST), ["manifest", "do not fit step"],
+                                   ("auto", "path")),
+    # past the most a save writes: refused before it is parsed
+    "manifest_too_large": (
+        lambda ck: rewrite_manifest(ck, lambda m: m.update(padding="x" * (33 << 20))),
+        ["manifest record is", "at most 32 MiB"], None),
     "state_lr_kind_out_of_range": (manifest_set("lr.kind", 9), ["manifest", "lr.kind"],
                                    ("auto", "path")),
     "state_lr_base_missing": (manifest_set("lr.base", None), ["manifest", "base"], ("auto", "path")),
@@ -2771,6 +2780,27 @@ def test_inspect(h):
           "a path that is not UTF-8: %r", o.get("checkpoint"))
 
 
+def test_manifest_of_many_units_checked_in_linear_time(h):
+    """A manifest listing 60,000 units, each in a file of its own that the
+    files list binds: its units and files were matched pairwise (60,000^2
+    comparisons, about two minutes before the refusal); now in one pass. The
+    units are no units of the model: refused, exit 2, within seconds."""
+    _, orig = trained(h)
+    ck = U.ckpt(orig, LAST)
+    n = 60000
+
+    def e(m):
+        for i in range(n):
+            m["units"]["blocks.%d.mlp" % (i + 100)] = "u%d.bin" % i
+            m["files"]["u%d.bin" % i] = {"bytes": 1, "sha256": "0" * 64}
+    rewrite_manifest(ck, e)
+    t0 = time.time()
+    r = h.run(["inspect", ck]).expect(2, "a manifest of 60,000 units")
+    took = time.time() - t0
+    check("that the model it holds has not" in r.err, "not refused for its units:\n%s", r.describe())
+    check(took < 30, "refused after %.1f s", took)
+
+
 def tests():
     out = []
     for name, (target, how) in DAMAGE.items():
@@ -2792,6 +2822,7 @@ def tests():
         test_units_file_deleted, test_manifest_deleted_explicit_path, test_not_a_checkpoint_path,
         test_manifest_deleted_auto_takes_previous, test_only_checkpoint_without_manifest_starts_fresh,
         test_resume_gpt_with_vit_checkpoint, test_resume_bert_other_ln_eps,
+        test_manifest_of_many_units_checked_in_linear_time,
         test_resume_bert_other_dropout, test_bert_other_classes_or_kind_names_the_key,
         test_bert_other_labels,
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
