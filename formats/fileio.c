@@ -138,8 +138,14 @@ int pt_remove_dead_temporaries(const char *path)
             continue;
         /* its writer holds a lock on it while it lives (pt_wfile_open),
          * whatever machine or PID namespace it runs in: a file that can be
-         * locked has no writer left. Never through a link, never a FIFO. */
-        const int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+         * locked has no writer left. Never through a link, never a FIFO.
+         * Opened for writing where it may be: NFS emulates flock with
+         * POSIX locks, whose exclusive kind needs it (EBADF otherwise, and
+         * nothing there would ever be swept). */
+        const int flags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+        int fd = openat(dirfd(d), e->d_name, O_RDWR | flags);
+        if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM))
+            fd = openat(dirfd(d), e->d_name, O_RDONLY | flags);
         if (fd < 0)
             continue;
         struct stat st;
