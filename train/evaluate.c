@@ -55,7 +55,22 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
         pt_segment_set_loss_scale(r->seg, 1.0 / ((double)count * (double)rows_per));
     r->evaluating = 1;
     r->eval_hits = 0;
-    for (int64_t first = lo; r->active && first < hi && rc == 0; first += chunk) {
+    /* Every rank, idle ones and replicas with a shorter share (or none, with
+     * outputs kept) included, agrees once per round of `chunk` examples of
+     * the longest share: a rank waits for the others one round at a time,
+     * never for a whole pass, which can outlast run.timeout_s on a large
+     * test split (the wait is what that limit bounds); and a rank that
+     * fails stops the others at the round's end. */
+    const int64_t longest = keep ? count : (count + D - 1) / D;
+    int64_t rounds = (longest + chunk - 1) / chunk;
+    if ((rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &rounds, err)))
+        rounds = 0; /* every rank fails alike: the agreement below ends it */
+    for (int64_t k = 0; k < rounds && rc == 0; k++) {
+        const int64_t first = lo + k * chunk;
+        if (!r->active || first >= hi) {
+            rc = pt_run_agree(r, rc, err);
+            continue;
+        }
         int n = (int)(hi - first < chunk ? hi - first : chunk);
         for (int i = 0; i < n; i++)
             ids[i] = first + i;
@@ -69,6 +84,7 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
         if (rc == 0 && keep && hidden && pt_run_last_stage(r))
             for (int i = 0; rc == 0 && i < n; i++)
                 rc = pt_segment_head_input(r->seg, 0, i, hidden + (size_t)(first + i) * per_hidden, err);
+        rc = pt_run_agree(r, rc, err);
     }
     free(ids);
     r->evaluating = 0;

@@ -17,6 +17,16 @@ of two sizes) stays far below 3 s on a loaded machine: with d = 512 a unit
 took about 1.2 s unloaded and over 3 s when the ranks shared the cores with
 another test's processes.
 
+The same for an evaluation: ranks that evaluate nothing (an idle rank
+beside a one-rank layout; with --logits, every replica but replica 0)
+waited for the whole test pass in one agreement, and gave up on the others
+once it took longer than run.timeout_s. Now every rank agrees once per
+round of micro-batches. Checked on 2 ranks under run.timeout_s = 3: a
+training run whose final evaluation of 10,000 test images takes several
+seconds with rank 1 idle, then `eval --logits` of that checkpoint on 2
+replicas; the pass alone (one process, all the test images against 8 of
+them) must take longer than the limit, or the run tested nothing.
+
 usage: test_profile_wait.py PIPETRAIN MPIEXEC"""
 import json
 import os
@@ -33,6 +43,46 @@ data: {{kind: synthetic_images, synthetic_examples: 64}}
 train: {{batch: 32, epochs: 1, max_steps: 1, eval_every: 0, eval_examples: 4}}
 pipeline: {{cores: 2}}
 """
+
+EVAL_CONFIG = """run: {{dir: {run}, seed: 5, threads: 1, timeout_s: 3}}
+model: {{kind: vit, dim: 96, layers: 6, heads: 4, patch: 4}}
+data: {{kind: synthetic_images, synthetic_examples: 40000}}
+train: {{batch: 8, epochs: 1, max_steps: 2, eval_every: 0}}
+pipeline: {{stages: 1, replicas: 1, microbatches: 1}}
+"""
+
+
+def eval_waits(tools, work):
+    """The checks of an evaluation longer than run.timeout_s; failures."""
+    run_dir = os.path.join(work, "eval-run")
+    config = os.path.join(work, "e.yaml")
+    with open(config, "w") as f:
+        f.write(EVAL_CONFIG.format(run=run_dir))
+    failed = 0
+    rc, took, out = tools.run(2, ["train", config], check=False, timeout=600)
+    ok = rc == 0 and "(10000 examples)" in out
+    print("  %s: 2 ranks, rank 1 idle, train and evaluate 10,000 test images under run.timeout_s = 3 "
+          "(%d, %.1f s)%s" % ("ok" if ok else "FAIL", rc, took, "" if ok else "\n" + out[-2000:]))
+    failed += not ok
+    logits = os.path.join(work, "logits.safetensors")
+    rc, took, out = tools.run(2, ["eval", config, "--set", "pipeline.replicas=2", "--logits", logits],
+                              check=False, timeout=600)
+    ok = rc == 0 and os.path.isfile(logits)
+    print("  %s: eval --logits on 2 replicas, replica 1 evaluating nothing (%d, %.1f s)%s"
+          % ("ok" if ok else "FAIL", rc, took, "" if ok else "\n" + out[-2000:]))
+    failed += not ok
+    # the pass alone: training's evaluation of all the test images against
+    # one of 8, one process each
+    times = []
+    for n in (0, 8):
+        extra = ["--set", "train.eval_examples=%d" % n] if n else []
+        rc, took, out = tools.run(1, ["train", config, "--set", "run.dir=" + run_dir + "-%d" % n] + extra,
+                                  check=False, timeout=600)
+        times.append(took if rc == 0 else float("nan"))
+    ok = times[0] - times[1] > 3
+    print("  %s: the pass alone took %.1f s, past run.timeout_s = 3" % ("ok" if ok else "FAIL",
+                                                                        times[0] - times[1]))
+    return failed + (not ok)
 
 
 def main():
@@ -54,8 +104,9 @@ def main():
             ok = least > 3
             print("  %s: the profile took at least %.1f s, past run.timeout_s = 3"
                   % ("ok" if ok else "FAIL", least))
-        if not ok:
-            print("FAILED: 1 check")
+        failed = (not ok) + eval_waits(tools, work)
+        if failed:
+            print("FAILED: %d check%s" % (failed, "" if failed == 1 else "s"))
             return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
