@@ -95,19 +95,37 @@ static void on_fatal_signal(int sig)
  * process while mapped (or the device under it failing). Not a bug of the
  * run's to dump core over: it says so, takes the names off as a stop does,
  * and ends the process with status 1. */
+static const char bus_read[] =
+    "pipetrain: error: SIGBUS: a file this process had mapped (a checkpoint or weights file being "
+    "read) was cut short by another process while in use, or the device holding it failed; "
+    "stopping\n";
+static const char bus_train[] =
+    "pipetrain: error: SIGBUS: a file or shared-memory segment this process had mapped "
+    "(the activation cache's, or a checkpoint file being read) was cut short by another "
+    "process while in use, or the device holding it failed; stopping (a save writes a checkpoint "
+    "whole and never changes it after: unless the file cut short was the checkpoint being "
+    "resumed, resume with --set train.resume=auto)\n";
+/* the message for the command that runs (set before the handler is) */
+static const char *bus_msg = bus_read;
+static size_t bus_len = sizeof bus_read - 1;
+
 static void on_bus_error(int sig)
 {
     (void)sig;
-    static const char msg[] =
-        "pipetrain: error: SIGBUS: a file or shared-memory segment this process had mapped "
-        "(the activation cache's, or a checkpoint file being read) was cut short by another "
-        "process while in use, or the device holding it failed; stopping (the last complete "
-        "checkpoint is intact: resume with --set train.resume=auto)\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    ssize_t ignored = write(STDERR_FILENO, bus_msg, bus_len);
     (void)ignored;
     pt_cache_release_names();
     pt_wfile_remove_temporaries();
     _exit(1);
+}
+
+void pt_catch_bus_error(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_bus_error;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 void pt_catch_stop_signals(void)
@@ -130,8 +148,9 @@ void pt_catch_stop_signals(void)
         if (sigaction(fatal[i], NULL, &was) == 0 && was.sa_handler != SIG_IGN)
             sigaction(fatal[i], &sa, NULL);
     }
-    sa.sa_handler = on_bus_error;
-    sigaction(SIGBUS, &sa, NULL);
+    bus_msg = bus_train;
+    bus_len = sizeof bus_train - 1;
+    pt_catch_bus_error();
     sa.sa_sigaction = on_stop_signal; /* who sent it: a dying launcher's repeats */
     sa.sa_flags = SA_SIGINFO;
     /* SIGINT and SIGTERM are caught even when inherited as ignored: a

@@ -1084,6 +1084,9 @@ int main(int argc, char **argv)
     if (sigaction(SIGXFSZ, NULL, &xfsz) == 0 && !(xfsz.sa_flags & SA_SIGINFO) &&
         xfsz.sa_handler == SIG_DFL)
         signal(SIGXFSZ, SIG_IGN);
+    /* (train's own handlers, with its message, are in place before main) */
+    if (!(argc > 2 && strcmp(argv[1], "train") == 0))
+        pt_catch_bus_error();
     int code = run_main(argc, argv);
     /* what was printed must reach stdout where it is the result: eval's
      * figures or plan's layout lost to a full disk are a failure, not a

@@ -153,6 +153,10 @@ int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err);
  * the step, save and stop (a second one exits at once). Called before the
  * session is built, so a signal during setup is not fatal either. */
 void pt_catch_stop_signals(void);
+/* SIGBUS (a mapped file cut short) ends the process with a message and
+ * status 1, not a core dump: every command's, from main on; train's
+ * message (pt_catch_stop_signals) also says how to resume. */
+void pt_catch_bus_error(void);
 /* The launcher's process (a rank's parent under mpirun), whose death
  * SIGTERMs the rank as many times as it has threads: after the first,
  * SIGTERMs from it are no second stop request. */

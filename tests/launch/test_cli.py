@@ -726,6 +726,27 @@ def test_stop_while_the_config_pipe_is_read(h):
           U.checkpoints(h.path("slow-pipe")))
 
 
+def test_bus_error_every_command(h):
+    """SIGBUS (a mapped checkpoint or weights file cut short by another
+    process, or its device failing) ends every command with a message and
+    exit 1, as it ends train: eval, export and inspect died with the signal
+    and a core dump. eval and plan are held reading their config from a
+    pipe when the signal comes; export and inspect get the same handler at
+    the same place in main, but nothing holds them still for a test."""
+    for cmd in ("eval", "plan"):
+        r, w = os.pipe()
+        p = subprocess.Popen([h.binary, cmd, "/dev/fd/%d" % r], pass_fds=(r,), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             errors="replace", env=U.sanitizer_env(), cwd=h.dir)
+        os.close(r)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGBUS)
+        out, err = p.communicate(timeout=60)
+        os.close(w)
+        check(p.returncode == 1 and "error: SIGBUS: a file this process had mapped" in err,
+              "%s: exit %d (expected 1 and the SIGBUS message)\n%s", cmd, p.returncode, U.tail(err, 800))
+
+
 def test_stop_signals_blocked_by_the_parent(h):
     """Stop signals that the parent had blocked (exec passes the mask on)
     still stop train with a checkpoint: before, they were never delivered
@@ -1317,6 +1338,7 @@ def tests():
            test_closed_standard_streams, test_stderr_reader_gone,
            test_notes_escape_the_run_dir,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
+           test_bus_error_every_command,
            test_umask_without_owner_rights,
            test_set_twice_noted,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
