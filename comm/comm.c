@@ -724,6 +724,12 @@ int pt_comm_measure_links(pt_comm *c, double *bw_intra, double *bw_inter, double
     }
     if (buf)
         memset(buf, 0, BIG);
+    /* a rank without its buffer says so before the ping-pongs: its peer
+     * would otherwise wait out run.timeout_s for it in the first one */
+    if ((rc = pt_group_agree(&c->world, rc, err))) {
+        free(buf);
+        return rc;
+    }
     double t_small = 0, t_big = 0;
     /* the same sequence on every rank: measurements that do not involve it are no-ops */
     if (rc == 0 && local_peer > 0 &&
