@@ -127,7 +127,9 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
 /* realpath into out; when it fails other than by a missing name (a real
  * path longer than PATH_MAX, a loop, no permission), PT_EINPUT naming what:
  * a check that needs the real path fails closed. *missing: it failed
- * because a name is not there (the write, or the mkdir, fails and says so). */
+ * because a name is not there (the write, or the mkdir, fails and says so).
+ * option: the key or option the message starts with, NULL for none (the
+ * caller names it). */
 static int real_path(const char *option, const char *path, char out[PATH_MAX], int *missing,
                      pt_err *err)
 {
@@ -139,9 +141,9 @@ static int real_path(const char *option, const char *path, char out[PATH_MAX], i
         return 0;
     }
     const int e = errno;
-    return pt_fail(err, PT_EINPUT, "%s: the real path of '%.200s' cannot be found (%s), and "
+    return pt_fail(err, PT_EINPUT, "%s%sthe real path of '%.200s' cannot be found (%s), and "
                    "without it nothing can say it stays out of every run's checkpoints; %s",
-                   option, path, strerror(e),
+                   option ? option : "", option ? ": " : "", path, strerror(e),
                    e == ENAMETOOLONG ? "give a place with a shorter real path"
                    : e == ELOOP      ? "its symbolic links lead in a circle: name a real place"
                                      : "name a place it can resolve");
@@ -306,11 +308,22 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
         *slash = '\0';
     }
     int missing, rc;
-    if ((rc = real_path("run.dir", path, at, &missing, err)) || missing)
+    /* (no key in the message: the caller names run.dir's line) */
+    if ((rc = real_path(NULL, path, at, &missing, err)) || missing)
         return rc; /* missing: creating run.dir fails and says so */
     /* with the components of run.dir that do not exist yet: a step
      * directory that a save will make is the run's to prune too */
     const size_t have = strlen(path), len = strlen(run_dir);
+    /* and the whole of it within PATH_MAX with room for its checkpoints'
+     * files (checkpoints/step_N/units-stageS.bin and their temporaries'
+     * suffixes): a run.dir whose real path is longer trains, but nothing
+     * could resolve it to resume it */
+    enum { ROOM = 128 };
+    const size_t whole = strlen(at) + (have < len ? len - have : 0);
+    if (whole + ROOM >= PATH_MAX)
+        return pt_fail(err, PT_EINPUT, "its real path would be %zu bytes long: with its checkpoints' "
+                       "files, past what paths may hold (%d bytes); give a place with a shorter "
+                       "real path", whole, PATH_MAX);
     if (strcmp(path, ".") != 0 && have < len && run_dir[have] == '/') {
         const size_t used = strlen(at);
         snprintf(at + used, sizeof at - used, "%s", run_dir + have);

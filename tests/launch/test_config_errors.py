@@ -1697,6 +1697,28 @@ def test_memory_counts_the_cache(h):
         h.run(["plan", cfg, "--set", off]).expect(0, off)
 
 
+def test_run_dir_real_path_past_path_max(h):
+    """A run.dir whose real path, with its checkpoints' files, passes what
+    paths may hold (a relative run.dir of two 200-byte names from a working
+    directory 3,800 bytes deep): refused at the start, exit 2, naming
+    run.dir once. It trained, and then nothing could resolve it to resume
+    (`run.dir: run.dir: the real path ... cannot be found`). A short one
+    in the same place trains and resumes."""
+    deep = h.dir
+    while len(deep) < 3800:
+        deep = os.path.join(deep, "d" * min(200, 3800 - len(deep)))
+    os.makedirs(deep)
+    cfg = U.write_config(h, "deep.yaml", base(h, "vit", **{"run.dir": "a" * 200 + "/" + "b" * 200}))
+    r = h.run(["train", cfg], cwd=deep).expect(2, "a run.dir past PATH_MAX")
+    line = r.one_error("run.dir", "real path would be", strict=False)
+    check(line.count("run.dir") == 1, "run.dir named more than once: %s", line)
+    check(not os.path.exists(os.path.join(deep, "a" * 200)), "a refused run made its run.dir")
+    short = U.write_config(h, "short.yaml", base(h, "vit", **{"run.dir": "r"}))
+    h.run(["train", short], cwd=deep).expect(0, "a short run.dir there")
+    h.run(["train", short, "--set", "train.resume=auto", "--set", "train.max_steps=3"],
+          cwd=deep).expect(0, "its resume")
+
+
 def test_init_from_tokenizer_note(h):
     """A model whose tokenizer_config.json says do_lower_case false (a cased
     BERT) fed lowercased texts gets one note naming the key and the field:
@@ -2200,6 +2222,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
          test_memory_refusal_says_what_it_compares, test_memory_counts_the_cache,
+         test_run_dir_real_path_past_path_max,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
