@@ -97,8 +97,10 @@ static void remove_files(const char *dir, int only_temporary)
     /* the manifest first, on disk before the rest goes: a crash halfway
      * leaves a step directory without one (no checkpoint, which the next
      * save's pruning removes), never a manifest naming files that are gone */
-    if (!only_temporary && unlinkat(dirfd(d), "manifest", 0) == 0)
-        fsync(dirfd(d));
+    if (!only_temporary && unlinkat(dirfd(d), "manifest", 0) == 0 && fsync(dirfd(d)) != 0) {
+        closedir(d); /* not known to be gone on disk: the rest stays for the next pruning */
+        return;
+    }
     struct dirent *e;
     while ((e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
@@ -250,6 +252,19 @@ static int set_aside(const char *run_dir, const char *path, const char *name, ch
                      "cannot be moved to '%s': %s", path, dest, strerror(errno));
         dest[at] = '\0';
         rmdir(dest);
+        return rc;
+    }
+    /* durable where it went before where it left (as pt_rundir_abandon_after) */
+    char from[PT_CKPT_PATH];
+    dest[at] = '\0';
+    pt_fsync_dir(dest, NULL);
+    dest[at] = '/';
+    pt_fsync_dir(base, NULL);
+    snprintf(from, sizeof from, "%s", path);
+    char *slash = strrchr(from, '/');
+    if (slash && slash != from) {
+        *slash = '\0';
+        pt_fsync_dir(from, NULL);
     }
     return rc;
 }
@@ -278,9 +293,12 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
          * target), so it stops being a checkpoint before anything else goes */
         const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd >= 0) {
-            if (unlinkat(fd, "manifest", 0) == 0)
-                fsync(fd);
+            const int failed = unlinkat(fd, "manifest", 0) == 0 && fsync(fd) != 0;
+            const int e = errno;
             close(fd);
+            if (failed) /* its files stay until the manifest's removal is known to be on disk */
+                return pt_fail(err, PT_ESYS, "'%s': cannot make the removal of its manifest "
+                               "durable (fsync): %s", dir, strerror(e));
         }
         remove_files(dir, 0);
         if (lstat(dir, &st) != 0)
@@ -416,8 +434,14 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
             moved_to[0] = '\0';
     }
     if (*count) {
-        pt_fsync_dir(root, NULL);
+        /* where they went first (the new directory, then its entry in
+         * abandoned/), where they left last: a power loss in between
+         * leaves them in both places, never in neither */
+        char base[PT_CKPT_PATH];
+        snprintf(base, sizeof base, "%s/abandoned", run_dir);
         pt_fsync_dir(moved_to, NULL);
+        pt_fsync_dir(base, NULL);
+        pt_fsync_dir(root, NULL);
     }
     return rc;
 }
