@@ -409,8 +409,10 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err)
         return pt_err_prefix(err, "saving checkpoint %s", dir);
     const int n = r->ranks;
     file_entry *all = calloc((size_t)n, sizeof *all);
-    rc = all ? pt_allgather(world, &mine, all, sizeof mine, err)
-             : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint");
+    /* every rank enters the all-gather, or none does */
+    rc = pt_run_agree(r, all ? 0 : pt_fail(err, PT_ENOMEM, "out of memory saving a checkpoint"), err);
+    if (rc == 0)
+        rc = pt_allgather(world, &mine, all, sizeof mine, err);
     if (rc == 0 && r->rank == 0) {
         rc = moved_meanwhile(c, write_manifest(c, dir, id, all, n, err), err);
         if (rc == 0)
