@@ -352,6 +352,16 @@ int pt_group_rank(const pt_group *g) { return g->rank; }
 int pt_group_size(const pt_group *g) { return g->size; }
 void pt_group_set_timeout(pt_group *g, double seconds) { g->timeout = seconds; }
 double pt_group_timeout(const pt_group *g) { return g->timeout; }
+
+int pt_group_tag_limit(const pt_group *g)
+{
+    if (g->solo)
+        return INT_MAX;
+    int *ub = NULL, flag = 0;
+    if (MPI_Comm_get_attr(g->mpi, MPI_TAG_UB, &ub, &flag) != MPI_SUCCESS || !flag || !ub)
+        return 32767; /* what every MPI allows */
+    return *ub;
+}
 int pt_group_nccl_ready(const pt_group *g) { return g && g->nccl != NULL; }
 
 int pt_group_world_rank(const pt_group *g, int rank)

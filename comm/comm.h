@@ -87,6 +87,9 @@ int pt_group_world_rank(const pt_group *g, int rank);
 /* Seconds a wait may take before the peer counts as lost (default 600). */
 void pt_group_set_timeout(pt_group *g, double seconds);
 double pt_group_timeout(const pt_group *g);
+/* The largest tag a transfer in the group may carry (MPI_TAG_UB: at least
+ * 32767 by the standard, INT_MAX in Open MPI). */
+int pt_group_tag_limit(const pt_group *g);
 
 /* Non-blocking transfers of host memory. peer is a rank of the group. */
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err);

@@ -178,6 +178,13 @@ int pt_stage_exec_create(pt_stage_exec **out, const pt_stage_spec *spec, pt_err 
     pt_stage_exec *x = calloc(1, sizeof *x);
     if (!x)
         return pt_fail(err, PT_ENOMEM, "out of memory creating a pipeline stage");
+    /* micro-batch m's activations go with tag m, its gradients with M + m */
+    if (s->stages > 1 && (int64_t)2 * s->micro - 1 > pt_group_tag_limit(spec->pipe)) {
+        free(x);
+        return pt_fail(err, PT_EINPUT, "%d micro-batches (pipeline.microbatches, or the planner's "
+                       "choice) need transfer tags up to %d, past this MPI's limit of %d: use "
+                       "fewer", s->micro, 2 * s->micro - 1, pt_group_tag_limit(spec->pipe));
+    }
     x->sched = s;
     x->stage = spec->stage;
     x->K = s->stages;
