@@ -59,8 +59,10 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
      * outputs kept) included, agrees once per round of `chunk` examples of
      * the longest share: a rank waits for the others one round at a time,
      * never for a whole pass, which can outlast run.timeout_s on a large
-     * test split (the wait is what that limit bounds); and a rank that
-     * fails stops the others at the round's end. */
+     * test split (the wait is what that limit bounds). A rank that fails
+     * in a round returns at once, its error not agreed: its pipeline
+     * neighbours may be waiting for its transfers, so the caller reports it
+     * and ends the job, as for a failed step. */
     const int64_t longest = keep ? count : (count + D - 1) / D;
     int64_t rounds = (longest + chunk - 1) / chunk;
     if ((rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &rounds, err)))
@@ -75,7 +77,11 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
         for (int i = 0; i < n; i++)
             ids[i] = first + i;
         int m = pt_run_stage(r, ds, ids, n, micro, 0);
-        rc = pt_stage_exec_forward(r->exec, r->batches, m, &st, err);
+        /* (a failure before this stage's transfers: the stages after it
+         * wait for them) */
+        rc = pt_test_fault("eval", r->rank, r->step, err);
+        if (rc == 0)
+            rc = pt_stage_exec_forward(r->exec, r->batches, m, &st, err);
         if (rc == 0 && keep && logits && pt_run_last_stage(r)) {
             float *at = logits + (size_t)first * rows_per * classes;
             for (int64_t row = 0; rc == 0 && row < n * rows_per; row++)
@@ -84,7 +90,16 @@ int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden
         if (rc == 0 && keep && hidden && pt_run_last_stage(r))
             for (int i = 0; rc == 0 && i < n; i++)
                 rc = pt_segment_head_input(r->seg, 0, i, hidden + (size_t)(first + i) * per_hidden, err);
+        if (rc && r->ranks > 1)
+            break;
         rc = pt_run_agree(r, rc, err);
+    }
+    if (rc && r->ranks > 1 && !err->agreed) { /* this rank's own failure (see above) */
+        free(ids);
+        free(v);
+        free(st.confusion);
+        r->evaluating = 0;
+        return rc;
     }
     free(ids);
     r->evaluating = 0;

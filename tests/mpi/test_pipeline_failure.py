@@ -104,6 +104,11 @@ def main():
         fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
                     r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
+        # a stage that fails in an evaluation ends the job at once, naming its
+        # error: the stage after it waited for its activations until
+        # run.timeout_s (4 stages, rank 1 failing in the last evaluation)
+        fault_case(tools, work, "error-in-eval", "1:20:error:eval",
+                   [r"rank 1: error: injected fault at step 20 \(eval\)"])
         # a save after an evaluation in the same step names the save, not the
         # evaluation before it
         _, out = fault_case(tools, work, "hang-in-save-after-eval", "1:2:hang:checkpoint",
