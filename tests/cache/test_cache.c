@@ -5,8 +5,11 @@
  * killed with SIGKILL while holding a segment leaves it behind and the next
  * sweep removes it (and its disk file), also while the killed creator is an
  * unreaped zombie; segments are mode 0600 whatever the
- * umask. The sweep against live and dying processes is in test_cache_sweep.c
- * and test_cache_sweep_steps.c.
+ * umask; a cache opened after a stop signal has no names left; a relative
+ * disk directory's file is swept from another working directory; a disk
+ * file a creator left half-made (NAME.cache.creating) is swept once dead,
+ * not while being made. The sweep against live and dying processes is in
+ * test_cache_sweep.c and test_cache_sweep_steps.c.
  */
 #define _GNU_SOURCE /* unshare, for cache_testing.h */
 #include "tests/cache/cache_testing.h"
