@@ -84,7 +84,11 @@ void pt_reducer_destroy(pt_reducer *r)
                 live |= pt_req_cancel(&r->b[i].req[k]);
         free(r->b[i].req);
     }
-    /* what MPI may still use is left allocated (the job is failing) */
+    /* what MPI may still use is left allocated (the job is failing); the
+     * gradients without staging are the segment's, which its owner frees:
+     * then no later MPI call may move data through them */
+    if (live && !r->staged)
+        pt_comm_stop();
     for (int i = 0; i < r->nb && !live; i++)
         free(r->b[i].parts);
     free(r->b);

@@ -73,8 +73,14 @@ int pt_dp_execute_moves(const pt_dp_moves *m, pt_group *world, int me, pt_segmen
             v->dst == me)
             pt_backend_upload(be, pt_segment_unit_data(new_seg, v->unit, (pt_part)v->part), host[i],
                               unit_bytes(any, v->unit));
-        else if (rc && pt_req_cancel(&reqs[i]))
+        else if (rc && pt_req_cancel(&reqs[i])) {
             host[i] = NULL; /* MPI may still use it: left allocated (the job is failing) */
+            /* without staging its buffer is a segment's, which the caller
+             * frees: no later MPI call may move data through it (the rank
+             * reports its failure and the job is aborted at close) */
+            if (!staged)
+                pt_comm_stop();
+        }
         free(host[i]);
     }
     free(reqs);
