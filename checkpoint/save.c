@@ -221,7 +221,11 @@ static int write_units(const pt_run *r, const char *path, const char *id, const 
         pt_unit_info_get(&r->arch, u, &info);
         static const char *suffix[] = {"param", "grad", "m", "v"};
         const pt_part parts[] = {PT_PART_PARAM, PT_PART_M, PT_PART_V};
-        const int frozen = u - first < pt_segment_frozen(s);
+        /* the run's frozen prefix, not the segment's: a save between a
+         * freeze decision and its re-plan holds the new one (a unit frozen
+         * since the segment was built keeps no moments in the checkpoint,
+         * as after the re-plan) */
+        const int frozen = u < r->frozen_units;
         for (int k = 0; rc == 0 && k < (frozen ? 1 : 3); k++) {
             char tag[96];
             snprintf(tag, sizeof tag, "%s.%s", info.name, suffix[parts[k]]);

@@ -244,17 +244,17 @@ static void report_replan(pt_session *s, const pt_transition *t)
 }
 
 /* Makes a freeze decision, logs it with what it was based on, and re-plans
- * when the frozen prefix grew. */
-static int freeze_decision(pt_session *s, pt_err *err)
+ * when the frozen prefix grew. save: a checkpoint is due at this step; it
+ * is saved between the decision and the re-plan (*saved_at set), so that a
+ * re-plan that fails (for memory: it holds the old stage and the new one at
+ * once) loses no training, and a resume lays the new prefix out from the
+ * start, without that peak. */
+static int freeze_decision(pt_session *s, int save, int64_t *saved_at, pt_err *err)
 {
     pt_run *r = &s->run;
     loop_at("step %lld: the freeze decision (and a re-plan)", (long long)r->step);
     pt_freeze_report rep;
-    pt_transition t;
-    int moved = 0;
-    int rc = pt_run_freeze_decision(r, &rep, &moved, &t, err);
-    if (rc)
-        return rc;
+    const int moved = pt_run_freeze_decide(r, &rep);
     const int depth = rep.new_depth;
     json_t *o = pt_metrics_event("freeze");
     json_object_set_new(o, "step", json_integer(r->step));
@@ -285,8 +285,18 @@ static int freeze_decision(pt_session *s, pt_err *err)
         pt_progress_note(&s->progress, "freeze decision %d (%s): %d -> %d of %d blocks frozen (bound %d)",
                          rep.decision, pt_config_word("freeze.policy", s->cfg.freeze.policy),
                          rep.old_depth, depth, r->arch.layers, rep.bound);
-    if (moved)
-        report_replan(s, &t);
+    if (!moved)
+        return 0;
+    int rc = 0;
+    if (save) {
+        if ((rc = save_checkpoint(s, err)))
+            return rc;
+        *saved_at = r->step;
+    }
+    pt_transition t;
+    if ((rc = pt_layout_replan(r, &t, err)))
+        return pt_err_prefix(err, "re-planning after freezing %d blocks", depth);
+    report_replan(s, &t);
     return 0;
 }
 
@@ -509,13 +519,13 @@ int pt_session_train(pt_session *s, pt_err *err)
     int rc = 0;
     /* freeze.start 0: the first decision comes before any training (the
      * schedule's first bound; auto has no gradient norms yet and keeps 0) */
-    if (r->step == 0 && pt_freeze_due(r, 0) && (rc = freeze_decision(s, err)))
+    int64_t saved_at = -1, evaluated_at = -1;
+    if (r->step == 0 && pt_freeze_due(r, 0) && (rc = freeze_decision(s, 0, &saved_at, err)))
         return rc;
     /* the step this run.dir holds a checkpoint of: the one resumed, when it
      * lies here (a resume from another run's checkpoint into a new run.dir
      * saves again, even without a step to train, so that run.dir holds the
      * checkpoint the end of the run promises); rank 0 looks, all agree */
-    int64_t saved_at = -1, evaluated_at = -1;
     const int64_t first_step = r->step;
     if (r->step > 0) {
         char here[PT_CKPT_PATH], manifest[PT_CKPT_PATH];
@@ -590,12 +600,14 @@ int pt_session_train(pt_session *s, pt_err *err)
                 break;
             evaluated_at = r->step;
         }
-        if (pt_freeze_due(r, epoch_done) && (rc = freeze_decision(s, err)))
+        const int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0
+                                                      : epoch_done;
+        if (pt_freeze_due(r, epoch_done) &&
+            (rc = freeze_decision(s, due || stopping, &saved_at, err)))
             break;
         if (epoch_done)
             epoch_started = pt_now();
-        int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0 : epoch_done;
-        if (due || stopping) {
+        if ((due || stopping) && saved_at != r->step) {
             if ((rc = save_checkpoint(s, err)))
                 break;
             saved_at = r->step;

@@ -684,6 +684,8 @@ int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err)
     pt_plan next;
     const int fixed = !r->spec.elastic || !r->cost.units;
     int rc = make_plan(r, fixed, &next, err);
+    if (rc == 0)
+        rc = pt_test_fault("replan", r->rank, r->step, err);
     if ((rc = pt_run_agree(r, rc, err)))
         return rc;
     /* the old layout stays readable until the moves are done */

@@ -240,17 +240,11 @@ int pt_freeze_due(const pt_run *r, int epoch_done)
     return epoch_done && r->epoch >= s->freeze_start && (r->epoch - s->freeze_start) % s->freeze_every == 0;
 }
 
-int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_transition *t,
-                           pt_err *err)
+int pt_run_freeze_decide(pt_run *r, pt_freeze_report *rep)
 {
-    *moved = 0;
     const int depth = pt_freeze_decide(&r->freeze, rep);
     if (depth == rep->old_depth)
         return 0;
     r->frozen_units = pt_freeze_units(depth);
-    int rc = pt_layout_replan(r, t, err);
-    if (rc)
-        return pt_err_prefix(err, "re-planning after freezing %d blocks", depth);
-    *moved = 1;
-    return 0;
+    return 1;
 }

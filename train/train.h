@@ -257,10 +257,12 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
 /* Whether a freeze decision is due now (epoch_done: an epoch just ended; at
  * step 0, before training, only when freeze.start is 0). */
 int pt_freeze_due(const pt_run *r, int epoch_done);
-/* Makes the decision; when the frozen prefix grew, re-plans (*moved set and
- * *t filled). Collective over the world. */
-int pt_run_freeze_decision(pt_run *r, pt_freeze_report *rep, int *moved, pt_transition *t,
-                           pt_err *err);
+/* Makes the decision (the same on every rank: the norms behind it are the
+ * job's); returns 1 when the frozen prefix grew, with r->frozen_units set
+ * to it and the stages still laid out for the old one, which
+ * pt_layout_replan then lays out again. A checkpoint saved in between
+ * holds the new freeze state (its newly frozen units without moments). */
+int pt_run_freeze_decide(pt_run *r, pt_freeze_report *rep);
 
 /* evaluate.c: loss and accuracy over the first `limit` test examples (0 =
  * all), split over the replicas. keep: replica 0 alone, keeping on its last
@@ -318,7 +320,9 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * the config, nothing else is done), `settling` (with STEP 0: train's
  * session is open and run.dir locked, the checkpoint to resume not yet
  * chosen), `finished` (the last step is done, its
- * last evaluation and checkpoint are not), or one of the phases of saving the checkpoint of step STEP:
+ * last evaluation and checkpoint are not), `eval` (a round of an evaluation
+ * at step STEP), `replan` (the layout for a new frozen prefix at step STEP
+ * is planned, nothing moved yet), or one of the phases of saving the checkpoint of step STEP:
  * `checkpoint-prepared` (the step directory is empty), `checkpoint-writing`
  * (a unit file is half written under its temporary name), `checkpoint` (the
  * unit files are written, the manifest is not) and `checkpoint-manifest` (the

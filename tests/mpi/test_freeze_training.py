@@ -25,6 +25,10 @@ For each:
     frozen) and resumed:
     identical to the run that never stopped, for cache off and on (a resumed
     job starts with an empty cache and refills it);
+  - a re-plan that fails (one process; K = 2 with the cache): the run exits
+    1 with the checkpoint of the decision's step, saved before the re-plan
+    with the decision's frozen blocks, and resumes into the run that never
+    failed, bit for bit;
   - the auto policy logs every decision with the per-block norms behind it,
     never freezes beyond the schedule's bound, and a resumed auto run makes
     the same decisions;
@@ -106,8 +110,9 @@ def check_model(tools, work, model):
     print("%s: K = 2 against K = 1" % model, flush=True)
     def counts(run_dir):
         return [(e["cache_hits"], e["prefix_computed"]) for e in records(run_dir, "epoch")]
+    k2 = {}
     for cache in ("false", "true"):
-        k2_dir, loss, w = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
+        k2_dir, loss, w = k2[cache] = train("k2-" + cache, 2, pipeline__stages=2, cache__enabled=cache)
         worst, _ = h.compare_runs("%s K=2 cache %s vs K=1" % (model, cache), off_loss, off_w, loss, w, TOL)
         expect(worst <= TOL, "%s: K=2 with cache %s within %.0e of K=1" % (model, cache, TOL))
         # every example that went through the frozen prefix is counted once,
@@ -146,6 +151,35 @@ def check_model(tools, work, model):
         _, same = h.compare_runs("%s resumed at step 40, cache %s" % (model, cache), off_loss, off_w,
                                  loss, w, 0.0)
         expect(same, "%s: resumed run (cache %s) is bit-identical to the straight one" % (model, cache))
+
+    print("%s: a re-plan that fails" % model, flush=True)
+    # decision 2 (step 32, 3 blocks) fails on rank 0 once it is planned,
+    # before anything moves; a checkpoint is due at that step (every 8
+    # steps). It is saved before the re-plan, with the decision's freeze
+    # state: the run loses no step, and resumes (laying out the 3 frozen
+    # blocks from the start) into the run that never failed
+    for ranks, cache, (_, ref_loss, ref_w) in ((1, "false", (off_dir, off_loss, off_w)),
+                                              (2, "true", k2["true"])):
+        sets = dict(cache__enabled=cache, pipeline__stages=ranks)
+        run_dir = os.path.join(work, "replan-failed-%d-%s" % (ranks, cache))
+        rc, _, out = tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, **sets),
+                               env={"PIPETRAIN_TEST_FAULT": "0:32:error:replan"}, check=False)
+        expect(rc == 1 and "re-planning after freezing 3 blocks: injected fault at step 32" in out,
+               "%s, %d rank(s), cache %s: the re-plan's failure ends the run, exit 1, naming it "
+               "(exit %d)\n%s" % (model, ranks, cache, rc, out[-1500:]))
+        newest = h.latest_checkpoint(run_dir)
+        _, _, shown = tools.run(1, ["inspect", newest])
+        frozen = json.loads(shown)["frozen_blocks"]
+        expect(newest.endswith("step_0000000032") and frozen == 3,
+               "%s, %d rank(s), cache %s: the checkpoint of the failed decision's step holds its 3 "
+               "frozen blocks (newest %s, %s frozen)" % (model, ranks, cache, newest, frozen))
+        tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto", **sets))
+        loss = h.step_losses(run_dir)
+        w = tools.export(h.latest_checkpoint(run_dir), run_dir + ".st")
+        _, same = h.compare_runs("%s %d rank(s) resumed after a failed re-plan" % (model, ranks),
+                                 ref_loss, ref_w, loss, w, 0.0)
+        expect(same, "%s, %d rank(s), cache %s: resumed after the failed re-plan, bit-identical to "
+               "the run that never failed" % (model, ranks, cache))
 
     print("%s: cache counts with decisions in the middle of epochs" % model, flush=True)
     # decisions every 6 steps from step 4, epochs of 16 steps: every epoch
