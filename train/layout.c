@@ -657,6 +657,17 @@ int pt_layout_open(pt_run *r, pt_err *err)
             r->freeze.depth = r->frozen_units = 0;
             *err = first;
         }
+    } else if (rc == 0 && depth > 0 && r->spec.train && r->frozen_units == 0) {
+        /* A resume of a checkpoint with a frozen prefix: the load would
+         * re-plan for it from this layout, holding this stage and the new
+         * one at once (about twice a stage's memory: what may have ended
+         * the saved run). The plan that re-plan makes, made here instead,
+         * is built alone: the same layout, as the saved run's. */
+        r->freeze.depth = depth;
+        r->frozen_units = pt_freeze_units(depth);
+        pt_plan next;
+        if ((rc = make_plan(r, !r->spec.elastic || !r->cost.units, &next, err)) == 0)
+            r->plan = next;
     }
     if (rc == 0)
         rc = place(r, err);

@@ -86,9 +86,11 @@ typedef struct pt_train_spec {
      * checkpoint's (NULL: none) */
     const struct pt_profile *profile_fallback;
     /* frozen blocks of the checkpoint a train run resumes (rank 0's reading;
-     * 0: none): when no layout fits the whole model's training memory, the
-     * first layout is planned for that frozen prefix, as the saved run's
-     * later layouts were (its units need no gradients or moments) */
+     * 0: none): the first layout is planned and built for that frozen
+     * prefix, as the saved run's later layouts were (its units need no
+     * gradients or moments); the whole model's layout is only planned, to
+     * fix K, D and M where the re-plans keep them, and when no layout fits
+     * the whole model's training memory, not even that */
     int resume_depth;
     /* where this rank is, kept up to date for a signal handler to print (it
      * may read the pointer at any moment: it always points at a whole

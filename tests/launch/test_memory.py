@@ -125,6 +125,33 @@ def test_resume_under_its_limit(h):
     return "fresh %.1f MiB, resumed %.1f MiB" % (fresh / MiB, resumed / MiB)
 
 
+def test_resume_of_frozen_blocks_lays_them_out_alone(h):
+    # a checkpoint with all 4 blocks frozen (decisions after steps 1 and 2:
+    # 3, then 4): the resume laid the whole model out in training first
+    # (parameters, gradients, both moments) and then re-planned for the
+    # frozen prefix, holding both stages at once, so it grew by more than a
+    # run training the whole model (97.0 MiB against 61.4); laid out for
+    # the prefix from the start, it holds the blocks' parameters and the
+    # head's training state (40.1 MiB)
+    base = baseline(h, "vit_frozen", VIT_TINY)
+    keys = keys_of(h, "vit_frozen", VIT, **{"pipeline.microbatches": "1", "train.batch": "4"})
+    rc, err, rss = peak_rss(h, "vit_frozen_whole", keys)
+    check(rc == 0, "the run without freezing failed (%d):\n%s", rc, err[-2000:])
+    whole = rss - base
+    keys.update({"run.dir": h.path("run_vit_frozen_resumed"), "freeze.policy": "schedule",
+                 "freeze.alpha": "0.75", "freeze.unit": "step", "freeze.start": "1"})
+    rc, err, _ = peak_rss(h, "vit_frozen_first", keys)
+    check(rc == 0, "the freezing run failed (%d):\n%s", rc, err[-2000:])
+    keys.update({"train.max_steps": "3", "train.resume": "auto"})
+    rc, err, rss = peak_rss(h, "vit_frozen_again", keys)
+    check(rc == 0 and "resumed at step 2" in err, "the resume failed (%d):\n%s", rc, err[-2000:])
+    resumed = rss - base
+    check(resumed <= whole - 10 * MiB, "the resume of 4 frozen blocks of 4 grew by %.1f MiB, a run "
+          "training all of them by %.1f MiB", resumed / MiB, whole / MiB)
+    return "whole model %.1f MiB, resumed with 4 of 4 frozen %.1f MiB" % (whole / MiB, resumed / MiB)
+
+
 if __name__ == "__main__":
     sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
-                   test_resume_under_its_limit], sys.argv, workers=1))
+                   test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone],
+                  sys.argv, workers=1))
