@@ -248,13 +248,20 @@ static void report_replan(pt_session *s, const pt_transition *t)
  * is saved between the decision and the re-plan (*saved_at set), so that a
  * re-plan that fails (for memory: it holds the old stage and the new one at
  * once) loses no training, and a resume lays the new prefix out from the
- * start, without that peak. */
+ * start, without that peak. A fresh run's opening decision (freeze.start 0)
+ * was made before its first layout, which is laid out for it: logged here,
+ * with no re-plan. */
 static int freeze_decision(pt_session *s, int save, int64_t *saved_at, pt_err *err)
 {
     pt_run *r = &s->run;
     loop_at("step %lld: the freeze decision (and a re-plan)", (long long)r->step);
     pt_freeze_report rep;
-    const int moved = pt_run_freeze_decide(r, &rep);
+    const int opening = r->opening.made;
+    if (opening) {
+        rep = r->opening.report;
+        r->opening.made = 0;
+    }
+    const int moved = opening ? 0 : pt_run_freeze_decide(r, &rep);
     const int depth = rep.new_depth;
     json_t *o = pt_metrics_event("freeze");
     json_object_set_new(o, "step", json_integer(r->step));

@@ -35,6 +35,8 @@ typedef struct pt_session {
     pt_profile profile;    /* the planner's measured inputs given to the engine (ranks 0: none) */
     pt_profile profile_fallback; /* pipeline.profile's beside a resumed checkpoint's (rank 0) */
     int resume_depth;      /* frozen blocks of the checkpoint being resumed (this rank's reading) */
+    int opening_depth;     /* a fresh train run's: what its first decision freezes, when that
+                              comes before training (freeze.start 0) */
     int init_pending;      /* train: model.init_from's weights not loaded, a resume planned */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */
     char normalized_from[PT_PATH_MAX + 64]; /* the checkpoint they came from ("": the file) */

@@ -168,6 +168,30 @@ static double data_bytes(const pt_session *r)
  * largest scratch. Without pipeline.memory_gib the limit is the node's RAM
  * over its ranks less the data set each rank holds (0 before it is
  * loaded). */
+static pt_freeze_config freeze_config(const pt_config *c)
+{
+    return (pt_freeze_config){(pt_freeze_kind)c->freeze.policy, c->freeze.alpha,
+                              c->freeze.max_depth};
+}
+
+/* freeze.start 0 on a fresh run: the blocks its first decision, made before
+ * training and before the layout, freezes (the schedule's first bound; auto
+ * has no gradient norms yet and freezes none) */
+static int opening_depth(const pt_config *c, int layers)
+{
+    if (c->freeze.policy == PT_FREEZE_NONE || c->freeze.start != 0)
+        return 0;
+    const pt_freeze_config fc = freeze_config(c);
+    pt_freeze_state st;
+    pt_freeze_report rep;
+    pt_err ignore;
+    if (pt_freeze_init(&st, &fc, layers, &ignore))
+        return 0; /* the run's own init reports it */
+    const int depth = pt_freeze_decide(&st, &rep);
+    pt_freeze_free(&st);
+    return depth;
+}
+
 static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -194,10 +218,11 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const int fixed_d = ranks > 1 && c->pipeline.replicas != PT_AUTO && replicas > 1;
     const double reduce = fixed_d && pt_backend_is_host(r->be) ? (double)(replicas - 1) / replicas : 0;
     const int64_t micro = (share + m - 1) / m;
-    /* a resumed checkpoint's frozen units keep no gradients or moments and
-     * save nothing for a backward */
-    /* an evaluation trains nothing: every unit counts as frozen */
-    const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(r->resume_depth);
+    /* a resumed checkpoint's frozen units, or those of a fresh run's opening
+     * decision, keep no gradients or moments and save nothing for a
+     * backward; an evaluation trains nothing: every unit counts as frozen */
+    const int depth = r->resume_depth > r->opening_depth ? r->resume_depth : r->opening_depth;
+    const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(depth);
     const char *state = mode == PT_RUN_EVAL ? ""
                         : reduce > 0 ? " with their gradients, AdamW moments and the gradient "
                                        "all-reduce's buffers"
@@ -431,8 +456,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->bucket_bytes = (size_t)(c->pipeline.bucket_mib * (double)(1 << 20));
     sp->timeout_s = c->run.timeout_s;
     sp->check_replicas = c->run.check_replicas;
-    sp->freeze = (pt_freeze_config){(pt_freeze_kind)c->freeze.policy, c->freeze.alpha,
-                                    c->freeze.max_depth};
+    sp->freeze = freeze_config(c);
     sp->freeze_every_step = c->freeze.unit == PT_FREEZE_EVERY_STEP;
     sp->freeze_start = c->freeze.start;
     sp->freeze_every = c->freeze.every;
@@ -689,6 +713,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
+    if (mode != PT_RUN_EVAL && !(resume && *resume))
+        s->opening_depth = opening_depth(c, s->arch.layers);
     int rc;
     if ((rc = recorded_normalize(s, resume, err)) || (rc = pt_session_resolve_dropout(s, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
@@ -776,6 +802,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     spec.profile = s->profile.ranks ? &s->profile : NULL;
     spec.profile_fallback = s->profile_fallback.ranks ? &s->profile_fallback : NULL;
     spec.resume_depth = s->resume_depth;
+    spec.fresh = mode != PT_RUN_EVAL && !(resume && *resume);
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
         if (rc == PT_EINPUT && s->rank == 0 && (spec.profile_strict || spec.profile_fallback) &&
             strncmp(err->msg, "measured on another", 19) == 0) {

@@ -273,7 +273,9 @@ static int memory_can_fit(pt_run *r, int small, int large, pt_err *err)
         if (pt_cost_sizes(&m, &r->arch, r->be, small, large, err)) {
             status = err->code;
         } else {
-            const int frozen = r->spec.resume_depth > 0 ? pt_freeze_units(r->spec.resume_depth) : 0;
+            /* a resume's frozen blocks, or a fresh run's opening decision's (run.c) */
+            const int depth = r->spec.resume_depth > 0 ? r->spec.resume_depth : r->freeze.depth;
+            const int frozen = depth > 0 ? pt_freeze_units(depth) : 0;
             double worst, scratch;
             int at;
             pt_plan_least_memory(&m, frozen, &at, &worst, &scratch);
@@ -639,8 +641,14 @@ int pt_layout_open(pt_run *r, pt_err *err)
     int depth = r->spec.resume_depth; /* rank 0's reading */
     if (rc == 0 && r->ranks > 1)
         rc = pt_bcast(pt_comm_world(r->comm), &depth, sizeof depth, 0, err);
-    if (rc == 0 && (rc = make_plan(r, 0, &r->plan, err)) == PT_EINPUT && depth > 0 &&
-        r->frozen_units == 0) {
+    /* a fresh run's opening decision (run.c) is laid out as a resume's
+     * frozen blocks are, the whole model planned first */
+    const int opening = r->freeze.depth;
+    if (opening > 0) {
+        depth = opening;
+        r->freeze.depth = r->frozen_units = 0;
+    }
+    if (rc == 0 && (rc = make_plan(r, 0, &r->plan, err)) == PT_EINPUT && depth > 0) {
         /* No layout fits the whole model in training, but the checkpoint
          * this run resumes has a frozen prefix, which needs no gradients or
          * moments: plan for it now, as the saved run's later layouts were
@@ -657,17 +665,22 @@ int pt_layout_open(pt_run *r, pt_err *err)
             r->freeze.depth = r->frozen_units = 0;
             *err = first;
         }
-    } else if (rc == 0 && depth > 0 && r->spec.train && r->frozen_units == 0) {
+    } else if (rc == 0 && depth > 0 && (r->spec.train || opening > 0)) {
         /* A resume of a checkpoint with a frozen prefix: the load would
          * re-plan for it from this layout, holding this stage and the new
          * one at once (about twice a stage's memory: what may have ended
          * the saved run). The plan that re-plan makes, made here instead,
-         * is built alone: the same layout, as the saved run's. */
+         * is built alone: the same layout, as the saved run's. (The same
+         * for the opening decision and the re-plan after it.) */
         r->freeze.depth = depth;
         r->frozen_units = pt_freeze_units(depth);
         pt_plan next;
         if ((rc = make_plan(r, !r->spec.elastic || !r->cost.units, &next, err)) == 0)
             r->plan = next;
+    }
+    if (opening > 0) { /* the decision stands, whatever was planned */
+        r->freeze.depth = opening;
+        r->frozen_units = pt_freeze_units(opening);
     }
     if (rc == 0)
         rc = place(r, err);
@@ -816,6 +829,9 @@ void pt_layout_print(const pt_run *r, FILE *out)
         pt_number_text(r->arch.attn_dropout + 0.0, p[1], sizeof p[1]);
         fprintf(out, ", dropout %s (attention %s)", p[0], p[1]);
     }
+    if (r->opening.made && r->frozen_units > 0) /* freeze.start 0: the first decision first */
+        fprintf(out, ", the bottom %d of %d blocks frozen before the first step (%d units)",
+                r->freeze.depth, r->arch.layers, r->frozen_units);
     fprintf(out, "\n");
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);

@@ -40,6 +40,21 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode
         rc = pt_fail(err, PT_ENOMEM, "out of memory for the step's sums");
         goto fail;
     }
+    if (mode != PT_RUN_EVAL && pt_freeze_due(r, 0)) {
+        /* freeze.start 0: the first decision comes before training, so a
+         * fresh run makes it before its first layout, which is then laid out
+         * for it alone (not for the whole model in training first, and
+         * re-planned, holding both); `plan` shows that layout. Every rank
+         * takes rank 0's reading of whether the run is fresh; a decision is
+         * the same on every rank. */
+        int fresh = spec->fresh;
+        if (r->ranks > 1 && (rc = pt_bcast(pt_comm_world(comm), &fresh, sizeof fresh, 0, err)))
+            goto fail;
+        if (fresh) {
+            pt_run_freeze_decide(r, &r->opening.report);
+            r->opening.made = 1;
+        }
+    }
     if ((rc = pt_layout_open(r, err)))
         goto fail;
     if (r->active && (rc = pt_segment_init_params(r->seg, err)))

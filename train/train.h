@@ -92,6 +92,11 @@ typedef struct pt_train_spec {
      * fix K, D and M where the re-plans keep them, and when no layout fits
      * the whole model's training memory, not even that */
     int resume_depth;
+    /* a train run that, by this rank's reading of run.dir, starts from
+     * step 0 (rank 0's reading counts), or a plan: with freeze.start 0 the
+     * first decision is made before the layout, which is planned for it as
+     * for a resume's frozen blocks (pt_run.opening) */
+    int fresh;
     /* where this rank is, kept up to date for a signal handler to print (it
      * may read the pointer at any moment: it always points at a whole
      * string); NULL: not wanted */
@@ -177,6 +182,12 @@ typedef struct pt_run {
     int built_frozen;      /* frozen_units when the current layout was built */
     int source_units;      /* of those, the ones stage 0's prefix source produces */
     pt_freeze_state freeze;
+    /* the decision a fresh run with freeze.start 0 made before its first
+     * layout (made: 1), for the training loop to log at step 0 */
+    struct {
+        int made;
+        pt_freeze_report report;
+    } opening;
 
     /* this epoch's frozen-prefix samples served by the cache and computed,
      * over every replica (reset by whoever reports them); step_hits and

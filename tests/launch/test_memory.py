@@ -10,6 +10,7 @@ lets it through and holds its growth, and the old count was 9% below the
 growth of the run that must now be refused.
 
 Usage: test_memory.py PIPETRAIN_BINARY"""
+import json
 import os
 import subprocess
 import sys
@@ -125,6 +126,17 @@ def test_resume_under_its_limit(h):
     return "fresh %.1f MiB, resumed %.1f MiB" % (fresh / MiB, resumed / MiB)
 
 
+def whole_model(h, name):
+    """(baseline bytes, growth of the vit training all its blocks, keys for
+    more runs of it in a run.dir of their own)."""
+    base = baseline(h, name, VIT_TINY)
+    keys = keys_of(h, name, VIT, **{"pipeline.microbatches": "1", "train.batch": "4"})
+    rc, err, rss = peak_rss(h, name + "_whole", keys)
+    check(rc == 0, "the run without freezing failed (%d):\n%s", rc, err[-2000:])
+    keys["run.dir"] = h.path("run_%s_frozen" % name)
+    return base, rss - base, keys
+
+
 def test_resume_of_frozen_blocks_lays_them_out_alone(h):
     # a checkpoint with all 4 blocks frozen (decisions after steps 1 and 2:
     # 3, then 4): the resume laid the whole model out in training first
@@ -133,13 +145,9 @@ def test_resume_of_frozen_blocks_lays_them_out_alone(h):
     # run training the whole model (97.0 MiB against 61.4); laid out for
     # the prefix from the start, it holds the blocks' parameters and the
     # head's training state (40.1 MiB)
-    base = baseline(h, "vit_frozen", VIT_TINY)
-    keys = keys_of(h, "vit_frozen", VIT, **{"pipeline.microbatches": "1", "train.batch": "4"})
-    rc, err, rss = peak_rss(h, "vit_frozen_whole", keys)
-    check(rc == 0, "the run without freezing failed (%d):\n%s", rc, err[-2000:])
-    whole = rss - base
-    keys.update({"run.dir": h.path("run_vit_frozen_resumed"), "freeze.policy": "schedule",
-                 "freeze.alpha": "0.75", "freeze.unit": "step", "freeze.start": "1"})
+    base, whole, keys = whole_model(h, "vit_frozen")
+    keys.update({"freeze.policy": "schedule", "freeze.alpha": "0.75", "freeze.unit": "step",
+                 "freeze.start": "1"})
     rc, err, _ = peak_rss(h, "vit_frozen_first", keys)
     check(rc == 0, "the freezing run failed (%d):\n%s", rc, err[-2000:])
     keys.update({"train.max_steps": "3", "train.resume": "auto"})
@@ -151,7 +159,51 @@ def test_resume_of_frozen_blocks_lays_them_out_alone(h):
     return "whole model %.1f MiB, resumed with 4 of 4 frozen %.1f MiB" % (whole / MiB, resumed / MiB)
 
 
+def events(run_dir, kind):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == kind]
+
+
+def test_freezing_before_the_first_step_lays_out_the_frozen_model(h):
+    # freeze.start 0 freezes all 4 blocks before the first step (alpha
+    # 0.99: the schedule's first bound is 4): the run laid the whole model
+    # out in training and re-planned at step 0, holding both (106.6 MiB
+    # against 61.9 for the run without freezing); the decision now comes
+    # before the first layout, which is the frozen model's (48.7 MiB)
+    base, whole, keys = whole_model(h, "vit_opening")
+    keys.update({"freeze.policy": "schedule", "freeze.alpha": "0.99", "freeze.start": "0"})
+    rc, err, rss = peak_rss(h, "vit_opening_frozen", keys)
+    check(rc == 0, "the freezing run failed (%d):\n%s", rc, err[-2000:])
+    frozen = rss - base
+    decisions = [(e["step"], e["old_depth"], e["depth"]) for e in events(keys["run.dir"], "freeze")]
+    check(decisions[:1] == [(0, 0, 4)], "the first decision is not 0 -> 4 at step 0: %s", decisions)
+    replans = [e["step"] for e in events(keys["run.dir"], "replan")]
+    check(0 not in replans, "a re-plan at step 0 (re-plans at steps %s)", replans)
+    check(frozen <= whole - 10 * MiB, "freezing all 4 blocks before the first step grew by %.1f "
+          "MiB, training all of them by %.1f MiB", frozen / MiB, whole / MiB)
+    return "whole model %.1f MiB, 4 of 4 frozen from the start %.1f MiB" % (whole / MiB,
+                                                                           frozen / MiB)
+
+
+def test_freezing_before_the_first_step_fits_where_the_whole_model_does_not(h):
+    # a limit the whole model in training does not fit, but its frozen
+    # blocks (no gradients or moments) with the head training do: freeze.start
+    # 0 trains under it (it was refused, as the whole model was counted);
+    # freeze.start 1 trains the whole model first, and is refused
+    keys = keys_of(h, "vit_fits", VIT, **{"pipeline.microbatches": "1", "train.batch": "4",
+                                          "pipeline.memory_gib": "%.6f" % (40 / 1024.0),
+                                          "freeze.policy": "schedule", "freeze.alpha": "0.99"})
+    rc, err, _ = peak_rss(h, "vit_fits_later", dict(keys, **{"freeze.start": "1"}))
+    check(rc == 2 and "pipeline.memory_gib" in err, "freeze.start 1 under 40 MiB was not refused "
+          "naming the limit (%d):\n%s", rc, err[-2000:])
+    keys["run.dir"] = h.path("run_vit_fits_start")
+    rc, err, _ = peak_rss(h, "vit_fits_start", dict(keys, **{"freeze.start": "0"}))
+    check(rc == 0, "freeze.start 0 under 40 MiB was refused (%d):\n%s", rc, err[-2000:])
+
+
 if __name__ == "__main__":
     sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
-                   test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone],
+                   test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone,
+                   test_freezing_before_the_first_step_lays_out_the_frozen_model,
+                   test_freezing_before_the_first_step_fits_where_the_whole_model_does_not],
                   sys.argv, workers=1))

@@ -25,6 +25,8 @@ For each:
     frozen) and resumed:
     identical to the run that never stopped, for cache off and on (a resumed
     job starts with an empty cache and refills it);
+  - freeze.start 0 (the first decision before training, and before the
+    first layout, which is laid out for it): K = 2 within 1e-5 of K = 1;
   - a re-plan that fails (one process; K = 2 with the cache): the run exits
     1 with the checkpoint of the decision's step, saved before the re-plan
     with the decision's frozen blocks, and resumes into the run that never
@@ -127,6 +129,21 @@ def check_model(tools, work, model):
                "computed) %s, one process %s" % (model, cache, two, one))
         if cache == "false":
             expect(two == one, "%s: K=2 cache off counts %s, one process %s" % (model, two, one))
+
+    # freeze.start 0: the first decision (2 blocks) comes before the first
+    # layout, which is laid out for it (no re-plan at step 0)
+    print("%s: freeze.start 0, K = 2 against K = 1" % model, flush=True)
+    s01_dir, s01_loss, s01_w = train("start0-k1", cache__enabled="true", freeze__start=0)
+    s02_dir, loss, w = train("start0-k2", 2, pipeline__stages=2, cache__enabled="true",
+                             freeze__start=0)
+    worst, _ = h.compare_runs("%s freeze.start 0, K=2 vs K=1" % model, s01_loss, s01_w, loss, w, TOL)
+    expect(worst <= TOL, "%s: freeze.start 0, K=2 within %.0e of K=1" % (model, TOL))
+    for name, run_dir in (("K=1", s01_dir), ("K=2", s02_dir)):
+        first = records(run_dir, "freeze")[0]
+        replans = [e["step"] for e in records(run_dir, "replan")]
+        expect((first["step"], first["old_depth"], first["depth"]) == (0, 0, 2) and 0 not in replans,
+               "%s, freeze.start 0, %s: decision 1 at step 0 freezes 2 blocks (%s), no re-plan at "
+               "step 0 (re-plans at %s)" % (model, name, first, replans))
 
     # 2 replicas: each serves its half of the batch from the node's cache;
     # the epoch's counts are the job's, as one process counts them (the
