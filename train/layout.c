@@ -494,19 +494,12 @@ static void reducer_progress(void *ctx) { pt_reducer_progress(ctx); }
 /* This rank's part of the current plan and mesh: schedule, segment (units
  * from old_seg by the moves, or left to be initialised when moves is NULL),
  * all-reduce, prefix source and executor. */
-static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg, uint64_t *sent,
-                       pt_err *err)
+/* This rank's schedule and segment for the plan (an active rank's). */
+static int build_segment(pt_run *r, pt_err *err)
 {
     const pt_train_spec *sp = &r->spec;
     const int K = r->plan.stages, F = r->frozen_units;
-    r->micro = r->plan.micro;
-    r->max_micro = r->plan.micro_batch;
-    r->built_frozen = F;
-    int rc = stage_buffers(r, err);
-    if (rc || !r->active) /* an idle rank still gives away what it held */
-        return rc ? rc : moves ? pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg,
-                                                     NULL, sent, err)
-                               : 0;
+    int rc;
     int trainable = 0;
     while (trainable < K - 1 && r->plan.bounds[trainable + 1] <= F)
         trainable++;
@@ -528,14 +521,38 @@ static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg,
      * whole segment's training state at once, which a plan for the frozen
      * layout does not count) */
     pt_segment_spec spec = {first, count, r->max_micro, slots, frozen_here};
-    if ((rc = pt_segment_create(&r->seg, &r->arch, r->be, &spec, err)))
-        return rc;
-    if (moves && (rc = pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg, r->seg,
-                                           sent, err)))
+    return pt_segment_create(&r->seg, &r->arch, r->be, &spec, err);
+}
+
+static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg, uint64_t *sent,
+                       pt_err *err)
+{
+    const pt_train_spec *sp = &r->spec;
+    const int K = r->plan.stages, F = r->frozen_units;
+    r->micro = r->plan.micro;
+    r->max_micro = r->plan.micro_batch;
+    r->built_frozen = F;
+    int rc = stage_buffers(r, err);
+    if (rc == 0 && r->active)
+        rc = build_segment(r, err);
+    if (rc == 0) /* (the test hook: as if this rank's memory ran out here) */
+        rc = pt_test_fault("stage", r->rank, r->step, err);
+    /* A re-plan: every rank (an idle one too, which still gives away what it
+     * held) has its new memory before any unit moves, or none moves: a rank
+     * that could not allocate would leave its partners waiting in the moves
+     * until run.timeout_s, naming the wrong phase. (At the start, pt_run_open
+     * agrees on the whole layout.) */
+    if (moves && (rc = pt_run_agree(r, rc, err)) == 0)
+        rc = pt_dp_execute_moves(moves, pt_comm_world(r->comm), r->rank, old_seg,
+                                 r->active ? r->seg : NULL, sent, err);
+    if (rc || !r->active)
         return rc;
     if ((rc = pt_reducer_create(&r->reducer, r->groups.replicas, r->seg, sp->bucket_bytes,
                                 sp->overlap, err)))
         return rc;
+    const int C = cached_units(r, K);
+    const int prefix = r->stage == 0 && r->source_units > 0;
+    const int slots = pt_stage_exec_slots(&r->sched, r->stage, sp->recompute) + prefix;
     if (prefix && (rc = pt_prefix_create(&r->prefix, r, slots - 1, C > 0 ? r->cache : NULL, err)))
         return rc;
     pt_stage_spec xs = {&r->sched, r->stage, r->groups.pipe, r->seg, r->max_micro, sp->recompute,

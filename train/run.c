@@ -35,11 +35,11 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode
         pt_err_prefix(err, "freeze");
         goto fail;
     }
+    /* (every rank learns of a failure here before the layout's collectives) */
     r->reduce = calloc((size_t)pt_arch_units(&r->arch) + (size_t)r->arch.layers + 8, sizeof *r->reduce);
-    if (!r->reduce) {
-        rc = pt_fail(err, PT_ENOMEM, "out of memory for the step's sums");
+    rc = r->reduce ? 0 : pt_fail(err, PT_ENOMEM, "out of memory for the step's sums");
+    if ((rc = pt_run_agree(r, rc, err)))
         goto fail;
-    }
     if (mode != PT_RUN_EVAL && pt_freeze_due(r, 0)) {
         /* freeze.start 0: the first decision comes before training, so a
          * fresh run makes it before its first layout, which is then laid out
@@ -55,9 +55,13 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode
             r->opening.made = 1;
         }
     }
-    if ((rc = pt_layout_open(r, err)))
-        goto fail;
-    if (r->active && (rc = pt_segment_init_params(r->seg, err)))
+    rc = pt_layout_open(r, err);
+    if (rc == 0 && r->active)
+        rc = pt_segment_init_params(r->seg, err);
+    /* A rank that could not build its stage (out of memory for its units,
+     * say) tells the others here, which would otherwise go on to the next
+     * collective and wait there for it until run.timeout_s, or mismatch. */
+    if ((rc = pt_run_agree(r, rc, err)))
         goto fail;
     return 0;
 fail:

@@ -104,6 +104,20 @@ def main():
         fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
                     r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
+        # a rank that cannot build its stage (its memory ran out) ends the job
+        # at once, naming its error, at the start and at a re-plan: the
+        # others waited for it until run.timeout_s, at the start in a
+        # mismatched collective, at a re-plan in the unit moves
+        for name, fault, extra in (
+                ("stage-error-at-start-up", "1:0:error:stage", {}),
+                ("stage-error-at-replan", "1:3:error:stage",
+                 {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
+                  "freeze.every": 100})):
+            rc_out = fault_case(tools, work, name, fault,
+                                [r"rank 1: error: .*injected fault at step %s \(stage\)" % fault[2]],
+                                extra=dict(extra, **{"run.timeout_s": 30}))
+            expect("no progress" not in rc_out[1] and "TRUNCATE" not in rc_out[1],
+                   "%s: no rank waits for the failed one until run.timeout_s" % name)
         # a stage that fails in an evaluation ends the job at once, naming its
         # error: the stage after it waited for its activations until
         # run.timeout_s (4 stages, rank 1 failing in the last evaluation)
