@@ -530,9 +530,7 @@ int pt_session_train(pt_session *s, pt_err *err)
     if (r->step == 0 && pt_freeze_due(r, 0) && (rc = freeze_decision(s, 0, &saved_at, err)))
         return rc;
     /* the step this run.dir holds a checkpoint of: the one resumed, when it
-     * lies here (a resume from another run's checkpoint into a new run.dir
-     * saves again, even without a step to train, so that run.dir holds the
-     * checkpoint the end of the run promises); rank 0 looks, all agree */
+     * lies here; rank 0 looks, all agree */
     const int64_t first_step = r->step;
     if (r->step > 0) {
         char here[PT_CKPT_PATH], manifest[PT_CKPT_PATH];
@@ -542,6 +540,15 @@ int pt_session_train(pt_session *s, pt_err *err)
                        : -1;
         if ((rc = pt_bcast(pt_comm_world(s->comm), &saved_at, sizeof saved_at, 0, err)))
             return rc;
+        /* another directory's checkpoint (run.dir's own step of that number,
+         * if any, went to abandoned/): saved here before anything trains, so
+         * that a run that dies before its next save leaves run.dir's newest
+         * checkpoint in the history it continues, not an older one of its own */
+        if (saved_at != r->step) {
+            if ((rc = save_checkpoint(s, err)))
+                return rc;
+            saved_at = r->step;
+        }
     }
     double epoch_started = pt_now();
     /* run.profile_ops: the steps after this run's first 3 (first touches of

@@ -1913,6 +1913,28 @@ def test_resume_other_runs_step_into_run_holding_that_step(h):
     check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
 
 
+def test_resumed_other_runs_step_saved_before_training(h):
+    """Another run's checkpoint of step 6 resumed into a run.dir that holds
+    its own steps 3 to 10, which then fails before its next save: run.dir's
+    step 6 went to abandoned/, and the resumed step was only saved at the
+    next checkpoint, so `auto` went on from run.dir's own step 3 (the other
+    history) without a word. The resumed step is now saved before the first
+    step trains."""
+    _, orig = trained(h)
+    cfg, other = trained(h, "other", **{"train.lr": "0.002"})
+    h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"], env={"PIPETRAIN_TEST_FAULT": "0:7:error"}).expect(
+        1, "a resume failing before step 7")
+    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
+          U.checkpoints(other))
+    exports = []
+    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
+        out = h.path("export-%d.st" % len(exports))
+        h.run(["export", ck, out]).expect(0)
+        exports.append(U.read_bytes(out))
+    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+
+
 def test_damaged_newest_step_directory(h):
     """The newest step directory damaged so that it is no checkpoint: its
     manifest replaced by a directory, a FIFO or a link to a device (a
@@ -2857,6 +2879,7 @@ def tests():
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_resume_other_runs_step_into_run_holding_that_step,
+        test_resumed_other_runs_step_saved_before_training,
         test_damaged_newest_step_directory, test_linked_manifest,
         test_other_model_names_the_config_line,
         test_outputs_of_a_stopped_export_or_eval,
