@@ -39,9 +39,11 @@ static void on_stop_signal(int sig, siginfo_t *si, void *context)
      * SIGKILL ends a save that takes longer); and when the launcher dies,
      * the kernel hands the rank to each of its threads in turn as they
      * exit, sending the death signal each time (Open MPI's mpirun: 1 to 4
-     * SIGTERMs, all from its pid) */
-    if (stop_signal && (sig == SIGXCPU || (launcher_pid > 0 && si && si->si_code == SI_USER &&
-                                           si->si_pid == launcher_pid)))
+     * SIGTERMs, all from its pid). Only the death signal's: a second
+     * SIGUSR1, SIGINT or SIGHUP that the launcher forwards from the user is
+     * a second request. */
+    if (stop_signal && (sig == SIGXCPU || (sig == SIGTERM && launcher_pid > 0 && si &&
+                                           si->si_code == SI_USER && si->si_pid == launcher_pid)))
         return;
     if (stop_signal) { /* a second signal: the user means it */
         pt_wfile_remove_temporaries();
