@@ -712,6 +712,17 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     pt_comm_phase("evaluating the test split");
     if ((rc = pt_run_agree(run, rc, &err)) == 0)
         rc = pt_evaluate(run, 0, a->logits || a->hidden, logits, hidden, &ev, &err);
+    if (rc && pt_comm_size(comm) > 1 && !err.agreed) {
+        /* this rank's own failure in a round of the evaluation, which it
+         * returned from at once: the others wait in that round (for its
+         * transfers, or its agreement), and an agreement here would pair
+         * with theirs and leave them waiting in the next until
+         * run.timeout_s. It reports and ends the job, as train's step does. */
+        const int code = report(comm, rc, &err);
+        pt_comm_abort(comm, code);
+        rc = code;
+        goto done;
+    }
     pt_comm_phase("finishing");
     /* weights that are finite but overflow float32 on the way (a tampered
      * or diverged model) give NaN or Inf logits: no accuracy is made up

@@ -123,6 +123,20 @@ def main():
         # run.timeout_s (4 stages, rank 1 failing in the last evaluation)
         fault_case(tools, work, "error-in-eval", "1:20:error:eval",
                    [r"rank 1: error: injected fault at step 20 \(eval\)"])
+        # the same in `eval` on 2 replicas: rank 0 failing in a round of it
+        # agreed with the others' round by the command's next agreement, so it
+        # left without ending the job and rank 1 waited until run.timeout_s
+        run_dir = os.path.join(work, "eval-error")
+        tools.run(1, ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=2,
+                                                 train__eval_examples=64, run__threads=1))
+        rc, secs, out = tools.run(2, ["eval", CONFIG] + h.sets(
+            run__dir=run_dir, pipeline__stages=1, pipeline__replicas=2, run__timeout_s=30,
+            run__threads=1), env={"PIPETRAIN_TEST_FAULT": "0:2:error:eval"}, timeout=120, check=False)
+        print("eval-error-in-round: exit %d after %.1f s" % (rc, secs), flush=True)
+        expect(rc != 0 and "rank 0: error: injected fault at step 2 (eval)" in out and
+               "no progress" not in out and secs < 30,
+               "eval-error-in-round: exit non-zero before run.timeout_s (30 s), rank 0's message, "
+               "no rank waiting for it\n%s" % out[-1500:])
         # a save after an evaluation in the same step names the save, not the
         # evaluation before it
         _, out = fault_case(tools, work, "hang-in-save-after-eval", "1:2:hang:checkpoint",
