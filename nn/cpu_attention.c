@@ -455,7 +455,10 @@ INLINE void drop_row(real *dst, const real *src, const pair_drop *dr, int j, int
 #define MASKED ((real)-INFINITY)
 
 /* exp(x) lane by lane for x <= 0 (a score less its column's max), exactly
- * 0 for a masked score (x = MASKED). float32: cpu_math.h's
+ * 0 for a masked score (x = MASKED), and NaN for a NaN (a score that is
+ * not a number makes its query's softmax NaN, as the definition and
+ * PyTorch say, and the first-query path gives: taking it for a masked key
+ * hid it, and gave that key no gradient). float32: cpu_math.h's
  * pt_f16_expf_nonpos (pt_expf's operations lane by lane) on 16 lanes at a
  * time; float64: libm. */
 INLINE vreal softmax_exp(vreal x)
@@ -463,13 +466,13 @@ INLINE vreal softmax_exp(vreal x)
     vreal e;
 #ifdef PT_REAL_F64
     for (int l = 0; l < VW; l++)
-        e[l] = x[l] > MASKED ? R_EXP(x[l]) : 0;
+        e[l] = x[l] == MASKED ? 0 : R_EXP(x[l]);
 #else
     for (int l = 0; l < VW; l += 16) { /* VW is 16, 8 or 4: one pt_f16, or part of one */
         pt_f16 v = {0};
         memcpy(&v, (const real *)&x + l, (VW < 16 ? VW : 16) * sizeof(real));
         v = pt_f16_sel(pt_f16_gt(v, pt_f16_set(MASKED)), pt_f16_expf_nonpos(v),
-                       pt_f16_set(0.0f));
+                       pt_f16_sel(pt_f16_eq(v, pt_f16_set(MASKED)), pt_f16_set(0.0f), v));
         memcpy((real *)&e + l, &v, (VW < 16 ? VW : 16) * sizeof(real));
     }
 #endif

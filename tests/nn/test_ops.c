@@ -891,6 +891,61 @@ static void attention_far_scores(void)
     close_both();
 }
 
+/* A key with a NaN element: every query that sees it gets a NaN output (its
+ * softmax is NaN, as by definition and in PyTorch, and as the first-query
+ * op gives); the others, and every query of an example whose padding masks
+ * that key, stay finite. Its score was taken for a masked one: weight 0, a
+ * finite output and no gradient, hiding the NaN. T = 5, key 2, one head of
+ * 4 and two of 3; plain, causal and padded to 2 tokens; both backends. */
+static void attention_nan_score(void)
+{
+    open_both(406);
+    int bad = 0, checked = 0;
+    for (int hi = 0; hi < 2; hi++)
+        for (int mode = 0; mode < 3; mode++) {
+            const int T = 5, n = 1, H = hi ? 2 : 1, hd = hi ? 3 : 4, causal = mode == 1;
+            const size_t d = (size_t)H * hd, rows = (size_t)n * T;
+            const int32_t lens_h[1] = {2};
+            void *lens[2] = {NULL, NULL};
+            for (int k = 0; k < 2 && mode == 2; k++)
+                lens[k] = ints_new(k, lens_h, (size_t)n);
+            tens qkv = t_new(rows * 3 * d, 0), out = t_new(rows * d, 0);
+            tens probs = t_new((size_t)n * H * T * T, 0);
+            float *h = malloc(rows * 3 * d * sizeof *h);
+            for (size_t i = 0; i < rows * 3 * d; i++)
+                h[i] = rand_nonzero(-1, 1);
+            h[(2 * 3 + 1) * d + 1] = NAN; /* key 2, element 1: head 0 */
+            t_set(&qkv, h);
+            t_fill_nan(&out);
+            t_fill_nan(&probs);
+            EACH OPS->attention_fwd(BE, D(out), D(probs), D(qkv), n, T, H, hd, causal, lens[k_],
+                                    NULL);
+            for (int k = 0; k < 2; k++) {
+                float *o = t_get(&out, k);
+                for (int t = 0; t < (mode == 2 ? 2 : T); t++)
+                    for (size_t c = 0; c < d; c++) {
+                        /* head 0's columns see key 2 unless it is masked */
+                        const int sees = c < (size_t)hd && mode != 2 && !(causal && t < 2);
+                        checked++;
+                        if (isnan(o[t * d + c]) != sees && bad++ < 5)
+                            printf("\n  %s H=%d mode %d query %d column %zu: %g, want %s",
+                                   k ? "cpu64" : "cpu", H, mode, t, c, o[t * d + c],
+                                   sees ? "NaN" : "a number");
+                    }
+                free(o);
+            }
+            free(h);
+            for (int k = 0; k < 2; k++)
+                pt_backend_free(be[k], lens[k]);
+            t_free(&qkv);
+            t_free(&out);
+            t_free(&probs);
+        }
+    printf(" [%d values checked, %d off]", checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    close_both();
+}
+
 /* --------------------------------------------------------------- dropout */
 
 /* add_mode: 0 none, 1 a separate tensor, 2 aliased with y; in place: y is x. */
@@ -1461,6 +1516,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"gelu", gelu_all},
                                 {"attention", attention_all},
                                 {"attention_far_scores", attention_far_scores},
+                                {"attention_nan_score", attention_nan_score},
                                 {"embeddings", embeddings_all},
                                 {"copy_rows", copy_rows_all},
                                 {"mean_pool", mean_pool_all},
