@@ -283,9 +283,10 @@ static void run_tasks(pt_pool *p, int thread)
             if (!atomic_compare_exchange_weak_explicit(word, &c, c + 1, memory_order_acq_rel,
                                                        memory_order_relaxed))
                 continue;
+            const int was = in_task;
             in_task = 1;
             fn(ctx, base + (long)t, thread);
-            in_task = 0;
+            in_task = was;
             if (thread)
                 atomic_store_explicit(&p->done_ns, now_ns(), memory_order_relaxed);
             if (atomic_fetch_add(&p->done, 1) + 1 == n && thread && atomic_load(&p->caller_asleep))
@@ -433,8 +434,14 @@ void pt_pool_run(pt_pool *pool, long tasks, pt_pool_fn fn, void *ctx)
     if (tasks <= 0)
         return;
     if (!pool || pool->threads < 2 || tasks < 2 || in_task || atomic_exchange(&pool->busy, 1)) {
+        /* these tasks are tasks too: a run one of them starts runs inline,
+         * in order, as cpu_pool.h says (else a one-task run's task, or one
+         * of a caller that found the pool busy, could take the pool) */
+        const int was = in_task;
+        in_task = 1;
         for (long t = 0; t < tasks; t++)
             fn(ctx, t, 0);
+        in_task = was;
         return;
     }
     for (long base = 0; base < tasks; base += MAX_RUN_TASKS) {

@@ -306,6 +306,28 @@ typedef struct {
     long bad;
 } caller_arg;
 
+/* A run started inside a task of a run that itself ran inline (one task):
+ * on the calling thread, in order, as thread 0 (it took the pool) */
+typedef struct {
+    pt_pool *pool;
+    long next, off;
+} inline_job;
+
+static void inner_task(void *ctx, long t, int thread)
+{
+    inline_job *j = ctx;
+    j->off += thread != 0 || t != j->next; /* run on this thread alone: no race */
+    j->next = t + 1;
+}
+
+static void outer_task(void *ctx, long t, int thread)
+{
+    (void)t;
+    (void)thread;
+    inline_job *j = ctx;
+    pt_pool_run(j->pool, 10000, inner_task, j);
+}
+
 static void *second_caller(void *arg)
 {
     caller_arg *a = arg;
@@ -320,6 +342,12 @@ static void nested_and_concurrent_runs(void)
         nest_job j = {p, 0};
         pt_pool_run(p, 50, nesting_task, &j);
         CU_ASSERT_EQUAL(atomic_load(&j.bad), 0);
+        inline_job one = {p, 0, 0};
+        pt_pool_run(p, 1, outer_task, &one);
+        CU_ASSERT(one.next == 10000 && one.off == 0);
+        if (one.off)
+            printf("\n  %d threads: %ld of 10000 nested tasks off the caller or out of order",
+                   thread_counts[c], one.off);
         caller_arg a = {p, 0};
         pthread_t tid;
         CU_ASSERT_FATAL(pthread_create(&tid, NULL, second_caller, &a) == 0);
