@@ -36,10 +36,12 @@ enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
  * compared field by field from one table. pt_ckpt_arch_difference names the
  * config key behind the first field that differs (in words where it is the
  * data's: "the image height of the data"), or returns NULL;
- * pt_ckpt_arch_key gives the config key of such words for config c. */
+ * pt_ckpt_arch_key gives the config key of such words for config c (an
+ * evaluation's images are its test split's, a training's its training
+ * split's). */
 json_t *pt_ckpt_arch_json(const pt_arch *a);
 int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char **allowed);
 const char *pt_ckpt_arch_difference(const pt_arch *saved, const pt_arch *now, int *was, int *is);
-const char *pt_ckpt_arch_key(const char *says, const pt_config *c);
+const char *pt_ckpt_arch_key(const char *says, const pt_config *c, int evaluating);
 
 #endif

@@ -350,7 +350,7 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
             (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, &key, err)) == 0)
             rc = load_units(r->seg, &m, 0, err);
         else if (rc == PT_EINPUT && key) /* the config's line that makes the other model */
-            pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(key, c->cfg));
+            pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(key, c->cfg, 1));
         if (rc == 0)
             note_other_test_split(c, &m);
     }
@@ -528,7 +528,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
         }
     }
     if (rc == PT_EINPUT && arch_key)
-        pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(arch_key, c->cfg));
+        pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(arch_key, c->cfg, 0));
     if (rc == 0 && r->rank == 0)
         note_data_changes(c, &m);
     /* every rank learns whether the state was good before the layout changes */

@@ -127,14 +127,15 @@ int pt_ckpt_arch_read(const json_t *o, pt_arch *a, const char **bad, const char 
     return 0;
 }
 
-const char *pt_ckpt_arch_key(const char *says, const pt_config *c)
+const char *pt_ckpt_arch_key(const char *says, const pt_config *c, int evaluating)
 {
     for (int i = 0; i < ARCH_FIELDS; i++)
         if (strcmp(says, arch_fields[i].says) == 0) {
             const char *key = arch_fields[i].key;
-            /* images from files: their size is the files' */
+            /* images from files: their size is the files' (an evaluation
+             * reads the test split's alone) */
             if (strcmp(key, "data.image_size") == 0 && c->data.kind != PT_DATA_SYNTH_IMAGES)
-                return pt_config_data_key(c);
+                return evaluating ? "data.test_images" : pt_config_data_key(c);
             return key;
         }
     return says; /* a key already (model.ln_eps, model.dropout, ...) */

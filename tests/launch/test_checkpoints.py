@@ -1492,6 +1492,31 @@ def test_data_identity(h):
     check("was not compared" not in r.err, "a note without a vocab.txt:\n%s", r.describe())
 
 
+def test_eval_of_other_sized_test_images_names_them(h):
+    """IDX images 8x8 in training; `eval` of test images 4x4 (the model's
+    image size comes from the images) is refused naming data.test_images,
+    the file eval reads, not data.train_images, which it does not."""
+    import struct
+
+    def idx(path, count, side, labels=None):
+        if labels is not None:
+            return U.write(path, struct.pack(">II", 0x801, count) + bytes(labels), "wb")
+        return U.write(path, struct.pack(">IIII", 0x803, count, side, side) +
+                       bytes((i * 37) % 256 for i in range(count * side * side)), "wb")
+    data = {"data.kind": "idx", "data.train_images": idx(h.path("ti"), 40, 8),
+            "data.train_labels": idx(h.path("tl"), 40, 8, [i % 4 for i in range(40)]),
+            "data.test_images": idx(h.path("vi"), 12, 8),
+            "data.test_labels": idx(h.path("vl"), 12, 8, [i % 4 for i in range(12)]),
+            "data.image_size": None, "data.synthetic_examples": None}
+    _, run_dir = trained(h, "idx", **data)
+    small = dict(data, **{"data.test_images": idx(h.path("small"), 12, 4)})
+    cfg = U.write_config(h, "idx-small.yaml", keys(h, run_dir, **small))
+    r = h.run(["eval", cfg]).expect(2, "test images of another size")
+    r.one_error("data.test_images", strict=False)
+    check("data.train_images" not in r.error_lines()[0], "names data.train_images:\n%s",
+          r.describe())
+
+
 def test_images_edited_in_place_are_noted(h):
     """IDX images: the digest covers the pixels as the model gets them. One
     pixel of the training file changed in place gives a note naming
@@ -2869,7 +2894,7 @@ def tests():
         test_data_identity,
         test_resume_mid_epoch_after_data_shrank, test_resume_with_other_data_is_noted,
         test_resume_with_other_initial_weights_is_noted, test_minus_zero_is_zero,
-        test_images_edited_in_place_are_noted,
+        test_images_edited_in_place_are_noted, test_eval_of_other_sized_test_images_names_them,
         test_eval_on_other_test_examples_is_noted,
         test_eval_on_other_generated_examples_is_noted,
         test_resume_with_other_test_data_is_noted,
