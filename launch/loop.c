@@ -446,7 +446,10 @@ static int op_report_failed(pt_session *s, int64_t steps, double secs, char *msg
     return 1;
 }
 
-static void epoch_metrics(pt_session *s, double took)
+/* since: the step after which the time and counts began (the epoch's start,
+ * or a mid-epoch resume's step: its first epoch line covers the part this
+ * run trained, which the line says) */
+static void epoch_metrics(pt_session *s, double took, int64_t since)
 {
     pt_run *r = &s->run;
     /* the counts live in the run, not in the prefix source, which every
@@ -454,6 +457,7 @@ static void epoch_metrics(pt_session *s, double took)
     json_t *o = pt_metrics_event("epoch");
     json_object_set_new(o, "epoch", json_integer(r->epoch));
     json_object_set_new(o, "step", json_integer(r->step));
+    json_object_set_new(o, "since_step", json_integer(since));
     json_object_set_new(o, "epoch_time_s", pt_json_number(took));
     json_object_set_new(o, "frozen_blocks", json_integer(r->freeze.depth));
     json_object_set_new(o, "stages", json_integer(r->plan.stages));
@@ -553,6 +557,7 @@ int pt_session_train(pt_session *s, pt_err *err)
         }
     }
     double epoch_started = pt_now();
+    int64_t epoch_since = r->step;
     /* run.profile_ops: the steps after this run's first 3 (first touches of
      * memory, the BLAS's buffers) are timed; with fewer, all but the first */
     const int64_t left = r->total_steps - r->step;
@@ -603,7 +608,7 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (epoch_done) {
             r->epoch++;
             r->epoch_step = 0;
-            epoch_metrics(s, pt_now() - epoch_started);
+            epoch_metrics(s, pt_now() - epoch_started, epoch_since);
             if (c->train.eval_every > 0 && r->epoch % c->train.eval_every == 0) {
                 if ((rc = evaluate_and_report(s, err)))
                     break;
@@ -621,8 +626,10 @@ int pt_session_train(pt_session *s, pt_err *err)
         if (pt_freeze_due(r, epoch_done) &&
             (rc = freeze_decision(s, due || stopping, &saved_at, err)))
             break;
-        if (epoch_done)
+        if (epoch_done) {
             epoch_started = pt_now();
+            epoch_since = r->step;
+        }
         if ((due || stopping) && saved_at != r->step) {
             if ((rc = save_checkpoint(s, err)))
                 break;

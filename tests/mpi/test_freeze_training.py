@@ -24,7 +24,8 @@ For each:
   - killed after the checkpoint of step 40 (between decisions, 2 blocks
     frozen) and resumed:
     identical to the run that never stopped, for cache off and on (a resumed
-    job starts with an empty cache and refills it);
+    job starts with an empty cache and refills it); the first epoch line
+    after the resume says it covers steps 41-48 (since_step 40);
   - freeze.start 0 (the first decision before training, and before the
     first layout, which is laid out for it): K = 2 within 1e-5 of K = 1;
   - a re-plan that fails (one process; K = 2 with the cache): the run exits
@@ -168,6 +169,14 @@ def check_model(tools, work, model):
         _, same = h.compare_runs("%s resumed at step 40, cache %s" % (model, cache), off_loss, off_w,
                                  loss, w, 0.0)
         expect(same, "%s: resumed run (cache %s) is bit-identical to the straight one" % (model, cache))
+        # the epoch line at step 48 covers the 8 steps the resumed run trained
+        # (its time and counts began at the resume), and says so
+        line = [e for e in records(run_dir, "epoch") if e["step"] == 48][-1]
+        expect(line["since_step"] == 40 and
+               line["cache_hits"] + line["prefix_computed"] == 8 * batch and
+               [e["since_step"] for e in records(run_dir, "epoch") if e["step"] > 48] == [48, 64, 80],
+               "%s, cache %s: the first epoch line after the resume covers steps 41-48 and says so, "
+               "the later ones whole epochs: %s" % (model, cache, line))
 
     print("%s: a re-plan that fails" % model, flush=True)
     # decision 2 (step 32, 3 blocks) fails on rank 0 once it is planned,
