@@ -43,7 +43,7 @@ typedef struct pt_err {
     int agreed;  /* 1: every rank learned of this failure in an agreement after
                     it (pt_group_agree), so no rank waits on this one and the
                     job may end without an abort; pt_fail clears it */
-    char msg[1024];
+    char msg[4096]; /* room for two paths of PT_PATH_MAX and what is wrong */
     int sys_errno; /* PT_ESYS: errno as pt_fail was called (0 otherwise) */
 } pt_err;
 

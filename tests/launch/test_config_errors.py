@@ -1697,6 +1697,23 @@ def test_memory_counts_the_cache(h):
         h.run(["plan", cfg, "--set", off]).expect(0, off)
 
 
+def test_long_paths_leave_room_for_the_reason(h):
+    """A config path of 1,022 bytes, and a data.text of 1,020 bytes that is
+    missing: the message still gives the line, the key and what is wrong
+    (a 1,024-byte message cut them off: '...bad.yaml:' and nothing after)."""
+    cfg = U.write(h.path("bad.yaml"), "model:\n  layers: x\n")
+    name = "./" * ((1022 - len("bad.yaml")) // 2) + "bad.yaml"
+    r = h.run(["plan", name]).expect(2, "a bad value in a config of a long name")
+    r.one_error("bad.yaml:2: model.layers: not an integer: 'x'; allowed: an integer from 1 to 1024",
+                strict=False)
+    head = h.dir + "/"
+    missing = head + "./" * ((1020 - len(head) - len("nope.txt")) // 2) + "nope.txt"
+    base_cfg = U.write_config(h, "base.yaml", base(h, "gpt"))
+    r = h.run(["plan", base_cfg, "--set", "data.kind=text", "--set", "data.text=" + missing]).expect(
+        2, "a missing data.text of a long name")
+    r.one_error("data.text", "nope.txt", "No such file or directory", strict=False)
+
+
 def test_run_dir_real_path_past_path_max(h):
     """A run.dir whose real path, with its checkpoints' files, passes what
     paths may hold (a relative run.dir of two 200-byte names from a working
@@ -2222,7 +2239,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
          test_memory_refusal_says_what_it_compares, test_memory_counts_the_cache,
-         test_run_dir_real_path_past_path_max,
+         test_run_dir_real_path_past_path_max, test_long_paths_leave_room_for_the_reason,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
