@@ -17,8 +17,8 @@ struct pt_vocab {
     uint32_t *off;     /* [count] offset of each token in text */
     uint8_t *len;      /* [count] bytes of each token */
     size_t max_len;    /* the longest token's bytes: longer strings are not looked up */
-    int32_t *index;    /* [slots] open addressing: a token id or -1 (empty) */
-    size_t slots;      /* a power of two, at least 2 * count */
+    int32_t *sorted;   /* [count] every id, in the order of their tokens' bytes (vocab.c) */
+    uint64_t *keys;    /* [count] sorted[i]'s token's first 8 bytes (vocab.c's prefix_key) */
     pt_vocab_special special;
     pt_normalize norm;
 };

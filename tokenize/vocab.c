@@ -1,6 +1,14 @@
 /*
- * vocab.c: reading a WordPiece vocab.txt into a token table and an
- * open-addressing hash index (linear probing, FNV-1a, load at most 1/2).
+ * vocab.c: reading a WordPiece vocab.txt into a token table and a sorted
+ * index: every id in the byte order of its token, searched by bisection.
+ * A hash index is faster on average, but an unkeyed hash lets a crafted file
+ * put every token in one bucket and make loading and each lookup quadratic
+ * in the tokens (hours for a large file); a sorted index costs O(n log n) to
+ * build and O(log n) per lookup whatever the file holds. The bisection
+ * compares the tokens' first 8 bytes as integers (prefix_key, in an array
+ * of their own) and their other bytes only among the tokens that share
+ * those: fewer cache misses and branches, which keeps the tokenizer's many
+ * lookups (most for pieces that are not there) near a hash table's speed.
  */
 #include "tokenize/tokenize_internal.h"
 
@@ -10,36 +18,77 @@
 #include <string.h>
 #include <unistd.h>
 
-static uint64_t hash_bytes(const char *s, size_t n)
+/* The index's order: the bytes (unsigned, as memcmp) over the shorter of
+ * the two, then the shorter first. <0, 0 or >0. */
+static int compare_tokens(const char *a, size_t an, const char *b, size_t bn)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    int c = memcmp(a, b, an < bn ? an : bn);
+    if (c)
+        return c;
+    return (an > bn) - (an < bn);
 }
 
-/* The slot holding token (s, n), or the empty slot where it would go. */
-static size_t find_slot(const pt_vocab *v, const char *s, size_t n)
+static int compare_ids(const pt_vocab *v, int32_t a, int32_t b)
 {
-    size_t mask = v->slots - 1;
-    size_t i = (size_t)hash_bytes(s, n) & mask;
-    for (;;) {
-        int32_t id = v->index[i];
-        if (id < 0)
-            return i;
-        if (v->len[id] == n && memcmp(v->text + v->off[id], s, n) == 0)
-            return i;
-        i = (i + 1) & mask;
+    return compare_tokens(v->text + v->off[a], v->len[a], v->text + v->off[b], v->len[b]);
+}
+
+/* The first 8 bytes of s (n bytes) as a big-endian integer, zero-padded.
+ * Two keys that differ order their strings as compare_tokens does: where
+ * the keys first differ, the greater has a byte of its string and the other
+ * a smaller one, or none (the string ended there: a prefix of the other,
+ * which compare_tokens puts first too). Equal keys leave it to
+ * compare_tokens. */
+static uint64_t prefix_key(const char *s, size_t n)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < 8; i++)
+        k = k << 8 | (i < n ? (unsigned char)s[i] : 0u);
+    return k;
+}
+
+/* The first i in [0, n) with keys[i] >= key (> key if upper), or n. The
+ * bisection chooses its half without a branch (a conditional move): which
+ * half holds the key is a coin toss that a processor mispredicts half the
+ * time, and most of the tokenizer's lookups are for pieces not there. */
+static size_t key_bound(const uint64_t *keys, size_t n, uint64_t key, int upper)
+{
+    if (n == 0)
+        return 0;
+    const uint64_t *base = keys;
+    while (n > 1) {
+        size_t half = n / 2;
+        base = (upper ? base[half] <= key : base[half] < key) ? base + half : base;
+        n -= half;
     }
+    return (size_t)(base - keys) + (upper ? *base <= key : *base < key);
 }
 
 int32_t pt_vocab_id(const pt_vocab *v, const char *token, size_t n)
 {
     if (!v || n > v->max_len)
         return -1;
-    return v->index[find_slot(v, token, n)];
+    const uint64_t key = prefix_key(token, n);
+    const size_t count = (size_t)v->count;
+    size_t lo = key_bound(v->keys, count, key, 0);
+    if (lo == count || v->keys[lo] != key)
+        return -1;
+    /* the tokens whose first 8 bytes are the token's: [lo, hi), by bytes */
+    size_t hi = lo + 1 == count || v->keys[lo + 1] != key
+                    ? lo + 1
+                    : lo + key_bound(v->keys + lo, count - lo, key, 1);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int32_t id = v->sorted[mid];
+        int c = compare_tokens(v->text + v->off[id], v->len[id], token, n);
+        if (c == 0)
+            return id;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
 }
 
 int32_t pt_vocab_size(const pt_vocab *v) { return v ? v->count : 0; }
@@ -67,7 +116,8 @@ void pt_vocab_free(pt_vocab *v)
     free(v->text);
     free(v->off);
     free(v->len);
-    free(v->index);
+    free(v->sorted);
+    free(v->keys);
     free(v);
 }
 
@@ -162,24 +212,74 @@ static int check_token(const char *path, long line, const char *s, size_t n, pt_
     return 0;
 }
 
+/* Sorts ids[0..n) by their tokens, with tmp[n] as scratch and key[id] each
+ * token's prefix_key: a bottom-up merge sort, O(n log n) for any input, and
+ * stable, so that equal tokens stay in file order (which build_index's
+ * duplicate check relies on). */
+static void sort_ids(const pt_vocab *v, const uint64_t *key, int32_t *ids, int32_t *tmp,
+                     size_t n)
+{
+    int32_t *src = ids, *dst = tmp;
+    for (size_t width = 1; width < n; width *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * width) {
+            size_t mid = n - lo > width ? lo + width : n;
+            size_t hi = n - mid > width ? mid + width : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) { /* the right run's first only if strictly smaller */
+                const uint64_t a = key[src[i]], b = key[src[j]];
+                dst[k++] = b < a || (b == a && compare_ids(v, src[j], src[i]) < 0) ? src[j++]
+                                                                                   : src[i++];
+            }
+            while (i < mid)
+                dst[k++] = src[i++];
+            while (j < hi)
+                dst[k++] = src[j++];
+        }
+        int32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != ids)
+        memcpy(ids, src, n * sizeof *ids);
+}
+
 static int build_index(pt_vocab *v, const char *path, pt_err *err)
 {
-    size_t slots = 16;
-    while (slots < 2 * (size_t)v->count)
-        slots *= 2;
-    v->slots = slots;
-    v->index = malloc(slots * sizeof *v->index);
-    if (!v->index)
+    size_t n = (size_t)v->count;
+    int32_t *tmp = malloc(n * sizeof *tmp);
+    uint64_t *by_id = malloc(n * sizeof *by_id);
+    v->sorted = malloc(n * sizeof *v->sorted);
+    v->keys = malloc(n * sizeof *v->keys);
+    if (!tmp || !by_id || !v->sorted || !v->keys) {
+        free(tmp);
+        free(by_id);
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory for the vocabulary index", path);
-    for (size_t i = 0; i < slots; i++)
-        v->index[i] = -1;
-    for (int32_t id = 0; id < v->count; id++) {
-        size_t s = find_slot(v, v->text + v->off[id], v->len[id]);
-        if (v->index[s] >= 0)
-            return pt_fail(err, PT_EINPUT, "'%s':%ld: duplicate token '%s' (first on line %ld)",
-                           path, (long)id + 1, v->text + v->off[id], (long)v->index[s] + 1);
-        v->index[s] = id;
     }
+    for (size_t i = 0; i < n; i++) {
+        v->sorted[i] = (int32_t)i;
+        by_id[i] = prefix_key(v->text + v->off[i], v->len[i]);
+    }
+    sort_ids(v, by_id, v->sorted, tmp, n);
+    for (size_t i = 0; i < n; i++)
+        v->keys[i] = by_id[v->sorted[i]];
+    free(tmp);
+    free(by_id);
+    /* Equal tokens are now neighbours, in file order. The duplicate named is
+     * the one a reader of the file meets first: the earliest line that
+     * repeats a token (the second of its run, the smallest later id of any
+     * equal pair), with the line its token first stood on. */
+    int32_t first = -1, later = -1;
+    for (size_t i = 1; i < n; i++) {
+        int32_t a = v->sorted[i - 1], b = v->sorted[i];
+        if ((later < 0 || b < later) && v->keys[i - 1] == v->keys[i] &&
+            compare_ids(v, a, b) == 0) {
+            first = a;
+            later = b;
+        }
+    }
+    if (later >= 0)
+        return pt_fail(err, PT_EINPUT, "'%s':%ld: duplicate token '%s' (first on line %ld)",
+                       path, (long)later + 1, v->text + v->off[later], (long)first + 1);
     return 0;
 }
 

@@ -3,13 +3,16 @@
  * the test: greedy longest match (and its lack of backtracking), "##"
  * continuations, [UNK] for an unmatchable and for a 101-code-point word,
  * punctuation and CJK splitting, accents and case, dropped control
- * characters, invalid UTF-8, truncation, and vocabularies refused with the
- * line named. Parity with Hugging Face on real text is tokenize_parity's.
+ * characters, invalid UTF-8, truncation, vocabularies refused with the
+ * line named, and a vocabulary crafted against a hash index. Parity with
+ * Hugging Face on real text is tokenize_parity's.
  */
 #include "tokenize/tokenize.h"
 #include "tests/common/cunit_main.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *VOCAB[] = {
@@ -113,6 +116,9 @@ static void test_vocab_basics(void)
     }
     CU_ASSERT(pt_vocab_id(v, "hell", 4) == -1);
     CU_ASSERT(pt_vocab_id(v, "##hello", 7) == -1);
+    /* a zero byte (none in a token) reads like no byte in the first 8 */
+    CU_ASSERT(pt_vocab_id(v, "hello\0", 6) == -1 && pt_vocab_id(v, "hello\0\0\0\0", 9) == -1);
+    CU_ASSERT(pt_vocab_id(v, "un\0", 3) == -1 && pt_vocab_id(v, "", 0) == -1);
     CU_ASSERT(pt_vocab_token(v, -1) == NULL && pt_vocab_token(v, n) == NULL);
     pt_vocab_special sp = pt_vocab_specials(v);
     CU_ASSERT(sp.pad == 0 && sp.unk == 1 && sp.cls == 2 && sp.sep == 3);
@@ -357,6 +363,17 @@ static void test_vocab_errors(void)
 
     const char dup[] = SPECIALS "hello\nworld\nhello\n";
     expect_refused(dup, sizeof dup - 1, PT_EINPUT, ":7: duplicate token 'hello'", "line 5");
+    /* of several duplicates, the earliest line that repeats a token, whatever
+     * the tokens' order ('a' sorts first but repeats later), and the line its
+     * token first stood on (not the line of its previous repeat) */
+    const char dups[] = SPECIALS "b\na\nb\na\nb\n";
+    expect_refused(dups, sizeof dups - 1, PT_EINPUT, ":7: duplicate token 'b'", "first on line 5)");
+    const char dups3[] = SPECIALS "z\nq\nq\nz\nz\n";
+    expect_refused(dups3, sizeof dups3 - 1, PT_EINPUT, ":7: duplicate token 'q'",
+                   "first on line 6)");
+    const char dup_last[] = SPECIALS "ab\na\nabc\nb\n[UNK]\n";
+    expect_refused(dup_last, sizeof dup_last - 1, PT_EINPUT, ":9: duplicate token '[UNK]'",
+                   "first on line 2)");
     const char empty_line[] = SPECIALS "hello\n\nworld\n";
     expect_refused(empty_line, sizeof empty_line - 1, PT_EINPUT, ":6: empty line", NULL);
     char long_tok[600] = SPECIALS;
@@ -426,6 +443,94 @@ static void test_vocab_errors(void)
     rmdir(g_dir);
 }
 
+/* Writes to out (room for SPECIALS and 11 bytes a token) the special tokens
+ * and `count` distinct 10-byte printable ASCII tokens whose FNV-1a hashes
+ * (with the offset basis the vocabulary's hash index once used) agree in
+ * their low `bits` bits: in such a table, every token in one probed run. The
+ * low bits of FNV-1a depend on the low bits of its state alone, and the
+ * prime is odd, so the last byte is solved for: ((h ^ byte) * prime) has
+ * the low bits wanted when (h ^ byte) has those of wanted * prime^-1.
+ * Returns the bytes written. */
+static size_t colliding_vocab(char *out, int count, int bits)
+{
+    const uint64_t prime = 1099511628211ULL, mask = (1ULL << bits) - 1;
+    uint64_t inverse = prime; /* Newton's iteration doubles the correct low bits */
+    for (int i = 0; i < 6; i++)
+        inverse *= 2 - prime * inverse;
+    const uint64_t before_last = (0x2f5ULL * inverse) & mask; /* 0x2f5: any wanted bits */
+    size_t used = strlen(SPECIALS);
+    memcpy(out, SPECIALS, used);
+    int made = 0;
+    for (uint64_t prefix = 0; made < count; prefix++) {
+        char t[10];
+        uint64_t h = 1469598103934665603ULL, p = prefix;
+        for (int i = 0; i < 8; i++, p /= 26) {
+            t[i] = (char)('a' + p % 26);
+            h = (h ^ (unsigned char)t[i]) * prime;
+        }
+        for (int c = '!'; c <= '~' && made < count; c++) {
+            uint64_t last = ((h ^ (uint64_t)c) * prime ^ before_last) & mask;
+            if (last < '!' || last > '~')
+                continue;
+            t[8] = (char)c;
+            t[9] = (char)last;
+            memcpy(out + used, t, 10);
+            out[used + 10] = '\n';
+            used += 11;
+            made++;
+        }
+    }
+    return used;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 80,000 tokens that share FNV-1a's low 18 bits: through the hash table
+ * once indexed by them, loading took 36 s (300,000 did not load in 2
+ * minutes), and every lookup walked their run. Sorted, they load as fast as
+ * any others, and each one is found. */
+static void test_vocab_crafted(void)
+{
+    enum { COUNT = 80000 };
+    char *text = malloc(strlen(SPECIALS) + 11 * (size_t)COUNT);
+    CU_ASSERT_FATAL(text != NULL);
+    size_t n = colliding_vocab(text, COUNT, 18);
+    char path[512];
+    make_dir();
+    write_text(path, sizeof path, "vocab.txt", text, n);
+    pt_vocab *v = NULL;
+    pt_err err = {0};
+    double t0 = seconds_now();
+    int rc = pt_vocab_load(&v, path, &err);
+    double took = seconds_now() - t0;
+    if (rc)
+        fprintf(stderr, "\n  %s\n", err.msg);
+    CU_ASSERT_FATAL(rc == 0);
+    if (took > 5.0) /* a fraction of a second, even under ASan */
+        fprintf(stderr, "\n  loading %d crafted tokens took %.1f s\n", COUNT, took);
+    CU_ASSERT(took <= 5.0);
+    CU_ASSERT(pt_vocab_size(v) == COUNT + 4);
+    int found = 0;
+    t0 = seconds_now();
+    for (int i = 0; i < COUNT; i++) {
+        const char *t = text + strlen(SPECIALS) + 11 * (size_t)i;
+        found += pt_vocab_id(v, t, 10) == i + 4;
+    }
+    took = seconds_now() - t0;
+    CU_ASSERT(found == COUNT);
+    CU_ASSERT(took <= 5.0);
+    CU_ASSERT(pt_vocab_id(v, "zzzzzzzzzz", 10) == -1); /* a prefix never reached */
+    pt_vocab_free(v);
+    free(text);
+    unlink(path);
+    rmdir(g_dir);
+}
+
 /* pt_utf8_printable: valid text (accents, CJK, emoji, U+FFFD itself,
  * newline and tab) passes as it is; each byte of an ill-formed subpart and
  * each other control character becomes \xNN; a short buffer cuts at a
@@ -474,6 +579,7 @@ static const pt_test tokenize_tests[] = {
     {"invalid_utf8", test_invalid_utf8},
     {"truncation", test_truncation},
     {"vocab_errors", test_vocab_errors},
+    {"vocab_crafted", test_vocab_crafted},
     {NULL, NULL}};
 
 static const pt_test_suite suites[] = {{"tokenize", tokenize_tests}, {NULL, NULL}};
