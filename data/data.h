@@ -110,8 +110,10 @@ int pt_text_load(pt_dataset *ds, const char *path, int context, double begin, do
                  pt_err *err);
 
 /* Text classification: (text, label) pairs from a file chosen by its name:
- *  - NAME.tsv: each line LABEL<TAB>TEXT, split at the first tab (TEXT may
- *    hold more tabs);
+ *  - NAME.tsv: each line LABEL<TAB>TEXT, with one tab (a TSV field cannot
+ *    hold a tab, so a second would start a third column); a first line
+ *    "label<TAB>text" or "text<TAB>label" (any case, with more columns or
+ *    not) is a column header, refused;
  *  - NAME.jsonl: each line one JSON object with a string "text" and a
  *    "label" that is a string or an integer (whose name is its decimal
  *    digits: 10 sorts before 2); other keys are ignored.
@@ -128,8 +130,9 @@ int pt_text_load(pt_dataset *ds, const char *path, int context, double begin, do
  * used, and a label that is not among them is refused.
  *
  * Refused with PT_EINPUT and "PATH:LINE: what is wrong": a line longer than
- * PT_TEXTCLS_MAX_LINE bytes; TSV without a tab; JSON that does not parse
- * (duplicate keys included), is not an object, lacks "text" or "label", or
+ * PT_TEXTCLS_MAX_LINE bytes; TSV without a tab or with more than one; JSON
+ * that does not parse (duplicate keys included), is not an object, lacks
+ * "text" or "label", or
  * has either of another type; a label that is empty, longer than
  * PT_TEXTCLS_MAX_LABEL bytes, not UTF-8, holding a control byte, or starting
  * or ending with a space; an empty (or whitespace) text; more than

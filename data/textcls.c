@@ -265,7 +265,8 @@ int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t
 }
 
 /* A TSV line: LABEL<TAB>TEXT, split at the first tab (which becomes the
- * label's terminating NUL). */
+ * label's terminating NUL); a second tab is tsv_one_text's to refuse, after
+ * tsv_header has had its look at the line. */
 static int parse_tsv(reader *r, const char **label, size_t *label_n, const char **text,
                      size_t *text_n, pt_err *err)
 {
@@ -507,10 +508,15 @@ static int is_word(const char *s, size_t n, const char *word)
 
 /* A first line "label<TAB>text" or "text<TAB>label" is a column header (as
  * pandas and most exports write one), which would otherwise train as an
- * example of a class named "label" or "text". */
+ * example of a class named "label" or "text". Only the second field is
+ * compared: a header with more columns ("label<TAB>text<TAB>id") is one too,
+ * and is named as one rather than as a line with too many fields. */
 static int tsv_header(const reader *r, const char *label, size_t label_n, const char *text,
                       size_t text_n, pt_err *err)
 {
+    const char *tab = memchr(text, '\t', text_n);
+    if (tab)
+        text_n = (size_t)(tab - text);
     if (!((is_word(label, label_n, "label") && is_word(text, text_n, "text")) ||
           (is_word(label, label_n, "text") && is_word(text, text_n, "label"))))
         return 0;
@@ -520,6 +526,24 @@ static int tsv_header(const reader *r, const char *label, size_t label_n, const 
                    "%s:%" PRId64 ": a column header ('%.*s<TAB>%.*s'); a .tsv file here has "
                    "none, every line is LABEL<TAB>TEXT: remove the line",
                    r->path, r->lineno, (int)label_n, label, (int)text_n, text);
+}
+
+/* The text of a TSV line (after its label's tab) holds no tab: a TSV field
+ * cannot hold one, so a second tab starts a third column (an id, a source,
+ * the label again), which would otherwise be tokenized as part of the text. */
+static int tsv_one_text(const reader *r, const char *text, size_t text_n, pt_err *err)
+{
+    const char *tab = memchr(text, '\t', text_n);
+    if (!tab)
+        return 0;
+    int fields = 2;
+    for (size_t i = 0; i < text_n; i++)
+        fields += text[i] == '\t';
+    return pt_fail(err, PT_EINPUT,
+                   "%s:%" PRId64 ": %d tab-separated fields (a second tab at byte %zu); a line is "
+                   "LABEL<TAB>TEXT, and a text cannot hold a tab: drop the other columns, or "
+                   "write the text's tabs as spaces",
+                   r->path, r->lineno, fields, (size_t)(tab - r->line) + 1);
 }
 
 /* Every example of r's file into ds. With `names` (classes of them, sorted),
@@ -554,6 +578,8 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                                err);
         if (!rc && format == FORMAT_TSV && first)
             rc = tsv_header(r, label, label_n, text, text_n, err);
+        if (!rc && format == FORMAT_TSV)
+            rc = tsv_one_text(r, text, text_n, err);
         first = 0;
         if (!rc)
             rc = pt_textcls_check_label(r->path, r->lineno, label, label_n, 0, err);

@@ -1,7 +1,7 @@
 /*
  * test_textcls.c: text-classification datasets: TSV and JSONL files read
  * alike (CRLF, blank lines, a byte order mark, a last line without newline,
- * tabs inside the text, integer labels), classes numbered in byte order of
+ * tabs inside a JSON text, integer labels), classes numbered in byte order of
  * their names, the seed-free test split (the same every time, disjoint,
  * round(fraction * count) examples, file order kept, not the tail of the
  * file), a test file's labels taken from the training file's, gathering,
@@ -120,7 +120,7 @@ static int tokens_are(const pt_dataset *ds, int64_t i, const int32_t *want)
 #define END (-1)
 static const int32_t TOK0[] = {CLS, IN, THE, BEGINNING, SEP, END};
 static const int32_t TOK1[] = {CLS, GOD, SEP, END};
-static const int32_t TOK2[] = {CLS, A, B, COMMA, A, SEP, END}; /* tabs in the text separate words */
+static const int32_t TOK2[] = {CLS, A, B, COMMA, A, SEP, END}; /* spaces and tabs separate words */
 static const int32_t TOK3[] = {CLS, THE, UNK, SEP, END};
 static const int32_t TOK4[] = {CLS, A, A, A, A, A, A, SEP, END}; /* context 8: truncated */
 
@@ -146,14 +146,14 @@ void test_textcls_tsv(void)
     make_dir();
     pt_vocab *v = small_vocab();
     char path[512];
-    /* a byte order mark, CRLF and LF, blank and whitespace lines, tabs in
-     * the text, a last line without newline */
+    /* a byte order mark, CRLF and LF, blank and whitespace lines (tabs
+     * too), a last line without newline */
     write_text(path, sizeof path, "five.tsv",
                "\xef\xbb\xbflaw\tIn the Beginning\r\n"
                "\n"
                "wisdom\tGod\n"
                "   \t  \r\n"
-               "prophets\ta\tb,\ta\n"
+               "prophets\ta  b, a\n"
                "\r\n"
                "law\tthe unknown\n"
                "\t\n"
@@ -492,7 +492,7 @@ static const hostile HOSTILE[] = {
     H("json-label-nbsp.jsonl", "{\"text\": \"god\", \"label\": \"law\\u00a0\"}\n", 1,
       "U+00A0 at byte 4"),
     H("empty-text.tsv", "law\tgod\nlaw\t\n", 2, "empty text"),
-    H("blank-text.tsv", "law\t \t \r\n", 1, "empty text"),
+    H("blank-text.tsv", "law\t \f \r\n", 1, "empty text"),
     /* no token either: what the tokenizer drops, and nothing else */
     H("text-only-nul.tsv", "law\tgod\nlaw\t\0\0\n", 2, "every character in it is one the tokenizer drops"),
     H("text-only-bad-utf8.tsv", "law\t\xff\xfe\n", 1, "empty text"),
@@ -547,7 +547,21 @@ static const hostile HOSTILE[] = {
     H("header.tsv", "label\ttext\nlaw\tgod\n", 1, "a column header ('label<TAB>text')"),
     H("header-reversed.tsv", "\xef\xbb\xbf\n Text\tLABEL \r\nlaw\tgod\n", 2,
       "a column header ('Text<TAB>LABEL')"),
-    H("header-two-tabs.tsv", "label\t\ttext\nlaw\tgod\n", 1, "a column header ('label<TAB>text')"),
+    /* only the second field is compared: a header with more columns is one,
+     * and one whose second column is empty is a line of three */
+    H("header-three-columns.tsv", "label\ttext\tid\nlaw\tgod\t1\n", 1,
+      "a column header ('label<TAB>text')"),
+    H("header-reversed-more.tsv", "TEXT\tlabel \tsource\tid\n", 1,
+      "a column header ('TEXT<TAB>label')"),
+    H("header-two-tabs.tsv", "label\t\ttext\nlaw\tgod\n", 1,
+      "3 tab-separated fields (a second tab at byte 7)"),
+    /* a field cannot hold a tab: a second one starts a column that would
+     * otherwise be read as part of the text */
+    H("three-columns.tsv", "law\tgod\nwisdom\tin the beginning\t17\n", 2,
+      "3 tab-separated fields (a second tab at byte 24); a line is LABEL<TAB>TEXT"),
+    H("tab-at-end.tsv", "law\tgod\t\r\n", 1, "3 tab-separated fields"),
+    H("four-columns.tsv", "\xef\xbb\xbflaw\tgod\tx\ty\n", 1,
+      "4 tab-separated fields (a second tab at byte 8)"),
     H("empty.tsv", "", 0, "no examples"),
     H("blank.jsonl", "\n \r\n\t\n", 0, "no examples"),
     H("only-bom.tsv", "\xef\xbb\xbf\n", 0, "no examples"),

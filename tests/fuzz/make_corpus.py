@@ -115,7 +115,7 @@ def write_textcls(corpus):
     """Seeds of fuzz_textcls: TSV and JSONL, a split and a test file."""
     folder = os.path.join(corpus, "textcls")
     fresh(folder)
-    tsv = ("\ufefflaw\tThe LORD said,\r\n\nwisdom\tgod\tcafe \u4e2d\n"
+    tsv = ("\ufefflaw\tThe LORD said,\r\n\nwisdom\tgod cafe \u4e2d\n"
            "law\tthe gods said.\n  \n\u00e9t\u00e9\tthe\n")
     jsonl = ('{"text": "The LORD said", "label": "law"}\n\n'
              '{"label": 3, "text": "God\\u0027s", "id": [1]}\r\n'

@@ -211,6 +211,10 @@ def textcls_files(h):
     out["bad_jsonl"] = U.write(h.path("bad.jsonl"), '{"text": "the", "label": "law"}\n'
                                                     '{"text": "the", "label": 1.5}\n')
     out["stranger"] = U.write(h.path("stranger.tsv"), "law\tthe\n\nprophets\tthe\n")
+    # a third column: an export's id, under a header that names it
+    out["header3"] = U.write(h.path("header3.tsv"), "label\ttext\tid\n" + "".join(
+        "%s\t%d\n" % (l, i) for i, l in enumerate(good.splitlines())))
+    out["columns"] = U.write(h.path("columns.tsv"), "law\tthe\nwisdom\tthe verse\t7\n")
     out["csv"] = U.write(h.path("train.csv"), "law,the verse\n")
     out["vocab"] = U.write(h.path("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
     out["bad_vocab"] = U.write(h.path("bad-vocab.txt"), "[PAD]\n\n[CLS]\n[SEP]\n[UNK]\n")
@@ -1093,9 +1097,10 @@ def test_auto_freeze_of_many_blocks_logged_whole(h):
 
 def test_text_classification_data_errors(h):
     """Problems found when the labelled texts are read (a bad line of a
-    training or test file, a test label the training file lacks, a bad
-    vocabulary, too few model.classes, a test fraction that leaves a split
-    empty) name the config's file, line and key, and the data file's line.
+    training or test file, a TSV header or third column, a test label the
+    training file lacks, a bad vocabulary, too few model.classes, a test
+    fraction that leaves a split empty) name the config's file, line and
+    key, and the data file's line.
     They are read for a BERT classifier (model.kind bert) only: with other
     models text_classification is refused before any file is read (the
     textcls_with_* cases)."""
@@ -1111,6 +1116,12 @@ def test_text_classification_data_errors(h):
          ["%s:2: \"label\" is a real number" % f["bad_jsonl"]]),
         ("bad_test_line", {"data.test_file": f["bad_tsv"]}, "data.test_file",
          ["%s:3: no tab" % f["bad_tsv"]]),
+        # a header of three columns, and a third column: refused, not
+        # trained as a class 'label' and texts that end in an id
+        ("three_column_header", {"data.train_file": f["header3"]}, "data.train_file",
+         ["%s:1: a column header ('label<TAB>text')" % f["header3"]]),
+        ("third_column_in_test_file", {"data.test_file": f["columns"]}, "data.test_file",
+         ["%s:2: 3 tab-separated fields" % f["columns"], "a line is LABEL<TAB>TEXT"]),
         ("unknown_test_label", {"data.test_file": f["stranger"]}, "data.test_file",
          ["%s:3: label 'prophets' is not among the 2 labels" % f["stranger"]]),
         ("bad_vocab", {"data.vocab": f["bad_vocab"]}, "data.vocab",

@@ -138,7 +138,11 @@ def main():
             path = os.path.join(tmp, name)
             with open(path, "w", encoding="utf-8") as f:
                 for label, text in rows:
-                    f.write("%s\t%s\n" % (label, text))
+                    if name.endswith(".jsonl"):  # a JSON text may hold a tab, a TSV one not
+                        f.write(json.dumps({"label": label, "text": text}, ensure_ascii=False)
+                                + "\n")
+                    else:
+                        f.write("%s\t%s\n" % (label, text))
             return path
         results = []
         for tag, tokcfg in (("uncased", None),
@@ -179,7 +183,7 @@ model: {kind: bert, dim: 384, layers: 6, heads: 12, mlp_hidden: 1536, vocab: 305
 data: {kind: text_classification, train_file: %s, test_file: %s, vocab: %s}
 train: {batch: 4, epochs: 1, lr: 0.0005, warmup_steps: 0, eval_every: 0}
 """ % (os.path.join(tmp, "run"), CONTEXT, len(LABELS), minilm, write_tsv("train.tsv", TRAIN),
-            write_tsv("test.tsv", TEST), vocab))
+            write_tsv("test.jsonl", TEST), vocab))
     run([binary, "train", cfg])
     ckpt = os.path.join(tmp, "run", "checkpoints", "step_0000000003")
     out = os.path.join(tmp, "export")
