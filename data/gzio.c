@@ -36,15 +36,25 @@ int pt_gz_open(gzFile *out, const char *path, pt_err *err)
     return 0;
 }
 
+/* zlib's message for gz without the name zlib knows the file by, which
+ * starts it: pt_gz_open opens with gzdopen, so that is "<fd:N>" (the
+ * descriptor, which means nothing to a reader; ours name the path). */
+static const char *zlib_message(gzFile gz, int *errnum)
+{
+    const char *msg = gzerror(gz, errnum);
+    if (strncmp(msg, "<fd:", 4) != 0)
+        return msg;
+    const char *p = msg + 4;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p > msg + 4 && p[0] == '>' && p[1] == ':' && p[2] == ' ' ? p + 3 : msg;
+}
+
 /* Turns the error state of gz (after gzread returned -1) into a pt_err. */
 static int read_failure(gzFile gz, const char *path, const char *what, uint64_t at, pt_err *err)
 {
     int errnum = Z_OK;
-    const char *msg = gzerror(gz, &errnum);
-    /* zlib prefixes its message with the path it was opened with; ours does too. */
-    size_t plen = strlen(path);
-    if (strncmp(msg, path, plen) == 0 && msg[plen] == ':' && msg[plen + 1] == ' ')
-        msg += plen + 2;
+    const char *msg = zlib_message(gz, &errnum);
     unsigned long long pos = (unsigned long long)at;
     if (errnum == Z_ERRNO) /* zlib's message is strerror(errno) here */
         return pt_fail(err, PT_ESYS, "%s: read failed after %llu bytes of %s: %s", path, pos,
@@ -52,14 +62,22 @@ static int read_failure(gzFile gz, const char *path, const char *what, uint64_t 
     if (errnum == Z_MEM_ERROR)
         return pt_fail(err, PT_ENOMEM, "%s: out of memory decompressing after %llu bytes of %s",
                        path, pos, what);
+    /* The CRC-32 and length of a member's data follow that data, in its
+     * trailer: a mismatch is found at the member's end, however far zlib
+     * had decompressed ahead of what we had read (a small file fails on its
+     * first read), so no position is given. */
+    const int crc = strstr(msg, "incorrect data check") != NULL;
+    if (crc || strstr(msg, "incorrect length check"))
+        return pt_fail(err, PT_EINPUT,
+                       "%s: corrupt gzip data: the %s in the gzip trailer, after the compressed "
+                       "data, does not match the data decompressed (zlib: %s)",
+                       path, crc ? "checksum (CRC-32)" : "length", msg);
     /* zlib decompresses ahead of what we asked for, so the damage can lie
      * anywhere after `pos`: say where we were, not where it is. */
-    int check = strstr(msg, "incorrect data check") || strstr(msg, "incorrect length check");
     return pt_fail(err, PT_EINPUT,
-                   "%s: corrupt gzip data (zlib: %s%s), found after %llu decompressed bytes while "
+                   "%s: corrupt gzip data (zlib: %s), found after %llu decompressed bytes while "
                    "reading the %s",
-                   path, msg, check ? "; the content does not match the stream's checksum" : "",
-                   pos, what);
+                   path, msg, pos, what);
 }
 
 int pt_gz_read(gzFile gz, const char *path, void *buf, size_t len, size_t *got, int *cut_short,

@@ -401,6 +401,31 @@ static void test_idx_bad_files(void)
     write_file(ipath, sizeof ipath, dir, "bad-crc.gz", packed, packed_n, 0);
     expect_idx_error("gzip with a wrong CRC", ipath, lpath, 10, 0, 1, PT_EINPUT, "bad-crc.gz",
                      "checksum");
+    {
+        /* the checksum is in the trailer, after the data: said so, not as
+         * the position zlib had reached (it inflates ahead: the whole of a
+         * small file on the first read, the header's), and without zlib's
+         * own name for the file, "<fd:N>" */
+        pt_dataset bad;
+        pt_err why = {0};
+        CU_ASSERT_EQUAL(pt_idx_load(&bad, ipath, lpath, 10, 0, 1, &why), PT_EINPUT);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why.msg, "bad-crc.gz: corrupt gzip data: the checksum "
+                                               "(CRC-32) in the gzip trailer"));
+        CU_ASSERT_PTR_NULL(strstr(why.msg, "<fd:"));
+        CU_ASSERT_PTR_NULL(strstr(why.msg, "decompressed bytes"));
+        CU_ASSERT_PTR_NULL(strstr(why.msg, "header"));
+        /* the length in the trailer (ISIZE), likewise */
+        packed[packed_n - 8] ^= 1;
+        packed[packed_n - 4] ^= 1;
+        write_file(ipath, sizeof ipath, dir, "bad-length.gz", packed, packed_n, 0);
+        CU_ASSERT_EQUAL(pt_idx_load(&bad, ipath, lpath, 10, 0, 1, &why), PT_EINPUT);
+        printf("\n    %-36s -> %s", "gzip with a wrong length", why.msg);
+        CU_ASSERT_PTR_NOT_NULL(strstr(why.msg, "bad-length.gz: corrupt gzip data: the length in "
+                                               "the gzip trailer"));
+        CU_ASSERT_PTR_NULL(strstr(why.msg, "<fd:"));
+        packed[packed_n - 4] ^= 1;
+        packed[packed_n - 8] ^= 1;
+    }
     packed[packed_n - 8] ^= 1;
     write_file(ipath, sizeof ipath, dir, "good.gz", packed, packed_n, 0);
     pt_dataset ds;
@@ -566,6 +591,24 @@ static void test_text_errors(void)
     expect_text_error("begin NaN", path, 8, NAN, 1, PT_EINPUT, "split");
     expect_text_error("context 0", path, 0, 0, 1, PT_EINPUT, "context");
     expect_text_error("truncated gzip", cut, 8, 0, 1, PT_EINPUT, "truncated");
+    {
+        /* gzip's magic, then plain text: zlib's message, without its name
+         * for the file ("<fd:N>"), after the path */
+        char magic[512];
+        unsigned char plain[64] = {0x1f, 0x8b};
+        memcpy(plain + 2, "plain text, not a gzip stream", 29);
+        write_file(magic, sizeof magic, dir, "magic.txt", plain, 31, 0);
+        pt_dataset ds;
+        pt_err err = {0};
+        CU_ASSERT_EQUAL(pt_text_load(&ds, magic, 8, 0, 1, &err), PT_EINPUT);
+        printf("\n    %-36s -> %s", "gzip magic and plain text", err.msg);
+        char want[600];
+        snprintf(want, sizeof want, "%s: corrupt gzip data (zlib: unknown compression method)",
+                 magic);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+        CU_ASSERT_PTR_NULL(strstr(err.msg, "<fd:"));
+        CU_ASSERT(is_zeroed(&ds));
+    }
     /* bytes after the gzip data, which gzread drops unread: refused; an
      * incomplete member there is trailing bytes, not a truncated text */
     char tail[512];
