@@ -101,6 +101,19 @@ static int split_tail(pt_dataset *all, int64_t n_test, pt_dataset *test, pt_err 
     return 0;
 }
 
+/* An allocation that failed while a data file was read: under an address
+ * space or allocation limit below the RAM (the half of the RAM a file may
+ * take is checked as it is read, PT_DATA_TOO_BIG), the data is too big for
+ * this process, which is the input's to change, as data over that half is:
+ * the same exit status, and the key of the file. Every data loader does so
+ * (IDX, text, labelled texts). */
+static int data_too_big_here(const pt_config *c, pt_err *err, const char *key)
+{
+    return pt_config_key_fail(c, err, key,
+                              "%s; allowed: data that fits in the memory this process may use",
+                              err->msg);
+}
+
 /* One split of IDX images. A label >= model.classes is reported against
  * model.classes (found by loading again with every byte a class); any other
  * problem names the file, and the key that chose it. */
@@ -112,11 +125,9 @@ static int load_idx(pt_session *r, pt_dataset *ds, const char *images_key, const
     /* under an allocation limit below the RAM: the data is too big here (the
      * data module's messages start with the file they are about) */
     if (rc == PT_ENOMEM)
-        return pt_config_key_fail(c, err,
-                                  strncmp(err->msg, labels, strlen(labels)) == 0 ? labels_key
-                                                                               : images_key,
-                                  "%s; allowed: data that fits in the memory this process may use",
-                                  err->msg);
+        return data_too_big_here(c, err,
+                                 strncmp(err->msg, labels, strlen(labels)) == 0 ? labels_key
+                                                                              : images_key);
     if (rc != PT_EINPUT && rc != PT_ESYS) /* ESYS: a file that cannot be read, named below */
         return rc;
     pt_dataset all;
@@ -149,6 +160,8 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
 {
     const pt_config *c = &r->cfg;
     int rc = pt_text_load(ds, c->data.text, c->model.context, begin, end, err);
+    if (rc == PT_ENOMEM)
+        return data_too_big_here(c, err, "data.text");
     /* it cannot be read, or is too big: the key that names it */
     if (rc != PT_EINPUT || strstr(err->msg, PT_DATA_TOO_BIG))
         return rc ? pt_config_key_prefix(c, err, "data.text") : 0;
@@ -268,11 +281,13 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
     }
     if ((rc = pt_textcls_load(&r->train, c->data.train_file, vocab, c->model.context, NULL,
                               err))) {
-        pt_config_key_prefix(c, err, "data.train_file");
+        rc = rc == PT_ENOMEM ? data_too_big_here(c, err, "data.train_file")
+                             : pt_config_key_prefix(c, err, "data.train_file");
     } else if (*c->data.test_file) {
         if ((rc = pt_textcls_load(&r->test, c->data.test_file, vocab, c->model.context,
                                   &r->train, err)))
-            pt_config_key_prefix(c, err, "data.test_file");
+            rc = rc == PT_ENOMEM ? data_too_big_here(c, err, "data.test_file")
+                                 : pt_config_key_prefix(c, err, "data.test_file");
     } else if ((rc = pt_textcls_split(&r->train, c->data.test_fraction, &r->test, err)) ==
                PT_EINPUT) {
         /* the fraction is in range (the schema's), so the split left a side

@@ -1171,6 +1171,62 @@ def test_text_classification_data_errors(h):
           "not one note of the single label:\n%s", r.describe())
 
 
+def test_data_beyond_the_address_space_limit(h):
+    """A text or TSV file too big for the memory this process may use (under
+    ulimit -v, below the half of the RAM a data file may take) is refused as
+    IDX data is: exit 2, naming the key, the file and what is allowed. Both
+    exited 1 with "out of memory". The limit is 128 MiB above the smallest
+    of a few under which the binary plans the same config on a small file
+    (about 256 MiB here: its libraries take most of it); the big files hold
+    twice the limit: a gzip'd text of 8 MiB members of zeros, and labelled
+    texts whose tokens (4 bytes each, model.context of them) take as much."""
+    with open(h.binary, "rb") as f:
+        if b"__asan_init" in f.read():
+            return "skipped: a sanitizer's runtime reserves more address space than any limit here"
+    import zlib
+
+    def limited(mib, cfg, *sets):
+        args = [str(a) for a in ["plan", cfg] + [x for s in sets for x in ("--set", s)]]
+        p = subprocess.run(["bash", "-c", 'ulimit -v %d && exec "$0" "$@"' % (mib << 10),
+                            h.binary] + args, cwd=h.dir, capture_output=True, text=True,
+                           errors="replace", timeout=120, env=U.sanitizer_env(),
+                           stdin=subprocess.DEVNULL)
+        return U.Result([h.binary] + args, p.returncode, p.stdout, p.stderr)
+
+    f = textcls_files(h)
+    U.write(h.path("small.txt"), "in the beginning god created the heaven and the earth. " * 64)
+    gpt_cfg = U.write(h.path("gpt.yaml"), U.render(base(h, "gpt", **{
+        "data.kind": "text", "data.text": "small.txt"})))
+    bert_cfg = U.write(h.path("bert.yaml"), U.render(base(h, "gpt", **{
+        "model.kind": "bert", "data.kind": "text_classification", "data.train_file": f["tsv"],
+        "data.vocab": f["vocab"], "model.vocab": "6", "model.context": "1024",
+        "model.positions": "1024"})))
+    mib = next((m for m in (256, 384, 512, 768, 1024, 1536)
+                if limited(m, gpt_cfg).rc == 0 and limited(m, bert_cfg).rc == 0), None)
+    check(mib is not None, "plan fails on small data under every limit up to 1.5 GiB:\n%s",
+          limited(1536, gpt_cfg).describe())
+    mib += 128  # room for the loaders' first allocations: the data is what does not fit
+    with open("/proc/meminfo") as m:
+        ram = int(next(l for l in m if l.startswith("MemTotal:")).split()[1]) << 10
+    if ram // 2 <= 3 * (mib << 20):
+        return "skipped: half the RAM (%d MiB) is not well above twice the limit" % (ram >> 21)
+    member = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = member.compress(bytes(8 << 20)) + member.flush()
+    with open(h.path("zeros.gz"), "wb") as out:
+        out.write(member * (2 * mib // 8))
+    lines = 2 * (mib << 20) // (4 * 1024)
+    U.write(h.path("big.tsv"), "law\tthe verse\n" * lines)
+    for cfg, key, sets, needles in (
+            (gpt_cfg, "data.text", ["data.text=zeros.gz"],
+             ["zeros.gz: out of memory after reading"]),
+            (bert_cfg, "data.train_file", ["data.train_file=big.tsv"],
+             ["big.tsv:", ": out of memory after"])):
+        r = limited(mib, cfg, *sets).expect(2, "%s under ulimit -v %d MiB" % (key, mib))
+        r.one_error("--set: %s: " % key, *needles,
+                    "; allowed: data that fits in the memory this process may use")
+        check(not os.path.exists(h.path("run")), "%s: run.dir created", key)
+
+
 def test_tokenizer_config_errors(h):
     """data.lowercase, data.strip_accents and data.split_cjk at auto read the
     tokenizer_config.json beside data.vocab. One that cannot be read (not
@@ -2244,7 +2300,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
-         test_text_classification_data_errors, test_tokenizer_config_errors,
+         test_text_classification_data_errors, test_data_beyond_the_address_space_limit,
+         test_tokenizer_config_errors,
          test_init_from_tokenizer_note,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
