@@ -131,9 +131,9 @@ def main():
                                                  train__eval_examples=64, run__threads=1))
         rc, secs, out = tools.run(2, ["eval", CONFIG] + h.sets(
             run__dir=run_dir, pipeline__stages=1, pipeline__replicas=2, run__timeout_s=30,
-            run__threads=1), env={"PIPETRAIN_TEST_FAULT": "0:2:error:eval"}, timeout=120, check=False)
+            run__threads=1), env={"PIPETRAIN_TEST_FAULT": "0:0:error:eval"}, timeout=120, check=False)
         print("eval-error-in-round: exit %d after %.1f s" % (rc, secs), flush=True)
-        expect(rc != 0 and "rank 0: error: injected fault at step 2 (eval)" in out and
+        expect(rc != 0 and "rank 0: error: injected fault at step 0 (eval)" in out and
                "no progress" not in out and secs < 30,
                "eval-error-in-round: exit non-zero before run.timeout_s (30 s), rank 0's message, "
                "no rank waiting for it\n%s" % out[-1500:])
