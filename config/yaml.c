@@ -90,10 +90,16 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
         return pt_fail(w->err, PT_EINPUT, "%s:%d: %s: set twice (first on line %d)", w->path,
                        line, key, w->c->line[ki]);
     /* the value's line; but a value that starts before its key came
-     * through an alias (*name), and its anchor's line is not this key's */
+     * through an alias (*name), and its anchor's line is not this key's;
+     * and an implicit empty value (`? key` with no `:`) has no text of its
+     * own, libyaml marking it where the next token starts (a line below) */
+    const int implicit_empty = vn->type == YAML_SCALAR_NODE && vn->data.scalar.length == 0 &&
+                               vn->start_mark.index == vn->end_mark.index;
     char where[PT_PATH_MAX + 16];
     snprintf(where, sizeof where, "%s:%d", w->path,
-             vn->start_mark.index < kn->start_mark.index ? line : (int)vn->start_mark.line + 1);
+             vn->start_mark.index < kn->start_mark.index || implicit_empty
+                 ? line
+                 : (int)vn->start_mark.line + 1);
     if (vn->type != YAML_SCALAR_NODE)
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki],
                                    vn->type == YAML_MAPPING_NODE ? "(a mapping)" : "(a list)",

@@ -1764,6 +1764,16 @@ def test_memory_counts_the_cache(h):
         h.run(["plan", cfg, "--set", off]).expect(0, off)
 
 
+def test_key_without_a_value_names_its_line(h):
+    """`? dim` (an explicit key with no value) is refused naming the key's
+    line: libyaml marks its empty value where the next token starts, which
+    named the line after it (a line past the file's end, or another key's)."""
+    for text in ("model:\n  ? dim\n", "model:\n  ? dim\n  layers: 2\n", "model:\n  dim:\n"):
+        cfg = U.write(h.path("novalue.yaml"), text)
+        r = h.run(["plan", cfg]).expect(2, "no value for model.dim: %r" % text)
+        r.one_error("%s:2: model.dim: " % cfg)
+
+
 def test_long_paths_leave_room_for_the_reason(h):
     """A config path of 1,022 bytes, and a data.text of 1,020 bytes that is
     missing: the message still gives the line, the key and what is wrong
@@ -2308,6 +2318,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_init_from_loaded_when_the_planned_resume_goes,
          test_memory_refusal_says_what_it_compares, test_memory_counts_the_cache,
          test_run_dir_real_path_past_path_max, test_long_paths_leave_room_for_the_reason,
+         test_key_without_a_value_names_its_line,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
          test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
