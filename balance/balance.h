@@ -31,6 +31,12 @@ typedef struct pt_partition_problem {
 /* bounds gets stages + 1 entries: stage s holds units [bounds[s], bounds[s+1]).
  * PT_EINPUT when no partition fits. */
 int pt_partition_solve(const pt_partition_problem *p, int *bounds, double *bottleneck, pt_err *err);
+/* Whether every stage of bounds fits p's memory limit (always, without
+ * one), by the measure pt_partition_solve checks. When the partition
+ * pt_partition_solve returns for p without its limit fits, it is also what
+ * pt_partition_solve returns for p, bottleneck and all: the limit only
+ * removes split points, and none the returned partition uses. */
+int pt_partition_fits(const pt_partition_problem *p, const int *bounds);
 double pt_partition_cost(const double *cost, const int *bounds, int stage);
 
 /* ------------------------------------------------------------ cost model */

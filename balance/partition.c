@@ -224,6 +224,14 @@ int pt_partition_solve(const pt_partition_problem *p, int *bounds, double *bottl
     return rc;
 }
 
+int pt_partition_fits(const pt_partition_problem *p, const int *bounds)
+{
+    for (int s = 0; s < p->stages; s++)
+        if (too_big(p, s, bounds[s], bounds[s + 1]))
+            return 0;
+    return 1;
+}
+
 double pt_partition_cost(const double *cost, const int *bounds, int stage)
 {
     double c = 0;

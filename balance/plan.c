@@ -24,6 +24,14 @@
  * worth more stages or micro-batches, or fewer replicas. Every rank runs this
  * on the same inputs and gets the same plan.
  *
+ * Many candidates cut the same costs: the costs depend only on the
+ * micro-batch size b and the slowdown of shared cores, and M micro-batches
+ * of a share give the same b for many M. Without a memory limit the cut of
+ * those costs into K stages is the same whatever else differs, so the
+ * search keeps it per (K, b, slowdown); a candidate whose limit that cut
+ * fits gets it as it is (pt_partition_fits says why that is exactly what
+ * solving under the limit returns), and only the others are solved anew.
+ *
  * Frozen units cost their forward only (no backward, no optimizer state, no
  * all-reduce). When the activation cache serves their output they cost
  * nothing: only the active units are partitioned, and the frozen prefix is
@@ -188,9 +196,69 @@ static double allreduce(const pt_cost_model *cm, const pt_plan_request *q, pt_pl
     return worst;
 }
 
-/* Plans one (K, D, M); PT_EINPUT if no partition fits memory. */
+/* A cut of the units into stages without a memory limit, for the costs
+ * of micro-batches of b examples on cores shared with the given slowdown. */
+typedef struct free_cut {
+    int stages, micro_batch;
+    double slowdown;
+    double bottleneck;
+    int bounds[PT_MAX_STAGES + 1];
+} free_cut;
+
+/* The search's free cuts of one K: it tries K in increasing order, and
+ * only candidates of one K share them (the runners-up, priced again at the
+ * end, are few and solve without it). */
+typedef struct cut_cache {
+    free_cut *cut;
+    int n, cap;
+} cut_cache;
+
+/* prob cut as pt_partition_solve cuts it: the free cut of its costs when
+ * that fits prob's limit, else prob solved under it. */
+static int cut(cut_cache *cache, const pt_partition_problem *prob, int b, double slowdown,
+               int *bounds, double *bottleneck, pt_err *err)
+{
+    const free_cut *f = NULL;
+    for (int i = cache ? cache->n - 1 : -1; i >= 0 && !f; i--) {
+        const free_cut *c = &cache->cut[i];
+        if (c->stages == prob->stages && c->micro_batch == b && c->slowdown == slowdown)
+            f = c;
+    }
+    if (!f && cache) {
+        if (cache->n == cache->cap) {
+            int cap = cache->cap ? 2 * cache->cap : 64;
+            free_cut *grown = realloc(cache->cut, (size_t)cap * sizeof *grown);
+            if (grown) {
+                cache->cut = grown;
+                cache->cap = cap;
+            }
+        }
+        if (cache->n < cache->cap) {
+            free_cut *c = &cache->cut[cache->n];
+            pt_partition_problem free_prob = *prob;
+            pt_err ignored;
+            free_prob.mem_limit = 0;
+            c->stages = prob->stages;
+            c->micro_batch = b;
+            c->slowdown = slowdown;
+            /* it cannot fail where prob has units for its stages; if it
+             * does, prob's own solve below says why */
+            if (pt_partition_solve(&free_prob, c->bounds, &c->bottleneck, &ignored) == 0)
+                f = &cache->cut[cache->n++];
+        }
+    }
+    if (f && pt_partition_fits(prob, f->bounds)) {
+        memcpy(bounds, f->bounds, (size_t)(prob->stages + 1) * sizeof *bounds);
+        *bottleneck = f->bottleneck;
+        return 0;
+    }
+    return pt_partition_solve(prob, bounds, bottleneck, err);
+}
+
+/* Plans one (K, D, M); PT_EINPUT if no partition fits memory. cache: free
+ * cuts to reuse, or NULL. */
 static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, int D, int M,
-                    pt_plan *p, pt_err *err)
+                    cut_cache *cache, pt_plan *p, pt_err *err)
 {
     const int n = cm->units;
     /* units [skip, n) are partitioned; a cached frozen prefix rides in front of stage 0 */
@@ -247,7 +315,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
                                  cm->boundary_bytes_per_example * b};
     double bottleneck;
     memset(p, 0, sizeof *p);
-    if ((rc = pt_partition_solve(&prob, p->bounds, &bottleneck, err)))
+    if ((rc = cut(cache, &prob, b, slowdown, p->bounds, &bottleneck, err)))
         goto done;
     for (int s = 1; s <= K; s++)
         p->bounds[s] += skip;
@@ -370,8 +438,10 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
     pt_plan_candidate alt[PT_PLAN_ALTS + 1];
     pt_plan best;
     pt_err last = {0};
+    cut_cache cache = {0};
     for (int K = k_lo; K <= k_hi; K++) {
         const int cap = capacity(q, K);
+        cache.n = 0; /* a new K cuts nothing the last one did */
         int d_hi = q->replicas > 0 ? q->replicas : cap;
         int d_lo = q->replicas > 0 ? q->replicas : 1;
         if (d_hi > cap || d_hi > q->batch)
@@ -392,7 +462,7 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
                              "examples", M, (long long)share);
                     continue;
                 }
-                if (plan_one(cm, q, K, D, M, &p, &last)) {
+                if (plan_one(cm, q, K, D, M, &cache, &p, &last)) {
                     if (!kd_found)
                         snprintf(c.why, sizeof c.why, "does not fit: %.140s", last.msg);
                     continue;
@@ -418,6 +488,7 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
             remember(alt, &n_alt, &c);
         }
     }
+    free(cache.cut);
     if (!found)
         return last.code ? pt_fail(err, last.code, "%s", last.msg)
                          : pt_fail(err, PT_EINPUT, "no layout fits");
@@ -430,7 +501,7 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
         if (c.feasible) {
             pt_plan p;
             pt_err ignored;
-            if (plan_one(cm, q, c.stages, c.replicas, c.micro, &p, &ignored) == 0)
+            if (plan_one(cm, q, c.stages, c.replicas, c.micro, NULL, &p, &ignored) == 0)
                 explain(&best, &p, c.why, sizeof c.why);
         }
         best.alt[best.n_alt++] = c;

@@ -11,7 +11,9 @@
  * lost in the rounding of large sums, memory limits that rule out stages,
  * slot counts that rise with the stage index so that a row can fall,
  * negative costs and memory that shrinks as a stage grows, where the solver
- * must scan) the solver returns its bounds and bottleneck bit for bit.
+ * must scan) the solver returns its bounds and bottleneck bit for bit. A cut
+ * without the memory limit that fits it is what the limited solve returns
+ * (the planner reuses such cuts).
  */
 #include "balance/balance.h"
 #include "tests/common/cunit_main.h"
@@ -323,9 +325,49 @@ static void ties_keep_the_earliest_split(void)
     CU_ASSERT_EQUAL(got_b, 4);
 }
 
+/* A cut made without the limit that fits the limit is the limited cut. */
+static void free_cut_that_fits_is_the_limited_cut(void)
+{
+    pt_rng rng;
+    pt_rng_seed(&rng, 31, 0);
+    int fits = 0, not_fits = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        big_problem p;
+        random_big(&p, &rng);
+        if (!(p.limit > 0))
+            continue;
+        pt_partition_problem q = as_problem(&p), free_q = q;
+        free_q.mem_limit = 0;
+        int free_bounds[BIG_STAGES + 1], bounds[BIG_STAGES + 1];
+        double free_b, b;
+        pt_err err = {0};
+        CU_ASSERT_EQUAL_FATAL(pt_partition_solve(&free_q, free_bounds, &free_b, &err), 0);
+        if (!pt_partition_fits(&q, free_bounds)) {
+            not_fits++;
+            continue;
+        }
+        fits++;
+        CU_ASSERT_EQUAL_FATAL(pt_partition_solve(&q, bounds, &b, &err), 0);
+        CU_ASSERT(memcmp(bounds, free_bounds, (size_t)(p.K + 1) * sizeof *bounds) == 0);
+        CU_ASSERT(memcmp(&b, &free_b, sizeof b) == 0);
+    }
+    printf(" [%d fit, %d do not]", fits, not_fits);
+    CU_ASSERT(fits > 100 && not_fits > 100);
+    /* and fits says no where a stage is over the limit */
+    double cost[2] = {1, 1}, prefix[3] = {0, 1, 3};
+    int slots[2] = {1, 1}, two[3] = {0, 1, 2};
+    pt_partition_problem q = {2, 2, cost, prefix, prefix, slots, 4.5, 0};
+    CU_ASSERT(pt_partition_fits(&q, two));
+    q.mem_limit = 3.5; /* stage 1 = unit 1 takes 2 + 2 */
+    CU_ASSERT(!pt_partition_fits(&q, two));
+    q.mem_limit = 0;
+    CU_ASSERT(pt_partition_fits(&q, two));
+}
+
 static const pt_test tests[] = {{"matches_brute_force", matches_brute_force},
                                 {"matches_the_reference_dp", matches_the_reference_dp},
                                 {"ties_keep_the_earliest_split", ties_keep_the_earliest_split},
+                                {"free_cut_that_fits_is_the_limited_cut", free_cut_that_fits_is_the_limited_cut},
                                 {"matches_brute_force_with_memory", matches_brute_force_with_memory},
                                 {"rejects_impossible", rejects_impossible},
                                 {NULL, NULL}};
