@@ -8,14 +8,21 @@
  *    all-reduce costly, and with large gradients the planner prefers fewer
  *    replicas;
  *  - fixed K, D, M are honoured, impossible ones refused; the runners-up are
- *    listed with a reason.
+ *    listed with a reason;
+ *  - the search over every (K, D, M) of 16 ranks takes about as much longer
+ *    for 2050 units (1024 blocks) as it has more units than 258 (128
+ *    blocks): each candidate's cut is linear in the units, where it was
+ *    quadratic (minutes at 2050 units, seconds at 258).
  */
 #include "balance/balance.h"
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* n identical units: forward f and backward 2f seconds per example, p
  * parameter bytes, a bytes of saved activations per example. */
@@ -236,6 +243,82 @@ static void zero_costs_explain_without_ratios(void)
     pt_cost_model_free(&m);
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The search that used to take minutes ends the test instead of holding
+ * up the suite for them. */
+static void too_slow(int sig)
+{
+    (void)sig;
+    static const char msg[] = "\n  planning 2050 units took over 120 s: the search is quadratic again\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(1);
+}
+
+/* Seconds pt_plan_make takes to choose every part of the layout of n units
+ * (blocks of three kinds of cost) on 16 ranks of one node of 2 cores, the
+ * way `pipeline.*: auto` does with a memory limit that every stage fits. */
+static double plan_seconds(int n, pt_plan *p)
+{
+    pt_cost_model m = model(n, 1e-5, 4096, 5000);
+    m.boundary_bytes_per_example = 1088;
+    for (int u = 0; u < n; u++) {
+        pt_unit_cost *c = &m.unit[u];
+        const double f = 1e-5 * (1 + u % 3), grow = 0.8 * m.batch[1];
+        c->fwd[0] = f;
+        c->fwd[1] = f * grow;
+        c->bwd[0] = 2 * f;
+        c->bwd[1] = 2 * f * grow;
+        c->param_bytes = 4096 * (1 + u % 2);
+        c->state_bytes = 3 * c->param_bytes;
+    }
+    pt_plan_request q = request(16, NULL, 128, 1e10);
+    q.cores = 2;
+    q.bw_intra = 1e9;
+    q.bw_inter = 1e8;
+    q.latency = 1e-5;
+    q.staging_bytes_per_example = 100;
+    q.reduce_buffers = 1;
+    pt_err err = {0};
+    const double t0 = now_s();
+    const int rc = pt_plan_make(p, &q, &m, &err);
+    const double took = now_s() - t0;
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT(rc != 0 || (p->bounds[0] == 0 && p->bounds[p->stages] == n));
+    pt_cost_model_free(&m);
+    return took;
+}
+
+/* 8x the units took 60x to 100x as long before (the cut was O(K n^2));
+ * now about 8x (O(K n) per cut, and the pricing of every unit). The bound
+ * is relative to the small search measured around the large one, so a
+ * slow or busy machine (or a sanitizer) slows both; the floor keeps a very
+ * fast machine from dividing by next to nothing. */
+static void many_units_plan_in_linear_time(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = too_slow;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(120);
+    pt_plan p;
+    const double small_before = plan_seconds(258, &p);
+    const double large = plan_seconds(2050, &p);
+    const double small_after = plan_seconds(258, &p);
+    alarm(0);
+    double small = small_before > small_after ? small_before : small_after;
+    small = small > 0.01 ? small : 0.01;
+    printf(" [258 units %.3f s and %.3f s, 2050 units %.3f s: %.1fx]", small_before, small_after,
+           large, large / small);
+    CU_ASSERT(large / small < 24);
+}
+
 static const pt_test tests[] = {
     {"fits_one_device_is_data_parallel", fits_one_device_is_data_parallel},
     {"memory_forces_a_pipeline_and_freezing_shortens_it", memory_forces_a_pipeline_and_freezing_shortens_it},
@@ -243,5 +326,6 @@ static const pt_test tests[] = {
     {"fixed_choices_are_honoured", fixed_choices_are_honoured},
     {"memory_limit_searches_micro_batches_of_one_stage", memory_limit_searches_micro_batches_of_one_stage},
     {"zero_costs_explain_without_ratios", zero_costs_explain_without_ratios},
+    {"many_units_plan_in_linear_time", many_units_plan_in_linear_time},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"layout planner", tests}, {NULL, NULL}};
