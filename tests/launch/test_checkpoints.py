@@ -1906,6 +1906,18 @@ def test_resume_explicit_older_checkpoint(h):
           r.describe())
 
 
+def holds_resumed_step_6(h, orig, other):
+    """run.dir `other` holds its own step 3 and, as step 6, orig's step 6."""
+    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
+          U.checkpoints(other))
+    exports = []
+    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
+        out = h.path("export-%d.st" % len(exports))
+        h.run(["export", ck, out]).expect(0)
+        exports.append(U.read_bytes(out))
+    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+
+
 def test_resume_other_runs_step_into_run_holding_that_step(h):
     """Another run's checkpoint of step 6 resumed into a run.dir that holds
     its own step 6 (and later ones): run.dir's step 6 is another history's
@@ -1928,14 +1940,7 @@ def test_resume_other_runs_step_into_run_holding_that_step(h):
         name = "step_%010d/" % step
         U.same_snapshot({k[len(name):]: v for k, v in before.items() if k.startswith(name)},
                         U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
-    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
-          U.checkpoints(other))
-    exports = []
-    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
-        out = h.path("export-%d.st" % len(exports))
-        h.run(["export", ck, out]).expect(0)
-        exports.append(U.read_bytes(out))
-    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+    holds_resumed_step_6(h, orig, other)
 
 
 def test_resumed_other_runs_step_saved_before_training(h):
@@ -1950,14 +1955,7 @@ def test_resumed_other_runs_step_saved_before_training(h):
     h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
            "--set", "train.max_steps=8"], env={"PIPETRAIN_TEST_FAULT": "0:7:error"}).expect(
         1, "a resume failing before step 7")
-    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
-          U.checkpoints(other))
-    exports = []
-    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
-        out = h.path("export-%d.st" % len(exports))
-        h.run(["export", ck, out]).expect(0)
-        exports.append(U.read_bytes(out))
-    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+    holds_resumed_step_6(h, orig, other)
 
 
 def test_damaged_newest_step_directory(h):
