@@ -231,8 +231,9 @@ static struct {
     volatile sig_atomic_t set;
 } open_names;
 
-/* Whether this process was told to release the names (it is ending) */
-static volatile sig_atomic_t names_released;
+/* Whether this process was told to release the names (it is ending), and
+ * whether that waits (pt_cache_hold_names) */
+static volatile sig_atomic_t names_released, names_held;
 
 static void remember_names(const pt_cache *c)
 {
@@ -243,18 +244,26 @@ static void remember_names(const pt_cache *c)
     open_names.disk_fd = c->disk_fd;
     open_names.set = 1;
     /* a stop signal that came before the cache was open found no names to
-     * take off; they are taken off now (taking them off twice is harmless:
-     * each unlink first checks that the name still names this file) */
+     * take off; they are taken off now, or once the hold ends (taking them
+     * off twice is harmless: each unlink first checks that the name still
+     * names this file) */
     if (names_released)
         pt_cache_release_names();
 }
 
 int pt_cache_names_released(void) { return names_released != 0; }
 
+void pt_cache_hold_names(int hold)
+{
+    names_held = hold;
+    if (!hold && names_released) /* a request that came while held */
+        pt_cache_release_names();
+}
+
 void pt_cache_release_names(void)
 {
     names_released = 1;
-    if (!open_names.set)
+    if (names_held || !open_names.set)
         return;
     if (open_names.disk[0] && names_file(open_names.disk, open_names.disk_fd))
         unlink(open_names.disk);

@@ -59,6 +59,13 @@ void pt_cache_close(pt_cache *c);
 void pt_cache_release_names(void);
 /* Whether pt_cache_release_names was called in this process (it is ending). */
 int pt_cache_names_released(void);
+/* Holds (1) or lets go (0) the release: while held, pt_cache_release_names
+ * only records the request, and letting go carries it out. A node's ranks
+ * hold it while they open the node's cache, so that a stop signal then does
+ * not take the names off before every rank has attached (the job stops as
+ * the signal asks, after its next step, instead of failing to open).
+ * Async-signal-safe. */
+void pt_cache_hold_names(int hold);
 
 /* Copies the entry of sample id into out if it has depth `depth`: 1 (hit)
  * or 0 (miss). A concurrent store makes it a miss, never a torn read. */

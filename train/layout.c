@@ -424,7 +424,7 @@ static int job_name(pt_run *r, pt_err *err)
 }
 
 /* The node's activation cache: its first rank creates it, the others attach. */
-static int open_cache(pt_run *r, pt_err *err)
+static int open_cache_held(pt_run *r, pt_err *err)
 {
     const size_t row = (size_t)pt_arch_tokens(&r->arch) * r->arch.dim * pt_backend_act_size(r->be);
     /* ids: the training split's examples, then the test split's */
@@ -445,9 +445,9 @@ static int open_cache(pt_run *r, pt_err *err)
     if (rc == 0 && made == 0 && !first)
         rc = pt_cache_attach(&r->cache, &cs, err);
     /* then every rank of every node agrees, whatever failed where (the next
-     * steps are collectives a failed rank would not enter); a stop signal
-     * that took a first rank's names off before the others attached stops
-     * the job, as it asked */
+     * steps are collectives a failed rank would not enter); a failure with
+     * a stop requested ends as the stop asked (the names are held while the
+     * cache opens, so a stop signal itself no longer makes an attach fail) */
     int64_t v[2] = {rc != 0 || made != 0, pt_cache_names_released()};
     if ((got = pt_allreduce_sum(pt_comm_world(r->comm), v, 2, PT_DT_I64, rc ? &ignore : err)))
         return rc ? rc : got;
@@ -455,6 +455,19 @@ static int open_cache(pt_run *r, pt_err *err)
         return pt_fail(err, PT_ESTOPPED, "stopped by a signal before every rank had opened its "
                        "node's activation cache");
     return pt_group_agree(pt_comm_world(r->comm), rc, err);
+}
+
+/* Opens the node's activation cache: its first rank creates it, the others
+ * attach. The names are held meanwhile (pt_cache_hold_names): a stop signal
+ * during the opening takes them off once every rank of the node has
+ * attached, and the run stops after its next step with a checkpoint, as a
+ * stop during start-up does without the cache. */
+static int open_cache(pt_run *r, pt_err *err)
+{
+    pt_cache_hold_names(1);
+    const int rc = open_cache_held(r, err);
+    pt_cache_hold_names(0);
+    return rc;
 }
 
 /* Staging for the largest micro-batches this layout runs. */

@@ -213,10 +213,13 @@ def main():
                    "%s: trained, or every rank gone within %d s with a message and no crash" % (name, LIMIT_S))
 
         # a stop signal at start-up, after a node's first rank made the
-        # activation cache and before the others attached (the signal takes
-        # the segment's name off): the job stops, exit 130, every rank gone
-        # and the segment with it. A rank whose attach failed used to end
-        # with exit 1, or enter other collectives than the rest and hang.
+        # activation cache and before the others attached: the job stops
+        # after its first step with a checkpoint, exit 130, as a stop during
+        # start-up does without the cache, every rank gone and the segment
+        # with it (the names are held until every rank attached). A rank
+        # whose attach failed used to end with exit 1, or enter other
+        # collectives than the rest and hang; then the job stopped before
+        # training, with no checkpoint and an error line.
         before = h.our_segments()
         for who in ("-1", "0", "1"):
             name = "stop-at-cache-open-%s" % who.replace("-", "all")
@@ -228,6 +231,10 @@ def main():
                                       timeout=120, check=False)
             print("%s: exit %d after %.1f s" % (name, rc, secs), flush=True)
             expect(rc == 130 and secs < LIMIT_S, "%s: exit 130 within %d s\n%s" % (name, LIMIT_S, out[-1500:]))
+            saved = os.path.join(work, name, "checkpoints", "step_0000000001", "manifest")
+            expect(os.path.exists(saved) and "error:" not in out,
+                   "%s: stopped after step 1 with its checkpoint, no error line\n%s"
+                   % (name, out[-1500:]))
         left = h.segments_left(before)
         expect(not left, "stops at the cache's opening: no cache segment left in /dev/shm (%s)" % left)
 
