@@ -522,6 +522,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
         rc = pt_run_agree(&s->run,
                           strcmp(resume, planned) != 0 ? pt_session_check_normalize(s, resume, &err) : 0,
                           &err);
+    /* and the layout was planned from it too (its frozen blocks) */
+    if (rc == 0 && (rc = pt_run_check_start(&s->run, *resume != 0, &err)))
+        pt_err_prefix(&err, "run.dir '%s'", cfg->run.dir);
     if (rc == 0 && !*resume)
         rc = pt_session_load_pending_init(s, &err);
     if (rc == 0 && *resume) {

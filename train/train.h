@@ -270,6 +270,17 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
 /* Whether a freeze decision is due now (epoch_done: an epoch just ended; at
  * step 0, before training, only when freeze.start is 0). */
 int pt_freeze_due(const pt_run *r, int epoch_done);
+/* The first layout was planned from rank 0's reading of run.dir before the
+ * job locked it: for the frozen blocks of the checkpoint it would resume
+ * (spec.resume_depth), or, on a fresh start, for the opening decision
+ * (spec.fresh). Once the start is settled under the lock (resuming: a
+ * checkpoint is loaded next), this checks that reading still holds: a
+ * resume drops the opening decision (the checkpoint's freeze state
+ * replaces it; one with fewer frozen blocks than planned is refused by the
+ * load); a fresh start whose layout froze a vanished checkpoint's blocks is
+ * refused (PT_EINPUT), as it would train them frozen. The same on every
+ * rank. */
+int pt_run_check_start(pt_run *r, int resuming, pt_err *err);
 /* Makes the decision (the same on every rank: the norms behind it are the
  * job's); returns 1 when the frozen prefix grew, with r->frozen_units set
  * to it and the stages still laid out for the old one, which

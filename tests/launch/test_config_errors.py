@@ -1679,6 +1679,81 @@ def test_checkpoint_does_not_read_init_from_weights(h):
               "the resume with init_from's weights %s ends otherwise than with them intact", damage)
 
 
+def changed_while_settling(h, cfg, run_dir, change, *sets):
+    """`train CFG --set train.resume=auto` held by the test hook once it has
+    planned its start from run.dir and locked it; change() then alters
+    run.dir; the job goes on to choose its checkpoint under the lock.
+    Returns (the finished process, its stderr)."""
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
+    args = [h.binary, "train", cfg, "--set", "train.resume=auto", "--set", "run.dir=" + run_dir]
+    for s in sets:
+        args += ["--set", s]
+    p = subprocess.Popen(args, cwd=h.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, errors="replace", stdin=subprocess.DEVNULL)
+    # the lock is taken once the start is planned, before the hold: this
+    # job's own lock line, not an earlier run's
+    deadline = time.time() + 60
+    lock = os.path.join(run_dir, "lock")
+    taken = False
+    while not taken and time.time() < deadline and p.poll() is None:
+        if os.path.exists(lock):
+            with open(lock) as fh:
+                taken = fh.read().startswith("pid %d on " % p.pid)
+        time.sleep(0.01)
+    check(taken, "the job never took run.dir's lock (exit %s)", p.poll())
+    change()
+    _, err = p.communicate(timeout=120)
+    return p, err
+
+
+def test_planned_start_that_changed_under_the_lock(h):
+    """The first layout is planned from run.dir before the job locks it:
+    for the frozen blocks of the checkpoint it would resume, or on a fresh
+    start for a decision before the first step (freeze.start 0). When run.dir
+    changes before the lock settles the start:
+    - the checkpoints (4 frozen blocks) it planned for are gone: the job
+      started fresh with all 4 blocks frozen (they never trained); it is
+      refused, exit 2, naming run.dir, and trains nothing;
+    - a fresh start planned with freeze.start 0 finds a checkpoint: it took
+      its opening decision for the first decision after the resume (every
+      later decision one late); it resumes bit for bit as a plain resume."""
+    keys = base(h, "vit", **{"model.layers": "4", "train.epochs": "4", "train.max_steps": "16",
+                             "freeze.policy": "schedule", "freeze.alpha": "0.9",
+                             "freeze.unit": "step", "freeze.start": "4", "freeze.every": "4",
+                             "train.checkpoint_every": "4"})
+    cfg = U.write_config(h, "frozen.yaml", keys)
+    h.run(["train", cfg, "--set", "run.dir=" + h.path("straight")]).expect(0, "the straight run")
+    gone = h.path("gone")
+    shutil.copytree(h.path("straight"), gone)
+    def remove_checkpoints():
+        for name in U.checkpoints(gone):
+            shutil.rmtree(os.path.join(gone, "checkpoints", name))
+    p, err = changed_while_settling(h, cfg, gone, remove_checkpoints)
+    check(p.returncode == 2 and "changed while this job started" in err and gone in err,
+          "a planned resume of frozen blocks gone under the lock: exit %d\n%s", p.returncode,
+          U.tail(err, 1500))
+    check(not os.path.exists(os.path.join(gone, "checkpoints", "step_%010d" % 1)),
+          "the refused job trained")
+    # freeze.start 0 planned fresh, a checkpoint of step 8 there under the
+    # lock; alpha 0.3: decisions at steps 0, 4, 8, 12, 16 freeze 2, 3, 3, 4,
+    # 4 blocks, so a decision one late freezes the 4th block 4 steps late
+    opening = dict(keys, **{"freeze.start": "0", "freeze.alpha": "0.3"})
+    cfg0 = U.write_config(h, "opening.yaml", opening)
+    h.run(["train", cfg0, "--set", "run.dir=" + h.path("straight0")]).expect(0, "the straight run")
+    came = h.path("came")
+    os.makedirs(os.path.join(came, "checkpoints"))
+    p, err = changed_while_settling(h, cfg0, came, lambda: shutil.copytree(
+        U.ckpt(h.path("straight0"), 8), os.path.join(came, "checkpoints", "step_%010d" % 8)))
+    check(p.returncode == 0 and "resumed at step 8" in err,
+          "a fresh start that found a checkpoint under the lock: exit %d\n%s", p.returncode,
+          U.tail(err, 1500))
+    a, b = U.unit_files(U.ckpt(h.path("straight0"), 16)), U.unit_files(U.ckpt(came, 16))
+    check(len(a) == len(b) and all([r for r in U.unit_records(x) if r[0] != "checkpoint"] ==
+                                   [r for r in U.unit_records(y) if r[0] != "checkpoint"]
+                                   for x, y in zip(a, b)),
+          "the resume of a checkpoint found under the lock ends otherwise than the straight run")
+
+
 def test_init_from_loaded_when_the_planned_resume_goes(h):
     """train.resume=auto plans its resume from the newest checkpoint before
     run.dir is locked, and so leaves model.init_from's weights unread; the
@@ -1694,23 +1769,10 @@ def test_init_from_loaded_when_the_planned_resume_goes(h):
     h.run(["train", cfg, "--set", "run.dir=" + h.path("fresh")]).expect(0, "a fresh run")
     run_dir = h.path("run")
     h.run(["train", cfg, "--set", "train.max_steps=2"]).expect(0, "the run to resume")
-    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
-    p = subprocess.Popen([h.binary, "train", cfg, "--set", "train.resume=auto"], cwd=h.dir,
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         errors="replace", stdin=subprocess.DEVNULL)
-    # the lock is taken once the resume is planned, before the hold: this
-    # job's own lock line, not the earlier run's
-    deadline = time.time() + 60
-    lock = os.path.join(run_dir, "lock")
-    taken = False
-    while not taken and time.time() < deadline and p.poll() is None:
-        with open(lock) as fh:
-            taken = fh.read().startswith("pid %d on " % p.pid)
-        time.sleep(0.01)
-    check(taken, "the job never took run.dir's lock (exit %s)", p.poll())
-    for name in U.checkpoints(run_dir):  # checkpoints/ itself stays: the job checks it
-        shutil.rmtree(os.path.join(run_dir, "checkpoints", name))
-    out, err = p.communicate(timeout=120)
+    def remove_checkpoints():
+        for name in U.checkpoints(run_dir):  # checkpoints/ itself stays: the job checks it
+            shutil.rmtree(os.path.join(run_dir, "checkpoints", name))
+    p, err = changed_while_settling(h, cfg, run_dir, remove_checkpoints)
     check(p.returncode == 0 and "starting fresh" in err,
           "the run whose checkpoints went: exit %d\n%s", p.returncode, U.tail(err, 1500))
     a, b = U.unit_files(U.ckpt(h.path("fresh"), 3)), U.unit_files(U.ckpt(run_dir, 3))
@@ -2316,6 +2378,7 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_bert_init_from_refused, test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
+         test_planned_start_that_changed_under_the_lock,
          test_memory_refusal_says_what_it_compares, test_memory_counts_the_cache,
          test_run_dir_real_path_past_path_max, test_long_paths_leave_room_for_the_reason,
          test_key_without_a_value_names_its_line,
