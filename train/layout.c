@@ -759,8 +759,9 @@ int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err)
         pt_dp_layout to = {&r->mesh, r->plan.bounds, r->frozen_units};
         rc = pt_dp_plan_moves(&moves, &from, &to, pt_comm_node_map(r->comm), err);
     }
+    /* every rank enters build_stage's agreement, or none does */
     uint64_t sent = 0;
-    if (rc == 0)
+    if ((rc = pt_run_agree(r, rc, err)) == 0)
         rc = build_stage(r, &moves, old_seg, &sent, err);
     pt_dp_moves_free(&moves);
     pt_segment_destroy(old_seg);
