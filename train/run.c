@@ -2,7 +2,8 @@
  * run.c: building one rank's engine from its spec: the sampler and the
  * learning-rate schedule, the freeze state, the layout (layout.c) and the
  * initial weights; the staging of micro-batches; the world's agreement on
- * success. Freed in the reverse order by pt_run_close, which is safe on a
+ * success; the check of that first layout against the start run.dir's
+ * lock settles (pt_run_check_start). Freed in the reverse order by pt_run_close, which is safe on a
  * partly built run.
  */
 #include "train/train.h"
@@ -67,6 +68,20 @@ int pt_run_open(pt_run *r, pt_comm *comm, const pt_train_spec *spec, pt_run_mode
 fail:
     pt_run_close(r);
     return rc;
+}
+
+int pt_run_check_start(pt_run *r, int resuming, pt_err *err)
+{
+    if (resuming) {
+        r->opening.made = 0;
+        return 0;
+    }
+    const int want = r->opening.made ? pt_freeze_units(r->opening.report.new_depth) : 0;
+    if (r->frozen_units == want)
+        return 0;
+    return pt_fail(err, PT_EINPUT, "changed while this job started: the checkpoint it planned its "
+                   "layout for (%d of %d blocks frozen) is gone, and the job starts fresh; start it "
+                   "again", r->freeze.depth, r->arch.layers);
 }
 
 void pt_run_close(pt_run *r)

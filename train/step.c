@@ -240,20 +240,6 @@ int pt_freeze_due(const pt_run *r, int epoch_done)
     return epoch_done && r->epoch >= s->freeze_start && (r->epoch - s->freeze_start) % s->freeze_every == 0;
 }
 
-int pt_run_check_start(pt_run *r, int resuming, pt_err *err)
-{
-    if (resuming) {
-        r->opening.made = 0;
-        return 0;
-    }
-    const int want = r->opening.made ? pt_freeze_units(r->opening.report.new_depth) : 0;
-    if (r->frozen_units == want)
-        return 0;
-    return pt_fail(err, PT_EINPUT, "changed while this job started: the checkpoint it planned its "
-                   "layout for (%d of %d blocks frozen) is gone, and the job starts fresh; start it "
-                   "again", r->freeze.depth, r->arch.layers);
-}
-
 int pt_run_freeze_decide(pt_run *r, pt_freeze_report *rep)
 {
     const int depth = pt_freeze_decide(&r->freeze, rep);
