@@ -28,14 +28,20 @@ link can make 1 x 4 win: `pipetrain plan` says which), and elastic runs can
 grow to 4 replicas across the hosts.
 
 usage: elastic_ablation.py PIPETRAIN [--epochs 8] [--start 3] [--alpha 0.333]
-                           [--memory-gib 0.00524] [--hosts] [--link 1gbit] [--skip-local]
+                           [--memory-gib auto] [--hosts] [--link 1gbit] [--skip-local]
 
-The default limit is one under which no single stage holds the unfrozen
-model with its micro-batches in flight (the planner then has no 1-stage
-layout to choose; `pipetrain plan` shows K = 2, M = 128 on 2 ranks and
-K = 2 x D = 2, M = 16 on 4). The count includes the replica's share of the
-step staged in host memory, so 4 replicas of one stage fit from 0.00525 GiB,
-and 2 stages on 2 ranks need 0.00524: the window is that narrow."""
+The default limit (auto) is the smallest at which `pipetrain plan` finds a
+layout for the unfrozen model on 2 ranks, found by bisection to 0.1% before
+the runs (a few seconds a try) and printed: under it no single stage holds
+the unfrozen model with its micro-batches in flight, so the baseline is a
+2-stage pipeline (the script stops if the plan says otherwise). A fixed
+number would follow the planner's memory count, which changes as the
+backend's buffers do: 0.00524 GiB was that limit at 3597d06 and fits no
+layout at all since the count took in each thread's scratch. The count
+includes a replica's share of the step staged in host memory, so one stage
+fits with less the more replicas share the batch: at this limit 4 ranks
+(--hosts) still get 2 stages x 2 replicas, and 1 x 4 fits only about 17%
+above it (0.0053 and 0.0062 GiB at 54267ac)."""
 import argparse
 import json
 import os
@@ -73,6 +79,41 @@ def command(args, ranks, run_dir, extra, on_hosts):
     if on_hosts:
         return [HOSTS, "run", "--", "-np", str(ranks), "-x", "OMP_NUM_THREADS"] + cmd
     return ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+
+
+def plan_fits(args, memory_gib):
+    """`pipetrain plan` of the unfrozen model on 2 ranks under memory_gib:
+    its layout line, or None when no layout fits (exit 2)."""
+    with tempfile.TemporaryDirectory(prefix="pt-ablation-plan-") as run_dir:
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.abspath(args.pipetrain),
+                            "plan", os.path.join(ROOT, "configs", "vit_fmnist.yaml"),
+                            "--set", "run.dir=" + os.path.join(run_dir, "run"),
+                            "--set", "run.threads=1", "--set", "pipeline.memory_gib=%.6g" % memory_gib],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True)
+    if p.returncode == 2 and "no pipeline layout fits" in p.stdout + p.stderr:
+        return None
+    if p.returncode != 0:
+        sys.exit("pipetrain plan failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-4000:]))
+    return next((line for line in p.stdout.splitlines() if line.startswith("layout:")), "")
+
+
+def smallest_limit(args):
+    """The smallest pipeline.memory_gib, to 0.1%, under which the unfrozen
+    model has a layout on 2 ranks; that layout must be a 2-stage pipeline."""
+    lo, hi = 0.0005, 0.05
+    if plan_fits(args, lo) is not None or plan_fits(args, hi) is None:
+        sys.exit("no memory limit between %g and %g GiB separates fitting from not" % (lo, hi))
+    while hi / lo > 1.001:
+        mid = (lo * hi) ** 0.5
+        if plan_fits(args, mid) is None:
+            lo = mid
+        else:
+            hi = mid
+    layout = plan_fits(args, hi)
+    if "K = 2 stages" not in layout:
+        sys.exit("at %.6g GiB, the smallest limit that fits, the plan is not a 2-stage pipeline: %s"
+                 % (hi, layout))
+    return "%.6g" % hi, layout
 
 
 def records(run_dir):
@@ -151,11 +192,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--start", type=int, default=3)
     ap.add_argument("--alpha", default="0.3333333333")
-    ap.add_argument("--memory-gib", default="0.00524")
+    ap.add_argument("--memory-gib", default="auto")
     ap.add_argument("--hosts", action="store_true")
     ap.add_argument("--link", default="1gbit")
     ap.add_argument("--skip-local", action="store_true")
     args = ap.parse_args()
+    if args.memory_gib == "auto":
+        args.memory_gib, layout = smallest_limit(args)
+        print("memory limit: %s GiB per rank, the smallest under which plan finds a layout on 2 ranks "
+              "(%s)" % (args.memory_gib, layout), flush=True)
     print("demo ViT, Fashion-MNIST, %d epochs, freeze schedule alpha %s from epoch %s, memory limit "
           "%s GiB per rank" % (args.epochs, args.alpha, args.start, args.memory_gib), flush=True)
     with tempfile.TemporaryDirectory(prefix="pt-ablation-", dir=os.environ.get("TMPDIR", "/tmp")) as work:
