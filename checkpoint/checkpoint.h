@@ -173,6 +173,20 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
  * A move that fails puts back what moved before it. */
 int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
                             int *count, pt_err *err);
+/* RUN_DIR/resuming: a start that resumes another directory's checkpoint
+ * (RUN_DIR's own checkpoints of that step and later move to abandoned/
+ * first) names it there, by its absolute path, before anything moves, and
+ * removes the file once the checkpoint is saved in RUN_DIR; a fresh start
+ * or a resume of RUN_DIR's own removes it too. While it is there RUN_DIR's
+ * newest checkpoint belongs to the history that start left, so an `auto`
+ * resume takes the named checkpoint instead, as the interrupted start
+ * would have. set: PT_ESYS (with a message) if it cannot be written. get:
+ * 0 with the path in out (n bytes) when the file names one, or out empty
+ * when there is no file; PT_EINPUT (with a message naming the file, out
+ * empty) when it cannot be read or does not hold one absolute path. */
+int pt_rundir_resuming_set(const char *run_dir, const char *from, pt_err *err);
+int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
+void pt_rundir_resuming_clear(const char *run_dir);
 
 typedef struct pt_rundir_lock {
     int fd; /* -1: not held */

@@ -446,6 +446,62 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
     return rc;
 }
 
+int pt_rundir_resuming_set(const char *run_dir, const char *from, pt_err *err)
+{
+    char path[PT_CKPT_PATH], text[PT_PATH_MAX + 2];
+    char *abs = realpath(from, NULL);
+    if (!abs)
+        return pt_fail(err, PT_ESYS, "'%s': %s", from, strerror(errno));
+    int len = snprintf(text, sizeof text, "%s\n", abs);
+    free(abs);
+    if (len < 0 || (size_t)len >= sizeof text)
+        return pt_fail(err, PT_ESYS, "'%s': its absolute path is too long", from);
+    int rc = pt_write_file_atomic(pt_path_join(path, run_dir, "resuming"), text, (size_t)len, err);
+    if (rc == 0)
+        pt_fsync_dir(run_dir, NULL);
+    return rc;
+}
+
+int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err)
+{
+    char path[PT_CKPT_PATH];
+    pt_path_join(path, run_dir, "resuming");
+    void *data = NULL;
+    size_t len = 0;
+    struct stat st;
+    out[0] = '\0';
+    if (lstat(path, &st) != 0 && errno == ENOENT)
+        return 0;
+    if (pt_read_file(path, PT_PATH_MAX + 1, &data, &len, err)) {
+        char why[sizeof err->msg];
+        memcpy(why, err->msg, sizeof why);
+        return pt_fail(err, PT_EINPUT, "%s (it names the checkpoint an interrupted resume of "
+                       "another directory's checkpoint was saving here; remove it to resume "
+                       "this run.dir's own newest)", why);
+    }
+    char *text = data;
+    if (len && text[len - 1] == '\n')
+        text[--len] = '\0';
+    const int ok = len > 1 && text[0] == '/' && strlen(text) == len && !strchr(text, '\n') &&
+                   len < n;
+    if (ok)
+        memcpy(out, text, len + 1);
+    free(data);
+    if (!ok)
+        return pt_fail(err, PT_EINPUT, "'%s' does not hold one absolute checkpoint path (it "
+                       "names the checkpoint an interrupted resume of another directory's "
+                       "checkpoint was saving here; remove it to resume this run.dir's own "
+                       "newest)", path);
+    return 0;
+}
+
+void pt_rundir_resuming_clear(const char *run_dir)
+{
+    char path[PT_CKPT_PATH];
+    if (unlink(pt_path_join(path, run_dir, "resuming")) == 0)
+        pt_fsync_dir(run_dir, NULL);
+}
+
 /* What crashed jobs left that is certainly garbage: temporary files in the
  * step directories. A step directory without a manifest stays until the next
  * save prunes it: the user may be pointing at it (and gets told it is not a

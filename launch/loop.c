@@ -554,6 +554,9 @@ int pt_session_train(pt_session *s, pt_err *err)
             if ((rc = save_checkpoint(s, err)))
                 return rc;
             saved_at = r->step;
+            /* saved: auto needs no pointer to it any more (main.c) */
+            if (pt_comm_rank(s->comm) == 0)
+                pt_rundir_resuming_clear(s->cfg.run.dir);
         }
     }
     double epoch_started = pt_now();

@@ -376,6 +376,22 @@ static void passed_over(const char *run_dir, const char *latest)
                 "a damaged manifest): %s is used\n", run_dir, (long long)step, latest, latest);
 }
 
+/* eval of run.dir's newest while RUN_DIR/resuming names another
+ * directory's checkpoint (pt_rundir_resuming_get): the newest is of the
+ * history that resume left. */
+static void note_resuming(const char *run_dir, const char *latest)
+{
+    char named[PT_PATH_MAX + 64];
+    pt_err quiet;
+    if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0 || !*named)
+        return;
+    char said[2 * sizeof named + PT_PATH_MAX + 256];
+    snprintf(said, sizeof said, "%s/resuming names %s, which a start resumed and did not save here "
+             "(or is saving now): %s is of the history that resume left, and "
+             "train.resume=auto resumes the named one", run_dir, named, latest);
+    error_line("pipetrain: note: ", said, sizeof said);
+}
+
 /* A note on stderr for each key the config set that the run never reads
  * (a model.patch for a gpt, a cache.* with the cache off): a setting that
  * changes nothing is often one meant for another key or another config. */
@@ -424,9 +440,12 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * plans from its profile; which one is resumed is settled under the lock */
     char planned[PT_PATH_MAX + 64] = "";
     pt_err quiet;
-    if (strcmp(cfg->train.resume, "auto") == 0)
-        pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
-    else
+    if (strcmp(cfg->train.resume, "auto") == 0) {
+        /* an interrupted resume of another directory's checkpoint named it
+         * (pt_rundir_resuming_get) */
+        if (pt_rundir_resuming_get(cfg->run.dir, planned, sizeof planned, &quiet) != 0 || !*planned)
+            pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
+    } else
         snprintf(planned, sizeof planned, "%s", cfg->train.resume);
     char fresh[PT_CKPT_PATH] = ""; /* what a refusal removes again */
     if (pt_comm_rank(comm) == 0)
@@ -489,7 +508,16 @@ static int cmd_train(pt_comm *comm, const cli *a)
          * run.dir lags would otherwise enter the load's collectives alone) */
     } else if (strcmp(cfg->train.resume, "auto") == 0) {
         pt_err none;
-        if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
+        if ((rc = pt_rundir_resuming_get(cfg->run.dir, resume, sizeof resume, &err))) {
+            pt_config_key_prefix(cfg, &err, "train.resume");
+        } else if (*resume) {
+            char said[2 * sizeof resume + PT_PATH_MAX + 256];
+            snprintf(said, sizeof said, "an earlier start in %s resumed from %s and stopped before "
+                     "saving it there (%s/resuming names it; that run.dir's own later checkpoints "
+                     "are in its abandoned/): resuming from it again", cfg->run.dir, resume,
+                     cfg->run.dir);
+            error_line("pipetrain: note: ", said, sizeof said);
+        } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
             const int64_t step = pt_checkpoint_passed_over(cfg->run.dir, NULL);
             char unfinished[PT_PATH_MAX + 160] = "";
             if (step >= 0)
@@ -549,7 +577,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
         const int foreign = !(stat(resume, &from_st) == 0 && stat(own, &own_st) == 0 &&
                               from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino);
         const int64_t from = foreign ? s->run.step - 1 : s->run.step;
-        rc = pt_rundir_abandon_after(cfg->run.dir, from, moved, sizeof moved, &count, &err);
+        /* until the other directory's checkpoint is saved here (the loop's
+         * first save), run.dir's newest would be of the history it leaves:
+         * RUN_DIR/resuming names it for a later auto resume */
+        if (foreign)
+            rc = pt_rundir_resuming_set(cfg->run.dir, resume, &err);
+        else
+            pt_rundir_resuming_clear(cfg->run.dir);
+        if (rc == 0)
+            rc = pt_rundir_abandon_after(cfg->run.dir, from, moved, sizeof moved, &count, &err);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)
@@ -558,6 +594,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
                     (long long)s->run.step, foreign ? "from another directory's checkpoint " : "",
                     count, foreign ? "" : "later ", count == 1 ? "" : "s",
                     foreign ? " at or after that step" : "", moved);
+    } else if (rc == 0 && pt_comm_rank(comm) == 0) {
+        pt_rundir_resuming_clear(cfg->run.dir); /* a fresh start's history is its own */
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
@@ -646,9 +684,10 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                     break;
                 nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
             }
-            if (rc == 0)
+            if (rc == 0) {
                 passed_over(cfg->run.dir, latest);
-            else if (rc == PT_EINPUT) /* where eval looked: the config's run.dir */
+                note_resuming(cfg->run.dir, latest);
+            } else if (rc == PT_EINPUT) /* where eval looked: the config's run.dir */
                 pt_config_key_prefix(cfg, &err, "run.dir");
         }
         if ((rc = setup_failed(comm, rc, &err)) ||

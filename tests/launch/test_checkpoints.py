@@ -1958,6 +1958,50 @@ def test_resumed_other_runs_step_saved_before_training(h):
     holds_resumed_step_6(h, orig, other)
 
 
+def test_failed_save_of_resumed_other_runs_step(h):
+    """Another run's checkpoint of step 6 resumed into a run.dir that holds
+    its own steps 3 to 10, and the save of step 6 there fails (an error
+    while writing its files): run.dir's own 6 to 10 are already in
+    abandoned/, so its newest was its own step 3, of the history the resume
+    left, and `auto` went back there and trained steps 4 to 10 again
+    without a word. run.dir/resuming now names the checkpoint being saved
+    until the save is done, and `auto` resumes it again, with a note: the
+    run ends with the bits of the one whose save never failed (`eval` of
+    run.dir meanwhile takes its step 3 with a note naming it). A file there
+    that names no checkpoint is refused (exit 2, naming it and
+    train.resume), not passed over."""
+    _, orig = trained(h)
+    cfg, other = trained(h, "other", **{"train.lr": "0.002"})
+    ref_cfg, ref = copy_run(h, other, "ref", **{"train.lr": "0.002"})
+    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume whose save does not fail")
+    h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6), "--set", "train.max_steps=8"],
+          env={"PIPETRAIN_TEST_FAULT": "0:6:error:checkpoint-writing"}).expect(
+        1, "a resume whose save of the resumed step fails")
+    marker = os.path.join(other, "resuming")
+    check(os.path.isfile(marker), "no %s after the failed save", marker)
+    r = h.run(["eval", cfg]).expect(0, "eval after the failed save")  # run.dir's own step 3, said so
+    check("%s names %s" % (marker, U.ckpt(orig, 6)) in r.err, "eval gave no note:\n%s", r.describe())
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
+        0, "auto after the failed save")
+    check("resumed at step 6" in r.err and "resumed from %s" % U.ckpt(orig, 6) in r.err,
+          "auto did not resume the other run's step 6 with a note:\n%s", r.describe())
+    check(not os.path.exists(marker), "%s is still there after the save", marker)
+    outs = []
+    for run_dir in (ref, other):
+        out = h.path("export-%s.st" % os.path.basename(run_dir))
+        h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
+        outs.append(U.read_bytes(out))
+    check(outs[0] == outs[1], "step 8 differs from the run whose save did not fail")
+    # a file there that names no checkpoint path
+    cfg2, bad = copy_run(h, other, "bad-marker", **{"train.lr": "0.002"})
+    for text in ("", "relative/path\n", "/a\n/b\n", "x" * 5000):
+        U.write(os.path.join(bad, "resuming"), text)
+        r = h.run(["train", cfg2, "--set", "train.resume=auto"]).expect(2, "resuming holding %r" % text[:20])
+        check("train.resume" in r.err and os.path.join(bad, "resuming") in r.err,
+              "the refusal names neither the key nor the file:\n%s", r.describe())
+
+
 def test_damaged_newest_step_directory(h):
     """The newest step directory damaged so that it is no checkpoint: its
     manifest replaced by a directory, a FIFO or a link to a device (a
@@ -2903,6 +2947,7 @@ def tests():
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
+        test_failed_save_of_resumed_other_runs_step,
         test_damaged_newest_step_directory, test_linked_manifest,
         test_other_model_names_the_config_line,
         test_outputs_of_a_stopped_export_or_eval,
