@@ -28,23 +28,23 @@ link can make 1 x 4 win: `pipetrain plan` says which), and elastic runs can
 grow to 4 replicas across the hosts.
 
 usage: elastic_ablation.py PIPETRAIN [--epochs 8] [--start 3] [--alpha 0.333]
-                           [--memory-gib auto] [--hosts] [--link 1gbit] [--skip-local]
+                           [--memory-gib auto|GIB] [--hosts] [--link 1gbit] [--skip-local]
 
-The default limit (auto) is the smallest at which `pipetrain plan` finds a
-layout for the unfrozen model on 2 ranks, found by bisection to 0.1% before
-the runs (a few seconds a try) and printed: under it no single stage holds
-the unfrozen model with its micro-batches in flight, so the baseline is a
-2-stage pipeline (the script stops if the plan says otherwise). A fixed
-number would follow the planner's memory count, which changes as the
-backend's buffers do: 0.00524 GiB was that limit at 3597d06 and fits no
-layout at all since the count took in each thread's scratch. The count
+The default limit (auto) is found by bisection (to 0.1%, a few seconds a
+try with `pipetrain plan`) before each set of runs, and printed: the largest
+under which no single stage holds the unfrozen model with its micro-batches
+in flight on that many ranks, so the baseline is a pipeline with as much
+memory per stage as that allows (the script stops if no layout fits there).
+It is found for 2 ranks and again for the 4 of --hosts, because the count
 includes a replica's share of the step staged in host memory, so one stage
-fits with less the more replicas share the batch: at this limit 4 ranks
-(--hosts) still get 2 stages x 2 replicas, and 1 x 4 fits only about 17%
-above it (0.0053 and 0.0062 GiB at 54267ac)."""
+fits with less the more replicas share the batch. A fixed number would
+follow the planner's memory count, which changes as the backend's buffers
+do: 0.00524 GiB, the default until 54267ac, fit no layout at all once the
+count took in each thread's scratch."""
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -81,39 +81,44 @@ def command(args, ranks, run_dir, extra, on_hosts):
     return ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
 
 
-def plan_fits(args, memory_gib):
-    """`pipetrain plan` of the unfrozen model on 2 ranks under memory_gib:
-    its layout line, or None when no layout fits (exit 2)."""
+def plan(args, ranks, memory_gib):
+    """`pipetrain plan` of the unfrozen model on `ranks` local ranks under
+    memory_gib: (its layout line, whether a 1-stage layout fits), or None
+    when no layout fits (exit 2)."""
     with tempfile.TemporaryDirectory(prefix="pt-ablation-plan-") as run_dir:
-        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", os.path.abspath(args.pipetrain),
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(ranks), os.path.abspath(args.pipetrain),
                             "plan", os.path.join(ROOT, "configs", "vit_fmnist.yaml"),
-                            "--set", "run.dir=" + os.path.join(run_dir, "run"),
-                            "--set", "run.threads=1", "--set", "pipeline.memory_gib=%.6g" % memory_gib],
+                            "--set", "run.dir=" + os.path.join(run_dir, "run"), "--set", "run.threads=1",
+                            "--set", "pipeline.cores=%d" % min(ranks, 2),
+                            "--set", "pipeline.memory_gib=%.6g" % memory_gib],
                            cwd=ROOT, env=ENV, capture_output=True, text=True)
     if p.returncode == 2 and "no pipeline layout fits" in p.stdout + p.stderr:
         return None
     if p.returncode != 0:
         sys.exit("pipetrain plan failed (%d):\n%s" % (p.returncode, (p.stdout + p.stderr)[-4000:]))
-    return next((line for line in p.stdout.splitlines() if line.startswith("layout:")), "")
+    layout = next((line for line in p.stdout.splitlines() if line.startswith("layout:")), "")
+    one_stage = layout.startswith("layout: K = 1 stage") or re.search(r"K = 1 x D = \d+, M", p.stdout)
+    return layout, bool(one_stage)
 
 
-def smallest_limit(args):
-    """The smallest pipeline.memory_gib, to 0.1%, under which the unfrozen
-    model has a layout on 2 ranks; that layout must be a 2-stage pipeline."""
+def pipeline_limit(args, ranks):
+    """The largest pipeline.memory_gib, to 0.1%, under which no 1-stage
+    layout of the unfrozen model fits on `ranks` ranks, and the plan there
+    (which must be a pipeline)."""
     lo, hi = 0.0005, 0.05
-    if plan_fits(args, lo) is not None or plan_fits(args, hi) is None:
-        sys.exit("no memory limit between %g and %g GiB separates fitting from not" % (lo, hi))
+    if plan(args, ranks, hi) is None or not plan(args, ranks, hi)[1]:
+        sys.exit("one stage does not fit even in %g GiB" % hi)
     while hi / lo > 1.001:
         mid = (lo * hi) ** 0.5
-        if plan_fits(args, mid) is None:
-            lo = mid
-        else:
+        r = plan(args, ranks, mid)
+        if r is not None and r[1]:
             hi = mid
-    layout = plan_fits(args, hi)
-    if "K = 2 stages" not in layout:
-        sys.exit("at %.6g GiB, the smallest limit that fits, the plan is not a 2-stage pipeline: %s"
-                 % (hi, layout))
-    return "%.6g" % hi, layout
+        else:
+            lo = mid
+    r = plan(args, ranks, lo)
+    if r is None:
+        sys.exit("on %d ranks no layout fits below %.6g GiB, where one stage does" % (ranks, hi))
+    return "%.6g" % lo, r[0]
 
 
 def records(run_dir):
@@ -197,21 +202,29 @@ def main():
     ap.add_argument("--link", default="1gbit")
     ap.add_argument("--skip-local", action="store_true")
     args = ap.parse_args()
-    if args.memory_gib == "auto":
-        args.memory_gib, layout = smallest_limit(args)
-        print("memory limit: %s GiB per rank, the smallest under which plan finds a layout on 2 ranks "
-              "(%s)" % (args.memory_gib, layout), flush=True)
-    print("demo ViT, Fashion-MNIST, %d epochs, freeze schedule alpha %s from epoch %s, memory limit "
-          "%s GiB per rank" % (args.epochs, args.alpha, args.start, args.memory_gib), flush=True)
+    auto = args.memory_gib == "auto"
+
+    def choose_limit(ranks):
+        if auto:
+            args.memory_gib, layout = pipeline_limit(args, ranks)
+            print("memory limit on %d ranks: %s GiB per rank, the largest under which one stage "
+                  "does not fit (%s)" % (ranks, args.memory_gib, layout), flush=True)
+
+    print("demo ViT, Fashion-MNIST, %d epochs, freeze schedule alpha %s from epoch %s, memory limit %s"
+          % (args.epochs, args.alpha, args.start,
+             "per rank count (below)" if auto else args.memory_gib + " GiB per rank"), flush=True)
     with tempfile.TemporaryDirectory(prefix="pt-ablation-", dir=os.environ.get("TMPDIR", "/tmp")) as work:
         if not args.skip_local:
+            choose_limit(2)
             results = {}
             for name, extra in configs(args):
                 results[name] = train(args, work, name, 2, extra, False, ENV)
                 print("  %s: %.1f s, %.2f%%" % (name, results[name]["wall"], 100 * results[name]["acc"]),
                       flush=True)
-            report("2 ranks on this machine", results, overlap_measure(args, work, 2, False, ENV))
+            report("2 ranks on this machine, memory limit %s GiB" % args.memory_gib, results,
+                   overlap_measure(args, work, 2, False, ENV))
         if args.hosts:
+            choose_limit(4)
             env = dict(ENV, MNH_NAME="ptab%d" % os.getpid(), MNH_SLOTS="2")
             subprocess.run([HOSTS, "up", "2"], env=env, check=True)
             try:
@@ -222,7 +235,8 @@ def main():
                                           True, env)
                     print("  hosts, %s: %.1f s, %.2f%%" % (name, results[name]["wall"],
                                                           100 * results[name]["acc"]), flush=True)
-                report("2 hosts x 2 ranks, link capped at %s" % args.link, results,
+                report("2 hosts x 2 ranks, link capped at %s, memory limit %s GiB" % (args.link, args.memory_gib),
+                       results,
                        overlap_measure(args, work, 4, True, env))
             finally:
                 subprocess.run([HOSTS, "down"], env=env)
