@@ -888,11 +888,25 @@ void pt_layout_print(const pt_run *r, FILE *out)
             if (r->mesh.replica_of[q] < 0)
                 fprintf(out, " %d", q);
         const int cap = pt_mesh_capacity(r->ranks, pt_comm_node_map(r->comm), r->plan.stages);
-        if (r->plan.replicas < cap)
-            fprintf(out, "\n  why: %d replica%s chosen of the %d that fit (pipeline.replicas, or "
-                    "too few examples per step for more)\n", r->plan.replicas,
-                    r->plan.replicas == 1 ? "" : "s", cap);
-        else
+        if (r->plan.replicas < cap) {
+            /* what the planner said of more replicas of this pipeline (its
+             * runners-up, printed above) */
+            int listed = 0, fit = 0;
+            for (int i = 0; i < r->plan.n_alt; i++)
+                if (r->plan.alt[i].stages == r->plan.stages &&
+                    r->plan.alt[i].replicas > r->plan.replicas) {
+                    listed++;
+                    fit += r->plan.alt[i].feasible;
+                }
+            const char *why =
+                r->spec.replicas != PT_TRAIN_AUTO ? "pipeline.replicas fixes the count"
+                : r->spec.batch <= r->plan.replicas ? "a step has no example for another"
+                : listed && !fit ? "more do not fit in the memory limit (the runners-up above)"
+                : fit ? "more are predicted slower (the runners-up above)"
+                      : "more are predicted slower or do not fit in the memory limit";
+            fprintf(out, "\n  why: %d replica%s of the %d the ranks could form: %s\n",
+                    r->plan.replicas, r->plan.replicas == 1 ? "" : "s", cap, why);
+        } else
             fprintf(out, "\n  why: a %d-stage pipeline needs %d ranks of one node; the ranks left "
                     "over on each node cannot form one\n", r->plan.stages, r->plan.stages);
     }
