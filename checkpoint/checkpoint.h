@@ -135,6 +135,9 @@ int pt_checkpoint_dir_step(const char *name, int64_t *step);
  * damaged one is the reader's to refuse, naming the file) into out;
  * returns 0 if found, PT_EINPUT (with a message) if there is none. */
 int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err);
+/* Whether dir is a complete checkpoint as pt_checkpoint_latest counts one
+ * (a directory, not a link, whose manifest is a regular file). */
+int pt_checkpoint_complete(const char *dir);
 
 /* A reader's hold on checkpoint dir (eval, export): while it is held, the
  * pruning of a run training in that run.dir leaves the checkpoint alone (it
@@ -174,17 +177,19 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current);
 int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
                             int *count, pt_err *err);
 /* RUN_DIR/resuming: a start that resumes another directory's checkpoint
- * (RUN_DIR's own checkpoints of that step and later move to abandoned/
- * first) names it there, by its absolute path, before anything moves, and
- * removes the file once the checkpoint is saved in RUN_DIR; a fresh start
- * or a resume of RUN_DIR's own removes it too. While it is there RUN_DIR's
- * newest checkpoint belongs to the history that start left, so an `auto`
- * resume takes the named checkpoint instead, as the interrupted start
- * would have. set: PT_ESYS (with a message) if it cannot be written. get:
- * 0 with the path in out (n bytes) when the file names one, or out empty
- * when there is no file; PT_EINPUT (with a message naming the file, out
- * empty) when it cannot be read or does not hold one absolute path. */
-int pt_rundir_resuming_set(const char *run_dir, const char *from, pt_err *err);
+ * of step `step` (RUN_DIR's own checkpoints of that step and later move to
+ * abandoned/ first) names it there before anything moves: the step, its
+ * manifest's SHA-256 and its absolute path (one with a newline is refused,
+ * PT_EINPUT). The file goes once the checkpoint is saved in RUN_DIR, and a
+ * fresh start or a resume of RUN_DIR's own removes it. Until RUN_DIR holds
+ * a complete checkpoint of that step or later, its newest belongs to the
+ * history that start left, so an `auto` resume takes the named checkpoint
+ * instead, as the interrupted start would have. get: 0 with the path in
+ * out (n bytes) when the file names one and is not stale, out empty when
+ * there is no file or it is stale; PT_EINPUT (with a message naming the
+ * file) when it is not a regular file, does not hold what set writes, or
+ * the named checkpoint is gone or holds another manifest now. */
+int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err);
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
 void pt_rundir_resuming_clear(const char *run_dir);
 

@@ -446,16 +446,41 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
     return rc;
 }
 
-int pt_rundir_resuming_set(const char *run_dir, const char *from, pt_err *err)
+/* The manifest's SHA-256 in hex: which checkpoint a path holds. */
+static int manifest_hex(const char *dir, char hex[65], pt_err *err)
 {
-    char path[PT_CKPT_PATH], text[PT_PATH_MAX + 2];
+    char path[PT_CKPT_PATH];
+    unsigned char digest[32];
+    uint64_t size;
+    int rc = pt_sha256_file(pt_path_join(path, dir, "manifest"), digest, &size, err);
+    for (int i = 0; rc == 0 && i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    return rc;
+}
+
+static const char RESUMING_HINT[] =
+    "RUN_DIR/resuming names the checkpoint an interrupted resume of another directory's "
+    "checkpoint was saving in run.dir; remove it to resume run.dir's own newest";
+
+int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err)
+{
+    char path[PT_CKPT_PATH], text[PT_PATH_MAX + 96], hex[65];
     char *abs = realpath(from, NULL);
     if (!abs)
         return pt_fail(err, PT_ESYS, "'%s': %s", from, strerror(errno));
-    int len = snprintf(text, sizeof text, "%s\n", abs);
+    if (strchr(abs, '\n')) {
+        free(abs);
+        return pt_fail(err, PT_EINPUT, "'%s': a checkpoint path with a newline cannot be resumed "
+                       "into another run.dir (its RUN_DIR/resuming names it on a line)", from);
+    }
+    if (manifest_hex(abs, hex, err)) {
+        free(abs);
+        return err->code;
+    }
+    int len = snprintf(text, sizeof text, "%" PRId64 " %s\n%s\n", step, hex, abs);
     free(abs);
     if (len < 0 || (size_t)len >= sizeof text)
-        return pt_fail(err, PT_ESYS, "'%s': its absolute path is too long", from);
+        return pt_fail(err, PT_EINPUT, "'%s': its absolute path is too long", from);
     int rc = pt_write_file_atomic(pt_path_join(path, run_dir, "resuming"), text, (size_t)len, err);
     if (rc == 0)
         pt_fsync_dir(run_dir, NULL);
@@ -464,34 +489,58 @@ int pt_rundir_resuming_set(const char *run_dir, const char *from, pt_err *err)
 
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err)
 {
-    char path[PT_CKPT_PATH];
+    char path[PT_CKPT_PATH], latest[PT_CKPT_PATH];
     pt_path_join(path, run_dir, "resuming");
-    void *data = NULL;
-    size_t len = 0;
     struct stat st;
     out[0] = '\0';
     if (lstat(path, &st) != 0 && errno == ENOENT)
         return 0;
-    if (pt_read_file(path, PT_PATH_MAX + 1, &data, &len, err)) {
+    /* a FIFO or device there is refused, not opened (it would block) */
+    const int fd = pt_open_input(path, 0, err);
+    if (fd < 0) {
         char why[sizeof err->msg];
         memcpy(why, err->msg, sizeof why);
-        return pt_fail(err, PT_EINPUT, "%s (it names the checkpoint an interrupted resume of "
-                       "another directory's checkpoint was saving here; remove it to resume "
-                       "this run.dir's own newest)", why);
+        return pt_fail(err, PT_EINPUT, "%s (%s)", why, RESUMING_HINT);
     }
-    char *text = data;
-    if (len && text[len - 1] == '\n')
-        text[--len] = '\0';
-    const int ok = len > 1 && text[0] == '/' && strlen(text) == len && !strchr(text, '\n') &&
-                   len < n;
-    if (ok)
-        memcpy(out, text, len + 1);
-    free(data);
-    if (!ok)
-        return pt_fail(err, PT_EINPUT, "'%s' does not hold one absolute checkpoint path (it "
-                       "names the checkpoint an interrupted resume of another directory's "
-                       "checkpoint was saving here; remove it to resume this run.dir's own "
-                       "newest)", path);
+    char text[PT_PATH_MAX + 97];
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof text - 1 && (got = read(fd, text + len, sizeof text - 1 - len)) > 0)
+        len += (size_t)got;
+    close(fd);
+    text[len] = '\0';
+    int64_t step = -1;
+    char hex[65] = "";
+    int used = 0;
+    const char *named = NULL;
+    if (len < sizeof text - 1 && strlen(text) == len && len > 0 && text[len - 1] == '\n' &&
+        sscanf(text, "%" SCNd64 " %64[0-9a-f]%n", &step, hex, &used) == 2 && step >= 0 &&
+        strlen(hex) == 64 && text[used] == '\n') {
+        named = text + used + 1;
+        text[len - 1] = '\0';
+        if (named[0] != '/' || strchr(named, '\n') || strlen(named) >= n)
+            named = NULL;
+    }
+    if (!named)
+        return pt_fail(err, PT_EINPUT, "'%s' does not hold a step, a manifest's SHA-256 and one "
+                       "absolute checkpoint path (%s)", path, RESUMING_HINT);
+    /* stale once run.dir holds a complete checkpoint of that step or later:
+     * the resume's save was made, and what followed is the new history */
+    pt_err none;
+    int64_t newest = -1;
+    const char *base;
+    if (pt_checkpoint_latest(run_dir, latest, sizeof latest, &none) == 0 &&
+        (base = strrchr(latest, '/')) && pt_checkpoint_dir_step(base + 1, &newest) &&
+        newest >= step)
+        return 0;
+    char now[65];
+    pt_err why;
+    if (manifest_hex(named, now, &why) != 0 || strcmp(now, hex) != 0)
+        return pt_fail(err, PT_EINPUT, "'%s' names %s (step %" PRId64 "), which %s (%s)", path,
+                       named, step,
+                       why.code ? "is no longer a checkpoint there" : "holds another checkpoint now",
+                       RESUMING_HINT);
+    snprintf(out, n, "%s", named);
     return 0;
 }
 
@@ -500,6 +549,11 @@ void pt_rundir_resuming_clear(const char *run_dir)
     char path[PT_CKPT_PATH];
     if (unlink(pt_path_join(path, run_dir, "resuming")) == 0)
         pt_fsync_dir(run_dir, NULL);
+}
+
+int pt_checkpoint_complete(const char *dir)
+{
+    return has_manifest(dir);
 }
 
 /* What crashed jobs left that is certainly garbage: temporary files in the

@@ -539,11 +539,11 @@ int pt_session_train(pt_session *s, pt_err *err)
      * lies here; rank 0 looks, all agree */
     const int64_t first_step = r->step;
     if (r->step > 0) {
-        char here[PT_CKPT_PATH], manifest[PT_CKPT_PATH];
+        char here[PT_CKPT_PATH];
         pt_step_dir(c->run.dir, r->step, here, sizeof here);
-        saved_at = s->rank == 0 && access(pt_path_join(manifest, here, "manifest"), F_OK) == 0
-                       ? r->step
-                       : -1;
+        /* complete as auto counts it (a step directory whose manifest is a
+         * directory, or that is a link, is not: the save replaces it) */
+        saved_at = s->rank == 0 && pt_checkpoint_complete(here) ? r->step : -1;
         if ((rc = pt_bcast(pt_comm_world(s->comm), &saved_at, sizeof saved_at, 0, err)))
             return rc;
         /* another directory's checkpoint (run.dir's own step of that number,

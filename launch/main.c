@@ -580,12 +580,25 @@ static int cmd_train(pt_comm *comm, const cli *a)
         /* until the other directory's checkpoint is saved here (the loop's
          * first save), run.dir's newest would be of the history it leaves:
          * RUN_DIR/resuming names it for a later auto resume */
+        /* (a refused start puts back the file an earlier one left) */
+        void *before = NULL;
+        size_t before_len = 0;
+        char marker[PT_CKPT_PATH];
+        struct stat mst;
+        pt_path_join(marker, cfg->run.dir, "resuming");
+        const int had = lstat(marker, &mst) == 0 && S_ISREG(mst.st_mode) &&
+                        pt_read_file(marker, PT_PATH_MAX + 128, &before, &before_len, &quiet) == 0;
         if (foreign)
-            rc = pt_rundir_resuming_set(cfg->run.dir, resume, &err);
-        else
-            pt_rundir_resuming_clear(cfg->run.dir);
+            rc = pt_rundir_resuming_set(cfg->run.dir, resume, s->run.step, &err);
         if (rc == 0)
             rc = pt_rundir_abandon_after(cfg->run.dir, from, moved, sizeof moved, &count, &err);
+        if (rc == 0 && !foreign)
+            pt_rundir_resuming_clear(cfg->run.dir); /* run.dir's own history goes on */
+        else if (rc != 0 && foreign && had)
+            pt_write_file_atomic(marker, before, before_len, &quiet);
+        else if (rc != 0 && foreign)
+            pt_rundir_resuming_clear(cfg->run.dir);
+        free(before);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)

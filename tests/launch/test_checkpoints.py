@@ -1965,11 +1965,15 @@ def test_failed_save_of_resumed_other_runs_step(h):
     abandoned/, so its newest was its own step 3, of the history the resume
     left, and `auto` went back there and trained steps 4 to 10 again
     without a word. run.dir/resuming now names the checkpoint being saved
-    until the save is done, and `auto` resumes it again, with a note: the
-    run ends with the bits of the one whose save never failed (`eval` of
-    run.dir meanwhile takes its step 3 with a note naming it). A file there
-    that names no checkpoint is refused (exit 2, naming it and
-    train.resume), not passed over."""
+    (its step, its manifest's SHA-256, its path) until the save is done, and
+    `auto` resumes it again, with a note: the run ends with the bits of the
+    one whose save never failed (`eval` and `inspect` of run.dir meanwhile
+    take its step 3 with a note naming it). The file is stale, and passed
+    over, once run.dir holds a checkpoint of that step or later. A file
+    there that names no checkpoint (empty, relative, two paths, too long, a
+    FIFO), or one whose checkpoint is gone or another now, is refused (exit
+    2, naming it and train.resume), not followed and not passed over, and
+    nothing in run.dir changes."""
     _, orig = trained(h)
     cfg, other = trained(h, "other", **{"train.lr": "0.002"})
     ref_cfg, ref = copy_run(h, other, "ref", **{"train.lr": "0.002"})
@@ -1980,11 +1984,16 @@ def test_failed_save_of_resumed_other_runs_step(h):
         1, "a resume whose save of the resumed step fails")
     marker = os.path.join(other, "resuming")
     check(os.path.isfile(marker), "no %s after the failed save", marker)
+    named = os.path.realpath(U.ckpt(orig, 6))
+    failed_state = h.path("failed-state")
+    shutil.copytree(other, failed_state, symlinks=True)
     r = h.run(["eval", cfg]).expect(0, "eval after the failed save")  # run.dir's own step 3, said so
-    check("%s names %s" % (marker, U.ckpt(orig, 6)) in r.err, "eval gave no note:\n%s", r.describe())
+    check("%s names %s" % (marker, named) in r.err, "eval gave no note:\n%s", r.describe())
+    r = h.run(["inspect", other]).expect(0, "inspect after the failed save")
+    check("%s names %s" % (marker, named) in r.err, "inspect gave no note:\n%s", r.describe())
     r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
         0, "auto after the failed save")
-    check("resumed at step 6" in r.err and "resumed from %s" % U.ckpt(orig, 6) in r.err,
+    check("resumed at step 6" in r.err and "resumed from %s" % named in r.err,
           "auto did not resume the other run's step 6 with a note:\n%s", r.describe())
     check(not os.path.exists(marker), "%s is still there after the save", marker)
     outs = []
@@ -1993,13 +2002,72 @@ def test_failed_save_of_resumed_other_runs_step(h):
         h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
         outs.append(U.read_bytes(out))
     check(outs[0] == outs[1], "step 8 differs from the run whose save did not fail")
-    # a file there that names no checkpoint path
-    cfg2, bad = copy_run(h, other, "bad-marker", **{"train.lr": "0.002"})
-    for text in ("", "relative/path\n", "/a\n/b\n", "x" * 5000):
-        U.write(os.path.join(bad, "resuming"), text)
-        r = h.run(["train", cfg2, "--set", "train.resume=auto"]).expect(2, "resuming holding %r" % text[:20])
+    # the same file again, now that run.dir holds step 8: stale, auto goes on from 8
+    shutil.copy(os.path.join(failed_state, "resuming"), marker)
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=9"]).expect(
+        0, "auto with a stale file")
+    check("resumed at step 8" in r.err and "resumed from" not in r.err,
+          "a stale file was followed:\n%s", r.describe())
+    # files that name no checkpoint, or one that is gone or another now
+    text = U.read_bytes(os.path.join(failed_state, "resuming")).decode()
+    step_hex, path = text.split("\n")[:2]
+    gone = h.path("gone-copy")
+    shutil.copytree(U.ckpt(orig, 6), gone)
+    other_ckpt = h.path("other-copy")
+    shutil.copytree(U.ckpt(orig, 9), other_ckpt)
+    cases = [("empty", ""), ("relative", step_hex + "\nrelative/path\n"),
+             ("two paths", step_hex + "\n/a\n/b\n"), ("too long", "x" * 5000),
+             ("no digest", "6\n" + path + "\n"),
+             ("gone", "%s\n%s\n" % (step_hex, gone + "-removed")),
+             ("another checkpoint", "%s\n%s\n" % (step_hex, other_ckpt)), ("fifo", None)]
+    for name, content in cases:
+        bad = h.path("bad-" + name.replace(" ", "-"))
+        shutil.copytree(failed_state, bad, symlinks=True)
+        cfg2 = U.write_config(h, "bad-%s.yaml" % name.replace(" ", "-"),
+                              keys(h, bad, **{"train.lr": "0.002"}))
+        os.unlink(os.path.join(bad, "resuming"))
+        if content is None:
+            os.mkfifo(os.path.join(bad, "resuming"))
+        else:
+            U.write(os.path.join(bad, "resuming"), content)
+        before = U.snapshot(bad)
+        r = h.run(["train", cfg2, "--set", "train.resume=auto"], timeout=60).expect(
+            2, "resuming: " + name)
         check("train.resume" in r.err and os.path.join(bad, "resuming") in r.err,
-              "the refusal names neither the key nor the file:\n%s", r.describe())
+              "%s: the refusal names neither the key nor the file:\n%s", name, r.describe())
+        check(U.snapshot(bad) == before, "%s: the refused start changed run.dir", name)
+
+
+def test_resume_of_other_runs_step_over_a_damaged_own_step(h):
+    """run.dir's own step 6 is damaged (its manifest a directory, so no
+    checkpoint auto would take, and the move of its later steps leaves it),
+    and another run's step 6 is resumed there: the start took the directory
+    for the resumed step already saved, skipped the save and left
+    RUN_DIR/resuming behind for good. The save now replaces the damaged
+    directory, and the file goes. And a resume refused because the later
+    steps cannot move (abandoned/ is a file) leaves run.dir as it was: its
+    checkpoints, and no RUN_DIR/resuming."""
+    _, orig = trained(h)
+    cfg, other = trained(h, "other", **{"train.lr": "0.002"})
+    refused_cfg, refused = copy_run(h, other, "refused", **{"train.lr": "0.002"})
+    manifest = os.path.join(U.ckpt(other, 6), "manifest")
+    os.unlink(manifest)
+    os.mkdir(manifest)
+    h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume over a damaged step 6")
+    check(not os.path.exists(os.path.join(other, "resuming")), "RUN_DIR/resuming left behind")
+    outs = []
+    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
+        out = h.path("export-%d.st" % len(outs))
+        h.run(["export", ck, out]).expect(0, "export of " + ck)
+        outs.append(U.read_bytes(out))
+    check(outs[0] == outs[1], "run.dir's step 6 is not the checkpoint resumed")
+    U.write(os.path.join(refused, "abandoned"), "a file where the directory goes\n")
+    before = U.snapshot(refused)
+    h.run(["train", refused_cfg, "--set", "train.resume=" + U.ckpt(orig, 6)]).expect(
+        2, "a resume whose later steps cannot move")
+    check(U.snapshot(refused) == before, "the refused resume changed run.dir (resuming: %s)",
+          os.path.exists(os.path.join(refused, "resuming")))
 
 
 def test_damaged_newest_step_directory(h):
@@ -2948,6 +3016,7 @@ def tests():
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
+        test_resume_of_other_runs_step_over_a_damaged_own_step,
         test_damaged_newest_step_directory, test_linked_manifest,
         test_other_model_names_the_config_line,
         test_outputs_of_a_stopped_export_or_eval,
