@@ -136,6 +136,8 @@ typedef struct pt_plan_candidate {
     int feasible;
     double step_time;      /* when feasible */
     char why[160];         /* what made it lose */
+    int short_of_examples; /* not feasible because a replica's share of the batch is smaller
+                              than the micro-batch count (else: for memory) */
 } pt_plan_candidate;
 
 typedef struct pt_plan {

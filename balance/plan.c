@@ -451,7 +451,7 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
             const int64_t share = q->batch / D; /* the smallest replica's share */
             int m_lo = q->micro > 0 ? q->micro : 1;
             int m_hi = q->micro > 0 ? q->micro : (int)(share < 8 * K ? share : 8 * K);
-            pt_plan_candidate c = {K, D, 0, 0, 0, ""};
+            pt_plan_candidate c = {K, D, 0, 0, 0, "", 0};
             pt_plan kd;
             int kd_found = 0;
             const int extend = q->micro == 0 && q->mem_limit > 0;
@@ -460,11 +460,14 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
                 if (M > share) {
                     snprintf(c.why, sizeof c.why, "%d micro-batches do not fit a replica's %lld "
                              "examples", M, (long long)share);
+                    c.short_of_examples = 1;
                     continue;
                 }
                 if (plan_one(cm, q, K, D, M, &cache, &p, &last)) {
-                    if (!kd_found)
+                    if (!kd_found) {
                         snprintf(c.why, sizeof c.why, "does not fit: %.140s", last.msg);
+                        c.short_of_examples = 0;
+                    }
                     continue;
                 }
                 if (!kd_found || p.step_time < 0.99 * kd.step_time) {
@@ -475,7 +478,7 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
             if (kd_found && (!found || kd.step_time < 0.99 * best.step_time)) {
                 if (found) { /* the old winner becomes a runner-up */
                     pt_plan_candidate o = {best.stages, best.replicas, best.micro, 1,
-                                           best.step_time, ""};
+                                           best.step_time, "", 0};
                     remember(alt, &n_alt, &o);
                 }
                 best = kd;

@@ -891,16 +891,24 @@ void pt_layout_print(const pt_run *r, FILE *out)
         if (r->plan.replicas < cap) {
             /* what the planner said of more replicas of this pipeline (its
              * runners-up, printed above) */
-            int listed = 0, fit = 0;
+            int listed = 0, fit = 0, short_of_examples = 0;
             for (int i = 0; i < r->plan.n_alt; i++)
                 if (r->plan.alt[i].stages == r->plan.stages &&
                     r->plan.alt[i].replicas > r->plan.replicas) {
                     listed++;
                     fit += r->plan.alt[i].feasible;
+                    short_of_examples += !r->plan.alt[i].feasible &&
+                                         r->plan.alt[i].short_of_examples;
                 }
             const char *why =
                 r->spec.replicas != PT_TRAIN_AUTO ? "pipeline.replicas fixes the count"
                 : r->spec.batch <= r->plan.replicas ? "a step has no example for another"
+                : listed && !fit && short_of_examples == listed
+                    ? "more would get fewer examples than pipeline.microbatches (the runners-up "
+                      "above)"
+                : listed && !fit && short_of_examples
+                    ? "more do not fit in the memory limit or would get fewer examples than "
+                      "pipeline.microbatches (the runners-up above)"
                 : listed && !fit ? "more do not fit in the memory limit (the runners-up above)"
                 : fit ? "more are predicted slower (the runners-up above)"
                       : "more are predicted slower or do not fit in the memory limit";

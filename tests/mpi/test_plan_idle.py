@@ -13,6 +13,10 @@ moments and the all-reduce's receive buffers, outweigh its activations, so
 that more replicas need more memory), planning from one profile (measured
 by a 1-step training run, then pinned with pipeline.profile):
   - pipeline.replicas fixed at 2: the reason names pipeline.replicas;
+  - one stage and pipeline.microbatches fixed at 6 of a batch of 11: a
+    second replica would get 5 examples, so more replicas "would get fewer
+    examples than pipeline.microbatches" (not "do not fit in the memory
+    limit", which raising the limit would not change);
   - a sweep of memory limits, with the profile's link bandwidth lowered to
     10 MB/s so that stage-to-stage transfers make every pipeline slower
     than one stage: every plan that leaves such ranks idle gives
@@ -83,6 +87,9 @@ def consistent(name, out):
     if why.startswith("more do not fit"):
         if not alts or any("does not fit" not in a for a in alts):
             bad.append("%s: says more replicas do not fit, runners-up: %s\n%s" % (name, alts, out))
+    elif why.startswith("more would get fewer examples"):
+        if not alts or any("micro-batches do not fit a replica's" not in a for a in alts):
+            bad.append("%s: says more replicas lack examples, runners-up: %s\n%s" % (name, alts, out))
     elif why.startswith("more are predicted slower (the runners-up above)"):
         if not any("slower" in a for a in alts):
             bad.append("%s: says more replicas are slower, runners-up: %s\n%s" % (name, alts, out))
@@ -106,6 +113,14 @@ def main():
         if rc != 0 or r is None or r[2] != "pipeline.replicas fixes the count":
             failures.append("fixed replicas: exit %d, reason %s\n%s" % (rc, r, out))
         print("fixed replicas: %s" % (r,), flush=True)
+
+        rc, out = plan(tools, cfg, pipeline__profile=profile, pipeline__stages="1",
+                       pipeline__microbatches="6")
+        bad, why = consistent("fixed micro-batches", out)
+        failures += bad
+        if rc != 0 or why != "more would get fewer examples than pipeline.microbatches (the runners-up above)":
+            failures.append("fixed micro-batches: exit %d, reason %s\n%s" % (rc, why, out))
+        print("fixed micro-batches: exit %d, %s" % (rc, why), flush=True)
 
         def pinned(name, **links):
             with open(profile) as f:
