@@ -81,17 +81,19 @@ def command(args, ranks, run_dir, extra, on_hosts):
     return ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
 
 
-def plan(args, ranks, memory_gib):
-    """`pipetrain plan` of the unfrozen model on `ranks` local ranks under
-    memory_gib: (its layout line, whether a 1-stage layout fits), or None
-    when no layout fits (exit 2)."""
-    with tempfile.TemporaryDirectory(prefix="pt-ablation-plan-") as run_dir:
-        p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(ranks), os.path.abspath(args.pipetrain),
-                            "plan", os.path.join(ROOT, "configs", "vit_fmnist.yaml"),
-                            "--set", "run.dir=" + os.path.join(run_dir, "run"), "--set", "run.threads=1",
-                            "--set", "pipeline.cores=%d" % min(ranks, 2),
-                            "--set", "pipeline.memory_gib=%.6g" % memory_gib],
-                           cwd=ROOT, env=ENV, capture_output=True, text=True)
+def plan(args, ranks, memory_gib, on_hosts, env):
+    """`pipetrain plan` of the unfrozen model on `ranks` ranks, launched as
+    the training runs are (`command`), under memory_gib: (its layout line,
+    whether a 1-stage layout fits), or None when no layout fits (exit 2)."""
+    with tempfile.TemporaryDirectory(prefix="pt-ablation-plan-") as work:
+        chosen, args.memory_gib = args.memory_gib, "%.6g" % memory_gib
+        try:
+            cmd = command(args, ranks, os.path.join(work, "run"),
+                          {"pipeline.cores": 2} if on_hosts else {}, on_hosts)
+        finally:
+            args.memory_gib = chosen
+        cmd[cmd.index("train")] = "plan"
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if p.returncode == 2 and "no pipeline layout fits" in p.stdout + p.stderr:
         return None
     if p.returncode != 0:
@@ -101,23 +103,28 @@ def plan(args, ranks, memory_gib):
     return layout, bool(one_stage)
 
 
-def pipeline_limit(args, ranks):
+def pipeline_limit(args, ranks, on_hosts, env):
     """The largest pipeline.memory_gib, to 0.1%, under which no 1-stage
-    layout of the unfrozen model fits on `ranks` ranks, and the plan there
-    (which must be a pipeline)."""
+    layout of the unfrozen model fits on `ranks` ranks, and the plan there,
+    which must be a pipeline of at least 2 stages."""
     lo, hi = 0.0005, 0.05
-    if plan(args, ranks, hi) is None or not plan(args, ranks, hi)[1]:
+    top, bottom = plan(args, ranks, hi, on_hosts, env), plan(args, ranks, lo, on_hosts, env)
+    if top is None or not top[1]:
         sys.exit("one stage does not fit even in %g GiB" % hi)
+    if bottom is not None and bottom[1]:
+        sys.exit("one stage fits already in %g GiB" % lo)
     while hi / lo > 1.001:
         mid = (lo * hi) ** 0.5
-        r = plan(args, ranks, mid)
+        r = plan(args, ranks, mid, on_hosts, env)
         if r is not None and r[1]:
             hi = mid
         else:
             lo = mid
-    r = plan(args, ranks, lo)
+    r = plan(args, ranks, lo, on_hosts, env)
     if r is None:
         sys.exit("on %d ranks no layout fits below %.6g GiB, where one stage does" % (ranks, hi))
+    if r[1] or not re.match(r"layout: K = ([2-9]|\d\d+) stages", r[0]):
+        sys.exit("at %.6g GiB the plan is not a pipeline of 2 or more stages: %s" % (lo, r[0]))
     return "%.6g" % lo, r[0]
 
 
@@ -204,9 +211,9 @@ def main():
     args = ap.parse_args()
     auto = args.memory_gib == "auto"
 
-    def choose_limit(ranks):
+    def choose_limit(ranks, on_hosts, env):
         if auto:
-            args.memory_gib, layout = pipeline_limit(args, ranks)
+            args.memory_gib, layout = pipeline_limit(args, ranks, on_hosts, env)
             print("memory limit on %d ranks: %s GiB per rank, the largest under which one stage "
                   "does not fit (%s)" % (ranks, args.memory_gib, layout), flush=True)
 
@@ -215,7 +222,7 @@ def main():
              "per rank count (below)" if auto else args.memory_gib + " GiB per rank"), flush=True)
     with tempfile.TemporaryDirectory(prefix="pt-ablation-", dir=os.environ.get("TMPDIR", "/tmp")) as work:
         if not args.skip_local:
-            choose_limit(2)
+            choose_limit(2, False, ENV)
             results = {}
             for name, extra in configs(args):
                 results[name] = train(args, work, name, 2, extra, False, ENV)
@@ -224,11 +231,11 @@ def main():
             report("2 ranks on this machine, memory limit %s GiB" % args.memory_gib, results,
                    overlap_measure(args, work, 2, False, ENV))
         if args.hosts:
-            choose_limit(4)
             env = dict(ENV, MNH_NAME="ptab%d" % os.getpid(), MNH_SLOTS="2")
             subprocess.run([HOSTS, "up", "2"], env=env, check=True)
             try:
                 subprocess.run([HOSTS, "shape", args.link], env=env, check=True)
+                choose_limit(4, True, env)  # on the hosts, as the runs below
                 results = {}
                 for name, extra in configs(args):
                     results[name] = train(args, work, "hosts-" + name, 4, dict(extra, **{"pipeline.cores": 2}),
