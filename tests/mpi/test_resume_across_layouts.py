@@ -17,6 +17,13 @@ profile is of another world too: refused naming pipeline.profile, on every
 rank (it was taken for the planner's no-layout-fits and planned without
 costs).
 
+Another directory's checkpoint resumed on 2 stages whose save in run.dir
+fails on rank 1 (which writes its own units): run.dir's own step moved to
+abandoned/ first, and RUN_DIR/resuming, written by rank 0, names the
+checkpoint until the save is done; the next `auto` on 2 stages resumes it
+(before: run.dir held no checkpoint, and auto started fresh), and ends with
+the losses and bits of the resume whose save never failed.
+
 usage: test_resume_across_layouts.py PIPETRAIN MPIEXEC"""
 import json
 import os
@@ -84,6 +91,38 @@ def frozen_checkpoint_other_world_profile(tools, work):
     return []
 
 
+def foreign_save_fails_on_rank1(tools, work, straight):
+    two = dict(COMMON, pipeline__stages=2)
+    other = os.path.join(work, "other-history")
+    tools.run(2, ["train", CONFIG] + h.sets(run__dir=other, train__max_steps=8, train__lr=0.002, **two))
+    ref = other + "-ref"
+    shutil.copytree(other, ref)
+    from_ckpt = os.path.join(straight, "checkpoints", "step_%010d" % 8)
+    tools.run(2, ["train", CONFIG] + h.sets(run__dir=ref, train__max_steps=12, train__resume=from_ckpt,
+                                             **two))
+    rc, _, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=other, train__max_steps=12,
+                                                          train__resume=from_ckpt, **two),
+                           env={"PIPETRAIN_TEST_FAULT": "1:8:error:checkpoint-writing"}, check=False)
+    marker = os.path.join(other, "resuming")
+    if rc != 1 or not os.path.isfile(marker):
+        print("FAIL a resume whose save fails on rank 1: exit %d, %s %s:\n%s"
+              % (rc, marker, "there" if os.path.isfile(marker) else "missing", out[-2000:]))
+        return ["foreign save failing on rank 1"]
+    _, _, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=other, train__max_steps=12,
+                                                         train__resume="auto", **two))
+    if "resumed at step 8" not in out or os.path.exists(marker):
+        print("FAIL auto after the failed save did not resume the other run's step 8 (or left %s):\n%s"
+              % (marker, out[-2000:]))
+        return ["foreign save failing on rank 1"]
+    la, wa = h.step_losses(ref), tools.export(h.latest_checkpoint(ref), ref + ".st")
+    lb, wb = h.step_losses(other), tools.export(h.latest_checkpoint(other), other + ".st")
+    if la != lb or len(la) != 12 or any(not (wa[k] == wb[k]).all() for k in wa):
+        print("FAIL auto after the failed save differs from the resume whose save did not fail")
+        return ["foreign save failing on rank 1"]
+    print("ok   another directory's checkpoint whose save fails on rank 1: auto resumes it, bit-identical")
+    return []
+
+
 def main():
     tools = h.Tools(sys.argv)
     failures = []
@@ -105,6 +144,7 @@ def main():
                 failures.append("%d->%d" % (first, second))
         failures += profile_beside_checkpoint(tools, work)
         failures += frozen_checkpoint_other_world_profile(tools, work)
+        failures += foreign_save_fails_on_rank1(tools, work, straight)
     if failures:
         sys.exit("FAILED: " + ", ".join(failures))
     print("resume across layouts: passed")
