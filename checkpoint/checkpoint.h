@@ -192,6 +192,17 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
 int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err);
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
 void pt_rundir_resuming_clear(const char *run_dir);
+/* Resuming checkpoint `from` of step `step` into RUN_DIR (on one rank):
+ * *foreign tells whether it is another directory's. RUN_DIR's own
+ * checkpoints after the history the run keeps move to abandoned/
+ * (pt_rundir_abandon_after; for a foreign one, its own of that step too,
+ * after RUN_DIR/resuming names `from`); a resume of RUN_DIR's own removes
+ * RUN_DIR/resuming. A failure leaves RUN_DIR/resuming as it was. */
+int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
+                          char *moved_to, size_t n, int *count, pt_err *err);
+/* The note for a command that reads RUN_DIR's newest (`latest`) while
+ * RUN_DIR/resuming names another checkpoint: 1 with the text in out, or 0. */
+int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n);
 
 typedef struct pt_rundir_lock {
     int fd; /* -1: not held */

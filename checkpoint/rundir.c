@@ -551,6 +551,51 @@ void pt_rundir_resuming_clear(const char *run_dir)
         pt_fsync_dir(run_dir, NULL);
 }
 
+int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
+                          char *moved_to, size_t n, int *count, pt_err *err)
+{
+    char own[PT_CKPT_PATH], marker[PT_CKPT_PATH];
+    struct stat from_st, own_st, mst;
+    pt_step_dir(run_dir, step, own, sizeof own);
+    *foreign = !(stat(from, &from_st) == 0 && stat(own, &own_st) == 0 &&
+                 from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino);
+    moved_to[0] = '\0';
+    *count = 0;
+    /* what an earlier interrupted start left, put back if this one fails */
+    void *before = NULL;
+    size_t before_len = 0;
+    pt_err quiet;
+    pt_path_join(marker, run_dir, "resuming");
+    const int had = lstat(marker, &mst) == 0 && S_ISREG(mst.st_mode) &&
+                    pt_read_file(marker, PT_PATH_MAX + 128, &before, &before_len, &quiet) == 0;
+    int rc = *foreign ? pt_rundir_resuming_set(run_dir, from, step, err) : 0;
+    /* another directory's checkpoint leaves run.dir's own of the same step too */
+    if (rc == 0)
+        rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
+    if (rc == 0 && !*foreign)
+        pt_rundir_resuming_clear(run_dir); /* run.dir's own history goes on */
+    else if (rc != 0 && *foreign && had) {
+        if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
+            pt_fsync_dir(run_dir, NULL);
+    } else if (rc != 0 && *foreign)
+        pt_rundir_resuming_clear(run_dir);
+    free(before);
+    return rc;
+}
+
+int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n)
+{
+    char named[PT_CKPT_PATH];
+    pt_err quiet;
+    out[0] = '\0';
+    if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0 || !*named)
+        return 0;
+    snprintf(out, n, "%s/resuming names %s, which a start resumed and did not save here (or is "
+             "saving now): %s is of the history that resume left, and train.resume=auto resumes "
+             "the named one", run_dir, named, latest);
+    return 1;
+}
+
 int pt_checkpoint_complete(const char *dir)
 {
     return has_manifest(dir);

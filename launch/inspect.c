@@ -36,12 +36,9 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
     }
     if (pt_checkpoint_latest(path, out, n, err) == 0) {
         /* as eval says it: an interrupted resume's RUN_DIR/resuming */
-        char named[PT_CKPT_PATH];
-        pt_err quiet;
-        if (pt_rundir_resuming_get(path, named, sizeof named, &quiet) == 0 && *named)
-            fprintf(stderr, "pipetrain: note: %s/resuming names %s, which a start resumed and did "
-                    "not save here: %s is of the history that resume left, and train.resume=auto "
-                    "resumes the named one\n", path, named, out);
+        char said[3 * PT_CKPT_PATH + 256];
+        if (pt_rundir_resuming_note(path, out, said, sizeof said))
+            fprintf(stderr, "pipetrain: note: %s\n", said);
         return 0;
     }
     return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a complete "

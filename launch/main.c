@@ -377,19 +377,12 @@ static void passed_over(const char *run_dir, const char *latest)
 }
 
 /* eval of run.dir's newest while RUN_DIR/resuming names another
- * directory's checkpoint (pt_rundir_resuming_get): the newest is of the
- * history that resume left. */
+ * directory's checkpoint: the newest is of the history that resume left. */
 static void note_resuming(const char *run_dir, const char *latest)
 {
-    char named[PT_PATH_MAX + 64];
-    pt_err quiet;
-    if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0 || !*named)
-        return;
-    char said[2 * sizeof named + PT_PATH_MAX + 256];
-    snprintf(said, sizeof said, "%s/resuming names %s, which a start resumed and did not save here "
-             "(or is saving now): %s is of the history that resume left, and "
-             "train.resume=auto resumes the named one", run_dir, named, latest);
-    error_line("pipetrain: note: ", said, sizeof said);
+    char said[3 * PT_CKPT_PATH + 256];
+    if (pt_rundir_resuming_note(run_dir, latest, said, sizeof said))
+        error_line("pipetrain: note: ", said, sizeof said);
 }
 
 /* A note on stderr for each key the config set that the run never reads
@@ -566,39 +559,13 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_config_key_prefix(cfg, &err, "run.dir"); /* a link or hard link at its profile.json */
     /* last: a run refused before this leaves run.dir's checkpoints as they were */
     if (rc == 0 && *resume && pt_comm_rank(comm) == 0) {
-        char moved[PT_CKPT_PATH] = "", own[PT_CKPT_PATH];
-        int count = 0;
-        /* a checkpoint of another directory (another run's, resumed into
-         * this run.dir) leaves this run.dir's own checkpoint of the same
-         * step too: it is another history's, and the step's save, and a
-         * later auto resume, must be this run's */
-        pt_step_dir(cfg->run.dir, s->run.step, own, sizeof own);
-        struct stat from_st, own_st;
-        const int foreign = !(stat(resume, &from_st) == 0 && stat(own, &own_st) == 0 &&
-                              from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino);
-        const int64_t from = foreign ? s->run.step - 1 : s->run.step;
-        /* until the other directory's checkpoint is saved here (the loop's
+        char moved[PT_CKPT_PATH] = "";
+        int count = 0, foreign = 0;
+        /* until another directory's checkpoint is saved here (the loop's
          * first save), run.dir's newest would be of the history it leaves:
          * RUN_DIR/resuming names it for a later auto resume */
-        /* (a refused start puts back the file an earlier one left) */
-        void *before = NULL;
-        size_t before_len = 0;
-        char marker[PT_CKPT_PATH];
-        struct stat mst;
-        pt_path_join(marker, cfg->run.dir, "resuming");
-        const int had = lstat(marker, &mst) == 0 && S_ISREG(mst.st_mode) &&
-                        pt_read_file(marker, PT_PATH_MAX + 128, &before, &before_len, &quiet) == 0;
-        if (foreign)
-            rc = pt_rundir_resuming_set(cfg->run.dir, resume, s->run.step, &err);
-        if (rc == 0)
-            rc = pt_rundir_abandon_after(cfg->run.dir, from, moved, sizeof moved, &count, &err);
-        if (rc == 0 && !foreign)
-            pt_rundir_resuming_clear(cfg->run.dir); /* run.dir's own history goes on */
-        else if (rc != 0 && foreign && had)
-            pt_write_file_atomic(marker, before, before_len, &quiet);
-        else if (rc != 0 && foreign)
-            pt_rundir_resuming_clear(cfg->run.dir);
-        free(before);
+        rc = pt_rundir_resume_from(cfg->run.dir, resume, s->run.step, &foreign, moved, sizeof moved,
+                                   &count, &err);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)
