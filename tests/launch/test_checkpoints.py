@@ -2564,6 +2564,13 @@ def test_prune_spares_a_held_checkpoint(h):
     check(left == ["step_%010d" % (LAST + 10)], "released, step %d was not pruned: %s", LAST, left)
 
 
+# Under the sanitizers (PT_TEST_SANITIZED=1) a run of the binary starts in
+# about a third of a second and a step is about ten times slower: the races
+# below repeat a third as often there, and space their saves by fewer steps
+# (the same time apart). The normal build runs them in full.
+SANITIZED = os.environ.get("PT_TEST_SANITIZED") == "1"
+
+
 def test_eval_while_training(h):
     """eval and inspect of a run in progress (its newest checkpoint, chosen
     and held before the run's pruning can take it) succeed while the run
@@ -2582,7 +2589,7 @@ def test_eval_while_training(h):
             time.sleep(0.05)
         check(complete(), "the run saved no checkpoint in 120 s")
         bad = []
-        for i in range(60):
+        for i in range(20 if SANITIZED else 60):
             r = h.run(["eval", cfg])
             if r.rc != 0:
                 bad.append("eval %d: exit %d: %s" % (i, r.rc, U.tail(r.err, 400)))
@@ -2590,7 +2597,7 @@ def test_eval_while_training(h):
         # when the run pruned it first), a few hundred times: a step that only
         # grows, the step directory's own
         last = 0
-        for i in range(300):
+        for i in range(100 if SANITIZED else 300):
             r = h.run(["inspect", run_dir])
             if r.rc != 0:
                 bad.append("inspect %d: exit %d: %s" % (i, r.rc, U.tail(r.err, 400)))
@@ -2626,7 +2633,8 @@ def test_run_dir_changed_while_training(h):
         cfg = U.write_config(h, "live-%s.yaml" % how, keys(h, run_dir, **{
             # saves far apart (a tenth of a second or more), so the change
             # falls between two of them, not inside one
-            "train.epochs": "100000", "train.max_steps": "400000", "train.checkpoint_every": "4000",
+            "train.epochs": "100000", "train.max_steps": "400000",
+            "train.checkpoint_every": "800" if SANITIZED else "4000",
             "train.keep_checkpoints": "1", "train.eval_every": "0", "train.log_every": "100000",
             "data.synthetic_examples": "400"}))  # few lines: stderr is a pipe read at the end
         trainer = h.popen(["train", cfg])
