@@ -123,6 +123,15 @@ static int check_staging(pt_session *s, pt_err *err)
                        2.0 * pt_arch_tokens(&s->arch) * sizeof(int32_t) + 64;
     /* host memory, whatever pipeline.memory_gib says of a device's */
     const double gib = (double)(1ull << 30), have = pt_session_memory_per_rank(s);
+    /* the ops index a step's rows (examples x tokens) with an int */
+    const double rows = share * pt_arch_tokens(&s->arch);
+    if (rows > INT_MAX)
+        return pt_config_key_fail(c, err, "train.batch",
+                                  "%lld examples, %.0f per replica, of %d tokens each: %.0f rows "
+                                  "of activations in one step, more than the %d a step can "
+                                  "index; allowed: a batch of at most %.0f per replica",
+                                  c->train.batch, share, pt_arch_tokens(&s->arch), rows, INT_MAX,
+                                  floor((double)INT_MAX / pt_arch_tokens(&s->arch)));
     if (have <= 0 || share * per <= have)
         return 0;
     return pt_config_key_fail(c, err, "train.batch",
@@ -738,12 +747,13 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     const size_t used = strlen(s->binding);
     snprintf(s->binding + used, sizeof s->binding - used, ", %d %s", s->threads,
              s->threads == 1 ? "thread" : "threads");
-    /* the backend first, so the model's memory is checked before data that
-     * can take long to make; IDX files decide the image size, so there the
-     * check waits for them */
+    /* the backend first, so the model's memory and the batch's staging are
+     * checked before data that can take long to make; IDX files decide the
+     * image size, so there the checks wait for them */
     const int known = c->data.kind != PT_DATA_IDX; /* the image size */
     if ((rc = open_backend(s, err)) ||
-        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)))) ||
+        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)) ||
+                   (rc = check_staging(s, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
         (rc = from_ckpt ? 0 : pt_session_check_init(c, &s->arch, err)) ||

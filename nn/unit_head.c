@@ -27,7 +27,11 @@ typedef struct {
     int32_t *targets;  /* [rows] */
 } head_saved;
 
-static int head_rows(const pt_arch *a, int n) { return a->kind == PT_MODEL_VIT ? n : n * a->context; }
+/* (size_t: the memory checks ask for sizes no step would run) */
+static size_t head_rows(const pt_arch *a, int n)
+{
+    return a->kind == PT_MODEL_VIT ? (size_t)n : (size_t)n * (size_t)a->context;
+}
 
 static size_t saved_layout(const pt_arch *a, const pt_backend *be, int n, void *base,
                            head_saved *s)
@@ -64,7 +68,7 @@ static int forward(const pt_unit_call *c, const pt_batch *batch, const void *x, 
 {
     const pt_arch *a = c->arch;
     const pt_ops *op = c->be->ops;
-    const int rows = head_rows(a, c->n), classes = pt_arch_out_classes(a), d = a->dim;
+    const int rows = (int)head_rows(a, c->n), classes = pt_arch_out_classes(a), d = a->dim;
     const int T = pt_arch_tokens(a);
     head_saved s;
     saved_layout(a, c->be, c->n, c->saved, &s);
@@ -125,7 +129,7 @@ static int backward(const pt_unit_call *c, const pt_batch *batch, const void *x,
 {
     const pt_arch *a = c->arch;
     const pt_ops *op = c->be->ops;
-    const int rows = head_rows(a, c->n), classes = pt_arch_out_classes(a), d = a->dim;
+    const int rows = (int)head_rows(a, c->n), classes = pt_arch_out_classes(a), d = a->dim;
     const int T = pt_arch_tokens(a);
     head_saved s;
     saved_layout(a, c->be, c->n, c->saved, &s);
@@ -157,7 +161,7 @@ int pt_unit_head_logits(const pt_unit_call *c, int row, float *out, pt_err *err)
     if (a->kind == PT_MODEL_BERT)
         return pt_unit_head_pooled_logits(c, row, out, err);
     const int classes = pt_arch_out_classes(a);
-    if (row < 0 || row >= head_rows(a, c->n))
+    if (row < 0 || row >= (int)head_rows(a, c->n))
         return pt_fail(err, PT_EINTERNAL, "logits row %d out of range", row);
     head_saved s;
     saved_layout(a, c->be, c->n, c->saved, &s);
