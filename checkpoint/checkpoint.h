@@ -64,13 +64,17 @@ int pt_checkpoint_save(const pt_ckpt_run *c, pt_err *err);
 
 /* Restores parameters, moments and training state into a run whose
  * model and batch match the checkpoint's (a mismatch is an error naming the
- * key); the layout is re-planned for the checkpoint's frozen prefix first.
+ * key), from a checkpoint that passes pt_checkpoint_verify (rank 0 checks
+ * it); the layout is re-planned for the checkpoint's frozen prefix first.
  * Collective over the world. */
 int pt_checkpoint_load(const pt_ckpt_run *c, const char *dir, pt_err *err);
 
-/* Restores only the parameters (for evaluation). Collective over the world. */
+/* Restores only the parameters (for evaluation), from a checkpoint that
+ * passes pt_checkpoint_verify (rank 0 checks it), but for a config record
+ * that does not read (a newer pipetrain's key). Collective over the world. */
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err);
-/* The same into one segment, in one process (for export). */
+/* The same into one segment, in one process (for export), from a checkpoint
+ * that passes pt_checkpoint_verify. */
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err);
 
 /* The profile (the planner's measured inputs) a checkpoint's manifest
@@ -101,8 +105,9 @@ int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt
 int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err);
 
 /* Checks a checkpoint directory without a run, reading everything a resume
- * reads: the manifest (in its own step's directory), the training state, the
- * architecture (which must be a valid model), the freeze state, the config,
+ * reads: the manifest (in its own step's directory, its format field), the
+ * training state, the architecture (which must be a valid model, and the one
+ * the config record makes), the freeze state, the config,
  * and every unit's records in the unit files it names (size, SHA-256,
  * binding to this checkpoint, record sizes); also every other file the
  * manifest lists. 0, or PT_EINPUT with the message a resume would give. */

@@ -132,6 +132,11 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
                      PT_MANIFEST_MAX_BYTES >> 20);
     else if (rc == 0 && (rc = pt_json_load(&m->j, text, (size_t)len, err)))
         pt_err_prefix(err, "'%s'", path);
+    /* the record's own format field, written with the file's version */
+    const json_t *format = json_object_get(m->j, "format");
+    if (rc == 0 && !(json_is_integer(format) && json_integer_value(format) == PT_CKPT_FORMAT))
+        rc = pt_fail(err, PT_EINPUT, "'%s': the manifest's format field is not %d, the format of "
+                     "its file (the manifest was edited)", path, PT_CKPT_FORMAT);
     const json_t *id = json_object_get(m->j, "checkpoint"), *step = json_object_get(m->j, "step");
     m->units = json_object_get(m->j, "units");
     m->files = json_object_get(m->j, "files");
@@ -199,6 +204,20 @@ int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *er
     return rc;
 }
 
+/* Two values of an architecture field as the user says them: an enum key
+ * (model.kind) in its words, other fields as numbers. */
+static void arch_values(const char *field, int was, int is, char *sw, char *si, size_t n)
+{
+    const char *ww = pt_config_word(field, was), *wi = pt_config_word(field, is);
+    if (strcmp(ww, "?") != 0 && strcmp(wi, "?") != 0) {
+        snprintf(sw, n, "%s", ww);
+        snprintf(si, n, "%s", wi);
+    } else {
+        snprintf(sw, n, "%d", was);
+        snprintf(si, n, "%d", is);
+    }
+}
+
 /* The manifest's architecture record, which must describe a model (a
  * forged record with, say, one class is refused naming the manifest, as the
  * config it came from would have been). */
@@ -215,8 +234,8 @@ static int read_arch(const manifest *m, pt_arch *arch, pt_err *err)
     return rc;
 }
 
-/* The manifest's config (YAML text, over the defaults) and architecture. */
-int pt_manifest_config(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
+/* The manifest's config record (YAML text, over the defaults). */
+static int config_record(const manifest *m, pt_config *cfg, pt_err *err)
 {
     pt_config_defaults(cfg);
     char name[PT_CKPT_PATH];
@@ -237,9 +256,49 @@ int pt_manifest_config(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err 
             if (*norm[i] == PT_AUTO)
                 *norm[i] = 1;
     }
-    if (rc == 0)
-        rc = read_arch(m, arch, err);
     return rc;
+}
+
+/* The architecture record, and that the config record makes it. */
+static int arch_record(const manifest *m, const pt_config *cfg, pt_arch *arch, pt_err *err)
+{
+    int rc = read_arch(m, arch, err);
+    if (rc == 0) {
+        /* a save writes both records from one config: an architecture the
+         * config record does not make (images from files aside, whose size
+         * the files give) is an edited manifest */
+        pt_arch made;
+        pt_config_arch(cfg, &made);
+        if (made.kind == PT_MODEL_VIT && cfg->data.kind != PT_DATA_SYNTH_IMAGES) {
+            made.channels = arch->channels;
+            made.height = arch->height;
+            made.width = arch->width;
+        }
+        int was, is;
+        char sw[32], si[32];
+        const char *field = pt_ckpt_arch_difference(arch, &made, &was, &is);
+        if (field) {
+            arch_values(field, was, is, sw, si, sizeof sw);
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest': its architecture record has %s = %s, "
+                         "which its config record makes %s: the manifest was edited", m->dir,
+                         field, sw, si);
+        }
+    }
+    return rc;
+}
+
+int pt_manifest_config(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err)
+{
+    int rc = config_record(m, cfg, err);
+    return rc ? rc : arch_record(m, cfg, arch, err);
+}
+
+int pt_manifest_config_if_read(const manifest *m, pt_config *cfg, pt_arch *arch, int *read,
+                               pt_err *err)
+{
+    pt_err why;
+    *read = config_record(m, cfg, &why) == 0;
+    return *read ? arch_record(m, cfg, arch, err) : read_arch(m, arch, err);
 }
 
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err)
@@ -484,16 +543,8 @@ int pt_manifest_check_arch(const pt_arch *now, const manifest *m, int training, 
     int was, is;
     const char *field = pt_ckpt_arch_difference(&saved, now, &was, &is);
     if (field) {
-        /* an enum key (model.kind) in its words, other fields as numbers */
         char sw[32], si[32];
-        const char *ww = pt_config_word(field, was), *wi = pt_config_word(field, is);
-        if (strcmp(ww, "?") != 0 && strcmp(wi, "?") != 0) {
-            snprintf(sw, sizeof sw, "%s", ww);
-            snprintf(si, sizeof si, "%s", wi);
-        } else {
-            snprintf(sw, sizeof sw, "%d", was);
-            snprintf(si, sizeof si, "%d", is);
-        }
+        arch_values(field, was, is, sw, si, sizeof sw);
         *key = field;
         return pt_fail(err, PT_EINPUT,
                        "checkpoint %s holds a model with %s = %s, this config makes %s = %s",

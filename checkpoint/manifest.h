@@ -44,8 +44,13 @@ void pt_manifest_close(manifest *m);
  * manifest without one (none was saved before the format carried it) gives
  * an empty profile (ranks 0). */
 int pt_manifest_profile(const manifest *m, const pt_arch *arch, pt_profile *out, pt_err *err);
-/* The manifest's config (YAML text, over the defaults) and architecture. */
+/* The manifest's config (YAML text, over the defaults) and architecture,
+ * which that config must make (else the manifest was edited). */
 int pt_manifest_config(const manifest *m, pt_config *cfg, pt_arch *arch, pt_err *err);
+/* The same, but a config record that does not read (a newer pipetrain's
+ * key) sets *read to 0 and gives the architecture record alone. */
+int pt_manifest_config_if_read(const manifest *m, pt_config *cfg, pt_arch *arch, int *read,
+                               pt_err *err);
 /* The training state: epoch, position, batch, seed, frozen units, LR. */
 int pt_manifest_state(const manifest *m, saved_state *st, pt_err *err);
 

@@ -196,7 +196,10 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 {
     manifest m;
-    int rc = pt_manifest_open(&m, dir, err);
+    /* the whole checkpoint first, as inspect and a resume check it */
+    int rc = pt_checkpoint_verify(dir, err);
+    if (rc == 0)
+        rc = pt_manifest_open(&m, dir, err);
     if (rc == 0) {
         if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, NULL, err)) == 0 &&
             (rc = pt_manifest_check_data(&m, err)) == 0)
@@ -334,12 +337,19 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
     return count;
 }
 
+static int verify(const char *dir, int config_optional, pt_err *err);
+
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
     pt_run *r = c->run;
     manifest m;
     int rc = pt_manifest_open(&m, dir, err); /* every rank: the labels */
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
+    /* the whole checkpoint as inspect and a resume check it (rank 0 reads
+     * it; the agreement below tells the others): weights beside a damaged
+     * or edited state are refused too */
+    if (rc == 0 && r->rank == 0)
+        rc = verify(dir, 1, err);
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = pt_manifest_check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
@@ -527,6 +537,10 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                 pt_profile_free(&prof);
         }
     }
+    /* the rest as inspect checks it (rank 0 reads it; the agreement below
+     * tells the others): the config record, every file the manifest lists */
+    if (rc == 0 && r->rank == 0)
+        rc = pt_checkpoint_verify(dir, err);
     if (rc == PT_EINPUT && arch_key)
         pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(arch_key, c->cfg, 0));
     if (rc == 0 && r->rank == 0)
@@ -629,7 +643,10 @@ static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, 
     return rc;
 }
 
-int pt_checkpoint_verify(const char *dir, pt_err *err)
+/* pt_checkpoint_verify; config_optional: a config record that does not
+ * read (a newer pipetrain's key) is let be, for a command that needs only
+ * the weights (eval with its tokenizer keys set). */
+static int verify(const char *dir, int config_optional, pt_err *err)
 {
     manifest m;
     int rc = pt_manifest_open(&m, dir, err);
@@ -642,8 +659,10 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     memset(&freeze, 0, sizeof freeze);
     if (!cfg)
         rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
+    int read = 1;
     if (rc == 0)
-        rc = pt_manifest_config(&m, cfg, &arch, err);
+        rc = config_optional ? pt_manifest_config_if_read(&m, cfg, &arch, &read, err)
+                             : pt_manifest_config(&m, cfg, &arch, err);
     if (rc == 0)
         rc = pt_manifest_state(&m, &st, err);
     /* its own architecture: the units it lists must be that model's */
@@ -676,6 +695,11 @@ int pt_checkpoint_verify(const char *dir, pt_err *err)
     free(cfg);
     pt_manifest_close(&m);
     return rc;
+}
+
+int pt_checkpoint_verify(const char *dir, pt_err *err)
+{
+    return verify(dir, 0, err);
 }
 
 /* A string of the manifest or JSON null (a field an older format lacks). */

@@ -393,43 +393,44 @@ CRAFTED = {
         lambda ck: U.write_recfile(os.path.join(ck, "manifest"), b"PTCKMAN1", 2,
                                    [("manifest", b"{\"step\": 10,")]),
         ["manifest", "line 1"], None),
-    "state_missing_epoch": (manifest_set("epoch", None), ["manifest", "epoch"], ("auto", "path")),
+    "state_missing_epoch": (manifest_set("epoch", None), ["manifest", "epoch"], None),
     "state_negative_epoch_step": (manifest_set("epoch_step", -1), ["manifest", "epoch_step"],
-                                  ("auto", "path")),
+                                  None),
     "state_step_as_text": (manifest_set("step", "10"), ["manifest", "step"], None),
     # (an epoch of 2^62 was accepted, and its step count overflowed)
     "state_epoch_past_step": (manifest_set("epoch", 2 ** 62), ["manifest", "do not fit step"],
-                              ("auto", "path")),
+                              None),
     "state_epoch_step_past_step": (manifest_set("epoch_step", LAST), ["manifest", "do not fit step"],
-                                   ("auto", "path")),
+                                   None),
     # past the most a save writes: refused before it is parsed
     "manifest_too_large": (
         lambda ck: rewrite_manifest(ck, lambda m: m.update(padding="x" * (33 << 20))),
         ["manifest record is", "at most 32 MiB"], None),
     "state_lr_kind_out_of_range": (manifest_set("lr.kind", 9), ["manifest", "lr.kind"],
-                                   ("auto", "path")),
-    "state_lr_base_missing": (manifest_set("lr.base", None), ["manifest", "base"], ("auto", "path")),
+                                   None),
+    "state_lr_base_missing": (manifest_set("lr.base", None), ["manifest", "base"], None),
     "state_frozen_units_out_of_range": (manifest_set("frozen_units", 99), ["frozen_units"],
-                                        ("auto", "path")),
+                                        None),
     "freeze_state_malformed": (manifest_set("freeze.depth", 7), ["manifest", "freeze"],
-                               ("auto", "path")),
+                               None),
     "arch_record_malformed": (manifest_set("arch.dim", "sixteen"),
                               ["manifest", "architecture record's 'dim'", "an integer"], None),
-    # the planner's measurements a resume plans from (eval and export plan nothing from them)
+    # the planner's measurements a resume plans from (eval and export plan
+    # nothing from them, but refuse a checkpoint inspect refuses)
     "profile_not_a_mapping": (manifest_set("profile", [1, 2]), ["manifest", "profile must be a JSON object"],
-                              ("auto", "path")),
+                              None),
     "profile_other_format": (manifest_set("profile.format", "x"), ["manifest", "profile key 'format'"],
-                             ("auto", "path")),
+                             None),
     "profile_no_ranks": (manifest_set("profile.ranks", 0), ["manifest", "profile key 'ranks'"],
-                         ("auto", "path")),
+                         None),
     "profile_node_of_too_short": (manifest_set("profile.node_of", []),
-                                  ["manifest", "profile key 'node_of'"], ("auto", "path")),
+                                  ["manifest", "profile key 'node_of'"], None),
     "profile_negative_latency": (manifest_set("profile.links.latency_s", -1),
-                                 ["manifest", "profile key 'links.latency_s'"], ("auto", "path")),
+                                 ["manifest", "profile key 'links.latency_s'"], None),
     "profile_of_another_model": (manifest_set("profile.model.dim", 64),
-                                 ["manifest", "another model", "model.dim was 64"], ("auto", "path")),
+                                 ["manifest", "another model", "model.dim was 64"], None),
     "profile_costs_of_one_unit": (manifest_set("profile.costs.units", [{}]),
-                                  ["manifest", "profile key 'costs.units'"], ("auto", "path")),
+                                  ["manifest", "profile key 'costs.units'"], None),
     "units_record_escapes_directory": (unit_file_name("../../orig/checkpoints/x.bin"),
                                        ["head"], None),
     "units_record_names_unlisted_file": (unit_file_name("units-stage7.bin"),
@@ -459,10 +460,10 @@ CRAFTED = {
     "unit_param_inf": (unit_value("blocks.0.mlp.param", 0, float("inf")),
                        ["blocks.0.mlp.param", "inf at element 0"], None),
     "unit_moment_nan": (unit_value("blocks.1.attn.m", 1, float("nan")),
-                        ["blocks.1.attn.m", "nan at element 1"], ("auto", "path")),
+                        ["blocks.1.attn.m", "nan at element 1"], None),
     "unit_second_moment_negative": (unit_value("blocks.1.mlp.v", 2, -1.0),
                                     ["blocks.1.mlp.v", "-1 at element 2", "not negative"],
-                                    ("auto", "path")),
+                                    None),
     "arch_record_one_class": (manifest_set("arch.classes", 1),
                               ["manifest", "architecture record", "classes"], None),
     # a field out of range is named, with what it may be
@@ -475,10 +476,10 @@ CRAFTED = {
     "arch_record_seed_negative": (manifest_set("arch.seed", -1), ["manifest", "'seed'"], None),
     "profile_model_kind_out_of_range": (manifest_set("profile.model.kind", 9),
                                         ["manifest", "profile key 'model.kind'", "2 (bert)"],
-                                        ("auto", "path")),
-    "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], ("auto", "path")),
+                                        None),
+    "unit_moment_record_missing": (units_record_missing, ["blocks.1.mlp.v"], None),
     "unit_moments_all_missing": (units_from_other_step_with_moments_dropped, [".m"],
-                                 ("auto", "path")),
+                                 None),
     # forged with every digest made again: what no unit reads is refused too
     "unit_file_extra_record": (
         lambda ck: edit_units_file(ck, lambda recs: recs + [("blocks.5.attn.param", b"\0" * 16)]),
@@ -500,7 +501,21 @@ CRAFTED = {
     "config_record_bad_key": (
         lambda ck: rewrite_manifest(ck, lambda m: m.update(
             config=m["config"].replace("  layers: 2\n", "  layerz: 2\n", 1))),
-        ["layerz", "step_%010d" % LAST], ("export",)),
+        ["layerz", "step_%010d" % LAST], ("auto", "path", "export")),  # eval: see test_tokenizer_recorded
+    # the format field of the record, and the architecture against the
+    # config record it was made from: refused by every command (export
+    # wrote a config.json with the forged heads, pipetrain's own init_from
+    # of it refused the [PAD] id)
+    "manifest_format_field_other": (manifest_set("format", 99), ["manifest", "format field"],
+                                    None),
+    "manifest_format_field_missing": (manifest_set("format", None), ["manifest", "format field"],
+                                      None),
+    # (a resume names the config's line that makes the other model first)
+    "arch_record_other_heads": (manifest_set("arch.heads", 4), ["model.heads = 4"], None),
+    "config_record_other_kind": (
+        lambda ck: rewrite_manifest(ck, lambda m: m.update(
+            config=m["config"].replace("kind: vit", "kind: gpt", 1))),
+        ["manifest", "model.kind = vit", "config record makes gpt"], None),
 }
 
 
