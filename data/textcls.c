@@ -72,6 +72,7 @@ typedef struct reader {
     char *line; /* the current line, NUL-terminated (it may hold NUL bytes too) */
     size_t len, cap;
     int64_t lineno;
+    int64_t chunks; /* read so far */
 } reader;
 
 static int too_long(const reader *r, pt_err *err)
@@ -125,6 +126,13 @@ static int next_line(reader *r, int *got, pt_err *err)
                                    r->lineno, strerror(errno ? errno : EIO));
                 r->eof = 1;
             }
+            /* gzip's magic number: compressed, which this reader is not for
+             * (it would be refused as text, for some byte in it) */
+            if (r->chunks++ == 0 && r->end >= 2 && (unsigned char)r->chunk[0] == 0x1f &&
+                (unsigned char)r->chunk[1] == 0x8b)
+                return pt_fail(err, PT_EINPUT, "%s: a gzip-compressed file (it starts with gzip's "
+                               "magic number); text classification data is read as plain text: "
+                               "decompress it (gunzip) and give the .tsv or .jsonl", r->path);
             continue;
         }
         started = 1;

@@ -441,6 +441,13 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
     case PT_DATA_TEXT_FILE:
     case PT_DATA_KJV: {
         double cut = 1.0 - c->data.test_fraction;
+        if (!(cut > 0.0 && cut < 1.0)) /* a fraction too small to move 1 - f off 1 */
+            return pt_config_key_fail(c, err, "data.test_fraction",
+                                      "%g of '%s' (data.text) leaves no part of it for testing "
+                                      "(1 - %g is 1 in double precision); allowed: a fraction "
+                                      "that leaves at least one example to each split",
+                                      c->data.test_fraction, c->data.text,
+                                      c->data.test_fraction);
         if (mode != PT_RUN_EVAL && (rc = load_text(r, &r->train, 0.0, cut, "training", err)))
             return rc;
         return load_text(r, &r->test, cut, 1.0, "test", err);

@@ -16,6 +16,7 @@ weights) still name the file, the line and the key. Every integer key of
 
 usage: test_config_errors.py PIPETRAIN_BINARY
 """
+import gzip
 import json
 import os
 import shutil
@@ -216,6 +217,9 @@ def textcls_files(h):
         "%s\t%d\n" % (l, i) for i, l in enumerate(good.splitlines())))
     out["columns"] = U.write(h.path("columns.tsv"), "law\tthe\nwisdom\tthe verse\t7\n")
     out["csv"] = U.write(h.path("train.csv"), "law,the verse\n")
+    # gzip'd under a .tsv name: said so (it was refused for a carriage
+    # return somewhere in the compressed bytes)
+    out["gz_tsv"] = U.write(h.path("gz.tsv"), gzip.compress(good.encode(), mtime=0), "wb")
     out["vocab"] = U.write(h.path("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
     out["bad_vocab"] = U.write(h.path("bad-vocab.txt"), "[PAD]\n\n[CLS]\n[SEP]\n[UNK]\n")
     # a JSON text of newlines only is as empty as a TSV one
@@ -709,6 +713,12 @@ CASES = [
          kind="gpt", blame="model.context",
          needles=["{short}", "allowed for this text: none (a longer text, or another "
                   "data.test_fraction)"], setup=short_text),
+    # a fraction too small to move 1 - f off 1: an empty test split, named
+    # as the fraction (it was data.text's "split [1, 1) is not a range")
+    Case("text_fraction_below_double_precision", {"data.kind": "text", "data.text": "{short}",
+                                                  "data.test_fraction": "1e-300"},
+         kind="gpt", blame="data.test_fraction", needles=["leaves no part of it for testing"],
+         setup=short_text),
     # half for testing: 8 and 9 bytes, so 2 to 7 (both splits)
     Case("text_too_short_for_context_halves", {"data.kind": "text", "data.text": "{short}",
                                                 "data.test_fraction": "0.5"},
@@ -1145,6 +1155,8 @@ def test_text_classification_data_errors(h):
          ["leaves 0 for testing", f["tsv"]]),
         ("newlines_only_json_text", {"data.train_file": f["newlines_jsonl"]}, "data.train_file",
          ["%s:2: empty text" % f["newlines_jsonl"]]),
+        ("train_file_gzipped", {"data.train_file": f["gz_tsv"]}, "data.train_file",
+         ["%s: a gzip-compressed file" % f["gz_tsv"], "gunzip"]),
         ("vocab_line_of_64_mib", {"data.vocab": f["long_vocab"]}, "data.vocab",
          ["'%s':4: token of more than 1048576 bytes (at most 255)" % f["long_vocab"]]),
         ("vocab_with_a_bom", {"data.vocab": f["bom_vocab"]}, "data.vocab",
