@@ -34,9 +34,11 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
  * nor one of the files run_dir keeps beside them (lock, logs, profile). */
 int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err);
 
-/* run.dir (train) is neither in nor is any checkpoint or run's checkpoints
- * directory, whichever run's: that run's pruning would take this one's lock
- * and logs (the nearest existing directory at or above it is looked at). */
+/* run.dir (train) is neither in nor is any checkpoint, nor at or below a
+ * step directory of a run's checkpoints (one a save will make), whichever
+ * run's: that run's saves and pruning would take this one's lock and logs
+ * (the nearest existing directory at or above it is looked at). Other
+ * directories in a run's checkpoints/, which no pruning touches, are let be. */
 int pt_output_run_dir_ok(const char *run_dir, pt_err *err);
 
 /* train's inputs (the config file and every file the config names but
