@@ -123,15 +123,6 @@ static int check_staging(pt_session *s, pt_err *err)
                        2.0 * pt_arch_tokens(&s->arch) * sizeof(int32_t) + 64;
     /* host memory, whatever pipeline.memory_gib says of a device's */
     const double gib = (double)(1ull << 30), have = pt_session_memory_per_rank(s);
-    /* the ops index a step's rows (examples x tokens) with an int */
-    const double rows = share * pt_arch_tokens(&s->arch);
-    if (rows > INT_MAX)
-        return pt_config_key_fail(c, err, "train.batch",
-                                  "%lld examples, %.0f per replica, of %d tokens each: %.0f rows "
-                                  "of activations in one step, more than the %d a step can "
-                                  "index; allowed: a batch of at most %.0f per replica",
-                                  c->train.batch, share, pt_arch_tokens(&s->arch), rows, INT_MAX,
-                                  floor((double)INT_MAX / pt_arch_tokens(&s->arch)));
     if (have <= 0 || share * per <= have)
         return 0;
     return pt_config_key_fail(c, err, "train.batch",

@@ -23,6 +23,7 @@
  */
 #include "nn/unit.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -195,6 +196,13 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
                        spec->first, spec->first + spec->count, units);
     if (spec->max_batch < 1 || spec->slots < 1)
         return pt_fail(err, PT_EINTERNAL, "segment needs max_batch >= 1 and slots >= 1");
+    /* the ops index a micro-batch's rows (examples x tokens) with an int */
+    if ((int64_t)spec->max_batch * pt_arch_tokens(a) > INT_MAX)
+        return pt_fail(err, PT_EINPUT, "a micro-batch of %d examples of %d tokens is %" PRId64
+                       " rows of activations, more than the %d an op indexes; allowed: more "
+                       "micro-batches (pipeline.microbatches) or a smaller train.batch",
+                       spec->max_batch, pt_arch_tokens(a),
+                       (int64_t)spec->max_batch * pt_arch_tokens(a), INT_MAX);
     if (spec->frozen < 0 || spec->frozen > spec->count)
         return pt_fail(err, PT_EINTERNAL, "segment of %d units with %d frozen", spec->count,
                        spec->frozen);

@@ -821,15 +821,15 @@ CASES = [
     Case("batch_staging_eval", {"train.batch": "16777216", "pipeline.microbatches": "1048576",
                                 "data.image_size": "256", "model.patch": "64"}, cmd="eval",
          sets=["--init"], blame="train.batch", needles=["whose inputs and targets a step holds at once"]),
-    # more rows (examples x tokens) in a step than the ops index: refused
-    # before the data is made (150,000 sequences of 65,536 tokens took two
-    # minutes and 10 GB to make first); under the sanitizers the memory
-    # check's head size overflowed an int on the way (32,768 x 65,536)
-    Case("batch_rows_past_int", {"data.synthetic_examples": "150000", "train.batch": "150000",
-                                 "model.context": "65536", "pipeline.memory_gib": "1000000",
-                                 "sample.length": "0"},
-         kind="gpt", cmd="plan", blame="train.batch", needles=["rows of activations", "2147483647"],
-         fast=True),
+    # a batch whose staging cannot fit, refused before the data is made
+    # (150,000 sequences of 65,536 tokens took two minutes and 10 GB to make
+    # first); under the sanitizers the memory check's head size overflowed
+    # an int on the way (32,768 x 65,536)
+    Case("batch_staging_before_data", {"data.synthetic_examples": "150000",
+                                       "train.batch": "150000", "model.context": "65536",
+                                       "pipeline.memory_gib": "1000000", "sample.length": "0"},
+         kind="gpt", cmd="plan", blame="train.batch",
+         needles=["whose inputs and targets a step holds at once"], fast=True),
     Case("batch_rows_head_size", {"data.synthetic_examples": "32768", "train.batch": "32768",
                                   "model.context": "65536", "sample.length": "0"},
          kind="gpt", cmd="plan", blame="model.context", needles=["one example's activations"]),

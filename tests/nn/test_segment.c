@@ -417,7 +417,27 @@ static void test_arch_refuses_images_past_int(void)
     CU_ASSERT_EQUAL(pt_arch_check(&a, &err), PT_EINPUT);
 }
 
+/* A micro-batch whose rows (examples x tokens, which the ops index as int)
+ * pass INT_MAX: refused before anything is allocated (one of 32,768 GPT
+ * sequences of 65,536 tokens reached the ops' int row counts); the largest
+ * that fits is made. */
+static void test_segment_refuses_rows_past_int(void)
+{
+    pt_arch a = {.kind = PT_MODEL_GPT, .dim = 2, .layers = 1, .heads = 1, .mlp_hidden = 2,
+                 .causal = 1, .vocab = 256, .context = 1 << 16, .init_std = 0.02, .seed = 1};
+    pt_backend *be = open_counting();
+    pt_err err = {0};
+    pt_segment *s = NULL;
+    pt_segment_spec spec = {0, pt_arch_units(&a), 1 << 15, 1, 0}; /* 2^31 rows */
+    CU_ASSERT_EQUAL(pt_segment_create(&s, &a, be, &spec, &err), PT_EINPUT);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "2147483648 rows"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "pipeline.microbatches"));
+    close_counting(be);
+}
+
 static const pt_test segment_tests[] = {
+    {"segment_refuses_rows_past_int", test_segment_refuses_rows_past_int},
     {"created_frozen_memory", test_created_frozen_memory},
     {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
     {"arch_refuses_images_past_int", test_arch_refuses_images_past_int},
