@@ -92,11 +92,14 @@ int pt_checkpoint_read_depth(const char *dir, int layers, int *depth, pt_err *er
  * checkpoint records none (other data, or saved before labels were). */
 int pt_checkpoint_read_labels(const char *dir, int classes, char ***names, int *n, pt_err *err);
 
-/* The config stored in a checkpoint's manifest, and its architecture. A
+/* The config stored in a checkpoint's manifest, and its architecture (the
+ * one that config makes, else PT_EINPUT: the manifest was edited). A
  * text classification checkpoint's data.lowercase, data.strip_accents and
  * data.split_cjk are 0 or 1: one saved before they were keys (auto) was
  * uncased, all three 1. */
 int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt_err *err);
+/* The config record alone (not checked against the architecture record). */
+int pt_checkpoint_read_config_record(const char *dir, pt_config *cfg, pt_err *err);
 
 /* The working directory of the run that saved the checkpoint (what its
  * config's relative paths are relative to) into out (n bytes), or "" when

@@ -312,6 +312,17 @@ int pt_checkpoint_read_config(const char *dir, pt_config *cfg, pt_arch *arch, pt
     return rc;
 }
 
+int pt_checkpoint_read_config_record(const char *dir, pt_config *cfg, pt_err *err)
+{
+    manifest m;
+    int rc = pt_manifest_open(&m, dir, err);
+    if (rc)
+        return rc;
+    rc = config_record(&m, cfg, err);
+    pt_manifest_close(&m);
+    return rc;
+}
+
 int pt_checkpoint_read_cwd(const char *dir, char *out, size_t n, pt_err *err)
 {
     manifest m;

@@ -193,6 +193,29 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
     return rc;
 }
 
+/* The moments the checkpoint keeps for the segment's units (those past its
+ * frozen prefix), checked as a resume reads them, not loaded (eval). */
+static int check_moments(const manifest *m, pt_segment *s, pt_err *err)
+{
+    saved_state st;
+    int rc = pt_manifest_state(m, &st, err);
+    const pt_arch *arch = pt_segment_arch(s);
+    const int first = pt_segment_first(s), count = pt_segment_count(s);
+    unit_reader ur = {m, NULL, ""};
+    for (int u = first; rc == 0 && u < first + count; u++) {
+        if (u < st.frozen)
+            continue;
+        pt_unit_info info;
+        pt_unit_info_get(arch, u, &info);
+        const void *data;
+        uint64_t len;
+        for (int k = 0; rc == 0 && k < 2; k++)
+            rc = unit_record(&ur, &info, k ? PT_PART_V : PT_PART_M, &data, &len, err);
+    }
+    pt_recfile_close(ur.f);
+    return rc;
+}
+
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 {
     manifest m;
@@ -337,7 +360,7 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
     return count;
 }
 
-static int verify(const char *dir, int config_optional, pt_err *err);
+static int verify(const char *dir, int config_optional, int files, pt_err *err);
 
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
@@ -345,11 +368,11 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
     manifest m;
     int rc = pt_manifest_open(&m, dir, err); /* every rank: the labels */
     rc = same_checkpoint(r, &m, rc, dir, err); /* first: any other check would mislead */
-    /* the whole checkpoint as inspect and a resume check it (rank 0 reads
-     * it; the agreement below tells the others): weights beside a damaged
-     * or edited state are refused too */
+    /* the manifest as inspect and a resume check it (rank 0; the agreement
+     * below tells the others), and each rank its own units' moments: weights
+     * beside a damaged or edited state are refused too */
     if (rc == 0 && r->rank == 0)
-        rc = verify(dir, 1, err);
+        rc = verify(dir, 1, 0, err);
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = pt_manifest_check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
@@ -357,8 +380,9 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
             rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
         const char *key = NULL;
         if (rc == 0 && r->active &&
-            (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, &key, err)) == 0)
-            rc = load_units(r->seg, &m, 0, err);
+            (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, &key, err)) == 0 &&
+            (rc = load_units(r->seg, &m, 0, err)) == 0)
+            rc = check_moments(&m, r->seg, err);
         else if (rc == PT_EINPUT && key) /* the config's line that makes the other model */
             pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(key, c->cfg, 1));
         if (rc == 0)
@@ -537,10 +561,11 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                 pt_profile_free(&prof);
         }
     }
-    /* the rest as inspect checks it (rank 0 reads it; the agreement below
-     * tells the others): the config record, every file the manifest lists */
+    /* the rest of the manifest as inspect checks it (rank 0; the agreement
+     * below tells the others): the config record; each rank's units'
+     * records are checked as they load */
     if (rc == 0 && r->rank == 0)
-        rc = pt_checkpoint_verify(dir, err);
+        rc = verify(dir, 0, 0, err);
     if (rc == PT_EINPUT && arch_key)
         pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(arch_key, c->cfg, 0));
     if (rc == 0 && r->rank == 0)
@@ -645,8 +670,12 @@ static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, 
 
 /* pt_checkpoint_verify; config_optional: a config record that does not
  * read (a newer pipetrain's key) is let be, for a command that needs only
- * the weights (eval with its tokenizer keys set). */
-static int verify(const char *dir, int config_optional, pt_err *err)
+ * the weights (eval with its tokenizer keys set); files 0: the manifest's
+ * records alone, for a resume or an eval on several ranks, where each rank
+ * checks the records of its own units (one rank reading every file while the
+ * others wait would make a wait as long as the whole checkpoint's reading,
+ * past run.timeout_s for a large one). */
+static int verify(const char *dir, int config_optional, int files, pt_err *err)
 {
     manifest m;
     int rc = pt_manifest_open(&m, dir, err);
@@ -689,7 +718,7 @@ static int verify(const char *dir, int config_optional, pt_err *err)
     char cwd[PT_PATH_MAX]; /* the directory its run started in, as export reads it */
     if (rc == 0)
         rc = pt_checkpoint_read_cwd(dir, cwd, sizeof cwd, err);
-    if (rc == 0)
+    if (rc == 0 && files)
         rc = verify_files(&m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);
     free(cfg);
@@ -699,7 +728,7 @@ static int verify(const char *dir, int config_optional, pt_err *err)
 
 int pt_checkpoint_verify(const char *dir, pt_err *err)
 {
-    return verify(dir, 0, err);
+    return verify(dir, 0, 1, err);
 }
 
 /* A string of the manifest or JSON null (a field an older format lacks). */

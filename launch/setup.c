@@ -586,13 +586,12 @@ static int recorded_normalize(pt_session *s, const char *ckpt, pt_err *err)
     if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION)
         return 0;
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
-    pt_arch arch;
     pt_err why;
     char cwd[PT_PATH_MAX];
     int rc = 0;
     if (!was)
         return pt_fail(err, PT_ENOMEM, "out of memory");
-    if (pt_checkpoint_read_config(ckpt, was, &arch, &why) != 0) {
+    if (pt_checkpoint_read_config_record(ckpt, was, &why) != 0) {
         /* a manifest that reads but whose config record does not (from a
          * newer pipetrain, or damaged): how its run tokenized is unknown,
          * and guessing would give the weights other tokens. One that does
@@ -638,12 +637,11 @@ int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *er
     if (!ckpt || !*ckpt || s->cfg.data.kind != PT_DATA_TEXT_CLASSIFICATION || !s->norm_auto)
         return 0;
     pt_config *was = malloc(sizeof *was); /* large: keep it off the stack */
-    pt_arch arch;
     pt_err ignored;
     int rc = 0;
     if (!was)
         return pt_fail(err, PT_ENOMEM, "out of memory");
-    if (pt_checkpoint_read_config(ckpt, was, &arch, &ignored) == 0) { /* else the load refuses */
+    if (pt_checkpoint_read_config_record(ckpt, was, &ignored) == 0) { /* else the load refuses */
         const int then[3] = {was->data.lowercase, was->data.strip_accents, was->data.split_cjk};
         const int now[3] = {s->cfg.data.lowercase, s->cfg.data.strip_accents,
                             s->cfg.data.split_cjk};
