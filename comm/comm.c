@@ -171,6 +171,13 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
     return 0;
 }
 
+int pt_comm_finish(pt_comm *c, pt_err *err)
+{
+    if (!c || c->solo || stopped)
+        return 0;
+    return pt_barrier(&c->world, err);
+}
+
 void pt_comm_close(pt_comm *c)
 {
     if (!c)

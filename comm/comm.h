@@ -41,6 +41,12 @@ int pt_comm_launched(void);
 /* The same from an environment given as main's third argument (before
  * main, in an executable's preinit functions, getenv does not see it yet). */
 int pt_comm_launched_in(char *const *envp);
+/* Every rank of the world reaches here within the world group's deadline
+ * (a barrier): MPI_Finalize waits for every rank with none, so a rank that
+ * stopped answering after the job's last collective would leave the others
+ * there for good. 0 in a world of one and after pt_comm_stop (whose
+ * pt_comm_close aborts the job). Collective over the world. */
+int pt_comm_finish(pt_comm *c, pt_err *err);
 /* MPI_Finalize (nothing of MPI's in a world of one). */
 void pt_comm_close(pt_comm *c);
 /* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does

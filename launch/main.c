@@ -1059,6 +1059,16 @@ static int run_main(int argc, char **argv)
         code = run_cmd(comm, a);
     }
     free(a);
+    /* the job ends within run.timeout_s of its last rank's work: a rank
+     * that stopped answering after the last collective (past the last
+     * evaluation and checkpoint) is named a failure, not waited for */
+    pt_comm_phase("ending the job (every rank done)");
+    pt_err end = {0};
+    const int ended = pt_comm_finish(comm, &end);
+    if (ended) {
+        const int failed = report(comm, ended, &end);
+        pt_comm_abort(comm, code ? code : failed);
+    }
     pt_comm_close(comm);
     return code;
 }

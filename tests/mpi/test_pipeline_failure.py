@@ -104,6 +104,14 @@ def main():
         fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
                     r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
+        # the same where the last step ends an epoch, so its evaluation and
+        # checkpoint came before: no collective is left in the run, and the
+        # others waited in MPI_Finalize, which has no deadline, for good
+        fault_case(tools, work, "hang-after-last-epoch", "1:16:hang:finished",
+                   [r"rank 0: error: no progress for 5 s waiting for a barrier while ending the job"],
+                   ranks=2, extra={"run.timeout_s": 5, "train.max_steps": 0, "train.epochs": 2,
+                                   "train.eval_every": 1, "data.kind": "synthetic_images",
+                                   "data.synthetic_examples": 64, "train.batch": 8})
         # a rank that cannot build its stage (its memory ran out) ends the job
         # at once, naming its error, at the start and at a re-plan: the
         # others waited for it until run.timeout_s, at the start in a
