@@ -193,7 +193,10 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
                                   c->model.context, split, c->data.text, c->data.test_fraction,
                                   (long long)bytes, allowed);
     }
-    return pt_config_key_prefix(c, err, "data.text");
+    /* a test split too short for even one token and its successor: the
+     * fraction's (the file's where the training split is the short one) */
+    const int short_test = strcmp(split, "test") == 0 && strstr(err->msg, "too few for one example");
+    return pt_config_key_prefix(c, err, short_test ? "data.test_fraction" : "data.text");
 }
 
 void pt_session_tokenizer_config(const pt_config *c, char *out)

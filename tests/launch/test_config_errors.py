@@ -719,6 +719,13 @@ CASES = [
                                                   "data.test_fraction": "1e-300"},
          kind="gpt", blame="data.test_fraction", needles=["leaves no part of it for testing"],
          setup=short_text),
+    # a test split too short for one example at any context: the fraction's
+    # (it was blamed on data.text)
+    Case("text_fraction_leaves_too_few_bytes", {"data.kind": "text", "data.text": "{short}",
+                                                "data.test_fraction": "1e-5",
+                                                "model.context": "4", "sample.length": "0"},
+         kind="gpt", blame="data.test_fraction", needles=["{short}", "too few for one example"],
+         setup=short_text),
     # half for testing: 8 and 9 bytes, so 2 to 7 (both splits)
     Case("text_too_short_for_context_halves", {"data.kind": "text", "data.text": "{short}",
                                                 "data.test_fraction": "0.5"},
