@@ -283,6 +283,23 @@ static int arch_record(const manifest *m, const pt_config *cfg, pt_arch *arch, p
                          "which its config record makes %s: the manifest was edited", m->dir,
                          field, sw, si);
         }
+        /* and its numbers (a dropout at auto came from model.init_from's
+         * config.json, which is not here to ask) */
+        const char *key = NULL;
+        if (!field && pt_arch_ln_eps(arch) != pt_arch_ln_eps(&made))
+            key = "model.ln_eps";
+        else if (!field && arch->init_std != made.init_std)
+            key = "model.init_std";
+        else if (!field && arch->seed != made.seed)
+            key = "run.seed";
+        else if (!field && cfg->model.hidden_dropout >= 0 &&
+                 arch->hidden_dropout != made.hidden_dropout)
+            key = "model.dropout";
+        else if (!field && cfg->model.attn_dropout >= 0 && arch->attn_dropout != made.attn_dropout)
+            key = "model.attention_dropout";
+        if (key)
+            rc = pt_fail(err, PT_EINPUT, "'%s/manifest': its architecture record's %s is not the "
+                         "one its config record makes: the manifest was edited", m->dir, key);
     }
     return rc;
 }

@@ -694,6 +694,11 @@ static int verify(const char *dir, int config_optional, int files, pt_err *err)
                              : pt_manifest_config(&m, cfg, &arch, err);
     if (rc == 0)
         rc = pt_manifest_state(&m, &st, err);
+    /* the state's batch and seed are the config record's */
+    if (rc == 0 && read && (st.batch != cfg->train.batch || st.seed != cfg->run.seed))
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest': its state's %s is not its config record's: "
+                     "the manifest was edited", dir,
+                     st.batch != cfg->train.batch ? "train.batch" : "run.seed");
     /* its own architecture: the units it lists must be that model's */
     if (rc == 0)
         rc = pt_manifest_check_arch(&arch, &m, 0, NULL, err);
@@ -713,6 +718,10 @@ static int verify(const char *dir, int config_optional, int files, pt_err *err)
     int count;
     if (rc == 0)
         rc = pt_manifest_labels(&m, arch.classes, &labels, &count, err);
+    if (rc == 0 && read && count > 0 && cfg->data.kind != PT_DATA_TEXT_CLASSIFICATION)
+        rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds class labels, but its config record "
+                     "trains on %s data, which has none: the manifest was edited", dir,
+                     pt_config_word("data.kind", cfg->data.kind));
     if (rc == 0)
         rc = pt_manifest_check_data(&m, err);
     char cwd[PT_PATH_MAX]; /* the directory its run started in, as export reads it */

@@ -512,6 +512,17 @@ CRAFTED = {
                                       None),
     # (a resume names the config's line that makes the other model first)
     "arch_record_other_heads": (manifest_set("arch.heads", 4), ["model.heads = 4"], None),
+    # the architecture's numbers and the state's batch and seed against the
+    # config record too (export wrote an edited layer_norm_eps; a resume or
+    # eval blamed the user's config for an edited one)
+    "arch_record_other_ln_eps": (manifest_set("arch.ln_eps", 1e-6), ["model.ln_eps"], None),
+    "arch_record_other_init_std": (manifest_set("arch.init_std", 0.5),
+                                   ["manifest", "model.init_std", "edited"], None),
+    "arch_record_other_seed": (manifest_set("arch.seed", 99), ["manifest", "run.seed", "edited"],
+                               None),
+    "state_other_batch": (manifest_set("batch", 9), ["train.batch"], None),
+    "labels_on_image_data": (manifest_set("labels", ["a", "b", "c", "d"]),
+                             ["manifest", "labels", "edited"], None),
     "config_record_other_kind": (
         lambda ck: rewrite_manifest(ck, lambda m: m.update(
             config=m["config"].replace("kind: vit", "kind: gpt", 1))),
