@@ -159,13 +159,15 @@ static int unit_record(unit_reader *ur, const pt_unit_info *info, pt_part part, 
 }
 
 /* Reads parameters (and moments when `moments`) of every unit of the
- * segment from the unit files the manifest names. */
-static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err)
+ * segment from the unit files the manifest names. keep: the reader is left
+ * open there for the caller (its file already hashed), else closed. */
+static int load_units(pt_segment *s, const manifest *m, int moments, unit_reader *keep,
+                      pt_err *err)
 {
     const pt_arch *arch = pt_segment_arch(s);
     const int first = pt_segment_first(s), count = pt_segment_count(s);
     int rc = 0;
-    unit_reader ur = {m, NULL, ""};
+    unit_reader local = {m, NULL, ""}, *ur = keep ? keep : &local;
     float *host = malloc(PT_CKPT_PIECE * sizeof *host); /* the record may not be aligned */
     if (!host)
         rc = pt_fail(err, PT_ENOMEM, "out of memory loading a checkpoint");
@@ -177,31 +179,32 @@ static int load_units(pt_segment *s, const manifest *m, int moments, pt_err *err
         for (int k = 0; rc == 0 && k < (moments && !frozen ? 3 : 1); k++) {
             const void *data;
             uint64_t len;
-            if ((rc = unit_record(&ur, &info, parts[k], &data, &len, err)))
+            if ((rc = unit_record(ur, &info, parts[k], &data, &len, err)))
                 break;
             for (size_t at = 0; rc == 0 && at < info.numel; at += PT_CKPT_PIECE) {
                 size_t n = info.numel - at < PT_CKPT_PIECE ? info.numel - at : PT_CKPT_PIECE;
                 const char *piece = (const char *)data + at * sizeof *host;
                 memcpy(host, piece, n * sizeof *host);
-                pt_recfile_release(ur.f, piece, n * sizeof *host);
+                pt_recfile_release(ur->f, piece, n * sizeof *host);
                 rc = pt_segment_unit_write(s, u, parts[k], at, n, host, err);
             }
         }
     }
     free(host);
-    pt_recfile_close(ur.f);
+    if (!keep)
+        pt_recfile_close(ur->f);
     return rc;
 }
 
 /* The moments the checkpoint keeps for the segment's units (those past its
- * frozen prefix), checked as a resume reads them, not loaded (eval). */
-static int check_moments(const manifest *m, pt_segment *s, pt_err *err)
+ * frozen prefix), checked as a resume reads them, not loaded (eval), through
+ * the reader load_units left open (its file is not hashed again). */
+static int check_moments(const manifest *m, pt_segment *s, unit_reader *ur, pt_err *err)
 {
     saved_state st;
     int rc = pt_manifest_state(m, &st, err);
     const pt_arch *arch = pt_segment_arch(s);
     const int first = pt_segment_first(s), count = pt_segment_count(s);
-    unit_reader ur = {m, NULL, ""};
     for (int u = first; rc == 0 && u < first + count; u++) {
         if (u < st.frozen)
             continue;
@@ -210,9 +213,8 @@ static int check_moments(const manifest *m, pt_segment *s, pt_err *err)
         const void *data;
         uint64_t len;
         for (int k = 0; rc == 0 && k < 2; k++)
-            rc = unit_record(&ur, &info, k ? PT_PART_V : PT_PART_M, &data, &len, err);
+            rc = unit_record(ur, &info, k ? PT_PART_V : PT_PART_M, &data, &len, err);
     }
-    pt_recfile_close(ur.f);
     return rc;
 }
 
@@ -226,7 +228,7 @@ int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
     if (rc == 0) {
         if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, NULL, err)) == 0 &&
             (rc = pt_manifest_check_data(&m, err)) == 0)
-            rc = load_units(seg, &m, 0, err);
+            rc = load_units(seg, &m, 0, NULL, err);
         pt_manifest_close(&m);
     }
     return rc;
@@ -379,12 +381,14 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
         if (rc == 0 && (rc = pt_manifest_check_data(&m, err)) == 0)
             rc = pt_manifest_check_vocab(&m, c->cfg->data.vocab, c->vocab_sha256, err);
         const char *key = NULL;
+        unit_reader ur = {&m, NULL, ""};
         if (rc == 0 && r->active &&
             (rc = pt_manifest_check_arch(pt_segment_arch(r->seg), &m, 0, &key, err)) == 0 &&
-            (rc = load_units(r->seg, &m, 0, err)) == 0)
-            rc = check_moments(&m, r->seg, err);
+            (rc = load_units(r->seg, &m, 0, &ur, err)) == 0)
+            rc = check_moments(&m, r->seg, &ur, err);
         else if (rc == PT_EINPUT && key) /* the config's line that makes the other model */
             pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(key, c->cfg, 1));
+        pt_recfile_close(ur.f);
         if (rc == 0)
             note_other_test_split(c, &m);
     }
@@ -584,7 +588,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
         rc = pt_layout_replan(r, NULL, err);
     }
     if (rc == 0 && r->active)
-        rc = load_units(r->seg, &m, 1, err);
+        rc = load_units(r->seg, &m, 1, NULL, err);
     if (rc == 0) {
         r->step = m.step;
         r->epoch = st.epoch;
