@@ -218,15 +218,16 @@ static int check_moments(const manifest *m, pt_segment *s, unit_reader *ur, pt_e
     return rc;
 }
 
+static int verify(const manifest *m, int config_optional, int files, pt_err *err);
+
 int pt_checkpoint_load_segment(pt_segment *seg, const char *dir, pt_err *err)
 {
     manifest m;
-    /* the whole checkpoint first, as inspect and a resume check it */
-    int rc = pt_checkpoint_verify(dir, err);
-    if (rc == 0)
-        rc = pt_manifest_open(&m, dir, err);
+    int rc = pt_manifest_open(&m, dir, err);
     if (rc == 0) {
-        if ((rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, NULL, err)) == 0 &&
+        /* the whole checkpoint first, as inspect and a resume check it */
+        if ((rc = verify(&m, 0, 1, err)) == 0 &&
+            (rc = pt_manifest_check_arch(pt_segment_arch(seg), &m, 0, NULL, err)) == 0 &&
             (rc = pt_manifest_check_data(&m, err)) == 0)
             rc = load_units(seg, &m, 0, NULL, err);
         pt_manifest_close(&m);
@@ -362,8 +363,6 @@ static int train_count_differences(const pt_config *a, const pt_config *b, char 
     return count;
 }
 
-static int verify(const char *dir, int config_optional, int files, pt_err *err);
-
 int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *err)
 {
     pt_run *r = c->run;
@@ -374,7 +373,7 @@ int pt_checkpoint_load_weights(const pt_ckpt_run *c, const char *dir, pt_err *er
      * below tells the others), and each rank its own units' moments: weights
      * beside a damaged or edited state are refused too */
     if (rc == 0 && r->rank == 0)
-        rc = verify(dir, 1, 0, err);
+        rc = verify(&m, 1, 0, err);
     if (rc == 0) {
         /* the test split keeps the training file's classes and labels */
         rc = pt_manifest_check_labels(&m, &r->arch, c->test, c->cfg->data.train_file, err);
@@ -569,7 +568,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
      * below tells the others): the config record; each rank's units'
      * records are checked as they load */
     if (rc == 0 && r->rank == 0)
-        rc = verify(dir, 0, 0, err);
+        rc = verify(&m, 0, 0, err);
     if (rc == PT_EINPUT && arch_key)
         pt_config_key_prefix(c->cfg, err, pt_ckpt_arch_key(arch_key, c->cfg, 0));
     if (rc == 0 && r->rank == 0)
@@ -672,19 +671,18 @@ static int verify_files(const manifest *m, const pt_arch *arch, int64_t frozen, 
     return rc;
 }
 
-/* pt_checkpoint_verify; config_optional: a config record that does not
+/* pt_checkpoint_verify of a manifest its caller has open (and goes on to
+ * read: what is checked is what is read); config_optional: a config record that does not
  * read (a newer pipetrain's key) is let be, for a command that needs only
  * the weights (eval with its tokenizer keys set); files 0: the manifest's
  * records alone, for a resume or an eval on several ranks, where each rank
  * checks the records of its own units (one rank reading every file while the
  * others wait would make a wait as long as the whole checkpoint's reading,
  * past run.timeout_s for a large one). */
-static int verify(const char *dir, int config_optional, int files, pt_err *err)
+static int verify(const manifest *m, int config_optional, int files, pt_err *err)
 {
-    manifest m;
-    int rc = pt_manifest_open(&m, dir, err);
-    if (rc)
-        return rc;
+    const char *dir = m->dir;
+    int rc = 0;
     pt_config *cfg = malloc(sizeof *cfg); /* large: keep it off the stack */
     pt_arch arch;
     saved_state st;
@@ -694,10 +692,10 @@ static int verify(const char *dir, int config_optional, int files, pt_err *err)
         rc = pt_fail(err, PT_ENOMEM, "out of memory checking checkpoint %s", dir);
     int read = 1;
     if (rc == 0)
-        rc = config_optional ? pt_manifest_config_if_read(&m, cfg, &arch, &read, err)
-                             : pt_manifest_config(&m, cfg, &arch, err);
+        rc = config_optional ? pt_manifest_config_if_read(m, cfg, &arch, &read, err)
+                             : pt_manifest_config(m, cfg, &arch, err);
     if (rc == 0)
-        rc = pt_manifest_state(&m, &st, err);
+        rc = pt_manifest_state(m, &st, err);
     /* the state's batch and seed are the config record's */
     if (rc == 0 && read && (st.batch != cfg->train.batch || st.seed != cfg->run.seed))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': its state's %s is not its config record's: "
@@ -705,43 +703,48 @@ static int verify(const char *dir, int config_optional, int files, pt_err *err)
                      st.batch != cfg->train.batch ? "train.batch" : "run.seed");
     /* its own architecture: the units it lists must be that model's */
     if (rc == 0)
-        rc = pt_manifest_check_arch(&arch, &m, 0, NULL, err);
+        rc = pt_manifest_check_arch(&arch, m, 0, NULL, err);
     if (rc == 0) {
         const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
         rc = pt_freeze_init(&freeze, &none, arch.layers, err);
     }
-    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m.j, "freeze"), err)))
+    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m->j, "freeze"), err)))
         pt_err_prefix(err, "'%s/manifest'", dir);
     if (rc == 0 && st.frozen != pt_freeze_units(freeze.depth))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "
                      "frozen blocks", dir, st.frozen, freeze.depth);
     pt_profile prof;
-    if (rc == 0 && (rc = pt_manifest_profile(&m, &arch, &prof, err)) == 0)
+    if (rc == 0 && (rc = pt_manifest_profile(m, &arch, &prof, err)) == 0)
         pt_profile_free(&prof);
     const json_t *labels;
     int count;
     if (rc == 0)
-        rc = pt_manifest_labels(&m, arch.classes, &labels, &count, err);
+        rc = pt_manifest_labels(m, arch.classes, &labels, &count, err);
     if (rc == 0 && read && count > 0 && cfg->data.kind != PT_DATA_TEXT_CLASSIFICATION)
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds class labels, but its config record "
                      "trains on %s data, which has none: the manifest was edited", dir,
                      pt_config_word("data.kind", cfg->data.kind));
     if (rc == 0)
-        rc = pt_manifest_check_data(&m, err);
+        rc = pt_manifest_check_data(m, err);
     char cwd[PT_PATH_MAX]; /* the directory its run started in, as export reads it */
     if (rc == 0)
         rc = pt_checkpoint_read_cwd(dir, cwd, sizeof cwd, err);
     if (rc == 0 && files)
-        rc = verify_files(&m, &arch, st.frozen, err);
+        rc = verify_files(m, &arch, st.frozen, err);
     pt_freeze_free(&freeze);
     free(cfg);
-    pt_manifest_close(&m);
     return rc;
 }
 
 int pt_checkpoint_verify(const char *dir, pt_err *err)
 {
-    return verify(dir, 0, 1, err);
+    manifest m;
+    int rc = pt_manifest_open(&m, dir, err);
+    if (rc == 0) {
+        rc = verify(&m, 0, 1, err);
+        pt_manifest_close(&m);
+    }
+    return rc;
 }
 
 /* A string of the manifest or JSON null (a field an older format lacks). */
@@ -772,10 +775,14 @@ static int describe_data(const manifest *m, const char *part, json_t *out, pt_er
 int pt_checkpoint_describe(const char *dir, pt_config *cfg, json_t **out, pt_err *err)
 {
     *out = NULL;
-    int rc = pt_checkpoint_verify(dir, err);
     manifest m;
-    if (rc || (rc = pt_manifest_open(&m, dir, err)))
+    int rc = pt_manifest_open(&m, dir, err);
+    if (rc)
         return rc;
+    if ((rc = verify(&m, 0, 1, err))) {
+        pt_manifest_close(&m);
+        return rc;
+    }
     pt_arch arch;
     saved_state st;
     const json_t *labels = NULL;
