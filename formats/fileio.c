@@ -37,6 +37,7 @@ enum { TEMP_ID_CHARS = 16 };
 
 struct pt_wfile {
     int fd;
+    int held; /* after pt_wfile_sync: the descriptor that keeps the lock until the rename, or -1 */
     int slot; /* its temporary name's tracking slot, or -1 */
     int failed;
     char *path;
@@ -368,6 +369,7 @@ int pt_wfile_open(pt_wfile **out, const char *path, pt_err *err)
     size_t tmp_cap = strlen(path) + 64;
     if (f) {
         f->fd = -1;
+        f->held = -1;
         f->slot = -1;
         f->path = copy_string(path);
         f->tmp = malloc(tmp_cap);
@@ -448,6 +450,8 @@ int pt_wfile_write(pt_wfile *f, const void *data, size_t n, pt_err *err)
 {
     if (f->failed)
         return pt_fail(err, PT_EINTERNAL, "'%s': writing after an earlier write failed", f->path);
+    if (f->fd < 0)
+        return pt_fail(err, PT_EINTERNAL, "'%s': writing after the file was synced", f->path);
     if (n > WFILE_BUFFER_BYTES - f->used) {
         int rc = flush_buffer(f, err);
         if (rc)
@@ -474,50 +478,58 @@ uint64_t pt_wfile_size(const pt_wfile *f) { return f->size; }
 
 const char *pt_wfile_path(const pt_wfile *f) { return f->path; }
 
-int pt_wfile_sync(pt_wfile *f, pt_err *err)
+/* Flushes and fsyncs the temporary file, takes a second descriptor of it that
+ * holds its lock (which tells pt_remove_dead_temporaries that its writer
+ * lives) through the rename, and closes the one written through (close can
+ * report a deferred write error, NFS's: it counts). 0, or the file is failed
+ * (its temporary file left for the caller's commit or abort to remove). */
+static int finish_writing(pt_wfile *f, pt_err *err)
 {
     if (f->failed)
-        return pt_fail(err, PT_EINTERNAL, "'%s': syncing after an earlier write failed", f->path);
+        return pt_fail(err, PT_EINTERNAL, "'%s': committing after an earlier write failed", f->path);
+    if (f->fd < 0)
+        return 0; /* synced: only the rename is left */
     int rc = flush_buffer(f, err);
-    if (!rc && fsync(f->fd) != 0) {
-        f->failed = 1;
-        rc = pt_fail(err, PT_ESYS, "'%s': cannot fsync the temporary file '%s': %s", f->path,
-                     f->tmp, strerror(errno));
-    }
-    return rc;
-}
-
-int pt_wfile_commit(pt_wfile *f, pt_err *err)
-{
-    int rc = 0;
-    if (f->failed)
-        rc = pt_fail(err, PT_EINTERNAL, "'%s': committing after an earlier write failed", f->path);
-    if (!rc)
-        rc = flush_buffer(f, err);
     if (!rc && fsync(f->fd) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot fsync the temporary file '%s': %s", f->path,
                      f->tmp, strerror(errno));
-    /* the lock on the temporary file (which tells pt_remove_dead_temporaries
-     * that its writer lives) is held through the rename, by a second
-     * descriptor of the same open file: close below drops none while it is
-     * open */
-    const int held = rc ? -1 : fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
-    if (!rc && held < 0) /* without it a sweep could take the file before the rename */
+    /* without the second descriptor a sweep could take the file before the rename */
+    f->held = rc ? -1 : fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
+    if (!rc && f->held < 0)
         rc = pt_fail(err, PT_ESYS,
                      "'%s': cannot hold the temporary file '%s' through its rename: %s", f->path,
                      f->tmp, strerror(errno));
-    /* close can report a deferred write error (NFS): it counts */
     if (close(f->fd) != 0 && !rc)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot close the temporary file '%s': %s", f->path,
                      f->tmp, strerror(errno));
     f->fd = -1;
+    if (rc)
+        f->failed = 1;
+    return rc;
+}
+
+int pt_wfile_sync(pt_wfile *f, pt_err *err)
+{
+    if (f->failed)
+        return pt_fail(err, PT_EINTERNAL, "'%s': syncing after an earlier write failed", f->path);
+    return finish_writing(f, err);
+}
+
+int pt_wfile_commit(pt_wfile *f, pt_err *err)
+{
+    int rc = finish_writing(f, err);
+    if (f->fd >= 0) { /* failed before: only closed */
+        close(f->fd);
+        f->fd = -1;
+    }
     if (!rc && rename(f->tmp, f->path) != 0)
         rc = pt_fail(err, PT_ESYS, "'%s': cannot rename '%s' into place: %s", f->path, f->tmp,
                      strerror(errno));
     if (rc)
         unlink(f->tmp);
-    if (held >= 0)
-        close(held);
+    if (f->held >= 0)
+        close(f->held);
+    f->held = -1;
     if (rc) {
         wfile_free(f);
         return rc;
@@ -540,6 +552,8 @@ void pt_wfile_abort(pt_wfile *f)
         close(f->fd);
     if (f->tmp)
         unlink(f->tmp);
+    if (f->held >= 0) /* after the unlink: the lock is held until the name is gone */
+        close(f->held);
     wfile_free(f);
 }
 

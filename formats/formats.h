@@ -69,9 +69,12 @@ const char *pt_wfile_path(const pt_wfile *f);
  * not survive a power loss, and the error says so). */
 int pt_wfile_commit(pt_wfile *f, pt_err *err);
 
-/* Writes what is buffered and fsyncs the temporary file, so that the disk
- * holds it all (a full disk shows here) and a later commit has only the
- * rename left that can fail. */
+/* Writes what is buffered, fsyncs the temporary file and closes it for
+ * writing (nothing more can be written), keeping only the descriptor that
+ * holds its lock: so that the disk holds it all (a full disk shows here),
+ * every resource the commit needs is taken, and a later commit has only the
+ * rename left that can fail (several outputs put in place as a group are
+ * each synced first, and none is replaced when one cannot be). */
 int pt_wfile_sync(pt_wfile *f, pt_err *err);
 
 /* Closes and unlinks the temporary file and frees f. NULL-safe. */
