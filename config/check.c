@@ -202,10 +202,8 @@ static int file_rules(const pt_config *c, pt_err *err)
     if (*c->model.init_from && c->model.kind == PT_MODEL_BERT) { /* a directory, or its file */
         struct stat st;
         if (stat(c->model.init_from, &st) != 0)
-            return pt_config_key_fail(c, err, "model.init_from", "cannot use '%s': %s (an "
-                                      "eval of a checkpoint does not read it: --set "
-                                      "model.init_from= there)", c->model.init_from,
-                                      strerror(errno));
+            return pt_config_key_fail(c, err, "model.init_from", "cannot use '%s': %s",
+                                      c->model.init_from, strerror(errno));
     } else if (*c->model.init_from &&
                (rc = need_file(c, "model.init_from", c->model.init_from, err))) {
         return rc;

@@ -225,7 +225,19 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
             if (out[i] && out[j] && pt_output_same(out[i], out[j]))
                 rc = pt_fail(err, PT_EINPUT, "%s and %s name the same file ('%s', '%s')", opt[i],
                              opt[j], out[i], out[j]);
-    if (rc == 0 && (rc = pt_config_validate(&a->cfg, err)) == 0 && a->report) {
+    /* an eval of a checkpoint reads none of model.init_from's files (the
+     * checkpoint holds the weights; dropout is off): one not there, or
+     * changed since, is no reason to refuse it */
+    char unread[sizeof a->cfg.model.init_from] = "";
+    if (eval_options && !a->init) {
+        memcpy(unread, a->cfg.model.init_from, sizeof unread);
+        a->cfg.model.init_from[0] = '\0';
+    }
+    if (rc == 0)
+        rc = pt_config_validate(&a->cfg, err);
+    if (*unread) /* kept: an output must not replace its files either */
+        memcpy(a->cfg.model.init_from, unread, sizeof unread);
+    if (rc == 0 && a->report) {
         pt_arch arch;
         pt_config_arch(&a->cfg, &arch);
         if (!pt_eval_by_class(&arch))
@@ -678,7 +690,13 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     }
     if (checkpoint && hold.fd < 0)
         pt_checkpoint_hold(&hold, checkpoint); /* no manifest: the read says so */
-    rc = pt_session_open(s, comm, cfg, PT_RUN_EVAL, checkpoint, &err);
+    /* of a checkpoint: without model.init_from, which it does not read
+     * (read_config); large, so not on the stack (one eval a process) */
+    static pt_config opened;
+    opened = *cfg;
+    if (checkpoint)
+        opened.model.init_from[0] = '\0';
+    rc = pt_session_open(s, comm, &opened, PT_RUN_EVAL, checkpoint, &err);
     if (rc == 0 && checkpoint) {
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);

@@ -1026,6 +1026,48 @@ def test_export_from_another_directory(h):
     check(U.snapshot(h.path("work-copy")) == before, "a refused export changed the copy")
 
 
+def test_eval_of_a_checkpoint_reads_no_init_from(h):
+    """An eval of a checkpoint takes the weights from it and trains nothing
+    (no dropout), so model.init_from's files are not read: a pretrained
+    directory damaged since (config.json cut short, another activation) or
+    gone evaluates to the same bits, while its files are still spared as
+    outputs. It used to refuse them, and a missing one with a hint to set
+    model.init_from empty that train, plan and eval --init gave too, where
+    following it trains or evaluates from the seed instead."""
+    files, bert = bert_keys(h)
+    pre = h.path("eval-pre")
+    h.run(["export", U.ckpt(trained_bert(h), LAST), pre]).expect(0, "export")
+    cfg, run_dir = trained(h, "from-pre", kind="gpt", **dict(bert, **{"model.init_from": pre}))
+    ck = U.ckpt(run_dir, LAST)
+
+    def logits(name, *extra):
+        out = h.path(name)
+        h.run(["eval", cfg, "--logits", out] + list(extra)).expect(0, "eval " + name)
+        return U.read_bytes(out)
+    want = logits("l-intact.st", "--checkpoint", ck)
+    config = os.path.join(pre, "config.json")
+    intact = open(config).read()
+    for name, text in (("cut", intact[:1]), ("relu", intact.replace('"gelu"', '"relu"'))):
+        check(text != intact, "%s: the config.json was not changed", name)
+        U.write(config, text)
+        check(logits("l-%s.st" % name, "--checkpoint", ck) == want and
+              logits("l-%s-newest.st" % name) == want,
+              "%s: an eval of a checkpoint beside a changed init_from gave other logits", name)
+        # its files are outputs no eval replaces, read or not
+        r = h.run(["eval", cfg, "--checkpoint", ck, "--logits", config]).expect(2, "--logits over it")
+        r.one_error("--logits", strict=False)
+    U.write(config, intact)
+    shutil.rmtree(pre)
+    check(logits("l-gone.st", "--checkpoint", ck) == want,
+          "an eval of a checkpoint without its init_from gave other logits")
+    # commands that read it refuse it, naming it, with no hint to empty it
+    for args in (["train", cfg], ["plan", cfg], ["eval", cfg, "--init"]):
+        r = h.run(args).expect(2, " ".join(args[:1] + args[2:]) + " without model.init_from")
+        line = r.one_error("model.init_from", pre, "No such file", strict=False)
+        check("--set" not in line and "eval of a checkpoint" not in line,
+              "%s: a hint that does not apply:\n  %s", args[0], line)
+
+
 def test_export_padded_bert(h):
     """A bert whose embedding is padded past its vocabulary's lines
     (model.vocab larger, as training allows) exports with its tokenizer
@@ -3091,6 +3133,7 @@ def tests():
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
         test_export_from_another_directory,
         test_export_padded_bert,
+        test_eval_of_a_checkpoint_reads_no_init_from,
         test_failed_bert_export_takes_back_its_directories,
         test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
         test_signal_while_bert_export_renames, test_unmakeable_directories_leave_nothing,
