@@ -42,9 +42,55 @@ void pt_session_digest_data(pt_session *s, pt_run_mode mode)
  * its own): the same examples, vocabulary and initial weights everywhere, or replicas would
  * train on different token ids or examples without a word. Rank 0's
  * digests against this rank's; collective over the world. */
+/* The settings each rank took from a file beside its inputs where the
+ * config leaves them at auto (the tokenizer_config.json beside data.vocab,
+ * model.init_from's config.json) against rank 0's, named: those files are
+ * not digested, and the examples or initial weights they change would be
+ * blamed instead. Collective over the world. */
+static int same_settings(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    const int text = c->data.kind == PT_DATA_TEXT_CLASSIFICATION;
+    double mine[5] = {text ? c->data.lowercase : 0, text ? c->data.strip_accents : 0,
+                      text ? c->data.split_cjk : 0, s->arch.hidden_dropout, s->arch.attn_dropout};
+    double root[5];
+    memcpy(root, mine, sizeof root);
+    int rc = pt_bcast(pt_comm_world(s->comm), root, sizeof root, 0, err);
+    if (rc)
+        return rc;
+    static const char *const key[5] = {"data.lowercase", "data.strip_accents", "data.split_cjk",
+                                       "model.dropout", "model.attention_dropout"};
+    for (int k = 0; k < 5; k++) {
+        if (memcmp(&mine[k], &root[k], sizeof mine[k]) == 0)
+            continue;
+        char from[PT_PATH_MAX + 64] = "its value";
+        if (k < 3) {
+            char tokenizer[PT_PATH_MAX + 32];
+            pt_session_tokenizer_config(c, tokenizer);
+            snprintf(from, sizeof from, "'%s'", tokenizer);
+        } else {
+            char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32],
+                tokcfg[PT_PATH_MAX + 32];
+            pt_session_init_files(c, weights, config, vocab, tokcfg);
+            snprintf(from, sizeof from, "'%s'", *config ? config : c->model.init_from);
+        }
+        if (k < 3)
+            return pt_fail(err, PT_EINPUT, "this rank takes %s = %s from %s, rank 0 takes %s: "
+                           "every rank must read the same files", key[k], mine[k] ? "true" : "false",
+                           from, root[k] ? "true" : "false");
+        return pt_fail(err, PT_EINPUT, "this rank takes %s = %g from %s, rank 0 takes %g: every "
+                       "rank must read the same files", key[k], mine[k], from, root[k]);
+    }
+    return 0;
+}
+
 int pt_session_same_data(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
+    /* a setting that differs is named first; every rank still goes through
+     * the digests' broadcast below */
+    pt_err first;
+    const int settings = same_settings(s, &first);
     char init[65], root[4][65];
     pt_session_init_digest(c, init);
     memcpy(root[0], s->train_sha256, 65);
@@ -52,6 +98,10 @@ int pt_session_same_data(pt_session *s, pt_err *err)
     memcpy(root[2], s->vocab_sha256, 65);
     memcpy(root[3], init, 65);
     int rc = pt_bcast(pt_comm_world(s->comm), root, sizeof root, 0, err);
+    if (settings) {
+        *err = first;
+        return settings;
+    }
     if (rc)
         return rc;
     const char *mine[4] = {s->train_sha256, s->test_sha256, s->vocab_sha256, init};

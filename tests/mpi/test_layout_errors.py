@@ -184,6 +184,18 @@ def configs_differ(tools, work):
                                                                tools.pipetrain, cmd, bcfg] +
                       (["--init"] if cmd == "eval" else []), None,
                       ["rank 1: error: %s:" % bcfg, "data.train_file: train.tsv:17: no tab"]))
+    # a setting taken from a file beside the vocabulary (data.lowercase at
+    # auto, from tokenizer_config.json) that differs on rank 1 is named: its
+    # token ids differ, and it was blamed on the training file
+    tokcfg = os.path.join(work, "files-tokcfg")
+    shutil.copytree(same, tokcfg)
+    with open(os.path.join(tokcfg, "tokenizer_config.json"), "w") as f:
+        f.write('{"do_lower_case": false}\n')
+    cases.append(("rank 1's tokenizer_config.json is cased",
+                  base + ["-np", "1", "-wdir", same, tools.pipetrain, "train", bcfg, ":",
+                          "-np", "1", "-wdir", tokcfg, tools.pipetrain, "train", bcfg], None,
+                  ["rank 1: error: this rank takes data.lowercase = false from "
+                   "'tokenizer_config.json', rank 0 takes true"]))
     for name, what, key in (("vocab", "vocabulary", "data.vocab 'vocab.txt'"),
                             ("train", "training data", "data.train_file 'train.tsv'")):
         cases.append(("rank 1 reads another %s" % name,
@@ -213,6 +225,21 @@ def configs_differ(tools, work):
         r = subprocess.run(one + [tools.pipetrain, "export", step, os.path.join(d, "init")],
                            cwd=H.ROOT, env=H.ENV, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
+    # rank 1's model.init_from with another dropout in its config.json
+    # (model.dropout at auto reads it): named, not blamed on the weights
+    drop = os.path.join(work, "files-dropout")
+    shutil.copytree(same, drop, symlinks=True)
+    with open(os.path.join(drop, "init", "config.json")) as f:
+        hf = json.load(f)
+    hf["hidden_dropout_prob"] = 0.25
+    with open(os.path.join(drop, "init", "config.json"), "w") as f:
+        json.dump(hf, f)
+    cases.append(("rank 1's model.init_from has another dropout",
+                  base + ["-np", "1", "-wdir", same, tools.pipetrain, "eval", rel, "--init", "--set",
+                          "model.init_from=init", ":", "-np", "1", "-wdir", drop, tools.pipetrain,
+                          "eval", rel, "--init", "--set", "model.init_from=init"], None,
+                  ["rank 1: error: this rank takes model.dropout = 0.25 from 'init/config.json', "
+                   "rank 0 takes 0:"]))
     two = lambda *args: (base + ["-np", "1", "-wdir", same, tools.pipetrain] + list(args) +
                          [":", "-np", "1", "-wdir", other, tools.pipetrain] + list(args))
     cases += [
