@@ -575,9 +575,11 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
 {
     *data = NULL;
     *n = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* a regular file only, checked on the descriptor: a FIFO put at the
+     * path after a caller's check would block the open, a device never end */
+    int fd = pt_open_input(path, 0, err);
     if (fd < 0)
-        return pt_fail(err, PT_ESYS, "'%s': cannot open: %s", path, strerror(errno));
+        return err->code;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int rc = pt_fail(err, PT_ESYS, "'%s': cannot stat: %s", path, strerror(errno));
@@ -589,8 +591,9 @@ int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_
         return pt_fail(err, PT_EINPUT, "'%s' is %llu bytes, larger than the limit of %zu bytes",
                        path, (unsigned long long)st.st_size, max_bytes);
     }
-    /* The size is a hint only (pipes, /proc, a file growing under us): read
-     * until end of file, with room for one byte past the limit to detect it. */
+    /* The size is a hint only (/proc's files say 0, a file may grow under
+     * us): read until end of file, with room for one byte past the limit to
+     * detect it. */
     size_t cap = 4096;
     if (S_ISREG(st.st_mode) && (uint64_t)st.st_size < SIZE_MAX - 2)
         cap = (size_t)st.st_size + 2;

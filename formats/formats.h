@@ -102,10 +102,11 @@ int pt_wfile_defer_signal(int sig);
 /* pt_wfile_open + pt_wfile_write + pt_wfile_commit. */
 int pt_write_file_atomic(const char *path, const void *data, size_t n, pt_err *err);
 
-/* Reads a whole file. *data is malloc'd (the caller frees it), holds *n bytes
- * and one extra NUL byte after them, so text can be used as a C string.
- * PT_EINPUT if the file holds more than max_bytes bytes; PT_ESYS if it cannot
- * be opened or read. */
+/* Reads a whole regular file. *data is malloc'd (the caller frees it), holds
+ * *n bytes and one extra NUL byte after them, so text can be used as a C
+ * string. PT_EINPUT if the file holds more than max_bytes bytes or is not a
+ * regular file (a FIFO is refused, not waited on: pt_open_input); PT_ESYS
+ * if it cannot be opened or read. */
 int pt_read_file(const char *path, size_t max_bytes, void **data, size_t *n, pt_err *err);
 
 /* Creates a directory and any missing parents, like `mkdir -p`: an existing

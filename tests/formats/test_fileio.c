@@ -321,7 +321,18 @@ static void test_read_file_limits(void)
     char *missing = join_path(dir, "missing");
     CU_ASSERT(pt_read_file(missing, 10, &data, &n, &err) == PT_ESYS);
     CU_ASSERT(strstr(err.msg, "missing") != NULL);
-    CU_ASSERT(pt_read_file(dir, 10, &data, &n, &err) == PT_ESYS); /* a directory */
+    CU_ASSERT(pt_read_file(dir, 10, &data, &n, &err) == PT_EINPUT); /* a directory */
+    CU_ASSERT(strstr(err.msg, "not a regular file (a directory)") != NULL);
+    /* a FIFO (one put where a caller found a file): refused, not waited on
+     * for a writer that never comes (the alarm ends a test that waits) */
+    char *fifo = join_path(dir, "fifo");
+    CU_ASSERT_FATAL(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    CU_ASSERT(pt_read_file(fifo, 10, &data, &n, &err) == PT_EINPUT);
+    alarm(0);
+    CU_ASSERT(data == NULL && strstr(err.msg, "FIFO") != NULL);
+    unlink(fifo);
+    free(fifo);
     free(missing);
     free(empty);
     free(path);
