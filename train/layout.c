@@ -620,6 +620,8 @@ static int place(pt_run *r, pt_err *err)
         rc = pt_mesh_groups_build(&r->groups, r->comm, &r->mesh, r->spec.timeout_s, err);
     if (rc == 0)
         rc = open_nccl(r, err);
+    if (rc == 0) /* tests: a rank whose groups could not be made */
+        rc = pt_test_fault("place", r->rank, r->step, err);
     r->replica = rc ? -1 : r->mesh.replica_of[r->rank];
     r->stage = rc ? -1 : r->mesh.stage_of[r->rank];
     r->active = r->replica >= 0;
@@ -712,8 +714,11 @@ int pt_layout_open(pt_run *r, pt_err *err)
         r->freeze.depth = opening;
         r->frozen_units = pt_freeze_units(opening);
     }
+    /* every rank enters open_cache's and build_stage's collectives, or none
+     * does: a rank whose groups could not be made (NCCL on one node) would
+     * leave the others waiting in them until run.timeout_s */
     if (rc == 0)
-        rc = place(r, err);
+        rc = pt_run_agree(r, place(r, err), err);
     if (rc == 0 && r->spec.cache && r->spec.train)
         rc = open_cache(r, err);
     if (rc == 0)

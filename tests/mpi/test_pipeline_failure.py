@@ -200,6 +200,17 @@ def main():
             expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"),
                    "%s: newest checkpoint is step 4" % name)
 
+        # a rank whose process groups cannot be made at the start (NCCL failing
+        # on one node), with the cache on: every rank learns of it before the
+        # cache's collectives (rank 0 waited in them until run.timeout_s)
+        for who in ("1", "0"):
+            _, out = fault_case(tools, work, "place-fails-%s" % who, who + ":0:error:place",
+                                [r"rank %s: error: injected fault at step 0 \(place\)" % who], ranks=2,
+                                extra={"run.timeout_s": 40, "cache.enabled": "true",
+                                       "freeze.policy": "schedule"})
+            expect("no progress for" not in out, "place-fails-%s: a rank waited for the failed one "
+                   "until run.timeout_s\n%s" % (who, out[-1500:]))
+
         # run.timeout_s far below a message's time: waits time out anywhere
         # (setup, link measurement, steps). The rank that gave up used to go
         # on calling collectives while MPI still held its abandoned request
