@@ -19,6 +19,9 @@
  * id. Ids are PT_CKPT_ID_CHARS hex digits; unit file names are shorter than
  * PT_CKPT_FILE_MAX bytes. */
 enum { PT_CKPT_FORMAT = 2, PT_CKPT_ID_CHARS = 32, PT_CKPT_FILE_MAX = 64 };
+/* The largest step a manifest may hold: train.max_steps' own bound, far
+ * past any run, and far from int64's end (a step + 1 never overflows). */
+#define PT_CKPT_MAX_STEP ((int64_t)1000000000000000)
 
 /* The largest manifest record read: the most a save writes (1024 blocks'
  * units, 4096 labels of 256 bytes even as \u escapes, the config) is a few

@@ -145,6 +145,10 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
                     !json_is_object(m->units) || !json_is_object(m->files)))
         rc = pt_fail(err, PT_EINPUT, "'%s': the manifest lacks its checkpoint id, step, units or "
                      "files (or one of them is malformed)", path);
+    if (rc == 0 && json_integer_value(step) > PT_CKPT_MAX_STEP)
+        rc = pt_fail(err, PT_EINPUT, "'%s': the manifest's step %" JSON_INTEGER_FORMAT " is past "
+                     "any run's (at most %" PRId64 "): the manifest was edited", path,
+                     json_integer_value(step), PT_CKPT_MAX_STEP);
     if (rc == 0)
         rc = check_units_and_files(m, path, err);
     if (rc == 0) {

@@ -552,7 +552,7 @@ static int load_state(const pt_ckpt_run *c, const char *dir, pt_err *err)
                          dir, st.epoch_step, pt_sampler_steps(&r->sampler),
                          *diff ? diff : from, *diff ? "" : ", changed since");
         }
-        else if ((rc = pt_freeze_from_json(&r->freeze, json_object_get(m.j, "freeze"), err)))
+        else if ((rc = pt_freeze_from_json(&r->freeze, json_object_get(m.j, "freeze"), m.step, err)))
             pt_err_prefix(err, "'%s/manifest'", dir);
         else if (st.frozen != pt_freeze_units(r->freeze.depth))
             rc = pt_fail(err, PT_EINPUT,
@@ -708,7 +708,7 @@ static int verify(const manifest *m, int config_optional, int files, pt_err *err
         const pt_freeze_config none = {PT_FREEZE_NONE, 0, 0};
         rc = pt_freeze_init(&freeze, &none, arch.layers, err);
     }
-    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m->j, "freeze"), err)))
+    if (rc == 0 && (rc = pt_freeze_from_json(&freeze, json_object_get(m->j, "freeze"), m->step, err)))
         pt_err_prefix(err, "'%s/manifest'", dir);
     if (rc == 0 && st.frozen != pt_freeze_units(freeze.depth))
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest': frozen_units = %" PRId64 " does not match %d "

@@ -191,7 +191,7 @@ static int numbers(const json_t *arr, int blocks, double *out)
     return 0;
 }
 
-int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err)
+int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, int64_t step, pt_err *err)
 {
     const json_t *depth = json_object_get(j, "depth"), *decisions = json_object_get(j, "decisions"),
                  *have_prev = json_object_get(j, "have_prev"), *steps = json_object_get(j, "acc_steps"),
@@ -209,6 +209,16 @@ int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err)
                        "0..%d, decisions, have_prev, acc_steps, prev_steps (if any) not negative, "
                        "and %d finite acc and prev sums)",
                        s->blocks, s->blocks);
+    /* counts of what happened up to the step: larger ones were edited in,
+     * and would overflow as the run goes on */
+    if (step < 0 || json_integer_value(decisions) > step + 1 || json_integer_value(steps) > step ||
+        (prev_steps && json_integer_value(prev_steps) > step))
+        return pt_fail(err, PT_EINPUT, "the freeze state counts more than %" PRId64 " steps "
+                       "allow (decisions %" JSON_INTEGER_FORMAT ", at most %" PRId64 "; acc_steps %"
+                       JSON_INTEGER_FORMAT " and prev_steps %" JSON_INTEGER_FORMAT ", at most %"
+                       PRId64 ")", step, json_integer_value(decisions), step + 1,
+                       json_integer_value(steps),
+                       prev_steps ? json_integer_value(prev_steps) : (json_int_t)0, step);
     s->depth = (int)json_integer_value(depth);
     s->decisions = (int)json_integer_value(decisions);
     s->have_prev = json_is_true(have_prev);

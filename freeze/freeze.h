@@ -70,8 +70,11 @@ int pt_freeze_units(int depth);
 
 /* The state as a JSON object (doubles round-trip exactly), and back; a
  * resumed run then makes the same decisions. to_json returns NULL when out
- * of memory; from_json refuses anything malformed with PT_EINPUT. */
+ * of memory; from_json, for a state saved at optimizer step `step`, refuses
+ * anything malformed with PT_EINPUT, and counts no run of that many steps
+ * reaches: more decisions than step + 1 (one before the first step, at most
+ * one a step after it), more accumulated steps than step. */
 json_t *pt_freeze_to_json(const pt_freeze_state *s);
-int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, pt_err *err);
+int pt_freeze_from_json(pt_freeze_state *s, const json_t *j, int64_t step, pt_err *err);
 
 #endif

@@ -219,9 +219,9 @@ static void auto_policy_unequal_intervals(void)
     json_t *saved = pt_freeze_to_json(&a);
     CU_ASSERT_FATAL(saved != NULL);
     CU_ASSERT_EQUAL(json_integer_value(json_object_get(saved, "prev_steps")), 4);
-    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, saved, &err), 0);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, saved, 1000, &err), 0);
     CU_ASSERT_EQUAL(json_object_del(saved, "prev_steps"), 0);
-    CU_ASSERT_EQUAL(pt_freeze_from_json(&old, saved, &err), 0);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&old, saved, 1000, &err), 0);
     json_decref(saved);
     pt_freeze_accumulate(&a, v);
     pt_freeze_accumulate(&b, v);
@@ -247,7 +247,7 @@ static void auto_policy_unequal_intervals(void)
         CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
         json_t *j = json_loads(bad[i], 0, NULL);
         CU_ASSERT_FATAL(j != NULL);
-        CU_ASSERT_EQUAL(pt_freeze_from_json(&s, j, &err), PT_EINPUT);
+        CU_ASSERT_EQUAL(pt_freeze_from_json(&s, j, 1000, &err), PT_EINPUT);
         json_decref(j);
         pt_freeze_free(&s);
     }
@@ -274,7 +274,7 @@ static void saved_state_decides_the_same(void)
     json_decref(saved);
     json_t *loaded = json_loads(text, 0, NULL);
     CU_ASSERT_FATAL(loaded != NULL);
-    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, loaded, &err), 0);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, loaded, 1000, &err), 0);
     json_decref(loaded);
     for (int k = 0; k < 6; k++)
         CU_ASSERT_EQUAL(memcmp(&a.acc[k], &b.acc[k], sizeof(double)), 0);
@@ -301,7 +301,29 @@ static void saved_state_decides_the_same(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *j = json_loads(bad[i], 0, NULL);
         CU_ASSERT_FATAL(j != NULL);
-        CU_ASSERT_EQUAL(pt_freeze_from_json(&b, j, &err), PT_EINPUT);
+        CU_ASSERT_EQUAL(pt_freeze_from_json(&b, j, 1000, &err), PT_EINPUT);
+        json_decref(j);
+    }
+    /* counts past what the step allows (an edited checkpoint: a count at
+     * INT32_MAX or INT64_MAX then overflowed as the run went on) are
+     * refused; at the bounds they load */
+    const struct {
+        long long decisions, acc, prev, step;
+        int ok;
+    } counts[] = {{11, 10, 10, 10, 1},          {12, 10, 10, 10, 0},
+                  {1, 11, 0, 10, 0},            {1, 0, 11, 10, 0},
+                  {1, 0, 0, 0, 1},              {2, 0, 0, 0, 0},
+                  {2147483647LL, 0, 0, 10, 0},  {1, 9223372036854775807LL, 0, 10, 0},
+                  {1, 0, 0, -1, 0}};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        json_t *j = json_pack("{s:i, s:I, s:b, s:I, s:I, s:[ffffff], s:[ffffff]}", "depth", 0,
+                              "decisions", (json_int_t)counts[i].decisions, "have_prev", 1,
+                              "acc_steps", (json_int_t)counts[i].acc, "prev_steps",
+                              (json_int_t)counts[i].prev, "acc", 0., 0., 0., 0., 0., 0., "prev", 0., 0.,
+                              0., 0., 0., 0.);
+        CU_ASSERT_FATAL(j != NULL);
+        CU_ASSERT_EQUAL(pt_freeze_from_json(&b, j, counts[i].step, &err),
+                        counts[i].ok ? 0 : PT_EINPUT);
         json_decref(j);
     }
     free(text);

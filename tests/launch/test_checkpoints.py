@@ -413,6 +413,14 @@ CRAFTED = {
                                         None),
     "freeze_state_malformed": (manifest_set("freeze.depth", 7), ["manifest", "freeze"],
                                None),
+    # counts no run reaches (a step at int64's end overflowed in a note;
+    # freeze counters at INT32_MAX or INT64_MAX overflowed as the run went on)
+    "state_step_past_any_run": (manifest_set("step", 2 ** 63 - 1), ["manifest", "past any run's"],
+                                None),
+    "freeze_decisions_past_step": (manifest_set("freeze.decisions", 2 ** 31 - 1),
+                                   ["manifest", "freeze state counts more than 10 steps allow"], None),
+    "freeze_acc_steps_past_step": (manifest_set("freeze.acc_steps", 2 ** 63 - 1),
+                                   ["manifest", "freeze state counts more than 10 steps allow"], None),
     "arch_record_malformed": (manifest_set("arch.dim", "sixteen"),
                               ["manifest", "architecture record's 'dim'", "an integer"], None),
     # the planner's measurements a resume plans from (eval and export plan
