@@ -322,12 +322,16 @@ int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err);
  * int(1e30)) and which are read for other fields. */
 int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err);
 /* The same for JSON that other programs write (a Hugging Face config.json or
- * tokenizer_config.json, a safetensors header), with every number read as a
- * real when reals is set: a \u0000 escape in a string is valid JSON there
- * (Python's json writes one, in fields pipetrain never reads), so it is
- * kept, and a string such a file gives must be read through pt_json_cstr;
- * in an object key (which jansson cannot hold) it is read as U+FFFD. */
-int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err);
+ * tokenizer_config.json, a safetensors header), with flags: PT_JSON_REALS,
+ * every number read as a real (an integer past 64 bits is no error);
+ * PT_JSON_LAST_KEY_WINS, a key given twice in an object taken at its last
+ * value, as Python's json and so transformers read it (without it, refused).
+ * A \u0000 escape in a string is valid JSON there (Python's json writes one,
+ * in fields pipetrain never reads), so it is kept, and a string such a file
+ * gives must be read through pt_json_cstr; in an object key (which jansson
+ * cannot hold) it is read as U+FFFD. */
+enum { PT_JSON_REALS = 1, PT_JSON_LAST_KEY_WINS = 2 };
+int pt_json_load_foreign(json_t **out, const char *text, size_t n, int flags, pt_err *err);
 /* j's text when j is a string without a NUL character in it; NULL when j is
  * no string or holds one (it would read as a shorter text in C). */
 const char *pt_json_cstr(const json_t *j);

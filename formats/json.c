@@ -12,7 +12,7 @@
 static int load(json_t **out, const char *text, size_t n, size_t flags, pt_err *err)
 {
     json_error_t e;
-    *out = json_loadb(text, n, JSON_REJECT_DUPLICATES | flags, &e);
+    *out = json_loadb(text, n, flags, &e);
     if (!*out) {
         /* jansson reads a raw NUL byte as the end of the text ("... expected
          * near end of file", at a column before it): name the byte instead */
@@ -32,12 +32,12 @@ static int load(json_t **out, const char *text, size_t n, size_t flags, pt_err *
 
 int pt_json_load(json_t **out, const char *text, size_t n, pt_err *err)
 {
-    return load(out, text, n, 0, err);
+    return load(out, text, n, JSON_REJECT_DUPLICATES, err);
 }
 
 int pt_json_load_reals(json_t **out, const char *text, size_t n, pt_err *err)
 {
-    return load(out, text, n, JSON_DECODE_INT_AS_REAL, err);
+    return load(out, text, n, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, err);
 }
 
 /* A copy of text in which each \u0000 escape in an object key is \uFFFD
@@ -81,12 +81,15 @@ static char *keys_without_nul(const char *text, size_t n)
     return t;
 }
 
-int pt_json_load_foreign(json_t **out, const char *text, size_t n, int reals, pt_err *err)
+int pt_json_load_foreign(json_t **out, const char *text, size_t n, int flags, pt_err *err)
 {
     char *t = keys_without_nul(text, n);
     if (!t)
         return pt_fail(err, PT_ENOMEM, "out of memory for %zu bytes of JSON", n);
-    const int rc = load(out, t, n, JSON_ALLOW_NUL | (reals ? JSON_DECODE_INT_AS_REAL : 0), err);
+    const int rc = load(out, t, n,
+                        JSON_ALLOW_NUL | (flags & PT_JSON_REALS ? JSON_DECODE_INT_AS_REAL : 0) |
+                            (flags & PT_JSON_LAST_KEY_WINS ? 0 : JSON_REJECT_DUPLICATES),
+                        err);
     free(t);
     return rc;
 }

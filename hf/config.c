@@ -22,12 +22,13 @@ static int get_int(const json_t *root, const char *path, const char *key, int lo
     json_t *j = json_object_get(root, key);
     if (!j)
         return pt_fail(err, PT_EINPUT, "%s: %s: missing", path, key);
-    if (!json_is_integer(j))
+    /* read as a real (pt_hf_read_json): an integer is a whole number */
+    const double x = json_number_value(j);
+    if (!json_is_number(j) || x != floor(x))
         return pt_fail(err, PT_EINPUT, "%s: %s: not an integer", path, key);
-    json_int_t x = json_integer_value(j);
     if (x < lo || x > hi)
-        return pt_fail(err, PT_EINPUT, "%s: %s: %lld is out of range [%d, %d]", path, key,
-                       (long long)x, lo, hi);
+        return pt_fail(err, PT_EINPUT, "%s: %s: %.17g is out of range [%d, %d]", path, key, x, lo,
+                       hi);
     *v = (int)x;
     return 0;
 }
@@ -40,8 +41,11 @@ static const char *text_or_kind(const json_t *j)
                                : "not a string";
 }
 
-/* A config.json (at most 1 MiB) as JSON; errors name the file. */
-int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err)
+/* A config.json or tokenizer_config.json (at most 1 MiB) as JSON, read as
+ * transformers reads it (Python's json): every number a real, so that an
+ * integer past 64 bits in a field pipetrain does not read is no error, and
+ * a key given twice at its last value; errors name the file. */
+int pt_hf_read_json(const char *path, json_t **root, pt_err *err)
 {
     *root = NULL;
     void *text = NULL;
@@ -49,7 +53,7 @@ int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err)
     int rc = pt_read_file(path, 1 << 20, &text, &n, err);
     if (rc)
         return rc;
-    rc = pt_json_load_foreign(root, text, n, reals, err);
+    rc = pt_json_load_foreign(root, text, n, PT_JSON_REALS | PT_JSON_LAST_KEY_WINS, err);
     free(text);
     return rc ? pt_err_prefix(err, "%s", path) : 0;
 }
@@ -58,7 +62,7 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
 {
     memset(out, 0, sizeof *out);
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, 0, err);
+    int rc = pt_hf_read_json(path, &root, err);
     if (rc)
         return rc;
     if (!json_is_object(root)) {
@@ -263,7 +267,7 @@ int pt_hf_bert_labels_read(const char *path, char ***names, int *n, pt_err *err)
     *names = NULL;
     *n = 0;
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, 0, err);
+    int rc = pt_hf_read_json(path, &root, err);
     if (rc)
         return rc;
     const json_t *map = json_object_get(root, "id2label");
@@ -316,7 +320,7 @@ int pt_hf_tokenizer_config_read(const char *path, int want, pt_hf_normalizer *ou
     if (!S_ISREG(st.st_mode)) /* never wait on a FIFO */
         return pt_fail(err, PT_EINPUT, "%s: not a regular file", path);
     json_t *root = NULL;
-    int rc = pt_hf_read_json(path, &root, 1, err);
+    int rc = pt_hf_read_json(path, &root, err);
     if (rc)
         return rc;
     *found = 1;

@@ -19,9 +19,10 @@ static inline int ends_with(const char *s, const char *tail)
     return n >= t && strcmp(s + n - t, tail) == 0;
 }
 
-/* config.c: a JSON file of at most 1 MiB; errors name the file. reals:
- * every number read as a real (pt_json_load_reals). */
-int pt_hf_read_json(const char *path, json_t **root, int reals, pt_err *err);
+/* config.c: a JSON file of at most 1 MiB, read as Python's json reads it
+ * (every number a real, a repeated key at its last value); errors name the
+ * file. */
+int pt_hf_read_json(const char *path, json_t **root, pt_err *err);
 
 /* names.c: the Hugging Face names of parameter k of a unit (without a
  * "bert." prefix): 3 for the fused qkv (its rows split in equal thirds), 1

@@ -726,7 +726,20 @@ static void test_json_load_foreign(void)
     CU_ASSERT(pt_json_load_foreign(&j, late, sizeof late - 1, 0, &err) == PT_EINPUT);
     CU_ASSERT(strstr(err.msg, "NUL") == NULL && strstr(err.msg, "column 9") != NULL);
     if (strstr(err.msg, "NUL") || !strstr(err.msg, "column 9"))
-        printf("\n  late NUL: %s\n", err.msg);
+        printf("\n  late NUL: %s\n", err.msg);    /* a key twice: refused, or (as Python's json reads it) its last value;
+     * an integer past 64 bits: refused, or read as a real */
+    const char *twice = "{\"a\": 1, \"b\": 2, \"a\": 3}";
+    CU_ASSERT(pt_json_load_foreign(&j, twice, strlen(twice), 0, &err) == PT_EINPUT);
+    CU_ASSERT(pt_json_load(&j, twice, strlen(twice), &err) == PT_EINPUT);
+    CU_ASSERT_FATAL(pt_json_load_foreign(&j, twice, strlen(twice), PT_JSON_LAST_KEY_WINS, &err) == 0);
+    CU_ASSERT(json_integer_value(json_object_get(j, "a")) == 3 && json_object_size(j) == 2);
+    json_decref(j);
+    const char *big = "{\"r\": 100000000000000000000000000000, \"n\": 384}";
+    CU_ASSERT(pt_json_load_foreign(&j, big, strlen(big), PT_JSON_LAST_KEY_WINS, &err) == PT_EINPUT);
+    CU_ASSERT_FATAL(pt_json_load_foreign(&j, big, strlen(big), PT_JSON_REALS, &err) == 0);
+    CU_ASSERT(json_real_value(json_object_get(j, "r")) == 1e29 &&
+              json_real_value(json_object_get(j, "n")) == 384.0);
+    json_decref(j);
 }
 
 static void test_remove_dead_temporaries(void)

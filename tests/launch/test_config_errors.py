@@ -1446,7 +1446,13 @@ def test_bert_init_from_refused(h):
                                ("nul-unread", {"note": "a\u0000b"}, None),
                                # in a key too (transformers' label2id mirrors
                                # id2label), which jansson cannot hold as it is
-                               ("nul-key-unread", {"label2id": {"a\u0000b": 0, "c": 1}}, None)):
+                               ("nul-key-unread", {"label2id": {"a\u0000b": 0, "c": 1}}, None),
+                               # an integer past 64 bits in a field it does
+                               # not read (Python reads it): read
+                               ("bigint-unread", {"note": 10 ** 29}, None),
+                               # whole numbers written as reals (Python's
+                               # int(384.0) is 384): read as integers
+                               ("sizes-as-reals", {"hidden_size": 8.0, "pad_token_id": 0.0}, None)):
         init = hf_bert(h, name, change)
         if drop:
             with open(os.path.join(init, "config.json")) as c:
@@ -1456,6 +1462,20 @@ def test_bert_init_from_refused(h):
         text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init})))
         h.run(["train", U.write(h.path(name + ".yaml"), text)]).expect(0, name)
         shutil.rmtree(h.path("run"))
+    # a key given twice: its last value, as transformers (Python's json)
+    # reads it: trains where the last fits the model, is refused where not
+    for name, first, last, rc in (("twice-last-fits", 99, 8, 0), ("twice-last-differs", 8, 99, 2)):
+        raw = json.dumps({"hidden_size": first})[:-1] + ", " + json.dumps(dict(
+            {"model_type": "bert", "num_hidden_layers": 1, "num_attention_heads": 2,
+             "intermediate_size": 16, "vocab_size": 6, "max_position_embeddings": 16},
+            hidden_size=last))[1:]
+        init = hf_bert(h, name, raw_config=raw)
+        text = U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init})))
+        r = h.run(["train", U.write(h.path(name + ".yaml"), text)]).expect(rc, name)
+        if rc:
+            r.one_error("hidden_size", "99", strict=False)
+        else:
+            shutil.rmtree(h.path("run"))
     no_weights = h.path("no-weights")
     os.makedirs(no_weights)
     shutil.copy(os.path.join(good, "config.json"), no_weights)
