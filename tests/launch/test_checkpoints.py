@@ -215,8 +215,14 @@ def test_not_a_checkpoint_path(h):
     # what is wrong with the path itself, not "'PATH/manifest': cannot open"
     empty = h.path("empty-dir")
     os.makedirs(empty)
+    # a Hugging Face model directory (a bert's export): said so, with the
+    # key that takes it (it read as a save that never finished)
+    hf = h.path("hf-dir")
+    os.makedirs(hf)
+    U.write(os.path.join(hf, "config.json"), "{}\n")
     for path, says in ((missing, "no such directory"), (cfg, "not a directory"),
-                       (empty, "holds no manifest: it is not a checkpoint")):
+                       (empty, "holds no manifest: it is not a checkpoint (an empty directory"),
+                       (hf, "looks like a Hugging Face model directory")):
         for args in (["inspect", path], ["export", path, h.path("y.st")],
                      ["eval", cfg, "--checkpoint", path]):
             r = h.run(args).expect(2, " ".join(args))
