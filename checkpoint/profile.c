@@ -106,11 +106,14 @@ static int get_times(const json_t *o, const char *name, const char *prefix, doub
                      const char *where, pt_err *err)
 {
     int rc = get_pair(o, name, prefix, MAX_SECONDS, v, where, err);
+    /* a measurement: at least the clock's tick (a nanosecond); smaller
+     * ones (5e-324) vanish from the planner's sums, which then read as
+     * nothing profiled */
     for (int i = 0; rc == 0 && i < 2; i++)
-        if (!(v[i] > 0)) {
+        if (!(v[i] >= 1e-9)) {
             char key[112];
             snprintf(key, sizeof key, "%s.%s[%d]", prefix, name, i);
-            rc = bad(err, where, key, "must be a time above 0 seconds (a measurement)");
+            rc = bad(err, where, key, "must be a time of at least 1e-09 seconds (a measurement)");
         }
     return rc;
 }

@@ -1050,7 +1050,11 @@ def test_profile_refused_with_its_key(h):
         ("negative_time", edited(**{"costs.units.2.fwd": [-1.0, 1.0]}), ["'costs.units[2].fwd[0]'"]),
         ("time_as_text", edited(**{"costs.units.0.bwd": ["a", 1.0]}), ["'costs.units[0].bwd[0]'"]),
         ("zero_time", edited(**{"costs.units.3.bwd": [1e-5, 0.0]}),
-         ["'costs.units[3].bwd[1]' must be a time above 0 seconds"]),
+         ["'costs.units[3].bwd[1]' must be a time of at least 1e-09 seconds"]),
+        # below any clock's tick: it vanished from the planner's sums, and
+        # plan said nothing was profiled
+        ("denormal_time", edited(**{"costs.units.1.fwd": [1e-5, 5e-324]}),
+         ["'costs.units[1].fwd[1]' must be a time of at least 1e-09 seconds"]),
         ("one_unit", edited(**{"costs.units": prof["costs"]["units"][:1]}), ["'costs.units'"]),
         ("node_out_of_range", edited(node_of=[5]), ["'node_of[0]'"]),
         ("huge_ranks", edited(ranks=1 << 40), ["'ranks'"]),
