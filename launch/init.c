@@ -248,8 +248,18 @@ void pt_session_init_files(const pt_config *c, char *weights, char *config, char
         tokenizer[0] = '\0';
     if (!*c->model.init_from)
         return;
-    if (c->model.kind != PT_MODEL_BERT ||
-        pt_hf_paths(c->model.init_from, weights, n, config, n, &ignored) != 0) {
+    /* a bert's directory names its files whether they are there or not (a
+     * directory holding only a vocab.txt still has a config.json's place);
+     * its weights file names the others beside it; a path that is not
+     * there names itself alone */
+    struct stat st;
+    const int there = stat(c->model.init_from, &st) == 0;
+    if (c->model.kind == PT_MODEL_BERT && there && S_ISDIR(st.st_mode)) {
+        snprintf(weights, n, "%s/model.safetensors", c->model.init_from);
+    } else if (c->model.kind == PT_MODEL_BERT && there &&
+               pt_hf_paths(c->model.init_from, weights, n, config, n, &ignored) == 0) {
+        snprintf(weights, n, "%s", c->model.init_from);
+    } else {
         snprintf(weights, n, "%s", c->model.init_from); /* what the load will refuse, as it is */
         config[0] = '\0';
         return;

@@ -108,11 +108,13 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
             continue;
         if (stat(inputs[i], &in) == 0) {
             if (exists && same_inode(&out, &in))
-                return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command; it is "
-                               "not overwritten: write it elsewhere", option, path, inputs[i]);
+                return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', an input of this command or a "
+                               "file its config reads; it is not overwritten: write it elsewhere",
+                               option, path, inputs[i]);
         } else if (same_name(path, inputs[i])) {
-            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', which this command reads when it is "
-                           "there; it is not created: write it elsewhere", option, path, inputs[i]);
+            return pt_fail(err, PT_EINPUT, "%s '%s' is '%s', which this command or its config "
+                           "reads when it is there; it is not created: write it elsewhere", option,
+                           path, inputs[i]);
         }
     }
     if (!exists)

@@ -1074,6 +1074,16 @@ def test_eval_of_a_checkpoint_reads_no_init_from(h):
     shutil.rmtree(pre)
     check(logits("l-gone.st", "--checkpoint", ck) == want,
           "an eval of a checkpoint without its init_from gave other logits")
+    # its directory holding none of the model's files: their places are
+    # still outputs no eval makes (the next run would read them)
+    os.makedirs(pre)
+    shutil.copy(files["data.vocab"], os.path.join(pre, "vocab.txt"))
+    for opt, name in (("--logits", "config.json"), ("--hidden", "model.safetensors"),
+                      ("--report", "tokenizer_config.json")):
+        out = os.path.join(pre, name)
+        r = h.run(["eval", cfg, "--checkpoint", ck, opt, out]).expect(2, opt + " into init_from")
+        r.one_error(opt, out, "reads when it is there", strict=False)
+        check(sorted(os.listdir(pre)) == ["vocab.txt"], "a refused eval made %s", os.listdir(pre))
     # commands that read it refuse it, naming it, with no hint to empty it
     for args in (["train", cfg], ["plan", cfg], ["eval", cfg, "--init"]):
         r = h.run(args).expect(2, " ".join(args[:1] + args[2:]) + " without model.init_from")
