@@ -116,7 +116,8 @@ int pt_manifest_open(manifest *m, const char *dir, pt_err *err)
                                           : strerror(e));
         char hf[PT_CKPT_PATH];
         if (lstat(pt_path_join(hf, dir, "config.json"), &st) == 0 ||
-            lstat(pt_path_join(hf, dir, "model.safetensors"), &st) == 0)
+            lstat(pt_path_join(hf, dir, "model.safetensors"), &st) == 0 ||
+            lstat(pt_path_join(hf, dir, "pytorch_model.bin"), &st) == 0)
             return pt_fail(err, PT_EINPUT, "'%s' holds no manifest: it is not a checkpoint, but "
                            "looks like a Hugging Face model directory (a bert's `pipetrain "
                            "export`, or a pretrained model), which model.init_from takes; a "

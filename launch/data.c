@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* What a checkpoint records of the data and a resume compares, and every
@@ -63,17 +64,20 @@ static int same_settings(pt_session *s, pt_err *err)
     for (int k = 0; k < 5; k++) {
         if (memcmp(&mine[k], &root[k], sizeof mine[k]) == 0)
             continue;
-        char from[PT_PATH_MAX + 64] = "its value";
+        char from[2 * PT_PATH_MAX + 96] = "its value", file[PT_PATH_MAX + 32];
         if (k < 3) {
-            char tokenizer[PT_PATH_MAX + 32];
-            pt_session_tokenizer_config(c, tokenizer);
-            snprintf(from, sizeof from, "'%s'", tokenizer);
+            pt_session_tokenizer_config(c, file);
         } else {
-            char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32],
-                tokcfg[PT_PATH_MAX + 32];
-            pt_session_init_files(c, weights, config, vocab, tokcfg);
-            snprintf(from, sizeof from, "'%s'", *config ? config : c->model.init_from);
+            char weights[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32], tokcfg[PT_PATH_MAX + 32];
+            pt_session_init_files(c, weights, file, vocab, tokcfg);
         }
+        struct stat st;
+        if (!*file)
+            snprintf(from, sizeof from, "model.init_from '%s'", c->model.init_from);
+        else if (lstat(file, &st) == 0)
+            snprintf(from, sizeof from, "'%s'", file);
+        else /* this rank's copy lacks the file: its defaults */
+            snprintf(from, sizeof from, "the defaults ('%s' is not there)", file);
         if (k < 3)
             return pt_fail(err, PT_EINPUT, "this rank takes %s = %s from %s, rank 0 takes %s: "
                            "every rank must read the same files", key[k], mine[k] ? "true" : "false",
@@ -113,7 +117,10 @@ int pt_session_same_data(pt_session *s, pt_err *err)
         if (!*root[k] || !*mine[k] || strcmp(root[k], mine[k]) == 0) /* not known: not compared */
             continue;
         char from[2 * PT_PATH_MAX + 80];
-        if (k == 3)
+        if (k == 3 && c->model.kind == PT_MODEL_BERT)
+            snprintf(from, sizeof from, "model.init_from '%s' (its weights, or its config.json)",
+                     c->model.init_from);
+        else if (k == 3)
             snprintf(from, sizeof from, "model.init_from '%s'", c->model.init_from);
         else if (k == 2)
             snprintf(from, sizeof from, "data.vocab '%s'", c->data.vocab);
