@@ -325,7 +325,20 @@ int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err)
         *out = g;
         return 0;
     }
-    int rc = MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &mpi);
+    /* MPI_Comm_split blocks with no deadline until every rank is in it: a
+     * rank that stopped answering on its way there (at a re-plan, or while
+     * starting up) held the others in it for good. They meet first in a
+     * barrier that times out; past it, every rank is at the split. */
+    if (stopped)
+        return stopped_fail(err);
+    pt_req r = {0};
+    int rc = MPI_Ibarrier(c->world.mpi, req_of(&r));
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "MPI_Ibarrier");
+    r.active = 1;
+    if ((rc = pt_wait(&c->world, &r, "every rank, to make a process group", err)))
+        return rc;
+    rc = MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &mpi);
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Comm_split");
     if (mpi == MPI_COMM_NULL)

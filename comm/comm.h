@@ -83,7 +83,9 @@ int pt_comm_cores(const pt_comm *c);
 pt_group *pt_comm_world(pt_comm *c);
 pt_group *pt_comm_node_group(pt_comm *c);
 /* Collective over the world: ranks with the same color form a group, ordered
- * by key. color < 0: this rank joins no group (*out = NULL). */
+ * by key. color < 0: this rank joins no group (*out = NULL). The ranks meet
+ * first under the world's deadline (MPI_Comm_split itself has none): a rank
+ * that stopped answering is named by the others' timeout. */
 int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err);
 void pt_group_free(pt_group *g);
 int pt_group_rank(const pt_group *g);

@@ -614,7 +614,10 @@ static int open_nccl(pt_run *r, pt_err *err)
 /* The mesh and groups of r->plan; this rank's place in them. */
 static int place(pt_run *r, pt_err *err)
 {
-    int rc = pt_mesh_build(&r->mesh, r->ranks, pt_comm_node_map(r->comm), r->plan.stages,
+    /* tests: a rank that stops answering on its way to the groups */
+    int rc = pt_test_fault("groups", r->rank, r->step, err);
+    if (rc == 0)
+        rc = pt_mesh_build(&r->mesh, r->ranks, pt_comm_node_map(r->comm), r->plan.stages,
                            r->plan.replicas, err);
     if (rc == 0)
         rc = pt_mesh_groups_build(&r->groups, r->comm, &r->mesh, r->spec.timeout_s, err);

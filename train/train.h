@@ -346,7 +346,9 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * chosen), `finished` (the last step is done, its
  * last evaluation and checkpoint are not), `eval` (a round of an evaluation
  * at step STEP), `replan` (the layout for a new frozen prefix at step STEP
- * is planned, nothing moved yet), `place` (this rank's process groups of a
+ * is planned, nothing moved yet), `groups` (before this rank makes a
+ * layout's process groups, at the start with STEP 0 or at a re-plan),
+ * `place` (this rank's process groups of a
  * layout are made, at the start with STEP 0 or at a re-plan; the cache and
  * the stage not yet), `stage` (this rank's buffers and segment
  * of a layout are made, at the start with STEP 0 or at a re-plan; nothing

@@ -211,6 +211,18 @@ def main():
             expect("no progress for" not in out, "place-fails-%s: a rank waited for the failed one "
                    "until run.timeout_s\n%s" % (who, out[-1500:]))
 
+        # a rank that stops answering on its way to a layout's process groups,
+        # at the start or at a re-plan: the others, which waited in
+        # MPI_Comm_split with no deadline for good, stop after run.timeout_s
+        for name, fault, extra in (
+                ("groups-hang-start", "1:0:hang:groups", {}),
+                ("groups-hang-replan", "1:3:hang:groups",
+                 {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
+                  "freeze.every": 100})):
+            fault_case(tools, work, name, fault, [r"no progress for 5 s waiting for every rank, to "
+                                                  r"make a process group"], ranks=2,
+                       extra=dict(extra, **{"run.timeout_s": 5}))
+
         # run.timeout_s far below a message's time: waits time out anywhere
         # (setup, link measurement, steps). The rank that gave up used to go
         # on calling collectives while MPI still held its abandoned request
