@@ -271,6 +271,49 @@ void pt_cache_release_names(void)
         unlink(open_names.path);
 }
 
+/* A file this user owns, opened without following a link: its descriptor or -1. */
+static int open_own(const char *path, struct stat *st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd >= 0 && (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != getuid())) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+void pt_cache_remove_unattached(const pt_cache_spec *spec)
+{
+    char name[128], path[256], disk[sizeof(((header *)0)->disk_path)] = "";
+    if (segment_name(spec->job, name, sizeof name, NULL) != 0)
+        return;
+    shm_path(name, path, sizeof path);
+    struct stat st;
+    const int fd = open_own(path, &st);
+    if (fd < 0)
+        return;
+    /* the disk file its header names, once the header is complete (the
+     * magic goes in last; before, a disk file is the next start's sweep's) */
+    if ((size_t)st.st_size >= sizeof(header)) {
+        const header *h = mmap(NULL, sizeof(header), PROT_READ, MAP_SHARED, fd, 0);
+        if (h != MAP_FAILED) {
+            if (memcmp(h->magic, MAGIC, sizeof h->magic) == 0 && /* complete */
+                memchr(h->disk_path, '\0', sizeof h->disk_path))
+                memcpy(disk, h->disk_path, sizeof disk);
+            munmap((void *)h, sizeof(header));
+        }
+    }
+    struct stat dst;
+    const int dfd = disk[0] ? open_own(disk, &dst) : -1;
+    if (dfd >= 0 && names_file(disk, dfd))
+        unlink(disk);
+    if (names_file(path, fd))
+        unlink(path);
+    if (dfd >= 0)
+        close(dfd);
+    close(fd);
+}
+
 void pt_cache_close(pt_cache *c)
 {
     if (!c)

@@ -57,6 +57,12 @@ void pt_cache_close(pt_cache *c);
  * one). What is mapped and open stays usable; no rank can attach any more.
  * Async-signal-safe; does nothing when no cache is open. */
 void pt_cache_release_names(void);
+/* For a rank of a job that is failing before it attached (its node's first
+ * rank created the cache, then stopped answering): removes the names of the
+ * job's segment and of the disk file its header names, where they are this
+ * user's and still name what was opened, since the creator cannot. Not
+ * async-signal-safe; never fails. */
+void pt_cache_remove_unattached(const pt_cache_spec *spec);
 /* Whether pt_cache_release_names was called in this process (it is ending). */
 int pt_cache_names_released(void);
 /* Holds (1) or lets go (0) the release: while held, pt_cache_release_names

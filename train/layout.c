@@ -440,6 +440,8 @@ static int open_cache_held(pt_run *r, pt_err *err)
     int64_t made = rc;
     pt_err ignore;
     int got = pt_allreduce_max_i64(node, &made, rc ? &ignore : err);
+    if (got && !first) /* the creator stopped answering: the job ends, its segment with it */
+        pt_cache_remove_unattached(&cs);
     if (got)
         return rc ? rc : got;
     if (rc == 0 && made == 0 && !first)

@@ -268,6 +268,21 @@ def main():
                    % (name, out[-1500:]))
         left = h.segments_left(before)
         expect(not left, "stops at the cache's opening: no cache segment left in /dev/shm (%s)" % left)
+        # the node's first rank stops answering right after creating the
+        # cache, before the others attach: they time out and end the job,
+        # and take the segment's name off (it stayed until the next start)
+        before = h.our_segments()
+        _, out = fault_case(tools, work, "hang-at-cache-open", "0:0:hang:cache-open",
+                            [r"rank 1: error: no progress for 3 s"], ranks=2,
+                            extra={"run.timeout_s": 3, "cache.enabled": "true",
+                                   "freeze.policy": "schedule"})
+        # the launcher kills the stalled rank: a name is left only once it is gone
+        for _ in range(150):
+            if not any(h.alive(pid) for n, pid in h.our_segments().items() if n not in before):
+                break
+            time.sleep(0.1)
+        left = h.segments_left(before)
+        expect(not left, "hang-at-cache-open: no cache segment left in /dev/shm (%s)" % left)
 
         # a rank of an evaluation that stops answering (SIGSTOP): the ranks
         # that wait for it say what they waited for and for how long; the
