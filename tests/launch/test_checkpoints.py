@@ -1164,7 +1164,7 @@ def export_files(d):
 
 def test_bert_export_out_of_descriptors(h):
     """A bert export stages its four files before it puts any in place; one
-    that runs out of file descriptors (RLIMIT_NOFILE) at any point fails
+    that runs out of file descriptors (RLIMIT_NOFILE 4 to 16) at any point fails
     with nothing replaced: an earlier export in OUT stays whole, a new OUT
     and its parents are taken back. Taking the descriptor that holds a
     staged file's lock through its rename used to wait for the commit, so
@@ -1181,7 +1181,7 @@ def test_bert_export_out_of_descriptors(h):
     old = export_files(kept)
     check(old != new, "the two checkpoints exported the same files")
     failed = passed = 0
-    for limit in range(6, 41):
+    for limit in range(4, 17):  # the export needs 9 here; below that every step fails
         def low(limit=limit):
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
         fresh = h.path("fd-new-%d" % limit)
@@ -1190,8 +1190,9 @@ def test_bert_export_out_of_descriptors(h):
                                text=True, errors="replace", timeout=120, env=U.sanitizer_env(),
                                stdin=subprocess.DEVNULL, preexec_fn=low)
             r = U.Result(p.args, p.returncode, p.stdout, p.stderr)
-            if "Sanitizer" in r.err and "Too many open files" in r.err:
-                continue  # the sanitizer's own files at this limit, not pipetrain's
+            if ("Sanitizer" in r.err and "Too many open files" in r.err) or \
+                    "error while loading shared libraries" in r.err:
+                continue  # the sanitizer's or the loader's own files at this limit, not pipetrain's
             U.no_sanitizer(r)
             now = export_files(out)
             if r.rc == 0:
@@ -1212,7 +1213,7 @@ def test_bert_export_out_of_descriptors(h):
         if export_files(kept) != old:  # put back for the next limit after a success
             shutil.rmtree(kept)
             h.run(["export", U.ckpt(run_dir, 9), kept]).expect(0, "export")
-    check(failed and passed, "the limits 6 to 40 did not both fail and pass an export (%d failed, %d "
+    check(failed and passed, "the limits 4 to 16 did not both fail and pass an export (%d failed, %d "
           "passed): the test no longer reaches the case", failed, passed)
 
 
