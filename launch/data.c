@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* What a checkpoint records of the data and a resume compares, and every
@@ -39,10 +38,6 @@ void pt_session_digest_data(pt_session *s, pt_run_mode mode)
     }
 }
 
-/* Every rank reads the data itself (on a node of its own, from a copy of
- * its own): the same examples, vocabulary and initial weights everywhere, or replicas would
- * train on different token ids or examples without a word. Rank 0's
- * digests against this rank's; collective over the world. */
 /* The settings each rank took from a file beside its inputs where the
  * config leaves them at auto (the tokenizer_config.json beside data.vocab,
  * model.init_from's config.json) against rank 0's, named: those files are
@@ -88,6 +83,10 @@ static int same_settings(pt_session *s, pt_err *err)
     return 0;
 }
 
+/* Every rank reads the data itself (on a node of its own, from a copy of
+ * its own): the same examples, vocabulary and initial weights everywhere, or replicas would
+ * train on different token ids or examples without a word. Rank 0's
+ * digests against this rank's; collective over the world. */
 int pt_session_same_data(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
