@@ -9,14 +9,23 @@ within 60 s. The last case kills a rank while a checkpoint is being written:
 the directory of that step must not count as a checkpoint, and resuming must
 continue from the previous one and still reproduce an uninterrupted run.
 
+Most of a case's time is a wait for a fault's timeout, with every rank
+asleep, so the cases run three at a time (PT_TEST_WORKERS); each case's
+lines are printed together, in the order the cases are listed. The cases
+that look for cache segments left in /dev/shm, or stop a rank at a moment
+of its own, run alone afterwards.
+
 usage: test_pipeline_failure.py PIPETRAIN MPIEXEC"""
+import concurrent.futures
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 
@@ -29,12 +38,43 @@ CONFIG = "configs/vit_fmnist.yaml"
 # (29 s seen once for the hang case, beside another test's processes)
 LIMIT_S = 60
 failures = []
+_case = threading.local()  # .lines: the running case's output, printed when it ends
+
+
+def say(text):
+    lines = getattr(_case, "lines", None)
+    if lines is None:
+        print(text, flush=True)
+    else:
+        lines.append(text)
 
 
 def expect(cond, what):
-    print("  %s: %s" % ("ok" if cond else "FAIL", what), flush=True)
+    say("  %s: %s" % ("ok" if cond else "FAIL", what))
     if not cond:
         failures.append(what)
+
+
+def side_by_side(cases, workers=None):
+    """Runs the callables in `cases` on `workers` threads; each one's lines
+    are printed together when it and those before it in the list ended."""
+    workers = workers or int(os.environ.get("PT_TEST_WORKERS", "3"))
+
+    def one(case):
+        _case.lines = []
+        try:
+            case()
+        except SystemExit as e:  # tools.run(check=True) on a failed command
+            expect(False, "%s: %s" % (case.__name__, e))
+        except Exception:  # a bug in the test itself: report it as a failure
+            expect(False, "%s: %s" % (case.__name__, traceback.format_exc()))
+        lines, _case.lines = _case.lines, None
+        return lines
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        for lines in pool.map(one, cases):
+            if lines:
+                print("\n".join(lines), flush=True)
 
 
 def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=None):
@@ -43,7 +83,7 @@ def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=
                                       pipeline__stages=ranks, pipeline__microbatches=4,
                                       run__threads=1, **(extra or {}))
     rc, secs, out = tools.run(ranks, args, env={"PIPETRAIN_TEST_FAULT": fault}, timeout=120, check=False)
-    print("%s (PIPETRAIN_TEST_FAULT=%s): exit %d after %.1f s" % (name, fault, rc, secs), flush=True)
+    say("%s (PIPETRAIN_TEST_FAULT=%s): exit %d after %.1f s" % (name, fault, rc, secs))
     expect(rc != 0 if want_rc is None else rc == want_rc,
            "%s: exit %s" % (name, "non-zero" if want_rc is None else want_rc))
     expect(secs < LIMIT_S, "%s: every rank gone within %d s" % (name, LIMIT_S))
@@ -63,7 +103,7 @@ def diverged_case(tools, work, name, args):
         pipeline__stages=2, pipeline__microbatches=2, train__lr=10, train__weight_decay=10,
         train__warmup_steps=0, train__min_lr=0, train__checkpoint_every=1, train__keep_checkpoints=100,
         train__max_steps=40), timeout=300, check=False)
-    print("%s: exit %d after %.1f s" % (name, rc, secs), flush=True)
+    say("%s: exit %d after %.1f s" % (name, rc, secs))
     expect(rc == 2, "%s: exit 2" % name)
     said = re.findall(r"rank (\d): error: the (?:loss|gradient) became (?:NaN|Inf|-Inf) at step (\d+)", out)
     expect(sorted(r for r, _ in said) == ["0", "1"] and len({st for _, st in said}) == 1,
@@ -78,10 +118,21 @@ def diverged_case(tools, work, name, args):
     expect(all(np.isfinite(w).all() for w in weights.values()), "%s: exported weights finite" % name)
 
 
-def main():
-    tools = h.Tools(sys.argv)
-    with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
+def cases(tools, work):
+    """The cases that may run side by side, in the order their lines print."""
+    dp = {"pipeline.stages": 2, "pipeline.replicas": 2}  # rank 3 is replica 1's stage 1
+    out = []
+
+    def case(f):
+        out.append(f)
+        return f
+
+    @case
+    def diverged_vit():
         diverged_case(tools, work, "diverged-vit", [CONFIG, "--set", "train.batch=32"])
+
+    @case
+    def diverged_bert():
         data, vocab = h.bert_data(work, 64, 16, 4)
         bert = os.path.join(work, "bert.yaml")
         with open(bert, "w") as f:
@@ -89,64 +140,94 @@ def main():
                     "classes: 3, vocab: %d, dropout: 0.1}\ndata: {%s}\ntrain: {batch: 8, epochs: 10}\n"
                     % (vocab, data))
         diverged_case(tools, work, "diverged-bert", [bert])
-        fault_case(tools, work, "crash", "2:5:crash",
-                   [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, replica \d, stage \d"])
-        fault_case(tools, work, "error", "1:5:error",
-                   [r"rank 1: error: injected fault at step 5", r"step 5, replica \d, stage \d"])
-        fault_case(tools, work, "hang", "3:5:hang",
-                   [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
-                   extra={"run.timeout_s": 5})
-        # where no step is running, the timeout says what the job was doing:
-        # starting up, or the last evaluation after the last step
+
+    for name, fault, must_say, extra in (
+            ("crash", "2:5:crash", [r"rank 2\b.*(signal 9|Killed|exited)", r"step 5, replica \d, stage \d"],
+             None),
+            ("error", "1:5:error", [r"rank 1: error: injected fault at step 5", r"step 5, replica \d, stage \d"],
+             None),
+            ("hang", "3:5:hang", [r"no progress for 5 s waiting for stage \d", r"step 5, replica \d, stage \d"],
+             {"run.timeout_s": 5}),
+            # a stage that fails in an evaluation ends the job at once, naming
+            # its error: the stage after it waited for its activations until
+            # run.timeout_s (4 stages, rank 1 failing in the last evaluation)
+            ("error-in-eval", "1:20:error:eval", [r"rank 1: error: injected fault at step 20 \(eval\)"], None),
+            # the same in a replica: K = 2 stages x D = 2 replicas
+            ("replica-crash", "3:5:crash", [r"rank 3\b.*(signal 9|Killed|exited)", r"step 5, replica 0, stage \d"],
+             dp),
+            ("replica-error", "2:5:error", [r"rank 2: error: injected fault at step 5", r"replica \d, stage \d"],
+             dp),
+            ("replica-hang", "3:5:hang", [r"no progress for 5 s", r"replica 1, stage 0"],
+             dict(dp, **{"run.timeout_s": 5}))):
+        def four_ranks(name=name, fault=fault, must_say=must_say, extra=extra):
+            fault_case(tools, work, name, fault, must_say, extra=extra)
+        four_ranks.__name__ = name
+        case(four_ranks)
+
+    # where no step is running, the timeout says what the job was doing:
+    # starting up, or the last evaluation after the last step
+    @case
+    def hang_at_start_up():
         fault_case(tools, work, "hang-at-start-up", "1:0:hang:start-up",
                    [r"rank 0: error: no progress for 5 s waiting for an all-reduce while starting up"],
                    ranks=2, extra={"run.timeout_s": 5})
+
+    @case
+    def hang_after_last_step():
         fault_case(tools, work, "hang-after-last-step", "1:20:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for [a-z -]+ while at step 20: "
                     r"evaluating the test split"], ranks=2, extra={"run.timeout_s": 5})
-        # the same where the last step ends an epoch, so its evaluation and
-        # checkpoint came before: no collective is left in the run, and the
-        # others waited in MPI_Finalize, which has no deadline, for good
+
+    # the same where the last step ends an epoch, so its evaluation and
+    # checkpoint came before: no collective is left in the run, and the
+    # others waited in MPI_Finalize, which has no deadline, for good
+    @case
+    def hang_after_last_epoch():
         fault_case(tools, work, "hang-after-last-epoch", "1:16:hang:finished",
                    [r"rank 0: error: no progress for 5 s waiting for a barrier while ending the job"],
                    ranks=2, extra={"run.timeout_s": 5, "train.max_steps": 0, "train.epochs": 2,
                                    "train.eval_every": 1, "data.kind": "synthetic_images",
                                    "data.synthetic_examples": 64, "train.batch": 8})
-        # a rank that cannot build its stage (its memory ran out) ends the job
-        # at once, naming its error, at the start and at a re-plan: the
-        # others waited for it until run.timeout_s, at the start in a
-        # mismatched collective, at a re-plan in the unit moves
-        for name, fault, extra in (
-                ("stage-error-at-start-up", "1:0:error:stage", {}),
-                ("stage-error-at-replan", "1:3:error:stage",
-                 {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
-                  "freeze.every": 100})):
+
+    # a rank that cannot build its stage (its memory ran out) ends the job
+    # at once, naming its error, at the start and at a re-plan: the
+    # others waited for it until run.timeout_s, at the start in a
+    # mismatched collective, at a re-plan in the unit moves
+    for name, fault, extra in (
+            ("stage-error-at-start-up", "1:0:error:stage", {}),
+            ("stage-error-at-replan", "1:3:error:stage",
+             {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
+              "freeze.every": 100})):
+        def stage_error(name=name, fault=fault, extra=extra):
             rc_out = fault_case(tools, work, name, fault,
                                 [r"rank 1: error: .*injected fault at step %s \(stage\)" % fault[2]],
                                 extra=dict(extra, **{"run.timeout_s": 30}))
             expect("no progress" not in rc_out[1] and "TRUNCATE" not in rc_out[1],
                    "%s: no rank waits for the failed one until run.timeout_s" % name)
-        # a stage that fails in an evaluation ends the job at once, naming its
-        # error: the stage after it waited for its activations until
-        # run.timeout_s (4 stages, rank 1 failing in the last evaluation)
-        fault_case(tools, work, "error-in-eval", "1:20:error:eval",
-                   [r"rank 1: error: injected fault at step 20 \(eval\)"])
-        # the same in `eval` on 2 replicas: rank 0 failing in a round of it
-        # agreed with the others' round by the command's next agreement, so it
-        # left without ending the job and rank 1 waited until run.timeout_s
+        stage_error.__name__ = name
+        case(stage_error)
+
+    # `eval` on 2 replicas: rank 0 failing in a round of it agreed with the
+    # others' round by the command's next agreement, so it left without
+    # ending the job and rank 1 waited until run.timeout_s
+    @case
+    def eval_error_in_round():
         run_dir = os.path.join(work, "eval-error")
         tools.run(1, ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=2,
                                                  train__eval_examples=64, run__threads=1))
         rc, secs, out = tools.run(2, ["eval", CONFIG] + h.sets(
             run__dir=run_dir, pipeline__stages=1, pipeline__replicas=2, run__timeout_s=30,
             run__threads=1), env={"PIPETRAIN_TEST_FAULT": "0:0:error:eval"}, timeout=120, check=False)
-        print("eval-error-in-round: exit %d after %.1f s" % (rc, secs), flush=True)
+        say("eval-error-in-round: exit %d after %.1f s" % (rc, secs))
         expect(rc != 0 and "rank 0: error: injected fault at step 0 (eval)" in out and
                "no progress" not in out and secs < 30,
                "eval-error-in-round: exit non-zero before run.timeout_s (30 s), rank 0's message, "
                "no rank waiting for it\n%s" % out[-1500:])
-        # a save after an evaluation in the same step names the save, not the
-        # evaluation before it
+
+    # a save after an evaluation in the same step names the save, not the
+    # evaluation before it
+    @case
+    def hang_in_save_after_eval():
         _, out = fault_case(tools, work, "hang-in-save-after-eval", "1:2:hang:checkpoint",
                             [r"rank 0: error: saving checkpoint \S*step_0000000002: no progress for 5 s"],
                             ranks=2, extra={"run.timeout_s": 5, "train.eval_every_steps": 2,
@@ -154,9 +235,11 @@ def main():
         expect("evaluating" not in "".join(l for l in out.splitlines() if "no progress" in l),
                "hang-in-save-after-eval: the timeout does not name the evaluation before the save")
 
-        # after a re-plan (a freeze decision at step 3 rebuilds the stage
-        # executors) the messages still give the run's step, not a count
-        # that started again at the re-plan
+    # after a re-plan (a freeze decision at step 3 rebuilds the stage
+    # executors) the messages still give the run's step, not a count
+    # that started again at the re-plan
+    @case
+    def hang_after_replan():
         _, out = fault_case(tools, work, "hang-after-replan", "1:5:hang",
                             [r"step 5, replica \d, stage \d", r"re-plan|frozen"],
                             extra={"run.timeout_s": 5, "freeze.policy": "schedule",
@@ -164,15 +247,8 @@ def main():
         expect(re.search(r"step [1-4], replica \d, stage \d", out) is None,
                "hang-after-replan: no message gives an executor's own step count")
 
-        # the same in a replica: K = 2 stages x D = 2 replicas; rank 3 is
-        # replica 1's stage 1, rank 2 replica 1's stage 0
-        dp = {"pipeline.stages": 2, "pipeline.replicas": 2}
-        fault_case(tools, work, "replica-crash", "3:5:crash",
-                   [r"rank 3\b.*(signal 9|Killed|exited)", r"step 5, replica 0, stage \d"], extra=dp)
-        fault_case(tools, work, "replica-error", "2:5:error",
-                   [r"rank 2: error: injected fault at step 5", r"replica \d, stage \d"], extra=dp)
-        fault_case(tools, work, "replica-hang", "3:5:hang",
-                   [r"no progress for 5 s", r"replica 1, stage 0"], extra=dict(dp, **{"run.timeout_s": 5}))
+    @case
+    def replica_crash_in_checkpoint():
         run_dir, _ = fault_case(tools, work, "replica-crash-in-checkpoint", "3:8:crash:checkpoint",
                                 [r"rank 3\b.*(signal 9|Killed|exited)"],
                                 extra=dict(dp, **{"train.checkpoint_every": 4, "train.max_steps": 12}))
@@ -180,11 +256,12 @@ def main():
                "replicas: no manifest for the interrupted save")
         expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"), "replicas: newest checkpoint is step 4")
 
-        # a save that fails on every rank (a full disk under each rank's
-        # unit file), or on one, after the ranks agreed on it: the ranks that
-        # failed say why, exit 1, and no rank aborts the job (several ranks
-        # calling MPI_Abort at once could crash mpirun itself)
-        for who, speakers in (("-1", ["0", "1", "2", "3"]), ("2", ["2"])):
+    # a save that fails on every rank (a full disk under each rank's
+    # unit file), or on one, after the ranks agreed on it: the ranks that
+    # failed say why, exit 1, and no rank aborts the job (several ranks
+    # calling MPI_Abort at once could crash mpirun itself)
+    for who, speakers in (("-1", ["0", "1", "2", "3"]), ("2", ["2"])):
+        def save_fails(who=who, speakers=speakers):
             name = "save-fails-%s" % who.replace("-", "all")
             run_dir, out = fault_case(tools, work, name, who + ":8:error:checkpoint",
                                       [r"injected fault at step 8 \(checkpoint\)"],
@@ -199,36 +276,45 @@ def main():
                    "%s: nothing aborted or crashed\n%s" % (name, out[-1500:]))
             expect(h.latest_checkpoint(run_dir).endswith("step_0000000004"),
                    "%s: newest checkpoint is step 4" % name)
+        save_fails.__name__ = "save_fails_" + who
+        case(save_fails)
 
-        # a rank whose process groups cannot be made at the start (NCCL failing
-        # on one node), with the cache on: every rank learns of it before the
-        # cache's collectives (rank 0 waited in them until run.timeout_s)
-        for who in ("1", "0"):
+    # a rank whose process groups cannot be made at the start (NCCL failing
+    # on one node), with the cache on: every rank learns of it before the
+    # cache's collectives (rank 0 waited in them until run.timeout_s)
+    for who in ("1", "0"):
+        def place_fails(who=who):
             _, out = fault_case(tools, work, "place-fails-%s" % who, who + ":0:error:place",
                                 [r"rank %s: error: injected fault at step 0 \(place\)" % who], ranks=2,
                                 extra={"run.timeout_s": 40, "cache.enabled": "true",
                                        "freeze.policy": "schedule"})
             expect("no progress for" not in out, "place-fails-%s: a rank waited for the failed one "
                    "until run.timeout_s\n%s" % (who, out[-1500:]))
+        place_fails.__name__ = "place_fails_" + who
+        case(place_fails)
 
-        # a rank that stops answering on its way to a layout's process groups,
-        # at the start or at a re-plan: the others, which waited in
-        # MPI_Comm_split with no deadline for good, stop after run.timeout_s
-        for name, fault, extra in (
-                ("groups-hang-start", "1:0:hang:groups", {}),
-                ("groups-hang-replan", "1:3:hang:groups",
-                 {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
-                  "freeze.every": 100})):
+    # a rank that stops answering on its way to a layout's process groups,
+    # at the start or at a re-plan: the others, which waited in
+    # MPI_Comm_split with no deadline for good, stop after run.timeout_s
+    for name, fault, extra in (
+            ("groups-hang-start", "1:0:hang:groups", {}),
+            ("groups-hang-replan", "1:3:hang:groups",
+             {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
+              "freeze.every": 100})):
+        def groups_hang(name=name, fault=fault, extra=extra):
             fault_case(tools, work, name, fault, [r"no progress for 5 s waiting for every rank, to "
                                                   r"make a process group"], ranks=2,
                        extra=dict(extra, **{"run.timeout_s": 5}))
+        groups_hang.__name__ = name
+        case(groups_hang)
 
-        # run.timeout_s far below a message's time: waits time out anywhere
-        # (setup, link measurement, steps). The rank that gave up used to go
-        # on calling collectives while MPI still held its abandoned request
-        # (crashes in the next one, hangs), or exit saying nothing.
-        for i, (limit, extra) in enumerate([(1e-9, {}), (1e-4, {}), (1e-3, {}), (3e-3, {}),
-                                            (1e-3, dp), (3e-3, dp), (1e-9, dp), (1e-4, {})]):
+    # run.timeout_s far below a message's time: waits time out anywhere
+    # (setup, link measurement, steps). The rank that gave up used to go
+    # on calling collectives while MPI still held its abandoned request
+    # (crashes in the next one, hangs), or exit saying nothing.
+    for i, (limit, extra) in enumerate([(1e-9, {}), (1e-4, {}), (1e-3, {}), (3e-3, {}),
+                                        (1e-3, dp), (3e-3, dp), (1e-9, dp), (1e-4, {})]):
+        def tiny_timeout(i=i, limit=limit, extra=extra):
             name = "tiny-timeout-%d" % i
             ranks = 4 if extra else 2
             keys = dict(run__dir=os.path.join(work, name), train__max_steps=20, train__eval_examples=64,
@@ -237,95 +323,16 @@ def main():
             keys.update({k.replace(".", "__"): v for k, v in extra.items()})
             args = ["train", CONFIG] + h.sets(**keys)
             rc, secs, out = tools.run(ranks, args, timeout=120, check=False)
-            print("%s (run.timeout_s %g, %d ranks): exit %d after %.1f s" % (name, limit, ranks, rc, secs),
-                  flush=True)
+            say("%s (run.timeout_s %g, %d ranks): exit %d after %.1f s" % (name, limit, ranks, rc, secs))
             crashed = re.search(r"Segmentation|signal 11|signal 6|core dumped", out)
             expect(rc == 0 or (rc != 0 and "no progress for" in out and not crashed and secs < LIMIT_S),
                    "%s: trained, or every rank gone within %d s with a message and no crash" % (name, LIMIT_S))
+        tiny_timeout.__name__ = "tiny_timeout_%d" % i
+        case(tiny_timeout)
 
-        # a stop signal at start-up, after a node's first rank made the
-        # activation cache and before the others attached: the job stops
-        # after its first step with a checkpoint, exit 130, as a stop during
-        # start-up does without the cache, every rank gone and the segment
-        # with it (the names are held until every rank attached). A rank
-        # whose attach failed used to end with exit 1, or enter other
-        # collectives than the rest and hang; then the job stopped before
-        # training, with no checkpoint and an error line.
-        before = h.our_segments()
-        for who in ("-1", "0", "1"):
-            name = "stop-at-cache-open-%s" % who.replace("-", "all")
-            args = ["train", CONFIG] + h.sets(run__dir=os.path.join(work, name), train__max_steps=4,
-                                              train__eval_examples=64, pipeline__stages=2,
-                                              run__threads=1, cache__enabled="true",
-                                              freeze__policy="schedule")
-            rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": who + ":0:stop:cache-open"},
-                                      timeout=120, check=False)
-            print("%s: exit %d after %.1f s" % (name, rc, secs), flush=True)
-            expect(rc == 130 and secs < LIMIT_S, "%s: exit 130 within %d s\n%s" % (name, LIMIT_S, out[-1500:]))
-            saved = os.path.join(work, name, "checkpoints", "step_0000000001", "manifest")
-            expect(os.path.exists(saved) and "error:" not in out,
-                   "%s: stopped after step 1 with its checkpoint, no error line\n%s"
-                   % (name, out[-1500:]))
-        left = h.segments_left(before)
-        expect(not left, "stops at the cache's opening: no cache segment left in /dev/shm (%s)" % left)
-        # the node's first rank stops answering right after creating the
-        # cache, before the others attach: they time out and end the job,
-        # and take the segment's name off (it stayed until the next start)
-        before = h.our_segments()
-        _, out = fault_case(tools, work, "hang-at-cache-open", "0:0:hang:cache-open",
-                            [r"rank 1: error: no progress for 3 s"], ranks=2,
-                            extra={"run.timeout_s": 3, "cache.enabled": "true",
-                                   "freeze.policy": "schedule"})
-        # the launcher kills the stalled rank: a name is left only once it is gone
-        for _ in range(150):
-            if not any(h.alive(pid) for n, pid in h.our_segments().items() if n not in before):
-                break
-            time.sleep(0.1)
-        left = h.segments_left(before)
-        expect(not left, "hang-at-cache-open: no cache segment left in /dev/shm (%s)" % left)
-
-        # a rank of an evaluation that stops answering (SIGSTOP): the ranks
-        # that wait for it say what they waited for and for how long; the
-        # agreement after it used to replace that with a generic line
-        tools.run(1, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"), train__max_steps=2,
-                                                train__eval_examples=64, run__threads=1))
-        cmd = tools.command(2, ["eval", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"),
-                                                         run__threads=1, run__timeout_s=3,
-                                                         pipeline__stages=2, train__eval_examples=0))
-        start = time.time()
-        p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        ranks = []
-        while time.time() - start < 60 and len(ranks) < 2 and p.poll() is None:
-            time.sleep(0.2)
-            got = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
-            ranks = [int(x) for x in got]
-        time.sleep(1.0)  # into its work: reading the data, or evaluating 10,000 test images
-        stopped = ranks[-1] if len(ranks) == 2 else None
-        try:
-            if stopped:
-                os.kill(stopped, signal.SIGSTOP)
-        except ProcessLookupError:
-            stopped = None
-        try:
-            out, _ = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        secs = time.time() - start
-        if stopped:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(stopped, sig)
-                except ProcessLookupError:
-                    pass
-        print("eval with a stopped rank: exit %d after %.1f s" % (p.returncode, secs), flush=True)
-        expect(stopped is not None, "eval with a stopped rank: found the ranks")
-        if p.returncode != 0:  # a run that finished before the stop proves nothing either way
-            expect("no progress for 3 s" in out, "eval with a stopped rank: the waiting rank says "
-                   "what it waited for\n" + out[-1500:])
-
-        # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
+    # killed while writing the step-8 checkpoint: steps 4 is the last checkpoint
+    @case
+    def crash_in_checkpoint():
         ckpt = dict(train__max_steps=12, train__checkpoint_every=4, train__eval_examples=64,
                     pipeline__stages=2, pipeline__microbatches=4, run__threads=1)
         run_dir, out = fault_case(tools, work, "crash-in-checkpoint", "1:8:crash:checkpoint",
@@ -341,6 +348,103 @@ def main():
         a = tools.export(h.latest_checkpoint(run_dir), run_dir + ".safetensors")
         b = tools.export(h.latest_checkpoint(straight), straight + ".safetensors")
         expect(all(np.array_equal(a[k], b[k]) for k in b), "resumed run's weights equal an uninterrupted run's")
+
+    return out
+
+
+def alone(tools, work):
+    """The cases that run one at a time, after the others: they look for
+    cache segments any run left, or stop a rank at a moment of its work."""
+    # a stop signal at start-up, after a node's first rank made the
+    # activation cache and before the others attached: the job stops
+    # after its first step with a checkpoint, exit 130, as a stop during
+    # start-up does without the cache, every rank gone and the segment
+    # with it (the names are held until every rank attached). A rank
+    # whose attach failed used to end with exit 1, or enter other
+    # collectives than the rest and hang; then the job stopped before
+    # training, with no checkpoint and an error line.
+    before = h.our_segments()
+    for who in ("-1", "0", "1"):
+        name = "stop-at-cache-open-%s" % who.replace("-", "all")
+        args = ["train", CONFIG] + h.sets(run__dir=os.path.join(work, name), train__max_steps=4,
+                                          train__eval_examples=64, pipeline__stages=2,
+                                          run__threads=1, cache__enabled="true",
+                                          freeze__policy="schedule")
+        rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": who + ":0:stop:cache-open"},
+                                  timeout=120, check=False)
+        say("%s: exit %d after %.1f s" % (name, rc, secs))
+        expect(rc == 130 and secs < LIMIT_S, "%s: exit 130 within %d s\n%s" % (name, LIMIT_S, out[-1500:]))
+        saved = os.path.join(work, name, "checkpoints", "step_0000000001", "manifest")
+        expect(os.path.exists(saved) and "error:" not in out,
+               "%s: stopped after step 1 with its checkpoint, no error line\n%s"
+               % (name, out[-1500:]))
+    left = h.segments_left(before)
+    expect(not left, "stops at the cache's opening: no cache segment left in /dev/shm (%s)" % left)
+    # the node's first rank stops answering right after creating the
+    # cache, before the others attach: they time out and end the job,
+    # and take the segment's name off (it stayed until the next start)
+    before = h.our_segments()
+    _, out = fault_case(tools, work, "hang-at-cache-open", "0:0:hang:cache-open",
+                        [r"rank 1: error: no progress for 3 s"], ranks=2,
+                        extra={"run.timeout_s": 3, "cache.enabled": "true",
+                               "freeze.policy": "schedule"})
+    # the launcher kills the stalled rank: a name is left only once it is gone
+    for _ in range(150):
+        if not any(h.alive(pid) for n, pid in h.our_segments().items() if n not in before):
+            break
+        time.sleep(0.1)
+    left = h.segments_left(before)
+    expect(not left, "hang-at-cache-open: no cache segment left in /dev/shm (%s)" % left)
+
+    # a rank of an evaluation that stops answering (SIGSTOP): the ranks
+    # that wait for it say what they waited for and for how long; the
+    # agreement after it used to replace that with a generic line
+    tools.run(1, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"), train__max_steps=2,
+                                            train__eval_examples=64, run__threads=1))
+    cmd = tools.command(2, ["eval", CONFIG] + h.sets(run__dir=os.path.join(work, "to-eval"),
+                                                     run__threads=1, run__timeout_s=3,
+                                                     pipeline__stages=2, train__eval_examples=0))
+    start = time.time()
+    p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    ranks = []
+    while time.time() - start < 60 and len(ranks) < 2 and p.poll() is None:
+        time.sleep(0.2)
+        got = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        ranks = [int(x) for x in got]
+    time.sleep(1.0)  # into its work: reading the data, or evaluating 10,000 test images
+    stopped = ranks[-1] if len(ranks) == 2 else None
+    try:
+        if stopped:
+            os.kill(stopped, signal.SIGSTOP)
+    except ProcessLookupError:
+        stopped = None
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    secs = time.time() - start
+    if stopped:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(stopped, sig)
+            except ProcessLookupError:
+                pass
+    say("eval with a stopped rank: exit %d after %.1f s" % (p.returncode, secs))
+    expect(stopped is not None, "eval with a stopped rank: found the ranks")
+    if p.returncode != 0:  # a run that finished before the stop proves nothing either way
+        expect("no progress for 3 s" in out, "eval with a stopped rank: the waiting rank says "
+               "what it waited for\n" + out[-1500:])
+
+
+def main():
+    tools = h.Tools(sys.argv)
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
+        side_by_side(cases(tools, work))
+        alone(tools, work)
+    say("%.1f s" % (time.time() - start))
     if failures:
         sys.exit("FAILED: %d checks" % len(failures))
     print("pipeline failure handling: passed")
