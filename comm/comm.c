@@ -47,6 +47,9 @@ static const char *volatile phase;
 void pt_comm_phase(const char *p) { phase = p; }
 const char *pt_comm_phase_now(void) { return phase; }
 
+static void ask_open(void);  /* who is where, below */
+static void ask_close(void);
+
 static int stopped_fail(pt_err *err)
 {
     return pt_fail(err, PT_EPEER, "no more communication: an earlier wait found a peer that "
@@ -167,6 +170,7 @@ int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
     c->world = (pt_group){MPI_COMM_WORLD, c->rank, c->size, 600.0, 0, NULL, 0};
     MPI_Comm_set_errhandler(c->node_comm, MPI_ERRORS_RETURN);
     c->node_group = (pt_group){c->node_comm, c->local_rank, c->local_size, 600.0, 0, NULL, 0};
+    ask_open();
     *out = c;
     return 0;
 }
@@ -192,8 +196,10 @@ void pt_comm_close(pt_comm *c)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     pt_group_nccl_close(&c->world);
-    if (!solo)
+    if (!solo) {
+        ask_close();
         MPI_Comm_free(&c->node_comm);
+    }
     free(c->node_of);
     free(c);
     if (!solo)
@@ -447,6 +453,196 @@ static void release_bytes(mpi_bytes *b)
         MPI_Type_free(&b->type);
 }
 
+/* ------------------------------------------------------------ who is where */
+
+/* A wait that times out says which of its group's ranks are in no wait at
+ * all (stopped, hung in their own work, or gone) and what the others wait
+ * for: the rank to look at in a job of many. Each rank keeps a receive
+ * posted on a duplicate of the world for a question (one int); its waits
+ * answer while they poll, with what they wait for. A rank gives the others
+ * ASK_S to answer; one that has not answered by then is named as silent. */
+enum { ASK_TAG = 1, ANSWER_TAG = 2, ANSWER_LEN = 192, ANSWERS_OUT = 8, NAMED_MAX = 16 };
+static const double ASK_S = 1.0;
+static MPI_Comm ask_comm = MPI_COMM_NULL;
+static MPI_Request ask_in = MPI_REQUEST_NULL;
+static int ask_buf;
+static MPI_Request answer_req[ANSWERS_OUT];
+static char answer_text[ANSWERS_OUT][ANSWER_LEN];
+
+static void ask_open(void)
+{
+    for (int i = 0; i < ANSWERS_OUT; i++)
+        answer_req[i] = MPI_REQUEST_NULL;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &ask_comm) != MPI_SUCCESS) {
+        ask_comm = MPI_COMM_NULL; /* timeouts then say nothing of the others */
+        return;
+    }
+    MPI_Comm_set_errhandler(ask_comm, MPI_ERRORS_RETURN);
+    if (MPI_Irecv(&ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, ASK_TAG, ask_comm, &ask_in) != MPI_SUCCESS)
+        ask_in = MPI_REQUEST_NULL;
+}
+
+/* a request that is not complete by now: cancelled (a receive) or left to
+ * complete on its own (a send), without waiting for it */
+static void drop_request(MPI_Request *r)
+{
+    int done = 0;
+    if (*r == MPI_REQUEST_NULL || (MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done))
+        return;
+    MPI_Request_free(r);
+}
+
+/* cancels a posted receive; whether it completed (its buffer is free again) */
+static int cancel_request(MPI_Request *r)
+{
+    if (*r == MPI_REQUEST_NULL)
+        return 1;
+    MPI_Cancel(r);
+    const double until = now_s() + 0.2;
+    do {
+        int done = 0;
+        if (MPI_Test(r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return 0;
+        if (done)
+            return 1;
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    } while (now_s() < until);
+    return 0;
+}
+
+static void ask_close(void)
+{
+    if (ask_comm == MPI_COMM_NULL)
+        return;
+    if (!cancel_request(&ask_in))
+        return; /* MPI keeps it; the communicator stays with it */
+    for (int i = 0; i < ANSWERS_OUT; i++)
+        drop_request(&answer_req[i]);
+    MPI_Comm_free(&ask_comm);
+}
+
+void pt_comm_answer(const char *what)
+{
+    if (ask_comm == MPI_COMM_NULL || stopped)
+        return;
+    for (int i = 0; i < ANSWERS_OUT; i++) {
+        int done = 0;
+        if (answer_req[i] != MPI_REQUEST_NULL)
+            MPI_Test(&answer_req[i], &done, MPI_STATUS_IGNORE);
+    }
+    while (ask_in != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Status st;
+        if (MPI_Test(&ask_in, &done, &st) != MPI_SUCCESS || !done)
+            return;
+        const int from = st.MPI_SOURCE;
+        if (MPI_Irecv(&ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, ASK_TAG, ask_comm, &ask_in) != MPI_SUCCESS)
+            ask_in = MPI_REQUEST_NULL;
+        int slot = 0;
+        while (slot < ANSWERS_OUT && answer_req[slot] != MPI_REQUEST_NULL)
+            slot++;
+        if (slot == ANSWERS_OUT) /* answers to earlier askers still going out: this one goes unanswered */
+            continue;
+        const char *at = phase;
+        snprintf(answer_text[slot], ANSWER_LEN, "%s%s%s", what, at ? " while " : "", at ? at : "");
+        MPI_Isend(answer_text[slot], (int)strlen(answer_text[slot]) + 1, MPI_CHAR, from, ANSWER_TAG, ask_comm,
+                  &answer_req[slot]);
+    }
+}
+
+void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
+{
+    out[0] = '\0';
+    int me = -1, size = 0;
+    MPI_Comm mpi = g && !g->solo ? g->mpi : MPI_COMM_NULL;
+    if (ask_comm == MPI_COMM_NULL || stopped || mpi == MPI_COMM_NULL || n < 2 ||
+        MPI_Comm_rank(mpi, &me) != MPI_SUCCESS || MPI_Comm_size(mpi, &size) != MPI_SUCCESS || size < 2)
+        return;
+    int *world = malloc((size_t)size * 3 * sizeof *world);
+    MPI_Request *reqs = malloc((size_t)size * 2 * sizeof *reqs);
+    char *said = calloc((size_t)size, ANSWER_LEN);
+    if (!world || !reqs || !said) {
+        free(world);
+        free(reqs);
+        free(said);
+        return;
+    }
+    /* world[i]: member i's world rank; state[i]: 0 not asked, 1 asked, 2 answered */
+    int *members = world + size, *state = world + 2 * size;
+    MPI_Group mine, all;
+    MPI_Comm_group(mpi, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &all);
+    for (int i = 0; i < size; i++)
+        members[i] = i;
+    MPI_Group_translate_ranks(mine, size, members, all, world);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&all);
+    static int question = 1; /* its value says nothing: a question is its arrival */
+    for (int i = 0; i < size; i++) {
+        reqs[2 * i] = reqs[2 * i + 1] = MPI_REQUEST_NULL;
+        state[i] = 0;
+        if (i == me || world[i] == MPI_UNDEFINED ||
+            MPI_Irecv(said + (size_t)i * ANSWER_LEN, ANSWER_LEN, MPI_CHAR, world[i], ANSWER_TAG, ask_comm,
+                      &reqs[2 * i + 1]) != MPI_SUCCESS)
+            continue;
+        state[i] = 1;
+        if (MPI_Isend(&question, 1, MPI_INT, world[i], ASK_TAG, ask_comm, &reqs[2 * i]) != MPI_SUCCESS)
+            reqs[2 * i] = MPI_REQUEST_NULL;
+    }
+    const double until = now_s() + ASK_S;
+    for (int waiting = 1; waiting && now_s() < until;) {
+        pt_comm_answer(what);
+        waiting = 0;
+        for (int i = 0; i < size; i++) {
+            int done = 0;
+            if (state[i] == 1 && MPI_Test(&reqs[2 * i + 1], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+                state[i] = 2;
+            waiting |= state[i] == 1;
+        }
+        if (waiting)
+            nanosleep(&(struct timespec){0, 200000}, NULL);
+    }
+    /* the silent ones (asked, no answer), then what those that answered wait for */
+    size_t len = 0;
+    int silent = 0, named = 0, answered = 0;
+    for (int i = 0; i < size; i++)
+        silent += state[i] == 1;
+    for (int i = 0; i < size && silent && len < n; i++) {
+        if (state[i] != 1)
+            continue;
+        if (named == NAMED_MAX) {
+            len += (size_t)snprintf(out + len, n - len, " and %d more", silent - named);
+            break;
+        }
+        const char *sep = named ? ", " : silent == 1 ? "; rank " : "; ranks ";
+        len += (size_t)snprintf(out + len, n - len, "%s%d", sep, world[i]);
+        named++;
+    }
+    if (silent && len < n)
+        len += (size_t)snprintf(out + len, n - len, " %s in no wait (stopped, gone, or busy in %s own work)",
+                                silent == 1 ? "is" : "are", silent == 1 ? "its" : "their");
+    for (int i = 0; i < size; i++) {
+        if (state[i] != 2 || ++answered > 4 || len >= n)
+            continue;
+        said[(size_t)i * ANSWER_LEN + ANSWER_LEN - 1] = '\0';
+        len += (size_t)snprintf(out + len, n - len, "; rank %d waits for %s", world[i],
+                                said + (size_t)i * ANSWER_LEN);
+    }
+    if (answered > 4 && len < n)
+        snprintf(out + len, n - len, "; %d more ranks wait", answered - 4);
+    /* a receive still posted is cancelled; one that does not complete even
+     * so keeps its buffer (a leak, on a rank that is about to stop) */
+    int keep = 0;
+    for (int i = 0; i < size; i++) {
+        drop_request(&reqs[2 * i]);
+        keep |= !cancel_request(&reqs[2 * i + 1]);
+    }
+    free(world);
+    free(reqs);
+    if (!keep)
+        free(said);
+}
+
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
 {
     if (g->solo) /* the only rank there is: a transfer to itself */
@@ -504,13 +700,16 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         }
         if (polls > 200) {
             if (now_s() > deadline) {
+                char others[1024];
+                pt_comm_ask(g, what, others, sizeof others);
                 pt_comm_stop();
                 const char *at = phase;
                 return pt_fail(err, PT_EPEER,
-                               "no progress for %.3g s waiting for %s%s%s (it has stopped answering; "
-                               "run.timeout_s sets this limit)",
-                               g->timeout, what, at ? " while " : "", at ? at : "");
+                               "no progress for %.3g s waiting for %s%s%s ("
+                               "run.timeout_s sets this limit)%s",
+                               g->timeout, what, at ? " while " : "", at ? at : "", others);
             }
+            pt_comm_answer(what);
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }

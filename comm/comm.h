@@ -58,6 +58,16 @@ void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));
  * buffers, and pt_comm_close aborts the job. pt_wait calls it; so does any
  * other loop that gives up waiting (the gradient all-reduce's). */
 void pt_comm_stop(void);
+/* Who is where, for a wait that times out: so that it can name the rank to
+ * look at in a job of many, every rank answers the others' questions while
+ * it waits. pt_wait does both halves; a loop of its own that waits on
+ * transfers calls pt_comm_answer as it polls (what: what it waits for, as
+ * "an all-reduce") and, when it gives up and before pt_comm_stop,
+ * pt_comm_ask, which gives g's other members a second to answer and writes
+ * into out what it learnt ("; rank 3 is in no wait (stopped, gone, or busy
+ * in its own work); rank 1 waits for stage 2", empty if nothing). */
+void pt_comm_answer(const char *what);
+void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

@@ -153,12 +153,15 @@ int pt_nccl_wait(pt_group *g, pt_err *err)
         clock_gettime(CLOCK_MONOTONIC, &now);
         if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > g->timeout) {
             abort_comm(g);
+            char others[1024];
+            pt_comm_ask(g, "NCCL", others, sizeof others);
             pt_comm_stop(); /* as every wait that gives up does (comm.h): no MPI call after */
             const char *at = pt_comm_phase_now();
-            return pt_fail(err, PT_EPEER, "no progress for %.3g s waiting for NCCL%s%s (a peer has "
-                           "stopped answering; run.timeout_s sets this limit)", g->timeout,
-                           at ? " while " : "", at ? at : "");
+            return pt_fail(err, PT_EPEER, "no progress for %.3g s waiting for NCCL%s%s ("
+                           "run.timeout_s sets this limit)%s", g->timeout,
+                           at ? " while " : "", at ? at : "", others);
         }
+        pt_comm_answer("NCCL");
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }

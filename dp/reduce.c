@@ -351,13 +351,16 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
         if (polls > 200) {
             if (now_s() > deadline) {
                 pt_err e;
+                char others[1024];
+                pt_comm_ask(r->g, "the gradient all-reduce", others, sizeof others);
                 pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
                         "replicas: another replica has stopped answering (run.timeout_s sets this "
-                        "limit)", limit, r->D);
+                        "limit)%s", limit, r->D, others);
                 pt_comm_stop(); /* its sends and receives stay posted */
                 fail(r, PT_EPEER, &e);
                 break;
             }
+            pt_comm_answer("the gradient all-reduce");
             struct timespec ts = {0, 20000};
             nanosleep(&ts, NULL);
         }

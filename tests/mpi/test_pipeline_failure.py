@@ -89,6 +89,14 @@ def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=
     expect(secs < LIMIT_S, "%s: every rank gone within %d s" % (name, LIMIT_S))
     for pattern in must_say:
         expect(re.search(pattern, out) is not None, "%s: output matches /%s/" % (name, pattern))
+    if fault.split(":")[2] == "hang":
+        # the ranks that timed out asked the others where they are: the
+        # hung rank is named as in no wait, and no rank that was waiting
+        named = set()
+        for who in re.findall(r"; ranks? ([\d, ]+)(?: and \d+ more)? (?:is|are) in no wait", out):
+            named |= {int(r) for r in who.split(", ")}
+        expect(named == {int(fault.split(":")[0])}, "%s: the ranks named as in no wait, %s, are the "
+               "hung one\n%s" % (name, sorted(named), out[-1500:]))
     return run_dir, out
 
 
@@ -414,10 +422,14 @@ def alone(tools, work):
         ranks = [int(x) for x in got]
     time.sleep(1.0)  # into its work: reading the data, or evaluating 10,000 test images
     stopped = ranks[-1] if len(ranks) == 2 else None
+    stopped_rank = None
     try:
         if stopped:
+            with open("/proc/%d/environ" % stopped, "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+            stopped_rank = int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
             os.kill(stopped, signal.SIGSTOP)
-    except ProcessLookupError:
+    except (ProcessLookupError, FileNotFoundError):
         stopped = None
     try:
         out, _ = p.communicate(timeout=60)
@@ -436,6 +448,8 @@ def alone(tools, work):
     if p.returncode != 0:  # a run that finished before the stop proves nothing either way
         expect("no progress for 3 s" in out, "eval with a stopped rank: the waiting rank says "
                "what it waited for\n" + out[-1500:])
+        expect("; rank %s is in no wait" % stopped_rank in out, "eval with a stopped rank: the waiting "
+               "rank names rank %s, the stopped one, as in no wait\n%s" % (stopped_rank, out[-1500:]))
 
 
 def main():
