@@ -40,6 +40,14 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
         for (;;)
             pause();
     if (strcmp(kind, "stop") == 0) { /* a stop signal arriving just here */
+        /* once: a point passed several times in a step (an evaluation's
+         * rounds) would otherwise be a second signal, which stops at once */
+        static char fired_point[32];
+        static int64_t fired_step = -1;
+        if (step == fired_step && strcmp(point, fired_point) == 0)
+            return 0;
+        fired_step = step;
+        snprintf(fired_point, sizeof fired_point, "%s", point);
         raise(SIGUSR1);
         return 0;
     }

@@ -3099,6 +3099,29 @@ def test_inspect(h):
           "a path that is not UTF-8: %r", o.get("checkpoint"))
 
 
+def test_stop_during_an_evaluation_of_rounds(h):
+    """A stop signal that arrives during an evaluation of several rounds
+    (24 test examples, 8 a round) stops the run after the next step with
+    its checkpoint, exit 130, and the resume ends with the bits of the run that
+    was never stopped. The failure hook (PIPETRAIN_TEST_FAULT ...:stop:eval)
+    raised the signal in every round, a second signal, which stops at once
+    (exit 138); it now raises it once."""
+    keys = {"train.eval_examples": "24", "train.eval_every": "1", "train.checkpoint_every": "0"}
+    cfg, straight = trained(h, "straight", steps=(5, LAST), **keys)
+    cfg = U.write_config(h, "stopped.yaml", U.tiny("vit", h.path("stopped"), **{
+        "train.epochs": "2", "train.keep_checkpoints": "10", **keys}))
+    h.run(["train", cfg], env={"PIPETRAIN_TEST_FAULT": "0:5:stop:eval"}).expect(
+        130, "a stop signal during the evaluation after step 5")
+    # step 5's evaluation is after its all-reduce: the ranks agree on the
+    # stop in step 6's, and the run saves step 6 (step 5 ended an epoch)
+    check(U.checkpoints(h.path("stopped")) == ["step_%010d" % s for s in (5, 6)],
+          "the stopped run's checkpoints: %s", U.checkpoints(h.path("stopped")))
+    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "the resume")
+    check([U.unit_records(f) for f in U.unit_files(U.ckpt(h.path("stopped"), LAST))] ==
+          [U.unit_records(f) for f in U.unit_files(U.ckpt(straight, LAST))],
+          "the resumed run ends with other bits than the run never stopped")
+
+
 def test_manifest_of_many_units_checked_in_linear_time(h):
     """A manifest listing 60,000 units, each in a file of its own that the
     files list binds: its units and files were matched pairwise (60,000^2
@@ -3194,7 +3217,7 @@ def tests():
         test_real_paths_past_path_max,
         test_diverged_run_saves_no_nan, test_start_beside_a_probe,
         test_step_directory_under_another_name, test_lock_file_removed_while_waited_for,
-        test_inspect,
+        test_inspect, test_stop_during_an_evaluation_of_rounds,
     ]
 
 
