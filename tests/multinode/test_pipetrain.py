@@ -8,6 +8,8 @@ On 2 hosts x 2 ranks, with freezing and the activation cache on:
     one process (the tolerances of tests/mpi/test_replica_equivalence.py);
   - while it trains, each host has its own cache segment in its own
     /dev/shm; afterwards both are gone;
+  - a rank that hangs on host 1 is named by the ranks that wait for it, on
+    both hosts, as in no wait;
   - a rank killed on host 1 stops every rank on both hosts within 30 s.
 And 1 rank per host: pure data parallelism across the hosts (K = 1, D = 2).
 The hosts are torn down however the test ends.
@@ -180,6 +182,23 @@ def main():
                "a cache that fails on one host ends the job (%d) in %.1f s" % (r.returncode, took))
         expect("rank 2: error: injected fault" in out and "stopped by a signal" not in out,
                "the failing rank's message, and no word of a signal:\n" + out[-2000:])
+        print("a rank hung on host 1", flush=True)
+        # rank 3 (host 1, replica 1's stage 1) stops answering at step 3:
+        # the ranks that wait for it, on both hosts, ask the others where
+        # they are, across the hosts' network, and name rank 3 alone
+        run_dir = os.path.join(work, "hung")
+        start = time.time()
+        r = H("run", "--", "-np", "4", "-x", "PIPETRAIN_TEST_FAULT",
+              *train_cmd(run_dir, pipeline__stages=2, pipeline__replicas=2, run__timeout_s=5),
+              check=False, extra_env={"PIPETRAIN_TEST_FAULT": "3:3:hang"}, timeout=120)
+        took = time.time() - start
+        out = r.stdout + r.stderr
+        named = set()
+        for who in re.findall(r"; ranks? ([\d, ]+)(?: and \d+ more)? (?:is|are) in no wait", out):
+            named |= {int(x) for x in who.split(", ")}
+        expect(r.returncode != 0 and took < 45, "a hung rank ends the job (%d) in %.1f s" % (r.returncode, took))
+        expect(named == {3}, "the waiting ranks name rank 3, and only it, as in no wait (%s)%s"
+               % (sorted(named), "" if named == {3} else ":\n" + out[-2000:]))
         print("a rank killed on host 1", flush=True)
         run_dir = os.path.join(work, "killed")
         start = time.time()
