@@ -455,24 +455,27 @@ static void release_bytes(mpi_bytes *b)
 
 /* ------------------------------------------------------------ who is where */
 
-/* A wait that times out says which of its group's ranks are in no wait at
- * all (stopped, hung in their own work, or gone) and what the others wait
- * for: the rank to look at in a job of many. Each rank keeps a receive
- * posted on a duplicate of the world for a question (one int); its waits
- * answer while they poll, with what they wait for. A rank gives the others
- * ASK_S to answer; one that has not answered by then is named as silent. */
-enum { ASK_TAG = 1, ANSWER_TAG = 2, ANSWER_LEN = 192, ANSWERS_OUT = 8, NAMED_MAX = 16 };
+/* A wait that times out says which ranks are in no wait at all (stopped,
+ * hung in their own work, or gone) and what the others wait for: the rank
+ * to look at in a job of many. Each rank keeps a receive posted on a
+ * duplicate of the world for a question (one int); its waits answer while
+ * they poll, with what they wait for. A rank gives the others ASK_S to
+ * answer; one that has not answered by then is named as silent. A rank
+ * asks once (it stops after), so at most one answer per other rank is
+ * ever going out: answers has a slot for each. */
+enum { ASK_TAG = 1, ANSWER_TAG = 2, ANSWER_LEN = 192, NAMED_MAX = 16 };
 static const double ASK_S = 1.0;
 static MPI_Comm ask_comm = MPI_COMM_NULL;
 static MPI_Request ask_in = MPI_REQUEST_NULL;
 static int ask_buf;
-static MPI_Request answer_req[ANSWERS_OUT];
-static char answer_text[ANSWERS_OUT][ANSWER_LEN];
+static struct answer {
+    MPI_Request req;
+    char text[ANSWER_LEN];
+} *answers; /* [world size], made at the first question */
+static int answers_n;
 
 static void ask_open(void)
 {
-    for (int i = 0; i < ANSWERS_OUT; i++)
-        answer_req[i] = MPI_REQUEST_NULL;
     if (MPI_Comm_dup(MPI_COMM_WORLD, &ask_comm) != MPI_SUCCESS) {
         ask_comm = MPI_COMM_NULL; /* timeouts then say nothing of the others */
         return;
@@ -482,14 +485,15 @@ static void ask_open(void)
         ask_in = MPI_REQUEST_NULL;
 }
 
-/* a request that is not complete by now: cancelled (a receive) or left to
- * complete on its own (a send), without waiting for it */
-static void drop_request(MPI_Request *r)
+/* a send that is not complete by now left to complete on its own, without
+ * waiting for it; whether it had completed (its buffer is free again) */
+static int drop_request(MPI_Request *r)
 {
     int done = 0;
     if (*r == MPI_REQUEST_NULL || (MPI_Test(r, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done))
-        return;
+        return 1;
     MPI_Request_free(r);
+    return 0;
 }
 
 /* cancels a posted receive; whether it completed (its buffer is free again) */
@@ -516,8 +520,14 @@ static void ask_close(void)
         return;
     if (!cancel_request(&ask_in))
         return; /* MPI keeps it; the communicator stays with it */
-    for (int i = 0; i < ANSWERS_OUT; i++)
-        drop_request(&answer_req[i]);
+    int going = 0;
+    for (int i = 0; i < answers_n; i++)
+        going |= !drop_request(&answers[i].req);
+    if (!going) { /* else kept: MPI may still read an answer's text */
+        free(answers);
+        answers = NULL;
+        answers_n = 0;
+    }
     MPI_Comm_free(&ask_comm);
 }
 
@@ -525,11 +535,6 @@ void pt_comm_answer(const char *what)
 {
     if (ask_comm == MPI_COMM_NULL || stopped)
         return;
-    for (int i = 0; i < ANSWERS_OUT; i++) {
-        int done = 0;
-        if (answer_req[i] != MPI_REQUEST_NULL)
-            MPI_Test(&answer_req[i], &done, MPI_STATUS_IGNORE);
-    }
     while (ask_in != MPI_REQUEST_NULL) {
         int done = 0;
         MPI_Status st;
@@ -538,106 +543,128 @@ void pt_comm_answer(const char *what)
         const int from = st.MPI_SOURCE;
         if (MPI_Irecv(&ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, ASK_TAG, ask_comm, &ask_in) != MPI_SUCCESS)
             ask_in = MPI_REQUEST_NULL;
-        int slot = 0;
-        while (slot < ANSWERS_OUT && answer_req[slot] != MPI_REQUEST_NULL)
-            slot++;
-        if (slot == ANSWERS_OUT) /* answers to earlier askers still going out: this one goes unanswered */
+        if (!answers && MPI_Comm_size(ask_comm, &answers_n) == MPI_SUCCESS) {
+            answers = calloc((size_t)answers_n, sizeof *answers);
+            for (int i = 0; answers && i < answers_n; i++)
+                answers[i].req = MPI_REQUEST_NULL;
+        }
+        struct answer *a = answers && from >= 0 && from < answers_n ? &answers[from] : NULL;
+        int sent = 1;
+        if (a && a->req != MPI_REQUEST_NULL)
+            MPI_Test(&a->req, &sent, MPI_STATUS_IGNORE);
+        if (!a || !sent) /* no memory, or an answer to this rank still going out: none */
             continue;
         const char *at = phase;
-        snprintf(answer_text[slot], ANSWER_LEN, "%s%s%s", what, at ? " while " : "", at ? at : "");
-        MPI_Isend(answer_text[slot], (int)strlen(answer_text[slot]) + 1, MPI_CHAR, from, ANSWER_TAG, ask_comm,
-                  &answer_req[slot]);
+        snprintf(a->text, ANSWER_LEN, "%s%s%s", what, at ? " while " : "", at ? at : "");
+        MPI_Isend(a->text, (int)strlen(a->text) + 1, MPI_CHAR, from, ANSWER_TAG, ask_comm, &a->req);
     }
 }
 
 void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
 {
     out[0] = '\0';
-    int me = -1, size = 0;
+    int me = -1, size = 0, gsize = 0;
     MPI_Comm mpi = g && !g->solo ? g->mpi : MPI_COMM_NULL;
     if (ask_comm == MPI_COMM_NULL || stopped || mpi == MPI_COMM_NULL || n < 2 ||
-        MPI_Comm_rank(mpi, &me) != MPI_SUCCESS || MPI_Comm_size(mpi, &size) != MPI_SUCCESS || size < 2)
+        MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS ||
+        MPI_Comm_size(mpi, &gsize) != MPI_SUCCESS || size < 2)
         return;
-    int *world = malloc((size_t)size * 3 * sizeof *world);
+    /* every rank is asked, not only g's: the one that stopped may be one
+     * that g's members wait for in turn (a pipeline stage waiting for a
+     * rank held up in another replica) */
+    int *ranks = malloc((size_t)(gsize + 2 * size) * sizeof *ranks);
     MPI_Request *reqs = malloc((size_t)size * 2 * sizeof *reqs);
     char *said = calloc((size_t)size, ANSWER_LEN);
-    if (!world || !reqs || !said) {
-        free(world);
+    if (!ranks || !reqs || !said) {
+        free(ranks);
         free(reqs);
         free(said);
         return;
     }
-    /* world[i]: member i's world rank; state[i]: 0 not asked, 1 asked, 2 answered */
-    int *members = world + size, *state = world + 2 * size;
+    /* state[w]: 0 not asked (this rank), 1 asked, 2 answered; in_g[w]: a member of g */
+    int *state = ranks + gsize, *in_g = state + size;
+    memset(in_g, 0, (size_t)size * sizeof *in_g);
     MPI_Group mine, all;
     MPI_Comm_group(mpi, &mine);
-    MPI_Comm_group(MPI_COMM_WORLD, &all);
-    for (int i = 0; i < size; i++)
-        members[i] = i;
-    MPI_Group_translate_ranks(mine, size, members, all, world);
+    MPI_Comm_group(ask_comm, &all);
+    int *world = malloc((size_t)gsize * sizeof *world);
+    if (world) {
+        for (int i = 0; i < gsize; i++)
+            ranks[i] = i;
+        MPI_Group_translate_ranks(mine, gsize, ranks, all, world);
+        for (int i = 0; i < gsize; i++)
+            if (world[i] >= 0 && world[i] < size)
+                in_g[world[i]] = 1;
+        free(world);
+    }
     MPI_Group_free(&mine);
     MPI_Group_free(&all);
     static int question = 1; /* its value says nothing: a question is its arrival */
-    for (int i = 0; i < size; i++) {
-        reqs[2 * i] = reqs[2 * i + 1] = MPI_REQUEST_NULL;
-        state[i] = 0;
-        if (i == me || world[i] == MPI_UNDEFINED ||
-            MPI_Irecv(said + (size_t)i * ANSWER_LEN, ANSWER_LEN, MPI_CHAR, world[i], ANSWER_TAG, ask_comm,
-                      &reqs[2 * i + 1]) != MPI_SUCCESS)
+    for (int w = 0; w < size; w++) {
+        reqs[2 * w] = reqs[2 * w + 1] = MPI_REQUEST_NULL;
+        state[w] = 0;
+        if (w == me || MPI_Irecv(said + (size_t)w * ANSWER_LEN, ANSWER_LEN, MPI_CHAR, w, ANSWER_TAG,
+                                 ask_comm, &reqs[2 * w + 1]) != MPI_SUCCESS)
             continue;
-        state[i] = 1;
-        if (MPI_Isend(&question, 1, MPI_INT, world[i], ASK_TAG, ask_comm, &reqs[2 * i]) != MPI_SUCCESS)
-            reqs[2 * i] = MPI_REQUEST_NULL;
+        state[w] = 1;
+        if (MPI_Isend(&question, 1, MPI_INT, w, ASK_TAG, ask_comm, &reqs[2 * w]) != MPI_SUCCESS)
+            reqs[2 * w] = MPI_REQUEST_NULL;
     }
     const double until = now_s() + ASK_S;
     for (int waiting = 1; waiting && now_s() < until;) {
         pt_comm_answer(what);
         waiting = 0;
-        for (int i = 0; i < size; i++) {
+        for (int w = 0; w < size; w++) {
             int done = 0;
-            if (state[i] == 1 && MPI_Test(&reqs[2 * i + 1], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
-                state[i] = 2;
-            waiting |= state[i] == 1;
+            if (state[w] == 1 && MPI_Test(&reqs[2 * w + 1], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+                state[w] = 2;
+            waiting |= state[w] == 1;
         }
         if (waiting)
             nanosleep(&(struct timespec){0, 200000}, NULL);
     }
-    /* the silent ones (asked, no answer), then what those that answered wait for */
+    /* the silent ones (asked, no answer), then what those that answered
+     * wait for: g's members first */
     size_t len = 0;
-    int silent = 0, named = 0, answered = 0;
-    for (int i = 0; i < size; i++)
-        silent += state[i] == 1;
-    for (int i = 0; i < size && silent && len < n; i++) {
-        if (state[i] != 1)
+    int silent = 0, named = 0, answered = 0, shown = 0;
+    for (int w = 0; w < size; w++) {
+        silent += state[w] == 1;
+        answered += state[w] == 2;
+    }
+    for (int w = 0; w < size && silent && len < n; w++) {
+        if (state[w] != 1)
             continue;
         if (named == NAMED_MAX) {
             len += (size_t)snprintf(out + len, n - len, " and %d more", silent - named);
             break;
         }
         const char *sep = named ? ", " : silent == 1 ? "; rank " : "; ranks ";
-        len += (size_t)snprintf(out + len, n - len, "%s%d", sep, world[i]);
+        len += (size_t)snprintf(out + len, n - len, "%s%d", sep, w);
         named++;
     }
     if (silent && len < n)
         len += (size_t)snprintf(out + len, n - len, " %s in no wait (stopped, gone, or busy in %s own work)",
                                 silent == 1 ? "is" : "are", silent == 1 ? "its" : "their");
-    for (int i = 0; i < size; i++) {
-        if (state[i] != 2 || ++answered > 4 || len >= n)
-            continue;
-        said[(size_t)i * ANSWER_LEN + ANSWER_LEN - 1] = '\0';
-        len += (size_t)snprintf(out + len, n - len, "; rank %d waits for %s", world[i],
-                                said + (size_t)i * ANSWER_LEN);
-    }
-    if (answered > 4 && len < n)
-        snprintf(out + len, n - len, "; %d more ranks wait", answered - 4);
+    for (int pass = 1; pass >= 0; pass--)
+        for (int w = 0; w < size; w++) {
+            if (state[w] != 2 || in_g[w] != pass || shown == 4 || len >= n)
+                continue;
+            said[(size_t)w * ANSWER_LEN + ANSWER_LEN - 1] = '\0';
+            len += (size_t)snprintf(out + len, n - len, "; rank %d waits for %s", w,
+                                    said + (size_t)w * ANSWER_LEN);
+            shown++;
+        }
+    if (answered > shown && len < n)
+        snprintf(out + len, n - len, "; %d more rank%s wait%s", answered - shown,
+                 answered - shown == 1 ? "" : "s", answered - shown == 1 ? "s" : "");
     /* a receive still posted is cancelled; one that does not complete even
      * so keeps its buffer (a leak, on a rank that is about to stop) */
     int keep = 0;
-    for (int i = 0; i < size; i++) {
-        drop_request(&reqs[2 * i]);
-        keep |= !cancel_request(&reqs[2 * i + 1]);
+    for (int w = 0; w < size; w++) {
+        drop_request(&reqs[2 * w]);
+        keep |= !cancel_request(&reqs[2 * w + 1]);
     }
-    free(world);
+    free(ranks);
     free(reqs);
     if (!keep)
         free(said);

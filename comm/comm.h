@@ -63,9 +63,10 @@ void pt_comm_stop(void);
  * it waits. pt_wait does both halves; a loop of its own that waits on
  * transfers calls pt_comm_answer as it polls (what: what it waits for, as
  * "an all-reduce") and, when it gives up and before pt_comm_stop,
- * pt_comm_ask, which gives g's other members a second to answer and writes
+ * pt_comm_ask, which gives every other rank a second to answer and writes
  * into out what it learnt ("; rank 3 is in no wait (stopped, gone, or busy
- * in its own work); rank 1 waits for stage 2", empty if nothing). */
+ * in its own work); rank 1 waits for stage 2", g's members listed first;
+ * empty if nothing). */
 void pt_comm_answer(const char *what);
 void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
 
