@@ -543,9 +543,11 @@ void pt_comm_answer(const char *what)
         const int from = st.MPI_SOURCE;
         if (MPI_Irecv(&ask_buf, 1, MPI_INT, MPI_ANY_SOURCE, ASK_TAG, ask_comm, &ask_in) != MPI_SUCCESS)
             ask_in = MPI_REQUEST_NULL;
-        if (!answers && MPI_Comm_size(ask_comm, &answers_n) == MPI_SUCCESS) {
-            answers = calloc((size_t)answers_n, sizeof *answers);
-            for (int i = 0; answers && i < answers_n; i++)
+        int ranks = 0;
+        if (!answers && MPI_Comm_size(ask_comm, &ranks) == MPI_SUCCESS &&
+            (answers = calloc((size_t)ranks, sizeof *answers))) {
+            answers_n = ranks;
+            for (int i = 0; i < answers_n; i++)
                 answers[i].req = MPI_REQUEST_NULL;
         }
         struct answer *a = answers && from >= 0 && from < answers_n ? &answers[from] : NULL;
