@@ -192,6 +192,8 @@ static int write_part(pt_recwriter *w, const pt_segment *s, int u, pt_part part,
         if ((rc = pt_segment_unit_read(s, u, part, at, n, host, err)) == 0 &&
             (rc = all_finite(host, n, at, tag, step, err)) == 0)
             rc = pt_recwriter_write(w, host, n * sizeof *host, err);
+        /* the other ranks wait for this save: it is making progress */
+        pt_comm_busy("writing its checkpoint");
     }
     return rc;
 }

@@ -473,6 +473,7 @@ static struct answer {
     char text[ANSWER_LEN];
 } *answers; /* [world size], made at the first question */
 static int answers_n;
+static double *busy_seen; /* [world size]: when this rank last heard each one answer busy */
 
 static void ask_open(void)
 {
@@ -528,10 +529,14 @@ static void ask_close(void)
         answers = NULL;
         answers_n = 0;
     }
+    free(busy_seen);
+    busy_seen = NULL;
     MPI_Comm_free(&ask_comm);
 }
 
-void pt_comm_answer(const char *what)
+/* answers every question that came, as waiting for `what` (kind 'w') or
+ * busy with it (kind 'b'): the first character of an answer is its kind */
+static void answer_as(char kind, const char *what)
 {
     if (ask_comm == MPI_COMM_NULL || stopped)
         return;
@@ -557,12 +562,15 @@ void pt_comm_answer(const char *what)
         if (!a || !sent) /* no memory, or an answer to this rank still going out: none */
             continue;
         const char *at = phase;
-        snprintf(a->text, ANSWER_LEN, "%s%s%s", what, at ? " while " : "", at ? at : "");
+        snprintf(a->text, ANSWER_LEN, "%c%s%s%s", kind, what, at ? " while " : "", at ? at : "");
         MPI_Isend(a->text, (int)strlen(a->text) + 1, MPI_CHAR, from, ANSWER_TAG, ask_comm, &a->req);
     }
 }
 
-void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
+void pt_comm_answer(const char *what) { answer_as('w', what); }
+void pt_comm_busy(const char *doing) { answer_as('b', doing); }
+
+int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
 {
     out[0] = '\0';
     int me = -1, size = 0, gsize = 0;
@@ -570,7 +578,10 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     if (ask_comm == MPI_COMM_NULL || stopped || mpi == MPI_COMM_NULL || n < 2 ||
         MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS ||
         MPI_Comm_size(mpi, &gsize) != MPI_SUCCESS || size < 2)
-        return;
+        return 0;
+    if (!busy_seen && (busy_seen = calloc((size_t)size, sizeof *busy_seen)))
+        for (int w = 0; w < size; w++)
+            busy_seen[w] = -1e300;
     /* every rank is asked, not only g's: the one that stopped may be one
      * that g's members wait for in turn (a pipeline stage waiting for a
      * rank held up in another replica) */
@@ -581,7 +592,7 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         free(ranks);
         free(reqs);
         free(said);
-        return;
+        return 0;
     }
     /* state[w]: 0 not asked (this rank), 1 asked, 2 answered; in_g[w]: a member of g */
     int *state = ranks + gsize, *in_g = state + size;
@@ -625,6 +636,20 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         if (waiting)
             nanosleep(&(struct timespec){0, 200000}, NULL);
     }
+    /* busy: answered busy now, or within the grace after an answer busy
+     * (a rank writing its checkpoint is silent in the writes' final sync);
+     * excused: silent now, busy then */
+    const double t = now_s(), grace = (g->timeout > 0 ? g->timeout : 0) + 2 * ASK_S;
+    int busy = 0, excused = 0;
+    for (int w = 0; w < size; w++) {
+        if (state[w] == 2 && said[(size_t)w * ANSWER_LEN] == 'b') {
+            busy++;
+            if (busy_seen)
+                busy_seen[w] = t;
+        } else if (state[w] == 1 && busy_seen && t - busy_seen[w] <= grace) {
+            excused++;
+        }
+    }
     /* the silent ones (asked, no answer), then what those that answered
      * wait for: g's members first */
     size_t len = 0;
@@ -633,6 +658,7 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         silent += state[w] == 1;
         answered += state[w] == 2;
     }
+    const int going = (busy > 0 || excused > 0) && silent == excused;
     for (int w = 0; w < size && silent && len < n; w++) {
         if (state[w] != 1)
             continue;
@@ -651,9 +677,10 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         for (int w = 0; w < size; w++) {
             if (state[w] != 2 || in_g[w] != pass || shown == 4 || len >= n)
                 continue;
-            said[(size_t)w * ANSWER_LEN + ANSWER_LEN - 1] = '\0';
-            len += (size_t)snprintf(out + len, n - len, "; rank %d waits for %s", w,
-                                    said + (size_t)w * ANSWER_LEN);
+            char *text = said + (size_t)w * ANSWER_LEN;
+            text[ANSWER_LEN - 1] = '\0';
+            len += (size_t)snprintf(out + len, n - len, "; rank %d %s %s", w,
+                                    text[0] == 'b' ? "is busy" : "waits for", text[0] ? text + 1 : text);
             shown++;
         }
     if (answered > shown && len < n)
@@ -670,6 +697,7 @@ void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     free(reqs);
     if (!keep)
         free(said);
+    return going;
 }
 
 int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
@@ -714,7 +742,7 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         return 0;
     if (stopped)
         return stopped_fail(err);
-    const double deadline = now_s() + g->timeout;
+    double deadline = now_s() + g->timeout;
     for (long polls = 0;; polls++) {
         int done = 0;
         MPI_Status st;
@@ -730,7 +758,10 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         if (polls > 200) {
             if (now_s() > deadline) {
                 char others[1024];
-                pt_comm_ask(g, what, others, sizeof others);
+                if (pt_comm_ask(g, what, others, sizeof others)) { /* another rank is busy: not stopped */
+                    deadline = now_s() + g->timeout;
+                    continue;
+                }
                 pt_comm_stop();
                 const char *at = phase;
                 return pt_fail(err, PT_EPEER,

@@ -66,9 +66,14 @@ void pt_comm_stop(void);
  * pt_comm_ask, which gives every other rank a second to answer and writes
  * into out what it learnt ("; rank 3 is in no wait (stopped, gone, or busy
  * in its own work); rank 1 waits for stage 2", g's members listed first;
- * empty if nothing). */
+ * empty if nothing). Long work that other ranks wait for and that cannot
+ * be split (a checkpoint's writes) calls pt_comm_busy as it goes: while a
+ * rank answers busy, or within one more run.timeout_s of its last such
+ * answer (a final sync), pt_comm_ask returns 1 when no other rank is
+ * silent, and pt_wait waits another run.timeout_s instead of failing. */
 void pt_comm_answer(const char *what);
-void pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
+void pt_comm_busy(const char *doing);
+int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

@@ -51,6 +51,15 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
         raise(SIGUSR1);
         return 0;
     }
+    if (strcmp(kind, "slow") == 0) { /* 8 s of work here that says it is going on */
+        for (int i = 0; i < 400; i++) {
+            pt_comm_busy("a slow part of the failure tests");
+            struct timespec left = {0, 20 * 1000 * 1000};
+            while (nanosleep(&left, &left) != 0)
+                ;
+        }
+        return 0;
+    }
     if (strcmp(kind, "pause") == 0) { /* 2 s here, for a test to change what lies around */
         struct timespec left = {2, 0};
         while (nanosleep(&left, &left) != 0)

@@ -359,8 +359,10 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * manifest is written, older checkpoints are not pruned yet). KIND is `error`
  * (a reported error), `crash` (SIGKILL, as if the process were lost),
  * `hang` (stops answering), `stop` (SIGUSR1 to itself, as a stop signal
- * arriving at that moment; the run goes on to stop as the signal says) or
- * `pause` (2 s there, then on: a test changes the files meanwhile). Several
+ * arriving at that moment; the run goes on to stop as the signal says),
+ * `slow` (8 s there, answering the other ranks' questions as busy, as long
+ * work that goes on does: pt_comm_busy) or `pause` (2 s there, then on: a
+ * test changes the files meanwhile). Several
  * faults are separated by commas; the first that matches acts. Unset, it
  * costs one getenv per call. */
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err);

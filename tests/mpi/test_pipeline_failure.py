@@ -243,6 +243,32 @@ def cases(tools, work):
         expect("evaluating" not in "".join(l for l in out.splitlines() if "no progress" in l),
                "hang-in-save-after-eval: the timeout does not name the evaluation before the save")
 
+    # a save that takes longer than run.timeout_s on one rank (8 s of
+    # writes that go on, against 3 s): the others, waiting in the save's
+    # agreement, find it busy and wait on, where they used to give up on it
+    # after run.timeout_s; then the same rank stops answering once its
+    # writes are done, and the job ends within two more run.timeout_s
+    slow = {"run.timeout_s": 3, "train.checkpoint_every": 2, "train.max_steps": 4}
+
+    @case
+    def slow_save():
+        run_dir = os.path.join(work, "slow-save")
+        args = ["train", CONFIG] + h.sets(run__dir=run_dir, train__eval_examples=64, pipeline__stages=2,
+                                          run__threads=1, **{k.replace(".", "__"): v for k, v in slow.items()})
+        rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": "1:2:slow:checkpoint-writing"},
+                                  timeout=120, check=False)
+        say("slow-save: exit %d after %.1f s" % (rc, secs))
+        expect(rc == 0 and secs > 8, "slow-save: trained to the end through a save of 8 s under "
+               "run.timeout_s 3\n%s" % out[-1500:])
+        expect(os.path.exists(os.path.join(run_dir, "checkpoints", "step_0000000002", "manifest")),
+               "slow-save: the slow save is a checkpoint")
+
+    @case
+    def slow_save_then_hang():
+        _, out = fault_case(tools, work, "slow-save-then-hang", "1:2:slow:checkpoint-writing,1:2:hang:checkpoint",
+                            [r"rank 0: error: saving checkpoint \S*step_0000000002: no progress for 3 s",
+                             r"; rank 1 is in no wait"], ranks=2, extra=slow)
+
     # after a re-plan (a freeze decision at step 3 rebuilds the stage
     # executors) the messages still give the run's step, not a count
     # that started again at the re-plan
