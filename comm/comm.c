@@ -463,8 +463,9 @@ static void release_bytes(mpi_bytes *b)
  * answer; one that has not answered by then is named as silent. A rank
  * asks once (it stops after), so at most one answer per other rank is
  * ever going out: answers has a slot for each. */
-enum { ASK_TAG = 1, ANSWER_TAG = 2, ANSWER_LEN = 192, NAMED_MAX = 16 };
+enum { ASK_TAG = 1, ANSWER_TAG = 2, GAVE_UP_TAG = 3, ANSWER_LEN = 192, NAMED_MAX = 16 };
 static const double ASK_S = 1.0;
+static const double AWAY_S = 1.0; /* a gap between a wait's polls longer than this: the rank did not run */
 static MPI_Comm ask_comm = MPI_COMM_NULL;
 static MPI_Request ask_in = MPI_REQUEST_NULL;
 static int ask_buf;
@@ -570,7 +571,42 @@ static void answer_as(char kind, const char *what)
 void pt_comm_answer(const char *what) { answer_as('w', what); }
 void pt_comm_busy(const char *doing) { answer_as('b', doing); }
 
-int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
+/* A rank that gives up tells every other rank, which then does not take
+ * it for one in no wait when it asks later (it answers no more): the text
+ * is what it waited for, kept for the sends. */
+static char gave_up_text[ANSWER_LEN];
+
+static void tell_gave_up(int me, int size, const char *what)
+{
+    const char *at = phase;
+    snprintf(gave_up_text, ANSWER_LEN, "%s%s%s", what, at ? " while " : "", at ? at : "");
+    for (int w = 0; w < size; w++) {
+        MPI_Request r;
+        if (w != me && MPI_Isend(gave_up_text, (int)strlen(gave_up_text) + 1, MPI_CHAR, w, GAVE_UP_TAG,
+                                 ask_comm, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+/* the notices of ranks that gave up, into gave (a text per world rank) */
+static void take_gave_up(char *gave, int size)
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, GAVE_UP_TAG, ask_comm, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        char text[ANSWER_LEN];
+        if (MPI_Recv(text, ANSWER_LEN, MPI_CHAR, st.MPI_SOURCE, GAVE_UP_TAG, ask_comm, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            return;
+        text[ANSWER_LEN - 1] = '\0';
+        if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < size)
+            snprintf(gave + (size_t)st.MPI_SOURCE * ANSWER_LEN, ANSWER_LEN, "%s", text[0] ? text : "?");
+    }
+}
+
+int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n)
 {
     out[0] = '\0';
     int me = -1, size = 0, gsize = 0;
@@ -579,6 +615,15 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS ||
         MPI_Comm_size(mpi, &gsize) != MPI_SUCCESS || size < 2)
         return 0;
+    if (away_s > AWAY_S) {
+        /* the deadline passed while this rank itself did not run (stopped,
+         * as by SIGSTOP, or starved of the CPU): what the others do now
+         * says nothing of why it waited, and asking would blame them */
+        snprintf(out, n, "; this rank itself did not run for the last %.3g s (stopped, or starved of "
+                 "the CPU)", away_s);
+        tell_gave_up(me, size, what);
+        return 0;
+    }
     if (!busy_seen && (busy_seen = calloc((size_t)size, sizeof *busy_seen)))
         for (int w = 0; w < size; w++)
             busy_seen[w] = -1e300;
@@ -587,11 +632,13 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
      * rank held up in another replica) */
     int *ranks = malloc((size_t)(gsize + 2 * size) * sizeof *ranks);
     MPI_Request *reqs = malloc((size_t)size * 2 * sizeof *reqs);
-    char *said = calloc((size_t)size, ANSWER_LEN);
-    if (!ranks || !reqs || !said) {
+    char *said = calloc((size_t)size, ANSWER_LEN), *gave = calloc((size_t)size, ANSWER_LEN);
+    if (!ranks || !reqs || !said || !gave) {
         free(ranks);
         free(reqs);
         free(said);
+        free(gave);
+        tell_gave_up(me, size, what);
         return 0;
     }
     /* state[w]: 0 not asked (this rank), 1 asked, 2 answered; in_g[w]: a member of g */
@@ -619,9 +666,11 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         if (w == me || MPI_Irecv(said + (size_t)w * ANSWER_LEN, ANSWER_LEN, MPI_CHAR, w, ANSWER_TAG,
                                  ask_comm, &reqs[2 * w + 1]) != MPI_SUCCESS)
             continue;
+        if (MPI_Isend(&question, 1, MPI_INT, w, ASK_TAG, ask_comm, &reqs[2 * w]) != MPI_SUCCESS) {
+            reqs[2 * w] = MPI_REQUEST_NULL; /* not asked: not named silent */
+            continue;
+        }
         state[w] = 1;
-        if (MPI_Isend(&question, 1, MPI_INT, w, ASK_TAG, ask_comm, &reqs[2 * w]) != MPI_SUCCESS)
-            reqs[2 * w] = MPI_REQUEST_NULL;
     }
     const double until = now_s() + ASK_S;
     for (int waiting = 1; waiting && now_s() < until;) {
@@ -636,6 +685,14 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         if (waiting)
             nanosleep(&(struct timespec){0, 200000}, NULL);
     }
+    take_gave_up(gave, size);
+    /* a rank that gave up waiting answers no more: not silent, gone too */
+    int gone = 0;
+    for (int w = 0; w < size; w++)
+        if (state[w] == 1 && gave[(size_t)w * ANSWER_LEN]) {
+            state[w] = 3;
+            gone++;
+        }
     /* busy: answered busy now, or within the grace after an answer busy
      * (a rank writing its checkpoint is silent in the writes' final sync);
      * excused: silent now, busy then */
@@ -658,7 +715,7 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         silent += state[w] == 1;
         answered += state[w] == 2;
     }
-    const int going = (busy > 0 || excused > 0) && silent == excused;
+    const int going = (busy > 0 || excused > 0) && silent == excused && !gone;
     for (int w = 0; w < size && silent && len < n; w++) {
         if (state[w] != 1)
             continue;
@@ -684,8 +741,12 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
             shown++;
         }
     if (answered > shown && len < n)
-        snprintf(out + len, n - len, "; %d more rank%s wait%s", answered - shown,
-                 answered - shown == 1 ? "" : "s", answered - shown == 1 ? "s" : "");
+        len += (size_t)snprintf(out + len, n - len, "; %d more rank%s wait%s", answered - shown,
+                                answered - shown == 1 ? "" : "s", answered - shown == 1 ? "s" : "");
+    for (int w = 0, told = 0; w < size && len < n; w++)
+        if (state[w] == 3 && told++ < 4)
+            len += (size_t)snprintf(out + len, n - len, "; rank %d gave up waiting for %s", w,
+                                    gave + (size_t)w * ANSWER_LEN);
     /* a receive still posted is cancelled; one that does not complete even
      * so keeps its buffer (a leak, on a rank that is about to stop) */
     int keep = 0;
@@ -695,8 +756,11 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     }
     free(ranks);
     free(reqs);
+    free(gave);
     if (!keep)
         free(said);
+    if (!going)
+        tell_gave_up(me, size, what);
     return going;
 }
 
@@ -742,7 +806,7 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
         return 0;
     if (stopped)
         return stopped_fail(err);
-    double deadline = now_s() + g->timeout;
+    double deadline = now_s() + g->timeout, last = now_s();
     for (long polls = 0;; polls++) {
         int done = 0;
         MPI_Status st;
@@ -756,9 +820,11 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
             return 0;
         }
         if (polls > 200) {
-            if (now_s() > deadline) {
+            const double t = now_s(), away = t - last;
+            last = t;
+            if (t > deadline) {
                 char others[1024];
-                if (pt_comm_ask(g, what, others, sizeof others)) { /* another rank is busy: not stopped */
+                if (pt_comm_ask(g, what, away, others, sizeof others)) { /* another rank is busy: wait on */
                     deadline = now_s() + g->timeout;
                     continue;
                 }

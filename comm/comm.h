@@ -70,10 +70,15 @@ void pt_comm_stop(void);
  * be split (a checkpoint's writes) calls pt_comm_busy as it goes: while a
  * rank answers busy, or within one more run.timeout_s of its last such
  * answer (a final sync), pt_comm_ask returns 1 when no other rank is
- * silent, and pt_wait waits another run.timeout_s instead of failing. */
+ * silent, and pt_wait waits another run.timeout_s instead of failing.
+ * away_s: how long before this check the waiting rank itself last polled;
+ * over a second (it was stopped, or starved of the CPU) it asks no one and
+ * says so, since the others may be gone by then. A rank that gives up
+ * (pt_comm_ask returned 0) has told the others, which name it as having
+ * given up, not as in no wait. */
 void pt_comm_answer(const char *what);
 void pt_comm_busy(const char *doing);
-int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
+int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

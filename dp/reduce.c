@@ -334,6 +334,7 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
     const double limit = pt_group_timeout(r->g);
     double deadline = t0 + limit;
     long moved = -1;
+    double last = t0;
     for (long polls = 0; !r->failed; polls++) {
         pt_reducer_progress(r);
         int left = 0;
@@ -349,10 +350,15 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
             deadline = now_s() + limit;
         }
         if (polls > 200) {
-            if (now_s() > deadline) {
+            const double t = now_s(), away = t - last;
+            last = t;
+            if (t > deadline) {
                 pt_err e;
                 char others[1024];
-                pt_comm_ask(r->g, "the gradient all-reduce", others, sizeof others);
+                if (pt_comm_ask(r->g, "the gradient all-reduce", away, others, sizeof others)) {
+                    deadline = now_s() + limit; /* another rank is busy: wait on */
+                    continue;
+                }
                 pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
                         "replicas: another replica has stopped answering (run.timeout_s sets this "
                         "limit)%s", limit, r->D, others);

@@ -77,6 +77,14 @@ def side_by_side(cases, workers=None):
                 print("\n".join(lines), flush=True)
 
 
+def named_in_no_wait(out):
+    """The ranks the job's error lines name as in no wait."""
+    named = set()
+    for who in re.findall(r"; ranks? ([\d, ]+)(?: and \d+ more)? (?:is|are) in no wait", out):
+        named |= {int(r) for r in who.split(", ")}
+    return named
+
+
 def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=None):
     run_dir = os.path.join(work, name)
     args = ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=20, train__eval_examples=64,
@@ -92,9 +100,7 @@ def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=
     if fault.split(":")[2] == "hang":
         # the ranks that timed out asked the others where they are: the
         # hung rank is named as in no wait, and no rank that was waiting
-        named = set()
-        for who in re.findall(r"; ranks? ([\d, ]+)(?: and \d+ more)? (?:is|are) in no wait", out):
-            named |= {int(r) for r in who.split(", ")}
+        named = named_in_no_wait(out)
         expect(named == {int(fault.split(":")[0])}, "%s: the ranks named as in no wait, %s, are the "
                "hung one\n%s" % (name, sorted(named), out[-1500:]))
     return run_dir, out
@@ -166,9 +172,14 @@ def cases(tools, work):
             ("replica-error", "2:5:error", [r"rank 2: error: injected fault at step 5", r"replica \d, stage \d"],
              dp),
             ("replica-hang", "3:5:hang", [r"no progress for 5 s", r"replica 1, stage 0"],
-             dict(dp, **{"run.timeout_s": 5}))):
+             dict(dp, **{"run.timeout_s": 5})),
+            # 3 replicas on 6 ranks: the hung rank is outside most waits'
+            # groups, and the ranks that gave up first answer no more
+            ("replica-hang-6-ranks", "5:4:hang", [r"no progress for 5 s"],
+             {"pipeline.stages": 2, "pipeline.replicas": 3, "run.timeout_s": 5})):
         def four_ranks(name=name, fault=fault, must_say=must_say, extra=extra):
-            fault_case(tools, work, name, fault, must_say, extra=extra)
+            fault_case(tools, work, name, fault, must_say, extra=extra,
+                       ranks=6 if name.endswith("6-ranks") else 4)
         four_ranks.__name__ = name
         case(four_ranks)
 
@@ -474,8 +485,53 @@ def alone(tools, work):
     if p.returncode != 0:  # a run that finished before the stop proves nothing either way
         expect("no progress for 3 s" in out, "eval with a stopped rank: the waiting rank says "
                "what it waited for\n" + out[-1500:])
-        expect("; rank %s is in no wait" % stopped_rank in out, "eval with a stopped rank: the waiting "
-               "rank names rank %s, the stopped one, as in no wait\n%s" % (stopped_rank, out[-1500:]))
+        expect(named_in_no_wait(out) == {stopped_rank}, "eval with a stopped rank: the waiting rank names "
+               "rank %s, the stopped one, and only it, as in no wait\n%s" % (stopped_rank, out[-1500:]))
+
+
+def stopped_in_training(tools, work):
+    """A rank SIGSTOPped while 2 pipelines of 2 stages train: the ranks name
+    it, and only it, as in no wait. Open MPI sends SIGCONT to every rank as
+    it ends the job; the stopped rank then found its own wait's deadline
+    past and named the others, gone or going by then, as in no wait; it now
+    sees that it did not run and says so instead."""
+    run_dir = os.path.join(work, "stopped-in-training")
+    cmd = tools.command(4, ["train", CONFIG] + h.sets(run__dir=run_dir, run__threads=1, run__timeout_s=3,
+                                                      pipeline__stages=2, pipeline__replicas=2,
+                                                      train__max_steps=400, train__eval_examples=64))
+    start = time.time()
+    p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stopped, stopped_rank = None, None
+    while time.time() - start < 60 and p.poll() is None and stopped is None:
+        time.sleep(0.2)
+        if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            continue  # not training yet
+        time.sleep(1.0)
+        for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+            try:
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+                if env.get(b"OMPI_COMM_WORLD_RANK") == b"2":
+                    os.kill(int(pid), signal.SIGSTOP)
+                    stopped, stopped_rank = int(pid), 2
+            except (OSError, ValueError):
+                pass
+    try:
+        out, _ = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    if stopped:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(stopped, sig)
+            except ProcessLookupError:
+                pass
+    say("training with a stopped rank: exit %d after %.1f s" % (p.returncode, time.time() - start))
+    expect(stopped is not None and p.returncode != 0, "training with a stopped rank: rank 2 stopped, "
+           "the job ended (%s)" % p.returncode)
+    expect(named_in_no_wait(out) == {stopped_rank}, "training with a stopped rank: rank 2, and only it, "
+           "named as in no wait (%s)\n%s" % (sorted(named_in_no_wait(out)), out[-2500:]))
 
 
 def main():
@@ -484,6 +540,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
         side_by_side(cases(tools, work))
         alone(tools, work)
+        stopped_in_training(tools, work)
     say("%.1f s" % (time.time() - start))
     if failures:
         sys.exit("FAILED: %d checks" % len(failures))
