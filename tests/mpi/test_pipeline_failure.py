@@ -37,6 +37,8 @@ CONFIG = "configs/vit_fmnist.yaml"
 # above what a loaded 2-core machine needs to read the data and reach step 5
 # (29 s seen once for the hang case, beside another test's processes)
 LIMIT_S = 60
+# a freeze decision at step 3, and none after in these runs: a re-plan there
+REPLAN_AT_3 = {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3, "freeze.every": 100}
 failures = []
 _case = threading.local()  # .lines: the running case's output, printed when it ends
 
@@ -83,6 +85,29 @@ def named_in_no_wait(out):
     for who in re.findall(r"; ranks? ([\d, ]+)(?: and \d+ more)? (?:is|are) in no wait", out):
         named |= {int(r) for r in who.split(", ")}
     return named
+
+
+def rank_of(pid):
+    """The world rank of a running rank's process (Open MPI's environment)."""
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    return int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
+
+
+def end_job(p, stopped, timeout):
+    """The job's output once it ended (killed after timeout s), the stopped
+    rank's process (or None) continued and killed."""
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    for sig in (signal.SIGCONT, signal.SIGKILL) if stopped else ():
+        try:
+            os.kill(stopped, sig)
+        except ProcessLookupError:
+            pass
+    return out
 
 
 def fault_case(tools, work, name, fault, must_say, ranks=4, extra=None, want_rc=None):
@@ -214,9 +239,7 @@ def cases(tools, work):
     # mismatched collective, at a re-plan in the unit moves
     for name, fault, extra in (
             ("stage-error-at-start-up", "1:0:error:stage", {}),
-            ("stage-error-at-replan", "1:3:error:stage",
-             {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
-              "freeze.every": 100})):
+            ("stage-error-at-replan", "1:3:error:stage", REPLAN_AT_3)):
         def stage_error(name=name, fault=fault, extra=extra):
             rc_out = fault_case(tools, work, name, fault,
                                 [r"rank 1: error: .*injected fault at step %s \(stage\)" % fault[2]],
@@ -287,8 +310,7 @@ def cases(tools, work):
     def hang_after_replan():
         _, out = fault_case(tools, work, "hang-after-replan", "1:5:hang",
                             [r"step 5, replica \d, stage \d", r"re-plan|frozen"],
-                            extra={"run.timeout_s": 5, "freeze.policy": "schedule",
-                                   "freeze.unit": "step", "freeze.start": 3, "freeze.every": 100})
+                            extra=dict(REPLAN_AT_3, **{"run.timeout_s": 5}))
         expect(re.search(r"step [1-4], replica \d, stage \d", out) is None,
                "hang-after-replan: no message gives an executor's own step count")
 
@@ -343,9 +365,7 @@ def cases(tools, work):
     # MPI_Comm_split with no deadline for good, stop after run.timeout_s
     for name, fault, extra in (
             ("groups-hang-start", "1:0:hang:groups", {}),
-            ("groups-hang-replan", "1:3:hang:groups",
-             {"freeze.policy": "schedule", "freeze.unit": "step", "freeze.start": 3,
-              "freeze.every": 100})):
+            ("groups-hang-replan", "1:3:hang:groups", REPLAN_AT_3)):
         def groups_hang(name=name, fault=fault, extra=extra):
             fault_case(tools, work, name, fault, [r"no progress for 5 s waiting for every rank, to "
                                                   r"make a process group"], ranks=2,
@@ -462,24 +482,12 @@ def alone(tools, work):
     stopped_rank = None
     try:
         if stopped:
-            with open("/proc/%d/environ" % stopped, "rb") as f:
-                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-            stopped_rank = int(env.get(b"OMPI_COMM_WORLD_RANK", b"-1"))
+            stopped_rank = rank_of(stopped)
             os.kill(stopped, signal.SIGSTOP)
     except (ProcessLookupError, FileNotFoundError):
         stopped = None
-    try:
-        out, _ = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, _ = p.communicate()
+    out = end_job(p, stopped, 60)
     secs = time.time() - start
-    if stopped:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(stopped, sig)
-            except ProcessLookupError:
-                pass
     say("eval with a stopped rank: exit %d after %.1f s" % (p.returncode, secs))
     expect(stopped is not None, "eval with a stopped rank: found the ranks")
     if p.returncode != 0:  # a run that finished before the stop proves nothing either way
@@ -509,24 +517,12 @@ def stopped_in_training(tools, work):
         time.sleep(1.0)
         for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
             try:
-                with open("/proc/%s/environ" % pid, "rb") as f:
-                    env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-                if env.get(b"OMPI_COMM_WORLD_RANK") == b"2":
+                if rank_of(int(pid)) == 2:
                     os.kill(int(pid), signal.SIGSTOP)
                     stopped, stopped_rank = int(pid), 2
             except (OSError, ValueError):
                 pass
-    try:
-        out, _ = p.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, _ = p.communicate()
-    if stopped:
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(stopped, sig)
-            except ProcessLookupError:
-                pass
+    out = end_job(p, stopped, 90)
     say("training with a stopped rank: exit %d after %.1f s" % (p.returncode, time.time() - start))
     expect(stopped is not None and p.returncode != 0, "training with a stopped rank: rank 2 stopped, "
            "the job ended (%s)" % p.returncode)
