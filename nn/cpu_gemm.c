@@ -18,18 +18,24 @@
  *    tile shape it sits in, changes no operation on it.
  *
  * Blocking: w is packed per call (at most PACK_BYTES of it at a time, into
- * the calling thread's area, nn/cpu_pool.h pt_pool_area) into panels of NR
- * = 2 vectors of columns, k-major ([k][NR], 64-byte aligned),
- * so the micro-kernel loads two vectors per k and broadcasts one x per row
- * from x itself (x is not packed: it is read row by row with unit stride).
+ * the calling thread's area, nn/cpu_pool.h pt_pool_area) into panels of FNR
+ * = FNV vectors of columns (4 with AVX-512, 2 otherwise), k-major
+ * ([k][FNR], 64-byte aligned), so the micro-kernel loads FNV vectors per k
+ * and broadcasts one x per row from x itself (x is not packed: it is read
+ * row by row with unit stride).
  * The forward's w [out][in] is transposed into its panels 16 x 16 at a
  * time; the backward's w [out][in] is already k-major for dx = dy w (k =
- * out, its columns are dx's), so a panel is a plain copy of NR columns of
- * each row. The micro-kernel keeps MR x 2 accumulators in registers (6 x 2
- * zmm: 12 independent chains, enough to cover the fused multiply-add
- * latency) for all of k, then adds init (or, for the backward of a layer
- * after GELU, multiplies by GELU's derivative) and stores straight from
- * them.
+ * out, its columns are dx's), so a panel is a plain copy of FNR columns of
+ * each row. The micro-kernel keeps MR x FNV accumulators in registers for
+ * all of k, then adds init (or, for the backward of a layer after GELU,
+ * multiplies by GELU's derivative) and stores straight from them. With
+ * AVX-512 that is 6 x 4 zmm: 24 independent chains, and 10 loads (4 of the
+ * panel, 6 broadcasts of x) per 24 multiply-adds. The tile was 6 x 2 (12
+ * chains, 8 loads per 12) until 2026-12-02: with the operands in L1 that
+ * ran at about 82% of the core's FMA peak, 6 x 4 at about 87%, and on the
+ * wide ViT's shapes from memory 6 x 4 was 1.05-1.16x as fast (FNV below).
+ * AVX2's 16 registers hold 6 x 2 (12 accumulators, 2 panel vectors, a
+ * broadcast).
  * A long k is walked in steps of at most KC_MAX (below): a panel of k =
  * 1536 is 192 KiB, which no L1 holds, so every tile read it from L2; a
  * step's slice of it stays in L1 for all the row blocks of a chunk. Between
@@ -55,6 +61,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The tile: MR rows (nn/cpu_gemm_vec.h) by FNV vectors of columns, FNR
+ * floats; a panel is FNR columns wide (its last one 1 to FNV vectors).
+ * Measured on the wide ViT's shapes (6400 rows; dx and the forward; old
+ * and new kernels linked in one harness, calls alternating, the operands
+ * evicted from cache before each, 1 thread, medians of 10 pairs): 6 x 4
+ * against 6 x 2 1.09-1.16x as fast, 8 x 3 1.05-1.10x, 9 x 3 (past the 32
+ * registers) 0.86-0.91x; the demo's 2176 x 192 x 64 1.02-1.06x. */
+#if defined(__AVX512F__)
+enum { FNV = 4 };
+#else
+enum { FNV = 2 };
+#endif
+enum { FNR = FNV * VL };
+
 /* Below this many multiply-adds the call runs on the caller alone: waking
  * the others costs more than it saves (the result is the same either way). */
 #define PARALLEL_WORK (1 << 17)
@@ -72,9 +92,12 @@
 #define WHOLE_CHUNKS 32
 
 /* k is walked in steps of at most KC_MAX (k itself if it is no longer),
- * as equal as multiples of 16 allow: a step's slice of a panel, KC_MAX x NR
- * floats (32 KiB with AVX-512), is what stays in L1 across a chunk's row
- * blocks. Measured against the unstepped kernel on bench/gemm_speed's
+ * as equal as multiples of 16 allow: a step's slice of a panel, KC_MAX x FNR
+ * floats, is what the row blocks of a chunk read in turn. With AVX-512
+ * that is 64 KiB, more than the 48 KiB L1 of the cores it was measured on;
+ * yet with 6 x 4 tiles a KC_MAX of 128 (32 KiB) was 0-7% slower on the
+ * wide ViT's shapes. Measured against the unstepped kernel (6 x 2 tiles
+ * then) on bench/gemm_speed's
  * shapes (both linked in one harness, calls alternating, 1 and 2 threads):
  * MiniLM's k = 1536 products 1.2-1.5x as fast, k = 768 and 1024 between
  * -8% and +14% by shape and run, k <= 256 unchanged (not stepped). A
@@ -187,7 +210,7 @@ static void finish(const dest *d, const float *t, int mr)
 {
     for (int i = 0; i < mr; i++) {
         float *yr = d->y + (size_t)i * d->ld;
-        const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL, *b = d->b, *ti = t + i * NR;
+        const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL, *b = d->b, *ti = t + i * FNR;
         const float *mu = d->mul ? d->mul + (size_t)i * d->ld : NULL;
         for (int j = 0; j < d->cols; j++) {
             float v = ti[j];
@@ -208,7 +231,7 @@ static void finish(const dest *d, const float *t, int mr)
 
 /* Rows x[0 .. mr) times the panel, one fused multiply-add per (element, k),
  * k ascending, into MR x NV vector accumulators, which start at 0 or, for
- * a step of k after the first, at acc_in ([mr][NR], aligned); then, for a
+ * a step of k after the first, at acc_in ([mr][FNR], aligned); then, for a
  * step before the last, the accumulators are stored to acc_out as they
  * are; else init is added and the rows stored, straight from registers
  * when the panel's columns are all real, through finish() when not. mr and
@@ -217,37 +240,35 @@ static void finish(const dest *d, const float *t, int mr)
 INLINE void tile(const int mr, const int NV, const float *x, size_t ldx, const float *panel,
                  int in, const dest *d, const float *acc_in, float *acc_out)
 {
-    vec c0[MR], c1[MR];
+    vec c[MR][FNV];
     const float *xr[MR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
-        if (acc_in && i < mr) {
-            c0[i] = v_load(acc_in + i * NR);
-            c1[i] = NV > 1 ? v_load(acc_in + i * NR + VL) : v_zero();
-        } else {
-            c0[i] = v_zero();
-            c1[i] = v_zero();
-        }
+#pragma GCC unroll 4
+        for (int j = 0; j < FNV; j++)
+            c[i][j] = acc_in && i < mr && j < NV ? v_load(acc_in + i * FNR + j * VL) : v_zero();
         xr[i] = x + (size_t)(i < mr ? i : 0) * ldx;
     }
 #pragma GCC unroll 2
     for (int k = 0; k < in; k++) {
         const float *bk = panel + (size_t)k * NV * VL;
-        const vec b0 = v_load(bk);
-        const vec b1 = NV > 1 ? v_load(bk + VL) : v_zero();
+        vec b[FNV];
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            b[j] = v_load(bk + j * VL);
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
-            c0[i] = v_fma_bcast(xr[i] + k, b0, c0[i]);
-            if (NV > 1)
-                c1[i] = v_fma_bcast(xr[i] + k, b1, c1[i]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                c[i][j] = v_fma_bcast(xr[i] + k, b[j], c[i][j]);
         }
     }
     if (acc_out) { /* a step before the last: the chain goes on later */
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
-            v_store(acc_out + i * NR, c0[i]);
-            if (NV > 1)
-                v_store(acc_out + i * NR + VL, c1[i]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                v_store(acc_out + i * FNR + j * VL, c[i][j]);
         }
         return;
     }
@@ -257,20 +278,20 @@ INLINE void tile(const int mr, const int NV, const float *x, size_t ldx, const f
             float *yr = d->y + (size_t)i * d->ld;
             const float *ar = d->add ? d->add + (size_t)i * d->ld : NULL;
             const float *mu = d->mul ? d->mul + (size_t)i * d->ld : NULL;
-            v_storeu(yr, with_mul(with_init(c0[i], ar, d->b), mu));
-            if (NV > 1)
-                v_storeu(yr + VL, with_mul(with_init(c1[i], ar ? ar + VL : NULL,
-                                                     d->b ? d->b + VL : NULL),
-                                           mu ? mu + VL : NULL));
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                v_storeu(yr + j * VL, with_mul(with_init(c[i][j], ar ? ar + j * VL : NULL,
+                                                         d->b ? d->b + j * VL : NULL),
+                                               mu ? mu + j * VL : NULL));
         }
         return;
     }
-    float t[MR * NR] __attribute__((aligned(64)));
+    float t[MR * FNR] __attribute__((aligned(64)));
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
-        v_store(t + i * NR, c0[i]);
-        if (NV > 1)
-            v_store(t + i * NR + VL, c1[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            v_store(t + i * FNR + j * VL, c[i][j]);
     }
     finish(d, t, mr);
 }
@@ -281,10 +302,14 @@ static void run_tile(int mr, int nv, const float *x, size_t ldx, const float *pa
 {
 #define TILE_CASE(m)                                                                               \
     case m:                                                                                        \
-        if (nv > 1)                                                                                \
-            tile(m, 2, x, ldx, panel, in, d, acc_in, acc_out);                                     \
-        else                                                                                       \
+        if (nv == 1)                                                                               \
             tile(m, 1, x, ldx, panel, in, d, acc_in, acc_out);                                     \
+        else if (nv == 2 || FNV == 2)                                                              \
+            tile(m, 2, x, ldx, panel, in, d, acc_in, acc_out);                                     \
+        else if (nv == 3)                                                                          \
+            tile(m, FNV > 3 ? 3 : FNV, x, ldx, panel, in, d, acc_in, acc_out);                     \
+        else                                                                                       \
+            tile(m, FNV, x, ldx, panel, in, d, acc_in, acc_out);                                   \
         break;
     switch (mr) {
         TILE_CASE(1)
@@ -320,20 +345,20 @@ typedef struct {
     int kc; /* k's step (in, if in <= KC_MAX) */
 } plan;
 
-static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : NR; }
+static int panel_width(const plan *pl, int p) { return p == pl->panels - 1 ? pl->last_pw : FNR; }
 
 /* panel p of the group that starts at panel g0 */
 static float *panel_at(const plan *pl, int g0, int p)
 {
-    return pl->packed + (size_t)(p - g0) * NR * pl->in;
+    return pl->packed + (size_t)(p - g0) * FNR * pl->in;
 }
 
 static void pack_one(const plan *pl, int g0, int p)
 {
     if (pl->w_kn)
-        pack_panel_kn(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+        pack_panel_kn(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * FNR, pl->out, pl->in);
     else
-        pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * NR, pl->out, pl->in);
+        pack_panel(panel_at(pl, g0, p), panel_width(pl, p), pl->w, p * FNR, pl->out, pl->in);
 }
 
 /* The next block's rows of add or mul (m, at rows r0 .. r0 + MR, columns
@@ -362,10 +387,10 @@ static void run_task(const plan *pl, int g0, int g1, long t)
     const int end = (c + 1) * pl->chunk_blocks < pl->blocks ? (c + 1) * pl->chunk_blocks
                                                             : pl->blocks;
     /* the chunk's accumulators between steps of k (unused with one step) */
-    float acc[STEP_BLOCKS * MR * NR] __attribute__((aligned(64)));
+    float acc[STEP_BLOCKS * MR * FNR] __attribute__((aligned(64)));
     const int b0 = c * pl->chunk_blocks;
     for (int p = p0; p < p1; p++) {
-        const int o0 = p * NR, cols = pl->out - o0 < NR ? pl->out - o0 : NR;
+        const int o0 = p * FNR, cols = pl->out - o0 < FNR ? pl->out - o0 : FNR;
         const int pw = panel_width(pl, p);
         for (int k0 = 0; k0 == 0 || k0 < pl->in; k0 += pl->kc) {
             const int kn = pl->in - k0 < pl->kc ? pl->in - k0 : pl->kc;
@@ -373,7 +398,7 @@ static void run_task(const plan *pl, int g0, int g1, long t)
             for (int blk = b0; blk < end; blk++) {
                 const int r0 = blk * MR, mr = pl->rows - r0 < MR ? pl->rows - r0 : MR;
                 const size_t at = (size_t)r0 * pl->out + o0;
-                float *ab = acc + (size_t)(blk - b0) * MR * NR;
+                float *ab = acc + (size_t)(blk - b0) * MR * FNR;
                 if (last && pl->add)
                     fetch_rows(pl, pl->add, r0 + MR, o0, cols);
                 if (last && pl->mul)
@@ -450,8 +475,8 @@ static void panel_task(void *ctx, long p, int thread)
  * most all. */
 static int pack_group(int out, int in)
 {
-    const int panels = (out + NR - 1) / NR;
-    const size_t panel_bytes = (size_t)NR * (size_t)(in > 0 ? in : 1) * sizeof(float);
+    const int panels = (out + FNR - 1) / FNR;
+    const size_t panel_bytes = (size_t)FNR * (size_t)(in > 0 ? in : 1) * sizeof(float);
     const int group = PACK_BYTES / panel_bytes < 1 ? 1 : (int)(PACK_BYTES / panel_bytes);
     return group > panels ? panels : group;
 }
@@ -460,7 +485,7 @@ size_t GEMM_FN(pt_gemm_pack_bytes)(int out, int in)
 {
     if (out <= 0)
         return 0;
-    const size_t panel_bytes = (size_t)NR * (size_t)(in > 0 ? in : 1) * sizeof(float);
+    const size_t panel_bytes = (size_t)FNR * (size_t)(in > 0 ? in : 1) * sizeof(float);
     return ((size_t)pack_group(out, in) * panel_bytes + 63) / 64 * 64;
 }
 
@@ -477,9 +502,9 @@ static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_
     }
     plan pl = {y, x, w, b, add, mul, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0,
                0, 0, extra, extra_groups < 1 ? 1 : extra_groups, fn, ctx, 0};
-    pl.panels = (out + NR - 1) / NR;
+    pl.panels = (out + FNR - 1) / FNR;
     /* the last panel is one vector wide when that covers it */
-    pl.last_pw = out - (pl.panels - 1) * NR <= VL ? VL : NR;
+    pl.last_pw = (out - (pl.panels - 1) * FNR + VL - 1) / VL * VL;
     pl.group = pack_group(out, pl.in);
     /* the calling thread's, kept between calls (pt_pool_area) */
     pl.packed = pt_pool_area(PT_AREA_PACK, GEMM_FN(pt_gemm_pack_bytes)(out, pl.in),

@@ -103,8 +103,9 @@ INLINE vec v_fma_bcast(const float *a, vec b, vec c)
 }
 #endif
 
-/* A micro-kernel's tile: MR rows x NR columns (two vectors). A panel is NR
- * (or, for a last panel of at most VL columns, VL) columns. */
+/* A micro-kernel's tile: MR rows x NR columns (two vectors), the weight
+ * gradient's panel (nn/cpu_gemm_tn.c). The forward and dx kernel
+ * (nn/cpu_gemm.c) keeps MR rows but, with AVX-512, 4 vectors of columns. */
 enum { MR = 6, NR = 2 * VL };
 
 #endif

@@ -239,7 +239,7 @@ static void small_shapes_exact(void)
 {
     pt_rng_seed(&rng, 11, 0);
     static const int Ms[] = {1, 2, 5, 6, 7, 12, 13, 17};
-    static const int Ns[] = {1, 2, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 97};
+    static const int Ns[] = {1, 2, 7, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 97, 113, 128};
     static const int Ks[] = {1, 2, 3, 15, 16, 17, 31, 33, 64, 100};
     long bad = 0;
     int n = 0;
