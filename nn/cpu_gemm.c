@@ -66,8 +66,9 @@
  * Measured on the wide ViT's shapes (6400 rows; dx and the forward; old
  * and new kernels linked in one harness, calls alternating, the operands
  * evicted from cache before each, 1 thread, medians of 10 pairs): 6 x 4
- * against 6 x 2 1.09-1.16x as fast, 8 x 3 1.05-1.10x, 9 x 3 (past the 32
- * registers) 0.86-0.91x; the demo's 2176 x 192 x 64 1.02-1.06x. */
+ * against 6 x 2 1.09-1.16x as fast (the demo's 2176 x 192 x 64 1.06x), 8 x
+ * 3 1.05-1.09x, 9 x 3 (past the 32 registers) 0.86-0.91x
+ * (docs/PERFORMANCE.md, "The forward's and dx's tile"). */
 #if defined(__AVX512F__)
 enum { FNV = 4 };
 #else
@@ -503,7 +504,7 @@ static void gemm(pt_pool *pool, float *y, const float *x, const float *w, int w_
     plan pl = {y, x, w, b, add, mul, rows, out, in < 0 ? 0 : in, w_kn, NULL, 0, 0, 0, 0, 0, 0, 0,
                0, 0, extra, extra_groups < 1 ? 1 : extra_groups, fn, ctx, 0};
     pl.panels = (out + FNR - 1) / FNR;
-    /* the last panel is one vector wide when that covers it */
+    /* the last panel is as many vectors wide as cover its columns */
     pl.last_pw = (out - (pl.panels - 1) * FNR + VL - 1) / VL * VL;
     pl.group = pack_group(out, pl.in);
     /* the calling thread's, kept between calls (pt_pool_area) */
