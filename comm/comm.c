@@ -116,12 +116,26 @@ static int solo_open(pt_comm **out, pt_err *err)
     return 0;
 }
 
-int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err)
+static int open_started(pt_comm **out, int *argc, char ***argv, pt_err *err);
+
+int pt_comm_open(pt_comm **out, int *argc, char ***argv, double limit_s, pt_err *err)
 {
-    int provided, rc;
+    int rc;
     *out = NULL;
     if (!pt_comm_launched())
         return solo_open(out, err);
+    /* MPI's start waits for every rank, with no deadline: one that stopped
+     * on its way (or never started) held the others in it for good */
+    pt_watch_begin("every rank to start MPI", "MPI_Init_thread, then the ranks' nodes",
+                   "a rank that never started, or stopped while starting, holds the others here", limit_s);
+    rc = open_started(out, argc, argv, err);
+    pt_watch_end();
+    return rc;
+}
+
+static int open_started(pt_comm **out, int *argc, char ***argv, pt_err *err)
+{
+    int provided, rc;
     if ((rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
         return pt_fail(err, PT_EPEER, "MPI_Init_thread failed (code %d)", rc);
     /* errors come back as codes, so they become messages instead of aborts */
@@ -200,10 +214,19 @@ void pt_comm_close(pt_comm *c)
         ask_close();
         MPI_Comm_free(&c->node_comm);
     }
+    const double limit = c->world.timeout;
     free(c->node_of);
     free(c);
-    if (!solo)
+    if (!solo) {
+        /* MPI_Finalize waits for every rank with no deadline: what was
+         * printed gets out before */
+        fflush(stdout);
+        fflush(stderr);
+        pt_watch_begin("every rank to end MPI", "MPI_Finalize",
+                       "a rank that stopped after the job's last wait holds the others here", limit);
         MPI_Finalize();
+        pt_watch_end();
+    }
 }
 
 void pt_comm_abort(pt_comm *c, int code)
@@ -344,7 +367,9 @@ int pt_group_split(pt_comm *c, int color, int key, pt_group **out, pt_err *err)
     r.active = 1;
     if ((rc = pt_wait(&c->world, &r, "every rank, to make a process group", err)))
         return rc;
+    pt_watch_begin("every rank, to make a process group", "MPI_Comm_split", NULL, c->world.timeout);
     rc = MPI_Comm_split(MPI_COMM_WORLD, color < 0 ? MPI_UNDEFINED : color, key, &mpi);
+    pt_watch_end();
     if (rc != MPI_SUCCESS)
         return mpi_fail(err, rc, "MPI_Comm_split");
     if (mpi == MPI_COMM_NULL)

@@ -28,12 +28,13 @@ typedef struct pt_req {
 typedef enum { PT_DT_F32, PT_DT_F64, PT_DT_I64 } pt_dtype;
 
 /* MPI_Init_thread (funneled: only the main thread calls MPI) and the node
- * split. A process that no launcher started (pt_comm_launched) is a world
+ * split, within limit_s (run.timeout_s; comm_group.h, pt_watch_begin: a
+ * rank that does not start ends the job instead of holding it). A process that no launcher started (pt_comm_launched) is a world
  * of one without MPI: its collectives are the identity and a transfer is
  * refused. (Open MPI's singleton start would fork a daemon of its own; its
  * "isolated" mode, which would not, gives every singleton one session
  * directory, which one that ends removes under another that starts.) */
-int pt_comm_open(pt_comm **out, int *argc, char ***argv, pt_err *err);
+int pt_comm_open(pt_comm **out, int *argc, char ***argv, double limit_s, pt_err *err);
 /* Whether a launcher (mpirun, mpiexec, srun, a PMI or PMIx server) started
  * this process as a rank of a job: any of the variables they set for their
  * ranks. Before pt_comm_open as after it. */
@@ -47,7 +48,8 @@ int pt_comm_launched_in(char *const *envp);
  * there for good. 0 in a world of one and after pt_comm_stop (whose
  * pt_comm_close aborts the job). Collective over the world. */
 int pt_comm_finish(pt_comm *c, pt_err *err);
-/* MPI_Finalize (nothing of MPI's in a world of one). */
+/* MPI_Finalize within the world's timeout (nothing of MPI's in a world of
+ * one). */
 void pt_comm_close(pt_comm *c);
 /* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does
  * not return. */

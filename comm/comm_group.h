@@ -20,5 +20,17 @@ struct pt_group {
     int solo;              /* a group of one without MPI (comm.c, solo_open) */
 };
 
+/* watch.c: a deadline for a call that blocks with none of its own (MPI's
+ * start, split and end; NCCL's communicator creation): between begin and
+ * end, a thread of the process waits beside it, and if the call has not
+ * returned within limit_s (at least WATCH_MIN_S, watch.c) it prints
+ * "no progress for ... waiting for <what> (<name>; ...): <why>" (why may
+ * be NULL) and ends the process with status 1, which ends the job. One
+ * call at a time, from the thread that calls MPI. */
+void pt_watch_begin(const char *what, const char *name, const char *why, double limit_s);
+void pt_watch_end(void);
+/* The world rank the launcher gave this process (its environment, read
+ * before MPI starts as after); -1 if none says. */
+int pt_launcher_rank(void);
 
 #endif

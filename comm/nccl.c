@@ -44,7 +44,11 @@ int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err)
     struct pt_nccl *n = calloc(1, sizeof *n);
     if (!n)
         return pt_fail(err, PT_ENOMEM, "out of memory for a NCCL communicator");
-    if ((r = ncclCommInitRank(&n->comm, g->size, id, g->rank)) != ncclSuccess) {
+    /* it waits for every rank of the group with no deadline */
+    pt_watch_begin("the group's ranks, to make a NCCL communicator", "ncclCommInitRank", NULL, g->timeout);
+    r = ncclCommInitRank(&n->comm, g->size, id, g->rank);
+    pt_watch_end();
+    if (r != ncclSuccess) {
         free(n);
         return nccl_fail(err, r, "ncclCommInitRank");
     }

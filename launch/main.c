@@ -1035,31 +1035,28 @@ static int run_main(int argc, char **argv)
         return report(NULL, err.code, &err);
     }
     a->command = cmd;
-    /* One process started by hand: a config that does not read is refused
-     * before MPI starts (its start-up is most of such a run's time), with
-     * the message rank 0 would give after it. Under a launcher every rank
-     * reads it after the start, so that all of them end alike. */
-    int rc = 0, have_config = 0;
-    if (!pt_comm_launched()) {
-        if ((rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err)) ||
-            (rc = pt_config_has_settings(&a->cfg, &err))) {
-            free(a);
-            return report(NULL, rc, &err);
-        }
-        have_config = 1;
-    }
-    pt_comm *comm;
-    if ((rc = pt_comm_open(&comm, &argc, &argv, &err))) {
+    /* The config is read before MPI starts: its run.timeout_s bounds the
+     * start. One process started by hand refuses a config that does not
+     * read at once (MPI's start is most of such a run's time), with the
+     * message rank 0 would give after it. Under a launcher every rank
+     * reports after the start, so that all of them end alike. */
+    int rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err);
+    if (!pt_comm_launched() && (rc || (rc = pt_config_has_settings(&a->cfg, &err)))) {
         free(a);
         return report(NULL, rc, &err);
+    }
+    pt_comm *comm;
+    pt_err open_err = {0};
+    const int open_rc = pt_comm_open(&comm, &argc, &argv, a->cfg.run.timeout_s, &open_err);
+    if (open_rc) {
+        free(a);
+        return report(NULL, open_rc, &open_err);
     }
     pt_comm_phase("starting up");
     if (run_cmd != cmd_train) /* after MPI's start, whose handlers these replace */
         catch_end_signals();
     if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
         pt_cache_sweep(NULL);
-    if (!have_config)
-        rc = read_config(argc, argv, a, run_cmd == cmd_eval, &err);
     int code = setup_failed(comm, rc, &err);
     if (code == 0)
         code = setup_failed(comm, same_config(comm, a, &err), &err);
@@ -1087,6 +1084,7 @@ static int run_main(int argc, char **argv)
         const int failed = report(comm, ended, &end);
         pt_comm_abort(comm, code ? code : failed);
     }
+    (void)pt_test_fault("ended", pt_comm_rank(comm), 0, &end); /* a hang there, for the tests */
     pt_comm_close(comm);
     return code;
 }

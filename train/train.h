@@ -344,7 +344,8 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * the config, nothing else is done), `settling` (with STEP 0: train's
  * session is open and run.dir locked, the checkpoint to resume not yet
  * chosen), `finished` (the last step is done, its
- * last evaluation and checkpoint are not), `eval` (a round of an evaluation
+ * last evaluation and checkpoint are not), `ended` (with STEP 0: every
+ * rank met at the job's end, MPI not yet finalized), `eval` (a round of an evaluation
  * at step STEP), `replan` (the layout for a new frozen prefix at step STEP
  * is planned, nothing moved yet), `groups` (before this rank makes a
  * layout's process groups, at the start with STEP 0 or at a re-plan),

@@ -84,7 +84,7 @@ __attribute__((constructor)) static void start_mpi(void)
     pt_err err;
     int argc = 0;
     char **argv = NULL;
-    if (pt_comm_open(&comm, &argc, &argv, &err)) {
+    if (pt_comm_open(&comm, &argc, &argv, 600, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         exit(1);
     }

@@ -30,7 +30,7 @@ static void test_world_of_one(void)
     pt_err err = {0};
     int argc = 1;
     char *args[] = {"test_solo", NULL}, **argv = args;
-    CU_ASSERT_EQUAL_FATAL(pt_comm_open(&c, &argc, &argv, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_comm_open(&c, &argc, &argv, 600, &err), 0);
     int inited = 1;
     MPI_Initialized(&inited);
     CU_ASSERT_EQUAL(inited, 0);
@@ -105,7 +105,7 @@ static void test_world_of_one(void)
     pt_comm_close(c);
 
     /* and again: nothing of MPI's was started that could not start twice */
-    CU_ASSERT_EQUAL_FATAL(pt_comm_open(&c, &argc, &argv, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_comm_open(&c, &argc, &argv, 600, &err), 0);
     CU_ASSERT_EQUAL(pt_comm_size(c), 1);
     pt_comm_close(c);
     MPI_Initialized(&inited);

@@ -117,7 +117,7 @@ int main(int argc, char **argv)
 {
     pt_comm *comm;
     pt_err err;
-    if (pt_comm_open(&comm, &argc, &argv, &err)) {
+    if (pt_comm_open(&comm, &argc, &argv, 600, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

@@ -15,7 +15,8 @@ lines are printed together, in the order the cases are listed. The cases
 that look for cache segments left in /dev/shm, or stop a rank at a moment
 of its own, run alone afterwards.
 
-usage: test_pipeline_failure.py PIPETRAIN MPIEXEC"""
+usage: test_pipeline_failure.py PIPETRAIN MPIEXEC
+PT_TEST_ONLY=SUBSTRING runs the cases whose name holds it."""
 import concurrent.futures
 import os
 import re
@@ -373,6 +374,65 @@ def cases(tools, work):
         groups_hang.__name__ = name
         case(groups_hang)
 
+    # a rank stopped (SIGSTOP) before MPI had started in it: the others
+    # waited in MPI_Init_thread, which has no deadline, for good. Now they
+    # end the job after run.timeout_s (at least 20 s for such a call), each
+    # saying what it waited for. The stop comes from a wrapper the launcher
+    # starts in the rank's place, before it runs pipetrain.
+    for ranks, stop in ((2, 1), (3, 0)):
+        def stopped_before_start(ranks=ranks, stop=stop):
+            name = "stopped-before-start-%d-of-%d" % (stop, ranks)
+            wrapper = os.path.join(work, name + ".sh")
+            with open(wrapper, "w") as f:
+                f.write('#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = %d ]; then kill -STOP $$; fi\nexec "$@"\n'
+                        % stop)
+            os.chmod(wrapper, 0o755)
+            cmd = tools.command(ranks, ["train", CONFIG] + h.sets(
+                run__dir=os.path.join(work, name), run__threads=1, run__timeout_s=5, train__max_steps=2))
+            cmd.insert(cmd.index(tools.pipetrain), wrapper)
+            start = time.time()
+            try:
+                r = subprocess.run(cmd, cwd=h.ROOT, env=h.ENV, capture_output=True, text=True, timeout=120)
+                rc, out = r.returncode, r.stdout + r.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, out = None, "%s%s" % (e.stdout or "", e.stderr or "")
+            secs = time.time() - start
+            left = subprocess.run(["pgrep", "-f", wrapper], capture_output=True, text=True).stdout.split()
+            for pid in left:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(int(pid), sig)
+                    except (ProcessLookupError, ValueError):
+                        pass
+            say("%s: exit %s after %.1f s" % (name, rc, secs))
+            expect(rc not in (None, 0) and secs < LIMIT_S, "%s: exit non-zero within %d s" % (name, LIMIT_S))
+            said = re.findall(r"rank (\d+): error: no progress for 20 s waiting for every rank to start MPI "
+                              r"\(MPI_Init_thread", out)
+            # the first to say it ends the job: the others may be gone before they do
+            expect(said and str(stop) not in said,
+                   "%s: a waiting rank, not the stopped one, says it waited 20 s for MPI's start (%s)\n%s"
+                   % (name, said, out[-1500:]))
+            expect(not left, "%s: the stopped rank ended with the job (left: %s)" % (name, left))
+        stopped_before_start.__name__ = "stopped_before_start_%d_of_%d" % (stop, ranks)
+        case(stopped_before_start)
+
+    # a rank that stops answering after the job's last wait, before MPI
+    # ends: the other waited in MPI_Finalize, which has no deadline
+    @case
+    def hang_at_end():
+        name = "hang-at-end"
+        args = ["train", CONFIG] + h.sets(run__dir=os.path.join(work, name), run__threads=1, run__timeout_s=5,
+                                          train__max_steps=2, train__eval_examples=64, pipeline__stages=2)
+        rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": "1:0:hang:ended"}, timeout=120,
+                                  check=False)
+        say("%s: exit %d after %.1f s" % (name, rc, secs))
+        expect(rc != 0 and secs < LIMIT_S, "%s: exit non-zero within %d s" % (name, LIMIT_S))
+        expect(re.search(r"rank 0: error: no progress for 20 s waiting for every rank to end MPI "
+                         r"\(MPI_Finalize", out) is not None,
+               "%s: rank 0 says it waited 20 s for MPI's end\n%s" % (name, out[-1500:]))
+        expect(os.path.exists(os.path.join(work, name, "checkpoints", "step_0000000002", "manifest")),
+               "%s: the run's last checkpoint was saved before" % name)
+
     # run.timeout_s far below a message's time: waits time out anywhere
     # (setup, link measurement, steps). The rank that gave up used to go
     # on calling collectives while MPI still held its abandoned request
@@ -533,10 +593,12 @@ def stopped_in_training(tools, work):
 def main():
     tools = h.Tools(sys.argv)
     start = time.time()
+    only = os.environ.get("PT_TEST_ONLY", "")
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
-        side_by_side(cases(tools, work))
-        alone(tools, work)
-        stopped_in_training(tools, work)
+        side_by_side([c for c in cases(tools, work) if only in c.__name__])
+        for f in (alone, stopped_in_training):
+            if only in f.__name__:
+                f(tools, work)
     say("%.1f s" % (time.time() - start))
     if failures:
         sys.exit("FAILED: %d checks" % len(failures))
