@@ -825,14 +825,44 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
     return 0;
 }
 
+void pt_patience_start(pt_patience *p, pt_group *g, const char *what)
+{
+    const double t = now_s();
+    *p = (pt_patience){g, what, g->timeout, t + g->timeout, t, 0};
+}
+
+void pt_patience_moved(pt_patience *p) { p->deadline = now_s() + p->limit; }
+
+int pt_patience_spent(pt_patience *p, char *others, size_t n)
+{
+    others[0] = '\0';
+    if (++p->polls <= 200) /* a transfer about to complete: poll at once */
+        return 0;
+    const double t = now_s(), away = t - p->last;
+    p->last = t;
+    if (t > p->deadline) {
+        if (pt_comm_ask(p->g, p->what, away, others, n)) { /* another rank is busy: wait on */
+            p->deadline = now_s() + p->limit;
+            return 0;
+        }
+        pt_comm_stop();
+        return 1;
+    }
+    pt_comm_answer(p->what);
+    nanosleep(&(struct timespec){0, 20000}, NULL);
+    return 0;
+}
+
 int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
 {
     if (!r->active)
         return 0;
     if (stopped)
         return stopped_fail(err);
-    double deadline = now_s() + g->timeout, last = now_s();
-    for (long polls = 0;; polls++) {
+    pt_patience p;
+    pt_patience_start(&p, g, what);
+    char others[1024];
+    for (;;) {
         int done = 0;
         MPI_Status st;
         int rc = MPI_Test(req_of(r), &done, &st);
@@ -844,25 +874,12 @@ int pt_wait(pt_group *g, pt_req *r, const char *what, pt_err *err)
             r->active = 0;
             return 0;
         }
-        if (polls > 200) {
-            const double t = now_s(), away = t - last;
-            last = t;
-            if (t > deadline) {
-                char others[1024];
-                if (pt_comm_ask(g, what, away, others, sizeof others)) { /* another rank is busy: wait on */
-                    deadline = now_s() + g->timeout;
-                    continue;
-                }
-                pt_comm_stop();
-                const char *at = phase;
-                return pt_fail(err, PT_EPEER,
-                               "no progress for %.3g s waiting for %s%s%s ("
-                               "run.timeout_s sets this limit)%s",
-                               g->timeout, what, at ? " while " : "", at ? at : "", others);
-            }
-            pt_comm_answer(what);
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+        if (pt_patience_spent(&p, others, sizeof others)) {
+            const char *at = phase;
+            return pt_fail(err, PT_EPEER,
+                           "no progress for %.3g s waiting for %s%s%s ("
+                           "run.timeout_s sets this limit)%s",
+                           g->timeout, what, at ? " while " : "", at ? at : "", others);
         }
     }
 }

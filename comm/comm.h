@@ -57,30 +57,42 @@ void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));
 /* Stops all communication of this process after a wait timed out (a peer
  * stopped answering): every later transfer or collective fails at once
  * without calling MPI, whose posted operations may still point at freed
- * buffers, and pt_comm_close aborts the job. pt_wait calls it; so does any
- * other loop that gives up waiting (the gradient all-reduce's). */
+ * buffers, and pt_comm_close aborts the job. A poll loop that gives up
+ * calls it (pt_patience_spent). */
 void pt_comm_stop(void);
-/* Who is where, for a wait that times out: so that it can name the rank to
- * look at in a job of many, every rank answers the others' questions while
- * it waits. pt_wait does both halves; a loop of its own that waits on
- * transfers calls pt_comm_answer as it polls (what: what it waits for, as
- * "an all-reduce") and, when it gives up and before pt_comm_stop,
- * pt_comm_ask, which gives every other rank a second to answer and writes
- * into out what it learnt ("; rank 3 is in no wait (stopped, gone, or busy
- * in its own work); rank 1 waits for stage 2", g's members listed first;
- * empty if nothing). Long work that other ranks wait for and that cannot
- * be split (a checkpoint's writes) calls pt_comm_busy as it goes: while a
- * rank answers busy, or within one more run.timeout_s of its last such
- * answer (a final sync), pt_comm_ask returns 1 when no other rank is
- * silent, and pt_wait waits another run.timeout_s instead of failing.
- * away_s: how long before this check the waiting rank itself last polled;
- * over a second (it was stopped, or starved of the CPU) it asks no one and
- * says so, since the others may be gone by then. A rank that gives up
- * (pt_comm_ask returned 0) has told the others, which name it as having
- * given up, not as in no wait. */
-void pt_comm_answer(const char *what);
+/* A poll loop's patience (pt_wait's, the gradient all-reduce's, NCCL's):
+ * it gives up after the group's timeout without progress. So that it can
+ * name the rank to look at in a job of many, every rank answers the
+ * others' questions while it waits (what: what it waits for, as "an
+ * all-reduce"), and a loop that reaches its limit first asks every other
+ * rank, giving them a second to answer, and reports what it learnt
+ * ("; rank 3 is in no wait (stopped, gone, or busy in its own work); rank 1
+ * waits for stage 2", the group's members listed first; empty if nothing).
+ * Long work that other ranks wait for and that cannot be split (a
+ * checkpoint's writes) calls pt_comm_busy as it goes: while a rank answers
+ * busy, or within one more run.timeout_s of its last such answer (a final
+ * sync), and no other rank is silent, the loop waits another timeout
+ * instead of giving up. A loop whose own rank did not run for over a
+ * second before it reached its limit (stopped, or starved of the CPU) asks
+ * no one and says so, since the others may be gone by then. A rank that
+ * gives up has told the others, which name it as having given up, not as
+ * in no wait. */
+typedef struct pt_patience {
+    pt_group *g;
+    const char *what;
+    double limit, deadline, last;
+    long polls;
+} pt_patience;
+void pt_patience_start(pt_patience *p, pt_group *g, const char *what);
+/* The wait moved on (a part of it completed): the limit counts from now. */
+void pt_patience_moved(pt_patience *p);
+/* After every poll that found the wait not done. 0: poll again (the first
+ * polls at once, later ones after answering the others' questions and a
+ * short sleep). 1: no progress within the limit and no rank busy; others
+ * (n bytes) holds what the other ranks answered, and all communication of
+ * this process is stopped (pt_comm_stop). */
+int pt_patience_spent(pt_patience *p, char *others, size_t n);
 void pt_comm_busy(const char *doing);
-int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

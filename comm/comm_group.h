@@ -20,6 +20,14 @@ struct pt_group {
     int solo;              /* a group of one without MPI (comm.c, solo_open) */
 };
 
+/* Who is where (comm.c), pt_patience's two halves: a waiting rank answers
+ * the others' question as it polls; one that reaches its limit asks them,
+ * and returns 1 when it should wait on (a rank is busy, none silent), else
+ * 0 with what it learnt in out. away_s: how long before this check the
+ * asking rank itself last polled. */
+void pt_comm_answer(const char *what);
+int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n);
+
 /* watch.c: a deadline for a call that blocks with none of its own (MPI's
  * start, split and end; NCCL's communicator creation): between begin and
  * end, a thread of the process waits beside it, and if the call has not

@@ -140,9 +140,9 @@ int pt_nccl_wait(pt_group *g, pt_err *err)
     int rc = need(g, err);
     if (rc)
         return rc;
-    struct timespec t0, now, last;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    last = t0;
+    pt_patience p;
+    pt_patience_start(&p, g, "NCCL");
+    char others[1024];
     for (;;) {
         cudaError_t ce = cudaStreamQuery(g->nccl->stream);
         if (ce == cudaSuccess)
@@ -155,25 +155,13 @@ int pt_nccl_wait(pt_group *g, pt_err *err)
             abort_comm(g);
             return nccl_fail(err, async, "NCCL reported an asynchronous error");
         }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        const double away = (double)(now.tv_sec - last.tv_sec) + 1e-9 * (double)(now.tv_nsec - last.tv_nsec);
-        last = now;
-        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > g->timeout) {
-            char others[1024];
-            if (pt_comm_ask(g, "NCCL", away, others, sizeof others)) {
-                t0 = now; /* another rank is busy: wait on */
-                continue;
-            }
+        if (pt_patience_spent(&p, others, sizeof others)) {
             abort_comm(g);
-            pt_comm_stop(); /* as every wait that gives up does (comm.h): no MPI call after */
             const char *at = pt_comm_phase_now();
             return pt_fail(err, PT_EPEER, "no progress for %.3g s waiting for NCCL%s%s ("
                            "run.timeout_s sets this limit)%s", g->timeout,
                            at ? " while " : "", at ? at : "", others);
         }
-        pt_comm_answer("NCCL");
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
     }
 }
 

@@ -331,11 +331,11 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
     /* the limit is on a wait without progress: every bucket's phase change
      * (a part scattered, summed, gathered) starts it again, so a long
      * reduction that keeps moving is not taken for a dead replica */
-    const double limit = pt_group_timeout(r->g);
-    double deadline = t0 + limit;
+    pt_patience p;
+    pt_patience_start(&p, r->g, "the gradient all-reduce");
+    char others[1024];
     long moved = -1;
-    double last = t0;
-    for (long polls = 0; !r->failed; polls++) {
+    while (!r->failed) {
         pt_reducer_progress(r);
         int left = 0;
         long phases = 0;
@@ -347,28 +347,14 @@ int pt_reducer_finish(pt_reducer *r, pt_reducer_stats *stats, pt_err *err)
             break;
         if (phases != moved) {
             moved = phases;
-            deadline = now_s() + limit;
+            pt_patience_moved(&p);
         }
-        if (polls > 200) {
-            const double t = now_s(), away = t - last;
-            last = t;
-            if (t > deadline) {
-                pt_err e;
-                char others[1024];
-                if (pt_comm_ask(r->g, "the gradient all-reduce", away, others, sizeof others)) {
-                    deadline = now_s() + limit; /* another rank is busy: wait on */
-                    continue;
-                }
-                pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
-                        "replicas: another replica has stopped answering (run.timeout_s sets this "
-                        "limit)%s", limit, r->D, others);
-                pt_comm_stop(); /* its sends and receives stay posted */
-                fail(r, PT_EPEER, &e);
-                break;
-            }
-            pt_comm_answer("the gradient all-reduce");
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+        if (pt_patience_spent(&p, others, sizeof others)) { /* its sends and receives stay posted */
+            pt_err e;
+            pt_fail(&e, PT_EPEER, "no progress for %.3g s in the gradient all-reduce among %d "
+                    "replicas: another replica has stopped answering (run.timeout_s sets this "
+                    "limit)%s", p.limit, r->D, others);
+            fail(r, PT_EPEER, &e);
         }
     }
     const double t1 = now_s();
