@@ -29,9 +29,10 @@ void pt_comm_answer(const char *what);
 int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n);
 
 /* watch.c: a deadline for a call that blocks with none of its own (MPI's
- * start, split and end; NCCL's communicator creation): between begin and
- * end, a thread of the process waits beside it, and if the call has not
- * returned within limit_s (at least WATCH_MIN_S, watch.c) it prints
+ * start, split and end; NCCL's communicator creation and the calls that
+ * connect its ranks): between begin and end, a thread of the process
+ * watches it, and if the call has not returned within limit_s (at least
+ * WATCH_MIN_S, watch.c; time the process did not run not counted) it prints
  * "no progress for ... waiting for <what> (<name>; ...): <why>" (why may
  * be NULL) and ends the process with status 1, which ends the job. One
  * call at a time, from the thread that calls MPI. */

@@ -80,6 +80,17 @@ static int need(pt_group *g, pt_err *err)
     return g->nccl ? 0 : pt_fail(err, PT_EINTERNAL, "the group has no NCCL communicator");
 }
 
+/* NCCL connects a communicator's ranks at their first transfer or
+ * collective, inside the call that launches it (ncclGroupEnd for a group),
+ * waiting for the peer with no deadline: those calls are watched. A
+ * group's limit is that of the last communicator a transfer in it used. */
+static double group_limit = 600;
+
+static void watch_connect(double limit, const char *name)
+{
+    pt_watch_begin("the group's ranks, to connect NCCL's transfers", name, NULL, limit);
+}
+
 int pt_nccl_group_start(pt_err *err)
 {
     ncclResult_t r = ncclGroupStart();
@@ -88,25 +99,37 @@ int pt_nccl_group_start(pt_err *err)
 
 int pt_nccl_group_end(pt_err *err)
 {
+    watch_connect(group_limit, "ncclGroupEnd");
     ncclResult_t r = ncclGroupEnd();
+    pt_watch_end();
     return r == ncclSuccess ? 0 : nccl_fail(err, r, "ncclGroupEnd");
 }
 
 int pt_nccl_send(pt_group *g, const void *buf, size_t bytes, int peer, pt_err *err)
 {
     int rc = need(g, err);
-    ncclResult_t r;
-    if (rc == 0 && (r = ncclSend(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream)) != ncclSuccess)
-        rc = nccl_fail(err, r, "ncclSend");
+    if (rc == 0) {
+        group_limit = g->timeout;
+        watch_connect(group_limit, "ncclSend");
+        ncclResult_t r = ncclSend(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream);
+        pt_watch_end();
+        if (r != ncclSuccess)
+            rc = nccl_fail(err, r, "ncclSend");
+    }
     return rc;
 }
 
 int pt_nccl_recv(pt_group *g, void *buf, size_t bytes, int peer, pt_err *err)
 {
     int rc = need(g, err);
-    ncclResult_t r;
-    if (rc == 0 && (r = ncclRecv(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream)) != ncclSuccess)
-        rc = nccl_fail(err, r, "ncclRecv");
+    if (rc == 0) {
+        group_limit = g->timeout;
+        watch_connect(group_limit, "ncclRecv");
+        ncclResult_t r = ncclRecv(buf, bytes, ncclUint8, peer, g->nccl->comm, g->nccl->stream);
+        pt_watch_end();
+        if (r != ncclSuccess)
+            rc = nccl_fail(err, r, "ncclRecv");
+    }
     return rc;
 }
 
@@ -118,20 +141,26 @@ static ncclDataType_t nccl_type(pt_dtype t)
 int pt_nccl_allreduce_sum(pt_group *g, void *buf, size_t count, pt_dtype t, pt_err *err)
 {
     int rc = need(g, err);
-    ncclResult_t r;
-    if (rc == 0 && (r = ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, g->nccl->comm,
-                                      g->nccl->stream)) != ncclSuccess)
-        rc = nccl_fail(err, r, "ncclAllReduce");
+    if (rc == 0) {
+        watch_connect(g->timeout, "ncclAllReduce");
+        ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, g->nccl->comm, g->nccl->stream);
+        pt_watch_end();
+        if (r != ncclSuccess)
+            rc = nccl_fail(err, r, "ncclAllReduce");
+    }
     return rc;
 }
 
 int pt_nccl_bcast(pt_group *g, void *buf, size_t bytes, int root, pt_err *err)
 {
     int rc = need(g, err);
-    ncclResult_t r;
-    if (rc == 0 && (r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nccl->comm,
-                                      g->nccl->stream)) != ncclSuccess)
-        rc = nccl_fail(err, r, "ncclBroadcast");
+    if (rc == 0) {
+        watch_connect(g->timeout, "ncclBroadcast");
+        ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nccl->comm, g->nccl->stream);
+        pt_watch_end();
+        if (r != ncclSuccess)
+            rc = nccl_fail(err, r, "ncclBroadcast");
+    }
     return rc;
 }
 
