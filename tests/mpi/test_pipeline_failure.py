@@ -415,6 +415,55 @@ def cases(tools, work):
         stopped_before_start.__name__ = "stopped_before_start_%d_of_%d" % (stop, ranks)
         case(stopped_before_start)
 
+    # the same start, but the waiting rank is itself stopped for longer
+    # than its limit (as when a job is suspended), then both go on: time in
+    # which a process did not run does not count against its start, so the
+    # job trains to its end instead of the waiting rank giving up the
+    # moment it runs again
+    @case
+    def suspended_at_start():
+        name = "suspended-at-start"
+        wrapper = os.path.join(work, name + ".sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nif [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then kill -STOP $$; fi\nexec "$@"\n')
+        os.chmod(wrapper, 0o755)
+        cmd = tools.command(2, ["train", CONFIG] + h.sets(
+            run__dir=os.path.join(work, name), run__threads=1, run__timeout_s=5, train__max_steps=2,
+            train__eval_examples=64))
+        cmd.insert(cmd.index(tools.pipetrain), wrapper)
+        start = time.time()
+        p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        waiting, held = None, None  # rank 0's pipetrain, rank 1's stopped wrapper
+        while time.time() - start < 30 and (waiting is None or held is None) and p.poll() is None:
+            time.sleep(0.2)
+            for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    rank = rank_of(int(pid))
+                    with open("/proc/%s/stat" % pid) as f:
+                        stopped = f.read().rsplit(")", 1)[1].split()[0] == "T"
+                except (OSError, ValueError):
+                    continue
+                if rank == 0:
+                    waiting = int(pid)
+                elif rank == 1 and stopped:
+                    held = int(pid)
+        suspended = waiting is not None and held is not None
+        if suspended:
+            time.sleep(1.0)  # into MPI's start
+            os.kill(waiting, signal.SIGSTOP)
+            time.sleep(25.0)  # past the 20 s the start is given
+            os.kill(waiting, signal.SIGCONT)
+            time.sleep(0.5)
+            os.kill(held, signal.SIGCONT)
+        out = end_job(p, held, 120)
+        secs = time.time() - start
+        say("%s: exit %s after %.1f s" % (name, p.returncode, secs))
+        expect(suspended, "%s: found rank 0 and the stopped rank 1" % name)
+        expect(p.returncode == 0 and "no progress" not in out,
+               "%s: the job trained to its end once both went on\n%s" % (name, out[-1500:]))
+
     # a rank that stops answering after the job's last wait, before MPI
     # ends: the other waited in MPI_Finalize, which has no deadline
     @case
