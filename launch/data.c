@@ -8,7 +8,7 @@
 #include "launch/session.h"
 #include "checkpoint/checkpoint.h"
 #include "formats/formats.h"
-#include "launch/weights.h"
+#include "interop/interop.h"
 #include "hf/hf.h"
 #include <errno.h>
 #include <math.h>
@@ -61,10 +61,10 @@ static int same_settings(pt_session *s, pt_err *err)
             continue;
         char from[2 * PT_PATH_MAX + 96] = "its value", file[PT_PATH_MAX + 32];
         if (k < 3) {
-            pt_session_tokenizer_config(c, file);
+            pt_tokenizer_config_path(c, file);
         } else {
             char weights[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32], tokcfg[PT_PATH_MAX + 32];
-            pt_session_init_files(c, weights, file, vocab, tokcfg);
+            pt_init_from_files(c, weights, file, vocab, tokcfg);
         }
         struct stat st;
         if (!*file)
@@ -95,7 +95,7 @@ int pt_session_same_data(pt_session *s, pt_err *err)
     pt_err first;
     const int settings = same_settings(s, &first);
     char init[65], root[4][65];
-    pt_session_init_digest(c, init);
+    pt_init_from_digest(c, init);
     memcpy(root[0], s->train_sha256, 65);
     memcpy(root[1], s->test_sha256, 65);
     memcpy(root[2], s->vocab_sha256, 65);
@@ -255,50 +255,6 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
     return pt_config_key_prefix(c, err, short_test ? "data.test_fraction" : "data.text");
 }
 
-void pt_session_tokenizer_config(const pt_config *c, char *out)
-{
-    const char *slash = strrchr(c->data.vocab, '/');
-    snprintf(out, PT_PATH_MAX + 32, "%.*stokenizer_config.json",
-             slash ? (int)(slash - c->data.vocab + 1) : 0, c->data.vocab);
-}
-
-/* How the texts are normalised, into out and c: data.lowercase, data.strip_accents and
- * data.split_cjk, where left at auto from the tokenizer_config.json beside
- * data.vocab as transformers' AutoTokenizer reads it (do_lower_case,
- * strip_accents, tokenize_chinese_chars; uncased, with accents stripped,
- * where there is none, and strip_accents following data.lowercase where it
- * names none). A value set in the config wins, as a from_pretrained keyword
- * does. The values go into the session's config, so the checkpoints record
- * them: an eval, an export or a resume of one tokenizes as the run did,
- * whatever that file says later. */
-int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *err)
-{
-    int *const value[3] = {&c->data.lowercase, &c->data.strip_accents, &c->data.split_cjk};
-    static const char *const key[3] = {"data.lowercase", "data.strip_accents", "data.split_cjk"};
-    int first_auto = -1, want = 0;
-    for (int i = 2; i >= 0; i--)
-        if (*value[i] == PT_AUTO) {
-            first_auto = i;
-            want |= 1 << i;
-        }
-    if (first_auto >= 0) {
-        char path[PT_PATH_MAX + 32];
-        pt_hf_normalizer hn;
-        int found, field;
-        pt_session_tokenizer_config(c, path);
-        if (pt_hf_tokenizer_config_read(path, want, &hn, &found, &field, err))
-            return pt_config_key_prefix(c, err, key[field >= 0 ? field : first_auto]);
-        if (c->data.lowercase == PT_AUTO)
-            c->data.lowercase = hn.lowercase;
-        if (c->data.strip_accents == PT_AUTO)
-            c->data.strip_accents = hn.strip_accents >= 0 ? hn.strip_accents : c->data.lowercase;
-        if (c->data.split_cjk == PT_AUTO)
-            c->data.split_cjk = hn.split_cjk;
-    }
-    *out = (pt_hf_normalizer){c->data.lowercase, c->data.strip_accents, c->data.split_cjk};
-    return 0;
-}
-
 /* Text classification: the labelled texts of data.train_file, tokenized with
  * data.vocab into model.context tokens each; the test split from
  * data.test_file (its labels must be the training file's) or drawn from the
@@ -312,7 +268,7 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
     int rc = pt_vocab_load(&vocab, c->data.vocab, err);
     if (rc)
         return pt_config_key_prefix(c, err, "data.vocab");
-    if ((rc = pt_session_resolve_normalize(&r->cfg, &norm, err))) {
+    if ((rc = pt_resolve_normalize(&r->cfg, &norm, err))) {
         pt_vocab_free(vocab);
         return rc;
     }

@@ -11,7 +11,7 @@
  */
 #include "cache/cache.h"
 #include "checkpoint/checkpoint.h"
-#include "launch/export.h"
+#include "interop/interop.h"
 #include "launch/inspect.h"
 #include "outputs/outputs.h"
 #include "launch/report.h"
@@ -592,8 +592,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     note_unused_keys(comm, cfg, *resume != '\0');
-    if (!*resume) /* a resume's weights are the checkpoint's */
-        pt_session_note_init_tokenizer(s);
+    if (!*resume && s->rank == 0) /* a resume's weights are the checkpoint's */
+        pt_init_from_notes(&s->cfg);
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
     rc = pt_session_train(s, &err);
     pt_comm_phase("finishing the run");
@@ -701,8 +701,8 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         const pt_ckpt_run c = pt_session_ckpt(s);
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
     }
-    if (rc == 0 && !checkpoint)
-        pt_session_note_init_tokenizer(s);
+    if (rc == 0 && !checkpoint && s->rank == 0)
+        pt_init_from_notes(&s->cfg);
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";
@@ -719,8 +719,8 @@ static int cmd_eval(pt_comm *comm, const cli *a)
     const int writes = pt_run_last_stage(run) && run->replica == 0;
     char init_weights[PT_PATH_MAX + 32], init_config[PT_PATH_MAX + 32], init_vocab[PT_PATH_MAX + 32];
     char tokenizer_config[PT_PATH_MAX + 32], init_tokenizer[PT_PATH_MAX + 32];
-    pt_session_init_files(cfg, init_weights, init_config, init_vocab, init_tokenizer);
-    pt_session_tokenizer_config(cfg, tokenizer_config);
+    pt_init_from_files(cfg, init_weights, init_config, init_vocab, init_tokenizer);
+    pt_tokenizer_config_path(cfg, tokenizer_config);
     const char *inputs[] = {cfg->source, cfg->model.init_from, init_weights, init_config,
                             init_vocab, init_tokenizer, tokenizer_config, cfg->data.train_images,
                             cfg->data.train_labels, cfg->data.test_images, cfg->data.test_labels,

@@ -3,7 +3,7 @@
  * as the command line sees it: the config, what the config chose (device,
  * threads, data), the training engine built from them (train/), and the
  * run's output (progress, metrics, checkpoints). setup.c wires the config
- * into the engine (data.c loads the data, init.c the initial weights);
+ * into the engine (data.c loads the data; interop/ the initial weights);
  * loop.c is the training loop around its steps;
  * checkpoint/ saves and resumes it (pt_session_ckpt).
  */
@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "hf/hf.h"
+#include "interop/interop.h"
 #include "launch/progress.h"
 #include "train/train.h"
 
@@ -83,27 +84,6 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err);
  * the tokenizer keys left at auto from (a checkpoint saved while the job
  * started): PT_EINPUT when it recorded other values for them. */
 int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *err);
-/* Rank 0, a bert taking model.init_from's weights: a note when data.vocab
- * differs from the vocab.txt beside them (the ids reach rows pretrained for
- * other tokens), and one when the run normalises texts otherwise than the
- * tokenizer_config.json beside them says. */
-void pt_session_note_init_tokenizer(const pt_session *s);
-/* The files model.init_from reads or would read, for commands that must not
- * write over them: the weights, and for a bert the config.json, vocab.txt
- * and tokenizer_config.json beside them (whether they exist or not: one
- * written there would be read next time); "" for none. Each buffer holds
- * PT_PATH_MAX + 32 bytes; tokenizer may be NULL. */
-void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab,
-                           char *tokenizer);
-/* The tokenizer_config.json beside data.vocab (whether it exists or not),
- * which data.lowercase, data.strip_accents and data.split_cjk at auto read;
- * out holds PT_PATH_MAX + 32 bytes. */
-void pt_session_tokenizer_config(const pt_config *c, char *out);
-/* data.lowercase, data.strip_accents and data.split_cjk, those at auto
- * taken from that file (launch/data.c says how) and set in c: each 0 or 1
- * in out. PT_EINPUT naming the key and the file when it cannot be read. */
-int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *err);
-
 /* The parts of pt_session_open, file by file. */
 
 /* data.c: the training and test sets the config names, into s->train and
@@ -115,20 +95,6 @@ int pt_session_resolve_normalize(pt_config *c, pt_hf_normalizer *out, pt_err *er
 int pt_session_load_data(pt_session *s, pt_run_mode mode, pt_err *err);
 void pt_session_digest_data(pt_session *s, pt_run_mode mode);
 int pt_session_same_data(pt_session *s, pt_err *err);
-
-/* init.c: model.init_from's weights into seg (a classifier's labels checked
- * against data's; `note`: this rank says when they cannot be); its files'
- * digest ("" when none or unreadable); model.dropout and
- * model.attention_dropout left at auto, from its config.json, which is
- * checked against the model.* keys then (before the model is allocated). */
-int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
-                         pt_err *err);
-/* model.init_from before anything is built (its headers only): its
- * config.json describes the model.* keys, and every tensor the model a
- * needs is there with its shape; the load's messages. */
-int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err);
-void pt_session_init_digest(const pt_config *c, char hex[65]);
-int pt_session_resolve_dropout(pt_session *s, pt_err *err);
 
 /* setup.c: the memory this rank may use, the node's RAM over its ranks. */
 double pt_session_memory_per_rank(const pt_session *s);

@@ -11,7 +11,7 @@
 
 #include "formats/formats.h"
 #include "outputs/outputs.h"
-#include "launch/weights.h"
+#include "interop/interop.h"
 #include "hf/hf.h"
 
 #include <errno.h>
@@ -667,7 +667,7 @@ static int load_init_weights(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
     return s->run.active && *c->model.init_from
-        ? pt_session_load_init(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
+        ? pt_init_from_load(s->run.seg, c, s->train.label_names ? &s->train : &s->test,
                                s->rank == pt_mesh_rank(&s->run.mesh, 0, s->run.mesh.stages - 1),
                                err)
         : 0;
@@ -680,7 +680,7 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err)
     int rc = 0;
     if (s->init_pending) {
         s->init_pending = 0;
-        if ((rc = pt_session_check_init(&s->cfg, &s->arch, err)) == 0)
+        if ((rc = pt_init_from_check(&s->cfg, &s->arch, err)) == 0)
             rc = load_init_weights(s, err);
     }
     return pt_run_agree(&s->run, rc, err);
@@ -714,7 +714,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     if (mode != PT_RUN_EVAL && !(resume && *resume))
         s->opening_depth = opening_depth(c, s->arch.layers);
     int rc;
-    if ((rc = recorded_normalize(s, resume, err)) || (rc = pt_session_resolve_dropout(s, err)) ||
+    if ((rc = recorded_normalize(s, resume, err)) || (rc = pt_init_from_dropout(&s->cfg, &s->arch, s->rank == 0, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))
         goto agree;
     if (c->run.threads > 0) {
@@ -745,7 +745,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                    (rc = check_staging(s, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
-        (rc = from_ckpt ? 0 : pt_session_check_init(c, &s->arch, err)) ||
+        (rc = from_ckpt ? 0 : pt_init_from_check(c, &s->arch, err)) ||
         (rc = check_staging(s, err)))
         goto agree;
     /* allowed (a plan for a bigger machine), but what does not fit here

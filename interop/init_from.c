@@ -1,16 +1,14 @@
 /*
- * init.c: a session's model.init_from, the weights it starts from: pipetrain's
+ * init_from.c: model.init_from, the weights a run starts from: pipetrain's
  * own safetensors, or for bert a Hugging Face BERT directory, whose
  * config.json must describe the model.* keys, sets the dropout left at auto
  * and names the labels a classifier was trained for; with its digest, which
- * every rank compares (data.c), and a note when its vocab.txt or
+ * every rank compares (launch/data.c), and a note when its vocab.txt or
  * tokenizer_config.json is not the run's.
  */
-#include "launch/session.h"
-#include "checkpoint/checkpoint.h"
+#include "interop/interop.h"
 #include "formats/formats.h"
-#include "launch/weights.h"
-#include "hf/hf.h"
+#include "tokenize/tokenize.h"
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -99,7 +97,7 @@ static int load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data
     return rc;
 }
 
-int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err)
+int pt_init_from_check(const pt_config *c, const pt_arch *a, pt_err *err)
 {
     if (!*c->model.init_from)
         return 0;
@@ -117,7 +115,7 @@ int pt_session_check_init(const pt_config *c, const pt_arch *a, pt_err *err)
     return rc;
 }
 
-int pt_session_load_init(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
+int pt_init_from_load(pt_segment *seg, const pt_config *c, const pt_dataset *data, int note,
                          pt_err *err)
 {
     /* files that cannot be read are the input's fault, as files that do not parse */
@@ -222,23 +220,22 @@ static void note_init_normalize(const pt_config *c, const char *there)
                 there, diff);
 }
 
-/* Rank 0, a bert taking model.init_from's weights: the notes above. */
-void pt_session_note_init_tokenizer(const pt_session *s)
+/* A bert taking model.init_from's weights: the notes above. */
+void pt_init_from_notes(const pt_config *c)
 {
-    const pt_config *c = &s->cfg;
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
     char tokenizer[PT_PATH_MAX + 32];
-    if (s->rank != 0 || c->model.kind != PT_MODEL_BERT ||
+    if (c->model.kind != PT_MODEL_BERT ||
         c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from)
         return;
-    pt_session_init_files(c, weights, config, vocab, tokenizer);
+    pt_init_from_files(c, weights, config, vocab, tokenizer);
     if (!*vocab) /* weights the load refuses */
         return;
     note_init_vocab(c, vocab);
     note_init_normalize(c, tokenizer);
 }
 
-void pt_session_init_files(const pt_config *c, char *weights, char *config, char *vocab,
+void pt_init_from_files(const pt_config *c, char *weights, char *config, char *vocab,
                            char *tokenizer)
 {
     const size_t n = PT_PATH_MAX + 32;
@@ -275,7 +272,7 @@ void pt_session_init_files(const pt_config *c, char *weights, char *config, char
 /* model.init_from's files (the weights, and a bert's config.json, which
  * sets its dropout) as one SHA-256 in hex, or "" when there are none or
  * they cannot be read (load_init reports that). */
-void pt_session_init_digest(const pt_config *c, char hex[65])
+void pt_init_from_digest(const pt_config *c, char hex[65])
 {
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32] = "";
     pt_err ignored;
@@ -309,9 +306,8 @@ void pt_session_init_digest(const pt_config *c, char hex[65])
  * config.json is checked against the model.* keys here too, as the load
  * does, so that a model of other sizes is refused before it is allocated
  * (gigabytes, for a dim mistyped by a digit). */
-int pt_session_resolve_dropout(pt_session *s, pt_err *err)
+int pt_init_from_dropout(const pt_config *c, pt_arch *a, int note, pt_err *err)
 {
-    const pt_config *c = &s->cfg;
     const int hidden_auto = c->model.hidden_dropout == PT_AUTO;
     const int attn_auto = c->model.attn_dropout == PT_AUTO;
     if (c->model.kind != PT_MODEL_BERT || !*c->model.init_from)
@@ -325,18 +321,17 @@ int pt_session_resolve_dropout(pt_session *s, pt_err *err)
     const char *key = "model.init_from";
     if (pt_hf_bert_config_read(config, &hc, err))
         return pt_config_key_prefix(c, err, "model.init_from");
-    if (pt_hf_bert_config_check(&hc, &s->arch, config, &key, err))
+    if (pt_hf_bert_config_check(&hc, a, config, &key, err))
         return pt_config_key_prefix(c, err, *key ? key : "model.init_from");
     if (hidden_auto)
-        s->arch.hidden_dropout = hc.hidden_dropout;
+        a->hidden_dropout = hc.hidden_dropout;
     if (attn_auto)
-        s->arch.attn_dropout = hc.attn_dropout;
+        a->attn_dropout = hc.attn_dropout;
     /* transformers' sequence classifier would drop its pooled vector at
      * classifier_dropout; pipetrain's head drops it at model.dropout */
-    if (hc.classifier_dropout >= 0 && hc.classifier_dropout != s->arch.hidden_dropout &&
-        s->rank == 0)
+    if (hc.classifier_dropout >= 0 && hc.classifier_dropout != a->hidden_dropout && note)
         fprintf(stderr, "pipetrain: note: %s: classifier_dropout %g is not used: pipetrain's "
                 "classifier drops the pooled vector at model.dropout (%g)\n", config,
-                hc.classifier_dropout, s->arch.hidden_dropout);
+                hc.classifier_dropout, a->hidden_dropout);
     return 0;
 }

@@ -4,7 +4,7 @@
  * ones the model defines; nothing here knows a layer. Loaded weights must be
  * finite: a NaN or Inf is refused naming the file and the tensor.
  */
-#include "launch/weights.h"
+#include "interop/interop.h"
 
 #include "formats/formats.h"
 

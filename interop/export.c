@@ -1,20 +1,19 @@
 /*
- * export.c: `pipetrain export CHECKPOINT_DIR OUT` (launch/export.h): reads
+ * export.c: `pipetrain export CHECKPOINT_DIR OUT`: reads
  * the checkpoint's config and weights into a whole-model segment on the CPU
  * and writes them for PyTorch: safetensors with the reference model's names
- * (launch/weights.c), or for bert a Hugging Face model directory
+ * (weights.c), or for bert a Hugging Face model directory
  * (hf/hf.h) with the run's tokenizer files when its data.vocab is still the
  * vocabulary the checkpoint was trained with.
  */
-#include "launch/export.h"
+
+#include "interop/interop.h"
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "formats/formats.h"
 #include "hf/hf.h"
 #include "outputs/outputs.h"
-#include "launch/session.h"
-#include "launch/weights.h"
 #include "tokenize/tokenize.h"
 
 #include <signal.h>
@@ -168,7 +167,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                 pt_fail(&why, PT_EINPUT, "'%.900s' is not there as a regular file", cfg->data.vocab);
             else if (vocab_for_export(ckpt, cfg->data.vocab, &vocab, &tok.vocab_bytes, &why) == 0 &&
                      pt_hf_vocab_check(cfg->data.vocab, vocab, tok.vocab_bytes, arch.vocab, &why) == 0 &&
-                     pt_session_resolve_normalize(cfg, &tok.norm, &why) == 0)
+                     pt_resolve_normalize(cfg, &tok.norm, &why) == 0)
                 tok.vocab = vocab;
             /* a vocabulary that could not be read now (no descriptor left, a
              * read error) is no reason to export without tokenizer files */
