@@ -16,6 +16,7 @@
 #include "outputs/outputs.h"
 #include "launch/report.h"
 #include "launch/session.h"
+#include "signals/signals.h"
 #include "formats/formats.h"
 
 #include <errno.h>
@@ -891,58 +892,6 @@ static int cmd_export(int argc, char **argv)
     return rc ? report(NULL, rc, &err) : 0;
 }
 
-/* eval, plan and export end at a signal whose default action ends the
- * process (SIGINT, SIGTERM, SIGHUP, SIGUSR1, a closed pipe, a timer, ...) as
- * by default, but first take off the names of the node's cache (which an
- * evaluation may have made) and remove the temporary files of the outputs
- * they were writing (a finished output is renamed into place whole, so what
- * is left of an unfinished one is only its temporary file). A signal the
- * process started ignoring (nohup's SIGHUP), or that a library handles
- * (a profiler's SIGPROF, say), is left as it is, but for SIGINT and SIGTERM,
- * as for train. */
-static void on_end_signal(int sig);
-
-/* on_end_signal, once (SA_RESETHAND: the default action after it runs) */
-static struct sigaction end_action(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_end_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    return sa;
-}
-
-static void on_end_signal(int sig)
-{
-    if (pt_wfile_defer_signal(sig)) {
-        /* outputs going into place as a group (a bert export's renames):
-         * this handler again (SA_RESETHAND took it off) for when the group
-         * is in place and raises the signal again */
-        const struct sigaction sa = end_action();
-        sigaction(sig, &sa, NULL);
-        return;
-    }
-    pt_cache_release_names();
-    pt_wfile_remove_temporaries();
-    raise(sig); /* SA_RESETHAND: the default action now */
-}
-
-static void catch_end_signals(void)
-{
-    const struct sigaction sa = end_action();
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    const int others[] = {SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM,
-                          SIGXCPU, SIGVTALRM, SIGPROF};
-    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
-        struct sigaction was;
-        if (sigaction(others[i], NULL, &was) == 0 && !(was.sa_flags & SA_SIGINFO) &&
-            was.sa_handler == SIG_DFL)
-            sigaction(others[i], &sa, NULL);
-    }
-}
-
 /* A stop signal can come as soon as the process exists (mpirun forwards
  * one the moment it gets it), and before main the libraries' constructors
  * run for some milliseconds: a SIGUSR1 or SIGTERM then would end `train`
@@ -1012,7 +961,7 @@ static int run_main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "export") == 0) {
-        catch_end_signals();
+        pt_catch_end_signals();
         return cmd_export(argc, argv);
     }
     if (strcmp(cmd, "inspect") == 0)
@@ -1054,7 +1003,7 @@ static int run_main(int argc, char **argv)
     }
     pt_comm_phase("starting up");
     if (run_cmd != cmd_train) /* after MPI's start, whose handlers these replace */
-        catch_end_signals();
+        pt_catch_end_signals();
     if (pt_comm_local_rank(comm) == 0) /* dead jobs' cache segments, at every start */
         pt_cache_sweep(NULL);
     int code = setup_failed(comm, rc, &err);

@@ -117,20 +117,4 @@ void pt_session_show_sample(const char *prompt, const char *text, size_t n, char
  * steps, which took step_s wall seconds in all, as a table on the progress
  * stream and RUN_DIR/op_profile-rank<R>.json. */
 int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err);
-/* From now on SIGINT, SIGTERM and SIGUSR1 ask pt_session_train to finish
- * the step, save and stop (a second one exits at once). Called before the
- * session is built, so a signal during setup is not fatal either. */
-void pt_catch_stop_signals(void);
-/* SIGBUS (a mapped file cut short) ends the process with a message and
- * status 1, not a core dump: every command's, from main on; train's
- * message (pt_catch_stop_signals) also says how to resume. */
-void pt_catch_bus_error(void);
-/* The launcher's process (a rank's parent under mpirun), whose death
- * SIGTERMs the rank as many times as it has threads: after the first,
- * SIGTERMs from it are no second stop request. */
-void pt_stop_signals_launcher(pid_t pid);
-/* Where the signal handler reads what to print ("signal received while at
- * ..."): the engine keeps it up to date. */
-const char *volatile *pt_stop_signal_where(void);
-
 #endif

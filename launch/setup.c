@@ -7,6 +7,7 @@
  * session.
  */
 #include "launch/session.h"
+#include "signals/signals.h"
 #include "checkpoint/checkpoint.h"
 
 #include "formats/formats.h"
