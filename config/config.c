@@ -501,7 +501,7 @@ void pt_config_arch(const pt_config *c, pt_arch *a)
     if (a->kind != PT_MODEL_BERT)
         a->ln_eps = c->model.ln_eps;
     /* auto: 0 here; for a bert with model.init_from's config.json, the session
-     * puts that file's probabilities in (launch/init.c) */
+     * puts that file's probabilities in (interop/init_from.c) */
     a->hidden_dropout = c->model.hidden_dropout >= 0 ? c->model.hidden_dropout : 0;
     a->attn_dropout = c->model.attn_dropout >= 0 ? c->model.attn_dropout : 0;
 }

@@ -50,7 +50,7 @@ typedef struct pt_config {
         int dim, layers, heads, mlp_hidden, patch, classes, context;
         int vocab, positions, type_vocab; /* bert */
         double ln_eps;
-        double hidden_dropout, attn_dropout; /* PT_AUTO: see launch/init.c */
+        double hidden_dropout, attn_dropout; /* PT_AUTO: see interop/init_from.c */
         double init_std;
         char init_from[PT_PATH_MAX];
     } model;

@@ -125,7 +125,7 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
  * do_lower_case, strip_accents and tokenize_chinese_chars, special tokens
  * in texts split as text, as tokenize/ does; tok NULL: none, and a
  * vocab.txt or tokenizer_config.json in dir is left as it is: the caller
- * decides whether the directory may hold one, launch/export.c refuses it),
+ * decides whether the directory may hold one, interop/export.c refuses it),
  * each atomically, config.json last; what cannot be written fails before
  * any file is replaced. dir is created if missing.
  * The classifier goes into model.safetensors as head.fc.weight and

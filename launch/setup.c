@@ -2,7 +2,7 @@
  * setup.c: wiring a session from its configuration: core binding and
  * threads, the device, the training and test data (data.c), the engine's
  * spec (every training choice the config makes), the engine (train/), this
- * rank's initial weights (init.c) and the metrics files. Freed in the
+ * rank's initial weights (interop/) and the metrics files. Freed in the
  * reverse order by pt_session_close, which is safe on a partly built
  * session.
  */
