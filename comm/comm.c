@@ -196,7 +196,7 @@ int pt_comm_finish(pt_comm *c, pt_err *err)
     return pt_barrier(&c->world, err);
 }
 
-void pt_comm_close(pt_comm *c)
+void pt_comm_close(pt_comm *c, int code)
 {
     if (!c)
         return;
@@ -222,8 +222,9 @@ void pt_comm_close(pt_comm *c)
          * printed gets out before */
         fflush(stdout);
         fflush(stderr);
-        pt_watch_begin("every rank to end MPI", "MPI_Finalize",
-                       "a rank that stopped after the job's last wait holds the others here", limit);
+        pt_watch_begin_status("every rank to end MPI", "MPI_Finalize",
+                              "a rank that stopped after the job's last wait holds the others here",
+                              limit, code);
         MPI_Finalize();
         pt_watch_end();
     }

@@ -49,8 +49,10 @@ int pt_comm_launched_in(char *const *envp);
  * pt_comm_close aborts the job). Collective over the world. */
 int pt_comm_finish(pt_comm *c, pt_err *err);
 /* MPI_Finalize within the world's timeout (nothing of MPI's in a world of
- * one). */
-void pt_comm_close(pt_comm *c);
+ * one). code: the status the process is to exit with; when the deadline
+ * passes it exits with that status, or 1 where it is 0 (the job failed at
+ * its end). */
+void pt_comm_close(pt_comm *c, int code);
 /* Kills every rank of the job (MPI_Abort; in a world of one, _exit); does
  * not return. */
 void pt_comm_abort(pt_comm *c, int code) __attribute__((noreturn));

@@ -37,6 +37,10 @@ int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t 
  * be NULL) and ends the process with status 1, which ends the job. One
  * call at a time, from the thread that calls MPI. */
 void pt_watch_begin(const char *what, const char *name, const char *why, double limit_s);
+/* The same, ending the process with `status` (1 where it is not 1 to 255):
+ * a job that failed already keeps its own status when its end then hangs. */
+void pt_watch_begin_status(const char *what, const char *name, const char *why, double limit_s,
+                           int status);
 void pt_watch_end(void);
 /* The world rank the launcher gave this process (its environment, read
  * before MPI starts as after); -1 if none says. */

@@ -8,7 +8,8 @@
  * others there for good. One thread of the process, made at the first
  * such call, watches each while it runs; if the call has not returned by
  * its deadline, the thread says what the rank waited for and ends the
- * process (exit status 1), and the launcher then ends the job.
+ * process (exit status 1, or at MPI's end the status a job that failed
+ * already has), and the launcher then ends the job.
  *
  * begin and end only take a lock and set a few fields, so calls made many
  * times a step (NCCL's) can be watched. Time in which the process did not
@@ -43,6 +44,7 @@ static struct {
     int armed;               /* a call runs */
     double limit, deadline;  /* seconds, CLOCK_MONOTONIC */
     const char *what, *name, *why;
+    int status;              /* what the process exits with when the limit passes */
     char head[48];           /* "pipetrain: rank R: error: ", made by begin */
 } call;
 
@@ -81,7 +83,7 @@ static void give_up(void)
     }
     /* the main thread is inside MPI or NCCL, which nothing here may call
      * from another thread: the process ends, and the launcher the job */
-    _exit(1);
+    _exit(call.status);
 }
 
 static void *watch(void *arg)
@@ -143,6 +145,12 @@ static void start(const char *name)
 
 void pt_watch_begin(const char *what, const char *name, const char *why, double limit_s)
 {
+    pt_watch_begin_status(what, name, why, limit_s, 1);
+}
+
+void pt_watch_begin_status(const char *what, const char *name, const char *why, double limit_s,
+                           int status)
+{
     pthread_mutex_lock(&mu);
     if (!call.head[0]) {
         /* read here, on the thread that calls MPI: the watcher reads nothing
@@ -158,6 +166,7 @@ void pt_watch_begin(const char *what, const char *name, const char *why, double 
     call.what = what;
     call.name = name;
     call.why = why;
+    call.status = status > 0 && status < 256 ? status : 1;
     call.limit = fmax(limit_s, WATCH_MIN_S); /* NaN: the least */
     call.deadline = mono_s() + call.limit;
     call.armed = 1;

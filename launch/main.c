@@ -1034,7 +1034,7 @@ static int run_main(int argc, char **argv)
         pt_comm_abort(comm, code ? code : failed);
     }
     (void)pt_test_fault("ended", pt_comm_rank(comm), 0, &end); /* a hang there, for the tests */
-    pt_comm_close(comm);
+    pt_comm_close(comm, code);
     return code;
 }
 

@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     if (pt_comm_size(comm) != 2) {
         if (me == 0)
             fprintf(stderr, "run on 2 ranks\n");
-        pt_comm_close(comm);
+        pt_comm_close(comm, 0);
         return 1;
     }
     const size_t sizes[] = {((size_t)2 << 30) + 4099, (size_t)INT_MAX + 1, 1000};
@@ -107,6 +107,6 @@ int main(int argc, char **argv)
     if (me == 0)
         printf("transfers of %zu, %zu and %zu bytes: %lld failed\n", sizes[0], sizes[1], sizes[2],
                (long long)failed);
-    pt_comm_close(comm);
+    pt_comm_close(comm, 0);
     return failed ? 1 : 0;
 }

@@ -90,4 +90,4 @@ __attribute__((constructor)) static void start_mpi(void)
     }
 }
 
-__attribute__((destructor)) static void stop_mpi(void) { pt_comm_close(comm); }
+__attribute__((destructor)) static void stop_mpi(void) { pt_comm_close(comm, 0); }

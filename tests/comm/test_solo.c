@@ -102,12 +102,12 @@ static void test_world_of_one(void)
     CU_ASSERT_EQUAL(intra, 0);
     CU_ASSERT_EQUAL(inter, 0);
     CU_ASSERT_EQUAL(lat, 0);
-    pt_comm_close(c);
+    pt_comm_close(c, 0);
 
     /* and again: nothing of MPI's was started that could not start twice */
     CU_ASSERT_EQUAL_FATAL(pt_comm_open(&c, &argc, &argv, 600, &err), 0);
     CU_ASSERT_EQUAL(pt_comm_size(c), 1);
-    pt_comm_close(c);
+    pt_comm_close(c, 0);
     MPI_Initialized(&inited);
     CU_ASSERT_EQUAL(inited, 0);
 }

@@ -143,6 +143,6 @@ int main(int argc, char **argv)
     if (pt_comm_rank(comm) == 0)
         printf("%d cases on %d ranks: %lld failed checks\n", cases, pt_comm_size(comm), (long long)total);
     pt_backend_close(be);
-    pt_comm_close(comm);
+    pt_comm_close(comm, 0);
     return total ? 1 : 0;
 }

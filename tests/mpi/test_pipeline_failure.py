@@ -481,6 +481,21 @@ def cases(tools, work):
         expect(os.path.exists(os.path.join(work, name, "checkpoints", "step_0000000002", "manifest")),
                "%s: the run's last checkpoint was saved before" % name)
 
+    # a job that failed on bad input (status 2 on every rank) and then hangs
+    # at MPI's end keeps its status: the hang is not what went wrong first
+    @case
+    def failed_then_hang_at_end():
+        name = "failed-then-hang-at-end"
+        args = ["train", CONFIG] + h.sets(run__dir=os.path.join(work, name), run__threads=1, run__timeout_s=5,
+                                          data__train_images=CONFIG)  # not an IDX file
+        rc, secs, out = tools.run(2, args, env={"PIPETRAIN_TEST_FAULT": "1:0:hang:ended"}, timeout=120,
+                                  check=False)
+        say("%s: exit %d after %.1f s" % (name, rc, secs))
+        expect(rc == 2 and secs < LIMIT_S, "%s: exit 2 within %d s" % (name, LIMIT_S))
+        expect("data.train_images" in out and "bad magic" in out and re.search(r"rank 0: error: no progress for 20 s waiting for every "
+                                               r"rank to end MPI \(MPI_Finalize", out) is not None,
+               "%s: the key named, and rank 0 says it waited 20 s for MPI's end\n%s" % (name, out[-1500:]))
+
     # run.timeout_s far below a message's time: waits time out anywhere
     # (setup, link measurement, steps). The rank that gave up used to go
     # on calling collectives while MPI still held its abandoned request
