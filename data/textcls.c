@@ -514,9 +514,26 @@ static int is_word(const char *s, size_t n, const char *word)
     return n == strlen(word) && strncasecmp(s, word, n) == 0;
 }
 
-/* A first line "label<TAB>text" or "text<TAB>label" is a column header (as
- * pandas and most exports write one), which would otherwise train as an
- * example of a class named "label" or "text". Only the second field is
+/* Column names a header line uses (pandas, GLUE, Kaggle and most exports
+ * write one): for the label column and for the text column. */
+static const char *const label_words[] = {"label", "labels", "gold_label", "class", "category",
+                                          "target", "tag", "sentiment", "topic", "intent"};
+static const char *const text_words[] = {"text", "sentence", "sentence1", "review", "content",
+                                         "document", "verse", "body", "comment", "question",
+                                         "utterance", "tweet"};
+
+static int is_one_of(const char *s, size_t n, const char *const *words, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (is_word(s, n, words[i]))
+            return 1;
+    return 0;
+}
+
+/* A first line naming a label column and a text column ("label<TAB>text",
+ * "sentence<TAB>label", ...) is a column header, which would otherwise train
+ * as an example of a class named "label", or (a file in the other order)
+ * make every sentence a class of its own. Only the second field is
  * compared: a header with more columns ("label<TAB>text<TAB>id") is one too,
  * and is named as one rather than as a line with too many fields. */
 static int tsv_header(const reader *r, const char *label, size_t label_n, const char *text,
@@ -525,11 +542,23 @@ static int tsv_header(const reader *r, const char *label, size_t label_n, const 
     const char *tab = memchr(text, '\t', text_n);
     if (tab)
         text_n = (size_t)(tab - text);
-    if (!((is_word(label, label_n, "label") && is_word(text, text_n, "text")) ||
-          (is_word(label, label_n, "text") && is_word(text, text_n, "label"))))
+    const size_t nl = sizeof label_words / sizeof *label_words;
+    const size_t nt = sizeof text_words / sizeof *text_words;
+    const int in_order = is_one_of(label, label_n, label_words, nl) &&
+                         is_one_of(text, text_n, text_words, nt);
+    const int swapped = is_one_of(label, label_n, text_words, nt) &&
+                        is_one_of(text, text_n, label_words, nl);
+    if (!in_order && !swapped)
         return 0;
-    label = trimmed(label, &label_n); /* "label", "text" in some case: nothing to escape */
+    label = trimmed(label, &label_n); /* words of the lists, in some case: nothing to escape */
     text = trimmed(text, &text_n);
+    if (swapped)
+        return pt_fail(err, PT_EINPUT,
+                       "%s:%" PRId64 ": a column header ('%.*s<TAB>%.*s') saying the lines are "
+                       "TEXT<TAB>LABEL; a .tsv file here has no header and every line is "
+                       "LABEL<TAB>TEXT: remove the line and swap the columns (awk -F'\\t' "
+                       "-v OFS='\\t' '{print $2, $1}'), or write JSON lines",
+                       r->path, r->lineno, (int)label_n, label, (int)text_n, text);
     return pt_fail(err, PT_EINPUT,
                    "%s:%" PRId64 ": a column header ('%.*s<TAB>%.*s'); a .tsv file here has "
                    "none, every line is LABEL<TAB>TEXT: remove the line",

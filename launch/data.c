@@ -255,6 +255,46 @@ static int load_text(pt_session *r, pt_dataset *ds, double begin, double end, co
     return pt_config_key_prefix(c, err, short_test ? "data.test_fraction" : "data.text");
 }
 
+/* Notes on labels a text-classification run cannot learn: a file in which
+ * every label occurs once (TEXT<TAB>LABEL read the other way round, or one
+ * label per example: nothing to generalise from), or, after a
+ * data.test_fraction split, labels left with no training example (the
+ * classifier never sees them, and scores 0 on their test examples). */
+static void note_label_counts(const pt_config *c, const pt_dataset *train, const pt_dataset *test)
+{
+    int64_t *in_train = calloc((size_t)train->classes, sizeof *in_train);
+    int64_t *in_test = calloc((size_t)train->classes, sizeof *in_test);
+    if (!in_train || !in_test) {
+        free(in_train);
+        free(in_test);
+        return;
+    }
+    for (int64_t i = 0; i < train->count; i++)
+        in_train[train->labels[i]]++;
+    for (int64_t i = 0; i < test->count; i++)
+        in_test[test->labels[i]]++;
+    int once = 1, untrained = 0, first = -1;
+    for (int k = 0; k < train->classes; k++) {
+        once &= in_train[k] + (*c->data.test_file ? 0 : in_test[k]) == 1;
+        if (in_train[k] == 0 && untrained++ == 0)
+            first = k;
+    }
+    if (once && train->classes >= 4)
+        fprintf(stderr, "pipetrain: note: every one of the %d labels of '%s' (data.train_file) "
+                "occurs once ('%s', '%s', ...): is it written TEXT<TAB>LABEL? a .tsv "
+                "line is LABEL<TAB>TEXT\n", train->classes, c->data.train_file,
+                train->label_names[0], train->label_names[1]);
+    else if (untrained)
+        fprintf(stderr, "pipetrain: note: %d of the %d labels of '%s' (data.train_file) "
+                "('%s'%s) %s all %s examples in the data.test_fraction split: the classifier "
+                "never trains on %s\n", untrained, train->classes, c->data.train_file,
+                train->label_names[first], untrained > 1 ? ", ..." : "",
+                untrained > 1 ? "have" : "has", untrained > 1 ? "their" : "its",
+                untrained > 1 ? "them" : "it");
+    free(in_train);
+    free(in_test);
+}
+
 /* Text classification: the labelled texts of data.train_file, tokenized with
  * data.vocab into model.context tokens each; the test split from
  * data.test_file (its labels must be the training file's) or drawn from the
@@ -332,6 +372,8 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         fprintf(stderr, "pipetrain: note: '%s' (data.train_file) has one label, '%.200s': every "
                 "training example is class 0, so the classifier has nothing to tell apart\n",
                 c->data.train_file, r->train.label_names[0]);
+    if (mode == PT_RUN_TRAIN && r->rank == 0 && r->train.classes > 1)
+        note_label_counts(c, &r->train, &r->test);
     if (mode == PT_RUN_EVAL)
         pt_dataset_free(&r->train); /* evaluation needs only the test split */
     return 0;

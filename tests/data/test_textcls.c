@@ -204,6 +204,16 @@ void test_textcls_tsv(void)
     load_ok(&ds, path, v, 4, NULL);
     CU_ASSERT_EQUAL(ds.count, 2);
     pt_dataset_free(&ds);
+    /* a header needs a name of each column: a class named "class", or a
+     * text "sentence" of a class named "law", is an example */
+    write_text(path, sizeof path, "class.tsv", "class\tgod\nlaw\tgod\n");
+    load_ok(&ds, path, v, 4, NULL);
+    CU_ASSERT_EQUAL(ds.count, 2);
+    pt_dataset_free(&ds);
+    write_text(path, sizeof path, "sentence.tsv", "law\tsentence\nlaw\tgod\n");
+    load_ok(&ds, path, v, 4, NULL);
+    CU_ASSERT_EQUAL(ds.count, 2);
+    pt_dataset_free(&ds);
     pt_vocab_free(v);
     remove_dir();
 }
@@ -553,6 +563,14 @@ static const hostile HOSTILE[] = {
       "a column header ('label<TAB>text')"),
     H("header-reversed-more.tsv", "TEXT\tlabel \tsource\tid\n", 1,
       "a column header ('TEXT<TAB>label')"),
+    /* other names of the two columns; the other order (GLUE's SST-2 writes
+     * sentence<TAB>label) is named as such */
+    H("header-sentence.tsv", "label\tsentence\nlaw\tgod\n", 1,
+      "a column header ('label<TAB>sentence'); a .tsv file here has none"),
+    H("header-sst2.tsv", "sentence\tlabel\nit is good\t1\n", 1,
+      "a column header ('sentence<TAB>label') saying the lines are TEXT<TAB>LABEL"),
+    H("header-category-review.tsv", "Category\tReview\tid\n", 1,
+      "a column header ('Category<TAB>Review')"),
     H("header-two-tabs.tsv", "label\t\ttext\nlaw\tgod\n", 1,
       "3 tab-separated fields (a second tab at byte 7)"),
     /* a field cannot hold a tab: a second one starts a column that would

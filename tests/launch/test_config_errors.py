@@ -216,6 +216,10 @@ def textcls_files(h):
     out["header3"] = U.write(h.path("header3.tsv"), "label\ttext\tid\n" + "".join(
         "%s\t%d\n" % (l, i) for i, l in enumerate(good.splitlines())))
     out["columns"] = U.write(h.path("columns.tsv"), "law\tthe\nwisdom\tthe verse\t7\n")
+    out["sst2"] = U.write(h.path("sst2.tsv"), "sentence\tlabel\nthe verse\t1\nthe\t0\n")
+    # no header, the columns the other way round: every label occurs once
+    out["swapped"] = U.write(h.path("swapped.tsv"), "".join(
+        "the verse %d\t%d\n" % (i, i % 2) for i in range(6)))
     out["csv"] = U.write(h.path("train.csv"), "law,the verse\n")
     # gzip'd under a .tsv name: said so (it was refused for a carriage
     # return somewhere in the compressed bytes)
@@ -1155,6 +1159,11 @@ def test_text_classification_data_errors(h):
          ["%s:1: a column header ('label<TAB>text')" % f["header3"]]),
         ("third_column_in_test_file", {"data.test_file": f["columns"]}, "data.test_file",
          ["%s:2: 3 tab-separated fields" % f["columns"], "a line is LABEL<TAB>TEXT"]),
+        # other names of the columns, and GLUE's SST-2 order (TEXT<TAB>LABEL
+        # under a header saying so), which trained every sentence as a class
+        ("sst2_header", {"data.train_file": f["sst2"]}, "data.train_file",
+         ["%s:1: a column header ('sentence<TAB>label') saying the lines are TEXT<TAB>LABEL"
+          % f["sst2"], "swap the columns"]),
         ("unknown_test_label", {"data.test_file": f["stranger"]}, "data.test_file",
          ["%s:3: label 'prophets' is not among the 2 labels" % f["stranger"]]),
         ("bad_vocab", {"data.vocab": f["bad_vocab"]}, "data.vocab",
@@ -1204,6 +1213,40 @@ def test_text_classification_data_errors(h):
     notes = [l for l in r.err.splitlines() if "has one label" in l]
     check(len(notes) == 1 and one in notes[0] and "'%s'" % label in notes[0],
           "not one note of the single label:\n%s", r.describe())
+    # labels a run cannot learn train, with one note each: every label of
+    # a file in the other column order occurring once; a label whose
+    # examples the data.test_fraction split all took (with 9 of 10
+    # examples in the test split, one of the 2 labels has none to train on)
+    for name, sets, needles in [
+            ("each_label_once", {"data.train_file": f["swapped"], "model.classes": "8",
+                                 "train.batch": "2"},
+             ["every one of the 6 labels of '%s' (data.train_file) occurs once" % f["swapped"],
+              "is it written TEXT<TAB>LABEL?"]),
+            ("label_only_in_test",
+             {"data.train_file": U.write(h.path("ten.tsv"), "".join(
+                 "%s\tthe verse %d\n" % ("law" if i < 5 else "wisdom", i) for i in range(10))),
+              "data.test_fraction": "0.9", "train.batch": "1"},
+             ["1 of the 2 labels of '%s' (data.train_file)" % h.path("ten.tsv"),
+              "has all its examples in the data.test_fraction split"])]:
+        keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                                 "data.vocab": f["vocab"], "model.vocab": "6",
+                                 "run.dir": h.path(name), **sets})
+        r = h.run(["train", U.write(h.path(name + ".yaml"), U.render(keys))]).expect(0, name)
+        notes = [l for l in r.err.splitlines() if "note:" in l and "labels of" in l]
+        check(len(notes) == 1 and all(n in notes[0] for n in needles),
+              "%s: not the one note %s:\n%s", name, needles, r.describe())
+    # a file whose labels all train gets neither note
+    check("labels of" not in r_plain_err(h, base, f),
+          "a note on the labels of a file whose labels all train")
+
+
+def r_plain_err(h, base, f):
+    """stderr of a run on the 40 lines of 2 labels, split 0.1 (both labels
+    keep training examples whatever the split)."""
+    keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
+                             "data.train_file": f["tsv"], "data.vocab": f["vocab"],
+                             "model.vocab": "6", "run.dir": h.path("plain")})
+    return h.run(["train", U.write(h.path("plain.yaml"), U.render(keys))]).expect(0, "plain").err
 
 
 def test_data_beyond_the_address_space_limit(h):
