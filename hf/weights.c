@@ -263,8 +263,9 @@ int pt_hf_vocab_check(const char *path, const char *text, size_t n, int lines, p
     return 0;
 }
 
-/* tokenizer_config.json's text (for transformers' BertTokenizer and
- * BertTokenizerFast), ending in a newline, into *out (malloc'd). */
+/* tokenizer_config.json's text (for transformers' BertTokenizerFast, which
+ * AutoTokenizer makes; the slow BertTokenizer reads it too, but ignores
+ * split_special_tokens), ending in a newline, into *out (malloc'd). */
 static int tokenizer_text(const pt_hf_tokenizer *tok, const char *path, char **out, size_t *len,
                           pt_err *err)
 {

@@ -221,6 +221,28 @@ static void note_init_normalize(const pt_config *c, const char *there)
 }
 
 /* A bert taking model.init_from's weights: the notes above. */
+/* A Hugging Face sequence classifier (BertForSequenceClassification's
+ * classifier.weight and .bias) is not pipetrain's head (which pools the mean
+ * of the real tokens, not the pooler's [CLS] vector): it is not loaded, and
+ * a user fine-tuning, say, a sentiment model is told that the classifier
+ * starts afresh. Not when the file also holds pipetrain's own head.fc.*,
+ * which is loaded. Rank 0. */
+static void note_init_classifier(const char *weights)
+{
+    pt_st_file *f;
+    pt_err ignored;
+    if (pt_st_open(&f, weights, &ignored))
+        return; /* the load says what is wrong with it */
+    const int at = pt_st_find(f, "classifier.weight");
+    const pt_st_entry *e = at >= 0 ? pt_st_entry_at(f, at) : NULL;
+    if (e && pt_st_find(f, "head.fc.weight") < 0)
+        fprintf(stderr, "pipetrain: note: model.init_from '%s' holds transformers' sequence "
+                "classifier (classifier.weight, %lld labels), which pipetrain does not load: its "
+                "classifier (head.fc, on the mean of the real tokens) starts from run.seed; the "
+                "encoder is loaded\n", weights, e->ndim == 2 ? (long long)e->shape[0] : -1LL);
+    pt_st_close(f);
+}
+
 void pt_init_from_notes(const pt_config *c)
 {
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
@@ -233,6 +255,7 @@ void pt_init_from_notes(const pt_config *c)
         return;
     note_init_vocab(c, vocab);
     note_init_normalize(c, tokenizer);
+    note_init_classifier(weights);
 }
 
 void pt_init_from_files(const pt_config *c, char *weights, char *config, char *vocab,

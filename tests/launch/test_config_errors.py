@@ -2032,6 +2032,33 @@ def test_bert_init_from_legacy_names(h):
     check(logits["current"] == logits["legacy"], "gamma/beta names give other logits")
 
 
+def test_init_from_sequence_classifier_note(h):
+    """A transformers BertForSequenceClassification (bert.* names and a
+    classifier.weight of 3 labels) loads its encoder, not its classifier:
+    one note says the classifier starts from run.seed, and the logits are
+    those of the same encoder without a classifier in the file (which gets
+    no note)."""
+    f = textcls_files(h)
+    bert = hf_bert_keys(f)
+    logits = {}
+    for name, add in (("plain", None),
+                      ("classifier", {"classifier.weight": (3, 8), "classifier.bias": (3,)})):
+        init = hf_bert(h, name, add=add,
+                       rename=lambda k: k if k.startswith("classifier.") else "bert." + k)
+        cfg = U.write(h.path(name + ".yaml"),
+                      U.render(base(h, "gpt", **dict(bert, **{"model.init_from": init}))))
+        out = h.path(name + "-logits.safetensors")
+        r = h.run(["eval", cfg, "--init", "--logits", out]).expect(0, name)
+        notes = [l for l in r.err.splitlines() if "sequence classifier" in l]
+        want = 1 if add else 0
+        check(len(notes) == want and all("classifier.weight, 3 labels" in n and
+                                         "starts from run.seed" in n for n in notes),
+              "%s: not %d note of the classifier not loaded:\n%s", name, want, r.describe())
+        with open(out, "rb") as fh:
+            logits[name] = fh.read()
+    check(logits["plain"] == logits["classifier"], "transformers' classifier changed the logits")
+
+
 def test_jsonl_text_with_nul(h):
     """"\u0000" is valid JSON (json.dumps writes a NUL so): a JSONL text may
     hold one, and the tokenizer drops it as in a TSV text (as Hugging Face
@@ -2482,7 +2509,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_key_without_a_value_names_its_line,
          test_test_file_is_the_training_file_noted,
          test_bert_dropout_auto,
-         test_bert_init_from_legacy_names, test_jsonl_text_with_nul, test_special_files,
+         test_bert_init_from_legacy_names, test_init_from_sequence_classifier_note,
+         test_jsonl_text_with_nul, test_special_files,
          test_unreadable_inputs,
          test_cache_budget_above_need, test_cache_disk_dir_read_only, test_subnormal_number_accepted,
          test_threads_above_cores_warned,
