@@ -200,20 +200,18 @@ void test_textcls_tsv(void)
     CU_ASSERT_EQUAL(ds.count, 2);
     CU_ASSERT_EQUAL(ds.classes, 2);
     pt_dataset_free(&ds);
-    write_text(path, sizeof path, "labels.tsv", "label\ttext god\nlaw\tgod\n");
-    load_ok(&ds, path, v, 4, NULL);
-    CU_ASSERT_EQUAL(ds.count, 2);
-    pt_dataset_free(&ds);
-    /* a header needs a name of each column: a class named "class", or a
-     * text "sentence" of a class named "law", is an example */
-    write_text(path, sizeof path, "class.tsv", "class\tgod\nlaw\tgod\n");
-    load_ok(&ds, path, v, 4, NULL);
-    CU_ASSERT_EQUAL(ds.count, 2);
-    pt_dataset_free(&ds);
-    write_text(path, sizeof path, "sentence.tsv", "law\tsentence\nlaw\tgod\n");
-    load_ok(&ds, path, v, 4, NULL);
-    CU_ASSERT_EQUAL(ds.count, 2);
-    pt_dataset_free(&ds);
+    /* a header needs a name of each column: a first line "label<TAB>text
+     * god", a class named "class", or a text "sentence" of a class named
+     * "law", is an example */
+    const char *const examples[][2] = {{"labels.tsv", "label\ttext god\nlaw\tgod\n"},
+                                       {"class.tsv", "class\tgod\nlaw\tgod\n"},
+                                       {"sentence.tsv", "law\tsentence\nlaw\tgod\n"}};
+    for (size_t i = 0; i < sizeof examples / sizeof *examples; i++) {
+        write_text(path, sizeof path, examples[i][0], examples[i][1]);
+        load_ok(&ds, path, v, 4, NULL);
+        CU_ASSERT_EQUAL(ds.count, 2);
+        pt_dataset_free(&ds);
+    }
     pt_vocab_free(v);
     remove_dir();
 }
