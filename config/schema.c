@@ -224,7 +224,8 @@ const pt_key_spec pt_config_keys[] = {
      "cores per node the planner assumes the ranks of a node share; 0 = what hwloc counts"},
     {"pipeline.elastic", PT_K_BOOL, AT(pipeline.elastic), 0, 0, NULL, 0, "true",
      "at freeze decisions plan again whatever of stages, replicas and micro-batches is auto "
-     "(fewer stages, more replicas); false: keep the first layout, re-partition only"},
+     "(the layout predicted fastest for the smaller active model, usually fewer stages and more "
+     "replicas); false: keep the first layout, re-partition only"},
     {"pipeline.overlap", PT_K_BOOL, AT(pipeline.overlap), 0, 0, NULL, 0, "true",
      "start each bucket's gradient all-reduce during the last backward; false: after it"},
     {"pipeline.bucket_mib", PT_K_FLOAT, AT(pipeline.bucket_mib), 0, 1024, NULL, PT_F_MIN_EXCL, "4",
