@@ -208,6 +208,28 @@ void pt_rundir_resuming_clear(const char *run_dir);
  * RUN_DIR/resuming. A failure leaves RUN_DIR/resuming as it was. */
 int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
                           char *moved_to, size_t n, int *count, pt_err *err);
+/* A resume of another directory's checkpoint names it in RUN_DIR/resuming
+ * at once, before anything of it is read (the step from its manifest): a
+ * start killed while it loads (SIGKILL, the OOM killer, a node lost) then
+ * leaves `auto` the checkpoint it was to continue, not a run.dir without
+ * one, where `auto` would start afresh. Nothing when `from` is RUN_DIR's
+ * own or its manifest does not open (the load says why), when RUN_DIR holds
+ * a checkpoint of that step or later (the file would be passed over: until
+ * the start moves them, RUN_DIR's own history stands), or when
+ * RUN_DIR/resuming is there but not a regular file (the load refuses it).
+ * On one rank; errors are left to pt_rundir_resume_from, which writes the
+ * file again. *was keeps what the file held before: pt_rundir_resuming_undo
+ * puts it back (a start refused before pt_rundir_resume_from succeeded),
+ * pt_rundir_resuming_keep lets it go (that call succeeded). */
+typedef struct pt_rundir_resuming_was {
+    int set;      /* this start wrote the file */
+    int had;      /* a file was there before: its bytes */
+    void *text;
+    size_t len;
+} pt_rundir_resuming_was;
+void pt_rundir_resuming_early(const char *run_dir, const char *from, pt_rundir_resuming_was *was);
+void pt_rundir_resuming_undo(const char *run_dir, pt_rundir_resuming_was *was);
+void pt_rundir_resuming_keep(pt_rundir_resuming_was *was);
 /* The note for a command that reads RUN_DIR's newest (`latest`) while
  * RUN_DIR/resuming names another checkpoint: 1 with the text in out, or 0. */
 int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n);

@@ -10,6 +10,7 @@
  * directories other than the one being written (incomplete directories).
  */
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/manifest.h"
 
 #include "formats/formats.h"
 
@@ -581,6 +582,61 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
         pt_rundir_resuming_clear(run_dir);
     free(before);
     return rc;
+}
+
+void pt_rundir_resuming_early(const char *run_dir, const char *from, pt_rundir_resuming_was *was)
+{
+    memset(was, 0, sizeof *was);
+    manifest m;
+    pt_err quiet;
+    const int opened = pt_manifest_open(&m, from, &quiet) == 0;
+    const int64_t step = m.step;
+    pt_manifest_close(&m);
+    if (!opened)
+        return;
+    char own[PT_CKPT_PATH], marker[PT_CKPT_PATH];
+    struct stat from_st, own_st, mst;
+    pt_step_dir(run_dir, step, own, sizeof own);
+    if (stat(from, &from_st) == 0 && stat(own, &own_st) == 0 && from_st.st_dev == own_st.st_dev &&
+        from_st.st_ino == own_st.st_ino)
+        return; /* run.dir's own */
+    /* a run.dir holding that step or later would pass the file over: until
+     * this start moves them, its own history stands, as if it never ran */
+    char latest[PT_CKPT_PATH];
+    const char *base;
+    int64_t newest;
+    if (pt_checkpoint_latest(run_dir, latest, sizeof latest, &quiet) == 0 &&
+        (base = strrchr(latest, '/')) && pt_checkpoint_dir_step(base + 1, &newest) &&
+        newest >= step)
+        return;
+    pt_path_join(marker, run_dir, "resuming");
+    was->had = lstat(marker, &mst) == 0;
+    if (was->had && !(S_ISREG(mst.st_mode) && pt_read_file(marker, PT_PATH_MAX + 128, &was->text,
+                                                          &was->len, &quiet) == 0)) {
+        pt_rundir_resuming_keep(was);
+        return;
+    }
+    was->set = pt_rundir_resuming_set(run_dir, from, step, &quiet) == 0;
+}
+
+void pt_rundir_resuming_undo(const char *run_dir, pt_rundir_resuming_was *was)
+{
+    char marker[PT_CKPT_PATH];
+    pt_err quiet;
+    if (was->set && was->had) {
+        if (pt_write_file_atomic(pt_path_join(marker, run_dir, "resuming"), was->text, was->len,
+                                 &quiet) == 0)
+            pt_fsync_dir(run_dir, NULL);
+    } else if (was->set) {
+        pt_rundir_resuming_clear(run_dir);
+    }
+    pt_rundir_resuming_keep(was);
+}
+
+void pt_rundir_resuming_keep(pt_rundir_resuming_was *was)
+{
+    free(was->text);
+    memset(was, 0, sizeof *was);
 }
 
 int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n)

@@ -442,6 +442,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * first, so bad input never creates run.dir; checkpoints are looked at
      * only under it. */
     pt_rundir_lock lock = {.fd = -1};
+    /* RUN_DIR/resuming as it was before this start named the checkpoint it
+     * resumes, for a refusal to put back */
+    pt_rundir_resuming_was resuming_was = {0};
     /* the checkpoint a resume would take, looked at (read only) so the run
      * plans from its profile; which one is resumed is settled under the lock */
     char planned[PT_PATH_MAX + 64] = "";
@@ -538,6 +541,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
             passed_over(cfg->run.dir, resume);
     } else if (*cfg->train.resume) {
         snprintf(resume, sizeof resume, "%s", cfg->train.resume);
+        /* named before its load, which can take minutes: a start killed in
+         * it leaves `auto` this checkpoint, not an empty run.dir */
+        pt_rundir_resuming_early(cfg->run.dir, resume, &resuming_was);
     } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &err) == 0) {
         rc = pt_fail(&err, PT_EINPUT,
                      "run.dir '%s' already holds checkpoints (newest: %s); resume with "
@@ -564,7 +570,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0 && *resume) {
         pt_comm_phase("starting up: reading the checkpoint to resume");
         const pt_ckpt_run c = pt_session_ckpt(s);
-        rc = pt_checkpoint_load(&c, resume, &err);
+        /* (the test hook: a start killed while it loads) */
+        if ((rc = pt_test_fault("loading", pt_comm_rank(comm), 0, &err)) == 0)
+            rc = pt_checkpoint_load(&c, resume, &err);
         pt_comm_phase("starting up");
     }
     /* only a run that trains writes into run.dir (a refused resume leaves it as it was) */
@@ -579,6 +587,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
          * RUN_DIR/resuming names it for a later auto resume */
         rc = pt_rundir_resume_from(cfg->run.dir, resume, s->run.step, &foreign, moved, sizeof moved,
                                    &count, &err);
+        if (rc == 0) /* the file now says what this start did */
+            pt_rundir_resuming_keep(&resuming_was);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
         if (rc == 0 && count)
@@ -592,6 +602,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
+    pt_rundir_resuming_keep(&resuming_was); /* (nothing left: a resume of run.dir's own) */
     note_unused_keys(comm, cfg, *resume != '\0');
     if (!*resume && s->rank == 0) /* a resume's weights are the checkpoint's */
         pt_init_from_notes(&s->cfg);
@@ -622,6 +633,7 @@ refused:
     /* every rank's files in run.dir closed first; and only the job that
      * holds the lock removes anything (another job that took it owns what
      * is there) */
+    pt_rundir_resuming_undo(cfg->run.dir, &resuming_was);
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);

@@ -2192,6 +2192,70 @@ def test_failed_save_of_resumed_other_runs_step(h):
         check(U.snapshot(bad) == before, "%s: the refused start changed run.dir", name)
 
 
+def test_resume_of_other_runs_step_killed_while_loading(h):
+    """Another run's checkpoint of step 6 resumed into a new run.dir, the
+    start killed (SIGKILL) while it reads the checkpoint: run.dir was made
+    (its lock, an empty metrics.jsonl) but RUN_DIR/resuming was written only
+    after the load, so `auto` found no checkpoint and trained from step 1.
+    The file now names the checkpoint before the load: `auto` resumes it,
+    with a note, to the bits of the resume that was not killed. Killed so
+    over a run.dir holding its own steps 3 to 10, nothing had moved yet:
+    `auto` takes its own step 10, as before the killed start. A resume refused after the file was written (the checkpoint's
+    unit file cut short) leaves run.dir as it was: the file another
+    interrupted start left, byte for byte, or none, or no run.dir at all."""
+    _, orig = trained(h)
+    ref = h.path("ref")
+    ref_cfg = U.write_config(h, "ref.yaml", keys(h, ref))
+    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume that is not killed")
+    out = h.path("want.st")
+    h.run(["export", U.ckpt(ref, 8), out]).expect(0)
+    want = U.read_bytes(out)
+    named = os.path.realpath(U.ckpt(orig, 6))
+    _, own = trained(h, "own", **{"train.lr": "0.002"})
+    for name, run_dir in (("fresh", h.path("fresh")), ("own steps", own)):
+        cfg = U.write_config(h, "killed.yaml", keys(h, run_dir, **(
+            {"train.lr": "0.002"} if run_dir == own else {})))
+        env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:crash:loading")
+        p = subprocess.run([h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+                            "--set", "train.max_steps=8"], cwd=h.dir, env=env, timeout=120,
+                           capture_output=True, text=True, errors="replace",
+                           stdin=subprocess.DEVNULL)
+        check(p.returncode == -signal.SIGKILL, "%s: not killed while loading (%s):\n%s", name,
+              p.returncode, p.stderr[-2000:])
+        check(os.path.isdir(run_dir), "%s: no run.dir before the load", name)
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]
+                  ).expect(0, "%s: auto after the kill" % name)
+        if run_dir == own:  # nothing of it had moved: run.dir's own newest, as before
+            check("resumed at step 10" in r.err and "resumed from" not in r.err,
+                  "%s: auto did not take run.dir's own step 10:\n%s", name, r.describe())
+            continue
+        check("resumed at step 6" in r.err and "resumed from %s" % named in r.err,
+              "%s: auto did not resume the other run's step 6 with a note:\n%s", name,
+              r.describe())
+        h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
+        check(U.read_bytes(out) == want, "%s: step 8 differs from the resume not killed", name)
+    # refused after the file was written: put back as it was, or taken off
+    damaged = h.path("damaged")
+    shutil.copytree(U.ckpt(orig, 6), damaged)
+    unit = max((f for f in os.listdir(damaged) if f != "manifest"),
+               key=lambda f: os.path.getsize(os.path.join(damaged, f)))
+    with open(os.path.join(damaged, unit), "r+b") as fh:
+        fh.truncate(os.path.getsize(os.path.join(damaged, unit)) // 2)
+    _, left = trained(h, "left", **{"train.lr": "0.002"})
+    U.write(os.path.join(left, "resuming"), "left by another start\n")
+    for name, run_dir in (("no run.dir", h.path("never")), ("own steps", own),
+                          ("a file left", left)):
+        cfg = U.write_config(h, "refused.yaml", keys(h, run_dir, **(
+            {} if run_dir == h.path("never") else {"train.lr": "0.002"})))
+        before = U.snapshot(run_dir) if os.path.exists(run_dir) else None
+        h.run(["train", cfg, "--set", "train.resume=" + damaged]).expect(
+            2, "%s: a damaged checkpoint" % name)
+        after = U.snapshot(run_dir) if os.path.exists(run_dir) else None
+        check(after == before, "%s: the refused resume changed run.dir (resuming: %s)", name,
+              os.path.exists(os.path.join(run_dir, "resuming")))
+
+
 def test_resume_of_other_runs_step_over_a_damaged_own_step(h):
     """run.dir's own step 6 is damaged (its manifest a directory, so no
     checkpoint auto would take, and the move of its later steps leaves it),
@@ -3203,6 +3267,7 @@ def tests():
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
+        test_resume_of_other_runs_step_killed_while_loading,
         test_resume_of_other_runs_step_over_a_damaged_own_step,
         test_damaged_newest_step_directory, test_linked_manifest,
         test_other_model_names_the_config_line,
