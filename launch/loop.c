@@ -421,13 +421,14 @@ int pt_session_train(pt_session *s, pt_err *err)
          * carried a stop (res.stop, agreed over all ranks). A signal that
          * came after this rank's part of the combine is not looked at here,
          * or this rank would save and leave while the others go on to the
-         * next step and wait for it; it is in the next step's combine. */
+         * next step and wait for it; it is in the next step's combine, or
+         * in the agreement after this step's evaluation, freeze decision or
+         * save (below). */
         /* A rank that stops because another was asked (not signalled) leaves
          * stop_signal to the handler: its own signal, coming during the
          * stop's save (a kill sent to each rank in turn), is then a first
          * request, not a second one that would end it before the save. */
-        const int stopping = res.stop, got = pt_stop_signal_pending(), signalled = got != 0;
-        const int stopped_by = signalled ? got : SIGTERM;
+        int stopping = res.stop, got = pt_stop_signal_pending();
         pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
                               per_epoch, res.loss, res.lr, res.grad_norm,
                               res.rows > 0 ? (double)res.correct / (double)res.rows : NAN,
@@ -456,8 +457,8 @@ int pt_session_train(pt_session *s, pt_err *err)
         }
         const int due = c->train.checkpoint_every > 0 ? r->step % c->train.checkpoint_every == 0
                                                       : epoch_done;
-        if (pt_freeze_due(r, epoch_done) &&
-            (rc = freeze_decision(s, due || stopping, &saved_at, err)))
+        const int deciding = pt_freeze_due(r, epoch_done);
+        if (deciding && (rc = freeze_decision(s, due || stopping, &saved_at, err)))
             break;
         if (epoch_done) {
             epoch_started = pt_now();
@@ -468,6 +469,26 @@ int pt_session_train(pt_session *s, pt_err *err)
                 break;
             saved_at = r->step;
         }
+        /* A stop signal that came after the step's combine, while this step
+         * evaluated, decided what to freeze or saved (the slow parts, where a
+         * launcher's grace period runs out), stops here rather than after
+         * another step and a second save: every rank made the same calls,
+         * so every rank asks the others, and a save just made is the stop's
+         * checkpoint. */
+        if (!stopping && (evaluated_at == r->step || deciding || saved_at == r->step)) {
+            int64_t late = pt_stop_signal_pending() != 0;
+            if ((rc = pt_allreduce_max_i64(pt_comm_world(s->comm), &late, err)))
+                break;
+            stopping = late != 0;
+            got = pt_stop_signal_pending();
+            if (stopping && saved_at != r->step) {
+                if ((rc = save_checkpoint(s, err)))
+                    break;
+                saved_at = r->step;
+            }
+        }
+        const int signalled = got != 0;
+        const int stopped_by = signalled ? got : SIGTERM;
         if (stopping) {
             char op_why[sizeof err->msg];
             const int op_failed = op_report_failed(s, profiled, profiled_s, op_why, sizeof op_why);

@@ -3165,25 +3165,36 @@ def test_inspect(h):
 
 def test_stop_during_an_evaluation_of_rounds(h):
     """A stop signal that arrives during an evaluation of several rounds
-    (24 test examples, 8 a round) stops the run after the next step with
-    its checkpoint, exit 130, and the resume ends with the bits of the run that
-    was never stopped. The failure hook (PIPETRAIN_TEST_FAULT ...:stop:eval)
-    raised the signal in every round, a second signal, which stops at once
-    (exit 138); it now raises it once."""
+    (24 test examples, 8 a round) stops the run with exit 130 and the resume
+    ends with the bits of the run that was never stopped. The failure hook
+    (PIPETRAIN_TEST_FAULT ...:stop:eval) raised the signal in every round, a
+    second signal, which stops at once (exit 138); it now raises it once.
+    The run stopped after the next step, with a second save; it now stops
+    after the step evaluated: a signal during an evaluation, a freeze
+    decision or a save (the slow parts, where a launcher's grace period runs
+    out) is agreed on after them, and the save just made, or one made then,
+    is the stop's checkpoint. The same for a signal during step 5's save
+    (checkpoint_every 5) and step 3's evaluation (eval_every_steps 3, no
+    save due: the stop saves step 3)."""
     keys = {"train.eval_examples": "24", "train.eval_every": "1", "train.checkpoint_every": "0"}
     cfg, straight = trained(h, "straight", steps=(5, LAST), **keys)
-    cfg = U.write_config(h, "stopped.yaml", U.tiny("vit", h.path("stopped"), **{
-        "train.epochs": "2", "train.keep_checkpoints": "10", **keys}))
-    h.run(["train", cfg], env={"PIPETRAIN_TEST_FAULT": "0:5:stop:eval"}).expect(
-        130, "a stop signal during the evaluation after step 5")
-    # step 5's evaluation is after its all-reduce: the ranks agree on the
-    # stop in step 6's, and the run saves step 6 (step 5 ended an epoch)
-    check(U.checkpoints(h.path("stopped")) == ["step_%010d" % s for s in (5, 6)],
-          "the stopped run's checkpoints: %s", U.checkpoints(h.path("stopped")))
-    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "the resume")
-    check([U.unit_records(f) for f in U.unit_files(U.ckpt(h.path("stopped"), LAST))] ==
-          [U.unit_records(f) for f in U.unit_files(U.ckpt(straight, LAST))],
-          "the resumed run ends with other bits than the run never stopped")
+    for name, fault, extra, want in [
+            ("eval", "0:5:stop:eval", {}, (5,)),
+            ("save", "0:5:stop:checkpoint-writing", {"train.checkpoint_every": "5"}, (5,)),
+            ("eval mid-epoch", "0:3:stop:eval", {"train.eval_every_steps": "3"}, (3,))]:
+        run_dir = h.path("stopped-" + name.replace(" ", "-"))
+        cfg = U.write_config(h, "stopped.yaml", U.tiny("vit", run_dir, **{
+            "train.epochs": "2", "train.keep_checkpoints": "10", **dict(keys, **extra)}))
+        r = h.run(["train", cfg], env={"PIPETRAIN_TEST_FAULT": fault}).expect(
+            130, "%s: a stop signal during step %d's %s" % (name, want[0], name))
+        check(U.checkpoints(run_dir) == ["step_%010d" % s for s in want] and
+              "stopped by signal 10 after step %d" % want[-1] in r.err,
+              "%s: the stopped run's checkpoints: %s\n%s", name, U.checkpoints(run_dir),
+              r.describe())
+        h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "%s: the resume" % name)
+        check([U.unit_records(f) for f in U.unit_files(U.ckpt(run_dir, LAST))] ==
+              [U.unit_records(f) for f in U.unit_files(U.ckpt(straight, LAST))],
+              "%s: the resumed run ends with other bits than the run never stopped", name)
 
 
 def test_manifest_of_many_units_checked_in_linear_time(h):
