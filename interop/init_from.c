@@ -220,7 +220,6 @@ static void note_init_normalize(const pt_config *c, const char *there)
                 there, diff);
 }
 
-/* A bert taking model.init_from's weights: the notes above. */
 /* A Hugging Face sequence classifier (BertForSequenceClassification's
  * classifier.weight and .bias) is not pipetrain's head (which pools the mean
  * of the real tokens, not the pooler's [CLS] vector): it is not loaded, and
@@ -243,6 +242,7 @@ static void note_init_classifier(const char *weights)
     pt_st_close(f);
 }
 
+/* A bert taking model.init_from's weights: the notes above. */
 void pt_init_from_notes(const pt_config *c)
 {
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
