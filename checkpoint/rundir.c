@@ -488,9 +488,31 @@ int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, 
     return rc;
 }
 
+/* Whether run_dir holds a complete checkpoint of `step` or later. */
+static int holds_step(const char *run_dir, int64_t step)
+{
+    char latest[PT_CKPT_PATH];
+    pt_err none;
+    int64_t newest = -1;
+    const char *base;
+    return pt_checkpoint_latest(run_dir, latest, sizeof latest, &none) == 0 &&
+           (base = strrchr(latest, '/')) && pt_checkpoint_dir_step(base + 1, &newest) &&
+           newest >= step;
+}
+
+/* Whether checkpoint `from` (of `step`) is run_dir's own step directory. */
+static int own_checkpoint(const char *run_dir, const char *from, int64_t step)
+{
+    char own[PT_CKPT_PATH];
+    struct stat from_st, own_st;
+    pt_step_dir(run_dir, step, own, sizeof own);
+    return stat(from, &from_st) == 0 && stat(own, &own_st) == 0 &&
+           from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino;
+}
+
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err)
 {
-    char path[PT_CKPT_PATH], latest[PT_CKPT_PATH];
+    char path[PT_CKPT_PATH];
     pt_path_join(path, run_dir, "resuming");
     struct stat st;
     out[0] = '\0';
@@ -527,12 +549,7 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
                        "absolute checkpoint path (%s)", path, RESUMING_HINT);
     /* stale once run.dir holds a complete checkpoint of that step or later:
      * the resume's save was made, and what followed is the new history */
-    pt_err none;
-    int64_t newest = -1;
-    const char *base;
-    if (pt_checkpoint_latest(run_dir, latest, sizeof latest, &none) == 0 &&
-        (base = strrchr(latest, '/')) && pt_checkpoint_dir_step(base + 1, &newest) &&
-        newest >= step)
+    if (holds_step(run_dir, step))
         return 0;
     char now[65];
     pt_err why;
@@ -555,11 +572,9 @@ void pt_rundir_resuming_clear(const char *run_dir)
 int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
                           char *moved_to, size_t n, int *count, pt_err *err)
 {
-    char own[PT_CKPT_PATH], marker[PT_CKPT_PATH];
-    struct stat from_st, own_st, mst;
-    pt_step_dir(run_dir, step, own, sizeof own);
-    *foreign = !(stat(from, &from_st) == 0 && stat(own, &own_st) == 0 &&
-                 from_st.st_dev == own_st.st_dev && from_st.st_ino == own_st.st_ino);
+    char marker[PT_CKPT_PATH];
+    struct stat mst;
+    *foreign = !own_checkpoint(run_dir, from, step);
     moved_to[0] = '\0';
     *count = 0;
     /* what an earlier interrupted start left, put back if this one fails */
@@ -594,21 +609,13 @@ void pt_rundir_resuming_early(const char *run_dir, const char *from, pt_rundir_r
     pt_manifest_close(&m);
     if (!opened)
         return;
-    char own[PT_CKPT_PATH], marker[PT_CKPT_PATH];
-    struct stat from_st, own_st, mst;
-    pt_step_dir(run_dir, step, own, sizeof own);
-    if (stat(from, &from_st) == 0 && stat(own, &own_st) == 0 && from_st.st_dev == own_st.st_dev &&
-        from_st.st_ino == own_st.st_ino)
-        return; /* run.dir's own */
-    /* a run.dir holding that step or later would pass the file over: until
-     * this start moves them, its own history stands, as if it never ran */
-    char latest[PT_CKPT_PATH];
-    const char *base;
-    int64_t newest;
-    if (pt_checkpoint_latest(run_dir, latest, sizeof latest, &quiet) == 0 &&
-        (base = strrchr(latest, '/')) && pt_checkpoint_dir_step(base + 1, &newest) &&
-        newest >= step)
+    /* run.dir's own; or a run.dir holding that step or later, which would
+     * pass the file over: until this start moves them, its own history
+     * stands, as if it never ran */
+    if (own_checkpoint(run_dir, from, step) || holds_step(run_dir, step))
         return;
+    char marker[PT_CKPT_PATH];
+    struct stat mst;
     pt_path_join(marker, run_dir, "resuming");
     was->had = lstat(marker, &mst) == 0;
     if (was->had && !(S_ISREG(mst.st_mode) && pt_read_file(marker, PT_PATH_MAX + 128, &was->text,
