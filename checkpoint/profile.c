@@ -57,7 +57,7 @@ json_t *pt_profile_json(const pt_profile *p, const pt_arch *arch)
     return json_pack("{s:s, s:o, s:i, s:o, s:i, s:i, s:s, s:o, s:{s:o, s:o, s:o}, s:{s:[i, i], s:o, s:o}}",
                      "format", PROFILE_FORMAT, "model", pt_ckpt_arch_json(arch), "ranks", p->ranks,
                      "node_of", nodes, "cores", p->cores, "threads", p->threads, "backend",
-                     p->backend, "ram_bytes_per_rank", pt_json_number(p->ram_per_rank), "links", "intra_bytes_per_s", pt_json_number(p->bw_intra),
+                     p->backend, "ram_bytes_per_rank", pt_json_number(p->memory_per_rank), "links", "intra_bytes_per_s", pt_json_number(p->bw_intra),
                      "inter_bytes_per_s", pt_json_number(p->bw_inter), "latency_s",
                      pt_json_number(p->latency), "costs", "batch", p->cost.batch[0],
                      p->cost.batch[1], "boundary_bytes_per_example",
@@ -221,7 +221,7 @@ int pt_profile_parse(const json_t *o, const pt_arch *arch, const char *where, pt
     }
     if (rc == 0)
         rc = get_num(json_object_get(o, "ram_bytes_per_rank"), "ram_bytes_per_rank", MAX_BYTES,
-                     &out->ram_per_rank, where, err);
+                     &out->memory_per_rank, where, err);
     const json_t *links = json_object_get(o, "links");
     if (rc == 0 && !json_is_object(links))
         rc = bad(err, where, "links", links ? "must be a mapping" : "is missing");

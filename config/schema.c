@@ -218,7 +218,8 @@ const pt_key_spec pt_config_keys[] = {
      "keep only each stage's input per micro-batch and recompute the rest in backward"},
     {"pipeline.memory_gib", PT_K_FLOAT, AT(pipeline.memory_gib), 0, 1e6, NULL, 0, "0",
      "memory per device a pipeline stage may use, in GiB; 0 = the device's (CPU: RAM / ranks on the "
-     "node, less the data set each rank holds); eval plans for the whole model frozen when training does not fit (no gradients, "
+     "node, less the data set each rank holds; GPU: its memory less 1 GiB and a tenth of it, for the "
+     "CUDA context, libraries and scratch); eval plans for the whole model frozen when training does not fit (no gradients, "
      "moments or saved activations but the head's)"},
     {"pipeline.cores", PT_K_INT, AT(pipeline.cores), 0, 1 << 20, NULL, 0, "0",
      "cores per node the planner assumes the ranks of a node share; 0 = what hwloc counts"},

@@ -166,9 +166,9 @@ static double data_bytes(const pt_session *r)
  * of one micro-batch (a lower bound: a schedule
  * may keep more in flight): what its units save, the outputs the segment
  * keeps between them, its two buffers of activation gradients and the
- * largest scratch. Without pipeline.memory_gib the limit is the node's RAM
- * over its ranks less the data set each rank holds (0 before it is
- * loaded). */
+ * largest scratch. Without pipeline.memory_gib the limit is a GPU's memory
+ * as its backend counts it, else the node's RAM over its ranks less the
+ * data set each rank holds (0 before it is loaded). */
 static pt_freeze_config freeze_config(const pt_config *c)
 {
     return (pt_freeze_config){(pt_freeze_kind)c->freeze.policy, c->freeze.alpha,
@@ -250,8 +250,10 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     }
     /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
     const double ram = pt_session_memory_per_rank(r);
+    pt_device_info dev;
+    const int gpu = pt_backend_device_info(r->be, &dev);
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
-        ? r->cfg.pipeline.memory_gib * gib : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
+        ? r->cfg.pipeline.memory_gib * gib : gpu ? dev.memory : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
     const double weights = (params + (3 + reduce) * trained) * (double)pt_backend_real_size(r->be);
     /* and the backend's work for the linear layers, kept per thread at the
      * largest any layer needed (nn.h pt_arch_linear_work_bytes) */
@@ -260,13 +262,18 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     if (have <= 0 || need <= have)
         return 0;
     char room[256];
-    snprintf(room, sizeof room,
-             "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's RAM over "
-             "its ranks less the data set a rank holds%s)",
-             have / gib,
-             r->cfg.pipeline.memory_gib <= 0 && cache_share(r) > 0
-                 ? " and its share of the activation cache, cache.memory_gib"
-                 : "");
+    if (gpu)
+        snprintf(room, sizeof room,
+                 "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the GPU's "
+                 "memory less the CUDA backend's reserve)", have / gib);
+    else
+        snprintf(room, sizeof room,
+                 "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's RAM "
+                 "over its ranks less the data set a rank holds%s)",
+                 have / gib,
+                 r->cfg.pipeline.memory_gib <= 0 && cache_share(r) > 0
+                     ? " and its share of the activation cache, cache.memory_gib"
+                     : "");
     /* weights too big, and mostly one table: its key, not the width (the
      * word table of bert, the position table of bert or gpt, the classifier
      * of vit or bert; gpt's 256 byte rows never are one) */

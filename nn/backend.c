@@ -142,6 +142,15 @@ void *pt_backend_device_stream(pt_backend *be, int *device, int *devices)
     return be->ops->device_stream ? be->ops->device_stream(be, device, devices) : NULL;
 }
 
+int pt_backend_device_info(const pt_backend *be, pt_device_info *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!be->ops->device_info)
+        return 0;
+    be->ops->device_info(be, out);
+    return 1;
+}
+
 int pt_backend_is_host(const pt_backend *be) { return strncmp(be->name, "cuda", 4) != 0; }
 
 void pt_backend_release_work(pt_backend *be)

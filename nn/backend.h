@@ -193,6 +193,9 @@ typedef struct pt_ops {
      * the process sees: for a communication library that queues on the same
      * stream. NULL: not a device backend. */
     void *(*device_stream)(pt_backend *be, int *device, int *devices);
+    /* The device's identity and the memory a run plans under (nn.h
+     * pt_device_info). NULL: not a device backend. */
+    void (*device_info)(const pt_backend *be, pt_device_info *out);
     /* Releases the backend's own state (handles, streams, arenas). */
     void (*close)(pt_backend *be);
     /* The first error any op met since the backend opened (ops return nothing;

@@ -316,6 +316,8 @@ static int setup(cuda_impl *c, pt_err *err)
     if (CUDA_CHECK(c, cudaGetDevice(&c->device)) || CUDA_CHECK(c, cudaGetDeviceProperties(&prop, c->device)))
         return pt_fail(err, c->code, "%s", c->msg);
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    memcpy(c->uuid, prop.uuid.bytes, sizeof c->uuid);
+    c->total_memory = prop.totalGlobalMem;
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     c->grid_y_max = prop.maxGridSize[1] > 0 ? prop.maxGridSize[1] : 65535;
@@ -362,6 +364,23 @@ static void *cuda_device_stream(pt_backend *be, int *device, int *devices)
     *device = c->device;
     *devices = c->device_count;
     return (void *)c->stream;
+}
+
+/* The memory a run plans for: the GPU's less a reserve of 1 GiB and a tenth
+ * of it (half of it at most): the CUDA context, cuBLASLt's workspace and
+ * its own, the scratch buffers (kept at 1.5 times the largest need: a bf16
+ * copy of the largest weight, attention's per-row figures, the sort of
+ * token ids) and the arena's chunks rounded up, none of which the planner
+ * counts. The total, not what is free when the run opens: the same GPU
+ * gives every run the same figure, so a resume plans the same layout. */
+static void cuda_device_info(const pt_backend *be, pt_device_info *out)
+{
+    const cuda_impl *c = (const cuda_impl *)be->impl;
+    out->index = c->device;
+    out->count = c->device_count;
+    memcpy(out->uuid, c->uuid, sizeof out->uuid);
+    const double total = (double)c->total_memory, reserve = (double)(1u << 30) + total / 10;
+    out->memory = total - (reserve < total / 2 ? reserve : total / 2);
 }
 
 extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, int threads,
@@ -420,6 +439,7 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, 
     o->attention_saved_bytes = cuda_attention_saved_bytes;
     o->close = cuda_close;
     o->device_stream = cuda_device_stream;
+    o->device_info = cuda_device_info;
     o->status = cuda_status;
     cuda_fill_gemm_ops(o, use_bf16);
     cuda_fill_norm_ops(o, use_bf16);

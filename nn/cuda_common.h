@@ -86,6 +86,8 @@ typedef struct cuda_impl {
     int device;
     int device_count; /* devices the process sees */
     char device_name[256];
+    unsigned char uuid[16];
+    size_t total_memory;
     int sm_count;
     size_t smem_optin;
     int grid_y_max; /* the launch grid's y limit (65535) */

@@ -508,8 +508,13 @@ enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaHostAllocDefau
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 
+struct cudaUUID_t {
+    char bytes[16];
+};
 struct cudaDeviceProp {
     char name[256];
+    cudaUUID_t uuid;
+    size_t totalGlobalMem;
     int major, minor, multiProcessorCount;
     size_t sharedMemPerBlockOptin;
     int maxGridSize[3];
@@ -545,6 +550,11 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulation of CUDA");
+    /* an H100's 80 GB, or PT_CUDA_EMU_MEMORY_MIB (tests of planning) */
+    const char *mib = getenv("PT_CUDA_EMU_MEMORY_MIB");
+    const long long m = mib ? strtoll(mib, NULL, 10) : 0;
+    p->totalGlobalMem = m > 0 ? (size_t)m << 20 : (size_t)81559 << 20;
+    memcpy(p->uuid.bytes, "CPU emulation 0", 16);
     p->major = 9;
     p->multiProcessorCount = 132;
     p->sharedMemPerBlockOptin = 227 * 1024;

@@ -252,6 +252,16 @@ void pt_backend_download(pt_backend *be, void *host, const void *src, size_t byt
 /* A device backend's stream (a cudaStream_t, as void *), its device index
  * and the number of devices the process sees; NULL for host backends. */
 void *pt_backend_device_stream(pt_backend *be, int *device, int *devices);
+/* What the planner and the transports know of a device backend's device. */
+typedef struct pt_device_info {
+    int index, count;      /* the device, as the process numbers those it sees; how many */
+    unsigned char uuid[16]; /* the same GPU has the same in every process */
+    double memory;         /* bytes a run may plan for on it: the device's memory less
+                              what the backend and its libraries keep (README,
+                              pipeline.memory_gib) */
+} pt_device_info;
+/* Fills *out and returns 1 for a device backend; 0 for a host backend. */
+int pt_backend_device_info(const pt_backend *be, pt_device_info *out);
 /* Whether backend memory is host memory (MPI can send it directly). */
 int pt_backend_is_host(const pt_backend *be);
 /* Host <-> backend copies of activations (n activation elements, host float). */

@@ -42,23 +42,34 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* This rank's node's RAM over its ranks. */
-static double local_ram_per_rank(const pt_run *r)
+/* The memory this rank's device has for a run: a GPU's as its backend
+ * counts it (nn.h pt_device_info), else the node's RAM over its ranks. */
+static double local_memory_per_rank(const pt_run *r)
 {
+    pt_device_info dev;
+    if (pt_backend_device_info(r->be, &dev))
+        return dev.memory;
     double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
 }
 
-/* The RAM over its ranks of the node that has least of it, as the planner
- * prices it on every rank (shared_node_inputs): a layout must fit every
- * rank's memory. */
-static double ram_per_rank(const pt_run *r) { return r->least_ram_per_rank; }
+/* The least memory of any rank's device, as the planner prices it on every
+ * rank (shared_node_inputs): a layout must fit every rank's memory. */
+static double memory_per_rank(const pt_run *r) { return r->least_memory_per_rank; }
+
+/* Where memory_per_rank comes from, in words. */
+static const char *memory_source(const pt_run *r)
+{
+    return pt_backend_is_host(r->be) ? "the node's RAM over its ranks"
+                                     : "the GPU's memory less the CUDA backend's reserve";
+}
 
 /* Every rank plans from the same machine figures: rank 0's node's cores
  * and threads per rank (the node the planner prices the sharing of cores
- * on), and the least RAM per rank of any node. Each rank plans the layout
- * by itself, so a rank of a node with fewer cores (or less RAM, or more
- * ranks on it) that planned from its own figures would choose another
+ * on), and the least memory of any rank (RAM per rank, or a GPU's). Each
+ * rank plans the layout by itself, so a rank of a node with fewer cores (or
+ * less memory, or more ranks on it) that planned from its own figures would
+ * choose another
  * layout than its peers, and the job would run two meshes at once: ranks
  * idle that their peers count as replicas, shares of the batch that no
  * rank trains. */
@@ -68,22 +79,25 @@ static int shared_node_inputs(pt_run *r, pt_err *err)
     int rc = pt_bcast(pt_comm_world(r->comm), v, sizeof v, 0, err);
     r->node0_cores = v[0];
     r->node0_threads = v[1];
-    int64_t least = -(int64_t)local_ram_per_rank(r); /* the largest of these is the least RAM */
+    int64_t least = -(int64_t)local_memory_per_rank(r); /* the largest of these is the least */
     if (rc == 0)
         rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &least, err);
-    r->least_ram_per_rank = (double)-least;
+    r->least_memory_per_rank = (double)-least;
     return rc;
 }
 
-/* The limit a stage plans under: pipeline.memory_gib, else what the node's
- * RAM over its ranks leaves beside the data set each rank holds (at least
- * a byte: a data set that takes it all leaves no layout room). */
+/* The limit a stage plans under: pipeline.memory_gib, else a GPU's memory
+ * as its backend counts it, else what the node's RAM over its ranks leaves
+ * beside the data set each rank holds (at least a byte: a data set that
+ * takes it all leaves no layout room). */
 static double device_memory(const pt_run *r)
 {
     if (r->spec.mem_limit > 0)
         return r->spec.mem_limit;
-    const double ram = ram_per_rank(r);
-    return ram > 0 ? (ram - r->spec.data_bytes > 1 ? ram - r->spec.data_bytes : 1) : 0;
+    const double have = memory_per_rank(r);
+    if (!pt_backend_is_host(r->be))
+        return have;
+    return have > 0 ? (have - r->spec.data_bytes > 1 ? have - r->spec.data_bytes : 1) : 0;
 }
 
 /* Bytes per example a rank stages of its replica's share of a step
@@ -175,10 +189,11 @@ static int profile_fits(const pt_run *r, const pt_profile *p, int costs, int sma
                  "node's)", p->cores, planner_cores(r));
     else if ((local0 > 1 && !(p->bw_intra > 0)) || (nodes > 1 && !(p->bw_inter > 0)))
         snprintf(why, n, "it has no measurement of a link this world uses");
-    else if (r->spec.mem_limit <= 0 && p->ram_per_rank != ram_per_rank(r))
-        snprintf(why, n, "it planned with %.3g GiB per rank (the node's RAM over its ranks), this "
-                 "machine has %.3g (pipeline.memory_gib sets the limit instead)",
-                 p->ram_per_rank / (1u << 30), ram_per_rank(r) / (1u << 30));
+    else if (r->spec.mem_limit <= 0 && p->memory_per_rank != memory_per_rank(r))
+        snprintf(why, n, "it planned with %.3g GiB per rank, this run has %.3g (%s; "
+                 "pipeline.memory_gib sets the limit instead)",
+                 p->memory_per_rank / (1u << 30), memory_per_rank(r) / (1u << 30),
+                 memory_source(r));
     else if (p->threads != r->node0_threads)
         snprintf(why, n, "it was timed with %d threads per rank, this run uses %d", p->threads,
                  r->node0_threads);
@@ -593,17 +608,59 @@ static void release_stage(pt_run *r, int keep_segment)
     r->seg = NULL;
 }
 
+/* Whether two ranks of this node run on the same GPU (or any on none): by
+ * the GPUs' UUIDs, so that ranks each shown one GPU of their own
+ * (CUDA_VISIBLE_DEVICES per rank, a scheduler's one GPU per task) count as
+ * apart, and more ranks than GPUs (the backend shares them round-robin) do
+ * not. Every rank of the node takes part. */
+static int gpus_shared(pt_run *r, int64_t *shared, pt_err *err)
+{
+    struct {
+        unsigned char uuid[16];
+        int32_t gpu;
+    } mine = {{0}, 0}, *all;
+    pt_device_info dev;
+    if (pt_backend_device_info(r->be, &dev)) {
+        memcpy(mine.uuid, dev.uuid, sizeof mine.uuid);
+        mine.gpu = 1;
+    }
+    pt_group *node = pt_comm_node_group(r->comm);
+    const int n = pt_comm_local_size(r->comm);
+    if (!(all = calloc((size_t)n, sizeof *all)))
+        return pt_fail(err, PT_ENOMEM, "out of memory");
+    int rc = pt_allgather(node, &mine, all, sizeof mine, err);
+    *shared = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        *shared |= !all[i].gpu;
+        for (int j = 0; j < i; j++)
+            *shared |= memcmp(all[i].uuid, all[j].uuid, sizeof mine.uuid) == 0;
+    }
+    free(all);
+    return rc;
+}
+
 /* NCCL communicators on this rank's pipeline and replica groups, so stage
  * transfers and the all-reduce move device memory directly: where the device
- * is a GPU, NCCL is built in, and every node has a GPU per rank (NCCL refuses
- * two ranks on one GPU). The world decides together, since groups span nodes;
- * otherwise everything goes through host memory over MPI. */
+ * is a GPU, NCCL is built in, and no two ranks of a node share a GPU (NCCL
+ * refuses that). The world decides together, since groups span nodes;
+ * otherwise everything goes through host memory over MPI, which rank 0
+ * notes once, with the reason, for a GPU run of several ranks. */
 static int open_nccl(pt_run *r, pt_err *err)
 {
     int device, devices;
     void *stream = pt_backend_device_stream(r->be, &device, &devices);
-    int64_t unfit = !(stream && pt_comm_has_nccl() && devices >= pt_comm_local_size(r->comm));
-    int rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &unfit, err);
+    int64_t shared = 0, built = stream && pt_comm_has_nccl();
+    int rc = built ? gpus_shared(r, &shared, err) : 0;
+    int64_t unfit = !built || shared;
+    if (rc == 0)
+        rc = pt_allreduce_max_i64(pt_comm_world(r->comm), &unfit, err);
+    if (rc == 0 && unfit && stream && r->ranks > 1 && r->rank == 0 && !r->noted_host_transfers) {
+        fprintf(stderr, "pipetrain: note: stage transfers and the gradient all-reduce go "
+                        "through host memory over MPI: %s\n",
+                !pt_comm_has_nccl() ? "this build has no NCCL"
+                                    : "ranks of a node share a GPU (NCCL needs one GPU per rank)");
+        r->noted_host_transfers = 1;
+    }
     if (rc || unfit)
         return rc;
     pt_group *groups[2] = {r->groups.pipe, r->groups.replicas};
@@ -815,7 +872,7 @@ int pt_layout_profile(const pt_run *r, pt_profile *out, pt_err *err)
     out->ranks = r->ranks;
     out->cores = planner_cores(r);
     out->threads = r->node0_threads;
-    out->ram_per_rank = ram_per_rank(r);
+    out->memory_per_rank = memory_per_rank(r);
     snprintf(out->backend, sizeof out->backend, "%s", pt_backend_name(r->be));
     out->bw_intra = r->bw_intra;
     out->bw_inter = r->bw_inter;

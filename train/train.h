@@ -113,8 +113,10 @@ typedef struct pt_profile {
     int ranks, cores, threads;    /* cores: of a node, as the planner priced them */
     int *node_of;                 /* [ranks] */
     char backend[32];
-    double ram_per_rank;          /* bytes: the least over the nodes of a node's RAM over its
-                                     ranks, the memory limit when pipeline.memory_gib is not set */
+    double memory_per_rank;       /* bytes: the least of any rank's device (a GPU's as its
+                                     backend counts it, else the node's RAM over its ranks),
+                                     the memory limit when pipeline.memory_gib is not set;
+                                     profile.json's ram_bytes_per_rank */
     double bw_intra, bw_inter, latency;
     pt_cost_model cost;           /* units 0: nothing was profiled (nothing to choose) */
 } pt_profile;
@@ -163,11 +165,12 @@ typedef struct pt_run {
     double bw_intra, bw_inter, latency; /* measured links */
     /* the planner's inputs that a node measures for itself, the same on
      * every rank (layout.c): rank 0's node's cores and threads per rank,
-     * and the least RAM over its ranks of any node. Nodes may differ in
+     * and the least memory of any rank's device. Nodes may differ in
      * each (cores, RAM, ranks placed on them, run.threads 0), and a rank
      * that planned from its own would lay out another mesh than its peers. */
     int node0_cores, node0_threads;
-    double least_ram_per_rank;
+    double least_memory_per_rank;
+    int noted_host_transfers; /* layout.c's note that NCCL is not used, made */
     struct pt_prefix *prefix;
     pt_cache *cache;       /* this node's activation cache (cache on) */
     char job[64];          /* identifies the job on its nodes */

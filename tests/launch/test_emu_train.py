@@ -226,6 +226,51 @@ def test_mixed_devices_refused(h):
             check(not os.path.exists(run_dir), "%s made by a refused run", run_dir)
 
 
+def test_gpu_memory_is_the_limit(h):
+    """Without pipeline.memory_gib a GPU run plans for the GPU's memory (the
+    emulation's, PT_CUDA_EMU_MEMORY_MIB), less 1 GiB and a tenth of it (at
+    most half), not the node's RAM: one process of a ViT whose weights with
+    gradients and moments take 1.5 GiB is refused on a GPU of 2 GiB (1 GiB
+    to plan for), naming model.dim and the GPU, and is planned there under
+    pipeline.memory_gib 4, and on an 80 GB GPU (one micro-batch: nothing to
+    time). Under mpirun (2
+    ranks on the one emulated GPU) a model of 48 MiB needs 2 stages on
+    GPUs of 64 MiB (32 to plan for), and one stage with 2 replicas on 80
+    GB; the run notes once that its transfers go through host memory, the
+    ranks sharing a GPU."""
+    k = dict(base(h, "vit", "fp32"), **{"freeze.policy": "none", "train.max_steps": "2",
+                                         "model.dim": "1024", "model.layers": "8",
+                                         "model.heads": "8", "pipeline.microbatches": "1",
+                                         "run.dir": h.path("big")})
+    cfg = U.write_config(h, "big.yaml", k)
+    small = {"PT_CUDA_EMU_MEMORY_MIB": "2048"}
+    r = h.run(["plan", cfg], env=small).expect(2, "a 1.5 GiB model on a GPU of 2 GiB")
+    for want in ("big.yaml:", "model.dim: 1024", "1.5 GiB", "more than the 1 GiB",
+                 "the GPU's memory less the CUDA backend's reserve"):
+        check(want in r.err, "refusal lacks %r\n%s", want, r.describe())
+    h.run(["plan", cfg, "--set", "pipeline.memory_gib=4"], env=small).expect(0, "memory_gib 4")
+    h.run(["plan", cfg], env={"PT_CUDA_EMU_MEMORY_MIB": None}).expect(0, "on an 80 GB GPU")
+    if not os.environ.get("PT_MPIEXEC"):
+        return "skipped in part: no mpirun (PT_MPIEXEC)"
+    k.update({"model.dim": "256", "model.layers": "4", "pipeline.microbatches": "auto",
+              "run.dir": h.path("mid")})
+    cfg = U.write_config(h, "mid.yaml", k)
+    want = {"64": "layout: K = 2 stages x D = 1 replica", "": "layout: K = 1 stage x D = 2 replicas"}
+    for mib, layout in want.items():
+        os.environ["PT_CUDA_EMU_MEMORY_MIB"] = mib  # mpirun passes the environment on
+        try:
+            r = mpirun(h, [(2, [h.binary, "plan", cfg])], 300)
+        finally:
+            del os.environ["PT_CUDA_EMU_MEMORY_MIB"]
+        r.expect(0, "plan on 2 ranks of %s MiB GPUs" % (mib or "81559"))
+        check(layout in r.out, "GPUs of %s MiB: wanted %r\n%s", mib or "81559", layout,
+              r.describe())
+        note = ("through host memory over MPI: ranks of a node share a GPU (NCCL needs one GPU "
+                "per rank)")
+        check(r.err.count(note) == 1, "the host-transfer note %d times, wanted once\n%s",
+              r.err.count(note), r.describe())
+
+
 def test_resume_under_other_precision_notes_it(h):
     """A checkpoint saved in fp32 resumed in bf16 (or back) trains on, with
     a note naming run.precision: the steps from there round otherwise than
@@ -245,7 +290,7 @@ def test_resume_under_other_precision_notes_it(h):
 
 
 TESTS = [case("vit", "fp32"), case("bert", "fp32"), case("vit", "bf16"), case("bert", "bf16"),
-         test_vit_fp32_two_stages, test_mixed_devices_refused,
+         test_vit_fp32_two_stages, test_mixed_devices_refused, test_gpu_memory_is_the_limit,
          test_resume_under_other_precision_notes_it]
 
 if __name__ == "__main__":
