@@ -41,6 +41,7 @@ static MPI_Request *req_of(pt_req *r) { return (MPI_Request *)(void *)r->opaque;
 static volatile sig_atomic_t stopped;
 
 void pt_comm_stop(void) { stopped = 1; }
+int pt_comm_is_stopped(void) { return stopped; }
 
 static const char *volatile phase;
 

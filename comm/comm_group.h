@@ -42,6 +42,9 @@ void pt_watch_begin(const char *what, const char *name, const char *why, double 
 void pt_watch_begin_status(const char *what, const char *name, const char *why, double limit_s,
                            int status);
 void pt_watch_end(void);
+/* comm.c: whether a rank of the job stopped answering (pt_comm_stop): what
+ * would wait for every rank is skipped or aborted. */
+int pt_comm_is_stopped(void);
 /* The world rank the launcher gave this process (its environment, read
  * before MPI starts as after); -1 if none says. */
 int pt_launcher_rank(void);

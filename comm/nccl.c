@@ -57,11 +57,23 @@ int pt_group_nccl_open(pt_group *g, int device, void *stream, pt_err *err)
     return 0;
 }
 
+/* ncclCommDestroy waits for the communicator's queued work, and where a
+ * peer died, destroy (and in some NCCL versions abort too) can wait for it:
+ * a job whose ranks stopped answering aborts instead, and either call runs
+ * under the watcher's deadline, so that a hang there ends the process
+ * (status 1) instead of leaving the job running. */
 void pt_group_nccl_close(pt_group *g)
 {
     if (!g || !g->nccl)
         return;
-    ncclCommDestroy(g->nccl->comm);
+    const int stopped = pt_comm_is_stopped();
+    pt_watch_begin("NCCL to release the group's communicator",
+                   stopped ? "ncclCommAbort" : "ncclCommDestroy", NULL, g->timeout);
+    if (stopped)
+        ncclCommAbort(g->nccl->comm);
+    else
+        ncclCommDestroy(g->nccl->comm);
+    pt_watch_end();
     free(g->nccl);
     g->nccl = NULL;
 }
