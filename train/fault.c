@@ -15,10 +15,10 @@
 static int fault_here(const char *spec, const char *point, int rank, int64_t step, char *kind)
 {
     int want_rank;
-    long long want_step;
-    char where[32] = "step";
-    return sscanf(spec, "%d:%lld:%15[a-z]:%31[a-z-]", &want_rank, &want_step, kind, where) >= 3 &&
-           (want_rank == rank || want_rank == -1) && want_step == step &&
+    char want_step[24], where[32] = "step";
+    return sscanf(spec, "%d:%23[0-9*]:%15[a-z]:%31[a-z-]", &want_rank, want_step, kind, where) >= 3 &&
+           (want_rank == rank || want_rank == -1) &&
+           (strcmp(want_step, "*") == 0 || strtoll(want_step, NULL, 10) == step) &&
            strcmp(where, point) == 0;
 }
 

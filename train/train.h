@@ -340,7 +340,7 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
 
 /* fault.c: the failure-injection hook of the failure tests.
  * PIPETRAIN_TEST_FAULT=RANK:STEP:KIND[:POINT] makes world rank RANK (-1:
- * every rank) fail at optimizer step STEP (1-based) at POINT: `step`
+ * every rank) fail at optimizer step STEP (1-based; `*`: any step) at POINT: `step`
  * (default, before the step runs), `combined` (just after the step's results
  * were combined over the ranks), `cache-open` (with STEP 0: the node's first
  * rank has created the activation cache, the others have not attached), `start-up` (with STEP 0: every rank read
