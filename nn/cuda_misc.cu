@@ -462,14 +462,17 @@ typedef struct adamw_consts {
     float b1, b2, c1, c2, decay, step, bc2_sqrt, eps, gs;
 } adamw_consts;
 
+/* The CPU backend's operations (cpu_misc.c), its multiply-adds fused in
+ * the same places explicitly: left to nvcc's contraction, p's update was a
+ * multiply and a subtraction that ptxas may or may not fuse. */
 __device__ __forceinline__ void adamw_one(float &p, float g, float &m, float &v, const adamw_consts &a)
 {
-    float gi = g * a.gs;
-    float mi = m * a.b1 + a.c1 * gi;
-    float vi = v * a.b2 + a.c2 * gi * gi;
+    const float gi = g * a.gs;
+    const float mi = fmaf(m, a.b1, a.c1 * gi);
+    const float vi = fmaf(v, a.b2, a.c2 * gi * gi);
     m = mi;
     v = vi;
-    p = p * a.decay - a.step * (mi / (sqrtf(vi) / a.bc2_sqrt + a.eps));
+    p = fmaf(-a.step, mi / (sqrtf(vi) / a.bc2_sqrt + a.eps), p * a.decay);
 }
 
 __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, adamw_consts a, int vec)
