@@ -469,6 +469,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_run_dir_not_over_inputs(cfg, &input_key, &err)) == PT_EINPUT && input_key)
         pt_config_key_prefix(cfg, &err, input_key);
+    /* nor may run.dir hold another's files under the run's files' names */
+    if (rc == 0 && pt_comm_rank(comm) == 0 && (rc = pt_run_dir_not_foreign(cfg, &err)) == PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "run.dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);

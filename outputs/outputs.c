@@ -14,6 +14,7 @@
 #include "formats/formats.h"
 #include "hf/hf.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -538,6 +539,64 @@ int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *e
         *key = NULL;
     }
     return 0;
+}
+
+/* A run.dir that exists but holds no lock file has had no run in it (every
+ * train makes one and leaves it there; one that holds checkpoints had, its
+ * lock removed by hand): a file in it under the name of a
+ * run's logs or profile is someone else's, which the run would append to
+ * or replace, as is a file named lock that holds no run's lock text (a
+ * run's starts "pid "; one cut short before its text is empty). The
+ * profile.json that pipeline.profile names is let be: the run reads it and
+ * writes it again. A lock, log or profile that is no file at all is left to
+ * its own refusal, which says what it is. */
+int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err)
+{
+    const char *run_dir = *cfg->run.dir ? cfg->run.dir : ".";
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/lock", run_dir);
+    const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno != ENOENT) {
+        struct stat st;
+        char text[4];
+        ssize_t got = -1;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            got = pread(fd, text, sizeof text, 0);
+        if (fd >= 0)
+            close(fd);
+        if (got > 0 && (got < (ssize_t)sizeof text || memcmp(text, "pid ", 4) != 0))
+            return pt_fail(err, PT_EINPUT, "'%s' is no pipetrain run's lock file (a run's starts "
+                           "'pid '): the run would write its lock over it; move that file "
+                           "away or choose another run.dir", path);
+        return 0;
+    }
+    if (holds(run_dir, "checkpoints"))
+        return 0; /* a run's, its lock removed by hand */
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return 0; /* not there yet, or not a directory: making it says why */
+    char profile[PATH_MAX] = "", real[PATH_MAX];
+    if (*cfg->pipeline.profile && !realpath(cfg->pipeline.profile, profile))
+        profile[0] = '\0';
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!is_run_file(e->d_name))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue; /* a link, FIFO or directory: refused where it is opened, as such */
+        if (strcmp(e->d_name, "profile.json") == 0 && *profile && realpath(path, real) &&
+            strcmp(real, profile) == 0)
+            continue;
+        rc = pt_fail(err, PT_EINPUT, "'%s' is someone else's: no pipetrain run has used '%s' "
+                     "(it holds no lock file and no checkpoints), and a run would append to or "
+                     "replace that file (a run keeps its lock, logs and profile there); move it "
+                     "away or choose a new run.dir", path, run_dir);
+    }
+    closedir(d);
+    return rc;
 }
 
 /* The same, and nowhere in any run's checkpoints (output_not_in_checkpoints). */

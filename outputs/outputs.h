@@ -48,6 +48,11 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err);
  * the input (NULL: the config file itself). */
 int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *err);
 
+/* run.dir (train), when it exists without a run's lock file or checkpoints, holds no file
+ * under the names of a run's lock, logs or profile: someone else's, which
+ * the run would append to or replace (pipeline.profile's file excepted). */
+int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err);
+
 /* An export at out (dir: a bert export's directory, checked file by file)
  * replaces none of the inputs cfg names: model.init_from and the files
  * beside it, data.vocab, the data files (text classification, IDX images and

@@ -453,6 +453,57 @@ def test_train_inputs_are_not_run_files(h):
     check(open(text).read() == corpus, "an input outside run.dir was changed")
 
 
+def test_run_dir_of_someone_else(h):
+    """A run.dir that exists but that no run has used (it holds no lock
+    file) and that holds a regular file under one of the names of a run's
+    logs or profile, or a file named lock that is no run's lock, is
+    refused (exit 2, naming run.dir and the file) and left as it was, lock
+    and all: the run would append to or replace the user's file. Other
+    files there (a config beside its run) train and stay as they were; so
+    does the profile.json that pipeline.profile names, and a run.dir whose
+    lock a run made (its second run), or that holds a run's checkpoints
+    (its lock removed by hand)."""
+    names = ("metrics.jsonl", "profile.json", "samples-rank0.jsonl", "metrics-rank3.jsonl",
+             "op_profile-rank1.json", "lock")
+    for name in names:
+        run_dir = h.path("theirs-" + name)
+        os.makedirs(run_dir)
+        U.write(os.path.join(run_dir, name), "the user's own\n")
+        cfg = U.write_config(h, "theirs.yaml", tiny_keys("gpt", run_dir))
+        r = h.run(["train", cfg]).expect(2, "a run.dir holding someone's " + name)
+        r.one_error("run.dir", run_dir, name, strict=False)
+        check(sorted(os.listdir(run_dir)) == [name], "the refused run left %s in run.dir",
+              sorted(os.listdir(run_dir)))
+        check(open(os.path.join(run_dir, name)).read() == "the user's own\n",
+              "the user's %s changed", name)
+    # a config and notes beside the run: trained, left as they were
+    run_dir = h.path("with-config")
+    os.makedirs(run_dir)
+    cfg = U.write_config(h, "beside.yaml", tiny_keys("gpt", run_dir))
+    shutil.copy(cfg, os.path.join(run_dir, "config.yaml"))
+    U.write(os.path.join(run_dir, "notes.txt"), "why this run\n")
+    before = U.snapshot(run_dir)
+    h.run(["train", os.path.join(run_dir, "config.yaml")]).expect(0, "a run.dir holding its config")
+    after = U.snapshot(run_dir)
+    for k in before:
+        check(after.get(k) == before[k], "%s in run.dir changed", k)
+    # its second run (the lock is there): trained again
+    h.run(["train", cfg, "--set", "train.max_steps=6", "--set", "train.resume=auto"]).expect(
+        0, "a run.dir's second run")
+    # and its third, its lock removed by hand (its checkpoints say it is a run's)
+    os.unlink(os.path.join(run_dir, "lock"))
+    h.run(["train", cfg, "--set", "train.max_steps=8", "--set", "train.resume=auto"]).expect(
+        0, "a run.dir whose lock was removed")
+    # a profile copied in and named by pipeline.profile
+    run_dir = h.path("with-profile")
+    os.makedirs(run_dir)
+    mine = os.path.join(run_dir, "profile.json")
+    shutil.copy(os.path.join(h.path("with-config"), "profile.json"), mine)
+    cfg = U.write_config(h, "profiled.yaml", tiny_keys("gpt", run_dir, **{
+        "pipeline.profile": mine}))
+    h.run(["train", cfg]).expect(0, "a run.dir holding the profile pipeline.profile names")
+
+
 def head_logits(kind, hidden, tokens, weights):
     """the logits the exported head computes from the hidden states
     (a flat list, [examples, tokens, D]): LayerNorm (eps 1e-5) then the linear
@@ -1338,7 +1389,8 @@ def tests():
     out = [test_help, test_no_arguments, test_version, test_keys_lists_every_schema_key,
            test_keys_takes_no_arguments,
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
-           test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files, test_plan_writes_nothing,
+           test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files,
+           test_run_dir_of_someone_else, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
            test_closed_standard_streams, test_stderr_reader_gone,
            test_notes_escape_the_run_dir,

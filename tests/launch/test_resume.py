@@ -646,6 +646,8 @@ def test_logs_are_written_only_to_regular_files(h):
     check(open(target).read() == "keep\n", "the link's target was written")
     run_dir = h.path("cut")
     os.makedirs(run_dir)
+    # as an earlier run in it left them: its lock, and its log cut short
+    U.write(os.path.join(run_dir, "lock"), "pid 1 on a host since 2026-01-01 00:00:00 (job 0)\n")
     U.write(os.path.join(run_dir, "metrics.jsonl"), '{"event": "step", "step": 1}\n{"event": "st')
     cfg = U.write_config(h, "cut.yaml", config(h, "vit", run_dir))
     r = h.run(["train", cfg]).expect(0, "after a cut line")
