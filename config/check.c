@@ -9,6 +9,8 @@
 #include "data/data.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -248,10 +250,24 @@ static int cache_rules(const pt_config *c, pt_err *err)
                                       c->cache.disk_dir);
         /* the disk tier's file is made there: a directory this process
          * cannot write (its permissions, a read-only mount) is refused now,
-         * not when the cache is made */
+         * not when the cache is made, maybe hours into the run. A file is
+         * made there and removed, since permissions alone do not tell:
+         * root may write anywhere they allow, yet /proc makes no file */
         if (c->cache.enabled && access(c->cache.disk_dir, W_OK | X_OK) != 0)
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' cannot be written: %s",
                                       c->cache.disk_dir, strerror(errno));
+        char probe[PT_PATH_MAX + 32];
+        if (c->cache.enabled &&
+            snprintf(probe, sizeof probe, "%s/.pipetrain-probe-XXXXXX", c->cache.disk_dir) <
+                (int)sizeof probe) {
+            const int fd = mkstemp(probe);
+            if (fd < 0)
+                return pt_config_key_fail(c, err, "cache.disk_dir",
+                                          "'%s' cannot hold the disk tier's file: making a file "
+                                          "there failed: %s", c->cache.disk_dir, strerror(errno));
+            close(fd);
+            unlink(probe);
+        }
     }
     /* Half a disk tier is refused rather than warned about: either way the
      * run would go on without one, and a warning scrolls away with the

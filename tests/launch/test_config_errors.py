@@ -362,6 +362,14 @@ CASES = [
          needles=["freeze.policy is none"]),
     Case("cache_disk_dir_missing", {"cache.disk_dir": "/nonexistent/dir"}, blame="cache.disk_dir",
          needles=["not a directory"]),
+    # a directory whose permissions let root in but that makes no file
+    # (the disk tier's file failed to be made at the cache's start, exit 1)
+    Case("cache_disk_dir_proc", {"freeze.policy": "schedule", "cache.enabled": "true",
+                                 "cache.disk_dir": "/proc", "cache.disk_gib": "1"},
+         blame="cache.disk_dir", needles=["'/proc'"]),
+    Case("cache_disk_dir_sys", {"freeze.policy": "schedule", "cache.enabled": "true",
+                                "cache.disk_dir": "/sys", "cache.disk_gib": "1"},
+         blame="cache.disk_dir", needles=["'/sys'"]),
     Case("freeze_alpha_out_of_range", {"freeze.alpha": "1"}, blame="freeze.alpha",
          needles=["allowed: a number > 0 and < 1"]),
     Case("cache_min_depth_above_layers", {"cache.min_depth": "3"}, blame="cache.min_depth",
