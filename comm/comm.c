@@ -224,7 +224,8 @@ void pt_comm_close(pt_comm *c, int code)
         fflush(stdout);
         fflush(stderr);
         pt_watch_begin_status("every rank to end MPI", "MPI_Finalize",
-                              "a rank that stopped after the job's last wait holds the others here",
+                              "a rank that stopped after the job's last wait, or the launcher "
+                              "(mpirun, orted) stopped, holds the others here",
                               limit, code);
         MPI_Finalize();
         pt_watch_end();
@@ -633,7 +634,34 @@ static void take_gave_up(char *gave, int size)
     }
 }
 
-int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n)
+int pt_comm_back(const char *what, double away_s, char *out, size_t n)
+{
+    out[0] = '\0';
+    int me = -1, size = 0;
+    if (ask_comm == MPI_COMM_NULL || stopped || n < 2 || MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS ||
+        MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS || size < 2)
+        return 0;
+    char *gave = calloc((size_t)size, ANSWER_LEN);
+    if (!gave)
+        return 0;
+    take_gave_up(gave, size);
+    size_t len = (size_t)snprintf(out, n, "; this rank itself did not run for %.3g s (stopped, or "
+                                  "starved of the CPU)", away_s);
+    int told = 0;
+    for (int w = 0; w < size && len < n; w++)
+        if (gave[(size_t)w * ANSWER_LEN] && told++ < 4)
+            len += (size_t)snprintf(out + len, n - len, "; rank %d gave up waiting for %s meanwhile",
+                                    w, gave + (size_t)w * ANSWER_LEN);
+    free(gave);
+    if (!told) {
+        out[0] = '\0';
+        return 0;
+    }
+    tell_gave_up(me, size, what);
+    return 1;
+}
+
+int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
 {
     out[0] = '\0';
     int me = -1, size = 0, gsize = 0;
@@ -642,15 +670,6 @@ int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t 
         MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS ||
         MPI_Comm_size(mpi, &gsize) != MPI_SUCCESS || size < 2)
         return 0;
-    if (away_s > AWAY_S) {
-        /* the deadline passed while this rank itself did not run (stopped,
-         * as by SIGSTOP, or starved of the CPU): what the others do now
-         * says nothing of why it waited, and asking would blame them */
-        snprintf(out, n, "; this rank itself did not run for the last %.3g s (stopped, or starved of "
-                 "the CPU)", away_s);
-        tell_gave_up(me, size, what);
-        return 0;
-    }
     if (!busy_seen && (busy_seen = calloc((size_t)size, sizeof *busy_seen)))
         for (int w = 0; w < size; w++)
             busy_seen[w] = -1e300;
@@ -755,7 +774,8 @@ int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t 
         named++;
     }
     if (silent && len < n)
-        len += (size_t)snprintf(out + len, n - len, " %s in no wait (stopped, gone, or busy in %s own work)",
+        len += (size_t)snprintf(out + len, n - len, " %s in no wait (stopped, gone, busy in %s own work, "
+                                "or behind a link too slow to answer within a second)",
                                 silent == 1 ? "is" : "are", silent == 1 ? "its" : "their");
     for (int pass = 1; pass >= 0; pass--)
         for (int w = 0; w < size; w++) {
@@ -842,8 +862,18 @@ int pt_patience_spent(pt_patience *p, char *others, size_t n)
         return 0;
     const double t = now_s(), away = t - p->last;
     p->last = t;
+    if (away > AWAY_S) {
+        /* this rank itself did not run (stopped, as by SIGSTOP or a whole
+         * job's suspension, or starved of the CPU): that time is nobody's
+         * delay and does not count, unless another rank gave up meanwhile */
+        if (pt_comm_back(p->what, away, others, n)) {
+            pt_comm_stop();
+            return 1;
+        }
+        p->deadline += away;
+    }
     if (t > p->deadline) {
-        if (pt_comm_ask(p->g, p->what, away, others, n)) { /* another rank is busy: wait on */
+        if (pt_comm_ask(p->g, p->what, others, n)) { /* another rank is busy: wait on */
             p->deadline = now_s() + p->limit;
             return 0;
         }

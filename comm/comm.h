@@ -68,15 +68,16 @@ void pt_comm_stop(void);
  * others' questions while it waits (what: what it waits for, as "an
  * all-reduce"), and a loop that reaches its limit first asks every other
  * rank, giving them a second to answer, and reports what it learnt
- * ("; rank 3 is in no wait (stopped, gone, or busy in its own work); rank 1
+ * ("; rank 3 is in no wait (stopped, gone, busy in its own work, ...); rank 1
  * waits for stage 2", the group's members listed first; empty if nothing).
  * Long work that other ranks wait for and that cannot be split (a
  * checkpoint's writes) calls pt_comm_busy as it goes: while a rank answers
  * busy, or within one more run.timeout_s of its last such answer (a final
  * sync), and no other rank is silent, the loop waits another timeout
- * instead of giving up. A loop whose own rank did not run for over a
- * second before it reached its limit (stopped, or starved of the CPU) asks
- * no one and says so, since the others may be gone by then. A rank that
+ * instead of giving up. Time the loop's own rank did not run (polls over
+ * a second apart: stopped, as every rank of a suspended job is, or starved
+ * of the CPU) does not count toward the limit, unless another rank gave up
+ * meanwhile: then it gives up too, saying so. A rank that
  * gives up has told the others, which name it as having given up, not as
  * in no wait. */
 typedef struct pt_patience {

@@ -23,10 +23,13 @@ struct pt_group {
 /* Who is where (comm.c), pt_patience's two halves: a waiting rank answers
  * the others' question as it polls; one that reaches its limit asks them,
  * and returns 1 when it should wait on (a rank is busy, none silent), else
- * 0 with what it learnt in out. away_s: how long before this check the
- * asking rank itself last polled. */
+ * 0 with what it learnt in out. pt_comm_back: a waiting rank that itself
+ * did not run for away_s seconds (its polls that far apart) looks whether
+ * another rank gave up meanwhile: 1 with that in out (this rank gives up
+ * too, and tells the others), else 0 (the time away does not count). */
 void pt_comm_answer(const char *what);
-int pt_comm_ask(pt_group *g, const char *what, double away_s, char *out, size_t n);
+int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
+int pt_comm_back(const char *what, double away_s, char *out, size_t n);
 
 /* watch.c: a deadline for a call that blocks with none of its own (MPI's
  * start, split and end; NCCL's communicator creation and the calls that

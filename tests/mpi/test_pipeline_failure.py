@@ -18,6 +18,7 @@ of its own, run alone afterwards.
 usage: test_pipeline_failure.py PIPETRAIN MPIEXEC
 PT_TEST_ONLY=SUBSTRING runs the cases whose name holds it."""
 import concurrent.futures
+import json
 import os
 import re
 import signal
@@ -653,13 +654,65 @@ def stopped_in_training(tools, work):
            "named as in no wait (%s)\n%s" % (sorted(named_in_no_wait(out)), out[-2500:]))
 
 
+def suspended_job(tools, work):
+    """Every rank of a job stopped (SIGSTOP, as a suspended job or a paused
+    container is) for longer than run.timeout_s, mid-training, then
+    continued: the job trains on to its end, exit 0, every step logged.
+    The time a rank itself did not run does not count toward its wait's
+    limit (each rank waiting then used to find its deadline past on SIGCONT
+    and give up: exit 1, no checkpoint). Stopped while rank 1 surely waits:
+    rank 0 pauses 2 s at step 30 (the fault hook) and both are stopped as
+    step 29's line appears."""
+    run_dir = os.path.join(work, "suspended")
+    steps = 60
+    cmd = tools.command(2, ["train", CONFIG] + h.sets(run__dir=run_dir, run__threads=1, run__timeout_s=3,
+                                                      pipeline__stages=2, train__max_steps=steps,
+                                                      train__eval_examples=64))
+    start = time.time()
+    p = subprocess.Popen(cmd, cwd=h.ROOT, env=dict(h.ENV, PIPETRAIN_TEST_FAULT="0:30:pause:step"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ranks = {}
+    while time.time() - start < 120 and p.poll() is None and len(ranks) < 2:
+        time.sleep(0.02)
+        try:
+            with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+                if '"event": "step", "step": 29,' not in f.read():
+                    continue
+        except OSError:
+            continue
+        for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+            try:
+                ranks[rank_of(int(pid))] = int(pid)
+            except (OSError, ValueError):
+                pass
+    suspended = sorted(ranks) == [0, 1] and p.poll() is None
+    if suspended:
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(8.0)  # past run.timeout_s, and the second the ranks ask each other
+        for pid in ranks.values():
+            os.kill(pid, signal.SIGCONT)
+    out = end_job(p, None, 240)
+    last = 0
+    try:
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            last = max([r.get("step", 0) for r in map(json.loads, f) if r.get("event") == "step"] or [0])
+    except (OSError, ValueError):
+        pass
+    say("a suspended job: exit %s after %.1f s, last step %d" % (p.returncode, time.time() - start, last))
+    expect(suspended, "a suspended job: both ranks stopped while training")
+    expect(p.returncode == 0 and "no progress" not in out and last == steps,
+           "a suspended job: trained on to step %d once continued (exit %s, last step %d)\n%s"
+           % (steps, p.returncode, last, out[-1500:]))
+
+
 def main():
     tools = h.Tools(sys.argv)
     start = time.time()
     only = os.environ.get("PT_TEST_ONLY", "")
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
         side_by_side([c for c in cases(tools, work) if only in c.__name__])
-        for f in (alone, stopped_in_training):
+        for f in (alone, stopped_in_training, suspended_job):
             if only in f.__name__:
                 f(tools, work)
     say("%.1f s" % (time.time() - start))
