@@ -355,6 +355,17 @@ int pt_session_train(pt_session *s, pt_err *err)
                          "note: train.warmup_steps = %lld is not below the run's %lld steps: the "
                          "learning rate never reaches train.lr",
                          c->train.warmup_steps, (long long)r->total_steps);
+    /* a first freeze decision at or after the last step freezes nothing
+     * that trains (the schedule's, auto's alike) */
+    const int by_step = c->freeze.unit == PT_FREEZE_EVERY_STEP;
+    const int64_t first_decision = (int64_t)c->freeze.start * (by_step ? 1 : per_epoch);
+    if (r->step == 0 && c->freeze.policy != PT_FREEZE_NONE && c->freeze.start > 0 &&
+        r->total_steps > 0 && first_decision >= r->total_steps)
+        pt_progress_note(&s->progress,
+                         "note: freeze.start = %d (%s) puts the first freeze decision at step %lld, "
+                         "not before the run's last step %lld: no block freezes while it trains",
+                         c->freeze.start, by_step ? "steps" : "epochs",
+                         (long long)first_decision, (long long)r->total_steps);
     if (r->step > 0)
         pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
                          (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);

@@ -665,6 +665,32 @@ def test_warmup_note(h):
               "%s: the rates %s do not agree with the note (%s)", name, lrs, noted)
 
 
+def test_freeze_start_past_the_end_noted(h):
+    """The note that no block freezes while the run trains comes exactly
+    where the first freeze decision (freeze.start epochs or steps) is at or
+    after the run's last step: checked against the freeze decisions the
+    run logs (a fresh tiny run: 5 steps an epoch, 3 epochs, 15 steps)."""
+    cases = (("schedule", "step", 14, None, False), ("schedule", "step", 15, None, True),
+             ("schedule", "step", 40, None, True), ("auto", "epoch", 2, None, False),
+             ("auto", "epoch", 3, None, True), ("schedule", "epoch", 1, 6, False),
+             ("schedule", "epoch", 2, 10, True), ("schedule", "step", 0, None, False))
+    for policy, unit, start, steps, noted in cases:
+        name = "%s-%s-%d-%s" % (policy, unit, start, steps)
+        keys = {"freeze.policy": policy, "freeze.unit": unit, "freeze.start": str(start)}
+        if steps:
+            keys["train.max_steps"] = str(steps)
+        cfg = U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **keys))
+        r = h.run(["train", cfg]).expect(0, name)
+        got = "no block freezes while it trains" in r.err
+        check(got == noted, "%s: note %s, expected %s\n%s", name, got, noted, r.err)
+        with open(os.path.join(h.path(name), "metrics.jsonl")) as f:
+            recs = [json.loads(x) for x in f]
+        last = max(x["step"] for x in recs if x.get("event") == "step")
+        early = [x["step"] for x in recs if x.get("event") == "freeze" and x["step"] < last]
+        check(noted == (not early), "%s: decisions before the last step %d at %s, noted %s",
+              name, last, early, noted)
+
+
 def long_run(h, name, **keys):
     """A config whose run trains far longer than a test waits."""
     return U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **dict({
@@ -1392,6 +1418,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files,
            test_run_dir_of_someone_else, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
+           test_freeze_start_past_the_end_noted,
            test_closed_standard_streams, test_stderr_reader_gone,
            test_notes_escape_the_run_dir,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
