@@ -581,12 +581,19 @@ int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err)
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d))) {
-        if (!is_run_file(e->d_name))
+        /* RUN_DIR/resuming: the marker a resume from another directory
+         * leaves (made after the lock), which the first save removes,
+         * whatever it is */
+        const int marker = strcmp(e->d_name, "resuming") == 0;
+        if (!marker && !is_run_file(e->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
         struct stat st;
-        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        if (lstat(path, &st) != 0 || (!marker && !S_ISREG(st.st_mode)))
             continue; /* a link, FIFO or directory: refused where it is opened, as such */
+        if (S_ISREG(st.st_mode) && st.st_size == 0)
+            continue; /* nothing to lose; and a start killed between making its log and its
+                       * lock leaves an empty metrics.jsonl, which must not lock it out */
         if (strcmp(e->d_name, "profile.json") == 0 && *profile && realpath(path, real) &&
             strcmp(real, profile) == 0)
             continue;

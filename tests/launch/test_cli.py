@@ -458,24 +458,39 @@ def test_run_dir_of_someone_else(h):
     file) and that holds a regular file under one of the names of a run's
     logs or profile, or a file named lock that is no run's lock, is
     refused (exit 2, naming run.dir and the file) and left as it was, lock
-    and all: the run would append to or replace the user's file. Other
+    and all: the run would append to or replace the user's file. So is
+    anything named resuming there (the first save removes the marker of
+    that name). An empty file is nothing to lose (a start killed between
+    making its log and its lock leaves one) and trains. Other
     files there (a config beside its run) train and stay as they were; so
     does the profile.json that pipeline.profile names, and a run.dir whose
     lock a run made (its second run), or that holds a run's checkpoints
     (its lock removed by hand)."""
     names = ("metrics.jsonl", "profile.json", "samples-rank0.jsonl", "metrics-rank3.jsonl",
-             "op_profile-rank1.json", "lock")
+             "op_profile-rank1.json", "lock", "resuming", "resuming-link")
     for name in names:
         run_dir = h.path("theirs-" + name)
         os.makedirs(run_dir)
-        U.write(os.path.join(run_dir, name), "the user's own\n")
+        if name == "resuming-link":  # the first save would remove it (whatever it is)
+            name = "resuming"
+            os.symlink(h.path("theirs.yaml"), os.path.join(run_dir, name))
+        else:
+            U.write(os.path.join(run_dir, name), "the user's own\n")
         cfg = U.write_config(h, "theirs.yaml", tiny_keys("gpt", run_dir))
         r = h.run(["train", cfg]).expect(2, "a run.dir holding someone's " + name)
         r.one_error("run.dir", run_dir, name, strict=False)
         check(sorted(os.listdir(run_dir)) == [name], "the refused run left %s in run.dir",
               sorted(os.listdir(run_dir)))
-        check(open(os.path.join(run_dir, name)).read() == "the user's own\n",
+        check(os.path.islink(os.path.join(run_dir, name)) or
+              open(os.path.join(run_dir, name)).read() == "the user's own\n",
               "the user's %s changed", name)
+    # a start killed after its session made metrics.jsonl and before it made
+    # its lock leaves that empty file alone: the next start trains there
+    run_dir = h.path("killed-before-its-lock")
+    os.makedirs(run_dir)
+    U.write(os.path.join(run_dir, "metrics.jsonl"), "")
+    cfg = U.write_config(h, "killed.yaml", tiny_keys("gpt", run_dir))
+    h.run(["train", cfg]).expect(0, "a run.dir holding only an empty metrics.jsonl")
     # a config and notes beside the run: trained, left as they were
     run_dir = h.path("with-config")
     os.makedirs(run_dir)
