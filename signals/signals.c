@@ -13,6 +13,7 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Signal handlers can reach nothing but globals, so these two are: the stop
@@ -24,6 +25,13 @@ static const char *volatile current_where;
 /* The launcher's process that started this rank (0: none), whose death
  * sends SIGTERM (launch/main.c, PR_SET_PDEATHSIG). */
 static volatile pid_t launcher_pid;
+
+/* The first stop request's sender and time, to tell a repeat of it from a
+ * second request (on_stop_signal). */
+#define DUPLICATE_NS 500000000LL
+static volatile sig_atomic_t first_code;
+static volatile pid_t first_pid;
+static volatile long long first_ns;
 
 void pt_stop_signals_launcher(pid_t pid) { launcher_pid = pid; }
 
@@ -43,11 +51,25 @@ static void on_stop_signal(int sig, siginfo_t *si, void *context)
     if (stop_signal && (sig == SIGXCPU || (sig == SIGTERM && launcher_pid > 0 && si &&
                                            si->si_code == SI_USER && si->si_pid == launcher_pid)))
         return;
+    /* Nor is one request delivered twice: the same signal from the same
+     * sender within DUPLICATE_NS of the first (GNU timeout signals its child
+     * and then the child's process group, microseconds apart); a person who
+     * means a second request sends it later than that. clock_gettime is
+     * async-signal-safe. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long now_ns = (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+    if (stop_signal == sig && si && si->si_code == first_code && si->si_pid == first_pid &&
+        now_ns - first_ns < DUPLICATE_NS)
+        return;
     if (stop_signal) { /* a second signal: the user means it */
         pt_wfile_remove_temporaries();
         _exit(128 + sig);
     }
     stop_signal = sig;
+    first_code = si ? si->si_code : 0;
+    first_pid = si ? si->si_pid : 0;
+    first_ns = now_ns;
     /* the job ends, by saving and stopping or, under mpirun, by the
      * launcher's SIGKILL a second later: the node's cache is freed once the
      * last rank using it is gone, whichever way */

@@ -304,6 +304,43 @@ def test_signal_during_a_step_stops_after_that_step(h):
     return "%d signals during a step stopped after it" % good
 
 
+def test_a_stop_signal_sent_twice_at_once_is_one_stop(h):
+    """One stop request delivered twice (GNU timeout sends SIGTERM to its
+    child and then to the child's process group; here the same sender sends
+    it again 20 ms later, after the first's handler ran) is one request:
+    the run saves the step and exits 130. The same signal sent again later
+    than half a second is a second request and ends the run at once (its
+    stop's save held up by the fault hook), 128 + 15, with no checkpoint."""
+    long = {"train.epochs": "400", "train.max_steps": "0", "train.eval_every": "0",
+            "train.checkpoint_every": "1000000", "train.log_every": "1000"}
+    for trial, (gap, fault, want) in enumerate(((0.02, None, 130), (0.0, None, 130),
+                                               (0.02, None, 130), (0.8, "hang", 128 + 15))):
+        run_dir = h.path("twice-%d" % trial)
+        cfg = U.write_config(h, "twice-%d.yaml" % trial, config(h, "vit", run_dir, **long))
+        env = U.sanitizer_env()
+        if fault:
+            env["PIPETRAIN_TEST_FAULT"] = "0:*:hang:checkpoint-prepared"
+        p = subprocess.Popen([h.binary, "train", cfg], cwd=h.dir, env=env, text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, errors="replace")
+        wait_for_lines(p, run_dir, 3)
+        p.send_signal(signal.SIGTERM)
+        time.sleep(gap)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+        r = U.Result(p.args, p.returncode, "", err)
+        U.no_sanitizer(r)
+        r.expect(want, "SIGTERM, then SIGTERM again %g s later" % gap)
+        saved = [n for n in U.checkpoints(run_dir)
+                 if os.listdir(os.path.join(run_dir, "checkpoints", n))]
+        if want == 130:
+            stopped = re.search(r"stopped by signal 15 after step (\d+)", err)
+            check(stopped and saved == ["step_%010d" % int(stopped.group(1))],
+                  "a signal sent twice: checkpoints %s\n%s", saved, r.describe())
+        else:
+            check(not saved, "a second signal: checkpoints %s", saved)
+
+
 def test_killed_writes_of_run_files_are_swept(h):
     """A run killed while it wrote profile.json or an op profile leaves the
     file's temporary twin in run.dir; the next run there removes it (with a
@@ -693,6 +730,7 @@ def tests():
         out.append(t)
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_stop_signal_before_main, test_signal_during_a_step_stops_after_that_step,
+            test_a_stop_signal_sent_twice_at_once_is_one_stop,
             test_lock_is_never_written_through, test_killed_writes_of_run_files_are_swept,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_no_room_to_start_is_not_bad_input,
