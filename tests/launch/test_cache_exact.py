@@ -353,7 +353,11 @@ def test_segment_gone_when_a_signal_ends_the_run(h):
     /dev/shm of its own. Needs root (unshare, mount)."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return "skipped: needs root and unshare"
-    slow = dict(REPRO, **{"train.max_steps": "100000", "freeze.start": "100000"})
+    # long enough for the signal to come while it trains (REPRO's 10
+    # epochs, 320 steps, end in a quarter of a second on a quiet machine),
+    # short enough for SIGPIPE's run to reach its end soon (3 s)
+    slow = dict(REPRO, **{"train.max_steps": "3000", "train.epochs": "100000",
+                          "freeze.start": "100000"})
     for sig, want in (("ALRM", 128 + 14), ("PIPE", 0), ("XCPU", 130), ("HUP", 130)):
         run_dir = h.path("signal-" + sig)
         cfg = U.write_config(h, "signal-%s.yaml" % sig, keys(run_dir, slow, True))
