@@ -472,6 +472,12 @@ static int cmd_train(pt_comm *comm, const cli *a)
     /* nor may run.dir hold another's files under the run's files' names */
     if (rc == 0 && pt_comm_rank(comm) == 0 && (rc = pt_run_dir_not_foreign(cfg, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
+    /* nor may the cache's disk tier keep its file in a checkpoint, which a
+     * pruning removes under it (every rank's node: each checks its own) */
+    if (rc == 0 && cfg->cache.enabled && *cfg->cache.disk_dir &&
+        (rc = pt_output_dir_not_in_checkpoints("the directory", cfg->cache.disk_dir, &err)) ==
+            PT_EINPUT)
+        pt_config_key_prefix(cfg, &err, "cache.disk_dir");
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);

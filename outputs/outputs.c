@@ -241,6 +241,11 @@ static int output_not_in_checkpoints(const char *option, const char *path, pt_er
     }
 }
 
+int pt_output_dir_not_in_checkpoints(const char *option, const char *path, pt_err *err)
+{
+    return output_not_in_checkpoints(option, path, err);
+}
+
 /* path with its "." components dropped and each ".." taking the component
  * before it away (not past the root), in place; path is absolute. */
 static void lexical_normalize(char *path)

@@ -34,6 +34,11 @@ int pt_output_not_input(const char *option, const char *path, const char *ckpt_d
  * nor one of the files run_dir keeps beside them (lock, logs, profile). */
 int pt_output_not_in_run(const char *option, const char *path, const char *run_dir, pt_err *err);
 
+/* path (a directory a run keeps files in, such as cache.disk_dir) is not
+ * in (nor is) any checkpoint or run's checkpoints directory, whose pruning
+ * removes whole directories; option names it in the message. */
+int pt_output_dir_not_in_checkpoints(const char *option, const char *path, pt_err *err);
+
 /* run.dir (train) is neither in nor is any checkpoint, nor at or below a
  * step directory of a run's checkpoints (one a save will make), whichever
  * run's: that run's saves and pruning would take this one's lock and logs

@@ -519,6 +519,35 @@ def test_run_dir_of_someone_else(h):
     h.run(["train", cfg]).expect(0, "a run.dir holding the profile pipeline.profile names")
 
 
+def test_cache_disk_dir_in_checkpoints(h):
+    """cache.disk_dir in a checkpoint (its step directory), or in a run's
+    checkpoints/, is refused (exit 2, naming the key): a pruning removes
+    whole step directories, the disk tier's file with them, and a
+    checkpoint holds only its own files. Nothing there changes. A
+    directory of its own trains."""
+    first = h.path("ckpt-run")
+    h.run(["train", U.write_config(h, "first.yaml", tiny_keys("gpt", first))]).expect(
+        0, "a run with a checkpoint")
+    step = os.path.join(first, "checkpoints", U.checkpoints(first)[-1])
+    own = h.path("own-disk")
+    os.makedirs(own)
+    before = U.snapshot(first)
+    keys = {"freeze.policy": "schedule", "freeze.start": "0", "cache.enabled": "true",
+            "cache.disk_gib": "0.01", "cache.memory_gib": "0.000001"}
+    for name, where, rc in (("step", step, 2), ("checkpoints", os.path.dirname(step), 2),
+                            ("below-step", os.path.join(step, "."), 2), ("own", own, 0)):
+        run_dir = h.path("disk-" + name)
+        cfg = U.write_config(h, "disk-%s.yaml" % name, tiny_keys("gpt", run_dir, **dict(
+            keys, **{"cache.disk_dir": where})))
+        r = h.run(["train", cfg]).expect(rc, "cache.disk_dir " + name)
+        if rc:
+            r.one_error("cache.disk_dir", strict=False)
+            check(not os.path.exists(run_dir), "a refused run left %s", run_dir)
+    after = U.snapshot(first)
+    check(after == before, "the checkpointed run changed: %s",
+          sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))
+
+
 def head_logits(kind, hidden, tokens, weights):
     """the logits the exported head computes from the hidden states
     (a flat list, [examples, tokens, D]): LayerNorm (eps 1e-5) then the linear
@@ -1440,6 +1469,7 @@ def tests():
            test_bus_error_every_command,
            test_umask_without_owner_rights,
            test_set_twice_noted,
+           test_cache_disk_dir_in_checkpoints,
            test_device_cuda_without_gpu, test_waiting_threads, test_small_stack,
            test_tiny_stack_limit, test_stack_limit_refused_without_crash,
            test_address_space_limit, test_attention_work_memory_counted,
