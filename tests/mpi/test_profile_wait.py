@@ -7,7 +7,7 @@ enough model on the CPU, and the other ranks gave up on rank 0 as one that
 "stopped answering" while it was timing its units. Now rank 0 tells them
 after each unit, so only one unit's timing has to fit in run.timeout_s.
 
-Checked on 2 ranks with a ViT of 242 small units (d = 160) whose profile
+Checked on 2 ranks with a ViT of 402 small units (d = 160) whose profile
 takes several seconds, under run.timeout_s = 3: it profiles, plans and
 trains. The profile it records says how long the timing took at least
 (each unit's forward and backward at two sizes, 3 timed runs each): that
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 CONFIG = """run: {{dir: {run}, seed: 5, threads: 1, timeout_s: 3}}
-model: {{kind: vit, dim: 160, layers: 120, heads: 8, patch: 7}}
+model: {{kind: vit, dim: 160, layers: 200, heads: 8, patch: 7}}
 data: {{kind: synthetic_images, synthetic_examples: 64}}
 train: {{batch: 32, epochs: 1, max_steps: 1, eval_every: 0, eval_examples: 4}}
 pipeline: {{cores: 2}}
