@@ -192,7 +192,10 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
  * fresh start or a resume of RUN_DIR's own removes it. Until RUN_DIR holds
  * a complete checkpoint of that step or later, its newest belongs to the
  * history that start left, so an `auto` resume takes the named checkpoint
- * instead, as the interrupted start would have. get: 0 with the path in
+ * instead, as the interrupted start would have. A start going back to a
+ * step of RUN_DIR's own names it the same way while the later ones move
+ * (one at a time: a kill between two moves leaves some of them), and the
+ * file stands until none after that step is left. get: 0 with the path in
  * out (n bytes) when the file names one and is not stale, out empty when
  * there is no file or it is stale; PT_EINPUT (with a message naming the
  * file) when it is not a regular file, does not hold what set writes, or
@@ -200,6 +203,9 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
 int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err);
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
 void pt_rundir_resuming_clear(const char *run_dir);
+/* Whether `named` (a path get returned) is a step directory of RUN_DIR's
+ * own: a go-back, not another directory's checkpoint. */
+int pt_rundir_resuming_own(const char *run_dir, const char *named);
 /* Resuming checkpoint `from` of step `step` into RUN_DIR (on one rank):
  * *foreign tells whether it is another directory's. RUN_DIR's own
  * checkpoints after the history the run keeps move to abandoned/

@@ -548,8 +548,10 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
         return pt_fail(err, PT_EINPUT, "'%s' does not hold a step, a manifest's SHA-256 and one "
                        "absolute checkpoint path (%s)", path, RESUMING_HINT);
     /* stale once run.dir holds a complete checkpoint of that step or later:
-     * the resume's save was made, and what followed is the new history */
-    if (holds_step(run_dir, step))
+     * the resume's save was made, and what followed is the new history; for
+     * a step of run.dir's own gone back to, once none after it is left */
+    if (own_checkpoint(run_dir, named, step) ? !holds_step(run_dir, step + 1)
+                                             : holds_step(run_dir, step))
         return 0;
     char now[65];
     pt_err why;
@@ -560,6 +562,13 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
                        RESUMING_HINT);
     snprintf(out, n, "%s", named);
     return 0;
+}
+
+int pt_rundir_resuming_own(const char *run_dir, const char *named)
+{
+    const char *base = strrchr(named, '/');
+    int64_t step;
+    return base && pt_checkpoint_dir_step(base + 1, &step) && own_checkpoint(run_dir, named, step);
 }
 
 void pt_rundir_resuming_clear(const char *run_dir)
@@ -584,16 +593,21 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
     pt_path_join(marker, run_dir, "resuming");
     const int had = lstat(marker, &mst) == 0 && S_ISREG(mst.st_mode) &&
                     pt_read_file(marker, PT_PATH_MAX + 128, &before, &before_len, &quiet) == 0;
-    int rc = *foreign ? pt_rundir_resuming_set(run_dir, from, step, err) : 0;
+    /* named before anything moves: another directory's checkpoint, or a step
+     * of run.dir's own with later ones to move (a start killed between two
+     * of the moves leaves `auto` the step gone back to, not the newest of
+     * the history half moved) */
+    const int named = *foreign || holds_step(run_dir, step + 1);
+    int rc = named ? pt_rundir_resuming_set(run_dir, from, step, err) : 0;
     /* another directory's checkpoint leaves run.dir's own of the same step too */
     if (rc == 0)
         rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
     if (rc == 0 && !*foreign)
         pt_rundir_resuming_clear(run_dir); /* run.dir's own history goes on */
-    else if (rc != 0 && *foreign && had) {
+    else if (rc != 0 && named && had) {
         if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
-    } else if (rc != 0 && *foreign)
+    } else if (rc != 0 && named)
         pt_rundir_resuming_clear(run_dir);
     free(before);
     return rc;
@@ -653,9 +667,15 @@ int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, 
     out[0] = '\0';
     if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0 || !*named)
         return 0;
-    snprintf(out, n, "%s/resuming names %s, which a start resumed and did not save here (or is "
-             "saving now): %s is of the history that resume left, and train.resume=auto resumes "
-             "the named one", run_dir, named, latest);
+    if (pt_rundir_resuming_own(run_dir, named))
+        snprintf(out, n, "%s/resuming names %s, run.dir's own step that a start went back to and "
+                 "stopped before the later ones moved to abandoned/ (or is moving them now): %s "
+                 "is of the history that start left, and train.resume=auto goes back to the "
+                 "named one", run_dir, named, latest);
+    else
+        snprintf(out, n, "%s/resuming names %s, which a start resumed and did not save here (or "
+                 "is saving now): %s is of the history that resume left, and train.resume=auto "
+                 "resumes the named one", run_dir, named, latest);
     return 1;
 }
 

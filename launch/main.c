@@ -530,10 +530,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
             pt_config_key_prefix(cfg, &err, "train.resume");
         } else if (*resume) {
             char said[2 * sizeof resume + PT_PATH_MAX + 256];
-            snprintf(said, sizeof said, "an earlier start in %s resumed from %s and stopped before "
-                     "saving it there (%s/resuming names it; that run.dir's own later checkpoints "
-                     "are in its abandoned/): resuming from it again", cfg->run.dir, resume,
-                     cfg->run.dir);
+            if (pt_rundir_resuming_own(cfg->run.dir, resume))
+                snprintf(said, sizeof said, "an earlier start in %s went back to its %s and stopped "
+                         "before all later checkpoints moved to its abandoned/ (%s/resuming names "
+                         "it): going back to it again", cfg->run.dir, resume, cfg->run.dir);
+            else
+                snprintf(said, sizeof said, "an earlier start in %s resumed from %s and stopped "
+                         "before saving it there (%s/resuming names it; that run.dir's own later "
+                         "checkpoints are in its abandoned/): resuming from it again",
+                         cfg->run.dir, resume, cfg->run.dir);
             error_line("pipetrain: note: ", said, sizeof said);
         } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
             const int64_t step = pt_checkpoint_passed_over(cfg->run.dir, NULL);

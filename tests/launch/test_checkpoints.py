@@ -2060,6 +2060,60 @@ def test_resume_explicit_older_checkpoint(h):
           r.describe())
 
 
+def test_go_back_killed_between_its_moves(h):
+    """A resume of step 6 of a run.dir holding steps 9 and 10 moves them
+    one at a time; a start SIGKILLed at the move of either (strace injects
+    the signal into the first or the second rename of their directories)
+    left the one not yet moved in checkpoints/, and `auto` resumed it: the
+    history the start left, with its other half in abandoned/. RUN_DIR/
+    resuming now names step 6 before the first move: `auto` goes back to it
+    with a note (and `inspect` of run.dir says its newest is of the history
+    left), moves what is left, and the run ends with step 10's bits; both
+    halves of the history left are in abandoned/, byte for byte."""
+    _, orig = trained(h)
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
+    left_history = {s: U.snapshot(U.ckpt(orig, s)) for s in (9, LAST)}
+    for when in (1, 2):
+        cfg, run_dir = copy_run(h, orig, "goback-%d" % when)
+        later = [U.ckpt(run_dir, s) for s in (9, LAST)]
+        cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+               "-e", "inject=rename,renameat,renameat2:signal=KILL:when=%d" % when]
+        for path in later:
+            cmd += ["-P", os.path.abspath(path)]
+        p = subprocess.run(cmd + [h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)],
+                           cwd=h.dir, env=U.sanitizer_env(), timeout=120, capture_output=True,
+                           text=True, errors="replace", stdin=subprocess.DEVNULL)
+        check(p.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL),
+              "move %d: not killed (%s):\n%s", when, p.returncode, p.stderr[-2000:])
+        stayed = [s for s, path in zip((9, LAST), later) if os.path.isdir(path)]
+        check(len(stayed) == 3 - when, "move %d: %s stayed in checkpoints/", when, stayed)
+        check(os.path.isfile(os.path.join(run_dir, "resuming")),
+              "move %d: no RUN_DIR/resuming before the moves", when)
+        r = h.run(["inspect", run_dir]).expect(0, "inspect after the kill")
+        check("resuming names %s, run.dir's own step" % os.path.realpath(U.ckpt(run_dir, 6)) in r.err,
+              "move %d: inspect gave no note of the go-back:\n%s", when, r.describe())
+        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "auto after the kill")
+        check("resumed at step 6" in r.err and "went back to its" in r.err and
+              "going back to it again" in r.err,
+              "move %d: auto did not go back to step 6 with a note:\n%s", when, r.describe())
+        check(not os.path.exists(os.path.join(run_dir, "resuming")), "move %d: resuming stayed", when)
+        check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
+              "move %d: checkpoints %s", when, U.checkpoints(run_dir))
+        out = h.path("got-%d.st" % when)
+        h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0)
+        check(U.read_bytes(out) == U.read_bytes(want), "move %d: step 10 differs", when)
+        moved = {}
+        for d in glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 6)):
+            for name in os.listdir(d):
+                moved[name] = U.snapshot(os.path.join(d, name))
+        check(sorted(moved) == ["step_%010d" % s for s in (9, LAST)],
+              "move %d: abandoned holds %s", when, sorted(moved))
+        for s in (9, LAST):
+            U.same_snapshot(left_history[s], moved["step_%010d" % s],
+                            "move %d: abandoned step %d" % (when, s))
+
+
 def holds_resumed_step_6(h, orig, other):
     """run.dir `other` holds its own step 3 and, as step 6, orig's step 6."""
     check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
@@ -3275,6 +3329,7 @@ def tests():
         test_prune_removes_incomplete_and_keeps_foreign_entries,
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
+        test_go_back_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
