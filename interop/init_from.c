@@ -242,8 +242,32 @@ static void note_init_classifier(const char *weights)
     pt_st_close(f);
 }
 
+/* Weights without a config.json beside them: what the shapes cannot tell
+ * (the heads, layer_norm_eps) goes unchecked, and dropout left at auto is
+ * not the model's (transformers' BERT default is 0.1) but 0. */
+static void note_init_config(const pt_config *c, const char *config, int training)
+{
+    struct stat st;
+    if (lstat(config, &st) == 0 || errno != ENOENT)
+        return; /* there (the load reads it), or what it refuses */
+    const int hidden = c->model.hidden_dropout == PT_AUTO, attn = c->model.attn_dropout == PT_AUTO;
+    char dropout[256] = "";
+    if (training && (hidden || attn))
+        snprintf(dropout, sizeof dropout, "; and %s%s%s left at auto %s 0, not the model's own "
+                 "(Hugging Face's BERT default is 0.1): set %s", hidden ? "model.dropout" : "",
+                 hidden && attn ? " and " : "", attn ? "model.attention_dropout" : "",
+                 hidden && attn ? "are" : "is",
+                 hidden && attn ? "them" : "it");
+    pt_arch a;
+    pt_config_arch(c, &a);
+    fprintf(stderr, "pipetrain: note: model.init_from '%s' has no config.json beside its "
+            "weights (%s): model.heads (%d) and model.ln_eps (%g) are taken as the config says, "
+            "unchecked, as the weights' shapes do not tell them%s\n",
+            c->model.init_from, config, c->model.heads, pt_arch_ln_eps(&a), dropout);
+}
+
 /* A bert taking model.init_from's weights: the notes above. */
-void pt_init_from_notes(const pt_config *c)
+void pt_init_from_notes(const pt_config *c, int training)
 {
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
     char tokenizer[PT_PATH_MAX + 32];
@@ -253,6 +277,7 @@ void pt_init_from_notes(const pt_config *c)
     pt_init_from_files(c, weights, config, vocab, tokenizer);
     if (!*vocab) /* weights the load refuses */
         return;
+    note_init_config(c, config, training);
     note_init_vocab(c, vocab);
     note_init_normalize(c, tokenizer);
     note_init_classifier(weights);

@@ -58,9 +58,11 @@ void pt_init_from_digest(const pt_config *c, char hex[65]);
 int pt_init_from_dropout(const pt_config *c, pt_arch *a, int note, pt_err *err);
 /* A bert taking its weights: a note when data.vocab differs from the
  * vocab.txt beside them (the ids reach rows pretrained for other tokens),
- * and one when the run normalises texts otherwise than the
- * tokenizer_config.json beside them says. One process of a job calls it. */
-void pt_init_from_notes(const pt_config *c);
+ * one when the run normalises texts otherwise than the
+ * tokenizer_config.json beside them says, and one when no config.json is
+ * beside them (model.heads and model.ln_eps go unchecked; for a run that
+ * trains, dropout left at auto is 0). One process of a job calls it. */
+void pt_init_from_notes(const pt_config *c, int training);
 /* The files it reads or would read, for commands that must not write over
  * them: the weights, and for a bert the config.json, vocab.txt and
  * tokenizer_config.json beside them (whether they exist or not: one written

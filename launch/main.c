@@ -619,7 +619,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     pt_rundir_resuming_keep(&resuming_was); /* (nothing left: a resume of run.dir's own) */
     note_unused_keys(comm, cfg, *resume != '\0');
     if (!*resume && s->rank == 0) /* a resume's weights are the checkpoint's */
-        pt_init_from_notes(&s->cfg);
+        pt_init_from_notes(&s->cfg, 1);
     snprintf(s->resumed_from, sizeof s->resumed_from, "%s", resume);
     rc = pt_session_train(s, &err);
     pt_comm_phase("finishing the run");
@@ -729,7 +729,7 @@ static int cmd_eval(pt_comm *comm, const cli *a)
         rc = pt_checkpoint_load_weights(&c, checkpoint, &err);
     }
     if (rc == 0 && !checkpoint && s->rank == 0)
-        pt_init_from_notes(&s->cfg);
+        pt_init_from_notes(&s->cfg, 0);
     if (!checkpoint) /* --init: what pt_session_open set up */
         checkpoint = *cfg->model.init_from ? "none (the initial weights, model.init_from)"
                                            : "none (the initial weights, seeded)";

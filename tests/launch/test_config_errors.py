@@ -2136,6 +2136,36 @@ def test_bert_dropout_auto(h):
     check(exported["hidden_dropout_prob"] == 0.2 and exported["attention_probs_dropout_prob"] == 0.3,
           "the exported config.json says %s", exported)
     shutil.rmtree(h.path("run"))
+    # weights without a config.json (a directory holding model.safetensors
+    # alone, or the file): loaded, with one note of what goes unchecked and,
+    # for a run that trains, of each dropout left at auto being 0
+    alone = h.path("weights-alone")
+    os.makedirs(alone)
+    shutil.copy(os.path.join(silent, "model.safetensors"), alone)
+    unchecked = "has no config.json beside its weights"
+    for init in (alone, os.path.join(alone, "model.safetensors"), silent):
+        for sets, said in ((["model.dropout=0.1", "model.attention_dropout=0.1"], None),
+                           ([], "model.dropout and model.attention_dropout left at auto are 0"),
+                           (["model.dropout=0.1"], "model.attention_dropout left at auto is 0"),
+                           (["model.attention_dropout=0"], "model.dropout left at auto is 0")):
+            keys = base(h, "gpt", **dict(bert, **{"model.init_from": init, "train.max_steps": "1"}))
+            cfg = U.write(h.path("alone.yaml"), U.render(keys))
+            args = sum((["--set", s] for s in sets), [])
+            for cmd in (["train", cfg], ["eval", cfg, "--init"]):
+                r = h.run(cmd + args).expect(0, "%s from %s %s" % (cmd[0], init, sets))
+                notes = [l for l in r.err.splitlines() if unchecked in l]
+                if init == silent:
+                    check(not notes, "a note with config.json there:\n%s", r.describe())
+                    continue
+                check(len(notes) == 1 and "model.heads (2)" in notes[0] and
+                      "model.ln_eps (1e-12)" in notes[0] and notes[0].startswith("pipetrain: note: "),
+                      "%s from %s %s: not one note of the config.json missing:\n%s", cmd[0], init,
+                      sets, r.describe())
+                want = said if cmd[0] == "train" else None
+                check((want in notes[0]) if want else "left at auto" not in notes[0],
+                      "%s from %s %s: the dropout said is not %r:\n%s", cmd[0], init, sets, want,
+                      notes[0])
+            shutil.rmtree(h.path("run"), ignore_errors=True)
 
 
 def test_bf16_without_a_gpu(h):
