@@ -27,6 +27,14 @@ typedef struct {
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
 
+
+/* A plain scalar YAML reads as null: empty, ~, null, Null or NULL. */
+static int is_null_scalar(const char *text, size_t len)
+{
+    return len == strlen(text) && (len == 0 || strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
+                                   strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0);
+}
+
 static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
 {
     yaml_node_t *kn = yaml_document_get_node(w->doc, pair->key);
@@ -116,8 +124,7 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     /* YAML's null (empty, ~, null) is no value, not the text "~" or a
      * directory named "null" (quote it to mean the text) */
     if (vn->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-        (*text == '\0' || strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
-         strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0))
+        is_null_scalar(text, vn->data.scalar.length))
         return pt_config_bad_value(w->err, where, &pt_config_keys[ki], text,
                                    *text ? "no value (YAML's null):" : "no value");
     if (strlen(text) != vn->data.scalar.length)
@@ -375,6 +382,11 @@ int pt_config_load_text(pt_config *c, const char *text, size_t len, const char *
         return rc;
     }
     yaml_node_t *root = yaml_document_get_root_node(&doc);
+    /* a document of no nodes, or of one null (a bare `---`, `~`, `null`),
+     * sets nothing: said as an empty file is */
+    if (root && root->type == YAML_SCALAR_NODE && root->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+        is_null_scalar((const char *)root->data.scalar.value, root->data.scalar.length))
+        root = NULL;
     c->empty_source = !root;
     unsigned char *walked = root ? calloc((size_t)(doc.nodes.top - doc.nodes.start), 1) : NULL;
     if (root && !walked)
@@ -395,8 +407,8 @@ int pt_config_has_settings(const pt_config *c, pt_err *err)
 {
     if (!c->empty_source)
         return 0;
-    return pt_fail(err, PT_EINPUT, "config '%s' holds no settings (it is empty, only comments, or "
-                   "a pipe that had no writer when it was read); write the run's settings in it "
+    return pt_fail(err, PT_EINPUT, "config '%s' holds no settings (it is empty, only comments or "
+                   "YAML's null, or a pipe that had no writer when it was read); write the run's settings in it "
                    "(`pipetrain keys` lists them)", c->source);
 }
 

@@ -975,6 +975,10 @@ static int run_main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "keys") == 0) {
+        if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            fputs(usage, stdout); /* as for the other commands */
+            return 0;
+        }
         if (argc > 2)
             return usage_error("keys takes no arguments, got '%s'", argv[2]);
         pt_config_print_keys(stdout);

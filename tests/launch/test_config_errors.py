@@ -2225,9 +2225,10 @@ def test_usage_errors(h):
 
 
 def test_subcommand_help(h):
-    """`pipetrain train --help` (and eval, plan, export, -h too) prints the
-    usage and exits 0, rather than reading a config named --help."""
-    for cmd in ("train", "eval", "plan", "export"):
+    """`pipetrain train --help` (and eval, plan, export, inspect, keys, -h
+    too) prints the usage and exits 0, rather than reading a config named
+    --help (keys refused it as an argument, exit 2)."""
+    for cmd in ("train", "eval", "plan", "export", "inspect", "keys"):
         for flag in ("--help", "-h"):
             r = h.run([cmd, flag]).expect(0, cmd + " " + flag)
             check(r.out.startswith("usage: pipetrain") and not r.err, "%s %s:\n%s", cmd, flag,
@@ -2306,11 +2307,14 @@ def test_line_ends_of_libyaml(h):
 
 
 def test_config_without_settings(h):
-    """An empty config, one of comments only, or a FIFO read before its
-    writer came, is refused (exit 2) naming the file: it would otherwise
-    start a run of every default into runs/default. An explicit empty
-    mapping ({}) is a config that sets nothing on purpose."""
-    for name, text in (("empty.yaml", ""), ("comments.yaml", "# nothing yet\n\n   # at all\n")):
+    """An empty config, one of comments only, a document of YAML's null
+    alone (`---`, `~`: it said "expected 'key: value' lines"), or a FIFO read
+    before its writer came, is refused (exit 2) naming the file: it would
+    otherwise start a run of every default into runs/default. An explicit
+    empty mapping ({}) is a config that sets nothing on purpose."""
+    for name, text in (("empty.yaml", ""), ("comments.yaml", "# nothing yet\n\n   # at all\n"),
+                       ("dashes.yaml", "---\n"), ("ended.yaml", "---\n...\n"),
+                       ("tilde.yaml", "--- ~\n"), ("null.yaml", "# a comment\nnull\n")):
         cfg = U.write(h.path(name), text)
         for cmd in ("train", "plan"):
             r = h.run([cmd, cfg]).expect(2, "%s of %s" % (cmd, name))
