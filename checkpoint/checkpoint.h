@@ -193,9 +193,11 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
  * a complete checkpoint of that step or later, its newest belongs to the
  * history that start left, so an `auto` resume takes the named checkpoint
  * instead, as the interrupted start would have. A start going back to a
- * step of RUN_DIR's own names it the same way while the later ones move
- * (one at a time: a kill between two moves leaves some of them), and the
- * file stands until none after that step is left. get: 0 with the path in
+ * step of RUN_DIR's own names it the same way while the later ones move.
+ * The moves go one at a time (a kill between two leaves some), so while
+ * they are under way the file holds a third line, `moving`, and is never
+ * stale; pt_rundir_resume_from writes it without that line once they are
+ * done (or removes it, for RUN_DIR's own). get: 0 with the path in
  * out (n bytes) when the file names one and is not stale, out empty when
  * there is no file or it is stale; PT_EINPUT (with a message naming the
  * file) when it is not a regular file, does not hold what set writes, or

@@ -463,9 +463,15 @@ static const char RESUMING_HINT[] =
     "RUN_DIR/resuming names the checkpoint an interrupted resume of another directory's "
     "checkpoint was saving in run.dir; remove it to resume run.dir's own newest";
 
-int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err)
+/* A third line, "moving", while run.dir's own checkpoints after the
+ * history kept move to abandoned/: some may be left there (a kill between
+ * two moves), so the file stands whatever run.dir holds. */
+static const char MOVING[] = "moving\n";
+
+static int resuming_write(const char *run_dir, const char *from, int64_t step, int moving,
+                          pt_err *err)
 {
-    char path[PT_CKPT_PATH], text[PT_PATH_MAX + 96], hex[65];
+    char path[PT_CKPT_PATH], text[PT_PATH_MAX + 96 + sizeof MOVING], hex[65];
     char *abs = realpath(from, NULL);
     if (!abs)
         return pt_fail(err, PT_ESYS, "'%s': %s", from, strerror(errno));
@@ -478,7 +484,8 @@ int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, 
         free(abs);
         return err->code;
     }
-    int len = snprintf(text, sizeof text, "%" PRId64 " %s\n%s\n", step, hex, abs);
+    int len = snprintf(text, sizeof text, "%" PRId64 " %s\n%s\n%s", step, hex, abs,
+                       moving ? MOVING : "");
     free(abs);
     if (len < 0 || (size_t)len >= sizeof text)
         return pt_fail(err, PT_EINPUT, "'%s': its absolute path is too long", from);
@@ -486,6 +493,11 @@ int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, 
     if (rc == 0)
         pt_fsync_dir(run_dir, NULL);
     return rc;
+}
+
+int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err)
+{
+    return resuming_write(run_dir, from, step, 0, err);
 }
 
 /* Whether run_dir holds a complete checkpoint of `step` or later. */
@@ -525,7 +537,7 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
         memcpy(why, err->msg, sizeof why);
         return pt_fail(err, PT_EINPUT, "%s (%s)", why, RESUMING_HINT);
     }
-    char text[PT_PATH_MAX + 97];
+    char text[PT_PATH_MAX + 97 + sizeof MOVING];
     size_t len = 0;
     ssize_t got;
     while (len < sizeof text - 1 && (got = read(fd, text + len, sizeof text - 1 - len)) > 0)
@@ -536,7 +548,14 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
     char hex[65] = "";
     int used = 0;
     const char *named = NULL;
-    if (len < sizeof text - 1 && strlen(text) == len && len > 0 && text[len - 1] == '\n' &&
+    /* (a path holds no newline: the set refuses one) */
+    const size_t tail = sizeof MOVING - 1;
+    const int whole = len < sizeof text - 1; /* not cut short by the buffer */
+    const int moving = whole && len > tail + 1 && memcmp(text + len - tail, MOVING, tail) == 0 &&
+                       text[len - tail - 1] == '\n';
+    if (moving)
+        text[len -= tail] = '\0';
+    if (whole && strlen(text) == len && len > 0 && text[len - 1] == '\n' &&
         sscanf(text, "%" SCNd64 " %64[0-9a-f]%n", &step, hex, &used) == 2 && step >= 0 &&
         strlen(hex) == 64 && text[used] == '\n') {
         named = text + used + 1;
@@ -549,9 +568,10 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
                        "absolute checkpoint path (%s)", path, RESUMING_HINT);
     /* stale once run.dir holds a complete checkpoint of that step or later:
      * the resume's save was made, and what followed is the new history; for
-     * a step of run.dir's own gone back to, once none after it is left */
-    if (own_checkpoint(run_dir, named, step) ? !holds_step(run_dir, step + 1)
-                                             : holds_step(run_dir, step))
+     * a step of run.dir's own gone back to, once none after it is left.
+     * Never while the moves to abandoned/ may not be done. */
+    if (!moving && (own_checkpoint(run_dir, named, step) ? !holds_step(run_dir, step + 1)
+                                                         : holds_step(run_dir, step)))
         return 0;
     char now[65];
     pt_err why;
@@ -598,12 +618,14 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
      * of the moves leaves `auto` the step gone back to, not the newest of
      * the history half moved) */
     const int named = *foreign || holds_step(run_dir, step + 1);
-    int rc = named ? pt_rundir_resuming_set(run_dir, from, step, err) : 0;
+    int rc = named ? resuming_write(run_dir, from, step, 1, err) : 0;
     /* another directory's checkpoint leaves run.dir's own of the same step too */
     if (rc == 0)
         rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
     if (rc == 0 && !*foreign)
         pt_rundir_resuming_clear(run_dir); /* run.dir's own history goes on */
+    else if (rc == 0) /* moved: stale once that step is saved here */
+        rc = resuming_write(run_dir, from, step, 0, err);
     else if (rc != 0 && named && had) {
         if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);

@@ -2114,6 +2114,60 @@ def test_go_back_killed_between_its_moves(h):
                             "move %d: abandoned step %d" % (when, s))
 
 
+def test_resume_of_other_runs_step_killed_between_its_moves(h):
+    """Another run's step 6 resumed into a run.dir holding its own steps 3
+    to 10: its own 6, 9 and 10 move to abandoned/ one at a time after
+    RUN_DIR/resuming names the resumed step. A SIGKILL at the second or
+    third move (strace) left own steps of 6 or later in checkpoints/, so the
+    file counted as stale ("run.dir holds that step or later") and `auto`
+    resumed run.dir's own step 9 or 10, of the history the start left. The
+    file now says the moves are under way until they are done: `auto`
+    resumes the other run's step 6 again, moves the rest, and ends with the
+    bits of the resume that was not killed; nothing of run.dir's own is
+    lost."""
+    _, orig = trained(h)
+    _, own = trained(h, "own", **{"train.lr": "0.002"})
+    ref_cfg, ref = copy_run(h, own, "ref", **{"train.lr": "0.002"})
+    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume that is not killed")
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(ref, 8), want]).expect(0)
+    named = os.path.realpath(U.ckpt(orig, 6))
+    left_history = {s: U.snapshot(U.ckpt(own, s)) for s in (6, 9, LAST)}
+    for when in (2, 3):
+        cfg, run_dir = copy_run(h, own, "killed-%d" % when, **{"train.lr": "0.002"})
+        cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+               "-e", "inject=rename,renameat,renameat2:signal=KILL:when=%d" % when]
+        for s in (6, 9, LAST):
+            cmd += ["-P", os.path.abspath(U.ckpt(run_dir, s))]
+        p = subprocess.run(cmd + [h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+                                  "--set", "train.max_steps=8"],
+                           cwd=h.dir, env=U.sanitizer_env(), timeout=120, capture_output=True,
+                           text=True, errors="replace", stdin=subprocess.DEVNULL)
+        check(p.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL),
+              "move %d: not killed (%s):\n%s", when, p.returncode, p.stderr[-2000:])
+        stayed = [s for s in (6, 9, LAST) if os.path.isdir(U.ckpt(run_dir, s))]
+        check(len(stayed) == 4 - when, "move %d: %s stayed in checkpoints/", when, stayed)
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
+            0, "auto after the kill")
+        check("resumed at step 6" in r.err and "resumed from %s" % named in r.err,
+              "move %d: auto did not resume the other run's step 6 with a note:\n%s", when,
+              r.describe())
+        check(not os.path.exists(os.path.join(run_dir, "resuming")), "move %d: resuming stayed", when)
+        out = h.path("got-%d.st" % when)
+        h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
+        check(U.read_bytes(out) == U.read_bytes(want), "move %d: step 8 differs", when)
+        moved = {}
+        for d in glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 5)):
+            for name in os.listdir(d):
+                moved[name] = U.snapshot(os.path.join(d, name))
+        check(sorted(moved) == ["step_%010d" % s for s in (6, 9, LAST)],
+              "move %d: abandoned holds %s", when, sorted(moved))
+        for s in (6, 9, LAST):
+            U.same_snapshot(left_history[s], moved["step_%010d" % s],
+                            "move %d: abandoned step %d" % (when, s))
+
+
 def holds_resumed_step_6(h, orig, other):
     """run.dir `other` holds its own step 3 and, as step 6, orig's step 6."""
     check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
@@ -3330,6 +3384,7 @@ def tests():
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_go_back_killed_between_its_moves,
+        test_resume_of_other_runs_step_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
