@@ -2233,7 +2233,8 @@ def test_failed_save_of_resumed_other_runs_step(h):
     take its step 3 with a note naming it). The file is stale, and passed
     over, once run.dir holds a checkpoint of that step or later. A file
     there that names no checkpoint (empty, relative, two paths, too long, a
-    FIFO), or one whose checkpoint is gone or another now, is refused (exit
+    FIFO, its `moving` line alone, twice, first or without its newline), or
+    one whose checkpoint is gone or another now, is refused (exit
     2, naming it and train.resume), not followed and not passed over, and
     nothing in run.dir changes."""
     _, orig = trained(h)
@@ -2281,7 +2282,13 @@ def test_failed_save_of_resumed_other_runs_step(h):
              ("two paths", step_hex + "\n/a\n/b\n"), ("too long", "x" * 5000),
              ("no digest", "6\n" + path + "\n"),
              ("gone", "%s\n%s\n" % (step_hex, gone + "-removed")),
-             ("another checkpoint", "%s\n%s\n" % (step_hex, other_ckpt)), ("fifo", None)]
+             ("another checkpoint", "%s\n%s\n" % (step_hex, other_ckpt)), ("fifo", None),
+             # the third line a start moving run.dir's own steps writes
+             ("moving alone", "moving\n"), ("moving twice", "%s\n%s\nmoving\nmoving\n" % (step_hex, path)),
+             ("moving first", "moving\n%s\n%s\n" % (step_hex, path)),
+             ("moving unended", "%s\n%s\nmoving" % (step_hex, path)),
+             ("moving gone", "%s\n%s\nmoving\n" % (step_hex, gone + "-removed")),
+             ("moving too long", "%s\n/%s\nmoving\n" % (step_hex, "x" * 4200))]
     for name, content in cases:
         bad = h.path("bad-" + name.replace(" ", "-"))
         shutil.copytree(failed_state, bad, symlinks=True)
