@@ -18,6 +18,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static void note_test_is_training(const pt_session *r);
+
 /* What a checkpoint records of the data and a resume compares, and every
  * rank's against rank 0's once the engine is up (same_data). Synthetic data
  * are a function of the config (which is compared) and may be large: not
@@ -36,6 +38,8 @@ void pt_session_digest_data(pt_session *s, pt_run_mode mode)
         fprintf(stderr, "pipetrain: rank %d: note: the data's digest is left out of its "
                 "checkpoints (%s)\n", s->rank, why.msg);
     }
+    if (mode == PT_RUN_TRAIN)
+        note_test_is_training(s);
 }
 
 /* The settings each rank took from a file beside its inputs where the
@@ -537,9 +541,9 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 }
 
 /* A training run whose test examples come from its training file (the
- * same file under both keys, by another name too) evaluates on examples
- * it trains on: allowed (a check that a model can fit its data), said once,
- * on rank 0. */
+ * same file under both keys, by another name too, or a copy: the same
+ * examples, as the data's digests tell) evaluates on examples it trains on:
+ * allowed (a check that a model can fit its data), said once, on rank 0. */
 static void note_test_is_training(const pt_session *r)
 {
     const pt_config *c = &r->cfg;
@@ -554,21 +558,22 @@ static void note_test_is_training(const pt_session *r)
         return;
     }
     struct stat a, b;
-    if (r->rank != 0 || !*test || stat(train, &a) != 0 || stat(test, &b) != 0 ||
-        a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    if (r->rank != 0 || !*test)
         return;
-    fprintf(stderr,
-            "pipetrain: note: %s '%s' is the training file (%s '%s'): the run's test figures are "
-            "on examples it trains on\n",
-            test_key, test, train_key, train);
+    const int same = stat(train, &a) == 0 && stat(test, &b) == 0 && a.st_dev == b.st_dev &&
+                     a.st_ino == b.st_ino;
+    const int copy = !same && *r->train_sha256 && strcmp(r->train_sha256, r->test_sha256) == 0;
+    if (same || copy)
+        fprintf(stderr,
+                "pipetrain: note: %s '%s' %s (%s '%s'): the run's test figures are on examples it "
+                "trains on\n",
+                test_key, test, same ? "is the training file" : "holds the training file's examples",
+                train_key, train);
 }
 
 int pt_session_load_data(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     /* a data file that cannot be read (an I/O error, a /proc file) is the
      * input's fault as much as one that does not parse: exit 2 */
-    const int rc = pt_err_input(load_data(r, mode, err), err);
-    if (rc == 0 && mode == PT_RUN_TRAIN)
-        note_test_is_training(r);
-    return rc;
+    return pt_err_input(load_data(r, mode, err), err);
 }

@@ -1645,14 +1645,16 @@ def test_bert_init_from_refused(h):
 def test_test_file_is_the_training_file_noted(h):
     """data.test_file naming the training file (text classification), or
     data.test_images the training images (IDX), by its own name or another
-    (a link), trains with one note that the test figures are on examples
-    it trains on; another test file gives none, and so does eval (which
-    evaluates the file it is given)."""
+    (a link), or a copy of it (the same examples: the data's digests), trains
+    with one note that the test figures are on examples it trains on;
+    another test file gives none, and so does eval (which evaluates the file
+    it is given)."""
     f = textcls_files(h)
     bert = hf_bert_keys(f)
     link = h.path("train-link.tsv")
     os.symlink(f["tsv"], link)
     other = U.write(h.path("other.tsv"), "law\tthe verse 1\nwisdom\tthe verse 2\n")
+    copy = shutil.copy(f["tsv"], h.path("copy.tsv"))
     d = {"ti": idx_file(h.path("train-images"), 40, 8),
          "tl": idx_file(h.path("train-labels"), 40, labels=[i % 4 for i in range(40)]),
          "vi": idx_file(h.path("test-images"), 12, 8),
@@ -1662,23 +1664,26 @@ def test_test_file_is_the_training_file_noted(h):
     runs = [("textcls_same", "gpt", dict(bert, **{"data.test_file": f["tsv"]}), "data.test_file"),
             ("textcls_link", "gpt", dict(bert, **{"data.test_file": link}), "data.test_file"),
             ("textcls_other", "gpt", dict(bert, **{"data.test_file": other}), None),
+            ("textcls_copy", "gpt", dict(bert, **{"data.test_file": copy}), "data.test_file"),
             ("textcls_fraction", "gpt", bert, None),
             ("idx_same", "vit", dict(idx, **{"data.test_images": d["ti"]}), "data.test_images"),
+            ("idx_copy", "vit", dict(idx, **{"data.test_images": shutil.copy(d["ti"], h.path("ti-copy"))}),
+             "data.test_images"),
             ("idx_other", "vit", dict(idx, **{"data.test_images": d["vi"],
                                              "data.test_labels": d["vl"]}), None)]
     for name, kind, keys, key in runs:
         cfg = U.write(h.path(name + ".yaml"), U.render(dict(base(h, kind, **keys),
                                                             **{"run.dir": h.path("run-" + name)})))
         r = h.run(["train", cfg]).expect(0, name)
-        notes = [l for l in r.err.splitlines() if "is the training file" in l]
+        notes = [l for l in r.err.splitlines() if "test figures are on examples it trains on" in l]
+        said = "holds the training file's examples" if "copy" in name else "is the training file"
         if key:
             check(len(notes) == 1 and notes[0].startswith("pipetrain: note: %s '" % key) and
-                  "test figures are on examples it trains on" in notes[0],
-                  "%s: not one note naming %s:\n%s", name, key, r.err)
+                  said in notes[0], "%s: not one note naming %s:\n%s", name, key, r.err)
         else:
             check(not notes, "%s: a note:\n%s", name, r.err)
         r = h.run(["eval", cfg]).expect(0, name + " eval")
-        check("is the training file" not in r.err, "%s: eval notes it:\n%s", name, r.err)
+        check("trains on" not in r.err, "%s: eval notes it:\n%s", name, r.err)
 
 
 def test_eval_outputs_spare_init_from(h):
