@@ -303,7 +303,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
             strpbrk(text, "xX"))
             return pt_config_bad_value(err, where, k, text, "not a number:");
         if (overflow)
-            return pt_config_bad_value(err, where, k, text, "out of range:");
+            return pt_config_bad_value(err, where, k, text,
+                                       isinf(v) ? "out of range (beyond a double):"
+                                                : "out of range (below the smallest double, "
+                                                  "which would read it as 0):");
         if (leading_zero(text))
             return pt_config_bad_value(err, where, k, text,
                                        "a leading zero (octal in YAML 1.1, decimal in 1.2: write "

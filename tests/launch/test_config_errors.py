@@ -457,11 +457,11 @@ CASES = [
     # beyond a double is out of range, not "not a number"; so is a number
     # below a double's smallest (1e-400 would read as 0)
     Case("number_beyond_a_double", {"train.lr": "1e400"}, blame="train.lr",
-         needles=["out of range: '1e400'"]),
+         needles=["out of range (beyond a double): '1e400'"]),
     Case("number_that_underflows_to_zero", {"train.lr": "1e-400"}, blame="train.lr",
-         needles=["out of range: '1e-400'"]),
+         needles=["out of range (below the smallest double, which would read it as 0): '1e-400'"]),
     Case("underflow_where_zero_is_allowed", {"train.weight_decay": "1e-400"},
-         blame="train.weight_decay", needles=["out of range: '1e-400'"]),
+         blame="train.weight_decay", needles=["below the smallest double, which would read it as 0): '1e-400'"]),
     Case("dropout_a_word", {"model.dropout": "high"}, blame="model.dropout",
          needles=["not a number: 'high'", "or auto"]),
     Case("dropout_auto_misspelt", {"model.dropout": "Auto"}, blame="model.dropout",
