@@ -239,6 +239,14 @@ static int cache_rules(const pt_config *c, pt_err *err)
                                   "augmentation of each image and serve it every epoch, which is "
                                   "not the model being trained; turn off data.hflip and "
                                   "data.crop_pad, or the cache");
+    /* a cap above the model's blocks caps nothing: likely a config for
+     * another model, said rather than read as "all" (as cache.min_depth) */
+    if (c->freeze.policy != 0 && c->freeze.max_depth > c->model.layers)
+        return pt_config_key_fail(c, err, "freeze.max_depth",
+                                  "%d, but the model has %d block%s (model.layers); allowed: 0 "
+                                  "(all of them) to %d",
+                                  c->freeze.max_depth, c->model.layers,
+                                  c->model.layers == 1 ? "" : "s", c->model.layers);
     if (c->cache.enabled && c->freeze.policy == 0)
         return pt_config_key_fail(c, err, "cache.enabled",
                                   "the cache holds frozen blocks' output, but freeze.policy is "

@@ -249,7 +249,8 @@ const pt_key_spec pt_config_keys[] = {
     {"freeze.start", PT_K_INT, AT(freeze.start), 0, 1000000000, NULL, 0, "1",
      "the first decision comes after this many epochs (or steps); 0: one before training too"},
     {"freeze.max_depth", PT_K_INT, AT(freeze.max_depth), 0, 1024, NULL, 0, "0",
-     "never freeze more than this many blocks; 0 = all of them (the head always trains)"},
+     "never freeze more than this many blocks (at most model.layers); 0 = all of them (the head "
+     "always trains)"},
 
     /* cache */
     {"cache.enabled", PT_K_BOOL, AT(cache.enabled), 0, 0, NULL, 0, "false",
