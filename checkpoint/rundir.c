@@ -622,11 +622,14 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
     /* another directory's checkpoint leaves run.dir's own of the same step too */
     if (rc == 0)
         rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
-    if (rc == 0 && !*foreign)
+    if (rc == 0 && !*foreign) {
         pt_rundir_resuming_clear(run_dir); /* run.dir's own history goes on */
-    else if (rc == 0) /* moved: stale once that step is saved here */
-        rc = resuming_write(run_dir, from, step, 0, err);
-    else if (rc != 0 && named && had) {
+    } else if (rc == 0) {
+        /* moved: stale once that step is saved here (a file left saying
+         * `moving` is right too: it goes with the save) */
+        pt_err quiet_write;
+        resuming_write(run_dir, from, step, 0, &quiet_write);
+    } else if (rc != 0 && named && had) {
         if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
     } else if (rc != 0 && named)
