@@ -392,8 +392,13 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
     DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
     if (!d)
         return 0;
-    int rc = 0;
+    int rc = 0, moved;
     struct dirent *e;
+    /* scanned again until a pass moves nothing: a directory read while
+     * entries leave it may skip some (POSIX leaves that open) */
+    do {
+    moved = 0;
+    rewinddir(d);
     while (rc == 0 && (e = readdir(d))) {
         int64_t at;
         /* complete ones only: an incomplete directory is no history, and
@@ -416,8 +421,9 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
         if (rename(pt_path_join(path, root, e->d_name), dest) != 0)
             rc = pt_fail(err, PT_ESYS, "cannot move '%s' to '%s': %s", path, dest, strerror(errno));
         else
-            ++*count;
+            ++*count, ++moved;
     }
+    } while (rc == 0 && moved);
     closedir(d);
     if (rc && moved_to[0]) { /* all or nothing: what moved goes back */
         DIR *back = opendir(moved_to);
@@ -557,6 +563,7 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
         text[len -= tail] = '\0';
     if (whole && strlen(text) == len && len > 0 && text[len - 1] == '\n' &&
         sscanf(text, "%" SCNd64 " %64[0-9a-f]%n", &step, hex, &used) == 2 && step >= 0 &&
+        step <= PT_CKPT_MAX_STEP &&
         strlen(hex) == 64 && text[used] == '\n') {
         named = text + used + 1;
         text[len - 1] = '\0';
@@ -629,6 +636,9 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
          * `moving` is right too: it goes with the save) */
         pt_err quiet_write;
         resuming_write(run_dir, from, step, 0, &quiet_write);
+    } else if (rc != 0 && *count > 0) {
+        /* some could not be put back: the `moving` file stands, so that
+         * `auto` does not resume what is left of the history moving out */
     } else if (rc != 0 && named && had) {
         if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
