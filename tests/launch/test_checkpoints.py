@@ -3316,8 +3316,9 @@ def test_manifest_of_many_units_checked_in_linear_time(h):
     """A manifest listing 60,000 units, each in a file of its own that the
     files list binds: its units and files were matched pairwise (60,000^2
     comparisons, about two minutes before the refusal); now in one pass. The
-    units are no units of the model: refused, exit 2. Timed against the same
-    refusal at a quarter of the units in the same run, so that a slow machine
+    units are no units of the model: refused, exit 2. Timed (the least of 3
+    runs) against the same refusal at a quarter of the units in the same
+    run, so that a slow machine
     or a sanitizer's allocator (whose cost is per unit, linear) moves both:
     linear work takes at most 4x as long at 4x the units, pairwise 16x
     (below half a second, the start-up dominates: timed from 0.5 s)."""
@@ -3332,11 +3333,14 @@ def test_manifest_of_many_units_checked_in_linear_time(h):
                 m["files"]["u%d.bin" % i] = {"bytes": 1, "sha256": "0" * 64}
         rewrite_manifest(ck, e)
         done = n
-        t0 = time.time()
-        r = h.run(["inspect", ck]).expect(2, "a manifest of %d units" % n)
-        took[n] = time.time() - t0
-        check("that the model it holds has not" in r.err, "not refused for its units:\n%s",
-              r.describe())
+        # the least of 3 (a busy machine only adds time: one run of 60,000
+        # took 4.4 s beside other tests, where it takes 0.3 s alone)
+        for _ in range(3):
+            t0 = time.time()
+            r = h.run(["inspect", ck]).expect(2, "a manifest of %d units" % n)
+            took[n] = min(took.get(n, float("inf")), time.time() - t0)
+            check("that the model it holds has not" in r.err, "not refused for its units:\n%s",
+                  r.describe())
     ratio = took[60000] / max(took[15000], 0.5)
     check(ratio < 8, "4x the units took %.1fx as long (%.1f s against %.1f s): not linear",
           ratio, took[60000], took[15000])
