@@ -3236,6 +3236,21 @@ def test_inspect(h):
     text = inspected(h, h.path("resume6"), "--config")
     check('  resume: ""' in text.splitlines() and "step_%010d" % 6 not in text,
           "the saved config of a resumed run names the checkpoint it resumed:\n%s", text)
+    # a checkpoint of a version that read a freeze.max_depth above
+    # model.layers as "all" (now refused naming the key): its saved config
+    # says the same as that version read, and resumes it
+    old = h.path("old-depth")
+    shutil.copytree(orig, old)
+    for name in os.listdir(os.path.join(old, "checkpoints")):
+        rewrite_manifest(os.path.join(old, "checkpoints", name), lambda m: m.update(
+            config=m["config"].replace("  max_depth: 0\n", "  max_depth: 7\n", 1)))
+    check("max_depth: 7" in read_manifest(U.ckpt(old, 9))["config"], "no max_depth forged")
+    text = inspected(h, U.ckpt(old, 9), "--config")
+    check("  max_depth: 2" in text.splitlines(), "an old checkpoint's max_depth:\n%s", text)
+    cfg = U.write(h.path("old-depth.yaml"), text)
+    r = h.run(["train", cfg, "--set", "run.dir=" + old, "--set", "train.resume=" +
+               U.ckpt(old, 9)]).expect(0, "resuming an old checkpoint with its saved config")
+    check("resumed at step 9" in r.err, "%s", r.describe())
     U.same_snapshot(before, U.snapshot(orig), "the inspected run")
     # bert: labels and data; a run without freezing, trained again from its
     # saved config, gets no note either (no key only a resume reads)
