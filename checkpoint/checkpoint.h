@@ -198,13 +198,16 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
  * they are under way the file holds a third line, `moving`, and is never
  * stale; pt_rundir_resume_from writes it without that line once they are
  * done (or removes it, for RUN_DIR's own). get: 0 with the path in
- * out (n bytes) when the file names one and is not stale, out empty when
+ * out (n bytes) when the file names one and is not stale (a step of
+ * RUN_DIR's own as RUN_DIR/checkpoints/step_N, as every rank names
+ * run.dir; another directory's by its absolute path), out empty when
  * there is no file or it is stale; PT_EINPUT (with a message naming the
  * file) when it is not a regular file, does not hold what set writes, or
  * the named checkpoint is gone or holds another manifest now. */
 int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err);
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
-void pt_rundir_resuming_clear(const char *run_dir);
+/* 0, or PT_ESYS when the file is there and could not be removed. */
+int pt_rundir_resuming_clear(const char *run_dir, pt_err *err);
 /* Whether `named` (a path get returned) is a step directory of RUN_DIR's
  * own: a go-back, not another directory's checkpoint. */
 int pt_rundir_resuming_own(const char *run_dir, const char *named);

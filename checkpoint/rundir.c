@@ -459,15 +459,24 @@ static int manifest_hex(const char *dir, char hex[65], pt_err *err)
     char path[PT_CKPT_PATH];
     unsigned char digest[32];
     uint64_t size;
-    int rc = pt_sha256_file(pt_path_join(path, dir, "manifest"), digest, &size, err);
+    struct stat st;
+    /* larger than any manifest (a forged file naming a sparse one would be
+     * hashed for as long as its size takes) */
+    if (stat(pt_path_join(path, dir, "manifest"), &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_size > PT_MANIFEST_MAX_BYTES)
+        return pt_fail(err, PT_EINPUT, "'%s': %lld bytes, more than a manifest holds", path,
+                       (long long)st.st_size);
+    int rc = pt_sha256_file(path, digest, &size, err);
     for (int i = 0; rc == 0 && i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", digest[i]);
     return rc;
 }
 
 static const char RESUMING_HINT[] =
-    "RUN_DIR/resuming names the checkpoint an interrupted resume of another directory's "
-    "checkpoint was saving in run.dir; remove it to resume run.dir's own newest";
+    "RUN_DIR/resuming names the checkpoint an interrupted start was resuming: another "
+    "directory's, not yet saved in run.dir, or a step of run.dir's own it went back to while "
+    "its later ones moved to abandoned/; remove it to resume the newest left in "
+    "RUN_DIR/checkpoints";
 
 /* A third line, "moving", while run.dir's own checkpoints after the
  * history kept move to abandoned/: some may be left there (a kill between
@@ -587,7 +596,12 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
                        named, step,
                        why.code ? "is no longer a checkpoint there" : "holds another checkpoint now",
                        RESUMING_HINT);
-    snprintf(out, n, "%s", named);
+    /* run.dir's own step as every rank sees run.dir, not as rank 0's
+     * absolute path (a node may mount it elsewhere) */
+    if (own_checkpoint(run_dir, named, step))
+        pt_step_dir(run_dir, step, out, n);
+    else
+        snprintf(out, n, "%s", named);
     return 0;
 }
 
@@ -598,11 +612,14 @@ int pt_rundir_resuming_own(const char *run_dir, const char *named)
     return base && pt_checkpoint_dir_step(base + 1, &step) && own_checkpoint(run_dir, named, step);
 }
 
-void pt_rundir_resuming_clear(const char *run_dir)
+int pt_rundir_resuming_clear(const char *run_dir, pt_err *err)
 {
     char path[PT_CKPT_PATH];
     if (unlink(pt_path_join(path, run_dir, "resuming")) == 0)
         pt_fsync_dir(run_dir, NULL);
+    else if (errno != ENOENT)
+        return pt_fail(err, PT_ESYS, "could not remove '%s': %s", path, strerror(errno));
+    return 0;
 }
 
 int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
@@ -630,7 +647,9 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
     if (rc == 0)
         rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
     if (rc == 0 && !*foreign) {
-        pt_rundir_resuming_clear(run_dir); /* run.dir's own history goes on */
+        /* run.dir's own history goes on; a file left saying `moving` would
+         * take every later `auto` back to this step */
+        rc = pt_rundir_resuming_clear(run_dir, err);
     } else if (rc == 0) {
         /* moved: stale once that step is saved here (a file left saying
          * `moving` is right too: it goes with the save) */
@@ -643,7 +662,7 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
         if (pt_write_file_atomic(marker, before, before_len, &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
     } else if (rc != 0 && named)
-        pt_rundir_resuming_clear(run_dir);
+        pt_rundir_resuming_clear(run_dir, &quiet);
     free(before);
     return rc;
 }
@@ -684,7 +703,7 @@ void pt_rundir_resuming_undo(const char *run_dir, pt_rundir_resuming_was *was)
                                  &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
     } else if (was->set) {
-        pt_rundir_resuming_clear(run_dir);
+        pt_rundir_resuming_clear(run_dir, &quiet);
     }
     pt_rundir_resuming_keep(was);
 }

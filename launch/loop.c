@@ -396,8 +396,11 @@ int pt_session_train(pt_session *s, pt_err *err)
                 return rc;
             saved_at = r->step;
             /* saved: auto needs no pointer to it any more (main.c) */
-            if (pt_comm_rank(s->comm) == 0)
-                pt_rundir_resuming_clear(s->cfg.run.dir);
+            /* a file left saying `moving` (its rewrite failed) would take
+             * every later `auto` back to the checkpoint this save replaces */
+            rc = pt_comm_rank(s->comm) == 0 ? pt_rundir_resuming_clear(s->cfg.run.dir, err) : 0;
+            if ((rc = pt_run_agree(r, rc, err)))
+                return rc;
         }
     }
     double epoch_started = pt_now();

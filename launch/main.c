@@ -612,7 +612,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
                     count, foreign ? "" : "later ", count == 1 ? "" : "s",
                     foreign ? " at or after that step" : "", moved);
     } else if (rc == 0 && pt_comm_rank(comm) == 0) {
-        pt_rundir_resuming_clear(cfg->run.dir); /* a fresh start's history is its own */
+        pt_rundir_resuming_clear(cfg->run.dir, &quiet); /* a fresh start's history is its own */
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;

@@ -2069,7 +2069,9 @@ def test_go_back_killed_between_its_moves(h):
     resuming now names step 6 before the first move: `auto` goes back to it
     with a note (and `inspect` of run.dir says its newest is of the history
     left), moves what is left, and the run ends with step 10's bits; both
-    halves of the history left are in abandoned/, byte for byte."""
+    halves of the history left are in abandoned/, byte for byte. The step
+    gone back to is taken under run.dir's name (here through a link), not
+    by the first start's absolute path, which another node need not see."""
     _, orig = trained(h)
     want = h.path("want.st")
     h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
@@ -2093,10 +2095,22 @@ def test_go_back_killed_between_its_moves(h):
         r = h.run(["inspect", run_dir]).expect(0, "inspect after the kill")
         check("resuming names %s, run.dir's own step" % os.path.realpath(U.ckpt(run_dir, 6)) in r.err,
               "move %d: inspect gave no note of the go-back:\n%s", when, r.describe())
-        r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "auto after the kill")
-        check("resumed at step 6" in r.err and "went back to its" in r.err and
-              "going back to it again" in r.err,
+        # run.dir named through a link to its parent, as a node that mounts
+        # it elsewhere names it: the step gone back to is taken as run.dir's
+        # own, in run.dir's form, not as the start's absolute path
+        link = h.path("via-%d" % when)
+        os.symlink(os.path.dirname(os.path.abspath(run_dir)), link)
+        linked = os.path.join(link, os.path.basename(run_dir))
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "run.dir=" + linked]).expect(
+            0, "auto after the kill")
+        check("resumed at step 6" in r.err and "went back to its %s " % U.ckpt(linked, 6) in r.err
+              and "going back to it again" in r.err,
               "move %d: auto did not go back to step 6 with a note:\n%s", when, r.describe())
+        starts = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+        starts = [e for e in starts if e["event"] == "start"]
+        check(starts[-1]["resumed_from"] == U.ckpt(linked, 6),
+              "move %d: resumed from %s, not run.dir's own step 6 as run.dir names it", when,
+              starts[-1]["resumed_from"])
         check(not os.path.exists(os.path.join(run_dir, "resuming")), "move %d: resuming stayed", when)
         check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
               "move %d: checkpoints %s", when, U.checkpoints(run_dir))
@@ -2112,6 +2126,42 @@ def test_go_back_killed_between_its_moves(h):
         for s in (9, LAST):
             U.same_snapshot(left_history[s], moved["step_%010d" % s],
                             "move %d: abandoned step %d" % (when, s))
+
+
+def test_go_back_whose_resuming_file_stays(h):
+    """A go-back to step 6 whose RUN_DIR/resuming, written before the later
+    steps moved, cannot be removed after the moves (strace makes the unlink
+    fail with EIO): the start trained on, leaving the file that says the
+    moves are under way, which is never stale, so every later `auto` went
+    back to step 6 again and moved the new history aside. It now ends, exit
+    1 naming the file, before any step; `auto` then goes back to step 6
+    once, removes the file and ends with step 10's bits, and the next
+    `auto` goes on from step 10."""
+    _, orig = trained(h)
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
+    cfg, run_dir = copy_run(h, orig, "stays")
+    marker = os.path.join(os.path.abspath(run_dir), "resuming")
+    cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=unlink,unlinkat",
+           "-e", "inject=unlink,unlinkat:error=EIO", "-P", marker,
+           h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]
+    p = subprocess.run(cmd, cwd=h.dir, env=U.sanitizer_env(), timeout=120, capture_output=True,
+                       text=True, errors="replace", stdin=subprocess.DEVNULL)
+    check(p.returncode == 1 and "could not remove '%s'" % marker in p.stderr and
+          "resumed at step" not in p.stderr,
+          "a start that could not remove its file: status %s\n%s", p.returncode, p.stderr[-3000:])
+    check(os.path.isfile(marker) and U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6)],
+          "after it: file %s, checkpoints %s", os.path.isfile(marker), U.checkpoints(run_dir))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "auto after it")
+    check("resumed at step 6" in r.err and "going back to it again" in r.err,
+          "auto did not go back to step 6:\n%s", r.describe())
+    check(not os.path.exists(marker), "the file stayed")
+    out = h.path("got.st")
+    h.run(["export", U.ckpt(run_dir, LAST), out]).expect(0)
+    check(U.read_bytes(out) == U.read_bytes(want), "step 10 differs")
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"]).expect(0)
+    check("resumed at step %d" % LAST in r.err and "moved to" not in r.err,
+          "the next auto did not go on from step %d:\n%s" % (LAST, r.describe()))
 
 
 def test_resume_of_other_runs_step_killed_between_its_moves(h):
@@ -2278,6 +2328,12 @@ def test_failed_save_of_resumed_other_runs_step(h):
     shutil.copytree(U.ckpt(orig, 6), gone)
     other_ckpt = h.path("other-copy")
     shutil.copytree(U.ckpt(orig, 9), other_ckpt)
+    # a manifest far larger than any (sparse: 1 TiB read as zeros), which the
+    # refusal must not hash to the end first
+    huge = h.path("huge-manifest")
+    shutil.copytree(U.ckpt(orig, 6), huge)
+    with open(os.path.join(huge, "manifest"), "r+b") as f:
+        f.truncate(1 << 40)
     cases = [("empty", ""), ("relative", step_hex + "\nrelative/path\n"),
              ("two paths", step_hex + "\n/a\n/b\n"), ("too long", "x" * 5000),
              ("no digest", "6\n" + path + "\n"),
@@ -2288,7 +2344,8 @@ def test_failed_save_of_resumed_other_runs_step(h):
              ("moving first", "moving\n%s\n%s\n" % (step_hex, path)),
              ("moving unended", "%s\n%s\nmoving" % (step_hex, path)),
              ("moving gone", "%s\n%s\nmoving\n" % (step_hex, gone + "-removed")),
-             ("moving too long", "%s\n/%s\nmoving\n" % (step_hex, "x" * 4200))]
+             ("moving too long", "%s\n/%s\nmoving\n" % (step_hex, "x" * 4200)),
+             ("huge manifest", "%s\n%s\nmoving\n" % (step_hex, huge))]
     for name, content in cases:
         bad = h.path("bad-" + name.replace(" ", "-"))
         shutil.copytree(failed_state, bad, symlinks=True)
@@ -3410,6 +3467,7 @@ def tests():
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_go_back_killed_between_its_moves,
+        test_go_back_whose_resuming_file_stays,
         test_resume_of_other_runs_step_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
