@@ -211,11 +211,15 @@ int pt_rundir_resuming_clear(const char *run_dir, pt_err *err);
 /* Whether `named` (a path get returned) is a step directory of RUN_DIR's
  * own: a go-back, not another directory's checkpoint. */
 int pt_rundir_resuming_own(const char *run_dir, const char *named);
+/* Whether `from` is a step directory in RUN_DIR/abandoned/after-step_K.*
+ * (a history RUN_DIR left after its step K): 1 with K in *kept, or 0. */
+int pt_rundir_abandoned_branch(const char *run_dir, const char *from, int64_t *kept);
 /* Resuming checkpoint `from` of step `step` into RUN_DIR (on one rank):
  * *foreign tells whether it is another directory's. RUN_DIR's own
  * checkpoints after the history the run keeps move to abandoned/
  * (pt_rundir_abandon_after; for a foreign one, its own of that step too,
- * after RUN_DIR/resuming names `from`); a resume of RUN_DIR's own removes
+ * after RUN_DIR/resuming names `from`; for one of RUN_DIR's abandoned
+ * histories, its own after the step that history left); a resume of RUN_DIR's own removes
  * RUN_DIR/resuming. A failure leaves RUN_DIR/resuming as it was. */
 int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
                           char *moved_to, size_t n, int *count, pt_err *err);

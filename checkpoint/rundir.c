@@ -622,6 +622,36 @@ int pt_rundir_resuming_clear(const char *run_dir, pt_err *err)
     return 0;
 }
 
+int pt_rundir_abandoned_branch(const char *run_dir, const char *from, int64_t *kept)
+{
+    char base[PT_CKPT_PATH];
+    char *abs = realpath(from, NULL);
+    char *root = realpath(pt_path_join(base, run_dir, "abandoned"), NULL);
+    char *cut = abs ? strrchr(abs, '/') : NULL;
+    int found = 0;
+    if (cut && cut != abs && root) {
+        *cut = '\0'; /* the directory holding the step: after-step_K.XXXXXX */
+        char *name = strrchr(abs, '/');
+        char canonical[64];
+        int used = 0;
+        long long k = -1;
+        if (name && name != abs) {
+            *name++ = '\0';
+            /* (with the name it is made under: step_K's ten digits and more) */
+            found = strcmp(abs, root) == 0 &&
+                    sscanf(name, "after-step_%lld%n", &k, &used) == 1 && k >= 0 &&
+                    name[used] == '.' && snprintf(canonical, sizeof canonical,
+                                                  "after-step_%010lld", k) == used &&
+                    strncmp(canonical, name, (size_t)used) == 0;
+        }
+        if (found)
+            *kept = (int64_t)k;
+    }
+    free(abs);
+    free(root);
+    return found;
+}
+
 int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, int *foreign,
                           char *moved_to, size_t n, int *count, pt_err *err)
 {
@@ -643,9 +673,15 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
      * the history half moved) */
     const int named = *foreign || holds_step(run_dir, step + 1);
     int rc = named ? resuming_write(run_dir, from, step, 1, err) : 0;
-    /* another directory's checkpoint leaves run.dir's own of the same step too */
+    /* another directory's checkpoint leaves run.dir's own of the same step
+     * too; one of a history run.dir left after step K (in its abandoned/)
+     * leaves every own step after K: the history that replaced it, none of
+     * them its ancestors */
+    int64_t keep = *foreign ? step - 1 : step, branch;
+    if (*foreign && pt_rundir_abandoned_branch(run_dir, from, &branch) && branch < keep)
+        keep = branch;
     if (rc == 0)
-        rc = pt_rundir_abandon_after(run_dir, *foreign ? step - 1 : step, moved_to, n, count, err);
+        rc = pt_rundir_abandon_after(run_dir, keep, moved_to, n, count, err);
     if (rc == 0 && !*foreign) {
         /* run.dir's own history goes on; a file left saying `moving` would
          * take every later `auto` back to this step */

@@ -605,7 +605,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
             pt_rundir_resuming_keep(&resuming_was);
         if (rc == 0 && count)
             snprintf(s->abandoned_to, sizeof s->abandoned_to, "%s", moved);
-        if (rc == 0 && count)
+        int64_t branch;
+        if (rc == 0 && count && foreign &&
+            pt_rundir_abandoned_branch(cfg->run.dir, resume, &branch) && branch < s->run.step)
+            fprintf(stderr, "pipetrain: note: resuming step %lld of a history this run.dir left "
+                    "after its step %lld (in its abandoned/), where it holds %d checkpoint%s after "
+                    "step %lld (the history that replaced it, which this run leaves): moved to "
+                    "%s\n", (long long)s->run.step, (long long)branch, count,
+                    count == 1 ? "" : "s", (long long)branch, moved);
+        else if (rc == 0 && count)
             fprintf(stderr, "pipetrain: note: resuming step %lld %sof a run.dir that holds %d %s"
                     "checkpoint%s%s (a history this run leaves): moved to %s\n",
                     (long long)s->run.step, foreign ? "from another directory's checkpoint " : "",

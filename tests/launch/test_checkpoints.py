@@ -2060,6 +2060,46 @@ def test_resume_explicit_older_checkpoint(h):
           r.describe())
 
 
+def test_resume_of_abandoned_history_leaves_the_one_that_replaced_it(h):
+    """History A (steps 3 to 10), a go-back to its step 6 under another
+    learning rate (A's 9 and 10 move to abandoned/after-step_6.*; B saves
+    9' and 10'), then A's step 10 resumed from there: run.dir's own 9' and
+    10' are B's, neither an ancestor of A's 10, and both move to abandoned/.
+    Only 10' moved (the steps at or after the resumed one), so an explicit
+    go-back to checkpoints/step_9 later took B's 9' inside A's history. A
+    goes on to the bits of A never left; B's two steps are in abandoned/,
+    byte for byte."""
+    _, orig = trained(h)
+    want_cfg, want = copy_run(h, orig, "want", **{"train.epochs": "3"})
+    h.run(["train", want_cfg, "--set", "train.resume=auto"]).expect(0, "A going on")
+    cfg_b, run_dir = copy_run(h, orig, "lineage", **{"train.lr": "0.002"})
+    h.run(["train", cfg_b, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "B")
+    left_a = glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 6))
+    check(len(left_a) == 1 and U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
+          "after B: abandoned %s, checkpoints %s", left_a, U.checkpoints(run_dir))
+    b_steps = {k: U.snapshot(U.ckpt(run_dir, k)) for k in (9, LAST)}
+    cfg_a = U.write_config(h, "lineage-a.yaml", keys(h, run_dir, **{"train.epochs": "3"}))
+    a10 = os.path.join(left_a[0], "step_%010d" % LAST)
+    r = h.run(["train", cfg_a, "--set", "train.resume=" + a10]).expect(0, "A's 10 again")
+    check("a history this run.dir left after its step 6" in r.err and
+          "holds 2 checkpoints after step 6" in r.err, "no note of B's steps:\n%s", r.describe())
+    check(U.checkpoints(run_dir) == ["step_%010d" % k for k in (3, 6, LAST, 12, 15)],
+          "checkpoints after A resumed: %s", U.checkpoints(run_dir))
+    left_b = [d for d in glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 6))
+              if d != left_a[0]]
+    check(len(left_b) == 1 and sorted(os.listdir(left_b[0])) == ["step_%010d" % k for k in (9, LAST)],
+          "B's steps: %s", left_b)
+    for k in (9, LAST):
+        U.same_snapshot(b_steps[k], U.snapshot(os.path.join(left_b[0], "step_%010d" % k)),
+                        "B's step %d" % k)
+    outs = []
+    for ck in (U.ckpt(want, 15), U.ckpt(run_dir, 15)):
+        out = h.path("lineage-%d.st" % len(outs))
+        h.run(["export", ck, out]).expect(0)
+        outs.append(U.read_bytes(out))
+    check(outs[0] == outs[1], "A resumed from abandoned/ ended otherwise than A never left")
+
+
 def test_go_back_killed_between_its_moves(h):
     """A resume of step 6 of a run.dir holding steps 9 and 10 moves them
     one at a time; a start SIGKILLed at the move of either (strace injects
@@ -3467,6 +3507,7 @@ def tests():
         test_fresh_run_refused_where_checkpoints_exist,
         test_fresh_run_allowed_over_incomplete_checkpoint, test_resume_explicit_older_checkpoint,
         test_go_back_killed_between_its_moves,
+        test_resume_of_abandoned_history_leaves_the_one_that_replaced_it,
         test_go_back_whose_resuming_file_stays,
         test_resume_of_other_runs_step_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
