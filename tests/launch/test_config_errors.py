@@ -596,6 +596,11 @@ CASES = [
          line=line_with("\u00e9" * 1100), needles=["a key of 1100 characters", "at most 1024"]),
     Case("duplicate_key", raw=dup, line=line_with("lr: 0.005"),
          needles=["train.lr", "twice"]),
+    # the key again through an alias of it: libyaml keeps the anchor's line
+    # only, so the message says what the second one is
+    Case("duplicate_key_through_an_alias",
+         raw=lambda t: t.replace("  seed: 3\n", "  &k seed: 3\n  *k : 4\n", 1),
+         line=line_with("&k seed"), needles=["'run.seed' appears twice", "YAML alias (*name) of it"]),
     Case("list_for_scalar", {"train.lr": "[0.1, 0.2]"}, blame="train.lr",
          needles=["allowed: a number >= 1e-38 and <= 10"]),
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
