@@ -630,6 +630,10 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
             int at = find_name(names, NULL, classes, label);
             if (at >= 0)
                 id = at;
+            else if (classes == 1)
+                rc = pt_fail(err, PT_EINPUT,
+                             "%s:%" PRId64 ": label '%s' is not the training file's one label '%s'",
+                             r->path, r->lineno, label, names[0]);
             else
                 rc = pt_fail(err, PT_EINPUT,
                              "%s:%" PRId64 ": label '%s' is not among the %d labels of the "

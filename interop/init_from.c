@@ -46,10 +46,10 @@ static int check_init_labels(const char *config, const char *weights, const pt_d
         if (k >= n || k >= data->classes || strcmp(was, is) != 0)
             rc = pt_fail(err, PT_EINPUT,
                          "its classifier was trained with class %d = '%.200s' (id2label of %s, %d "
-                         "labels), but '%s' (data.train_file) makes class %d '%.200s': the "
+                         "label%s), but '%s' (data.train_file) makes class %d '%.200s': the "
                          "classifier's rows would stand for other labels; use the labels it was "
                          "trained with, or weights without head.fc.*", k, was, config, n,
-                         train_file, k, is);
+                         n == 1 ? "" : "s", train_file, k, is);
     }
     pt_hf_labels_free(names, n);
     return rc;

@@ -481,6 +481,15 @@ static int load_data(pt_session *r, pt_run_mode mode, pt_err *err)
             /* IDX files may hold any image size: the model follows the data */
             r->arch.height = th;
             r->arch.width = tw;
+            /* both splits named where both hold that size */
+            if ((th % r->arch.patch || tw % r->arch.patch) && mode != PT_RUN_EVAL && rh == th &&
+                rw == tw)
+                return pt_config_key_fail(c, err, "model.patch",
+                                          "%d does not divide the %dx%d images of '%s' "
+                                          "(data.train_images) and '%s' (data.test_images); "
+                                          "allowed: a divisor of both sides",
+                                          r->arch.patch, th, tw, c->data.train_images,
+                                          c->data.test_images);
             if (th % r->arch.patch || tw % r->arch.patch)
                 return pt_config_key_fail(c, err, "model.patch",
                                           "%d does not divide the %dx%d images of '%s' "

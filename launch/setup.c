@@ -790,9 +790,10 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
         describe_train(c, split, sizeof split);
         if (c->train.batch > s->train.count) {
             rc = pt_config_key_fail(c, err, "train.batch",
-                                    "%lld, but the training split has only %lld examples (%s); "
+                                    "%lld, but the training split has only %lld example%s (%s); "
                                     "allowed for this data: 1 to %lld",
-                                    c->train.batch, (long long)s->train.count, split,
+                                    c->train.batch, (long long)s->train.count,
+                                    s->train.count == 1 ? "" : "s", split,
                                     (long long)s->train.count);
             goto agree;
         }

@@ -444,6 +444,17 @@ void test_textcls_test_file(void)
     snprintf(want, sizeof want, "%s:3: label 'd' is not among the 3 labels", bad_path);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
     CU_ASSERT(is_zeroed(&test));
+    /* against a training file of one label: that label named */
+    pt_dataset one;
+    char one_path[512];
+    write_text(one_path, sizeof one_path, "one.tsv", "b\tgod\nb\tthe\n");
+    load_ok(&one, one_path, v, 4, NULL);
+    CU_ASSERT_EQUAL(pt_textcls_load(&test, bad_path, v, 4, &one, &err), PT_EINPUT);
+    printf("    against one label -> %s\n", err.msg);
+    snprintf(want, sizeof want, "%s:1: label 'a' is not the training file's one label 'b'", bad_path);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
+    CU_ASSERT(is_zeroed(&test));
+    pt_dataset_free(&one);
     /* labels only from a text-classification dataset */
     pt_dataset images;
     CU_ASSERT_EQUAL_FATAL(pt_synthetic_images(&images, 4, 1, 2, 2, 2, 1, &err), 0);

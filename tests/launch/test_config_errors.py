@@ -775,8 +775,10 @@ CASES = [
     Case("test_images_of_another_size", {**IDX, "data.test_images": "{vi12}"},
          blame="data.test_images", needles=["{vi12}", "12x12", "data.train_images '{ti}'", "8x8"],
          setup=idx_data),
+    # (both files named: both hold 8x8 images)
     Case("patch_does_not_divide_idx_images", {**IDX, "model.patch": "3"}, blame="model.patch",
-         needles=["8x8", "{vi}"], setup=idx_data),
+         needles=["8x8", "'{ti}' (data.train_images) and '{vi}' (data.test_images)"],
+         setup=idx_data),
     Case("patch_checked_before_the_pixels", {**IDX, "data.test_images": "{vi_huge}",
                                               "model.patch": "7"}, blame="model.patch",
          needles=["16384x16384", "{vi_huge}"], absent=["truncated"], setup=idx_data),
