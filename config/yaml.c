@@ -27,7 +27,6 @@ typedef struct {
 
 static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix);
 
-
 /* A plain scalar YAML reads as null: empty, ~, null, Null or NULL. */
 static int is_null_scalar(const char *text, size_t len)
 {
