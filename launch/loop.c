@@ -396,9 +396,15 @@ int pt_session_train(pt_session *s, pt_err *err)
                 return rc;
             saved_at = r->step;
             /* saved: auto needs no pointer to it any more (main.c) */
-            /* a file left saying `moving` (its rewrite failed) would take
-             * every later `auto` back to the checkpoint this save replaces */
+            /* a file left is stale now, passed over, unless it still says
+             * `moving` (its rewrite failed): that would take every later
+             * `auto` back to the checkpoint this save replaces */
             rc = pt_comm_rank(s->comm) == 0 ? pt_rundir_resuming_clear(s->cfg.run.dir, err) : 0;
+            char named[PT_CKPT_PATH];
+            pt_err quiet;
+            if (rc && pt_rundir_resuming_get(s->cfg.run.dir, named, sizeof named, &quiet) == 0 &&
+                !*named)
+                rc = 0;
             if ((rc = pt_run_agree(r, rc, err)))
                 return rc;
         }

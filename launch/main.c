@@ -520,6 +520,12 @@ static int cmd_train(pt_comm *comm, const cli *a)
     /* (the test hook: a test changes run.dir's checkpoints here) */
     if ((rc = pt_test_fault("settling", pt_comm_rank(comm), 0, &err)) == 0)
         rc = pt_session_cut_logs(s, &err); /* under the lock */
+    if (rc == 0 && pt_comm_rank(comm) == 0) {
+        /* a start killed while it wrote RUN_DIR/resuming left its temporary */
+        char marker[PT_PATH_MAX + 16];
+        snprintf(marker, sizeof marker, "%s/resuming", cfg->run.dir);
+        pt_output_sweep(marker);
+    }
     if (rc != 0 || pt_comm_rank(comm) != 0) {
         /* a failure is reported below, after the others learn of it; the
          * checkpoint to resume is rank 0's to find (a node whose view of

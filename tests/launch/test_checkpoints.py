@@ -2261,6 +2261,95 @@ def test_resume_of_other_runs_step_killed_between_its_moves(h):
                             "move %d: abandoned step %d" % (when, s))
 
 
+def test_resume_of_other_runs_step_whose_resuming_file_stays(h):
+    """Another run's step 6 resumed into a run.dir holding its own steps 3
+    to 10, with RUN_DIR/resuming's removal after the first save failing
+    (strace: EIO on its unlink). Once rewritten without `moving` the file is
+    stale and passed over: the run goes on (exit 0). When its rewrite after
+    the moves failed too (EIO on the second rename onto it), the file still
+    said `moving` and the run went on all the same: every later `auto`
+    went back to the other run's step 6, moving the new history aside. The
+    run now ends after that save, exit 1 naming the file; `auto` resumes
+    step 6 again and ends with the bits of the resume nothing failed in."""
+    _, orig = trained(h)
+    _, own = trained(h, "own", **{"train.lr": "0.002"})
+    ref_cfg, ref = copy_run(h, own, "ref", **{"train.lr": "0.002"})
+    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume nothing failed in")
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(ref, 8), want]).expect(0)
+    env = U.sanitizer_env()  # (LeakSanitizer cannot run under ptrace)
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    renames = "rename,renameat,renameat2"
+
+    def traced(name, *inject, trace="/dev/null"):
+        """The resume under strace: (run.dir, the file's path, the result)."""
+        cfg, run_dir = copy_run(h, own, name, **{"train.lr": "0.002"})
+        marker = os.path.join(os.path.abspath(run_dir), "resuming")
+        cmd = ["strace", "-f", "-o", trace, "-e", "trace=unlink,unlinkat," + renames]
+        for what in inject:
+            cmd += ["-e", "inject=" + what]
+        p = subprocess.run(cmd + [h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+                                  "--set", "train.max_steps=8"],
+                           cwd=h.dir, env=env, timeout=120, capture_output=True, text=True,
+                           errors="replace", stdin=subprocess.DEVNULL)
+        return cfg, run_dir, marker, p
+
+    # the calls to fail, by their syscall's own count (strace's `when`):
+    # the unlink of the file, and the rename that rewrites it without
+    # `moving`, the second onto it (strace -P would match a rename by its
+    # first path only, a temporary name here)
+    log = h.path("calls.txt")
+    _, _, marker, p = traced("count", trace=log)
+    seen, unlink, onto = {}, None, []
+    for line in open(log):
+        m = re.match(r"\d+ +(\w+)\((.*)", line)
+        if not m or "resumed>" in line or "unfinished" in line:
+            continue
+        call, args = m.group(1), m.group(2)
+        seen[call] = seen.get(call, 0) + 1
+        target = '"%s"' % marker
+        if call.startswith("unlink") and target in args and unlink is None:
+            unlink = (call, seen[call])
+        if call.startswith("rename") and target in args.split(",", 2)[-1]:
+            onto.append((call, seen[call]))
+    check(p.returncode == 0 and unlink and len(onto) == 2, "unlink %s, renames onto the file %s",
+          unlink, onto)
+    for rewrite_fails in (False, True):
+        name = "stays-%s" % ("moving" if rewrite_fails else "stale")
+        # (from it on: a failed rewrite first unlinks its temporary file)
+        inject = ["%s:error=EIO:when=%d+" % unlink]
+        if rewrite_fails:
+            inject.append("%s:error=EIO:when=%d" % onto[1])
+        cfg, run_dir, marker, p = traced(name, *inject)
+        if not rewrite_fails:
+            check(p.returncode == 0 and os.path.isfile(marker),
+                  "%s: status %s, file there: %s\n%s", name, p.returncode, os.path.isfile(marker),
+                  p.stderr[-3000:])
+            r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=9"]).expect(
+                0, name + ": auto")
+            check("resumed at step 8" in r.err and "resumed from" not in r.err,
+                  "%s: a stale file was followed:\n%s", name, r.describe())
+            continue
+        check(p.returncode == 1 and "could not remove '%s'" % marker in p.stderr and
+              "step 7/" not in p.stderr,
+              "%s: status %s\n%s", name, p.returncode, p.stderr[-3000:])
+        check(open(marker).read().endswith("\nmoving\n"), "%s: the file lost its 'moving'", name)
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
+            0, name + ": auto")
+        check("resumed at step 6" in r.err and "resumed from" in r.err and not os.path.exists(marker),
+              "%s: auto did not resume the other run's step 6 once:\n%s", name, r.describe())
+        check(not [f for f in os.listdir(run_dir) if f.startswith("resuming.")],
+              "%s: the failed rewrite's temporary file was left: %s", name, os.listdir(run_dir))
+        out = h.path("got.st")
+        h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
+        check(U.read_bytes(out) == U.read_bytes(want), "%s: step 8 differs", name)
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=9"]).expect(
+            0, name + ": auto again")
+        check("resumed at step 8" in r.err and "resumed from" not in r.err,
+              "%s: the next auto went back:\n%s", name, r.describe())
+
+
 def holds_resumed_step_6(h, orig, other):
     """run.dir `other` holds its own step 3 and, as step 6, orig's step 6."""
     check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
@@ -3512,6 +3601,7 @@ def tests():
         test_go_back_killed_between_its_moves,
         test_resume_of_abandoned_history_leaves_the_one_that_replaced_it,
         test_go_back_whose_resuming_file_stays,
+        test_resume_of_other_runs_step_whose_resuming_file_stays,
         test_resume_of_other_runs_step_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
