@@ -327,6 +327,12 @@ int pt_manifest_config_if_read(const manifest *m, pt_config *cfg, pt_arch *arch,
 {
     pt_err why;
     *read = config_record(m, cfg, &why) == 0;
+    /* let be only for a key or word of a newer pipetrain: YAML that does
+     * not read, or a key twice, no pipetrain writes */
+    if (!*read && !cfg->unknown_names) {
+        *err = why;
+        return why.code;
+    }
     return *read ? arch_record(m, cfg, arch, err) : read_arch(m, arch, err);
 }
 

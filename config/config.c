@@ -341,8 +341,10 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
         return 0;
     case PT_K_ENUM: {
         int idx = word_index(k->words, text);
-        if (idx < 0)
+        if (idx < 0) {
+            c->unknown_names = 1;
             return pt_config_bad_value(err, where, k, text, "unknown value");
+        }
         *(int *)field = idx;
         return 0;
     }

@@ -30,6 +30,10 @@ typedef struct pt_config {
     /* nonzero when that file held no settings: empty, only comments, or a
      * pipe read before its writer came (pt_config_has_settings) */
     int empty_source;
+    /* nonzero when loading it failed on a key, or a value of a key's list
+     * of words, that this pipetrain does not know (a newer one's), not on
+     * YAML it could not read */
+    int unknown_names;
 
     struct {
         char dir[PT_PATH_MAX];

@@ -66,6 +66,7 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
         vn->data.mapping.pairs.start == vn->data.mapping.pairs.top) {
         char hint[160];
         pt_config_suggest_section(key, hint, sizeof hint);
+        w->c->unknown_names = 1;
         return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s' (an empty section)%s", w->path,
                        line, key, hint);
     }
@@ -91,6 +92,7 @@ static int walk_pair(walk_ctx *w, yaml_node_pair_t *pair, const char *prefix)
     if (ki < 0) {
         char hint[160];
         pt_config_suggest(key, hint, sizeof hint);
+        w->c->unknown_names = 1;
         return pt_fail(w->err, PT_EINPUT, "%s:%d: unknown key '%s'%s", w->path, line, key, hint);
     }
     if (w->c->line[ki] > 0)

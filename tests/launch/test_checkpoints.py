@@ -980,6 +980,26 @@ def test_tokenizer_recorded(h):
     r.one_error(unknown_ck, "frobnicate", "is not known: set those keys")
     h.run(["eval", cfg, "--checkpoint", unknown_ck, "--set", "data.lowercase=false", "--set",
            "data.strip_accents=false", "--set", "data.split_cjk=true"]).expect(0, "keys set")
+    # ... and a value of a newer pipetrain's (a word a key's list lacks)
+    rewrite_manifest(unknown_ck, lambda m: m.update(config=m["config"].replace(
+        "  frobnicate: 3\n", "").replace("  schedule: cosine", "  schedule: wsd")))
+    check("schedule: wsd" in read_manifest(unknown_ck)["config"], "no schedule forged")
+    h.run(["eval", cfg, "--checkpoint", unknown_ck, "--set", "data.lowercase=false", "--set",
+           "data.strip_accents=false", "--set", "data.split_cjk=true"]).expect(0, "a newer word")
+    # but a config record no pipetrain writes (YAML that does not read, a
+    # key twice) is damage: refused by eval as by inspect, export and train
+    for name, edit in (("syntax", lambda c: "run: [\n"),
+                       ("twice", lambda c: c.replace("  lowercase: false", "  lowercase: false\n"
+                                                     "  lowercase: true", 1))):
+        bad = h.path("cased-" + name)
+        shutil.copytree(run_dir, bad)
+        bad_ck = U.ckpt(bad, LAST)
+        rewrite_manifest(bad_ck, lambda m: m.update(config=edit(m["config"])))
+        for cmd in (["eval", cfg, "--checkpoint", bad_ck, "--set", "data.lowercase=false", "--set",
+                     "data.strip_accents=false", "--set", "data.split_cjk=true"],
+                    ["inspect", bad_ck]):
+            r = h.run(cmd).expect(2, "%s: %s" % (name, cmd[0]))
+            r.one_error(bad_ck, "config record")
     # an export whose data.vocab is gone leaves a vocab.txt where it writes alone
     os.rename(vocab, vocab + ".away")
     out = h.path("export-over-vocab")
