@@ -383,8 +383,10 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
     free(steps);
 }
 
-int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
-                            int *count, pt_err *err)
+/* The complete checkpoints of RUN_DIR/checkpoints after `step` (all of
+ * them for -1) move into a new RUN_DIR/abandoned/<name>.XXXXXX. */
+static int abandon(const char *run_dir, int64_t step, const char *name, char *moved_to, size_t n,
+                   int *count, pt_err *err)
 {
     char root[PT_CKPT_PATH], path[PT_CKPT_PATH], dest[PT_CKPT_PATH + 64];
     *count = 0;
@@ -410,7 +412,7 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
             char base[PT_CKPT_PATH];
             if ((rc = abandoned_dir(run_dir, base, sizeof base, err)))
                 break;
-            snprintf(dest, sizeof dest, "%s/after-step_%010" PRId64 ".XXXXXX", base, step);
+            snprintf(dest, sizeof dest, "%s/%s.XXXXXX", base, name);
             if (!mkdtemp(dest)) {
                 rc = pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
                 break;
@@ -451,6 +453,14 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
         pt_fsync_dir(root, NULL);
     }
     return rc;
+}
+
+int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, size_t n,
+                            int *count, pt_err *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, "after-step_%010" PRId64, step);
+    return abandon(run_dir, step, name, moved_to, n, count, err);
 }
 
 /* The manifest's SHA-256 in hex: which checkpoint a path holds. */
@@ -673,15 +683,22 @@ int pt_rundir_resume_from(const char *run_dir, const char *from, int64_t step, i
      * the history half moved) */
     const int named = *foreign || holds_step(run_dir, step + 1);
     int rc = named ? resuming_write(run_dir, from, step, 1, err) : 0;
-    /* another directory's checkpoint leaves run.dir's own of the same step
-     * too; one of a history run.dir left after step K (in its abandoned/)
-     * leaves every own step after K: the history that replaced it, none of
-     * them its ancestors */
-    int64_t keep = *foreign ? step - 1 : step, branch;
-    if (*foreign && pt_rundir_abandoned_branch(run_dir, from, &branch) && branch < keep)
-        keep = branch;
-    if (rc == 0)
-        rc = pt_rundir_abandon_after(run_dir, keep, moved_to, n, count, err);
+    /* one of a history run.dir left after step K (in its abandoned/) leaves
+     * every own step after K: the history that replaced it, none of them
+     * its ancestors; another directory's checkpoint leaves all of them (its
+     * history is not run.dir's: kept beside it, its older steps would be
+     * the first that pruning removes, and a go-back to one would mix the
+     * two) */
+    int64_t branch;
+    char name[64];
+    if (rc == 0 && *foreign && pt_rundir_abandoned_branch(run_dir, from, &branch) && branch < step)
+        rc = pt_rundir_abandon_after(run_dir, branch, moved_to, n, count, err);
+    else if (rc == 0 && *foreign)
+        rc = abandon(run_dir, -1,
+                     (snprintf(name, sizeof name, "replaced-by-step_%010" PRId64, step), name),
+                     moved_to, n, count, err);
+    else if (rc == 0)
+        rc = pt_rundir_abandon_after(run_dir, step, moved_to, n, count, err);
     if (rc == 0 && !*foreign) {
         /* run.dir's own history goes on; a file left saying `moving` would
          * take every later `auto` back to this step */

@@ -41,6 +41,13 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
             fprintf(stderr, "pipetrain: note: %s\n", said);
         return 0;
     }
+    pt_err none;
+    if (pt_rundir_resuming_get(path, out, n, &none) == 0 && *out) {
+        fprintf(stderr, "pipetrain: note: %s holds no checkpoint of its own yet; %s/resuming "
+                "names %s, which a start resumed and did not save there (train.resume=auto "
+                "resumes it): %s is used\n", path, path, out, out);
+        return 0;
+    }
     return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a complete "
                    "checkpoint in its checkpoints/", path);
 }

@@ -619,12 +619,15 @@ static int cmd_train(pt_comm *comm, const cli *a)
                     "step %lld (the history that replaced it, which this run leaves): moved to "
                     "%s\n", (long long)s->run.step, (long long)branch, count,
                     count == 1 ? "" : "s", (long long)branch, moved);
+        else if (rc == 0 && count && foreign)
+            fprintf(stderr, "pipetrain: note: resuming step %lld from another directory's "
+                    "checkpoint in a run.dir that holds %d checkpoint%s of its own (a history "
+                    "this run leaves, not the one it resumes): moved to %s\n",
+                    (long long)s->run.step, count, count == 1 ? "" : "s", moved);
         else if (rc == 0 && count)
-            fprintf(stderr, "pipetrain: note: resuming step %lld %sof a run.dir that holds %d %s"
-                    "checkpoint%s%s (a history this run leaves): moved to %s\n",
-                    (long long)s->run.step, foreign ? "from another directory's checkpoint " : "",
-                    count, foreign ? "" : "later ", count == 1 ? "" : "s",
-                    foreign ? " at or after that step" : "", moved);
+            fprintf(stderr, "pipetrain: note: resuming step %lld of a run.dir that holds %d later "
+                    "checkpoint%s (a history this run leaves): moved to %s\n",
+                    (long long)s->run.step, count, count == 1 ? "" : "s", moved);
     } else if (rc == 0 && pt_comm_rank(comm) == 0) {
         pt_rundir_resuming_clear(cfg->run.dir, &quiet); /* a fresh start's history is its own */
     }
@@ -717,9 +720,21 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                     break;
                 nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
             }
+            pt_err none;
             if (rc == 0) {
                 passed_over(cfg->run.dir, latest);
                 note_resuming(cfg->run.dir, latest);
+            } else if (rc == PT_EINPUT &&
+                       pt_rundir_resuming_get(cfg->run.dir, latest, sizeof latest, &none) == 0 &&
+                       *latest) {
+                /* none of its own (they moved to abandoned/), and the
+                 * checkpoint a start resumed not saved yet: as auto takes it */
+                rc = 0;
+                fprintf(stderr, "pipetrain: note: %s holds no checkpoint of its own yet; "
+                        "%s/resuming names %s, which a start resumed and did not save there "
+                        "(train.resume=auto resumes it): %s is used\n", cfg->run.dir,
+                        cfg->run.dir, latest, latest);
+                pt_checkpoint_hold(&hold, latest);
             } else if (rc == PT_EINPUT) /* where eval looked: the config's run.dir */
                 pt_config_key_prefix(cfg, &err, "run.dir");
         }

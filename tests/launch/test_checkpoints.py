@@ -2229,11 +2229,11 @@ def test_go_back_whose_resuming_file_stays(h):
 
 def test_resume_of_other_runs_step_killed_between_its_moves(h):
     """Another run's step 6 resumed into a run.dir holding its own steps 3
-    to 10: its own 6, 9 and 10 move to abandoned/ one at a time after
-    RUN_DIR/resuming names the resumed step. A SIGKILL at the second or
-    third move (strace) left own steps of 6 or later in checkpoints/, so the
-    file counted as stale ("run.dir holds that step or later") and `auto`
-    resumed run.dir's own step 9 or 10, of the history the start left. The
+    to 10: all four move to abandoned/ one at a time after RUN_DIR/resuming
+    names the resumed step. A SIGKILL at a move after the first (strace)
+    left own steps of 6 or later in checkpoints/, so the file counted as
+    stale ("run.dir holds that step or later") and `auto` resumed
+    run.dir's own step 9 or 10, of the history the start left. The
     file now says the moves are under way until they are done: `auto`
     resumes the other run's step 6 again, moves the rest, and ends with the
     bits of the resume that was not killed; nothing of run.dir's own is
@@ -2246,12 +2246,13 @@ def test_resume_of_other_runs_step_killed_between_its_moves(h):
     want = h.path("want.st")
     h.run(["export", U.ckpt(ref, 8), want]).expect(0)
     named = os.path.realpath(U.ckpt(orig, 6))
-    left_history = {s: U.snapshot(U.ckpt(own, s)) for s in (6, 9, LAST)}
-    for when in (2, 3):
+    own_steps = (3, 6, 9, LAST)
+    left_history = {s: U.snapshot(U.ckpt(own, s)) for s in own_steps}
+    for when in (2, 3, 4):
         cfg, run_dir = copy_run(h, own, "killed-%d" % when, **{"train.lr": "0.002"})
         cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
                "-e", "inject=rename,renameat,renameat2:signal=KILL:when=%d" % when]
-        for s in (6, 9, LAST):
+        for s in own_steps:
             cmd += ["-P", os.path.abspath(U.ckpt(run_dir, s))]
         p = subprocess.run(cmd + [h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
                                   "--set", "train.max_steps=8"],
@@ -2259,8 +2260,8 @@ def test_resume_of_other_runs_step_killed_between_its_moves(h):
                            text=True, errors="replace", stdin=subprocess.DEVNULL)
         check(p.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL),
               "move %d: not killed (%s):\n%s", when, p.returncode, p.stderr[-2000:])
-        stayed = [s for s in (6, 9, LAST) if os.path.isdir(U.ckpt(run_dir, s))]
-        check(len(stayed) == 4 - when, "move %d: %s stayed in checkpoints/", when, stayed)
+        stayed = [s for s in own_steps if os.path.isdir(U.ckpt(run_dir, s))]
+        check(len(stayed) == 5 - when, "move %d: %s stayed in checkpoints/", when, stayed)
         r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
             0, "auto after the kill")
         check("resumed at step 6" in r.err and "resumed from %s" % named in r.err,
@@ -2271,12 +2272,12 @@ def test_resume_of_other_runs_step_killed_between_its_moves(h):
         h.run(["export", U.ckpt(run_dir, 8), out]).expect(0)
         check(U.read_bytes(out) == U.read_bytes(want), "move %d: step 8 differs", when)
         moved = {}
-        for d in glob.glob(os.path.join(run_dir, "abandoned", "after-step_%010d.*" % 5)):
+        for d in glob.glob(os.path.join(run_dir, "abandoned", "replaced-by-step_%010d.*" % 6)):
             for name in os.listdir(d):
                 moved[name] = U.snapshot(os.path.join(d, name))
-        check(sorted(moved) == ["step_%010d" % s for s in (6, 9, LAST)],
+        check(sorted(moved) == ["step_%010d" % s for s in own_steps],
               "move %d: abandoned holds %s", when, sorted(moved))
-        for s in (6, 9, LAST):
+        for s in own_steps:
             U.same_snapshot(left_history[s], moved["step_%010d" % s],
                             "move %d: abandoned step %d" % (when, s))
 
@@ -2371,9 +2372,8 @@ def test_resume_of_other_runs_step_whose_resuming_file_stays(h):
 
 
 def holds_resumed_step_6(h, orig, other):
-    """run.dir `other` holds its own step 3 and, as step 6, orig's step 6."""
-    check(U.checkpoints(other) == ["step_%010d" % k for k in (3, 6)], "checkpoints: %s",
-          U.checkpoints(other))
+    """run.dir `other` holds, as step 6, orig's step 6, and none of its own."""
+    check(U.checkpoints(other) == ["step_%010d" % 6], "checkpoints: %s", U.checkpoints(other))
     exports = []
     for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
         out = h.path("export-%d.st" % len(exports))
@@ -2384,23 +2384,24 @@ def holds_resumed_step_6(h, orig, other):
 
 def test_resume_other_runs_step_into_run_holding_that_step(h):
     """Another run's checkpoint of step 6 resumed into a run.dir that holds
-    its own step 6 (and later ones): run.dir's step 6 is another history's
-    too, and moves with 9 and 10 into RUN_DIR/abandoned/after-step_5.*; the
-    run then saves the step it resumed there. It kept run.dir's own step 6
-    under that name (taken for the checkpoint it resumed, so nothing was
-    saved), and a later `auto` resume or `eval` went on from the other
-    history."""
+    its own steps 3 to 10: they are another history, and all move into
+    RUN_DIR/abandoned/replaced-by-step_6.*; the run then saves the step it
+    resumed there. It kept run.dir's own step 6 under that name (taken for
+    the checkpoint it resumed, so nothing was saved), and a later `auto`
+    resume or `eval` went on from the other history; then it kept its own
+    steps before 6 beside the resumed history, where pruning removed them
+    first and a go-back to one mixed the two."""
     _, orig = trained(h)
     cfg, other = trained(h, "other", **{"train.lr": "0.002"})
     before = U.snapshot(os.path.join(other, "checkpoints"))
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
                "--set", "train.max_steps=6"]).expect(0)
-    check("from another directory's checkpoint of a run.dir that holds 3 checkpoints at or "
-          "after that step" in r.err, "no note of the checkpoints left\n%s", r.describe())
-    left = glob.glob(os.path.join(other, "abandoned", "after-step_%010d.*" % 5))
-    check(len(left) == 1 and sorted(os.listdir(left[0])) == ["step_%010d" % k for k in (6, 9, LAST)],
+    check("from another directory's checkpoint in a run.dir that holds 4 checkpoints of its own"
+          in r.err, "no note of the checkpoints left\n%s", r.describe())
+    left = glob.glob(os.path.join(other, "abandoned", "replaced-by-step_%010d.*" % 6))
+    check(len(left) == 1 and sorted(os.listdir(left[0])) == ["step_%010d" % k for k in (3, 6, 9, LAST)],
           "abandoned: %s", left)
-    for step in (6, 9, LAST):
+    for step in (3, 6, 9, LAST):
         name = "step_%010d/" % step
         U.same_snapshot({k[len(name):]: v for k, v in before.items() if k.startswith(name)},
                         U.snapshot(os.path.join(left[0], name)), "abandoned step %d" % step)
@@ -2428,11 +2429,11 @@ def test_failed_save_of_resumed_other_runs_step(h):
     while writing its files): run.dir's own 6 to 10 are already in
     abandoned/, so its newest was its own step 3, of the history the resume
     left, and `auto` went back there and trained steps 4 to 10 again
-    without a word. run.dir/resuming now names the checkpoint being saved
+    without a word (its step 3 moves to abandoned/ too now). run.dir/resuming now names the checkpoint being saved
     (its step, its manifest's SHA-256, its path) until the save is done, and
     `auto` resumes it again, with a note: the run ends with the bits of the
     one whose save never failed (`eval` and `inspect` of run.dir meanwhile
-    take its step 3 with a note naming it). The file is stale, and passed
+    take the named checkpoint, with a note: run.dir holds none of its own). The file is stale, and passed
     over, once run.dir holds a checkpoint of that step or later. A file
     there that names no checkpoint (empty, relative, two paths, too long, a
     FIFO, its `moving` line alone, twice, first or without its newline), or
@@ -2452,10 +2453,12 @@ def test_failed_save_of_resumed_other_runs_step(h):
     named = os.path.realpath(U.ckpt(orig, 6))
     failed_state = h.path("failed-state")
     shutil.copytree(other, failed_state, symlinks=True)
-    r = h.run(["eval", cfg]).expect(0, "eval after the failed save")  # run.dir's own step 3, said so
-    check("%s names %s" % (marker, named) in r.err, "eval gave no note:\n%s", r.describe())
+    r = h.run(["eval", cfg]).expect(0, "eval after the failed save")  # the named one, said so
+    check("%s names %s" % (marker, named) in r.err and "holds no checkpoint of its own" in r.err
+          and r.out.startswith("checkpoint %s\n" % named), "eval gave no note:\n%s", r.describe())
     r = h.run(["inspect", other]).expect(0, "inspect after the failed save")
-    check("%s names %s" % (marker, named) in r.err, "inspect gave no note:\n%s", r.describe())
+    check("%s names %s" % (marker, named) in r.err and json.loads(r.out)["checkpoint"] == named,
+          "inspect gave no note:\n%s", r.describe())
     r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=8"]).expect(
         0, "auto after the failed save")
     check("resumed at step 6" in r.err and "resumed from %s" % named in r.err,
