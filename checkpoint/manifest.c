@@ -261,6 +261,10 @@ static int config_record(const manifest *m, pt_config *cfg, pt_err *err)
     /* a text classification run records how it tokenized; one from before
      * data.lowercase and its siblings were keys records none (auto), and it
      * was uncased, the one tokenizer pipetrain had */
+    /* a version that read a freeze cap above the model's blocks as "all"
+     * saved it so; now refused, it reads as the same cap */
+    if (rc == 0 && cfg->freeze.max_depth > cfg->model.layers)
+        cfg->freeze.max_depth = cfg->model.layers;
     if (rc == 0 && cfg->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
         int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents,
                               &cfg->data.split_cjk};

@@ -755,8 +755,9 @@ void pt_rundir_resuming_undo(const char *run_dir, pt_rundir_resuming_was *was)
         if (pt_write_file_atomic(pt_path_join(marker, run_dir, "resuming"), was->text, was->len,
                                  &quiet) == 0)
             pt_fsync_dir(run_dir, NULL);
-    } else if (was->set) {
-        pt_rundir_resuming_clear(run_dir, &quiet);
+    } else if (was->set && pt_rundir_resuming_clear(run_dir, &quiet) != 0) {
+        fprintf(stderr, "pipetrain: note: %s (it names the checkpoint this start was to resume: "
+                "remove it, or train.resume=auto resumes that checkpoint)\n", quiet.msg);
     }
     pt_rundir_resuming_keep(was);
 }

@@ -85,10 +85,6 @@ int pt_inspect(const char *path, int config, pt_err *err)
          * checkpoint that run resumed (a run of this config starts fresh,
          * or resumes with train.resume set anew) */
         cfg->train.resume[0] = '\0';
-        /* a version that read a cap above the model's blocks as "all" saved
-         * it so; now refused, it is written as the same cap */
-        if (cfg->freeze.max_depth > cfg->model.layers)
-            cfg->freeze.max_depth = cfg->model.layers;
         pt_config_write_yaml_read(cfg, stdout);
     } else if (rc == 0) {
         char *text = json_dumps(o, JSON_INDENT(2));

@@ -629,7 +629,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
                     "checkpoint%s (a history this run leaves): moved to %s\n",
                     (long long)s->run.step, count, count == 1 ? "" : "s", moved);
     } else if (rc == 0 && pt_comm_rank(comm) == 0) {
-        pt_rundir_resuming_clear(cfg->run.dir, &quiet); /* a fresh start's history is its own */
+        /* a fresh start's history is its own: a file left would take a
+         * later `auto` to the checkpoint it names */
+        rc = pt_rundir_resuming_clear(cfg->run.dir, &err);
     }
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;

@@ -2227,6 +2227,41 @@ def test_go_back_whose_resuming_file_stays(h):
           "the next auto did not go on from step %d:\n%s" % (LAST, r.describe()))
 
 
+def test_fresh_start_whose_resuming_file_stays(h):
+    """A resume of another run's step 6 into a new run.dir killed while it
+    loads leaves RUN_DIR/resuming naming that step; a fresh start there
+    then removes it (its history is its own). When the removal failed
+    (strace: EIO) the fresh start trained on, and a later `auto` resumed
+    the other run's step 6 beside the fresh history's steps. It now ends
+    before any step, exit 1 naming the file; once the file can go, the fresh
+    start trains, and `auto` goes on from its own newest."""
+    _, orig = trained(h)
+    run_dir = h.path("fresh-stays")
+    cfg = U.write_config(h, "fresh-stays.yaml", keys(h, run_dir))
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:crash:loading")
+    p = subprocess.run([h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6)],
+                       cwd=h.dir, env=env, timeout=120, capture_output=True, text=True,
+                       errors="replace", stdin=subprocess.DEVNULL)
+    marker = os.path.join(os.path.abspath(run_dir), "resuming")
+    check(p.returncode == -signal.SIGKILL and os.path.isfile(marker),
+          "not killed while loading with the file written (%s):\n%s", p.returncode, p.stderr[-2000:])
+    env = U.sanitizer_env()  # (LeakSanitizer cannot run under ptrace)
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    p = subprocess.run(["strace", "-f", "-o", "/dev/null", "-e", "trace=unlink,unlinkat",
+                        "-e", "inject=unlink,unlinkat:error=EIO", "-P", marker, h.binary, "train",
+                        cfg, "--set", "train.max_steps=3"], cwd=h.dir, env=env, timeout=120,
+                       capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    check(p.returncode == 1 and "could not remove '%s'" % marker in p.stderr and
+          "step 1/" not in p.stderr and not U.checkpoints(run_dir),
+          "a fresh start that could not remove the file: status %s, checkpoints %s\n%s",
+          p.returncode, U.checkpoints(run_dir), p.stderr[-3000:])
+    h.run(["train", cfg, "--set", "train.max_steps=3"]).expect(0, "the fresh start")
+    check(not os.path.exists(marker), "the file stayed")
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=4"]).expect(0)
+    check("resumed at step 3" in r.err and "resumed from" not in r.err,
+          "auto after the fresh start:\n%s", r.describe())
+
+
 def test_resume_of_other_runs_step_killed_between_its_moves(h):
     """Another run's step 6 resumed into a run.dir holding its own steps 3
     to 10: all four move to abandoned/ one at a time after RUN_DIR/resuming
@@ -3462,7 +3497,8 @@ def test_inspect(h):
     cfg = U.write(h.path("old-depth.yaml"), text)
     r = h.run(["train", cfg, "--set", "run.dir=" + old, "--set", "train.resume=" +
                U.ckpt(old, 9)]).expect(0, "resuming an old checkpoint with its saved config")
-    check("resumed at step 9" in r.err, "%s", r.describe())
+    check("resumed at step 9" in r.err and "settings than it was saved with" not in r.err,
+          "%s", r.describe())
     U.same_snapshot(before, U.snapshot(orig), "the inspected run")
     # bert: labels and data; a run without freezing, trained again from its
     # saved config, gets no note either (no key only a resume reads)
@@ -3625,6 +3661,7 @@ def tests():
         test_resume_of_abandoned_history_leaves_the_one_that_replaced_it,
         test_go_back_whose_resuming_file_stays,
         test_resume_of_other_runs_step_whose_resuming_file_stays,
+        test_fresh_start_whose_resuming_file_stays,
         test_resume_of_other_runs_step_killed_between_its_moves,
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
