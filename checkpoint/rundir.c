@@ -14,6 +14,7 @@
 
 #include "formats/formats.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -470,10 +471,11 @@ static int manifest_hex(const char *dir, char hex[65], pt_err *err)
     unsigned char digest[32];
     uint64_t size;
     struct stat st;
-    /* larger than any manifest (a forged file naming a sparse one would be
-     * hashed for as long as its size takes) */
+    /* larger than any manifest, whose record is at most
+     * PT_MANIFEST_MAX_BYTES and its header a few bytes (a forged file naming
+     * a sparse one would be hashed for as long as its size takes) */
     if (stat(pt_path_join(path, dir, "manifest"), &st) == 0 && S_ISREG(st.st_mode) &&
-        st.st_size > PT_MANIFEST_MAX_BYTES)
+        st.st_size > 2 * (off_t)PT_MANIFEST_MAX_BYTES)
         return pt_fail(err, PT_EINPUT, "'%s': %lld bytes, more than a manifest holds", path,
                        (long long)st.st_size);
     int rc = pt_sha256_file(path, digest, &size, err);
@@ -509,8 +511,16 @@ static int resuming_write(const char *run_dir, const char *from, int64_t step, i
         free(abs);
         return err->code;
     }
-    int len = snprintf(text, sizeof text, "%" PRId64 " %s\n%s\n%s", step, hex, abs,
+    /* one under run.dir by its path there: every node names it so, where
+     * another's mount would not hold the absolute path */
+    char *root = realpath(run_dir, NULL);
+    const size_t rn = root ? strlen(root) : 0;
+    const char *named = root && strncmp(abs, root, rn) == 0 && abs[rn] == '/' && rn > 1
+                            ? abs + rn + 1
+                            : abs;
+    int len = snprintf(text, sizeof text, "%" PRId64 " %s\n%s\n%s", step, hex, named,
                        moving ? MOVING : "");
+    free(root);
     free(abs);
     if (len < 0 || (size_t)len >= sizeof text)
         return pt_fail(err, PT_EINPUT, "'%s': its absolute path is too long", from);
@@ -586,12 +596,21 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
         strlen(hex) == 64 && text[used] == '\n') {
         named = text + used + 1;
         text[len - 1] = '\0';
-        if (named[0] != '/' || strchr(named, '\n') || strlen(named) >= n)
+        if (!*named || strchr(named, '\n') || strlen(named) >= n)
             named = NULL;
+    }
+    /* a relative path is under run.dir (resuming_write) */
+    char joined[PT_CKPT_PATH];
+    if (named && named[0] != '/') {
+        if (snprintf(joined, sizeof joined, "%s/%s", run_dir, named) >= (int)sizeof joined ||
+            strlen(joined) >= n)
+            named = NULL;
+        else
+            named = joined;
     }
     if (!named)
         return pt_fail(err, PT_EINPUT, "'%s' does not hold a step, a manifest's SHA-256 and one "
-                       "absolute checkpoint path (%s)", path, RESUMING_HINT);
+                       "checkpoint path (%s)", path, RESUMING_HINT);
     /* stale once run.dir holds a complete checkpoint of that step or later:
      * the resume's save was made, and what followed is the new history; for
      * a step of run.dir's own gone back to, once none after it is left.
@@ -600,12 +619,12 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
                                                          : holds_step(run_dir, step)))
         return 0;
     char now[65];
-    pt_err why;
+    pt_err why = {0};
     if (manifest_hex(named, now, &why) != 0 || strcmp(now, hex) != 0)
-        return pt_fail(err, PT_EINPUT, "'%s' names %s (step %" PRId64 "), which %s (%s)", path,
+        return pt_fail(err, PT_EINPUT, "'%s' names %s (step %" PRId64 "), which %s%s%s (%s)", path,
                        named, step,
                        why.code ? "is no longer a checkpoint there" : "holds another checkpoint now",
-                       RESUMING_HINT);
+                       why.code ? ": " : "", why.code ? why.msg : "", RESUMING_HINT);
     /* run.dir's own step as every rank sees run.dir, not as rank 0's
      * absolute path (a node may mount it elsewhere) */
     if (own_checkpoint(run_dir, named, step))
@@ -643,16 +662,20 @@ int pt_rundir_abandoned_branch(const char *run_dir, const char *from, int64_t *k
         *cut = '\0'; /* the directory holding the step: after-step_K.XXXXXX */
         char *name = strrchr(abs, '/');
         char canonical[64];
-        int used = 0;
         long long k = -1;
         if (name && name != abs) {
             *name++ = '\0';
             /* (with the name it is made under: step_K's ten digits and more) */
-            found = strcmp(abs, root) == 0 &&
-                    sscanf(name, "after-step_%lld%n", &k, &used) == 1 && k >= 0 &&
-                    name[used] == '.' && snprintf(canonical, sizeof canonical,
-                                                  "after-step_%010lld", k) == used &&
-                    strncmp(canonical, name, (size_t)used) == 0;
+            static const char prefix[] = "after-step_";
+            char *end = NULL;
+            errno = 0;
+            if (strncmp(name, prefix, sizeof prefix - 1) == 0 &&
+                isdigit((unsigned char)name[sizeof prefix - 1]))
+                k = strtoll(name + sizeof prefix - 1, &end, 10);
+            found = strcmp(abs, root) == 0 && end && errno == 0 && k >= 0 && *end == '.' &&
+                    snprintf(canonical, sizeof canonical, "after-step_%010lld", k) ==
+                        (int)(end - name) &&
+                    strncmp(canonical, name, (size_t)(end - name)) == 0;
         }
         if (found)
             *kept = (int64_t)k;

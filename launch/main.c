@@ -616,8 +616,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
             pt_rundir_abandoned_branch(cfg->run.dir, resume, &branch) && branch < s->run.step)
             fprintf(stderr, "pipetrain: note: resuming step %lld of a history this run.dir left "
                     "after its step %lld (in its abandoned/), where it holds %d checkpoint%s after "
-                    "step %lld (the history that replaced it, which this run leaves): moved to "
-                    "%s\n", (long long)s->run.step, (long long)branch, count,
+                    "step %lld (the history that replaced it, or copies of that history's own "
+                    "steps from an earlier resume of it: this run leaves them): moved to %s\n", (long long)s->run.step, (long long)branch, count,
                     count == 1 ? "" : "s", (long long)branch, moved);
         else if (rc == 0 && count && foreign)
             fprintf(stderr, "pipetrain: note: resuming step %lld from another directory's "

@@ -2188,6 +2188,41 @@ def test_go_back_killed_between_its_moves(h):
                             "move %d: abandoned step %d" % (when, s))
 
 
+def test_go_back_killed_then_run_dir_moved(h):
+    """A go-back to step 6 killed at its first move, then run.dir moved
+    elsewhere (or seen by the next job's first rank at another mount):
+    RUN_DIR/resuming named step 6 by its absolute path, which is gone, and
+    `auto` was refused. It names run.dir's own checkpoints by their path
+    under run.dir: `auto` in the moved directory goes back to step 6 and
+    ends with step 10's bits."""
+    _, orig = trained(h)
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(orig, LAST), want]).expect(0)
+    _, run_dir = copy_run(h, orig, "before-move")
+    cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=rename,renameat,renameat2",
+           "-e", "inject=rename,renameat,renameat2:signal=KILL:when=1"]
+    for s in (9, LAST):
+        cmd += ["-P", os.path.abspath(U.ckpt(run_dir, s))]
+    cfg = U.write_config(h, "before-move.yaml", keys(h, run_dir))
+    p = subprocess.run(cmd + [h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)],
+                       cwd=h.dir, env=U.sanitizer_env(), timeout=120, capture_output=True,
+                       text=True, errors="replace", stdin=subprocess.DEVNULL)
+    check(p.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), "not killed (%s):\n%s",
+          p.returncode, p.stderr[-2000:])
+    lines = open(os.path.join(run_dir, "resuming")).read().split("\n")
+    check(lines[1] == "checkpoints/step_%010d" % 6 and lines[2] == "moving",
+          "RUN_DIR/resuming: %s", lines)
+    moved = h.path("after-move")
+    os.rename(run_dir, moved)
+    cfg = U.write_config(h, "after-move.yaml", keys(h, moved))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "auto in the moved run.dir")
+    check("resumed at step 6" in r.err and "going back to it again" in r.err,
+          "auto did not go back to step 6:\n%s", r.describe())
+    out = h.path("got.st")
+    h.run(["export", U.ckpt(moved, LAST), out]).expect(0)
+    check(U.read_bytes(out) == U.read_bytes(want), "step 10 differs")
+
+
 def test_go_back_whose_resuming_file_stays(h):
     """A go-back to step 6 whose RUN_DIR/resuming, written before the later
     steps moved, cannot be removed after the moves (strace makes the unlink
@@ -3660,6 +3695,7 @@ def tests():
         test_go_back_killed_between_its_moves,
         test_resume_of_abandoned_history_leaves_the_one_that_replaced_it,
         test_go_back_whose_resuming_file_stays,
+        test_go_back_killed_then_run_dir_moved,
         test_resume_of_other_runs_step_whose_resuming_file_stays,
         test_fresh_start_whose_resuming_file_stays,
         test_resume_of_other_runs_step_killed_between_its_moves,
