@@ -172,13 +172,19 @@ static int walk(walk_ctx *w, yaml_node_t *node, const char *prefix)
         /* YAML forbids a key twice in one mapping; libyaml does not check */
         for (yaml_node_pair_t *q = first; q < p && k->type == YAML_SCALAR_NODE; q++) {
             yaml_node_t *e = yaml_document_get_node(w->doc, q->key);
-            /* an alias (*name) of the key is the same node: libyaml keeps
-             * no line of the alias itself */
-            if (q->key == p->key)
-                return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice: this key, "
-                               "then a YAML alias (*name) of it as another key of the mapping",
-                               w->path, (int)k->start_mark.line + 1, prefix, *prefix ? "." : "",
-                               (const char *)k->data.scalar.value);
+            /* a key that is an alias (*name) has its anchor's place, before
+             * the pair ahead of it ends: libyaml keeps no line of the
+             * alias itself */
+            const int aliased =
+                p > first &&
+                k->start_mark.index < yaml_document_get_node(w->doc, (p - 1)->value)->end_mark.index;
+            if (aliased && e->type == YAML_SCALAR_NODE &&
+                strcmp((const char *)e->data.scalar.value, (const char *)k->data.scalar.value) == 0)
+                return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice: there, then "
+                               "through a YAML alias (*name) of it as a key after line %d",
+                               w->path, (int)e->start_mark.line + 1, prefix, *prefix ? "." : "",
+                               (const char *)k->data.scalar.value,
+                               (int)yaml_document_get_node(w->doc, (p - 1)->value)->end_mark.line + 1);
             if (e->type == YAML_SCALAR_NODE && strcmp((const char *)e->data.scalar.value,
                                                       (const char *)k->data.scalar.value) == 0)
                 return pt_fail(w->err, PT_EINPUT, "%s:%d: '%s%s%s' appears twice (first on line %d)",

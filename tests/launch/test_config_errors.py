@@ -601,6 +601,11 @@ CASES = [
     Case("duplicate_key_through_an_alias",
          raw=lambda t: t.replace("  seed: 3\n", "  &k seed: 3\n  *k : 4\n", 1),
          line=line_with("&k seed"), needles=["'run.seed' appears twice", "YAML alias (*name) of it"]),
+    # ... and through an alias of a value that spells the key
+    Case("duplicate_key_through_an_alias_of_a_value",
+         raw=append("sample:\n  top_k: 4\n  prompt: &k top_k\n  *k : 5\n"),
+         line=line_with("  top_k: 4"), needles=["'sample.top_k' appears twice",
+                                               "YAML alias (*name) of it"]),
     Case("list_for_scalar", {"train.lr": "[0.1, 0.2]"}, blame="train.lr",
          needles=["allowed: a number >= 1e-38 and <= 10"]),
     Case("empty_value", {"train.lr": ""}, blame="train.lr",
