@@ -138,6 +138,11 @@ void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n);
 /* Whether name is "step_N" (N >= 0), and N. */
 int pt_checkpoint_dir_step(const char *name, int64_t *step);
 
+/* 0, or PT_EINPUT when RUN_DIR/checkpoints cannot be read or a step
+ * directory newer than every complete checkpoint cannot be looked into by
+ * this user (so which checkpoint is the newest is not known; the latest
+ * below refuses the same). */
+int pt_checkpoint_readable(const char *run_dir, pt_err *err);
 /* The newest complete checkpoint under RUN_DIR/checkpoints (a step
  * directory with a manifest that is, or links to, a regular file; a
  * damaged one is the reader's to refuse, naming the file) into out;

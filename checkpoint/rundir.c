@@ -83,6 +83,18 @@ static int has_manifest(const char *dir)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Whether a step directory's manifest cannot be looked at by this user
+ * (a directory without search permission): not known to be a save that
+ * did not finish, nor to be a checkpoint. */
+static int unreadable(const char *dir)
+{
+    char path[PT_CKPT_PATH];
+    struct stat st;
+    return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+           stat(pt_path_join(path, dir, "manifest"), &st) != 0 &&
+           (errno == EACCES || errno == EPERM);
+}
+
 /* Removes the files of dir; only_temporary: just the temporary ones. Then
  * the directory itself, unless only_temporary. A dir that is a symbolic
  * link is not followed (the files of where it leads are not ours), and
@@ -174,11 +186,17 @@ void pt_checkpoint_release(pt_ckpt_hold *h)
     h->fd = -1;
 }
 
-int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
+/* The newest complete checkpoint's step into *best (-1: none); PT_EINPUT
+ * when checkpoints/ cannot be read, or a newer step directory cannot be
+ * looked into by this user (which is newest is not known). */
+static int newest(const char *run_dir, int64_t *best_out, pt_err *err)
 {
     char root[PT_CKPT_PATH], path[PT_CKPT_PATH];
     DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
-    int64_t best = -1;
+    int64_t best = -1, hidden = -1;
+    *best_out = -1;
+    if (!d && (errno == EACCES || errno == EPERM))
+        return pt_fail(err, PT_EINPUT, "cannot read '%s': %s", root, strerror(errno));
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
@@ -187,13 +205,38 @@ int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
                 continue;
             if (has_manifest(pt_path_join(path, root, e->d_name)))
                 best = step;
+            else if (step > hidden && unreadable(path))
+                hidden = step;
         }
         closedir(d);
     }
-    if (best < 0)
-        return pt_fail(err, PT_EINPUT, "no checkpoint in '%s'", root);
-    pt_step_dir(run_dir, best, out, n);
+    /* a newer one this user may not look into: which is newest is unknown */
+    if (hidden > best) {
+        pt_step_dir(run_dir, hidden, path, sizeof path);
+        return pt_fail(err, PT_EINPUT, "'%s' cannot be read (%s), and no checkpoint this user "
+                       "can read is newer: make it readable, or move it out of checkpoints/",
+                       path, strerror(EACCES));
+    }
+    *best_out = best;
     return 0;
+}
+
+int pt_checkpoint_readable(const char *run_dir, pt_err *err)
+{
+    int64_t best;
+    return newest(run_dir, &best, err);
+}
+
+int pt_checkpoint_latest(const char *run_dir, char *out, size_t n, pt_err *err)
+{
+    int64_t best;
+    char root[PT_CKPT_PATH];
+    int rc = newest(run_dir, &best, err);
+    if (rc == 0 && best < 0)
+        rc = pt_fail(err, PT_EINPUT, "no checkpoint in '%s'", pt_path_join(root, run_dir, "checkpoints"));
+    if (rc == 0)
+        pt_step_dir(run_dir, best, out, n);
+    return rc;
 }
 
 int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
@@ -332,6 +375,8 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
         if (!entry_step(e->d_name, &step))
             continue;
         pt_path_join(path, root, e->d_name);
+        if (!has_manifest(path) && unreadable(path))
+            continue; /* not known to be a crashed save: left to its owner */
         if (!has_manifest(path)) {
             if (step != current) {
                 remove_files(path, 0);

@@ -34,6 +34,8 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
         snprintf(out, n, "%s", path);
         return 0;
     }
+    if (pt_checkpoint_readable(path, err))
+        return err->code;
     if (pt_checkpoint_latest(path, out, n, err) == 0) {
         /* as eval says it: an interrupted resume's RUN_DIR/resuming */
         char said[3 * PT_CKPT_PATH + 256];

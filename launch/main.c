@@ -546,6 +546,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
                          "checkpoints are in its abandoned/): resuming from it again",
                          cfg->run.dir, resume, cfg->run.dir);
             error_line("pipetrain: note: ", said, sizeof said);
+        } else if ((rc = pt_checkpoint_readable(cfg->run.dir, &err))) {
+            pt_config_key_prefix(cfg, &err, "run.dir"); /* not a fresh start over it */
         } else if (pt_checkpoint_latest(cfg->run.dir, resume, sizeof resume, &none) != 0) {
             const int64_t step = pt_checkpoint_passed_over(cfg->run.dir, NULL);
             char unfinished[PT_PATH_MAX + 160] = "";

@@ -27,6 +27,7 @@ import random
 import re
 import shutil
 import signal
+import tempfile
 import struct
 import subprocess
 import sys
@@ -2223,6 +2224,56 @@ def test_go_back_killed_then_run_dir_moved(h):
     check(U.read_bytes(out) == U.read_bytes(want), "step 10 differs")
 
 
+def test_unreadable_newest_step_directory(h):
+    """A newest step directory this user cannot look into (mode 000; run as
+    an unprivileged user, root reads through it): it was taken for a save
+    that did not finish, so `inspect` and `eval` took the step before it
+    without a word, and `auto` started afresh over the run, failing at the
+    save of that step. Which checkpoint is the newest is not known: every
+    command refuses, exit 2 naming the directory, and run.dir is left as it
+    was; readable again, `auto` resumes it."""
+    _, orig = trained(h)
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        print("skipped: root without runuser")
+        return
+    base = tempfile.mkdtemp(prefix="pt-unreadable-")  # where the unprivileged user may go
+    try:
+        os.chmod(base, 0o755)
+        run_dir = os.path.join(base, "run")
+        shutil.copytree(orig, run_dir)
+        cfg = U.write(os.path.join(base, "run.yaml"), U.render(keys(h, run_dir)))
+        as_user = ["runuser", "-u", "nobody", "--"] if os.geteuid() == 0 else []
+        if as_user:
+            for root, dirs, files in os.walk(base):
+                for name in dirs + files + [""]:
+                    os.chown(os.path.join(root, name), 65534, -1)
+            probe = subprocess.run(as_user + [h.binary, "keys"], capture_output=True)
+            if probe.returncode != 0:
+                print("skipped: the unprivileged user cannot run %s" % h.binary)
+                return
+        newest = U.ckpt(run_dir, LAST)
+        os.chmod(newest, 0)
+        before = U.snapshot(run_dir)
+
+        def run(args):
+            cmd = as_user + [h.binary] + args
+            p = subprocess.run(cmd, cwd=base, capture_output=True, text=True, errors="replace",
+                               timeout=120, env=U.sanitizer_env(), stdin=subprocess.DEVNULL)
+            r = U.Result(cmd, p.returncode, p.stdout, p.stderr)
+            U.no_sanitizer(r)
+            return r
+        for args in (["inspect", run_dir], ["eval", cfg], ["train", cfg, "--set", "train.resume=auto"],
+                     ["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"]):
+            r = run(args).expect(2, " ".join(args[:1]))
+            r.one_error("'%s' cannot be read" % newest)
+            U.same_snapshot(before, U.snapshot(run_dir), "run.dir after %s" % args[0])
+        os.chmod(newest, 0o755)
+        r = run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"]).expect(0)
+        check("resumed at step %d" % LAST in r.err, "readable again:\n%s", r.describe())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def test_go_back_whose_resuming_file_stays(h):
     """A go-back to step 6 whose RUN_DIR/resuming, written before the later
     steps moved, cannot be removed after the moves (strace makes the unlink
@@ -3695,6 +3746,7 @@ def tests():
         test_go_back_killed_between_its_moves,
         test_resume_of_abandoned_history_leaves_the_one_that_replaced_it,
         test_go_back_whose_resuming_file_stays,
+        test_unreadable_newest_step_directory,
         test_go_back_killed_then_run_dir_moved,
         test_resume_of_other_runs_step_whose_resuming_file_stays,
         test_fresh_start_whose_resuming_file_stays,
