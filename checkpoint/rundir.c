@@ -353,11 +353,16 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
      * or a file by its name); never searched through or removed: moved */
     char name[64];
     snprintf(name, sizeof name, "step_%010" PRId64, step);
+    const int link = S_ISLNK(st.st_mode);
     int rc = set_aside(run_dir, dir, name, dest, sizeof dest, err);
     if (rc)
         return rc;
-    fprintf(stderr, "pipetrain: note: '%s' held what is not a file of a checkpoint; moved to "
-            "'%s'\n", dir, dest);
+    if (link)
+        fprintf(stderr, "pipetrain: note: '%s' was a symbolic link, not a checkpoint of the "
+                "run's; moved to '%s' (where it leads is left as it was)\n", dir, dest);
+    else
+        fprintf(stderr, "pipetrain: note: '%s' %s not a file of a checkpoint; moved to '%s'\n",
+                dir, S_ISDIR(st.st_mode) ? "held what is" : "was", dest);
     return make_step_dir(dir, err);
 }
 
@@ -386,7 +391,15 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
                 struct stat st;
                 char dest[PT_CKPT_PATH + 64];
                 pt_err err = {0};
-                if (lstat(path, &st) != 0)
+                const int link = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+                if (link && set_aside(run_dir, path, e->d_name, dest, sizeof dest, &err) == 0)
+                    fprintf(stderr, "pipetrain: note: '%s' was a symbolic link, not a checkpoint "
+                            "of the run's; moved to '%s' (where it leads is left as it was)\n",
+                            path, dest);
+                else if (link)
+                    fprintf(stderr, "pipetrain: note: '%s' is a symbolic link, not a checkpoint "
+                            "of the run's; %s\n", path, err.msg);
+                else if (lstat(path, &st) != 0)
                     fprintf(stderr, "pipetrain: note: '%s' was not a complete checkpoint (no "
                             "manifest: a save that did not finish, or a manifest removed); its "
                             "files were removed\n", path);

@@ -24,10 +24,12 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
     if (!has_manifest &&
         (stat(pt_path_join(ckpts, path, "checkpoints"), &st) != 0 || !S_ISDIR(st.st_mode))) {
         /* a run that has only just begun: its lock or log, no checkpoints/ yet */
+        const int there = lstat(ckpts, &st) == 0;
         if (lstat(pt_path_join(mark, path, "lock"), &st) == 0 ||
             lstat(pt_path_join(mark, path, "metrics.jsonl"), &st) == 0)
             return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a "
-                           "checkpoint yet (no checkpoints/ in it)", path);
+                           "checkpoint yet (%s)", path,
+                           there ? "its checkpoints is not a directory" : "no checkpoints/ in it");
     }
     if (has_manifest ||
         stat(pt_path_join(ckpts, path, "checkpoints"), &st) != 0 || !S_ISDIR(st.st_mode)) {

@@ -2007,7 +2007,9 @@ def test_prune_removes_incomplete_and_keeps_foreign_entries(h):
           "after pruning to 2: %s", left)
     for step in (3, 6):
         name = "step_%010d" % step
-        notes = r.err.count("'%s' was not a complete checkpoint" % os.path.join(root, name))
+        # (step 6 a link: said to be one, not a checkpoint whose files went)
+        notes = r.err.count(("'%s' was a symbolic link, not a checkpoint of the run's" if step == 6
+                             else "'%s' was not a complete checkpoint") % os.path.join(root, name))
         moved = glob.glob(os.path.join(run_dir, "abandoned", name + ".*", name))
         check(notes == 1 and len(moved) == 1, "%s: %d notes, moved to %s\n%s", name, notes, moved,
               r.describe())
@@ -2795,6 +2797,9 @@ def test_damaged_newest_step_directory(h):
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume over a linked step")
     check("resumed at step 9" in r.err, "a linked step directory was taken as a checkpoint:\n%s",
           r.describe())
+    check("'%s' was a symbolic link, not a checkpoint of the run's; moved to" % U.ckpt(run_dir, LAST)
+          in r.err and "files were removed" not in r.err and "held what" not in r.err,
+          "the note of the linked step directory:\n%s", r.describe())
     check(sorted(os.listdir(mine)) == ["keep.txt", "link", "manifest", "units-stage0.bin"] and
           U.read_bytes(os.path.join(mine, "manifest")) == b"the user's",
           "the linked directory changed: %s", os.listdir(mine))
@@ -3617,8 +3622,13 @@ def test_inspect(h):
         for m in marks:
             U.write(os.path.join(young, m), "")
         r = h.run(["inspect", young]).expect(2, "a run without checkpoints/ yet")
-        r.one_error("'%s' is a run directory without a checkpoint yet" % young)
+        r.one_error("'%s' is a run directory without a checkpoint yet" % young,
+                    "no checkpoints/ in it")
         check(sorted(os.listdir(young)) == sorted(marks), "inspect changed %s", young)
+    # ... and one whose checkpoints is a file, said as such
+    U.write(h.path("young-lock/checkpoints"), "a file")
+    r = h.run(["inspect", h.path("young-lock")]).expect(2, "checkpoints a file")
+    r.one_error("its checkpoints is not a directory")
     # a path that is not UTF-8 (JSON holds only Unicode): its bytes as U+FFFD
     odd = os.path.join(h.dir, os.fsdecode(b"r\xffn"))
     shutil.copytree(orig, odd)
