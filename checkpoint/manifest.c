@@ -676,6 +676,9 @@ int pt_manifest_state(const manifest *m, saved_state *st, pt_err *err)
         return pt_fail(err, PT_EINPUT, "%s: batch %" PRId64 ", seed %" PRId64 ", lr.base %g, lr.min "
                        "%g, lr.warmup %" PRId64 " or lr.total %" PRId64 " out of range", what,
                        st->batch, st->seed, st->lr.base, st->lr.min_lr, st->lr.warmup, st->lr.total);
+    if (st->lr.min_lr > st->lr.base)
+        return pt_fail(err, PT_EINPUT, "%s: lr.min %g above lr.base %g, which no config sets (the "
+                       "manifest was edited)", what, st->lr.min_lr, st->lr.base);
     st->lr.kind = (pt_lr_kind)kind;
     return 0;
 }

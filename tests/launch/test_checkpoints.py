@@ -416,6 +416,9 @@ CRAFTED = {
     "state_lr_kind_out_of_range": (manifest_set("lr.kind", 9), ["manifest", "lr.kind"],
                                    None),
     "state_lr_base_missing": (manifest_set("lr.base", None), ["manifest", "base"], None),
+    # (train.min_lr is at most train.lr in every config a save records)
+    "state_lr_min_above_base": (manifest_set("lr.min", 0.5), ["manifest", "lr.min 0.5",
+                                                              "above lr.base"], None),
     "state_frozen_units_out_of_range": (manifest_set("frozen_units", 99), ["frozen_units"],
                                         None),
     "freeze_state_malformed": (manifest_set("freeze.depth", 7), ["manifest", "freeze"],
