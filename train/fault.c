@@ -51,6 +51,12 @@ int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err)
         raise(SIGUSR1);
         return 0;
     }
+    if (strcmp(kind, "sigstop") == 0) { /* the rank stopped (SIGSTOP) just here, once */
+        static int stopped;
+        if (!stopped++)
+            raise(SIGSTOP);
+        return 0;
+    }
     if (strcmp(kind, "slow") == 0) { /* 8 s of work here that says it is going on */
         for (int i = 0; i < 400; i++) {
             pt_comm_busy("a slow part of the failure tests");

@@ -3367,21 +3367,28 @@ def test_run_dir_changed_while_training(h):
 
 
 def test_run_dir_moved_during_a_save(h):
-    """run.dir moved away while a save writes into it (here held 2 s after
-    its step directory is made, by the test hook): the job stops, exit 1,
-    saying that run.dir is no longer the directory it locked (before: that
-    it could not open units-stage0.bin, which was true but not why)."""
+    """run.dir moved away while a save writes into it (here stopped, SIGSTOP
+    by the test hook, once its step directory is made, and continued after
+    the move; a 2 s pause there was outlasted on a loaded machine): the job
+    stops, exit 1, saying that run.dir is no longer the directory it locked
+    (before: that it could not open units-stage0.bin, which was true but
+    not why)."""
     run_dir = h.path("moving")
     cfg = U.write_config(h, "moving.yaml", keys(h, run_dir, **{"train.checkpoint_every": "3"}))
-    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:3:pause:checkpoint-prepared")
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:3:sigstop:checkpoint-prepared")
     p = subprocess.Popen([h.binary, "train", cfg], cwd=h.dir, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None and not os.path.isdir(U.ckpt(run_dir, 3)):
+        state = None
+        while time.time() < deadline and p.poll() is None and state != "T":
             time.sleep(0.01)
-        check(p.poll() is None, "the run ended before its save")
+            with open("/proc/%d/stat" % p.pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        check(p.poll() is None and os.path.isdir(U.ckpt(run_dir, 3)),
+              "the run was not stopped in its save")
         os.rename(run_dir, run_dir + ".moved")
+        os.kill(p.pid, signal.SIGCONT)
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:

@@ -1807,11 +1807,11 @@ def test_checkpoint_does_not_read_init_from_weights(h):
 
 
 def changed_while_settling(h, cfg, run_dir, change, *sets):
-    """`train CFG --set train.resume=auto` held by the test hook once it has
-    planned its start from run.dir and locked it; change() then alters
-    run.dir; the job goes on to choose its checkpoint under the lock.
-    Returns (the finished process, its stderr)."""
-    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
+    """`train CFG --set train.resume=auto` stopped by the test hook
+    (SIGSTOP) once it has planned its start from run.dir and locked it;
+    change() then alters run.dir; the job, continued, goes on to choose its
+    checkpoint under the lock. Returns (the finished process, its stderr)."""
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:sigstop:settling")
     args = [h.binary, "train", cfg, "--set", "train.resume=auto", "--set", "run.dir=" + run_dir]
     for s in sets:
         args += ["--set", s]
@@ -1821,14 +1821,18 @@ def changed_while_settling(h, cfg, run_dir, change, *sets):
     # job's own lock line, not an earlier run's
     deadline = time.time() + 60
     lock = os.path.join(run_dir, "lock")
-    taken = False
-    while not taken and time.time() < deadline and p.poll() is None:
+    taken, state = False, None
+    while not (taken and state == "T") and time.time() < deadline and p.poll() is None:
         if os.path.exists(lock):
             with open(lock) as fh:
                 taken = fh.read().startswith("pid %d on " % p.pid)
+        with open("/proc/%d/stat" % p.pid) as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
         time.sleep(0.01)
-    check(taken, "the job never took run.dir's lock (exit %s)", p.poll())
+    check(taken and state == "T", "the job never took run.dir's lock and stopped (exit %s)",
+          p.poll())
     change()
+    os.kill(p.pid, signal.SIGCONT)
     _, err = p.communicate(timeout=120)
     return p, err
 
