@@ -365,8 +365,10 @@ int pt_sample_text(pt_run *r, const char *prompt, int length, double temperature
  * `hang` (stops answering), `stop` (SIGUSR1 to itself, as a stop signal
  * arriving at that moment; the run goes on to stop as the signal says),
  * `slow` (8 s there, answering the other ranks' questions as busy, as long
- * work that goes on does: pt_comm_busy) or `pause` (2 s there, then on: a
- * test changes the files meanwhile). Several
+ * work that goes on does: pt_comm_busy), `pause` (2 s there, then on: a
+ * test changes the files meanwhile) or `sigstop` (SIGSTOP to itself, the
+ * first time only: a rank stopped there, until a test continues it).
+ * Several
  * faults are separated by commas; the first that matches acts. Unset, it
  * costs one getenv per call. */
 int pt_test_fault(const char *point, int rank, int64_t step, pt_err *err);
