@@ -2118,12 +2118,8 @@ def test_resume_of_abandoned_history_leaves_the_one_that_replaced_it(h):
     for k in (9, LAST):
         U.same_snapshot(b_steps[k], U.snapshot(os.path.join(left_b[0], "step_%010d" % k)),
                         "B's step %d" % k)
-    outs = []
-    for ck in (U.ckpt(want, 15), U.ckpt(run_dir, 15)):
-        out = h.path("lineage-%d.st" % len(outs))
-        h.run(["export", ck, out]).expect(0)
-        outs.append(U.read_bytes(out))
-    check(outs[0] == outs[1], "A resumed from abandoned/ ended otherwise than A never left")
+    same_weights(h, U.ckpt(want, 15), U.ckpt(run_dir, 15),
+                 "A resumed from abandoned/ ended otherwise than A never left")
 
 
 def test_go_back_killed_between_its_moves(h):
@@ -2497,15 +2493,20 @@ def test_resume_of_other_runs_step_whose_resuming_file_stays(h):
               "%s: the next auto went back:\n%s", name, r.describe())
 
 
+def same_weights(h, a, b, what):
+    """Checkpoints a and b export the same weights, byte for byte."""
+    exports = []
+    for ck in (a, b):
+        out = h.path("weights-%d.st" % len(exports))
+        h.run(["export", ck, out]).expect(0)
+        exports.append(U.read_bytes(out))
+    check(exports[0] == exports[1], "%s", what)
+
+
 def holds_resumed_step_6(h, orig, other):
     """run.dir `other` holds, as step 6, orig's step 6, and none of its own."""
     check(U.checkpoints(other) == ["step_%010d" % 6], "checkpoints: %s", U.checkpoints(other))
-    exports = []
-    for ck in (U.ckpt(orig, 6), U.ckpt(other, 6)):
-        out = h.path("export-%d.st" % len(exports))
-        h.run(["export", ck, out]).expect(0)
-        exports.append(U.read_bytes(out))
-    check(exports[0] == exports[1], "run.dir's step 6 is not the checkpoint resumed")
+    same_weights(h, U.ckpt(orig, 6), U.ckpt(other, 6), "run.dir's step 6 is not the checkpoint resumed")
 
 
 def test_resume_other_runs_step_into_run_holding_that_step(h):
