@@ -2292,9 +2292,7 @@ def test_go_back_whose_resuming_file_stays(h):
     cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=unlink,unlinkat",
            "-e", "inject=unlink,unlinkat:error=EIO", "-P", marker,
            h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]
-    # (LeakSanitizer cannot run under ptrace: its check at exit is off here)
-    env = U.sanitizer_env()
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    env = untraced_leaks_env()
     p = subprocess.run(cmd, cwd=h.dir, env=env, timeout=120, capture_output=True,
                        text=True, errors="replace", stdin=subprocess.DEVNULL)
     check(p.returncode == 1 and "could not remove '%s'" % marker in p.stderr and
@@ -2332,8 +2330,7 @@ def test_fresh_start_whose_resuming_file_stays(h):
     marker = os.path.join(os.path.abspath(run_dir), "resuming")
     check(p.returncode == -signal.SIGKILL and os.path.isfile(marker),
           "not killed while loading with the file written (%s):\n%s", p.returncode, p.stderr[-2000:])
-    env = U.sanitizer_env()  # (LeakSanitizer cannot run under ptrace)
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    env = untraced_leaks_env()
     p = subprocess.run(["strace", "-f", "-o", "/dev/null", "-e", "trace=unlink,unlinkat",
                         "-e", "inject=unlink,unlinkat:error=EIO", "-P", marker, h.binary, "train",
                         cfg, "--set", "train.max_steps=3"], cwd=h.dir, env=env, timeout=120,
@@ -2349,6 +2346,28 @@ def test_fresh_start_whose_resuming_file_stays(h):
           "auto after the fresh start:\n%s", r.describe())
 
 
+def other_runs_step_resumed(h):
+    """(orig, own, want): two runs of steps 3 to 10 (own at another learning
+    rate), and the export of step 8 of a copy of own that resumed orig's
+    step 6, with nothing failing."""
+    _, orig = trained(h)
+    _, own = trained(h, "own", **{"train.lr": "0.002"})
+    ref_cfg, ref = copy_run(h, own, "ref", **{"train.lr": "0.002"})
+    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+           "--set", "train.max_steps=8"]).expect(0, "the resume nothing failed in")
+    want = h.path("want.st")
+    h.run(["export", U.ckpt(ref, 8), want]).expect(0)
+    return orig, own, want
+
+
+def untraced_leaks_env():
+    """The binary's environment under strace: LeakSanitizer cannot run under
+    ptrace, so its check at exit is off."""
+    env = U.sanitizer_env()
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    return env
+
+
 def test_resume_of_other_runs_step_killed_between_its_moves(h):
     """Another run's step 6 resumed into a run.dir holding its own steps 3
     to 10: all four move to abandoned/ one at a time after RUN_DIR/resuming
@@ -2360,13 +2379,7 @@ def test_resume_of_other_runs_step_killed_between_its_moves(h):
     resumes the other run's step 6 again, moves the rest, and ends with the
     bits of the resume that was not killed; nothing of run.dir's own is
     lost."""
-    _, orig = trained(h)
-    _, own = trained(h, "own", **{"train.lr": "0.002"})
-    ref_cfg, ref = copy_run(h, own, "ref", **{"train.lr": "0.002"})
-    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
-           "--set", "train.max_steps=8"]).expect(0, "the resume that is not killed")
-    want = h.path("want.st")
-    h.run(["export", U.ckpt(ref, 8), want]).expect(0)
+    orig, own, want = other_runs_step_resumed(h)
     named = os.path.realpath(U.ckpt(orig, 6))
     own_steps = (3, 6, 9, LAST)
     left_history = {s: U.snapshot(U.ckpt(own, s)) for s in own_steps}
@@ -2414,15 +2427,8 @@ def test_resume_of_other_runs_step_whose_resuming_file_stays(h):
     went back to the other run's step 6, moving the new history aside. The
     run now ends after that save, exit 1 naming the file; `auto` resumes
     step 6 again and ends with the bits of the resume nothing failed in."""
-    _, orig = trained(h)
-    _, own = trained(h, "own", **{"train.lr": "0.002"})
-    ref_cfg, ref = copy_run(h, own, "ref", **{"train.lr": "0.002"})
-    h.run(["train", ref_cfg, "--set", "train.resume=" + U.ckpt(orig, 6),
-           "--set", "train.max_steps=8"]).expect(0, "the resume nothing failed in")
-    want = h.path("want.st")
-    h.run(["export", U.ckpt(ref, 8), want]).expect(0)
-    env = U.sanitizer_env()  # (LeakSanitizer cannot run under ptrace)
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":detect_leaks=0"
+    orig, own, want = other_runs_step_resumed(h)
+    env = untraced_leaks_env()
     renames = "rename,renameat,renameat2"
 
     def traced(name, *inject, trace="/dev/null"):
