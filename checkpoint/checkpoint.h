@@ -138,6 +138,10 @@ void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n);
 /* Whether name is "step_N" (N >= 0), and N. */
 int pt_checkpoint_dir_step(const char *name, int64_t *step);
 
+/* Removes the empty directories of RUN_DIR/abandoned that a move to it
+ * makes first (a start killed between making one and its first move leaves
+ * it); under the run's lock. */
+void pt_rundir_sweep_abandoned(const char *run_dir);
 /* 0, or PT_EINPUT when RUN_DIR/checkpoints cannot be read or a step
  * directory newer than every complete checkpoint cannot be looked into by
  * this user (so which checkpoint is the newest is not known; the latest

@@ -277,6 +277,26 @@ static int abandoned_dir(const char *run_dir, char *out, size_t n, pt_err *err)
     return 0;
 }
 
+void pt_rundir_sweep_abandoned(const char *run_dir)
+{
+    char base[PT_CKPT_PATH], path[PT_CKPT_PATH];
+    DIR *d = opendir(pt_path_join(base, run_dir, "abandoned"));
+    struct dirent *e;
+    static const char *const made[] = {"after-step_", "replaced-by-step_", "step_"};
+    while (d && (e = readdir(d))) {
+        const char *dot = strrchr(e->d_name, '.');
+        int ours = 0;
+        for (size_t i = 0; i < sizeof made / sizeof *made; i++)
+            ours |= strncmp(e->d_name, made[i], strlen(made[i])) == 0;
+        /* (rmdir takes an empty directory only: what holds anything stays) */
+        if (ours && dot && strlen(dot) == 7 && rmdir(pt_path_join(path, base, e->d_name)) == 0)
+            fprintf(stderr, "pipetrain: note: removed '%s', an empty directory a start killed "
+                    "before its first move to abandoned/ left\n", path);
+    }
+    if (d)
+        closedir(d);
+}
+
 /* Moves `path` (checkpoints/NAME, what pipetrain does not remove: a
  * directory inside, a link) whole into a new directory of its own under
  * RUN_DIR/abandoned; dest gets its new path. */

@@ -525,6 +525,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         char marker[PT_PATH_MAX + 16];
         snprintf(marker, sizeof marker, "%s/resuming", cfg->run.dir);
         pt_output_sweep(marker);
+        pt_rundir_sweep_abandoned(cfg->run.dir);
     }
     if (rc != 0 || pt_comm_rank(comm) != 0) {
         /* a failure is reported below, after the others learn of it; the

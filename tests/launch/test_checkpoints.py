@@ -2185,6 +2185,11 @@ def test_go_back_killed_between_its_moves(h):
                 moved[name] = U.snapshot(os.path.join(d, name))
         check(sorted(moved) == ["step_%010d" % s for s in (9, LAST)],
               "move %d: abandoned holds %s", when, sorted(moved))
+        # (a kill at the first move leaves the directory made for it empty:
+        # the next start removes it)
+        empty = [d for d in os.listdir(os.path.join(run_dir, "abandoned"))
+                 if not os.listdir(os.path.join(run_dir, "abandoned", d))]
+        check(not empty, "move %d: empty directories left in abandoned/: %s", when, empty)
         for s in (9, LAST):
             U.same_snapshot(left_history[s], moved["step_%010d" % s],
                             "move %d: abandoned step %d" % (when, s))
