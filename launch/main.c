@@ -935,6 +935,11 @@ static int cmd_inspect(int argc, char **argv)
 
 static int cmd_export(int argc, char **argv)
 {
+    /* an option among them named (--set, say: export reads no config) */
+    for (int i = 2; argc != 4 && i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1])
+            return usage_error("export takes a checkpoint directory and an output file, and no "
+                               "options: got '%s'", argv[i]);
     if (argc != 4)
         return usage_error("export takes a checkpoint directory and an output file%s", "");
     /* `export CK --help` wrote a file named --help: an option is no path

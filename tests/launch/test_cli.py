@@ -267,6 +267,10 @@ def test_export_errors(h):
     for args in ([ck, "--help"], [ck, "-h"], ["--force", h.path("b.st")]):
         r = h.run(["export"] + args).expect(2, "export " + " ".join(args))
         r.one_error("export takes no options", strict=False)
+    # ... named among more arguments too (export reads no config to --set)
+    for args in ([ck, h.path("c.st"), "--set", "x=1"], [ck, "--set"]):
+        r = h.run(["export"] + args).expect(2, "export " + " ".join(args))
+        r.one_error("got '--set'", strict=False)
     check(not os.path.exists(h.path("--help")) and not os.path.exists(h.path("-h")),
           "export wrote a file named after an option")
     # the config comes first, and --set needs its KEY=VALUE
