@@ -790,6 +790,11 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     if (answered > shown && len < n)
         len += (size_t)snprintf(out + len, n - len, "; %d more rank%s wait%s", answered - shown,
                                 answered - shown == 1 ? "" : "s", answered - shown == 1 ? "s" : "");
+    /* no rank stopped, gone or busy: every one waits, so none failed */
+    if (size > 1 && answered == size - 1 && !silent && !gone && !busy && len < n)
+        len += (size_t)snprintf(out + len, n - len, "; every rank waits and none is stopped or "
+                                "busy: run.timeout_s (%.3g s) is shorter than this wait takes, "
+                                "or the ranks wait for each other", g->timeout);
     for (int w = 0, told = 0; w < size && len < n; w++)
         if (state[w] == 3 && told++ < 4)
             len += (size_t)snprintf(out + len, n - len, "; rank %d gave up waiting for %s", w,

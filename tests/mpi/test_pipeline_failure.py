@@ -707,13 +707,29 @@ def suspended_job(tools, work):
            % (steps, p.returncode, last, out[-1500:]))
 
 
+def timeout_too_short(tools, work):
+    """run.timeout_s far shorter than a start-up collective takes (1e-6 s),
+    on 2 ranks: every rank gives up waiting while the other waits too, and
+    none is stopped or busy. The error named no culprit and said nothing
+    more; it now says that every rank waits, so the limit is shorter than
+    the wait takes (or the ranks wait for each other)."""
+    rc, secs, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "short"),
+                                                           run__timeout_s="0.000001",
+                                                           train__max_steps=2, run__threads=1),
+                              timeout=120, check=False)
+    say("timeout shorter than a wait: exit %d after %.1f s" % (rc, secs))
+    expect(rc != 0 and secs < LIMIT_S, "timeout shorter than a wait: the job ended with an error")
+    expect("every rank waits and none is stopped or busy: run.timeout_s (1e-06 s) is shorter" in out,
+           "timeout shorter than a wait: the error says every rank waits\n" + out[-1500:])
+
+
 def main():
     tools = h.Tools(sys.argv)
     start = time.time()
     only = os.environ.get("PT_TEST_ONLY", "")
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
         side_by_side([c for c in cases(tools, work) if only in c.__name__])
-        for f in (alone, stopped_in_training, suspended_job):
+        for f in (alone, stopped_in_training, suspended_job, timeout_too_short):
             if only in f.__name__:
                 f(tools, work)
     say("%.1f s" % (time.time() - start))
