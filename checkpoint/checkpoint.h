@@ -257,6 +257,11 @@ void pt_rundir_resuming_keep(pt_rundir_resuming_was *was);
 /* The note for a command that reads RUN_DIR's newest (`latest`) while
  * RUN_DIR/resuming names another checkpoint: 1 with the text in out, or 0. */
 int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n);
+/* For a command that reads RUN_DIR's newest while RUN_DIR holds none:
+ * 1 with the checkpoint RUN_DIR/resuming names in out (as `auto` would
+ * resume it) and the note saying so in said, or 0. */
+int pt_rundir_resuming_instead(const char *run_dir, char *out, size_t n, char *said,
+                               size_t said_n);
 
 typedef struct pt_rundir_lock {
     int fd; /* -1: not held */

@@ -258,13 +258,13 @@ static int config_record(const manifest *m, pt_config *cfg, pt_err *err)
         rc = pt_fail(err, PT_EINPUT, "'%s/manifest' holds no config", m->dir);
     else
         rc = pt_config_load_text(cfg, json_string_value(config), json_string_length(config), name, err);
-    /* a text classification run records how it tokenized; one from before
-     * data.lowercase and its siblings were keys records none (auto), and it
-     * was uncased, the one tokenizer pipetrain had */
     /* a version that read a freeze cap above the model's blocks as "all"
      * saved it so; now refused, it reads as the same cap */
     if (rc == 0 && cfg->freeze.max_depth > cfg->model.layers)
         cfg->freeze.max_depth = cfg->model.layers;
+    /* a text classification run records how it tokenized; one from before
+     * data.lowercase and its siblings were keys records none (auto), and it
+     * was uncased, the one tokenizer pipetrain had */
     if (rc == 0 && cfg->data.kind == PT_DATA_TEXT_CLASSIFICATION) {
         int *const norm[3] = {&cfg->data.lowercase, &cfg->data.strip_accents,
                               &cfg->data.split_cjk};

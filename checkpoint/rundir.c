@@ -297,6 +297,13 @@ void pt_rundir_sweep_abandoned(const char *run_dir)
         closedir(d);
 }
 
+/* The note of a step directory that was a symbolic link, moved aside. */
+static void note_link_moved(const char *path, const char *dest)
+{
+    fprintf(stderr, "pipetrain: note: '%s' was a symbolic link, not a checkpoint of the run's; "
+            "moved to '%s' (where it leads is left as it was)\n", path, dest);
+}
+
 /* Moves `path` (checkpoints/NAME, what pipetrain does not remove: a
  * directory inside, a link) whole into a new directory of its own under
  * RUN_DIR/abandoned; dest gets its new path. */
@@ -378,8 +385,7 @@ int pt_rundir_prepare_step(const char *run_dir, int64_t step, pt_err *err)
     if (rc)
         return rc;
     if (link)
-        fprintf(stderr, "pipetrain: note: '%s' was a symbolic link, not a checkpoint of the "
-                "run's; moved to '%s' (where it leads is left as it was)\n", dir, dest);
+        note_link_moved(dir, dest);
     else
         fprintf(stderr, "pipetrain: note: '%s' %s not a file of a checkpoint; moved to '%s'\n",
                 dir, S_ISDIR(st.st_mode) ? "held what is" : "was", dest);
@@ -400,9 +406,10 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
         if (!entry_step(e->d_name, &step))
             continue;
         pt_path_join(path, root, e->d_name);
-        if (!has_manifest(path) && unreadable(path))
+        const int complete = has_manifest(path);
+        if (!complete && unreadable(path))
             continue; /* not known to be a crashed save: left to its owner */
-        if (!has_manifest(path)) {
+        if (!complete) {
             if (step != current) {
                 remove_files(path, 0);
                 /* not silently: it may be a checkpoint whose manifest the
@@ -413,9 +420,7 @@ void pt_rundir_prune(const char *run_dir, int keep, int64_t current)
                 pt_err err = {0};
                 const int link = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
                 if (link && set_aside(run_dir, path, e->d_name, dest, sizeof dest, &err) == 0)
-                    fprintf(stderr, "pipetrain: note: '%s' was a symbolic link, not a checkpoint "
-                            "of the run's; moved to '%s' (where it leads is left as it was)\n",
-                            path, dest);
+                    note_link_moved(path, dest);
                 else if (link)
                     fprintf(stderr, "pipetrain: note: '%s' is a symbolic link, not a checkpoint "
                             "of the run's; %s\n", path, err.msg);
@@ -478,32 +483,33 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
     /* scanned again until a pass moves nothing: a directory read while
      * entries leave it may skip some (POSIX leaves that open) */
     do {
-    moved = 0;
-    rewinddir(d);
-    while (rc == 0 && (e = readdir(d))) {
-        int64_t at;
-        /* complete ones only: an incomplete directory is no history, and
-         * the next save's pruning removes it */
-        if (!entry_step(e->d_name, &at) || at <= step ||
-            !has_manifest(pt_path_join(path, root, e->d_name)))
-            continue;
-        if (!moved_to[0]) {
-            char base[PT_CKPT_PATH];
-            if ((rc = abandoned_dir(run_dir, base, sizeof base, err)))
-                break;
-            snprintf(dest, sizeof dest, "%s/%s.XXXXXX", base, name);
-            if (!mkdtemp(dest)) {
-                rc = pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
-                break;
+        moved = 0;
+        rewinddir(d);
+        while (rc == 0 && (e = readdir(d))) {
+            int64_t at;
+            /* complete ones only: an incomplete directory is no history, and
+             * the next save's pruning removes it */
+            if (!entry_step(e->d_name, &at) || at <= step ||
+                !has_manifest(pt_path_join(path, root, e->d_name)))
+                continue;
+            if (!moved_to[0]) {
+                char base[PT_CKPT_PATH];
+                if ((rc = abandoned_dir(run_dir, base, sizeof base, err)))
+                    break;
+                snprintf(dest, sizeof dest, "%s/%s.XXXXXX", base, name);
+                if (!mkdtemp(dest)) {
+                    rc = pt_fail(err, PT_ESYS, "cannot create '%s': %s", dest, strerror(errno));
+                    break;
+                }
+                snprintf(moved_to, n, "%s", dest);
             }
-            snprintf(moved_to, n, "%s", dest);
+            snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
+            if (rename(pt_path_join(path, root, e->d_name), dest) != 0)
+                rc = pt_fail(err, PT_ESYS, "cannot move '%s' to '%s': %s", path, dest,
+                             strerror(errno));
+            else
+                ++*count, ++moved;
         }
-        snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
-        if (rename(pt_path_join(path, root, e->d_name), dest) != 0)
-            rc = pt_fail(err, PT_ESYS, "cannot move '%s' to '%s': %s", path, dest, strerror(errno));
-        else
-            ++*count, ++moved;
-    }
     } while (rc == 0 && moved);
     closedir(d);
     if (rc && moved_to[0]) { /* all or nothing: what moved goes back */
@@ -885,6 +891,18 @@ int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, 
         snprintf(out, n, "%s/resuming names %s, which a start resumed and did not save here (or "
                  "is saving now): %s is of the history that resume left, and train.resume=auto "
                  "resumes the named one", run_dir, named, latest);
+    return 1;
+}
+
+int pt_rundir_resuming_instead(const char *run_dir, char *out, size_t n, char *said,
+                               size_t said_n)
+{
+    pt_err quiet;
+    if (pt_rundir_resuming_get(run_dir, out, n, &quiet) != 0 || !*out)
+        return 0;
+    snprintf(said, said_n, "%s holds no checkpoint of its own yet; %s/resuming names %s, which a "
+             "start resumed and did not save there (train.resume=auto resumes it): %s is used",
+             run_dir, run_dir, out, out);
     return 1;
 }
 

@@ -45,11 +45,9 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
             fprintf(stderr, "pipetrain: note: %s\n", said);
         return 0;
     }
-    pt_err none;
-    if (pt_rundir_resuming_get(path, out, n, &none) == 0 && *out) {
-        fprintf(stderr, "pipetrain: note: %s holds no checkpoint of its own yet; %s/resuming "
-                "names %s, which a start resumed and did not save there (train.resume=auto "
-                "resumes it): %s is used\n", path, path, out, out);
+    char said[3 * PT_CKPT_PATH + 256];
+    if (pt_rundir_resuming_instead(path, out, n, said, sizeof said)) {
+        fprintf(stderr, "pipetrain: note: %s\n", said);
         return 0;
     }
     return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a complete "

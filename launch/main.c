@@ -620,8 +620,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
             fprintf(stderr, "pipetrain: note: resuming step %lld of a history this run.dir left "
                     "after its step %lld (in its abandoned/), where it holds %d checkpoint%s after "
                     "step %lld (the history that replaced it, or copies of that history's own "
-                    "steps from an earlier resume of it: this run leaves them): moved to %s\n", (long long)s->run.step, (long long)branch, count,
-                    count == 1 ? "" : "s", (long long)branch, moved);
+                    "steps from an earlier resume of it: this run leaves them): moved to %s\n",
+                    (long long)s->run.step, (long long)branch, count, count == 1 ? "" : "s",
+                    (long long)branch, moved);
         else if (rc == 0 && count && foreign)
             fprintf(stderr, "pipetrain: note: resuming step %lld from another directory's "
                     "checkpoint in a run.dir that holds %d checkpoint%s of its own (a history "
@@ -725,20 +726,17 @@ static int cmd_eval(pt_comm *comm, const cli *a)
                     break;
                 nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
             }
-            pt_err none;
+            char said[3 * PT_CKPT_PATH + 256];
             if (rc == 0) {
                 passed_over(cfg->run.dir, latest);
                 note_resuming(cfg->run.dir, latest);
-            } else if (rc == PT_EINPUT &&
-                       pt_rundir_resuming_get(cfg->run.dir, latest, sizeof latest, &none) == 0 &&
-                       *latest) {
+            } else if (rc == PT_EINPUT && pt_rundir_resuming_instead(cfg->run.dir, latest,
+                                                                     sizeof latest, said,
+                                                                     sizeof said)) {
                 /* none of its own (they moved to abandoned/), and the
                  * checkpoint a start resumed not saved yet: as auto takes it */
                 rc = 0;
-                fprintf(stderr, "pipetrain: note: %s holds no checkpoint of its own yet; "
-                        "%s/resuming names %s, which a start resumed and did not save there "
-                        "(train.resume=auto resumes it): %s is used\n", cfg->run.dir,
-                        cfg->run.dir, latest, latest);
+                fprintf(stderr, "pipetrain: note: %s\n", said);
                 pt_checkpoint_hold(&hold, latest);
             } else if (rc == PT_EINPUT) /* where eval looked: the config's run.dir */
                 pt_config_key_prefix(cfg, &err, "run.dir");
