@@ -805,6 +805,10 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);
+    /* an evaluation opens no cache: its frozen prefix is not one that rides
+     * in front of stage 0, and the planner cuts the model whole */
+    if (mode == PT_RUN_EVAL)
+        spec.cache = 0;
     if ((rc = given_profile(s, mode == PT_RUN_TRAIN ? resume : NULL, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;

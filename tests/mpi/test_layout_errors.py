@@ -421,6 +421,43 @@ def extra_tensor_in_init(tools, work):
     return failures
 
 
+def eval_with_cache_under_memory(tools, work):
+    """`eval` on 4 ranks under a pipeline.memory_gib that holds the model for
+    inference, with the config's cache on (as the run trained with it): the
+    planner counted the frozen model's prefix as riding in front of stage 0,
+    as the cache serves it in training, and refused every layout (exit 2),
+    while the same eval with the cache off ran. An evaluation opens no
+    cache: both run, with the same loss."""
+    run = os.path.join(work, "run-eval-cache")
+    cfg = os.path.join(work, "eval-cache.yaml")
+    with open(cfg, "w") as f:
+        f.write("run: {dir: %s, threads: 1}\n"
+                "model: {kind: vit, dim: 16, layers: 6, heads: 2, patch: 4, classes: 4}\n"
+                "data: {kind: synthetic_images, synthetic_examples: 64, image_size: 8}\n"
+                "train: {batch: 8, max_steps: 6}\n"
+                "freeze: {policy: schedule}\n" % run)
+    tools.run(1, ["train", cfg], timeout=300)
+    losses, failures = {}, 0
+    for cache in ("false", "true"):
+        rc, _, out = tools.run(4, ["eval", cfg, "--set", "pipeline.memory_gib=0.00008", "--set",
+                                   "cache.enabled=" + cache], check=False, timeout=300)
+        got = re.findall(r"^test loss ([0-9.]+)$", out, re.M)
+        if rc != 0 or len(got) != 1:
+            failures += 1
+            print("FAIL eval on 4 ranks under pipeline.memory_gib, cache %s: exit %d\n%s"
+                  % (cache, rc, out[-2000:]), flush=True)
+        else:
+            losses[cache] = got[0]
+    if len(losses) == 2 and losses["false"] != losses["true"]:
+        failures += 1
+        print("FAIL eval under pipeline.memory_gib: test loss %s with the cache off, %s on"
+              % (losses["false"], losses["true"]), flush=True)
+    if not failures:
+        print("ok   eval on 4 ranks under pipeline.memory_gib, the config's cache on and off: "
+              "test loss %s" % losses["true"], flush=True)
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -499,6 +536,7 @@ def main():
         failures += configs_differ(tools, work)
         failures += read_only_on_rank1(tools, work)
         failures += extra_tensor_in_init(tools, work)
+        failures += eval_with_cache_under_memory(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
