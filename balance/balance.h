@@ -113,7 +113,8 @@ typedef struct pt_plan_request {
     int frozen_units;      /* leading units that no longer train: priced forward-only and without
                               gradient or optimizer memory */
     int cached_units;      /* the first of them (<= frozen_units) whose output the activation
-                              cache serves: priced zero and placed in front of stage 0 */
+                              cache may serve: priced zero and placed in front of stage 0, all
+                              of them, or fewer where only that fits (the plan's cached_units) */
     /* the gradient all-reduce between replicas: bytes/s within a node and
      * between nodes, seconds per message; 0 bandwidth = free */
     double bw_intra, bw_inter, latency;
@@ -156,6 +157,9 @@ typedef struct pt_plan {
     double bubble;                         /* (K - 1) / (M + K - 1) */
     double imbalance;                      /* max / mean stage compute */
     int spans_nodes;                       /* replicas on more than one node */
+    int cached_units;                      /* of the request's cached_units, those the cache
+                                              serves in this layout: all of them, or the most
+                                              that leave stage 0 room (pt_plan_make) */
     int n_alt;
     pt_plan_candidate alt[PT_PLAN_ALTS];   /* the best runners-up, fastest first */
 } pt_plan;

@@ -414,7 +414,7 @@ static void explain(const pt_plan *won, const pt_plan *lost, char *out, size_t n
                  what, 100 * lost->bubble, 1e3 * lost->exposed_time);
 }
 
-int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm, pt_err *err)
+static int search(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm, pt_err *err)
 {
     const int units = cm->units - q->cached_units;
     int k_lo = q->stages > 0 ? q->stages : 1;
@@ -510,6 +510,48 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
         best.alt[best.n_alt++] = c;
     }
     *out = best;
+    out->cached_units = q->cached_units;
+    return 0;
+}
+
+int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm, pt_err *err)
+{
+    int rc = search(out, q, cm, err);
+    if (rc != PT_EINPUT || q->cached_units == 0 || !(q->mem_limit > 0))
+        return rc;
+    /* The cached prefix rides in front of stage 0 whole, its parameters
+     * there (stage 0 computes what the cache misses): on many stages that
+     * can be more than a stage may hold. Then the cache serves fewer of the
+     * frozen units and the stages share the rest as any others, the most
+     * that fit. Fewer never fit worse (a partition for c cached units that
+     * puts unit c - 1 on stage 0 is one for c - 1 with the same memory), so
+     * the most is found by bisection; if none fits, the first refusal
+     * stands, as said for the layout the cache would serve. */
+    const pt_err first = *err;
+    pt_plan_request fewer = *q;
+    fewer.cached_units = 0;
+    pt_plan fits;
+    if ((rc = search(&fits, &fewer, cm, err))) {
+        if (rc == PT_EINPUT)
+            *err = first;
+        return rc;
+    }
+    int lo = 0, hi = q->cached_units; /* lo fits, hi does not */
+    while (hi - lo > 1) {
+        fewer.cached_units = lo + (hi - lo) / 2;
+        pt_plan p;
+        pt_err ignored;
+        if ((rc = search(&p, &fewer, cm, &ignored)) == 0) {
+            fits = p;
+            lo = fewer.cached_units;
+        } else if (rc == PT_EINPUT) {
+            hi = fewer.cached_units;
+        } else {
+            *err = ignored;
+            return rc;
+        }
+    }
+    *out = fits;
     return 0;
 }
 

@@ -57,6 +57,7 @@ static void report_replan(pt_session *s, const pt_transition *t)
     json_object_set_new(o, "step", json_integer(r->step));
     json_object_set_new(o, "epoch", json_integer(r->epoch));
     json_object_set_new(o, "frozen_units", json_integer(r->frozen_units));
+    json_object_set_new(o, "cached_units", json_integer(r->plan.cached_units));
     json_object_set_new(o, "old", json_pack("{s:i, s:i, s:i}", "stages", t->old_stages, "replicas",
                                             t->old_replicas, "micro", t->old_micro));
     json_object_set_new(o, "new", json_pack("{s:i, s:i, s:i}", "stages", t->new_stages, "replicas",

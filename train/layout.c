@@ -348,8 +348,9 @@ static int use_given_profile(pt_run *r, int costs, int small, int large, pt_err 
     return rc ? -rc : (int)use;
 }
 
-/* Frozen units whose output the cache serves: all of them, but never so many
- * that fewer than min_stages units are left. */
+/* Frozen units whose output the cache may serve: all of them, but never so
+ * many that fewer than min_stages units are left (the planner serves fewer
+ * where stage 0 cannot hold them all: the plan's cached_units). */
 static int cached_units(const pt_run *r, int min_stages)
 {
     if (!r->spec.cache || r->freeze.depth < r->spec.cache_min_depth)
@@ -392,6 +393,7 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         out->micro_batch = (int)((share + out->micro - 1) / out->micro);
         out->bounds[1] = units;
         out->imbalance = 1;
+        out->cached_units = cached_units(r, 1);
         return 0;
     }
     pt_plan_request q = {
@@ -542,7 +544,7 @@ static int build_segment(pt_run *r, pt_err *err)
     /* Stage 0's first units come from the prefix source: the cached ones, or,
      * without the cache, a frozen prefix that fits on stage 0 with something
      * after it; the other frozen units run forward only where they are. */
-    const int C = cached_units(r, K);
+    const int C = r->plan.cached_units;
     r->source_units = C > 0 ? C : (F > 0 && F < r->plan.bounds[1] ? F : 0);
     const int prefix = r->stage == 0 && r->source_units > 0;
     const int slots = pt_stage_exec_slots(&r->sched, r->stage, sp->recompute) + prefix;
@@ -558,7 +560,7 @@ static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg,
                        pt_err *err)
 {
     const pt_train_spec *sp = &r->spec;
-    const int K = r->plan.stages, F = r->frozen_units;
+    const int F = r->frozen_units;
     r->micro = r->plan.micro;
     r->max_micro = r->plan.micro_batch;
     r->built_frozen = F;
@@ -580,7 +582,7 @@ static int build_stage(pt_run *r, const pt_dp_moves *moves, pt_segment *old_seg,
     if ((rc = pt_reducer_create(&r->reducer, r->groups.replicas, r->seg, sp->bucket_bytes,
                                 sp->overlap, err)))
         return rc;
-    const int C = cached_units(r, K);
+    const int C = r->plan.cached_units;
     const int prefix = r->stage == 0 && r->source_units > 0;
     const int slots = pt_stage_exec_slots(&r->sched, r->stage, sp->recompute) + prefix;
     if (prefix && (rc = pt_prefix_create(&r->prefix, r, slots - 1, C > 0 ? r->cache : NULL, err)))
@@ -931,6 +933,11 @@ void pt_layout_print(const pt_run *r, FILE *out)
         fprintf(out, ", the bottom %d of %d blocks frozen before the first step (%d units)",
                 r->freeze.depth, r->arch.layers, r->frozen_units);
     fprintf(out, "\n");
+    const int may = cached_units(r, r->plan.stages), C = r->plan.cached_units;
+    if (C > 0)
+        fprintf(out, "activation cache: serves units 0-%d, the first %d of %d frozen%s\n", C - 1, C,
+                r->frozen_units, C < may ? " (stage 0 has no room for more under the memory limit; "
+                "the stages run the others forward only)" : "");
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);
     else

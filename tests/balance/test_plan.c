@@ -7,6 +7,8 @@
  *  - pipelines never cross nodes; replicas across a slow link make the
  *    all-reduce costly, and with large gradients the planner prefers fewer
  *    replicas;
+ *  - a cached frozen prefix larger than stage 0 may hold is served in part,
+ *    the most that fit;
  *  - fixed K, D, M are honoured, impossible ones refused; the runners-up are
  *    listed with a reason;
  *  - the search over every (K, D, M) of 16 ranks takes about as much longer
@@ -114,6 +116,46 @@ static void memory_forces_a_pipeline_and_freezing_shortens_it(void)
     pt_plan p;
     pt_err err;
     CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
+    pt_cost_model_free(&m);
+}
+
+static void a_cached_prefix_stage_0_cannot_hold_is_served_in_part(void)
+{
+    /* 16 units of 1 MB parameters (+3 MB while they train) on K = 8 fixed
+     * stages under 8.5 MB: the whole model in training fits (2 units a
+     * stage). With 15 frozen the cache may serve 8 (the other 7 stages need
+     * a unit each), all on stage 0: 8 MB and at least one unit more do not
+     * fit. It serves 7 then, stage 0 holding them and unit 7 (8 MB), and the
+     * stages share the others as any frozen units. */
+    pt_cost_model m = model(16, 1e-4, 1e6, 100);
+    pt_plan_request q = request(8, NULL, 64, 8.5e6);
+    q.stages = 8;
+    q.replicas = 1;
+    pt_plan p;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0); /* the whole model */
+    CU_ASSERT_EQUAL(p.cached_units, 0);
+    q.frozen_units = 15;
+    for (int may = 8; may >= 7; may--) {
+        q.cached_units = may;
+        CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+        CU_ASSERT_EQUAL(p.cached_units, 7);
+        CU_ASSERT_EQUAL(p.bounds[1], 8);
+        for (int s = 0; s < p.stages; s++)
+            CU_ASSERT(p.stage_mem[s] <= 8.5e6);
+    }
+    q.cached_units = 5; /* fewer than fit: all of them */
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+    CU_ASSERT_EQUAL(p.cached_units, 5);
+    q.cached_units = 8; /* without a limit: all of them */
+    q.mem_limit = 0;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
+    CU_ASSERT_EQUAL(p.cached_units, 8);
+    /* a limit nothing fits, cached or not: the refusal of the layout with
+     * all of them cached */
+    q.mem_limit = 2e6;
+    CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "8 units into 8 stages"));
     pt_cost_model_free(&m);
 }
 
@@ -322,6 +364,7 @@ static void many_units_plan_in_linear_time(void)
 static const pt_test tests[] = {
     {"fits_one_device_is_data_parallel", fits_one_device_is_data_parallel},
     {"memory_forces_a_pipeline_and_freezing_shortens_it", memory_forces_a_pipeline_and_freezing_shortens_it},
+    {"a_cached_prefix_stage_0_cannot_hold_is_served_in_part", a_cached_prefix_stage_0_cannot_hold_is_served_in_part},
     {"nodes_and_the_inter_node_link", nodes_and_the_inter_node_link},
     {"fixed_choices_are_honoured", fixed_choices_are_honoured},
     {"memory_limit_searches_micro_batches_of_one_stage", memory_limit_searches_micro_batches_of_one_stage},

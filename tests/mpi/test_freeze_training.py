@@ -240,9 +240,61 @@ def check_model(tools, work, model):
     expect(same, "%s: a resumed auto run makes the same decisions (bit-identical)" % model)
 
 
+MANY_STAGES = """run: {{dir: {run}, seed: 5, threads: 1}}
+model: {{kind: vit, dim: 32, layers: 12, heads: 2, patch: 7}}
+data: {{kind: synthetic_images, synthetic_examples: 64}}
+train: {{batch: 8, epochs: 3, eval_every: 1, eval_examples: 16}}
+freeze: {{policy: schedule, alpha: 0.9, start: 1}}
+pipeline: {{cores: 8, stages: 8, replicas: 1, microbatches: 8, memory_gib: 0.0008}}
+cache: {{enabled: {cache}}}
+"""
+
+
+def cache_on_many_stages_under_memory(tools, work):
+    """8 stages under a pipeline.memory_gib that holds the whole model in
+    training; after 1 epoch 11 of its 12 blocks freeze. With the cache off
+    the stages share the frozen blocks. With it on, the cached prefix rides
+    in front of stage 0, its parameters there (stage 0 computes what the
+    cache misses), and all of it (18 units, as many as leave the 7 other
+    stages one each) was more than stage 0 may hold: the re-plan refused
+    every layout and the run ended, exit 1. The cache now serves the most
+    frozen units that fit, and the stages run the others forward only: the
+    run with the cache on is bit-identical to the one with it off, and its
+    re-plans say how many units the cache serves."""
+    print("8 stages under a memory limit, cache on and off", flush=True)
+    got = {}
+    for cache in ("false", "true"):
+        run_dir = os.path.join(work, "many-stages-" + cache)
+        config = os.path.join(work, "many-stages-%s.yaml" % cache)
+        with open(config, "w") as f:
+            f.write(MANY_STAGES.format(run=run_dir, cache=cache))
+        rc, _, out = tools.run(8, ["train", config], check=False)
+        expect(rc == 0, "8 stages, cache %s: trained (exit %d)\n%s" % (cache, rc, out[-1500:]))
+        if rc != 0:
+            return
+        got[cache] = (run_dir, h.step_losses(run_dir),
+                      tools.export(h.latest_checkpoint(run_dir), run_dir + ".st"))
+    (_, off_loss, off_w), (on_dir, on_loss, on_w) = got["false"], got["true"]
+    _, same = h.compare_runs("8 stages, cache on vs off", off_loss, off_w, on_loss, on_w, 0.0)
+    expect(same and len(on_loss) == 24, "8 stages under the memory limit: cache on bit-identical "
+           "to cache off over %d steps" % len(on_loss))
+    # the cache serves fewer than the 18 units it may (a hit counts only where
+    # it serves every frozen unit: none here)
+    depths = [r["depth"] for r in records(on_dir, "freeze")]
+    cached = [(r["frozen_units"], r["cached_units"]) for r in records(on_dir, "replan")]
+    expect(depths[:1] == [11] and cached and all(0 < c < 18 for _, c in cached),
+           "8 stages, cache on: 11 blocks frozen at the first decision (%s), and the cache serves "
+           "some of the frozen units, fewer than 18, at every re-plan ((frozen, cached) %s)"
+           % (depths, cached))
+    off_cached = [r["cached_units"] for r in records(got["false"][0], "replan")]
+    expect(off_cached and not any(off_cached), "8 stages, cache off: no units cached at its "
+           "re-plans (%s)" % off_cached)
+
+
 def main():
     tools = h.Tools(sys.argv)
     with tempfile.TemporaryDirectory(prefix="pt-freeze-") as work:
+        cache_on_many_stages_under_memory(tools, work)
         for model in MODELS:
             check_model(tools, work, model)
     if failures:
