@@ -39,6 +39,8 @@ typedef struct pt_session {
     int opening_depth;     /* a fresh train run's: what its first decision freezes, when that
                               comes before training (freeze.start 0) */
     int init_pending;      /* train: model.init_from's weights not loaded, a resume planned */
+    int cache_on;          /* the run opens the node's activation cache: cache.enabled, and not
+                              an eval (which passes each test example once: nothing to reuse) */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */
     char normalized_from[PT_PATH_MAX + 64]; /* the checkpoint they came from ("": the file) */
     /* what the run is fed, as checkpoints record it ("": not known): the

@@ -142,7 +142,7 @@ static int check_staging(pt_session *s, pt_err *err)
 static double cache_share(const pt_session *r)
 {
     const pt_config *c = &r->cfg;
-    if (!c->cache.enabled || c->freeze.policy == PT_FREEZE_NONE)
+    if (!r->cache_on || c->freeze.policy == PT_FREEZE_NONE)
         return 0;
     const double row = (double)pt_arch_tokens(&r->arch) * r->arch.dim *
                        (double)(r->be ? pt_backend_act_size(r->be) : sizeof(float));
@@ -468,7 +468,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->freeze_every_step = c->freeze.unit == PT_FREEZE_EVERY_STEP;
     sp->freeze_start = c->freeze.start;
     sp->freeze_every = c->freeze.every;
-    sp->cache = c->cache.enabled;
+    sp->cache = ss->cache_on;
     sp->cache_memory = (uint64_t)(c->cache.memory_gib * gib);
     sp->cache_disk = (uint64_t)(c->cache.disk_gib * gib);
     sp->cache_dir = c->cache.disk_dir;
@@ -719,6 +719,9 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
+    /* nor does it open the cache (nor count its memory): its frozen prefix
+     * would ride in front of stage 0, and the planner cuts the model whole */
+    s->cache_on = c->cache.enabled && mode != PT_RUN_EVAL;
     if (mode != PT_RUN_EVAL && !(resume && *resume))
         s->opening_depth = opening_depth(c, s->arch.layers);
     int rc;
@@ -805,10 +808,6 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);
-    /* an evaluation opens no cache: its frozen prefix is not one that rides
-     * in front of stage 0, and the planner cuts the model whole */
-    if (mode == PT_RUN_EVAL)
-        spec.cache = 0;
     if ((rc = given_profile(s, mode == PT_RUN_TRAIN ? resume : NULL, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
