@@ -83,6 +83,12 @@ void pt_cost_model_free(pt_cost_model *m);
 double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recompute);
 double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n);
 double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n);
+/* What timing unit u of `a` at n examples holds at once
+ * (pt_cost_profile_unit): its segment of one unit (parameters, their
+ * training state, saved activations, scratch and the two buffers of
+ * activation gradients), the backend's work for the linear layers, and the
+ * timing's own input, output and gradient buffers and host data. */
+double pt_cost_timing_bytes(const pt_cost_model *m, const pt_arch *a, int u, int n);
 /* Fills m's linear_work_bytes for `a` on `be` (pt_cost_sizes does). */
 void pt_cost_set_linear_work(pt_cost_model *m, const pt_arch *a, const pt_backend *be);
 /* What the backend keeps for the linear layers at micro-batches of n

@@ -32,7 +32,7 @@ static int time_unit(const pt_arch *a, pt_backend *be, int u, int n, double *fwd
                      pt_err *err)
 {
     pt_segment *s = NULL;
-    pt_segment_spec spec = {u, 1, n, 1, 0};
+    pt_segment_spec spec = {u, 1, n, 1, 0, 0};
     int rc = pt_segment_create(&s, a, be, &spec, err);
     if (rc)
         return rc;
@@ -221,6 +221,19 @@ double pt_cost_linear_work(const pt_cost_model *m, int n)
     while (i < PT_COST_WORK_STEPS - 1 && (1LL << i) < (long long)n)
         i++;
     return m->linear_work_bytes[i];
+}
+
+double pt_cost_timing_bytes(const pt_cost_model *m, const pt_arch *a, int u, int n)
+{
+    const pt_unit_cost *c = &m->unit[u];
+    const double act = (double)n * m->boundary_bytes_per_example;
+    /* time_unit's host copies: floats of the activations and the inputs,
+     * tokens and targets, ids */
+    const double elems = (double)n * pt_arch_tokens(a) * a->dim;
+    const double host = 4.0 * (elems + (double)n * (pt_arch_input_floats(a) + 1)) +
+                        8.0 * (double)n * pt_arch_tokens(a) + 8.0 * n;
+    return c->param_bytes + c->state_bytes + pt_cost_saved_bytes(m, u, n) +
+           pt_cost_scratch_bytes(m, u, n) + pt_cost_linear_work(m, n) + (2 + 4) * act + host;
 }
 
 double pt_cost_scratch_bytes(const pt_cost_model *m, int u, int n)

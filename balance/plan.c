@@ -33,9 +33,13 @@
  * solving under the limit returns), and only the others are solved anew.
  *
  * Frozen units cost their forward only (no backward, no optimizer state, no
- * all-reduce). When the activation cache serves their output they cost
- * nothing: only the active units are partitioned, and the frozen prefix is
- * placed in front of stage 0, which is where the cache's activations enter.
+ * all-reduce). Those whose output the activation cache serves cost no time:
+ * the units after them are partitioned, and the cached prefix is placed in
+ * front of stage 0, which is where the cache's activations enter and which
+ * holds its parameters (to compute what the cache misses). Where that does
+ * not fit the memory limit, the cache serves fewer of the frozen units, the
+ * most for which a layout fits (pt_plan_make), and the stages share the
+ * rest as any frozen units.
  */
 #include "balance/balance.h"
 
@@ -100,7 +104,8 @@ static int slots_of(const pt_plan_request *q, int K, int M, int s)
 
 /* What a slot of a stage keeps of unit u for micro-batches of b examples:
  * its saved activations (none when frozen: it runs forward only and keeps
- * nothing for a backward) and its output, which the segment keeps per slot
+ * nothing for a backward; the frozen units' forwards share one work area,
+ * counted once per stage) and its output, which the segment keeps per slot
  * for the next unit (nn/segment.c; frozen or not), all but the stage's last
  * unit's: a stage holds one output less than its units (the partition's
  * mem_slot_less). */
@@ -108,6 +113,15 @@ static double slot_bytes(const pt_cost_model *cm, const pt_plan_request *q, int 
 {
     return (u < q->frozen_units ? 0 : pt_cost_saved_bytes(cm, u, b)) +
            cm->boundary_bytes_per_example * b;
+}
+
+/* What stage 0's prefix slot keeps of a frozen unit, where the prefix
+ * source runs the frozen units (nn/segment.c): its output for micro-batches
+ * of b examples. Counted with the unit wherever it is (a stage other than
+ * 0 is counted high by it). */
+static double prefix_slot_bytes(const pt_cost_model *cm, int b)
+{
+    return cm->boundary_bytes_per_example * b;
 }
 
 /* Memory of a stage beside its units' and the largest scratch, the same on
@@ -137,16 +151,19 @@ static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int 
                          int b, const int *bounds, double *mem)
 {
     for (int s = 0; s < K; s++) {
-        double fixed = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0;
+        double fixed = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0, work = 0;
         /* stage 0's segment holds a cached frozen prefix too */
         for (int u = s == 0 ? 0 : bounds[s]; u < bounds[s + 1]; u++) {
             int frozen = u < q->frozen_units;
-            fixed += cm->unit[u].param_bytes + (frozen ? 0 : state_of(cm, q, D, u));
+            fixed += cm->unit[u].param_bytes + (frozen ? prefix_slot_bytes(cm, b) : state_of(cm, q, D, u));
             per_slot += slot_bytes(cm, q, u, b);
             double w = pt_cost_scratch_bytes(cm, u, b);
             scratch = w > scratch ? w : scratch;
+            w = frozen ? pt_cost_saved_bytes(cm, u, b) : 0;
+            work = w > work ? w : work;
         }
-        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + stage_extra(cm, q, K, M, b);
+        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + work +
+                 stage_extra(cm, q, K, M, b);
     }
 }
 
@@ -275,7 +292,7 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         rc = pt_fail(err, PT_ENOMEM, "out of memory planning");
         goto done;
     }
-    double scratch = 0;
+    double scratch = 0, frozen_work = 0;
     fixed[0] = slot[0] = 0;
     /* ranks of node 0 that this layout keeps busy, sharing its cores */
     const int per_node0 = ranks_on(q, 0) / K;
@@ -286,20 +303,27 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
         int frozen = u < q->frozen_units;
         cost[u] = u < skip ? 0 : pt_cost_time(cm, u, b, frozen, q->recompute) * slowdown;
         bwd[u] = frozen ? 0 : (pt_cost_time(cm, u, b, 0, 0) - pt_cost_time(cm, u, b, 1, 0)) * slowdown;
-        fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes + (frozen ? 0 : state_of(cm, q, D, u));
+        fixed[u + 1] = fixed[u] + cm->unit[u].param_bytes +
+                       (frozen ? prefix_slot_bytes(cm, b) : state_of(cm, q, D, u));
         slot[u + 1] = slot[u] + slot_bytes(cm, q, u, b);
         double w = pt_cost_scratch_bytes(cm, u, b);
         scratch = w > scratch ? w : scratch;
+        w = frozen ? pt_cost_saved_bytes(cm, u, b) : 0;
+        frozen_work = w > frozen_work ? w : frozen_work;
     }
     for (int s = 0; s < K; s++)
         slots[s] = slots_of(q, K, M, s);
+    /* (the frozen units' work area is counted on every stage, as their
+     * scratch is: a stage without frozen units is counted high) */
+    scratch += frozen_work;
     double limit = q->mem_limit;
     const double buffers = stage_extra(cm, q, K, M, b);
     if (limit > 0)
         limit -= scratch + buffers;
     if (q->mem_limit > 0 && !(limit > 0)) {
         rc = pt_fail(err, PT_EINPUT, "no way to cut %d units into %d stages fits %.3g bytes per "
-                     "device: a unit's scratch (%.3g bytes) and the stage-boundary buffers of %d "
+                     "device: a unit's scratch and the frozen units' work area (%.3g bytes) and the "
+                     "stage-boundary buffers of %d "
                      "micro-batches of %d examples (%.3g bytes) alone take more", n - skip, K, q->mem_limit, scratch, M, b, buffers);
         goto done;
     }

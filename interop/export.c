@@ -99,7 +99,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
         *given = *cfg;
         rc = run_paths(ckpt, cfg, err);
     }
-    pt_segment_spec spec = {0, 0, 1, 1, 0};
+    pt_segment_spec spec = {0, 0, 1, 1, 0, 0};
     struct stat st;
     /* out without trailing '/' or '/.': 'link/' names where a link leads,
      * and the link is never written through */

@@ -224,15 +224,22 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
      * backward; an evaluation trains nothing: every unit counts as frozen */
     const int depth = r->resume_depth > r->opening_depth ? r->resume_depth : r->opening_depth;
     const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(depth);
-    const char *state = mode == PT_RUN_EVAL ? ""
-                        : reduce > 0 ? " with their gradients, AdamW moments and the gradient "
-                                       "all-reduce's buffers"
-                                     : " with their gradients and AdamW moments";
+    /* what the parameters are counted with: none of it for an evaluation,
+     * and for a frozen prefix only that of the units that train */
+    char state[160] = "";
+    const int units_all = pt_arch_units(&r->arch), training = units_all - frozen;
+    if (mode != PT_RUN_EVAL && training > 0)
+        snprintf(state, sizeof state, " with %s gradients%s AdamW moments%s",
+                 frozen > 0 ? (training == 1 ? "the one training unit's" : "the training units'")
+                            : "their",
+                 reduce > 0 ? "," : " and",
+                 reduce > 0 ? " and the gradient all-reduce's buffers" : "");
     const int units = pt_arch_units(a);
     /* a unit's output, kept per slot for the next unit, and the segment's
      * two gradient buffers: units + 1 of them, per example */
     const double boundary = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(r->be);
-    double params = 0, trained = 0, saved = (units + 1) * boundary, scratch = 0;
+    double params = 0, trained = 0, saved = (units + 1) * boundary, scratch = 0, frozen_work = 0,
+           active_saved = 0;
     /* scratch at the micro-batch's size when that is a size_t's (per-thread
      * parts of it are not per example), else per example */
     const int whole = micro <= (1 << 20);
@@ -243,11 +250,17 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         trained += u < frozen ? 0.0 : (double)info.numel;
         /* per example, scaled in double: a long sequence times a large batch
          * passes what size_t holds */
-        saved += u < frozen ? 0.0 : (double)pt_unit_saved_bytes(a, r->be, u, 1);
+        const double keeps = (double)pt_unit_saved_bytes(a, r->be, u, 1);
+        active_saved += u < frozen ? 0.0 : keeps;
+        /* the frozen units' forwards share one work area (nn/segment.c) */
+        frozen_work = u < frozen && keeps > frozen_work ? keeps : frozen_work;
         double w = whole ? (double)pt_unit_scratch_bytes(a, r->be, u, (int)micro) / (double)micro
                          : (double)pt_unit_scratch_bytes(a, r->be, u, 1);
         scratch = w > scratch ? w : scratch;
     }
+    /* with a frozen prefix the stage has a slot more, in which the prefix
+     * source runs it (train/layout.c): the frozen units' outputs */
+    saved += active_saved + frozen_work + (frozen > 1 ? (frozen - 1) * boundary : 0);
     /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
     const double ram = pt_session_memory_per_rank(r);
     pt_device_info dev;

@@ -361,6 +361,9 @@ typedef struct pt_segment_spec {
      * them, so a layout with a frozen prefix never holds, even for a moment,
      * the training state of the whole segment. 0: none. */
     int frozen;
+    /* 1: the last slot runs forwards of the frozen units only (a frozen
+     * prefix's source): it holds their outputs, and no saved activations */
+    int prefix_slot;
 } pt_segment_spec;
 
 int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,

@@ -7,8 +7,13 @@
  *  - grads, m, v: one blob each for the active units [frozen, count) only, at
  *    the same relative offsets, so the active gradients are one contiguous
  *    range (one all-reduce) and frozen units cost no gradient or moment memory;
- *  - per slot: each unit's saved activations, and the boundary activations
- *    between consecutive units of the segment;
+ *  - per slot: each active unit's saved activations, and the boundary
+ *    activations between consecutive units of the segment (a prefix slot,
+ *    which runs the frozen units' forwards only: their outputs alone);
+ *  - one work area that every frozen unit's forward uses for what an active
+ *    one saves: nothing of it is read after the forward (no backward reaches
+ *    a frozen unit), so one serves every frozen unit and every slot, where
+ *    a saved area per slot would hold (slots x frozen units) of it;
  *  - scratch shared by all units (one unit runs at a time) and two ping-pong
  *    buffers for activation gradients in backward.
  *
@@ -33,10 +38,14 @@ struct pt_segment {
     pt_arch arch;
     pt_backend *be;
     int first, count, max_batch, slots, frozen;
+    int prefix_slot; /* the last slot runs the frozen units' forwards only */
     pt_unit_info *info;
     const pt_unit_impl **impl;
     size_t *poff;      /* [count + 1] parameter offsets (elements) */
-    size_t *saved_off; /* [count + 1] saved-area offsets (bytes) within a slot */
+    size_t *saved_off; /* [count + 1] saved-area offsets (bytes) within a slot; a frozen unit's
+                          is the next active one's (it takes none of the slot) */
+    void *frozen_work; /* what the frozen units' forwards use in place of a saved area */
+    size_t frozen_work_bytes;
     void *params, *grads, *m, *v;
     void **saved;      /* [slots] */
     void **bound;      /* [slots] count - 1 boundary activations each */
@@ -131,6 +140,15 @@ static size_t bound_bytes(const pt_segment *s)
     return pt_segment_act_elems(s, s->max_batch) * s->be->act_size;
 }
 
+/* Outputs between units that slot k holds: those of every unit but the
+ * last, or in a prefix slot those of the frozen units but the last. */
+static int prefix_bounds(const pt_segment *s, int k)
+{
+    if (s->prefix_slot && k == s->slots - 1)
+        return s->frozen > 1 ? s->frozen - 1 : 0;
+    return s->count - 1;
+}
+
 static void *bound_at(const pt_segment *s, int slot, int i)
 {
     return (char *)s->bound[slot] + (size_t)i * bound_bytes(s);
@@ -158,6 +176,7 @@ void pt_segment_destroy(pt_segment *s)
         pt_backend_free(s->be, s->bound[k]);
     }
     pt_backend_free(s->be, s->scratch);
+    pt_backend_free(s->be, s->frozen_work);
     pt_backend_free(s->be, s->gbuf[0]);
     pt_backend_free(s->be, s->gbuf[1]);
     free(s->info);
@@ -224,6 +243,7 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
     s->max_batch = spec->max_batch;
     s->slots = spec->slots;
     s->frozen = spec->frozen; /* before alloc_training_state: only the active units' state */
+    s->prefix_slot = spec->prefix_slot != 0;
     s->loss_scale = 1.0;
     s->info = calloc(s->count, sizeof *s->info);
     s->impl = calloc(s->count, sizeof *s->impl);
@@ -245,7 +265,10 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
         pt_unit_info_get(a, s->first + i, &s->info[i]);
         s->impl[i] = pt_unit_impl_for(a, s->info[i].role);
         s->poff[i + 1] = s->poff[i] + s->info[i].numel;
-        s->saved_off[i + 1] = s->saved_off[i] + s->impl[i]->saved_bytes(a, be, s->max_batch);
+        const size_t saved = s->impl[i]->saved_bytes(a, be, s->max_batch);
+        s->saved_off[i + 1] = s->saved_off[i] + (i < s->frozen ? 0 : saved);
+        if (i < s->frozen && saved > s->frozen_work_bytes)
+            s->frozen_work_bytes = saved;
         size_t w = s->impl[i]->scratch_bytes(a, be, s->max_batch);
         scratch = w > scratch ? w : scratch;
     }
@@ -254,11 +277,14 @@ int pt_segment_create(pt_segment **out, const pt_arch *a, pt_backend *be,
     s->scratch = pt_backend_alloc(be, scratch);
     s->gbuf[0] = pt_backend_alloc(be, bound_bytes(s));
     s->gbuf[1] = pt_backend_alloc(be, bound_bytes(s));
-    int ok = s->params && s->scratch && s->gbuf[0] && s->gbuf[1];
+    s->frozen_work = s->frozen_work_bytes ? pt_backend_alloc(be, s->frozen_work_bytes) : NULL;
+    int ok = s->params && s->scratch && s->gbuf[0] && s->gbuf[1] &&
+             (s->frozen_work || !s->frozen_work_bytes);
     for (int k = 0; ok && k < s->slots; k++) {
-        s->saved[k] = pt_backend_alloc(be, s->saved_off[s->count]);
-        s->bound[k] = pt_backend_alloc(be, bound_bytes(s) * (size_t)(s->count - 1));
-        ok = s->saved[k] && s->bound[k];
+        const int prefix = s->prefix_slot && k == s->slots - 1;
+        s->saved[k] = prefix ? NULL : pt_backend_alloc(be, s->saved_off[s->count]);
+        s->bound[k] = pt_backend_alloc(be, bound_bytes(s) * (size_t)prefix_bounds(s, k));
+        ok = (prefix || s->saved[k]) && s->bound[k];
     }
     if (!ok || (rc = alloc_training_state(s, err))) {
         pt_segment_destroy(s);
@@ -397,6 +423,29 @@ int pt_segment_freeze(pt_segment *s, int frozen, pt_err *err)
                        s->count, s->frozen);
     if (frozen == s->frozen)
         return 0;
+    /* the newly frozen units' forwards move to the work area (their saved
+     * areas in the slots stay, unused; the active units' keep their place) */
+    size_t work = s->frozen_work_bytes;
+    for (int i = s->frozen; i < frozen; i++) {
+        const size_t saved = s->impl[i]->saved_bytes(&s->arch, s->be, s->max_batch);
+        work = saved > work ? saved : work;
+    }
+    if (work > s->frozen_work_bytes) {
+        void *grown = pt_backend_alloc(s->be, work);
+        if (!grown)
+            return pt_fail(err, PT_ENOMEM, "out of memory for the frozen units' work area");
+        pt_backend_free(s->be, s->frozen_work);
+        s->frozen_work = grown;
+        s->frozen_work_bytes = work;
+    }
+    if (s->prefix_slot) { /* its outputs, of more frozen units */
+        const int k = s->slots - 1, n = frozen > 1 ? frozen - 1 : 0;
+        void *grown = pt_backend_alloc(s->be, bound_bytes(s) * (size_t)n);
+        if (!grown)
+            return pt_fail(err, PT_ENOMEM, "out of memory for the prefix slot's outputs");
+        pt_backend_free(s->be, s->bound[k]);
+        s->bound[k] = grown;
+    }
     void *old[3] = {s->grads, s->m, s->v};
     size_t keep_from = s->poff[frozen] - s->poff[s->frozen];
     s->grads = s->m = s->v = NULL;
@@ -430,7 +479,7 @@ static pt_unit_call make_call(const pt_segment *s, int i, int slot, int n, int t
         .info = &s->info[i],
         .p = (char *)s->params + par_bytes(s, s->poff[i]),
         .g = i >= s->frozen ? (char *)s->grads + par_bytes(s, active_off(s, i)) : NULL,
-        .saved = (char *)s->saved[slot] + s->saved_off[i],
+        .saved = i < s->frozen ? s->frozen_work : (char *)s->saved[slot] + s->saved_off[i],
         .scratch = s->scratch,
         .n = n,
         .train = train,
@@ -467,6 +516,9 @@ int pt_segment_forward_range(pt_segment *s, int slot, int from, int to, const pt
     if (from < 0 || from >= to || to > s->count)
         return pt_fail(err, PT_EINTERNAL, "forward over units [%d, %d) of a %d-unit segment", from, to,
                        s->count);
+    if (s->prefix_slot && slot == s->slots - 1 && (train || to > s->frozen))
+        return pt_fail(err, PT_EINTERNAL, "forward over units [%d, %d) in the prefix slot, which "
+                       "runs the %d frozen units only, not for a backward", from, to, s->frozen);
     if (train && (from > s->frozen || to < s->count))
         return pt_fail(err, PT_EINTERNAL,
                        "a training forward must run every unit backward will reach (ran [%d, %d) of "

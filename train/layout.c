@@ -132,9 +132,9 @@ static void profiled_sizes(const pt_run *r, int *small, int *large)
 
 /* The sizes a unit is timed at here: profiled_sizes', but under a memory
  * limit (pipeline.memory_gib, the same on every rank) no larger micro-batch
- * than one unit alone fits in it: no layout can use one, and timing a unit
- * at it would take more than the limit (a profile timed at either pair
- * serves: profile_fits). */
+ * than the timing of one unit alone fits in (pt_cost_timing_bytes): no
+ * layout can use one, and timing a unit at it would take more than the
+ * limit (a profile timed at either pair serves: profile_fits). */
 static void measured_sizes(const pt_run *r, int *small, int *large)
 {
     profiled_sizes(r, small, large);
@@ -145,10 +145,7 @@ static void measured_sizes(const pt_run *r, int *small, int *large)
         for (; fits > 1; fits = fits * 3 / 4) {
             int all = 1;
             for (int u = 0; all && u < m.units; u++)
-                all = m.unit[u].param_bytes + m.unit[u].state_bytes +
-                          pt_cost_saved_bytes(&m, u, fits) + pt_cost_scratch_bytes(&m, u, fits) +
-                          pt_cost_linear_work(&m, fits) <=
-                      r->spec.mem_limit;
+                all = pt_cost_timing_bytes(&m, &r->arch, u, fits) <= r->spec.mem_limit;
             if (all)
                 break;
         }
@@ -552,7 +549,7 @@ static int build_segment(pt_run *r, pt_err *err)
      * allocated (creating them active and freezing after would hold the
      * whole segment's training state at once, which a plan for the frozen
      * layout does not count) */
-    pt_segment_spec spec = {first, count, r->max_micro, slots, frozen_here};
+    pt_segment_spec spec = {first, count, r->max_micro, slots, frozen_here, prefix};
     return pt_segment_create(&r->seg, &r->arch, r->be, &spec, err);
 }
 
@@ -938,6 +935,9 @@ void pt_layout_print(const pt_run *r, FILE *out)
         fprintf(out, "activation cache: serves units 0-%d, the first %d of %d frozen%s\n", C - 1, C,
                 r->frozen_units, C < may ? " (stage 0 has no room for more under the memory limit; "
                 "the stages run the others forward only)" : "");
+    else if (may > 0)
+        fprintf(out, "activation cache: serves none of the %d frozen units (stage 0 has no room for "
+                "them under the memory limit; the stages run them forward only)\n", r->frozen_units);
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);
     else

@@ -61,7 +61,7 @@ static void run_case(pt_comm *comm, pt_backend *be, int D, int frozen, size_t bu
     pt_arch a = {.kind = PT_MODEL_GPT, .dim = 12, .layers = 3, .heads = 3, .mlp_hidden = 20, .causal = 1,
                  .vocab = 256, .context = 5, .init_std = 0.02, .seed = 1};
     pt_segment *seg;
-    pt_segment_spec spec = {1, 6, 2, 1, 0}; /* blocks 0..2: units 1..6 */
+    pt_segment_spec spec = {1, 6, 2, 1, 0, 0}; /* blocks 0..2: units 1..6 */
     if (pt_segment_create(&seg, &a, be, &spec, &err) || pt_segment_freeze(seg, frozen, &err)) {
         CHECK(0, "segment: %s", err.msg);
         pt_group_free(g);

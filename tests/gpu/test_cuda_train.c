@@ -165,7 +165,7 @@ static void train_compare(const char *what, pt_arch a, int batch)
             images[i] = round_bf16(images[i]);
         pt_err err = {0};
         side s[2] = {{P.cpu, NULL}, {P.gpu, NULL}};
-        pt_segment_spec spec = {0, units, batch, 1, 0};
+        pt_segment_spec spec = {0, units, batch, 1, 0, 0};
         for (int k = 0; k < 2; k++) {
             CU_ASSERT_EQUAL_FATAL(pt_segment_create(&s[k].seg, &a, s[k].be, &spec, &err), 0);
             CU_ASSERT_EQUAL_FATAL(pt_segment_init_params(s[k].seg, &err), 0);
@@ -278,7 +278,7 @@ static void repeatable(const char *what, pt_arch a, int batch)
             break;
         pt_err err = {0};
         pt_segment *seg;
-        pt_segment_spec spec = {0, pt_arch_units(&a), batch, 1, 0};
+        pt_segment_spec spec = {0, pt_arch_units(&a), batch, 1, 0, 0};
         CU_ASSERT_EQUAL_FATAL(pt_segment_create(&seg, &a, P.gpu, &spec, &err), 0);
         CU_ASSERT_EQUAL_FATAL(pt_segment_init_params(seg, &err), 0);
         size_t count;

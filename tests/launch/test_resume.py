@@ -659,10 +659,15 @@ def test_resume_counts_frozen_blocks_in_memory(h):
     keys = {"model.layers": "4", "train.epochs": "6", "train.max_steps": "30",
             "freeze.policy": "schedule", "freeze.alpha": "0.5", "pipeline.microbatches": "1"}
     cfg, run_dir, _ = train(h, "run", "vit", "train.max_steps=10", **keys)
-    limit = "pipeline.memory_gib=0.0002"
+    # (the whole model is refused up to about 0.0004 GiB, its weights alone
+    # up to 0.000218, the resume runs from about 0.00023: its frozen blocks'
+    # forward work area and the prefix source's outputs are counted since
+    # 0.0002, which then refused the whole model for its weights alone, was
+    # chosen)
+    limit = "pipeline.memory_gib=0.0003"
     r = h.run(["train", cfg, "--set", "run.dir=" + h.path("fresh"), "--set", limit]).expect(
         2, "a fresh run under the limit")
-    r.one_error("model.dim", "more than the 0.0002 GiB")
+    r.one_error("more than the 0.0003 GiB one stage may use (pipeline.memory_gib")
     r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", limit]).expect(0, "resume")
     check("resumed at step 10" in r.err, "no resume:\n%s", r.describe())
 

@@ -72,7 +72,7 @@ static void open_model(model *m, const shape *s, int full, const char *backend, 
     pt_arch a = arch_of(s, full);
     CU_ASSERT_FATAL((strcmp(backend, "cpu64") == 0 ? pt_backend_open_cpu64(&m->be, threads, &err)
                                                   : pt_backend_open(&m->be, backend, threads, &err)) == 0);
-    pt_segment_spec spec = {first, count, MAXN, 1, 0};
+    pt_segment_spec spec = {first, count, MAXN, 1, 0, 0};
     CU_ASSERT_FATAL(pt_segment_create(&m->seg, &a, m->be, &spec, &err) == 0);
     pt_rng rng;
     pt_rng_seed(&rng, 77, 0);

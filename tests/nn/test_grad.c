@@ -82,7 +82,7 @@ static void setup(fixture *f, pt_arch a, int first, int count)
     f->first = first;
     f->count = count;
     CU_ASSERT_FATAL(pt_backend_open_cpu64(&f->be, 1, &err) == 0);
-    pt_segment_spec spec = {first, count, N, 1, 0};
+    pt_segment_spec spec = {first, count, N, 1, 0, 0};
     CU_ASSERT_FATAL(pt_segment_create(&f->seg, &a, f->be, &spec, &err) == 0);
     CU_ASSERT_FATAL(pt_segment_init_params(f->seg, &err) == 0);
     pt_rng rng;

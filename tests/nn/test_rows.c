@@ -152,7 +152,7 @@ static int check_config(const config *c, int threads)
     pt_backend *be;
     CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", threads, &err) == 0);
     pt_segment *seg;
-    pt_segment_spec spec = {0, pt_arch_units(&a) - 1, BIG, 1, 0};
+    pt_segment_spec spec = {0, pt_arch_units(&a) - 1, BIG, 1, 0, 0};
     CU_ASSERT_FATAL(pt_segment_create(&seg, &a, be, &spec, &err) == 0);
     CU_ASSERT_FATAL(pt_segment_init_params(seg, &err) == 0);
 

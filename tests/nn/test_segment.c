@@ -2,9 +2,12 @@
  * test_segment.c: a segment's memory and its frozen prefix.
  *
  * A segment created with a frozen prefix (pt_segment_spec.frozen) never
- * allocates the frozen units' gradients and AdamW moments: the most backend
- * memory it holds at any moment is the memory of the same segment created
- * with nothing frozen, less three times the frozen units' parameters. (A
+ * allocates the frozen units' gradients and AdamW moments, nor their saved
+ * activations per slot (their forwards share one work area): the most
+ * backend memory it holds at any moment is the memory of the same segment
+ * created with nothing frozen, less three times the frozen units'
+ * parameters and their saved activations in every slot, plus the largest
+ * of those. (A
  * layout is rebuilt at every freeze decision and on resume; creating the
  * segment active and freezing it afterwards held, and on the CPU zero-filled,
  * the whole segment's gradients and moments first, which a plan made for the
@@ -123,7 +126,7 @@ static pt_arch vit_arch(void)
 static size_t create_peak(const pt_arch *a, pt_backend *be, int frozen, pt_segment **out)
 {
     pt_err err;
-    pt_segment_spec spec = {0, pt_arch_units(a), 4, 2, 0};
+    pt_segment_spec spec = {0, pt_arch_units(a), 4, 2, 0, 0};
     spec.frozen = frozen;
     peak = live;
     const size_t before = live;
@@ -145,8 +148,17 @@ static void test_created_frozen_memory(void)
         size_t frozen_bytes = 0;
         for (int u = 0; u < frozen; u++)
             frozen_bytes += pt_segment_unit_numel(s, u) * pt_backend_real_size(be);
-        /* each of grads, m, v is one block rounded up to 64 bytes */
-        CU_ASSERT(got + 3 * frozen_bytes <= all + 3 * 64);
+        /* nor a saved area per slot for a frozen unit: its forward uses one
+         * work area that all frozen units share (the largest of theirs) */
+        size_t saved_bytes = 0, work = 0;
+        for (int u = 0; u < frozen; u++) {
+            const size_t b = pt_unit_saved_bytes(&a, be, u, 4);
+            saved_bytes += b;
+            work = b > work ? b : work;
+        }
+        /* each of grads, m, v and the work area is one block rounded up to
+         * 64 bytes */
+        CU_ASSERT(got + 3 * frozen_bytes + 2 * saved_bytes <= all + work + 4 * 64);
         CU_ASSERT_EQUAL(pt_segment_frozen(s), frozen);
         size_t count = 0;
         pt_segment_grads(s, &count);
@@ -159,7 +171,7 @@ static void test_created_frozen_memory(void)
     }
     pt_err err;
     pt_segment *s = NULL;
-    pt_segment_spec bad = {0, units, 4, 1, 0};
+    pt_segment_spec bad = {0, units, 4, 1, 0, 0};
     bad.frozen = units + 1;
     CU_ASSERT(pt_segment_create(&s, &a, be, &bad, &err) != 0);
     CU_ASSERT_PTR_NULL(s);
@@ -195,7 +207,7 @@ static void test_created_frozen_trains_as_freeze(void)
     CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
     for (int frozen = 0; frozen < units; frozen++) {
         pt_segment *made = NULL, *later = NULL;
-        pt_segment_spec spec = {0, units, 4, 2, 0};
+        pt_segment_spec spec = {0, units, 4, 2, 0, 0};
         spec.frozen = frozen;
         CU_ASSERT_FATAL(pt_segment_create(&made, &a, be, &spec, &err) == 0);
         spec.frozen = 0;
@@ -235,7 +247,7 @@ static void test_unit_pieces(void)
     pt_err err;
     CU_ASSERT_FATAL(pt_backend_open(&be, "cpu", 1, &err) == 0);
     pt_segment *s = NULL;
-    pt_segment_spec spec = {0, pt_arch_units(&a), 4, 2, 0};
+    pt_segment_spec spec = {0, pt_arch_units(&a), 4, 2, 0, 0};
     CU_ASSERT_FATAL(pt_segment_create(&s, &a, be, &spec, &err) == 0);
     CU_ASSERT_FATAL(pt_segment_init_params(s, &err) == 0);
     train_step(s, &a);
@@ -303,7 +315,7 @@ static void *train_on_thread(void *arg)
         return NULL;
     pt_segment *s = NULL;
     const int N = w->n, vit = a->kind == PT_MODEL_VIT;
-    pt_segment_spec spec = {0, pt_arch_units(a), N, 1, 0};
+    pt_segment_spec spec = {0, pt_arch_units(a), N, 1, 0, 0};
     if (pt_segment_create(&s, a, be, &spec, &err) == 0 && pt_segment_init_params(s, &err) == 0) {
         /* GPT: a target per token; ViT: an image and a class per example */
         const size_t inputs = vit ? (size_t)N * pt_arch_input_floats(a) : (size_t)N * a->context;
@@ -428,7 +440,7 @@ static void test_segment_refuses_rows_past_int(void)
     pt_backend *be = open_counting();
     pt_err err = {0};
     pt_segment *s = NULL;
-    pt_segment_spec spec = {0, pt_arch_units(&a), 1 << 15, 1, 0}; /* 2^31 rows */
+    pt_segment_spec spec = {0, pt_arch_units(&a), 1 << 15, 1, 0, 0}; /* 2^31 rows */
     CU_ASSERT_EQUAL(pt_segment_create(&s, &a, be, &spec, &err), PT_EINPUT);
     CU_ASSERT_PTR_NULL(s);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "2147483648 rows"));
@@ -436,7 +448,69 @@ static void test_segment_refuses_rows_past_int(void)
     close_counting(be);
 }
 
+/* A prefix slot (pt_segment_spec.prefix_slot: the last slot runs the frozen
+ * units' forwards only, as stage 0's prefix source does) holds their
+ * outputs and no saved activations, and gives the frozen prefix's output
+ * bit for bit as a training slot does; a forward there that an active unit
+ * or a backward would need is refused. */
+static void test_prefix_slot(void)
+{
+    const pt_arch a = gpt();
+    const int units = pt_arch_units(&a), frozen = 4, N = 3;
+    pt_backend *be = open_counting();
+    pt_segment_spec spec = {0, units, N, 2, frozen, 0};
+    pt_segment *plain = NULL, *pre = NULL;
+    pt_err err;
+    size_t before = live;
+    CU_ASSERT_FATAL(pt_segment_create(&plain, &a, be, &spec, &err) == 0);
+    const size_t plain_bytes = live - before;
+    spec.prefix_slot = 1;
+    before = live;
+    CU_ASSERT_FATAL(pt_segment_create(&pre, &a, be, &spec, &err) == 0);
+    const size_t pre_bytes = live - before;
+    /* the slot's saved activations of the active units, and the outputs of
+     * all units but the frozen ones', are not held */
+    size_t active_saved = 0;
+    for (int u = frozen; u < units; u++)
+        active_saved += pt_unit_saved_bytes(&a, be, u, N);
+    const size_t row = pt_segment_act_elems(pre, N) * pt_backend_act_size(be);
+    CU_ASSERT(pre_bytes + active_saved + (size_t)(units - frozen) * row <= plain_bytes + 2 * 64);
+    CU_ASSERT(pre_bytes + active_saved <= plain_bytes);
+    CU_ASSERT_FATAL(pt_segment_init_params(plain, &err) == 0);
+    CU_ASSERT_FATAL(pt_segment_init_params(pre, &err) == 0);
+    int32_t tokens[N * 8], targets[N * 8];
+    for (int i = 0; i < N * a.context; i++) {
+        tokens[i] = (i * 7 + 3) % a.vocab;
+        targets[i] = (i * 5 + 1) % a.vocab;
+    }
+    pt_batch b = {N, NULL, tokens, targets, NULL, 0};
+    const size_t n = pt_segment_act_elems(pre, N);
+    float *y0 = malloc(n * sizeof *y0), *y1 = malloc(n * sizeof *y1);
+    void *out = pt_backend_alloc(be, n * pt_backend_act_size(be));
+    CU_ASSERT_FATAL(y0 && y1 && out);
+    CU_ASSERT_FATAL(pt_segment_forward_range(plain, 0, 0, frozen, &b, NULL, out, 0, NULL, &err) == 0);
+    pt_backend_download(be, y0, out, n * sizeof *y0);
+    CU_ASSERT_FATAL(pt_segment_forward_range(pre, 1, 0, frozen, &b, NULL, out, 0, NULL, &err) == 0);
+    pt_backend_download(be, y1, out, n * sizeof *y1);
+    CU_ASSERT(memcmp(y0, y1, n * sizeof *y0) == 0);
+    CU_ASSERT_EQUAL(pt_segment_forward_range(pre, 1, 0, frozen + 1, &b, NULL, out, 0, NULL, &err),
+                    PT_EINTERNAL);
+    CU_ASSERT_EQUAL(pt_segment_forward_range(pre, 1, 0, units, &b, NULL, NULL, 1, NULL, &err),
+                    PT_EINTERNAL);
+    /* the other slot trains as ever */
+    pt_stats st = {0};
+    CU_ASSERT(pt_segment_forward(pre, 0, &b, NULL, NULL, 1, &st, &err) == 0);
+    CU_ASSERT(pt_segment_backward(pre, 0, &b, NULL, NULL, &err) == 0);
+    pt_backend_free(be, out);
+    free(y0);
+    free(y1);
+    pt_segment_destroy(plain);
+    pt_segment_destroy(pre);
+    close_counting(be);
+}
+
 static const pt_test segment_tests[] = {
+    {"prefix_slot", test_prefix_slot},
     {"segment_refuses_rows_past_int", test_segment_refuses_rows_past_int},
     {"created_frozen_memory", test_created_frozen_memory},
     {"created_frozen_trains_as_freeze", test_created_frozen_trains_as_freeze},
