@@ -25,10 +25,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as H  # noqa: E402
@@ -421,13 +423,37 @@ def extra_tensor_in_init(tools, work):
     return failures
 
 
+def stopped_rank0(p, timeout):
+    """The pid of rank 0 of the job started as p once it stopped itself
+    (SIGSTOP, the test hook), or None if it did not within timeout s."""
+    end = time.time() + timeout
+    while time.time() < end and p.poll() is None:
+        time.sleep(0.05)
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        for pid in map(int, kids):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+                if state == "T" and env.get(b"OMPI_COMM_WORLD_RANK") == b"0":
+                    return pid
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                pass
+    return None
+
+
 def eval_with_cache_under_memory(tools, work):
     """`eval` on 4 ranks under a pipeline.memory_gib that holds the model for
     inference, with the config's cache on (as the run trained with it): the
     planner counted the frozen model's prefix as riding in front of stage 0,
     as the cache serves it in training, and refused every layout (exit 2),
     while the same eval with the cache off ran. An evaluation opens no
-    cache: both run, with the same loss."""
+    cache (it passes each test example once): both run, with the same loss,
+    and while rank 0 is stopped in its first round of evaluation (the test
+    hook's SIGSTOP) /dev/shm holds no segment of the job (named after rank
+    0's pid), where the cache would have been opened before."""
     run = os.path.join(work, "run-eval-cache")
     cfg = os.path.join(work, "eval-cache.yaml")
     with open(cfg, "w") as f:
@@ -439,13 +465,28 @@ def eval_with_cache_under_memory(tools, work):
     tools.run(1, ["train", cfg], timeout=300)
     losses, failures = {}, 0
     for cache in ("false", "true"):
-        rc, _, out = tools.run(4, ["eval", cfg, "--set", "pipeline.memory_gib=0.00008", "--set",
-                                   "cache.enabled=" + cache], check=False, timeout=300)
+        args = ["eval", cfg, "--set", "pipeline.memory_gib=0.00008", "--set", "cache.enabled=" + cache]
+        p = subprocess.Popen(tools.command(4, args), cwd=H.ROOT,
+                             env=dict(H.ENV, PIPETRAIN_TEST_FAULT="0:*:sigstop:eval"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pid = stopped_rank0(p, 120)
+        segments = []
+        if pid is not None:
+            prefix = "pipetrain-%d-%d-" % (os.getuid(), pid)
+            segments = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)]
+            os.kill(pid, signal.SIGCONT)
+        try:
+            out, _ = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
         got = re.findall(r"^test loss ([0-9.]+)$", out, re.M)
-        if rc != 0 or len(got) != 1:
+        if p.returncode != 0 or len(got) != 1 or pid is None or segments:
             failures += 1
-            print("FAIL eval on 4 ranks under pipeline.memory_gib, cache %s: exit %d\n%s"
-                  % (cache, rc, out[-2000:]), flush=True)
+            print("FAIL eval on 4 ranks under pipeline.memory_gib, cache %s: exit %d, rank 0 %s, "
+                  "segments of the job in /dev/shm while it evaluated: %s\n%s"
+                  % (cache, p.returncode, "stopped" if pid else "never stopped", segments,
+                     out[-2000:]), flush=True)
         else:
             losses[cache] = got[0]
     if len(losses) == 2 and losses["false"] != losses["true"]:
@@ -454,7 +495,7 @@ def eval_with_cache_under_memory(tools, work):
               % (losses["false"], losses["true"]), flush=True)
     if not failures:
         print("ok   eval on 4 ranks under pipeline.memory_gib, the config's cache on and off: "
-              "test loss %s" % losses["true"], flush=True)
+              "test loss %s, no cache segment" % losses["true"], flush=True)
     return failures
 
 
