@@ -295,8 +295,9 @@ static void epoch_metrics(pt_session *s, double took, int64_t since)
     json_object_set_new(o, "replicas", json_integer(r->plan.replicas));
     json_object_set_new(o, "cache_hits", json_integer(r->cache_hits));
     json_object_set_new(o, "prefix_computed", json_integer(r->prefix_computed));
+    json_object_set_new(o, "cache_part_hits", json_integer(r->cache_part_hits));
     pt_progress_metrics(&s->progress, o);
-    r->cache_hits = r->prefix_computed = 0;
+    r->cache_hits = r->prefix_computed = r->cache_part_hits = 0;
 }
 
 /* The first line of each run of a job (fresh or resumed): where it starts,

@@ -171,8 +171,10 @@ int pt_prefix_input(void *ctx, int mb, const pt_batch *b, int training, void *x,
         int got = pt_cache_get(p->cache, ids[i], depth, host_row(p, x, p->hx, i), err);
         if (got < 0)
             rc = err->code;
-        else if (got)
+        else if (got) {
             *hits += whole;
+            r->step_part_hits += training && !whole;
+        }
         else
             p->rest[todo++] = i;
     }

@@ -28,7 +28,7 @@
 #include <string.h>
 
 /* Indexes of the step's scalars after the per-unit sums of squares. */
-enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_HITS, R_COMPUTED, R_COUNT };
+enum { R_LOSS, R_CORRECT, R_ROWS, R_STOP, R_FAILED, R_HITS, R_COMPUTED, R_PART_HITS, R_COUNT };
 _Static_assert(R_COUNT <= 8, "run.c allocates 8 values after the units and the blocks");
 
 /* FNV-1a over the bytes of this rank's parameters, read through a buffer of
@@ -166,7 +166,8 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
     /* the frozen prefix's samples of every replica, for the epoch's counts */
     v[units + R_HITS] = (double)r->step_hits;
     v[units + R_COMPUTED] = (double)r->step_computed;
-    r->step_hits = r->step_computed = 0;
+    v[units + R_PART_HITS] = (double)r->step_part_hits;
+    r->step_hits = r->step_computed = r->step_part_hits = 0;
     if (r->active)
         at_phase(r, "step %lld, replica %d, stage %d: combining the step's results over all ranks",
                  (long long)r->step + 1, r->replica, r->stage);
@@ -225,6 +226,7 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
     out->failed = v[units + R_FAILED] > 0;
     r->cache_hits += (int64_t)v[units + R_HITS];
     r->prefix_computed += (int64_t)v[units + R_COMPUTED];
+    r->cache_part_hits += (int64_t)v[units + R_PART_HITS];
     return 0;
 }
 

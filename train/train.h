@@ -193,11 +193,13 @@ typedef struct pt_run {
     } opening;
 
     /* this epoch's frozen-prefix samples served by the cache and computed,
-     * over every replica (reset by whoever reports them); step_hits and
-     * step_computed are this rank's in the step under way (stage 0 of a
-     * replica counts them), which the step's combine adds in */
-    int64_t cache_hits, prefix_computed;
-    int64_t step_hits, step_computed;
+     * over every replica (reset by whoever reports them), and of the
+     * computed ones those whose first units the cache served (where it
+     * serves part of the frozen prefix: the plan's cached_units); step_hits,
+     * step_computed and step_part_hits are this rank's in the step under way
+     * (stage 0 of a replica counts them), which the step's combine adds in */
+    int64_t cache_hits, prefix_computed, cache_part_hits;
+    int64_t step_hits, step_computed, step_part_hits;
     int sample_log_errno; /* the first failed write to spec.sample_log (then no more); 0 */
     /* set by pt_evaluate while it runs the test split: batch_ids then hold
      * test indices, cached as ids train->count + index; eval_hits counts

@@ -286,6 +286,16 @@ def cache_on_many_stages_under_memory(tools, work):
            "8 stages, cache on: 11 blocks frozen at the first decision (%s), and the cache serves "
            "some of the frozen units, fewer than 18, at every re-plan ((frozen, cached) %s)"
            % (depths, cached))
+    # every example of the last epoch had its first units from the cache
+    # (the epoch before filled it), none whole
+    last = records(on_dir, "epoch")[-1]
+    expect((last["cache_hits"], last["prefix_computed"], last["cache_part_hits"]) == (0, 64, 64),
+           "8 stages, cache on: the last epoch's examples served in part by the cache: (hits, "
+           "computed, served in part) %s" % ((last["cache_hits"], last["prefix_computed"],
+                                              last["cache_part_hits"]),))
+    off_last = records(got["false"][0], "epoch")[-1]
+    expect(off_last["cache_part_hits"] == 0, "8 stages, cache off: nothing served in part (%s)"
+           % off_last["cache_part_hits"])
     off_cached = [r["cached_units"] for r in records(got["false"][0], "replan")]
     expect(off_cached and not any(off_cached), "8 stages, cache off: no units cached at its "
            "re-plans (%s)" % off_cached)
