@@ -163,10 +163,11 @@ static double data_bytes(const pt_session *r)
  * nothing checked that the model fits: the segment's allocation failed with
  * "out of memory" and no key. Checked here with what the planner counts:
  * parameters with their gradients and AdamW moments, and the activations
- * of one micro-batch (a lower bound: a schedule
- * may keep more in flight): what its units save, the outputs the segment
- * keeps between them, its two buffers of activation gradients and the
- * largest scratch. Without pipeline.memory_gib the limit is a GPU's memory
+ * of the micro-batches the schedule keeps in flight (gpipe: all of them;
+ * 1F1B on one stage, or recompute: one): what the units save, the outputs
+ * the segment keeps between them, its two buffers of activation gradients,
+ * the frozen units' work area and the prefix slot, and the largest
+ * scratch. Without pipeline.memory_gib the limit is a GPU's memory
  * as its backend counts it, else the node's RAM over its ranks less the
  * data set each rank holds (0 before it is loaded). */
 static pt_freeze_config freeze_config(const pt_config *c)
@@ -258,9 +259,16 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                          : (double)pt_unit_scratch_bytes(a, r->be, u, 1);
         scratch = w > scratch ? w : scratch;
     }
-    /* with a frozen prefix the stage has a slot more, in which the prefix
-     * source runs it (train/layout.c): the frozen units' outputs */
-    saved += active_saved + frozen_work + (frozen > 1 ? (frozen - 1) * boundary : 0);
+    /* what a slot holds, the outputs between units and what the active
+     * units save, once per micro-batch in flight: gpipe runs every forward
+     * before the first backward, so all m are (1F1B on one stage, or
+     * recompute, keeps one); with a frozen prefix the stage has a slot more,
+     * in which the prefix source runs it (train/layout.c): the frozen units'
+     * outputs */
+    const int in_flight = c->pipeline.recompute ? 1
+                          : c->pipeline.schedule == PT_PIPE_GPIPE ? (int)m : 1;
+    saved += (in_flight - 1) * ((units - 1) * boundary + active_saved) + active_saved +
+             frozen_work + (frozen > 1 ? (frozen - 1) * boundary : 0);
     /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
     const double ram = pt_session_memory_per_rank(r);
     pt_device_info dev;

@@ -233,10 +233,31 @@ def test_frozen_prefix_under_its_limit(h):
     return ", ".join(grown)
 
 
+def test_gpipe_one_stage_under_its_limit(h):
+    # one stage with 4 micro-batches fixed under gpipe keeps all 4 in flight
+    # (every forward before the first backward); the single-stage count had
+    # one micro-batch's activations, about 64 MiB for this vit, and let it
+    # through a 66 MiB limit, which it grew past by about 40 MiB; now it is
+    # counted with 4 (about 105 MiB) and refused, naming train.batch; with
+    # room it runs within its limit
+    gpipe = {"pipeline.microbatches": "4", "pipeline.schedule": "gpipe"}
+    rc, err, grew = growth_within(h, "gpipe_tight", VIT, VIT_TINY, 66, **gpipe)
+    if rc == 0:
+        check(grew <= 66 * MiB, "gpipe with 4 micro-batches accepted under 66 MiB, but grew by "
+              "%.1f MiB", grew / MiB)
+    else:
+        check(rc == 2 and "train.batch" in err, "refused, but not naming train.batch (%d):\n%s",
+              rc, err[-2000:])
+    rc, err, grew = growth_within(h, "gpipe_room", VIT, VIT_TINY, 120, **gpipe)
+    check(rc == 0, "gpipe with 4 micro-batches refused under 120 MiB (%d):\n%s", rc, err[-2000:])
+    check(grew <= 120 * MiB, "gpipe with 4 micro-batches grew by %.1f MiB under 120 MiB", grew / MiB)
+    return "grew %.1f MiB under 120" % (grew / MiB)
+
+
 if __name__ == "__main__":
     sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
                    test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone,
                    test_freezing_before_the_first_step_lays_out_the_frozen_model,
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
-                   test_frozen_prefix_under_its_limit],
+                   test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit],
                   sys.argv, workers=1))
