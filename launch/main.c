@@ -21,6 +21,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1151,6 +1154,14 @@ int main(int argc, char **argv)
 {
     if (!enough_stack())
         return 1;
+#ifdef __GLIBC__
+    /* large blocks mapped on their own and unmapped when freed, always:
+     * glibc's threshold otherwise rises to the largest block freed, and the
+     * units' timing before planning (blocks of every unit at two sizes,
+     * made and freed in turn) left the heap holding freed memory under the
+     * layout's buffers, 6 MiB past pipeline.memory_gib on a 512-wide ViT */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+#endif
     /* a file-size limit (ulimit -f): a write past it fails with EFBIG, which
      * every writer reports naming its file (a checkpoint, a log, an export)
      * and cleans up after, rather than SIGXFSZ ending the process with
