@@ -552,6 +552,9 @@ int pt_segment_backward(pt_segment *s, int slot, const pt_batch *batch, const vo
     int rc = check_slot(s, slot, batch->n, err);
     if (rc)
         return rc;
+    if (s->prefix_slot && slot == s->slots - 1)
+        return pt_fail(err, PT_EINTERNAL, "backward in the prefix slot, which runs the frozen "
+                       "units' forwards only");
     if (s->slot_n[slot] != batch->n)
         return pt_fail(err, PT_EINTERNAL, "backward of slot %d without a matching forward", slot);
     if (s->info[s->count - 1].role != PT_UNIT_HEAD && !dy)

@@ -497,6 +497,7 @@ static void test_prefix_slot(void)
                     PT_EINTERNAL);
     CU_ASSERT_EQUAL(pt_segment_forward_range(pre, 1, 0, units, &b, NULL, NULL, 1, NULL, &err),
                     PT_EINTERNAL);
+    CU_ASSERT_EQUAL(pt_segment_backward(pre, 1, &b, NULL, NULL, &err), PT_EINTERNAL);
     /* the other slot trains as ever */
     pt_stats st = {0};
     CU_ASSERT(pt_segment_forward(pre, 0, &b, NULL, NULL, 1, &st, &err) == 0);
