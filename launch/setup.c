@@ -228,14 +228,13 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     /* what the parameters are counted with: none of it for an evaluation,
      * and for a frozen prefix only that of the units that train */
     char state[160] = "";
-    const int units_all = pt_arch_units(&r->arch), training = units_all - frozen;
+    const int units = pt_arch_units(a), training = units - frozen;
     if (mode != PT_RUN_EVAL && training > 0)
         snprintf(state, sizeof state, " with %s gradients%s AdamW moments%s",
                  frozen > 0 ? (training == 1 ? "the one training unit's" : "the training units'")
                             : "their",
                  reduce > 0 ? "," : " and",
                  reduce > 0 ? " and the gradient all-reduce's buffers" : "");
-    const int units = pt_arch_units(a);
     /* a unit's output, kept per slot for the next unit, and the segment's
      * two gradient buffers: units + 1 of them, per example */
     const double boundary = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(r->be);
