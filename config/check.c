@@ -251,32 +251,6 @@ static int cache_rules(const pt_config *c, pt_err *err)
         return pt_config_key_fail(c, err, "cache.enabled",
                                   "the cache holds frozen blocks' output, but freeze.policy is "
                                   "none; allowed with freeze.policy none: false");
-    if (*c->cache.disk_dir) {
-        struct stat st;
-        if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
-                                      c->cache.disk_dir);
-        /* the disk tier's file is made there: a directory this process
-         * cannot write (its permissions, a read-only mount) is refused now,
-         * not when the cache is made, maybe hours into the run. A file is
-         * made there and removed, since permissions alone do not tell:
-         * root may write anywhere they allow, yet /proc makes no file */
-        if (c->cache.enabled && access(c->cache.disk_dir, W_OK | X_OK) != 0)
-            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' cannot be written: %s",
-                                      c->cache.disk_dir, strerror(errno));
-        char probe[PT_PATH_MAX + 32];
-        if (c->cache.enabled &&
-            snprintf(probe, sizeof probe, "%s/.pipetrain-probe-XXXXXX", c->cache.disk_dir) <
-                (int)sizeof probe) {
-            const int fd = mkstemp(probe);
-            if (fd < 0)
-                return pt_config_key_fail(c, err, "cache.disk_dir",
-                                          "'%s' cannot hold the disk tier's file: making a file "
-                                          "there failed: %s", c->cache.disk_dir, strerror(errno));
-            close(fd);
-            unlink(probe);
-        }
-    }
     /* Half a disk tier is refused rather than warned about: either way the
      * run would go on without one, and a warning scrolls away with the
      * progress lines while the user believes the tier is there. */
@@ -307,6 +281,37 @@ static int cache_rules(const pt_config *c, pt_err *err)
                                   "allowed: 1 to %d",
                                   c->cache.min_depth, c->freeze.max_depth,
                                   c->freeze.max_depth == 1 ? "" : "s", c->freeze.max_depth);
+    return 0;
+}
+
+int pt_config_check_disk_tier(const pt_config *c, pt_err *err)
+{
+    if (*c->cache.disk_dir) {
+        struct stat st;
+        if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
+                                      c->cache.disk_dir);
+        /* the disk tier's file is made there: a directory this process
+         * cannot write (its permissions, a read-only mount) is refused now,
+         * not when the cache is made, maybe hours into the run. A file is
+         * made there and removed, since permissions alone do not tell:
+         * root may write anywhere they allow, yet /proc makes no file */
+        if (c->cache.enabled && access(c->cache.disk_dir, W_OK | X_OK) != 0)
+            return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' cannot be written: %s",
+                                      c->cache.disk_dir, strerror(errno));
+        char probe[PT_PATH_MAX + 32];
+        if (c->cache.enabled &&
+            snprintf(probe, sizeof probe, "%s/.pipetrain-probe-XXXXXX", c->cache.disk_dir) <
+                (int)sizeof probe) {
+            const int fd = mkstemp(probe);
+            if (fd < 0)
+                return pt_config_key_fail(c, err, "cache.disk_dir",
+                                          "'%s' cannot hold the disk tier's file: making a file "
+                                          "there failed: %s", c->cache.disk_dir, strerror(errno));
+            close(fd);
+            unlink(probe);
+        }
+    }
     return 0;
 }
 

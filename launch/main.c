@@ -239,6 +239,10 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
     }
     if (rc == 0)
         rc = pt_config_validate(&a->cfg, err);
+    /* eval opens no cache: an evaluation on a machine without the
+     * training's disk tier directory is not refused for it */
+    if (rc == 0 && !eval_options)
+        rc = pt_config_check_disk_tier(&a->cfg, err);
     if (*unread) /* kept: an output must not replace its files either */
         memcpy(a->cfg.model.init_from, unread, sizeof unread);
     if (rc == 0 && a->report) {

@@ -6,7 +6,8 @@
  * both ways a config is written. The YAML goes through pt_config_load_text
  * over the defaults, each assignment through pt_config_set, and a config
  * that loads through pt_config_validate (which stats the input files it
- * names; harmless here).
+ * names; harmless here) and pt_config_check_disk_tier (which makes and
+ * removes a probe file in a cache.disk_dir that is there).
  *
  * Invariant checked: a config that was accepted round-trips through
  * pt_config_write_yaml, the form a checkpoint stores it in: the YAML written
@@ -73,6 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc == 0) {
         check_round_trip(c);
         rc = pt_config_validate(c, &err);
+        if (rc == 0)
+            rc = pt_config_check_disk_tier(c, &err);
     }
     free(c);
     return 0;

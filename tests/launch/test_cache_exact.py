@@ -407,6 +407,36 @@ def test_eval_opens_no_cache_and_a_signal_ends_it(h):
               p.returncode, U.tail(p.stdout + p.stderr))
 
 
+def test_eval_needs_no_disk_tier_directory(h):
+    """eval opens no cache, so the cache's disk tier directory the run
+    trained with (cache.disk_dir) need not be there: an evaluation of the
+    checkpoint after the directory is gone (another machine, a cleaned
+    scratch disk) evaluates, where it was refused naming the key. train and
+    plan, which make or plan the tier, still refuse it with the config's
+    line, exit 2, and the probe they write there leaves nothing behind."""
+    run_dir, spill = h.path("tier-run"), h.path("tier")
+    os.mkdir(spill)
+    keys = U.tiny("vit", run_dir, **{"freeze.policy": "schedule", "freeze.start": "1",
+                                     "cache.enabled": "true", "cache.memory_gib": "0",
+                                     "cache.disk_dir": spill, "cache.disk_gib": "0.01",
+                                     "train.epochs": "2"})
+    text = U.render(keys)
+    cfg = U.write(h.path("tier.yaml"), text)
+    h.run(["train", cfg]).expect(0, "training with a disk tier")
+    check(os.listdir(spill) == [], "the disk tier left %r" % os.listdir(spill))
+    first = h.run(["eval", cfg]).expect(0, "eval, the directory there")
+    os.rmdir(spill)
+    r = h.run(["eval", cfg]).expect(0, "eval after cache.disk_dir is gone")
+    loss = [l for l in r.out.splitlines() if "test loss" in l]
+    check(loss and loss == [l for l in first.out.splitlines() if "test loss" in l],
+          "eval without the directory gave %r, with it %r", loss,
+          [l for l in first.out.splitlines() if "test loss" in l])
+    for cmd in ("train", "plan"):
+        r = h.run([cmd, cfg]).expect(2, cmd + " with cache.disk_dir gone")
+        r.one_error("%s:%d: cache.disk_dir: " % (cfg, U.line_of(text, "cache.disk_dir")),
+                    "is not a directory")
+
+
 def small(kind, dim, heads, batch, threads, steps=60, epoch_steps=6, every=3, start=None,
           dropout=None):
     """A short run of kind at width dim that freezes 1 then 2 blocks after
@@ -550,6 +580,7 @@ def tests(full):
            test_dev_shm_cut_short,
            test_segment_gone_when_killed_after_a_stop_signal,
            test_segment_gone_when_a_signal_ends_the_run, test_eval_opens_no_cache_and_a_signal_ends_it,
+           test_eval_needs_no_disk_tier_directory,
            test_jobs_in_pid_namespaces]
     out += [sweep_case(*c) for c in QUICK]
     out += [start0_case("vit", 1), start0_case("gpt", 2), start0_case("bert", 1)]
