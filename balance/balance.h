@@ -172,6 +172,25 @@ typedef struct pt_plan {
 
 int pt_plan_make(pt_plan *out, const pt_plan_request *req, const pt_cost_model *cm, pt_err *err);
 
+/* What stage s of the layout (K, D, M, micro-batches of b examples, bounds)
+ * holds, by the count pt_plan_make plans under (the plan's stage_mem is
+ * their sum), in parts, for messages that say which is too large. */
+typedef struct pt_stage_bytes {
+    double weights;       /* its units' parameters, with the gradients, AdamW moments and
+                             all-reduce receive buffers (req.reduce_buffers) of those that
+                             train */
+    double micro_batches; /* what grows with the micro-batch: each slot in flight's outputs
+                             between units and what the training units save, the frozen
+                             units' work area and outputs in the prefix slot, the largest
+                             scratch, the two buffers of activation gradients */
+    double step;          /* what grows with the replica's share of a step (M b): the stage's
+                             input and output buffers and their gradients per micro-batch,
+                             and the share staged in host memory */
+    double linear_work;   /* what the backend keeps for the linear layers */
+} pt_stage_bytes;
+void pt_plan_stage_bytes(const pt_cost_model *cm, const pt_plan_request *req, int K, int D, int M,
+                         int b, const int *bounds, int s, pt_stage_bytes *out);
+
 /* The least memory any layout takes per device, by the measure
  * pt_plan_make checks (stage_memory): one example per micro-batch, the
  * unit on a stage of its own with one micro-batch in flight, the largest

@@ -126,14 +126,20 @@ static double prefix_slot_bytes(const pt_cost_model *cm, int b)
 
 /* Memory of a stage beside its units' and the largest scratch, the same on
  * every stage of a (K, M, b): the segment's two buffers of activation
- * gradients for the backward, the stage's input and output buffers and
- * their gradients per micro-batch, the replica's share of the step staged
- * in host memory, and what the backend keeps for the linear layers. */
+ * gradients for the backward (grow with the micro-batch); the stage's
+ * input and output buffers and their gradients per micro-batch, and the
+ * replica's share of the step staged in host memory (grow with the share,
+ * M b: step_buffers); and what the backend keeps for the linear layers. */
+static double step_buffers(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
+{
+    return boundary_buffers(K) * M * cm->boundary_bytes_per_example * b +
+           q->staging_bytes_per_example * M * b;
+}
+
 static double stage_extra(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
 {
-    const double boundary = cm->boundary_bytes_per_example * b;
-    return 2 * boundary + boundary_buffers(K) * M * boundary +
-           q->staging_bytes_per_example * M * b + pt_cost_linear_work(cm, b);
+    return 2 * cm->boundary_bytes_per_example * b + step_buffers(cm, q, K, M, b) +
+           pt_cost_linear_work(cm, b);
 }
 
 /* What a unit that trains holds beside its parameters: gradients and AdamW
@@ -146,24 +152,37 @@ static double state_of(const pt_cost_model *cm, const pt_plan_request *q, int D,
     return cm->unit[u].state_bytes + reduce * cm->unit[u].param_bytes;
 }
 
+void pt_plan_stage_bytes(const pt_cost_model *cm, const pt_plan_request *q, int K, int D, int M,
+                         int b, const int *bounds, int s, pt_stage_bytes *out)
+{
+    double weights = 0, prefix = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0,
+           work = 0;
+    /* stage 0's segment holds a cached frozen prefix too */
+    for (int u = s == 0 ? 0 : bounds[s]; u < bounds[s + 1]; u++) {
+        const int frozen = u < q->frozen_units;
+        weights += cm->unit[u].param_bytes + (frozen ? 0 : state_of(cm, q, D, u));
+        prefix += frozen ? prefix_slot_bytes(cm, b) : 0;
+        per_slot += slot_bytes(cm, q, u, b);
+        double w = pt_cost_scratch_bytes(cm, u, b);
+        scratch = w > scratch ? w : scratch;
+        w = frozen ? pt_cost_saved_bytes(cm, u, b) : 0;
+        work = w > work ? w : work;
+    }
+    out->weights = weights;
+    out->micro_batches = prefix + slots_of(q, K, M, s) * per_slot + scratch + work +
+                         2 * cm->boundary_bytes_per_example * b;
+    out->step = step_buffers(cm, q, K, M, b);
+    out->linear_work = pt_cost_linear_work(cm, b);
+}
+
 /* Memory of every stage for a given (K, D, M, b, bounds). */
 static void stage_memory(const pt_cost_model *cm, const pt_plan_request *q, int K, int D, int M,
                          int b, const int *bounds, double *mem)
 {
     for (int s = 0; s < K; s++) {
-        double fixed = 0, per_slot = -cm->boundary_bytes_per_example * b, scratch = 0, work = 0;
-        /* stage 0's segment holds a cached frozen prefix too */
-        for (int u = s == 0 ? 0 : bounds[s]; u < bounds[s + 1]; u++) {
-            int frozen = u < q->frozen_units;
-            fixed += cm->unit[u].param_bytes + (frozen ? prefix_slot_bytes(cm, b) : state_of(cm, q, D, u));
-            per_slot += slot_bytes(cm, q, u, b);
-            double w = pt_cost_scratch_bytes(cm, u, b);
-            scratch = w > scratch ? w : scratch;
-            w = frozen ? pt_cost_saved_bytes(cm, u, b) : 0;
-            work = w > work ? w : work;
-        }
-        mem[s] = fixed + slots_of(q, K, M, s) * per_slot + scratch + work +
-                 stage_extra(cm, q, K, M, b);
+        pt_stage_bytes sb;
+        pt_plan_stage_bytes(cm, q, K, D, M, b, bounds, s, &sb);
+        mem[s] = sb.weights + sb.micro_batches + sb.step + sb.linear_work;
     }
 }
 

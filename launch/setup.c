@@ -120,8 +120,7 @@ static int check_staging(pt_session *s, pt_err *err)
     const int replicas = c->pipeline.replicas == PT_AUTO || c->pipeline.replicas > ranks
                              ? ranks : c->pipeline.replicas;
     const double share = ceil((double)c->train.batch / (replicas > 0 ? replicas : 1));
-    const double per = (double)pt_arch_input_floats(&s->arch) * sizeof(float) +
-                       2.0 * pt_arch_tokens(&s->arch) * sizeof(int32_t) + 64;
+    const double per = pt_run_staging_bytes(&s->arch);
     /* host memory, whatever pipeline.memory_gib says of a device's */
     const double gib = (double)(1ull << 30), have = pt_session_memory_per_rank(s);
     if (have <= 0 || share * per <= have)
@@ -159,17 +158,6 @@ static double data_bytes(const pt_session *r)
     return pt_dataset_bytes(&r->train) + pt_dataset_bytes(&r->test) + cache_share(r);
 }
 
-/* One stage with a fixed number of micro-batches leaves nothing to plan, so
- * nothing checked that the model fits: the segment's allocation failed with
- * "out of memory" and no key. Checked here with what the planner counts:
- * parameters with their gradients and AdamW moments, and the activations
- * of the micro-batches the schedule keeps in flight (gpipe: all of them;
- * 1F1B on one stage, or recompute: one): what the units save, the outputs
- * the segment keeps between them, its two buffers of activation gradients,
- * the frozen units' work area and the prefix slot, and the largest
- * scratch. Without pipeline.memory_gib the limit is a GPU's memory
- * as its backend counts it, else the node's RAM over its ranks less the
- * data set each rank holds (0 before it is loaded). */
 static pt_freeze_config freeze_config(const pt_config *c)
 {
     return (pt_freeze_config){(pt_freeze_kind)c->freeze.policy, c->freeze.alpha,
@@ -194,6 +182,17 @@ static int opening_depth(const pt_config *c, int layers)
     return depth;
 }
 
+/* One stage with a fixed number of micro-batches leaves nothing to plan, so
+ * nothing checked that the model fits: the segment's allocation failed with
+ * "out of memory" and no key. Checked here by the planner's own count of a
+ * stage (pt_plan_stage_bytes): parameters with the training units'
+ * gradients and AdamW moments, and the activations of the micro-batches
+ * the schedule keeps in flight (gpipe: all of them; 1F1B on one stage, or
+ * recompute: one), the frozen units' work area and prefix slot, the
+ * largest scratch, the buffers and the staged share of the step, and the
+ * linear layers' working memory. Without pipeline.memory_gib the limit is
+ * a GPU's memory as its backend counts it, else the node's RAM over its
+ * ranks less the data set each rank holds (0 before it is loaded). */
 static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -235,50 +234,43 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                             : "their",
                  reduce > 0 ? "," : " and",
                  reduce > 0 ? " and the gradient all-reduce's buffers" : "");
-    /* a unit's output, kept per slot for the next unit, and the segment's
-     * two gradient buffers: units + 1 of them, per example */
-    const double boundary = (double)pt_arch_tokens(a) * a->dim * (double)pt_backend_act_size(r->be);
-    double params = 0, trained = 0, saved = (units + 1) * boundary, scratch = 0, frozen_work = 0,
-           active_saved = 0;
-    /* scratch at the micro-batch's size when that is a size_t's (per-thread
-     * parts of it are not per example), else per example */
-    const int whole = micro <= (1 << 20);
+    /* the planner's count of the one stage (balance/plan.c), from the
+     * units' sizes at this micro-batch */
+    double params = 0;
     for (int u = 0; u < units; u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
         params += (double)info.numel;
-        trained += u < frozen ? 0.0 : (double)info.numel;
-        /* per example, scaled in double: a long sequence times a large batch
-         * passes what size_t holds */
-        const double keeps = (double)pt_unit_saved_bytes(a, r->be, u, 1);
-        active_saved += u < frozen ? 0.0 : keeps;
-        /* the frozen units' forwards share one work area (nn/segment.c) */
-        frozen_work = u < frozen && keeps > frozen_work ? keeps : frozen_work;
-        double w = whole ? (double)pt_unit_scratch_bytes(a, r->be, u, (int)micro) / (double)micro
-                         : (double)pt_unit_scratch_bytes(a, r->be, u, 1);
-        scratch = w > scratch ? w : scratch;
     }
-    /* what a slot holds, the outputs between units and what the active
-     * units save, once per micro-batch in flight: gpipe runs every forward
-     * before the first backward, so all m are (1F1B on one stage, or
-     * recompute, keeps one); with a frozen prefix the stage has a slot more,
-     * in which the prefix source runs it (train/layout.c): the frozen units'
-     * outputs */
-    const int in_flight = c->pipeline.recompute ? 1
-                          : c->pipeline.schedule == PT_PIPE_GPIPE ? (int)m : 1;
-    saved += (in_flight - 1) * ((units - 1) * boundary + active_saved) + active_saved +
-             frozen_work + (frozen > 1 ? (frozen - 1) * boundary : 0);
+    /* (sizes at the micro-batch, or beyond 2^20 examples per example and
+     * scaled, as a long sequence times a large batch passes a size_t) */
+    pt_cost_model cm;
+    const int sized = micro <= (1 << 20) ? (int)micro : 1;
+    int rc = pt_cost_sizes(&cm, a, r->be, sized, sized, err);
+    if (rc)
+        return rc;
+    const pt_plan_request q = {
+        .ranks = 1, .stages = 1, .replicas = (int)replicas, .micro = (int)m,
+        .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
+        .recompute = c->pipeline.recompute, .batch = share, .frozen_units = frozen,
+        .staging_bytes_per_example = pt_backend_is_host(r->be) ? pt_run_staging_bytes(a) : 0,
+        .reduce_buffers = reduce > 0,
+    };
+    const int bounds[2] = {0, units};
+    pt_stage_bytes sb;
+    pt_plan_stage_bytes(&cm, &q, 1, (int)replicas, (int)m, (int)micro, bounds, 0, &sb);
+    pt_cost_model_free(&cm);
     /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
     const double ram = pt_session_memory_per_rank(r);
     pt_device_info dev;
     const int gpu = pt_backend_device_info(r->be, &dev);
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
         ? r->cfg.pipeline.memory_gib * gib : gpu ? dev.memory : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
-    const double weights = (params + (3 + reduce) * trained) * (double)pt_backend_real_size(r->be);
-    /* and the backend's work for the linear layers, kept per thread at the
-     * largest any layer needed (nn.h pt_arch_linear_work_bytes) */
-    const double work = (double)pt_arch_linear_work_bytes(a, r->be, micro > INT_MAX ? INT_MAX : (int)micro);
-    const double example = saved + scratch, need = weights + (double)micro * example + work;
+    /* per example of a micro-batch, and what a step's share takes (the
+     * staged inputs and targets, the stage's buffers of each micro-batch) */
+    const double weights = sb.weights, work = sb.linear_work, step = sb.step;
+    const double example = sb.micro_batches / (double)micro;
+    const double need = weights + sb.micro_batches + step + work;
     if (have <= 0 || need <= have)
         return 0;
     char room[256];
@@ -332,13 +324,14 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     if (weights >= need - weights)
         return pt_config_key_fail(c, err, "model.dim",
                                   "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB%s, and a micro-batch's activations with the linear "
-                                  "layers' working memory %.3g GiB more: "
+                                  "%.3g GiB%s, and the activations, the step's staged inputs "
+                                  "and the linear layers' working memory %.3g GiB more: "
                                   "together %s; allowed: a smaller model, more pipeline.stages "
                                   "over more ranks, or smaller micro-batches",
                                   a->dim, a->layers, params, weights / gib, state,
                                   (need - weights) / gib, room);
-    /* what the activations are compared with is what the rest leaves */
+    /* one example's activations past what the weights leave: no batch
+     * fits, the example is too long */
     char beside[256];
     snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s and the linear "
              "layers' working memory, together", (weights + work) / gib, state);
@@ -355,14 +348,32 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                         "patch, or smaller images",
                                         a->patch, a->height, a->width, tokens, example / gib,
                                         beside, room);
+    /* a step's share past what the weights leave a micro-batch of one
+     * example: the batch, however it is cut */
+    const double per_share = step / (double)share;
+    if (step + example > have - weights - work)
+        return pt_config_key_fail(c, err, "train.batch",
+                                  "%lld examples, %lld per replica, whose inputs and targets a "
+                                  "step holds at once, with the stage's buffers of each "
+                                  "micro-batch's activations, take %.3g GiB beside the %.3g GiB "
+                                  "of the parameters%s and the linear layers' working memory, "
+                                  "together %s; allowed: a smaller batch (no more than %.0f per "
+                                  "replica leave room for a micro-batch of one example)",
+                                  c->train.batch, (long long)share, step / gib,
+                                  (weights + work) / gib, state, room,
+                                  floor((have - weights - work - example) / per_share));
+    /* else the micro-batch: what the rest leaves its activations */
+    snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s, the linear "
+             "layers' working memory and the step's staged inputs, together",
+             (weights + work + step) / gib, state);
+    const double left = have - weights - work - step;
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld in micro-batches of %lld examples (pipeline.microbatches = "
                               "%d), whose activations take %.3g GiB %s %s; allowed: at most "
                               "%.0f examples per micro-batch (more micro-batches, or a smaller "
                               "batch)",
-                              c->train.batch, (long long)micro, (int)m,
-                              (double)micro * example / gib, beside, room,
-                              floor((have - weights - work) / example));
+                              c->train.batch, (long long)micro, (int)m, sb.micro_batches / gib,
+                              beside, room, floor(left / example));
 }
 
 /* What the training split is made of, for messages about its size. */

@@ -100,15 +100,17 @@ static double device_memory(const pt_run *r)
     return have > 0 ? (have - r->spec.data_bytes > 1 ? have - r->spec.data_bytes : 1) : 0;
 }
 
-/* Bytes per example a rank stages of its replica's share of a step
- * (stage_buffers: inputs, tokens, targets, records), as launch/setup.c's
- * check_staging counts them; device memory only on a host backend. */
+/* Bytes per example a rank stages of its replica's share of a step: device
+ * memory only on a host backend. */
 static double staging_bytes_per_example(const pt_run *r)
 {
-    if (!pt_backend_is_host(r->be))
-        return 0;
-    return (double)pt_arch_input_floats(&r->arch) * sizeof(float) +
-           2.0 * pt_arch_tokens(&r->arch) * sizeof(int32_t) + 64;
+    return pt_backend_is_host(r->be) ? pt_run_staging_bytes(&r->arch) : 0;
+}
+
+double pt_run_staging_bytes(const pt_arch *a)
+{
+    return (double)pt_arch_input_floats(a) * sizeof(float) + 2.0 * pt_arch_tokens(a) * sizeof(int32_t) +
+           64;
 }
 
 /* The cores of a node as the planner prices them. */
