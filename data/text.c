@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FIRST_CAPACITY ((size_t)1 << 20)
 
@@ -22,6 +23,16 @@ static int read_all(gzFile gz, const char *path, uint8_t **out, int64_t *len, pt
     size_t used = 0, capacity = 0;
     *out = NULL;
     *len = 0;
+    /* a plain file already past the limit is refused at once, not after
+     * reading up to the limit (half a rank's memory: minutes and gigabytes
+     * for a refusal); gzip data is judged by what it unpacks to, below */
+    const int64_t cap = pt_data_memory_limit();
+    struct stat st;
+    if (cap > 0 && gzdirect(gz) && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > cap)
+        return pt_fail(err, PT_EINPUT,
+                       "%s holds %lld bytes of text, more than the %lld bytes " PT_DATA_TOO_BIG
+                       " (half the memory of a rank)",
+                       path, (long long)st.st_size, (long long)cap);
     for (;;) {
         if (used == capacity) {
             size_t grown = capacity ? capacity * 2 : FIRST_CAPACITY;
