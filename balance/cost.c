@@ -137,9 +137,17 @@ int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int 
         pt_unit_info_get(a, u, &info);
         c->param_bytes = (double)info.numel * (double)pt_backend_real_size(be);
         c->state_bytes = 3 * c->param_bytes;
+        /* at each size, or where that passes what a size_t holds (a long
+         * sequence's attention times a large micro-batch) one example's
+         * times the size, in double: sizes that wrap would pass any limit */
+        const double one_saved = (double)pt_unit_saved_bytes(a, be, u, 1);
+        const double one_scratch = (double)pt_unit_scratch_bytes(a, be, u, 1);
         for (int k = 0; k < 2; k++) {
-            c->saved_bytes[k] = (double)pt_unit_saved_bytes(a, be, u, m->batch[k]);
-            c->scratch_bytes[k] = (double)pt_unit_scratch_bytes(a, be, u, m->batch[k]);
+            const double n = m->batch[k];
+            const int exact = (one_saved + one_scratch) * n < 0x1p60;
+            c->saved_bytes[k] = exact ? (double)pt_unit_saved_bytes(a, be, u, m->batch[k]) : one_saved * n;
+            c->scratch_bytes[k] = exact ? (double)pt_unit_scratch_bytes(a, be, u, m->batch[k])
+                                        : one_scratch * n;
         }
     }
     return 0;
