@@ -74,14 +74,16 @@ static int capacity(const pt_plan_request *q, int K)
 }
 
 /* Buffers of stage-boundary activations per micro-batch: a stage's input
- * and output and their gradients; a single stage has only its input (the
- * frozen prefix's rows, when the cache serves them: counted either way, so
+ * and output and their gradients (all four on every stage of a pipeline:
+ * the first and last have fewer); a single stage has only its input, and
+ * only with a frozen prefix, whose source fills it (pipe/exec.c; the
+ * cached prefix's rows or the frozen units' outputs: counted either way, so
  * that the cache changes no memory estimate; what it does change is the
  * prefix's time, which is 0 when it serves the prefix, so a re-plan may
  * rightly choose another layout with the cache than without). */
-static double boundary_buffers(int K)
+static double boundary_buffers(const pt_plan_request *q, int K)
 {
-    return K > 1 ? 4.0 : 1.0;
+    return K > 1 ? 4.0 : q->frozen_units > 0 ? 1.0 : 0.0;
 }
 
 /* The micro-batch count to try after M: each up to m_hi; then, when extend
@@ -132,7 +134,7 @@ static double prefix_slot_bytes(const pt_cost_model *cm, int b)
  * M b: step_buffers); and what the backend keeps for the linear layers. */
 static double step_buffers(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
 {
-    return boundary_buffers(K) * M * cm->boundary_bytes_per_example * b +
+    return boundary_buffers(q, K) * M * cm->boundary_bytes_per_example * b +
            q->staging_bytes_per_example * M * b;
 }
 

@@ -224,20 +224,20 @@ static void fixed_choices_are_honoured(void)
 
 /* One device under a memory limit: M is searched past 8 per stage, up to
  * one example per micro-batch, when only smaller micro-batches keep little
- * enough for the backward; a single stage counts one boundary buffer (its
- * input), not a pipeline stage's four. 4 units of 1e5 parameter bytes (4e5
- * with gradient and moments: 1.6e6 in all), 1e3 bytes saved per example
- * and unit, boundaries 1e3 bytes per example, batch 64. With M micro-batches
- * of 64 / M examples, 1F1B keeps one in flight: 1.6e6 + 7e3 * 64 / M (what
- * the units save, and the 3 outputs passed between them), the segment's two
- * gradient buffers (2e3 * 64 / M), plus the input buffers of all M (6.4e4).
- * A limit of 1.6e6 + 9e3 * 4 + 6.4e4 fits M = 16 (4 examples) and nothing
- * up to 8. */
+ * enough for the backward; a single stage without a frozen prefix counts
+ * no boundary buffer (its input comes from no prefix source: pipe/exec.c),
+ * not a pipeline stage's four. 4 units of 1e5 parameter bytes (4e5 with
+ * gradient and moments: 1.6e6 in all), 1e3 bytes saved per example and
+ * unit, boundaries 1e3 bytes per example, batch 64. With M micro-batches of
+ * 64 / M examples, 1F1B keeps one in flight: 1.6e6 + 7e3 * 64 / M (what
+ * the units save, and the 3 outputs passed between them) and the segment's
+ * two gradient buffers (2e3 * 64 / M). A limit of 1.6e6 + 9e3 * 4 fits
+ * M = 16 (4 examples) and nothing up to 8. */
 static void memory_limit_searches_micro_batches_of_one_stage(void)
 {
     pt_cost_model m = model(4, 1e-4, 1e5, 1e3);
     m.boundary_bytes_per_example = 1e3;
-    const double limit = 1.6e6 + 9e3 * 4 + 6.4e4 + 1;
+    const double limit = 1.6e6 + 9e3 * 4 + 1;
     pt_plan_request q = request(1, NULL, 64, limit);
     pt_plan p;
     pt_err err;
@@ -247,14 +247,14 @@ static void memory_limit_searches_micro_batches_of_one_stage(void)
     CU_ASSERT_EQUAL(p.micro_batch, 4);
     CU_ASSERT(p.stage_mem[0] <= limit);
     /* one example per micro-batch is the last resort */
-    q.mem_limit = 1.6e6 + 9e3 + 6.4e4 + 1;
+    q.mem_limit = 1.6e6 + 9e3 + 1;
     CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &q, &m, &err), 0);
     CU_ASSERT_EQUAL(p.micro, 64);
     /* below that nothing fits */
-    q.mem_limit = 1.6e6 + 9e3 + 6.4e4 - 1;
+    q.mem_limit = 1.6e6 + 9e3 - 1;
     CU_ASSERT_EQUAL(pt_plan_make(&p, &q, &m, &err), PT_EINPUT);
     /* a batch of 65 over one stage: the search goes up to the whole 65 */
-    pt_plan_request odd = request(1, NULL, 65, 1.6e6 + 9e3 + 6.5e4 + 1);
+    pt_plan_request odd = request(1, NULL, 65, 1.6e6 + 9e3 + 1);
     CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p, &odd, &m, &err), 0);
     CU_ASSERT_EQUAL(p.micro, 65);
     CU_ASSERT_EQUAL(p.micro_batch, 1);
