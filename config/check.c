@@ -286,7 +286,8 @@ static int cache_rules(const pt_config *c, pt_err *err)
 
 int pt_config_check_disk_tier(const pt_config *c, pt_err *err)
 {
-    if (*c->cache.disk_dir) {
+    /* (with the cache off the key is unused, and said to be) */
+    if (c->cache.enabled && *c->cache.disk_dir) {
         struct stat st;
         if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
@@ -296,12 +297,11 @@ int pt_config_check_disk_tier(const pt_config *c, pt_err *err)
          * not when the cache is made, maybe hours into the run. A file is
          * made there and removed, since permissions alone do not tell:
          * root may write anywhere they allow, yet /proc makes no file */
-        if (c->cache.enabled && access(c->cache.disk_dir, W_OK | X_OK) != 0)
+        if (access(c->cache.disk_dir, W_OK | X_OK) != 0)
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' cannot be written: %s",
                                       c->cache.disk_dir, strerror(errno));
         char probe[PT_PATH_MAX + 32];
-        if (c->cache.enabled &&
-            snprintf(probe, sizeof probe, "%s/.pipetrain-probe-XXXXXX", c->cache.disk_dir) <
+        if (snprintf(probe, sizeof probe, "%s/.pipetrain-probe-XXXXXX", c->cache.disk_dir) <
                 (int)sizeof probe) {
             const int fd = mkstemp(probe);
             if (fd < 0)

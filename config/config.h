@@ -161,9 +161,9 @@ int pt_config_set(pt_config *c, const char *assignment, pt_err *err);
 
 /* Cross-key checks and input files that must exist, after all overrides. */
 int pt_config_validate(const pt_config *c, pt_err *err);
-/* The cache's disk tier directory on this node (cache.disk_dir): a
- * directory, and one a file can be made in when the cache is on. For the
- * commands that make the tier; eval opens no cache and skips it. */
+/* The cache's disk tier directory on this node (cache.disk_dir), when the
+ * cache is on: a directory a file can be made in. For the commands that
+ * make the tier; eval opens no cache and skips it. */
 int pt_config_check_disk_tier(const pt_config *c, pt_err *err);
 
 /* Whether a run of this configuration reads key (resuming: a run that

@@ -360,7 +360,8 @@ CASES = [
          blame="cache.enabled", needles=["augmentation", "data.crop_pad"]),
     Case("cache_without_freezing", {"cache.enabled": "true"}, blame="cache.enabled",
          needles=["freeze.policy is none"]),
-    Case("cache_disk_dir_missing", {"cache.disk_dir": "/nonexistent/dir", "cache.disk_gib": "1"},
+    Case("cache_disk_dir_missing", {"freeze.policy": "schedule", "cache.enabled": "true",
+                                    "cache.disk_dir": "/nonexistent/dir", "cache.disk_gib": "1"},
          blame="cache.disk_dir",
          needles=["not a directory"]),
     # a directory whose permissions let root in but that makes no file
