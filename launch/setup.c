@@ -182,6 +182,28 @@ static int opening_depth(const pt_config *c, int layers)
     return depth;
 }
 
+/* What one stage of r's model holds for a replica's share of `share`
+ * examples in m micro-batches, by the planner's count (the units' sizes at
+ * that micro-batch); q: the rest of the request. */
+static int one_stage(const pt_session *r, const pt_plan_request *q, int D, int64_t share, int64_t m,
+                     pt_stage_bytes *sb, pt_err *err)
+{
+    const int64_t micro = (share + m - 1) / m;
+    pt_cost_model cm;
+    int rc = pt_cost_sizes(&cm, &r->arch, r->be, (int)micro, (int)micro, err);
+    if (rc)
+        return rc;
+    const int bounds[2] = {0, pt_arch_units(&r->arch)};
+    pt_plan_stage_bytes(&cm, q, 1, D, (int)m, (int)micro, bounds, 0, sb);
+    pt_cost_model_free(&cm);
+    return 0;
+}
+
+static double stage_total(const pt_stage_bytes *sb)
+{
+    return sb->weights + sb->micro_batches + sb->step + sb->linear_work;
+}
+
 /* One stage with a fixed number of micro-batches leaves nothing to plan, so
  * nothing checked that the model fits: the segment's allocation failed with
  * "out of memory" and no key. Checked here by the planner's own count of a
@@ -192,7 +214,8 @@ static int opening_depth(const pt_config *c, int layers)
  * largest scratch, the buffers and the staged share of the step, and the
  * linear layers' working memory. Without pipeline.memory_gib the limit is
  * a GPU's memory as its backend counts it, else the node's RAM over its
- * ranks less the data set each rank holds (0 before it is loaded). */
+ * ranks less the data set each rank holds (0 before it is loaded). What a
+ * refusal suggests is counted the same way, and fits. */
 static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -217,60 +240,49 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
      * are not the device's). D auto is planned, and counted there, for
      * the D the planner picks (balance/plan.c) */
     const int fixed_d = ranks > 1 && c->pipeline.replicas != PT_AUTO && replicas > 1;
-    const double reduce = fixed_d && pt_backend_is_host(r->be) ? (double)(replicas - 1) / replicas : 0;
+    const int reduce = fixed_d && pt_backend_is_host(r->be);
     const int64_t micro = (share + m - 1) / m;
     /* a resumed checkpoint's frozen units, or those of a fresh run's opening
      * decision, keep no gradients or moments and save nothing for a
-     * backward; an evaluation trains nothing: every unit counts as frozen */
+     * backward; an evaluation is laid out with every block frozen (its
+     * resume depth: setup), the head not (train/layout.c) */
     const int depth = r->resume_depth > r->opening_depth ? r->resume_depth : r->opening_depth;
-    const int frozen = mode == PT_RUN_EVAL ? pt_arch_units(&r->arch) : pt_freeze_units(depth);
-    /* what the parameters are counted with: none of it for an evaluation,
-     * and for a frozen prefix only that of the units that train */
+    const int frozen = pt_freeze_units(depth);
+    /* what the parameters are counted with: for a frozen prefix only that
+     * of the units that train (an evaluation's segment keeps the head's) */
     char state[160] = "";
     const int units = pt_arch_units(a), training = units - frozen;
-    if (mode != PT_RUN_EVAL && training > 0)
+    if (training > 0)
         snprintf(state, sizeof state, " with %s gradients%s AdamW moments%s",
-                 frozen > 0 ? (training == 1 ? "the one training unit's" : "the training units'")
-                            : "their",
-                 reduce > 0 ? "," : " and",
-                 reduce > 0 ? " and the gradient all-reduce's buffers" : "");
-    /* the planner's count of the one stage (balance/plan.c), from the
-     * units' sizes at this micro-batch */
+                 mode == PT_RUN_EVAL ? "the head's"
+                 : frozen > 0        ? (training == 1 ? "the one training unit's" : "the training units'")
+                                     : "their",
+                 reduce ? "," : " and", reduce ? " and the gradient all-reduce's buffers" : "");
     double params = 0;
     for (int u = 0; u < units; u++) {
         pt_unit_info info;
         pt_unit_info_get(a, u, &info);
         params += (double)info.numel;
     }
-    /* (sizes at the micro-batch, or beyond 2^20 examples per example and
-     * scaled, as a long sequence times a large batch passes a size_t) */
-    pt_cost_model cm;
-    const int sized = micro <= (1 << 20) ? (int)micro : 1;
-    int rc = pt_cost_sizes(&cm, a, r->be, sized, sized, err);
+    const int D = (int)replicas;
+    const pt_plan_request q = {
+        .ranks = ranks, .stages = 1, .replicas = D, .micro = (int)m,
+        .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
+        .recompute = c->pipeline.recompute, .batch = c->train.batch, .frozen_units = frozen,
+        .staging_bytes_per_example = pt_backend_is_host(r->be) ? pt_run_staging_bytes(a) : 0,
+        .reduce_buffers = reduce,
+    };
+    pt_stage_bytes sb;
+    int rc = one_stage(r, &q, D, share, m, &sb, err);
     if (rc)
         return rc;
-    const pt_plan_request q = {
-        .ranks = 1, .stages = 1, .replicas = (int)replicas, .micro = (int)m,
-        .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
-        .recompute = c->pipeline.recompute, .batch = share, .frozen_units = frozen,
-        .staging_bytes_per_example = pt_backend_is_host(r->be) ? pt_run_staging_bytes(a) : 0,
-        .reduce_buffers = reduce > 0,
-    };
-    const int bounds[2] = {0, units};
-    pt_stage_bytes sb;
-    pt_plan_stage_bytes(&cm, &q, 1, (int)replicas, (int)m, (int)micro, bounds, 0, &sb);
-    pt_cost_model_free(&cm);
     /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
     const double ram = pt_session_memory_per_rank(r);
     pt_device_info dev;
     const int gpu = pt_backend_device_info(r->be, &dev);
     const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
         ? r->cfg.pipeline.memory_gib * gib : gpu ? dev.memory : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
-    /* per example of a micro-batch, and what a step's share takes (the
-     * staged inputs and targets, the stage's buffers of each micro-batch) */
-    const double weights = sb.weights, work = sb.linear_work, step = sb.step;
-    const double example = sb.micro_batches / (double)micro;
-    const double need = weights + sb.micro_batches + step + work;
+    const double weights = sb.weights, work = sb.linear_work, need = stage_total(&sb);
     if (have <= 0 || need <= have)
         return 0;
     char room[256];
@@ -321,22 +333,25 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   "%.3g GiB%s, %s; allowed: a smaller model, or more "
                                   "pipeline.stages over more ranks",
                                   a->dim, a->layers, params, weights / gib, state, room);
-    if (weights >= need - weights)
-        return pt_config_key_fail(c, err, "model.dim",
-                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB%s, and the activations, the step's staged inputs "
-                                  "and the linear layers' working memory %.3g GiB more: "
-                                  "together %s; allowed: a smaller model, more pipeline.stages "
-                                  "over more ranks, or smaller micro-batches",
-                                  a->dim, a->layers, params, weights / gib, state,
-                                  (need - weights) / gib, room);
-    /* one example's activations past what the weights leave: no batch
-     * fits, the example is too long */
+    /* one example alone past what the weights leave: no batch fits, the
+     * example is too long */
+    pt_stage_bytes one;
+    if ((rc = one_stage(r, &q, D, 1, 1, &one, err)))
+        return rc;
     char beside[256];
     snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s and the linear "
              "layers' working memory, together", (weights + work) / gib, state);
-    const int tokens = pt_arch_tokens(a);
-    if (example > have - weights - work)
+    const double example = one.micro_batches + one.step;
+    if (stage_total(&one) > have) {
+        if (weights >= example) /* the weights are most of it */
+            return pt_config_key_fail(c, err, "model.dim",
+                                      "%d wide with %d blocks (model.layers): %.0f parameters "
+                                      "take %.3g GiB%s, and one example's activations %.3g GiB "
+                                      "more: together %s; allowed: a smaller model, or more "
+                                      "pipeline.stages over more ranks",
+                                      a->dim, a->layers, params, weights / gib, state,
+                                      example / gib, room);
+        const int tokens = pt_arch_tokens(a);
         return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
                    ? pt_config_key_fail(c, err, "model.context",
                                         "%d: one example's activations take %.3g GiB %s %s; "
@@ -348,32 +363,48 @@ static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                         "patch, or smaller images",
                                         a->patch, a->height, a->width, tokens, example / gib,
                                         beside, room);
-    /* a step's share past what the weights leave a micro-batch of one
-     * example: the batch, however it is cut */
-    const double per_share = step / (double)share;
-    if (step + example > have - weights - work)
+    }
+    /* micro-batches of one example fit: the largest micro-batch that does
+     * (lo fits, hi does not) */
+    pt_stage_bytes ones;
+    if ((rc = one_stage(r, &q, D, share, share, &ones, err)))
+        return rc;
+    if (stage_total(&ones) <= have) {
+        int64_t lo = 1, hi = micro;
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            pt_stage_bytes t;
+            if ((rc = one_stage(r, &q, D, share, (share + mid - 1) / mid, &t, err)))
+                return rc;
+            *(stage_total(&t) <= have ? &lo : &hi) = mid;
+        }
         return pt_config_key_fail(c, err, "train.batch",
-                                  "%lld examples, %lld per replica, whose inputs and targets a "
-                                  "step holds at once, with the stage's buffers of each "
-                                  "micro-batch's activations, take %.3g GiB beside the %.3g GiB "
-                                  "of the parameters%s and the linear layers' working memory, "
-                                  "together %s; allowed: a smaller batch (no more than %.0f per "
-                                  "replica leave room for a micro-batch of one example)",
-                                  c->train.batch, (long long)share, step / gib,
-                                  (weights + work) / gib, state, room,
-                                  floor((have - weights - work - example) / per_share));
-    /* else the micro-batch: what the rest leaves its activations */
-    snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s, the linear "
-             "layers' working memory and the step's staged inputs, together",
-             (weights + work + step) / gib, state);
-    const double left = have - weights - work - step;
+                                  "%lld in micro-batches of %lld example%s (pipeline.microbatches "
+                                  "= %lld), whose activations take %.3g GiB %s %s; allowed: at "
+                                  "most %lld example%s per micro-batch (pipeline.microbatches = "
+                                  "%lld or more), or a smaller batch",
+                                  c->train.batch, (long long)micro, micro == 1 ? "" : "s",
+                                  (long long)m, (need - weights - work) / gib, beside, room,
+                                  (long long)lo, lo == 1 ? "" : "s",
+                                  (long long)((share + lo - 1) / lo));
+    }
+    /* not even those: the largest share whose micro-batches of one do */
+    int64_t lo = 1, hi = share;
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        pt_stage_bytes t;
+        if ((rc = one_stage(r, &q, D, mid, mid, &t, err)))
+            return rc;
+        *(stage_total(&t) <= have ? &lo : &hi) = mid;
+    }
     return pt_config_key_fail(c, err, "train.batch",
-                              "%lld in micro-batches of %lld examples (pipeline.microbatches = "
-                              "%d), whose activations take %.3g GiB %s %s; allowed: at most "
-                              "%.0f examples per micro-batch (more micro-batches, or a smaller "
-                              "batch)",
-                              c->train.batch, (long long)micro, (int)m, sb.micro_batches / gib,
-                              beside, room, floor(left / example));
+                              "%lld example%s, %lld per replica: even in micro-batches of one "
+                              "example, a step's activations, staged inputs and buffers take "
+                              "%.3g GiB %s %s; allowed: at most %lld example%s per replica, in "
+                              "micro-batches of one (pipeline.microbatches = %lld)",
+                              c->train.batch, c->train.batch == 1 ? "" : "s", (long long)share,
+                              (stage_total(&ones) - weights - work) / gib, beside, room,
+                              (long long)lo, lo == 1 ? "" : "s", (long long)lo);
 }
 
 /* What the training split is made of, for messages about its size. */
@@ -783,8 +814,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * image size, so there the checks wait for them */
     const int known = c->data.kind != PT_DATA_IDX; /* the image size */
     if ((rc = open_backend(s, err)) ||
-        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_model_memory(s, mode, err)) ||
-                   (rc = check_staging(s, err)))) ||
+        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_staging(s, err)) ||
+                   (rc = check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
         (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
         (rc = from_ckpt ? 0 : pt_init_from_check(c, &s->arch, err)) ||

@@ -246,14 +246,15 @@ int pt_run_stage(pt_run *r, const pt_dataset *ds, const int64_t *ids, int n, int
  * set, so that the caller reports the failed rank's message, not this). */
 int pt_run_agree(pt_run *r, int rc, pt_err *err);
 
-/* layout.c: the layout at the start, and again after r->frozen_units grew:
- * re-planned (elastic: K, D and M as far as they are auto) and carried out
- * (units move to their new owners with their moments). Collective over the
- * world; *t (may be NULL) says what changed. */
 /* Bytes per example a rank stages in host memory of its replica's share of
  * a step, whatever the layout (stage_buffers: inputs, tokens, targets,
  * records). */
 double pt_run_staging_bytes(const pt_arch *a);
+
+/* layout.c: the layout at the start, and again after r->frozen_units grew:
+ * re-planned (elastic: K, D and M as far as they are auto) and carried out
+ * (units move to their new owners with their moments). Collective over the
+ * world; *t (may be NULL) says what changed. */
 int pt_layout_open(pt_run *r, pt_err *err);
 void pt_layout_close(pt_run *r);
 int pt_layout_replan(pt_run *r, pt_transition *t, pt_err *err);
