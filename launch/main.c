@@ -464,8 +464,14 @@ static int cmd_train(pt_comm *comm, const cli *a)
     } else
         snprintf(planned, sizeof planned, "%s", cfg->train.resume);
     char fresh[PT_CKPT_PATH] = ""; /* what a refusal removes again */
-    if (pt_comm_rank(comm) == 0)
+    char log_path[PT_PATH_MAX + 16];
+    snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->run.dir);
+    struct stat log_st;
+    int had_log = 1; /* whether the run's log was there before this start */
+    if (pt_comm_rank(comm) == 0) {
         pt_rundir_fresh_root(cfg->run.dir, fresh, sizeof fresh);
+        had_log = lstat(log_path, &log_st) == 0;
+    }
     /* not inside another run's checkpoints, whose pruning would take this
      * run's lock and logs (before the session, which makes run.dir) */
     int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, &err) : 0;
@@ -697,6 +703,11 @@ refused:
     }
     if (lock.fd >= 0)
         pt_rundir_remove_fresh(cfg->run.dir, fresh, 1);
+    /* in a run.dir that was there, the empty log this start made goes too
+     * (the lock stays, as after any run: another job may wait on it) */
+    if (lock.fd >= 0 && !fresh[0] && !had_log && lstat(log_path, &log_st) == 0 &&
+        S_ISREG(log_st.st_mode) && log_st.st_size == 0)
+        unlink(log_path);
 done:
     pt_session_close(s);
     free(s);

@@ -185,6 +185,25 @@ DAMAGE = {
 }
 
 
+def test_refused_start_in_a_run_dir_of_copied_checkpoints(h):
+    """A run.dir that holds only another run's checkpoints (copied in, no
+    log): a start refused there, for the checkpoints it would not replace or
+    for another model, leaves it as it was. It left the empty metrics.jsonl
+    it had opened (the lock stays, as after any run)."""
+    _, orig = trained(h)
+    run_dir = h.path("copied")
+    os.makedirs(run_dir)
+    shutil.copytree(os.path.join(orig, "checkpoints"), os.path.join(run_dir, "checkpoints"))
+    cfg = U.write_config(h, "copied.yaml", keys(h, run_dir, **{"model.dim": "32"}))
+    before = U.snapshot(run_dir)
+    for sets, needles in (([], ["already holds checkpoints"]),
+                          (["--set", "train.resume=auto"], ["model.dim"])):
+        r = h.run(["train", cfg] + sets)
+        expect_refused(h, r, needles, " ".join(sets) or "a fresh start")
+        U.same_snapshot(before, U.snapshot(run_dir), "run.dir after %s" % (" ".join(sets) or
+                                                                          "a fresh start"))
+
+
 def test_units_file_deleted(h):
     _, orig = trained(h)
     cfg, run_dir = copy_run(h, orig, "copy")
@@ -3794,6 +3813,7 @@ def tests():
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
+        test_refused_start_in_a_run_dir_of_copied_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_run_dir_changed_while_training,
         test_run_dir_moved_during_a_save,
         test_few_file_descriptors_are_not_bad_input,
