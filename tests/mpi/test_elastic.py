@@ -83,7 +83,12 @@ Checked, for each model:
 The ASan build runs this test too (label sanitize), for memory errors in
 every change of layout, on vit and bert_dropout (plain bert's units and
 layouts are bert_dropout's, which adds dropout: the suite's time goes
-further there); there (PT_TEST_SANITIZED=1) the comparisons with the
+further there). For bert_dropout it runs neither the cache-off run nor the
+resumes at the fixed layouts (1, 4) and (4, 1): vit's take those paths
+(the moves and restores are the same code for every kind of unit), and
+bert_dropout keeps the elastic run, the re-plan to more micro-batches, the
+resume with the same config, the resumes on 1 and 2 ranks and the idle rank
+joining. There (PT_TEST_SANITIZED=1) the comparisons with the
 one-process run are printed but not held to the tolerances, which are set
 for the optimized build: the instrumented code rounds differently (losses
 differed by 1.3e-6 from its own one-process run where the optimized build
@@ -224,9 +229,11 @@ def check_model(tools, work, model):
     ref_dir = train("serial", 1)
     ref = result(ref_dir)
     steps = len(ref[0])
-    print("%s: 4 ranks, elastic, cache on and off" % model, flush=True)
+    # the ASan build's shorter round for all but the first model (docstring)
+    brief = os.environ.get("PT_TEST_SANITIZED") == "1" and model != next(iter(MODELS))
+    print("%s: 4 ranks, elastic, cache on%s" % (model, "" if brief else " and off"), flush=True)
     runs = {}
-    for cache in ("true", "false"):
+    for cache in ("true",) if brief else ("true", "false"):
         run_dir = train("elastic-" + cache, 4, pipeline__memory_gib=MEMORY[model], pipeline__cores=CORES,
                         pipeline__profile=profile, cache__enabled=cache, run__log_samples="true",
                         run__check_replicas=4)
@@ -247,12 +254,13 @@ def check_model(tools, work, model):
                all(sorted(v) == list(range(EXAMPLES)) for v in seen.values()),
                "%s, cache %s: every example exactly once in each of the 4 epochs (%s)"
                % (model, cache, {e: len(v) for e, v in sorted(seen.items())}))
-    on, off = result(runs["true"]), result(runs["false"])
-    differ = [s for s in sorted(on[0]) if on[0][s] != off[0].get(s)]
-    differ_w = sorted(k for k in on[1] if not np.array_equal(on[1][k], off[1][k]))
-    expect(not differ and not differ_w and on[0].keys() == off[0].keys(),
-           "%s: cache on and cache off are bit-identical (losses differ at steps %s, weights in %s)"
-           % (model, differ[:5], differ_w[:5]))
+    if "false" in runs:
+        on, off = result(runs["true"]), result(runs["false"])
+        differ = [s for s in sorted(on[0]) if on[0][s] != off[0].get(s)]
+        differ_w = sorted(k for k in on[1] if not np.array_equal(on[1][k], off[1][k]))
+        expect(not differ and not differ_w and on[0].keys() == off[0].keys(),
+               "%s: cache on and cache off are bit-identical (losses differ at steps %s, weights in %s)"
+               % (model, differ[:5], differ_w[:5]))
 
     print("%s: a re-plan to more, smaller micro-batches" % model, flush=True)
     run_dir = train("growing-micro", 4, pipeline__memory_gib=GROWING_MEMORY[model], pipeline__cores=CORES,
@@ -285,9 +293,11 @@ def check_model(tools, work, model):
         all(np.array_equal(w[k], uninterrupted[1][k]) for k in w)
     expect(same, "%s, resumed with the same config: bit-identical to the run that never stopped" % model)
 
-    for name, ranks, kv in (("(1, 1)", 1, {}),
-                            ("(4, 1)", 4, dict(pipeline__stages=4, pipeline__replicas=1)),
-                            ("(1, 4)", 4, dict(pipeline__stages=1, pipeline__replicas=4))):
+    layouts = [("(1, 1)", 1, {})]
+    if not brief:
+        layouts += [("(4, 1)", 4, dict(pipeline__stages=4, pipeline__replicas=1)),
+                    ("(1, 4)", 4, dict(pipeline__stages=1, pipeline__replicas=4))]
+    for name, ranks, kv in layouts:
         run_dir = os.path.join(work, "resumed-%d-%s" % (ranks, "".join(c for c in name if c.isdigit())))
         shutil.copytree(saved, os.path.join(run_dir, "checkpoints", "step_0000000016"))
         tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, train__resume="auto", **kv))
