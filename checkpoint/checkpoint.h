@@ -297,18 +297,27 @@ int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);
  * that mounts the shared file system read-only) when it may not. */
 int pt_rundir_check_writable(const char *run_dir, pt_err *err);
 
-/* A refused run leaves no run directory behind. Before anything is made:
- * the first directory of run_dir's path that does not exist yet into fresh
- * ("" when run_dir exists). After a refusal, before the lock is released:
- * when run_dir was fresh, its lock and the empty files opened in it are
- * removed, then the directories from run_dir up to fresh (left alone if
- * something else is in them). An existing run.dir keeps everything.
+/* A refused start leaves run_dir as it found it. pt_rundir_start_note,
+ * before anything is made, records what is there: the first directory of
+ * run_dir's path that does not exist yet ("" when run_dir exists) and
+ * whether run_dir holds the run's log (metrics.jsonl). After a refusal,
+ * before the lock is released, pt_rundir_start_undo takes back what the
+ * start made:
+ *  - when run_dir was fresh, its lock and the empty files opened in it,
+ *    then the directories from run_dir up to the first one made (left
+ *    alone if something else is in them);
+ *  - when it existed, only the log, if the start made it and it is still
+ *    empty; the lock stays, as after any run (another job may wait on it).
  * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
  * it because the lock file could not be made (a file system out of space
  * or inodes): then nothing is done if a lock file is there by now (another
  * job's), and a lock file is never removed; only empty regular files are. */
-void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n);
-void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked);
+typedef struct {
+    char fresh[PT_CKPT_PATH]; /* the first directory made; "" when run_dir existed */
+    int had_log;              /* run_dir held metrics.jsonl */
+} pt_rundir_start;
+void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start);
+void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked);
 
 /* ------------------------------------------------ the profile (profile.c)
  *

@@ -932,7 +932,7 @@ static void remove_leftovers(const char *run_dir)
     closedir(d);
 }
 
-void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n)
+static void fresh_root(const char *run_dir, char *fresh, size_t n)
 {
     fresh[0] = '\0';
     struct stat st;
@@ -951,7 +951,7 @@ void pt_rundir_fresh_root(const char *run_dir, char *fresh, size_t n)
     fresh[0] = '\0';
 }
 
-void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked)
+static void remove_fresh(const char *run_dir, const char *fresh, int locked)
 {
     if (!*fresh)
         return;
@@ -988,6 +988,27 @@ void pt_rundir_remove_fresh(const char *run_dir, const char *fresh, int locked)
             return;
         *slash = '\0';
     }
+}
+
+void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start)
+{
+    fresh_root(run_dir, start->fresh, sizeof start->fresh);
+    char path[PT_CKPT_PATH];
+    struct stat st;
+    start->had_log = lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0;
+}
+
+void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked)
+{
+    if (start->fresh[0]) {
+        remove_fresh(run_dir, start->fresh, locked);
+        return;
+    }
+    char path[PT_CKPT_PATH];
+    struct stat st;
+    if (locked && !start->had_log && lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0 &&
+        S_ISREG(st.st_mode) && st.st_size == 0)
+        unlink(path);
 }
 
 int pt_rundir_in_use(const char *run_dir)
@@ -1054,7 +1075,7 @@ again:;
         return pt_fail(err, PT_ESYS, "cannot lock '%s': %s", path, strerror(e));
     }
     /* the file locked must still be the one named lock: a refused job
-     * removes the lock file it made (pt_rundir_remove_fresh), and a third
+     * removes the lock file it made (pt_rundir_start_undo), and a third
      * job would make and lock a new one beside this descriptor's */
     struct stat named;
     if (lstat(path, &named) != 0 || named.st_dev != st.st_dev || named.st_ino != st.st_ino) {

@@ -463,15 +463,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
             pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
     } else
         snprintf(planned, sizeof planned, "%s", cfg->train.resume);
-    char fresh[PT_CKPT_PATH] = ""; /* what a refusal removes again */
-    char log_path[PT_PATH_MAX + 16];
-    snprintf(log_path, sizeof log_path, "%s/metrics.jsonl", cfg->run.dir);
-    struct stat log_st;
-    int had_log = 1; /* whether the run's log was there before this start */
-    if (pt_comm_rank(comm) == 0) {
-        pt_rundir_fresh_root(cfg->run.dir, fresh, sizeof fresh);
-        had_log = lstat(log_path, &log_st) == 0;
-    }
+    /* what was there, so that a refused start takes back what it made */
+    pt_rundir_start start = {.had_log = 1};
+    if (pt_comm_rank(comm) == 0)
+        pt_rundir_start_note(cfg->run.dir, &start);
     /* not inside another run's checkpoints, whose pruning would take this
      * run's lock and logs (before the session, which makes run.dir) */
     int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, &err) : 0;
@@ -692,22 +687,17 @@ refused:
      * with the session's files closed, so that the directory this job began
      * goes too; one another job holds stays as it is */
     struct stat made;
-    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && fresh[0] && lstat(cfg->run.dir, &made) == 0 &&
+    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && start.fresh[0] && lstat(cfg->run.dir, &made) == 0 &&
         S_ISDIR(made.st_mode)) { /* made by the session: never made here */
         pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
         /* no room for the lock file either (a file system out of inodes):
          * no job can hold the directory, so what this one made goes. Not
          * for a quota (EDQUOT): another user's job may have room for it. */
         if (lock.fd < 0 && ignored.sys_errno == ENOSPC)
-            pt_rundir_remove_fresh(cfg->run.dir, fresh, 0);
+            pt_rundir_start_undo(cfg->run.dir, &start, 0);
     }
     if (lock.fd >= 0)
-        pt_rundir_remove_fresh(cfg->run.dir, fresh, 1);
-    /* in a run.dir that was there, the empty log this start made goes too
-     * (the lock stays, as after any run: another job may wait on it) */
-    if (lock.fd >= 0 && !fresh[0] && !had_log && lstat(log_path, &log_st) == 0 &&
-        S_ISREG(log_st.st_mode) && log_st.st_size == 0)
-        unlink(log_path);
+        pt_rundir_start_undo(cfg->run.dir, &start, 1);
 done:
     pt_session_close(s);
     free(s);
