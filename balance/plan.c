@@ -126,22 +126,29 @@ static double prefix_slot_bytes(const pt_cost_model *cm, int b)
     return cm->boundary_bytes_per_example * b;
 }
 
-/* Memory of a stage beside its units' and the largest scratch, the same on
- * every stage of a (K, M, b): the segment's two buffers of activation
- * gradients for the backward (grow with the micro-batch); the stage's
- * input and output buffers and their gradients per micro-batch, and the
- * replica's share of the step staged in host memory (grow with the share,
- * M b: step_buffers); and what the backend keeps for the linear layers. */
+/* The segment's two buffers of activation gradients for the backward
+ * (nn/segment.c): they grow with the micro-batch. */
+static double gradient_buffers(const pt_cost_model *cm, int b)
+{
+    return 2 * cm->boundary_bytes_per_example * b;
+}
+
+/* The stage's input and output buffers and their gradients per
+ * micro-batch, and the replica's share of the step staged in host memory:
+ * they grow with the share, M b. */
 static double step_buffers(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
 {
     return boundary_buffers(q, K) * M * cm->boundary_bytes_per_example * b +
            q->staging_bytes_per_example * M * b;
 }
 
+/* Memory of a stage beside its units' and the largest scratch, the same on
+ * every stage of a (K, M, b): the gradient buffers, the step's buffers and
+ * what the backend keeps for the linear layers (pt_plan_stage_bytes's
+ * parts that do not depend on the units). */
 static double stage_extra(const pt_cost_model *cm, const pt_plan_request *q, int K, int M, int b)
 {
-    return 2 * cm->boundary_bytes_per_example * b + step_buffers(cm, q, K, M, b) +
-           pt_cost_linear_work(cm, b);
+    return gradient_buffers(cm, b) + step_buffers(cm, q, K, M, b) + pt_cost_linear_work(cm, b);
 }
 
 /* What a unit that trains holds beside its parameters: gradients and AdamW
@@ -172,7 +179,7 @@ void pt_plan_stage_bytes(const pt_cost_model *cm, const pt_plan_request *q, int 
     }
     out->weights = weights;
     out->micro_batches = prefix + slots_of(q, K, M, s) * per_slot + scratch + work +
-                         2 * cm->boundary_bytes_per_example * b;
+                         gradient_buffers(cm, b);
     out->step = step_buffers(cm, q, K, M, b);
     out->linear_work = pt_cost_linear_work(cm, b);
 }
@@ -195,10 +202,10 @@ void pt_plan_least_memory(const pt_cost_model *cm, int frozen_units, int *unit, 
     /* and the segment's two buffers of activation gradients, and what the
      * backend keeps for the linear layers */
     *own = 0;
-    *scratch = 2 * cm->boundary_bytes_per_example + pt_cost_linear_work(cm, 1);
+    *scratch = gradient_buffers(cm, 1) + pt_cost_linear_work(cm, 1);
     for (int u = 0; u < cm->units; u++) {
         const int frozen = u < frozen_units;
-        const double w = pt_cost_scratch_bytes(cm, u, 1) + 2 * cm->boundary_bytes_per_example +
+        const double w = pt_cost_scratch_bytes(cm, u, 1) + gradient_buffers(cm, 1) +
                          pt_cost_linear_work(cm, 1);
         *scratch = w > *scratch ? w : *scratch;
         const double need = cm->unit[u].param_bytes +
