@@ -98,8 +98,18 @@ int pt_session_load_data(pt_session *s, pt_run_mode mode, pt_err *err);
 void pt_session_digest_data(pt_session *s, pt_run_mode mode);
 int pt_session_same_data(pt_session *s, pt_err *err);
 
-/* setup.c: the memory this rank may use, the node's RAM over its ranks. */
+/* memory.c: the memory this rank may use, the node's RAM over its ranks;
+ * what it holds of the data (both splits, once loaded) and of the node's
+ * activation cache. The checks pt_session_open makes before anything large
+ * is made, each PT_EINPUT naming the key to change: the replica's share of
+ * train.batch staged at once in host memory; and, where nothing plans the
+ * layout (one stage with fixed micro-batches), the model's stage by the
+ * planner's count (pt_plan_stage_bytes) against pipeline.memory_gib, a
+ * GPU's memory or the RAM left beside the data. */
 double pt_session_memory_per_rank(const pt_session *s);
+double pt_session_data_bytes(const pt_session *s);
+int pt_session_check_staging(pt_session *s, pt_err *err);
+int pt_session_check_model_memory(pt_session *s, pt_run_mode mode, pt_err *err);
 
 /* Writes RUN_DIR/profile.json: the measured inputs this run planned from
  * (rank 0; a run that planned nothing has no unit costs in it). */

@@ -1,8 +1,9 @@
 /*
  * setup.c: wiring a session from its configuration: core binding and
- * threads, the device, the training and test data (data.c), the engine's
- * spec (every training choice the config makes), the engine (train/), this
- * rank's initial weights (interop/) and the metrics files. Freed in the
+ * threads, the device, the checks of memory (memory.c), the training and
+ * test data (data.c), the engine's spec (every training choice the config
+ * makes), the engine (train/), this rank's initial weights (interop/) and
+ * the metrics files. Freed in the
  * reverse order by pt_session_close, which is safe on a partly built
  * session.
  */
@@ -100,64 +101,6 @@ static int same_backend(pt_session *s, pt_err *err)
     return rc;
 }
 
-/* Memory this rank may give its copy of the data: the node's RAM divided
- * among the node's ranks (each holds the whole data set). */
-double pt_session_memory_per_rank(const pt_session *r)
-{
-    double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    return phys > 0 ? phys / pt_comm_local_size(r->comm) : 0;
-}
-
-/* A step stages its replica's share of train.batch at once in host memory
- * (inputs, targets and records: train/layout.c), whatever the layout: a
- * batch whose staging cannot fit a rank's RAM even spread over every rank
- * is refused naming train.batch (plan and eval too, which size it alike)
- * rather than failing at the allocation with no key. */
-static int check_staging(pt_session *s, pt_err *err)
-{
-    const pt_config *c = &s->cfg;
-    const int ranks = pt_comm_size(s->comm);
-    const int replicas = c->pipeline.replicas == PT_AUTO || c->pipeline.replicas > ranks
-                             ? ranks : c->pipeline.replicas;
-    const double share = ceil((double)c->train.batch / (replicas > 0 ? replicas : 1));
-    const double per = pt_run_staging_bytes(&s->arch);
-    /* host memory, whatever pipeline.memory_gib says of a device's */
-    const double gib = (double)(1ull << 30), have = pt_session_memory_per_rank(s);
-    if (have <= 0 || share * per <= have)
-        return 0;
-    return pt_config_key_fail(c, err, "train.batch",
-                              "%lld examples, %.0f per replica, whose inputs and targets a step "
-                              "holds at once in host memory take %.3g GiB, more than the %.3g "
-                              "GiB per rank here (the node's RAM over its ranks); allowed: a "
-                              "batch of at most %.0f per replica",
-                              c->train.batch, share, share * per / gib, have / gib,
-                              floor(have / per));
-}
-
-/* This rank's share of the node's activation cache where a run stores
- * entries in it (the cache on and a freeze policy): the segment's pages
- * are the node's RAM too, up to cache.memory_gib or an entry for every
- * example, whichever is less. */
-static double cache_share(const pt_session *r)
-{
-    const pt_config *c = &r->cfg;
-    if (!r->cache_on || c->freeze.policy == PT_FREEZE_NONE)
-        return 0;
-    const double row = (double)pt_arch_tokens(&r->arch) * r->arch.dim *
-                       (double)(r->be ? pt_backend_act_size(r->be) : sizeof(float));
-    const double entries = row * (double)(r->train.count + r->test.count);
-    const double most = c->cache.memory_gib * (double)(1ull << 30);
-    const int ranks = pt_comm_local_size(r->comm);
-    return (entries < most ? entries : most) / (ranks > 0 ? ranks : 1);
-}
-
-/* The data set this rank holds (both splits, once loaded), and its share
- * of the cache. */
-static double data_bytes(const pt_session *r)
-{
-    return pt_dataset_bytes(&r->train) + pt_dataset_bytes(&r->test) + cache_share(r);
-}
-
 static pt_freeze_config freeze_config(const pt_config *c)
 {
     return (pt_freeze_config){(pt_freeze_kind)c->freeze.policy, c->freeze.alpha,
@@ -180,231 +123,6 @@ static int opening_depth(const pt_config *c, int layers)
     const int depth = pt_freeze_decide(&st, &rep);
     pt_freeze_free(&st);
     return depth;
-}
-
-/* What one stage of r's model holds for a replica's share of `share`
- * examples in m micro-batches, by the planner's count (the units' sizes at
- * that micro-batch); q: the rest of the request. */
-static int one_stage(const pt_session *r, const pt_plan_request *q, int D, int64_t share, int64_t m,
-                     pt_stage_bytes *sb, pt_err *err)
-{
-    const int64_t micro = (share + m - 1) / m;
-    pt_cost_model cm;
-    int rc = pt_cost_sizes(&cm, &r->arch, r->be, (int)micro, (int)micro, err);
-    if (rc)
-        return rc;
-    const int bounds[2] = {0, pt_arch_units(&r->arch)};
-    pt_plan_stage_bytes(&cm, q, 1, D, (int)m, (int)micro, bounds, 0, sb);
-    pt_cost_model_free(&cm);
-    return 0;
-}
-
-static double stage_total(const pt_stage_bytes *sb)
-{
-    return sb->weights + sb->micro_batches + sb->step + sb->linear_work;
-}
-
-/* One stage with a fixed number of micro-batches leaves nothing to plan, so
- * nothing checked that the model fits: the segment's allocation failed with
- * "out of memory" and no key. Checked here by the planner's own count of a
- * stage (pt_plan_stage_bytes): parameters with the training units'
- * gradients and AdamW moments, and the activations of the micro-batches
- * the schedule keeps in flight (gpipe: all of them; 1F1B on one stage, or
- * recompute: one), the frozen units' work area and prefix slot, the
- * largest scratch, the buffers and the staged share of the step, and the
- * linear layers' working memory. Without pipeline.memory_gib the limit is
- * a GPU's memory as its backend counts it, else the node's RAM over its
- * ranks less the data set each rank holds (0 before it is loaded). What a
- * refusal suggests is counted the same way, and fits. */
-static int check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
-{
-    const pt_config *c = &r->cfg;
-    /* one process runs one stage and one replica, with one micro-batch
-     * unless the config says otherwise; with several ranks only a fixed
-     * single stage with fixed micro-batches goes unplanned */
-    const int ranks = pt_comm_size(r->comm);
-    const int micro_auto = c->pipeline.microbatches == PT_AUTO;
-    /* (one process with micro-batches left to the planner under a memory
-     * limit is planned: train/layout.c) */
-    const int single = ranks == 1 ? !(micro_auto && c->pipeline.memory_gib > 0)
-                                  : c->pipeline.stages == 1 && !micro_auto;
-    if (!single)
-        return 0; /* planned: the planner checks memory (train/layout.c) */
-    const pt_arch *a = &r->arch;
-    const int64_t replicas = ranks == 1 ? 1 : c->pipeline.replicas == PT_AUTO ? ranks : c->pipeline.replicas;
-    const int64_t share = (c->train.batch + replicas - 1) / replicas;
-    const int64_t m = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
-    /* with D >= 2 replicas fixed the gradient all-reduce receives the
-     * others' copies of the chunk this rank sums: (D - 1) / D of the
-     * gradients, in host memory (dp/reduce.c; a GPU's NCCL or host copies
-     * are not the device's). D auto is planned, and counted there, for
-     * the D the planner picks (balance/plan.c) */
-    const int fixed_d = ranks > 1 && c->pipeline.replicas != PT_AUTO && replicas > 1;
-    const int reduce = fixed_d && pt_backend_is_host(r->be);
-    const int64_t micro = (share + m - 1) / m;
-    /* a resumed checkpoint's frozen units, or those of a fresh run's opening
-     * decision, keep no gradients or moments and save nothing for a
-     * backward; an evaluation is laid out with every block frozen (its
-     * resume depth: setup), the head not (train/layout.c) */
-    const int depth = r->resume_depth > r->opening_depth ? r->resume_depth : r->opening_depth;
-    const int frozen = pt_freeze_units(depth);
-    /* what the parameters are counted with: for a frozen prefix only that
-     * of the units that train (an evaluation's segment keeps the head's) */
-    char state[160] = "";
-    const int units = pt_arch_units(a), training = units - frozen;
-    if (training > 0)
-        snprintf(state, sizeof state, " with %s gradients%s AdamW moments%s",
-                 mode == PT_RUN_EVAL ? "the head's"
-                 : frozen > 0        ? (training == 1 ? "the one training unit's" : "the training units'")
-                                     : "their",
-                 reduce ? "," : " and", reduce ? " and the gradient all-reduce's buffers" : "");
-    double params = 0;
-    for (int u = 0; u < units; u++) {
-        pt_unit_info info;
-        pt_unit_info_get(a, u, &info);
-        params += (double)info.numel;
-    }
-    const int D = (int)replicas;
-    const pt_plan_request q = {
-        .ranks = ranks, .stages = 1, .replicas = D, .micro = (int)m,
-        .schedule = c->pipeline.schedule == PT_PIPE_GPIPE ? PT_PLAN_GPIPE : PT_PLAN_1F1B,
-        .recompute = c->pipeline.recompute, .batch = c->train.batch, .frozen_units = frozen,
-        .staging_bytes_per_example = pt_backend_is_host(r->be) ? pt_run_staging_bytes(a) : 0,
-        .reduce_buffers = reduce,
-    };
-    pt_stage_bytes sb;
-    int rc = one_stage(r, &q, D, share, m, &sb, err);
-    if (rc)
-        return rc;
-    /* (at least a byte of RAM left: a data set that takes it all leaves no room) */
-    const double ram = pt_session_memory_per_rank(r);
-    pt_device_info dev;
-    const int gpu = pt_backend_device_info(r->be, &dev);
-    const double gib = (double)(1ull << 30), have = r->cfg.pipeline.memory_gib > 0
-        ? r->cfg.pipeline.memory_gib * gib : gpu ? dev.memory : ram > 0 ? fmax(ram - data_bytes(r), 1) : 0;
-    const double weights = sb.weights, work = sb.linear_work, need = stage_total(&sb);
-    if (have <= 0 || need <= have)
-        return 0;
-    char room[256];
-    if (gpu)
-        snprintf(room, sizeof room,
-                 "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the GPU's "
-                 "memory less the CUDA backend's reserve)", have / gib);
-    else
-        snprintf(room, sizeof room,
-                 "more than the %.3g GiB one stage may use (pipeline.memory_gib, or the node's RAM "
-                 "over its ranks less the data set a rank holds%s)",
-                 have / gib,
-                 r->cfg.pipeline.memory_gib <= 0 && cache_share(r) > 0
-                     ? " and its share of the activation cache, cache.memory_gib"
-                     : "");
-    /* weights too big, and mostly one table: its key, not the width (the
-     * word table of bert, the position table of bert or gpt, the classifier
-     * of vit or bert; gpt's 256 byte rows never are one) */
-    const double words = a->kind == PT_MODEL_BERT ? (double)a->vocab * a->dim : 0;
-    const double places = a->kind == PT_MODEL_BERT  ? (double)a->positions * a->dim
-                          : a->kind == PT_MODEL_GPT ? (double)a->context * a->dim
-                                                    : 0;
-    const double rows = a->kind != PT_MODEL_GPT ? (double)a->classes * a->dim : 0;
-    const double table = fmax(words, fmax(places, rows));
-    if (weights >= have && table > params / 2) {
-        const char *key = table == words    ? "model.vocab"
-                          : table == places ? (a->kind == PT_MODEL_BERT ? "model.positions"
-                                                                        : "model.context")
-                                            : "model.classes";
-        const int count = table == words ? a->vocab : table == places
-                              ? (a->kind == PT_MODEL_BERT ? a->positions : a->context) : a->classes;
-        const char *what = table == words ? "tokens" : table == places ? "positions" : "classes";
-        return pt_config_key_fail(c, err, key,
-                                  "%d %s, %d wide (model.dim): their table alone holds %.0f of "
-                                  "the model's %.0f parameters, which take %.3g GiB%s, %s; "
-                                  "allowed: %s, or a smaller model",
-                                  count, what, a->dim, table, params, weights / gib, state, room,
-                                  table == words ? "a vocabulary of fewer tokens (data.vocab, and "
-                                                   "model.vocab with it)"
-                                  : table == places ? (a->kind == PT_MODEL_BERT
-                                                           ? "fewer positions"
-                                                           : "a shorter context")
-                                                    : "fewer classes");
-    }
-    if (weights >= have)
-        return pt_config_key_fail(c, err, "model.dim",
-                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB%s, %s; allowed: a smaller model, or more "
-                                  "pipeline.stages over more ranks",
-                                  a->dim, a->layers, params, weights / gib, state, room);
-    /* one example alone past what the weights leave: no batch fits, the
-     * example is too long */
-    pt_stage_bytes one;
-    if ((rc = one_stage(r, &q, D, 1, 1, &one, err)))
-        return rc;
-    char beside[256];
-    snprintf(beside, sizeof beside, "beside the %.3g GiB of the parameters%s and the linear "
-             "layers' working memory, together", (weights + work) / gib, state);
-    const double example = one.micro_batches + one.step;
-    if (stage_total(&one) > have) {
-        if (weights >= example) /* the weights are most of it */
-            return pt_config_key_fail(c, err, "model.dim",
-                                      "%d wide with %d blocks (model.layers): %.0f parameters "
-                                      "take %.3g GiB%s, and one example's activations %.3g GiB "
-                                      "more: together %s; allowed: a smaller model, or more "
-                                      "pipeline.stages over more ranks",
-                                      a->dim, a->layers, params, weights / gib, state,
-                                      example / gib, room);
-        const int tokens = pt_arch_tokens(a);
-        return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
-                   ? pt_config_key_fail(c, err, "model.context",
-                                        "%d: one example's activations take %.3g GiB %s %s; "
-                                        "allowed: a shorter context",
-                                        a->context, example / gib, beside, room)
-                   : pt_config_key_fail(c, err, "model.patch",
-                                        "%d cuts %dx%d images into %d tokens, and one example's "
-                                        "activations take %.3g GiB %s %s; allowed: a larger "
-                                        "patch, or smaller images",
-                                        a->patch, a->height, a->width, tokens, example / gib,
-                                        beside, room);
-    }
-    /* micro-batches of one example fit: the largest micro-batch that does
-     * (lo fits, hi does not) */
-    pt_stage_bytes ones;
-    if ((rc = one_stage(r, &q, D, share, share, &ones, err)))
-        return rc;
-    if (stage_total(&ones) <= have) {
-        int64_t lo = 1, hi = micro;
-        while (hi - lo > 1) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            pt_stage_bytes t;
-            if ((rc = one_stage(r, &q, D, share, (share + mid - 1) / mid, &t, err)))
-                return rc;
-            *(stage_total(&t) <= have ? &lo : &hi) = mid;
-        }
-        return pt_config_key_fail(c, err, "train.batch",
-                                  "%lld in micro-batches of %lld example%s (pipeline.microbatches "
-                                  "= %lld), whose activations take %.3g GiB %s %s; allowed: at "
-                                  "most %lld example%s per micro-batch (pipeline.microbatches = "
-                                  "%lld or more), or a smaller batch",
-                                  c->train.batch, (long long)micro, micro == 1 ? "" : "s",
-                                  (long long)m, (need - weights - work) / gib, beside, room,
-                                  (long long)lo, lo == 1 ? "" : "s",
-                                  (long long)((share + lo - 1) / lo));
-    }
-    /* not even those: the largest share whose micro-batches of one do */
-    int64_t lo = 1, hi = share;
-    while (hi - lo > 1) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        pt_stage_bytes t;
-        if ((rc = one_stage(r, &q, D, mid, mid, &t, err)))
-            return rc;
-        *(stage_total(&t) <= have ? &lo : &hi) = mid;
-    }
-    return pt_config_key_fail(c, err, "train.batch",
-                              "%lld example%s, %lld per replica: even in micro-batches of one "
-                              "example, a step's activations, staged inputs and buffers take "
-                              "%.3g GiB %s %s; allowed: at most %lld example%s per replica, in "
-                              "micro-batches of one (pipeline.microbatches = %lld)",
-                              c->train.batch, c->train.batch == 1 ? "" : "s", (long long)share,
-                              (stage_total(&ones) - weights - work) / gib, beside, room,
-                              (long long)lo, lo == 1 ? "" : "s", (long long)lo);
 }
 
 /* What the training split is made of, for messages about its size. */
@@ -519,7 +237,7 @@ static void make_spec(const pt_session *ss, const pt_arch *arch, pt_train_spec *
     sp->gpipe = c->pipeline.schedule == PT_PIPE_GPIPE;
     sp->recompute = c->pipeline.recompute;
     sp->mem_limit = c->pipeline.memory_gib * gib;
-    sp->data_bytes = data_bytes(ss);
+    sp->data_bytes = pt_session_data_bytes(ss);
     sp->cores = c->pipeline.cores;
     sp->elastic = c->pipeline.elastic;
     sp->overlap = c->pipeline.overlap;
@@ -814,12 +532,12 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * image size, so there the checks wait for them */
     const int known = c->data.kind != PT_DATA_IDX; /* the image size */
     if ((rc = open_backend(s, err)) ||
-        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = check_staging(s, err)) ||
-                   (rc = check_model_memory(s, mode, err)))) ||
+        (known && ((rc = pt_arch_check(&s->arch, err)) || (rc = pt_session_check_staging(s, err)) ||
+                   (rc = pt_session_check_model_memory(s, mode, err)))) ||
         (rc = pt_session_load_data(s, mode, err)) || (rc = pt_arch_check(&s->arch, err)) ||
-        (rc = check_model_memory(s, mode, err)) || /* now with the data set counted */
+        (rc = pt_session_check_model_memory(s, mode, err)) || /* now with the data set counted */
         (rc = from_ckpt ? 0 : pt_init_from_check(c, &s->arch, err)) ||
-        (rc = check_staging(s, err)))
+        (rc = pt_session_check_staging(s, err)))
         goto agree;
     /* allowed (a plan for a bigger machine), but what does not fit here
      * fails at an allocation: say so first */
