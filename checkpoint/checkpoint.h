@@ -310,8 +310,9 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
  *    empty; the lock stays, as after any run (another job may wait on it).
  * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
  * it because the lock file could not be made (a file system out of space
- * or inodes): then nothing is done if a lock file is there by now (another
- * job's), and a lock file is never removed; only empty regular files are. */
+ * or inodes): then a run_dir that existed is left as it is, and in a fresh
+ * one nothing is done if a lock file is there by now (another job's), and
+ * a lock file is never removed; only empty regular files are. */
 typedef struct {
     char fresh[PT_CKPT_PATH]; /* the first directory made; "" when run_dir existed */
     int had_log;              /* run_dir held metrics.jsonl */

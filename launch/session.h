@@ -3,7 +3,8 @@
  * as the command line sees it: the config, what the config chose (device,
  * threads, data), the training engine built from them (train/), and the
  * run's output (progress, metrics, checkpoints). setup.c wires the config
- * into the engine (data.c loads the data; interop/ the initial weights);
+ * into the engine (memory.c checks what it needs of the rank's memory;
+ * data.c loads the data; interop/ the initial weights);
  * loop.c is the training loop around its steps;
  * checkpoint/ saves and resumes it (pt_session_ckpt).
  */
@@ -100,8 +101,9 @@ int pt_session_same_data(pt_session *s, pt_err *err);
 
 /* memory.c: the memory this rank may use, the node's RAM over its ranks;
  * what it holds of the data (both splits, once loaded) and of the node's
- * activation cache. The checks pt_session_open makes before anything large
- * is made, each PT_EINPUT naming the key to change: the replica's share of
+ * activation cache. The checks pt_session_open makes before the data is
+ * made, and again once it is loaded (then with the data counted), each
+ * PT_EINPUT naming the key to change: the replica's share of
  * train.batch staged at once in host memory; and, where nothing plans the
  * layout (one stage with fixed micro-batches), the model's stage by the
  * planner's count (pt_plan_stage_bytes) against pipeline.memory_gib, a

@@ -74,7 +74,7 @@ def growth_within(h, name, model, tiny, limit_mib, **more):
 
 
 def test_one_stage_under_its_limit(h):
-    # one process, one micro-batch of 16 examples (launch/setup.c's count):
+    # one process, one micro-batch of 16 examples (launch/memory.c's count):
     # the old count (parameters, moments and one micro-batch's saved
     # activations) took this gpt at about 145 MiB and let it through a
     # 150 MiB limit, which it grew past by about 8 MiB; now it is counted at

@@ -7,7 +7,7 @@ With D >= 2 replicas the gradient all-reduce (dp/reduce.c) receives the
 other replicas' copies of the chunk a rank sums: (D - 1) / D of the stage's
 active gradients, as much again as 3/4 of the parameters at D = 4, in
 buffers of the rank's own. Neither count had them, that of one stage with D
-and M fixed (launch/setup.c) nor the planner's (balance/plan.c), so a ViT of
+and M fixed (launch/setup.c, now launch/memory.c) nor the planner's (balance/plan.c), so a ViT of
 12.7 M parameters counted at 196 MiB per rank was let through a 200 MiB
 limit and grew by about 233 MiB on every rank. Checked, for the unplanned
 single stage at D = 4 and for the planner's choice on 4 ranks, under
