@@ -123,13 +123,13 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     const int64_t replicas = ranks == 1 ? 1 : c->pipeline.replicas == PT_AUTO ? ranks : c->pipeline.replicas;
     const int64_t share = (c->train.batch + replicas - 1) / replicas;
     const int64_t m = c->pipeline.microbatches == PT_AUTO ? 1 : c->pipeline.microbatches;
-    /* with D >= 2 replicas fixed the gradient all-reduce receives the
-     * others' copies of the chunk this rank sums: (D - 1) / D of the
-     * gradients, in host memory (dp/reduce.c; a GPU's NCCL or host copies
-     * are not the device's). D auto is planned, and counted there, for
-     * the D the planner picks (balance/plan.c) */
-    const int fixed_d = ranks > 1 && c->pipeline.replicas != PT_AUTO && replicas > 1;
-    const int reduce = fixed_d && pt_backend_is_host(r->be);
+    /* with D >= 2 replicas the gradient all-reduce receives the others'
+     * copies of the chunk this rank sums: (D - 1) / D of the gradients, in
+     * host memory (dp/reduce.c; a GPU's NCCL or host copies are not the
+     * device's). With D auto this counts D = the ranks (the smallest share
+     * each): the planner counts the same for every D it tries
+     * (balance/plan.c), so a suggestion made here fits that layout there */
+    const int reduce = replicas > 1 && pt_backend_is_host(r->be);
     const int64_t micro = (share + m - 1) / m;
     /* a resumed checkpoint's frozen units, or those of a fresh run's opening
      * decision, keep no gradients or moments and save nothing for a
@@ -253,29 +253,33 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                         a->patch, a->height, a->width, tokens, example / gib,
                                         beside, room);
     }
-    /* micro-batches of one example fit: the largest micro-batch that does
-     * (lo fits, hi does not) */
+    /* micro-batches of one example fit: the fewest micro-batches that do
+     * (lo does not fit, hi does). A count M sets the micro-batch size,
+     * ceil(share / M), and the message names the count found and that
+     * size: a layout that was counted. Not "or more": the staged step
+     * (M ceil(share / M) examples) and, under GPipe, the M micro-batches'
+     * activations round up by other amounts for other M. */
     pt_stage_bytes ones;
     if ((rc = one_stage(r, &q, D, share, share, &ones, err)))
         return rc;
     if (stage_total(&ones) <= have) {
-        int64_t lo = 1, hi = micro;
+        int64_t lo = m, hi = share;
         while (hi - lo > 1) {
             const int64_t mid = lo + (hi - lo) / 2;
             pt_stage_bytes t;
-            if ((rc = one_stage(r, &q, D, share, (share + mid - 1) / mid, &t, err)))
+            if ((rc = one_stage(r, &q, D, share, mid, &t, err)))
                 return rc;
-            *(stage_total(&t) <= have ? &lo : &hi) = mid;
+            *(stage_total(&t) <= have ? &hi : &lo) = mid;
         }
+        const int64_t size = (share + hi - 1) / hi;
         return pt_config_key_fail(c, err, "train.batch",
                                   "%lld in micro-batches of %lld example%s (pipeline.microbatches "
-                                  "= %lld), whose activations take %.3g GiB %s %s; allowed: at "
-                                  "most %lld example%s per micro-batch (pipeline.microbatches = "
-                                  "%lld or more), or a smaller batch",
+                                  "= %lld), whose activations take %.3g GiB %s %s; allowed: "
+                                  "pipeline.microbatches = %lld (micro-batches of %lld "
+                                  "example%s), or a smaller batch",
                                   c->train.batch, (long long)micro, micro == 1 ? "" : "s",
                                   (long long)m, (need - weights - work) / gib, beside, room,
-                                  (long long)lo, lo == 1 ? "" : "s",
-                                  (long long)((share + lo - 1) / lo));
+                                  (long long)hi, (long long)size, size == 1 ? "" : "s");
     }
     /* not even those: the largest share whose micro-batches of one do */
     int64_t lo = 1, hi = share;

@@ -15,6 +15,7 @@ growth of the run that must now be refused.
 Usage: test_memory.py PIPETRAIN_BINARY"""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -286,11 +287,71 @@ def test_timing_leaves_nothing_behind(h):
     return "timed %.1f MiB, untimed %.1f MiB" % (timed / MiB, untimed / MiB)
 
 
+SUGGESTS_M = re.compile(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of (\d+) examples?\)")
+SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
+                            r"\(pipeline\.microbatches = (\d+)\)")
+
+
+def test_refusals_suggest_what_fits(h):
+    # a one-stage run refused by its memory limit names what fits: the
+    # micro-batch count (and the size it makes), or the largest batch in
+    # micro-batches of one; following it exactly must be accepted, with the
+    # layout it named. The micro-batch size it named was once the largest
+    # that still needed that count (15 of 16 where 8 fit), refused again.
+    # Swept over models, widths, batches, schedules, recompute and frozen
+    # blocks, at limits that refuse; plan counts as train does.
+    small_vit = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
+    small_gpt = dict(GPT, **{"model.dim": "64", "model.layers": "2", "model.context": "64"})
+    frozen = {"freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.start": "0"}
+    cases = []
+    for name, model in (("vit", small_vit), ("gpt", small_gpt), ("vit256", VIT)):
+        for batch in ("1", "7", "16", "63", "97"):
+            for sched in ({}, {"pipeline.schedule": "gpipe"}, {"pipeline.recompute": "true"},
+                          frozen):
+                for mib in (3, 6, 11, 40):
+                    if name == "vit256" and (batch in ("63", "97") or mib < 11):
+                        continue  # its weights alone take most of the small limits
+                    cases.append((name, model, batch, sched, mib))
+    said = {"micro": 0, "share": 0, "other": 0}
+    for i, (name, model, batch, sched, mib) in enumerate(cases):
+        keys = keys_of(h, "s%d" % i, model, **dict(sched, **{
+            "train.batch": batch, "data.synthetic_examples": "128", "pipeline.microbatches": "1",
+            "pipeline.memory_gib": "%.6f" % (mib / 1024.0)}))
+        first = h.run(["plan", write(h.path("s%d.yaml" % i), render(keys))])
+        if first.rc == 0:
+            continue
+        check(first.rc == 2, "%s batch %s %s %d MiB: exit %d\n%s", name, batch, sched, mib,
+              first.rc, first.err[-1500:])
+        m, share = SUGGESTS_M.search(first.err), SUGGESTS_SHARE.search(first.err)
+        if m:
+            said["micro"] += 1
+            follow = {"pipeline.microbatches": m.group(1)}
+            layout = "M = %s micro-batches of up to %s example" % (m.group(1), m.group(2))
+        elif share:
+            said["share"] += 1
+            check(share.group(1) == share.group(2), "two values: %s", share.group(0))
+            follow = {"train.batch": share.group(1), "pipeline.microbatches": share.group(2)}
+            layout = "M = %s micro-batches of up to 1 example" % share.group(2)
+        else:
+            said["other"] += 1
+            continue  # the model or one example alone: no batch to suggest
+        keys.update(follow)
+        again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(keys))])
+        check(again.rc == 0 and layout in again.out,
+              "%s batch %s %s %d MiB: following %s (%s) gave exit %d:\n%s%s", name, batch, sched,
+              mib, follow, first.err.strip().splitlines()[-1][-200:], again.rc,
+              again.out[-600:], again.err[-1500:])
+    check(said["micro"] >= 10 and said["share"] >= 10,
+          "too few refusals with a suggestion to follow: %s", said)
+    return "followed %d micro-batch counts and %d batches (%d other refusals)" % (
+        said["micro"], said["share"], said["other"])
+
+
 if __name__ == "__main__":
     sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
                    test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone,
                    test_freezing_before_the_first_step_lays_out_the_frozen_model,
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
                    test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit,
-                   test_timing_leaves_nothing_behind],
+                   test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits],
                   sys.argv, workers=1))

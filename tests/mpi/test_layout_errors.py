@@ -499,6 +499,48 @@ def eval_with_cache_under_memory(tools, work):
     return failures
 
 
+def memory_suggestions_on_replicas(tools, work):
+    """One stage with its micro-batches fixed on 2 ranks, refused by
+    pipeline.memory_gib: what the refusal suggests (a micro-batch count, or
+    a share per replica in micro-batches of one) is accepted when followed,
+    with pipeline.replicas fixed at 2 and left to the planner. With auto
+    the check counted 2 replicas without the gradient all-reduce's buffers,
+    which the planner counts for every D >= 2: it suggested 16 micro-batches
+    where 32 fit, and the planner refused that with no suggestion."""
+    cfg = os.path.join(work, "memory-replicas.yaml")
+    with open(cfg, "w") as f:
+        f.write("run: {dir: %s, seed: 1, threads: 1}\n"
+                "model: {kind: vit, dim: 64, layers: 4, heads: 4, patch: 7, classes: 10}\n"
+                "data: {kind: synthetic_images, synthetic_examples: 256}\n"
+                "train: {batch: 64, max_steps: 2}\n"
+                "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.004}\n"
+                % os.path.join(work, "run-memory-replicas"))
+    failures = 0
+    for replicas in ("auto", "2"):
+        for schedule in ("1f1b", "gpipe"):
+            sets = ["--set", "pipeline.replicas=" + replicas, "--set", "pipeline.schedule=" + schedule]
+            where = "memory refusal on 2 ranks, replicas %s, %s" % (replicas, schedule)
+            rc, _, out = tools.run(2, ["plan", cfg] + sets, check=False, timeout=120)
+            m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
+            share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
+                              r"one \(pipeline\.microbatches = (\d+)\)", out)
+            if rc != 2 or not (m or share):
+                failures += 1
+                print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
+                continue
+            follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
+                      ["--set", "train.batch=%d" % (2 * int(share.group(1))),
+                       "--set", "pipeline.microbatches=" + share.group(2)])
+            rc, _, again = tools.run(2, ["plan", cfg] + sets + follow, check=False, timeout=120)
+            if rc != 0:
+                failures += 1
+                print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
+                                                                  again[-2000:]))
+            else:
+                print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -578,6 +620,7 @@ def main():
         failures += read_only_on_rank1(tools, work)
         failures += extra_tensor_in_init(tools, work)
         failures += eval_with_cache_under_memory(tools, work)
+        failures += memory_suggestions_on_replicas(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
