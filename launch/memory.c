@@ -74,23 +74,78 @@ double pt_session_data_bytes(const pt_session *r)
 /* What one stage of r's model holds for a replica's share of `share`
  * examples in m micro-batches, by the planner's count (the units' sizes at
  * that micro-batch); q: the rest of the request. */
-static int one_stage(const pt_session *r, const pt_plan_request *q, int D, int64_t share, int64_t m,
-                     pt_stage_bytes *sb, pt_err *err)
+static int stage_of(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
+                    int64_t share, int64_t m, pt_stage_bytes *sb, pt_err *err)
 {
     const int64_t micro = (share + m - 1) / m;
     pt_cost_model cm;
-    int rc = pt_cost_sizes(&cm, &r->arch, r->be, (int)micro, (int)micro, err);
+    int rc = pt_cost_sizes(&cm, a, r->be, (int)micro, (int)micro, err);
     if (rc)
         return rc;
-    const int bounds[2] = {0, pt_arch_units(&r->arch)};
+    const int bounds[2] = {0, pt_arch_units(a)};
     pt_plan_stage_bytes(&cm, q, 1, D, (int)m, (int)micro, bounds, 0, sb);
     pt_cost_model_free(&cm);
     return 0;
 }
 
+static int one_stage(const pt_session *r, const pt_plan_request *q, int D, int64_t share, int64_t m,
+                     pt_stage_bytes *sb, pt_err *err)
+{
+    return stage_of(r, &r->arch, q, D, share, m, sb, err);
+}
+
 static double stage_total(const pt_stage_bytes *sb)
 {
     return sb->weights + sb->micro_batches + sb->step + sb->linear_work;
+}
+
+/* Whether one example of arch a (another length of r's model) fits `have`
+ * alone on one stage, by the same count, its staged inputs sized for a. */
+static int example_fits(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
+                        double have, int *fits, pt_err *err)
+{
+    pt_plan_request qa = *q;
+    if (qa.staging_bytes_per_example > 0)
+        qa.staging_bytes_per_example = pt_run_staging_bytes(a);
+    pt_stage_bytes sb;
+    int rc = stage_of(r, a, &qa, D, 1, 1, &sb, err);
+    if (rc == 0)
+        *fits = stage_total(&sb) <= have;
+    return rc;
+}
+
+/* The length whose one example fits, where r's does not: the longest
+ * context (gpt, bert; memory grows with it), or the smallest patch that
+ * divides the images (vit); 0 when none does. */
+static int length_that_fits(const pt_session *r, const pt_plan_request *q, int D, double have,
+                            int *found, pt_err *err)
+{
+    pt_arch a = r->arch;
+    int rc, fits;
+    *found = 0;
+    if (a.kind == PT_MODEL_VIT) {
+        for (int p = r->arch.patch + 1; p <= a.height && p <= a.width; p++) {
+            if (a.height % p || a.width % p)
+                continue;
+            a.patch = p;
+            if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
+                return rc;
+            if (fits) {
+                *found = p;
+                return 0;
+            }
+        }
+        return 0;
+    }
+    int lo = 0, hi = r->arch.context; /* lo fits (0: none yet), hi does not */
+    while (hi - lo > 1) {
+        a.context = lo + (hi - lo) / 2;
+        if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
+            return rc;
+        *(fits ? &lo : &hi) = a.context;
+    }
+    *found = lo;
+    return 0;
 }
 
 /* One stage with a fixed number of micro-batches leaves nothing to plan, so
@@ -241,17 +296,30 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                       a->dim, a->layers, params, weights / gib, state,
                                       example / gib, room);
         const int tokens = pt_arch_tokens(a);
-        return a->kind != PT_MODEL_VIT /* tokens of text: GPT's bytes, BERT's word pieces */
-                   ? pt_config_key_fail(c, err, "model.context",
-                                        "%d: one example's activations take %.3g GiB %s %s; "
-                                        "allowed: a shorter context",
-                                        a->context, example / gib, beside, room)
-                   : pt_config_key_fail(c, err, "model.patch",
-                                        "%d cuts %dx%d images into %d tokens, and one example's "
-                                        "activations take %.3g GiB %s %s; allowed: a larger "
-                                        "patch, or smaller images",
-                                        a->patch, a->height, a->width, tokens, example / gib,
-                                        beside, room);
+        int length;
+        if ((rc = length_that_fits(r, &q, D, have, &length, err)))
+            return rc;
+        char allowed[96];
+        if (a->kind != PT_MODEL_VIT) { /* tokens of text: GPT's bytes, BERT's word pieces */
+            if (length > 0)
+                snprintf(allowed, sizeof allowed, "a context of at most %d", length);
+            else
+                snprintf(allowed, sizeof allowed, "a shorter context");
+            return pt_config_key_fail(c, err, "model.context",
+                                      "%d: one example's activations take %.3g GiB %s %s; "
+                                      "allowed: %s",
+                                      a->context, example / gib, beside, room, allowed);
+        }
+        if (length > 0)
+            snprintf(allowed, sizeof allowed, "a patch of %d (%d tokens), or smaller images", length,
+                     1 + (a->height / length) * (a->width / length));
+        else
+            snprintf(allowed, sizeof allowed, "a larger patch, or smaller images");
+        return pt_config_key_fail(c, err, "model.patch",
+                                  "%d cuts %dx%d images into %d tokens, and one example's "
+                                  "activations take %.3g GiB %s %s; allowed: %s",
+                                  a->patch, a->height, a->width, tokens, example / gib, beside,
+                                  room, allowed);
     }
     /* micro-batches of one example fit: the fewest micro-batches that do
      * (lo does not fit, hi does). A count M sets the micro-batch size,

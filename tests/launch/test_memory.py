@@ -288,6 +288,8 @@ def test_timing_leaves_nothing_behind(h):
 
 
 SUGGESTS_M = re.compile(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of (\d+) examples?\)")
+SUGGESTS_CONTEXT = re.compile(r"model\.context: \d+: .*allowed: a context of at most (\d+)$", re.M)
+SUGGESTS_PATCH = re.compile(r"model\.patch: \d+ .*allowed: a patch of (\d+) \((\d+) tokens\)", re.M)
 SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
                             r"\(pipeline\.microbatches = (\d+)\)")
 
@@ -295,10 +297,13 @@ SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in m
 def test_refusals_suggest_what_fits(h):
     # a one-stage run refused by its memory limit names what fits: the
     # micro-batch count (and the size it makes), or the largest batch in
-    # micro-batches of one; following it exactly must be accepted, with the
-    # layout it named. The micro-batch size it named was once the largest
-    # that still needed that count (15 of 16 where 8 fit), refused again.
-    # Swept over models, widths, batches, schedules, recompute and frozen
+    # micro-batches of one, or where one example alone does not fit the
+    # longest context or the smallest patch whose example does; following
+    # it exactly must be accepted, with the layout it named (after a length,
+    # the batch may still be refused, by its own key). The micro-batch size
+    # it named was once the largest that still needed that count (15 of 16
+    # where 8 fit), refused again; a length was not named at all. Swept over
+    # models, widths, lengths, batches, schedules, recompute and frozen
     # blocks, at limits that refuse; plan counts as train does.
     small_vit = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
     small_gpt = dict(GPT, **{"model.dim": "64", "model.layers": "2", "model.context": "64"})
@@ -312,7 +317,16 @@ def test_refusals_suggest_what_fits(h):
                     if name == "vit256" and (batch in ("63", "97") or mib < 11):
                         continue  # its weights alone take most of the small limits
                     cases.append((name, model, batch, sched, mib))
-    said = {"micro": 0, "share": 0, "other": 0}
+    for context in ("1024", "4096", "16384"):
+        for mib in (3, 6, 11):
+            cases.append(("gpt", dict(small_gpt, **{"model.context": context}), "1", {}, mib))
+            cases.append(("gpt", dict(small_gpt, **{"model.context": context}), "4", frozen, mib))
+    for patch, size in (("1", "28"), ("2", "28"), ("1", "36"), ("3", "36")):
+        for mib in (3, 11, 40):
+            vit = dict(small_vit, **{"model.patch": patch, "data.image_size": size})
+            cases.append(("vit", vit, "1", {}, mib))
+            cases.append(("vit", vit, "2", {"pipeline.schedule": "gpipe"}, mib))
+    said = {"micro": 0, "share": 0, "length": 0, "other": 0}
     for i, (name, model, batch, sched, mib) in enumerate(cases):
         keys = keys_of(h, "s%d" % i, model, **dict(sched, **{
             "train.batch": batch, "data.synthetic_examples": "128", "pipeline.microbatches": "1",
@@ -323,6 +337,16 @@ def test_refusals_suggest_what_fits(h):
         check(first.rc == 2, "%s batch %s %s %d MiB: exit %d\n%s", name, batch, sched, mib,
               first.rc, first.err[-1500:])
         m, share = SUGGESTS_M.search(first.err), SUGGESTS_SHARE.search(first.err)
+        length = SUGGESTS_CONTEXT.search(first.err) or SUGGESTS_PATCH.search(first.err)
+        if length:
+            said["length"] += 1
+            key = "model.context" if "model.context" in length.group(0)[:14] else "model.patch"
+            keys[key] = length.group(1)
+            again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(keys))])
+            check(again.rc == 0 or (again.rc == 2 and ": train.batch: " in again.err),
+                  "%s batch %s %s %d MiB: following %s = %s gave exit %d:\n%s", name, batch, sched,
+                  mib, key, length.group(1), again.rc, again.err[-1500:])
+            continue
         if m:
             said["micro"] += 1
             follow = {"pipeline.microbatches": m.group(1)}
@@ -341,10 +365,10 @@ def test_refusals_suggest_what_fits(h):
               "%s batch %s %s %d MiB: following %s (%s) gave exit %d:\n%s%s", name, batch, sched,
               mib, follow, first.err.strip().splitlines()[-1][-200:], again.rc,
               again.out[-600:], again.err[-1500:])
-    check(said["micro"] >= 10 and said["share"] >= 10,
+    check(said["micro"] >= 10 and said["share"] >= 10 and said["length"] >= 10,
           "too few refusals with a suggestion to follow: %s", said)
-    return "followed %d micro-batch counts and %d batches (%d other refusals)" % (
-        said["micro"], said["share"], said["other"])
+    return "followed %d micro-batch counts, %d batches and %d lengths (%d other refusals)" % (
+        said["micro"], said["share"], said["length"], said["other"])
 
 
 if __name__ == "__main__":
