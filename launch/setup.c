@@ -594,6 +594,8 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     spec.profile_fallback = s->profile_fallback.ranks ? &s->profile_fallback : NULL;
     spec.resume_depth = s->resume_depth;
     spec.fresh = mode != PT_RUN_EVAL && !(resume && *resume);
+    int64_t fits_batch = 0;
+    spec.fits_batch = &fits_batch;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
         if (rc == PT_EINPUT && s->rank == 0 && (spec.profile_strict || spec.profile_fallback) &&
             strncmp(err->msg, "measured on another", 19) == 0) {
@@ -614,12 +616,16 @@ agree: /* every rank fails here or goes on together: what follows is collective 
             if (spec.profile_strict)
                 snprintf(from, sizeof from, "; the unit sizes are pipeline.profile's, '%s'",
                          c->pipeline.profile);
+            char batch[96] = "batch";
+            if (fits_batch > 0 && fits_batch < c->train.batch)
+                snprintf(batch, sizeof batch, "batch (train.batch = %lld has one)",
+                         (long long)fits_batch);
             rc = pt_config_key_fail(c, err, "pipeline.memory_gib",
                                     "%.3g GiB per device%s, and no pipeline layout fits in it (%.400s%s); "
                                     "allowed: more memory, more stages over more ranks, or a smaller "
-                                    "model or batch", have / gib,
+                                    "model or %s", have / gib,
                                     c->pipeline.memory_gib > 0 ? "" : " (the node's RAM over its ranks)",
-                                    why, from);
+                                    why, from, batch);
         }
         goto fail;
     }

@@ -372,7 +372,15 @@ static int needs_costs(const pt_run *r)
 /* The plan for the current frozen prefix. fixed: keep K, D and M as they are
  * (a re-partition); otherwise the spec's fixed values and a search over the
  * rest. */
+static int plan_with(pt_run *r, int fixed, const pt_cost_model *cost, pt_plan *out, pt_err *err);
+
 static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
+{
+    return plan_with(r, fixed, &r->cost, out, err);
+}
+
+/* make_plan with another cost model (r->cost's units, other sizes). */
+static int plan_with(pt_run *r, int fixed, const pt_cost_model *cost, pt_plan *out, pt_err *err)
 {
     const pt_train_spec *s = &r->spec;
     const int units = pt_arch_units(&r->arch);
@@ -416,7 +424,48 @@ static int make_plan(pt_run *r, int fixed, pt_plan *out, pt_err *err)
         .staging_bytes_per_example = staging_bytes_per_example(r),
         .reduce_buffers = pt_backend_is_host(r->be),
     };
-    return pt_plan_make(out, &q, &r->cost, err);
+    return pt_plan_make(out, &q, cost, err);
+}
+
+/* After the planner found no layout in the memory limit: the largest
+ * train.batch it finds one for (bisection; each answer it gives was
+ * planned), with the frozen prefix the run starts from; 0 when not even
+ * a batch of 1 fits. Each batch is planned with the unit sizes a run of
+ * that batch would measure at (its own micro-batch sizes: the sizes are
+ * interpolated between the two, and a scratch area is not always linear)
+ * and this run's times (which rank layouts, and decide no fit). The run's
+ * own state is left as it was. */
+static int64_t batch_that_fits(pt_run *r, int depth)
+{
+    const int64_t batch = r->spec.batch;
+    const int frozen_depth = r->freeze.depth, frozen_units = r->frozen_units;
+    r->freeze.depth = depth;
+    r->frozen_units = depth > 0 ? pt_freeze_units(depth) : 0;
+    int64_t lo = 0, hi = batch; /* lo planned (0: none yet), hi did not */
+    while (hi - lo > 1) {
+        r->spec.batch = lo + (hi - lo) / 2;
+        int small, large, rc;
+        measured_sizes(r, &small, &large);
+        pt_cost_model sized;
+        pt_err ignored;
+        if ((rc = pt_cost_sizes(&sized, &r->arch, r->be, small, large, &ignored)) == 0) {
+            for (int u = 0; u < sized.units && u < r->cost.units; u++)
+                for (int k = 0; k < 2; k++) {
+                    sized.unit[u].fwd[k] = r->cost.unit[u].fwd[k];
+                    sized.unit[u].bwd[k] = r->cost.unit[u].bwd[k];
+                }
+            pt_plan p;
+            rc = plan_with(r, 0, &sized, &p, &ignored);
+            pt_cost_model_free(&sized);
+        }
+        if (rc != 0 && rc != PT_EINPUT)
+            break;
+        *(rc == 0 ? &lo : &hi) = r->spec.batch;
+    }
+    r->spec.batch = batch;
+    r->freeze.depth = frozen_depth;
+    r->frozen_units = frozen_units;
+    return lo;
 }
 
 /* A name for this job's node-local resources, the same on every rank of a
@@ -773,6 +822,9 @@ int pt_layout_open(pt_run *r, pt_err *err)
         if ((rc = make_plan(r, !r->spec.elastic || !r->cost.units, &next, err)) == 0)
             r->plan = next;
     }
+    if (rc == PT_EINPUT && r->spec.fits_batch && r->rank == 0 && r->cost.units &&
+        device_memory(r) > 0)
+        *r->spec.fits_batch = batch_that_fits(r, depth);
     if (opening > 0) { /* the decision stands, whatever was planned */
         r->freeze.depth = opening;
         r->frozen_units = pt_freeze_units(opening);

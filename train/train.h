@@ -101,6 +101,10 @@ typedef struct pt_train_spec {
      * may read the pointer at any moment: it always points at a whole
      * string); NULL: not wanted */
     const char *volatile *where;
+    /* where rank 0 reports, when the planner finds no layout in the memory
+     * limit at the start, the largest train.batch it finds one for (0: not
+     * even a batch of 1); NULL: not wanted */
+    int64_t *fits_batch;
 } pt_train_spec;
 
 /* The planner's measured inputs: the unit costs and links a plan is made

@@ -290,6 +290,7 @@ def test_timing_leaves_nothing_behind(h):
 SUGGESTS_M = re.compile(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of (\d+) examples?\)")
 SUGGESTS_CONTEXT = re.compile(r"model\.context: \d+: .*allowed: a context of at most (\d+)$", re.M)
 SUGGESTS_PATCH = re.compile(r"model\.patch: \d+ .*allowed: a patch of (\d+) \((\d+) tokens\)", re.M)
+SUGGESTS_PLANNED = re.compile(r"pipeline\.memory_gib: .*no pipeline layout fits.*\(train\.batch = (\d+) has one\)")
 SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
                             r"\(pipeline\.microbatches = (\d+)\)")
 
@@ -304,7 +305,9 @@ def test_refusals_suggest_what_fits(h):
     # it named was once the largest that still needed that count (15 of 16
     # where 8 fit), refused again; a length was not named at all. Swept over
     # models, widths, lengths, batches, schedules, recompute and frozen
-    # blocks, at limits that refuse; plan counts as train does.
+    # blocks, at limits that refuse; plan counts as train does. With the
+    # micro-batches left to the planner, its refusal names the largest batch
+    # it finds a layout for, planned at that batch's own measured sizes.
     small_vit = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
     small_gpt = dict(GPT, **{"model.dim": "64", "model.layers": "2", "model.context": "64"})
     frozen = {"freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.start": "0"}
@@ -326,17 +329,33 @@ def test_refusals_suggest_what_fits(h):
             vit = dict(small_vit, **{"model.patch": patch, "data.image_size": size})
             cases.append(("vit", vit, "1", {}, mib))
             cases.append(("vit", vit, "2", {"pipeline.schedule": "gpipe"}, mib))
-    said = {"micro": 0, "share": 0, "length": 0, "other": 0}
+    # micro-batches left to the planner (it profiles, and searches K, D, M):
+    # its refusal names the largest batch it finds a layout for
+    for name, model in (("vit", small_vit), ("gpt", small_gpt)):
+        for sched in ({}, {"pipeline.schedule": "gpipe"}):
+            for batch in ("63", "255"):
+                for mib in (3.6, 4.0, 6.0):
+                    cases.append((name, model, batch, dict(sched, **{"pipeline.microbatches": "auto"}),
+                                  mib))
+    said = {"micro": 0, "share": 0, "length": 0, "planned": 0, "other": 0}
     for i, (name, model, batch, sched, mib) in enumerate(cases):
-        keys = keys_of(h, "s%d" % i, model, **dict(sched, **{
-            "train.batch": batch, "data.synthetic_examples": "128", "pipeline.microbatches": "1",
-            "pipeline.memory_gib": "%.6f" % (mib / 1024.0)}))
+        keys = keys_of(h, "s%d" % i, model, **dict({"pipeline.microbatches": "1"}, **dict(sched, **{
+            "train.batch": batch, "data.synthetic_examples": "512",
+            "pipeline.memory_gib": "%.6f" % (mib / 1024.0)})))
         first = h.run(["plan", write(h.path("s%d.yaml" % i), render(keys))])
         if first.rc == 0:
             continue
         check(first.rc == 2, "%s batch %s %s %d MiB: exit %d\n%s", name, batch, sched, mib,
               first.rc, first.err[-1500:])
         m, share = SUGGESTS_M.search(first.err), SUGGESTS_SHARE.search(first.err)
+        planned = SUGGESTS_PLANNED.search(first.err)
+        if planned:
+            said["planned"] += 1
+            keys["train.batch"] = planned.group(1)
+            again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(keys))])
+            check(again.rc == 0, "%s batch %s planned under %.1f MiB: following train.batch = %s "
+                  "gave exit %d:\n%s", name, batch, mib, planned.group(1), again.rc, again.err[-1500:])
+            continue
         length = SUGGESTS_CONTEXT.search(first.err) or SUGGESTS_PATCH.search(first.err)
         if length:
             said["length"] += 1
@@ -365,10 +384,11 @@ def test_refusals_suggest_what_fits(h):
               "%s batch %s %s %d MiB: following %s (%s) gave exit %d:\n%s%s", name, batch, sched,
               mib, follow, first.err.strip().splitlines()[-1][-200:], again.rc,
               again.out[-600:], again.err[-1500:])
-    check(said["micro"] >= 10 and said["share"] >= 10 and said["length"] >= 10,
-          "too few refusals with a suggestion to follow: %s", said)
-    return "followed %d micro-batch counts, %d batches and %d lengths (%d other refusals)" % (
-        said["micro"], said["share"], said["length"], said["other"])
+    check(said["micro"] >= 10 and said["share"] >= 10 and said["length"] >= 10 and
+          said["planned"] >= 4, "too few refusals with a suggestion to follow: %s", said)
+    return ("followed %d micro-batch counts, %d batches in micro-batches of one, %d lengths and %d "
+            "planned batches (%d other refusals)" % (said["micro"], said["share"], said["length"],
+                                                     said["planned"], said["other"]))
 
 
 if __name__ == "__main__":

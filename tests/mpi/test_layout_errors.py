@@ -506,7 +506,8 @@ def memory_suggestions_on_replicas(tools, work):
     with pipeline.replicas fixed at 2 and left to the planner. With auto
     the check counted 2 replicas without the gradient all-reduce's buffers,
     which the planner counts for every D >= 2: it suggested 16 micro-batches
-    where 32 fit, and the planner refused that with no suggestion."""
+    where 32 fit, and the planner refused that with no suggestion. And the
+    planner's own refusal, on 2 and 4 ranks, names a batch that plans."""
     cfg = os.path.join(work, "memory-replicas.yaml")
     with open(cfg, "w") as f:
         f.write("run: {dir: %s, seed: 1, threads: 1}\n"
@@ -538,6 +539,26 @@ def memory_suggestions_on_replicas(tools, work):
                                                                   again[-2000:]))
             else:
                 print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+    # the layout left to the planner on 2 and 4 ranks: its refusal names the
+    # largest batch it finds a layout for, which then plans
+    for ranks in (2, 4):
+        sets = ["--set", "pipeline.stages=auto", "--set", "pipeline.microbatches=auto",
+                "--set", "pipeline.memory_gib=0.002"]
+        where = "planner's memory refusal on %d ranks" % ranks
+        rc, _, out = tools.run(ranks, ["plan", cfg] + sets, check=False, timeout=120)
+        m = re.search(r"no pipeline layout fits.*\(train\.batch = (\d+) has one\)", out)
+        if rc != 2 or not m:
+            failures += 1
+            print("FAIL %s: exit %d, no batch named\n%s" % (where, rc, out[-2000:]))
+            continue
+        rc, _, again = tools.run(ranks, ["plan", cfg] + sets + ["--set", "train.batch=" + m.group(1)],
+                                 check=False, timeout=120)
+        if rc != 0:
+            failures += 1
+            print("FAIL %s: following train.batch=%s gave exit %d\n%s" % (where, m.group(1), rc,
+                                                                         again[-2000:]))
+        else:
+            print("ok   %s: following train.batch=%s plans" % (where, m.group(1)))
     return failures
 
 
