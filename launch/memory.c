@@ -321,17 +321,22 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   a->patch, a->height, a->width, tokens, example / gib, beside,
                                   room, allowed);
     }
-    /* micro-batches of one example fit: the fewest micro-batches that do
-     * (lo does not fit, hi does). A count M sets the micro-batch size,
-     * ceil(share / M), and the message names the count found and that
-     * size: a layout that was counted. Not "or more": the staged step
-     * (M ceil(share / M) examples) and, under GPipe, the M micro-batches'
-     * activations round up by other amounts for other M. */
+    /* the most micro-batches a layout allows: the smallest replica's share
+     * (train.batch over D, rounded down; the larger shares are one more) */
+    const int64_t most = c->train.batch / replicas > 0 ? c->train.batch / replicas : 1;
+    /* as many micro-batches as that fit: a count that does, searched from
+     * the config's (lo does not fit, hi does; the bisection takes fitting
+     * as growing with the count, which the staged step, M ceil(share / M)
+     * examples, and GPipe's M micro-batches in flight do not quite do, so
+     * the count found fits but a smaller one may too). A count M sets the
+     * micro-batch size, ceil(share / M), and the message names the count
+     * found and that size: a layout that was counted. Not "or more", for
+     * the same rounding. */
     pt_stage_bytes ones;
-    if ((rc = one_stage(r, &q, D, share, share, &ones, err)))
+    if ((rc = one_stage(r, &q, D, share, most, &ones, err)))
         return rc;
-    if (stage_total(&ones) <= have) {
-        int64_t lo = m, hi = share;
+    if (most > m && stage_total(&ones) <= have) {
+        int64_t lo = m, hi = most;
         while (hi - lo > 1) {
             const int64_t mid = lo + (hi - lo) / 2;
             pt_stage_bytes t;
@@ -349,8 +354,12 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   (long long)m, (need - weights - work) / gib, beside, room,
                                   (long long)hi, (long long)size, size == 1 ? "" : "s");
     }
-    /* not even those: the largest share whose micro-batches of one do */
-    int64_t lo = 1, hi = share;
+    /* not even those: the largest share whose micro-batches of one do (a
+     * batch of D times it splits evenly) */
+    if ((rc = one_stage(r, &q, D, share, share, &ones, err)))
+        return rc;
+    const int uneven = stage_total(&ones) <= have; /* only the smaller share's count stops it */
+    int64_t lo = 1, hi = uneven ? share + 1 : share;
     while (hi - lo > 1) {
         const int64_t mid = lo + (hi - lo) / 2;
         pt_stage_bytes t;
@@ -358,6 +367,17 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
             return rc;
         *(stage_total(&t) <= have ? &lo : &hi) = mid;
     }
+    if (uneven)
+        return pt_config_key_fail(c, err, "train.batch",
+                                  "%lld examples over %lld replicas, shares of %lld and %lld: the "
+                                  "larger fits only in %lld micro-batches of one, more than the "
+                                  "smaller holds, and %lld (micro-batches of %lld) are %s %s; "
+                                  "allowed: at most %lld example%s per replica, in micro-batches "
+                                  "of one (pipeline.microbatches = %lld)",
+                                  c->train.batch, (long long)replicas, (long long)share,
+                                  (long long)most, (long long)share, (long long)most,
+                                  (long long)((share + most - 1) / most), beside, room,
+                                  (long long)lo, lo == 1 ? "" : "s", (long long)lo);
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld example%s, %lld per replica: even in micro-batches of one "
                               "example, a step's activations, staged inputs and buffers take "

@@ -441,9 +441,13 @@ static int64_t batch_that_fits(pt_run *r, int depth)
     const int frozen_depth = r->freeze.depth, frozen_units = r->frozen_units;
     r->freeze.depth = depth;
     r->frozen_units = depth > 0 ? pt_freeze_units(depth) : 0;
+    /* the smallest batch a fixed layout takes: M micro-batches in each of
+     * D replicas' shares; below it a refusal is no answer about memory */
+    const int64_t least = (int64_t)(r->spec.micro == PT_TRAIN_AUTO ? 1 : r->spec.micro) *
+                          (r->spec.replicas == PT_TRAIN_AUTO ? 1 : r->spec.replicas);
     int64_t lo = 0, hi = batch; /* lo planned (0: none yet), hi did not */
-    while (hi - lo > 1) {
-        r->spec.batch = lo + (hi - lo) / 2;
+    for (int first = least > 1 && least < batch; hi - lo > 1; first = 0) {
+        r->spec.batch = first ? least : lo + (hi - lo) / 2;
         int small, large, rc;
         measured_sizes(r, &small, &large);
         pt_cost_model sized;
@@ -458,8 +462,8 @@ static int64_t batch_that_fits(pt_run *r, int depth)
             rc = plan_with(r, 0, &sized, &p, &ignored);
             pt_cost_model_free(&sized);
         }
-        if (rc != 0 && rc != PT_EINPUT)
-            break;
+        if ((rc != 0 && rc != PT_EINPUT) || (first && rc != 0))
+            break; /* not even the least batch: none */
         *(rc == 0 ? &lo : &hi) = r->spec.batch;
     }
     r->spec.batch = batch;
@@ -822,8 +826,9 @@ int pt_layout_open(pt_run *r, pt_err *err)
         if ((rc = make_plan(r, !r->spec.elastic || !r->cost.units, &next, err)) == 0)
             r->plan = next;
     }
+    /* (not under a strict profile: another batch needs other timed sizes) */
     if (rc == PT_EINPUT && r->spec.fits_batch && r->rank == 0 && r->cost.units &&
-        device_memory(r) > 0)
+        device_memory(r) > 0 && !r->spec.profile_strict)
         *r->spec.fits_batch = batch_that_fits(r, depth);
     if (opening > 0) { /* the decision stands, whatever was planned */
         r->freeze.depth = opening;

@@ -539,12 +539,47 @@ def memory_suggestions_on_replicas(tools, work):
                                                                   again[-2000:]))
             else:
                 print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+    # uneven shares (7 over 2 replicas: 4 and 3): the count named is one the
+    # smaller share holds, or a batch that splits evenly (a reviewer found 4
+    # micro-batches named, which the layout check refuses for a share of 3)
+    gpt = os.path.join(work, "memory-uneven.yaml")
+    with open(gpt, "w") as f:
+        f.write("run: {dir: %s, seed: 1, threads: 1}\n"
+                "model: {kind: gpt, dim: 64, layers: 2, heads: 4, context: 64}\n"
+                "data: {kind: synthetic_text, synthetic_examples: 256}\n"
+                "train: {batch: 7, max_steps: 2}\n"
+                "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.003418}\n"
+                % os.path.join(work, "run-memory-uneven"))
+    for replicas in ("2", "auto"):
+        sets = ["--set", "pipeline.replicas=" + replicas]
+        where = "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas
+        rc, _, out = tools.run(2, ["plan", gpt] + sets, check=False, timeout=120)
+        m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
+        share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
+                          r"one \(pipeline\.microbatches = (\d+)\)", out)
+        if rc != 2 or not (m or share):
+            failures += 1
+            print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
+            continue
+        follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
+                  ["--set", "train.batch=%d" % (2 * int(share.group(1))),
+                   "--set", "pipeline.microbatches=" + share.group(2)])
+        rc, _, again = tools.run(2, ["plan", gpt] + sets + follow, check=False, timeout=120)
+        if rc != 0:
+            failures += 1
+            print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
+                                                              again[-2000:]))
+        else:
+            print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
     # the layout left to the planner on 2 and 4 ranks: its refusal names the
-    # largest batch it finds a layout for, which then plans
-    for ranks in (2, 4):
+    # largest batch it finds a layout for, which then plans; also with M and
+    # D fixed, where batches below M D are no answer about memory (the
+    # search once took their refusal for "too large" and named nothing)
+    for ranks, fixed in ((2, []), (4, []), (2, ["--set", "pipeline.replicas=1", "--set",
+                                               "pipeline.microbatches=8", "--set", "train.batch=12"])):
         sets = ["--set", "pipeline.stages=auto", "--set", "pipeline.microbatches=auto",
-                "--set", "pipeline.memory_gib=0.002"]
-        where = "planner's memory refusal on %d ranks" % ranks
+                "--set", "pipeline.memory_gib=" + ("0.0022" if fixed else "0.002")] + fixed
+        where = "planner's memory refusal on %d ranks%s" % (ranks, " (D, M fixed)" if fixed else "")
         rc, _, out = tools.run(ranks, ["plan", cfg] + sets, check=False, timeout=120)
         m = re.search(r"no pipeline layout fits.*\(train\.batch = (\d+) has one\)", out)
         if rc != 2 or not m:
