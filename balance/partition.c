@@ -203,9 +203,9 @@ int pt_partition_solve(const pt_partition_problem *p, int *bounds, double *bottl
     int rc = 0;
     if (!isfinite(BEST(K, n))) {
         rc = pt_fail(err, PT_EINPUT,
-                     "no way to cut %d units into %d stages fits their weights, optimizer state "
+                     "no way to cut %d units into %d stage%s fits their weights, optimizer state "
                      "and saved activations in %.3g bytes per device (what the limit leaves after "
-                     "a unit's scratch and the stage-boundary buffers)", n, K,
+                     "a unit's scratch and the stage-boundary buffers)", n, K, K == 1 ? "" : "s",
                      p->mem_limit);
     } else {
         bounds[K] = n;

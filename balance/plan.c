@@ -349,10 +349,11 @@ static int plan_one(const pt_cost_model *cm, const pt_plan_request *q, int K, in
     if (limit > 0)
         limit -= scratch + buffers;
     if (q->mem_limit > 0 && !(limit > 0)) {
-        rc = pt_fail(err, PT_EINPUT, "no way to cut %d units into %d stages fits %.3g bytes per "
+        rc = pt_fail(err, PT_EINPUT, "no way to cut %d units into %d stage%s fits %.3g bytes per "
                      "device: a unit's scratch and the frozen units' work area (%.3g bytes) and the "
-                     "stage-boundary buffers of %d "
-                     "micro-batches of %d examples (%.3g bytes) alone take more", n - skip, K, q->mem_limit, scratch, M, b, buffers);
+                     "stage-boundary buffers of %d micro-batch%s of %d example%s (%.3g bytes) alone "
+                     "take more", n - skip, K, K == 1 ? "" : "s", q->mem_limit, scratch, M,
+                     M == 1 ? "" : "es", b, b == 1 ? "" : "s", buffers);
         goto done;
     }
     /* prefix sums restarted at skip; the prefix's parameters and the
@@ -482,10 +483,11 @@ static int search(pt_plan *out, const pt_plan_request *q, const pt_cost_model *c
                        q->stages, ranks_on(q, 0));
     if (q->stages > 0 && q->replicas > 0 && capacity(q, q->stages) < q->replicas)
         return pt_fail(err, PT_EINPUT, "pipeline.replicas is %d but the ranks hold at most %d "
-                       "pipelines of %d stages", q->replicas, capacity(q, q->stages), q->stages);
+                       "pipeline%s of %d stage%s", q->replicas, capacity(q, q->stages),
+                       capacity(q, q->stages) == 1 ? "" : "s", q->stages, q->stages == 1 ? "" : "s");
     if (q->replicas > q->batch)
-        return pt_fail(err, PT_EINPUT, "pipeline.replicas is %d but a step has only %lld examples",
-                       q->replicas, (long long)q->batch);
+        return pt_fail(err, PT_EINPUT, "pipeline.replicas is %d but a step has only %lld example%s",
+                       q->replicas, (long long)q->batch, q->batch == 1 ? "" : "s");
     int found = 0, n_alt = 0;
     pt_plan_candidate alt[PT_PLAN_ALTS + 1];
     pt_plan best;
@@ -511,7 +513,7 @@ static int search(pt_plan *out, const pt_plan_request *q, const pt_cost_model *c
                 pt_plan p;
                 if (M > share) {
                     snprintf(c.why, sizeof c.why, "%d micro-batches do not fit a replica's %lld "
-                             "examples", M, (long long)share);
+                             "example%s", M, (long long)share, share == 1 ? "" : "s");
                     c.short_of_examples = 1;
                     continue;
                 }
@@ -609,9 +611,10 @@ int pt_plan_make(pt_plan *out, const pt_plan_request *q, const pt_cost_model *cm
 
 void pt_plan_print(const pt_plan *p, const pt_arch *a, FILE *out)
 {
-    fprintf(out, "layout: K = %d stage%s x D = %d replica%s, M = %d micro-batches of up to %d "
-            "examples per replica\n", p->stages, p->stages == 1 ? "" : "s", p->replicas,
-            p->replicas == 1 ? "" : "s", p->micro, p->micro_batch);
+    fprintf(out, "layout: K = %d stage%s x D = %d replica%s, M = %d micro-batch%s of up to %d "
+            "example%s per replica\n", p->stages, p->stages == 1 ? "" : "s", p->replicas,
+            p->replicas == 1 ? "" : "s", p->micro, p->micro == 1 ? "" : "es", p->micro_batch,
+            p->micro_batch == 1 ? "" : "s");
     for (int s = 0; s < p->stages; s++) {
         pt_unit_info first, last;
         pt_unit_info_get(a, p->bounds[s], &first);

@@ -1000,10 +1000,11 @@ void pt_layout_print(const pt_run *r, FILE *out)
     if (r->plan.step_time > 0)
         pt_plan_print(&r->plan, &r->arch, out);
     else
-        fprintf(out, "layout: K = 1 stage x D = %d replica%s, M = %d micro-batches of up to %d "
-                "examples (fixed by the config and the ranks; nothing profiled)\n",
+        fprintf(out, "layout: K = 1 stage x D = %d replica%s, M = %d micro-batch%s of up to %d "
+                "example%s (fixed by the config and the ranks; nothing profiled)\n",
                 r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
-                r->plan.micro_batch);
+                r->plan.micro == 1 ? "" : "es", r->plan.micro_batch,
+                r->plan.micro_batch == 1 ? "" : "s");
     fprintf(out, "ranks:\n");
     for (int q = 0; q < r->ranks; q++) {
         const int rep = r->mesh.replica_of[q], st = r->mesh.stage_of[q];

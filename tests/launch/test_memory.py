@@ -369,12 +369,14 @@ def test_refusals_suggest_what_fits(h):
         if m:
             said["micro"] += 1
             follow = {"pipeline.microbatches": m.group(1)}
-            layout = "M = %s micro-batches of up to %s example" % (m.group(1), m.group(2))
+            layout = "M = %s micro-batch%s of up to %s example" % (
+                m.group(1), "" if m.group(1) == "1" else "es", m.group(2))
         elif share:
             said["share"] += 1
             check(share.group(1) == share.group(2), "two values: %s", share.group(0))
             follow = {"train.batch": share.group(1), "pipeline.microbatches": share.group(2)}
-            layout = "M = %s micro-batches of up to 1 example" % share.group(2)
+            layout = "M = %s micro-batch%s of up to 1 example" % (
+                share.group(2), "" if share.group(2) == "1" else "es")
         else:
             said["other"] += 1
             continue  # the model or one example alone: no batch to suggest

@@ -516,29 +516,33 @@ def memory_suggestions_on_replicas(tools, work):
                 "train: {batch: 64, max_steps: 2}\n"
                 "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.004}\n"
                 % os.path.join(work, "run-memory-replicas"))
+    def follow_suggestion(config, sets, where):
+        """1 when the refusal of config on 2 ranks names nothing to follow,
+        or following what it names does not plan; else 0."""
+        rc, _, out = tools.run(2, ["plan", config] + sets, check=False, timeout=120)
+        m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
+        share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
+                          r"one \(pipeline\.microbatches = (\d+)\)", out)
+        if rc != 2 or not (m or share):
+            print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
+            return 1
+        follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
+                  ["--set", "train.batch=%d" % (2 * int(share.group(1))),
+                   "--set", "pipeline.microbatches=" + share.group(2)])
+        rc, _, again = tools.run(2, ["plan", config] + sets + follow, check=False, timeout=120)
+        if rc != 0:
+            print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
+                                                              again[-2000:]))
+            return 1
+        print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+        return 0
+
     failures = 0
     for replicas in ("auto", "2"):
         for schedule in ("1f1b", "gpipe"):
-            sets = ["--set", "pipeline.replicas=" + replicas, "--set", "pipeline.schedule=" + schedule]
-            where = "memory refusal on 2 ranks, replicas %s, %s" % (replicas, schedule)
-            rc, _, out = tools.run(2, ["plan", cfg] + sets, check=False, timeout=120)
-            m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
-            share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
-                              r"one \(pipeline\.microbatches = (\d+)\)", out)
-            if rc != 2 or not (m or share):
-                failures += 1
-                print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
-                continue
-            follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
-                      ["--set", "train.batch=%d" % (2 * int(share.group(1))),
-                       "--set", "pipeline.microbatches=" + share.group(2)])
-            rc, _, again = tools.run(2, ["plan", cfg] + sets + follow, check=False, timeout=120)
-            if rc != 0:
-                failures += 1
-                print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
-                                                                  again[-2000:]))
-            else:
-                print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+            failures += follow_suggestion(
+                cfg, ["--set", "pipeline.replicas=" + replicas, "--set", "pipeline.schedule=" + schedule],
+                "memory refusal on 2 ranks, replicas %s, %s" % (replicas, schedule))
     # uneven shares (7 over 2 replicas: 4 and 3): the count named is one the
     # smaller share holds, or a batch that splits evenly (a reviewer found 4
     # micro-batches named, which the layout check refuses for a share of 3)
@@ -551,26 +555,8 @@ def memory_suggestions_on_replicas(tools, work):
                 "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.003418}\n"
                 % os.path.join(work, "run-memory-uneven"))
     for replicas in ("2", "auto"):
-        sets = ["--set", "pipeline.replicas=" + replicas]
-        where = "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas
-        rc, _, out = tools.run(2, ["plan", gpt] + sets, check=False, timeout=120)
-        m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
-        share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
-                          r"one \(pipeline\.microbatches = (\d+)\)", out)
-        if rc != 2 or not (m or share):
-            failures += 1
-            print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
-            continue
-        follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
-                  ["--set", "train.batch=%d" % (2 * int(share.group(1))),
-                   "--set", "pipeline.microbatches=" + share.group(2)])
-        rc, _, again = tools.run(2, ["plan", gpt] + sets + follow, check=False, timeout=120)
-        if rc != 0:
-            failures += 1
-            print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
-                                                              again[-2000:]))
-        else:
-            print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
+        failures += follow_suggestion(gpt, ["--set", "pipeline.replicas=" + replicas],
+                                      "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas)
     # the layout left to the planner on 2 and 4 ranks: its refusal names the
     # largest batch it finds a layout for, which then plans; also with M and
     # D fixed, where batches below M D are no answer about memory (the
