@@ -99,19 +99,129 @@ static double stage_total(const pt_stage_bytes *sb)
     return sb->weights + sb->micro_batches + sb->step + sb->linear_work;
 }
 
-/* Whether one example of arch a (another length of r's model) fits `have`
- * alone on one stage, by the same count, its staged inputs sized for a. */
-static int example_fits(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
-                        double have, int *fits, pt_err *err)
+/* Whether a replica's share of `share` examples in m micro-batches of arch
+ * a (r's model at another size) fits `have` on one stage, by the same
+ * count, its staged inputs sized for a. */
+static int share_fits(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
+                      int64_t share, int64_t m, double have, int *fits, pt_err *err)
 {
     pt_plan_request qa = *q;
     if (qa.staging_bytes_per_example > 0)
         qa.staging_bytes_per_example = pt_run_staging_bytes(a);
     pt_stage_bytes sb;
-    int rc = stage_of(r, a, &qa, D, 1, 1, &sb, err);
+    int rc = stage_of(r, a, &qa, D, share, m, &sb, err);
     if (rc == 0)
         *fits = stage_total(&sb) <= have;
     return rc;
+}
+
+/* Whether one example of arch a alone fits `have` on one stage. */
+static int example_fits(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
+                        double have, int *fits, pt_err *err)
+{
+    return share_fits(r, a, q, D, 1, 1, have, fits, err);
+}
+
+/* One of the model's sizes the config sets, at v: the width (v heads'
+ * widths: model.dim is a multiple of model.heads; the MLP's with it where
+ * the config leaves model.mlp_hidden to it), the blocks, GPT's context
+ * (its position table's rows), BERT's position table. */
+typedef enum { SIZE_DIM, SIZE_LAYERS, SIZE_CONTEXT, SIZE_POSITIONS } model_size;
+
+static void resize(pt_arch *a, const pt_config *c, model_size which, int v)
+{
+    switch (which) {
+    case SIZE_DIM:
+        a->dim = v * a->heads;
+        if (!c->model.mlp_hidden)
+            a->mlp_hidden = 4 * a->dim;
+        break;
+    case SIZE_LAYERS: a->layers = v; break;
+    case SIZE_CONTEXT: a->context = v; break;
+    case SIZE_POSITIONS: a->positions = v; break;
+    }
+}
+
+/* The largest v in [lo, hi] at which r's model, resized, holds the
+ * configured step (a replica's share in m micro-batches) within `have` on
+ * one stage, by the same count; 0 when not even lo does. Each size only
+ * adds memory as it grows, so a bisection finds it. */
+static int largest_size_that_fits(const pt_session *r, pt_run_mode mode, const pt_plan_request *q,
+                                  int D, int64_t share, int64_t m, double have, model_size which,
+                                  int lo, int hi, int *found, pt_err *err)
+{
+    int rc, fits;
+    *found = 0;
+    if (lo > hi)
+        return 0;
+    int yes = lo - 1, no = hi + 1, v = lo; /* lo first: none fits unless it does */
+    while (no - yes > 1) {
+        pt_arch a = r->arch;
+        resize(&a, &r->cfg, which, v);
+        /* other blocks: an evaluation's all frozen, or another first
+         * decision (freeze.start 0) */
+        pt_plan_request qv = *q;
+        if (which == SIZE_LAYERS)
+            qv.frozen_units = pt_freeze_units(
+                mode == PT_RUN_EVAL ? v : pt_session_opening_depth(&r->cfg, v));
+        if ((rc = share_fits(r, &a, &qv, D, share, m, have, &fits, err)))
+            return rc;
+        if (!fits && v == lo)
+            return 0;
+        *(fits ? &yes : &no) = v;
+        v = yes + (no - yes) / 2;
+    }
+    *found = yes;
+    return 0;
+}
+
+/* What a refusal blaming the weights allows: the widest model.dim and the
+ * most model.layers (each with the other as configured) whose model holds
+ * the configured step (or, where none does, one example), where the
+ * config's sizes are its to change (not a checkpoint's or
+ * model.init_from's); no fewer blocks than freeze.max_depth and
+ * cache.min_depth name, each counted with the frozen prefix its first
+ * decision makes (freeze.start 0). */
+static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_request *q, int D,
+                         int64_t share, int64_t m, double have, char *out, size_t n, pt_err *err)
+{
+    const pt_config *c = &r->cfg;
+    const pt_arch *a = &r->arch;
+    const char *stages = "more pipeline.stages over more ranks";
+    if (r->sizes_given) {
+        snprintf(out, n, "%s (the model's sizes are %s)", stages,
+                 *c->model.init_from ? "model.init_from's" : "the checkpoint's");
+        return 0;
+    }
+    snprintf(out, n, "a smaller model, or %s", stages);
+    int dim, layers, rc;
+    int fewest = 1; /* (what freeze.max_depth and cache.min_depth allow) */
+    if (c->freeze.policy != 0 && c->freeze.max_depth > fewest)
+        fewest = c->freeze.max_depth;
+    if (c->cache.min_depth > fewest)
+        fewest = c->cache.min_depth;
+    /* the configured step; where no size holds it, one example (whose
+     * refusal then names the micro-batches or batch that fit) */
+    int alone = 0;
+    for (; alone < 2; alone++) {
+        const int64_t s = alone ? 1 : share, k = alone ? 1 : m;
+        if ((rc = largest_size_that_fits(r, mode, q, D, s, k, have, SIZE_DIM, 1,
+                                         a->dim / a->heads - 1, &dim, err)) ||
+            (rc = largest_size_that_fits(r, mode, q, D, s, k, have, SIZE_LAYERS, fewest,
+                                         a->layers - 1, &layers, err)))
+            return rc;
+        if (dim || layers)
+            break;
+    }
+    char d[64] = "", l[64] = "";
+    if (dim)
+        snprintf(d, sizeof d, "model.dim = %d or narrower", dim * a->heads);
+    if (layers)
+        snprintf(l, sizeof l, "model.layers = %d or fewer", layers);
+    if (dim || layers)
+        snprintf(out, n, "%s%s%s%s, or %s", d, dim && layers ? ", or " : "", l,
+                 alone ? " (with fewer examples per micro-batch)" : "", stages);
+    return 0;
 }
 
 /* The length whose one example fits, where r's does not: the longest
@@ -259,24 +369,45 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         const int count = table == words ? a->vocab : table == places
                               ? (a->kind == PT_MODEL_BERT ? a->positions : a->context) : a->classes;
         const char *what = table == words ? "tokens" : table == places ? "positions" : "classes";
+        /* the most positions that fit (BERT's table holds at least the
+         * context), where the config's sizes are its own */
+        char allowed[256];
+        const int bert = a->kind == PT_MODEL_BERT;
+        int most = 0;
+        if (table == places && !r->sizes_given &&
+            (rc = largest_size_that_fits(r, mode, &q, D, share, m, have,
+                                         bert ? SIZE_POSITIONS : SIZE_CONTEXT,
+                                         bert ? a->context : 1, count - 1, &most, err)))
+            return rc;
+        if (r->sizes_given)
+            smaller_model(r, mode, &q, D, share, m, have, allowed, sizeof allowed, err);
+        else if (most > 0)
+            snprintf(allowed, sizeof allowed,
+                     bert ? "at most %d positions, or a smaller model"
+                          : "a context of at most %d, or a smaller model", most);
+        else
+            snprintf(allowed, sizeof allowed, "%s, or a smaller model",
+                     table == words    ? "a vocabulary of fewer tokens (data.vocab, and "
+                                         "model.vocab with it)"
+                     : table == places ? (bert ? "fewer positions" : "a shorter context")
+                                       : "fewer classes");
         return pt_config_key_fail(c, err, key,
                                   "%d %s, %d wide (model.dim): their table alone holds %.0f of "
                                   "the model's %.0f parameters, which take %.3g GiB%s, %s; "
-                                  "allowed: %s, or a smaller model",
+                                  "allowed: %s",
                                   count, what, a->dim, table, params, weights / gib, state, room,
-                                  table == words ? "a vocabulary of fewer tokens (data.vocab, and "
-                                                   "model.vocab with it)"
-                                  : table == places ? (a->kind == PT_MODEL_BERT
-                                                           ? "fewer positions"
-                                                           : "a shorter context")
-                                                    : "fewer classes");
+                                  allowed);
     }
-    if (weights >= have)
+    char smaller[256];
+    if (weights >= have) {
+        if ((rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller, err)))
+            return rc;
         return pt_config_key_fail(c, err, "model.dim",
-                                  "%d wide with %d blocks (model.layers): %.0f parameters take "
-                                  "%.3g GiB%s, %s; allowed: a smaller model, or more "
-                                  "pipeline.stages over more ranks",
-                                  a->dim, a->layers, params, weights / gib, state, room);
+                                  "%d wide with %d block%s (model.layers): %.0f parameters take "
+                                  "%.3g GiB%s, %s; allowed: %s",
+                                  a->dim, a->layers, a->layers == 1 ? "" : "s", params,
+                                  weights / gib, state, room, smaller);
+    }
     /* one example alone past what the weights leave: no batch fits, the
      * example is too long */
     pt_stage_bytes one;
@@ -287,14 +418,16 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
              "layers' working memory, together", (weights + work) / gib, state);
     const double example = one.micro_batches + one.step;
     if (stage_total(&one) > have) {
-        if (weights >= example) /* the weights are most of it */
+        if (weights >= example) { /* the weights are most of it */
+            if ((rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller, err)))
+                return rc;
             return pt_config_key_fail(c, err, "model.dim",
-                                      "%d wide with %d blocks (model.layers): %.0f parameters "
+                                      "%d wide with %d block%s (model.layers): %.0f parameters "
                                       "take %.3g GiB%s, and one example's activations %.3g GiB "
-                                      "more: together %s; allowed: a smaller model, or more "
-                                      "pipeline.stages over more ranks",
-                                      a->dim, a->layers, params, weights / gib, state,
-                                      example / gib, room);
+                                      "more: together %s; allowed: %s",
+                                      a->dim, a->layers, a->layers == 1 ? "" : "s", params,
+                                      weights / gib, state, example / gib, room, smaller);
+        }
         const int tokens = pt_arch_tokens(a);
         int length;
         if ((rc = length_that_fits(r, &q, D, have, &length, err)))

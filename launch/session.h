@@ -40,6 +40,8 @@ typedef struct pt_session {
     int opening_depth;     /* a fresh train run's: what its first decision freezes, when that
                               comes before training (freeze.start 0) */
     int init_pending;      /* train: model.init_from's weights not loaded, a resume planned */
+    int sizes_given;       /* the model's sizes are a checkpoint's (a resume's, an eval's)
+                              or model.init_from's, not the config's to change */
     int cache_on;          /* the run opens the node's activation cache: cache.enabled, and not
                               an eval (which passes each test example once: nothing to reuse) */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */
@@ -88,6 +90,11 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err);
  * started): PT_EINPUT when it recorded other values for them. */
 int pt_session_check_normalize(const pt_session *s, const char *ckpt, pt_err *err);
 /* The parts of pt_session_open, file by file. */
+
+/* setup.c: how many blocks a fresh run's first freeze decision freezes
+ * before the first step (freeze.start 0) in a model of `layers` blocks; 0
+ * otherwise. */
+int pt_session_opening_depth(const pt_config *c, int layers);
 
 /* data.c: the training and test sets the config names, into s->train and
  * s->test (only the test set for an evaluation: a plan checks the training

@@ -110,7 +110,7 @@ static pt_freeze_config freeze_config(const pt_config *c)
 /* freeze.start 0 on a fresh run: the blocks its first decision, made before
  * training and before the layout, freezes (the schedule's first bound; auto
  * has no gradient norms yet and freezes none) */
-static int opening_depth(const pt_config *c, int layers)
+int pt_session_opening_depth(const pt_config *c, int layers)
 {
     if (c->freeze.policy == PT_FREEZE_NONE || c->freeze.start != 0)
         return 0;
@@ -499,11 +499,12 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
+    s->sizes_given = (resume && *resume) || *c->model.init_from;
     /* nor does it open the cache (nor count its memory): its frozen prefix
      * would ride in front of stage 0, and the planner cuts the model whole */
     s->cache_on = c->cache.enabled && mode != PT_RUN_EVAL;
     if (mode != PT_RUN_EVAL && !(resume && *resume))
-        s->opening_depth = opening_depth(c, s->arch.layers);
+        s->opening_depth = pt_session_opening_depth(c, s->arch.layers);
     int rc;
     if ((rc = recorded_normalize(s, resume, err)) || (rc = pt_init_from_dropout(&s->cfg, &s->arch, s->rank == 0, err)) ||
         (rc = pt_comm_bind(comm, &s->threads, s->binding, sizeof s->binding, err)))

@@ -392,7 +392,7 @@ CASES = [
     # ---- one stage and fixed micro-batches: nothing is planned, memory is still
     # checked (before any data is made: 20 s is far less than making it takes)
     Case("model_dim_at_its_maximum", {"model.dim": "65536"}, blame="model.dim",
-         needles=["parameters take", "allowed: a smaller model"], timeout=20),
+         needles=["parameters take", "allowed: model.dim = ", " or narrower"], timeout=20),
     # micro-batches fixed: nothing to plan, so the model's own keys are blamed
     Case("model_beyond_stage_memory", {"pipeline.memory_gib": "0.000001",
                                        "pipeline.microbatches": "1"}, blame="model.dim",
@@ -442,7 +442,7 @@ CASES = [
     Case("memory_in_the_positions", {"model.context": "65536", "pipeline.memory_gib": "0.01",
                                      "pipeline.microbatches": "1", "train.batch": "1"}, kind="gpt",
          cmd="plan", blame="model.context", needles=["65536 positions", "their table alone",
-                                                     "a shorter context"]),
+                                                     "a context of at most "]),
     Case("memory_in_the_activations", {"model.context": "8192", "pipeline.memory_gib": "0.004",
                                        "pipeline.microbatches": "1", "train.batch": "1"}, kind="gpt",
          cmd="plan", blame="model.context", needles=["one example's activations"],
@@ -1497,6 +1497,27 @@ def hf_bert_keys(f):
             "model.mlp_hidden": "16", "model.vocab": "6", "model.positions": "16",
             "model.context": "8", "model.classes": "2", "data.kind": "text_classification",
             "data.train_file": f["tsv"], "data.vocab": f["vocab"]}
+
+
+def test_weights_past_memory_with_init_from(h):
+    """Weights past pipeline.memory_gib on one stage: with model.init_from the
+    model's sizes are its weights', so the refusal names no model.dim or
+    model.layers (the load would refuse them) and says whose sizes they
+    are; the same model from the seed names the widest model.dim that fits,
+    which then plans."""
+    f = textcls_files(h)
+    keys = dict(hf_bert_keys(f), **{"pipeline.memory_gib": "0.000016", "pipeline.microbatches": "1",
+                                    "train.batch": "2"})
+    pre = U.render(base(h, "gpt", **dict(keys, **{"model.init_from": hf_bert(h, "good")})))
+    r = h.run(["plan", U.write(h.path("pre.yaml"), pre)]).expect(2, "pretrained weights past the limit")
+    line = r.one_error("model.dim", "parameters take", "(the model's sizes are model.init_from's)")
+    check("model.dim = " not in line and "model.layers = " not in line, "a size named: %s", line)
+    seeded = U.render(base(h, "gpt", **keys))
+    r = h.run(["plan", U.write(h.path("seeded.yaml"), seeded)]).expect(2, "seeded weights past the limit")
+    line = r.one_error("model.dim", "parameters take", "allowed: model.dim = ")
+    dim = re.search(r"allowed: model\.dim = (\d+) or narrower", line).group(1)
+    h.run(["plan", U.write(h.path("narrower.yaml"), U.render(base(h, "gpt", **dict(keys, **{
+        "model.dim": dim}))))]).expect(0, "model.dim = %s as the refusal named" % dim)
 
 
 def test_bert_init_from_refused(h):
@@ -2581,7 +2602,8 @@ TESTS = [test_base_config_trains, test_base_gpt_config_trains,
          test_text_classification_data_errors, test_data_beyond_the_address_space_limit,
          test_tokenizer_config_errors,
          test_init_from_tokenizer_note,
-         test_bert_init_from_refused, test_eval_outputs_spare_init_from,
+         test_bert_init_from_refused, test_weights_past_memory_with_init_from,
+         test_eval_outputs_spare_init_from,
          test_checkpoint_does_not_read_init_from_weights,
          test_init_from_loaded_when_the_planned_resume_goes,
          test_planned_start_that_changed_under_the_lock,

@@ -291,6 +291,11 @@ SUGGESTS_M = re.compile(r"allowed: pipeline\.microbatches = (\d+) \(micro-batche
 SUGGESTS_CONTEXT = re.compile(r"model\.context: \d+: .*allowed: a context of at most (\d+)$", re.M)
 SUGGESTS_PATCH = re.compile(r"model\.patch: \d+ .*allowed: a patch of (\d+) \((\d+) tokens\)", re.M)
 SUGGESTS_PLANNED = re.compile(r"pipeline\.memory_gib: .*no pipeline layout fits.*\(train\.batch = (\d+) has one\)")
+SUGGESTS_SIZE = re.compile(r"model\.dim: \d+ wide .*allowed: (?:model\.dim = (\d+) or narrower)?(?:, or )?"
+                           r"(?:model\.layers = (\d+) or fewer)?( \(with fewer examples per "
+                           r"micro-batch\))?, or more pipeline\.stages")
+SUGGESTS_TABLE = re.compile(r"model\.context: \d+ positions, .*allowed: a context of at most (\d+), or a "
+                            r"smaller model")
 SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
                             r"\(pipeline\.microbatches = (\d+)\)")
 
@@ -308,6 +313,9 @@ def test_refusals_suggest_what_fits(h):
     # blocks, at limits that refuse; plan counts as train does. With the
     # micro-batches left to the planner, its refusal names the largest batch
     # it finds a layout for, planned at that batch's own measured sizes.
+    # Where the weights are most of it, the widest model.dim or the most
+    # model.layers (or for GPT's position table the longest context) named
+    # must hold the whole step: they once named no value.
     small_vit = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
     small_gpt = dict(GPT, **{"model.dim": "64", "model.layers": "2", "model.context": "64"})
     frozen = {"freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.start": "0"}
@@ -337,7 +345,17 @@ def test_refusals_suggest_what_fits(h):
                 for mib in (3.6, 4.0, 6.0):
                     cases.append((name, model, batch, dict(sched, **{"pipeline.microbatches": "auto"}),
                                   mib))
-    said = {"micro": 0, "share": 0, "length": 0, "planned": 0, "other": 0}
+    # the weights alone (or with one example) past the limit: the widest
+    # model.dim, the most model.layers, or (the position table) the longest
+    # context that hold the step
+    for mib in (3, 6, 11):
+        for batch in ("1", "16"):
+            for sched in ({}, frozen, {"pipeline.schedule": "gpipe"}):
+                cases.append(("vit256", dict(VIT, **{"model.layers": "6"}), batch, sched, mib))
+        cases.append(("gpt", dict(small_gpt, **{"model.context": "16384"}), "2", {}, mib))
+    cases.append(("gpt", dict(small_gpt, **{"model.context": "65536"}), "1", {}, 20))
+    said = {"micro": 0, "share": 0, "length": 0, "planned": 0, "size": 0, "size_alone": 0,
+            "other": 0}
     for i, (name, model, batch, sched, mib) in enumerate(cases):
         keys = keys_of(h, "s%d" % i, model, **dict({"pipeline.microbatches": "1"}, **dict(sched, **{
             "train.batch": batch, "data.synthetic_examples": "512",
@@ -355,6 +373,34 @@ def test_refusals_suggest_what_fits(h):
             again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(keys))])
             check(again.rc == 0, "%s batch %s planned under %.1f MiB: following train.batch = %s "
                   "gave exit %d:\n%s", name, batch, mib, planned.group(1), again.rc, again.err[-1500:])
+            continue
+        size, table = SUGGESTS_SIZE.search(first.err), SUGGESTS_TABLE.search(first.err)
+        if (size and (size.group(1) or size.group(2))) or table:
+            # the weights alone, or with one example: each size named holds
+            # the whole configured step (the other sizes as they are), or
+            # where it says so one example, and then the micro-batch count
+            # or batch the next refusal names
+            said["size"] += 1
+            fewer = size is not None and size.group(3) is not None
+            said["size_alone"] += fewer
+            named = ([("model.dim", size.group(1)), ("model.layers", size.group(2))] if size
+                     else [("model.context", table.group(1))])
+            for key, value in named:
+                if value is None:
+                    continue
+                followed = dict(keys, **{key: value})
+                again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(followed))])
+                if fewer and again.rc == 2:
+                    m, share = SUGGESTS_M.search(again.err), SUGGESTS_SHARE.search(again.err)
+                    check(m or share, "%s batch %s %s %d MiB: following %s = %s: no micro-batches "
+                          "named:\n%s", name, batch, sched, mib, key, value, again.err[-1500:])
+                    followed.update({"pipeline.microbatches": m.group(1)} if m else
+                                    {"train.batch": share.group(1),
+                                     "pipeline.microbatches": share.group(2)})
+                    again = h.run(["plan", write(h.path("s%d_then.yaml" % i), render(followed))])
+                check(again.rc == 0, "%s batch %s %s %d MiB: following %s = %s (%s) gave exit %d:\n%s",
+                      name, batch, sched, mib, key, value, first.err.strip().splitlines()[-1][-300:],
+                      again.rc, again.err[-1500:])
             continue
         length = SUGGESTS_CONTEXT.search(first.err) or SUGGESTS_PATCH.search(first.err)
         if length:
@@ -387,10 +433,51 @@ def test_refusals_suggest_what_fits(h):
               mib, follow, first.err.strip().splitlines()[-1][-200:], again.rc,
               again.out[-600:], again.err[-1500:])
     check(said["micro"] >= 10 and said["share"] >= 10 and said["length"] >= 10 and
-          said["planned"] >= 4, "too few refusals with a suggestion to follow: %s", said)
-    return ("followed %d micro-batch counts, %d batches in micro-batches of one, %d lengths and %d "
-            "planned batches (%d other refusals)" % (said["micro"], said["share"], said["length"],
-                                                     said["planned"], said["other"]))
+          said["planned"] >= 4 and said["size"] >= 10, "too few refusals with a suggestion to "
+          "follow: %s", said)
+    return ("followed %d micro-batch counts, %d batches in micro-batches of one, %d lengths, %d "
+            "planned batches and %d model sizes (%d for one example) (%d other refusals)"
+            % (said["micro"], said["share"], said["length"], said["planned"], said["size"],
+               said["size_alone"], said["other"]))
+
+
+def test_refusals_of_weights_name_only_sizes_the_config_owns(h):
+    # where the weights blame the model, the sizes named are the config's to
+    # change: for an evaluation of the initial weights (every block frozen,
+    # the head not: a wider model than training's) the widest model.dim
+    # and the most model.layers, each of which then evaluates; for a resume
+    # and an evaluation of a checkpoint, whose sizes are the checkpoint's,
+    # no size at all (the checkpoint would refuse it), only more stages
+    small = dict(VIT, **{"model.dim": "64", "model.layers": "6", "model.patch": "7"})
+    keys = keys_of(h, "given", small, **{"train.batch": "4", "train.max_steps": "1",
+                                          "pipeline.microbatches": "1"})
+    cfg = write(h.path("given.yaml"), render(keys))
+    trained = h.run(["train", cfg])
+    check(trained.rc == 0, "training the checkpoint failed (%d):\n%s", trained.rc, trained.err[-1500:])
+    tight = dict(keys, **{"pipeline.memory_gib": "%.6f" % (1.0 / 1024)})
+    tight_cfg = write(h.path("given_tight.yaml"), render(tight))
+    named = []
+    for args in (["eval", tight_cfg, "--init"], ["plan", tight_cfg]):
+        first = h.run(args)
+        size = SUGGESTS_SIZE.search(first.err)
+        check(first.rc == 2 and size and (size.group(1) or size.group(2)),
+              "%s under 1 MiB: exit %d, no model size named:\n%s", args[0], first.rc, first.err[-1500:])
+        for key, value in (("model.dim", size.group(1)), ("model.layers", size.group(2))):
+            if value is None or size.group(3):
+                continue
+            again = h.run([args[0], write(h.path("given_%s.yaml" % value), render(dict(tight, **{key: value})))]
+                          + args[2:])
+            check(again.rc == 0, "%s: following %s = %s gave exit %d:\n%s", args[0], key, value,
+                  again.rc, again.err[-1500:])
+            named.append("%s %s = %s" % (args[0], key, value))
+    for args in (["eval", tight_cfg], ["train", write(h.path("given_resume.yaml"), render(dict(
+            tight, **{"train.max_steps": "2", "train.resume": "auto"})))]):
+        r = h.run(args)
+        check(r.rc == 2 and "(the model's sizes are the checkpoint's)" in r.err and
+              "model.dim = " not in r.err and "model.layers = " not in r.err,
+              "%s of a checkpoint under 1 MiB: exit %d, and a size named or the checkpoint's not "
+              "said:\n%s", args[0], r.rc, r.err[-1500:])
+    return "followed " + ", ".join(named)
 
 
 if __name__ == "__main__":
@@ -399,5 +486,6 @@ if __name__ == "__main__":
                    test_freezing_before_the_first_step_lays_out_the_frozen_model,
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
                    test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit,
-                   test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits],
+                   test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits,
+                   test_refusals_of_weights_name_only_sizes_the_config_owns],
                   sys.argv, workers=1))
