@@ -272,9 +272,10 @@ static int cache_rules(const pt_config *c, pt_err *err)
      * would leave it unused without a word */
     if (c->cache.min_depth > c->model.layers)
         return pt_config_key_fail(c, err, "cache.min_depth",
-                                  "%d, but the model has %d blocks (model.layers); allowed: 1 to "
+                                  "%d, but the model has %d block%s (model.layers); allowed: 1 to "
                                   "%d",
-                                  c->cache.min_depth, c->model.layers, c->model.layers);
+                                  c->cache.min_depth, c->model.layers,
+                                  c->model.layers == 1 ? "" : "s", c->model.layers);
     if (c->freeze.max_depth > 0 && c->cache.min_depth > c->freeze.max_depth)
         return pt_config_key_fail(c, err, "cache.min_depth",
                                   "%d, but at most %d block%s ever freeze (freeze.max_depth); "

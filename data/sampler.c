@@ -26,9 +26,10 @@ int pt_sampler_init(pt_sampler *s, int64_t count, int64_t global_batch, uint64_t
                        (long long)global_batch, (long long)count);
     if (global_batch < 1 || global_batch > count)
         return pt_fail(err, PT_EINPUT,
-                       "the global batch is %lld but the dataset has %lld examples: the batch "
+                       "the global batch is %lld but the dataset has %lld example%s: the batch "
                        "must be in [1, %lld]",
-                       (long long)global_batch, (long long)count, (long long)count);
+                       (long long)global_batch, (long long)count, count == 1 ? "" : "s",
+                       (long long)count);
     if (global_batch > INT32_MAX)
         return pt_fail(err, PT_EINPUT,
                        "the global batch is %lld (of %lld examples); at most %d is supported",

@@ -117,14 +117,17 @@ static int freeze_decision(pt_session *s, int save, int64_t *saved_at, pt_err *e
     pt_progress_metrics(&s->progress, o);
     if (rep.norms)
         pt_progress_note(&s->progress,
-                         "freeze decision %d (auto): %d -> %d of %d blocks frozen (the norms say %d, "
-                         "median change rate %.3g, bound %d)",
-                         rep.decision, rep.old_depth, depth, r->arch.layers, rep.candidate,
+                         "freeze decision %d (auto): %d -> %d of %d block%s frozen (the norms say "
+                         "%d, median change rate %.3g, bound %d)",
+                         rep.decision, rep.old_depth, depth, r->arch.layers,
+                         r->arch.layers == 1 ? "" : "s", rep.candidate,
                          rep.threshold, rep.bound);
     else
-        pt_progress_note(&s->progress, "freeze decision %d (%s): %d -> %d of %d blocks frozen (bound %d)",
+        pt_progress_note(&s->progress,
+                         "freeze decision %d (%s): %d -> %d of %d block%s frozen (bound %d)",
                          rep.decision, pt_config_word("freeze.policy", s->cfg.freeze.policy),
-                         rep.old_depth, depth, r->arch.layers, rep.bound);
+                         rep.old_depth, depth, r->arch.layers, r->arch.layers == 1 ? "" : "s",
+                         rep.bound);
     if (!moved)
         return 0;
     int rc = 0;
@@ -135,7 +138,8 @@ static int freeze_decision(pt_session *s, int save, int64_t *saved_at, pt_err *e
     }
     pt_transition t;
     if ((rc = pt_layout_replan(r, &t, err)))
-        return pt_err_prefix(err, "re-planning after freezing %d blocks", depth);
+        return pt_err_prefix(err, "re-planning after freezing %d block%s", depth,
+                             depth == 1 ? "" : "s");
     report_replan(s, &t);
     return 0;
 }
@@ -561,7 +565,7 @@ int pt_session_train(pt_session *s, pt_err *err)
         pt_progress_note(&s->progress, "nothing left to train: the checkpoint is at step %lld, and "
                          "this run's settings end it at step %lld", (long long)r->step,
                          (long long)r->total_steps);
-    pt_progress_note(&s->progress, "done: %lld steps; checkpoints in %s/checkpoints",
-                     (long long)r->step, c->run.dir);
+    pt_progress_note(&s->progress, "done: %lld step%s; checkpoints in %s/checkpoints",
+                     (long long)r->step, r->step == 1 ? "" : "s", c->run.dir);
     return 0;
 }

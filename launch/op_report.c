@@ -73,9 +73,10 @@ int pt_op_report(pt_session *s, int64_t steps, double step_s, pt_err *err)
     free(text);
 
     pt_progress *p = &s->progress;
-    pt_progress_note(p, "op timing over %lld steps (the run's first steps untimed; %d thread%s): "
+    pt_progress_note(p, "op timing over %lld step%s (the run's first steps untimed; %d thread%s): "
                      "%.3f ms per step, %.3f ms (%.1f%%) inside ops; peak %.1f GFLOP/s (%s)",
-                     (long long)steps, s->threads, s->threads == 1 ? "" : "s", 1e3 * step,
+                     (long long)steps, steps == 1 ? "" : "s", s->threads,
+                     s->threads == 1 ? "" : "s", 1e3 * step,
                      1e3 * inside, step > 0 ? 100.0 * inside / step : 0.0, 1e-9 * peak, how);
     pt_progress_note(p, "| op | shape | calls/step | ms/step | %% of step | GFLOP/s | %% of peak | GB/s |");
     pt_progress_note(p, "| --- | --- | --- | --- | --- | --- | --- | --- |");

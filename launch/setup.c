@@ -187,9 +187,10 @@ static int check_layout_keys(const pt_session *s, pt_err *err)
                                       K == 1 || K == PT_AUTO ? "" : "s", cap);
         if (D > c->train.batch)
             return pt_config_key_fail(c, err, "pipeline.replicas",
-                                      "%d replicas, but a step has only train.batch = %lld examples "
-                                      "to share; allowed: 1 to %lld, or auto", D, c->train.batch,
-                                      c->train.batch);
+                                      "%d replicas, but a step has only train.batch = %lld "
+                                      "example%s to share; allowed: 1 to %lld, or auto", D,
+                                      c->train.batch,
+                                      c->train.batch == 1 ? "" : "s", c->train.batch);
         /* the batch splits as evenly as it can: the smallest share is
          * batch / D, and each of its micro-batches holds an example */
         const int M = c->pipeline.microbatches;
