@@ -15,6 +15,13 @@ Variants (each against its own uninterrupted reference run):
   bert2      a 2-stage BERT with dropout (hidden and attention, 0.1), padded
              examples, freezing and the cache: a resumed run must make the
              same dropout masks (a function of seed, step, example, unit)
+  dp2        freezing with the cache on 2 ranks as 2 replicas of one stage
+             (data parallel: a gradient all-reduce each step, both
+             replicas reading the node's one cache)
+  elastic4   4 ranks re-planned as blocks freeze, (4, 1) -> (2, 2) -> (1, 4)
+             (freed ranks becoming replicas, moving their stages' weights and
+             Adam moments), planned from test_elastic's recorded profile so
+             that the layouts are the same in every attempt
 Two kinds of kill:
   - at a random moment (uniform over the expected run time), with a
     checkpoint every 2 steps so many kills land inside a save;
@@ -59,7 +66,7 @@ CONFIG = """run: {{dir: {run}, threads: 1, seed: 7}}
 {model}
 train: {{batch: 16, epochs: 3, lr: 0.003, warmup_steps: 3, eval_every: 0, eval_examples: 32,
          checkpoint_every: 2, keep_checkpoints: 2}}
-pipeline: {{stages: {stages}, microbatches: 2}}
+pipeline: {{{layout}, microbatches: 2}}
 """
 FREEZE = """freeze: {policy: schedule, unit: step, start: 6, every: 6, alpha: 0.5}
 cache: {enabled: true}
@@ -69,6 +76,18 @@ data: {kind: synthetic_images, synthetic_examples: 192}"""
 BERT = """model: {{kind: bert, dim: 32, layers: 2, heads: 2, context: 16, vocab: {vocab}, classes: 3,
         positions: 16, dropout: 0.1, attention_dropout: 0.1}}
 data: {{{data}}}"""
+# elastic4's whole config: the model, batch and limit that test_elastic
+# plans from its recorded profile (the layouts then do not depend on this
+# machine's timing), (4, 1) -> (2, 2) -> (1, 4) as blocks freeze
+ELASTIC = """run: {{dir: {run}, threads: 1, seed: 5}}
+model: {{kind: vit, dim: 64, layers: 4, heads: 4, patch: 7}}
+data: {{kind: synthetic_images, synthetic_examples: 512}}
+train: {{batch: 32, epochs: 4, lr: 0.002, eval_every: 0, eval_examples: 64, checkpoint_every: 2,
+         keep_checkpoints: 2}}
+freeze: {{policy: schedule, alpha: 0.5, every: 1, start: 1, max_depth: 3}}
+cache: {{enabled: true}}
+pipeline: {{memory_gib: 0.0021, cores: 4, profile: {profile}}}
+"""
 VARIANTS = {  # name: (ranks, freeze + cache, as PID 1, model)
     "single": (1, False, False, "vit"),
     "pipe2": (2, False, False, "vit"),
@@ -76,7 +95,12 @@ VARIANTS = {  # name: (ranks, freeze + cache, as PID 1, model)
     "cache2": (2, True, False, "vit"),
     "pid1": (1, False, True, "vit"),
     "bert2": (2, True, False, "bert"),
+    "dp2": (2, True, False, "vit"),
+    "elastic4": (4, True, False, "elastic"),
 }
+# the layout where it is not a pipeline of one stage per rank: dp2's two
+# ranks are replicas of one stage, reading the node's one cache
+LAYOUTS = {"dp2": "stages: 1, replicas: 2"}
 PHASES = ("checkpoint-prepared", "checkpoint-writing", "checkpoint", "checkpoint-manifest")
 LIMIT_S = 60  # a killed job must be gone within this
 failures = []
@@ -96,13 +120,19 @@ class Runner:
         ranks, freeze, _, model = VARIANTS[variant]
         run_dir = os.path.join(self.work, name)
         path = run_dir + ".yaml"
+        if model == "elastic":
+            with open(path, "w") as f:
+                f.write(ELASTIC.format(run=run_dir, profile=os.path.join(
+                    os.path.dirname(os.path.abspath(__file__)), "..", "mpi", "elastic_profile.json")))
+            return path, run_dir
         if model == "bert":
             data, vocab = h.bert_data(self.work, 192, 32, seed=23)
             model = BERT.format(vocab=vocab, data=data)
         else:
             model = VIT
         with open(path, "w") as f:
-            f.write(CONFIG.format(run=run_dir, stages=ranks, model=model) + (FREEZE if freeze else ""))
+            layout = LAYOUTS.get(variant, "stages: %d" % ranks)
+            f.write(CONFIG.format(run=run_dir, layout=layout, model=model) + (FREEZE if freeze else ""))
         return path, run_dir
 
     def command(self, variant, cfg, resume):
@@ -269,7 +299,7 @@ def random_kills(runner, variant, ref, took, kills):
 def phase_kills(runner, variant, ref, step):
     """A SIGKILL at every phase of the save of one step, each followed by a
     resume, in one run directory."""
-    cfg, run_dir = runner.config("phases-%s" % variant, variant)
+    cfg, run_dir = runner.config("phases-%s-%d" % (variant, step), variant)
     for i, phase in enumerate(PHASES):
         s = step + 2 * i  # a later save each time: the run moves on between kills
         p = runner.start(variant, cfg, resume=i > 0, fault="0:%d:crash:%s" % (s, phase))
@@ -469,6 +499,9 @@ def main():
             random_kills(runner, variant, ref, took, kills)
             if variant in ("single", "pid1", "cache1") or long_run:
                 phase_kills(runner, variant, ref, step=8)
+            if variant == "elastic4":  # saves in the layouts after each re-plan
+                phase_kills(runner, variant, ref, step=18)
+                phase_kills(runner, variant, ref, step=34)
             if variant == "pipe2":
                 stop_after_combine(runner, ref, variant, 0)
                 stop_after_combine(runner, ref, variant, 1)
