@@ -816,7 +816,10 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     return going;
 }
 
-int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
+/* Posts one nonblocking transfer with peer: a send of buf (send), else a
+ * receive into it. */
+static int post(pt_group *g, int send, void *buf, size_t bytes, int peer, int tag, pt_req *r,
+                pt_err *err)
 {
     if (g->solo) /* the only rank there is: a transfer to itself */
         return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
@@ -826,30 +829,23 @@ int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_r
     int rc = bytes_type(bytes, &n, err);
     if (rc)
         return rc;
-    rc = MPI_Isend(buf, n.count, n.type, peer, tag, g->mpi, req_of(r));
+    rc = send ? MPI_Isend(buf, n.count, n.type, peer, tag, g->mpi, req_of(r))
+              : MPI_Irecv(buf, n.count, n.type, peer, tag, g->mpi, req_of(r));
     release_bytes(&n);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Isend");
+        return mpi_fail(err, rc, send ? "MPI_Isend" : "MPI_Irecv");
     r->active = 1;
     return 0;
 }
 
+int pt_isend(pt_group *g, const void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
+{
+    return post(g, 1, (void *)buf, bytes, peer, tag, r, err); /* (MPI only reads it) */
+}
+
 int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r, pt_err *err)
 {
-    if (g->solo) /* the only rank there is: a transfer to itself */
-        return pt_fail(err, PT_EINTERNAL, "a transfer to rank %d in a world of one", peer);
-    if (stopped)
-        return stopped_fail(err);
-    mpi_bytes n;
-    int rc = bytes_type(bytes, &n, err);
-    if (rc)
-        return rc;
-    rc = MPI_Irecv(buf, n.count, n.type, peer, tag, g->mpi, req_of(r));
-    release_bytes(&n);
-    if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Irecv");
-    r->active = 1;
-    return 0;
+    return post(g, 0, buf, bytes, peer, tag, r, err);
 }
 
 void pt_patience_start(pt_patience *p, pt_group *g, const char *what)
