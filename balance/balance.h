@@ -69,6 +69,12 @@ typedef struct pt_cost_model {
  * a layout takes, known without running anything. */
 int pt_cost_sizes(pt_cost_model *m, const pt_arch *a, const pt_backend *be, int small, int large,
                   pt_err *err);
+/* The micro-batch sizes a run of `batch` on `ranks` ranks times a's units
+ * at (and so the two sizes a planned layout's memory is interpolated
+ * between): the smallest and the largest a layout can pick, the larger no
+ * more than one unit's timing fits in under mem_limit (0: none). */
+void pt_cost_timed_sizes(const pt_arch *a, const pt_backend *be, int64_t batch, int ranks,
+                         double mem_limit, int *small, int *large);
 /* Those sizes, and every unit timed on this backend at micro-batch sizes
  * small and large (small <= large). */
 int pt_cost_profile(pt_cost_model *m, const pt_arch *a, pt_backend *be, int small, int large,

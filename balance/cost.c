@@ -211,6 +211,33 @@ double pt_cost_time(const pt_cost_model *m, int u, int n, int frozen, int recomp
     return f + at(c->bwd, m->batch, n) + (recompute ? f : 0);
 }
 
+void pt_cost_timed_sizes(const pt_arch *a, const pt_backend *be, int64_t batch, int ranks,
+                         double mem_limit, int *small, int *large)
+{
+    const int units = pt_arch_units(a);
+    const int k_max = ranks < units ? ranks : units;
+    *large = (int)(batch < 512 ? batch : 512);
+    *small = (int)(batch / (8 * k_max) > 0 ? batch / (8 * k_max) : 1);
+    if (*small > *large)
+        *small = *large;
+    pt_cost_model m;
+    pt_err ignored;
+    if (mem_limit > 0 && pt_cost_sizes(&m, a, be, 1, *large, &ignored) == 0) {
+        int fits = *large;
+        for (; fits > 1; fits = fits * 3 / 4) {
+            int all = 1;
+            for (int u = 0; all && u < m.units; u++)
+                all = pt_cost_timing_bytes(&m, a, u, fits) <= mem_limit;
+            if (all)
+                break;
+        }
+        *large = fits;
+        pt_cost_model_free(&m);
+    }
+    if (*small > *large)
+        *small = *large;
+}
+
 double pt_cost_saved_bytes(const pt_cost_model *m, int u, int n)
 {
     return at(m->unit[u].saved_bytes, m->batch, n);

@@ -72,14 +72,22 @@ double pt_session_data_bytes(const pt_session *r)
 }
 
 /* What one stage of r's model holds for a replica's share of `share`
- * examples in m micro-batches, by the planner's count (the units' sizes at
- * that micro-batch); q: the rest of the request. */
+ * examples in m micro-batches, by the planner's count; q: the rest of the
+ * request. The units' sizes are those at that micro-batch, or where the
+ * planner lays the stage out (pipeline.replicas auto on several ranks: it
+ * picks D) as it does, interpolated between the sizes a run times the
+ * units at: a suggestion must fit there too. */
 static int stage_of(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
                     int64_t share, int64_t m, pt_stage_bytes *sb, pt_err *err)
 {
+    const pt_config *c = &r->cfg;
     const int64_t micro = (share + m - 1) / m;
+    int small = (int)micro, large = (int)micro;
+    if (pt_comm_size(r->comm) > 1 && c->pipeline.replicas == PT_AUTO)
+        pt_cost_timed_sizes(a, r->be, c->train.batch, pt_comm_size(r->comm),
+                            c->pipeline.memory_gib * (double)(1ull << 30), &small, &large);
     pt_cost_model cm;
-    int rc = pt_cost_sizes(&cm, a, r->be, (int)micro, (int)micro, err);
+    int rc = pt_cost_sizes(&cm, a, r->be, small, large, err);
     if (rc)
         return rc;
     const int bounds[2] = {0, pt_arch_units(a)};
@@ -175,9 +183,17 @@ static int largest_size_that_fits(const pt_session *r, pt_run_mode mode, const p
     return 0;
 }
 
-/* What a refusal blaming the weights allows: the widest model.dim and the
- * most model.layers (each with the other as configured) whose model holds
- * the configured step (or, where none does, one example), where the
+/* The shortest model.context a's kind allows (BERT's [CLS] and [SEP] and a
+ * token; GPT's token and the next). */
+static int least_context(const pt_arch *a)
+{
+    return a->kind == PT_MODEL_BERT ? 3 : 2;
+}
+
+/* What a refusal blaming the weights allows: the widest model.dim, the most
+ * model.layers and (GPT, BERT) the longest model.context, each with the
+ * others as configured, whose model holds the configured step (or, where
+ * none does, one example), where the
  * config's sizes are its to change (not a checkpoint's or
  * model.init_from's); no fewer blocks than freeze.max_depth and
  * cache.min_depth name, each counted with the frozen prefix its first
@@ -194,7 +210,8 @@ static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_re
         return 0;
     }
     snprintf(out, n, "a smaller model, or %s", stages);
-    int dim, layers, rc;
+    int dim = 0, layers = 0, context = 0, rc;
+    const int text = a->kind != PT_MODEL_VIT, shortest = least_context(a);
     int fewest = 1; /* (what freeze.max_depth and cache.min_depth allow) */
     if (c->freeze.policy != 0 && c->freeze.max_depth > fewest)
         fewest = c->freeze.max_depth;
@@ -208,19 +225,30 @@ static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_re
         if ((rc = largest_size_that_fits(r, mode, q, D, s, k, have, SIZE_DIM, 1,
                                          a->dim / a->heads - 1, &dim, err)) ||
             (rc = largest_size_that_fits(r, mode, q, D, s, k, have, SIZE_LAYERS, fewest,
-                                         a->layers - 1, &layers, err)))
+                                         a->layers - 1, &layers, err)) ||
+            (text && (rc = largest_size_that_fits(r, mode, q, D, s, k, have, SIZE_CONTEXT,
+                                                  shortest, a->context - 1, &context, err))))
             return rc;
-        if (dim || layers)
+        if (dim || layers || context)
             break;
     }
-    char d[64] = "", l[64] = "";
+    if (!dim && !layers && !context)
+        return 0;
+    /* "or narrower" where a narrower one is allowed at all */
+    char part[3][64];
+    int parts = 0;
     if (dim)
-        snprintf(d, sizeof d, "model.dim = %d or narrower", dim * a->heads);
+        snprintf(part[parts++], sizeof part[0], dim > 1 ? "model.dim = %d or narrower" : "model.dim = %d",
+                 dim * a->heads);
     if (layers)
-        snprintf(l, sizeof l, "model.layers = %d or fewer", layers);
-    if (dim || layers)
-        snprintf(out, n, "%s%s%s%s, or %s", d, dim && layers ? ", or " : "", l,
-                 alone ? " (with fewer examples per micro-batch)" : "", stages);
+        snprintf(part[parts++], sizeof part[0], layers > 1 ? "model.layers = %d or fewer" : "model.layers = %d",
+                 layers);
+    if (context)
+        snprintf(part[parts++], sizeof part[0],
+                 context > shortest ? "model.context = %d or shorter" : "model.context = %d", context);
+    snprintf(out, n, "%s%s%s%s%s%s, or %s", part[0], parts > 1 ? ", or " : "",
+             parts > 1 ? part[1] : "", parts > 2 ? ", or " : "", parts > 2 ? part[2] : "",
+             alone ? " (each with fewer examples per micro-batch)" : "", stages);
     return 0;
 }
 
@@ -247,14 +275,15 @@ static int length_that_fits(const pt_session *r, const pt_plan_request *q, int D
         }
         return 0;
     }
-    int lo = 0, hi = r->arch.context; /* lo fits (0: none yet), hi does not */
+    /* lo fits (below the shortest allowed: none yet), hi does not */
+    int lo = least_context(&a) - 1, hi = r->arch.context;
     while (hi - lo > 1) {
         a.context = lo + (hi - lo) / 2;
         if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
             return rc;
         *(fits ? &lo : &hi) = a.context;
     }
-    *found = lo;
+    *found = lo >= least_context(&a) ? lo : 0;
     return 0;
 }
 
@@ -369,28 +398,29 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         const int count = table == words ? a->vocab : table == places
                               ? (a->kind == PT_MODEL_BERT ? a->positions : a->context) : a->classes;
         const char *what = table == words ? "tokens" : table == places ? "positions" : "classes";
-        /* the most positions that fit (BERT's table holds at least the
-         * context), where the config's sizes are its own */
-        char allowed[256];
+        /* BERT's most positions that fit (its table holds at least the
+         * context); GPT's context is among the smaller model's sizes */
+        char allowed[768], smaller[512];
         const int bert = a->kind == PT_MODEL_BERT;
         int most = 0;
-        if (table == places && !r->sizes_given &&
-            (rc = largest_size_that_fits(r, mode, &q, D, share, m, have,
-                                         bert ? SIZE_POSITIONS : SIZE_CONTEXT,
-                                         bert ? a->context : 1, count - 1, &most, err)))
+        if ((rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller, err)) ||
+            (bert && table == places && !r->sizes_given &&
+             (rc = largest_size_that_fits(r, mode, &q, D, share, m, have, SIZE_POSITIONS,
+                                          a->context, count - 1, &most, err))))
             return rc;
-        if (r->sizes_given)
-            smaller_model(r, mode, &q, D, share, m, have, allowed, sizeof allowed, err);
+        if (r->sizes_given || (table == places && !bert))
+            snprintf(allowed, sizeof allowed, "%s", smaller);
         else if (most > 0)
-            snprintf(allowed, sizeof allowed,
-                     bert ? "at most %d positions, or a smaller model"
-                          : "a context of at most %d, or a smaller model", most);
+            snprintf(allowed, sizeof allowed, "model.positions = %d, or %s", most, smaller);
         else
-            snprintf(allowed, sizeof allowed, "%s, or a smaller model",
+            snprintf(allowed, sizeof allowed, "%s, or %s",
                      table == words    ? "a vocabulary of fewer tokens (data.vocab, and "
                                          "model.vocab with it)"
-                     : table == places ? (bert ? "fewer positions" : "a shorter context")
-                                       : "fewer classes");
+                     : table == places ? (a->positions > a->context
+                                              ? "fewer positions"
+                                              : "fewer positions with a shorter model.context")
+                                       : "fewer classes",
+                     smaller);
         return pt_config_key_fail(c, err, key,
                                   "%d %s, %d wide (model.dim): their table alone holds %.0f of "
                                   "the model's %.0f parameters, which take %.3g GiB%s, %s; "
@@ -398,7 +428,7 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   count, what, a->dim, table, params, weights / gib, state, room,
                                   allowed);
     }
-    char smaller[256];
+    char smaller[512];
     if (weights >= have) {
         if ((rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller, err)))
             return rc;
@@ -429,12 +459,20 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                       weights / gib, state, example / gib, room, smaller);
         }
         const int tokens = pt_arch_tokens(a);
-        int length;
-        if ((rc = length_that_fits(r, &q, D, have, &length, err)))
+        /* GPT's context and ViT's patch are a checkpoint's sizes (its
+         * position table, its patch embedding); BERT's context is not */
+        const int fixed = r->sizes_given && a->kind != PT_MODEL_BERT;
+        int length = 0;
+        if (fixed && (rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller,
+                                         err)))
             return rc;
-        char allowed[96];
+        if (!fixed && (rc = length_that_fits(r, &q, D, have, &length, err)))
+            return rc;
+        char allowed[600];
         if (a->kind != PT_MODEL_VIT) { /* tokens of text: GPT's bytes, BERT's word pieces */
-            if (length > 0)
+            if (fixed)
+                snprintf(allowed, sizeof allowed, "%s", smaller);
+            else if (length > 0)
                 snprintf(allowed, sizeof allowed, "a context of at most %d", length);
             else
                 snprintf(allowed, sizeof allowed, "a shorter context");
@@ -443,7 +481,9 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                       "allowed: %s",
                                       a->context, example / gib, beside, room, allowed);
         }
-        if (length > 0)
+        if (fixed)
+            snprintf(allowed, sizeof allowed, "%s", smaller);
+        else if (length > 0)
             snprintf(allowed, sizeof allowed, "a patch of %d (%d tokens), or smaller images", length,
                      1 + (a->height / length) * (a->width / length));
         else

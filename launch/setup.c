@@ -475,6 +475,20 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err)
     return pt_run_agree(&s->run, rc, err);
 }
 
+/* A plan of a config that train would resume (train.resume names a
+ * checkpoint, or auto finds one in run.dir): the plan is of a fresh start,
+ * but the model's sizes are the checkpoint's. */
+static int plans_a_resume(const pt_config *c)
+{
+    char found[PT_PATH_MAX + 64] = "";
+    pt_err quiet;
+    if (strcmp(c->train.resume, "auto") != 0)
+        return *c->train.resume != '\0';
+    if (pt_rundir_resuming_get(c->run.dir, found, sizeof found, &quiet) == 0 && *found)
+        return 1;
+    return pt_checkpoint_latest(c->run.dir, found, sizeof found, &quiet) == 0;
+}
+
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err)
 {
@@ -500,7 +514,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
-    s->sizes_given = (resume && *resume) || *c->model.init_from;
+    s->sizes_given = (resume && *resume) || *c->model.init_from ||
+                     (mode == PT_RUN_PLAN && plans_a_resume(c));
     /* nor does it open the cache (nor count its memory): its frozen prefix
      * would ride in front of stage 0, and the planner cuts the model whole */
     s->cache_on = c->cache.enabled && mode != PT_RUN_EVAL;

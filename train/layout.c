@@ -123,13 +123,7 @@ static int planner_cores(const pt_run *r)
  * a search can pick. */
 static void profiled_sizes(const pt_run *r, int *small, int *large)
 {
-    const int64_t B = r->spec.batch;
-    const int units = pt_arch_units(&r->arch);
-    const int k_max = r->ranks < units ? r->ranks : units;
-    *large = (int)(B < 512 ? B : 512);
-    *small = (int)(B / (8 * k_max) > 0 ? B / (8 * k_max) : 1);
-    if (*small > *large)
-        *small = *large;
+    pt_cost_timed_sizes(&r->arch, r->be, r->spec.batch, r->ranks, 0, small, large);
 }
 
 /* The sizes a unit is timed at here: profiled_sizes', but under a memory
@@ -139,23 +133,7 @@ static void profiled_sizes(const pt_run *r, int *small, int *large)
  * limit (a profile timed at either pair serves: profile_fits). */
 static void measured_sizes(const pt_run *r, int *small, int *large)
 {
-    profiled_sizes(r, small, large);
-    pt_cost_model m;
-    pt_err ignored;
-    if (r->spec.mem_limit > 0 && pt_cost_sizes(&m, &r->arch, r->be, 1, *large, &ignored) == 0) {
-        int fits = *large;
-        for (; fits > 1; fits = fits * 3 / 4) {
-            int all = 1;
-            for (int u = 0; all && u < m.units; u++)
-                all = pt_cost_timing_bytes(&m, &r->arch, u, fits) <= r->spec.mem_limit;
-            if (all)
-                break;
-        }
-        *large = fits;
-        pt_cost_model_free(&m);
-    }
-    if (*small > *large)
-        *small = *large;
+    pt_cost_timed_sizes(&r->arch, r->be, r->spec.batch, r->ranks, r->spec.mem_limit, small, large);
 }
 
 /* Whether profile p was measured on this world for what this run plans:

@@ -291,11 +291,21 @@ SUGGESTS_M = re.compile(r"allowed: pipeline\.microbatches = (\d+) \(micro-batche
 SUGGESTS_CONTEXT = re.compile(r"model\.context: \d+: .*allowed: a context of at most (\d+)$", re.M)
 SUGGESTS_PATCH = re.compile(r"model\.patch: \d+ .*allowed: a patch of (\d+) \((\d+) tokens\)", re.M)
 SUGGESTS_PLANNED = re.compile(r"pipeline\.memory_gib: .*no pipeline layout fits.*\(train\.batch = (\d+) has one\)")
-SUGGESTS_SIZE = re.compile(r"model\.dim: \d+ wide .*allowed: (?:model\.dim = (\d+) or narrower)?(?:, or )?"
-                           r"(?:model\.layers = (\d+) or fewer)?( \(with fewer examples per "
-                           r"micro-batch\))?, or more pipeline\.stages")
-SUGGESTS_TABLE = re.compile(r"model\.context: \d+ positions, .*allowed: a context of at most (\d+), or a "
-                            r"smaller model")
+# a refusal blaming the weights (or a table of them): what it allows
+SUGGESTS_SIZES = re.compile(r"(?:parameters take|their table alone holds).*allowed: (.*)$", re.M)
+
+
+def sizes_named(err):
+    """The model sizes a refusal blaming the weights names, [(key, value)],
+    and whether it says each is for one example (then a micro-batch count
+    or batch is named next); ([], False) when it names none."""
+    m = SUGGESTS_SIZES.search(err)
+    if not m:
+        return [], False
+    named = re.findall(r"(model\.(?:dim|layers|context|positions)) = (\d+)", m.group(1))
+    return named, "(each with fewer examples per micro-batch)" in m.group(1)
+
+
 SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
                             r"\(pipeline\.microbatches = (\d+)\)")
 
@@ -374,20 +384,15 @@ def test_refusals_suggest_what_fits(h):
             check(again.rc == 0, "%s batch %s planned under %.1f MiB: following train.batch = %s "
                   "gave exit %d:\n%s", name, batch, mib, planned.group(1), again.rc, again.err[-1500:])
             continue
-        size, table = SUGGESTS_SIZE.search(first.err), SUGGESTS_TABLE.search(first.err)
-        if (size and (size.group(1) or size.group(2))) or table:
+        named, fewer = sizes_named(first.err)
+        if named:
             # the weights alone, or with one example: each size named holds
             # the whole configured step (the other sizes as they are), or
             # where it says so one example, and then the micro-batch count
             # or batch the next refusal names
             said["size"] += 1
-            fewer = size is not None and size.group(3) is not None
             said["size_alone"] += fewer
-            named = ([("model.dim", size.group(1)), ("model.layers", size.group(2))] if size
-                     else [("model.context", table.group(1))])
             for key, value in named:
-                if value is None:
-                    continue
                 followed = dict(keys, **{key: value})
                 again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(followed))])
                 if fewer and again.rc == 2:
@@ -459,24 +464,44 @@ def test_refusals_of_weights_name_only_sizes_the_config_owns(h):
     named = []
     for args in (["eval", tight_cfg, "--init"], ["plan", tight_cfg]):
         first = h.run(args)
-        size = SUGGESTS_SIZE.search(first.err)
-        check(first.rc == 2 and size and (size.group(1) or size.group(2)),
-              "%s under 1 MiB: exit %d, no model size named:\n%s", args[0], first.rc, first.err[-1500:])
-        for key, value in (("model.dim", size.group(1)), ("model.layers", size.group(2))):
-            if value is None or size.group(3):
+        sizes, fewer = sizes_named(first.err)
+        check(first.rc == 2 and sizes, "%s under 1 MiB: exit %d, no model size named:\n%s", args[0],
+              first.rc, first.err[-1500:])
+        for key, value in sizes:
+            if fewer:
                 continue
             again = h.run([args[0], write(h.path("given_%s.yaml" % value), render(dict(tight, **{key: value})))]
                           + args[2:])
             check(again.rc == 0, "%s: following %s = %s gave exit %d:\n%s", args[0], key, value,
                   again.rc, again.err[-1500:])
             named.append("%s %s = %s" % (args[0], key, value))
-    for args in (["eval", tight_cfg], ["train", write(h.path("given_resume.yaml"), render(dict(
-            tight, **{"train.max_steps": "2", "train.resume": "auto"})))]):
+    resume = write(h.path("given_resume.yaml"), render(dict(
+        tight, **{"train.max_steps": "2", "train.resume": "auto"})))
+    # (plan too: it plans a fresh start, but train would take the checkpoint)
+    for args in (["eval", tight_cfg], ["train", resume], ["plan", resume]):
         r = h.run(args)
         check(r.rc == 2 and "(the model's sizes are the checkpoint's)" in r.err and
-              "model.dim = " not in r.err and "model.layers = " not in r.err,
+              not sizes_named(r.err)[0],
               "%s of a checkpoint under 1 MiB: exit %d, and a size named or the checkpoint's not "
               "said:\n%s", args[0], r.rc, r.err[-1500:])
+    # one example too long for a checkpoint whose context (GPT's position
+    # table) or patch (ViT's patch embedding) is fixed: no length named
+    for name, model in (("gpt", dict(GPT, **{"model.dim": "16", "model.layers": "1",
+                                             "model.context": "2048"})),
+                        ("vit", dict(VIT, **{"model.dim": "16", "model.layers": "1",
+                                             "model.patch": "1"}))):
+        keys = keys_of(h, "long_" + name, model, **{"train.batch": "1", "train.max_steps": "1",
+                                                     "pipeline.microbatches": "1"})
+        trained = h.run(["train", write(h.path("long_%s.yaml" % name), render(keys))])
+        check(trained.rc == 0, "training %s failed (%d):\n%s", name, trained.rc, trained.err[-1500:])
+        again = write(h.path("long_%s_resume.yaml" % name), render(dict(keys, **{
+            "train.max_steps": "2", "train.resume": "auto", "pipeline.memory_gib": "0.01"})))
+        for cmd in ("train", "eval", "plan"):
+            r = h.run([cmd, again])
+            check(r.rc == 2 and "(the model's sizes are the checkpoint's)" in r.err and
+                  "a context of at most" not in r.err and "a patch of" not in r.err,
+                  "%s of a %s checkpoint one example of which is past the limit: exit %d, a length "
+                  "named or the checkpoint's not said:\n%s", cmd, name, r.rc, r.err[-1500:])
     return "followed " + ", ".join(named)
 
 

@@ -557,6 +557,37 @@ def memory_suggestions_on_replicas(tools, work):
     for replicas in ("2", "auto"):
         failures += follow_suggestion(gpt, ["--set", "pipeline.replicas=" + replicas],
                                       "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas)
+    # the weights past the limit with replicas auto, blocks frozen from the
+    # start: the model.dim named is one the planner (which lays out D) fits
+    # too, its sizes interpolated between those it times at (a tester found
+    # 48 named, which the planner refused by a few hundred bytes)
+    wide = os.path.join(work, "memory-wide.yaml")
+    with open(wide, "w") as f:
+        f.write("run: {dir: %s, seed: 1, threads: 1}\n"
+                "model: {kind: vit, dim: 128, layers: 6, heads: 4, patch: 4, classes: 10}\n"
+                "data: {kind: synthetic_images, synthetic_examples: 64}\n"
+                "train: {batch: 16, max_steps: 2}\n"
+                "pipeline: {stages: 1, microbatches: 1, replicas: auto, memory_gib: 0.01}\n"
+                "freeze: {policy: schedule, start: 0, max_depth: 2}\n"
+                % os.path.join(work, "run-memory-wide"))
+    for frozen in ("2", "0"):
+        sets = ["--set", "freeze.max_depth=" + frozen] if frozen != "0" else [
+            "--set", "freeze.policy=none"]
+        where = "weights past the limit on 2 ranks, replicas auto, %s blocks frozen" % frozen
+        rc, _, out = tools.run(2, ["plan", wide] + sets, check=False, timeout=120)
+        m = re.search(r"allowed: model\.dim = (\d+)( or narrower)?,", out)
+        if rc != 2 or not m or "fewer examples per micro-batch" in out:
+            failures += 1
+            print("FAIL %s: exit %d, no model.dim for the step named\n%s" % (where, rc, out[-2000:]))
+            continue
+        rc, _, again = tools.run(2, ["plan", wide] + sets + ["--set", "model.dim=" + m.group(1)],
+                                 check=False, timeout=120)
+        if rc != 0:
+            failures += 1
+            print("FAIL %s: following model.dim=%s gave exit %d\n%s" % (where, m.group(1), rc,
+                                                                      again[-2000:]))
+        else:
+            print("ok   %s: following model.dim=%s plans" % (where, m.group(1)))
     # the layout left to the planner on 2 and 4 ranks: its refusal names the
     # largest batch it finds a layout for, which then plans; also with M and
     # D fixed, where batches below M D are no answer about memory (the
