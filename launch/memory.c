@@ -2,9 +2,9 @@
  * memory.c: what a session's run needs of this rank's memory, checked
  * before anything large is made: the node's RAM over its ranks, the data
  * set and the cache's share of it, the step's inputs staged in host memory,
- * and for a single stage (which nothing plans) the model's stage by the
- * planner's own count. Each refusal names the key to change and a value
- * that fits.
+ * and for a single stage with fixed micro-batches (whose cut nothing
+ * plans) the model's stage by the planner's own count. Each refusal names
+ * the key to change and a value that fits.
  */
 #include "launch/session.h"
 
@@ -73,10 +73,11 @@ double pt_session_data_bytes(const pt_session *r)
 
 /* What one stage of r's model holds for a replica's share of `share`
  * examples in m micro-batches, by the planner's count; q: the rest of the
- * request. The units' sizes are those at that micro-batch, or where the
- * planner lays the stage out (pipeline.replicas auto on several ranks: it
- * picks D) as it does, interpolated between the sizes a run times the
- * units at: a suggestion must fit there too. */
+ * request (q->batch: the batch counted). The units' sizes are their exact
+ * sizes at that micro-batch, except with pipeline.replicas auto on several
+ * ranks: there the planner picks D, from sizes interpolated between the
+ * two micro-batch sizes a run of q->batch times the units at, and this
+ * counts the same, so that what a refusal suggests fits there too. */
 static int stage_of(const pt_session *r, const pt_arch *a, const pt_plan_request *q, int D,
                     int64_t share, int64_t m, pt_stage_bytes *sb, pt_err *err)
 {
@@ -84,7 +85,7 @@ static int stage_of(const pt_session *r, const pt_arch *a, const pt_plan_request
     const int64_t micro = (share + m - 1) / m;
     int small = (int)micro, large = (int)micro;
     if (pt_comm_size(r->comm) > 1 && c->pipeline.replicas == PT_AUTO)
-        pt_cost_timed_sizes(a, r->be, c->train.batch, pt_comm_size(r->comm),
+        pt_cost_timed_sizes(a, r->be, q->batch, pt_comm_size(r->comm),
                             c->pipeline.memory_gib * (double)(1ull << 30), &small, &large);
     pt_cost_model cm;
     int rc = pt_cost_sizes(&cm, a, r->be, small, large, err);
@@ -183,11 +184,15 @@ static int largest_size_that_fits(const pt_session *r, pt_run_mode mode, const p
     return 0;
 }
 
-/* The shortest model.context a's kind allows (BERT's [CLS] and [SEP] and a
- * token; GPT's token and the next). */
-static int least_context(const pt_arch *a)
+/* The shortest model.context c allows a's kind: BERT's [CLS] and [SEP]
+ * and a token; GPT's token and the next, or where it samples
+ * (sample.length) its prompt and the byte it draws. */
+static int least_context(const pt_config *c, const pt_arch *a)
 {
-    return a->kind == PT_MODEL_BERT ? 3 : 2;
+    if (a->kind == PT_MODEL_BERT)
+        return 3;
+    const size_t prompt = c->sample.length > 0 ? strlen(c->sample.prompt) + 1 : 0;
+    return prompt > 2 ? (int)prompt : 2;
 }
 
 /* What a refusal blaming the weights allows: the widest model.dim, the most
@@ -206,12 +211,12 @@ static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_re
     const char *stages = "more pipeline.stages over more ranks";
     if (r->sizes_given) {
         snprintf(out, n, "%s (the model's sizes are %s)", stages,
-                 *c->model.init_from ? "model.init_from's" : "the checkpoint's");
+                 r->sizes_given == PT_SIZES_OF_INIT ? "model.init_from's" : "the checkpoint's");
         return 0;
     }
     snprintf(out, n, "a smaller model, or %s", stages);
     int dim = 0, layers = 0, context = 0, rc;
-    const int text = a->kind != PT_MODEL_VIT, shortest = least_context(a);
+    const int text = a->kind != PT_MODEL_VIT, shortest = least_context(c, a);
     int fewest = 1; /* (what freeze.max_depth and cache.min_depth allow) */
     if (c->freeze.policy != 0 && c->freeze.max_depth > fewest)
         fewest = c->freeze.max_depth;
@@ -238,17 +243,20 @@ static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_re
     char part[3][64];
     int parts = 0;
     if (dim)
-        snprintf(part[parts++], sizeof part[0], dim > 1 ? "model.dim = %d or narrower" : "model.dim = %d",
-                 dim * a->heads);
+        snprintf(part[parts++], sizeof part[0],
+                 dim > 1 ? "model.dim = %d or narrower" : "model.dim = %d", dim * a->heads);
     if (layers)
-        snprintf(part[parts++], sizeof part[0], layers > 1 ? "model.layers = %d or fewer" : "model.layers = %d",
-                 layers);
+        snprintf(part[parts++], sizeof part[0],
+                 layers > fewest ? "model.layers = %d or fewer" : "model.layers = %d", layers);
     if (context)
         snprintf(part[parts++], sizeof part[0],
-                 context > shortest ? "model.context = %d or shorter" : "model.context = %d", context);
-    snprintf(out, n, "%s%s%s%s%s%s, or %s", part[0], parts > 1 ? ", or " : "",
+                 context > shortest ? "model.context = %d or shorter" : "model.context = %d",
+                 context);
+    const char *then = " for one example: then more micro-batches or a smaller batch)";
+    snprintf(out, n, "%s%s%s%s%s%s%s, or %s", part[0], parts > 1 ? ", or " : "",
              parts > 1 ? part[1] : "", parts > 2 ? ", or " : "", parts > 2 ? part[2] : "",
-             alone ? " (each with fewer examples per micro-batch)" : "", stages);
+             !alone ? "" : parts > 1 ? " (each" : " (", !alone ? "" : then + (parts > 1 ? 0 : 1),
+             stages);
     return 0;
 }
 
@@ -276,21 +284,23 @@ static int length_that_fits(const pt_session *r, const pt_plan_request *q, int D
         return 0;
     }
     /* lo fits (below the shortest allowed: none yet), hi does not */
-    int lo = least_context(&a) - 1, hi = r->arch.context;
+    const int shortest = least_context(&r->cfg, &a);
+    int lo = shortest - 1, hi = r->arch.context;
     while (hi - lo > 1) {
         a.context = lo + (hi - lo) / 2;
         if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
             return rc;
         *(fits ? &lo : &hi) = a.context;
     }
-    *found = lo >= least_context(&a) ? lo : 0;
+    *found = lo >= shortest ? lo : 0;
     return 0;
 }
 
-/* One stage with a fixed number of micro-batches leaves nothing to plan, so
- * nothing checked that the model fits: the segment's allocation failed with
- * "out of memory" and no key. Checked here by the planner's own count of a
- * stage (pt_plan_stage_bytes): parameters with the training units'
+/* One stage with a fixed number of micro-batches leaves no cut to plan (with
+ * pipeline.replicas auto on several ranks the planner only picks D), and
+ * nothing checked that the model fits: the segment's allocation failed
+ * with "out of memory" and no key. Checked here by the planner's own count
+ * of a stage (pt_plan_stage_bytes): parameters with the training units'
  * gradients and AdamW moments, and the activations of the micro-batches
  * the schedule keeps in flight (gpipe: all of them; 1F1B on one stage, or
  * recompute: one), the frozen units' work area and prefix slot, the
@@ -303,8 +313,9 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
     /* one process runs one stage and one replica, with one micro-batch
-     * unless the config says otherwise; with several ranks only a fixed
-     * single stage with fixed micro-batches goes unplanned */
+     * unless the config says otherwise; with several ranks a fixed single
+     * stage with fixed micro-batches is checked here (the planner, where
+     * pipeline.replicas is auto, only picks D) */
     const int ranks = pt_comm_size(r->comm);
     const int micro_auto = c->pipeline.microbatches == PT_AUTO;
     /* (one process with micro-batches left to the planner under a memory
@@ -411,7 +422,8 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         if (r->sizes_given || (table == places && !bert))
             snprintf(allowed, sizeof allowed, "%s", smaller);
         else if (most > 0)
-            snprintf(allowed, sizeof allowed, "model.positions = %d, or %s", most, smaller);
+            snprintf(allowed, sizeof allowed, "model.positions = %d or fewer (no fewer than "
+                     "model.context), or %s", most, smaller);
         else
             snprintf(allowed, sizeof allowed, "%s, or %s",
                      table == words    ? "a vocabulary of fewer tokens (data.vocab, and "
@@ -535,8 +547,10 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     int64_t lo = 1, hi = uneven ? share + 1 : share;
     while (hi - lo > 1) {
         const int64_t mid = lo + (hi - lo) / 2;
+        pt_plan_request qb = q; /* the batch it names: D times the share */
+        qb.batch = mid * D;
         pt_stage_bytes t;
-        if ((rc = one_stage(r, &q, D, mid, mid, &t, err)))
+        if ((rc = one_stage(r, &qb, D, mid, mid, &t, err)))
             return rc;
         *(stage_total(&t) <= have ? &lo : &hi) = mid;
     }

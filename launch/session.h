@@ -20,6 +20,9 @@
 #include "launch/progress.h"
 #include "train/train.h"
 
+/* Where the model's sizes come from when not the config (pt_session.sizes_given). */
+enum { PT_SIZES_OF_CHECKPOINT = 1, PT_SIZES_OF_INIT = 2 };
+
 typedef struct pt_session {
     pt_config cfg;
     pt_comm *comm;         /* the world (not owned) */
@@ -40,8 +43,10 @@ typedef struct pt_session {
     int opening_depth;     /* a fresh train run's: what its first decision freezes, when that
                               comes before training (freeze.start 0) */
     int init_pending;      /* train: model.init_from's weights not loaded, a resume planned */
-    int sizes_given;       /* the model's sizes are a checkpoint's (a resume's, an eval's)
-                              or model.init_from's, not the config's to change */
+    int sizes_given;       /* the model's sizes are not the config's to change: 0, or
+                              PT_SIZES_OF_CHECKPOINT (a resume's, an eval's, or that of
+                              the resume a plan's config makes), PT_SIZES_OF_INIT
+                              (model.init_from's) */
     int cache_on;          /* the run opens the node's activation cache: cache.enabled, and not
                               an eval (which passes each test example once: nothing to reuse) */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */

@@ -514,8 +514,10 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
-    s->sizes_given = (resume && *resume) || *c->model.init_from ||
-                     (mode == PT_RUN_PLAN && plans_a_resume(c));
+    s->sizes_given = (resume && *resume) || (mode == PT_RUN_PLAN && plans_a_resume(c))
+                         ? PT_SIZES_OF_CHECKPOINT
+                     : *c->model.init_from ? PT_SIZES_OF_INIT
+                                           : 0;
     /* nor does it open the cache (nor count its memory): its frozen prefix
      * would ride in front of stage 0, and the planner cuts the model whole */
     s->cache_on = c->cache.enabled && mode != PT_RUN_EVAL;

@@ -303,7 +303,7 @@ def sizes_named(err):
     if not m:
         return [], False
     named = re.findall(r"(model\.(?:dim|layers|context|positions)) = (\d+)", m.group(1))
-    return named, "(each with fewer examples per micro-batch)" in m.group(1)
+    return named, "for one example: then more micro-batches" in m.group(1)
 
 
 SUGGESTS_SHARE = re.compile(r"allowed: at most (\d+) examples? per replica, in micro-batches of one "
@@ -505,6 +505,54 @@ def test_refusals_of_weights_name_only_sizes_the_config_owns(h):
     return "followed " + ", ".join(named)
 
 
+def test_sizes_named_respect_other_keys(h):
+    # a size named is one the other keys allow: no fewer blocks than
+    # freeze.max_depth (and "or fewer" only above it), no context shorter
+    # than GPT's sample.prompt and the byte it draws; each then plans,
+    # after the micro-batches the next refusal names where it says so
+    # (a reviewer found "model.layers = 3 or fewer" under max_depth 3, and
+    # a context of 8 that sample.prompt's 12 bytes refuse)
+    cases = [("layers", dict(GPT, **{"model.dim": "256", "model.layers": "6", "model.heads": "256",
+                                     "model.context": "16", "freeze.policy": "schedule",
+                                     "freeze.max_depth": "3"}), "1", 0.045),
+             ("prompt", dict(GPT, **{"model.dim": "16", "model.layers": "1", "model.heads": "1",
+                                     "model.context": "4096", "sample.length": "200",
+                                     "sample.prompt": "And God said"}), "2", 0.0003)]
+    followed = []
+    for name, model, batch, gib in cases:
+        keys = keys_of(h, "respect_" + name, model, **{"train.batch": batch, "pipeline.microbatches": "1",
+                                                       "pipeline.memory_gib": "%g" % gib})
+        first = h.run(["plan", write(h.path("respect_%s.yaml" % name), render(keys))])
+        named, fewer = sizes_named(first.err)
+        check(first.rc == 2 and named, "%s: exit %d, no size named:\n%s", name, first.rc,
+              first.err[-1500:])
+        layers = [v for k, v in named if k == "model.layers"]
+        if name == "layers":
+            check(layers and int(layers[0]) >= 3 and
+                  ("model.layers = %s or fewer" % layers[0] in first.err) == (int(layers[0]) > 3),
+                  "%s: blocks named below freeze.max_depth 3, or 'or fewer' where none are: %s",
+                  name, first.err.strip().splitlines()[-1][-400:])
+        for key, value in named:
+            if key == "model.context":
+                check(int(value) >= len("And God said") + 1, "%s: a context of %s is shorter than "
+                      "the prompt and a byte", name, value)
+            again_keys = dict(keys, **{key: value})
+            again = h.run(["plan", write(h.path("respect_%s_%s.yaml" % (name, value)),
+                                         render(again_keys))])
+            if fewer and again.rc == 2:
+                m, share = SUGGESTS_M.search(again.err), SUGGESTS_SHARE.search(again.err)
+                check(m or share, "%s: following %s = %s: nothing named next:\n%s", name, key, value,
+                      again.err[-1500:])
+                again_keys.update({"pipeline.microbatches": m.group(1)} if m else
+                                  {"train.batch": share.group(1), "pipeline.microbatches": share.group(2)})
+                again = h.run(["plan", write(h.path("respect_%s_%s_then.yaml" % (name, value)),
+                                             render(again_keys))])
+            check(again.rc == 0, "%s: following %s = %s gave exit %d:\n%s", name, key, value,
+                  again.rc, again.err[-1500:])
+            followed.append("%s %s = %s" % (name, key, value))
+    return "followed " + ", ".join(followed)
+
+
 if __name__ == "__main__":
     sys.exit(main([test_one_stage_under_its_limit, test_planned_under_its_limit,
                    test_resume_under_its_limit, test_resume_of_frozen_blocks_lays_them_out_alone,
@@ -512,5 +560,6 @@ if __name__ == "__main__":
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
                    test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit,
                    test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits,
-                   test_refusals_of_weights_name_only_sizes_the_config_owns],
+                   test_refusals_of_weights_name_only_sizes_the_config_owns,
+                   test_sizes_named_respect_other_keys],
                   sys.argv, workers=1))
