@@ -516,33 +516,48 @@ def memory_suggestions_on_replicas(tools, work):
                 "train: {batch: 64, max_steps: 2}\n"
                 "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.004}\n"
                 % os.path.join(work, "run-memory-replicas"))
-    def follow_suggestion(config, sets, where):
-        """1 when the refusal of config on 2 ranks names nothing to follow,
-        or following what it names does not plan; else 0."""
-        rc, _, out = tools.run(2, ["plan", config] + sets, check=False, timeout=120)
+    def follow(config, sets, where, named, ranks=2):
+        """1 when the refusal of config on `ranks` ranks names nothing that
+        named(out) finds (the --set arguments that follow it), or following
+        it does not plan; else 0."""
+        rc, _, out = tools.run(ranks, ["plan", config] + sets, check=False, timeout=120)
+        given = named(out) if rc == 2 else None
+        if not given:
+            print("FAIL %s: exit %d, nothing named to follow\n%s" % (where, rc, out[-2000:]))
+            return 1
+        rc, _, again = tools.run(ranks, ["plan", config] + sets + given, check=False, timeout=120)
+        if rc != 0:
+            print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(given[1::2]), rc,
+                                                              again[-2000:]))
+            return 1
+        print("ok   %s: following %s plans" % (where, " ".join(given[1::2])))
+        return 0
+
+    def batch_named(out):
+        """a micro-batch count, or a share per replica in micro-batches of one"""
         m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of \d+ examples?\)", out)
         share = re.search(r"allowed: at most (\d+) examples? per replica, in micro-batches of "
                           r"one \(pipeline\.microbatches = (\d+)\)", out)
-        if rc != 2 or not (m or share):
-            print("FAIL %s: exit %d, no suggestion to follow\n%s" % (where, rc, out[-2000:]))
-            return 1
-        follow = (["--set", "pipeline.microbatches=" + m.group(1)] if m else
-                  ["--set", "train.batch=%d" % (2 * int(share.group(1))),
-                   "--set", "pipeline.microbatches=" + share.group(2)])
-        rc, _, again = tools.run(2, ["plan", config] + sets + follow, check=False, timeout=120)
-        if rc != 0:
-            print("FAIL %s: following %s gave exit %d\n%s" % (where, " ".join(follow[1::2]), rc,
-                                                              again[-2000:]))
-            return 1
-        print("ok   %s: following %s plans" % (where, " ".join(follow[1::2])))
-        return 0
+        return (["--set", "pipeline.microbatches=" + m.group(1)] if m else
+                ["--set", "train.batch=%d" % (2 * int(share.group(1))),
+                 "--set", "pipeline.microbatches=" + share.group(2)] if share else None)
+
+    def dim_named(out):
+        """a model.dim that holds the whole step (not one example's)"""
+        m = re.search(r"allowed: model\.dim = (\d+)( or narrower)?,", out)
+        return ["--set", "model.dim=" + m.group(1)] if m and "for one example:" not in out else None
+
+    def batch_planned(out):
+        """the batch the planner's refusal names"""
+        m = re.search(r"no pipeline layout fits.*\(train\.batch = (\d+) has one\)", out)
+        return ["--set", "train.batch=" + m.group(1)] if m else None
 
     failures = 0
     for replicas in ("auto", "2"):
         for schedule in ("1f1b", "gpipe"):
-            failures += follow_suggestion(
+            failures += follow(
                 cfg, ["--set", "pipeline.replicas=" + replicas, "--set", "pipeline.schedule=" + schedule],
-                "memory refusal on 2 ranks, replicas %s, %s" % (replicas, schedule))
+                "memory refusal on 2 ranks, replicas %s, %s" % (replicas, schedule), batch_named)
     # uneven shares (7 over 2 replicas: 4 and 3): the count named is one the
     # smaller share holds, or a batch that splits evenly (a reviewer found 4
     # micro-batches named, which the layout check refuses for a share of 3)
@@ -555,8 +570,9 @@ def memory_suggestions_on_replicas(tools, work):
                 "pipeline: {stages: 1, microbatches: 1, memory_gib: 0.003418}\n"
                 % os.path.join(work, "run-memory-uneven"))
     for replicas in ("2", "auto"):
-        failures += follow_suggestion(gpt, ["--set", "pipeline.replicas=" + replicas],
-                                      "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas)
+        failures += follow(gpt, ["--set", "pipeline.replicas=" + replicas],
+                           "memory refusal on 2 ranks, 7 examples over replicas %s" % replicas,
+                           batch_named)
     # the weights past the limit with replicas auto, blocks frozen from the
     # start: the model.dim named is one the planner (which lays out D) fits
     # too, its sizes interpolated between those it times at (a tester found
@@ -570,24 +586,9 @@ def memory_suggestions_on_replicas(tools, work):
                 "pipeline: {stages: 1, microbatches: 1, replicas: auto, memory_gib: 0.01}\n"
                 "freeze: {policy: schedule, start: 0, max_depth: 2}\n"
                 % os.path.join(work, "run-memory-wide"))
-    for frozen in ("2", "0"):
-        sets = ["--set", "freeze.max_depth=" + frozen] if frozen != "0" else [
-            "--set", "freeze.policy=none"]
-        where = "weights past the limit on 2 ranks, replicas auto, %s blocks frozen" % frozen
-        rc, _, out = tools.run(2, ["plan", wide] + sets, check=False, timeout=120)
-        m = re.search(r"allowed: model\.dim = (\d+)( or narrower)?,", out)
-        if rc != 2 or not m or "for one example:" in out:
-            failures += 1
-            print("FAIL %s: exit %d, no model.dim for the step named\n%s" % (where, rc, out[-2000:]))
-            continue
-        rc, _, again = tools.run(2, ["plan", wide] + sets + ["--set", "model.dim=" + m.group(1)],
-                                 check=False, timeout=120)
-        if rc != 0:
-            failures += 1
-            print("FAIL %s: following model.dim=%s gave exit %d\n%s" % (where, m.group(1), rc,
-                                                                      again[-2000:]))
-        else:
-            print("ok   %s: following model.dim=%s plans" % (where, m.group(1)))
+    for frozen, sets in (("2", []), ("no", ["--set", "freeze.policy=none"])):
+        failures += follow(wide, sets, "weights past the limit on 2 ranks, replicas auto, %s blocks "
+                           "frozen" % frozen, dim_named)
     # the layout left to the planner on 2 and 4 ranks: its refusal names the
     # largest batch it finds a layout for, which then plans; also with M and
     # D fixed, where batches below M D are no answer about memory (the
@@ -596,21 +597,8 @@ def memory_suggestions_on_replicas(tools, work):
                                                "pipeline.microbatches=8", "--set", "train.batch=12"])):
         sets = ["--set", "pipeline.stages=auto", "--set", "pipeline.microbatches=auto",
                 "--set", "pipeline.memory_gib=" + ("0.0022" if fixed else "0.002")] + fixed
-        where = "planner's memory refusal on %d ranks%s" % (ranks, " (D, M fixed)" if fixed else "")
-        rc, _, out = tools.run(ranks, ["plan", cfg] + sets, check=False, timeout=120)
-        m = re.search(r"no pipeline layout fits.*\(train\.batch = (\d+) has one\)", out)
-        if rc != 2 or not m:
-            failures += 1
-            print("FAIL %s: exit %d, no batch named\n%s" % (where, rc, out[-2000:]))
-            continue
-        rc, _, again = tools.run(ranks, ["plan", cfg] + sets + ["--set", "train.batch=" + m.group(1)],
-                                 check=False, timeout=120)
-        if rc != 0:
-            failures += 1
-            print("FAIL %s: following train.batch=%s gave exit %d\n%s" % (where, m.group(1), rc,
-                                                                         again[-2000:]))
-        else:
-            print("ok   %s: following train.batch=%s plans" % (where, m.group(1)))
+        failures += follow(cfg, sets, "planner's memory refusal on %d ranks%s" % (
+            ranks, " (D, M fixed)" if fixed else ""), batch_planned, ranks)
     return failures
 
 
