@@ -22,6 +22,8 @@ Variants (each against its own uninterrupted reference run):
              (freed ranks becoming replicas, moving their stages' weights and
              Adam moments), planned from test_elastic's recorded profile so
              that the layouts are the same in every attempt
+  idle5      the same on 5 ranks under test_elastic's idle-join limit: the
+             fifth rank idle in the first layouts, then a replica
 Two kinds of kill:
   - at a random moment (uniform over the expected run time), with a
     checkpoint every 2 steps so many kills land inside a save;
@@ -61,6 +63,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
 import harness as h  # noqa: E402
+import test_elastic  # noqa: E402  (its recorded profile and the limits that make its layouts)
 
 CONFIG = """run: {{dir: {run}, threads: 1, seed: 7}}
 {model}
@@ -86,7 +89,7 @@ train: {{batch: 32, epochs: 4, lr: 0.002, eval_every: 0, eval_examples: 64, chec
          keep_checkpoints: 2}}
 freeze: {{policy: schedule, alpha: 0.5, every: 1, start: 1, max_depth: 3}}
 cache: {{enabled: true}}
-pipeline: {{memory_gib: 0.0021, cores: 4, profile: {profile}}}
+pipeline: {{memory_gib: {memory}, cores: {cores}, profile: {profile}}}
 """
 VARIANTS = {  # name: (ranks, freeze + cache, as PID 1, model)
     "single": (1, False, False, "vit"),
@@ -97,6 +100,7 @@ VARIANTS = {  # name: (ranks, freeze + cache, as PID 1, model)
     "bert2": (2, True, False, "bert"),
     "dp2": (2, True, False, "vit"),
     "elastic4": (4, True, False, "elastic"),
+    "idle5": (5, True, False, "elastic"),
 }
 # the layout where it is not a pipeline of one stage per rank: dp2's two
 # ranks are replicas of one stage, reading the node's one cache
@@ -121,9 +125,14 @@ class Runner:
         run_dir = os.path.join(self.work, name)
         path = run_dir + ".yaml"
         if model == "elastic":
+            profile = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi",
+                                   "elastic_profile.json")
+            if ranks != 4:  # test_elastic's 4-rank profile as this world's
+                profile = test_elastic.world_profile(profile, ranks, run_dir + "-profile.json")
             with open(path, "w") as f:
-                f.write(ELASTIC.format(run=run_dir, profile=os.path.join(
-                    os.path.dirname(os.path.abspath(__file__)), "..", "mpi", "elastic_profile.json")))
+                f.write(ELASTIC.format(run=run_dir, profile=profile, cores=ranks,
+                                       memory=test_elastic.MEMORY["vit"] if ranks == 4
+                                       else test_elastic.IDLE_JOIN["vit"]))
             return path, run_dir
         if model == "bert":
             data, vocab = h.bert_data(self.work, 192, 32, seed=23)
@@ -497,11 +506,11 @@ def main():
             print("%s:" % variant, flush=True)
             ref, took = reference(runner, variant)
             random_kills(runner, variant, ref, took, kills)
-            if variant in ("single", "pid1", "cache1") or long_run:
-                phase_kills(runner, variant, ref, step=8)
+            steps = [8] if variant in ("single", "pid1", "cache1", "idle5") or long_run else []
             if variant == "elastic4":  # saves in the layouts after each re-plan
-                phase_kills(runner, variant, ref, step=18)
-                phase_kills(runner, variant, ref, step=34)
+                steps += [18, 34]
+            for step in steps:  # (idle5's at 8: saves while the fifth rank is idle)
+                phase_kills(runner, variant, ref, step=step)
             if variant == "pipe2":
                 stop_after_combine(runner, ref, variant, 0)
                 stop_after_combine(runner, ref, variant, 1)
