@@ -263,36 +263,27 @@ static int smaller_model(const pt_session *r, pt_run_mode mode, const pt_plan_re
 /* The length whose one example fits, where r's does not: the longest
  * context (gpt, bert; memory grows with it), or the smallest patch that
  * divides the images (vit); 0 when none does. */
-static int length_that_fits(const pt_session *r, const pt_plan_request *q, int D, double have,
-                            int *found, pt_err *err)
+static int length_that_fits(const pt_session *r, pt_run_mode mode, const pt_plan_request *q,
+                            int D, double have, int *found, pt_err *err)
 {
+    if (r->arch.kind != PT_MODEL_VIT) /* one example, from the shortest context allowed */
+        return largest_size_that_fits(r, mode, q, D, 1, 1, have, SIZE_CONTEXT,
+                                      least_context(&r->cfg, &r->arch), r->arch.context - 1, found,
+                                      err);
     pt_arch a = r->arch;
     int rc, fits;
     *found = 0;
-    if (a.kind == PT_MODEL_VIT) {
-        for (int p = r->arch.patch + 1; p <= a.height && p <= a.width; p++) {
-            if (a.height % p || a.width % p)
-                continue;
-            a.patch = p;
-            if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
-                return rc;
-            if (fits) {
-                *found = p;
-                return 0;
-            }
-        }
-        return 0;
-    }
-    /* lo fits (below the shortest allowed: none yet), hi does not */
-    const int shortest = least_context(&r->cfg, &a);
-    int lo = shortest - 1, hi = r->arch.context;
-    while (hi - lo > 1) {
-        a.context = lo + (hi - lo) / 2;
+    for (int p = r->arch.patch + 1; p <= a.height && p <= a.width; p++) {
+        if (a.height % p || a.width % p)
+            continue;
+        a.patch = p;
         if ((rc = example_fits(r, &a, q, D, have, &fits, err)))
             return rc;
-        *(fits ? &lo : &hi) = a.context;
+        if (fits) {
+            *found = p;
+            return 0;
+        }
     }
-    *found = lo >= shortest ? lo : 0;
     return 0;
 }
 
@@ -478,7 +469,7 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
         if (fixed && (rc = smaller_model(r, mode, &q, D, share, m, have, smaller, sizeof smaller,
                                          err)))
             return rc;
-        if (!fixed && (rc = length_that_fits(r, &q, D, have, &length, err)))
+        if (!fixed && (rc = length_that_fits(r, mode, &q, D, have, &length, err)))
             return rc;
         char allowed[600];
         if (a->kind != PT_MODEL_VIT) { /* tokens of text: GPT's bytes, BERT's word pieces */
