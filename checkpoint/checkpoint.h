@@ -215,6 +215,13 @@ int pt_rundir_abandon_after(const char *run_dir, int64_t step, char *moved_to, s
  * the named checkpoint is gone or holds another manifest now. */
 int pt_rundir_resuming_set(const char *run_dir, const char *from, int64_t step, pt_err *err);
 int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err);
+/* The checkpoint train.resume=auto would take, looked at read only and
+ * before the run's lock settles it: the one RUN_DIR/resuming names (an
+ * interrupted resume of another directory's checkpoint, or a go-back),
+ * else RUN_DIR's newest complete one. 1 with its path in out (n bytes), 0
+ * with out empty when there is none or the files cannot be read (the
+ * resume itself reports that, naming the file). */
+int pt_rundir_auto_resume_peek(const char *run_dir, char *out, size_t n);
 /* 0, or PT_ESYS when the file is there and could not be removed. */
 int pt_rundir_resuming_clear(const char *run_dir, pt_err *err);
 /* Whether `named` (a path get returned) is a step directory of RUN_DIR's

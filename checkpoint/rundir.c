@@ -894,6 +894,17 @@ int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, 
     return 1;
 }
 
+int pt_rundir_auto_resume_peek(const char *run_dir, char *out, size_t n)
+{
+    pt_err quiet;
+    if (pt_rundir_resuming_get(run_dir, out, n, &quiet) == 0 && *out)
+        return 1;
+    if (pt_checkpoint_latest(run_dir, out, n, &quiet) == 0)
+        return 1;
+    out[0] = '\0';
+    return 0;
+}
+
 int pt_rundir_resuming_instead(const char *run_dir, char *out, size_t n, char *said,
                                size_t said_n)
 {

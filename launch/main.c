@@ -455,13 +455,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     /* the checkpoint a resume would take, looked at (read only) so the run
      * plans from its profile; which one is resumed is settled under the lock */
     char planned[PT_PATH_MAX + 64] = "";
-    pt_err quiet;
-    if (strcmp(cfg->train.resume, "auto") == 0) {
-        /* an interrupted resume of another directory's checkpoint named it
-         * (pt_rundir_resuming_get) */
-        if (pt_rundir_resuming_get(cfg->run.dir, planned, sizeof planned, &quiet) != 0 || !*planned)
-            pt_checkpoint_latest(cfg->run.dir, planned, sizeof planned, &quiet);
-    } else
+    if (strcmp(cfg->train.resume, "auto") == 0)
+        pt_rundir_auto_resume_peek(cfg->run.dir, planned, sizeof planned);
+    else
         snprintf(planned, sizeof planned, "%s", cfg->train.resume);
     /* what was there, so that a refused start takes back what it made */
     pt_rundir_start start = {.had_log = 1};

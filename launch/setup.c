@@ -480,13 +480,10 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err)
  * but the model's sizes are the checkpoint's. */
 static int plans_a_resume(const pt_config *c)
 {
-    char found[PT_PATH_MAX + 64] = "";
-    pt_err quiet;
+    char found[PT_PATH_MAX + 64];
     if (strcmp(c->train.resume, "auto") != 0)
         return *c->train.resume != '\0';
-    if (pt_rundir_resuming_get(c->run.dir, found, sizeof found, &quiet) == 0 && *found)
-        return 1;
-    return pt_checkpoint_latest(c->run.dir, found, sizeof found, &quiet) == 0;
+    return pt_rundir_auto_resume_peek(c->run.dir, found, sizeof found);
 }
 
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
