@@ -446,6 +446,40 @@ def test_refusals_suggest_what_fits(h):
                said["size_alone"], said["other"]))
 
 
+def test_micro_batch_count_named_is_the_fewest(h):
+    # the micro-batch count a refusal names is the fewest that fit: every
+    # count between the configured one and it is refused. Fitting does not
+    # grow with the count (M micro-batches of ceil(share / M) examples
+    # stage M ceil(share / M) of them), and a bisection alone named 49
+    # micro-batches of 2 where 33 of 3 fit, and 17 and 47 where 14 and 43
+    # did (these cases).
+    small_vit = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
+    frozen = {"freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.start": "0"}
+    said = []
+    for i, (batch, sched, mib) in enumerate((("97", {}, 4.5), ("97", frozen, 4.5),
+                                             ("513", frozen, 9.0))):
+        keys = keys_of(h, "few%d" % i, small_vit, **dict(sched, **{
+            "pipeline.microbatches": "1", "train.batch": batch, "data.synthetic_examples": "1024",
+            "pipeline.memory_gib": "%.6f" % (mib / 1024.0)}))
+        first = h.run(["plan", write(h.path("few%d.yaml" % i), render(keys))])
+        m = SUGGESTS_M.search(first.err)
+        check(first.rc == 2 and m, "batch %s %s %.1f MiB: no micro-batch count named (exit %d):\n%s",
+              batch, sched, mib, first.rc, first.err[-1500:])
+        named = int(m.group(1))
+        fit = []
+        for k in range(2, named + 1):
+            again = h.run(["plan", write(h.path("few%d_%d.yaml" % (i, k)),
+                                         render(dict(keys, **{"pipeline.microbatches": str(k)})))])
+            check(again.rc in (0, 2), "batch %s, %d micro-batches: exit %d:\n%s", batch, k, again.rc,
+                  again.err[-1500:])
+            if again.rc == 0:
+                fit.append(k)
+        check(fit[:1] == [named], "batch %s %s %.1f MiB: named %d micro-batches, and these fit: %s",
+              batch, sched, mib, named, fit)
+        said.append("%s: %d" % (batch, named))
+    return "fewest named: " + ", ".join(said)
+
+
 def test_refusals_of_weights_name_only_sizes_the_config_owns(h):
     # where the weights blame the model, the sizes named are the config's to
     # change: for an evaluation of the initial weights (every block frozen,
@@ -560,6 +594,7 @@ if __name__ == "__main__":
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
                    test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit,
                    test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits,
+                   test_micro_batch_count_named_is_the_fewest,
                    test_refusals_of_weights_name_only_sizes_the_config_owns,
                    test_sizes_named_respect_other_keys],
                   sys.argv, workers=1))
