@@ -75,14 +75,14 @@ static void fill(pt_rng *rng, double *v, size_t n, double scale)
         v[i] = scale * (pt_rng_uniform(rng) * 2 - 1);
 }
 
-static void setup(fixture *f, pt_arch a, int first, int count)
+static void setup(fixture *f, pt_arch a, int first, int count, int frozen)
 {
     pt_err err = {0};
     f->a = a;
     f->first = first;
     f->count = count;
     CU_ASSERT_FATAL(pt_backend_open_cpu64(&f->be, 1, &err) == 0);
-    pt_segment_spec spec = {first, count, N, 1, 0, 0};
+    pt_segment_spec spec = {first, count, N, 1, frozen, 0};
     CU_ASSERT_FATAL(pt_segment_create(&f->seg, &a, f->be, &spec, &err) == 0);
     CU_ASSERT_FATAL(pt_segment_init_params(f->seg, &err) == 0);
     pt_rng rng;
@@ -164,20 +164,25 @@ static int close_enough(double analytic, double numeric)
     return fabs(analytic - numeric) <= 1e-7 + 1e-6 * fabs(numeric);
 }
 
-static void check_unit_range(pt_arch a, int first, int count)
+/* Units [first, first + count), the first `frozen` of them frozen from the
+ * start: those are not checked, and with any frozen the input's gradient is
+ * not asked for (the first trainable unit then computes none: its own path
+ * in the attention, MLP and head units). */
+static void check_frozen_range(pt_arch a, int first, int count, int frozen)
 {
     fixture f;
     pt_err err = {0};
-    setup(&f, a, first, count);
+    setup(&f, a, first, count, frozen);
     size_t act = pt_segment_act_elems(f.seg, N);
+    const int want_dx = !has_embed(&f) && frozen == 0;
 
     pt_segment_zero_grads(f.seg);
     objective(&f);
     CU_ASSERT_FATAL(pt_segment_backward(f.seg, 0, &f.batch, has_head(&f) ? NULL : f.r,
-                                        has_embed(&f) ? NULL : f.dx, &err) == 0);
+                                        want_dx ? f.dx : NULL, &err) == 0);
 
     int bad = 0, checked = 0;
-    if (!has_embed(&f)) {
+    if (want_dx) {
         for (size_t i = 0; i < act; i++) {
             double keep = f.x[i];
             f.x[i] = keep + H;
@@ -191,7 +196,7 @@ static void check_unit_range(pt_arch a, int first, int count)
                 printf("\n  dx[%zu]: analytic %.10g numeric %.10g", i, f.dx[i], num);
         }
     }
-    for (int u = first; u < first + count; u++) {
+    for (int u = first + frozen; u < first + count; u++) {
         pt_unit_info info;
         pt_unit_info_get(&a, u, &info);
         double *p = pt_segment_unit_data(f.seg, u, PT_PART_PARAM);
@@ -218,6 +223,11 @@ static void check_unit_range(pt_arch a, int first, int count)
     printf(" [%d values checked, %d off]", checked, bad);
     CU_ASSERT_EQUAL(bad, 0);
     teardown(&f);
+}
+
+static void check_unit_range(pt_arch a, int first, int count)
+{
+    check_frozen_range(a, first, count, 0);
 }
 
 /* unit indices: 0 embed, 1 blocks.0.attn, 2 blocks.0.mlp, ..., last head */
@@ -281,7 +291,7 @@ static double train_loss(pt_arch a, int frozen, int64_t step, const int64_t *ids
 {
     fixture f;
     pt_err err = {0};
-    setup(&f, a, 0, pt_arch_units(&a));
+    setup(&f, a, 0, pt_arch_units(&a), 0);
     CU_ASSERT_FATAL(pt_segment_freeze(f.seg, frozen, &err) == 0);
     f.batch.step = step;
     if (ids)
@@ -474,6 +484,29 @@ static void vit_attn_causal(void)
     check_unit_range(a, 1, 1);
 }
 
+/* A frozen prefix of every length before the trainable units, as a run
+ * that freezes (and a stage after a frozen one's cut) has it: whole models
+ * and a segment that starts past the embedding */
+static void frozen_prefixes(pt_arch a)
+{
+    const int units = pt_arch_units(&a);
+    for (int frozen = 1; frozen < units; frozen++)
+        check_frozen_range(a, 0, units, frozen);
+    for (int frozen = 1; frozen < 3; frozen++)
+        check_frozen_range(a, 1, 3, frozen);
+}
+
+static void vit_frozen_prefix(void) { frozen_prefixes(vit_arch()); }
+static void gpt_frozen_prefix(void) { frozen_prefixes(gpt_arch()); }
+static void bert_frozen_prefix(void) { frozen_prefixes(bert_arch()); }
+static void bert_dropout_frozen_prefix(void) { frozen_prefixes(bert_drop_arch()); }
+static void vit_full_last_block_frozen_prefix(void)
+{
+    pt_arch a = vit_arch();
+    a.full_last_block = 1;
+    frozen_prefixes(a);
+}
+
 static const pt_test unit_tests[] = {
     {"vit_embed", vit_embed},   {"vit_attn", vit_attn},
     {"vit_attn_causal", vit_attn_causal}, {"vit_mlp", vit_mlp},
@@ -502,6 +535,12 @@ static const pt_test model_tests[] = {{"vit_whole_model", vit_whole_model},
                                       {"vit_full_last_block", vit_full_last_block},
                                       {"gpt_context_one", gpt_context_one},
                                       {"bert_all_padding", bert_all_padding},
+                                      {"vit_frozen_prefix", vit_frozen_prefix},
+                                      {"vit_full_last_block_frozen_prefix",
+                                       vit_full_last_block_frozen_prefix},
+                                      {"gpt_frozen_prefix", gpt_frozen_prefix},
+                                      {"bert_frozen_prefix", bert_frozen_prefix},
+                                      {"bert_dropout_frozen_prefix", bert_dropout_frozen_prefix},
                                       {NULL, NULL}};
 static const pt_test_suite suites[] = {{"finite differences, one unit", unit_tests},
                                        {"finite differences, unit runs", model_tests},
