@@ -9,6 +9,9 @@ global-norm clipping active, warm-up + cosine schedule, weight decay, 2
 micro-batches on the pipetrain side, model.context 24 so that texts are both
 truncated and padded). Compared, float32 on both sides:
   - the loss of every step (the first is the pretrained forward pass);
+  - each step's global gradient norm before clipping (the logged grad_norm
+    against torch's clip_grad_norm_), relative: Adam's update hardly moves
+    when one tensor's gradient is off by a constant factor;
   - the test logits, pipetrain's from batches of mixed lengths padded to 24,
     torch's from each example run alone at its own length, with no padding
     (so the padding mask is checked across implementations);
@@ -235,8 +238,9 @@ pipeline: {{microbatches: {shape['micro']}}}
     sh([binary, "export", ckpt, os.path.join(work, "export")])
     sh([binary, "eval", path, "--checkpoint", ckpt, "--logits", os.path.join(work, "logits.safetensors"),
         "--hidden", os.path.join(work, "hidden.safetensors")])
-    out["losses"] = [r["loss"] for r in map(json.loads, open(os.path.join(run, "metrics.jsonl")))
-                     if r["event"] == "step"]
+    steps = [r for r in map(json.loads, open(os.path.join(run, "metrics.jsonl"))) if r["event"] == "step"]
+    out["losses"] = [r["loss"] for r in steps]
+    out["grad_norms"] = [r["grad_norm"] for r in steps]
     out["samples"] = [r["ids"] for r in map(json.loads, open(os.path.join(run, "samples-rank0.jsonl")))]
     out["weights"] = st.load(os.path.join(work, "export", "model.safetensors"))
     out["logits"] = st.load(os.path.join(work, "logits.safetensors"))["logits"]
@@ -270,7 +274,7 @@ def run_torch(cfg, d, pretrained, head, train, test, dropout, samples, shape):
                             lr=shape.get("lr", HP["lr"]), betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
     dropper = pipetrain_dropper(3, *dropout) if any(dropout) else None
-    losses = []
+    losses, norms = [], []
     batch, context = shape["batch"], shape["context"]
     for s in range(STEPS):
         ids = list(range(s * batch, (s + 1) * batch))  # no shuffling: file order
@@ -284,11 +288,12 @@ def run_torch(cfg, d, pretrained, head, train, test, dropout, samples, shape):
         ref.dropper = None  # evaluation form from here
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(ref.parameters(), HP["clip"])
+        norms.append(float(torch.nn.utils.clip_grad_norm_(ref.parameters(), HP["clip"])))
         opt.step()
         sched.step()
         losses.append(loss.item())
     out["losses"] = losses
+    out["grad_norms"] = norms
     out["logits"], out["hidden"] = alone(ref, test)
     with torch.no_grad():
         out["batched"] = ref(padded(test, context)[0]).numpy()
@@ -301,7 +306,15 @@ def compare(label, ours, theirs, pretrained, cfg, shape):
     failures = []
     print("%s: step losses pipetrain %s" % (label, " ".join("%.6f" % v for v in ours["losses"])))
     print("%s: step losses torch     %s" % (label, " ".join("%.6f" % v for v in theirs["losses"])))
+    # each step's gradient norm before clipping, relative to torch's: the
+    # weights after Adam's steps hardly show a gradient off by a factor
+    if len(ours["grad_norms"]) != len(theirs["grad_norms"]):
+        failures.append("%s: %d gradient norms logged, %d steps" % (label, len(ours["grad_norms"]),
+                                                                    len(theirs["grad_norms"])))
+    norm_err = max([abs(a - b) / max(abs(b), 1e-30) for a, b in zip(ours["grad_norms"], theirs["grad_norms"])]
+                   or [1.0])
     checks = {"losses": rel(ours["losses"], theirs["losses"]),
+              "gradient norms before clipping": norm_err,
               "step 0 test logits (torch unpadded)": rel(ours["init_logits"], theirs["init_logits"]),
               **hidden_checks("step 0", ours["init_hidden"], theirs["init_hidden"], shape["context"]),
               "step %d test logits (torch unpadded)" % STEPS: rel(ours["logits"], theirs["logits"]),

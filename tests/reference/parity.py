@@ -6,7 +6,12 @@ weights and train 5 AdamW steps on the same batches (no shuffling, global-norm
 clipping active, warm-up + cosine schedule, weight decay, 1 to 3 micro-batches on the
 pipetrain side); then both compute logits on the test split. Compared, float32
 on both sides: the loss of every step, the logits, and every parameter after
-the 5 steps, each as max|pipetrain - torch| / max|torch| over the tensor.
+the 5 steps, each as max|pipetrain - torch| / max|torch| over the tensor; and
+each step's global gradient norm before clipping (pipetrain's logged
+grad_norm, torch's clip_grad_norm_) relative to torch's. Adam's update hardly
+moves when one tensor's gradient is off by a constant factor, so the weights
+alone would not show it (a head bias counted twice passed them with clipping
+off); the norm does.
 
 Tolerance 1e-4: float32 rounding differs between two implementations by a few
 1e-7 per op; through ~20 layers of ops and 5 Adam steps (which divide by
@@ -82,7 +87,7 @@ def torch_train(model, batches, loss_fn):
                              {"params": other, "weight_decay": 0.0}],
                             lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
-    losses, counts = [], []
+    losses, counts, norms = [], [], []
     for step, (x, y) in enumerate(batches):
         out = model(x)
         loss = loss_fn(out, y)
@@ -91,11 +96,11 @@ def torch_train(model, batches, loss_fn):
         counts.append((int((out.argmax(-1) == y).sum()), y.numel()))
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), HP["clip"])
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HP["clip"])))
         opt.step()
         sched.step()
         losses.append(loss.item())
-    return losses, counts
+    return losses, counts, norms
 
 
 def check_train_accuracy(name, accs, counts):
@@ -126,7 +131,7 @@ def pipetrain_run(binary, work, config):
              if r["event"] == "step"]
     return ([r["loss"] for r in steps], st.load(os.path.join(work, "final.safetensors")),
             st.load(os.path.join(work, "logits.safetensors"))["logits"],
-            [r["train_accuracy"] for r in steps])
+            [r["train_accuracy"] for r in steps], [r["grad_norm"] for r in steps])
 
 
 def common_config(work, shape):
@@ -158,14 +163,27 @@ def key_bias_slices(params, dim):
     return out
 
 
-def compare(name, losses, params, logits, ref_losses, ref_model, ref_logits, init, dim):
+def norms_err(ours, theirs):
+    """The largest of the steps' |ours - theirs| / theirs (1 when the step
+    counts differ)."""
+    if len(ours) != len(theirs):
+        return 1.0
+    return max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(ours, theirs))
+
+
+def compare(name, losses, params, logits, ref_losses, ref_model, ref_logits, init, dim, norms,
+            ref_norms):
     worst, bad = 0.0, []
     loss_err = rel(losses, ref_losses)
     logit_err = rel(logits, ref_logits)
+    norm_err = norms_err(norms, ref_norms)
     print("%s: step losses pipetrain %s" % (name, " ".join("%.6f" % v for v in losses)))
     print("%s: step losses torch     %s" % (name, " ".join("%.6f" % v for v in ref_losses)))
-    print("%s: loss rel err %.2e, logits rel err %.2e" % (name, loss_err, logit_err))
-    for key, err in (("losses", loss_err), ("logits", logit_err)):
+    print("%s: grad norms pipetrain  %s" % (name, " ".join("%.6f" % v for v in norms)))
+    print("%s: grad norms torch      %s" % (name, " ".join("%.6f" % v for v in ref_norms)))
+    print("%s: loss rel err %.2e, logits rel err %.2e, grad norm rel err %.2e" % (
+        name, loss_err, logit_err, norm_err))
+    for key, err in (("losses", loss_err), ("logits", logit_err), ("grad norms", norm_err)):
         worst = max(worst, err)
         if not err <= TOL:
             bad.append(key)
@@ -243,15 +261,15 @@ data:
   test_images: "{work}/test-images.gz"
   test_labels: "{work}/test-labels.gz"
 """
-    losses, params, logits, accs = pipetrain_run(binary, work, config)
+    losses, params, logits, accs, norms = pipetrain_run(binary, work, config)
     x = torch.tensor(((images / 255.0 - MEAN) / STD).astype(np.float32)).unsqueeze(1)
     y = torch.tensor(labels.astype(np.int64))
     batches = [(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]) for i in range(STEPS)]
-    ref_losses, counts = torch_train(ref, batches, F.cross_entropy)
+    ref_losses, counts, ref_norms = torch_train(ref, batches, F.cross_entropy)
     with torch.no_grad():
         ref_logits = ref(x[n_train:]).numpy()
     worst, bad = compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref,
-                         ref_logits, init, dim)
+                         ref_logits, init, dim, norms, ref_norms)
     return worst, bad + check_train_accuracy(shape_name("vit", shape), accs, counts)
 
 
@@ -284,7 +302,7 @@ data:
   test_fraction: {test_fraction}
 sample: {{length: 0}}
 """
-    losses, params, logits, accs = pipetrain_run(binary, work, config)
+    losses, params, logits, accs, norms = pipetrain_run(binary, work, config)
     cut = int(len(text) * (1 - test_fraction))
 
     def examples(split):
@@ -301,11 +319,11 @@ sample: {{length: 0}}
     def lm_loss(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    ref_losses, counts = torch_train(ref, batches, lm_loss)
+    ref_losses, counts, ref_norms = torch_train(ref, batches, lm_loss)
     with torch.no_grad():
         ref_logits = ref(xte).reshape(-1, 256).numpy()
     worst, bad = compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref,
-                         ref_logits, init, dim)
+                         ref_logits, init, dim, norms, ref_norms)
     return worst, bad + check_train_accuracy(shape_name("gpt", shape), accs, counts)
 
 
