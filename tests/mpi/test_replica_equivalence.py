@@ -41,6 +41,10 @@ follow rounding, as for the dead GELU units above; observed 2.4e-4, in one
 entry of two rows of 30522 (the row's other entries agree to 1e-7). K stages with
 D = 1 change no sum and must be bit-identical to the reference.
 
+The all-reduce's own settings change no sum: with pipeline.overlap false
+(after the backward), with buckets of one unit each (pipeline.bucket_mib
+0.001), and both, (1, 2) and (2, 2) must give the default's bits.
+
 Also checked: the run used the layout asked for (its first progress line),
 the same layout run twice gives the same bits, the step metrics log the
 bytes all-reduced (0 with one replica, the active units' gradients
@@ -149,12 +153,12 @@ def main():
             with open(config, "w") as f:
                 f.write(text.format(steps=STEPS, lr=LR, root=ROOT))
 
-            def train(name, ranks, K, D, schedule="1f1b", recompute="false", micro=2):
+            def train(name, ranks, K, D, schedule="1f1b", recompute="false", micro=2, **more):
                 run_dir = os.path.join(work, "%s-%s" % (model, name))
                 _, _, out = tools.run(ranks, ["train", config] + h.sets(
                     run__dir=run_dir, pipeline__stages=K, pipeline__replicas=D,
                     pipeline__microbatches=micro, pipeline__schedule=schedule,
-                    pipeline__recompute=recompute, run__check_replicas=5))
+                    pipeline__recompute=recompute, run__check_replicas=5, **more))
                 m = re.search(r"K = (\d+) stages? x D = (\d+) replicas?", out)
                 expect(m and (int(m.group(1)), int(m.group(2))) == (K, D),
                        "%s %s: ran as K = %d x D = %d (%s)" % (model, name, K, D,
@@ -170,6 +174,7 @@ def main():
             combos = [(s, rc) for s in ("1f1b", "gpipe") for rc in ("false", "true")]
             if model in ("gpt", "bert", "bert_dropout"):
                 combos = [("1f1b", "false"), ("gpipe", "true")]
+            default = {}  # (K, D): the 1F1B run's weights
             for K, D in LAYOUTS:
                 for schedule, recompute in combos:
                     name = "K%dD%d-%s%s" % (K, D, schedule, "-recompute" if recompute == "true" else "")
@@ -177,12 +182,28 @@ def main():
                     worst, identical = compare("%s %s" % (model, name), ref_loss, ref_w,
                                                [r["loss"] for r in st], w, TOL)
                     expect(worst <= TOL, "%s %s: weights within %.0e of one process" % (model, name, TOL))
+                    if (schedule, recompute) == ("1f1b", "false"):
+                        default[K, D] = st, w
                     if D == 1:
                         expect(identical, "%s %s (one replica) is bit-identical" % (model, name))
                     else:
                         expect(all(r["allreduce_bytes"] > 0 for r in st),
                                "%s %s logs the bytes it all-reduced (%d per step)"
                                % (model, name, st[0]["allreduce_bytes"]))
+            # the all-reduce after the backward instead of overlapped with it,
+            # and buckets of one unit each (the 4 MiB default holds the whole
+            # of these models): the same sums per element in the same replica
+            # order, so the same bits as the default
+            for K, D in ((1, 2), (2, 2)):
+                for label, more in (("no-overlap", {"pipeline__overlap": "false"}),
+                                    ("small-buckets", {"pipeline__bucket_mib": "0.001"}),
+                                    ("small-buckets-no-overlap", {"pipeline__bucket_mib": "0.001",
+                                                                  "pipeline__overlap": "false"})):
+                    name = "K%dD%d-%s" % (K, D, label)
+                    st, w = train(name, K * D, K, D, **more)
+                    _, identical = compare("%s %s" % (model, name), [r["loss"] for r in default[K, D][0]],
+                                           default[K, D][1], [r["loss"] for r in st], w, 0.0)
+                    expect(identical, "%s %s: the same bits as with the default all-reduce" % (model, name))
             ref3_steps, ref3_w = train("serial-M3", 1, 1, 1, micro=3)
             ref3_loss = [r["loss"] for r in ref3_steps]
             # the noise floor: one process with 3 micro-batches against 2 differs
