@@ -8,13 +8,13 @@ attention probabilities): 20 steps
 with K = 2 and K = 4 stages under mpirun, each schedule (GPipe, 1F1B), with
 and without activation recompute (which makes the dropout masks again in the
 backward), against K = 1 with the same micro-batch count M = 4. Per-step
-losses and the exported final weights must agree to 1e-5 relative (max
-|a - b| / max |b| per tensor). Stages compute the same unit code on the same
-inputs and the gradient norm is summed per unit in unit order, so in practice
-the results are bit-identical; the tolerance is what the contract promises.
-With dropout the runs must be bit-identical: a mask is a function of the
-example's id, the step and the model's unit index, not of the stage that
-applies it, and one mask bit off in one stage could hide under 1e-5.
+losses and the exported final weights must be bit-identical, as the README
+promises on the CPU: stages compute the same unit code on the same inputs,
+the gradient norm is summed per unit in unit order, and a dropout mask is a
+function of the example's id, the step and the model's unit index, not of
+the stage that applies it. The largest relative difference (max |a - b| /
+max |b| per tensor) is printed too, and a run past 1e-5 is named as such:
+a wrong result, not a different order of sums.
 
 usage: test_pipeline_equivalence.py PIPETRAIN MPIEXEC"""
 import os
@@ -67,7 +67,7 @@ def main():
                         worst = max(worst, w)
                         if not w <= TOL:
                             failures.append(name + " " + tag)
-                        elif name == "bert_dropout" and not same:  # a mask off in one stage
+                        elif not same:  # an order of sums, or a dropout mask off in one stage
                             failures.append(name + " " + tag + " (not bit-identical)")
     print("worst relative error %.2e (tolerance %.0e)" % (worst, TOL))
     if failures:
