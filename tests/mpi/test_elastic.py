@@ -33,7 +33,13 @@ Checked, for each model:
     the weights' bound is unchanged. Observed worst: vit losses 2.1e-6,
     weights 5.4e-5; bert losses 2.4e-8, weights 2.5e-6 (its word embedding
     needs no looser bound than the rest here, unlike the 30522-row one of
-    test_replica_equivalence.py: every one of its 22 rows is seen often);
+    test_replica_equivalence.py: every one of its 22 rows is seen often).
+    A norm can hide one entry far off in a large tensor, so every entry is
+    also held within 1e-3 of its tensor's largest magnitude (max |a - b| /
+    max |b|), the cap test_replica_equivalence.py puts on the same rounding:
+    Adam moves the entries whose gradient is as small as its eps by up to
+    lr per step whichever way rounding points them (observed 1.6e-4 to
+    1.9e-4 in a LayerNorm bias, a patch embedding and a BERT dense layer);
   - cache on and cache off take the same layouts and are bit-identical. The
     layouts are a function of the planner's measured inputs (unit costs,
     links), which vary from run to run, so every 4-rank run plans from one
@@ -111,7 +117,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
-LOSS_TOL, TOL = 1e-5, 1e-4
+LOSS_TOL, TOL, ENTRY_TOL = 1e-5, 1e-4, 1e-3
 LR = 0.002
 COMMON = """
 train: {{batch: 32, epochs: 4, lr: {lr}, eval_every: 0, eval_examples: 64, keep_checkpoints: 10}}
@@ -185,6 +191,7 @@ def compare(name, ref, got, steps, ref_is_serial=False):
     expect(len(shared) == steps and len(loss) == steps, "%s: %d steps logged" % (name, len(loss)))
     worst_loss = max(abs(loss[s] - ref_loss[s]) / abs(ref_loss[s]) for s in shared)
     worst, where, identical = 0.0, "", True
+    entry, entry_where = 0.0, ""  # the largest entry's difference, relative to the tensor's largest
     for k, b in ref_w.items():
         a = w[k]
         identical &= bool(np.array_equal(a, b))
@@ -200,13 +207,17 @@ def compare(name, ref, got, steps, ref_is_serial=False):
         e = h.nrel(a, b)
         if e > worst:
             worst, where = e, k
-    print("  %-50s losses %.1e, weights %.1e (%s)%s" % (name, worst_loss, worst, where,
-                                                      " bit-identical" if identical else ""), flush=True)
+        if h.rel(a, b) > entry:
+            entry, entry_where = h.rel(a, b), k
+    print("  %-50s losses %.1e, weights %.1e (%s), entries %.1e (%s)%s" % (
+        name, worst_loss, worst, where, entry, entry_where, " bit-identical" if identical else ""),
+        flush=True)
     if os.environ.get("PT_TEST_SANITIZED") == "1" and ref_is_serial:
         print("    (sanitizer build: the tolerances are the optimized build's to check)", flush=True)
     else:
-        expect(worst_loss <= LOSS_TOL and worst <= TOL,
-               "%s: losses within %.0e and weights within %.0e" % (name, LOSS_TOL, TOL))
+        expect(worst_loss <= LOSS_TOL and worst <= TOL and entry <= ENTRY_TOL,
+               "%s: losses within %.0e, weights within %.0e and every entry within %.0e"
+               % (name, LOSS_TOL, TOL, ENTRY_TOL))
     return identical
 
 

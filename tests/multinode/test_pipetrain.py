@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "mpi"))
 import harness as h  # noqa: E402
 
-LOSS_TOL, TOL, LR = 1e-6, 1e-4, 0.003
+LOSS_TOL, TOL, ENTRY_TOL, LR = 1e-6, 1e-4, 1e-3, 0.003
 CONFIG = """run: {{dir: {run}, seed: 6, threads: 1}}
 model: {{kind: vit, dim: 32, layers: 4, heads: 2, patch: 7}}
 data: {{kind: synthetic_images, synthetic_examples: 1024}}
@@ -71,7 +71,7 @@ def close_to(name, ref, got, steps):
     (ref_loss, ref_w), (loss, w) = ref, got
     expect(len(loss) == len(ref_loss), "%s: %d steps" % (name, len(loss)))
     loss_err = h.rel(loss, ref_loss) if len(loss) == len(ref_loss) else float("inf")
-    worst = 0.0
+    worst, entry = 0.0, 0.0
     for k, b in ref_w.items():
         a = w[k]
         if k.endswith("attn.qkv.bias"):  # the key third: true gradient 0 (see the docstring there)
@@ -80,8 +80,10 @@ def close_to(name, ref, got, steps):
                    "%s: %s key part within its bound" % (name, k))
             a, b = np.concatenate([a[:d], a[2 * d:]]), np.concatenate([b[:d], b[2 * d:]])
         worst = max(worst, h.nrel(a, b))
-    expect(loss_err <= LOSS_TOL and worst <= TOL, "%s: losses %.1e, weights %.1e of one process"
-           % (name, loss_err, worst))
+        entry = max(entry, h.rel(a, b))  # one entry far off hides in a norm
+    expect(loss_err <= LOSS_TOL and worst <= TOL and entry <= ENTRY_TOL,
+           "%s: losses %.1e, weights %.1e (every entry %.1e) of one process"
+           % (name, loss_err, worst, entry))
 
 
 def main():
