@@ -54,14 +54,15 @@ the first run, and the script stops if that fails. --out DIR keeps the data
 subsets, each run's metrics.jsonl and log, results.json and table.md.
 
 --quick: 256 training and 128 test verses, 4 epochs (so that at alpha 0.7
-an epoch reads the cache), context 16, every run of the full set: a smoke
+an epoch reads the cache), context 16, every run the other options ask for
+(the staged runs only with --staged, which is empty by default): a smoke
 test of every path in a minute or two (its accuracies mean nothing). The full run (the defaults) takes about 25 minutes
 on the 2-core development machine.
 
 usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
                       [--context 32] [--threads 2] [--lr 5e-5] [--alphas 0.33,0.5,0.7]
                       [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4]
-                      [--staged 0.5:3] [--start 1]
+                      [--staged A:E,...] [--start 1]
                       [--every 1] [--data-seed 1] [--out DIR] [--plot PNG]
                       [--venv DIR] [--quick]"""
 import argparse

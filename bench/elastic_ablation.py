@@ -36,8 +36,8 @@ under which no single stage holds the unfrozen model with its micro-batches
 in flight on that many ranks, so the baseline is a pipeline with as much
 memory per stage as that allows (the script stops if no layout fits there).
 It is found for 2 ranks and again for the 4 of --hosts, because the count
-includes a replica's share of the step staged in host memory, so one stage
-fits with less the more replicas share the batch. A fixed number would
+includes a replica's share of the step staged in host memory, so the two
+limits can differ (they need not). A fixed number would
 follow the planner's memory count, which changes as the backend's buffers
 do: 0.00524 GiB, the default until 54267ac, fit no layout at all once the
 count took in each thread's scratch."""

@@ -60,7 +60,8 @@ def main():
     runs = [("no freezing", {})]
     for policy, alpha in [("schedule", "0.3333333333"), ("auto", "0.3333333333")]:
         for cache in ("false", "true"):
-            runs.append(("%s 1/3, cache %s" % (policy, "on" if cache == "true" else "off"),
+            label = "auto (bound 1/3)" if policy == "auto" else "schedule 1/3"
+            runs.append(("%s, cache %s" % (label, "on" if cache == "true" else "off"),
                          dict(common, **{"freeze.policy": policy, "freeze.alpha": alpha, "cache.enabled": cache})))
     sweep = [("1/5", "0.2"), ("1/4", "0.25"), ("1/3", "0.3333333333"), ("2/5", "0.4"), ("1/2", "0.5")]
     if args.quick:

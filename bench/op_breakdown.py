@@ -84,8 +84,10 @@ def report(p, label):
 
     def fastest(o):
         """GFLOP/s and % of peak of the op's fastest call (one shape, one
-        FLOP count a call): what it does when nothing slows it"""
-        if not o["flops_per_step"] or not o.get("best_call_s"):
+        FLOP count a call): what it does when nothing slows it. Not for a
+        row of calls of several sizes (shape `all`): its FLOPs a call are
+        an average, and the fastest call is of the smallest size."""
+        if not o["flops_per_step"] or not o.get("best_call_s") or o["shape"] == "all":
             return ["", ""]
         g = o["flops_per_step"] / o["calls_per_step"] / o["best_call_s"] * 1e-9
         return ["%.2f" % g, "%.1f" % (100e9 * g / peak)]

@@ -45,6 +45,9 @@ PyTorch column per (model, threads) and the smallest such ratio.
 thread setting) once on a few steps, at 1 thread unless --threads says
 otherwise: a smoke test of the script, whose numbers mean little. The first run needs the network for the venv (pip,
 about 5 GB with PyTorch's CUDA dependencies); later runs reuse it.
+--no-pypi leaves the two PyPI columns out (no venv, nothing downloaded):
+pipetrain against Debian's torch alone, the ratio against that; with
+--quick, a smoke test that runs offline.
 
 With --canary, one bench/core_canary per CPU (bench/core_canary.c says
 what it measures; bench/canary.py runs them) runs through the whole script, and each (model, threads)
@@ -54,7 +57,7 @@ minutes, and the columns' rounds alternate but do not run at once.
 
 usage: torch_speed.py PIPETRAIN_BINARY [--threads 1,2] [--models demo,wide]
                       [--repeats 3] [--venv DIR] [--torch VERSION] [--quick]
-                      [--canary [CORE_CANARY]]
+                      [--no-pypi] [--canary [CORE_CANARY]]
 """
 import argparse
 import json
@@ -277,6 +280,9 @@ def main():
     ap.add_argument("--base-python", default=DEBIAN_PYTHON, help="Python the venv is made from")
     ap.add_argument("--debian-python", default=DEBIAN_PYTHON, help="Python with Debian's torch")
     ap.add_argument("--quick", action="store_true", help="every path once on a few steps (smoke test)")
+    ap.add_argument("--no-pypi", action="store_true",
+                    help="leave out the PyPI columns (no venv, nothing downloaded): pipetrain against "
+                    "Debian's torch alone, the ratio against it")
     ap.add_argument("--canary", nargs="?", const="", metavar="CORE_CANARY",
                     help="run bench/core_canary on each CPU (default: the one built beside the binary) and "
                     "print the cores' clock (FMA GFLOP/s) during each column's timed steps")
@@ -288,23 +294,29 @@ def main():
     for m in models:
         if m not in MODELS:
             sys.exit("unknown model %r (demo, wide)" % m)
-    new_py = ensure_venv(venv, args.torch, args.base_python)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(venv, "inductor-cache"))
-    os.environ.update(env)  # the workers inherit it: compiled kernels are kept between runs
-    columns = [Column("torch %s eager" % args.torch, new_py, "eager", ["naive", "sdpa"], False),
-               Column("torch %s compile" % args.torch, new_py, "compile", ["naive", "sdpa"], False)]
+    env, columns = dict(os.environ), []
+    if not args.no_pypi:
+        new_py = ensure_venv(venv, args.torch, args.base_python)
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(venv, "inductor-cache"))
+        os.environ.update(env)  # the workers inherit it: compiled kernels are kept between runs
+        columns = [Column("torch %s eager" % args.torch, new_py, "eager", ["naive", "sdpa"], False),
+                   Column("torch %s compile" % args.torch, new_py, "compile", ["naive", "sdpa"], False)]
     if has_torch(args.debian_python):
         old = subprocess.run([args.debian_python, "-c", "import torch; print(torch.__version__)"],
                              capture_output=True, text=True, check=True).stdout.strip()
         columns.append(Column("torch %s (Debian)" % old, args.debian_python, "eager", ["naive"], True))
     else:
         print("%s has no torch: the Debian column is left out" % args.debian_python)
+    if not columns:
+        sys.exit("no PyTorch to compare with (--no-pypi, and %s has no torch)" % args.debian_python)
     repeats = 1 if args.quick else args.repeats
-    print("pipetrain %s; PyTorch from PyPI %s (%s); batch %d; %s" % (
-        binary, args.torch, venv, BATCH,
+    print("pipetrain %s; %s; batch %d; %s" % (
+        binary, "no PyTorch from PyPI (--no-pypi)" if args.no_pypi else
+        "PyTorch from PyPI %s (%s)" % (args.torch, venv), BATCH,
         "QUICK: one round on a few steps, a smoke test" if args.quick else
         "medians of %d alternating rounds after a selection round" % repeats), flush=True)
-    print("torch.compile's compilation runs in the warm-up steps, which are not timed")
+    if not args.no_pypi:
+        print("torch.compile's compilation runs in the warm-up steps, which are not timed")
 
     results = []
     with tempfile.TemporaryDirectory(prefix="pt-torch-speed-") as work:
@@ -370,7 +382,7 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
             if len(set(params.values())) != 1:
                 sys.exit("parameter counts differ for %s: %s" % (model, params))
             med = {k: statistics.median(v) for k, v in rates.items()}
-            best_new = max(med[c.name] for c in columns if not c.debian)
+            best_new = max(med[c.name] for c in ([c for c in columns if not c.debian] or columns))
             results.append((model, threads, params["pipetrain"], med, best_new,
                             {k: chosen[k][0] for k in chosen}, noted))
             print("%s, %d thread%s: %s parameters each; %s" % (
@@ -389,7 +401,7 @@ def report(args, columns, results):
     heads = ["pipetrain"] + [c.name for c in columns]
     print()
     print("| model | threads | params | " + " | ".join(h + " samples/s" for h in heads) +
-          " | pipetrain / best torch %s |" % args.torch)
+          " | pipetrain / best torch %s |" % ("(Debian)" if args.no_pypi else args.torch))
     print("|" + " --- |" * (len(heads) + 4))
     ratios = []
     for model, threads, n, med, best_new, chose, _ in results:
