@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--micro", type=int, default=8)
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
+    if args.steps <= WARMUP:
+        ap.error("--steps %d: the first %d steps are warm-up, not timed; give more" % (args.steps, WARMUP))
     binary = os.path.abspath(args.pipetrain)
     cores = os.cpu_count()
     M = args.micro

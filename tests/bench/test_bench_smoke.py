@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""The bench/ scripts still run: each in its smallest mode, against the
+binary under test, must exit 0 and print the table and the ratio against
+its baseline that its docstring promises. Their numbers are not checked
+(a smoke run measures nothing); what this catches is a script left behind
+by a change of the binary's output, metrics or flags.
+
+Run here: torch_speed (--quick --no-pypi, the demo model: nothing is
+downloaded), op_breakdown --quick, compare_builds (the binary against
+itself), pipeline_speed (K = 1 and 2), bert_freeze --quick (the baseline, one
+schedule and a frozen bottom; needs datasets/ from scripts/setup.sh). Left
+out for their length or their needs: freeze_speed, elastic_ablation,
+steady_speed (minutes even in their quick modes), gpt2_gpu and gpu_kernels
+(a GPU).
+
+usage: test_bench_smoke.py PIPETRAIN"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PY = sys.executable  # Debian's python3, which has its torch
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    binary = os.path.abspath(sys.argv[1])
+    bench = os.path.join(ROOT, "bench")
+    cases = [
+        ("torch_speed", [PY, os.path.join(bench, "torch_speed.py"), binary, "--quick", "--no-pypi",
+                         "--models", "demo"],
+         [r"\| demo \| 1 \| 305034 \| \d+ \| \d+ \| [0-9.]+ \|", r"min ratio [0-9.]+"]),
+        ("op_breakdown", [PY, os.path.join(bench, "op_breakdown.py"), binary, "--quick"],
+         [r"\| op \| shape \| calls/step", r"\| linear_fwd \|"]),
+        ("compare_builds", [PY, os.path.join(bench, "compare_builds.py"), binary, binary, "--model", "demo",
+                            "--threads", "1", "--rounds", "1", "--steps", "2", "--warmup", "1"],
+         [r"median of the rounds' A / B: [0-9.]+"]),
+        ("pipeline_speed", [PY, os.path.join(bench, "pipeline_speed.py"), binary, "--stages", "1,2",
+                            "--steps", "8"],
+         [r"\n\| 1 \| [0-9.]+ \| 1\.000 \|", r"\n\| 2 \| [0-9.]+ / [0-9.]+ \| [0-9.]+ \|"]),
+        ("bert_freeze", [PY, os.path.join(bench, "bert_freeze.py"), binary, "--quick", "--alphas", "0.5",
+                         "--auto-alpha", "", "--nocache-alpha", "", "--bottom", "2", "--threads", "1"],
+         [r"\| baseline \(no freezing\) \| [0-9.]+% \| 1\.00x \|", r"\| 0\.5 \| [0-9.]+% \| [0-9.]+x \|",
+          r"target \(>= 2\.5x end to end"]),
+    ]
+    failed = []
+    for name, cmd, wants in cases:
+        t0 = time.time()
+        r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+        missing = [w for w in wants if not re.search(w, r.stdout)]
+        ok = r.returncode == 0 and not missing
+        print("%s %-15s %5.1f s%s" % ("ok  " if ok else "FAIL", name, time.time() - t0,
+                                      "" if ok else "  exit %d, missing %s" % (r.returncode, missing)),
+              flush=True)
+        if not ok:
+            print(r.stdout[-3000:] + r.stderr[-3000:])
+            failed.append(name)
+    if failed:
+        sys.exit("FAILED: " + ", ".join(failed))
+    print("bench smoke: passed")
+
+
+if __name__ == "__main__":
+    main()
