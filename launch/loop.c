@@ -358,9 +358,10 @@ int pt_session_train(pt_session *s, pt_err *err)
     if (r->step == 0 && c->train.warmup_steps > 1 && c->train.warmup_steps >= r->total_steps &&
         r->total_steps > 0)
         pt_progress_note(&s->progress,
-                         "note: train.warmup_steps = %lld is not below the run's %lld steps: the "
-                         "learning rate never reaches train.lr",
-                         c->train.warmup_steps, (long long)r->total_steps);
+                         "pipetrain: note: train.warmup_steps = %lld is not below the run's "
+                         "%lld step%s: the learning rate never reaches train.lr",
+                         c->train.warmup_steps, (long long)r->total_steps,
+                         r->total_steps == 1 ? "" : "s");
     /* a first freeze decision at or after the last step freezes nothing
      * that trains (the schedule's, auto's alike) */
     const int by_step = c->freeze.unit == PT_FREEZE_EVERY_STEP;
@@ -368,7 +369,7 @@ int pt_session_train(pt_session *s, pt_err *err)
     if (r->step == 0 && c->freeze.policy != PT_FREEZE_NONE && c->freeze.start > 0 &&
         r->total_steps > 0 && first_decision >= r->total_steps)
         pt_progress_note(&s->progress,
-                         "note: freeze.start = %d (%s) puts the first freeze decision at step %lld, "
+                         "pipetrain: note: freeze.start = %d (%s) puts the first freeze decision at step %lld, "
                          "not before the run's last step %lld: no block freezes while it trains",
                          c->freeze.start, by_step ? "steps" : "epochs",
                          (long long)first_decision, (long long)r->total_steps);

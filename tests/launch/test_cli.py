@@ -699,7 +699,7 @@ def test_warmup_note(h):
     one shorter than the run reaches the peak. Every logged rate is checked
     against the note: below train.lr throughout where noted."""
     for warmup, steps, noted in ((1, 1, False), (1, 3, False), (2, 3, False), (3, 3, True),
-                                 (5, 3, True), (2, 2, True)):
+                                 (5, 3, True), (2, 2, True), (4, 1, True)):
         name = "w%d-s%d" % (warmup, steps)
         cfg = U.write_config(h, name + ".yaml", U.tiny("vit", h.path(name), **{
             "train.warmup_steps": str(warmup), "train.max_steps": str(steps),
@@ -707,6 +707,10 @@ def test_warmup_note(h):
         r = h.run(["train", cfg]).expect(0, name)
         got = "never reaches train.lr" in r.err + r.out
         check(got == noted, "%s: note %s, expected %s\n%s", name, got, noted, r.err)
+        # said as every other note is, with one noun per count
+        said = "pipetrain: note: train.warmup_steps = %d is not below the run's %d step%s: " % (
+            warmup, steps, "" if steps == 1 else "s")
+        check(not noted or said in r.err, "%s: the note is not %r:\n%s", name, said, r.err)
         lrs = [float(m) for m in re.findall(r" lr ([0-9.e+-]+) ", r.out + r.err)]
         check(len(lrs) == steps, "%s: %d logged rates, expected %d", name, len(lrs), steps)
         check(noted == all(x < 0.003 * (1 - 1e-6) for x in lrs),
@@ -731,6 +735,8 @@ def test_freeze_start_past_the_end_noted(h):
         r = h.run(["train", cfg]).expect(0, name)
         got = "no block freezes while it trains" in r.err
         check(got == noted, "%s: note %s, expected %s\n%s", name, got, noted, r.err)
+        check(not noted or "pipetrain: note: freeze.start = " in r.err, "%s: not said as the other "
+              "notes are:\n%s", name, r.err)
         with open(os.path.join(h.path(name), "metrics.jsonl")) as f:
             recs = [json.loads(x) for x in f]
         last = max(x["step"] for x in recs if x.get("event") == "step")
