@@ -80,7 +80,7 @@ def perturbed_init(model, seed):
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
-def torch_train(model, batches, loss_fn):
+def torch_train(model, batches, loss_fn, clip):
     decay = [p for n, p in model.named_parameters() if M.decays(n, p)]
     other = [p for n, p in model.named_parameters() if not M.decays(n, p)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["wd"]},
@@ -96,7 +96,7 @@ def torch_train(model, batches, loss_fn):
         counts.append((int((out.argmax(-1) == y).sum()), y.numel()))
         opt.zero_grad()
         loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), HP["clip"])))
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
         opt.step()
         sched.step()
         losses.append(loss.item())
@@ -139,14 +139,14 @@ def common_config(work, shape):
 run: {{dir: "{work}/run", seed: 3, threads: {shape['threads']}}}
 train:
   batch: {shape['batch']}
-  epochs: 1
+  epochs: {-(-STEPS // shape.get('epoch_steps', STEPS))}
   max_steps: {STEPS}
   lr: {HP['lr']}
   min_lr: {HP['min_lr']}
   schedule: cosine
   warmup_steps: {HP['warmup']}
   weight_decay: {HP['wd']}
-  grad_clip: {HP['clip']}
+  grad_clip: {shape.get('clip', HP['clip'])}
   eval_every: 0
 pipeline: {{microbatches: {shape['micro']}}}
 model:
@@ -218,6 +218,11 @@ VIT_SHAPES = [
     dict(dim=48, layers=3, heads=4, mlp=136, size=20, patch=5, batch=12, micro=3, threads=2),
     dict(dim=128, layers=1, heads=2, mlp=200, size=28, patch=7, batch=7, micro=1, threads=3),
     dict(dim=20, layers=2, heads=5, mlp=52, size=12, patch=3, batch=9, micro=2, threads=2),
+    # 2 steps an epoch, so the 5 cross two epochs (Adam's bias correction
+    # counts every update, not the epoch's); clipping at 10, above every
+    # norm here, so it must leave the gradients alone
+    dict(dim=32, layers=2, heads=2, mlp=64, size=16, patch=4, batch=8, micro=2, threads=1,
+         epoch_steps=2, clip=10.0),
 ]
 GPT_SHAPES = [
     dict(dim=32, layers=2, heads=2, mlp=64, context=16, batch=8, micro=2, threads=1),
@@ -233,7 +238,11 @@ def shape_name(kind, shape):
 def vit_case(binary, work, shape):
     rng = np.random.default_rng(0)
     size, batch, dim = shape["size"], shape["batch"], shape["dim"]
-    n_train, n_test = STEPS * batch, 24
+    # epoch_steps: the training split holds that many batches, so the 5
+    # steps cross epochs (the same batches again, unshuffled): Adam's step
+    # count and the schedule run on across them
+    per_epoch = shape.get("epoch_steps", STEPS)
+    n_train, n_test = per_epoch * batch, 24
     images = rng.integers(0, 256, (n_train + n_test, size, size), dtype=np.uint8)
     labels = rng.integers(0, 10, n_train + n_test).astype(np.uint8)
     for split, sl in (("train", slice(0, n_train)), ("test", slice(n_train, None))):
@@ -264,8 +273,9 @@ data:
     losses, params, logits, accs, norms = pipetrain_run(binary, work, config)
     x = torch.tensor(((images / 255.0 - MEAN) / STD).astype(np.float32)).unsqueeze(1)
     y = torch.tensor(labels.astype(np.int64))
-    batches = [(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch]) for i in range(STEPS)]
-    ref_losses, counts, ref_norms = torch_train(ref, batches, F.cross_entropy)
+    batches = [(x[(i % per_epoch) * batch:(i % per_epoch + 1) * batch],
+                y[(i % per_epoch) * batch:(i % per_epoch + 1) * batch]) for i in range(STEPS)]
+    ref_losses, counts, ref_norms = torch_train(ref, batches, F.cross_entropy, shape.get("clip", HP["clip"]))
     with torch.no_grad():
         ref_logits = ref(x[n_train:]).numpy()
     worst, bad = compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref,
@@ -319,7 +329,7 @@ sample: {{length: 0}}
     def lm_loss(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    ref_losses, counts, ref_norms = torch_train(ref, batches, lm_loss)
+    ref_losses, counts, ref_norms = torch_train(ref, batches, lm_loss, shape.get("clip", HP["clip"]))
     with torch.no_grad():
         ref_logits = ref(xte).reshape(-1, 256).numpy()
     worst, bad = compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref,
