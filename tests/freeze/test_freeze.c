@@ -159,6 +159,33 @@ static void auto_policy(void)
     pt_freeze_free(&s);
 }
 
+/* rate[b] = 0.1 (b + 1): the norms 1 in the first interval, 1 - rate after */
+static double rising_rates(int b, int i) { return i == 0 ? 1.0 : 1.0 - 0.1 * (b + 1); }
+
+/* The threshold is the median of the active blocks' change rates: with an
+ * even count, the mean of the two middle ones. Rates 0.1 to 0.4 over 4
+ * blocks: median 0.25, so the bottom 2 freeze (the upper middle, 0.3,
+ * would freeze 3); over 5 blocks, 0.3 and 3. */
+static void auto_policy_median(void)
+{
+    pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.99, 0}; /* a bound that does not decide */
+    pt_freeze_state s;
+    pt_freeze_report r;
+    pt_err err;
+    int d[2];
+    const int blocks[2] = {4, 5}, want[2] = {2, 3};
+    const double threshold[2] = {0.25, 0.3};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, blocks[k], &err), 0);
+        run_auto(&s, 2, rising_rates, d, &r);
+        CU_ASSERT_EQUAL(d[0], 0);
+        CU_ASSERT_DOUBLE_EQUAL(r.threshold, threshold[k], 1e-12);
+        CU_ASSERT_EQUAL(r.candidate, want[k]);
+        CU_ASSERT_EQUAL(d[1], want[k]);
+        pt_freeze_free(&s);
+    }
+}
+
 /* Feeds steps[i] steps of norms norm(b, i) in interval i, deciding after each. */
 static void run_windows(pt_freeze_state *s, int intervals, const int *steps,
                         double (*norm)(int, int), int *depths, pt_freeze_report *last)
@@ -334,6 +361,7 @@ static void saved_state_decides_the_same(void)
 static const pt_test tests[] = {{"schedule_tables", schedule_tables},
                                 {"max_depth_caps", max_depth_caps},
                                 {"auto_policy", auto_policy},
+                                {"auto_policy_median", auto_policy_median},
                                 {"auto_policy_unequal_intervals", auto_policy_unequal_intervals},
                                 {"saved_state_decides_the_same", saved_state_decides_the_same},
                                 {NULL, NULL}};

@@ -11,7 +11,11 @@ each step's global gradient norm before clipping (pipetrain's logged
 grad_norm, torch's clip_grad_norm_) relative to torch's. Adam's update hardly
 moves when one tensor's gradient is off by a constant factor, so the weights
 alone would not show it (a head bias counted twice passed them with clipping
-off); the norm does.
+off); the norm does. And each block's gradient norm, as the auto freeze
+policy takes it: one decision after the last step (it freezes nothing that
+trains) logs every block's mean norm per step, against torch's. One case's
+5 steps cross two epochs with clipping above every norm, so Adam's step
+count must run on across epochs and the clip must leave the gradients alone.
 
 Tolerance 1e-4: float32 rounding differs between two implementations by a few
 1e-7 per op; through ~20 layers of ops and 5 Adam steps (which divide by
@@ -30,6 +34,7 @@ initial values.
 usage: parity.py PIPETRAIN_BINARY [WORKDIR]
 """
 import gzip
+import math
 import json
 import os
 import struct
@@ -87,7 +92,9 @@ def torch_train(model, batches, loss_fn, clip):
                              {"params": other, "weight_decay": 0.0}],
                             lr=HP["lr"], betas=(HP["b1"], HP["b2"]), eps=HP["eps"])
     sched = M.lr_scheduler(opt, HP["min_lr"], HP["warmup"], STEPS, "cosine")
-    losses, counts, norms = [], [], []
+    losses, counts, norms, blocks = [], [], [], []
+    named = list(model.named_parameters())
+    layers = 1 + max(int(n.split(".")[1]) for n, _ in named if n.startswith("blocks."))
     for step, (x, y) in enumerate(batches):
         out = model(x)
         loss = loss_fn(out, y)
@@ -96,11 +103,28 @@ def torch_train(model, batches, loss_fn, clip):
         counts.append((int((out.argmax(-1) == y).sum()), y.numel()))
         opt.zero_grad()
         loss.backward()
+        # each block's gradient norm (its attention's and MLP's parameters), as
+        # the auto freeze policy takes it: before clipping
+        blocks.append([math.sqrt(sum(float((p.grad.double() ** 2).sum()) for n, p in named
+                                     if n.startswith("blocks.%d." % b))) for b in range(layers)])
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
         opt.step()
         sched.step()
         losses.append(loss.item())
-    return losses, counts, norms
+    # the auto policy's one decision, after the last step, reports each
+    # block's mean norm per step over the run
+    return losses, counts, norms, [sum(col) / len(blocks) for col in zip(*blocks)]
+
+
+def check_block_norms(name, logged, ref):
+    """The auto policy's input: the one decision's per-block norms (mean per
+    step of each block's gradient norm) against torch's, each relative."""
+    if len(logged) != 1 or len(logged[0]) != len(ref):
+        return ["freeze decisions %s, expected one of %d blocks" % (logged, len(ref))]
+    err = max(abs(a - b) / b for a, b in zip(logged[0], ref))
+    print("%s: block gradient norms pipetrain %s, torch %s (rel err %.2e)" % (
+        name, " ".join("%.6f" % v for v in logged[0]), " ".join("%.6f" % v for v in ref), err))
+    return [] if err <= TOL else ["block gradient norms"]
 
 
 def check_train_accuracy(name, accs, counts):
@@ -131,7 +155,9 @@ def pipetrain_run(binary, work, config):
              if r["event"] == "step"]
     return ([r["loss"] for r in steps], st.load(os.path.join(work, "final.safetensors")),
             st.load(os.path.join(work, "logits.safetensors"))["logits"],
-            [r["train_accuracy"] for r in steps], [r["grad_norm"] for r in steps])
+            [r["train_accuracy"] for r in steps], [r["grad_norm"] for r in steps],
+            [r["norms"] for r in map(json.loads, open(os.path.join(run_dir, "metrics.jsonl")))
+             if r["event"] == "freeze"])
 
 
 def common_config(work, shape):
@@ -149,6 +175,9 @@ train:
   grad_clip: {shape.get('clip', HP['clip'])}
   eval_every: 0
 pipeline: {{microbatches: {shape['micro']}}}
+# one decision, after the last step: it freezes nothing that trains, and
+# logs the per-block gradient norms the auto policy decides on
+freeze: {{policy: auto, unit: step, start: {STEPS}, every: 1}}
 model:
   init_from: "{work}/init.safetensors"
 """
@@ -270,17 +299,19 @@ data:
   test_images: "{work}/test-images.gz"
   test_labels: "{work}/test-labels.gz"
 """
-    losses, params, logits, accs, norms = pipetrain_run(binary, work, config)
+    losses, params, logits, accs, norms, block_norms = pipetrain_run(binary, work, config)
     x = torch.tensor(((images / 255.0 - MEAN) / STD).astype(np.float32)).unsqueeze(1)
     y = torch.tensor(labels.astype(np.int64))
     batches = [(x[(i % per_epoch) * batch:(i % per_epoch + 1) * batch],
                 y[(i % per_epoch) * batch:(i % per_epoch + 1) * batch]) for i in range(STEPS)]
-    ref_losses, counts, ref_norms = torch_train(ref, batches, F.cross_entropy, shape.get("clip", HP["clip"]))
+    ref_losses, counts, ref_norms, ref_blocks = torch_train(ref, batches, F.cross_entropy,
+                                                            shape.get("clip", HP["clip"]))
     with torch.no_grad():
         ref_logits = ref(x[n_train:]).numpy()
+    bad_blocks = check_block_norms(shape_name("vit", shape), block_norms, ref_blocks)
     worst, bad = compare(shape_name("vit", shape), losses, params, logits, ref_losses, ref,
                          ref_logits, init, dim, norms, ref_norms)
-    return worst, bad + check_train_accuracy(shape_name("vit", shape), accs, counts)
+    return worst, bad + bad_blocks + check_train_accuracy(shape_name("vit", shape), accs, counts)
 
 
 def gpt_case(binary, work, shape):
@@ -312,7 +343,7 @@ data:
   test_fraction: {test_fraction}
 sample: {{length: 0}}
 """
-    losses, params, logits, accs, norms = pipetrain_run(binary, work, config)
+    losses, params, logits, accs, norms, block_norms = pipetrain_run(binary, work, config)
     cut = int(len(text) * (1 - test_fraction))
 
     def examples(split):
@@ -329,12 +360,13 @@ sample: {{length: 0}}
     def lm_loss(logits, y):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
-    ref_losses, counts, ref_norms = torch_train(ref, batches, lm_loss, shape.get("clip", HP["clip"]))
+    ref_losses, counts, ref_norms, ref_blocks = torch_train(ref, batches, lm_loss, shape.get("clip", HP["clip"]))
     with torch.no_grad():
         ref_logits = ref(xte).reshape(-1, 256).numpy()
+    bad_blocks = check_block_norms(shape_name("gpt", shape), block_norms, ref_blocks)
     worst, bad = compare(shape_name("gpt", shape), losses, params, logits, ref_losses, ref,
                          ref_logits, init, dim, norms, ref_norms)
-    return worst, bad + check_train_accuracy(shape_name("gpt", shape), accs, counts)
+    return worst, bad + bad_blocks + check_train_accuracy(shape_name("gpt", shape), accs, counts)
 
 
 def main():
