@@ -823,6 +823,21 @@ def test_bert_other_labels(h):
     all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 0 = 'a'", "makes class 0 'b'",
                                                         "renamed-train.tsv"],
                ("auto", "path", "eval"))
+    # more classes than labels: a label added to the training file takes a
+    # row the checkpoint trained as no label's, and one taken away leaves a
+    # trained label's row without one; both refused, both ways round
+    four = dict(bert, **{"model.classes": "4"})
+    _, orig4 = trained(h, "four", kind="gpt", **four)
+    with open(files["data.train_file"]) as f:
+        text = f.read()
+    added = {"data.train_file": U.write(h.path("added-train.tsv"), text + "d\tin the beginning\n")}
+    cfg, run_dir = copy_run(h, orig4, "added", kind="gpt", **dict(four, **added))
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 3 = '(none)'", "makes class 3 'd'",
+                                                        "added-train.tsv"], ("auto", "path", "eval"))
+    _, orig4d = trained(h, "four-d", kind="gpt", **dict(four, **added))
+    cfg, run_dir = copy_run(h, orig4d, "taken", kind="gpt", **four)
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 3 = 'd'", "makes class 3 '(none)'"],
+               ("auto", "path", "eval"))
     # model.init_from of the export starts from its classifier too: the same
     # labels are refused otherwise, for train and eval --init alike; an
     # export without id2label is not checked
@@ -1611,6 +1626,21 @@ def test_data_identity(h):
                                    "settings: %s '%s' changed since (%d examples" %
                                    (word, key, mine[key], 40 if split == "train" else 16)) in notes[0],
               "not one note of the %s file edited in place:\n%s", split, r.describe())
+    # the labels alone changed ('a' and 'b' swapped on every line, the texts
+    # and the set of labels as they were): noted as other examples too
+    mine = {k: U.write(h.path("ident-labels-" + os.path.basename(files[k])), open(files[k]).read())
+            for k in ("data.train_file", "data.test_file")}
+    _, run_dir = trained(h, "ident-labels", kind="gpt", **dict(bert, **mine))
+    swap = {"a": "b", "b": "a"}
+    with open(mine["data.train_file"]) as f:
+        lines = f.read().splitlines(True)
+    U.write(mine["data.train_file"], "".join(swap.get(l[0], l[0]) + l[1:] for l in lines))
+    cfg = U.write_config(h, "ident-labels-more.yaml", keys(h, run_dir, "gpt", **dict(
+        bert, **dict(mine, **{"train.epochs": "3"}))))
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, labels swapped")
+    check("on other training examples than it was saved with, from the same settings: "
+          "data.train_file '%s' changed since (40 examples" % mine["data.train_file"] in r.err,
+          "no note of the labels swapped in place:\n%s", r.describe())
     # the same data: no note
     cfg, run_dir = copy_run(h, orig, "ident-same", kind="gpt", **dict(bert, **{"train.epochs": "3"}))
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resume, same data")
@@ -1742,6 +1772,17 @@ def test_images_edited_in_place_are_noted(h):
           "data.train_images '%s' and data.train_labels '%s' changed since (40 examples" %
           (data["data.train_images"], data["data.train_labels"]) in r.err and
           "other test examples" not in r.err, "no note of the changed pixel:\n%s", r.err)
+    # the pixel back, and a label changed instead: the labels are the data too
+    raw[16 + 100] ^= 1
+    U.write(data["data.train_images"], bytes(raw), "wb")
+    labels = bytearray(U.read_bytes(data["data.train_labels"]))
+    labels[8 + 5] = (labels[8 + 5] + 1) % 4
+    U.write(data["data.train_labels"], bytes(labels), "wb")
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "a label changed")
+    check("on other training examples than it was saved with, from the same settings: "
+          "data.train_images '%s' and data.train_labels '%s' changed since (40 examples" %
+          (data["data.train_images"], data["data.train_labels"]) in r.err,
+          "no note of the changed label:\n%s", r.err)
 
 
 def test_resume_mid_epoch_after_data_shrank(h):
@@ -1753,6 +1794,12 @@ def test_resume_mid_epoch_after_data_shrank(h):
     ck = U.ckpt(run_dir, 3)
     all_refuse(h, cfg, run_dir, ck, ["step_0000000003", "copy.yaml:", "data.synthetic_examples: ",
                                      "data.synthetic_examples 40 -> 16"], ("path",))
+    # at the boundary: 24 examples make epochs of 3 batches, and step 3 is 3
+    # batches into one, past its last (once taken for a position inside it:
+    # the later checkpoints moved aside, then exit 1 at the first step)
+    cfg, run_dir = copy_run(h, orig, "copy-edge", **{"data.synthetic_examples": "24"})
+    all_refuse(h, cfg, run_dir, U.ckpt(run_dir, 3), ["3 batches into an epoch of 3 batches",
+                                                     "data.synthetic_examples 40 -> 24"], ("path",))
     # beside keys that change only the order or the pixels (before it in the
     # table), the key named is still the one that changed the count
     cfg, run_dir = copy_run(h, orig, "copy2", **{"data.synthetic_examples": "16",
@@ -1824,6 +1871,12 @@ def test_resume_with_other_data_is_noted(h):
     check(U.checkpoints(run_dir)[-1] == "step_%010d" % 17 and "epoch 4" not in r.err + r.out and
           "of 17 steps" not in r.err, "the resumed run does not end with epoch 3 at step 17: %s\n%s",
           U.checkpoints(run_dir), r.err[-3000:])
+    # and the learning-rate schedule runs over those 17 steps, down to
+    # train.min_lr at the end (it once kept the 18 counted before the
+    # checkpoint was read: every rate from step 7 on was another)
+    check("over 17)" in r.err, "the schedule's note does not say 17 steps:\n%s", r.err)
+    lr = json.loads(h.run(["inspect", U.ckpt(run_dir, 17)]).expect(0, "inspect").out)["lr"]
+    check(lr["total_steps"] == 17 and lr["next"] == lr["min"], "the schedule after the resume: %s", lr)
 
 
 def test_resume_with_other_initial_weights_is_noted(h):
