@@ -1283,6 +1283,26 @@ def test_sample_escapes_are_unambiguous(h):
           len(out), bytes(out[:16]), prompt)
 
 
+def test_top_k_one_is_greedy(h):
+    """sample.top_k: 1 draws the most likely byte every time, so the sample
+    is the same at any temperature; with every byte a candidate (top_k 0)
+    the temperature changes it (the check can fail). A top-k that kept one
+    candidate too many passed every other test."""
+    def sample(name, top_k, temperature):
+        cfg = U.write_config(h, name + ".yaml", U.tiny("gpt", h.path("greedy"), **{
+            "sample.prompt": "ab", "sample.length": "200", "sample.top_k": str(top_k),
+            "sample.temperature": str(temperature), "model.init_std": "0.5"}))
+        r = h.run(["eval", cfg, "--init"]).expect(0, name)
+        at = r.out.find("\nsample: ")
+        check(at >= 0, "%s: no sample\n%s", name, r.describe())
+        return r.out[at:]
+    greedy = {sample("k1-t%s" % t, 1, t) for t in ("0.1", "1", "100")}
+    check(len(greedy) == 1, "top_k 1 gave %d samples at 3 temperatures: %s", len(greedy), greedy)
+    check(sample("k0-t0.1", 0, "0.1") != sample("k0-t100", 0, "100"),
+          "with every byte a candidate the temperature changed nothing")
+    return "greedy sample %r" % next(iter(greedy))[10:40]
+
+
 def test_bench_reads_the_eval_lines(h):
     """bench/bert_freeze.py times each evaluation by the line train prints
     after it; every such line (mid-epoch and end of epoch, with and without
@@ -1475,6 +1495,7 @@ def tests():
            test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files,
            test_run_dir_of_someone_else, test_plan_writes_nothing,
            test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
+           test_top_k_one_is_greedy,
            test_freeze_start_past_the_end_noted,
            test_closed_standard_streams, test_stderr_reader_gone,
            test_notes_escape_the_run_dir,

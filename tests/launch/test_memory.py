@@ -383,6 +383,11 @@ def test_refusals_suggest_what_fits(h):
             again = h.run(["plan", write(h.path("s%d_followed.yaml" % i), render(keys))])
             check(again.rc == 0, "%s batch %s planned under %.1f MiB: following train.batch = %s "
                   "gave exit %d:\n%s", name, batch, mib, planned.group(1), again.rc, again.err[-1500:])
+            # the largest it finds: one more has none
+            keys["train.batch"] = str(int(planned.group(1)) + 1)
+            more = h.run(["plan", write(h.path("s%d_more.yaml" % i), render(keys))])
+            check(more.rc == 2, "%s batch %s planned under %.1f MiB: train.batch = %s named, but %s "
+                  "plans too", name, batch, mib, planned.group(1), keys["train.batch"])
             continue
         named, fewer = sizes_named(first.err)
         if named:
