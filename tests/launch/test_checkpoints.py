@@ -1050,6 +1050,36 @@ def test_tokenizer_recorded(h):
     os.rename(vocab + ".away", vocab)
 
 
+def test_normalization_set_apart(h):
+    """data.lowercase and data.strip_accents set apart, with no
+    tokenizer_config.json beside data.vocab: strip_accents at auto follows
+    the run's data.lowercase (false here, where the file's default would say
+    true), and an uncased run that keeps its accents exports a
+    tokenizer_config.json that says both as the run had them (each a mutant
+    that passed: strip_accents from the file's lowercase, and written from
+    the run's lowercase)."""
+    files = U.bert_files(h, 40, 7)
+    bert = dict(files, **{"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                          "model.classes": "3", "data.kind": "text_classification",
+                          "sample.length": None})
+    for name, sets, lower, strip in (("cased-auto", {"data.lowercase": "false"}, False, False),
+                                     ("uncased-accents", {"data.lowercase": "true",
+                                                          "data.strip_accents": "false"}, True, False)):
+        check(not os.path.exists(os.path.join(os.path.dirname(files["data.vocab"]),
+                                              "tokenizer_config.json")), "a tokenizer_config.json")
+        _, run_dir = trained(h, name, kind="gpt", **dict(bert, **sets))
+        ck = U.ckpt(run_dir, LAST)
+        config = read_manifest(ck)["config"]
+        check(("lowercase: %s" % str(lower).lower()) in config and
+              ("strip_accents: %s" % str(strip).lower()) in config,
+              "%s: the manifest records\n%s", name, config)
+        out = h.path(name + "-export")
+        h.run(["export", ck, out]).expect(0, "export of " + name)
+        written = json.load(open(os.path.join(out, "tokenizer_config.json")))
+        check(written.get("do_lower_case") is lower and written.get("strip_accents") is strip,
+              "%s: the export's tokenizer_config.json says %s", name, written)
+
+
 def test_export_from_another_directory(h):
     """A checkpoint records the directory its run started in, and an export
     from another one reads the config's relative paths from there: it finds
@@ -3826,7 +3856,7 @@ def tests():
         test_resume_bert_other_dropout, test_bert_other_classes_or_kind_names_the_key,
         test_bert_other_labels,
         test_stored_labels_under_the_rules_of_their_run, test_tokenizer_recorded,
-        test_export_from_another_directory,
+        test_normalization_set_apart, test_export_from_another_directory,
         test_export_padded_bert,
         test_eval_of_a_checkpoint_reads_no_init_from,
         test_failed_bert_export_takes_back_its_directories,
