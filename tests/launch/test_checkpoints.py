@@ -838,6 +838,18 @@ def test_bert_other_labels(h):
     cfg, run_dir = copy_run(h, orig4d, "taken", kind="gpt", **four)
     all_refuse(h, cfg, run_dir, U.ckpt(run_dir, LAST), ["class 3 = 'd'", "makes class 3 '(none)'"],
                ("auto", "path", "eval"))
+    # the same two through model.init_from of an export (its id2label)
+    for name, run, data, needles in (
+            ("added", orig4, added, ["class 3 = '(none)'", "makes class 3 'd'"]),
+            ("taken", orig4d, {}, ["class 3 = 'd'", "makes class 3 '(none)'"])):
+        exp = h.path("export-four-" + name)
+        h.run(["export", U.ckpt(run, LAST), exp]).expect(0, "export of " + name)
+        init = dict(four, **dict(data, **{"model.init_from": exp}))
+        cfg = U.write_config(h, "from-four-%s.yaml" % name,
+                             keys(h, h.path("from-four-" + name), "gpt", **init))
+        for args in (["train", cfg], ["eval", cfg, "--init"]):
+            r = h.run(args).expect(2, "%s from the export, a label %s" % (args[0], name))
+            r.one_error("model.init_from", *needles)
     # model.init_from of the export starts from its classifier too: the same
     # labels are refused otherwise, for train and eval --init alike; an
     # export without id2label is not checked
