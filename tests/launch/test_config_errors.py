@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import math
+import random
 import re
 import stat
 import struct
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -1480,7 +1482,11 @@ def hf_bert(h, name, cfg_changes=None, drop=(), add=None, reshape=None, nan=None
         n = 1
         for x in shape:
             n *= x
-        values = [0.01 * ((i * 7) % 13 - 6) for i in range(n)]
+        # values of its own per tensor (seeded by its name, before any
+        # rename), so that tensors of one shape swapped on loading give
+        # other logits
+        rnd = random.Random(zlib.crc32(k.encode()))
+        values = [0.01 * rnd.randint(-6, 6) for _ in range(n)]
         if k == nan:
             values[n // 2] = float("nan")
         tensors[rename(k) if rename else k] = (shape, values)
