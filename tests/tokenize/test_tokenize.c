@@ -4,7 +4,8 @@
  * continuations, [UNK] for an unmatchable and for a 101-code-point word,
  * punctuation and CJK splitting, accents and case, dropped control
  * characters, invalid UTF-8, truncation, vocabularies refused with the
- * line named, and a vocabulary crafted against a hash index. Parity with
+ * line named, a vocabulary crafted against a hash index, and tokens that
+ * share the index's 8-byte key. Parity with
  * Hugging Face on real text is tokenize_parity's.
  */
 #include "tokenize/tokenize.h"
@@ -531,6 +532,42 @@ static void test_vocab_crafted(void)
     rmdir(g_dir);
 }
 
+/* Tokens that share their first 8 bytes (the index's integer key) and
+ * differ after them or in length, one of exactly 8 bytes among them: each
+ * is found under its own id, a piece with their prefix that is not one of
+ * them is not found, and the greedy match takes the longest. */
+static void test_vocab_shared_prefix(void)
+{
+    static const char *tokens[] = {"beginnings", "beginnin", "beginningless", "beginning", "##s",
+                                   "##z", "abcdefghij", "abcdefgh", "abcdefgg", "abcdefghi",
+                                   "abcdefgi", "beginninga", NULL};
+    char text[512] = SPECIALS, path[512];
+    for (int i = 0; tokens[i]; i++) {
+        strcat(text, tokens[i]);
+        strcat(text, "\n");
+    }
+    make_dir();
+    write_text(path, sizeof path, "vocab.txt", text, strlen(text));
+    pt_vocab *v = NULL;
+    pt_err err = {0};
+    CU_ASSERT_FATAL(pt_vocab_load(&v, path, &err) == 0);
+    for (int i = 0; tokens[i]; i++) {
+        int32_t id = pt_vocab_id(v, tokens[i], strlen(tokens[i]));
+        if (id != i + 4)
+            fprintf(stderr, "\n  '%s': id %d, want %d\n", tokens[i], id, i + 4);
+        CU_ASSERT(id == i + 4);
+    }
+    static const char *absent[] = {"beginningz", "beginningles", "beginningsa", "abcdefghijk",
+                                   "abcdefgj", "abcdefgha", "beginni", "beginninb", NULL};
+    for (int i = 0; absent[i]; i++)
+        CU_ASSERT(pt_vocab_id(v, absent[i], strlen(absent[i])) == -1);
+    EXPECT_ENC(v, "beginningz beginnings beginninglessz abcdefghijs",
+               "[CLS] beginning ##z beginnings beginningless ##z abcdefghij ##s [SEP]");
+    pt_vocab_free(v);
+    unlink(path);
+    rmdir(g_dir);
+}
+
 /* pt_utf8_printable: valid text (accents, CJK, emoji, U+FFFD itself,
  * newline and tab) passes as it is; each byte of an ill-formed subpart and
  * each other control character becomes \xNN; a short buffer cuts at a
@@ -580,6 +617,7 @@ static const pt_test tokenize_tests[] = {
     {"truncation", test_truncation},
     {"vocab_errors", test_vocab_errors},
     {"vocab_crafted", test_vocab_crafted},
+    {"vocab_shared_prefix", test_vocab_shared_prefix},
     {NULL, NULL}};
 
 static const pt_test_suite suites[] = {{"tokenize", tokenize_tests}, {NULL, NULL}};
