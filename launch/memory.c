@@ -500,30 +500,21 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     /* the most micro-batches a layout allows: the smallest replica's share
      * (train.batch over D, rounded down; the larger shares are one more) */
     const int64_t most = c->train.batch / replicas > 0 ? c->train.batch / replicas : 1;
-    /* as many micro-batches as that fit: the fewest that do, searched from
-     * the config's. The bisection (lo does not fit, hi does) takes fitting
-     * as growing with the count, which the staged step, M ceil(share / M)
-     * examples, and GPipe's M micro-batches in flight do not quite do, so
-     * the counts below the one it finds are tried too, one per micro-batch
-     * size. A count M sets the micro-batch size, ceil(share / M), and the
-     * message names the count found and that size: a layout that was
-     * counted. Not "or more", for the same rounding. */
+    /* as many micro-batches as that fit: the fewest that do, from the
+     * config's up. Whether a count fits is not monotone in it (the staged
+     * step holds M ceil(share / M) examples, and GPipe has M micro-batches
+     * in flight), so no bisection: one count per micro-batch size is tried,
+     * the first of each (more micro-batches of one size only hold more),
+     * up to `most`, which fits. A count M sets the micro-batch size,
+     * ceil(share / M), and the message names the count found and that
+     * size: a layout that was counted. Not "or more", for the same
+     * rounding. */
     pt_stage_bytes ones;
     if ((rc = one_stage(r, &q, D, share, most, &ones, err)))
         return rc;
     if (most > m && stage_total(&ones) <= have) {
-        int64_t lo = m, hi = most;
-        while (hi - lo > 1) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            pt_stage_bytes t;
-            if ((rc = one_stage(r, &q, D, share, mid, &t, err)))
-                return rc;
-            *(stage_total(&t) <= have ? &hi : &lo) = mid;
-        }
-        /* the fewest that fit: below hi, the first count of each
-         * micro-batch size (more micro-batches of one size only hold
-         * more: more in flight, more examples staged), in order */
-        for (int64_t k = m + 1; k < hi;) {
+        int64_t hi = most;
+        for (int64_t k = m + 1; k < most;) {
             const int64_t size = (share + k - 1) / k;
             pt_stage_bytes t;
             if ((rc = one_stage(r, &q, D, share, k, &t, err)))
@@ -532,7 +523,7 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                 hi = k;
                 break;
             }
-            k = size > 1 ? (share + size - 2) / (size - 1) : hi;
+            k = size > 1 ? (share + size - 2) / (size - 1) : most;
         }
         const int64_t size = (share + hi - 1) / hi;
         return pt_config_key_fail(c, err, "train.batch",
