@@ -144,6 +144,15 @@ static int freeze_decision(pt_session *s, int save, int64_t *saved_at, pt_err *e
     return 0;
 }
 
+/* The epochs the run reaches, as the progress lines count them out of:
+ * train.epochs, or fewer where train.max_steps ends the run sooner. */
+static int64_t epochs_run(const pt_run *r, const pt_config *c)
+{
+    const int64_t per_epoch = pt_sampler_steps(&r->sampler);
+    const int64_t reached = per_epoch > 0 ? (r->total_steps + per_epoch - 1) / per_epoch : 0;
+    return reached > 0 && reached < c->train.epochs ? reached : c->train.epochs;
+}
+
 static int evaluate_and_log(pt_session *s, pt_err *err)
 {
     pt_run *r = &s->run;
@@ -163,7 +172,7 @@ static int evaluate_and_log(pt_session *s, pt_err *err)
                      "eval  step %lld (%s epoch %lld of %lld): test loss %.4f, accuracy %.2f%%%s (%lld "
                      "examples)",
                      (long long)r->step, ended ? "end of" : "in", (long long)(ended ? r->epoch : r->epoch + 1),
-                     (long long)c->train.epochs, ev.loss, 100.0 * ev.accuracy, f1, (long long)ev.examples);
+                     (long long)epochs_run(r, c), ev.loss, 100.0 * ev.accuracy, f1, (long long)ev.examples);
     json_t *o = pt_metrics_event("eval");
     json_object_set_new(o, "step", json_integer(r->step));
     json_object_set_new(o, "epoch", json_integer(r->epoch));
@@ -456,7 +465,7 @@ int pt_session_train(pt_session *s, pt_err *err)
          * stop's save (a kill sent to each rank in turn), is then a first
          * request, not a second one that would end it before the save. */
         int stopping = res.stop, got = pt_stop_signal_pending();
-        pt_step_report rep = {r->step, r->total_steps, r->epoch, c->train.epochs, r->epoch_step,
+        pt_step_report rep = {r->step, r->total_steps, r->epoch, epochs_run(r, c), r->epoch_step,
                               per_epoch, res.loss, res.lr, res.grad_norm,
                               res.rows > 0 ? (double)res.correct / (double)res.rows : NAN,
                               res.examples,

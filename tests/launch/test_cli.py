@@ -1333,6 +1333,45 @@ def test_bench_reads_the_eval_lines(h):
                   "%r read as %s against the record %s", line, m.groupdict(), rec)
 
 
+def test_epochs_counted_out_of_those_the_run_reaches(h):
+    """The progress and eval lines count epochs out of those the run
+    reaches: train.epochs, or fewer where train.max_steps ends it sooner (a
+    5-step run said "epoch 1 of 12"); a resume counts out of the same."""
+    PROGRESS = re.compile(r"^epoch (\d+)/(\d+) step (\d+)/(\d+) ")
+    EVAL = re.compile(r"^eval  step \d+ \((?:end of|in) epoch (\d+) of (\d+)\)")
+    cases = [("whole", {}, 3)]
+    while cases:
+        name, keys, want = cases.pop(0)
+        run_dir = h.path("epochs-" + name)
+        cfg = U.write_config(h, "epochs-%s.yaml" % name, U.tiny("vit", run_dir, **dict(
+            keys, **{"train.eval_every_steps": "3", "train.checkpoint_every": "1",
+                     "train.keep_checkpoints": "100"})))
+        r = h.run(["train", cfg]).expect(0, name)
+        steps, _ = U.metrics(run_dir)
+        reached = max(rec["epoch"] for rec in steps) + 1
+        check(reached == want, "%s: the steps reach %d epochs, expected %d", name, reached, want)
+        if name == "whole":  # 3 epochs of `per` steps; then runs cut short
+            per = len(steps) // 3
+            check(len(steps) == 3 * per and per >= 3, "%d steps in 3 epochs", len(steps))
+            cases = [(name, {"train.epochs": "12", "train.max_steps": str(steps)}, want)
+                     for name, steps, want in (("cut", 2 * per + 1, 3), ("one", 2, 1),
+                                               ("exact", 2 * per, 2))]
+        progress = [PROGRESS.match(l) for l in r.err.splitlines() if PROGRESS.match(l)]
+        evals = [EVAL.match(l) for l in r.err.splitlines() if EVAL.match(l)]
+        check(len(progress) == len(steps) and evals, "%s: %d progress lines, %d eval lines:\n%s",
+              name, len(progress), len(evals), r.describe())
+        for m in progress + evals:
+            check(int(m.group(2)) == reached and 1 <= int(m.group(1)) <= reached,
+                  "%s: %r counts out of %s epochs; the run reaches %d", name, m.group(0),
+                  m.group(2), reached)
+        # resumed from its second step: the same count
+        ck = os.path.join(run_dir, "checkpoints", "step_%010d" % 2)
+        r = h.run(["train", cfg, "--set", "train.resume=" + ck]).expect(0, name + " resumed")
+        for l in r.err.splitlines():
+            m = PROGRESS.match(l) or EVAL.match(l)
+            check(m is None or int(m.group(2)) == reached, "%s resumed: %r", name, l)
+
+
 def test_stdout_write_failure(h):
     """What a command prints must reach stdout: with stdout on a full device
     (/dev/full) eval, plan, keys, --version and --help exit 1 saying so,
@@ -1510,7 +1549,8 @@ def tests():
            test_memory_claim_beyond_the_machine, test_units_timed_within_the_memory_limit,
            test_cpu_affinity,
            test_demo_vit_fmnist, test_demo_gpt_kjv, test_sample_escapes_are_unambiguous,
-           test_bench_reads_the_eval_lines, test_stdout_write_failure,
+           test_bench_reads_the_eval_lines, test_epochs_counted_out_of_those_the_run_reaches,
+           test_stdout_write_failure,
            test_unused_keys_noted]
     for name, t in [("export_vit", export_case("vit")), ("export_gpt", export_case("gpt")),
                     ("eval_logits_vit", logits_case("vit", 10, CLASSES)),
