@@ -247,6 +247,8 @@ static void test_hand_built_defects(void)
         "{\"t\":{" T8 ",\"extra\":true}}", /* unknown fields are ignored */
         "{\"t\":{" T8 "},\"e\":{\"dtype\":\"BOOL\",\"shape\":[0],\"data_offsets\":[4,4]}}",
         "{\"t\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[0,8]}}", /* I64 scalar */
+        /* the most dimensions there may be (9: bad_headers) */
+        "{\"t\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}",
         " {\"t\":{" T8 "}}   ",
         /* a metadata value holding \u0000: valid JSON, and read as absent */
         "{\"__metadata__\":{\"k\":\"a\\u0000\",\"j\":\"b\"},\"t\":{" T8 "}}",

@@ -190,6 +190,69 @@ static void test_punct_cjk(void)
     pt_vocab_free(v);
 }
 
+/* cp as UTF-8 into out (4 bytes and a 0 at most) */
+static void utf8(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+    } else if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F)), out[3] = 0;
+    } else {
+        out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+        out[2] = (char)(0x80 | (cp >> 6 & 0x3F)), out[3] = (char)(0x80 | (cp & 0x3F)), out[4] = 0;
+    }
+}
+
+/* "a" cp "b": split in three where cp is punctuation or CJK (cp itself,
+ * or [UNK] where the vocabulary lacks it), one word ([UNK]) otherwise */
+static void expect_split(const pt_vocab *v, uint32_t cp, int split)
+{
+    char c[8], text[16], want[64];
+    utf8(cp, c);
+    snprintf(text, sizeof text, "a%sb", c);
+    if (split)
+        snprintf(want, sizeof want, "[CLS] a %s b [SEP]",
+                 pt_vocab_id(v, c, strlen(c)) >= 0 ? c : "[UNK]");
+    else
+        snprintf(want, sizeof want, "[CLS] [UNK] [SEP]");
+    const char *got = enc(v, text);
+    if (strcmp(got, want))
+        fprintf(stderr, "\n  U+%04X between letters: got '%s', want '%s'\n", (unsigned)cp, got, want);
+    CU_ASSERT_STRING_EQUAL(got, want);
+}
+
+/* What splits a word, class by class: every ASCII byte that is not a
+ * letter, digit or space; a character of each Unicode punctuation category
+ * (Pc, Pd, Ps, Pe, Pi, Pf, Po) and not a symbol (So, Sm); the first and last
+ * code point of each CJK range and the one past it. */
+static void test_split_classes(void)
+{
+    pt_vocab *v = small_vocab();
+    for (uint32_t c = 33; c < 127; c++)
+        if (!(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z'))
+            expect_split(v, c, 1);
+    static const uint32_t punct[] = {0x203F, 0x2010, 0x300C, 0x300D, 0xAB, 0xBB, 0xBF, 0xA7};
+    for (size_t i = 0; i < sizeof punct / sizeof *punct; i++)
+        expect_split(v, punct[i], 1);
+    expect_split(v, 0xA9, 0);  /* (c), So */
+    expect_split(v, 0xD7, 0);  /* multiplication sign, Sm */
+    static const uint32_t cjk[][2] = {{0x4E00, 0x9FFF},   {0x3400, 0x4DBF},   {0x20000, 0x2A6DF},
+                                      {0x2A700, 0x2B73F}, {0x2B740, 0x2B81F}, {0x2B920, 0x2CEAF},
+                                      {0xF900, 0xFAFF},   {0x2F800, 0x2FA1F}};
+    for (size_t i = 0; i < sizeof cjk / sizeof *cjk; i++) {
+        expect_split(v, cjk[i][0], 1);
+        expect_split(v, cjk[i][1], 1);
+    }
+    /* past the ranges: a Yijing hexagram (So), and 2B820 (in Google's range,
+     * not in Hugging Face's tokenizers') */
+    expect_split(v, 0x4DC0, 0);
+    expect_split(v, 0x2B820, 0);
+    pt_vocab_free(v);
+}
+
 static void test_normalise(void)
 {
     pt_vocab *v = small_vocab();
@@ -410,6 +473,16 @@ static void test_vocab_errors(void)
                    "trims");
     const char ideo_end[] = SPECIALS "x\xe3\x80\x80\n";
     expect_refused(ideo_end, sizeof ideo_end - 1, PT_EINPUT, ":5: token ends with U+3000", NULL);
+    /* each of Unicode's other white spaces outside ASCII */
+    static const uint32_t spaces[] = {0x85,   0x1680, 0x2000, 0x2005, 0x200A,
+                                      0x2028, 0x2029, 0x202F, 0x205F};
+    for (size_t i = 0; i < sizeof spaces / sizeof *spaces; i++) {
+        char sp[8], text[64], want[64];
+        utf8(spaces[i], sp);
+        snprintf(text, sizeof text, SPECIALS "x%s\n", sp);
+        snprintf(want, sizeof want, ":5: token ends with U+%04X", (unsigned)spaces[i]);
+        expect_refused(text, strlen(text), PT_EINPUT, want, NULL);
+    }
     const char nul[] = SPECIALS "he\0llo\n";
     expect_refused(nul, sizeof nul - 1, PT_EINPUT, ":5: token holds a space or control byte 0x00",
                    NULL);
@@ -610,6 +683,7 @@ static const pt_test tokenize_tests[] = {
     {"greedy", test_greedy},
     {"long_words", test_long_words},
     {"punct_cjk", test_punct_cjk},
+    {"split_classes", test_split_classes},
     {"normalise", test_normalise},
     {"normalise_options", test_normalise_options},
     {"cleaning", test_cleaning},
