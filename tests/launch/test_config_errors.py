@@ -325,6 +325,11 @@ CASES = [
          needles=["did you mean 'model.heads'"]),
     Case("misspelt_section", {"trian.warmup_steps": "2"}, blame="trian.warmup_steps",
          needles=["did you mean 'train.warmup_steps'"]),
+    # a suggestion up to 3 edits away, none from 4
+    Case("misspelt_key_3_edits", {"train.lrate": "0.1"}, blame="train.lrate",
+         needles=["did you mean 'train.lr'"]),
+    Case("unknown_key_4_edits", {"train.lrxyzw": "0.1"}, blame="train.lrxyzw",
+         needles=["unknown key 'train.lrxyzw'"], absent=["did you mean"]),
     # an unknown name over an empty mapping has no key to refuse: the name
     # is (it set nothing and passed; a megabyte of them took minutes, these
     # 600 KB about 50 s; now 0.2 s, and 4 s under ASan alone, 20 s beside the
@@ -556,6 +561,10 @@ CASES = [
          needles=["a leading zero", "'-08'"]),
     Case("leading_zero_float", {"train.lr": "010"}, blame="train.lr",
          needles=["a leading zero", "'010'"]),
+    Case("leading_zero_plus", {"run.threads": "+017"}, blame="run.threads",
+         needles=["a leading zero", "'+017'"]),
+    Case("leading_zero_plus_float", {"train.lr": "+010"}, blame="train.lr",
+         needles=["a leading zero", "'+010'"]),
     Case("std_too_small", {"data.std": "1e-40"}, blame="data.std",
          needles=["allowed: a number >= 1e-06 and <= 1000"]),
     Case("huge_int_overflow", {"model.dim": "99999999999999999999999"}, blame="model.dim",
@@ -630,6 +639,8 @@ CASES = [
     Case("null_tilde_run_dir", {"run.dir": "~"}, blame="run.dir", needles=["no value (YAML's null)"],
          absent=["must name"]),
     Case("null_word_run_dir", {"run.dir": "null"}, blame="run.dir", needles=["no value (YAML's null)"]),
+    Case("null_capital_run_dir", {"run.dir": "Null"}, blame="run.dir",
+         needles=["no value (YAML's null)"]),
     Case("null_tilde_prompt", {"sample.prompt": "~"}, kind="gpt", blame="sample.prompt",
          needles=["no value (YAML's null)"]),
     Case("null_seed", {"run.seed": "NULL"}, blame="run.seed", needles=["no value (YAML's null)"]),
@@ -959,6 +970,19 @@ def test_base_config_trains(h):
     cfg = U.write_config(h, "good.yaml", base(h))
     h.run(["train", cfg]).expect(0)
     check(U.checkpoints(h.path("run")), "the base config saved no checkpoint")
+
+
+def test_boundaries_accepted(h):
+    """Positive controls at the edges of what is allowed: data.crop_pad
+    equal to the image size, and model.classes 256 with IDX labels (bytes);
+    one more of each is refused (CASES)."""
+    cfg = U.write_config(h, "crop.yaml", base(h, **{"data.crop_pad": "8", "data.image_size": "8"}))
+    h.run(["train", cfg]).expect(0, "data.crop_pad equal to the image size")
+    paths = idx_data(h)
+    keys = base(h, **{k: v.format(**paths) if isinstance(v, str) else v for k, v in IDX.items()})
+    keys.update({"model.classes": "256", "run.dir": h.path("run-idx")})
+    cfg = U.write_config(h, "idx256.yaml", keys)
+    h.run(["train", cfg]).expect(0, "model.classes 256 with IDX labels")
 
 
 def test_base_gpt_config_trains(h):
@@ -2600,7 +2624,7 @@ def test_eval_output_errors(h):
     check(not os.path.exists(h.path("run")), "eval created run.dir")
 
 
-TESTS = [test_base_config_trains, test_base_gpt_config_trains,
+TESTS = [test_base_config_trains, test_boundaries_accepted, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
          test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
