@@ -43,11 +43,15 @@ static void write_text(char *path, size_t size, const char *name, const char *te
     CU_ASSERT_FATAL(fclose(f) == 0);
 }
 
-static pt_vocab *small_vocab(void)
+/* The vocabulary of head's lines, then tokens' (NULL-terminated), loaded
+ * from a file the test writes and removes. */
+static pt_vocab *vocab_of(const char *head, const char *const *tokens)
 {
-    char text[1024] = "", path[512];
-    for (int i = 0; VOCAB[i]; i++) {
-        strcat(text, VOCAB[i]);
+    char text[1024], path[512];
+    snprintf(text, sizeof text, "%s", head);
+    for (int i = 0; tokens[i]; i++) {
+        CU_ASSERT_FATAL(strlen(text) + strlen(tokens[i]) + 2 <= sizeof text);
+        strcat(text, tokens[i]);
         strcat(text, "\n");
     }
     make_dir();
@@ -62,6 +66,8 @@ static pt_vocab *small_vocab(void)
     rmdir(g_dir);
     return v;
 }
+
+static pt_vocab *small_vocab(void) { return vocab_of("", VOCAB); }
 
 /* Encodes text (n bytes) with room for max_ids and returns the tokens
  * joined by spaces (static buffer), "ERROR" on failure. */
@@ -614,16 +620,7 @@ static void test_vocab_shared_prefix(void)
     static const char *tokens[] = {"beginnings", "beginnin", "beginningless", "beginning", "##s",
                                    "##z", "abcdefghij", "abcdefgh", "abcdefgg", "abcdefghi",
                                    "abcdefgi", "beginninga", NULL};
-    char text[512] = SPECIALS, path[512];
-    for (int i = 0; tokens[i]; i++) {
-        strcat(text, tokens[i]);
-        strcat(text, "\n");
-    }
-    make_dir();
-    write_text(path, sizeof path, "vocab.txt", text, strlen(text));
-    pt_vocab *v = NULL;
-    pt_err err = {0};
-    CU_ASSERT_FATAL(pt_vocab_load(&v, path, &err) == 0);
+    pt_vocab *v = vocab_of(SPECIALS, tokens);
     for (int i = 0; tokens[i]; i++) {
         int32_t id = pt_vocab_id(v, tokens[i], strlen(tokens[i]));
         if (id != i + 4)
@@ -637,8 +634,6 @@ static void test_vocab_shared_prefix(void)
     EXPECT_ENC(v, "beginningz beginnings beginninglessz abcdefghijs",
                "[CLS] beginning ##z beginnings beginningless ##z abcdefghij ##s [SEP]");
     pt_vocab_free(v);
-    unlink(path);
-    rmdir(g_dir);
 }
 
 /* pt_utf8_printable: valid text (accents, CJK, emoji, U+FFFD itself,
