@@ -953,6 +953,50 @@ def test_eval_every_steps(h):
     check(runs["plain"][2] == runs["stepped"][2], "evaluating every 3 steps changed the weights")
 
 
+def test_eval_every_epochs(h):
+    """train.eval_every N evaluates after every Nth epoch (epochs counted
+    from 1) and at the end, not after the epochs before them."""
+    run_dir = h.path("every2")
+    cfg = U.write_config(h, "every2.yaml", U.tiny("vit", run_dir, **{
+        "train.epochs": "5", "train.eval_every": "2"}))
+    h.run(["train", cfg]).expect(0, "eval_every 2")
+    steps, evals = U.metrics(run_dir)
+    per = len(steps) // 5
+    check([e["step"] for e in evals] == [2 * per, 4 * per, 5 * per],
+          "evaluations at steps %s of %d-step epochs", [e["step"] for e in evals], per)
+
+
+def test_eval_loss_is_per_row(h):
+    """The test loss is the mean over rows (a gpt's tokens, a classifier's
+    examples): from the initial weights, whose logits are near 0, it is near
+    ln of the classes (ln 256 for a gpt's bytes), as the first training
+    steps' loss is; a loss summed over a gpt's positions was 16 times it."""
+    for kind, classes in (("gpt", 256), ("vit", 4)):
+        cfg = U.write_config(h, "init-%s.yaml" % kind, U.tiny(kind, h.path("run-" + kind)))
+        r = h.run(["eval", cfg, "--init"]).expect(0, "eval --init of a " + kind)
+        m = re.search(r"^test loss ([\d.]+)$", r.out, re.M)
+        check(m is not None and abs(float(m.group(1)) - math.log(classes)) < 0.1,
+              "%s: the initial weights' test loss is not near ln %d = %.3f:\n%s", kind, classes,
+              math.log(classes), r.describe())
+
+
+def test_eval_logits_in_micro_batches(h):
+    """eval --logits with pipeline.microbatches 4 writes the same logits as
+    with 1 (each example's logits do not depend on its batch); a pass that
+    kept only its last micro-batch's rows failed ('logits row 2 out of
+    range')."""
+    run_dir = h.path("run")
+    cfg = U.write_config(h, "c.yaml", U.tiny("vit", run_dir))
+    h.run(["train", cfg]).expect(0, "training")
+    outs = {}
+    for micro in ("1", "4"):
+        outs[micro] = h.path("l%s.st" % micro)
+        h.run(["eval", cfg, "--logits", outs[micro], "--set",
+               "pipeline.microbatches=" + micro]).expect(0, "eval --logits, %s micro-batches" % micro)
+    check(U.read_bytes(outs["1"]) == U.read_bytes(outs["4"]),
+          "eval --logits in 4 micro-batches wrote other logits than in 1")
+
+
 def test_waiting_threads(h):
     """`plan` says how the CPU backend's threads wait for each other
     (nn/cpu_pool.c): by default a spin of at most SPIN_CAP_NS that shrinks
@@ -1533,7 +1577,8 @@ def tests():
            test_keys_match_checkpoint_config, test_keys_defaults_are_accepted,
            test_readme_documents_every_key, test_export_errors, test_train_inputs_are_not_run_files,
            test_run_dir_of_someone_else, test_plan_writes_nothing,
-           test_eval_under_training_memory, test_eval_every_steps, test_warmup_note,
+           test_eval_under_training_memory, test_eval_every_steps, test_eval_every_epochs,
+           test_eval_loss_is_per_row, test_eval_logits_in_micro_batches, test_warmup_note,
            test_top_k_one_is_greedy,
            test_freeze_start_past_the_end_noted,
            test_closed_standard_streams, test_stderr_reader_gone,
