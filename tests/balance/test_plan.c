@@ -11,6 +11,9 @@
  *    the most that fit;
  *  - fixed K, D, M are honoured, impossible ones refused; the runners-up are
  *    listed with a reason;
+ *  - the terms of a step by hand: recompute's extra forward, transfers both
+ *    ways, an all-reduce nothing hides with pipeline.overlap off, and more
+ *    micro-batches only for a step more than 1% shorter;
  *  - the search over every (K, D, M) of 16 ranks takes about as much longer
  *    for 2050 units (1024 blocks) as it has more units than 258 (128
  *    blocks): each candidate's cut is linear in the units, where it was
@@ -285,6 +288,67 @@ static void zero_costs_explain_without_ratios(void)
     pt_cost_model_free(&m);
 }
 
+/* The terms of a predicted step worked out by hand, each against the
+ * planner's: activation recompute costs one more forward of every unit;
+ * stage-to-stage transfers go both ways, (M + K - 1) * 2 messages; with
+ * pipeline.overlap off no backward hides the all-reduce; and M grows only
+ * for a step more than 1% shorter. */
+static void cost_terms_by_hand(void)
+{
+    pt_err err;
+    pt_plan p0, p1;
+    /* recompute: 4 units, forward 1e-4 s per example, batch 64 on 1 rank */
+    pt_cost_model m = model(4, 1e-4, 1e3, 1e3);
+    pt_plan_request q = request(1, NULL, 64, 0);
+    q.stages = q.replicas = q.micro = 1;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p0, &q, &m, &err), 0);
+    q.recompute = 1;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p1, &q, &m, &err), 0);
+    CU_ASSERT(fabs(p1.compute_time - p0.compute_time - 64 * 4 * 1e-4) < 1e-12);
+    for (int n = 1; n <= 64; n *= 4)
+        CU_ASSERT(fabs(pt_cost_time(&m, 0, n, 0, 1) - pt_cost_time(&m, 0, n, 0, 0) -
+                       pt_cost_time(&m, 0, n, 1, 0)) < 1e-15);
+    /* transfers: 2 stages, 4 micro-batches of 16, 1e3 bytes an example at
+     * 1e9 bytes/s and 1e-5 s a message */
+    m.boundary_bytes_per_example = 1e3;
+    q = request(2, NULL, 64, 0);
+    q.stages = 2, q.replicas = 1, q.micro = 4;
+    q.bw_intra = 1e9, q.latency = 1e-5;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p0, &q, &m, &err), 0);
+    CU_ASSERT(fabs(p0.transfer_time - (4 + 2 - 1) * 2 * (1e-5 + 1e3 * 16 / 1e9)) < 1e-15);
+    pt_cost_model_free(&m);
+    /* overlap: 4 replicas of 8e8 gradient bytes at 1e8 bytes/s (12 s) */
+    pt_cost_model big = model(8, 1e-5, 1e8, 100);
+    q = request(4, NULL, 64, 0);
+    q.stages = 1, q.replicas = 4, q.micro = 1;
+    q.bw_intra = 1e8;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p1, &q, &big, &err), 0);
+    CU_ASSERT(fabs(p1.allreduce_time - 2.0 * 3 / 4 * 8e8 / 1e8) < 1e-9);
+    CU_ASSERT(p1.exposed_time < p1.allreduce_time); /* the last backward hides some */
+    q.overlap = 0;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p0, &q, &big, &err), 0);
+    CU_ASSERT(p0.exposed_time == p0.allreduce_time && p0.allreduce_time == p1.allreduce_time);
+    pt_cost_model_free(&big);
+    /* hysteresis: 4 units on 2 stages, a unit's forward 1e-4 (a + b / 48)
+     * for a micro-batch of b, batch 48: a step of M micro-batches takes
+     * (M + 1) (a + 1 / M) in those units, with a = 0.16: 2.32, 1.98,
+     * 1.9733 and 2.05 for M = 1 to 4. M = 3 is 0.34% shorter than M = 2. */
+    pt_cost_model h = model(4, 1e-4, 1e3, 1e3);
+    for (int u = 0; u < 4; u++)
+        for (int k = 0; k < 2; k++) {
+            h.unit[u].fwd[k] = 1e-4 * (0.16 + h.batch[k] / 48.0);
+            h.unit[u].bwd[k] = 2 * h.unit[u].fwd[k];
+        }
+    q = request(2, NULL, 48, 0);
+    q.stages = 2, q.replicas = 1;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p0, &q, &h, &err), 0);
+    CU_ASSERT_EQUAL(p0.micro, 2);
+    q.micro = 3;
+    CU_ASSERT_EQUAL_FATAL(pt_plan_make(&p1, &q, &h, &err), 0);
+    CU_ASSERT(p1.step_time < p0.step_time && p1.step_time > 0.99 * p0.step_time);
+    pt_cost_model_free(&h);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -369,6 +433,7 @@ static const pt_test tests[] = {
     {"fixed_choices_are_honoured", fixed_choices_are_honoured},
     {"memory_limit_searches_micro_batches_of_one_stage", memory_limit_searches_micro_batches_of_one_stage},
     {"zero_costs_explain_without_ratios", zero_costs_explain_without_ratios},
+    {"cost_terms_by_hand", cost_terms_by_hand},
     {"many_units_plan_in_linear_time", many_units_plan_in_linear_time},
     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"layout planner", tests}, {NULL, NULL}};
