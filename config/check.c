@@ -150,10 +150,11 @@ static int train_rules(const pt_config *c, pt_err *err)
     const int units = 2 * c->model.layers + 2;
     if (c->pipeline.stages != PT_AUTO && c->pipeline.stages > units)
         return pt_config_key_fail(c, err, "pipeline.stages",
-                                  "%d stages, but a model of %d blocks (model.layers) has %d units "
+                                  "%d stages, but a model of %d block%s (model.layers) has %d units "
                                   "to share among them (embedding, 2 per block, head); allowed: 1 "
                                   "to %d, or auto",
-                                  c->pipeline.stages, c->model.layers, units, units);
+                                  c->pipeline.stages, c->model.layers,
+                                  c->model.layers == 1 ? "" : "s", units, units);
     return 0;
 }
 

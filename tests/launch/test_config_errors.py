@@ -790,6 +790,9 @@ CASES = [
          needles=["node has 1 rank", "allowed here: 1 to 1"]),
     Case("stages_above_units", {"pipeline.stages": "7"}, blame="pipeline.stages",
          needles=["6 units", "allowed: 1 to 6"]),
+    Case("stages_above_units_of_one_block", {"pipeline.stages": "5", "model.layers": "1"},
+         blame="pipeline.stages", needles=["a model of 1 block (model.layers) has 4 units",
+                                           "allowed: 1 to 4"]),
     Case("bf16_on_the_cpu", {"run.precision": "bf16", "run.device": "cpu"}, blame="run.precision",
          needles=["needs a GPU", "allowed on the CPU: fp32"]),
     # a small model (one 256x256 patch; a batch of 1 of 4096 bytes) on data no machine holds
@@ -1635,6 +1638,21 @@ def test_bert_init_from_refused(h):
     cases = [
         ("config_disagrees", hf_bert(h, "wide", {"hidden_size": 16}), {}, "model.dim",
          ["hidden_size 16"]),
+        # each size of config.json against its model.* key (the tensors
+        # unchanged: the sizes are compared first)
+        ("config_layers", hf_bert(h, "layers2", {"num_hidden_layers": 2}), {}, "model.layers",
+         ["num_hidden_layers 2"]),
+        ("config_heads", hf_bert(h, "heads4", {"num_attention_heads": 4}), {}, "model.heads",
+         ["num_attention_heads 4"]),
+        ("config_mlp", hf_bert(h, "mlp32", {"intermediate_size": 32}), {}, "model.mlp_hidden",
+         ["intermediate_size 32"]),
+        ("config_vocab", hf_bert(h, "vocab7", {"vocab_size": 7}), {}, "model.vocab",
+         ["vocab_size 7"]),
+        ("config_positions", hf_bert(h, "pos32", {"max_position_embeddings": 32}), {},
+         "model.positions", ["max_position_embeddings 32"]),
+        ("config_type_vocab", hf_bert(h, "types3", {"type_vocab_size": 3}), {"model.type_vocab": "2"},
+         "model.type_vocab",
+         ["type_vocab_size 3"]),
         ("config_eps", hf_bert(h, "eps", {"layer_norm_eps": 1e-5}), {"model.ln_eps": "1e-12"},
          "model.ln_eps",
          ["layer_norm_eps 1e-05"]),
