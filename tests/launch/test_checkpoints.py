@@ -1082,14 +1082,21 @@ def test_normalization_set_apart(h):
         _, run_dir = trained(h, name, kind="gpt", **dict(bert, **sets))
         ck = U.ckpt(run_dir, LAST)
         config = read_manifest(ck)["config"]
+        # split_cjk at auto with no file: BertTokenizer's default, true
         check(("lowercase: %s" % str(lower).lower()) in config and
-              ("strip_accents: %s" % str(strip).lower()) in config,
+              ("strip_accents: %s" % str(strip).lower()) in config and
+              "split_cjk: true" in config,
               "%s: the manifest records\n%s", name, config)
         out = h.path(name + "-export")
         h.run(["export", ck, out]).expect(0, "export of " + name)
         written = json.load(open(os.path.join(out, "tokenizer_config.json")))
-        check(written.get("do_lower_case") is lower and written.get("strip_accents") is strip,
+        check(written.get("do_lower_case") is lower and written.get("strip_accents") is strip and
+              written.get("tokenize_chinese_chars") is True,
               "%s: the export's tokenizer_config.json says %s", name, written)
+        # the longest input is the run's model.context (17), not the
+        # position table's rows (20)
+        check(written.get("model_max_length") == 17, "%s: model_max_length %s", name,
+              written.get("model_max_length"))
 
 
 def test_export_from_another_directory(h):
@@ -1138,6 +1145,17 @@ def test_export_from_another_directory(h):
               cwd=h.path("work-copy")).expect(2, "export of a copied project into its directory")
     r.one_error("export", "the directory of data.vocab")
     check(U.snapshot(h.path("work-copy")) == before, "a refused export changed the copy")
+    # the project moved since (the directory it recorded is gone): exported
+    # in its new place, the relative data.vocab is found there
+    os.rename(h.path("work"), h.path("work-moved"))
+    moved = h.path("moved-export")
+    r = h.run(["export", os.path.join("run", "checkpoints", "step_%010d" % LAST), moved],
+              cwd=h.path("work-moved")).expect(0, "export of a moved project")
+    check("no tokenizer files" not in r.err, "the moved project's vocabulary was not found:\n%s",
+          r.err)
+    check(U.read_bytes(os.path.join(moved, "vocab.txt")) == U.read_bytes(files["data.vocab"]) and
+          json.load(open(os.path.join(moved, "tokenizer_config.json"))).get("do_lower_case") is False,
+          "the moved project's export: %s", sorted(os.listdir(moved)))
 
 
 def test_eval_of_a_checkpoint_reads_no_init_from(h):
@@ -1881,19 +1899,46 @@ def test_resume_mid_epoch_after_data_shrank(h):
 def test_schedule_note_on_resume(h):
     """A resume under another learning-rate schedule says so once; a
     min_lr changed under a constant schedule (which never reaches it) is no
-    change, and the same schedule gets no note."""
-    for sched, changes, noted in (("cosine", {}, False), ("cosine", {"train.lr": "0.002"}, True),
-                                  ("cosine", {"train.min_lr": "0.0002"}, True),
-                                  ("constant", {"train.min_lr": "0.0002"}, False)):
+    change, and the same schedule gets no note. The note says the new
+    schedule's kind and warm-up."""
+    for i, (sched, changes, noted) in enumerate((
+            ("cosine", {}, None), ("cosine", {"train.lr": "0.002"}, "lr 0.002"),
+            ("cosine", {"train.min_lr": "0.0002"}, "min_lr 0.0002"),
+            ("cosine", {"train.warmup_steps": "4"}, "warm-up 4"),
+            ("cosine", {"train.schedule": "linear"}, "linear"),
+            ("constant", {"train.min_lr": "0.0002"}, None))):
         if not os.path.isdir(h.path("s-%s" % sched)):
             trained(h, "s-%s" % sched, **{"train.schedule": sched})
         orig = h.path("s-%s" % sched)
-        name = "c-%s-%d" % (sched, len(changes) + 2 * ("train.lr" in changes))
-        cfg, run_dir = copy_run(h, orig, name, **dict({"train.schedule": sched}, **changes))
+        cfg, run_dir = copy_run(h, orig, "c-%d" % i, **dict({"train.schedule": sched}, **changes))
         r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0)
-        got = r.err.count("learning-rate schedule differs")
-        check(got == (1 if noted else 0), "%s %s: %d notes of another schedule\n%s", sched,
-              changes, got, r.err)
+        notes = [l for l in r.err.splitlines() if "learning-rate schedule differs" in l]
+        # (the new schedule is the part after "now")
+        check(len(notes) == (1 if noted else 0) and (not noted or noted in notes[0].split(", now ")[-1]),
+              "%s %s: %d notes of another schedule\n%s", sched, changes, len(notes), r.err)
+
+
+def test_optimizer_note_on_resume(h):
+    """A resume with other optimizer or freezing settings than the
+    checkpoint's says so in one note naming each changed key, old and new;
+    the same settings resume without it."""
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "same")
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, "same settings")
+    check("other optimizer or freezing settings" not in r.err, "a note with the same settings:\n%s",
+          r.err)
+    for name, changes, needles in (
+            ("decay", {"train.weight_decay": "0.5"}, ["train.weight_decay"]),
+            ("beta2", {"train.beta2": "0.99"}, ["train.beta2"]),
+            ("clip", {"train.grad_clip": "0.5"}, ["train.grad_clip"]),
+            ("both", {"train.weight_decay": "0.5", "freeze.policy": "schedule", "freeze.unit": "step",
+                      "freeze.every": "3", "freeze.start": "3"},
+             ["train.weight_decay", "freeze.policy"])):
+        cfg, run_dir = copy_run(h, orig, name, **changes)
+        r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6)]).expect(0, name)
+        notes = [l for l in r.err.splitlines() if "other optimizer or freezing settings" in l]
+        check(len(notes) == 1 and all(n in notes[0] for n in needles) and "step_0000000006" in notes[0],
+              "%s: the note does not name %s:\n%s", name, needles, r.err)
 
 
 def test_resume_with_other_data_is_noted(h):
@@ -3882,6 +3927,7 @@ def tests():
         test_stopped_bert_export_takes_back_its_directories, test_export_spares_data_files,
         test_signal_while_bert_export_renames, test_unmakeable_directories_leave_nothing,
         test_schedule_note_on_resume,
+        test_optimizer_note_on_resume,
         test_bert_export_paths_that_are_not_what_they_say,
         test_bert_export_out_of_descriptors,
         test_data_identity,
