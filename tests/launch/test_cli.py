@@ -892,6 +892,39 @@ def test_stop_signals_blocked_by_the_parent(h):
     check(U.checkpoints(h.path("blocked")), "no checkpoint")
 
 
+def test_ignored_stop_signals(h):
+    """A hang-up or the soft CPU-time limit that the user asked to ignore
+    (nohup, a parent's SIG_IGN that exec passes on) does not stop train: it
+    goes on, and SIGTERM then stops it with a checkpoint, exit 130. SIGINT
+    ignored the same way (as a non-interactive shell starts `cmd &`) still
+    stops it: a script that sends it means it."""
+    for sig, stops in ((signal.SIGHUP, False), (signal.SIGXCPU, False), (signal.SIGINT, True)):
+        name = "ignored-%d" % sig
+        cfg = long_run(h, name)
+        p = subprocess.Popen([h.binary, "train", cfg], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             errors="replace", env=U.sanitizer_env(), cwd=h.dir,
+                             preexec_fn=lambda sig=sig: signal.signal(sig, signal.SIG_IGN))
+        time.sleep(1.0)
+        p.send_signal(sig)
+        if not stops:
+            time.sleep(1.0)
+            check(p.poll() is None, "signal %d, ignored by the parent, stopped the run: exit %s",
+                  sig, p.returncode)
+            p.send_signal(signal.SIGTERM)
+        try:
+            _, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise U.Failure("signal %d: still running 120 s after the stop" % sig)
+        want = sig if stops else signal.SIGTERM
+        check(p.returncode == 130 and "stopped by signal %d" % want in err,
+              "signal %d ignored by the parent: exit %d (expected 130, stopped by %d)\n%s", sig,
+              p.returncode, want, U.tail(err, 1500))
+        check(U.checkpoints(h.path(name)), "signal %d ignored by the parent: no checkpoint", sig)
+
+
 def test_umask_without_owner_rights(h):
     """For a user who is not root, a umask that takes the owner's own
     permissions off (0222) would make run.dir and checkpoints/ directories
@@ -1585,6 +1618,7 @@ def tests():
            test_notes_escape_the_run_dir,
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
            test_bus_error_every_command,
+           test_ignored_stop_signals,
            test_umask_without_owner_rights,
            test_set_twice_noted,
            test_cache_disk_dir_in_checkpoints,
