@@ -358,11 +358,47 @@ static void saved_state_decides_the_same(void)
     pt_freeze_free(&b);
 }
 
+/* A state with every block frozen (depth == blocks: max_depth's default is
+ * all of them) saves and loads as any other, through text, and decides the
+ * same afterwards; one past it is refused. */
+static void every_block_frozen_round_trip(void)
+{
+    pt_freeze_config cfg = {PT_FREEZE_SCHEDULE, 0.5, 0};
+    pt_freeze_state a, b;
+    pt_freeze_report r;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&a, &cfg, 6, &err), 0);
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&b, &cfg, 6, &err), 0);
+    for (int t = 0; t < 3; t++) /* 3, 5, 6 */
+        pt_freeze_decide(&a, &r);
+    CU_ASSERT_EQUAL_FATAL(a.depth, 6);
+    json_t *saved = pt_freeze_to_json(&a);
+    CU_ASSERT_FATAL(saved != NULL);
+    char *text = json_dumps(saved, 0);
+    json_decref(saved);
+    CU_ASSERT_FATAL(text != NULL);
+    json_t *loaded = json_loads(text, 0, NULL);
+    CU_ASSERT_FATAL(loaded != NULL);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, loaded, 1000, &err), 0);
+    CU_ASSERT_EQUAL(b.depth, 6);
+    CU_ASSERT_EQUAL(b.decisions, a.decisions);
+    CU_ASSERT_EQUAL(pt_freeze_decide(&a, &r), 6);
+    CU_ASSERT_EQUAL(pt_freeze_decide(&b, &r), 6);
+    CU_ASSERT_EQUAL(r.old_depth, 6);
+    CU_ASSERT_EQUAL(json_object_set_new(loaded, "depth", json_integer(7)), 0);
+    CU_ASSERT_EQUAL(pt_freeze_from_json(&b, loaded, 1000, &err), PT_EINPUT);
+    json_decref(loaded);
+    free(text);
+    pt_freeze_free(&a);
+    pt_freeze_free(&b);
+}
+
 static const pt_test tests[] = {{"schedule_tables", schedule_tables},
                                 {"max_depth_caps", max_depth_caps},
                                 {"auto_policy", auto_policy},
                                 {"auto_policy_median", auto_policy_median},
                                 {"auto_policy_unequal_intervals", auto_policy_unequal_intervals},
                                 {"saved_state_decides_the_same", saved_state_decides_the_same},
+                                {"every_block_frozen_round_trip", every_block_frozen_round_trip},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"freeze policies", tests}, {NULL, NULL}};
