@@ -232,9 +232,15 @@ static int textcls_rules(const pt_config *c, pt_err *err)
                                   : "text, kjv, synthetic_text");
 }
 
+/* The cache holds frozen blocks' output: without a freeze policy it would
+ * never serve, so cache.enabled is then a key the run does not read (a
+ * note, as for the freeze.* keys), not an error: a no-freezing ablation of
+ * a config with the cache on changes freeze.policy alone. */
+int pt_config_cache_on(const pt_config *c) { return c->cache.enabled && c->freeze.policy != 0; }
+
 static int cache_rules(const pt_config *c, pt_err *err)
 {
-    if (c->cache.enabled && (c->data.hflip || c->data.crop_pad))
+    if (pt_config_cache_on(c) && (c->data.hflip || c->data.crop_pad))
         return pt_config_key_fail(c, err, "cache.enabled",
                                   "the cache would keep the frozen blocks' output for one random "
                                   "augmentation of each image and serve it every epoch, which is "
@@ -248,10 +254,6 @@ static int cache_rules(const pt_config *c, pt_err *err)
                                   "(all of them) to %d",
                                   c->freeze.max_depth, c->model.layers,
                                   c->model.layers == 1 ? "" : "s", c->model.layers);
-    if (c->cache.enabled && c->freeze.policy == 0)
-        return pt_config_key_fail(c, err, "cache.enabled",
-                                  "the cache holds frozen blocks' output, but freeze.policy is "
-                                  "none; allowed with freeze.policy none: false");
     /* Half a disk tier is refused rather than warned about: either way the
      * run would go on without one, and a warning scrolls away with the
      * progress lines while the user believes the tier is there. */
@@ -265,7 +267,7 @@ static int cache_rules(const pt_config *c, pt_err *err)
                                   "'%s' is set, but cache.disk_gib is 0, so nothing would be "
                                   "written there; allowed with cache.disk_gib 0: ''",
                                   c->cache.disk_dir);
-    if (c->cache.enabled && c->cache.memory_gib <= 0 && c->cache.disk_gib <= 0)
+    if (pt_config_cache_on(c) && c->cache.memory_gib <= 0 && c->cache.disk_gib <= 0)
         return pt_config_key_fail(c, err, "cache.memory_gib",
                                   "0, and there is no disk tier, so the cache could hold nothing; "
                                   "allowed with cache.enabled: more than 0, or a disk tier");
@@ -289,7 +291,7 @@ static int cache_rules(const pt_config *c, pt_err *err)
 int pt_config_check_disk_tier(const pt_config *c, pt_err *err)
 {
     /* (with the cache off the key is unused, and said to be) */
-    if (c->cache.enabled && *c->cache.disk_dir) {
+    if (pt_config_cache_on(c) && *c->cache.disk_dir) {
         struct stat st;
         if (stat(c->cache.disk_dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return pt_config_key_fail(c, err, "cache.disk_dir", "'%s' is not a directory",
@@ -468,7 +470,9 @@ static int replans(const pt_config *c, int r)
 }
 /* one replica (fixed: a re-plan keeps it): no all-reduce, nothing to compare */
 static int replicates(const pt_config *c, int r) { (void)r; return c->pipeline.replicas != 1; }
-static int caches(const pt_config *c, int r) { (void)r; return c->cache.enabled; }
+static int caches(const pt_config *c, int r) { (void)r; return pt_config_cache_on(c); }
+/* (false says the cache is off with or without freezing: nothing to note) */
+static int cache_switch(const pt_config *c, int r) { return !c->cache.enabled || freezes(c, r); }
 
 static void have_model(const pt_config *c, char *out, size_t n)
 {
@@ -512,8 +516,10 @@ static void have_replicas(const pt_config *c, char *out, size_t n)
 }
 static void have_cache(const pt_config *c, char *out, size_t n)
 {
-    (void)c;
-    snprintf(out, n, "cache.enabled is false");
+    if (c->cache.enabled)
+        have_policy(c, out, n);
+    else
+        snprintf(out, n, "cache.enabled is false");
 }
 
 static const pt_key_reader readers[] = {
@@ -544,8 +550,9 @@ static const pt_key_reader readers[] = {
      "freeze.policy schedule or auto or a resume", have_layout},
     {"run.check_replicas pipeline.overlap pipeline.bucket_mib", replicates,
      "pipeline.replicas auto or above 1", have_replicas},
+    {"cache.enabled", cache_switch, "freeze.policy schedule and auto", have_policy},
     {"cache.memory_gib cache.disk_dir cache.disk_gib cache.min_depth", caches,
-     "cache.enabled true", have_cache},
+     "cache.enabled true and freeze.policy schedule or auto", have_cache},
 };
 
 /* The rule for key, or NULL (every configuration reads it). */

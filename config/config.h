@@ -166,6 +166,10 @@ int pt_config_validate(const pt_config *c, pt_err *err);
  * make the tier; eval opens no cache and skips it. */
 int pt_config_check_disk_tier(const pt_config *c, pt_err *err);
 
+/* Whether the run opens the frozen blocks' activation cache: cache.enabled,
+ * with a freeze policy (without one nothing would ever be cached). */
+int pt_config_cache_on(const pt_config *c);
+
 /* Whether a run of this configuration reads key (resuming: a run that
  * resumes a checkpoint): not model.patch for a gpt, nor cache.* with the
  * cache off, nor pipeline.elastic where nothing is re-planned, ...

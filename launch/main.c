@@ -478,7 +478,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
         pt_config_key_prefix(cfg, &err, "run.dir");
     /* nor may the cache's disk tier keep its file in a checkpoint, which a
      * pruning removes under it (every rank's node: each checks its own) */
-    if (rc == 0 && cfg->cache.enabled && *cfg->cache.disk_dir &&
+    if (rc == 0 && pt_config_cache_on(cfg) && *cfg->cache.disk_dir &&
         (rc = pt_output_dir_not_in_checkpoints("the directory", cfg->cache.disk_dir, &err)) ==
             PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "cache.disk_dir");

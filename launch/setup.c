@@ -517,7 +517,7 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
                                            : 0;
     /* nor does it open the cache (nor count its memory): its frozen prefix
      * would ride in front of stage 0, and the planner cuts the model whole */
-    s->cache_on = c->cache.enabled && mode != PT_RUN_EVAL;
+    s->cache_on = pt_config_cache_on(c) && mode != PT_RUN_EVAL;
     if (mode != PT_RUN_EVAL && !(resume && *resume))
         s->opening_depth = pt_session_opening_depth(c, s->arch.layers);
     int rc;

@@ -1496,6 +1496,30 @@ def unused_case(h, name, keys, expect, sets=(), command="plan"):
     return got
 
 
+def test_cache_without_freezing_noted(h):
+    """cache.enabled with freeze.policy none (a no-freezing ablation of a
+    config with the cache on) trains without the cache, as a key the run
+    does not read: a note for it and for each cache.* key set, naming the
+    policy, and the same losses as the run without them; data.hflip beside
+    it is no refusal then (nothing is cached). cache.enabled: false gets no
+    note. It used to be refused, exit 2."""
+    vit = dict(U.tiny("vit", h.path("plain")), **{"train.max_steps": "3"})
+    h.run(["train", U.write_config(h, "plain.yaml", vit)]).expect(0, "plain")
+    cached = dict(vit, **{"run.dir": h.path("cached"), "cache.enabled": "true",
+                          "cache.memory_gib": "0.5"})
+    got = unused_case(h, "cached", cached, {"cache.enabled", "cache.memory_gib"}, command="train")
+    for key in got:
+        check("freeze.policy is none" in got[key][1], "%s: %r", key, got[key])
+    losses = lambda d: [(r["step"], r["loss"]) for r in U.metrics(d)[0]]
+    check(losses(h.path("cached")) == losses(h.path("plain")) and losses(h.path("plain")),
+          "other losses with the cache key set:\n%s\n%s", losses(h.path("cached")),
+          losses(h.path("plain")))
+    unused_case(h, "flip", dict(cached, **{"run.dir": h.path("flip"), "data.hflip": "true"}),
+                {"cache.enabled", "cache.memory_gib"}, command="train")
+    unused_case(h, "off", dict(vit, **{"run.dir": h.path("off"), "cache.enabled": "false"}), set(),
+                command="train")
+
+
 def test_unused_keys_noted(h):
     """A key the config sets that its run never reads (model.patch for a
     gpt, cache.* with the cache off, ...) gets a note naming where it was
@@ -1619,6 +1643,7 @@ def tests():
            test_stop_while_the_config_pipe_is_read, test_stop_signals_blocked_by_the_parent,
            test_bus_error_every_command,
            test_ignored_stop_signals,
+           test_cache_without_freezing_noted,
            test_umask_without_owner_rights,
            test_set_twice_noted,
            test_cache_disk_dir_in_checkpoints,

@@ -365,8 +365,6 @@ CASES = [
          blame="cache.enabled", needles=["augmentation", "data.hflip"]),
     Case("cache_with_crop", {"freeze.policy": "schedule", "cache.enabled": "true", "data.crop_pad": "2"},
          blame="cache.enabled", needles=["augmentation", "data.crop_pad"]),
-    Case("cache_without_freezing", {"cache.enabled": "true"}, blame="cache.enabled",
-         needles=["freeze.policy is none"]),
     Case("cache_disk_dir_missing", {"freeze.policy": "schedule", "cache.enabled": "true",
                                     "cache.disk_dir": "/nonexistent/dir", "cache.disk_gib": "1"},
          blame="cache.disk_dir",
