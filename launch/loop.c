@@ -383,8 +383,10 @@ int pt_session_train(pt_session *s, pt_err *err)
                          c->freeze.start, by_step ? "steps" : "epochs",
                          (long long)first_decision, (long long)r->total_steps);
     if (r->step > 0)
-        pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, batch %lld of it)",
-                         (long long)r->step, (long long)r->epoch, (long long)r->epoch_step);
+        /* (the epoch the next step trains, counted from 1 as the progress
+         * lines count it, and how many of its batches are done) */
+        pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, %lld of its batches done)",
+                         (long long)r->step, (long long)r->epoch + 1, (long long)r->epoch_step);
     start_metrics(s, params);
     int rc = 0;
     /* freeze.start 0: the first decision comes before any training (the

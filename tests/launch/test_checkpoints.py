@@ -257,6 +257,10 @@ def test_manifest_deleted_auto_takes_previous(h):
     os.unlink(os.path.join(U.ckpt(run_dir, LAST), "manifest"))
     r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0)
     check("resumed at step 9" in r.err, "expected a resume from step 9\n%s", r.describe())
+    # epochs of 5 steps: step 10 is the last of epoch 2, counted from 1 as
+    # the progress line after it counts it (the note said epoch 1)
+    check("resumed at step 9 (epoch 2, 4 of its batches done)" in r.err and
+          "epoch 2/3 step 10/15" in r.err, "the resume's epoch:\n%s", r.describe())
     check(os.path.isfile(os.path.join(U.ckpt(run_dir, 15), "manifest")),
           "the resumed run did not save step 15: %s", U.checkpoints(run_dir))
 
