@@ -1496,6 +1496,25 @@ def unused_case(h, name, keys, expect, sets=(), command="plan"):
     return got
 
 
+def test_grad_clip_zero_is_off_and_last_step_logged(h):
+    """train.grad_clip: 0 turns clipping off: the same losses as a bound no
+    gradient reaches (a mutant that read 0 as a bound of 0 zeroed every
+    step's gradient and passed every test); and with train.log_every not
+    dividing the steps (4 of 15) the last step still gets its progress
+    line (the final line was dropped by a mutant, unseen)."""
+    losses = {}
+    for name, clip in (("clip0", "0"), ("clip-huge", "1e6")):
+        keys = dict(U.tiny("vit", h.path(name)), **{"train.grad_clip": clip, "train.max_steps": "15",
+                                                    "train.log_every": "4", "train.epochs": "5"})
+        r = h.run(["train", U.write_config(h, name + ".yaml", keys)]).expect(0, name)
+        losses[name] = [(m["step"], m["loss"]) for m in U.metrics(h.path(name))[0]]
+        steps = [int(x) for x in re.findall(r"step (\d+)/15", r.err)]
+        check(steps and steps[-1] == 15, "%s: progress lines end at step %s\n%s", name,
+              steps[-1:], r.err[-1500:])
+    check(losses["clip0"] == losses["clip-huge"] and len(losses["clip0"]) >= 2,
+          "grad_clip 0 is not off: %s against %s", losses["clip0"], losses["clip-huge"])
+
+
 def test_cache_without_freezing_noted(h):
     """cache.enabled with freeze.policy none (a no-freezing ablation of a
     config with the cache on) trains without the cache, as a key the run
@@ -1644,6 +1663,7 @@ def tests():
            test_bus_error_every_command,
            test_ignored_stop_signals,
            test_cache_without_freezing_noted,
+           test_grad_clip_zero_is_off_and_last_step_logged,
            test_umask_without_owner_rights,
            test_set_twice_noted,
            test_cache_disk_dir_in_checkpoints,
