@@ -1511,8 +1511,27 @@ def test_grad_clip_zero_is_off_and_last_step_logged(h):
         steps = [int(x) for x in re.findall(r"step (\d+)/15", r.err)]
         check(steps and steps[-1] == 15, "%s: progress lines end at step %s\n%s", name,
               steps[-1:], r.err[-1500:])
+        # no step is left after the last: its ETA is 0
+        last = [l for l in r.err.splitlines() if "step 15/15" in l][-1]
+        check(last.endswith("ETA 0s"), "%s: the last progress line: %r", name, last)
     check(losses["clip0"] == losses["clip-huge"] and len(losses["clip0"]) >= 2,
           "grad_clip 0 is not off: %s against %s", losses["clip0"], losses["clip-huge"])
+
+
+def test_threads_past_the_cores_warned(h):
+    """run.threads above the cores a rank has gets one warning naming both;
+    exactly the cores gets none (a mutant warning at equal passed)."""
+    def run(name, threads):
+        keys = dict(U.tiny("vit", h.path(name)), **{"run.threads": str(threads),
+                                                    "train.max_steps": "1"})
+        return h.run(["train", U.write_config(h, name + ".yaml", keys)]).expect(0, name).err
+    err = run("many", 1024)
+    warned = re.findall(r"run\.threads: 1024 threads per rank, but each rank has (\d+) cores?", err)
+    check(len(warned) == 1, "no warning of 1024 threads:\n%s", err[-1500:])
+    cores = int(warned[0])
+    err = run("exact", cores)
+    check("threads per rank, but" not in err, "%d threads on %d cores warned:\n%s", cores, cores,
+          err[-1500:])
 
 
 def test_cache_without_freezing_noted(h):
@@ -1663,6 +1682,7 @@ def tests():
            test_bus_error_every_command,
            test_ignored_stop_signals,
            test_cache_without_freezing_noted,
+           test_threads_past_the_cores_warned,
            test_grad_clip_zero_is_off_and_last_step_logged,
            test_umask_without_owner_rights,
            test_set_twice_noted,
