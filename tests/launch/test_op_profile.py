@@ -134,6 +134,39 @@ def test_totals_vit(h):
     check(p["peak_flops"] > 1e8 and "FMA" in p["peak_how"], "peak %r (%s)", p["peak_flops"],
           p["peak_how"])
     check("| op | shape | calls/step | ms/step |" in r.err, "no table header\n%s", r.describe())
+    # the table's row of the QKV projection says what the JSON says, per
+    # step: calls, ms, GFLOP/s and the share of the peak (each to the
+    # digits printed)
+    shape = "%dx%d . %dx%d^T +b" % (rows, d, 3 * d, d)
+    o = [o for o in ops if o["op"] == "linear_fwd" and o["shape"] == shape][0]
+    row = [l for l in r.err.splitlines() if l.startswith("| linear_fwd | %s |" % shape)]
+    check(len(row) == 1, "no single table row of %s\n%s", shape, r.err[-3000:])
+    cells = [c.strip() for c in row[0].strip("|").split("|")]
+    calls, ms, gflops, peak_pct = float(cells[2]), float(cells[3]), float(cells[5]), float(cells[6])
+    want_gf = 1e-9 * o["flops_per_step"] / o["s_per_step"]
+    for what, got, want, digit in (("calls/step", calls, o["calls_per_step"], 0),
+                                   ("ms/step", ms, 1e3 * o["s_per_step"], 5e-4),
+                                   ("GFLOP/s", gflops, want_gf, 5e-3),
+                                   ("% of peak", peak_pct, 100 * 1e9 * want_gf / p["peak_flops"], 0.05)):
+        check(abs(got - want) <= digit + 1e-6 * abs(want), "the table's %s %r, the JSON's %r: %s",
+              what, got, want, row[0])
+    check(calls == layers - 1, "the table's calls/step %r, expected %d", calls, layers - 1)
+
+
+def test_attention_shapes_named(h):
+    """A gpt's attention rows say causal, a vit's neither causal nor masked
+    (the two flags swapped in the shape text passed every test)."""
+    for kind, want, not_want in (("gpt", ["causal"], ["masked"]), ("vit", [], ["causal", "masked"])):
+        keys = {"run.profile_ops": "true"}
+        if kind == "gpt":
+            keys["sample.length"] = "0"
+        run_dir, _ = train(h, kind, kind, **keys)
+        with open(os.path.join(run_dir, "op_profile-rank0.json")) as f:
+            shapes = [o["shape"] for o in json.load(f)["ops"] if o["op"].startswith("attention")]
+        check(shapes, "%s: no attention rows", kind)
+        for sh in shapes:
+            check(all(w in sh for w in want) and not any(w in sh for w in not_want),
+                  "%s: attention shape %r", kind, sh)
 
 
 def test_eval_untouched(h):
@@ -188,7 +221,7 @@ def tests():
     for name, t in CASES.items():
         t.__name__ = "test_" + name
         out.append(t)
-    return out + [test_totals_vit, test_eval_untouched, test_blocked_output_refused_at_start]
+    return out + [test_totals_vit, test_attention_shapes_named, test_eval_untouched, test_blocked_output_refused_at_start]
 
 
 if __name__ == "__main__":
