@@ -231,10 +231,21 @@ def check_model(tools, work, model):
     with open(config, "w") as f:
         f.write(text.format(data=data, vocab=vocab) + COMMON.format(lr=LR))
 
+    outputs = {}
+
     def train(name, ranks, **kv):
         run_dir = os.path.join(work, name)
-        tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, **kv))
+        outputs[run_dir] = tools.run(ranks, ["train", config] + h.sets(run__dir=run_dir, **kv))[2]
         return run_dir
+
+    def replan_lines_agree(run_dir, what):
+        """each replan record has its progress line, with the same layouts"""
+        for e in h.events(run_dir, "replan"):
+            line = "re-planned: K = %d x D = %d, M = %d -> K = %d x D = %d, M = %d," % (
+                e["old"]["stages"], e["old"]["replicas"], e["old"]["micro"], e["new"]["stages"],
+                e["new"]["replicas"], e["new"]["micro"])
+            expect(line in outputs[run_dir], "%s: the progress line %r of the replan at step %d"
+                   % (what, line, e["step"]))
 
     def result(run_dir):
         loss = {r["step"]: r["loss"] for r in h.events(run_dir, "step")}
@@ -253,6 +264,7 @@ def check_model(tools, work, model):
                         pipeline__profile=profile, cache__enabled=cache, run__log_samples="true",
                         run__check_replicas=4)
         runs[cache] = run_dir
+        replan_lines_agree(run_dir, "%s, cache %s" % (model, cache))
         plans = [(e["old"]["stages"], e["old"]["replicas"], e["new"]["stages"],
                   e["new"]["replicas"]) for e in h.events(run_dir, "replan")]
         expect(plans == [(4, 1, 2, 2), (2, 2, 1, 4)],
@@ -282,6 +294,7 @@ def check_model(tools, work, model):
                     pipeline__profile=growing, pipeline__stages=4, pipeline__replicas=1)
     micro = [(e["old"]["micro"], e["new"]["micro"]) for e in h.events(run_dir, "replan")]
     expect(micro[:1] == [(16, 32)], "%s: M went 16 -> 32 at the first decision: %s" % (model, micro))
+    replan_lines_agree(run_dir, "%s, growing M" % model)
     compare("%s M 16 -> 32, against one process" % model, ref, result(run_dir), steps, ref_is_serial=True)
 
     print("%s: resume across layouts from the checkpoint saved at (2, 2)" % model, flush=True)
