@@ -1534,6 +1534,33 @@ def test_threads_past_the_cores_warned(h):
           err[-1500:])
 
 
+def test_freeze_lines_match_records(h):
+    """Each freeze decision's progress line says what its metrics record
+    says: the depths, and under auto the norms' candidate, the median change
+    rate and the schedule's bound, each in its place (the candidate and the
+    bound swapped in the line passed every test)."""
+    for policy in ("auto", "schedule"):
+        name = "freeze-" + policy
+        keys = dict(U.tiny("vit", h.path(name)), **{"freeze.policy": policy, "model.layers": "4",
+                                                   "train.epochs": "6"})
+        r = h.run(["train", U.write_config(h, name + ".yaml", keys)]).expect(0, name)
+        recs = [json.loads(l) for l in open(os.path.join(h.path(name), "metrics.jsonl"))]
+        recs = [e for e in recs if e.get("event") == "freeze"]
+        check(recs, "%s: no freeze record", policy)
+        for e in recs:
+            line = "freeze decision %d (%s): %d -> %d of 4 blocks frozen (" % (
+                e["decision"], policy, e["old_depth"], e["depth"])
+            if policy == "auto":
+                line += "the norms say %d, median change rate %.3g, bound %d)" % (
+                    e["candidate"], e["threshold"], e["bound"])
+            else:
+                line += "bound %d)" % e["bound"]
+            check(line in r.err, "%s: no line %r\n%s", policy, line, r.err[-2500:])
+        if policy == "auto":
+            check(any(e["candidate"] != e["bound"] for e in recs),
+                  "every decision's candidate is its bound: the order is not tested %s", recs)
+
+
 def test_cache_without_freezing_noted(h):
     """cache.enabled with freeze.policy none (a no-freezing ablation of a
     config with the cache on) trains without the cache, as a key the run
@@ -1682,6 +1709,7 @@ def tests():
            test_bus_error_every_command,
            test_ignored_stop_signals,
            test_cache_without_freezing_noted,
+           test_freeze_lines_match_records,
            test_threads_past_the_cores_warned,
            test_grad_clip_zero_is_off_and_last_step_logged,
            test_umask_without_owner_rights,
