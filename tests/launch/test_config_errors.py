@@ -1292,7 +1292,29 @@ def test_text_classification_data_errors(h):
                  "%s\tthe verse %d\n" % ("law" if i < 5 else "wisdom", i) for i in range(10))),
               "data.test_fraction": "0.9", "train.batch": "1"},
              ["1 of the 2 labels of '%s' (data.train_file)" % h.path("ten.tsv"),
-              "has all its examples in the data.test_fraction split"])]:
+              "has all its examples in the data.test_fraction split"]),
+            # the first untrained label in byte order is named: one verse
+            # trains, so 3 of the 4 labels have none, and the first of them
+            # is hymn, or law where hymn's verse trains (a mutant named the last)
+            ("first_untrained_named",
+             {"data.train_file": U.write(h.path("nine.tsv"), "".join(
+                 "%s\t%s\n" % x for x in (
+                     ("law", "the verse"), ("law", "verse"), ("law", "the"), ("psalm", "verse the"),
+                     ("wisdom", "the the"), ("hymn", "verse verse"), ("hymn", "the verse the"),
+                     ("wisdom", "the verse verse"), ("psalm", "the the the")))),
+              "data.test_fraction": "0.89", "train.batch": "1"},
+             ["3 of the 4 labels of '%s' (data.train_file) ('" % h.path("nine.tsv"),
+              "have all their examples in the data.test_fraction split"]),
+            # 4 labels each once (the fewest the note is for), a test file
+            # of its own
+            ("four_labels_once",
+             {"data.train_file": U.write(h.path("four.tsv"), "".join(
+                 "the verse %s\t%s\n" % (w, l) for w, l in (("one", "a"), ("two", "b"),
+                                                              ("three", "c"), ("four", "d")))),
+              "data.test_file": U.write(h.path("four-test.tsv"),
+                                        "the verse one\tthe\nthe verse two\tverse\n"),
+              "train.batch": "1"},
+             ["every one of the 4 labels of '%s' (data.train_file) occurs once" % h.path("four.tsv")])]:
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
                                  "data.vocab": f["vocab"], "model.vocab": "6",
                                  "run.dir": h.path(name), **sets})
@@ -1300,6 +1322,9 @@ def test_text_classification_data_errors(h):
         notes = [l for l in r.err.splitlines() if "note:" in l and "labels of" in l]
         check(len(notes) == 1 and all(n in notes[0] for n in needles),
               "%s: not the one note %s:\n%s", name, needles, r.describe())
+        if name == "first_untrained_named":
+            check("('hymn', ...)" in notes[0] or "('law', ...)" in notes[0],
+                  "not the first untrained label named: %s", notes[0])
     # a file whose labels all train gets neither note
     check("labels of" not in r_plain_err(h, base, f),
           "a note on the labels of a file whose labels all train")
