@@ -39,6 +39,11 @@ static int open_backend(pt_session *r, pt_err *err)
         if ((rc = pt_backend_open(&r->be, gpu, threads, err))) {
             char at[PT_PATH_MAX + 32];
             pt_config_where(&r->cfg, "run.device", at, sizeof at);
+            /* asking for what this build or machine does not have is a
+             * setting to change (exit 2, as bf16 without a GPU); a GPU
+             * that is there but fails stays a device failure */
+            if (strstr(err->msg, "built without CUDA") || strncmp(err->msg, "no CUDA device", 14) == 0)
+                err->code = PT_EINPUT;
             return pt_err_prefix(err, "%srun.device is cuda", at);
         }
         return 0;
