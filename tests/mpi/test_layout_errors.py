@@ -602,6 +602,39 @@ def memory_suggestions_on_replicas(tools, work):
     return failures
 
 
+def staging_share_on_replicas(tools, work):
+    """A batch whose staged inputs cannot fit a rank's RAM is refused naming
+    train.batch, with the larger replica's share: 16777215 over 2 replicas is
+    8388608 per replica (the ceiling; the floor, 8388607, understates what the
+    larger replica stages). A GPT of context 65536 stages about 0.5 MiB an
+    example, so the share takes some 4 TiB: refused on any machine."""
+    run = os.path.join(work, "run-staging")
+    cfg = os.path.join(work, "staging.yaml")
+    with open(cfg, "w") as f:
+        f.write("run:\n  dir: %s\n  threads: 1\nmodel:\n  kind: gpt\n  context: 65536\n"
+                "  dim: 8\n  layers: 1\n  heads: 1\ndata:\n  kind: synthetic_text\n"
+                "  synthetic_examples: 64\ntrain:\n  batch: 16777215\n"
+                "pipeline:\n  replicas: 2\n" % run)
+    failures = 0
+    for cmd in ("train", "plan"):
+        rc, _, out = tools.run(2, [cmd, cfg], check=False, timeout=120)
+        problems = []
+        if rc != 2:
+            problems.append("exit status %d, not 2" % rc)
+        for w in ("%s:14: train.batch: " % cfg, "16777215 examples, 8388608 per replica,"):
+            if w not in out:
+                problems.append("the output lacks %r" % w)
+        if os.path.exists(run):
+            problems.append("run.dir was created")
+        if problems:
+            failures += 1
+            print("FAIL staging share on 2 replicas (%s): %s\n%s"
+                  % (cmd, "; ".join(problems), out[-2000:]), flush=True)
+        else:
+            print("ok   staging share on 2 replicas (%s)" % cmd, flush=True)
+    return failures
+
+
 def main():
     tools = H.Tools(sys.argv)
     failures = 0
@@ -682,6 +715,7 @@ def main():
         failures += extra_tensor_in_init(tools, work)
         failures += eval_with_cache_under_memory(tools, work)
         failures += memory_suggestions_on_replicas(tools, work)
+        failures += staging_share_on_replicas(tools, work)
     if failures:
         fail("%d case(s)" % failures)
     print("mpi_layout_errors: all passed")
