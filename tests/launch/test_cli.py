@@ -1536,6 +1536,41 @@ def test_threads_past_the_cores_warned(h):
           err[-1500:])
 
 
+def test_eta_counts_the_steps_left(h):
+    """The progress line's ETA is the wall time per step so far times the
+    steps left: the first step's own time at step 1, then the time since
+    the first step over the steps since. Recomputed here from the metrics
+    records of the same moments (time_s, step_s), on steps of about a
+    second, so one step too many or too few moves the ETA by a second (an
+    ETA counting one step too many passed every test: the test models'
+    steps take milliseconds)."""
+    name = "eta"
+    keys = dict(U.tiny("vit", h.path(name)), **{
+        "run.threads": "1", "model.dim": "192", "model.layers": "4", "model.heads": "2",
+        "model.patch": "7", "data.kind": "synthetic_images", "data.image_size": "28",
+        "data.synthetic_examples": "6144", "train.batch": "1536", "train.epochs": "1",
+        "train.max_steps": "4", "train.log_every": "1", "train.eval_examples": "16"})
+    r = h.run(["train", U.write_config(h, name + ".yaml", keys)]).expect(0, name)
+    recs = [json.loads(l) for l in open(os.path.join(h.path(name), "metrics.jsonl"))]
+    steps = [e for e in recs if e.get("event") == "step"]
+    total = next(e for e in recs if e.get("event") == "start")["total_steps"]
+    shown = {int(m.group(1)): int(m.group(2)) for m in
+             re.finditer(r"step (\d+)/%d .* ETA (\d+)s$" % total, r.err, re.M)}
+    check(sorted(shown) == [e["step"] for e in steps], "ETA lines for steps %s, records %s\n%s",
+          sorted(shown), [e["step"] for e in steps], r.err[-1500:])
+    first = steps[0]
+    slow = 0
+    for k, e in enumerate(steps):
+        per = first["step_s"] if k == 0 else (e["time_s"] - first["time_s"]) / k
+        want = per * (total - e["step"])
+        slow += per >= 0.75
+        check(abs(shown[e["step"]] - want) <= 0.5 + 1e-6,
+              "step %d: ETA %ds, but %.3f s per step x %d steps left is %.3f s\n%s",
+              e["step"], shown[e["step"]], per, total - e["step"], want, r.err[-1500:])
+    check(slow >= 2, "steps too fast (%s s) for an ETA off by a step to show",
+          [round(e["step_s"], 3) for e in steps])
+
+
 def test_freeze_lines_match_records(h):
     """Each freeze decision's progress line says what its metrics record
     says: the depths, and under auto the norms' candidate, the median change
@@ -1713,6 +1748,7 @@ def tests():
            test_cache_without_freezing_noted,
            test_freeze_lines_match_records,
            test_threads_past_the_cores_warned,
+           test_eta_counts_the_steps_left,
            test_grad_clip_zero_is_off_and_last_step_logged,
            test_umask_without_owner_rights,
            test_set_twice_noted,
