@@ -1571,6 +1571,30 @@ def test_eta_counts_the_steps_left(h):
           [round(e["step_s"], 3) for e in steps])
 
 
+def test_binding_names_its_cores(h):
+    """plan's binding line names the cores the rank is bound to: a range
+    of as many cores as it has threads, whose PUs it lists (the range's
+    last core read one past the cores found passed every test)."""
+    name = "bind"
+    cfg = U.write_config(h, name + ".yaml", dict(U.tiny("vit", h.path(name)), **{"run.threads": "0"}))
+    r = h.run(["plan", cfg]).expect(0, name)
+    m = re.search(r"^rank 0: .*: local rank 0 bound to (?:core (\d+)|cores (\d+)-(\d+)) "
+                  r"\(PUs ([0-9,-]+)\), (\d+) threads?$", r.out, re.M)
+    if m is None:
+        check("not bound" in r.out or "refused" in r.out or "affinity allows" in r.out,
+              "no binding line:\n%s", r.out[:1500])
+        return "skipped: this rank is not bound to a range of cores here"
+    threads = int(m.group(5))
+    first, last = (int(m.group(1)), int(m.group(1))) if m.group(1) else (int(m.group(2)), int(m.group(3)))
+    check(last - first + 1 == threads, "bound to cores %d-%d, but %d threads:\n%s", first, last,
+          threads, m.group(0))
+    pus = set()
+    for part in m.group(4).split(","):
+        a, _, b = part.partition("-")
+        pus.update(range(int(a), int(b or a) + 1))
+    check(len(pus) >= threads, "%d threads on the PUs %s", threads, m.group(4))
+
+
 def test_freeze_lines_match_records(h):
     """Each freeze decision's progress line says what its metrics record
     says: the depths, and under auto the norms' candidate, the median change
@@ -1748,7 +1772,7 @@ def tests():
            test_cache_without_freezing_noted,
            test_freeze_lines_match_records,
            test_threads_past_the_cores_warned,
-           test_eta_counts_the_steps_left,
+           test_eta_counts_the_steps_left, test_binding_names_its_cores,
            test_grad_clip_zero_is_off_and_last_step_logged,
            test_umask_without_owner_rights,
            test_set_twice_noted,
