@@ -9,6 +9,7 @@
 #include "tests/common/cunit_main.h"
 
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,5 +113,29 @@ static void test_world_of_one(void)
     CU_ASSERT_EQUAL(inited, 0);
 }
 
-static const pt_test solo_tests[] = {{"world_of_one", test_world_of_one}, {NULL, NULL}};
+/* A launcher is recognised by one of its variables, by the whole name:
+ * a longer name that begins with one (PMI_RANKS, SLURM_PROCID_LIST), a name
+ * without '=', or one inside another is not a launcher, so a command run by
+ * hand beside such variables stays a world of one without MPI's start. */
+static void test_launcher_names_whole(void)
+{
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof *launcher_vars; i++) {
+        char set[64], longer[64], inside[64], bare[64];
+        snprintf(set, sizeof set, "%s=0", launcher_vars[i]);
+        snprintf(longer, sizeof longer, "%sX=0", launcher_vars[i]);
+        snprintf(inside, sizeof inside, "X%s=0", launcher_vars[i]);
+        snprintf(bare, sizeof bare, "%s", launcher_vars[i]);
+        char *yes[] = {"HOME=/", set, NULL};
+        char *no[] = {longer, inside, bare, "PATH=/bin", NULL};
+        CU_ASSERT_TRUE(pt_comm_launched_in(yes));
+        CU_ASSERT_FALSE(pt_comm_launched_in(no));
+    }
+    char *empty[] = {NULL};
+    CU_ASSERT_FALSE(pt_comm_launched_in(empty));
+    CU_ASSERT_FALSE(pt_comm_launched_in(NULL));
+}
+
+static const pt_test solo_tests[] = {{"world_of_one", test_world_of_one},
+                                     {"launcher_names_whole", test_launcher_names_whole},
+                                     {NULL, NULL}};
 static const pt_test_suite suites[] = {{"solo", solo_tests}, {NULL, NULL}};
