@@ -72,6 +72,20 @@ def fail(msg):
     sys.exit(1)
 
 
+def refusal_failed(where, rc, out, run_dir, words):
+    """Checks a refusal: exit 2, every word in the output, no run.dir made.
+    Prints ok or FAIL with what is wrong; returns the failures (0 or 1)."""
+    problems = [] if rc == 2 else ["exit status %d, not 2" % rc]
+    problems += ["the output lacks %r" % w for w in words if w not in out]
+    if os.path.exists(run_dir):
+        problems.append("run.dir was created")
+    if problems:
+        print("FAIL %s: %s\n%s" % (where, "; ".join(problems), out[-2000:]), flush=True)
+        return 1
+    print("ok   %s" % where, flush=True)
+    return 0
+
+
 def damaged_stage_file(tools, work):
     run = os.path.join(work, "run-two-stages")
     cfg = os.path.join(work, "two-stages.yaml")
@@ -406,20 +420,9 @@ def extra_tensor_in_init(tools, work):
         rc, _, out = tools.run(stages, ["train", cfg, "--set", "run.dir=" + run_dir, "--set",
                                         "model.init_from=" + extra, "--set",
                                         "pipeline.stages=%d" % stages], check=False, timeout=120)
-        problems = []
-        if rc != 2:
-            problems.append("exit status %d, not 2" % rc)
-        if "has tensor 'block9.extra', which this model does not have" not in out:
-            problems.append("the output does not name the tensor")
-        if os.path.exists(run_dir):
-            problems.append("run.dir was created")
-        if problems:
-            failures += 1
-            print("FAIL init_from with an extra tensor on %d stage(s): %s\n%s"
-                  % (stages, "; ".join(problems), out[-2000:]), flush=True)
-        else:
-            print("ok   init_from with an extra tensor on %d stage(s): refused naming it" % stages,
-                  flush=True)
+        failures += refusal_failed(
+            "init_from with an extra tensor on %d stage(s): refused naming it" % stages, rc, out,
+            run_dir, ["has tensor 'block9.extra', which this model does not have"])
     return failures
 
 
@@ -618,20 +621,9 @@ def staging_share_on_replicas(tools, work):
     failures = 0
     for cmd in ("train", "plan"):
         rc, _, out = tools.run(2, [cmd, cfg], check=False, timeout=120)
-        problems = []
-        if rc != 2:
-            problems.append("exit status %d, not 2" % rc)
-        for w in ("%s:14: train.batch: " % cfg, "16777215 examples, 8388608 per replica,"):
-            if w not in out:
-                problems.append("the output lacks %r" % w)
-        if os.path.exists(run):
-            problems.append("run.dir was created")
-        if problems:
-            failures += 1
-            print("FAIL staging share on 2 replicas (%s): %s\n%s"
-                  % (cmd, "; ".join(problems), out[-2000:]), flush=True)
-        else:
-            print("ok   staging share on 2 replicas (%s)" % cmd, flush=True)
+        failures += refusal_failed("staging share on 2 replicas (%s)" % cmd, rc, out, run,
+                                   ["%s:14: train.batch: " % cfg,
+                                    "16777215 examples, 8388608 per replica,"])
     return failures
 
 
