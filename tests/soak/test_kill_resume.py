@@ -25,8 +25,9 @@ Variants (each against its own uninterrupted reference run):
   idle5      the same on 5 ranks under test_elastic's idle-join limit: the
              fifth rank idle in the first layouts, then a replica
 Two kinds of kill:
-  - at a random moment (uniform over the expected run time), with a
-    checkpoint every 2 steps so many kills land inside a save;
+  - at a random moment (uniform over the expected run time, then over
+    the part left after the newest checkpoint), with a checkpoint every 2
+    steps so many kills land inside a save;
   - at each phase of a save, deterministically (PIPETRAIN_TEST_FAULT, see
     launch/fault.h: directory prepared, unit file half written, unit files
     written, manifest written), once plain and once as PID 1.
@@ -276,17 +277,30 @@ def reference(runner, variant):
     return (losses, weights), took
 
 
+def checkpoint_step(run_dir):
+    """The step of run_dir's newest complete checkpoint; 0 before the first."""
+    try:
+        return int(os.path.basename(h.latest_checkpoint(run_dir)).split("_")[-1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def random_kills(runner, variant, ref, took, kills):
     """Kills at random moments until the run gets through; returns how many
     attempts it took."""
     cfg, run_dir = runner.config("random-%s" % variant, variant)
+    total = len(ref[0])
     attempts, killed = 0, 0
     while True:
         attempts += 1
         p = runner.start(variant, cfg, resume=attempts > 1)
         if killed < kills:
-            # from just after start-up to the end of an uninterrupted run
-            time.sleep(random.uniform(0.05, took))
+            # from just after start-up to the end of the run: the whole
+            # uninterrupted run's time at first, then the part left after
+            # the newest checkpoint (drawn over the whole time again, most
+            # kills after the first would come after a resume had ended)
+            done = checkpoint_step(run_dir)
+            time.sleep(random.uniform(0.01, max(0.02, took * (total - done) / total)))
             if p.poll() is None:
                 kill_one(p, variant)
                 killed += 1
