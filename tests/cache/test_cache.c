@@ -53,8 +53,29 @@ static void round_trip_and_depths(void)
     pt_cache_stats st;
     pt_cache_stats_get(c, &st);
     CU_ASSERT_EQUAL(st.memory_used, 1); /* one location for the sample, reused */
+    /* an entry is written once per depth: another put at its depth (a
+     * rank that computed the same sample) keeps the first, never
+     * rewriting bytes a reader may be copying */
+    float other[ENTRY];
+    pattern(8, 5, other);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 7, 5, other, &err), 1);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 7, 5, out, &err), 1);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
     CU_ASSERT_EQUAL(pt_cache_get(c, 50, 5, out, &err), 0); /* out of range */
     CU_ASSERT_NOT_EQUAL(pt_cache_put(c, 50, 1, in, &err), 1);
+    for (int64_t id = 50; id <= 52; id++) /* past the slots: no depth, whatever lies there */
+        CU_ASSERT_EQUAL(pt_cache_depth(c, id), 0);
+    CU_ASSERT_EQUAL(pt_cache_depth(c, -1), 0);
+    CU_ASSERT_EQUAL(pt_cache_get(c, -1, 5, out, &err), 0);
+    /* depths up to the slot's 16 bits: 65535 frozen units is a depth */
+    pattern(9, 0xffff, in);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 9, 0xffff, in, &err), 1);
+    CU_ASSERT_EQUAL(pt_cache_depth(c, 9), 0xffff);
+    CU_ASSERT_EQUAL(pt_cache_get(c, 9, 0xffff, out, &err), 1);
+    CU_ASSERT_EQUAL(memcmp(in, out, sizeof in), 0);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 10, 0x10000, in, &err), PT_EINTERNAL);
+    CU_ASSERT_EQUAL(pt_cache_put(c, 10, 0, in, &err), PT_EINTERNAL);
+    CU_ASSERT_EQUAL(pt_cache_depth(c, 10), 0);
     pt_cache_close(c);
     char name[128];
     snprintf(name, sizeof name, "/pipetrain-%u-%s", (unsigned)getuid(), job);
