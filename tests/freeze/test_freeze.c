@@ -393,6 +393,65 @@ static void every_block_frozen_round_trip(void)
     pt_freeze_free(&b);
 }
 
+/* A resume may change freeze.* (with a note): a lower freeze.max_depth or a
+ * smaller freeze.alpha gives a bound below the depth the checkpoint holds,
+ * and the frozen blocks stay frozen (their optimizer state is gone): depth
+ * never shrinks, across a reload as within a run. */
+static void resumed_under_lower_limits_keeps_its_depth(void)
+{
+    pt_freeze_config was = {PT_FREEZE_SCHEDULE, 0.5, 0};
+    pt_freeze_state a;
+    pt_freeze_report r;
+    pt_err err;
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&a, &was, 6, &err), 0);
+    pt_freeze_decide(&a, &r);
+    pt_freeze_decide(&a, &r); /* 3, 5 */
+    CU_ASSERT_EQUAL_FATAL(a.depth, 5);
+    json_t *saved = pt_freeze_to_json(&a);
+    CU_ASSERT_FATAL(saved != NULL);
+    const pt_freeze_config now[] = {{PT_FREEZE_SCHEDULE, 0.1, 0}, /* bound at t = 3: 2 */
+                                    {PT_FREEZE_SCHEDULE, 0.5, 2},
+                                    {PT_FREEZE_AUTO, 0.1, 0},
+                                    {PT_FREEZE_AUTO, 0.5, 1}};
+    for (size_t i = 0; i < sizeof now / sizeof now[0]; i++) {
+        pt_freeze_state b;
+        CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&b, &now[i], 6, &err), 0);
+        CU_ASSERT_EQUAL_FATAL(pt_freeze_from_json(&b, saved, 1000, &err), 0);
+        int d[3];
+        run_auto(&b, 3, settling_prefix, d, &r);
+        for (int t = 0; t < 3; t++) {
+            if (d[t] != 5)
+                printf("\n  case %zu, decision %d after the reload: depth %d, expected 5", i, t, d[t]);
+            CU_ASSERT_EQUAL(d[t], 5);
+        }
+        CU_ASSERT_EQUAL(r.old_depth, 5);
+        pt_freeze_free(&b);
+    }
+    json_decref(saved);
+    pt_freeze_free(&a);
+}
+
+/* A block whose gradient norm was 0 over the last interval (its parameters
+ * get no gradient) has not changed: rate 0, settled, so it does not hold
+ * back the blocks above it. */
+static double dead_first_block(int b, int i) { return b == 0 ? 0.0 : b < 3 ? 1.0 : 4.0 / (1 + i); }
+
+static void zero_norm_block_is_settled(void)
+{
+    pt_freeze_config cfg = {PT_FREEZE_AUTO, 0.5, 0};
+    pt_freeze_state s;
+    pt_freeze_report r;
+    pt_err err;
+    int d[2];
+    CU_ASSERT_EQUAL_FATAL(pt_freeze_init(&s, &cfg, 6, &err), 0);
+    run_auto(&s, 2, dead_first_block, d, &r);
+    CU_ASSERT_EQUAL(d[1], 3);
+    CU_ASSERT_EQUAL(r.candidate, 3);
+    CU_ASSERT_FATAL(r.rates != NULL);
+    CU_ASSERT_EQUAL(r.rates[0], 0.0);
+    pt_freeze_free(&s);
+}
+
 static const pt_test tests[] = {{"schedule_tables", schedule_tables},
                                 {"max_depth_caps", max_depth_caps},
                                 {"auto_policy", auto_policy},
@@ -400,5 +459,8 @@ static const pt_test tests[] = {{"schedule_tables", schedule_tables},
                                 {"auto_policy_unequal_intervals", auto_policy_unequal_intervals},
                                 {"saved_state_decides_the_same", saved_state_decides_the_same},
                                 {"every_block_frozen_round_trip", every_block_frozen_round_trip},
+                                {"resumed_under_lower_limits_keeps_its_depth",
+                                 resumed_under_lower_limits_keeps_its_depth},
+                                {"zero_norm_block_is_settled", zero_norm_block_is_settled},
                                 {NULL, NULL}};
 static const pt_test_suite suites[] = {{"freeze policies", tests}, {NULL, NULL}};
