@@ -39,7 +39,8 @@ const pt_key_spec pt_config_keys[] = {
      "mismatch; 0 = off"},
     {"run.log_samples", PT_K_BOOL, AT(run.log_samples), 0, 0, NULL, 0, "false",
      "every replica's first stage writes the sample ids of each step to "
-     "RUN_DIR/samples-rank<R>.jsonl"},
+     "RUN_DIR/samples-rank<R>.jsonl (every rank opens one: a re-plan can make any rank a "
+     "first stage)"},
     {"run.profile_ops", PT_K_BOOL, AT(run.profile_ops), 0, 0, NULL, 0, "false",
      "time every CPU backend op of the training steps after the first 3; at the end print a table "
      "per op and shape (ms per step, GFLOP/s, % of the measured FMA peak) and write it to "
