@@ -339,11 +339,23 @@ static int sample_rules(const pt_config *c, pt_err *err)
             at[n - 2] = '\0';
         else if (n >= 1 && at[n - 1] == ' ')
             at[n - 1] = '\0';
+        /* the default prompt: the user wrote none, so say which it is and
+         * that setting one is the first way out */
+        char own[PT_PATH_MAX + 32];
+        pt_config_where(c, "sample.prompt", own, sizeof own);
+        const int dflt = strstr(own, "(default)") != NULL;
+        char fits[32];
+        if (c->model.context - 1 == 1)
+            snprintf(fits, sizeof fits, "1 byte");
+        else
+            snprintf(fits, sizeof fits, "1 to %d bytes", c->model.context - 1);
         return pt_config_key_fail(c, err, "sample.prompt",
-                                  "%zu bytes, but the model sees model.context = %d bytes (%s), "
-                                  "the prompt and the byte it samples; allowed: 1 to %d bytes "
-                                  "(or a longer model.context, or sample.length 0)",
-                                  len, c->model.context, at, c->model.context - 1);
+                                  "%s%s%s%zu bytes, but the model sees model.context = %d bytes "
+                                  "(%s), the prompt and the byte it samples; allowed: %s "
+                                  "(%sor a longer model.context, or sample.length 0)",
+                                  dflt ? "the default prompt, '" : "", dflt ? c->sample.prompt : "",
+                                  dflt ? "', is " : "", len, c->model.context, at, fits,
+                                  dflt ? "set sample.prompt to a shorter one, " : "");
     }
     return 0;
 }

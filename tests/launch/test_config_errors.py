@@ -505,8 +505,11 @@ CASES = [
     Case("prompt_longer_than_context", {"sample.prompt": '"%s"' % ("x" * 16)}, kind="gpt",
          blame="sample.prompt", needles=["16 bytes", "model.context = 16", "allowed: 1 to 15 bytes"]),
     Case("default_prompt_longer_than_context", {"model.context": "8"}, kind="gpt",
-         needles=["(default) sample.prompt: 12 bytes", "model.context = 8 bytes (", ".yaml:",
-                  "or a longer model.context"]),
+         needles=["(default) sample.prompt: the default prompt, 'And God said', is 12 bytes",
+                  "model.context = 8 bytes (", ".yaml:", "allowed: 1 to 7 bytes (set sample.prompt "
+                  "to a shorter one, or a longer model.context"]),
+    Case("default_prompt_at_context_2", {"model.context": "2"}, kind="gpt",
+         needles=["the default prompt", "model.context = 2 bytes (", "allowed: 1 byte (set"]),
     Case("resume_from_a_directory_without_manifest", {"train.resume": "{adir}"},
          blame="train.resume", needles=["{adir}", "not a checkpoint"], setup=files),
     Case("run_dir_is_a_file", {"run.dir": "{dir}/a.gz"}, blame="run.dir",
