@@ -44,6 +44,7 @@
  * thread count; new masks for another step, unit, site or example.
  */
 #include "nn/backend.h"
+#include "nn/unit.h"
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
@@ -891,6 +892,59 @@ static void attention_far_scores(void)
     close_both();
 }
 
+/* The first query alone (ViT's [CLS] in its last block, cpu_attention_first.c)
+ * at the far scores above: key 0's score is the highest by about 1e29, so out0
+ * is v_0 of each example on both backends, at T = 1 too. A softmax whose
+ * running max starts at 0 instead of -inf takes exp of about -1e30 for every
+ * key there: all weights underflow to 0 and out0 is 0 / 0. */
+static void attention_first_far_scores(void)
+{
+    open_both(406);
+    const int Ts[] = {1, 5, 20}, n = 2, H = 2, hd = 4;
+    const size_t d = (size_t)H * hd;
+    int bad = 0, checked = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+        const int T = Ts[ti];
+        const size_t rows = (size_t)n * T;
+        tens q0 = t_new((size_t)n * d, 0), kv = t_new(rows * 2 * d, 0);
+        tens out0 = t_new((size_t)n * d, 0), probs0 = t_new((size_t)n * H * T, 0);
+        float *hq = malloc((size_t)n * d * sizeof *hq), *hkv = malloc(rows * 2 * d * sizeof *hkv);
+        for (size_t i = 0; i < (size_t)n * d; i++)
+            hq[i] = 1e15f * (1.0f + 0.125f * (float)(i % d % 3));
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < d; c++) {
+                hkv[r * 2 * d + c] = -1e15f * (1.0f + 0.01f * (float)(r % (size_t)T));
+                hkv[r * 2 * d + d + c] = (float)(r + 1) + 0.5f * (float)c;
+            }
+        t_set(&q0, hq);
+        t_set(&kv, hkv);
+        t_fill_nan(&out0);
+        t_fill_nan(&probs0);
+        EACH OPS->attention_first_fwd(BE, D(out0), D(probs0), D(q0), D(kv), n, T, H, hd);
+        for (int k = 0; k < 2; k++) {
+            float *o = t_get(&out0, k);
+            for (int b = 0; b < n; b++)
+                for (size_t c = 0; c < d; c++) {
+                    const float want = hkv[(size_t)b * T * 2 * d + d + c]; /* v_0 */
+                    checked++;
+                    if (!(fabsf(o[b * d + c] - want) <= 1e-6f * fabsf(want)) && bad++ < 5)
+                        printf("\n  %s T=%d b=%d c=%zu: out0 %g (want %g)", k ? "cpu64" : "cpu",
+                               T, b, c, o[b * d + c], want);
+                }
+            free(o);
+        }
+        free(hq);
+        free(hkv);
+        t_free(&q0);
+        t_free(&kv);
+        t_free(&out0);
+        t_free(&probs0);
+    }
+    printf(" [%d values checked, %d off]", checked, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    close_both();
+}
+
 /* A key with a NaN element: every query that sees it gets a NaN output (its
  * softmax is NaN, as by definition and in PyTorch, and as the first-query
  * op gives); the others, and every query of an example whose padding masks
@@ -1346,6 +1400,43 @@ static void cross_entropy_all(void)
     close_both();
 }
 
+/* Tied logits (a classifier whose head is still all zeros gives every class
+ * the same logit): the prediction is the first of the highest, both for the
+ * cross-entropy's count (both backends) and for the head's confusion matrix
+ * (nn/nn.h, pt_stats: the two sums of hits agree). Random logits never tie,
+ * so cross_entropy_case cannot tell first from last. */
+static void cross_entropy_ties(void)
+{
+    open_both(709);
+    enum { ROWS = 4, CLASSES = 5 };
+    /* all equal; maxima at 1 and 3; at 0 and 4; all equal and negative */
+    const float z[ROWS][CLASSES] = {
+        {0, 0, 0, 0, 0}, {-1, 2, 0, 2, 1}, {3, 1, 1, 1, 3}, {-2, -2, -2, -2, -2}};
+    const int32_t tg[ROWS] = {0, 1, 0, 0}; /* each row's first maximum */
+    void *targets[2];
+    for (int k = 0; k < 2; k++)
+        targets[k] = ints_new(k, tg, ROWS);
+    tens logits = t_new((size_t)ROWS * CLASSES, 0);
+    t_set(&logits, &z[0][0]);
+    int64_t correct[2] = {0, 0};
+    EACH OPS->cross_entropy(BE, NULL, D(logits), targets[k_], ROWS, CLASSES, 1.0, &correct[k_]);
+    CU_ASSERT_EQUAL(correct[0], ROWS);
+    CU_ASSERT_EQUAL(correct[1], ROWS);
+    int64_t confusion[CLASSES * CLASSES] = {0};
+    pt_stats st = {.confusion = confusion};
+    const pt_unit_call call = {.be = be[0]};
+    pt_err err = {0};
+    CU_ASSERT_EQUAL(pt_unit_count_confusion(&call, D_OF(logits, 0), tg, ROWS, CLASSES, &st, &err), 0);
+    int64_t diagonal = 0;
+    for (int c = 0; c < CLASSES; c++)
+        diagonal += confusion[c * CLASSES + c];
+    CU_ASSERT_EQUAL(diagonal, ROWS);
+    t_free(&logits);
+    for (int k = 0; k < 2; k++)
+        pt_backend_free(be[k], targets[k]);
+    close_both();
+}
+
 /* --------------------------------------------------------- optimizer ops */
 
 /* lr 0.3: the update is as large as p itself, so an error in it is not
@@ -1393,6 +1484,11 @@ static void optimizer_all(void)
         }
         t_free(&x);
     }
+    /* the clipping coefficient (nn/optim.c): train.grad_clip 0 is "off", so 1
+     * whatever the norm; else max_norm / norm when the norm is above it */
+    CU_ASSERT_EQUAL(pt_clip_coef(123.0, 0.0), 1.0);
+    CU_ASSERT_EQUAL(pt_clip_coef(0.5, 1.0), 1.0);
+    CU_ASSERT(fabs(pt_clip_coef(4.0, 1.0) - 0.25) < 1e-6);
     print_worst(OP_ADAMW, OP_SCALE);
     close_both();
 }
@@ -1516,6 +1612,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"gelu", gelu_all},
                                 {"attention", attention_all},
                                 {"attention_far_scores", attention_far_scores},
+                                {"attention_first_far_scores", attention_first_far_scores},
                                 {"attention_nan_score", attention_nan_score},
                                 {"embeddings", embeddings_all},
                                 {"copy_rows", copy_rows_all},
@@ -1523,6 +1620,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"dropout", dropout_all},
                                 {"dropout_mask", dropout_mask},
                                 {"cross_entropy", cross_entropy_all},
+                                {"cross_entropy_ties", cross_entropy_ties},
                                 {"optimizer", optimizer_all},
                                 {"summary", summary},
                                 {NULL, NULL}};
