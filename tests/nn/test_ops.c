@@ -1603,6 +1603,53 @@ static void alloc_sizes(void)
     }
 }
 
+/* ------------------------------------------------------------ the RNG */
+
+/* pt_rng's draws have the distributions their names promise (the test
+ * inputs above come from them, and so do initialisation and data order):
+ * uniform in [0, 1) with each sixteenth equally likely, normal of mean 0
+ * and variance 1, below(n) each value equally likely; every figure within
+ * 6 standard errors over 2^20 draws (a uniform on [0, 0.5), a bound that
+ * left its last value out, or a variance of 2 fail by hundreds). */
+static void rng_distributions(void)
+{
+    enum { N = 1 << 20, BINS = 16, BELOW = 7 };
+    pt_rng g;
+    pt_rng_seed(&g, 2024, 3);
+    long bins[BINS] = {0}, below[BELOW] = {0};
+    double lo = 1, hi = 0, sum = 0, sumsq = 0, nsum = 0, nsumsq = 0;
+    for (int i = 0; i < N; i++) {
+        const double u = pt_rng_uniform(&g);
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+        sum += u;
+        sumsq += u * u;
+        bins[(int)(u * BINS) < BINS ? (int)(u * BINS) : BINS - 1]++;
+        const double z = pt_rng_normal(&g);
+        nsum += z;
+        nsumsq += z * z;
+        below[pt_rng_below(&g, BELOW)]++;
+    }
+    CU_ASSERT(lo >= 0 && lo < 1e-4 && hi < 1 && hi > 1 - 1e-4);
+    const double mean = sum / N, var = sumsq / N - mean * mean;
+    CU_ASSERT(fabs(mean - 0.5) < 6 * sqrt(1.0 / 12 / N));
+    CU_ASSERT(fabs(var - 1.0 / 12) < 6 * sqrt(1.0 / 180 / N)); /* var of (u - 1/2)^2: 1/180 */
+    int off = 0;
+    for (int b = 0; b < BINS; b++) {
+        const double p = 1.0 / BINS, sd = sqrt(N * p * (1 - p));
+        off += fabs((double)bins[b] - N * p) > 6 * sd;
+    }
+    for (int v = 0; v < BELOW; v++) {
+        const double p = 1.0 / BELOW, sd = sqrt(N * p * (1 - p));
+        off += fabs((double)below[v] - N * p) > 6 * sd;
+    }
+    CU_ASSERT_EQUAL(off, 0);
+    const double nmean = nsum / N, nvar = nsumsq / N - nmean * nmean;
+    CU_ASSERT(fabs(nmean) < 6 * sqrt(1.0 / N));
+    CU_ASSERT(fabs(nvar - 1) < 6 * sqrt(2.0 / N));
+    printf(" [uniform mean %.5f var %.5f; normal mean %.5f var %.5f]", mean, var, nmean, nvar);
+}
+
 static const pt_test tests[] = {{"harness_detects_errors", harness_detects_errors},
                                 {"backend_names", backend_names},
                                 {"alloc_sizes", alloc_sizes},
@@ -1622,6 +1669,7 @@ static const pt_test tests[] = {{"harness_detects_errors", harness_detects_error
                                 {"cross_entropy", cross_entropy_all},
                                 {"cross_entropy_ties", cross_entropy_ties},
                                 {"optimizer", optimizer_all},
+                                {"rng_distributions", rng_distributions},
                                 {"summary", summary},
                                 {NULL, NULL}};
 
