@@ -341,9 +341,7 @@ static int sample_rules(const pt_config *c, pt_err *err)
             at[n - 1] = '\0';
         /* the default prompt: the user wrote none, so say which it is and
          * that setting one is the first way out */
-        char own[PT_PATH_MAX + 32];
-        pt_config_where(c, "sample.prompt", own, sizeof own);
-        const int dflt = strstr(own, "(default)") != NULL;
+        const int dflt = c->line[pt_config_find_key("sample.prompt")] == 0;
         char fits[32];
         if (c->model.context - 1 == 1)
             snprintf(fits, sizeof fits, "1 byte");
