@@ -25,6 +25,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Whether a failed open of the CUDA backend found no GPU to use at all (none
+ * on the machine or visible to the rank, or a build without CUDA), as
+ * against a GPU there that failed: auto then takes the CPU without a word,
+ * and cuda is a setting to change. */
+static int no_gpu_here(const pt_err *e)
+{
+    return strncmp(e->msg, "no CUDA device", 14) == 0 || strstr(e->msg, "built without CUDA");
+}
+
 /* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
 static int open_backend(pt_session *r, pt_err *err)
 {
@@ -39,10 +48,7 @@ static int open_backend(pt_session *r, pt_err *err)
         if ((rc = pt_backend_open(&r->be, gpu, threads, err))) {
             char at[PT_PATH_MAX + 32];
             pt_config_where(&r->cfg, "run.device", at, sizeof at);
-            /* asking for what this build or machine does not have is a
-             * setting to change (exit 2, as bf16 without a GPU); a GPU
-             * that is there but fails stays a device failure */
-            if (strstr(err->msg, "built without CUDA") || strncmp(err->msg, "no CUDA device", 14) == 0)
+            if (no_gpu_here(err)) /* exit 2, as bf16 without a GPU */
                 err->code = PT_EINPUT;
             return pt_err_prefix(err, "%srun.device is cuda", at);
         }
@@ -53,8 +59,7 @@ static int open_backend(pt_session *r, pt_err *err)
             return 0;
         /* no usable GPU: the CPU; with a word when there is a GPU that
          * cannot be used (too old, its libraries missing, out of memory) */
-        if (r->rank == 0 && strncmp(none.msg, "no CUDA device", 14) != 0 &&
-            !strstr(none.msg, "built without CUDA"))
+        if (r->rank == 0 && !no_gpu_here(&none))
             fprintf(stderr, "pipetrain: note: run.device is auto, and the GPU cannot be used "
                     "(%s): training on the CPU\n", none.msg);
         break;
