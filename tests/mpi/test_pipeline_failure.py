@@ -712,9 +712,18 @@ def timeout_too_short(tools, work):
     on 2 ranks: every rank gives up waiting while the other waits too, and
     none is stopped or busy. The error named no culprit and said nothing
     more; it now says that every rank waits, so the limit is shorter than
-    the wait takes (or the ranks wait for each other)."""
+    the wait takes (or the ranks wait for each other).
+
+    On synthetic data: with the real data set, a rank that gave up waiting
+    could find the other still reading it (its own work, where it answers
+    nothing) for longer than the second it is given to answer, on a loaded
+    machine (2 runs of 15 beside 4 busy processes; the CI run of stop 78),
+    and rightly name it as in no wait. With 64 synthetic examples the work
+    between two start-up waits is far below that second (0 runs of 60)."""
     rc, secs, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "short"),
                                                            run__timeout_s="0.000001",
+                                                           data__kind="synthetic_images",
+                                                           data__synthetic_examples=64, train__batch=8,
                                                            train__max_steps=2, run__threads=1),
                               timeout=120, check=False)
     say("timeout shorter than a wait: exit %d after %.1f s" % (rc, secs))
