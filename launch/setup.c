@@ -25,15 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Whether a failed open of the CUDA backend found no GPU to use at all (none
- * on the machine or visible to the rank, or a build without CUDA), as
- * against a GPU there that failed: auto then takes the CPU without a word,
- * and cuda is a setting to change. */
-static int no_gpu_here(const pt_err *e)
-{
-    return strncmp(e->msg, "no CUDA device", 14) == 0 || strstr(e->msg, "built without CUDA");
-}
-
 /* run.device: cpu, cuda, or auto (a GPU when the driver reports one). */
 static int open_backend(pt_session *r, pt_err *err)
 {
@@ -48,7 +39,10 @@ static int open_backend(pt_session *r, pt_err *err)
         if ((rc = pt_backend_open(&r->be, gpu, threads, err))) {
             char at[PT_PATH_MAX + 32];
             pt_config_where(&r->cfg, "run.device", at, sizeof at);
-            if (no_gpu_here(err)) /* exit 2, as bf16 without a GPU */
+            /* no GPU to use here (none on the machine or visible to the
+             * rank, or a build without CUDA): a setting to change, exit 2
+             * as bf16 without a GPU; a GPU here that failed stays exit 1 */
+            if (err->code == PT_ENODEV)
                 err->code = PT_EINPUT;
             return pt_err_prefix(err, "%srun.device is cuda", at);
         }
@@ -59,7 +53,7 @@ static int open_backend(pt_session *r, pt_err *err)
             return 0;
         /* no usable GPU: the CPU; with a word when there is a GPU that
          * cannot be used (too old, its libraries missing, out of memory) */
-        if (r->rank == 0 && !no_gpu_here(&none))
+        if (r->rank == 0 && none.code != PT_ENODEV)
             fprintf(stderr, "pipetrain: note: run.device is auto, and the GPU cannot be used "
                     "(%s): training on the CPU\n", none.msg);
         break;

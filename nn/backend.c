@@ -84,7 +84,7 @@ int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err
         return pt_cuda_backend_open(out, bf16, device, threads, err);
 #else
         (void)device;
-        return pt_fail(err, PT_EBACKEND,
+        return pt_fail(err, PT_ENODEV,
                        "device '%s' was asked for, but this pipetrain was built without CUDA", name);
 #endif
     }

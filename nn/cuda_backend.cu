@@ -391,7 +391,7 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, 
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return pt_fail(err, PT_EBACKEND, "no CUDA device: cudaGetDeviceCount returned %s (%s)%s",
+        return pt_fail(err, PT_ENODEV, "no CUDA device: cudaGetDeviceCount returned %s (%s)%s",
                        cudaGetErrorName(e), cudaGetErrorString(e),
                        e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice
                            ? "; is the NVIDIA driver installed and a GPU visible "
@@ -399,7 +399,7 @@ extern "C" int pt_cuda_backend_open(pt_backend **out, int use_bf16, int device, 
                            : "");
     }
     if (count == 0)
-        return pt_fail(err, PT_EBACKEND, "no CUDA device: cudaGetDeviceCount found 0 devices");
+        return pt_fail(err, PT_ENODEV, "no CUDA device: cudaGetDeviceCount found 0 devices");
     /* more ranks on a node than GPUs share them round-robin */
     e = cudaSetDevice(device % count);
     if (e != cudaSuccess) {

@@ -532,14 +532,22 @@ static inline cudaError_t cudaGetLastError(void)
 {
     return cudaSuccess;
 }
+/* One GPU, or what PT_CUDA_EMU_DEVICES says (tests of the backend's
+ * opening): "none" (the driver finds 0 devices), "nodriver" (no driver
+ * installed), "broken" (one device, which fails to be set). */
+static inline const char *emu_devices(void)
+{
+    const char *v = getenv("PT_CUDA_EMU_DEVICES");
+    return v ? v : "";
+}
 static inline cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
-    return cudaSuccess;
+    *n = strcmp(emu_devices(), "none") == 0 || strcmp(emu_devices(), "nodriver") == 0 ? 0 : 1;
+    return strcmp(emu_devices(), "nodriver") == 0 ? cudaErrorInsufficientDriver : cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int d)
 {
-    return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+    return d == 0 && strcmp(emu_devices(), "broken") != 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 static inline cudaError_t cudaGetDevice(int *d)
 {

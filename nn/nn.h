@@ -33,7 +33,11 @@ enum pt_code {
     PT_EBACKEND = 4,  /* the compute backend failed or is unavailable */
     PT_EINTERNAL = 5, /* a broken invariant: a bug in pipetrain */
     PT_EPEER = 6,     /* another rank failed or stopped answering */
-    PT_ESTOPPED = 7   /* stopped on request (a signal), state saved */
+    PT_ESTOPPED = 7,  /* stopped on request (a signal), state saved */
+    PT_ENODEV = 8     /* pt_backend_open only: no device of the kind asked for here (no
+                         GPU, or a build without CUDA), as against one that is here and
+                         fails (PT_EBACKEND); its caller turns it into one of the above
+                         (launch/setup.c), as rank agreements keep the highest code */
 };
 
 typedef struct pt_err {
@@ -227,7 +231,9 @@ typedef struct pt_backend pt_backend;
  * followed by ":N" to use GPU N modulo the number of GPUs (one rank per GPU:
  * N = local rank). threads: threads for the CPU backends, the caller included
  * (0 = one per CPU the process may run on); a CPU backend starts threads - 1
- * workers when it opens and joins them when it closes. */
+ * workers when it opens and joins them when it closes. A GPU backend where
+ * there is no GPU to use, or a build without CUDA: PT_ENODEV; a GPU that is
+ * there but fails to open: PT_EBACKEND; a name it does not know: PT_EINPUT. */
 int pt_backend_open(pt_backend **out, const char *name, int threads, pt_err *err);
 /* "cpu64": the same CPU op code in float64, the finite-difference oracle of
  * the tests. It is in the library pt_nn_oracle (with OpenBLAS, which its

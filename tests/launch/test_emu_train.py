@@ -59,6 +59,7 @@ usage: test_emu_train.py PIPETRAIN_EMU_BINARY
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -271,6 +272,40 @@ def test_gpu_memory_is_the_limit(h):
               r.err.count(note), r.describe())
 
 
+def test_no_gpu_and_failed_gpu(h):
+    """What the backend's opening found decides the exit status and the
+    words (launch/setup.c on PT_ENODEV). No GPU to use (the driver finds
+    none, or no driver): run.device cuda is a setting to change, exit 2
+    naming the config line and the key, and auto trains on the CPU without
+    a word. A GPU that is there and fails to open (PT_CUDA_EMU_DEVICES
+    broken): cuda is a device failure, exit 1, and auto trains on the CPU
+    with a note giving the GPU's error."""
+    k = dict(base(h, "vit", "fp32"), **{"freeze.policy": "none", "train.max_steps": "1",
+                                         "train.checkpoint_every": "0", "train.eval_every": "0"})
+    for devices, rc, said in (("none", 2, "no CUDA device: cudaGetDeviceCount found 0 devices"),
+                              ("nodriver", 2, "no CUDA device: cudaGetDeviceCount returned"),
+                              ("broken", 1, "cudaSetDevice(0) returned")):
+        for device in ("cuda", "auto"):
+            name = "%s-%s" % (devices, device)
+            cfg = U.write_config(h, name + ".yaml", dict(k, **{"run.dir": h.path(name), "run.device": device}))
+            r = h.run(["train", cfg], env={"PT_CUDA_EMU_DEVICES": devices})
+            if device == "cuda":
+                r.expect(rc, name)
+                line = [l for l in r.err.splitlines() if l.startswith(U.ERROR_PREFIX)]
+                check(len(line) == 1 and re.search(r"%s\.yaml:\d+: run\.device is cuda: " % name, line[0])
+                      and said in line[0], "%s: one error line naming the file, line, key and %r\n%s",
+                      name, said, r.describe())
+            else:
+                r.expect(0, name)
+                with open(os.path.join(h.path(name), "profile.json")) as f:
+                    backend = json.load(f)["backend"]
+                check(backend == "cpu", "%s: trained on backend %r, not the CPU", name, backend)
+                noted = "run.device is auto, and the GPU cannot be used (%s" % said
+                check((noted in r.err) == (rc == 1) and ("GPU cannot be used" in r.err) == (rc == 1),
+                      "%s: the note on the GPU %s\n%s", name, "missing" if rc == 1 else "given",
+                      r.describe())
+
+
 def test_resume_under_other_precision_notes_it(h):
     """A checkpoint saved in fp32 resumed in bf16 (or back) trains on, with
     a note naming run.precision: the steps from there round otherwise than
@@ -291,7 +326,7 @@ def test_resume_under_other_precision_notes_it(h):
 
 TESTS = [case("vit", "fp32"), case("bert", "fp32"), case("vit", "bf16"), case("bert", "bf16"),
          test_vit_fp32_two_stages, test_mixed_devices_refused, test_gpu_memory_is_the_limit,
-         test_resume_under_other_precision_notes_it]
+         test_resume_under_other_precision_notes_it, test_no_gpu_and_failed_gpu]
 
 if __name__ == "__main__":
     sys.exit(U.main(TESTS, sys.argv, workers=2))
