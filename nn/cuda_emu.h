@@ -542,8 +542,9 @@ static inline const char *emu_devices(void)
 }
 static inline cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = strcmp(emu_devices(), "none") == 0 || strcmp(emu_devices(), "nodriver") == 0 ? 0 : 1;
-    return strcmp(emu_devices(), "nodriver") == 0 ? cudaErrorInsufficientDriver : cudaSuccess;
+    const int nodriver = strcmp(emu_devices(), "nodriver") == 0;
+    *n = nodriver || strcmp(emu_devices(), "none") == 0 ? 0 : 1;
+    return nodriver ? cudaErrorInsufficientDriver : cudaSuccess;
 }
 static inline cudaError_t cudaSetDevice(int d)
 {

@@ -30,14 +30,14 @@ enum pt_code {
     PT_EINPUT = 1,    /* bad user input: config, command line, dataset, checkpoint */
     PT_ESYS = 2,      /* the operating system refused: open, write, mmap, ... */
     PT_ENOMEM = 3,    /* an allocation failed */
-    PT_EBACKEND = 4,  /* the compute backend failed or is unavailable */
+    PT_EBACKEND = 4,  /* the compute backend, or the device under it, failed */
     PT_EINTERNAL = 5, /* a broken invariant: a bug in pipetrain */
     PT_EPEER = 6,     /* another rank failed or stopped answering */
     PT_ESTOPPED = 7,  /* stopped on request (a signal), state saved */
     PT_ENODEV = 8     /* pt_backend_open only: no device of the kind asked for here (no
                          GPU, or a build without CUDA), as against one that is here and
-                         fails (PT_EBACKEND); its caller turns it into one of the above
-                         (launch/setup.c), as rank agreements keep the highest code */
+                         fails (PT_EBACKEND); the caller decides what it means (a setting
+                         to change, or the CPU instead) and returns one of the above */
 };
 
 typedef struct pt_err {
