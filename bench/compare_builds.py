@@ -30,18 +30,13 @@ import tempfile
 
 sys.dont_write_bytecode = True  # nothing written into the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch_speed as TS  # noqa: E402  (the ViT models and their command)
+import torch_speed as TS  # noqa: E402  (the models and their command)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def command(binary, model, threads, steps, run_dir):
-    if model in TS.MODELS:
-        return TS.pipetrain_cmd(binary, model, threads, steps, run_dir)
-    return [binary, "train", os.path.join(ROOT, "configs", "bert_finetune.yaml"),
-            "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
-            "--set", "train.max_steps=%d" % steps, "--set", "train.eval_examples=32",
-            "--set", "train.log_every=1000"]
+    return TS.pipetrain_cmd(binary, "minilm" if model == "bert" else model, threads, steps, run_dir)
 
 
 def median_step(binary, args, work):

@@ -135,7 +135,7 @@ def main():
     binary = os.path.abspath(args.pipetrain)
     with tempfile.TemporaryDirectory(prefix="pt-op-breakdown-") as work:
         for model in args.models.split(","):
-            if model not in TS.MODELS:
+            if model not in TS.MODELS or TS.MODELS[model].get("bert"):
                 sys.exit("unknown model %r (demo, wide)" % model)
             steps = args.steps or (QUICK_STEPS if args.quick else STEPS)[model]
             for threads in (int(t) for t in args.threads.split(",")):

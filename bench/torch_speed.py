@@ -14,9 +14,10 @@ Columns:
   torch 1.13       Debian's python3-torch (/usr/bin/python3), eager; left
                    out when that Python has no torch
 
-Both PyTorch 2 columns keep the better of two attention variants: the
+Both PyTorch 2 columns keep the better of two attention variants (three for
+minilm, below): the
 reference model's own (matmul, softmax, matmul) and
-F.scaled_dot_product_attention. Every PyTorch side trains the reference model
+F.scaled_dot_product_attention. For demo and wide every PyTorch side trains the reference model
 (tests/reference/model.py, checked against pipetrain by tests/reference/
 parity.py: pre-LN, erf GELU, CLS head, same initialisation scheme) with
 AdamW (betas 0.9, 0.999, eps 1e-8, weight decay 0.05 on matrix weights only;
@@ -30,6 +31,23 @@ Models:
   wide   d 256, 4 blocks, 8 heads, patch 4, MLP 4d (matrix products take
          most of a step); pipetrain gets the same config with --set overrides
 both at batch 128 on Fashion-MNIST (/usr/share/datasets/fashion-mnist).
+  minilm configs/bert_finetune.yaml: fine-tuning the pretrained
+         all-MiniLM-L6-v2 (d 384, 6 blocks, 12 heads, MLP 1536; datasets/
+         from scripts/setup.sh) on the KJV parts, batch 32, context 64,
+         dropout 0.1 (hidden states and attention probabilities, as the
+         model's config.json says), AdamW with weight decay 0.01, clipping at
+         norm 1, linear warm-up over 50 steps and decay, every side starting
+         from the same pretrained weights. The PyTorch sides train
+         tests/reference/bert.py (checked against pipetrain by tests/reference/
+         bert_parity.py) on 4096 verses drawn from datasets/kjv_books.tsv by a
+         fixed seed, cut and padded to 64 ids by pipetrain's own tokenizer
+         (tests/tokenize/tokenize_dump beside the binary), in a shuffled
+         order; pipetrain reads the same file (its 90% training split, in its
+         own order), so both sides see batches of the same lengths on average.
+         Attention variants of the PyTorch 2 columns: the reference's own,
+         F.scaled_dot_product_attention with the padding mask, and Hugging
+         Face's BertModel (transformers, pinned and installed into the venv
+         with torch; its default attention) with the same mean-pooling head.
 
 Thread settings: OMP_NUM_THREADS and torch.set_num_threads are the thread
 count; with more than one thread each PyTorch column is also tried under other
@@ -77,14 +95,19 @@ ROOT = os.path.dirname(HERE)
 DATA = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 DEBIAN_PYTHON = "/usr/bin/python3"
 TORCH_PIN = "2.15.0"  # the newest torch on PyPI when this script was written
-BATCH = 128
+TRANSFORMERS_PIN = "5.25.0"  # likewise transformers, for the minilm model's third variant
+MINILM = os.path.join(ROOT, "datasets", "minilm")
+KJV_BOOKS = os.path.join(ROOT, "datasets", "kjv_books.tsv")
+BERT_VERSES, BERT_CONTEXT = 4096, 64
+BATCH = 128  # the ViTs'; minilm's is its own
 
-# dim, layers, heads, patch (MLP 4 * dim); steps: (warm-up, timed) per run
+# ViT: dim, layers, heads, patch (MLP 4 * dim); steps: (warm-up, timed) per run
 MODELS = {
     "demo": {"dim": 64, "layers": 6, "heads": 4, "patch": 7, "steps": (20, 100)},
     "wide": {"dim": 256, "layers": 4, "heads": 8, "patch": 4, "steps": (5, 15)},
+    "minilm": {"bert": True, "steps": (3, 12), "batch": 32},
 }
-QUICK_STEPS = {"demo": (3, 5), "wide": (2, 2)}
+QUICK_STEPS = {"demo": (3, 5), "wide": (2, 2), "minilm": (1, 2)}
 
 
 # ------------------------------------------------------------------ worker
@@ -111,6 +134,9 @@ def sdpa_forward(self, x):
 
 
 def worker(job):
+    if MODELS[job["model"]].get("bert"):
+        bert_worker(job)
+        return
     import types
     import numpy as np
     import torch
@@ -164,24 +190,160 @@ def worker(job):
                       "torch": torch.__version__}))
 
 
+def bert_sdpa_forward(self, x, key_ok, drop=None, unit=0):
+    """Layer.forward of tests/reference/bert.py with its attention through
+    F.scaled_dot_product_attention (the padding mask, dropout on the
+    probabilities inside it)"""
+    import torch.nn.functional as F
+    B, T, C = x.shape
+    hd = C // self.heads
+    s = self.attention.self
+
+    def split(t):
+        return t.view(B, T, self.heads, hd).transpose(1, 2)
+
+    y = F.scaled_dot_product_attention(split(s.query(x)), split(s.key(x)), split(s.value(x)),
+                                       attn_mask=key_ok[:, None, None, :],
+                                       dropout_p=self.p_attn if self.training else 0.0)
+    y = y.transpose(1, 2).reshape(B, T, C)
+    o = self.attention.output
+    x = o.LayerNorm(x + drop(unit, 1, o.dense(y)))
+    h = F.gelu(self.intermediate.dense(x))
+    return self.output.LayerNorm(x + drop(unit + 1, 0, self.output.dense(h)))
+
+
+def bert_model(variant, cfg, classes):
+    """the model of a minilm job, from the pretrained weights, in training
+    form: (module, its loss of (ids, labels))"""
+    import types
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import bert as B
+    import st
+    p_hidden, p_attn = cfg["hidden_dropout_prob"], cfg["attention_probs_dropout_prob"]
+    d = cfg["hidden_size"]
+    if variant == "transformers":
+        from transformers import BertModel
+
+        class HF(nn.Module):
+            """Hugging Face's encoder, pipetrain's head (mean over the real tokens)"""
+
+            def __init__(self):
+                super().__init__()
+                self.bert = BertModel.from_pretrained(MINILM, add_pooling_layer=False)
+                self.fc = nn.Linear(d, classes)
+
+            def forward(self, ids):
+                ok = ids != 0
+                ok[:, 0] = True
+                h = self.bert(input_ids=ids, attention_mask=ok.long()).last_hidden_state
+                m = ok.to(h.dtype)[..., None]
+                return self.fc(F.dropout((h * m).sum(1) / m.sum(1), p_hidden, self.training))
+
+        model = HF()
+    else:
+        model = B.BertClassifier(cfg["vocab_size"], cfg["max_position_embeddings"], cfg["type_vocab_size"], d,
+                                 cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["intermediate_size"],
+                                 classes, cfg["layer_norm_eps"])
+        weights = {k[5:] if k.startswith("bert.") else k: torch.from_numpy(v)
+                   for k, v in st.load(os.path.join(MINILM, "model.safetensors")).items()}
+        own = model.state_dict()
+        model.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
+
+        def dropper(unit, site, x):
+            return F.dropout(x, p_attn if unit % 2 == 1 and unit < 2 * len(model.encoder.layer) and site == 0
+                             else p_hidden, model.training)
+
+        model.dropper = dropper
+        if variant == "sdpa":
+            for layer in model.encoder.layer:
+                layer.p_attn = p_attn
+                layer.forward = types.MethodType(bert_sdpa_forward, layer)
+    model.train()
+    return model
+
+
+def bert_worker(job):
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import bert as B
+    import model as M
+    torch.set_num_threads(job["threads"])
+    with open(job["data"]) as f:
+        data = json.load(f)
+    ids = torch.zeros(len(data["ids"]), BERT_CONTEXT, dtype=torch.long)
+    for i, row in enumerate(data["ids"]):
+        ids[i, :len(row)] = torch.tensor(row)
+    y = torch.tensor(data["labels"])
+    with open(os.path.join(MINILM, "config.json")) as f:
+        cfg = json.load(f)
+    torch.manual_seed(1)
+    model = bert_model(job["attention"], cfg, len(data["names"]))
+    named = list(model.named_parameters())
+    decay = [p for n, p in named if B.decays(n, p)]
+    other = [p for n, p in named if not B.decays(n, p)]
+    fused = {"fused": True} if hasattr(torch, "compile") else {}  # PyTorch 2
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=5e-5, betas=(0.9, 0.999), eps=1e-8, **fused)
+    batch_size = MODELS["minilm"]["batch"]
+    warmup, steps = job["warmup"], job["steps"]
+    sched = M.lr_scheduler(opt, 0.0, 50, len(ids) // batch_size, "linear")
+
+    def loss_of(xb, yb):
+        return F.cross_entropy(model(xb), yb)
+
+    step_loss = torch.compile(loss_of) if job["mode"] == "compile" else loss_of
+    order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(1))
+    started = time.perf_counter()
+    for step in range(warmup + steps):
+        if step == warmup:
+            warm_s = time.perf_counter() - started
+            start, t0 = time.perf_counter(), time.monotonic()
+        i = step * batch_size % (len(ids) - batch_size)
+        batch = order[i:i + batch_size]
+        loss = step_loss(ids.index_select(0, batch), y.index_select(0, batch))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    last = loss.item()
+    elapsed, t1 = time.perf_counter() - start, time.monotonic()
+    print(json.dumps({"samples_per_s": steps * batch_size / elapsed, "loss": last, "warmup_s": warm_s,
+                      "window": [t0, t1],
+                      "params": sum(p.numel() for p in model.parameters()),
+                      "torch": torch.__version__}))
+
+
 # ------------------------------------------------------------------ driver
 
-def ensure_venv(venv, version, base_python):
-    """The venv's Python, with torch==version in it (made and installed once)."""
+def ensure_venv(venv, version, base_python, transformers=TRANSFORMERS_PIN):
+    """The venv's Python, with torch==version and transformers in it (made and installed once)."""
     py = os.path.join(venv, "bin", "python")
-    probe = "import torch, numpy; print(torch.__version__.split('+')[0])"
-    if os.path.isfile(py):
+    probe = ("import torch, numpy; print(torch.__version__.split('+')[0])\n"
+             "try:\n import transformers; print(transformers.__version__)\n"
+             "except ImportError:\n print('none')")
+
+    def versions():
         r = subprocess.run([py, "-c", probe], capture_output=True, text=True)
-        if r.returncode == 0 and r.stdout.strip() == version:
-            return py
-    else:
+        return r.stdout.split() if r.returncode == 0 else []
+
+    if not os.path.isfile(py):
         print("making %s (%s -m venv)" % (venv, base_python), flush=True)
         subprocess.run([base_python, "-m", "venv", venv], check=True)
-    print("installing torch==%s and numpy into %s (once; large)" % (version, venv), flush=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "torch==" + version, "numpy"], check=True)
-    r = subprocess.run([py, "-c", probe], capture_output=True, text=True, check=True)
-    if r.stdout.strip() != version:
-        sys.exit("the venv has torch %s, not %s" % (r.stdout.strip(), version))
+    want = [version, transformers]
+    if versions() == want:
+        return py
+    print("installing torch==%s, numpy and transformers==%s into %s (once; large)" % (
+        version, transformers, venv), flush=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "torch==" + version, "numpy",
+                    "transformers==" + transformers], check=True)
+    if versions() != want:
+        sys.exit("the venv has torch and transformers %s, not %s" % (versions(), want))
     return py
 
 
@@ -190,9 +352,21 @@ def has_torch(python):
         [python, "-c", "import torch, numpy"], capture_output=True).returncode == 0
 
 
+def batch_of(model):
+    return MODELS[model].get("batch", BATCH)
+
+
 def pipetrain_cmd(binary, model, threads, total_steps, run_dir, *sets):
-    """`pipetrain train` of the demo config with the model's overrides, sets added"""
+    """`pipetrain train` of the model's demo config (with a ViT's overrides), sets added"""
     m = MODELS[model]
+    if m.get("bert"):
+        cmd = [binary, "train", os.path.join(ROOT, "configs", "bert_finetune.yaml"),
+               "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
+               "--set", "train.max_steps=%d" % total_steps, "--set", "train.epochs=1",
+               "--set", "train.eval_every=0", "--set", "train.eval_examples=32",
+               "--set", "train.batch=%d" % m["batch"], "--set", "model.context=%d" % BERT_CONTEXT,
+               "--set", "train.log_every=1000"]
+        return cmd + [a for s in sets for a in ("--set", s)]
     cmd = [binary, "train", os.path.join(ROOT, "configs", "vit_fmnist.yaml"),
            "--set", "run.dir=" + run_dir, "--set", "run.threads=%d" % threads,
            "--set", "train.max_steps=%d" % total_steps, "--set", "train.epochs=1",
@@ -211,7 +385,7 @@ def pipetrain_run(binary, model, threads, warmup, steps, work, env, clocked=Fals
     total = warmup + steps
     cmd = pipetrain_cmd(binary, model, threads, total, run_dir)
     with tempfile.TemporaryFile("w+") as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         # with clocked, the run's time_s placed on time.monotonic (polls during the warm-up)
         offset = canary.first_step_clock(p, run_dir) if clocked else None
         p.wait()
@@ -219,13 +393,13 @@ def pipetrain_run(binary, model, threads, warmup, steps, work, env, clocked=Fals
         text = out.read()
     if p.returncode:
         sys.exit("pipetrain failed (%s):\n%s" % (" ".join(cmd), text[-3000:]))
-    params = int(re.search(r"pipetrain: vit, (\d+) parameters", text).group(1))
+    params = int(re.search(r"pipetrain: (?:vit|bert), (\d+) parameters", text).group(1))
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [r for r in map(json.loads, f) if r["event"] == "step"]
     # time_s of step s is when it ended: the window is steps warmup+1 .. total
     t0, t1 = rows[warmup - 1]["time_s"], rows[total - 1]["time_s"]
     window = [offset + t0, offset + t1] if offset is not None else None
-    return {"samples_per_s": steps * BATCH / (t1 - t0), "params": params, "window": window}
+    return {"samples_per_s": steps * batch_of(model) / (t1 - t0), "params": params, "window": window}
 
 
 def torch_run(python, job, setting):
@@ -257,12 +431,13 @@ class Column:
         self.name, self.python, self.mode = name, python, mode
         self.attentions, self.debian = attentions, debian
 
-    def candidates(self, threads):
-        return [(a, s) for a in self.attentions for s in settings(threads, self.debian)]
+    def candidates(self, model, threads):
+        extra = ["transformers"] if MODELS[model].get("bert") and not self.debian else []
+        return [(a, s) for a in self.attentions + extra for s in settings(threads, self.debian)]
 
-    def run(self, model, threads, warmup, steps, cand):
+    def run(self, model, threads, warmup, steps, cand, data=None):
         job = {"model": model, "threads": threads, "warmup": warmup, "steps": steps,
-               "mode": self.mode, "attention": cand[0]}
+               "mode": self.mode, "attention": cand[0], "data": data}
         return torch_run(self.python, job, cand[1])
 
 
@@ -273,7 +448,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pipetrain")
     ap.add_argument("--threads", help="thread counts (default 1,2; --quick: 1)")
-    ap.add_argument("--models", default="demo,wide")
+    ap.add_argument("--models", default="demo,wide", help="of demo, wide, minilm")
     ap.add_argument("--repeats", type=int, default=3, help="timed rounds (the median is reported)")
     ap.add_argument("--venv", help="venv for current PyTorch (default: venv-torch beside the binary)")
     ap.add_argument("--torch", default=TORCH_PIN, help="PyTorch version from PyPI (default %(default)s)")
@@ -293,7 +468,7 @@ def main():
     threads_list = [int(t) for t in (args.threads or ("1" if args.quick else "1,2")).split(",")]
     for m in models:
         if m not in MODELS:
-            sys.exit("unknown model %r (demo, wide)" % m)
+            sys.exit("unknown model %r (demo, wide, minilm)" % m)
     env, columns = dict(os.environ), []
     if not args.no_pypi:
         new_py = ensure_venv(venv, args.torch, args.base_python)
@@ -310,9 +485,9 @@ def main():
     if not columns:
         sys.exit("no PyTorch to compare with (--no-pypi, and %s has no torch)" % args.debian_python)
     repeats = 1 if args.quick else args.repeats
-    print("pipetrain %s; %s; batch %d; %s" % (
+    print("pipetrain %s; %s; batch %s; %s" % (
         binary, "no PyTorch from PyPI (--no-pypi)" if args.no_pypi else
-        "PyTorch from PyPI %s (%s)" % (args.torch, venv), BATCH,
+        "PyTorch from PyPI %s (%s)" % (args.torch, venv), ", ".join("%s %d" % (m, batch_of(m)) for m in models),
         "QUICK: one round on a few steps, a smoke test" if args.quick else
         "medians of %d alternating rounds after a selection round" % repeats), flush=True)
     if not args.no_pypi:
@@ -339,14 +514,43 @@ def clock_of(canaries, windows):
     return statistics.median(got) if got else None
 
 
+def bert_data(binary, work):
+    """BERT_VERSES verses of datasets/kjv_books.tsv (drawn by a fixed seed) as
+    pipetrain's tokenizer makes them, cut at BERT_CONTEXT ids ([CLS] ... [SEP]),
+    with their labels: a JSON file in work for the minilm workers."""
+    import random
+    dump = os.path.join(os.path.dirname(binary), "tests", "tokenize", "tokenize_dump")
+    for need in (KJV_BOOKS, os.path.join(MINILM, "model.safetensors"), dump):
+        if not os.path.exists(need):
+            sys.exit("minilm needs %s (datasets/: bash scripts/setup.sh; tokenize_dump: the build "
+                     "of the binary)" % need)
+    with open(KJV_BOOKS, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t", 1) for line in f if line.strip()]
+    rows = random.Random(1).sample(rows, min(BERT_VERSES, len(rows)))
+    lines = os.path.join(work, "verses.txt")
+    with open(lines, "w", encoding="utf-8") as f:
+        f.writelines(text + "\n" for _, text in rows)
+    p = subprocess.run([dump, os.path.join(MINILM, "vocab.txt"), lines, str(BERT_CONTEXT)],
+                       capture_output=True, text=True)
+    ids = [[int(t) for t in line.split()] for line in p.stdout.splitlines()]
+    if p.returncode or len(ids) != len(rows):
+        sys.exit("tokenize_dump failed:\n" + p.stderr[-2000:])
+    names = sorted({label for label, _ in rows})
+    path = os.path.join(work, "minilm-data.json")
+    with open(path, "w") as f:
+        json.dump({"ids": ids, "labels": [names.index(label) for label, _ in rows], "names": names}, f)
+    return path
+
+
 def measure(args, models, threads_list, columns, binary, work, env, repeats, results, canaries):
     """the selection and timed rounds of every (model, threads), into results"""
     for model in models:
         warmup, steps = QUICK_STEPS[model] if args.quick else MODELS[model]["steps"]
+        data = bert_data(binary, work) if MODELS[model].get("bert") else None
         for threads in threads_list:
             chosen, noted = {}, []
             for col in columns:
-                cands = col.candidates(threads)
+                cands = col.candidates(model, threads)
                 if args.quick:  # every attention variant, the default setting
                     chosen[col.name] = [c for c in cands if not c[1]]
                     continue
@@ -354,7 +558,7 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
                     chosen[col.name] = cands
                     continue
                 # selection: every candidate once on half the timed steps
-                rates = [(col.run(model, threads, warmup, max(steps // 2, 2), c)["samples_per_s"], i)
+                rates = [(col.run(model, threads, warmup, max(steps // 2, 2), c, data)["samples_per_s"], i)
                          for i, c in enumerate(cands)]
                 best = max(rates)[1]
                 chosen[col.name] = [cands[best]]
@@ -373,7 +577,7 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
                     # quick: every candidate once, the best kept
                     best = None
                     for c in chosen[col.name]:
-                        t = col.run(model, threads, warmup, steps, c)
+                        t = col.run(model, threads, warmup, steps, c, data)
                         params[col.name] = t["params"]
                         if best is None or t["samples_per_s"] > best["samples_per_s"]:
                             best = t
@@ -407,7 +611,7 @@ def report(args, columns, results):
     for model, threads, n, med, best_new, chose, _ in results:
         ratios.append(med["pipetrain"] / best_new)
         print("| %s | %d | %d | %s | %.2f |" % (model, threads, n, " | ".join(
-            "%.0f" % med[h] for h in heads), ratios[-1]))
+            ("%.0f" if med[h] >= 100 else "%.1f") % med[h] for h in heads), ratios[-1]))
     print()
     if not args.quick:
         for model, threads, _, _, _, chose, _ in results:
