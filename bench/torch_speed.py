@@ -133,6 +133,50 @@ def sdpa_forward(self, x):
     return x + self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
+def timed_training(job, model, decays, weight_decay, lr, schedule, x, y, batch_size):
+    """Trains model on batches of (x, y) in a fixed shuffled order with AdamW
+    (weight decay on the parameters decays(name, p) names), clipping at norm
+    1 and pipetrain's learning-rate schedule (min_lr, warm-up, total steps,
+    kind), the loss compiled in job's compile mode; prints the JSON line of
+    the steps after the warm-up."""
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import model as M
+    named = list(model.named_parameters())
+    fused = {"fused": True} if hasattr(torch, "compile") else {}  # PyTorch 2
+    opt = torch.optim.AdamW([{"params": [p for n, p in named if decays(n, p)], "weight_decay": weight_decay},
+                             {"params": [p for n, p in named if not decays(n, p)], "weight_decay": 0.0}],
+                            lr=lr, betas=(0.9, 0.999), eps=1e-8, **fused)
+    warmup, steps = job["warmup"], job["steps"]
+    sched = M.lr_scheduler(opt, *schedule)
+
+    def loss_of(xb, yb):
+        return F.cross_entropy(model(xb), yb)
+
+    step_loss = torch.compile(loss_of) if job["mode"] == "compile" else loss_of
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
+    started = time.perf_counter()
+    for step in range(warmup + steps):
+        if step == warmup:
+            warm_s = time.perf_counter() - started
+            start, t0 = time.perf_counter(), time.monotonic()
+        i = step * batch_size % (len(x) - batch_size)
+        batch = order[i:i + batch_size]
+        loss = step_loss(x.index_select(0, batch), y.index_select(0, batch))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    last = loss.item()
+    elapsed, t1 = time.perf_counter() - start, time.monotonic()
+    print(json.dumps({"samples_per_s": steps * batch_size / elapsed, "loss": last, "warmup_s": warm_s,
+                      "window": [t0, t1],
+                      "params": sum(p.numel() for p in model.parameters()),
+                      "torch": torch.__version__}))
+
+
 def worker(job):
     if MODELS[job["model"]].get("bert"):
         bert_worker(job)
@@ -140,7 +184,6 @@ def worker(job):
     import types
     import numpy as np
     import torch
-    import torch.nn.functional as F
     sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
     import model as M
 
@@ -155,39 +198,7 @@ def worker(job):
     if job["attention"] == "sdpa":
         for b in model.blocks:
             b.attn.forward = types.MethodType(sdpa_forward, b.attn)
-    decay = [p for n, p in model.named_parameters() if M.decays(n, p)]
-    other = [p for n, p in model.named_parameters() if not M.decays(n, p)]
-    fused = {"fused": True} if hasattr(torch, "compile") else {}  # PyTorch 2
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=0.002, betas=(0.9, 0.999), eps=1e-8, **fused)
-    warmup, steps = job["warmup"], job["steps"]
-    sched = M.lr_scheduler(opt, 2e-5, 300, 12 * (len(x) // BATCH), "cosine")
-
-    def loss_of(xb, yb):
-        return F.cross_entropy(model(xb), yb)
-
-    step_loss = torch.compile(loss_of) if job["mode"] == "compile" else loss_of
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
-    started = time.perf_counter()
-    for step in range(warmup + steps):
-        if step == warmup:
-            warm_s = time.perf_counter() - started
-            start, t0 = time.perf_counter(), time.monotonic()
-        i = step * BATCH % (len(x) - BATCH)
-        batch = order[i:i + BATCH]
-        loss = step_loss(x.index_select(0, batch), y.index_select(0, batch))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    last = loss.item()
-    elapsed, t1 = time.perf_counter() - start, time.monotonic()
-    print(json.dumps({"samples_per_s": steps * BATCH / elapsed, "loss": last, "warmup_s": warm_s,
-                      "window": [t0, t1],
-                      "params": sum(p.numel() for p in model.parameters()),
-                      "torch": torch.__version__}))
+    timed_training(job, model, M.decays, 0.05, 0.002, (2e-5, 300, 12 * (len(x) // BATCH), "cosine"), x, y, BATCH)
 
 
 def bert_sdpa_forward(self, x, key_ok, drop=None, unit=0):
@@ -267,10 +278,8 @@ def bert_model(variant, cfg, classes):
 
 def bert_worker(job):
     import torch
-    import torch.nn.functional as F
     sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
     import bert as B
-    import model as M
     torch.set_num_threads(job["threads"])
     with open(job["data"]) as f:
         data = json.load(f)
@@ -282,41 +291,8 @@ def bert_worker(job):
         cfg = json.load(f)
     torch.manual_seed(1)
     model = bert_model(job["attention"], cfg, len(data["names"]))
-    named = list(model.named_parameters())
-    decay = [p for n, p in named if B.decays(n, p)]
-    other = [p for n, p in named if not B.decays(n, p)]
-    fused = {"fused": True} if hasattr(torch, "compile") else {}  # PyTorch 2
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": other, "weight_decay": 0.0}],
-                            lr=5e-5, betas=(0.9, 0.999), eps=1e-8, **fused)
-    batch_size = MODELS["minilm"]["batch"]
-    warmup, steps = job["warmup"], job["steps"]
-    sched = M.lr_scheduler(opt, 0.0, 50, len(ids) // batch_size, "linear")
-
-    def loss_of(xb, yb):
-        return F.cross_entropy(model(xb), yb)
-
-    step_loss = torch.compile(loss_of) if job["mode"] == "compile" else loss_of
-    order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(1))
-    started = time.perf_counter()
-    for step in range(warmup + steps):
-        if step == warmup:
-            warm_s = time.perf_counter() - started
-            start, t0 = time.perf_counter(), time.monotonic()
-        i = step * batch_size % (len(ids) - batch_size)
-        batch = order[i:i + batch_size]
-        loss = step_loss(ids.index_select(0, batch), y.index_select(0, batch))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    last = loss.item()
-    elapsed, t1 = time.perf_counter() - start, time.monotonic()
-    print(json.dumps({"samples_per_s": steps * batch_size / elapsed, "loss": last, "warmup_s": warm_s,
-                      "window": [t0, t1],
-                      "params": sum(p.numel() for p in model.parameters()),
-                      "torch": torch.__version__}))
+    timed_training(job, model, B.decays, 0.01, 5e-5, (0.0, 50, len(ids) // MODELS["minilm"]["batch"], "linear"),
+                   ids, y, MODELS["minilm"]["batch"])
 
 
 # ------------------------------------------------------------------ driver
