@@ -50,11 +50,15 @@ the baseline's accuracy.
 --holdout all also evaluates each run's final checkpoint on every verse of
 the file in neither subset (25,102 with the default subsets; `pipetrain eval
 --logits`, after the run and outside its wall time; --holdout N: N of them,
-drawn by --data-seed) and judges the target by that accuracy: 1,000 test verses measure an accuracy near 70% only to about
-1.4 points, far coarser than the target's 0.3. Each run's difference to the
-baseline there comes with the standard error of a paired difference (the
-same verses: sqrt(b + c - (b - c)^2 / n) / n, b and c the verses only one of
-the two gets right); it says nothing of the spread between training seeds.
+drawn by --data-seed) and judges the target by that accuracy: 1,000 test
+verses measure an accuracy near 70% only to about 1.4 points, far coarser
+than the target's 0.3. Each run's difference to the baseline there comes
+with the standard error of a paired difference (the same verses:
+sqrt(b + c - (b - c)^2 / n) / n, b and c the verses only one of the two gets
+right): an error over verses, for one training run of each; it says nothing
+of the spread between training seeds. (The file repeats 119 verse texts, 389
+rows in all, so a few held-out verses have their text, not always their
+label, in the training subset.)
 
 --plot PNG draws test accuracy against wall time, one line per run, with
 matplotlib from a venv the script makes once (build/venv-bench beside the
@@ -432,7 +436,7 @@ def main():
     ap.add_argument("--lr", default="5e-5", help="train.lr (the peak learning rate) of every run")
     ap.add_argument("--dropout", default="auto",
                     help="model.dropout and model.attention_dropout (auto: MiniLM's 0.1, the demo's; "
-                         "0: the evaluation form, as the README's figures were measured)")
+                         "0: the evaluation form, as the README's learning-rate sweep was measured)")
     ap.add_argument("--alphas", default="0.33,0.5,0.7", help="schedule alphas, cache on")
     ap.add_argument("--auto-alpha", default="0.5", help="the auto policy's bound ('' = no auto run)")
     ap.add_argument("--nocache-alpha", default="0.5", help="a schedule run without the cache ('' = none)")
@@ -493,6 +497,8 @@ def main():
         if args.holdout != "all":
             random.Random(args.data_seed).shuffle(rest)
             rest = rest[:int(args.holdout)]
+        if not rest:
+            fail("--holdout: no verse is left outside the training and test subsets")
         files += (os.path.join(work, "holdout.tsv"),)
         write_tsv(files[2], rest)
 

@@ -42,12 +42,14 @@ both at batch 128 on Fashion-MNIST (/usr/share/datasets/fashion-mnist).
          bert_parity.py) on 4096 verses drawn from datasets/kjv_books.tsv by a
          fixed seed, cut and padded to 64 ids by pipetrain's own tokenizer
          (tests/tokenize/tokenize_dump beside the binary), in a shuffled
-         order; pipetrain reads the same file (its 90% training split, in its
-         own order), so both sides see batches of the same lengths on average.
-         Attention variants of the PyTorch 2 columns: the reference's own,
-         F.scaled_dot_product_attention with the padding mask, and Hugging
-         Face's BertModel (transformers, pinned and installed into the venv
-         with torch; its default attention) with the same mean-pooling head.
+         order; pipetrain reads the whole file (its 90% training split, in its
+         own order). Every side computes all 64 positions of every verse, the
+         padding included (masked out of attention and pooling). The PyTorch
+         2 columns try three models: the reference with its own attention,
+         the reference with F.scaled_dot_product_attention and the padding
+         mask, and Hugging Face's BertModel (transformers, pinned and
+         installed into the venv with torch when minilm is asked for; its
+         default attention) with the same mean-pooling head.
 
 Thread settings: OMP_NUM_THREADS and torch.set_num_threads are the thread
 count; with more than one thread each PyTorch column is also tried under other
@@ -261,7 +263,9 @@ def bert_model(variant, cfg, classes):
         weights = {k[5:] if k.startswith("bert.") else k: torch.from_numpy(v)
                    for k, v in st.load(os.path.join(MINILM, "model.safetensors")).items()}
         own = model.state_dict()
-        model.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
+        missing, _ = model.load_state_dict({k: v for k, v in weights.items() if k in own}, strict=False)
+        if sorted(missing) != ["head.fc.bias", "head.fc.weight"]:  # only the new classifier starts afresh
+            sys.exit("the pretrained weights leave more than the classifier untouched: %s" % missing)
 
         def dropper(unit, site, x):
             return F.dropout(x, p_attn if unit % 2 == 1 and unit < 2 * len(model.encoder.layer) and site == 0
@@ -297,8 +301,9 @@ def bert_worker(job):
 
 # ------------------------------------------------------------------ driver
 
-def ensure_venv(venv, version, base_python, transformers=TRANSFORMERS_PIN):
-    """The venv's Python, with torch==version and transformers in it (made and installed once)."""
+def ensure_venv(venv, version, base_python, transformers=None):
+    """The venv's Python, with torch==version in it, and transformers==transformers
+    unless that is None (made and installed once)."""
     py = os.path.join(venv, "bin", "python")
     probe = ("import torch, numpy; print(torch.__version__.split('+')[0])\n"
              "try:\n import transformers; print(transformers.__version__)\n"
@@ -311,15 +316,18 @@ def ensure_venv(venv, version, base_python, transformers=TRANSFORMERS_PIN):
     if not os.path.isfile(py):
         print("making %s (%s -m venv)" % (venv, base_python), flush=True)
         subprocess.run([base_python, "-m", "venv", venv], check=True)
-    want = [version, transformers]
-    if versions() == want:
+
+    def fits():
+        have = versions()
+        return have[:1] == [version] and (transformers is None or have[1:] == [transformers])
+
+    if fits():
         return py
-    print("installing torch==%s, numpy and transformers==%s into %s (once; large)" % (
-        version, transformers, venv), flush=True)
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "torch==" + version, "numpy",
-                    "transformers==" + transformers], check=True)
-    if versions() != want:
-        sys.exit("the venv has torch and transformers %s, not %s" % (versions(), want))
+    packages = ["torch==" + version, "numpy"] + (["transformers==" + transformers] if transformers else [])
+    print("installing %s into %s (once; large)" % (", ".join(packages), venv), flush=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet"] + packages, check=True)
+    if not fits():
+        sys.exit("the venv has torch and transformers %s, not %s and %s" % (versions(), version, transformers))
     return py
 
 
@@ -447,7 +455,8 @@ def main():
             sys.exit("unknown model %r (demo, wide, minilm)" % m)
     env, columns = dict(os.environ), []
     if not args.no_pypi:
-        new_py = ensure_venv(venv, args.torch, args.base_python)
+        new_py = ensure_venv(venv, args.torch, args.base_python,
+                             TRANSFORMERS_PIN if any(MODELS[m].get("bert") for m in models) else None)
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(venv, "inductor-cache"))
         os.environ.update(env)  # the workers inherit it: compiled kernels are kept between runs
         columns = [Column("torch %s eager" % args.torch, new_py, "eager", ["naive", "sdpa"], False),
@@ -539,7 +548,7 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
                 best = max(rates)[1]
                 chosen[col.name] = [cands[best]]
                 noted.append("%s: %s" % (col.name, ", ".join(
-                    "%s/%s %.0f" % (c[0], words(c[1]), r) for (r, _), c in zip(rates, cands))))
+                    "%s/%s %s" % (c[0], words(c[1]), rate_text(r)) for (r, _), c in zip(rates, cands))))
             rates = {"pipetrain": []}
             rates.update({c.name: [] for c in columns})
             windows = {k: [] for k in rates}
@@ -567,7 +576,7 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
                             {k: chosen[k][0] for k in chosen}, noted))
             print("%s, %d thread%s: %s parameters each; %s" % (
                 model, threads, "" if threads == 1 else "s", params["pipetrain"],
-                ", ".join("%s %.0f" % (k, v) for k, v in med.items())), flush=True)
+                ", ".join("%s %s" % (k, rate_text(v)) for k, v in med.items())), flush=True)
             for n in noted:
                 print("  selection (samples/s): " + n, flush=True)
             if canaries:
@@ -575,6 +584,11 @@ def measure(args, models, threads_list, columns, binary, work, env, repeats, res
                 print("  the cores' clock during the timed steps (canary FMA GFLOP/s, median of the rounds): "
                       + ", ".join("%s %s" % (k, "%.1f" % v if v else "-") for k, v in clocks.items()),
                       flush=True)
+
+
+def rate_text(r):
+    """samples/s to 3 significant digits or more: no decimals from 100 up"""
+    return ("%.0f" if r >= 100 else "%.1f") % r
 
 
 def report(args, columns, results):
@@ -587,7 +601,7 @@ def report(args, columns, results):
     for model, threads, n, med, best_new, chose, _ in results:
         ratios.append(med["pipetrain"] / best_new)
         print("| %s | %d | %d | %s | %.2f |" % (model, threads, n, " | ".join(
-            ("%.0f" if med[h] >= 100 else "%.1f") % med[h] for h in heads), ratios[-1]))
+            rate_text(med[h]) for h in heads), ratios[-1]))
     print()
     if not args.quick:
         for model, threads, _, _, _, chose, _ in results:
