@@ -46,6 +46,10 @@ typedef struct pt_dataset {
     /* text classification (with context, labels and classes above) */
     int32_t *tokens;    /* [count, context]: [CLS] pieces [SEP], then [PAD] to context */
     char **label_names; /* [classes]: the name of class k, in increasing byte order */
+    /* a .jsonl file: the first line whose label is a JSON integer, and the
+     * first whose label is a JSON string (0: none); a label is its name, so
+     * the integer 1 and the string "1" are one class */
+    int64_t int_label_line, string_label_line;
 } pt_dataset;
 
 /* Largest accepted values, so that sizes computed from a file's header or a

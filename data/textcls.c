@@ -654,6 +654,12 @@ static int read_examples(reader *r, file_format format, const pt_vocab *vocab, p
                              "one the tokenizer drops (control, invalid UTF-8, zero-width or "
                              "format characters)", r->path, r->lineno, label);
         }
+        if (!rc && json) {
+            int64_t *seen = json_is_integer(json_object_get(json, "label"))
+                                ? &ds->int_label_line : &ds->string_label_line;
+            if (!*seen)
+                *seen = r->lineno;
+        }
         json_decref(json);
         if (rc)
             return rc;

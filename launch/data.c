@@ -299,6 +299,59 @@ static void note_label_counts(const pt_config *c, const pt_dataset *train, const
     free(in_test);
 }
 
+/* name as an integer written as Python's str(int) writes one (no '+', no
+ * leading zero, at most 18 digits), into *v; 0 if it is not one. */
+static int integer_label(const char *name, long long *v)
+{
+    const char *d = name + (*name == '-');
+    size_t n = strspn(d, "0123456789");
+    if (n == 0 || n > 18 || d[n] || (d[0] == '0' && (n > 1 || d != name)))
+        return 0;
+    *v = strtoll(name, NULL, 10);
+    return 1;
+}
+
+/* Notes on how a text-classification file's labels became classes, where a
+ * user could expect otherwise: integer labels are names like any other, so
+ * classes follow their byte order ("10" before "2"), where Hugging Face's
+ * datasets take an integer label as the class itself; and a .jsonl file
+ * that writes labels both as integers and as strings (which Hugging Face's
+ * JSON loader refuses) has 1 and "1" as one class. */
+static void note_label_names(const pt_config *c, const pt_dataset *train)
+{
+    if (train->int_label_line && train->string_label_line)
+        fprintf(stderr, "pipetrain: note: '%s' (data.train_file) writes labels as JSON integers "
+                "(first on line %lld) and as strings (first on line %lld); a label is its "
+                "name, so the integer 1 and the string \"1\" are one class\n",
+                c->data.train_file, (long long)train->int_label_line,
+                (long long)train->string_label_line);
+    long long *value = malloc((size_t)train->classes * sizeof *value);
+    int all = value != NULL;
+    for (int k = 0; all && k < train->classes; k++)
+        all = integer_label(train->label_names[k], &value[k]);
+    /* the first class whose label is not the k-th smallest value: each
+     * value below it is smaller than every one after it */
+    int first = -1;
+    for (int k = 0; all && first < 0 && k < train->classes; k++)
+        for (int j = k + 1; j < train->classes; j++)
+            if (value[j] < value[k]) {
+                first = k;
+                break;
+            }
+    if (first >= 0) {
+        int smallest = first;
+        for (int j = first + 1; j < train->classes; j++)
+            if (value[j] < value[smallest])
+                smallest = j;
+        fprintf(stderr, "pipetrain: note: the %d labels of '%s' (data.train_file) are integers, "
+                "and classes are numbered in their byte order as names, not by value: class "
+                "%d is label '%s', not '%s'; the columns of `eval --logits`, its report and "
+                "an export's id2label follow this order\n", train->classes, c->data.train_file,
+                first, train->label_names[first], train->label_names[smallest]);
+    }
+    free(value);
+}
+
 /* Text classification: the labelled texts of data.train_file, tokenized with
  * data.vocab into model.context tokens each; the test split from
  * data.test_file (its labels must be the training file's) or drawn from the
@@ -378,6 +431,8 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
                 c->data.train_file, r->train.label_names[0]);
     if (mode == PT_RUN_TRAIN && r->rank == 0 && r->train.classes > 1)
         note_label_counts(c, &r->train, &r->test);
+    if (mode == PT_RUN_TRAIN && r->rank == 0)
+        note_label_names(c, &r->train);
     if (mode == PT_RUN_EVAL)
         pt_dataset_free(&r->train); /* evaluation needs only the test split */
     return 0;
