@@ -60,10 +60,21 @@ of the spread between training seeds. (The file repeats 119 verse texts, 389
 rows in all, so a few held-out verses have their text, not always their
 label, in the training subset.)
 
+--seeds S1,S2,...: every run once for each training seed (run.seed: the
+classifier's start, the order of the batches and the dropout masks; the
+subsets stay those of --data-seed), each compared with the baseline of its
+own seed. After each seed's table comes one across the seeds: for each
+setting the mean speedup, its difference to the baseline for each seed (on
+the held-out verses with --holdout, else on the test verses), their mean,
+and the standard error of that mean over the seeds (sd / sqrt(seeds)),
+which holds how much a training run moves with its seed; the target is then
+judged by the means. (The default is the config's seed, 1, alone.)
+
 --plot PNG draws test accuracy against wall time, one line per run, with
 matplotlib from a venv the script makes once (build/venv-bench beside the
 binary, or --venv; Debian's python has no matplotlib); it is made before
-the first run, and the script stops if that fails. --out DIR keeps the data
+the first run, and the script stops if that fails (with several --seeds, the
+first seed's runs). --out DIR keeps the data
 subsets, each run's metrics.jsonl and log, results.json and table.md.
 
 --quick: 256 training and 128 test verses, 4 epochs (so that at alpha 0.7
@@ -76,7 +87,8 @@ usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
                       [--context 32] [--threads 2] [--lr 5e-5] [--alphas 0.33,0.5,0.7]
                       [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4]
                       [--staged A:E,...] [--start 1]
-                      [--every 1] [--data-seed 1] [--holdout N|all] [--out DIR] [--plot PNG]
+                      [--every 1] [--data-seed 1] [--seeds 1] [--holdout N|all] [--out DIR]
+                      [--plot PNG]
                       [--venv DIR] [--quick]"""
 import argparse
 import glob
@@ -206,10 +218,10 @@ def settings(args):
     return runs
 
 
-def train(args, binary, work, files, slug, extra, cache_gib):
+def train(args, binary, work, files, slug, extra, cache_gib, seed):
     run_dir = os.path.join(work, "runs", slug)
     shutil.rmtree(run_dir, ignore_errors=True)
-    sets = {"run.dir": run_dir, "run.threads": args.threads, "data.train_file": files[0],
+    sets = {"run.dir": run_dir, "run.seed": seed, "run.threads": args.threads, "data.train_file": files[0],
             "data.test_file": files[1], "model.context": args.context, "train.epochs": args.epochs,
             "train.max_steps": 0,  # the whole epochs, whatever the config stops at
             "train.eval_every": 1, "train.eval_examples": 0,
@@ -346,7 +358,7 @@ def sweep(results, alphas):
     out = ["| alpha | test accuracy | speedup |", "| --- | --- | --- |",
            "| baseline (no freezing) | %.2f%% | 1.00x |" % (100 * results[0]["accuracy"])]
     for r in results:
-        if r["slug"].startswith("schedule-") and r["slug"].endswith("-cache"):
+        if r["setting"].startswith("schedule-") and r["setting"].endswith("-cache"):
             out.append("| %s | %.2f%% | %.2fx |" % (r["alpha"], 100 * r["accuracy"], r["speedup"]))
     return out
 
@@ -365,6 +377,44 @@ def verdict(results):
                                             for r in met)
     return head + "NOT met by any run (" + "; ".join(
         "%s %.2fx, %+.2f points" % (r["name"], r["speedup"], points(r)) for r in results[1:]) + ")"
+
+
+def across_seeds(by_seed):
+    """The table across training seeds, and its verdict: for each setting the
+    mean speedup, the difference to its seed's baseline for each seed (held
+    out where every run has it), their mean and the standard error of that
+    mean over the seeds."""
+    seeds = list(by_seed)
+    first = by_seed[seeds[0]]
+    held = all(r.get("holdout_points") is not None for rs in by_seed.values() for r in rs)
+    where = "held out" if held else "test verses"
+    out = ["across %d training seeds (%s), each run against the baseline of its seed:" % (
+               len(seeds), ", ".join(str(x) for x in seeds)), "",
+           "| run | speedup (mean) | vs baseline, %s, by seed (points) | mean (points) | SE over seeds |" % where,
+           "| --- | --- | --- | --- | --- |"]
+    summary = []
+    for i, r0 in enumerate(first):
+        runs = [by_seed[x][i] for x in seeds]
+        speed = sum(r["speedup"] for r in runs) / len(runs)
+        pts = [r["holdout_points"] if held else r["points"] for r in runs]
+        mean = sum(pts) / len(pts)
+        sd = math.sqrt(sum((p - mean) ** 2 for p in pts) / (len(pts) - 1)) if len(pts) > 1 else 0.0
+        se = sd / math.sqrt(len(pts))
+        if i == 0:
+            out.append("| %s | 1.00x | | | |" % r0["name"])
+            continue
+        out.append("| %s | %.2fx | %s | %+.2f | %.2f |" % (
+            r0["name"], speed, " ".join("%+.2f" % p for p in pts), mean, se))
+        summary.append((r0["name"], speed, mean, se))
+    met = [x for x in summary if x[1] >= TARGET_SPEEDUP and x[2] >= -TARGET_POINTS - 1e-9]
+    head = ("target across the seeds (>= %.1fx mean speedup, mean difference <= %.1f point below the "
+            "baseline, %s): " % (TARGET_SPEEDUP, TARGET_POINTS, where))
+    if met:
+        verdict_line = head + "met by " + ", ".join("%s (%.2fx, %+.2f points, SE %.2f)" % x for x in met)
+    else:
+        verdict_line = head + "NOT met by any setting (" + "; ".join(
+            "%s %.2fx, %+.2f (SE %.2f)" % x for x in summary) + ")"
+    return out + ["", verdict_line]
 
 
 # ------------------------------------------------------------------ plot
@@ -395,7 +445,7 @@ def render(results_json, png):
     import matplotlib.pyplot as plt
     with open(results_json) as f:
         res = json.load(f)
-    runs = res["runs"]
+    runs = [r for r in res["runs"] if r["seed"] == res["runs"][0]["seed"]]  # the first seed's
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     for i, r in enumerate(runs):
         xs = [e["time"] for e in r["evals"]]
@@ -446,6 +496,7 @@ def main():
     ap.add_argument("--start", type=int, default=1, help="first freeze decision after this many epochs")
     ap.add_argument("--every", type=int, default=1, help="then one every this many epochs")
     ap.add_argument("--data-seed", type=int, default=1, help="seed of the training and test subsets")
+    ap.add_argument("--seeds", default="1", help="training seeds (run.seed): every run once for each")
     ap.add_argument("--holdout", default="",
                     help="N or all: also evaluate each run's final checkpoint on N verses (all: every "
                     "verse) in neither subset, after the run and not timed, and judge the target by those")
@@ -463,8 +514,12 @@ def main():
             raise ValueError
         args.staged = [(a.split(":")[0].strip(), int(a.split(":")[1])) for a in args.staged.split(",") if a.strip()]
         float(args.lr)
+        args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        if not args.seeds or len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+            raise ValueError
     except (ValueError, IndexError):
-        fail("--staged wants ALPHA:EVERY[,ALPHA:EVERY...], --lr a number and --holdout N (1 or more) or all")
+        fail("--staged wants ALPHA:EVERY[,ALPHA:EVERY...], --lr a number, --holdout N (1 or more) or all, "
+             "and --seeds distinct integers of 0 or more")
     binary = os.path.abspath(args.pipetrain)
     if not os.access(binary, os.X_OK):
         fail("%s is not an executable" % binary)
@@ -523,23 +578,31 @@ def main():
     print("%d optimizer steps of batch %d; config %s otherwise" % (steps, batch, os.path.relpath(CONFIG, ROOT)),
           flush=True)
 
-    results = []
-    for name, slug, extra in settings(args):
-        print("\n%s:" % name, flush=True)
-        r = train(args, binary, work, files, slug, extra, cache_gib)
-        r.update(name=name, slug=slug, alpha=extra.get("freeze.alpha"), settings=extra)
-        results.append(r)
-        ep = r["epochs"]
-        rate = args.train / ep[0]["seconds"] if ep and ep[0]["seconds"] > 0 else 0
-        print("  %.1f s in all, final test accuracy %.2f%%, %.2fx against the baseline; first epoch %.1f s "
-              "(%.1f verses/s)" % (r["wall"], 100 * r["evals"][-1]["accuracy"], results[0]["wall"] / r["wall"],
-                                   ep[0]["seconds"] if ep else 0, rate), flush=True)
-    summarise(results)
-
-    lines = ["", title, ""] + table(results) + [""] + details(results)
-    if any(r["slug"].startswith("schedule-") and r["slug"].endswith("-cache") for r in results):
-        lines += ["", "alpha sweep (schedule policy, cache on):", ""] + sweep(results, args.alphas)
-    lines += ["", verdict(results)]
+    by_seed = {}
+    lines = ["", title]
+    for seed in args.seeds:
+        results = by_seed[seed] = []
+        for name, setting, extra in settings(args):
+            slug = "%s-seed%d" % (setting, seed) if len(args.seeds) > 1 else setting
+            print("\n%s%s:" % (name, ", seed %d" % seed if len(args.seeds) > 1 else ""), flush=True)
+            r = train(args, binary, work, files, slug, extra, cache_gib, seed)
+            r.update(name=name, slug=slug, setting=setting, seed=seed, alpha=extra.get("freeze.alpha"), settings=extra)
+            results.append(r)
+            ep = r["epochs"]
+            rate = args.train / ep[0]["seconds"] if ep and ep[0]["seconds"] > 0 else 0
+            print("  %.1f s in all, final test accuracy %.2f%%, %.2fx against the baseline; first epoch %.1f s "
+                  "(%.1f verses/s)" % (r["wall"], 100 * r["evals"][-1]["accuracy"], results[0]["wall"] / r["wall"],
+                                       ep[0]["seconds"] if ep else 0, rate), flush=True)
+        summarise(results)
+        if len(args.seeds) > 1:
+            lines += ["", "training seed %d (run.seed):" % seed]
+        lines += [""] + table(results) + [""] + details(results)
+        if any(r["setting"].startswith("schedule-") and r["setting"].endswith("-cache") for r in results):
+            lines += ["", "alpha sweep (schedule policy, cache on):", ""] + sweep(results, args.alphas)
+        lines += ["", verdict(results)]
+    if len(args.seeds) > 1:
+        lines += [""] + across_seeds(by_seed)
+    results = [r for rs in by_seed.values() for r in rs]
     text = "\n".join(lines)
     print(text, flush=True)
 
