@@ -8,7 +8,7 @@ by a change of the binary's output, metrics or flags.
 Run here: torch_speed (--quick --no-pypi, the demo ViT and the MiniLM
 fine-tuning: nothing is downloaded), op_breakdown --quick, compare_builds (the binary against
 itself), pipeline_speed (K = 1 and 2), bert_freeze on 128 verses for 2 epochs (the
-baseline, one schedule and a frozen bottom, each also evaluated on 64
+baseline, one schedule and a frozen bottom, for 2 training seeds, each also evaluated on 64
 held-out verses; needs datasets/ from scripts/setup.sh, as torch_speed's
 minilm does; its --quick takes a minute). Left
 out for their length or their needs: freeze_speed, elastic_ablation,
@@ -47,11 +47,16 @@ def main():
          [r"\n\| 1 \| [0-9.]+ \| 1\.000 \|", r"\n\| 2 \| [0-9.]+ / [0-9.]+ \| [0-9.]+ \|"]),
         ("bert_freeze", [PY, os.path.join(bench, "bert_freeze.py"), binary, "--train", "128", "--test", "64",
                          "--epochs", "2", "--context", "16", "--alphas", "0.5", "--auto-alpha", "",
-                         "--nocache-alpha", "", "--bottom", "2", "--threads", "1", "--holdout", "64"],
+                         "--nocache-alpha", "", "--bottom", "2", "--threads", "1", "--holdout", "64",
+                         "--seeds", "1,2"],
          [r"\| baseline \(no freezing\) \| [0-9.]+% \| 1\.00x \|", r"\| 0\.5 \| [0-9.]+% \| [0-9.]+x \|",
           r"held-out verses: accuracy [0-9.]+% \(64 verses",
           r"\| [0-9.]+% \| \+0\.00 \(0\.00\) \|\n\| schedule 0\.5, cache \|.*\| [0-9.]+% \| [-+][0-9.]+ \([0-9.]+\) \|",
-          r"target \(>= 2\.5x end to end, <= 0\.3 point below the baseline's accuracy on the held-out verses"]),
+          r"target \(>= 2\.5x end to end, <= 0\.3 point below the baseline's accuracy on the held-out verses",
+          r"training seed 2 \(run\.seed\):",
+          r"across 2 training seeds \(1, 2\), each run against the baseline of its seed:",
+          r"\| bottom 2 frozen from the start, cache \| [0-9.]+x \| [-+][0-9.]+ [-+][0-9.]+ \| [-+][0-9.]+ \| [0-9.]+ \|",
+          r"target across the seeds \(>= 2\.5x mean speedup, mean difference <= 0\.3 point below the baseline, held out\)"]),
     ]
     failed = []
     for name, cmd, wants in cases:
