@@ -299,16 +299,25 @@ static void note_label_counts(const pt_config *c, const pt_dataset *train, const
     free(in_test);
 }
 
-/* name as an integer written as Python's str(int) writes one (no '+', no
- * leading zero, at most 18 digits), into *v; 0 if it is not one. */
-static int integer_label(const char *name, long long *v)
+/* name is an integer as Python's str(int) writes one: an optional '-',
+ * then digits without a leading zero ("0" alone; no "-0"), of any length. */
+static int integer_label(const char *name)
 {
     const char *d = name + (*name == '-');
     size_t n = strspn(d, "0123456789");
-    if (n == 0 || n > 18 || d[n] || (d[0] == '0' && (n > 1 || d != name)))
-        return 0;
-    *v = strtoll(name, NULL, 10);
-    return 1;
+    return n > 0 && !d[n] && (d[0] != '0' || (n == 1 && d == name));
+}
+
+/* a < b as integers (both integer_label), compared as text: sign, then
+ * length, then the digits, so that no length is too long. */
+static int integer_below(const char *a, const char *b)
+{
+    const int na = *a == '-', nb = *b == '-';
+    if (na != nb)
+        return na;
+    size_t la = strlen(a), lb = strlen(b);
+    int c = la != lb ? (la < lb ? -1 : 1) : strcmp(a, b);
+    return na ? c > 0 : c < 0;
 }
 
 /* Notes on how a text-classification file's labels became classes, where a
@@ -325,31 +334,30 @@ static void note_label_names(const pt_config *c, const pt_dataset *train)
                 "name, so the integer 1 and the string \"1\" are one class\n",
                 c->data.train_file, (long long)train->int_label_line,
                 (long long)train->string_label_line);
-    long long *value = malloc((size_t)train->classes * sizeof *value);
-    int all = value != NULL;
-    for (int k = 0; all && k < train->classes; k++)
-        all = integer_label(train->label_names[k], &value[k]);
-    /* the first class whose label is not the k-th smallest value: each
-     * value below it is smaller than every one after it */
-    int first = -1;
-    for (int k = 0; all && first < 0 && k < train->classes; k++)
-        for (int j = k + 1; j < train->classes; j++)
-            if (value[j] < value[k]) {
-                first = k;
-                break;
-            }
-    if (first >= 0) {
-        int smallest = first;
-        for (int j = first + 1; j < train->classes; j++)
-            if (value[j] < value[smallest])
-                smallest = j;
-        fprintf(stderr, "pipetrain: note: the %d labels of '%s' (data.train_file) are integers, "
-                "and classes are numbered in their byte order as names, not by value: class "
-                "%d is label '%s', not '%s'; the columns of `eval --logits`, its report and "
-                "an export's id2label follow this order\n", train->classes, c->data.train_file,
-                first, train->label_names[first], train->label_names[smallest]);
-    }
-    free(value);
+    const int n = train->classes;
+    char *const *name = train->label_names;
+    for (int k = 0; k < n; k++)
+        if (!integer_label(name[k]))
+            return;
+    /* the first class whose label is not the smallest of it and the
+     * classes after it (each class before it is): the labels are distinct,
+     * so that class is out of order by value; suffix minima find it in one
+     * pass */
+    int *least = malloc((size_t)(n > 0 ? n : 1) * sizeof *least);
+    if (!least)
+        return;
+    for (int k = n - 1; k >= 0; k--)
+        least[k] = k == n - 1 || integer_below(name[k], name[least[k + 1]]) ? k : least[k + 1];
+    for (int k = 0; k < n; k++)
+        if (least[k] != k) {
+            fprintf(stderr, "pipetrain: note: the %d labels of '%s' (data.train_file) are "
+                    "integers, and classes are numbered in their byte order as names, not by "
+                    "value: class %d is label '%s', not '%s'; the columns of `eval --logits`, "
+                    "its report and an export's id2label follow this order\n", n,
+                    c->data.train_file, k, name[k], name[least[k]]);
+            break;
+        }
+    free(least);
 }
 
 /* Text classification: the labelled texts of data.train_file, tokenized with

@@ -1331,17 +1331,19 @@ def test_text_classification_data_errors(h):
     # how labels became classes: integers in byte order ("10" before "2";
     # negatives: "-1" before "-2") noted naming the first class out of
     # numeric order, none where byte order is numeric order or a label is
-    # not an integer as Python writes one ("01"); a .jsonl file with labels
-    # both as integers and as strings noted with the first line of each
-    # (1 and "1" one class), none for one of integers alone
-    def labels_run(name, lines, classes):
+    # not an integer as Python writes one ("01", "-0", "+5"); integers of
+    # any length compared as integers (20 digits: past 64 bits); a .jsonl
+    # file with labels both as integers and as strings noted with the first
+    # line of each (1 and "1" one class), none for one of integers alone;
+    # `plan` of the same file notes neither
+    def labels_run(name, lines, classes, command="train"):
         keys = base(h, "gpt", **{"model.kind": "bert", "data.kind": "text_classification",
                                  "data.vocab": f["vocab"], "model.vocab": "6",
                                  "model.classes": str(classes), "train.batch": "2",
                                  "run.dir": h.path(name + ".run"),
                                  "data.train_file": U.write(h.path(name), "".join(lines))})
-        r = h.run(["train", U.write(h.path(name + ".yaml"), U.render(keys))]).expect(0, name)
-        return [l for l in r.err.splitlines() if "note:" in l and "label" in l]
+        r = h.run([command, U.write(h.path(name + ".yaml"), U.render(keys))]).expect(0, name)
+        return [l for l in r.err.splitlines() if "note:" in l and ("by value" in l or "JSON integers" in l)]
     tsv = lambda labels: ["%s\tthe verse %d\n" % (labels[i % len(labels)], i) for i in range(24)]
     jsonl = lambda labels: [json.dumps({"text": "the verse %d" % i, "label": labels[i % len(labels)]})
                             + "\n" for i in range(24)]
@@ -1351,6 +1353,12 @@ def test_text_classification_data_errors(h):
             ("ints.jsonl", jsonl([3, 1, 20, 100]), 4, "class 1 is label '100', not '3'"),
             ("digits.tsv", tsv(range(10)), 10, None),
             ("leading_zero.tsv", tsv(["01", "2", "10"]), 3, None),
+            ("minus_zero.tsv", tsv(["-0", "2", "10"]), 3, None),
+            ("plus.tsv", tsv(["+5", "2", "10"]), 3, None),
+            ("long.tsv", tsv(["99999999999999999999", "100000000000000000000", "-3", "-25"]), 4,
+             "class 2 is label '100000000000000000000', not '99999999999999999999'"),
+            ("long_order.tsv", tsv(["-99999999999999999999", "-3", "12345678901234567890"]), 3,
+             "class 0 is label '-3', not '-99999999999999999999'"),
             ("mixed.jsonl", jsonl(["1", 0, 1, "0"]), 2, "(first on line 2) and as strings "
                                                         "(first on line 1)"),
             ("strings.jsonl", jsonl(["1", "0"]), 2, None)]:
@@ -1360,6 +1368,9 @@ def test_text_classification_data_errors(h):
         else:
             check(len(notes) == 1 and want in notes[0] and h.path(name) in notes[0],
                   "%s: not the one note with %r: %s", name, want, notes)
+    for name, lines in [("ints.tsv", tsv(range(12))), ("mixed.jsonl", jsonl(["1", 0, 1, "0"]))]:
+        notes = labels_run("plan-" + name, lines, 12, "plan")
+        check(not notes, "plan of %s: a note on its labels: %s", name, notes)
     # a file whose labels all train gets neither note
     check("labels of" not in r_plain_err(h, base, f),
           "a note on the labels of a file whose labels all train")
