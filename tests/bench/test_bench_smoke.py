@@ -16,10 +16,12 @@ steady_speed (minutes even in their quick modes), gpt2_gpu and gpu_kernels
 (a GPU).
 
 usage: test_bench_smoke.py PIPETRAIN"""
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,6 +34,8 @@ def main():
         sys.exit(__doc__)
     binary = os.path.abspath(sys.argv[1])
     bench = os.path.join(ROOT, "bench")
+    tmp = tempfile.TemporaryDirectory(prefix="pt-bench-smoke-")
+    work = tmp.name
     cases = [
         ("torch_speed", [PY, os.path.join(bench, "torch_speed.py"), binary, "--quick", "--no-pypi",
                          "--models", "demo,minilm"],
@@ -48,21 +52,25 @@ def main():
         ("bert_freeze", [PY, os.path.join(bench, "bert_freeze.py"), binary, "--train", "128", "--test", "64",
                          "--epochs", "2", "--context", "16", "--alphas", "0.5", "--auto-alpha", "",
                          "--nocache-alpha", "", "--bottom", "2", "--threads", "1", "--holdout", "64",
-                         "--seeds", "1,2"],
+                         "--seeds", "1,2", "--out", os.path.join(work, "bert_freeze")],
          [r"\| baseline \(no freezing\) \| [0-9.]+% \| 1\.00x \|", r"\| 0\.5 \| [0-9.]+% \| [0-9.]+x \|",
           r"held-out verses: accuracy [0-9.]+% \(64 verses",
           r"\| [0-9.]+% \| \+0\.00 \(0\.00\) \|\n\| schedule 0\.5, cache \|.*\| [0-9.]+% \| [-+][0-9.]+ \([0-9.]+\) \|",
           r"target \(>= 2\.5x end to end, <= 0\.3 point below the baseline's accuracy on the held-out verses",
           r"training seed 2 \(run\.seed\):",
           r"across 2 training seeds \(1, 2\), each run against the baseline of its seed:",
-          r"\| bottom 2 frozen from the start, cache \| [0-9.]+x \| [-+][0-9.]+ [-+][0-9.]+ \| [-+][0-9.]+ \| [0-9.]+ \|",
-          r"target across the seeds \(>= 2\.5x mean speedup, mean difference <= 0\.3 point below the baseline, held out\)"]),
+          r"\| bottom 2 frozen from the start, cache \| [0-9.]+x \| [-+][0-9.]+ [-+][0-9.]+ \| [-+][0-9.]+ \| "
+          r"[0-9.]+ \| [0-9.]+ \| [0-9.]+ \|",
+          r"target across the seeds \(>= 2\.5x mean speedup, mean difference <= 0\.3 point below the baseline, "
+          r"held out; SE: both\)"]),
     ]
     failed = []
     for name, cmd, wants in cases:
         t0 = time.time()
         r = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
         missing = [w for w in wants if not re.search(w, r.stdout)]
+        if name == "bert_freeze" and r.returncode == 0:
+            missing += seeds_differ(os.path.join(work, "bert_freeze", "results.json"))
         ok = r.returncode == 0 and not missing
         print("%s %-15s %5.1f s%s" % ("ok  " if ok else "FAIL", name, time.time() - t0,
                                       "" if ok else "  exit %d, missing %s" % (r.returncode, missing)),
@@ -70,9 +78,25 @@ def main():
         if not ok:
             print(r.stdout[-3000:] + r.stderr[-3000:])
             failed.append(name)
+    tmp.cleanup()
     if failed:
         sys.exit("FAILED: " + ", ".join(failed))
     print("bench smoke: passed")
+
+
+def seeds_differ(results):
+    """bert_freeze --seeds 1,2 trained each setting under both seeds: the two
+    baselines' test losses differ (the seed reached pipetrain), and every run
+    says its seed. What is wrong, as a list."""
+    with open(results) as f:
+        runs = json.load(f)["runs"]
+    base = {r["seed"]: [e["loss"] for e in r["evals"]] for r in runs if r["setting"] == "baseline"}
+    wrong = []
+    if sorted(base) != [1, 2] or sorted(r["seed"] for r in runs) != [1, 1, 1, 2, 2, 2]:
+        wrong.append("runs of seeds 1 and 2 in results.json (got %s)" % [r["seed"] for r in runs])
+    elif base[1] == base[2]:
+        wrong.append("baselines of seeds 1 and 2 with different test losses (both %s)" % base[1])
+    return wrong
 
 
 if __name__ == "__main__":
