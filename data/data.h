@@ -161,6 +161,14 @@ int pt_textcls_check_label(const char *at, int64_t lineno, const char *s, size_t
  * case), else PT_EINPUT with its message. Looks at the name only. */
 int pt_textcls_check_path(const char *path, pt_err *err);
 
+/* Whether ds's labels (text classification) are all integers as Python's
+ * str(int) writes them, and their byte order (the classes' order) is not
+ * their order by value: then *k is the first class out of that order, and
+ * *instead the class whose label order by value would put there. 0 for
+ * labels in value order, labels that are not all integers, other data, and
+ * when out of memory. */
+int pt_textcls_out_of_value_order(const pt_dataset *ds, int *k, int *instead);
+
 /* Splits a test set off a loaded text-classification dataset, the same way
  * whatever the seed of the run: n_test = round(fraction * count) examples,
  * those whose indices come first in 0..count-1 shuffled as the sampler

@@ -435,6 +435,54 @@ static int intern(label_set *s, const reader *r, const char *name, size_t n, int
     return 0;
 }
 
+/* name is an integer as Python's str(int) writes one: an optional '-',
+ * then digits without a leading zero ("0" alone; no "-0"), of any length. */
+static int integer_name(const char *name)
+{
+    const char *d = name + (*name == '-');
+    size_t n = strspn(d, "0123456789");
+    return n > 0 && !d[n] && (d[0] != '0' || (n == 1 && d == name));
+}
+
+/* a < b as integers (both integer_name), compared as text: sign, then
+ * length, then the digits, so that no length is too long. */
+static int integer_below(const char *a, const char *b)
+{
+    const int na = *a == '-', nb = *b == '-';
+    if (na != nb)
+        return na;
+    size_t la = strlen(a), lb = strlen(b);
+    int c = la != lb ? (la < lb ? -1 : 1) : strcmp(a, b);
+    return na ? c > 0 : c < 0;
+}
+
+int pt_textcls_out_of_value_order(const pt_dataset *ds, int *k, int *instead)
+{
+    const int n = ds->kind == PT_DATA_TEXTCLS && ds->label_names ? ds->classes : 0;
+    char *const *name = ds->label_names;
+    for (int i = 0; i < n; i++)
+        if (!integer_name(name[i]))
+            return 0;
+    /* the first class whose label is not the smallest of it and the
+     * classes after it (each class before it is): the labels are distinct,
+     * so that class is out of order by value; suffix minima find it in one
+     * pass */
+    int *least = malloc((size_t)(n > 0 ? n : 1) * sizeof *least);
+    if (!least)
+        return 0;
+    for (int i = n - 1; i >= 0; i--)
+        least[i] = i == n - 1 || integer_below(name[i], name[least[i + 1]]) ? i : least[i + 1];
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        if (least[i] != i) {
+            *k = i;
+            *instead = least[i];
+            found = 1;
+        }
+    free(least);
+    return found;
+}
+
 /* ------------------------------------------------------------- loading */
 
 static void free_names(char **names, int count)

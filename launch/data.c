@@ -299,27 +299,6 @@ static void note_label_counts(const pt_config *c, const pt_dataset *train, const
     free(in_test);
 }
 
-/* name is an integer as Python's str(int) writes one: an optional '-',
- * then digits without a leading zero ("0" alone; no "-0"), of any length. */
-static int integer_label(const char *name)
-{
-    const char *d = name + (*name == '-');
-    size_t n = strspn(d, "0123456789");
-    return n > 0 && !d[n] && (d[0] != '0' || (n == 1 && d == name));
-}
-
-/* a < b as integers (both integer_label), compared as text: sign, then
- * length, then the digits, so that no length is too long. */
-static int integer_below(const char *a, const char *b)
-{
-    const int na = *a == '-', nb = *b == '-';
-    if (na != nb)
-        return na;
-    size_t la = strlen(a), lb = strlen(b);
-    int c = la != lb ? (la < lb ? -1 : 1) : strcmp(a, b);
-    return na ? c > 0 : c < 0;
-}
-
 /* Notes on how a text-classification file's labels became classes, where a
  * user could expect otherwise: integer labels are names like any other, so
  * classes follow their byte order ("10" before "2"), where Hugging Face's
@@ -334,30 +313,13 @@ static void note_label_names(const pt_config *c, const pt_dataset *train)
                 "name, so the integer 1 and the string \"1\" are one class\n",
                 c->data.train_file, (long long)train->int_label_line,
                 (long long)train->string_label_line);
-    const int n = train->classes;
-    char *const *name = train->label_names;
-    for (int k = 0; k < n; k++)
-        if (!integer_label(name[k]))
-            return;
-    /* the first class whose label is not the smallest of it and the
-     * classes after it (each class before it is): the labels are distinct,
-     * so that class is out of order by value; suffix minima find it in one
-     * pass */
-    int *least = malloc((size_t)(n > 0 ? n : 1) * sizeof *least);
-    if (!least)
-        return;
-    for (int k = n - 1; k >= 0; k--)
-        least[k] = k == n - 1 || integer_below(name[k], name[least[k + 1]]) ? k : least[k + 1];
-    for (int k = 0; k < n; k++)
-        if (least[k] != k) {
-            fprintf(stderr, "pipetrain: note: the %d labels of '%s' (data.train_file) are "
-                    "integers, and classes are numbered in their byte order as names, not by "
-                    "value: class %d is label '%s', not '%s'; the columns of `eval --logits`, "
-                    "its report and an export's id2label follow this order\n", n,
-                    c->data.train_file, k, name[k], name[least[k]]);
-            break;
-        }
-    free(least);
+    int k, instead;
+    if (pt_textcls_out_of_value_order(train, &k, &instead))
+        fprintf(stderr, "pipetrain: note: the %d labels of '%s' (data.train_file) are "
+                "integers, and classes are numbered in their byte order as names, not by "
+                "value: class %d is label '%s', not '%s'; the columns of `eval --logits`, "
+                "its report and an export's id2label follow this order\n", train->classes,
+                c->data.train_file, k, train->label_names[k], train->label_names[instead]);
 }
 
 /* Text classification: the labelled texts of data.train_file, tokenized with
