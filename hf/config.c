@@ -41,6 +41,41 @@ static const char *text_or_kind(const json_t *j)
                                : "not a string";
 }
 
+/* transformers tests these fields as Python does (`if config.is_decoder:`),
+ * so null, 0, "", [] and {} build the encoder as false does */
+static int python_falsy(const json_t *v)
+{
+    return json_is_false(v) || json_is_null(v) ||
+           (json_is_number(v) && json_number_value(v) == 0) ||
+           (json_is_string(v) && json_string_length(v) == 0) ||
+           (json_is_array(v) && json_array_size(v) == 0) ||
+           (json_is_object(v) && json_object_size(v) == 0);
+}
+
+static int printable_short(const char *s)
+{
+    if (!s || strlen(s) > 48)
+        return 0;
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* a JSON value as an error shows it: numbers, and short ASCII strings, as written */
+static const char *describe_value(const json_t *v, char *buf, size_t n)
+{
+    if (json_is_true(v))
+        return "true";
+    if (json_is_number(v))
+        snprintf(buf, n, "%.17g", json_number_value(v));
+    else if (printable_short(pt_json_cstr(v)))
+        snprintf(buf, n, "\"%s\"", pt_json_cstr(v));
+    else
+        return json_is_string(v) ? "a string" : json_is_array(v) ? "an array" : "an object";
+    return buf;
+}
+
 /* A config.json or tokenizer_config.json (at most 1 MiB) as JSON, read as
  * transformers reads it (Python's json): every number a real, so that an
  * integer past 64 bits in a field pipetrain does not read is no error, and
@@ -153,9 +188,13 @@ int pt_hf_bert_config_read(const char *path, pt_hf_bert_config *out, pt_err *err
     const char *changes[] = {"is_decoder", "add_cross_attention"};
     for (int i = 0; rc == 0 && i < 2; i++) {
         const json_t *v = json_object_get(root, changes[i]);
-        if (v && !json_is_false(v))
-            rc = pt_fail(err, PT_EINPUT, "%s: %s: %s; pipetrain's bert is the encoder (false)", path,
-                         changes[i], json_is_true(v) ? "true" : "not false");
+        if (v && !python_falsy(v)) {
+            char shown[96];
+            rc = pt_fail(err, PT_EINPUT,
+                         "%s: %s: %s; pipetrain's bert is the encoder (false, or a value "
+                         "Python reads as false: null, 0, \"\")",
+                         path, changes[i], describe_value(v, shown, sizeof shown));
+        }
     }
     if (rc == 0 && out->hidden % out->heads != 0)
         rc = pt_fail(err, PT_EINPUT,

@@ -1660,7 +1660,13 @@ def test_bert_init_from_refused(h):
                                ("bigint-unread", {"note": 10 ** 29}, None),
                                # whole numbers written as reals (Python's
                                # int(384.0) is 384): read as integers
-                               ("sizes-as-reals", {"hidden_size": 8.0, "pad_token_id": 0.0}, None)):
+                               ("sizes-as-reals", {"hidden_size": 8.0, "pad_token_id": 0.0}, None),
+                               # what Python reads as false (`if config.is_decoder:`)
+                               # builds the encoder in transformers: read
+                               ("encoder-falsy", {"is_decoder": None, "add_cross_attention": 0,
+                                                  "note": ""}, None),
+                               ("encoder-falsy-text", {"is_decoder": "", "add_cross_attention": []},
+                                None)):
         init = hf_bert(h, name, change)
         if drop:
             with open(os.path.join(init, "config.json")) as c:
@@ -1748,6 +1754,11 @@ def test_bert_init_from_refused(h):
          ["is_decoder: true", "the encoder"]),
         ("config_cross", hf_bert(h, "cross", {"add_cross_attention": True}), {}, "model.init_from",
          ["add_cross_attention: true"]),
+        # what Python reads as true makes the decoder: refused showing the value
+        ("config_decoder_one", hf_bert(h, "decoder1", {"is_decoder": 1}), {}, "model.init_from",
+         ["is_decoder: 1;", "the encoder"]),
+        ("config_cross_text", hf_bert(h, "cross-text", {"add_cross_attention": "no"}), {},
+         "model.init_from", ['add_cross_attention: "no";']),
         ("config_json_directory", config_dir, {}, "model.init_from",
          ["config.json", "is not a regular file (a directory)"]),
         ("config_json_link_dangling", config_link, {}, "model.init_from",
