@@ -133,6 +133,14 @@ static int next_line(reader *r, int *got, pt_err *err)
                 return pt_fail(err, PT_EINPUT, "%s: a gzip-compressed file (it starts with gzip's "
                                "magic number); text classification data is read as plain text: "
                                "decompress it (gunzip) and give the .tsv or .jsonl", r->path);
+            /* UTF-16's byte order mark (UTF-32's starts the same way): a text
+             * that would be refused for its first byte, and named as such */
+            if (r->chunks == 1 && r->end >= 2 &&
+                (((unsigned char)r->chunk[0] == 0xff && (unsigned char)r->chunk[1] == 0xfe) ||
+                 ((unsigned char)r->chunk[0] == 0xfe && (unsigned char)r->chunk[1] == 0xff)))
+                return pt_fail(err, PT_EINPUT, "%s: a UTF-16 or UTF-32 file (it starts with their "
+                               "byte order mark); text classification data is read as UTF-8: "
+                               "convert it (iconv -t UTF-8)", r->path);
             continue;
         }
         started = 1;

@@ -226,6 +226,8 @@ def textcls_files(h):
     # gzip'd under a .tsv name: said so (it was refused for a carriage
     # return somewhere in the compressed bytes)
     out["gz_tsv"] = U.write(h.path("gz.tsv"), gzip.compress(good.encode(), mtime=0), "wb")
+    out["utf16_jsonl"] = U.write(h.path("utf16.jsonl"),
+                                 '{"text": "a b", "label": "x"}\n'.encode("utf-16"), "wb")
     out["vocab"] = U.write(h.path("vocab.txt"), "[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\nverse\n")
     out["bad_vocab"] = U.write(h.path("bad-vocab.txt"), "[PAD]\n\n[CLS]\n[SEP]\n[UNK]\n")
     # a JSON text of newlines only is as empty as a TSV one
@@ -1245,6 +1247,8 @@ def test_text_classification_data_errors(h):
          ["%s:2: empty text" % f["newlines_jsonl"]]),
         ("train_file_gzipped", {"data.train_file": f["gz_tsv"]}, "data.train_file",
          ["%s: a gzip-compressed file" % f["gz_tsv"], "gunzip"]),
+        ("train_file_utf16", {"data.train_file": f["utf16_jsonl"]}, "data.train_file",
+         ["%s: a UTF-16 or UTF-32 file" % f["utf16_jsonl"], "read as UTF-8"]),
         ("vocab_line_of_64_mib", {"data.vocab": f["long_vocab"]}, "data.vocab",
          ["'%s':4: token of more than 1048576 bytes (at most 255)" % f["long_vocab"]]),
         ("vocab_with_a_bom", {"data.vocab": f["bom_vocab"]}, "data.vocab",
