@@ -382,7 +382,11 @@ int pt_session_train(pt_session *s, pt_err *err)
                          "not before the run's last step %lld: no block freezes while it trains",
                          c->freeze.start, by_step ? "steps" : "epochs",
                          (long long)first_decision, (long long)r->total_steps);
-    if (r->step > 0)
+    if (r->step > 0 && r->step >= r->total_steps)
+        /* a finished run: no next step, so no epoch it is in */
+        pt_progress_note(&s->progress, "resumed at step %lld, this run's last (no step left to train)",
+                         (long long)r->step);
+    else if (r->step > 0)
         /* (the epoch the next step trains, counted from 1 as the progress
          * lines count it, and how many of its batches are done) */
         pt_progress_note(&s->progress, "resumed at step %lld (epoch %lld, %lld of its batches done)",

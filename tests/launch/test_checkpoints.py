@@ -3168,11 +3168,15 @@ def test_resume_past_the_end_into_a_new_run_dir(h):
     r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(orig, LAST)]).expect(0)
     check("nothing left to train: the checkpoint is at step 10" in r.err and
           "end it at step 5" in r.err, "no note that nothing is left\n%s", r.describe())
+    # past the run's last step there is no epoch the next step trains
+    check("resumed at step 10, this run's last (no step left to train)" in r.err and
+          "of its batches done" not in r.err, "the resume line names an epoch\n%s", r.describe())
     check(U.checkpoints(new) == ["step_%010d" % LAST], "checkpoints in the new run.dir: %s",
           U.checkpoints(new) if os.path.isdir(new) else "none")
     h.run(["eval", cfg]).expect(0, "evaluating the new run.dir's checkpoint")
     before = U.snapshot(os.path.join(new, "checkpoints"))
-    h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming there again")
+    r = h.run(["train", cfg, "--set", "train.resume=auto"]).expect(0, "resuming there again")
+    check("resumed at step 10, this run's last" in r.err, "resumed again:\n%s", r.describe())
     U.same_snapshot(before, U.snapshot(os.path.join(new, "checkpoints")), "checkpoints after auto")
 
 
