@@ -888,7 +888,14 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     pt_session *s = calloc(1, sizeof *s);
     if (!s)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
-    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, NULL, &err);
+    /* a config that train would resume is planned as that resume: for the
+     * checkpoint's frozen blocks, from the measurements it carries */
+    char planned[PT_PATH_MAX + 64] = "";
+    if (strcmp(a->cfg.train.resume, "auto") == 0)
+        pt_rundir_auto_resume_peek(a->cfg.run.dir, planned, sizeof planned);
+    else
+        snprintf(planned, sizeof planned, "%s", a->cfg.train.resume);
+    int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, planned, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
         note_unused_keys(comm, &a->cfg, 0);
         /* every rank's binding, in rank order */

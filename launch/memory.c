@@ -500,6 +500,11 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     /* the most micro-batches a layout allows: the smallest replica's share
      * (train.batch over D, rounded down; the larger shares are one more) */
     const int64_t most = c->train.batch / replicas > 0 ? c->train.batch / replicas : 1;
+    /* a resume keeps the checkpoint's batch (its data position counts
+     * batches): what fits is then reached by micro-batches, or a share per
+     * replica made smaller by more replicas, not by another train.batch */
+    const int batch_fixed = mode != PT_RUN_EVAL && r->sizes_given == PT_SIZES_OF_CHECKPOINT;
+    const char *kept = " (a resume keeps the checkpoint's train.batch)";
     /* as many micro-batches as that fit: the fewest that do, from the
      * config's up. Whether a count fits is not monotone in it (the staged
      * step holds M ceil(share / M) examples, and GPipe has M micro-batches
@@ -530,10 +535,11 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   "%lld in micro-batches of %lld example%s (pipeline.microbatches "
                                   "= %lld), whose activations take %.3g GiB %s %s; allowed: "
                                   "pipeline.microbatches = %lld (micro-batches of %lld "
-                                  "example%s), or a smaller batch",
+                                  "example%s)%s",
                                   c->train.batch, (long long)micro, micro == 1 ? "" : "s",
                                   (long long)m, (need - weights - work) / gib, beside, room,
-                                  (long long)hi, (long long)size, size == 1 ? "" : "s");
+                                  (long long)hi, (long long)size, size == 1 ? "" : "s",
+                                  batch_fixed ? kept : ", or a smaller batch");
     }
     /* not even those: the largest share whose micro-batches of one do (a
      * batch of D times it splits evenly) */
@@ -555,19 +561,23 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   "%lld examples over %lld replicas, shares of %lld and %lld: the "
                                   "larger fits only in %lld micro-batches of one, more than the "
                                   "smaller holds, and %lld (micro-batches of %lld) are %s %s; "
-                                  "allowed: at most %lld example%s per replica, in micro-batches "
-                                  "of one (pipeline.microbatches = %lld)",
+                                  "allowed: %sat most %lld example%s per replica, in micro-batches "
+                                  "of one (pipeline.microbatches = %lld)%s",
                                   c->train.batch, (long long)replicas, (long long)share,
                                   (long long)most, (long long)share, (long long)most,
                                   (long long)((share + most - 1) / most), beside, room,
-                                  (long long)lo, lo == 1 ? "" : "s", (long long)lo);
+                                  batch_fixed ? "more memory, or more replicas for " : "",
+                                  (long long)lo, lo == 1 ? "" : "s", (long long)lo,
+                                  batch_fixed ? kept : "");
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld example%s, %lld per replica: even in micro-batches of one "
                               "example, a step's activations, staged inputs and buffers take "
-                              "%.3g GiB %s %s; allowed: at most %lld example%s per replica, in "
-                              "micro-batches of one (pipeline.microbatches = %lld)",
+                              "%.3g GiB %s %s; allowed: %sat most %lld example%s per replica, in "
+                              "micro-batches of one (pipeline.microbatches = %lld)%s",
                               c->train.batch, c->train.batch == 1 ? "" : "s", (long long)share,
                               (stage_total(&ones) - weights - work) / gib, beside, room,
-                              (long long)lo, lo == 1 ? "" : "s", (long long)lo);
+                              batch_fixed ? "more memory, or more replicas for " : "",
+                              (long long)lo, lo == 1 ? "" : "s", (long long)lo,
+                              batch_fixed ? kept : "");
 }
 

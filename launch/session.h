@@ -80,8 +80,9 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
  * pt_checkpoint_load_weights), but takes from checkpoint `resume` (the one a
  * resume would take, or an eval reads; NULL or "": none) the tokenizer
  * normalisation it recorded, for the data keys left at auto; and for
- * training plans from its profile when it applies to this world, so the
- * resumed run makes the saved run's layouts (pipeline.profile comes first). */
+ * training (and a plan of that resume) plans for its frozen blocks, from its
+ * profile when it applies to this world, so the resumed run makes the saved
+ * run's layouts (pipeline.profile comes first). */
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err);
 /* train: when pt_session_open planned a resume (and so left model.init_from's

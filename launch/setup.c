@@ -479,17 +479,6 @@ int pt_session_load_pending_init(pt_session *s, pt_err *err)
     return pt_run_agree(&s->run, rc, err);
 }
 
-/* A plan of a config that train would resume (train.resume names a
- * checkpoint, or auto finds one in run.dir): the plan is of a fresh start,
- * but the model's sizes are the checkpoint's. */
-static int plans_a_resume(const pt_config *c)
-{
-    char found[PT_PATH_MAX + 64];
-    if (strcmp(c->train.resume, "auto") != 0)
-        return *c->train.resume != '\0';
-    return pt_rundir_auto_resume_peek(c->run.dir, found, sizeof found);
-}
-
 int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_mode mode,
                     const char *resume, pt_err *err)
 {
@@ -508,15 +497,14 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
      * reads it; the planner uses rank 0's): the memory checks count them
      * without gradients or moments. A bad file is the load's to report. */
     pt_err unread;
-    if (mode == PT_RUN_TRAIN && resume && *resume &&
+    if (mode != PT_RUN_EVAL && resume && *resume &&
         pt_checkpoint_read_depth(resume, s->arch.layers, &s->resume_depth, &unread) != 0)
         s->resume_depth = 0;
     /* an evaluation keeps no gradients or moments and saves nothing for a
      * backward: its memory is that of a model frozen whole */
     if (mode == PT_RUN_EVAL)
         s->resume_depth = s->arch.layers;
-    s->sizes_given = (resume && *resume) || (mode == PT_RUN_PLAN && plans_a_resume(c))
-                         ? PT_SIZES_OF_CHECKPOINT
+    s->sizes_given = resume && *resume ? PT_SIZES_OF_CHECKPOINT
                      : *c->model.init_from ? PT_SIZES_OF_INIT
                                            : 0;
     /* nor does it open the cache (nor count its memory): its frozen prefix
@@ -608,14 +596,18 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         goto fail;
     pt_train_spec spec;
     make_spec(s, &s->arch, &spec);
-    if ((rc = given_profile(s, mode == PT_RUN_TRAIN ? resume : NULL, &spec.profile_strict, err)))
+    if ((rc = given_profile(s, mode != PT_RUN_EVAL ? resume : NULL, &spec.profile_strict, err)))
         goto fail;
     spec.profile = s->profile.ranks ? &s->profile : NULL;
     spec.profile_fallback = s->profile_fallback.ranks ? &s->profile_fallback : NULL;
     spec.resume_depth = s->resume_depth;
     spec.fresh = mode != PT_RUN_EVAL && !(resume && *resume);
+    /* what a refusal may suggest: a resume keeps the checkpoint's model and
+     * batch (its data position is in batches), model.init_from's sizes are
+     * its weights' */
+    const int batch_fixed = mode != PT_RUN_EVAL && s->sizes_given == PT_SIZES_OF_CHECKPOINT;
     int64_t fits_batch = 0;
-    spec.fits_batch = &fits_batch;
+    spec.fits_batch = batch_fixed ? NULL : &fits_batch;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
         if (rc == PT_EINPUT && s->rank == 0 && (spec.profile_strict || spec.profile_fallback) &&
             strncmp(err->msg, "measured on another", 19) == 0) {
@@ -640,12 +632,22 @@ agree: /* every rank fails here or goes on together: what follows is collective 
             if (fits_batch > 0 && fits_batch < c->train.batch)
                 snprintf(batch, sizeof batch, "batch (train.batch = %lld has one)",
                          (long long)fits_batch);
+            char allowed[160];
+            if (batch_fixed)
+                snprintf(allowed, sizeof allowed, "more memory, or more stages over more ranks (a "
+                         "resume keeps the checkpoint's model and train.batch)");
+            else if (s->sizes_given)
+                snprintf(allowed, sizeof allowed, "more memory, more stages over more ranks, or a "
+                         "smaller %s (the model's sizes are %s)", batch,
+                         s->sizes_given == PT_SIZES_OF_INIT ? "model.init_from's" : "the checkpoint's");
+            else
+                snprintf(allowed, sizeof allowed, "more memory, more stages over more ranks, or a "
+                         "smaller model or %s", batch);
             rc = pt_config_key_fail(c, err, "pipeline.memory_gib",
                                     "%.3g GiB per device%s, and no pipeline layout fits in it (%.400s%s); "
-                                    "allowed: more memory, more stages over more ranks, or a smaller "
-                                    "model or %s", have / gib,
+                                    "allowed: %s", have / gib,
                                     c->pipeline.memory_gib > 0 ? "" : " (the node's RAM over its ranks)",
-                                    why, from, batch);
+                                    why, from, allowed);
         }
         goto fail;
     }

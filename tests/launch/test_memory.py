@@ -451,6 +451,99 @@ def test_refusals_suggest_what_fits(h):
                said["size_alone"], said["other"]))
 
 
+def test_resume_refusals_keep_the_batch(h):
+    # A resume keeps the checkpoint's train.batch (another is refused: the
+    # data position counts batches), so a resume refused by its memory limit
+    # suggests what a resume can change: micro-batches, more memory, more
+    # ranks. It once suggested a train.batch that the resume then refused.
+    # Swept over limits, with the micro-batches fixed (checked before
+    # planning) and left to the planner; a suggested micro-batch count,
+    # followed, resumes. The same limits on a fresh run still suggest a
+    # smaller batch (the sweep reaches both kinds of refusal).
+    small = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
+    keys = keys_of(h, "keep_batch", small, **{"train.batch": "32", "data.synthetic_examples": "128"})
+    r = h.run(["train", write(h.path("keep_batch.yaml"), render(keys))])
+    check(r.rc == 0, "the run to resume failed:\n%s", r.describe())
+    saved = os.path.join(keys["run.dir"], "checkpoints", "step_%010d" % 2)
+    said = {"resume": set(), "fresh": set()}
+    for mib in (3.5, 3.7, 4.0, 4.3, 5.0, 6.0, 9.0, 12.0):
+        for micro in ("1", "2", "auto"):
+            for kind in ("resume", "fresh"):
+                name = "keep_batch_%s_%s_%s" % (kind, mib, micro)
+                more = {"run.dir": h.path("run_" + name), "train.max_steps": "3",
+                        "pipeline.memory_gib": "%.6f" % (mib / 1024.0),
+                        "pipeline.microbatches": micro}
+                if kind == "resume":
+                    more["train.resume"] = saved
+                cfg = write(h.path(name + ".yaml"), render(dict(keys, **more)))
+                r = h.run(["train", cfg])
+                check(r.rc in (0, 2), "%s: exit %d\n%s", name, r.rc, r.describe())
+                if r.rc == 0:
+                    continue
+                err = r.err
+                batch = re.search(r"train\.batch = \d+ has one|smaller batch|smaller model or batch", err)
+                if kind == "fresh":
+                    said["fresh"].add(bool(batch))
+                    continue
+                check(not batch, "%s suggests another train.batch:\n%s", name, err)
+                # (a refusal of the weights names model sizes, the checkpoint's)
+                check("a resume keeps the checkpoint's" in err or
+                      "the model's sizes are the checkpoint's" in err,
+                      "%s: no word of what the resume keeps:\n%s", name, err)
+                m = re.search(r"allowed: pipeline\.microbatches = (\d+) \(micro-batches of", err)
+                said["resume"].add("micro" if m else "other")
+                if m:
+                    more["pipeline.microbatches"] = m.group(1)
+                    more["run.dir"] += "_followed"
+                    cfg = write(h.path(name + "_followed.yaml"), render(dict(keys, **more)))
+                    r = h.run(["train", cfg])
+                    check(r.rc == 0 and "resumed at step 2" in r.err,
+                          "%s: its suggestion, pipeline.microbatches = %s, refused:\n%s", name,
+                          m.group(1), r.describe())
+    check(said["resume"] == {"micro", "other"} and True in said["fresh"],
+          "the sweep missed a kind of refusal: %s", said)
+    return "resume refusals %s" % sorted(said["resume"])
+
+
+def test_plan_of_a_resume_is_that_resume(h):
+    # `plan` of a config that train would resume plans that resume: for the
+    # checkpoint's frozen blocks (without gradients or moments), from the
+    # measurements it carries. It planned the whole model in training, so
+    # under a limit only the frozen model fits it refused a resume that
+    # train then ran, and elsewhere it printed another layout. Swept over
+    # limits: plan and train agree on refusing, and on the layout.
+    small = dict(VIT, **{"model.dim": "64", "model.patch": "7"})
+    keys = keys_of(h, "plan_resume", small, **{
+        "train.batch": "32", "data.synthetic_examples": "128", "train.max_steps": "4",
+        "freeze.policy": "schedule", "freeze.alpha": "0.5", "freeze.unit": "step",
+        "freeze.start": "1", "freeze.every": "1", "freeze.max_depth": "3"})
+    r = h.run(["train", write(h.path("plan_resume.yaml"), render(keys))])
+    check(r.rc == 0, "the run to resume failed:\n%s", r.describe())
+    saved = os.path.join(keys["run.dir"], "checkpoints", "step_%010d" % 4)
+    with open(os.path.join(keys["run.dir"], "metrics.jsonl")) as f:
+        depth = [json.loads(l) for l in f if '"freeze"' in l][-1]
+    kinds = set()
+    for mib in (0.5, 0.8, 1.0, 1.3, 1.6, 2.0, 2.8, 3.6, 0):
+        more = {"run.dir": h.path("run_plan_resume_%s" % mib), "train.max_steps": "5",
+                "train.resume": saved, "pipeline.memory_gib": "%.6f" % (mib / 1024.0)}
+        cfg = write(h.path("plan_resume_%s.yaml" % mib), render(dict(keys, **more)))
+        plan = h.run(["plan", cfg])
+        train = h.run(["train", cfg])
+        check(plan.rc == train.rc and plan.rc in (0, 2), "at %s MiB plan exits %d, train %d:\n%s\n%s",
+              mib, plan.rc, train.rc, plan.describe(), train.describe())
+        if plan.rc:
+            kinds.add("refused")
+            continue
+        kinds.add("planned")
+        want = re.search(r"K = (\d+) stages? x D = (\d+) replicas?, M = (\d+)", train.err)
+        got = re.search(r"layout: K = (\d+) stages? x D = (\d+) replicas?, M = (\d+)", plan.out)
+        check(want and got and want.groups() == got.groups(), "at %s MiB plan lays out %s, train %s",
+              mib, got and got.groups(), want and want.groups())
+    check(kinds == {"refused", "planned"}, "the sweep reached only %s (frozen at the checkpoint: %s)",
+          kinds, depth)
+    return "plan and train agree at 9 limits"
+
+
 def test_micro_batch_count_named_is_the_fewest(h):
     # the micro-batch count a refusal names is the fewest that fit: every
     # count between the configured one and it is refused. Fitting does not
@@ -599,6 +692,7 @@ if __name__ == "__main__":
                    test_freezing_before_the_first_step_fits_where_the_whole_model_does_not,
                    test_frozen_prefix_under_its_limit, test_gpipe_one_stage_under_its_limit,
                    test_timing_leaves_nothing_behind, test_refusals_suggest_what_fits,
+                   test_resume_refusals_keep_the_batch, test_plan_of_a_resume_is_that_resume,
                    test_micro_batch_count_named_is_the_fewest,
                    test_refusals_of_weights_name_only_sizes_the_config_owns,
                    test_sizes_named_respect_other_keys],
