@@ -29,7 +29,12 @@ The same sweep again with a vocabulary of every code point (each as a word
 and as a "##" continuation), where a character no longer falls to [UNK]: a
 different lowercase mapping or decomposition then shows too. Its
 differences must be exactly that list and hf_case_differences.txt's.
-The tokenizers version is pinned (TOKENIZERS) so the lists stay true.
+A third sweep, "a" U+1D16D C "a" C U+1D165 per code point with that
+vocabulary, puts each character beside combining marks of high classes,
+where the order that decomposition sorts marks into shows: the code points
+that differ there, beyond the two lists, must be exactly
+hf_order_differences.txt's (marks whose class Hugging Face's tables do not
+know). The tokenizers version is pinned (TOKENIZERS) so the lists stay true.
 
 Then the other normalisations (pt_normalize; Hugging Face's lowercase,
 strip_accents and handle_chinese_chars): cased as bert-base-cased
@@ -306,6 +311,34 @@ def main():
               "hf_unicode8_differences.txt, %d in hf_case_differences.txt), %d differ unlisted, "
               "%d listed no longer differ" % (len(differ), len(expected), len(case),
                                               len(unexpected), len(gone)), flush=True)
+        for c in unexpected[:8]:
+            print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
+                  flush=True)
+        if unexpected:
+            print("  all unlisted: " + ranges(unexpected), flush=True)
+        if gone:
+            print("  listed but equal now: " + ranges(gone), flush=True)
+        total_bad += len(unexpected) + len(gone)
+        # canonical order: stripping accents decomposes the text, which also
+        # sorts each run of combining marks by class; every code point after a
+        # mark of a high class (U+1D16D, 226) and before one of a lower
+        # (U+1D165, 216), where a mark whose class one side does not know
+        # stays where it is written and moves on the other
+        pairs = os.path.join(tmp, "pairs.txt")
+        with open(pairs, "wb") as f:
+            f.write(b"".join(("a\U0001D16D%s a%s\U0001D165\n" % (chr(c), chr(c))).encode()
+                             for c in cps))
+        lines, c_out, hf_out, version = run_both(pairs, 0, vocab=every)
+        if len(c_out) != len(cps) or len(hf_out) != len(cps):
+            fail("sweep beside marks: %d code points, %d lines from tokenize_dump, %d from "
+                 "Hugging Face" % (len(cps), len(c_out), len(hf_out)))
+        differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+        order = expected_differences("hf_order_differences.txt")
+        unexpected = sorted(set(differ) - expected - case - order)
+        gone = sorted(order - set(differ))
+        print("sweep beside combining marks, every code point in the vocabulary: %d differ "
+              "(%d listed in hf_order_differences.txt), %d differ unlisted, %d of that list no "
+              "longer differ" % (len(differ), len(order), len(unexpected), len(gone)), flush=True)
         for c in unexpected[:8]:
             print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
                   flush=True)
