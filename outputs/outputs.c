@@ -390,7 +390,17 @@ static int is_run_file(const char *base)
            (strncmp(base, "op_profile-rank", 15) == 0 && n > 5 && strcmp(base + n - 5, ".json") == 0);
 }
 
-/* Nor one of any run's own files: a name is_run_file knows in a directory
+/* A name a run keeps in its run.dir for itself: is_run_file's, and
+ * RUN_DIR/resuming (the checkpoint a resume from elsewhere continues, which
+ * train.resume=auto reads) and RUN_DIR/abandoned (the later steps a resume
+ * of an older one moved aside). An output or input there would be read as
+ * the run's own, or moved, or moved into. */
+static int is_run_name(const char *base)
+{
+    return is_run_file(base) || strcmp(base, "resuming") == 0 || strcmp(base, "abandoned") == 0;
+}
+
+/* Nor one of any run's own files: a name is_run_name knows in a directory
  * that is a run's (it holds a lock or a checkpoints directory beside it),
  * whichever run that is (another's lock replaced let a second job into its
  * run.dir while the first trained). */
@@ -398,7 +408,7 @@ static int output_not_a_run_file(const char *option, const char *path, pt_err *e
 {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    if (!is_run_file(base))
+    if (!is_run_name(base))
         return 0;
     char parent[PT_PATH_MAX];
     snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
@@ -411,7 +421,8 @@ static int output_not_a_run_file(const char *option, const char *path, pt_err *e
     const int held = strcmp(base, "lock") == 0 && holds(parent, "lock");
     if (run || held)
         return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files the run directory '%s' keeps "
-                       "(its lock, logs or profile); write it elsewhere", option, path, parent);
+                       "(its lock, logs, profile, or its resumes' records: resuming, "
+                       "abandoned); write it elsewhere", option, path, parent);
     return 0;
 }
 
@@ -446,10 +457,11 @@ static int output_not_in_this_run(const char *option, const char *path, const ch
         return pt_fail(err, PT_EINPUT, "%s '%s' is in '%s', a run's checkpoints: a checkpoint holds "
                        "only its own files, and pruning removes whole checkpoints; write it "
                        "elsewhere", option, path, ckpts);
-    const int own = is_run_file(base);
+    const int own = is_run_name(base);
     if (strcmp(real_parent, real_run) == 0 && (own || (exists && strcmp(real_out, real_ckpts) == 0)))
         return pt_fail(err, PT_EINPUT, "%s '%s' is one of the files run.dir '%s' keeps (its lock, "
-                       "logs, profile or checkpoints); write it elsewhere", option, path, run_dir);
+                       "logs, profile, checkpoints, or its resumes' records: resuming, "
+                       "abandoned); write it elsewhere", option, path, run_dir);
     return 0;
 }
 
@@ -537,9 +549,10 @@ int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *e
             return pt_fail(err, PT_EINPUT, "%s'%s' is in '%s/checkpoints', run.dir's "
                            "checkpoints, which the run's saves and pruning replace and remove: "
                            "keep it elsewhere", shown, p, cfg->run.dir);
-        if (cut && strcmp(parent, real_run) == 0 && is_run_file(cut + 1))
+        if (cut && strcmp(parent, real_run) == 0 && is_run_name(cut + 1))
             return pt_fail(err, PT_EINPUT, "%s'%s' is one of the files run.dir '%s' keeps (its "
-                           "lock, logs and profiles), which the run writes: keep it elsewhere",
+                           "lock, logs, profiles, or its resumes' records: resuming, abandoned), "
+                           "which the run writes, moves or removes: keep it elsewhere",
                            shown, p, cfg->run.dir);
         *key = NULL;
     }

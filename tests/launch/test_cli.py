@@ -305,7 +305,9 @@ def test_export_errors(h):
         r.one_error("a run's checkpoints")
         r = h.run(["eval", cfg, "--checkpoint", ck, "--logits", out]).expect(2, "--logits " + out)
         r.one_error("a run's checkpoints", strict=False)
-    for name in ("lock", "metrics.jsonl", "profile.json"):
+    # (and the records of its resumes: RUN_DIR/resuming, which
+    # train.resume=auto reads, and RUN_DIR/abandoned, moved into)
+    for name in ("lock", "metrics.jsonl", "profile.json", "resuming", "abandoned"):
         out = os.path.join(run_dir, name)
         if name == "lock":
             U.write(out, "")
@@ -321,7 +323,7 @@ def test_export_errors(h):
     shutil.copytree(run_dir, another)
     U.write(os.path.join(another, "lock"), "pid 1 on elsewhere (job x)\n")
     theirs = U.snapshot(another)
-    for name in ("lock", "metrics.jsonl", "profile.json"):
+    for name in ("lock", "metrics.jsonl", "profile.json", "resuming", "abandoned"):
         out = os.path.join(another, name)
         r = h.run(["export", ck, out]).expect(2, "export onto another run's " + name)
         r.one_error("is one of the files the run directory '%s' keeps" % another)
@@ -369,7 +371,7 @@ def test_train_inputs_are_not_run_files(h):
     text_keys = {"data.kind": "text", "data.text": None}
     places = {  # a bert's labelled texts must be named *.jsonl (or *.tsv)
         "gpt": ("metrics.jsonl", "profile.json", "lock", "samples-rank0.jsonl",
-                "op_profile-rank0.json", "metrics-rank0.jsonl",
+                "op_profile-rank0.json", "metrics-rank0.jsonl", "resuming", "abandoned",
                 os.path.join("checkpoints", "step_0000000099", "in.txt"),
                 os.path.join("checkpoints", "in.txt"), "link"),
         "bert": ("metrics.jsonl", "samples-rank0.jsonl", "metrics-rank0.jsonl",
