@@ -201,7 +201,10 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
     /* `train --set k=v CONFIG`: the config comes first (./-name is a file) */
     int rc = strncmp(argv[2], "--", 2) == 0
                  ? pt_fail(err, PT_EINPUT, "the config file comes first, before '%s' (%s CONFIG.yaml "
-                           "[--set KEY=VALUE ...]; see pipetrain --help)", argv[2], argv[1])
+                           "[--set KEY=VALUE ...]%s; see pipetrain --help)", argv[2], argv[1],
+                           eval_options ? " [--checkpoint DIR | --init] [--logits "
+                                          "OUT.safetensors] [--hidden OUT.safetensors] "
+                                          "[--report OUT.json]" : "")
                  : pt_config_load(&a->cfg, argv[2], err);
     for (int i = 3; rc == 0 && i < argc; i++) {
         int got = 0;

@@ -276,6 +276,10 @@ def test_export_errors(h):
     # the config comes first, and --set needs its KEY=VALUE
     r = h.run(["train", "--set", "train.lr=0.01", cfg]).expect(2, "train --set ... CONFIG")
     r.one_error("the config file comes first, before '--set'", strict=False)
+    # eval's hint names its own options too
+    r = h.run(["eval", "--checkpoint", ck, cfg]).expect(2, "eval --checkpoint before the config")
+    r.one_error("the config file comes first, before '--checkpoint'", "[--checkpoint DIR | --init]",
+                "[--report OUT.json]", strict=False)
     r = h.run(["train", cfg, "--set"]).expect(2, "train CONFIG --set")
     r.one_error("--set needs KEY=VALUE", strict=False)
     out = h.path("no-such-dir", "w.safetensors")
