@@ -213,6 +213,25 @@ def ranges(cps):
     return " ".join("%04X" % a if a == b else "%04X-%04X" % (a, b) for a, b in out)
 
 
+def sweep_verdict(name, cps, c_out, hf_out, allowed, must):
+    """Prints a sweep's differences (one line per code point of cps) against
+    its lists: a code point that differs outside `allowed`, or one of `must`
+    that no longer differs, counts. Returns that count."""
+    differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+    unexpected = sorted(set(differ) - allowed)
+    gone = sorted(must - set(differ))
+    print("%s: %d differ, %d differ unlisted, %d listed no longer differ" %
+          (name, len(differ), len(unexpected), len(gone)), flush=True)
+    for c in unexpected[:8]:
+        print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
+              flush=True)
+    if unexpected:
+        print("  all unlisted: " + ranges(unexpected), flush=True)
+    if gone:
+        print("  listed but equal now: " + ranges(gone), flush=True)
+    return len(unexpected) + len(gone)
+
+
 def compare(name, lines, c_out, hf_out, report):
     if len(c_out) != len(lines) or len(hf_out) != len(lines):
         fail("%s: %d lines in, %d from tokenize_dump, %d from Hugging Face" %
@@ -299,26 +318,21 @@ def main():
 
         every = os.path.join(tmp, "every.txt")
         every_code_point_vocab(every, cps)
-        lines, c_out, hf_out, version = run_both(sweep, 0, vocab=every)
-        if len(c_out) != len(cps) or len(hf_out) != len(cps):
-            fail("sweep with every code point: %d code points, %d lines from tokenize_dump, "
-                 "%d from Hugging Face" % (len(cps), len(c_out), len(hf_out)))
-        differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+        def run_sweep(path, what):
+            """run_both on a sweep file with every code point's vocabulary,
+            one line per code point on both sides"""
+            lines, c_out, hf_out, version = run_both(path, 0, vocab=every)
+            if len(c_out) != len(cps) or len(hf_out) != len(cps):
+                fail("%s: %d code points, %d lines from tokenize_dump, %d from Hugging Face" %
+                     (what, len(cps), len(c_out), len(hf_out)))
+            return c_out, hf_out, version
+
+        c_out, hf_out, version = run_sweep(sweep, "sweep with every code point")
         case = expected_differences("hf_case_differences.txt")
-        unexpected = sorted(set(differ) - expected - case)
-        gone = sorted((expected | case) - set(differ))
-        print("sweep with every code point in the vocabulary: %d differ (%d listed in "
-              "hf_unicode8_differences.txt, %d in hf_case_differences.txt), %d differ unlisted, "
-              "%d listed no longer differ" % (len(differ), len(expected), len(case),
-                                              len(unexpected), len(gone)), flush=True)
-        for c in unexpected[:8]:
-            print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
-                  flush=True)
-        if unexpected:
-            print("  all unlisted: " + ranges(unexpected), flush=True)
-        if gone:
-            print("  listed but equal now: " + ranges(gone), flush=True)
-        total_bad += len(unexpected) + len(gone)
+        total_bad += sweep_verdict(
+            "sweep with every code point in the vocabulary (%d listed in "
+            "hf_unicode8_differences.txt, %d in hf_case_differences.txt)" % (len(expected), len(case)),
+            cps, c_out, hf_out, expected | case, expected | case)
         # canonical order: stripping accents decomposes the text, which also
         # sorts each run of combining marks by class; every code point after a
         # mark of a high class (U+1D16D, 226) and before one of a lower
@@ -328,25 +342,12 @@ def main():
         with open(pairs, "wb") as f:
             f.write(b"".join(("a\U0001D16D%s a%s\U0001D165\n" % (chr(c), chr(c))).encode()
                              for c in cps))
-        lines, c_out, hf_out, version = run_both(pairs, 0, vocab=every)
-        if len(c_out) != len(cps) or len(hf_out) != len(cps):
-            fail("sweep beside marks: %d code points, %d lines from tokenize_dump, %d from "
-                 "Hugging Face" % (len(cps), len(c_out), len(hf_out)))
-        differ = {cps[i]: i for i in range(len(cps)) if c_out[i] != hf_out[i]}
+        c_out, hf_out, version = run_sweep(pairs, "sweep beside marks")
         order = expected_differences("hf_order_differences.txt")
-        unexpected = sorted(set(differ) - expected - case - order)
-        gone = sorted(order - set(differ))
-        print("sweep beside combining marks, every code point in the vocabulary: %d differ "
-              "(%d listed in hf_order_differences.txt), %d differ unlisted, %d of that list no "
-              "longer differ" % (len(differ), len(order), len(unexpected), len(gone)), flush=True)
-        for c in unexpected[:8]:
-            print("  U+%04X unlisted: C %s, HF %s" % (c, c_out[differ[c]], hf_out[differ[c]]),
-                  flush=True)
-        if unexpected:
-            print("  all unlisted: " + ranges(unexpected), flush=True)
-        if gone:
-            print("  listed but equal now: " + ranges(gone), flush=True)
-        total_bad += len(unexpected) + len(gone)
+        total_bad += sweep_verdict(
+            "sweep beside combining marks, every code point in the vocabulary (%d listed in "
+            "hf_order_differences.txt)" % len(order), cps, c_out, hf_out,
+            expected | case | order, order)
         # the hostile lines (the combining marks' order among them) where every
         # character has an id of its own
         lines, c_out, hf_out, version = run_both(hostile, 0, vocab=every)
