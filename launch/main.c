@@ -439,6 +439,17 @@ static void note_unused_keys(pt_comm *comm, const pt_config *c, int resuming)
         pt_config_unused(c, resuming, note_unused_key, (void *)c);
 }
 
+/* The checkpoint a start of this config would resume, read before the run's
+ * lock settles it (train.resume=auto: what pt_rundir_auto_resume_peek finds;
+ * a path: that path; empty for a fresh start), so the session plans from it. */
+static void resume_planned(const pt_config *cfg, char *out, size_t n)
+{
+    if (strcmp(cfg->train.resume, "auto") == 0)
+        pt_rundir_auto_resume_peek(cfg->run.dir, out, n);
+    else
+        snprintf(out, n, "%s", cfg->train.resume);
+}
+
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -457,11 +468,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
     pt_rundir_resuming_was resuming_was = {0};
     /* the checkpoint a resume would take, looked at (read only) so the run
      * plans from its profile; which one is resumed is settled under the lock */
-    char planned[PT_PATH_MAX + 64] = "";
-    if (strcmp(cfg->train.resume, "auto") == 0)
-        pt_rundir_auto_resume_peek(cfg->run.dir, planned, sizeof planned);
-    else
-        snprintf(planned, sizeof planned, "%s", cfg->train.resume);
+    char planned[PT_PATH_MAX + 64];
+    resume_planned(cfg, planned, sizeof planned);
     /* what was there, so that a refused start takes back what it made */
     pt_rundir_start start = {.had_log = 1};
     if (pt_comm_rank(comm) == 0)
@@ -893,11 +901,8 @@ static int cmd_plan(pt_comm *comm, const cli *a)
         return setup_failed(comm, pt_fail(&err, PT_ENOMEM, "out of memory"), &err);
     /* a config that train would resume is planned as that resume: for the
      * checkpoint's frozen blocks, from the measurements it carries */
-    char planned[PT_PATH_MAX + 64] = "";
-    if (strcmp(a->cfg.train.resume, "auto") == 0)
-        pt_rundir_auto_resume_peek(a->cfg.run.dir, planned, sizeof planned);
-    else
-        snprintf(planned, sizeof planned, "%s", a->cfg.train.resume);
+    char planned[PT_PATH_MAX + 64];
+    resume_planned(&a->cfg, planned, sizeof planned);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, planned, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
         note_unused_keys(comm, &a->cfg, 0);

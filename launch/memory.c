@@ -500,10 +500,6 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
     /* the most micro-batches a layout allows: the smallest replica's share
      * (train.batch over D, rounded down; the larger shares are one more) */
     const int64_t most = c->train.batch / replicas > 0 ? c->train.batch / replicas : 1;
-    /* a resume keeps the checkpoint's batch (its data position counts
-     * batches): what fits is then reached by micro-batches, or a share per
-     * replica made smaller by more replicas, not by another train.batch */
-    const int batch_fixed = mode != PT_RUN_EVAL && r->sizes_given == PT_SIZES_OF_CHECKPOINT;
     const char *kept = " (a resume keeps the checkpoint's train.batch)";
     /* as many micro-batches as that fit: the fewest that do, from the
      * config's up. Whether a count fits is not monotone in it (the staged
@@ -539,7 +535,7 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   c->train.batch, (long long)micro, micro == 1 ? "" : "s",
                                   (long long)m, (need - weights - work) / gib, beside, room,
                                   (long long)hi, (long long)size, size == 1 ? "" : "s",
-                                  batch_fixed ? kept : ", or a smaller batch");
+                                  r->batch_kept ? kept : ", or a smaller batch");
     }
     /* not even those: the largest share whose micro-batches of one do (a
      * batch of D times it splits evenly) */
@@ -566,9 +562,9 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                                   c->train.batch, (long long)replicas, (long long)share,
                                   (long long)most, (long long)share, (long long)most,
                                   (long long)((share + most - 1) / most), beside, room,
-                                  batch_fixed ? "more memory, or more replicas for " : "",
+                                  r->batch_kept ? "more memory, or more replicas for " : "",
                                   (long long)lo, lo == 1 ? "" : "s", (long long)lo,
-                                  batch_fixed ? kept : "");
+                                  r->batch_kept ? kept : "");
     return pt_config_key_fail(c, err, "train.batch",
                               "%lld example%s, %lld per replica: even in micro-batches of one "
                               "example, a step's activations, staged inputs and buffers take "
@@ -576,8 +572,8 @@ int pt_session_check_model_memory(pt_session *r, pt_run_mode mode, pt_err *err)
                               "micro-batches of one (pipeline.microbatches = %lld)%s",
                               c->train.batch, c->train.batch == 1 ? "" : "s", (long long)share,
                               (stage_total(&ones) - weights - work) / gib, beside, room,
-                              batch_fixed ? "more memory, or more replicas for " : "",
+                              r->batch_kept ? "more memory, or more replicas for " : "",
                               (long long)lo, lo == 1 ? "" : "s", (long long)lo,
-                              batch_fixed ? kept : "");
+                              r->batch_kept ? kept : "");
 }
 

@@ -47,6 +47,8 @@ typedef struct pt_session {
                               PT_SIZES_OF_CHECKPOINT (a resume's, an eval's, or that of
                               the resume a plan's config makes), PT_SIZES_OF_INIT
                               (model.init_from's) */
+    int batch_kept;        /* train and plan of a resume: train.batch is the checkpoint's,
+                              not one a refusal may suggest changing */
     int cache_on;          /* the run opens the node's activation cache: cache.enabled, and not
                               an eval (which passes each test example once: nothing to reuse) */
     int norm_auto;         /* bits 0-2: data.lowercase, strip_accents, split_cjk were auto */

@@ -507,6 +507,10 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->sizes_given = resume && *resume ? PT_SIZES_OF_CHECKPOINT
                      : *c->model.init_from ? PT_SIZES_OF_INIT
                                            : 0;
+    /* a resume keeps the checkpoint's batch (its data position is in
+     * batches): what fits is reached by micro-batches, or a smaller share per
+     * replica by more replicas, never by another train.batch */
+    s->batch_kept = mode != PT_RUN_EVAL && s->sizes_given == PT_SIZES_OF_CHECKPOINT;
     /* nor does it open the cache (nor count its memory): its frozen prefix
      * would ride in front of stage 0, and the planner cuts the model whole */
     s->cache_on = pt_config_cache_on(c) && mode != PT_RUN_EVAL;
@@ -603,11 +607,9 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     spec.resume_depth = s->resume_depth;
     spec.fresh = mode != PT_RUN_EVAL && !(resume && *resume);
     /* what a refusal may suggest: a resume keeps the checkpoint's model and
-     * batch (its data position is in batches), model.init_from's sizes are
-     * its weights' */
-    const int batch_fixed = mode != PT_RUN_EVAL && s->sizes_given == PT_SIZES_OF_CHECKPOINT;
+     * batch, model.init_from's sizes are its weights' */
     int64_t fits_batch = 0;
-    spec.fits_batch = batch_fixed ? NULL : &fits_batch;
+    spec.fits_batch = s->batch_kept ? NULL : &fits_batch;
     if ((rc = pt_run_open(&s->run, comm, &spec, mode, err))) {
         if (rc == PT_EINPUT && s->rank == 0 && (spec.profile_strict || spec.profile_fallback) &&
             strncmp(err->msg, "measured on another", 19) == 0) {
@@ -633,7 +635,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
                 snprintf(batch, sizeof batch, "batch (train.batch = %lld has one)",
                          (long long)fits_batch);
             char allowed[160];
-            if (batch_fixed)
+            if (s->batch_kept)
                 snprintf(allowed, sizeof allowed, "more memory, or more stages over more ranks (a "
                          "resume keeps the checkpoint's model and train.batch)");
             else if (s->sizes_given)
