@@ -63,6 +63,7 @@ static const char usage[] =
     "        (YAML that train reads back)\n"
     "  keys  every configuration key, its default and what it allows (Markdown)\n"
     "\n"
+    "An option's value may also follow it after '=' (--set=KEY=VALUE, --checkpoint=DIR).\n"
     "train, eval and plan run under mpirun for several ranks, e.g.\n"
     "  mpirun -np 4 pipetrain train CONFIG.yaml --set pipeline.stages=4\n"
     "Configuration keys are documented in README.md and by `pipetrain keys`.\n";
@@ -163,29 +164,35 @@ typedef struct cli {
     int init; /* eval --init */
 } cli;
 
-/* eval's options that take a path. Returns 1 when argv[*i] is one of them
- * (its value stored and *i moved past it), 0 when it is not, or an error
- * (PT_EINPUT, negated) for a missing or repeated value. */
+/* eval's options that take a path, as `--name PATH` or `--name=PATH`.
+ * Returns 1 when argv[*i] is one of them (its value stored and *i moved past
+ * it), 0 when it is not, or an error (PT_EINPUT, negated) for a missing or
+ * repeated value. */
 static int path_option(int argc, char **argv, int *i, cli *a, pt_err *err)
 {
     const char *names[] = {"--checkpoint", "--logits", "--hidden", "--report"};
     const char **fields[] = {&a->checkpoint, &a->logits, &a->hidden, &a->report};
     for (int k = 0; k < 4; k++) {
-        if (strcmp(argv[*i], names[k]) != 0)
+        const size_t len = strlen(names[k]);
+        const int joined = strncmp(argv[*i], names[k], len) == 0 && argv[*i][len] == '=';
+        if (!joined && strcmp(argv[*i], names[k]) != 0)
             continue;
         const char *what = k == 0   ? "a checkpoint directory"
                            : k == 3 ? "an output file (OUT.json)"
                                     : "an output file (OUT.safetensors)";
-        const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
-        if (!next || !*next || strncmp(next, "--", 2) == 0)
+        /* `--name=PATH` says where its value is: only an empty one is missing */
+        const char *next = joined ? argv[*i] + len + 1 : *i + 1 < argc ? argv[*i + 1] : NULL;
+        if (!next || !*next || (!joined && strncmp(next, "--", 2) == 0))
             return -pt_fail(err, PT_EINPUT, "%s needs %s%s%s%s (see pipetrain --help)", names[k], what,
-                            next ? ", got '" : "", next ? next : "", next ? "'" : "");
+                            next && !joined ? ", got '" : "", next && !joined ? next : "",
+                            next && !joined ? "'" : "");
         if (*fields[k])
             return -pt_fail(err, PT_EINPUT, "%s given twice ('%s' and '%s')", names[k], *fields[k], next);
         if (pt_cli_path_ok(names[k], next, err))
             return -PT_EINPUT;
         *fields[k] = next;
-        ++*i;
+        if (!joined)
+            ++*i;
         return 1;
     }
     return 0;
@@ -220,6 +227,9 @@ static int read_config(int argc, char **argv, cli *a, int eval_options, pt_err *
             rc = pt_fail(err, PT_EINPUT, "--init given twice");
         else if (eval_options && strcmp(argv[i], "--init") == 0)
             a->init = 1;
+        else if (eval_options && strncmp(argv[i], "--init=", 7) == 0)
+            rc = pt_fail(err, PT_EINPUT, "--init takes no value, got '%s' (it starts from "
+                         "model.init_from's weights, or the config's seed)", argv[i]);
         else
             rc = pt_fail(err, PT_EINPUT, "unexpected argument '%s' (see pipetrain --help)", argv[i]);
     }

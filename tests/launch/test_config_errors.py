@@ -2698,6 +2698,15 @@ def test_eval_output_errors(h):
             (["--init", "--logits", "x.st", "--hidden", "x.st"], ["--logits and --hidden", "x.st"]),
             (["--init", "--checkpoint", h.path("a-dir")], ["--init and --checkpoint"]),
             (["--init", "--init"], ["--init given twice"]),
+            # the --name=PATH form: an empty value is missing, a value
+            # starting with "--" is the user's own, a repeat is a repeat
+            (["--hidden="], ["--hidden needs an output file (OUT.safetensors) (see"]),
+            (["--checkpoint="], ["--checkpoint needs a checkpoint directory (see"]),
+            (["--hidden=a.st", "--hidden", "b.st"], ["--hidden given twice", "a.st", "b.st"]),
+            (["--init", "--logits=x.st", "--hidden=x.st"], ["--logits and --hidden", "x.st"]),
+            (["--init", "--hidden=" + missing], ["--hidden", missing, "No such file or directory"]),
+            (["--init=1"], ["--init takes no value, got '--init=1'"]),
+            (["--hiddenx=a.st"], ["unexpected argument '--hiddenx=a.st'"]),
             (["--init", "--hidden", missing], ["--hidden", missing, "No such file or directory"]),
             (["--init", "--logits", "x.st", "--hidden", h.path("a-dir")], ["--hidden", "is a directory"])]:
         r = h.run(["eval", cfg] + args).expect(2, " ".join(args))
@@ -2723,6 +2732,11 @@ def test_eval_output_errors(h):
     r = h.run(["eval", cfg, "--init", "--logits", "l.st", "--hidden", "h.st"]).expect(0)
     check("checkpoint none (the initial weights" in r.out, "eval --init printed:\n%s", r.out)
     check(os.path.exists(h.path("l.st")) and os.path.exists(h.path("h.st")), "outputs not written")
+    # and in the --name=PATH form, the same bytes
+    r = h.run(["eval", cfg, "--init", "--logits=l2.st", "--hidden=h2.st"]).expect(0)
+    check(U.read_bytes(h.path("l2.st")) == U.read_bytes(h.path("l.st")) and
+          U.read_bytes(h.path("h2.st")) == U.read_bytes(h.path("h.st")),
+          "--logits=/--hidden= wrote other bytes than --logits/--hidden")
     check(not os.path.exists(h.path("run")), "eval created run.dir")
 
 
