@@ -134,7 +134,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
             rc = pt_export_not_over_inputs(out, arch.kind == PT_MODEL_BERT, given, err);
     }
     if (rc == 0 && arch.kind != PT_MODEL_BERT) /* before the work, as eval does */
-        rc = pt_output_probe("export", out, err);
+        rc = pt_output_probe("export", out, PT_OUTPUT_SAFETENSORS, err);
     /* a bert export's directory, when it is there already: that its files
      * can be written (one that is not there is made by the export, which
      * says when it cannot be) */
@@ -146,7 +146,7 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
                          "into '%s', is a directory there; remove it, or export elsewhere", path,
                          out);
         else
-            rc = pt_output_probe("export", path, err);
+            rc = pt_output_probe("export", path, PT_OUTPUT_SAFETENSORS, err);
     }
     if (rc == 0)
         spec.count = pt_arch_units(&arch);

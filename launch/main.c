@@ -822,11 +822,11 @@ static int cmd_eval(pt_comm *comm, const cli *a)
             (rc = pt_output_not_in_run(opts[k], outs[k], cfg->run.dir, &err)) == 0)
             rc = pt_output_not_in_run(opts[k], outs[k], ckpt_run, &err);
     if (writes && a->logits && rc == 0)
-        rc = pt_output_probe("--logits", a->logits, &err);
+        rc = pt_output_probe("--logits", a->logits, PT_OUTPUT_SAFETENSORS, &err);
     if (writes && a->hidden && rc == 0)
-        rc = pt_output_probe("--hidden", a->hidden, &err);
+        rc = pt_output_probe("--hidden", a->hidden, PT_OUTPUT_SAFETENSORS, &err);
     if (writes && a->report && rc == 0)
-        rc = pt_output_probe("--report", a->report, &err);
+        rc = pt_output_probe("--report", a->report, PT_OUTPUT_JSON, &err);
     if (writes && a->logits && rc == 0 && !(logits = malloc((size_t)rows * classes * sizeof *logits)))
         rc = pt_fail(&err, PT_ENOMEM, "out of memory for %lld rows of logits", (long long)rows);
     if (writes && a->hidden && rc == 0 &&

@@ -44,14 +44,55 @@ int pt_cli_path_ok(const char *option, const char *path, pt_err *err)
                    PT_PATH_MAX - 1);
 }
 
-/* Whether eval can write its output option's file: creates and removes the
- * temporary file a write would start with. A path that cannot be written is
- * bad input (PT_EINPUT). */
-int pt_output_probe(const char *option, const char *path, pt_err *err)
+/* A file with bytes in it at path is replaced only when it is of the kind
+ * the output writes: a safetensors file that reads as one (an earlier
+ * export, logits, hidden states, another model's weights), or JSON (an
+ * earlier report). A config, script or data file named there by mistake is
+ * not. */
+static int replaces_its_own_kind(const char *option, const char *path, pt_output_kind kind,
+                                 pt_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+        return 0; /* nothing there, an empty file, or what the write itself refuses (a link) */
+    pt_err why = {0};
+    int rc;
+    if (kind == PT_OUTPUT_SAFETENSORS) {
+        pt_st_file *f = NULL;
+        if ((rc = pt_st_open(&f, path, &why)) == 0)
+            pt_st_close(f);
+    } else {
+        void *text = NULL;
+        size_t n = 0;
+        json_t *j = NULL;
+        /* a report is a few kilobytes: what is far larger is something else */
+        if ((rc = pt_read_file(path, (size_t)64 << 20, &text, &n, &why)) == 0 &&
+            (rc = pt_json_load_foreign(&j, text, n, PT_JSON_REALS | PT_JSON_LAST_KEY_WINS, &why)) == 0 &&
+            !json_is_object(j))
+            rc = pt_fail(&why, PT_EINPUT, "not a JSON object");
+        json_decref(j);
+        free(text);
+    }
+    if (rc == 0)
+        return 0;
+    if (rc == PT_ENOMEM)
+        return pt_fail(err, PT_ENOMEM, "%s '%s': out of memory reading what is there", option, path);
+    return pt_fail(err, PT_EINPUT, "%s '%s' holds a file that is not %s (%s); it is not replaced: "
+                   "remove it first, or choose another name", option, path,
+                   kind == PT_OUTPUT_SAFETENSORS ? "a safetensors file" : "JSON", why.msg);
+}
+
+/* Whether eval or export can write its output's file: what is there is of
+ * the output's kind, and the temporary file a write starts with can be
+ * created (and is removed). A path that cannot be written is bad input
+ * (PT_EINPUT). */
+int pt_output_probe(const char *option, const char *path, pt_output_kind kind, pt_err *err)
 {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return pt_fail(err, PT_EINPUT, "%s '%s' is a directory; it takes a file name", option, path);
+    if (replaces_its_own_kind(option, path, kind, err))
+        return err->code;
     pt_wfile *f = NULL;
     if (pt_wfile_open(&f, path, err) == 0) {
         pt_wfile_abort(f);

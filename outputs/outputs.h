@@ -16,11 +16,17 @@
  * refused rather than checked cut short. */
 int pt_cli_path_ok(const char *option, const char *path, pt_err *err);
 
+/* What an output file holds: safetensors (export, eval --logits and
+ * --hidden) or JSON (eval --report). */
+typedef enum { PT_OUTPUT_SAFETENSORS, PT_OUTPUT_JSON } pt_output_kind;
+
 /* Whether a file can be written at path (creates and removes the temporary
- * name a write starts with); a directory there is refused. When it can, the
- * temporary files that a killed earlier write of path left are removed
- * (pt_output_sweep). */
-int pt_output_probe(const char *option, const char *path, pt_err *err);
+ * name a write starts with); a directory there is refused, and so is a file
+ * with bytes in it that is not of the output's kind (a config or a script
+ * named by mistake: only an earlier output of that kind is replaced). When
+ * it can, the temporary files that a killed earlier write of path left are
+ * removed (pt_output_sweep). */
+int pt_output_probe(const char *option, const char *path, pt_output_kind kind, pt_err *err);
 /* Removes what killed writes of path left beside it (formats.h,
  * pt_remove_dead_temporaries), with a note when there was any. */
 void pt_output_sweep(const char *path);

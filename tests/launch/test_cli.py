@@ -362,6 +362,33 @@ def test_export_errors(h):
     r = h.run(["eval", cfg, "--logits", cfg]).expect(2, "--logits onto the config")
     r.one_error("--logits '%s' is '%s', an input of this command" % (cfg, cfg), strict=False)
     check(open(cfg).read() == text, "the config was overwritten")
+    # a file of another kind at an output (a config, a script, named by
+    # mistake; no input of the command) is not replaced: export and --logits
+    # / --hidden replace a safetensors file, --report JSON, or an empty file
+    other_cfg, script, report = h.path("other.yaml"), h.path("go.sh"), h.path("r.json")
+    U.write(other_cfg, text)
+    U.write(script, "#!/bin/sh\necho hello\n")
+    U.write(report, '{"test_accuracy": 0.5}\n')
+    kept = {p: U.read_bytes(p) for p in (other_cfg, script, report)}
+    for out in kept:
+        r = h.run(["export", ck, out]).expect(2, "export onto " + out)
+        r.one_error("export '%s' holds a file that is not a safetensors file" % out, "not replaced")
+        for option in ("--logits", "--hidden"):
+            r = h.run(["eval", cfg, "--checkpoint", ck, option, out]).expect(2, option + " onto " + out)
+            r.one_error("%s '%s' holds a file that is not a safetensors file" % (option, out), strict=False)
+        if out != report:
+            r = h.run(["eval", cfg, "--checkpoint", ck, "--report", out]).expect(2, "--report onto " + out)
+            r.one_error("--report '%s' holds a file that is not JSON" % out, strict=False)
+    check(all(U.read_bytes(p) == b for p, b in kept.items()), "a file of another kind was replaced")
+    first, empty = h.path("first.st"), h.path("empty.st")
+    h.run(["export", ck, first]).expect(0)
+    U.write(empty, "")
+    h.run(["export", ck, empty]).expect(0)
+    check(U.read_bytes(empty) == U.read_bytes(first), "an empty file at OUT was not replaced by the export")
+    h.run(["export", ck, first]).expect(0)  # an earlier export
+    h.run(["eval", cfg, "--checkpoint", ck, "--logits", first, "--report", report]).expect(0)
+    with open(report) as f:
+        check("classes" in json.load(f), "the earlier JSON at --report was not replaced by the report")
 
 
 def test_train_inputs_are_not_run_files(h):
