@@ -27,9 +27,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* the '/' between dir and what follows: none after a dir that ends in one
+ * (runs/a/ + x is runs/a/x, the same file as runs/a//x, as a user writes it) */
+static const char *separator(const char *dir)
+{
+    const size_t n = strlen(dir);
+    return n && dir[n - 1] == '/' ? "" : "/";
+}
+
 char *pt_path_join(char *out, const char *dir, const char *name)
 {
-    int len = snprintf(out, PT_CKPT_PATH, "%s/%s", dir, name);
+    int len = snprintf(out, PT_CKPT_PATH, "%s%s%s", dir, separator(dir), name);
     if (len < 0 || len >= PT_CKPT_PATH)
         out[0] = '\0';
     return out;
@@ -37,7 +45,7 @@ char *pt_path_join(char *out, const char *dir, const char *name)
 
 void pt_step_dir(const char *run_dir, int64_t step, char *out, size_t n)
 {
-    int len = snprintf(out, n, "%s/checkpoints/step_%010" PRId64, run_dir, step);
+    int len = snprintf(out, n, "%s%scheckpoints/step_%010" PRId64, run_dir, separator(run_dir), step);
     if (len < 0 || (size_t)len >= n)
         out[0] = '\0';
 }

@@ -739,7 +739,32 @@ int pt_output_same(const char *a, const char *b)
 /* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
 void pt_output_run_of_checkpoint(const char *ckpt, char *out, size_t n)
 {
-    const int len = snprintf(out, n, "%s/../..", ckpt);
-    if (len < 0 || (size_t)len >= n)
+    char bare[PT_PATH_MAX];
+    snprintf(bare, sizeof bare, "%s", ckpt);
+    for (size_t k = strlen(bare); k > 1 && bare[k - 1] == '/';)
+        bare[--k] = '\0';
+    const int len = snprintf(out, n, "%s/../..", bare);
+    if (len < 0 || (size_t)len >= n || strlen(ckpt) >= sizeof bare) {
         out[0] = '\0';
+        return;
+    }
+    /* as the user would write it (RUN for RUN/checkpoints/step_N, "." for
+     * checkpoints/step_N) where that names the same directory (not where a
+     * level is '..' or a link) */
+    char lexical[PT_PATH_MAX];
+    snprintf(lexical, sizeof lexical, "%s", bare);
+    for (int level = 0; level < 2; level++) {
+        char *slash = strrchr(lexical, '/');
+        if (level == 1 && strcmp(lexical, ".") == 0)
+            snprintf(lexical, sizeof lexical, ".."); /* step_N, in checkpoints/ */
+        else if (!slash)
+            snprintf(lexical, sizeof lexical, ".");
+        else
+            slash[slash == lexical] = '\0'; /* "/step_N" keeps its "/" */
+        for (size_t k = strlen(lexical); k > 1 && lexical[k - 1] == '/';)
+            lexical[--k] = '\0';
+    }
+    char a[PATH_MAX], b[PATH_MAX];
+    if (realpath(out, a) && realpath(lexical, b) && strcmp(a, b) == 0)
+        snprintf(out, n, "%s", lexical);
 }

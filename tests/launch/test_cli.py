@@ -309,6 +309,10 @@ def test_export_errors(h):
         r.one_error("a run's checkpoints")
         r = h.run(["eval", cfg, "--checkpoint", ck, "--logits", out]).expect(2, "--logits " + out)
         r.one_error("a run's checkpoints", strict=False)
+    # inspect of a run directory written with a '/' at its end names the
+    # checkpoint without '//' in it
+    r = h.run(["inspect", run_dir + "/"]).expect(0, "inspect RUN_DIR/")
+    check(json.loads(r.out)["checkpoint"] == ck, "inspect RUN_DIR/ named %r" % json.loads(r.out)["checkpoint"])
     # (and the records of its resumes: RUN_DIR/resuming, which
     # train.resume=auto reads, and RUN_DIR/abandoned, moved into)
     for name in ("lock", "metrics.jsonl", "profile.json", "resuming", "abandoned"):
@@ -318,7 +322,7 @@ def test_export_errors(h):
         r = h.run(["eval", cfg, "--logits", out]).expect(2, "--logits onto " + name)
         r.one_error("is one of the files run.dir", strict=False)
         r = h.run(["export", ck, out]).expect(2, "export onto " + name)
-        r.one_error("is one of the files run.dir")
+        r.one_error("is one of the files run.dir '%s' keeps" % run_dir)  # as it is written
     U.same_snapshot(whole, U.snapshot(run_dir), "run.dir")
     # nor onto another run's: its lock replaced let a second job train in
     # its run.dir beside the first (snapshot() leaves the lock out: compared
