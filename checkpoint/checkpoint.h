@@ -262,7 +262,8 @@ void pt_rundir_resuming_early(const char *run_dir, const char *from, pt_rundir_r
 void pt_rundir_resuming_undo(const char *run_dir, pt_rundir_resuming_was *was);
 void pt_rundir_resuming_keep(pt_rundir_resuming_was *was);
 /* The note for a command that reads RUN_DIR's newest (`latest`) while
- * RUN_DIR/resuming names another checkpoint: 1 with the text in out, or 0. */
+ * RUN_DIR/resuming names another checkpoint, or cannot be read (for which
+ * train.resume=auto refuses the run.dir): 1 with the text in out, or 0. */
 int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, size_t n);
 /* For a command that reads RUN_DIR's newest while RUN_DIR holds none:
  * 1 with the checkpoint RUN_DIR/resuming names in out (as `auto` would

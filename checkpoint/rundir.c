@@ -888,7 +888,13 @@ int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, 
     char named[PT_CKPT_PATH];
     pt_err quiet;
     out[0] = '\0';
-    if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0 || !*named)
+    if (pt_rundir_resuming_get(run_dir, named, sizeof named, &quiet) != 0) {
+        /* what train.resume=auto refuses the run.dir for */
+        snprintf(out, n, "%s is used, run.dir's newest; train.resume=auto refuses this run.dir: %s",
+                 latest, quiet.msg);
+        return 1;
+    }
+    if (!*named)
         return 0;
     if (pt_rundir_resuming_own(run_dir, named))
         snprintf(out, n, "%s/resuming names %s, run.dir's own step that a start went back to and "

@@ -2827,6 +2827,32 @@ def test_failed_save_of_resumed_other_runs_step(h):
         check(U.snapshot(bad) == before, "%s: the refused start changed run.dir", name)
 
 
+def test_unreadable_resuming_over_own_steps(h):
+    """A run.dir with checkpoints of its own and a RUN_DIR/resuming that
+    does not read (damaged, empty, a FIFO): train.resume=auto refuses it;
+    eval and inspect take its newest step and say that, and why train
+    refuses the run.dir (they said nothing of it)."""
+    cfg, run_dir = trained(h, "own-steps")
+    marker = os.path.join(run_dir, "resuming")
+    newest = U.ckpt(run_dir, LAST)
+    for name, content in (("damaged", "not a record\n"), ("empty", ""), ("fifo", None)):
+        if os.path.lexists(marker):
+            os.unlink(marker)
+        if content is None:
+            os.mkfifo(marker)
+        else:
+            U.write(marker, content)
+        r = h.run(["train", cfg, "--set", "train.resume=auto"], timeout=60).expect(2, name)
+        r.one_error("train.resume", marker)
+        said = "%s is used, run.dir's newest; train.resume=auto refuses this run.dir: " % newest
+        r = h.run(["eval", cfg], timeout=60).expect(0, "eval, resuming " + name)
+        check(said in r.err and marker in r.err and r.out.startswith("checkpoint %s\n" % newest),
+              "%s: eval's note:\n%s", name, r.describe())
+        r = h.run(["inspect", run_dir], timeout=60).expect(0, "inspect, resuming " + name)
+        check(said in r.err and json.loads(r.out)["checkpoint"] == newest,
+              "%s: inspect's note:\n%s", name, r.describe())
+
+
 def test_resume_of_other_runs_step_killed_while_loading(h):
     """Another run's checkpoint of step 6 resumed into a new run.dir, the
     start killed (SIGKILL) while it reads the checkpoint: run.dir was made
@@ -3961,6 +3987,7 @@ def tests():
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
+        test_unreadable_resuming_over_own_steps,
         test_resume_of_other_runs_step_killed_while_loading,
         test_resume_of_other_runs_step_over_a_damaged_own_step,
         test_damaged_newest_step_directory, test_linked_manifest,
