@@ -915,7 +915,11 @@ static int cmd_plan(pt_comm *comm, const cli *a)
     resume_planned(&a->cfg, planned, sizeof planned);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, planned, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
-        note_unused_keys(comm, &a->cfg, 0);
+        /* the notes train would give (a resume reads other keys, and takes
+         * its weights from the checkpoint, not model.init_from) */
+        note_unused_keys(comm, &a->cfg, *planned != '\0');
+        if (!*planned && s->rank == 0)
+            pt_init_from_notes(&s->cfg, 1);
         /* every rank's binding, in rank order */
         const int ranks = pt_comm_size(comm);
         char(*all)[sizeof s->binding] = calloc((size_t)ranks, sizeof *all);

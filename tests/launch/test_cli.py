@@ -1787,6 +1787,10 @@ def test_unused_keys_noted(h):
     got = unused_case(h, "vit_fresh", dict(keys, **extra, **{"run.dir": h.path("run2")}),
                       {"model.context", "pipeline.elastic"}, command="train")
     check("starts fresh" in got["pipeline.elastic"][1], "%r", got["pipeline.elastic"])
+    # plan of a config train would resume notes what that resume does not
+    # read, as train does (it noted pipeline.elastic, which the resume reads)
+    unused_case(h, "vit_resume_plan", dict(keys, **extra, **{"train.max_steps": "3"}),
+                {"model.context"}, command="plan", sets=("train.resume=auto",))
     unused_case(h, "vit_resume", dict(keys, **extra, **{"train.max_steps": "3"}),
                 {"model.context"}, command="train", sets=("train.resume=auto",))
 
