@@ -42,7 +42,7 @@ const pt_key_spec pt_config_keys[] = {
      "RUN_DIR/samples-rank<R>.jsonl (every rank opens one: a re-plan can make any rank a "
      "first stage)"},
     {"run.profile_ops", PT_K_BOOL, AT(run.profile_ops), 0, 0, NULL, 0, "false",
-     "time every CPU backend op of the training steps after the run's first 3 (of 4 or fewer steps: "
+     "time every CPU backend op of the training steps after the run's first 3 (of 2 or 3 steps: "
      "all but the first; of one: that one); at the end print a table "
      "per op and shape (ms per step, GFLOP/s, % of the measured FMA peak) and write it to "
      "RUN_DIR/op_profile-rank<R>.json"},

@@ -581,7 +581,8 @@ int pt_session_train(pt_session *s, pt_err *err)
         pt_progress_note(&s->progress, "nothing left to train: the checkpoint is at step %lld, and "
                          "this run's settings end it at step %lld", (long long)r->step,
                          (long long)r->total_steps);
-    pt_progress_note(&s->progress, "done: %lld step%s; checkpoints in %s/checkpoints",
-                     (long long)r->step, r->step == 1 ? "" : "s", c->run.dir);
+    char ckpts[PT_CKPT_PATH];
+    pt_progress_note(&s->progress, "done: %lld step%s; checkpoints in %s", (long long)r->step,
+                     r->step == 1 ? "" : "s", pt_path_join(ckpts, c->run.dir, "checkpoints"));
     return 0;
 }

@@ -403,10 +403,12 @@ static int same_config(pt_comm *comm, const cli *a, pt_err *err)
 static void passed_over(const char *run_dir, const char *latest)
 {
     const int64_t step = pt_checkpoint_passed_over(run_dir, latest);
+    char newer[PT_CKPT_PATH];
+    pt_step_dir(run_dir, step, newer, sizeof newer);
     if (step >= 0)
-        fprintf(stderr, "pipetrain: note: %s/checkpoints/step_%010lld is newer than %s but not a "
-                "complete checkpoint (a save still being written, a save that did not finish, or "
-                "a damaged manifest): %s is used\n", run_dir, (long long)step, latest, latest);
+        fprintf(stderr, "pipetrain: note: %s is newer than %s but not a complete checkpoint (a "
+                "save still being written, a save that did not finish, or a damaged manifest): %s "
+                "is used\n", newer, latest, latest);
 }
 
 /* eval of run.dir's newest while RUN_DIR/resuming names another

@@ -69,17 +69,19 @@ static int replaces_its_own_kind(const char *option, const char *path, pt_output
         if ((rc = pt_read_file(path, (size_t)64 << 20, &text, &n, &why)) == 0 &&
             (rc = pt_json_load_foreign(&j, text, n, PT_JSON_REALS | PT_JSON_LAST_KEY_WINS, &why)) == 0 &&
             !json_is_object(j))
-            rc = pt_fail(&why, PT_EINPUT, "not a JSON object");
+            rc = pt_fail(&why, PT_EINPUT, "JSON, but not an object");
         json_decref(j);
         free(text);
     }
-    if (rc == 0)
+    /* only a verdict on what it holds refuses it: one that cannot be read
+     * (no permission, an I/O error) is the write's to replace or refuse */
+    if (rc == 0 || rc == PT_ESYS)
         return 0;
     if (rc == PT_ENOMEM)
         return pt_fail(err, PT_ENOMEM, "%s '%s': out of memory reading what is there", option, path);
     return pt_fail(err, PT_EINPUT, "%s '%s' holds a file that is not %s (%s); it is not replaced: "
                    "remove it first, or choose another name", option, path,
-                   kind == PT_OUTPUT_SAFETENSORS ? "a safetensors file" : "JSON", why.msg);
+                   kind == PT_OUTPUT_SAFETENSORS ? "a safetensors file" : "a JSON object", why.msg);
 }
 
 /* Whether eval or export can write its output's file: what is there is of
@@ -739,19 +741,23 @@ int pt_output_same(const char *a, const char *b)
 /* The run directory a checkpoint directory lies in: RUN/checkpoints/step_N. */
 void pt_output_run_of_checkpoint(const char *ckpt, char *out, size_t n)
 {
-    char bare[PT_PATH_MAX];
+    char bare[2 * PT_PATH_MAX];
+    if (strlen(ckpt) >= sizeof bare) {
+        out[0] = '\0';
+        return;
+    }
     snprintf(bare, sizeof bare, "%s", ckpt);
     for (size_t k = strlen(bare); k > 1 && bare[k - 1] == '/';)
         bare[--k] = '\0';
     const int len = snprintf(out, n, "%s/../..", bare);
-    if (len < 0 || (size_t)len >= n || strlen(ckpt) >= sizeof bare) {
+    if (len < 0 || (size_t)len >= n) {
         out[0] = '\0';
         return;
     }
     /* as the user would write it (RUN for RUN/checkpoints/step_N, "." for
      * checkpoints/step_N) where that names the same directory (not where a
      * level is '..' or a link) */
-    char lexical[PT_PATH_MAX];
+    char lexical[sizeof bare];
     snprintf(lexical, sizeof lexical, "%s", bare);
     for (int level = 0; level < 2; level++) {
         char *slash = strrchr(lexical, '/');

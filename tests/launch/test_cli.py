@@ -382,7 +382,7 @@ def test_export_errors(h):
             r.one_error("%s '%s' holds a file that is not a safetensors file" % (option, out), strict=False)
         if out != report:
             r = h.run(["eval", cfg, "--checkpoint", ck, "--report", out]).expect(2, "--report onto " + out)
-            r.one_error("--report '%s' holds a file that is not JSON" % out, strict=False)
+            r.one_error("--report '%s' holds a file that is not a JSON object" % out, strict=False)
     check(all(U.read_bytes(p) == b for p, b in kept.items()), "a file of another kind was replaced")
     first, empty = h.path("first.st"), h.path("empty.st")
     h.run(["export", ck, first]).expect(0)

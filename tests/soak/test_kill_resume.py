@@ -315,7 +315,7 @@ def random_kills(runner, variant, ref, took, kills):
             # reference was, on a machine whose load fell since): nothing
             # was tested, so again from the start, the kills drawn within
             # half the time this run was given (it ended somewhere in it)
-            took = min(took, time.monotonic() - started) / 2
+            took = min(took, (time.monotonic() - started) / 2)
             shutil.rmtree(run_dir)
             attempts, fresh = 0, fresh + 1
             continue
