@@ -516,8 +516,10 @@ int pt_session_train(pt_session *s, pt_err *err)
          * launcher's grace period runs out), stops here rather than after
          * another step and a second save: every rank made the same calls,
          * so every rank asks the others, and a save just made is the stop's
-         * checkpoint. */
-        if (!stopping && (evaluated_at == r->step || deciding || saved_at == r->step)) {
+         * checkpoint. After the run's last step there is nothing left to stop:
+         * the run ends as it would have (its last evaluation too), status 0. */
+        if (!stopping && r->step < r->total_steps &&
+            (evaluated_at == r->step || deciding || saved_at == r->step)) {
             int64_t late = pt_stop_signal_pending() != 0;
             if ((rc = pt_allreduce_max_i64(pt_comm_world(s->comm), &late, err)))
                 break;

@@ -304,6 +304,30 @@ def test_signal_during_a_step_stops_after_that_step(h):
     return "%d signals during a step stopped after it" % good
 
 
+def test_a_stop_signal_after_the_last_step_stops_nothing(h):
+    """A stop signal that comes after the run's last step, during its save
+    at the end of the last epoch (before the run's last evaluation) or
+    during that evaluation, stops nothing: exit 0, the last evaluation
+    logged, the same checkpoint as a run without the signal. (A signal
+    during that save stopped the run with 130 and skipped the evaluation.)"""
+    keys = {"train.max_steps": "0", "train.eval_every": "0", "train.epochs": "2"}
+    cfg, straight, r = train(h, "last-straight", "vit", **keys)
+    last = int(U.checkpoints(straight)[-1].split("_")[-1])
+    check("eval  step %d " % last in r.err, "the straight run has no last evaluation:\n%s", r.err)
+    want = export(h, U.ckpt(straight, last), "last-straight")
+    for point in ("checkpoint-prepared", "checkpoint-writing", "checkpoint-manifest", "finished"):
+        name = "last-" + point
+        run_dir = h.path(name)
+        c = U.write_config(h, name + ".yaml", config(h, "vit", run_dir, **keys))
+        r = h.run(["train", c], env={"PIPETRAIN_TEST_FAULT": "0:%d:stop:%s" % (last, point)})
+        r.expect(0, "a stop signal at %s of the last step" % point)
+        check("signal received while at step %d" % last in r.err and "eval  step %d " % last in r.err
+              and "done: %d steps" % last in r.err, "%s: no last evaluation, or no signal:\n%s",
+              point, r.describe())
+        check(export(h, U.ckpt(run_dir, last), name) == want,
+              "%s: the last checkpoint differs from the run without the signal" % point)
+
+
 def test_a_stop_signal_sent_twice_at_once_is_one_stop(h):
     """One stop request delivered twice (GNU timeout sends SIGTERM to its
     child and then to the child's process group; here the same sender sends
@@ -736,6 +760,7 @@ def tests():
     return [test_straight_runs_are_reproducible, test_resume_when_already_done,
             test_stop_signal_before_main, test_signal_during_a_step_stops_after_that_step,
             test_a_stop_signal_sent_twice_at_once_is_one_stop,
+            test_a_stop_signal_after_the_last_step_stops_nothing,
             test_lock_is_never_written_through, test_killed_writes_of_run_files_are_swept,
             test_full_disk_stops_the_run_with_a_checkpoint, test_checkpoints_read_only_mid_run,
             test_no_room_to_start_is_not_bad_input,
