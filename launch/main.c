@@ -529,14 +529,24 @@ static int cmd_train(pt_comm *comm, const cli *a)
         rc = got;
     /* rank 0 could not read its lock: it says why, and there is nothing
      * to compare */
+    /* the host a refusal is made on: the one whose view of run.dir differs */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
     if (rc == 0 && root_rc == 0 && strcmp(lock_here, lock_root) != 0)
         rc = pt_config_key_fail(cfg, &err, "run.dir",
                                 "'%s' is not the directory rank 0 locked for this job (its lock "
-                                "says '%.200s' here, '%.200s' on rank 0); every rank must see "
-                                "one run.dir, on a file system the nodes share",
-                                cfg->run.dir, lock_here, lock_root);
-    else if (rc == PT_EINPUT && !got)
+                                "says '%.200s' here, on host '%.100s', '%.200s' on rank 0); every "
+                                "rank must see one run.dir, on a file system the nodes share",
+                                cfg->run.dir, lock_here, host, lock_root);
+    else if (rc == PT_EINPUT && !got) {
+        if (pt_comm_rank(comm) != 0) { /* rank 0's lock, unseen here */
+            char why[sizeof err.msg];
+            snprintf(why, sizeof why, "%s", err.msg);
+            pt_fail(&err, PT_EINPUT, "%.900s on host '%.100s' (rank 0 locked it: every rank must "
+                    "see one run.dir, on a file system the nodes share)", why, host);
+        }
         pt_config_key_prefix(cfg, &err, "run.dir");
+    }
     /* and may write there: a node that mounts it read-only would fail at the
      * first checkpoint of a unit it holds, steps or hours in (or only after
      * a re-plan moves a unit of the first replica there) */

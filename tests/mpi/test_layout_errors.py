@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -225,6 +226,8 @@ def configs_differ(tools, work):
     # checkpoint; eval mixed two checkpoints' stages)
     other = os.path.join(work, "files-other")
     shutil.copytree(same, other)
+    norun = os.path.join(work, "files-norun")  # no run.dir (another node's file system)
+    shutil.copytree(same, norun)
     rel = os.path.join(work, "bert-relative.yaml")
     with open(bcfg) as f:
         text = f.read()
@@ -261,7 +264,14 @@ def configs_differ(tools, work):
     cases += [
         ("rank 1's relative run.dir is another directory",
          two("train", rel, "--set", "train.resume=auto", "--set", "run.seed=1"), None,
-         ["rank 1: error: %s:2: run.dir: 'run' is not the directory rank 0 locked" % rel]),
+         ["rank 1: error: %s:2: run.dir: 'run' is not the directory rank 0 locked" % rel,
+          "here, on host '%s'" % socket.gethostname()]),
+        ("rank 1 sees no run.dir (and so no lock) where rank 0 has one",
+         base + ["-np", "1", "-wdir", same, tools.pipetrain, "train", rel, "--set", "train.resume=auto",
+                 "--set", "run.seed=1", ":", "-np", "1", "-wdir", norun, tools.pipetrain, "train", rel,
+                 "--set", "train.resume=auto", "--set", "run.seed=1"], None,
+         ["rank 1: error: %s:2: run.dir: " % rel, "lock", "on host '%s' (rank 0 locked it" %
+          socket.gethostname()]),
         ("rank 1's relative --checkpoint is another checkpoint",
          two("eval", rel, "--checkpoint", "ckpt", "--set", "pipeline.stages=2", "--set",
              "pipeline.replicas=1"), None,
