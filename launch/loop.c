@@ -360,7 +360,8 @@ int pt_session_train(pt_session *s, pt_err *err)
                      "thread%s per rank",
                      pt_config_word("model.kind", c->model.kind), params, (long long)s->train.count,
                      (long long)s->test.count, c->train.batch, (long long)r->total_steps,
-                     r->total_steps == 1 ? "" : "s", pt_layout_mode(r), r->plan.stages, r->plan.stages == 1 ? "" : "s",
+                     r->total_steps == 1 ? "" : "s", pt_layout_mode(r), r->plan.stages,
+                     r->plan.stages == 1 ? "" : "s",
                      r->plan.replicas, r->plan.replicas == 1 ? "" : "s", r->plan.micro,
                      pt_backend_name(s->be), s->threads, s->threads == 1 ? "" : "s");
     /* (a warm-up of 1 step is no warm-up: update 0 uses train.lr) */

@@ -403,12 +403,13 @@ static int same_config(pt_comm *comm, const cli *a, pt_err *err)
 static void passed_over(const char *run_dir, const char *latest)
 {
     const int64_t step = pt_checkpoint_passed_over(run_dir, latest);
+    if (step < 0)
+        return;
     char newer[PT_CKPT_PATH];
     pt_step_dir(run_dir, step, newer, sizeof newer);
-    if (step >= 0)
-        fprintf(stderr, "pipetrain: note: %s is newer than %s but not a complete checkpoint (a "
-                "save still being written, a save that did not finish, or a damaged manifest): %s "
-                "is used\n", newer, latest, latest);
+    fprintf(stderr, "pipetrain: note: %s is newer than %s but not a complete checkpoint (a "
+            "save still being written, a save that did not finish, or a damaged manifest): %s "
+            "is used\n", newer, latest, latest);
 }
 
 /* eval of run.dir's newest while RUN_DIR/resuming names another
@@ -528,10 +529,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0 && got)
         rc = got;
     /* rank 0 could not read its lock: it says why, and there is nothing
-     * to compare */
-    /* the host a refusal is made on: the one whose view of run.dir differs */
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
+     * to compare; a refusal names this rank's host, whose view of run.dir
+     * differs */
+    const char *host = pt_comm_host(comm);
     if (rc == 0 && root_rc == 0 && strcmp(lock_here, lock_root) != 0)
         rc = pt_config_key_fail(cfg, &err, "run.dir",
                                 "'%s' is not the directory rank 0 locked for this job (its lock "
