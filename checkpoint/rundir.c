@@ -271,7 +271,7 @@ int64_t pt_checkpoint_passed_over(const char *run_dir, const char *latest)
  * its own (a file, a link, which would carry moves elsewhere) is refused. */
 static int abandoned_dir(const char *run_dir, char *out, size_t n, pt_err *err)
 {
-    snprintf(out, n, "%s/abandoned", run_dir);
+    snprintf(out, n, "%s%sabandoned", run_dir, separator(run_dir));
     struct stat st;
     if (lstat(out, &st) != 0) {
         int rc = pt_mkdir_p(out, 0755, err);
@@ -540,7 +540,7 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
          * abandoned/), where they left last: a power loss in between
          * leaves them in both places, never in neither */
         char base[PT_CKPT_PATH];
-        snprintf(base, sizeof base, "%s/abandoned", run_dir);
+        snprintf(base, sizeof base, "%s%sabandoned", run_dir, separator(run_dir));
         pt_fsync_dir(moved_to, NULL);
         pt_fsync_dir(base, NULL);
         pt_fsync_dir(root, NULL);
@@ -694,7 +694,7 @@ int pt_rundir_resuming_get(const char *run_dir, char *out, size_t n, pt_err *err
     /* a relative path is under run.dir (resuming_write) */
     char joined[PT_CKPT_PATH];
     if (named && named[0] != '/') {
-        if (snprintf(joined, sizeof joined, "%s/%s", run_dir, named) >= (int)sizeof joined ||
+        if (snprintf(joined, sizeof joined, "%s%s%s", run_dir, separator(run_dir), named) >= (int)sizeof joined ||
             strlen(joined) >= n)
             named = NULL;
         else
@@ -897,14 +897,14 @@ int pt_rundir_resuming_note(const char *run_dir, const char *latest, char *out, 
     if (!*named)
         return 0;
     if (pt_rundir_resuming_own(run_dir, named))
-        snprintf(out, n, "%s/resuming names %s, run.dir's own step that a start went back to and "
+        snprintf(out, n, "%s%sresuming names %s, run.dir's own step that a start went back to and "
                  "stopped before the later ones moved to abandoned/ (or is moving them now): %s "
                  "is of the history that start left, and train.resume=auto goes back to the "
-                 "named one", run_dir, named, latest);
+                 "named one", run_dir, separator(run_dir), named, latest);
     else
-        snprintf(out, n, "%s/resuming names %s, which a start resumed and did not save here (or "
+        snprintf(out, n, "%s%sresuming names %s, which a start resumed and did not save here (or "
                  "is saving now): %s is of the history that resume left, and train.resume=auto "
-                 "resumes the named one", run_dir, named, latest);
+                 "resumes the named one", run_dir, separator(run_dir), named, latest);
     return 1;
 }
 
@@ -925,9 +925,9 @@ int pt_rundir_resuming_instead(const char *run_dir, char *out, size_t n, char *s
     pt_err quiet;
     if (pt_rundir_resuming_get(run_dir, out, n, &quiet) != 0 || !*out)
         return 0;
-    snprintf(said, said_n, "%s holds no checkpoint of its own yet; %s/resuming names %s, which a "
+    snprintf(said, said_n, "%s holds no checkpoint of its own yet; %s%sresuming names %s, which a "
              "start resumed and did not save there (train.resume=auto resumes it): %s is used",
-             run_dir, run_dir, out, out);
+             run_dir, run_dir, separator(run_dir), out, out);
     return 1;
 }
 

@@ -338,6 +338,9 @@ int pt_config_set_value(pt_config *c, int ki, const char *text, const char *wher
             return pt_config_bad_value(err, where, k, text,
                                        "not text (invalid UTF-8 or a control character):");
         memcpy(field, text, strlen(text) + 1);
+        if (k->flags & PT_F_DIR)
+            for (size_t len = strlen(field); len > 1 && field[len - 1] == '/'; len--)
+                field[len - 1] = '\0';
         return 0;
     case PT_K_ENUM: {
         int idx = word_index(k->words, text);

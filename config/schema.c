@@ -18,7 +18,7 @@
 
 const pt_key_spec pt_config_keys[] = {
     /* run */
-    {"run.dir", PT_K_STR, AT(run.dir), 0, 0, NULL, 0, "runs/default",
+    {"run.dir", PT_K_STR, AT(run.dir), 0, 0, NULL, PT_F_DIR, "runs/default",
      "directory for checkpoints and metrics (created if missing)"},
     {"run.seed", PT_K_I64, AT(run.seed), 0, 9.2e18, NULL, 0, "1",
      "seed for initialisation, data order and sampling"},
@@ -259,7 +259,7 @@ const pt_key_spec pt_config_keys[] = {
      "serve the frozen blocks' output from a per-node shared-memory cache instead of recomputing it"},
     {"cache.memory_gib", PT_K_FLOAT, AT(cache.memory_gib), 0, 1e6, NULL, 0, "1",
      "shared memory per node for cached activations, in GiB"},
-    {"cache.disk_dir", PT_K_STR, AT(cache.disk_dir), 0, 0, NULL, 0, "",
+    {"cache.disk_dir", PT_K_STR, AT(cache.disk_dir), 0, 0, NULL, PT_F_DIR, "",
      "directory for a disk tier of the cache ('' = none)"},
     {"cache.disk_gib", PT_K_FLOAT, AT(cache.disk_gib), 0, 1e9, NULL, 0, "0",
      "size of the disk tier, in GiB"},

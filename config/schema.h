@@ -16,7 +16,9 @@ enum {
     PT_F_MIN_EXCL = 1, /* the minimum itself is not allowed */
     PT_F_MAX_EXCL = 2, /* the maximum itself is not allowed */
     PT_F_AUTO = 4,     /* integer, number or boolean key that also accepts `auto` (stored as PT_AUTO) */
-    PT_F_FILE = 8      /* a path to an existing file, checked when the data kind uses it */
+    PT_F_FILE = 8,     /* a path to an existing file, checked when the data kind uses it */
+    PT_F_DIR = 16      /* a directory: a trailing '/' is dropped (the root stays '/'), so the
+                        * paths composed from it and the messages naming them have no '//' */
 };
 
 typedef struct pt_key_spec {

@@ -26,10 +26,17 @@ static int checkpoint_of(const char *path, char *out, size_t n, pt_err *err)
         /* a run that has only just begun: its lock or log, no checkpoints/ yet */
         const int there = lstat(ckpts, &st) == 0;
         if (lstat(pt_path_join(mark, path, "lock"), &st) == 0 ||
-            lstat(pt_path_join(mark, path, "metrics.jsonl"), &st) == 0)
+            lstat(pt_path_join(mark, path, "metrics.jsonl"), &st) == 0) {
+            /* as eval takes it: the step an interrupted resume into it read */
+            char said[3 * PT_CKPT_PATH + 256];
+            if (!there && pt_rundir_resuming_instead(path, out, n, said, sizeof said)) {
+                fprintf(stderr, "pipetrain: note: %s\n", said);
+                return 0;
+            }
             return pt_fail(err, PT_EINPUT, "inspect: '%s' is a run directory without a "
                            "checkpoint yet (%s)", path,
                            there ? "its checkpoints is not a directory" : "no checkpoints/ in it");
+        }
     }
     if (has_manifest ||
         stat(pt_path_join(ckpts, path, "checkpoints"), &st) != 0 || !S_ISDIR(st.st_mode)) {

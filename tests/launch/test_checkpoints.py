@@ -2853,6 +2853,47 @@ def test_unreadable_resuming_over_own_steps(h):
               "%s: inspect's note:\n%s", name, r.describe())
 
 
+def test_run_dir_written_with_slashes_at_its_end(h):
+    """run.dir written as `R/` or `R//` is the directory R: the run trains
+    and saves there, and nothing it or eval and inspect print names a path
+    with '//' in it (the resume notes, RUN_DIR/resuming, the done line):
+    the same for a run.dir that holds no checkpoint of its own yet, whose
+    RUN_DIR/resuming names the step an interrupted resume read."""
+    _, orig = trained(h)
+    for tail in ("/", "//"):
+        run_dir = h.path("slashed%d" % len(tail))
+        cfg = U.write_config(h, "slashed.yaml", keys(h, run_dir + tail))
+        r = h.run(["train", cfg, "--set", "train.max_steps=4"]).expect(0, "train, run.dir " + tail)
+        check(os.path.isdir(U.ckpt(run_dir, 3)) and "//" not in r.out + r.err,
+              "run.dir R%s: trained, printing:\n%s", tail, r.describe())
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=6"]
+                  ).expect(0, "resume, run.dir " + tail)
+        check(os.path.isdir(U.ckpt(run_dir, 6)) and "//" not in r.out + r.err,
+              "run.dir R%s: resumed, printing:\n%s", tail, r.describe())
+        # a resume of another run's step killed while it reads it: the
+        # record names that step, and run.dir has none of its own
+        other = h.path("resumed%d" % len(tail))
+        cfg = U.write_config(h, "resumed.yaml", keys(h, other + tail))
+        env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:crash:loading")
+        p = subprocess.run([h.binary, "train", cfg, "--set", "train.resume=" + U.ckpt(orig, 6)],
+                           cwd=h.dir, env=env, timeout=120, capture_output=True, text=True,
+                           errors="replace", stdin=subprocess.DEVNULL)
+        check(p.returncode == -signal.SIGKILL, "not killed while loading (%s):\n%s",
+              p.returncode, p.stderr[-2000:])
+        # (inspect's argument is named as it is written, R// too; the
+        # paths made from it add no '/' after one)
+        for cmd in (["eval", cfg], ["inspect", other + tail]):
+            r = h.run(cmd, timeout=60).expect(0, " ".join(cmd[:1]) + ", run.dir " + tail)
+            said = (r.out + r.err).replace(other + tail, other + "/")
+            check("resuming names" in r.err and "//" not in said,
+                  "%s of run.dir R%s:\n%s", cmd[0], tail, r.describe())
+        r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.max_steps=7"]
+                  ).expect(0, "auto after the kill, run.dir " + tail)
+        check("resuming" in r.err and "//" not in r.out + r.err and
+              os.path.isdir(U.ckpt(other, 7)),
+              "run.dir R%s: auto after the kill:\n%s", tail, r.describe())
+
+
 def test_resume_of_other_runs_step_killed_while_loading(h):
     """Another run's checkpoint of step 6 resumed into a new run.dir, the
     start killed (SIGKILL) while it reads the checkpoint: run.dir was made
@@ -3987,7 +4028,7 @@ def tests():
         test_resume_other_runs_step_into_run_holding_that_step,
         test_resumed_other_runs_step_saved_before_training,
         test_failed_save_of_resumed_other_runs_step,
-        test_unreadable_resuming_over_own_steps,
+        test_unreadable_resuming_over_own_steps, test_run_dir_written_with_slashes_at_its_end,
         test_resume_of_other_runs_step_killed_while_loading,
         test_resume_of_other_runs_step_over_a_damaged_own_step,
         test_damaged_newest_step_directory, test_linked_manifest,
