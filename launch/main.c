@@ -925,6 +925,16 @@ static int cmd_plan(pt_comm *comm, const cli *a)
      * checkpoint's frozen blocks, from the measurements it carries */
     char planned[PT_PATH_MAX + 64];
     resume_planned(&a->cfg, planned, sizeof planned);
+    /* a RUN_DIR/resuming that train.resume=auto refuses (damaged, empty, a
+     * FIFO, naming a checkpoint gone since): train would stop there, so
+     * plan says so, as eval and inspect do, and plans from run.dir's newest */
+    char why[PT_PATH_MAX + 64];
+    pt_err quiet = {0};
+    if (pt_comm_rank(comm) == 0 && strcmp(a->cfg.train.resume, "auto") == 0 &&
+        pt_rundir_resuming_get(a->cfg.run.dir, why, sizeof why, &quiet) != 0)
+        fprintf(stderr, "pipetrain: note: train.resume=auto refuses this run.dir: %s; planned %s%s\n",
+                quiet.msg, *planned ? "as a resume of run.dir's newest, " : "as a fresh start",
+                planned);
     int rc = pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, planned, &err);
     if ((rc = setup_failed(comm, rc, &err)) == 0) {
         /* the notes train would give (a resume reads other keys, and takes

@@ -2831,7 +2831,8 @@ def test_unreadable_resuming_over_own_steps(h):
     """A run.dir with checkpoints of its own and a RUN_DIR/resuming that
     does not read (damaged, empty, a FIFO): train.resume=auto refuses it;
     eval and inspect take its newest step and say that, and why train
-    refuses the run.dir (they said nothing of it)."""
+    refuses the run.dir (they said nothing of it); plan says the same and
+    plans from that step."""
     cfg, run_dir = trained(h, "own-steps")
     marker = os.path.join(run_dir, "resuming")
     newest = U.ckpt(run_dir, LAST)
@@ -2851,6 +2852,13 @@ def test_unreadable_resuming_over_own_steps(h):
         r = h.run(["inspect", run_dir], timeout=60).expect(0, "inspect, resuming " + name)
         check(said in r.err and json.loads(r.out)["checkpoint"] == newest,
               "%s: inspect's note:\n%s", name, r.describe())
+        # plan, which train's refusal would stop, says so (it planned
+        # silently from the newest)
+        r = h.run(["plan", cfg, "--set", "train.resume=auto"], timeout=60).expect(
+            0, "plan, resuming " + name)
+        check("train.resume=auto refuses this run.dir: " in r.err and marker in r.err and
+              "planned as a resume of run.dir's newest, " + newest in r.err,
+              "%s: plan's note:\n%s", name, r.describe())
 
 
 def test_run_dir_written_with_slashes_at_its_end(h):
