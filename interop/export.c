@@ -139,14 +139,25 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
      * can be written (one that is not there is made by the export, which
      * says when it cannot be) */
     if (rc == 0 && arch.kind == PT_MODEL_BERT && stat(out, &st) == 0) {
-        char path[2 * PT_PATH_MAX];
-        snprintf(path, sizeof path, "%s/model.safetensors", out);
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            rc = pt_fail(err, PT_EINPUT, "export: '%s', the weights file a bert export writes "
-                         "into '%s', is a directory there; remove it, or export elsewhere", path,
-                         out);
-        else
-            rc = pt_output_probe("export", path, PT_OUTPUT_SAFETENSORS, err);
+        /* each file of it that is there is replaced only when it is of its
+         * kind: the weights a safetensors file, the two configs JSON objects
+         * (vocab.txt, a list of tokens, has no kind to tell a stranger by) */
+        static const struct {
+            const char *name, *what;
+            pt_output_kind kind;
+        } files[] = {{"model.safetensors", "the weights file", PT_OUTPUT_SAFETENSORS},
+                     {"config.json", "the model's config", PT_OUTPUT_JSON},
+                     {"tokenizer_config.json", "the tokenizer's config", PT_OUTPUT_JSON}};
+        for (size_t k = 0; rc == 0 && k < sizeof files / sizeof files[0]; k++) {
+            char path[2 * PT_PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", out, files[k].name);
+            if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                rc = pt_fail(err, PT_EINPUT, "export: '%s', %s a bert export writes into '%s', "
+                             "is a directory there; remove it, or export elsewhere", path,
+                             files[k].what, out);
+            else
+                rc = pt_output_probe("export", path, files[k].kind, err);
+        }
     }
     if (rc == 0)
         spec.count = pt_arch_units(&arch);

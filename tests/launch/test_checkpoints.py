@@ -1385,6 +1385,29 @@ def test_bert_export_paths_that_are_not_what_they_say(h):
     r.one_error("'%s/model.safetensors', the weights file a bert export writes into '%s', is a "
                 "directory there" % (blocked, blocked))
     U.same_snapshot(held, U.snapshot(blocked), "the export directory with a directory in the way")
+    # each of the directory's files is replaced only when it is of its kind:
+    # a config.json or tokenizer_config.json that is no JSON object (a YAML
+    # config, a script, a JSON list) is refused naming it, nothing written;
+    # an earlier export's (and empty files) are replaced
+    for name in ("model.safetensors", "config.json", "tokenizer_config.json"):
+        for text in ("run:\n  dir: runs/x\n", "#!/bin/sh\necho hi\n", "[1, 2]\n"):
+            stranger = os.path.join(base, "stranger")
+            if os.path.exists(stranger):
+                shutil.rmtree(stranger)
+            os.makedirs(stranger)
+            U.write(os.path.join(stranger, name), text)
+            held = U.snapshot(stranger)
+            r = h.run(["export", ck, stranger]).expect(2, "an export over a foreign " + name)
+            r.one_error("'%s/%s' holds a file that is not a" % (stranger, name),
+                        "it is not replaced")
+            U.same_snapshot(held, U.snapshot(stranger), "the export directory with a foreign " + name)
+    h.run(["export", ck, stranger]).expect(2, "the last stranger, again")
+    shutil.rmtree(stranger)
+    h.run(["export", ck, stranger]).expect(0, "an export into a new directory")
+    U.write(os.path.join(stranger, "config.json"), "")
+    h.run(["export", ck, stranger]).expect(0, "an export over an earlier one, config.json emptied")
+    check(json.loads(U.read_bytes(os.path.join(stranger, "config.json"))).get("model_type") == "bert",
+          "the export did not write config.json again")
     # a run.dir spelled through a directory that is not there: refused before
     # anything is made, and the files of the run it names are left alone
     run_dir = os.path.dirname(ckpts)
