@@ -305,17 +305,25 @@ int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);
  * that mounts the shared file system read-only) when it may not. */
 int pt_rundir_check_writable(const char *run_dir, pt_err *err);
 
+/* Whether base is the name of a file a run keeps in its run.dir: its lock,
+ * its logs (metrics.jsonl, metrics-rank<R>.jsonl, samples-rank<R>.jsonl)
+ * and its profiles (profile.json, op_profile-rank<R>.json). */
+int pt_rundir_file_name(const char *base);
+
 /* A refused start leaves run_dir as it found it. pt_rundir_start_note,
  * before anything is made, records what is there: the first directory of
- * run_dir's path that does not exist yet ("" when run_dir exists) and
- * whether run_dir holds the run's log (metrics.jsonl). After a refusal,
- * before the lock is released, pt_rundir_start_undo takes back what the
- * start made:
+ * run_dir's path that does not exist yet ("" when run_dir exists), whether
+ * run_dir holds a lock file and the run's log (metrics.jsonl), and whether
+ * it holds any per-rank log or op profile. After a refusal, before the
+ * lock is released, pt_rundir_start_undo takes back what the start made:
  *  - when run_dir was fresh, its lock and the empty files opened in it,
  *    then the directories from run_dir up to the first one made (left
  *    alone if something else is in them);
- *  - when it existed, only the log, if the start made it and it is still
- *    empty; the lock stays, as after any run (another job may wait on it).
+ *  - when it existed: the lock file when there was none (a job waiting on
+ *    the removed file's lock takes it again by name: pt_rundir_lock_take),
+ *    the log if the start made it and it is still empty, and the empty
+ *    per-rank logs and op profiles when there were none of those; a run's
+ *    earlier files, and its lock, stay.
  * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
  * it because the lock file could not be made (a file system out of space
  * or inodes): then a run_dir that existed is left as it is, and in a fresh
@@ -323,7 +331,9 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
  * a lock file is never removed; only empty regular files are. */
 typedef struct {
     char fresh[PT_CKPT_PATH]; /* the first directory made; "" when run_dir existed */
+    int had_lock;             /* run_dir held a lock file */
     int had_log;              /* run_dir held metrics.jsonl */
+    int had_rank_files;       /* run_dir held a per-rank log or op profile (a regular file) */
 } pt_rundir_start;
 void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start);
 void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked);

@@ -976,6 +976,16 @@ static void fresh_root(const char *run_dir, char *fresh, size_t n)
     fresh[0] = '\0';
 }
 
+/* A per-rank file of a run: metrics-rank<R>.jsonl, samples-rank<R>.jsonl,
+ * op_profile-rank<R>.json. */
+static int rank_file_name(const char *base)
+{
+    const size_t n = strlen(base);
+    return ((strncmp(base, "metrics-rank", 12) == 0 || strncmp(base, "samples-rank", 12) == 0) &&
+            n > 6 && strcmp(base + n - 6, ".jsonl") == 0) ||
+           (strncmp(base, "op_profile-rank", 15) == 0 && n > 5 && strcmp(base + n - 5, ".json") == 0);
+}
+
 static void remove_fresh(const char *run_dir, const char *fresh, int locked)
 {
     if (!*fresh)
@@ -1015,12 +1025,31 @@ static void remove_fresh(const char *run_dir, const char *fresh, int locked)
     }
 }
 
+int pt_rundir_file_name(const char *base)
+{
+    return strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
+           strcmp(base, "profile.json") == 0 || rank_file_name(base);
+}
+
 void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start)
 {
     fresh_root(run_dir, start->fresh, sizeof start->fresh);
     char path[PT_CKPT_PATH];
     struct stat st;
+    start->had_lock = lstat(pt_path_join(path, run_dir, "lock"), &st) == 0;
     start->had_log = lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0;
+    /* unlisted (no descriptor left, say): taken as there, so none goes */
+    start->had_rank_files = 1;
+    DIR *d = start->fresh[0] ? NULL : opendir(run_dir);
+    if (d) {
+        struct dirent *e;
+        start->had_rank_files = 0;
+        while (!start->had_rank_files && (e = readdir(d)))
+            start->had_rank_files = rank_file_name(e->d_name) &&
+                                    lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 &&
+                                    S_ISREG(st.st_mode);
+        closedir(d);
+    }
 }
 
 void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked)
@@ -1029,11 +1058,26 @@ void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int
         remove_fresh(run_dir, start->fresh, locked);
         return;
     }
+    if (!locked)
+        return;
     char path[PT_CKPT_PATH];
     struct stat st;
-    if (locked && !start->had_log && lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0 &&
+    if (!start->had_log && lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == 0)
         unlink(path);
+    DIR *d = start->had_rank_files ? NULL : opendir(run_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (rank_file_name(e->d_name) &&
+                lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 && S_ISREG(st.st_mode) &&
+                st.st_size == 0)
+                unlink(path);
+        closedir(d);
+    }
+    /* held by this job: removed while held, as remove_fresh does */
+    if (!start->had_lock)
+        unlink(pt_path_join(path, run_dir, "lock"));
 }
 
 int pt_rundir_in_use(const char *run_dir)

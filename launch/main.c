@@ -484,7 +484,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     char planned[PT_PATH_MAX + 64];
     resume_planned(cfg, planned, sizeof planned);
     /* what was there, so that a refused start takes back what it made */
-    pt_rundir_start start = {.had_log = 1};
+    pt_rundir_start start = {.had_lock = 1, .had_log = 1, .had_rank_files = 1};
     if (pt_comm_rank(comm) == 0)
         pt_rundir_start_note(cfg->run.dir, &start);
     /* not inside another run's checkpoints, whose pruning would take this
@@ -711,13 +711,15 @@ refused:
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
-    /* refused after run.dir was made but before its lock was taken (a file
-     * in it that could not be opened: too few descriptors, say): taken now,
-     * with the session's files closed, so that the directory this job began
-     * goes too; one another job holds stays as it is */
+    /* refused after the session opened its files in run.dir but before the
+     * lock was taken (a file in it that could not be opened: too few
+     * descriptors, or a profile.json that is a directory): taken now, with
+     * the session's files closed, so that what this job began there goes
+     * (the directory too, when the session made it); one another job holds
+     * stays as it is */
     struct stat made;
-    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && start.fresh[0] && lstat(cfg->run.dir, &made) == 0 &&
-        S_ISDIR(made.st_mode)) { /* made by the session: never made here */
+    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && lstat(cfg->run.dir, &made) == 0 &&
+        S_ISDIR(made.st_mode)) {
         pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
         /* no room for the lock file either (a file system out of inodes):
          * no job can hold the directory, so what this one made goes. Not

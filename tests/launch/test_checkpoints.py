@@ -189,19 +189,54 @@ def test_refused_start_in_a_run_dir_of_copied_checkpoints(h):
     """A run.dir that holds only another run's checkpoints (copied in, no
     log): a start refused there, for the checkpoints it would not replace or
     for another model, leaves it as it was. It left the empty metrics.jsonl
-    it had opened (the lock stays, as after any run)."""
+    it had opened, and then the lock file it made, so the next start took
+    the directory for a run's and appended its log to a foreign
+    metrics.jsonl put there (refused in a directory no run has used). The
+    same for a run.dir refused before its lock is taken (its profile.json,
+    or a rank's op profile, a directory), with every per-rank log on; a
+    run's own lock and logs stay."""
     _, orig = trained(h)
     run_dir = h.path("copied")
     os.makedirs(run_dir)
     shutil.copytree(os.path.join(orig, "checkpoints"), os.path.join(run_dir, "checkpoints"))
     cfg = U.write_config(h, "copied.yaml", keys(h, run_dir, **{"model.dim": "32"}))
     before = U.snapshot(run_dir)
+    logs = ["--set", "run.log_samples=true", "--set", "run.rank_metrics=true",
+            "--set", "run.profile_ops=true"]
     for sets, needles in (([], ["already holds checkpoints"]),
-                          (["--set", "train.resume=auto"], ["model.dim"])):
+                          (["--set", "train.resume=auto"], ["model.dim"]),
+                          (logs, ["already holds checkpoints"])):
         r = h.run(["train", cfg] + sets)
         expect_refused(h, r, needles, " ".join(sets) or "a fresh start")
         U.same_snapshot(before, U.snapshot(run_dir), "run.dir after %s" % (" ".join(sets) or
                                                                           "a fresh start"))
+        check(not os.path.lexists(os.path.join(run_dir, "lock")),
+              "%s: the refused start left its lock file", " ".join(sets) or "a fresh start")
+    for name in ("profile.json", "op_profile-rank0.json"):
+        plain = h.path("plain-" + name)
+        os.makedirs(os.path.join(plain, name))
+        cfg = U.write_config(h, "plain.yaml", keys(h, plain))
+        held = U.snapshot(plain)
+        r = h.run(["train", cfg] + logs)
+        expect_refused(h, r, [name], name + " a directory")
+        U.same_snapshot(held, U.snapshot(plain), "run.dir after a refusal for its " + name)
+        check(sorted(os.listdir(plain)) == [name], "the refused start left %s", os.listdir(plain))
+        # a foreign log put there is still refused: no run has used it
+        os.rmdir(os.path.join(plain, name))
+        U.write(os.path.join(plain, "metrics.jsonl"), '{"mine": 1}\n')
+        r = h.run(["train", cfg])
+        expect_refused(h, r, ["metrics.jsonl"], "a foreign log after the refusal")
+        check(U.read_bytes(os.path.join(plain, "metrics.jsonl")) == b'{"mine": 1}\n',
+              "the foreign log was written to")
+    # a run's own run.dir: its lock and its logs stay after a refused start
+    cfg, own = trained(h, "own")
+    for name in ("lock", "metrics.jsonl"):
+        check(os.path.isfile(os.path.join(own, name)), "no %s after a run", name)
+    held = U.snapshot(own)
+    r = h.run(["train", cfg, "--set", "model.dim=32"] + logs)
+    expect_refused(h, r, ["already holds checkpoints"], "another model in a run's run.dir")
+    U.same_snapshot(held, U.snapshot(own), "a run's run.dir after a refused start")
+    check(os.path.isfile(os.path.join(own, "lock")), "the run's lock file went")
 
 
 def test_units_file_deleted(h):
