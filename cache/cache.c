@@ -227,7 +227,8 @@ static int names_file(const char *path, int fd)
  * filled once the cache is open and emptied (set first) when it closes. */
 static struct {
     char path[256], disk[sizeof(((header *)0)->disk_path)];
-    int fd, disk_fd;
+    int fd;
+    volatile sig_atomic_t disk_fd; /* set after disk: -1 while it is written */
     volatile sig_atomic_t set;
 } open_names;
 
@@ -238,9 +239,10 @@ static volatile sig_atomic_t names_released, names_held;
 static void remember_names(const pt_cache *c)
 {
     shm_path(c->name, open_names.path, sizeof open_names.path);
+    open_names.fd = c->fd;
+    open_names.disk_fd = -1; /* a handler reads no disk name being written */
     memcpy(open_names.disk, c->h->disk_path, sizeof open_names.disk);
     open_names.disk[sizeof open_names.disk - 1] = '\0';
-    open_names.fd = c->fd;
     open_names.disk_fd = c->disk_fd;
     open_names.set = 1;
     /* a stop signal that came before the cache was open found no names to
@@ -258,6 +260,12 @@ void pt_cache_hold_names(int hold)
     names_held = hold;
     if (!hold && names_released) /* a request that came while held */
         pt_cache_release_names();
+}
+
+void pt_cache_release_names_ending(void)
+{
+    names_held = 0;
+    pt_cache_release_names();
 }
 
 void pt_cache_release_names(void)
@@ -399,12 +407,19 @@ static int create_disk_file(const char *path, uint64_t bytes)
     int e = 0;
     if (fd < 0)
         return -1;
+    /* known to a release before it has its name: a signal that ends the
+     * process as the link returns takes the name off (the release unlinks
+     * only a name that names this file) */
+    open_names.disk_fd = -1;
+    snprintf(open_names.disk, sizeof open_names.disk, "%s", path);
+    open_names.disk_fd = fd;
     if (lock_if_possible(fd, LOCK_SH) != 0 || ftruncate(fd, (off_t)bytes) != 0 ||
         (named ? link(tmp, path) : link_name(fd, path)) != 0)
         e = errno;
     if (named)
         unlink(tmp);
     if (e) {
+        open_names.disk_fd = -1;
         close(fd);
         errno = e;
         return -1;
@@ -505,6 +520,9 @@ int pt_cache_create(pt_cache **out, const pt_cache_spec *spec, pt_err *err)
         return rc;
     }
     c->linked = 1;
+    /* the segment's name now, the disk file's as it is made: a signal that
+     * ends the process while the names are held takes them off */
+    remember_names(c);
     header *h = c->h;
     if (disk_entries) {
         /* locked by every user, as the segment is (pt_cache_sweep_disk) */

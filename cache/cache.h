@@ -72,6 +72,10 @@ int pt_cache_names_released(void);
  * the signal asks, after its next step, instead of failing to open).
  * Async-signal-safe. */
 void pt_cache_hold_names(int hold);
+/* For a process that ends now (a second stop signal, a fatal one): the
+ * hold no longer protects anything this process will do, so the names go
+ * at once whatever it is. Async-signal-safe. */
+void pt_cache_release_names_ending(void);
 
 /* Copies the entry of sample id into out if it has depth `depth`: 1 (hit)
  * or 0 (miss). A concurrent store makes it a miss, never a torn read. */

@@ -11,6 +11,7 @@
 #include "cache/cache.h"
 #include "formats/formats.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -37,9 +38,21 @@ void pt_stop_signals_launcher(pid_t pid) { launcher_pid = pid; }
 
 int pt_stop_signal_pending(void) { return (int)stop_signal; }
 
+static void handle_stop(int sig, siginfo_t *si);
+
 static void on_stop_signal(int sig, siginfo_t *si, void *context)
 {
     (void)context;
+    /* the thread it interrupted may be about to read errno: what the calls
+     * below set (an lstat of names already gone, a write to a closed pipe)
+     * must not reach it */
+    const int saved_errno = errno;
+    handle_stop(sig, si);
+    errno = saved_errno;
+}
+
+static void handle_stop(int sig, siginfo_t *si)
+{
     /* Repeats that are not a second request: a CPU-time limit's SIGXCPU
      * comes again each CPU second past the soft limit (the hard limit's
      * SIGKILL ends a save that takes longer); and when the launcher dies,
@@ -63,6 +76,7 @@ static void on_stop_signal(int sig, siginfo_t *si, void *context)
         now_ns - first_ns < DUPLICATE_NS)
         return;
     if (stop_signal) { /* a second signal: the user means it */
+        pt_cache_release_names_ending(); /* the first's may wait on a hold */
         pt_wfile_remove_temporaries();
         _exit(128 + sig);
     }
@@ -102,7 +116,7 @@ const char *volatile *pt_stop_signal_where(void) { return &current_where; }
  * handler returns. */
 static void on_fatal_signal(int sig)
 {
-    pt_cache_release_names();
+    pt_cache_release_names_ending();
     pt_wfile_remove_temporaries();
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -136,7 +150,7 @@ static void on_bus_error(int sig)
     (void)sig;
     ssize_t ignored = write(STDERR_FILENO, bus_msg, bus_len);
     (void)ignored;
-    pt_cache_release_names();
+    pt_cache_release_names_ending();
     pt_wfile_remove_temporaries();
     _exit(1);
 }
@@ -242,7 +256,7 @@ static void on_end_signal(int sig)
         sigaction(sig, &sa, NULL);
         return;
     }
-    pt_cache_release_names();
+    pt_cache_release_names_ending();
     pt_wfile_remove_temporaries();
     raise(sig); /* SA_RESETHAND: the default action now */
 }

@@ -54,6 +54,7 @@ usage: test_cache_exact.py PIPETRAIN_BINARY [--full]
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -324,6 +325,39 @@ def test_segment_gone_when_killed_after_a_stop_signal(h):
           p.returncode, U.tail(p.stdout + p.stderr), saved)
 
 
+def test_second_signal_while_the_names_are_held(h):
+    """A stop signal while the cache opens finds its names held (until
+    every rank of the node has attached) and only records the request; a
+    second signal then ends the process at once. It left the segment's
+    name in /dev/shm and the disk tier's file for the next start's sweep
+    (the hold was never let go); the names now go as the process ends. The
+    window is widened by strace, which delays the return of each link that
+    names the segment and the disk file by 1.5 s: the first SIGTERM comes
+    while the segment's is delayed, the second while the disk file's is. In
+    a mount namespace with a /dev/shm of its own. Needs root (unshare,
+    mount) and strace."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("strace"):
+        return "skipped: needs root, unshare and strace"
+    run_dir, spill = h.path("held"), h.path("held-spill")
+    os.makedirs(spill)
+    slow = dict(REPRO, **{"train.max_steps": "100000", "freeze.start": "0",
+                          "cache.disk_dir": spill, "cache.disk_gib": "0.01"})
+    cfg = U.write_config(h, "held.yaml", keys(run_dir, slow, True))
+    script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
+              'strace -f -o /dev/null -e trace=linkat -e inject=linkat:delay_exit=1500000 '
+              '"$0" train "$1" >/dev/null 2>&1 & s=$!\n'
+              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.02; i=$((i+1)); done\n'
+              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $s; exit 91; }\n'
+              'p=$(pgrep -P $s); kill -TERM $p; sleep 1.6; kill -TERM $p; wait $s; rc=$?\n'
+              'echo "rc $rc left: $(ls -A /dev/shm)"\n')
+    p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
+                       capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
+    check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % (128 + signal.SIGTERM) and
+          not os.listdir(spill),
+          "two SIGTERMs while the cache's names are held: %s, the disk tier holding %s",
+          U.tail(p.stdout + p.stderr), os.listdir(spill))
+
+
 def signal_in_own_shm(h, args, sig, shm_size, settle):
     """Runs pipetrain ARGS in a mount namespace
     with a /dev/shm of its own (shm_size), sends SIG `settle` seconds after
@@ -579,7 +613,8 @@ def tests(full):
     out = [test_issue10_vit_d32, test_issue10_vit_d32_threads2, test_small_dev_shm, test_read_only_dev_shm,
            test_dev_shm_cut_short,
            test_segment_gone_when_killed_after_a_stop_signal,
-           test_segment_gone_when_a_signal_ends_the_run, test_eval_opens_no_cache_and_a_signal_ends_it,
+           test_segment_gone_when_a_signal_ends_the_run, test_second_signal_while_the_names_are_held,
+           test_eval_opens_no_cache_and_a_signal_ends_it,
            test_eval_needs_no_disk_tier_directory,
            test_jobs_in_pid_namespaces]
     out += [sweep_case(*c) for c in QUICK]
