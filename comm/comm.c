@@ -491,7 +491,7 @@ static void release_bytes(mpi_bytes *b)
  * answer; one that has not answered by then is named as silent. A rank
  * asks once (it stops after), so at most one answer per other rank is
  * ever going out: answers has a slot for each. */
-enum { ASK_TAG = 1, ANSWER_TAG = 2, GAVE_UP_TAG = 3, ANSWER_LEN = 192, NAMED_MAX = 16 };
+enum { ASK_TAG = 1, ANSWER_TAG = 2, GAVE_UP_TAG = 3, TICK_TAG = 4, ANSWER_LEN = 192, NAMED_MAX = 16 };
 static const double ASK_S = 1.0;
 static const double AWAY_S = 1.0; /* a gap between a wait's polls longer than this: the rank did not run */
 static MPI_Comm ask_comm = MPI_COMM_NULL;
@@ -598,6 +598,46 @@ static void answer_as(char kind, const char *what)
 
 void pt_comm_answer(const char *what) { answer_as('w', what); }
 void pt_comm_busy(const char *doing) { answer_as('b', doing); }
+
+static int ticks_count; /* pt_comm_ticks_count */
+
+void pt_comm_ticks_count(int on) { ticks_count = on; }
+
+void pt_comm_tick(double timeout)
+{
+    static const int tick = 1; /* its value says nothing: a notice is its arrival */
+    static double last = -1e300;
+    if (ask_comm == MPI_COMM_NULL || stopped)
+        return;
+    const double t = now_s();
+    if (t - last < (timeout > 0 ? timeout / 4 : 1.0))
+        return;
+    last = t;
+    int me = 0, size = 0;
+    if (MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS)
+        return;
+    for (int w = 0; w < size; w++) {
+        MPI_Request r;
+        if (w != me && MPI_Isend(&tick, 1, MPI_INT, w, TICK_TAG, ask_comm, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+/* takes the other ranks' progress notices that came; how many */
+static int take_ticks(void)
+{
+    int got = 0;
+    for (;;) {
+        int flag = 0, buf;
+        MPI_Status st;
+        if (ask_comm == MPI_COMM_NULL ||
+            MPI_Iprobe(MPI_ANY_SOURCE, TICK_TAG, ask_comm, &flag, &st) != MPI_SUCCESS || !flag ||
+            MPI_Recv(&buf, 1, MPI_INT, st.MPI_SOURCE, TICK_TAG, ask_comm, MPI_STATUS_IGNORE) !=
+                MPI_SUCCESS)
+            return got;
+        got++;
+    }
+}
 
 /* A rank that gives up tells every other rank, which then does not take
  * it for one in no wait when it asks later (it answers no more): the text
@@ -873,6 +913,9 @@ int pt_patience_spent(pt_patience *p, char *others, size_t n)
         }
         p->deadline += away;
     }
+    /* another rank moved on in a wait that spans its work */
+    if (take_ticks() && ticks_count)
+        p->deadline = t + p->limit;
     if (t > p->deadline) {
         if (pt_comm_ask(p->g, p->what, others, n)) { /* another rank is busy: wait on */
             p->deadline = now_s() + p->limit;

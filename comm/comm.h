@@ -96,6 +96,20 @@ void pt_patience_moved(pt_patience *p);
  * this process is stopped (pt_comm_stop). */
 int pt_patience_spent(pt_patience *p, char *others, size_t n);
 void pt_comm_busy(const char *doing);
+/* Progress over a whole step. A wait that spans other ranks' work rather
+ * than one action of a neighbour (an idle rank's, or a stage's whose units
+ * are all frozen, in the collectives that end a step; a replica's, ahead
+ * of a slower one) would give up in a healthy step longer than the
+ * timeout: the working ranks are silent to its question while they
+ * compute. So a rank that runs a step's actions calls pt_comm_tick after
+ * each, which tells every other rank that it moves on (at most once per a
+ * quarter of `timeout`, the group's); and between pt_comm_ticks_count(1)
+ * and (0) a wait's limit counts from the last such notice. A rank that
+ * stops ticking (stopped, gone, hung in one action) is still named after
+ * the timeout; the notices that come during other waits are taken and
+ * dropped. */
+void pt_comm_tick(double timeout);
+void pt_comm_ticks_count(int on);
 
 int pt_comm_rank(const pt_comm *c);
 int pt_comm_size(const pt_comm *c);

@@ -453,6 +453,8 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
         }
         if (x->hooks.progress)
             x->hooks.progress(x->hooks.ctx);
+        /* for the ranks whose wait spans this step's work */
+        pt_comm_tick(pt_group_timeout(x->pipe));
     }
     pt_segment_set_backward_hook(x->seg, NULL, NULL);
     if (rc == 0 && !x->nccl)

@@ -133,7 +133,11 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
         return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
     at_phase(r, "step %lld, replica %d, stage %d: the gradient all-reduce among %d replicas",
              (long long)r->step + 1, r->replica, r->stage, r->plan.replicas);
-    if ((rc = pt_reducer_finish(r->reducer, &out->allreduce, err)))
+    /* a replica ahead of a slower one waits for the rest of its step */
+    pt_comm_ticks_count(1);
+    rc = pt_reducer_finish(r->reducer, &out->allreduce, err);
+    pt_comm_ticks_count(0);
+    if (rc)
         return pt_err_prefix(err, "step %lld, replica %d, stage %d", (long long)r->step + 1,
                              r->replica, r->stage);
     return 0;
@@ -173,7 +177,12 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
                  (long long)r->step + 1, r->replica, r->stage);
     else
         at_phase(r, "step %lld, an idle rank: waiting for the step's results", (long long)r->step + 1);
-    if ((rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err)))
+    /* an idle rank's wait, or a frozen stage's, spans the step's work on
+     * the others: their progress counts */
+    pt_comm_ticks_count(1);
+    rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err);
+    pt_comm_ticks_count(0);
+    if (rc)
         return pt_err_prefix(err, "step %lld: combining the ranks' results", (long long)r->step + 1);
     if ((rc = pt_test_fault("combined", r->rank, r->step + 1, err)))
         return rc;

@@ -655,6 +655,52 @@ def stopped_in_training(tools, work):
            "named as in no wait (%s)\n%s" % (sorted(named_in_no_wait(out)), out[-2500:]))
 
 
+def long_step_with_an_idle_rank(tools, work):
+    """A step far longer than run.timeout_s on 2 ranks where the layout
+    leaves rank 1 idle (K = 1 x D = 1): rank 1 waits in the collective that
+    ends the step for all of rank 0's work, while each of rank 0's actions
+    is far shorter than the limit. Rank 1 gave up after run.timeout_s
+    (rank 0, computing, answers no question) and ended a healthy job; now
+    rank 0's progress counts, and the job trains to its end. And with rank
+    0 stopped (SIGSTOP) in the middle of such a step, rank 1 still names
+    it, and only it, as in no wait."""
+    keys = dict(run__threads=1, run__timeout_s=2, model__dim=96, model__layers=6, model__heads=4,
+                model__patch=4, data__kind="synthetic_images", data__synthetic_examples=4096,
+                train__batch=4096, train__epochs=1, train__max_steps=1, train__eval_examples=8,
+                pipeline__stages=1, pipeline__replicas=1, pipeline__microbatches=16)
+    rc, secs, out = tools.run(2, ["train", CONFIG] + h.sets(run__dir=os.path.join(work, "long-step"),
+                                                           **keys), timeout=300, check=False)
+    said = re.search(r"(\d+) samples/s", out)
+    say("a step longer than run.timeout_s with an idle rank: exit %d after %.1f s (%s samples/s)"
+        % (rc, secs, said.group(1) if said else "?"))
+    expect(rc == 0 and "no progress" not in out and "done: 1 step" in out,
+           "a step longer than run.timeout_s with an idle rank: trained to its end\n" + out[-2000:])
+    run_dir = os.path.join(work, "long-step-stopped")
+    cmd = tools.command(2, ["train", CONFIG] + h.sets(run__dir=run_dir, **keys))
+    start = time.time()
+    p = subprocess.Popen(cmd, cwd=h.ROOT, env=h.ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    stopped = None
+    while time.time() - start < 60 and p.poll() is None and stopped is None:
+        time.sleep(0.2)
+        if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+            continue  # not training yet
+        time.sleep(3.0)  # into the step (about 9 s here)
+        for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split():
+            try:
+                if rank_of(int(pid)) == 0:
+                    os.kill(int(pid), signal.SIGSTOP)
+                    stopped = int(pid)
+            except (OSError, ValueError):
+                pass
+    out = end_job(p, stopped, 90)
+    say("a long step, rank 0 stopped: exit %s after %.1f s" % (p.returncode, time.time() - start))
+    expect(stopped is not None and p.returncode != 0 and time.time() - start < LIMIT_S,
+           "a long step, rank 0 stopped: the job ended (%s)" % p.returncode)
+    expect(named_in_no_wait(out) == {0}, "a long step, rank 0 stopped: rank 0, and only it, named as "
+           "in no wait (%s)\n%s" % (sorted(named_in_no_wait(out)), out[-2500:]))
+
+
 def suspended_job(tools, work):
     """Every rank of a job stopped (SIGSTOP, as a suspended job or a paused
     container is) for longer than run.timeout_s, mid-training, then
@@ -738,7 +784,8 @@ def main():
     only = os.environ.get("PT_TEST_ONLY", "")
     with tempfile.TemporaryDirectory(prefix="pt-fail-") as work:
         side_by_side([c for c in cases(tools, work) if only in c.__name__])
-        for f in (alone, stopped_in_training, suspended_job, timeout_too_short):
+        for f in (alone, stopped_in_training, long_step_with_an_idle_rank, suspended_job,
+                  timeout_too_short):
             if only in f.__name__:
                 f(tools, work)
     say("%.1f s" % (time.time() - start))
