@@ -603,26 +603,6 @@ static int ticks_count; /* pt_comm_ticks_count */
 
 void pt_comm_ticks_count(int on) { ticks_count = on; }
 
-void pt_comm_tick(double timeout)
-{
-    static const int tick = 1; /* its value says nothing: a notice is its arrival */
-    static double last = -1e300;
-    if (ask_comm == MPI_COMM_NULL || stopped)
-        return;
-    const double t = now_s();
-    if (t - last < (timeout > 0 ? timeout / 4 : 1.0))
-        return;
-    last = t;
-    int me = 0, size = 0;
-    if (MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS)
-        return;
-    for (int w = 0; w < size; w++) {
-        MPI_Request r;
-        if (w != me && MPI_Isend(&tick, 1, MPI_INT, w, TICK_TAG, ask_comm, &r) == MPI_SUCCESS)
-            MPI_Request_free(&r);
-    }
-}
-
 /* takes the other ranks' progress notices that came; how many */
 static int take_ticks(void)
 {
@@ -638,6 +618,30 @@ static int take_ticks(void)
         got++;
     }
 }
+
+void pt_comm_tick(double timeout)
+{
+    static const int tick = 1; /* its value says nothing: a notice is its arrival */
+    static double last = -1e300;
+    if (ask_comm == MPI_COMM_NULL || stopped)
+        return;
+    const double t = now_s();
+    if (t - last < (timeout > 0 ? timeout / 4 : 1.0))
+        return;
+    last = t;
+    /* the others' notices that came while this rank worked: taken, so that
+     * none pile up over a long run whose waits end before they look */
+    take_ticks();
+    int me = 0, size = 0;
+    if (MPI_Comm_rank(ask_comm, &me) != MPI_SUCCESS || MPI_Comm_size(ask_comm, &size) != MPI_SUCCESS)
+        return;
+    for (int w = 0; w < size; w++) {
+        MPI_Request r;
+        if (w != me && MPI_Isend(&tick, 1, MPI_INT, w, TICK_TAG, ask_comm, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
 
 /* A rank that gives up tells every other rank, which then does not take
  * it for one in no wait when it asks later (it answers no more): the text
