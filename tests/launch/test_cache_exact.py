@@ -286,6 +286,20 @@ def test_read_only_dev_shm(h):
           "cache on with a read-only /dev/shm: exit %d\n%s", p.returncode, U.tail(p.stderr))
 
 
+def own_shm_script(start, then, shm_size="64m", polls=2400, poll_s=0.05):
+    """A sh script for `unshare -m sh -c SCRIPT BINARY ARGS...`: mounts a
+    /dev/shm of its own (shm_size), runs START in the background (its pid
+    in $p), waits until the cache's segment appears there (exit 91 if it
+    does not within polls x poll_s seconds), runs THEN (which sets $rc),
+    and prints "rc RC left: NAMES" (what /dev/shm still holds)."""
+    return ('mount -t tmpfs -o size=%s tmpfs /dev/shm || exit 90\n'
+            '%s >/dev/null 2>&1 & p=$!\n'
+            'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt %d ]; do sleep %g; i=$((i+1)); done\n'
+            '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
+            '%s\n'
+            'echo "rc $rc left: $(ls -A /dev/shm)"\n' % (shm_size, start, polls, poll_s, then))
+
+
 def test_segment_gone_when_killed_after_a_stop_signal(h):
     """Under mpirun a rank gets SIGTERM and, a second later, SIGKILL when
     the launcher ends the job (another rank died): the stop signal takes the
@@ -306,14 +320,11 @@ def test_segment_gone_when_killed_after_a_stop_signal(h):
     # so neither the save nor the close after it is reached whenever the
     # SIGKILL comes (a step that ended just after the SIGTERM once let both
     # finish first); the SIGKILL, not an exit, must end the job
-    script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
-              '"$0" train "$1" >/dev/null 2>&1 & p=$!\n'
-              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n'
-              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
-              'sleep 0.5; kill -TERM $p\n'
-              'i=0; while [ -n "$(ls -A /dev/shm)" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done\n'
-              'kill -KILL $p; wait $p; rc=$?\n'
-              'echo "rc $rc left: $(ls -A /dev/shm)"\n')
+    script = own_shm_script(
+        '"$0" train "$1"',
+        'sleep 0.5; kill -TERM $p\n'
+        'i=0; while [ -n "$(ls -A /dev/shm)" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done\n'
+        'kill -KILL $p; wait $p; rc=$?', polls=1200)
     env = U.sanitizer_env()
     env["PIPETRAIN_TEST_FAULT"] = "0:*:hang:checkpoint-prepared"
     p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
@@ -343,13 +354,10 @@ def test_second_signal_while_the_names_are_held(h):
     slow = dict(REPRO, **{"train.max_steps": "100000", "freeze.start": "0",
                           "cache.disk_dir": spill, "cache.disk_gib": "0.01"})
     cfg = U.write_config(h, "held.yaml", keys(run_dir, slow, True))
-    script = ('mount -t tmpfs -o size=64m tmpfs /dev/shm || exit 90\n'
-              'strace -f -o /dev/null -e trace=linkat -e inject=linkat:delay_exit=1500000 '
-              '"$0" train "$1" >/dev/null 2>&1 & s=$!\n'
-              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.02; i=$((i+1)); done\n'
-              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $s; exit 91; }\n'
-              'p=$(pgrep -P $s); kill -TERM $p; sleep 1.6; kill -TERM $p; wait $s; rc=$?\n'
-              'echo "rc $rc left: $(ls -A /dev/shm)"\n')
+    # ($p is strace's; pipetrain is its child)
+    script = own_shm_script(
+        'strace -f -o /dev/null -e trace=linkat -e inject=linkat:delay_exit=1500000 "$0" train "$1"',
+        'c=$(pgrep -P $p); kill -TERM $c; sleep 1.6; kill -TERM $c; wait $p; rc=$?', poll_s=0.02)
     p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary, cfg], cwd=h.dir,
                        capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
     check(p.returncode == 0 and p.stdout.strip() == "rc %d left:" % (128 + signal.SIGTERM) and
@@ -364,12 +372,8 @@ def signal_in_own_shm(h, args, sig, shm_size, settle):
     the cache's segment appears there: (status of the sh, its stdout, stdout
     and stderr), stdout being "rc RC left: NAMES"."""
     cmd = " ".join('"$%d"' % (i + 1) for i in range(len(args)))
-    script = ('mount -t tmpfs -o size=%s tmpfs /dev/shm || exit 90\n'
-              '"$0" %s >/dev/null 2>&1 & p=$!\n'
-              'i=0; while [ -z "$(ls -A /dev/shm)" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i+1)); done\n'
-              '[ -n "$(ls -A /dev/shm)" ] || { kill -9 $p; exit 91; }\n'
-              'sleep %s; kill -%s $p; wait $p; rc=$?\n'
-              'echo "rc $rc left: $(ls -A /dev/shm)"\n' % (shm_size, cmd, settle, sig))
+    script = own_shm_script('"$0" ' + cmd, 'sleep %s; kill -%s $p; wait $p; rc=$?' % (settle, sig),
+                            shm_size=shm_size)
     p = subprocess.run(["unshare", "-m", "sh", "-c", script, h.binary] + list(args), cwd=h.dir,
                        capture_output=True, text=True, timeout=240, env=U.sanitizer_env())
     return p.returncode, p.stdout.strip(), U.tail(p.stdout + p.stderr)
