@@ -303,7 +303,11 @@ static int parse_header(pt_st_file *f, const json_t *root, pt_err *err)
     size_t members = json_object_size(root);
     if (members > INT32_MAX)
         return pt_fail(err, PT_EINPUT, "'%s': the header lists %zu tensors", f->path, members);
-    f->entries = calloc(members ? members : 1, sizeof *f->entries);
+    /* grown as entries pass their checks: a header of a million members
+     * that are no tensors (a few bytes each) is refused for its first, not
+     * for the memory a table of a million entries would take */
+    size_t cap = members < 64 ? (members ? members : 1) : 64;
+    f->entries = calloc(cap, sizeof *f->entries);
     if (!f->entries)
         return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
     /* jansson keeps members in file order, so tensors are listed as stored */
@@ -316,6 +320,15 @@ static int parse_header(pt_st_file *f, const json_t *root, pt_err *err)
                 return rc;
             f->metadata = v;
             continue;
+        }
+        if ((size_t)f->count == cap) {
+            const size_t more = cap * 2 < members ? cap * 2 : members;
+            pt_st_entry *grown = realloc(f->entries, more * sizeof *f->entries);
+            if (!grown)
+                return pt_fail(err, PT_ENOMEM, "'%s': out of memory", f->path);
+            memset(grown + cap, 0, (more - cap) * sizeof *grown);
+            f->entries = grown;
+            cap = more;
         }
         if ((rc = parse_entry(f, key, strlen(key), v, &f->entries[f->count], err)) != 0)
             return rc;

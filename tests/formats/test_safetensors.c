@@ -13,6 +13,9 @@
 #include "tests/common/cunit_main.h"
 
 #include <math.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Writes [u64 header_len][header][data] to path. */
 static void write_st(const char *path, uint64_t header_len, const char *header,
@@ -305,6 +308,69 @@ static void test_hand_built_defects(void)
     free_temp_dir(dir);
 }
 
+/* A header of 1.4 million members that are no tensors ("a":0): refused
+ * for its first member, naming it, under an address-space limit that holds
+ * the parsed JSON but not a table of an entry per member (about 300 MB,
+ * which the reader took before it looked at any: "out of memory", exit 1
+ * instead of the file's fault). In a child with RLIMIT_AS; not under
+ * AddressSanitizer, which reserves far more address space than any limit
+ * here would leave. */
+static void test_many_members_that_are_no_tensors(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    return;
+#endif
+#endif
+    char *dir = make_temp_dir();
+    char *path = join_path(dir, "many.safetensors");
+    enum { MEMBERS = 1400000 };
+    char *json = malloc((size_t)MEMBERS * 12 + 16);
+    CU_ASSERT_FATAL(json != NULL);
+    size_t n = 0;
+    json[n++] = '{';
+    for (int i = 0; i < MEMBERS; i++) {
+        char key[8];
+        int k = 0;
+        for (int v = i; k == 0 || v > 0; v /= 36)
+            key[k++] = "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
+        n += (size_t)sprintf(json + n, "%s\"%.*s\":0", i ? "," : "", k, key);
+    }
+    json[n++] = '}';
+    json[n] = '\0';
+    write_st(path, n, json, NULL, 0);
+    free(json);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        /* what the process maps now, plus room for the parsed header */
+        long pages = 0;
+        FILE *statm = fopen("/proc/self/statm", "r");
+        if (!statm || fscanf(statm, "%ld", &pages) != 1)
+            _exit(3);
+        fclose(statm);
+        const rlim_t limit = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)400 << 20);
+        struct rlimit rl = {limit, limit};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(3);
+        pt_st_file *f = NULL;
+        pt_err err = {0};
+        const int rc = pt_st_open(&f, path, &err);
+        if (rc != PT_EINPUT || !strstr(err.msg, "tensor '0'")) {
+            fprintf(stderr, "\n  rc %d: %s\n", rc, err.msg);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    CU_ASSERT_FATAL(waitpid(pid, &status, 0) == pid);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    free(path);
+    free_temp_dir(dir);
+}
+
 static void test_header_length_field(void)
 {
     char *dir = make_temp_dir();
@@ -482,6 +548,7 @@ static const pt_test safetensors_tests[] = {
     {"round_trip", test_round_trip},
     {"writer_refuses_bad_arguments", test_writer_refuses_bad_arguments},
     {"hand_built_defects", test_hand_built_defects},
+    {"many_members_that_are_no_tensors", test_many_members_that_are_no_tensors},
     {"header_length_field", test_header_length_field},
     {"truncation_at_every_length", test_truncation_at_every_length},
     {"every_single_byte_change_is_safe", test_every_single_byte_change_is_safe},
