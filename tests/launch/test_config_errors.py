@@ -1147,6 +1147,9 @@ def test_profile_refused_with_its_key(h):
          ["measured on another world", "threads"]),
         ("other_batch_sizes", edited(**{"costs.batch": [3, 5]}), ["measured on another world",
                                                                   "micro-batches of 3 and 5"]),
+        # the planner divides the times by these sizes
+        ("zero_batch_sizes", edited(**{"costs.batch": [0, 0]}), ["measured on another world",
+                                                                 "micro-batches of 0 and 0"]),
         # past 16 MiB (a million ranks and 4096 units take about 10): refused
         # unread; 30 MB of empty objects used to take 2.4 GB to parse
         ("too_large", lambda p: json.dumps(p)[:-1] + ', "pad": [' + "{}," * (6 << 20) + "{}]}",
