@@ -241,8 +241,10 @@ static void remember_names(const pt_cache *c)
     shm_path(c->name, open_names.path, sizeof open_names.path);
     open_names.fd = c->fd;
     open_names.disk_fd = -1; /* a handler reads no disk name being written */
+    atomic_signal_fence(memory_order_seq_cst);
     memcpy(open_names.disk, c->h->disk_path, sizeof open_names.disk);
     open_names.disk[sizeof open_names.disk - 1] = '\0';
+    atomic_signal_fence(memory_order_release); /* the names before the descriptors */
     open_names.disk_fd = c->disk_fd;
     open_names.set = 1;
     /* a stop signal that came before the cache was open found no names to
@@ -411,7 +413,9 @@ static int create_disk_file(const char *path, uint64_t bytes)
      * process as the link returns takes the name off (the release unlinks
      * only a name that names this file) */
     open_names.disk_fd = -1;
+    atomic_signal_fence(memory_order_seq_cst);
     snprintf(open_names.disk, sizeof open_names.disk, "%s", path);
+    atomic_signal_fence(memory_order_release); /* the name before the descriptor */
     open_names.disk_fd = fd;
     if (lock_if_possible(fd, LOCK_SH) != 0 || ftruncate(fd, (off_t)bytes) != 0 ||
         (named ? link(tmp, path) : link_name(fd, path)) != 0)

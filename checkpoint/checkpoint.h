@@ -283,6 +283,9 @@ typedef struct pt_rundir_lock {
  * naming the holder when another job has it. Then removes the temporary
  * files crashed jobs left. */
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
+/* The same lock, taken by a refused start to take back what it made
+ * (pt_rundir_start_undo): nothing in run_dir is written or swept. */
+int pt_rundir_lock_take_to_undo(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
 /* Whether run_dir is still the directory this job locked, before a save
  * writes into it and again before it prunes: RUN_DIR/lock the file held
@@ -308,7 +311,7 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
 /* Whether base is the name of a file a run keeps in its run.dir: its lock,
  * its logs (metrics.jsonl, metrics-rank<R>.jsonl, samples-rank<R>.jsonl)
  * and its profiles (profile.json, op_profile-rank<R>.json). */
-int pt_rundir_file_name(const char *base);
+int pt_rundir_is_run_file(const char *base);
 
 /* A refused start leaves run_dir as it found it. pt_rundir_start_note,
  * before anything is made, records what is there: the first directory of

@@ -1025,7 +1025,7 @@ static void remove_fresh(const char *run_dir, const char *fresh, int locked)
     }
 }
 
-int pt_rundir_file_name(const char *base)
+int pt_rundir_is_run_file(const char *base)
 {
     return strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
            strcmp(base, "profile.json") == 0 || rank_file_name(base);
@@ -1091,7 +1091,21 @@ int pt_rundir_in_use(const char *run_dir)
     return held;
 }
 
+static int lock_take(pt_rundir_lock *lock, const char *run_dir, int to_undo, pt_err *err);
+
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
+{
+    return lock_take(lock, run_dir, 0, err);
+}
+
+int pt_rundir_lock_take_to_undo(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
+{
+    return lock_take(lock, run_dir, 1, err);
+}
+
+/* to_undo: held only while a refused start takes back what it made, so the
+ * holder's text, the sweep and the checkpoints' record are left as they are */
+static int lock_take(pt_rundir_lock *lock, const char *run_dir, int to_undo, pt_err *err)
 {
     memset(lock, 0, sizeof *lock);
     lock->fd = -1;
@@ -1153,6 +1167,10 @@ again:;
             goto again;
         return pt_fail(err, PT_ESYS, "cannot lock '%s': it is removed or replaced as it is locked",
                        path);
+    }
+    if (to_undo) {
+        lock->fd = fd;
+        return 0;
     }
     /* who holds it, for the message a second job prints */
     char host[256] = "?", text[512];

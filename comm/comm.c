@@ -626,7 +626,7 @@ void pt_comm_tick(double timeout)
     if (ask_comm == MPI_COMM_NULL || stopped)
         return;
     const double t = now_s();
-    if (t - last < (timeout > 0 ? timeout / 4 : 1.0))
+    if (t - last < (timeout > 0 ? timeout / 16 : 1.0))
         return;
     last = t;
     /* the others' notices that came while this rank worked: taken, so that

@@ -509,6 +509,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
+    const int lock_tried = rc == 0; /* (rank 0's) */
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
@@ -711,16 +712,17 @@ refused:
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
-    /* refused after the session opened its files in run.dir but before the
-     * lock was taken (a file in it that could not be opened: too few
-     * descriptors, or a profile.json that is a directory): taken now, with
-     * the session's files closed, so that what this job began there goes
-     * (the directory too, when the session made it); one another job holds
-     * stays as it is */
+    /* refused by the session, which may have opened files in run.dir (a
+     * file in it that could not be opened: too few descriptors, or a
+     * profile.json that is a directory), or refused its lock in a run.dir
+     * it made: the lock taken now, with the session's files closed, so that
+     * what this job began there goes (the directory too, when the session
+     * made it); one another job holds stays as it is, and so does a lock
+     * refused in a run.dir that was there (another job's) */
     struct stat made;
-    if (lock.fd < 0 && pt_comm_rank(comm) == 0 && lstat(cfg->run.dir, &made) == 0 &&
-        S_ISDIR(made.st_mode)) {
-        pt_rundir_lock_take(&lock, cfg->run.dir, &ignored);
+    if (lock.fd < 0 && (!lock_tried || start.fresh[0]) && pt_comm_rank(comm) == 0 &&
+        stat(cfg->run.dir, &made) == 0 && S_ISDIR(made.st_mode)) {
+        pt_rundir_lock_take_to_undo(&lock, cfg->run.dir, &ignored);
         /* no room for the lock file either (a file system out of inodes):
          * no job can hold the directory, so what this one made goes. Not
          * for a quota (EDQUOT): another user's job may have room for it. */

@@ -421,14 +421,14 @@ int pt_output_run_dir_ok(const char *run_dir, pt_err *err)
     }
 }
 
-/* A name a run keeps in its run.dir for itself: pt_rundir_file_name's, and
+/* A name a run keeps in its run.dir for itself: pt_rundir_is_run_file's, and
  * RUN_DIR/resuming (the checkpoint a resume from elsewhere continues, which
  * train.resume=auto reads) and RUN_DIR/abandoned (the later steps a resume
  * of an older one moved aside). An output or input there would be read as
  * the run's own, or moved, or moved into. */
 static int is_run_name(const char *base)
 {
-    return pt_rundir_file_name(base) || strcmp(base, "resuming") == 0 || strcmp(base, "abandoned") == 0;
+    return pt_rundir_is_run_file(base) || strcmp(base, "resuming") == 0 || strcmp(base, "abandoned") == 0;
 }
 
 /* Nor one of any run's own files: a name is_run_name knows in a directory
@@ -634,7 +634,7 @@ int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err)
          * leaves (made after the lock), which the first save removes,
          * whatever it is */
         const int marker = strcmp(e->d_name, "resuming") == 0;
-        if (!marker && !pt_rundir_file_name(e->d_name))
+        if (!marker && !pt_rundir_is_run_file(e->d_name))
             continue;
         snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
         struct stat st;

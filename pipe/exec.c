@@ -432,6 +432,9 @@ int pt_stage_exec_step(pt_stage_exec *x, const pt_batch *batches, pt_stats *stat
     const pt_action *list = x->sched->act[x->stage];
     const int len = x->sched->len[x->stage];
     pt_segment_set_backward_hook(x->seg, x->hooks.unit_done ? unit_backward_done : NULL, x);
+    /* for the ranks whose wait spans this step's work (comm.h): the work
+     * since the last step's actions (its update, this step's batch) ends */
+    pt_comm_tick(pt_group_timeout(x->pipe));
     for (int i = 0; i < len && rc == 0; i++) {
         describe(x, i, len, list[i]);
         const int compute = list[i].kind == PT_A_FWD || list[i].kind == PT_A_BWD;

@@ -228,7 +228,9 @@ def test_refused_start_in_a_run_dir_of_copied_checkpoints(h):
         expect_refused(h, r, ["metrics.jsonl"], "a foreign log after the refusal")
         check(U.read_bytes(os.path.join(plain, "metrics.jsonl")) == b'{"mine": 1}\n',
               "the foreign log was written to")
-    # a run's own run.dir: its lock and its logs stay after a refused start
+    # a run's own run.dir: its lock and its logs stay after a refused start,
+    # after its lock and before it (byte for byte then: a refusal before the
+    # lock takes it only to undo, and writes no holder into it)
     cfg, own = trained(h, "own")
     for name in ("lock", "metrics.jsonl"):
         check(os.path.isfile(os.path.join(own, name)), "no %s after a run", name)
@@ -237,6 +239,23 @@ def test_refused_start_in_a_run_dir_of_copied_checkpoints(h):
     expect_refused(h, r, ["already holds checkpoints"], "another model in a run's run.dir")
     U.same_snapshot(held, U.snapshot(own), "a run's run.dir after a refused start")
     check(os.path.isfile(os.path.join(own, "lock")), "the run's lock file went")
+    os.makedirs(os.path.join(own, "op_profile-rank0.json"))
+    lock = U.read_bytes(os.path.join(own, "lock"))
+    held = U.snapshot(own)
+    r = h.run(["train", cfg, "--set", "train.resume=auto"] + logs)
+    expect_refused(h, r, ["op_profile-rank0.json"], "a run's op profile a directory")
+    U.same_snapshot(held, U.snapshot(own), "a run's run.dir after a refusal before its lock")
+    check(U.read_bytes(os.path.join(own, "lock")) == lock, "the refused start rewrote the run's lock")
+    # a run.dir through a link: the same
+    os.rmdir(os.path.join(own, "op_profile-rank0.json"))
+    linked = h.path("linked")
+    os.makedirs(os.path.join(linked, "op_profile-rank0.json"))
+    os.symlink(linked, h.path("link-to-linked"))
+    cfg = U.write_config(h, "linked.yaml", keys(h, h.path("link-to-linked")))
+    r = h.run(["train", cfg] + logs)
+    expect_refused(h, r, ["op_profile-rank0.json"], "an op profile a directory, run.dir a link")
+    check(sorted(os.listdir(linked)) == ["op_profile-rank0.json"],
+          "the refused start left %s through a link", os.listdir(linked))
 
 
 def test_units_file_deleted(h):
