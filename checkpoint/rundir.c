@@ -512,11 +512,28 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
                 snprintf(moved_to, n, "%s", dest);
             }
             snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
-            if (rename(pt_path_join(path, root, e->d_name), dest) != 0)
+            /* not from under a reader (an eval, export or inspect holds it:
+             * it opens the files by their path), as pruning does not: a
+             * read is given a while to end */
+            pt_path_join(path, root, e->d_name);
+            int held = take_for_removal(path);
+            for (int tries = 0; held == -1 && tries < 200; tries++) {
+                nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+                held = take_for_removal(path);
+            }
+            if (held == -1) {
+                rc = pt_fail(err, PT_ESYS, "'%s' is being read (an eval, export or inspect holds "
+                             "it) and cannot move to abandoned/ now; nothing was moved: start "
+                             "again once that command ends", path);
+                break;
+            }
+            if (rename(path, dest) != 0)
                 rc = pt_fail(err, PT_ESYS, "cannot move '%s' to '%s': %s", path, dest,
                              strerror(errno));
             else
                 ++*count, ++moved;
+            if (held >= 0)
+                close(held);
         }
     } while (rc == 0 && moved);
     closedir(d);

@@ -3583,6 +3583,53 @@ def test_prune_spares_a_held_checkpoint(h):
 SANITIZED = os.environ.get("PT_TEST_SANITIZED") == "1"
 
 
+def test_go_back_while_a_later_step_is_read(h):
+    """A resume of an older step moves the later ones to abandoned/; one of
+    them that an eval reads (it holds it, and opens its files by their
+    path) moved from under it, and the eval failed with exit 2 naming a
+    unit file that was not there. The move now waits for the read to end
+    (strace slows the eval's open of its unit file by 3 s): both succeed,
+    the eval with the later step's logits, the resume with its moves. And a
+    resume of another run's step holds it while it reads, against that
+    run's pruning. Needs strace."""
+    if not shutil.which("strace"):
+        return "skipped: needs strace"
+    _, orig = trained(h)
+    cfg, run_dir = copy_run(h, orig, "read-while-moved")
+    unit = U.unit_files(U.ckpt(run_dir, LAST))[0]
+    want = h.run(["eval", cfg]).expect(0, "eval, undisturbed").out
+    reader = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-P", os.path.abspath(unit),
+                               "-e", "trace=openat", "-e", "inject=openat:delay_enter=3000000",
+                               h.binary, "eval", cfg], cwd=h.dir, env=U.sanitizer_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+    time.sleep(1.2)  # the eval holds step 10 by now, and waits in the open
+    r = h.run(["train", cfg, "--set", "train.resume=" + U.ckpt(run_dir, 6), "--set",
+               "train.max_steps=7"], timeout=120).expect(0, "a go-back while step 10 is read")
+    out, err = reader.communicate(timeout=120)
+    check(reader.returncode == 0 and out == want, "the eval of step 10 while it was moved: exit "
+          "%s\n%s", reader.returncode, U.tail(err))
+    check("moved to" in r.err and not os.path.exists(U.ckpt(run_dir, LAST)),
+          "the go-back did not move step 10:\n%s", r.describe())
+    # another run's step held against that run's pruning while it is read:
+    # that run trains on (auto) and prunes all but its newest at each save
+    ocfg, orig = trained(h, "pruning")
+    unit = U.unit_files(U.ckpt(orig, 6))[0]
+    rcfg = U.write_config(h, "reads-another.yaml", keys(h, h.path("reads-another")))
+    reader = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-P", os.path.abspath(unit),
+                               "-e", "trace=openat", "-e", "inject=openat:delay_enter=3000000",
+                               h.binary, "train", rcfg, "--set", "train.resume=" + U.ckpt(orig, 6),
+                               "--set", "train.max_steps=7"], cwd=h.dir, env=U.sanitizer_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+    time.sleep(1.2)  # it holds step 6 by now, and waits in the open
+    h.run(["train", ocfg, "--set", "train.resume=auto", "--set", "train.epochs=3",
+           "--set", "train.keep_checkpoints=1"], timeout=120).expect(0, "the run that prunes")
+    out, err = reader.communicate(timeout=120)
+    check(reader.returncode == 0, "a resume of another run's step that run prunes: exit %s\n%s",
+          reader.returncode, U.tail(err))
+
+
 def test_eval_while_training(h):
     """eval and inspect of a run in progress (its newest checkpoint, chosen
     and held before the run's pruning can take it) succeed while the run
@@ -4123,7 +4170,7 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
         test_refused_start_in_a_run_dir_of_copied_checkpoints,
-        test_prune_spares_a_held_checkpoint, test_eval_while_training, test_run_dir_changed_while_training,
+        test_prune_spares_a_held_checkpoint, test_eval_while_training, test_go_back_while_a_later_step_is_read, test_run_dir_changed_while_training,
         test_run_dir_moved_during_a_save,
         test_few_file_descriptors_are_not_bad_input,
         test_long_real_paths,
