@@ -486,6 +486,11 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
     DIR *d = opendir(pt_path_join(root, run_dir, "checkpoints"));
     if (!d)
         return 0;
+    /* whether abandoned/ was there: made here, it goes again with a move
+     * taken back whole */
+    char base_dir[PT_CKPT_PATH];
+    struct stat st;
+    const int had_base = lstat(pt_path_join(base_dir, run_dir, "abandoned"), &st) == 0;
     int rc = 0, moved;
     struct dirent *e;
     /* scanned again until a pass moves nothing: a directory read while
@@ -549,8 +554,11 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
         }
         if (back)
             closedir(back);
-        if (*count == 0 && rmdir(moved_to) == 0)
+        if (*count == 0 && rmdir(moved_to) == 0) {
             moved_to[0] = '\0';
+            if (!had_base)
+                rmdir(base_dir);
+        }
     }
     if (*count) {
         /* where they went first (the new directory, then its entry in
