@@ -3600,7 +3600,7 @@ def test_go_back_while_a_later_step_is_read(h):
     want = h.run(["eval", cfg]).expect(0, "eval, undisturbed").out
     reader = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-P", os.path.abspath(unit),
                                "-e", "trace=openat", "-e", "inject=openat:delay_enter=3000000",
-                               h.binary, "eval", cfg], cwd=h.dir, env=U.sanitizer_env(),
+                               h.binary, "eval", cfg], cwd=h.dir, env=untraced_leaks_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               stdin=subprocess.DEVNULL)
     time.sleep(1.2)  # the eval holds step 10 by now, and waits in the open
@@ -3619,7 +3619,7 @@ def test_go_back_while_a_later_step_is_read(h):
     reader = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-P", os.path.abspath(unit),
                                "-e", "trace=openat", "-e", "inject=openat:delay_enter=3000000",
                                h.binary, "train", rcfg, "--set", "train.resume=" + U.ckpt(orig, 6),
-                               "--set", "train.max_steps=7"], cwd=h.dir, env=U.sanitizer_env(),
+                               "--set", "train.max_steps=7"], cwd=h.dir, env=untraced_leaks_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               stdin=subprocess.DEVNULL)
     time.sleep(1.2)  # it holds step 6 by now, and waits in the open
