@@ -705,7 +705,7 @@ int pt_comm_back(const char *what, double away_s, char *out, size_t n)
     return 1;
 }
 
-int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
+int pt_comm_ask(pt_group *g, const char *what, int last_try, char *out, size_t n)
 {
     out[0] = '\0';
     int me = -1, size = 0, gsize = 0;
@@ -835,7 +835,8 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
         len += (size_t)snprintf(out + len, n - len, "; %d more rank%s wait%s", answered - shown,
                                 answered - shown == 1 ? "" : "s", answered - shown == 1 ? "s" : "");
     /* no rank stopped, gone or busy: every one waits, so none failed */
-    if (size > 1 && answered == size - 1 && !silent && !gone && !busy && len < n)
+    const int all_wait = size > 1 && answered == size - 1 && !silent && !gone && !busy;
+    if (all_wait && len < n)
         len += (size_t)snprintf(out + len, n - len, "; every rank waits and none is stopped or "
                                 "busy: run.timeout_s (%.3g s) is shorter than this wait takes, "
                                 "or the ranks wait for each other", g->timeout);
@@ -855,6 +856,8 @@ int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n)
     free(gave);
     if (!keep)
         free(said);
+    if (all_wait && !last_try)
+        return 2;
     if (!going)
         tell_gave_up(me, size, what);
     return going;
@@ -895,7 +898,7 @@ int pt_irecv(pt_group *g, void *buf, size_t bytes, int peer, int tag, pt_req *r,
 void pt_patience_start(pt_patience *p, pt_group *g, const char *what)
 {
     const double t = now_s();
-    *p = (pt_patience){g, what, g->timeout, t + g->timeout, t, 0};
+    *p = (pt_patience){g, what, g->timeout, t + g->timeout, t, 0, 0};
 }
 
 void pt_patience_moved(pt_patience *p) { p->deadline = now_s() + p->limit; }
@@ -921,8 +924,18 @@ int pt_patience_spent(pt_patience *p, char *others, size_t n)
     if (take_ticks() && ticks_count)
         p->deadline = t + p->limit;
     if (t > p->deadline) {
-        if (pt_comm_ask(p->g, p->what, others, n)) { /* another rank is busy: wait on */
+        const int said = pt_comm_ask(p->g, p->what, p->asked_all_wait, others, n);
+        p->last = now_s(); /* the second the ask took is no time away */
+        if (said == 1) { /* another rank is busy: wait on */
             p->deadline = now_s() + p->limit;
+            return 0;
+        }
+        if (said == 2) {
+            /* every other rank waits: one that came late into this very
+             * wait answered so while this rank asked, and the wait may be
+             * done now; polled once more for a while before giving up */
+            p->asked_all_wait = 1;
+            p->deadline = now_s() + (p->limit < ASK_S ? p->limit : ASK_S);
             return 0;
         }
         pt_comm_stop();

@@ -85,6 +85,7 @@ typedef struct pt_patience {
     const char *what;
     double limit, deadline, last;
     long polls;
+    int asked_all_wait; /* an ask found every other rank waiting: the next gives up */
 } pt_patience;
 void pt_patience_start(pt_patience *p, pt_group *g, const char *what);
 /* The wait moved on (a part of it completed): the limit counts from now. */
@@ -101,11 +102,12 @@ void pt_comm_busy(const char *doing);
  * are all frozen, in the collectives that end a step; a replica's, ahead
  * of a slower one) would give up in a healthy step longer than the
  * timeout: the working ranks are silent to its question while they
- * compute. So a rank that runs a step's actions calls pt_comm_tick as it
- * starts them and after each, which tells every other rank that it moves
- * on (at most once per a sixteenth of `timeout`, the group's: a wait gives
- * up only when an action, or the work between two steps, takes 15/16 of
- * it); and between pt_comm_ticks_count(1)
+ * compute. So a rank that runs a step's actions (or an evaluation's
+ * forwards) calls pt_comm_tick as it starts them and after each, which
+ * tells every other rank that it moves on (at most once per a sixteenth
+ * of `timeout`, the group's: a wait gives up only when an action, or the
+ * work between two steps, takes 15/16 of it); and between
+ * pt_comm_ticks_count(1)
  * and (0) a wait's limit counts from the last such notice. A rank that
  * stops ticking (stopped, gone, hung in one action) is still named after
  * the timeout; the notices that come during other waits are taken and

@@ -22,13 +22,16 @@ struct pt_group {
 
 /* Who is where (comm.c), pt_patience's two halves: a waiting rank answers
  * the others' question as it polls; one that reaches its limit asks them,
- * and returns 1 when it should wait on (a rank is busy, none silent), else
- * 0 with what it learnt in out. pt_comm_back: a waiting rank that itself
+ * and returns 1 when it should wait on (a rank is busy, none silent), 2
+ * when every other rank answered that it waits and this is not the last
+ * try (one may have come late into this wait, which may be done: poll
+ * again a while, then ask with last_try), else 0 with what it learnt in
+ * out (and the others are told that this rank gave up). pt_comm_back: a waiting rank that itself
  * did not run for away_s seconds (its polls that far apart) looks whether
  * another rank gave up meanwhile: 1 with that in out (this rank gives up
  * too, and tells the others), else 0 (the time away does not count). */
 void pt_comm_answer(const char *what);
-int pt_comm_ask(pt_group *g, const char *what, char *out, size_t n);
+int pt_comm_ask(pt_group *g, const char *what, int last_try, char *out, size_t n);
 int pt_comm_back(const char *what, double away_s, char *out, size_t n);
 
 /* watch.c: a deadline for a call that blocks with none of its own (MPI's

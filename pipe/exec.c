@@ -480,6 +480,7 @@ int pt_stage_exec_forward(pt_stage_exec *x, const pt_batch *batches, int n_micro
         const size_t bytes = act_bytes(x, batches[m].n);
         set_where(x, "evaluation, replica %d, stage %d: forward of micro-batch %d", x->replica,
                   x->stage, m);
+        pt_comm_tick(pt_group_timeout(x->pipe)); /* for the ranks whose wait spans this work */
         if (x->nccl) { /* one micro-batch at a time along the pipeline */
             if (x->stage > 0 && ((rc = pt_nccl_recv(x->pipe, x->x_in[m], bytes, x->stage - 1, err)) ||
                                  (rc = pt_nccl_wait(x->pipe, err))))

@@ -15,8 +15,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
+                    pt_eval_result *out, pt_err *err);
+
+/* A round's waits span the other ranks' forwards (an idle rank's, a
+ * replica's ahead of a slower one, every rank's but replica 0's when it
+ * keeps the outputs): their progress counts (comm.h, pt_comm_tick). */
 int pt_evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
                 pt_eval_result *out, pt_err *err)
+{
+    pt_comm_ticks_count(1);
+    const int rc = evaluate(r, limit, keep, logits, hidden, out, err);
+    pt_comm_ticks_count(0);
+    return rc;
+}
+
+static int evaluate(pt_run *r, int64_t limit, int keep, float *logits, float *hidden,
+                    pt_eval_result *out, pt_err *err)
 {
     const pt_dataset *ds = r->spec.test;
     const int64_t count = limit > 0 && limit < ds->count ? limit : ds->count;

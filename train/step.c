@@ -133,18 +133,32 @@ static int replica_step(pt_run *r, pt_stats *st, pt_step_result *out, pt_err *er
         return pt_err_prefix(err, "%s", pt_stage_exec_where(r->exec));
     at_phase(r, "step %lld, replica %d, stage %d: the gradient all-reduce among %d replicas",
              (long long)r->step + 1, r->replica, r->stage, r->plan.replicas);
-    /* a replica ahead of a slower one waits for the rest of its step */
-    pt_comm_ticks_count(1);
     rc = pt_reducer_finish(r->reducer, &out->allreduce, err);
-    pt_comm_ticks_count(0);
     if (rc)
         return pt_err_prefix(err, "step %lld, replica %d, stage %d", (long long)r->step + 1,
                              r->replica, r->stage);
     return 0;
 }
 
+static int run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *out,
+                    pt_err *err);
+
+/* Every wait of a step may span other ranks' work, not one action of a
+ * neighbour (an idle rank's, a frozen stage's, a replica's ahead of a
+ * slower one, a first stage's for the gradient that the later stages'
+ * forwards and backwards lead to): the others' progress counts in them
+ * (comm.h, pt_comm_tick). */
 int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *out,
                 pt_err *err)
+{
+    pt_comm_ticks_count(1);
+    const int rc = run_step(r, stop, stop_ctx, out, err);
+    pt_comm_ticks_count(0);
+    return rc;
+}
+
+static int run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *out,
+                    pt_err *err)
 {
     int rc;
     memset(out, 0, sizeof *out);
@@ -177,11 +191,7 @@ int pt_run_step(pt_run *r, pt_stop_query stop, void *stop_ctx, pt_step_result *o
                  (long long)r->step + 1, r->replica, r->stage);
     else
         at_phase(r, "step %lld, an idle rank: waiting for the step's results", (long long)r->step + 1);
-    /* an idle rank's wait, or a frozen stage's, spans the step's work on
-     * the others: their progress counts */
-    pt_comm_ticks_count(1);
     rc = pt_allreduce_sum(pt_comm_world(r->comm), v, (size_t)(units + R_COUNT), PT_DT_F64, err);
-    pt_comm_ticks_count(0);
     if (rc)
         return pt_err_prefix(err, "step %lld: combining the ranks' results", (long long)r->step + 1);
     if ((rc = pt_test_fault("combined", r->rank, r->step + 1, err)))
