@@ -519,8 +519,8 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
             snprintf(dest, sizeof dest, "%s/%s", moved_to, e->d_name);
             /* not from under a reader (an eval, export or inspect holds it:
              * it opens the files by their path), as pruning does not: a
-             * read is given a while to end */
-            pt_path_join(path, root, e->d_name);
+             * read is given a while to end (path: the step's, from the
+             * check above) */
             int held = take_for_removal(path);
             for (int tries = 0; held == -1 && tries < 200; tries++) {
                 nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);

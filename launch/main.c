@@ -631,11 +631,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0 && *resume) {
         pt_comm_phase("starting up: reading the checkpoint to resume");
         const pt_ckpt_run c = pt_session_ckpt(s);
-        /* (the test hook: a start killed while it loads) */
         /* held against another run's pruning while it is read (that run
          * may still train: a resume of its step) */
         pt_ckpt_hold hold;
         const int held = pt_checkpoint_hold(&hold, resume);
+        /* (the test hook: a start killed while it loads) */
         if ((rc = pt_test_fault("loading", pt_comm_rank(comm), 0, &err)) == 0)
             rc = pt_checkpoint_load(&c, resume, &err);
         if (held)
