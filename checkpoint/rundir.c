@@ -1149,10 +1149,11 @@ again:;
         return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; the lock file of a run.dir is "
                        "never opened through one (remove it)", path);
     /* a place the user named that cannot hold the lock is bad input (as for
-     * the logs: formats/fileio.c); the system running out of something is not */
+     * the logs: formats/fileio.c; ENOENT: a directory where no file can be
+     * made, as /proc/self); the system running out of something is not */
     if (fd < 0)
         return pt_fail(err, errno == EISDIR || errno == EACCES || errno == EPERM || errno == EROFS ||
-                       errno == ENOTDIR || errno == ENXIO ? PT_EINPUT : PT_ESYS,
+                       errno == ENOTDIR || errno == ENXIO || errno == ENOENT ? PT_EINPUT : PT_ESYS,
                        "cannot open the lock file '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {

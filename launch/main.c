@@ -509,7 +509,6 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
-    const int lock_tried = rc == 0; /* (rank 0's) */
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
@@ -553,6 +552,11 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * a re-plan moves a unit of the first replica there) */
     if (rc == 0 && (rc = pt_rundir_check_writable(cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
+    /* every rank's logs, under the lock: a job refused before it or for it
+     * never opens the logs of the job that holds it, so a refusal's undo of
+     * the empty logs it made cannot take that job's */
+    if (rc == 0)
+        rc = pt_session_open_logs(s, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     /* (the test hook: a test changes run.dir's checkpoints here) */
@@ -718,15 +722,14 @@ refused:
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
-    /* refused by the session, which may have opened files in run.dir (a
-     * file in it that could not be opened: too few descriptors, or a
-     * profile.json that is a directory), or refused its lock in a run.dir
-     * it made: the lock taken now, with the session's files closed, so that
-     * what this job began there goes (the directory too, when the session
-     * made it); one another job holds stays as it is, and so does a lock
-     * refused in a run.dir that was there (another job's) */
+    /* refused in a run.dir it made (by the session, or for the lock: a
+     * job that came in between holds it): the lock taken now, with the
+     * session's files closed, so that the directory goes, unless another
+     * job holds it or put something there. In a run.dir that was there, a
+     * start refused before its lock made nothing (its logs open under the
+     * lock), and one refused for the lock leaves the holder's files alone */
     struct stat made;
-    if (lock.fd < 0 && (!lock_tried || start.fresh[0]) && pt_comm_rank(comm) == 0 &&
+    if (lock.fd < 0 && start.fresh[0] && pt_comm_rank(comm) == 0 &&
         stat(cfg->run.dir, &made) == 0 && S_ISDIR(made.st_mode)) {
         pt_rundir_lock_take_to_undo(&lock, cfg->run.dir, &ignored);
         /* no room for the lock file either (a file system out of inodes):

@@ -66,6 +66,11 @@ typedef struct pt_session {
 /* The session as checkpoint/ sees it: its engine, config and data. */
 pt_ckpt_run pt_session_ckpt(pt_session *s);
 
+/* train: opens this rank's logs in run.dir (RUN_DIR/metrics.jsonl on rank
+ * 0, the per-rank logs the config asks for); under run.dir's lock only, so
+ * that a job refused before it or for it makes none. */
+int pt_session_open_logs(pt_session *s, pt_err *err);
+
 /* Removes from this rank's logs a last line cut short by an earlier run,
  * with a note; under run.dir's lock only. */
 int pt_session_cut_logs(pt_session *s, pt_err *err);
@@ -76,7 +81,7 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
 /* Binds cores, opens the device, loads the data, builds the engine from the
  * config (collective over the world), initialises the weights (from the seed
  * or, unless `resume` names a checkpoint, model.init_from) and, for
- * training, opens the metrics files. Every
+ * training, makes run.dir (its logs: pt_session_open_logs). Every
  * failure that is the config's fault names the key, file and line. Does not
  * resume or load a checkpoint (see pt_checkpoint_load and
  * pt_checkpoint_load_weights), but takes from checkpoint `resume` (the one a

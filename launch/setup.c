@@ -287,6 +287,29 @@ static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_
     return pt_log_open(path, out, err);
 }
 
+/* Each rank's files in run.dir, opened only under the lock: a job refused
+ * for the lock, or refused before it, must not make or hold a log of the
+ * job that has it (a refused start takes back the empty logs it made). */
+int pt_session_open_logs(pt_session *s, pt_err *err)
+{
+    const pt_config *c = &s->cfg;
+    char metrics[PT_PATH_MAX + 32];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
+    int rc = 0;
+    if (s->rank == 0 && c->run.metrics) {
+        if ((rc = pt_log_open(metrics, &s->progress.metrics, err)) == 0)
+            snprintf(s->progress.metrics_path, sizeof s->progress.metrics_path, "%s", metrics);
+    }
+    if (rc == 0 && c->run.rank_metrics)
+        rc = open_rank_file(s, "metrics", &s->rank_metrics, err);
+    if (rc == 0 && c->run.log_samples)
+        rc = open_rank_file(s, "samples", &s->sample_log, err);
+    if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
+        pt_config_key_prefix(c, err, "run.dir");
+    s->run.spec.sample_log = s->sample_log;
+    return rc;
+}
+
 /* Each of this rank's logs: a last line cut short by an earlier run is
  * removed, with a note. Only under run.dir's lock: a job refused for it
  * must not touch the lines of the job that holds it. */
@@ -674,20 +697,10 @@ agree: /* every rank fails here or goes on together: what follows is collective 
             pt_config_key_prefix(c, err, "run.dir");
         if ((rc = pt_run_agree(&s->run, rc, err)))
             goto fail;
-        char metrics[PT_PATH_MAX + 32];
-        const int lead = s->rank == 0;
-        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
-        rc = pt_progress_open(&s->progress, lead && c->run.metrics ? metrics : NULL,
-                              c->train.log_every, !lead, err);
-        if (rc == 0 && c->run.rank_metrics)
-            rc = open_rank_file(s, "metrics", &s->rank_metrics, err);
-        if (rc == 0 && c->run.log_samples)
-            rc = open_rank_file(s, "samples", &s->sample_log, err);
-        if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
-            pt_config_key_prefix(c, err, "run.dir");
-        if (rc)
+        /* the logs are opened under the lock (pt_session_open_logs); the
+         * progress lines only here */
+        if ((rc = pt_progress_open(&s->progress, NULL, c->train.log_every, s->rank != 0, err)))
             goto fail;
-        s->run.spec.sample_log = s->sample_log;
         /* run.profile_ops writes RUN_DIR/op_profile-rank<R>.json at the end:
          * what is in its way is refused now, not after the training */
         char path[PT_PATH_MAX + 64];

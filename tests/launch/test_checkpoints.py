@@ -3900,6 +3900,83 @@ def test_lock_file_removed_while_waited_for(h):
     check(not failed, "%d of 5 jobs failed:\n%s", len(failed), "\n".join(failed[:2]))
 
 
+FLOCK_SYSCALL = {"x86_64": 73, "aarch64": 32}.get(os.uname().machine)
+
+
+def in_flock(pid):
+    """Whether process pid (or a thread of it) is inside flock(2), as a
+    tracer that delays the call holds it there."""
+    for task in glob.glob("/proc/%d/task/*/syscall" % pid):
+        try:
+            if open(task).read().split()[:1] == [str(FLOCK_SYSCALL)]:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def traced_child(tracer):
+    """The pid of the program strace (pid tracer) runs, once it runs."""
+    for _ in range(500):
+        for path in glob.glob("/proc/%d/task/*/children" % tracer.pid):
+            try:
+                kids = open(path).read().split()
+            except OSError:
+                kids = []
+            if kids:
+                return int(kids[0])
+        if tracer.poll() is not None:
+            return None
+        time.sleep(0.01)
+    return None
+
+
+def test_start_waiting_for_its_lock_keeps_its_logs(h):
+    """Two starts at once in one run.dir: B, refused before its lock (no
+    layout fits its pipeline.memory_gib), and A, a healthy start that has
+    not taken its lock yet. B used to take the lock to undo what it made,
+    and removed the empty metrics.jsonl A had opened before its lock (and
+    A's lock file): A trained on, its log written to a removed file. Logs
+    are now opened under the lock, so B finds nothing of its own to undo.
+    strace holds B in its undo's flock, A in its lock's, and lets B go
+    first."""
+    if not shutil.which("strace") or FLOCK_SYSCALL is None:
+        return "skipped: needs strace on x86_64 or aarch64"
+    run_dir = h.path("together")
+    os.makedirs(run_dir)
+    keys_a = U.tiny("vit", run_dir, **{"train.epochs": "1", "train.checkpoint_every": "0",
+                                       "run.rank_metrics": "true", "run.log_samples": "true"})
+    cfg_a = U.write_config(h, "together-a.yaml", keys_a)
+    cfg_b = U.write_config(h, "together-b.yaml",
+                           dict(keys_a, **{"pipeline.memory_gib": "0.000001"}))
+    def traced(cfg, seconds):
+        return subprocess.Popen(
+            ["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
+             "inject=flock:delay_enter=%d:when=1" % (seconds * 1000000), h.binary, "train", cfg],
+            cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace")
+    b = traced(cfg_b, 5)
+    b_pid = traced_child(b)
+    deadline = time.time() + 60
+    while b_pid and b.poll() is None and not in_flock(b_pid) and time.time() < deadline:
+        time.sleep(0.01)
+    a = traced(cfg_a, 8)
+    a_pid = traced_child(a)
+    while a_pid and a.poll() is None and not in_flock(a_pid) and time.time() < deadline:
+        time.sleep(0.01)
+    _, b_err = b.communicate(timeout=120)
+    _, a_err = a.communicate(timeout=120)
+    check(b.returncode == 2 and "pipeline.memory_gib" in b_err,
+          "B: exit %s, not refused for its memory:\n%s", b.returncode, U.tail(b_err, 1500))
+    check(a.returncode == 0, "A: exit %s\n%s", a.returncode, U.tail(a_err, 1500))
+    names = sorted(os.listdir(run_dir))
+    for name in ("lock", "metrics.jsonl", "metrics-rank0.jsonl", "samples-rank0.jsonl"):
+        check(name in names and os.path.getsize(os.path.join(run_dir, name)) > 0,
+              "A's %s is gone or empty after B's refusal: %s", name, names)
+    events = [json.loads(l)["event"] for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+    check(events[:1] == ["start"] and "step" in events, "A's log: %s", events)
+
+
 def inspected(h, path, *extra):
     r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)
     return r.out if extra else json.loads(r.out)
@@ -4168,7 +4245,8 @@ def tests():
         test_outputs_of_a_stopped_export_or_eval,
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
-        test_two_jobs_in_one_run_dir, test_run_dir_inside_checkpoints,
+        test_two_jobs_in_one_run_dir, test_start_waiting_for_its_lock_keeps_its_logs,
+        test_run_dir_inside_checkpoints,
         test_refused_start_in_a_run_dir_of_copied_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_go_back_while_a_later_step_is_read, test_run_dir_changed_while_training,
         test_run_dir_moved_during_a_save,
