@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/manifest.h"
 
+#include "comm/comm.h"
 #include "formats/formats.h"
 
 #include <ctype.h>
@@ -523,6 +524,9 @@ static int abandon(const char *run_dir, int64_t step, const char *name, char *mo
              * check above) */
             int held = take_for_removal(path);
             for (int tries = 0; held == -1 && tries < 200; tries++) {
+                /* the job's other ranks wait for this start: busy, not gone,
+                 * to their questions (a run.timeout_s under the 10 s) */
+                pt_comm_busy("moving its later checkpoints to abandoned/, one of them being read");
                 nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
                 held = take_for_removal(path);
             }
