@@ -277,15 +277,26 @@ typedef struct pt_rundir_lock {
      * is a link the user put there): saves check it is still that one */
     int ckpts_known;
     unsigned long long ckpts_dev, ckpts_ino;
+    /* what taking it made or changed, for pt_rundir_lock_undo: the lock
+     * file made (else its holder text before, was_len bytes of was), and
+     * the length of the first directory of run_dir's path it made (0: none;
+     * it makes run_dir again when another start removed it meanwhile) */
+    int created;
+    size_t made;
+    char was[256];
+    int was_len;
 } pt_rundir_lock;
 
 /* Creates run_dir if needed and takes its lock, without waiting: PT_EINPUT
  * naming the holder when another job has it. Then removes the temporary
  * files crashed jobs left. */
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
-/* The same lock, taken by a refused start to take back what it made
- * (pt_rundir_start_undo): nothing in run_dir is written or swept. */
-int pt_rundir_lock_take_to_undo(pt_rundir_lock *lock, const char *run_dir, pt_err *err);
+/* A start refused while it holds the lock takes back what taking it did:
+ * the lock file when it made it (removed while held: a job waiting on it
+ * takes the lock of the file named lock then, as pt_rundir_lock_take
+ * does), else the holder text, put back as it was. The lock stays held
+ * (pt_rundir_lock_release). */
+void pt_rundir_lock_undo(pt_rundir_lock *lock, const char *run_dir);
 void pt_rundir_lock_release(pt_rundir_lock *lock);
 /* Whether run_dir is still the directory this job locked, before a save
  * writes into it and again before it prunes: RUN_DIR/lock the file held
@@ -312,34 +323,6 @@ int pt_rundir_check_writable(const char *run_dir, pt_err *err);
  * its logs (metrics.jsonl, metrics-rank<R>.jsonl, samples-rank<R>.jsonl)
  * and its profiles (profile.json, op_profile-rank<R>.json). */
 int pt_rundir_is_run_file(const char *base);
-
-/* A refused start leaves run_dir as it found it. pt_rundir_start_note,
- * before anything is made, records what is there: the first directory of
- * run_dir's path that does not exist yet ("" when run_dir exists), whether
- * run_dir holds a lock file and the run's log (metrics.jsonl), and whether
- * it holds any per-rank log or op profile. After a refusal, before the
- * lock is released, pt_rundir_start_undo takes back what the start made:
- *  - when run_dir was fresh, its lock and the empty files opened in it,
- *    then the directories from run_dir up to the first one made (left
- *    alone if something else is in them);
- *  - when it existed: the lock file when there was none (a job waiting on
- *    the removed file's lock takes it again by name: pt_rundir_lock_take),
- *    the log if the start made it and it is still empty, and the empty
- *    per-rank logs and op profiles when there were none of those; a run's
- *    earlier files, and its lock, stay.
- * locked: 1 when the caller holds run_dir's lock; 0 when it could not take
- * it because the lock file could not be made (a file system out of space
- * or inodes): then a run_dir that existed is left as it is, and in a fresh
- * one nothing is done if a lock file is there by now (another job's), and
- * a lock file is never removed; only empty regular files are. */
-typedef struct {
-    char fresh[PT_CKPT_PATH]; /* the first directory made; "" when run_dir existed */
-    int had_lock;             /* run_dir held a lock file */
-    int had_log;              /* run_dir held metrics.jsonl */
-    int had_rank_files;       /* run_dir held a per-rank log or op profile (a regular file) */
-} pt_rundir_start;
-void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start);
-void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked);
 
 /* ------------------------------------------------ the profile (profile.c)
  *

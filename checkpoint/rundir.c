@@ -986,25 +986,6 @@ static void remove_leftovers(const char *run_dir)
     closedir(d);
 }
 
-static void fresh_root(const char *run_dir, char *fresh, size_t n)
-{
-    fresh[0] = '\0';
-    struct stat st;
-    const size_t len = strlen(run_dir);
-    if (len == 0 || len >= n || stat(run_dir, &st) == 0)
-        return;
-    /* the shortest prefix ending a component that is missing */
-    for (size_t end = 1; end <= len; end++) {
-        if (end < len && (run_dir[end] != '/' || run_dir[end - 1] == '/'))
-            continue;
-        memcpy(fresh, run_dir, end); /* end <= len < n */
-        fresh[end] = '\0';
-        if (stat(fresh, &st) != 0)
-            return;
-    }
-    fresh[0] = '\0';
-}
-
 /* A per-rank file of a run: metrics-rank<R>.jsonl, samples-rank<R>.jsonl,
  * op_profile-rank<R>.json. */
 static int rank_file_name(const char *base)
@@ -1015,98 +996,10 @@ static int rank_file_name(const char *base)
            (strncmp(base, "op_profile-rank", 15) == 0 && n > 5 && strcmp(base + n - 5, ".json") == 0);
 }
 
-static void remove_fresh(const char *run_dir, const char *fresh, int locked)
-{
-    if (!*fresh)
-        return;
-    char path[PT_CKPT_PATH];
-    struct stat st;
-    if (!locked && lstat(pt_path_join(path, run_dir, "lock"), &st) == 0)
-        return; /* another job's lock, made since: what is here is its */
-    DIR *d = opendir(run_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, "lock") == 0
-                    ? locked
-                    : lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 &&
-                          S_ISREG(st.st_mode) && st.st_size == 0)
-                unlink(pt_path_join(path, run_dir, e->d_name));
-        closedir(d);
-    } else { /* no descriptor left to list it (the refusal's cause): the files a start opens */
-        static const char *const opened[] = {"lock", "metrics.jsonl"};
-        for (size_t i = locked ? 0 : 1; i < sizeof opened / sizeof *opened; i++)
-            if (lstat(pt_path_join(path, run_dir, opened[i]), &st) == 0 && S_ISREG(st.st_mode) &&
-                (i == 0 || st.st_size == 0))
-                unlink(path);
-    }
-    snprintf(path, sizeof path, "%s", run_dir);
-    for (;;) {
-        size_t len = strlen(path);
-        while (len > 1 && path[len - 1] == '/')
-            path[--len] = '\0';
-        if (len < strlen(fresh) || rmdir(path) != 0)
-            return;
-        char *slash = strrchr(path, '/');
-        if (!slash)
-            return;
-        *slash = '\0';
-    }
-}
-
 int pt_rundir_is_run_file(const char *base)
 {
     return strcmp(base, "lock") == 0 || strcmp(base, "metrics.jsonl") == 0 ||
            strcmp(base, "profile.json") == 0 || rank_file_name(base);
-}
-
-void pt_rundir_start_note(const char *run_dir, pt_rundir_start *start)
-{
-    fresh_root(run_dir, start->fresh, sizeof start->fresh);
-    char path[PT_CKPT_PATH];
-    struct stat st;
-    start->had_lock = lstat(pt_path_join(path, run_dir, "lock"), &st) == 0;
-    start->had_log = lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0;
-    /* unlisted (no descriptor left, say): taken as there, so none goes */
-    start->had_rank_files = 1;
-    DIR *d = start->fresh[0] ? NULL : opendir(run_dir);
-    if (d) {
-        struct dirent *e;
-        start->had_rank_files = 0;
-        while (!start->had_rank_files && (e = readdir(d)))
-            start->had_rank_files = rank_file_name(e->d_name) &&
-                                    lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 &&
-                                    S_ISREG(st.st_mode);
-        closedir(d);
-    }
-}
-
-void pt_rundir_start_undo(const char *run_dir, const pt_rundir_start *start, int locked)
-{
-    if (start->fresh[0]) {
-        remove_fresh(run_dir, start->fresh, locked);
-        return;
-    }
-    if (!locked)
-        return;
-    char path[PT_CKPT_PATH];
-    struct stat st;
-    if (!start->had_log && lstat(pt_path_join(path, run_dir, "metrics.jsonl"), &st) == 0 &&
-        S_ISREG(st.st_mode) && st.st_size == 0)
-        unlink(path);
-    DIR *d = start->had_rank_files ? NULL : opendir(run_dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (rank_file_name(e->d_name) &&
-                lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 && S_ISREG(st.st_mode) &&
-                st.st_size == 0)
-                unlink(path);
-        closedir(d);
-    }
-    /* held by this job: removed while held, as remove_fresh does */
-    if (!start->had_lock)
-        unlink(pt_path_join(path, run_dir, "lock"));
 }
 
 int pt_rundir_in_use(const char *run_dir)
@@ -1120,46 +1013,55 @@ int pt_rundir_in_use(const char *run_dir)
     return held;
 }
 
-static int lock_take(pt_rundir_lock *lock, const char *run_dir, int to_undo, pt_err *err);
-
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
-{
-    return lock_take(lock, run_dir, 0, err);
-}
-
-int pt_rundir_lock_take_to_undo(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
-{
-    return lock_take(lock, run_dir, 1, err);
-}
-
-/* to_undo: held only while a refused start takes back what it made, so the
- * holder's text, the sweep and the checkpoints' record are left as they are */
-static int lock_take(pt_rundir_lock *lock, const char *run_dir, int to_undo, pt_err *err)
 {
     memset(lock, 0, sizeof *lock);
     lock->fd = -1;
     char path[PT_CKPT_PATH];
-    int rc = pt_mkdir_p(run_dir, 0755, err);
+    struct stat st;
+    /* tries left for a run.dir that goes while it is made and opened: a
+     * start refused beside this one, which made it, removes it again when
+     * it holds nothing (its lock not taken yet, this start's logs not
+     * opened yet); it is made again */
+    int again = 20;
+remake:;
+    size_t made = 0;
+    int rc = pt_mkdir_p_made(run_dir, 0755, &made, NULL, err);
+    if (rc && lstat(run_dir, &st) != 0 && errno == ENOENT && again-- > 0)
+        goto remake;
     if (rc)
         return rc;
     /* never through a link (the file it leads to would be truncated and
      * written), never waiting on a FIFO; what is in the lock's place and is
-     * not a file of its own is the user's to move */
+     * not a file of its own is the user's to move. Made only where there is
+     * none (O_EXCL), so that a refusal knows whether the file is its own */
     int renamed = 0;
-again:;
-    int fd = open(pt_path_join(path, run_dir, "lock"),
-                  O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+reopen:;
+    int created = 0;
+    int fd = open(pt_path_join(path, run_dir, "lock"), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+        created = fd >= 0;
+        if (fd < 0 && errno == EEXIST && ++renamed < 20) /* another start's, made just now */
+            goto reopen;
+    }
+    const int open_errno = errno;
+    if (fd < 0 && open_errno == ENOENT && lstat(run_dir, &st) != 0 && errno == ENOENT &&
+        again-- > 0)
+        goto remake;
+    errno = open_errno;
     if (fd < 0 && errno == ELOOP)
         return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; the lock file of a run.dir is "
                        "never opened through one (remove it)", path);
     /* a place the user named that cannot hold the lock is bad input (as for
-     * the logs: formats/fileio.c; ENOENT: a directory where no file can be
-     * made, as /proc/self); the system running out of something is not */
+     * the logs: formats/fileio.c; ENOENT in a run.dir that is there: a
+     * directory where no file can be made, as /proc/self); the system
+     * running out of something, or a run.dir that keeps going, is not */
     if (fd < 0)
         return pt_fail(err, errno == EISDIR || errno == EACCES || errno == EPERM || errno == EROFS ||
-                       errno == ENOTDIR || errno == ENXIO || errno == ENOENT ? PT_EINPUT : PT_ESYS,
-                       "cannot open the lock file '%s': %s", path, strerror(errno));
-    struct stat st;
+                       errno == ENOTDIR || errno == ENXIO ||
+                       (errno == ENOENT && stat(run_dir, &st) == 0) ? PT_EINPUT : PT_ESYS,
+                       "cannot open the lock file '%s': %s", path, strerror(open_errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
         close(fd);
         return pt_fail(err, PT_EINPUT, "'%s' is not a regular file of its own (%s); the lock file "
@@ -1188,19 +1090,25 @@ again:;
         return pt_fail(err, PT_ESYS, "cannot lock '%s': %s", path, strerror(e));
     }
     /* the file locked must still be the one named lock: a refused job
-     * removes the lock file it made (pt_rundir_start_undo), and a third
+     * removes the lock file it made (pt_rundir_lock_undo), and a third
      * job would make and lock a new one beside this descriptor's */
     struct stat named;
     if (lstat(path, &named) != 0 || named.st_dev != st.st_dev || named.st_ino != st.st_ino) {
         close(fd);
         if (++renamed < 20)
-            goto again;
+            goto reopen;
         return pt_fail(err, PT_ESYS, "cannot lock '%s': it is removed or replaced as it is locked",
                        path);
     }
-    if (to_undo) {
-        lock->fd = fd;
-        return 0;
+    /* a lock file this start made is another job's too when that job held
+     * it in between (it holds its holder text): a refusal leaves it */
+    if (created && (fstat(fd, &named) != 0 || named.st_size > 0))
+        created = 0;
+    lock->created = created;
+    lock->made = made;
+    if (!created) { /* put back by a refusal */
+        ssize_t got = pread(fd, lock->was, sizeof lock->was, 0);
+        lock->was_len = got > 0 && (size_t)got < sizeof lock->was ? (int)got : got == 0 ? 0 : -1;
     }
     /* who holds it, for the message a second job prints */
     char host[256] = "?", text[512];
@@ -1227,6 +1135,24 @@ again:;
     pt_err ignored;
     (void)pt_rundir_lock_check(lock, run_dir, &ignored);
     return 0;
+}
+
+void pt_rundir_lock_undo(pt_rundir_lock *lock, const char *run_dir)
+{
+    if (lock->fd < 0)
+        return;
+    char path[PT_CKPT_PATH];
+    struct stat held, named;
+    if (lock->created) {
+        /* only while the name is still the file held */
+        if (fstat(lock->fd, &held) == 0 && lstat(pt_path_join(path, run_dir, "lock"), &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino)
+            unlink(path);
+    } else if (lock->was_len >= 0 && ftruncate(lock->fd, 0) == 0 && lock->was_len > 0) {
+        /* (one that did not fit in was stays as this job wrote it) */
+        if (pwrite(lock->fd, lock->was, (size_t)lock->was_len, 0) == lock->was_len)
+            fsync(lock->fd);
+    }
 }
 
 int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err)

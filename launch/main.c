@@ -483,10 +483,6 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * plans from its profile; which one is resumed is settled under the lock */
     char planned[PT_PATH_MAX + 64];
     resume_planned(cfg, planned, sizeof planned);
-    /* what was there, so that a refused start takes back what it made */
-    pt_rundir_start start = {.had_lock = 1, .had_log = 1, .had_rank_files = 1};
-    if (pt_comm_rank(comm) == 0)
-        pt_rundir_start_note(cfg->run.dir, &start);
     /* not inside another run's checkpoints, whose pruning would take this
      * run's lock and logs (before the session, which makes run.dir) */
     int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, &err) : 0;
@@ -509,6 +505,10 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
+    /* the directories of run.dir's path the session made (rank 0's; one
+     * refused leaves none: it is refused before it makes run.dir, or in a
+     * run.dir that was there) */
+    const size_t run_dir_made = rc == 0 ? s->run_dir_made : 0;
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
@@ -715,31 +715,23 @@ static int cmd_train(pt_comm *comm, const cli *a)
     rc = exit_code(rc);
     goto done;
 refused:
-    /* every rank's files in run.dir closed first; and only the job that
-     * holds the lock removes anything (another job that took it owns what
-     * is there) */
+    /* a refused start leaves run.dir as it found it: every rank takes back
+     * the empty logs it made (opened under the lock, so its own), then rank
+     * 0 what taking the lock made or changed, and the directories of
+     * run.dir's path this start made, now empty (a job that made its lock
+     * in them since keeps them; one about to makes them again). Where the
+     * lock was not taken (another job holds it, or the lock file could not
+     * be made), only those directories: a start makes nothing in run.dir
+     * before its lock */
     pt_rundir_resuming_undo(cfg->run.dir, &resuming_was);
+    pt_session_unmake_logs(s);
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
-    /* refused in a run.dir it made (by the session, or for the lock: a
-     * job that came in between holds it): the lock taken now, with the
-     * session's files closed, so that the directory goes, unless another
-     * job holds it or put something there. In a run.dir that was there, a
-     * start refused before its lock made nothing (its logs open under the
-     * lock), and one refused for the lock leaves the holder's files alone */
-    struct stat made;
-    if (lock.fd < 0 && start.fresh[0] && pt_comm_rank(comm) == 0 &&
-        stat(cfg->run.dir, &made) == 0 && S_ISDIR(made.st_mode)) {
-        pt_rundir_lock_take_to_undo(&lock, cfg->run.dir, &ignored);
-        /* no room for the lock file either (a file system out of inodes):
-         * no job can hold the directory, so what this one made goes. Not
-         * for a quota (EDQUOT): another user's job may have room for it. */
-        if (lock.fd < 0 && ignored.sys_errno == ENOSPC)
-            pt_rundir_start_undo(cfg->run.dir, &start, 0);
+    if (pt_comm_rank(comm) == 0) {
+        pt_rundir_lock_undo(&lock, cfg->run.dir);
+        pt_rmdir_made(cfg->run.dir, lock.made ? lock.made : run_dir_made);
     }
-    if (lock.fd >= 0)
-        pt_rundir_start_undo(cfg->run.dir, &start, 1);
 done:
     pt_session_close(s);
     free(s);

@@ -280,34 +280,56 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
     snprintf(path, n, "%s/%s-rank%d.jsonl", s->cfg.run.dir, name, s->rank);
 }
 
-static int open_rank_file(const pt_session *s, const char *name, FILE **out, pt_err *err)
-{
-    char path[PT_PATH_MAX + 64];
-    pt_session_rank_file(s, name, path, sizeof path);
-    return pt_log_open(path, out, err);
-}
-
 /* Each rank's files in run.dir, opened only under the lock: a job refused
  * for the lock, or refused before it, must not make or hold a log of the
  * job that has it (a refused start takes back the empty logs it made). */
 int pt_session_open_logs(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
-    char metrics[PT_PATH_MAX + 32];
-    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->run.dir);
+    char paths[3][PT_PATH_MAX + 64];
+    snprintf(paths[0], sizeof paths[0], "%s/metrics.jsonl", c->run.dir);
+    pt_session_rank_file(s, "metrics", paths[1], sizeof paths[1]);
+    pt_session_rank_file(s, "samples", paths[2], sizeof paths[2]);
+    FILE **files[3] = {&s->progress.metrics, &s->rank_metrics, &s->sample_log};
+    const int wanted[3] = {s->rank == 0 && c->run.metrics, c->run.rank_metrics, c->run.log_samples};
     int rc = 0;
-    if (s->rank == 0 && c->run.metrics) {
-        if ((rc = pt_log_open(metrics, &s->progress.metrics, err)) == 0)
-            snprintf(s->progress.metrics_path, sizeof s->progress.metrics_path, "%s", metrics);
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        if (!wanted[i])
+            continue;
+        /* (under the lock no other job opens a log here: one not there now
+         * is this start's) */
+        struct stat st;
+        const int there = lstat(paths[i], &st) == 0;
+        if ((rc = pt_log_open(paths[i], files[i], err)) == 0 && !there)
+            s->logs_made |= 1u << i;
     }
-    if (rc == 0 && c->run.rank_metrics)
-        rc = open_rank_file(s, "metrics", &s->rank_metrics, err);
-    if (rc == 0 && c->run.log_samples)
-        rc = open_rank_file(s, "samples", &s->sample_log, err);
+    if (s->progress.metrics)
+        snprintf(s->progress.metrics_path, sizeof s->progress.metrics_path, "%s/metrics.jsonl",
+                 c->run.dir);
     if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
         pt_config_key_prefix(c, err, "run.dir");
     s->run.spec.sample_log = s->sample_log;
     return rc;
+}
+
+void pt_session_unmake_logs(pt_session *s)
+{
+    char path[PT_PATH_MAX + 64];
+    FILE *files[3] = {s->progress.metrics, s->rank_metrics, s->sample_log};
+    const char *names[3] = {NULL, "metrics", "samples"};
+    for (int i = 0; i < 3; i++) {
+        if (!files[i] || !(s->logs_made & 1u << i))
+            continue;
+        if (names[i])
+            pt_session_rank_file(s, names[i], path, sizeof path);
+        else
+            snprintf(path, sizeof path, "%s", s->progress.metrics_path);
+        struct stat held, named;
+        if (fflush(files[i]) == 0 && fstat(fileno(files[i]), &held) == 0 && held.st_size == 0 &&
+            lstat(path, &named) == 0 && named.st_dev == held.st_dev && named.st_ino == held.st_ino)
+            unlink(path);
+    }
+    s->logs_made = 0;
 }
 
 /* Each of this rank's logs: a last line cut short by an earlier run is
@@ -691,6 +713,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         rc = s->rank == 0 ? pt_mkdir_p_made(c->run.dir, 0755, &made, NULL, err) : 0;
         if (rc) /* a refused run leaves no directory it made, parents included */
             pt_rmdir_made(c->run.dir, made);
+        s->run_dir_made = rc == 0 ? made : 0;
         /* a place the user named that cannot be made is the key's fault; a
          * file system out of space or inodes is not (exit 1, no key named) */
         if ((rc == PT_ESYS || rc == PT_EINPUT) && (rc = pt_err_input(rc, err)) == PT_EINPUT)

@@ -3931,51 +3931,148 @@ def traced_child(tracer):
     return None
 
 
+def start_held(h, args, flock_delay=0, when=1):
+    """pipetrain ARGS started, under strace delaying its WHEN-th flock(2)
+    by FLOCK_DELAY seconds when that is not 0."""
+    cmd = [h.binary] + args
+    if flock_delay:
+        cmd = ["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
+               "inject=flock:delay_enter=%d:when=%d" % (flock_delay * 1000000, when)] + cmd
+    return subprocess.Popen(cmd, cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            errors="replace")
+
+
+def held_in_flock(p, deadline):
+    """Whether p (started by start_held) waits in the flock strace delays:
+    seen there (it is not always, through /proc), or still running 3 s on,
+    inside the delay (it reaches the call in well under a second)."""
+    pid = traced_child(p)
+    give_up = min(deadline, time.time() + 3)
+    while pid and p.poll() is None and not in_flock(pid) and time.time() < give_up:
+        time.sleep(0.01)
+    return pid is not None and p.poll() is None
+
+
 def test_start_waiting_for_its_lock_keeps_its_logs(h):
     """Two starts at once in one run.dir: B, refused before its lock (no
     layout fits its pipeline.memory_gib), and A, a healthy start that has
-    not taken its lock yet. B used to take the lock to undo what it made,
-    and removed the empty metrics.jsonl A had opened before its lock (and
-    A's lock file): A trained on, its log written to a removed file. Logs
-    are now opened under the lock, so B finds nothing of its own to undo.
-    strace holds B in its undo's flock, A in its lock's, and lets B go
-    first."""
+    not taken its lock yet (strace holds A in its lock's flock). B used to
+    take the lock to undo what it made, and removed the empty metrics.jsonl
+    A had opened before its lock (and A's lock file): A trained on, its log
+    written to a removed file. Where the run.dir was not there when B
+    started, B removed it, made by A, empty: A ended with exit 1 (or 2,
+    blaming run.dir). Logs are now opened under the lock, and a start undoes
+    only a run.dir it made itself. In a run.dir that was there, strace holds
+    B in its undo's flock and lets it go first; in a fresh one B is stopped
+    (SIGSTOP) while it loads its data, after it looked at run.dir and
+    before it is refused, and let go once A waits in its flock."""
     if not shutil.which("strace") or FLOCK_SYSCALL is None:
         return "skipped: needs strace on x86_64 or aarch64"
-    run_dir = h.path("together")
-    os.makedirs(run_dir)
-    keys_a = U.tiny("vit", run_dir, **{"train.epochs": "1", "train.checkpoint_every": "0",
-                                       "run.rank_metrics": "true", "run.log_samples": "true"})
-    cfg_a = U.write_config(h, "together-a.yaml", keys_a)
-    cfg_b = U.write_config(h, "together-b.yaml",
-                           dict(keys_a, **{"pipeline.memory_gib": "0.000001"}))
-    def traced(cfg, seconds):
-        return subprocess.Popen(
-            ["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
-             "inject=flock:delay_enter=%d:when=1" % (seconds * 1000000), h.binary, "train", cfg],
-            cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, errors="replace")
-    b = traced(cfg_b, 5)
-    b_pid = traced_child(b)
-    deadline = time.time() + 60
-    while b_pid and b.poll() is None and not in_flock(b_pid) and time.time() < deadline:
-        time.sleep(0.01)
-    a = traced(cfg_a, 8)
-    a_pid = traced_child(a)
-    while a_pid and a.poll() is None and not in_flock(a_pid) and time.time() < deadline:
-        time.sleep(0.01)
-    _, b_err = b.communicate(timeout=120)
-    _, a_err = a.communicate(timeout=120)
-    check(b.returncode == 2 and "pipeline.memory_gib" in b_err,
-          "B: exit %s, not refused for its memory:\n%s", b.returncode, U.tail(b_err, 1500))
-    check(a.returncode == 0, "A: exit %s\n%s", a.returncode, U.tail(a_err, 1500))
-    names = sorted(os.listdir(run_dir))
-    for name in ("lock", "metrics.jsonl", "metrics-rank0.jsonl", "samples-rank0.jsonl"):
-        check(name in names and os.path.getsize(os.path.join(run_dir, name)) > 0,
-              "A's %s is gone or empty after B's refusal: %s", name, names)
-    events = [json.loads(l)["event"] for l in open(os.path.join(run_dir, "metrics.jsonl"))]
-    check(events[:1] == ["start"] and "step" in events, "A's log: %s", events)
 
+    for case in ("existing", "fresh"):
+        run_dir = h.path("together-" + case)
+        if case == "existing":
+            os.makedirs(run_dir)
+        keys_a = U.tiny("vit", run_dir, **{"train.epochs": "1", "train.checkpoint_every": "0",
+                                           "run.rank_metrics": "true", "run.log_samples": "true"})
+        cfg_a = U.write_config(h, "together-a-%s.yaml" % case, keys_a)
+        # a fresh B loads 600,000 generated images (a second or more) before it is refused
+        cfg_b = U.write_config(h, "together-b-%s.yaml" % case, dict(
+            keys_a, **{"pipeline.memory_gib": "0.000001"},
+            **({"data.synthetic_examples": "600000"} if case == "fresh" else {})))
+        deadline = time.time() + 60
+        if case == "existing":
+            b = start_held(h, ["train", cfg_b], 5)
+            b_held = held_in_flock(b, deadline)  # B, refused, undoes nothing there now
+            a = start_held(h, ["train", cfg_a], 8)
+            a_held = held_in_flock(a, deadline)
+        else:
+            b = start_held(h, ["train", cfg_b])
+            time.sleep(0.4)
+            b.send_signal(signal.SIGSTOP)
+            b_held = b.poll() is None and not os.path.exists(run_dir)
+            a = start_held(h, ["train", cfg_a], 8)
+            a_held = held_in_flock(a, deadline)
+            b.send_signal(signal.SIGCONT)
+        _, b_err = b.communicate(timeout=120)
+        _, a_err = a.communicate(timeout=120)
+        check(a_held and (b_held or case == "existing"), "%s: the starts were not held where they "
+              "race (A %s, B %s)", case, a_held, b_held)
+        check(b.returncode == 2 and "pipeline.memory_gib" in b_err,
+              "%s: B: exit %s, not refused for its memory:\n%s", case, b.returncode,
+              U.tail(b_err, 1500))
+        check(a.returncode == 0, "%s: A: exit %s\n%s", case, a.returncode, U.tail(a_err, 1500))
+        names = sorted(os.listdir(run_dir))
+        for name in ("lock", "metrics.jsonl", "metrics-rank0.jsonl", "samples-rank0.jsonl"):
+            check(name in names and os.path.getsize(os.path.join(run_dir, name)) > 0,
+                  "%s: A's %s is gone or empty after B's refusal: %s", case, name, names)
+        events = [json.loads(l)["event"] for l in open(os.path.join(run_dir, "metrics.jsonl"))]
+        check(events[:1] == ["start"] and "step" in events, "%s: A's log: %s", case, events)
+
+def damaged_step(h):
+    """A checkpoint of its own whose unit file has a byte flipped: a resume
+    of it is refused after the lock, as it loads."""
+    _, orig = trained(h)
+    _, copy = copy_run(h, orig, "damaged-source")
+    ck = U.ckpt(copy, LAST)
+    flip(lambda size: size // 2)(U.unit_files(ck)[0])
+    return ck
+
+
+def test_refused_starts_beside_other_jobs_take_back_only_their_own(h):
+    """A start refused after its lock (it resumes a damaged checkpoint)
+    takes back only what it made itself:
+     - A, refused so, holds the lock with its empty logs open (strace holds
+       it at its next flock) when B, refused so too, starts; B waits in its
+       lock's flock (strace) until A has taken back its files, then makes
+       its own and is refused: run.dir ends empty, as it was. B used to
+       note what run.dir held as it started (A's lock and logs), and left
+       its own lock file and empty logs there for good.
+     - B made the lock file and waits in its flock (strace) while A trains
+       a whole run there with it; B is then refused: A's lock stays, with
+       A's text. B used to remove it (there was none when B started), so
+       A's run.dir held a log and no lock: someone else's, to auto."""
+    if not shutil.which("strace") or FLOCK_SYSCALL is None:
+        return "skipped: needs strace on x86_64 or aarch64"
+    damaged = damaged_step(h)
+    logs = {"run.rank_metrics": "true", "run.log_samples": "true"}
+    run_dir = h.path("two-refused")
+    os.makedirs(run_dir)
+    cfg = U.write_config(h, "two-refused.yaml", keys(h, run_dir, **logs))
+    refused = ["train", cfg, "--set", "train.resume=" + damaged]
+    deadline = time.time() + 60
+    a = start_held(h, refused, 3, when=2)  # its second: RUN_DIR/resuming's, logs open
+    a_held = held_in_flock(a, deadline)
+    opened = sorted(os.listdir(run_dir))
+    b = start_held(h, refused, 5)
+    b_held = held_in_flock(b, deadline)
+    for p, who in ((a, "A"), (b, "B")):
+        _, err = p.communicate(timeout=120)
+        check(p.returncode == 2 and os.path.basename(U.unit_files(damaged)[0]) in err,
+              "%s: exit %s, not refused for the damaged checkpoint:\n%s", who, p.returncode,
+              U.tail(err, 1500))
+    check(a_held and b_held and "metrics.jsonl" in opened and "lock" in opened,
+          "the starts were not held where they overlap (A %s, B %s; run.dir held %s)", a_held,
+          b_held, opened)
+    check(os.listdir(run_dir) == [], "two refused starts left %s", sorted(os.listdir(run_dir)))
+
+    run_dir = h.path("lock-made-for-another")
+    os.makedirs(run_dir)
+    cfg = U.write_config(h, "lock-made-for-another.yaml", keys(h, run_dir, **logs))
+    b = start_held(h, ["train", cfg, "--set", "train.resume=" + damaged], 10)
+    b_held = held_in_flock(b, time.time() + 60)
+    made = os.path.isfile(os.path.join(run_dir, "lock"))
+    h.run(["train", cfg], timeout=120).expect(0, "A, while B waits for the lock file it made")
+    lock = U.read_bytes(os.path.join(run_dir, "lock"))
+    _, err = b.communicate(timeout=120)
+    check(b_held and made and b.returncode == 2, "B: held %s, lock file made %s, exit %s:\n%s",
+          b_held, made, b.returncode, U.tail(err, 1500))
+    check(os.path.isfile(os.path.join(run_dir, "lock")) and
+          U.read_bytes(os.path.join(run_dir, "lock")) == lock,
+          "B's refusal took or changed A's lock file: %s", sorted(os.listdir(run_dir)))
+    r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"], timeout=120)
+    r.expect(0, "A's run resumed after B's refusal")
 
 def inspected(h, path, *extra):
     r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)
@@ -4246,6 +4343,7 @@ def tests():
         test_resume_past_the_end_into_a_new_run_dir,
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_start_waiting_for_its_lock_keeps_its_logs,
+        test_refused_starts_beside_other_jobs_take_back_only_their_own,
         test_run_dir_inside_checkpoints,
         test_refused_start_in_a_run_dir_of_copied_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_go_back_while_a_later_step_is_read, test_run_dir_changed_while_training,

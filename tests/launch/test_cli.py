@@ -525,8 +525,9 @@ def test_run_dir_of_someone_else(h):
         check(os.path.islink(os.path.join(run_dir, name)) or
               open(os.path.join(run_dir, name)).read() == "the user's own\n",
               "the user's %s changed", name)
-    # a start killed after its session made metrics.jsonl and before it made
-    # its lock leaves that empty file alone: the next start trains there
+    # an empty metrics.jsonl (nothing written in it: a start of an older
+    # pipetrain, which opened its logs before its lock, killed before it)
+    # is no one's: the next start trains there
     run_dir = h.path("killed-before-its-lock")
     os.makedirs(run_dir)
     U.write(os.path.join(run_dir, "metrics.jsonl"), "")

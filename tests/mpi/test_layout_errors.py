@@ -402,6 +402,47 @@ def read_only_on_rank1(tools, work):
     return failures
 
 
+def log_unopenable_on_rank1(tools, work):
+    """A run.dir that holds a one-process run's logs (metrics-rank0.jsonl,
+    samples-rank0.jsonl), resumed on 2 ranks where rank 1's samples log
+    cannot be opened (a directory in its place): refused, exit 2, naming
+    it, and run.dir as it was, byte for byte (its lock too). The ranks'
+    new empty logs (metrics-rank1.jsonl) were left: the start took back
+    per-rank logs only where run.dir held none at all."""
+    run = os.path.join(work, "logs-run")
+    cfg = os.path.join(work, "logs.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=1, replicas=2, micro=1))
+    logs = ["--set", "run.rank_metrics=true", "--set", "run.log_samples=true"]
+    tools.run(1, ["train", cfg, "--set", "pipeline.replicas=1"] + logs)
+    os.mkdir(os.path.join(run, "samples-rank1.jsonl"))
+
+    def listing():
+        out = []
+        for d, dirs, names in os.walk(run):
+            out += [(os.path.relpath(os.path.join(d, n), run), "dir") for n in dirs]
+            for n in names:
+                with open(os.path.join(d, n), "rb") as fh:
+                    out.append((os.path.relpath(os.path.join(d, n), run), fh.read()))
+        return sorted(out)
+    was = listing()
+    rc, _, out = tools.run(2, ["train", cfg, "--set", "train.resume=auto", "--set",
+                               "train.max_steps=4"] + logs, check=False, timeout=300)
+    problems = [] if rc == 2 else ["exit status %d, not 2" % rc]
+    if "samples-rank1.jsonl" not in out or "Is a directory" not in out:
+        problems.append("the refusal does not name rank 1's samples log")
+    now = listing()
+    if now != was:
+        problems.append("run.dir changed: removed %s, added %s" % (
+            sorted(n for n, _ in set(was) - set(now)), sorted(n for n, _ in set(now) - set(was))))
+    if problems:
+        print("FAIL a log rank 1 cannot open: %s\n%s" % ("; ".join(problems), out[-2000:]),
+              flush=True)
+        return 1
+    print("ok   a log rank 1 cannot open: refused, exit 2, run.dir as it was", flush=True)
+    return 0
+
+
 def extra_tensor_in_init(tools, work):
     """model.init_from with a tensor no unit of the model has is refused,
     naming the tensor, whatever the layout: it used to be refused on one
@@ -714,6 +755,7 @@ def main():
         failures += damaged_stage_file(tools, work)
         failures += configs_differ(tools, work)
         failures += read_only_on_rank1(tools, work)
+        failures += log_unopenable_on_rank1(tools, work)
         failures += extra_tensor_in_init(tools, work)
         failures += eval_with_cache_under_memory(tools, work)
         failures += memory_suggestions_on_replicas(tools, work)
