@@ -278,14 +278,22 @@ typedef struct pt_rundir_lock {
     int ckpts_known;
     unsigned long long ckpts_dev, ckpts_ino;
     /* what taking it made or changed, for pt_rundir_lock_undo: the lock
-     * file made (else its holder text before, was_len bytes of was), and
+     * file made (else its bytes before: was_len of was, -1 when they could
+     * not be kept), and
      * the length of the first directory of run_dir's path it made (0: none;
-     * it makes run_dir again when another start removed it meanwhile) */
+     * it makes run_dir again when another start removed it meanwhile; set
+     * when the lock is not taken too) */
     int created;
     size_t made;
-    char was[256];
-    int was_len;
+    char *was;
+    long was_len;
 } pt_rundir_lock;
+
+/* Makes run_dir and the directories above it that are missing (0755),
+ * again while it goes meanwhile (a start refused beside this one removes
+ * the directories it made once they are empty): *made gets the length of
+ * the first directory of the path made (0: none), for pt_rmdir_made. */
+int pt_rundir_make(const char *run_dir, size_t *made, pt_err *err);
 
 /* Creates run_dir if needed and takes its lock, without waiting: PT_EINPUT
  * naming the holder when another job has it. Then removes the temporary
@@ -318,6 +326,21 @@ int pt_rundir_lock_text(const char *run_dir, char *out, size_t n, pt_err *err);
  * save: PT_EINPUT naming the directory, the host and the reason (a node
  * that mounts the shared file system read-only) when it may not. */
 int pt_rundir_check_writable(const char *run_dir, pt_err *err);
+
+/* The run's logs run_dir holds (metrics.jsonl, metrics-rank<R>.jsonl,
+ * samples-rank<R>.jsonl), noted by rank 0 once it holds the lock and before
+ * any rank opens its own: a refused start takes back, under the lock, the
+ * empty ones that were not there, whichever rank made them (a rank that
+ * stopped answering cannot). Nothing is taken back when run_dir could not
+ * be listed. */
+typedef struct {
+    char *names; /* NUL-terminated names, one after another */
+    size_t len;
+    int unknown;
+} pt_rundir_logs;
+void pt_rundir_logs_note(const char *run_dir, pt_rundir_logs *logs);
+void pt_rundir_logs_undo(const char *run_dir, const pt_rundir_logs *logs);
+void pt_rundir_logs_free(pt_rundir_logs *logs);
 
 /* Whether base is the name of a file a run keeps in its run.dir: its lock,
  * its logs (metrics.jsonl, metrics-rank<R>.jsonl, samples-rank<R>.jsonl)

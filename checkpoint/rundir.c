@@ -1013,6 +1013,94 @@ int pt_rundir_in_use(const char *run_dir)
     return held;
 }
 
+int pt_rundir_make(const char *run_dir, size_t *made, pt_err *err)
+{
+    *made = 0;
+    for (int tries = 0;; tries++) {
+        size_t now = 0;
+        int rc = pt_mkdir_p_made(run_dir, 0755, &now, NULL, err);
+        if (now && (!*made || now < *made))
+            *made = now;
+        struct stat st;
+        if (rc == 0 || tries >= 20 || lstat(run_dir, &st) == 0 || errno != ENOENT)
+            return rc;
+    }
+}
+
+/* A run's log in run.dir: metrics.jsonl, metrics-rank<R>.jsonl,
+ * samples-rank<R>.jsonl. */
+static int log_name(const char *base)
+{
+    return strcmp(base, "metrics.jsonl") == 0 ||
+           (rank_file_name(base) && strncmp(base, "op_profile-rank", 15) != 0);
+}
+
+void pt_rundir_logs_note(const char *run_dir, pt_rundir_logs *logs)
+{
+    memset(logs, 0, sizeof *logs);
+    logs->unknown = 1;
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return;
+    size_t cap = 0;
+    struct dirent *e;
+    int ok = 1;
+    while (ok && (e = readdir(d))) {
+        if (!log_name(e->d_name))
+            continue;
+        const size_t n = strlen(e->d_name) + 1;
+        if (logs->len + n > cap) {
+            size_t grown = cap ? 2 * cap : 256;
+            while (grown < logs->len + n)
+                grown *= 2;
+            char *more = realloc(logs->names, grown);
+            if (!more) {
+                ok = 0;
+                break;
+            }
+            logs->names = more;
+            cap = grown;
+        }
+        memcpy(logs->names + logs->len, e->d_name, n);
+        logs->len += n;
+    }
+    closedir(d);
+    logs->unknown = !ok;
+}
+
+static int noted(const pt_rundir_logs *logs, const char *base)
+{
+    for (size_t at = 0; at < logs->len; at += strlen(logs->names + at) + 1)
+        if (strcmp(logs->names + at, base) == 0)
+            return 1;
+    return 0;
+}
+
+void pt_rundir_logs_undo(const char *run_dir, const pt_rundir_logs *logs)
+{
+    if (logs->unknown)
+        return;
+    DIR *d = opendir(run_dir);
+    if (!d)
+        return;
+    char path[PT_CKPT_PATH];
+    struct stat st;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (log_name(e->d_name) && !noted(logs, e->d_name) &&
+            lstat(pt_path_join(path, run_dir, e->d_name), &st) == 0 && S_ISREG(st.st_mode) &&
+            st.st_size == 0)
+            unlink(path);
+    closedir(d);
+}
+
+void pt_rundir_logs_free(pt_rundir_logs *logs)
+{
+    free(logs->names);
+    memset(logs, 0, sizeof *logs);
+    logs->unknown = 1;
+}
+
 int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 {
     memset(lock, 0, sizeof *lock);
@@ -1023,12 +1111,12 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
      * start refused beside this one, which made it, removes it again when
      * it holds nothing (its lock not taken yet, this start's logs not
      * opened yet); it is made again */
-    int again = 20;
+    int again = 20, reopened_enoent = 0;
 remake:;
     size_t made = 0;
-    int rc = pt_mkdir_p_made(run_dir, 0755, &made, NULL, err);
-    if (rc && lstat(run_dir, &st) != 0 && errno == ENOENT && again-- > 0)
-        goto remake;
+    int rc = pt_rundir_make(run_dir, &made, err);
+    if (made && (!lock->made || made < lock->made))
+        lock->made = made; /* (the highest level made, over the tries) */
     if (rc)
         return rc;
     /* never through a link (the file it leads to would be truncated and
@@ -1046,9 +1134,12 @@ reopen:;
             goto reopen;
     }
     const int open_errno = errno;
-    if (fd < 0 && open_errno == ENOENT && lstat(run_dir, &st) != 0 && errno == ENOENT &&
-        again-- > 0)
-        goto remake;
+    if (fd < 0 && open_errno == ENOENT && again-- > 0) {
+        if (lstat(run_dir, &st) != 0 && errno == ENOENT)
+            goto remake;
+        if (!reopened_enoent++) /* made again by a third start in between: once more */
+            goto reopen;
+    }
     errno = open_errno;
     if (fd < 0 && errno == ELOOP)
         return pt_fail(err, PT_EINPUT, "'%s' is a symbolic link; the lock file of a run.dir is "
@@ -1105,10 +1196,13 @@ reopen:;
     if (created && (fstat(fd, &named) != 0 || named.st_size > 0))
         created = 0;
     lock->created = created;
-    lock->made = made;
-    if (!created) { /* put back by a refusal */
-        ssize_t got = pread(fd, lock->was, sizeof lock->was, 0);
-        lock->was_len = got > 0 && (size_t)got < sizeof lock->was ? (int)got : got == 0 ? 0 : -1;
+    lock->was_len = -1;
+    if (!created && fstat(fd, &named) == 0 && named.st_size <= (1 << 20)) {
+        /* its bytes, put back by a refusal (a holder's text is a line) */
+        lock->was = malloc(named.st_size > 0 ? (size_t)named.st_size : 1);
+        ssize_t got = lock->was ? pread(fd, lock->was, (size_t)named.st_size, 0) : -1;
+        if (got == (ssize_t)named.st_size)
+            lock->was_len = (long)got;
     }
     /* who holds it, for the message a second job prints */
     char host[256] = "?", text[512];
@@ -1149,7 +1243,6 @@ void pt_rundir_lock_undo(pt_rundir_lock *lock, const char *run_dir)
             held.st_dev == named.st_dev && held.st_ino == named.st_ino)
             unlink(path);
     } else if (lock->was_len >= 0 && ftruncate(lock->fd, 0) == 0 && lock->was_len > 0) {
-        /* (one that did not fit in was stays as this job wrote it) */
         if (pwrite(lock->fd, lock->was, (size_t)lock->was_len, 0) == lock->was_len)
             fsync(lock->fd);
     }
@@ -1246,4 +1339,7 @@ void pt_rundir_lock_release(pt_rundir_lock *lock)
     if (lock->fd >= 0)
         close(lock->fd); /* closing drops the flock */
     lock->fd = -1;
+    free(lock->was);
+    lock->was = NULL;
+    lock->was_len = -1;
 }

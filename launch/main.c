@@ -476,6 +476,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
      * first, so bad input never creates run.dir; checkpoints are looked at
      * only under it. */
     pt_rundir_lock lock = {.fd = -1};
+    pt_rundir_logs logs_there = {.unknown = 1};
     /* RUN_DIR/resuming as it was before this start named the checkpoint it
      * resumes, for a refusal to put back */
     pt_rundir_resuming_was resuming_was = {0};
@@ -512,6 +513,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
         pt_config_key_prefix(cfg, &err, "run.dir");
+    /* the logs run.dir holds before any rank opens its own, under the lock */
+    if (rc == 0 && pt_comm_rank(comm) == 0)
+        pt_rundir_logs_note(cfg->run.dir, &logs_there);
     if ((rc = setup_failed(comm, rc, &err)))
         goto refused;
     s->lock = &lock;
@@ -585,8 +589,9 @@ static int cmd_train(pt_comm *comm, const cli *a)
                          "it): going back to it again", cfg->run.dir, resume, cfg->run.dir);
             else
                 snprintf(said, sizeof said, "an earlier start in %s resumed from %s and stopped "
-                         "before saving it there (%s/resuming names it; that run.dir's own later "
-                         "checkpoints are in its abandoned/): resuming from it again",
+                         "before saving it there (%s/resuming names it; any checkpoints of that "
+                         "run.dir's own that it left are in its abandoned/): resuming from it "
+                         "again",
                          cfg->run.dir, resume, cfg->run.dir);
             error_line("pipetrain: note: ", said, sizeof said);
         } else if ((rc = pt_checkpoint_readable(cfg->run.dir, &err))) {
@@ -715,26 +720,34 @@ static int cmd_train(pt_comm *comm, const cli *a)
     rc = exit_code(rc);
     goto done;
 refused:
-    /* a refused start leaves run.dir as it found it: every rank takes back
-     * the empty logs it made (opened under the lock, so its own), then rank
-     * 0 what taking the lock made or changed, and the directories of
-     * run.dir's path this start made, now empty (a job that made its lock
-     * in them since keeps them; one about to makes them again). Where the
-     * lock was not taken (another job holds it, or the lock file could not
-     * be made), only those directories: a start makes nothing in run.dir
-     * before its lock */
+    /* a refused start leaves run.dir as it found it: with every rank's
+     * files closed (or its rank no longer answering), rank 0 takes back the
+     * empty logs that were not there when it took the lock (under the lock,
+     * so this job's), what taking the lock made or changed, and the
+     * directories of run.dir's path this start made, now empty (a job that
+     * made its lock in them since keeps them; one about to makes them
+     * again). Where the lock was not taken (another job holds it, or the
+     * lock file could not be made), only those directories: a start makes
+     * nothing in run.dir before its lock */
     pt_rundir_resuming_undo(cfg->run.dir, &resuming_was);
-    pt_session_unmake_logs(s);
     pt_session_close(s);
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
     if (pt_comm_rank(comm) == 0) {
+        if (lock.fd >= 0)
+            pt_rundir_logs_undo(cfg->run.dir, &logs_there);
         pt_rundir_lock_undo(&lock, cfg->run.dir);
-        pt_rmdir_made(cfg->run.dir, lock.made ? lock.made : run_dir_made);
+        /* the highest level this start made: by the session, or by the
+         * lock's taking when run.dir went in between */
+        size_t made = run_dir_made;
+        if (lock.made && (!made || lock.made < made))
+            made = lock.made;
+        pt_rmdir_made(cfg->run.dir, made);
     }
 done:
     pt_session_close(s);
     free(s);
+    pt_rundir_logs_free(&logs_there);
     pt_rundir_lock_release(&lock);
     return rc;
 }

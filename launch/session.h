@@ -59,8 +59,6 @@ typedef struct pt_session {
     pt_rundir_lock *lock; /* train's rank 0: run.dir's lock, which saves check (not owned) */
     size_t run_dir_made;  /* train's rank 0: the length of the first directory of run.dir's
                              path this session made (0: none) */
-    unsigned logs_made;   /* train: which of this rank's logs pt_session_open_logs made (bit
-                             0: metrics.jsonl, 1: metrics-rankR.jsonl, 2: samples-rankR.jsonl) */
     /* train: the checkpoint this run resumed ("": a fresh start), and where
      * rank 0 moved the later checkpoints of the history it leaves ("": none),
      * for the metrics' start event */
@@ -74,10 +72,6 @@ pt_ckpt_run pt_session_ckpt(pt_session *s);
  * 0, the per-rank logs the config asks for); under run.dir's lock only, so
  * that a job refused before it or for it makes none. */
 int pt_session_open_logs(pt_session *s, pt_err *err);
-
-/* train, refused: removes this rank's logs that pt_session_open_logs made
- * and that are still empty (under the lock, before pt_session_close). */
-void pt_session_unmake_logs(pt_session *s);
 
 /* Removes from this rank's logs a last line cut short by an earlier run,
  * with a note; under run.dir's lock only. */

@@ -282,7 +282,8 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
 
 /* Each rank's files in run.dir, opened only under the lock: a job refused
  * for the lock, or refused before it, must not make or hold a log of the
- * job that has it (a refused start takes back the empty logs it made). */
+ * job that has it (a refused start takes back the empty logs it made:
+ * pt_rundir_logs_undo). */
 int pt_session_open_logs(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
@@ -296,12 +297,7 @@ int pt_session_open_logs(pt_session *s, pt_err *err)
     for (int i = 0; rc == 0 && i < 3; i++) {
         if (!wanted[i])
             continue;
-        /* (under the lock no other job opens a log here: one not there now
-         * is this start's) */
-        struct stat st;
-        const int there = lstat(paths[i], &st) == 0;
-        if ((rc = pt_log_open(paths[i], files[i], err)) == 0 && !there)
-            s->logs_made |= 1u << i;
+        rc = pt_log_open(paths[i], files[i], err);
     }
     if (s->progress.metrics)
         snprintf(s->progress.metrics_path, sizeof s->progress.metrics_path, "%s/metrics.jsonl",
@@ -310,26 +306,6 @@ int pt_session_open_logs(pt_session *s, pt_err *err)
         pt_config_key_prefix(c, err, "run.dir");
     s->run.spec.sample_log = s->sample_log;
     return rc;
-}
-
-void pt_session_unmake_logs(pt_session *s)
-{
-    char path[PT_PATH_MAX + 64];
-    FILE *files[3] = {s->progress.metrics, s->rank_metrics, s->sample_log};
-    const char *names[3] = {NULL, "metrics", "samples"};
-    for (int i = 0; i < 3; i++) {
-        if (!files[i] || !(s->logs_made & 1u << i))
-            continue;
-        if (names[i])
-            pt_session_rank_file(s, names[i], path, sizeof path);
-        else
-            snprintf(path, sizeof path, "%s", s->progress.metrics_path);
-        struct stat held, named;
-        if (fflush(files[i]) == 0 && fstat(fileno(files[i]), &held) == 0 && held.st_size == 0 &&
-            lstat(path, &named) == 0 && named.st_dev == held.st_dev && named.st_ino == held.st_ino)
-            unlink(path);
-    }
-    s->logs_made = 0;
 }
 
 /* Each of this rank's logs: a last line cut short by an earlier run is
@@ -710,7 +686,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         /* rank 0 makes run.dir once every input has proved good; then every
          * rank opens its own files in it */
         size_t made = 0;
-        rc = s->rank == 0 ? pt_mkdir_p_made(c->run.dir, 0755, &made, NULL, err) : 0;
+        rc = s->rank == 0 ? pt_rundir_make(c->run.dir, &made, err) : 0;
         if (rc) /* a refused run leaves no directory it made, parents included */
             pt_rmdir_made(c->run.dir, made);
         s->run_dir_made = rc == 0 ? made : 0;

@@ -235,10 +235,19 @@ def test_refused_start_in_a_run_dir_of_copied_checkpoints(h):
     for name in ("lock", "metrics.jsonl"):
         check(os.path.isfile(os.path.join(own, name)), "no %s after a run", name)
     held = U.snapshot(own)
-    r = h.run(["train", cfg, "--set", "model.dim=32"] + logs)
-    expect_refused(h, r, ["already holds checkpoints"], "another model in a run's run.dir")
-    U.same_snapshot(held, U.snapshot(own), "a run's run.dir after a refused start")
-    check(os.path.isfile(os.path.join(own, "lock")), "the run's lock file went")
+    # refused after the lock, which it rewrites with its own holder text:
+    # the lock's bytes as they were, whatever they are (a run's line, none,
+    # or a long text; one of 256 bytes or more stayed rewritten)
+    ran = U.read_bytes(os.path.join(own, "lock"))
+    for lock in (ran, b"", b"pid 1 on elsewhere " + b"x" * 300 + b"\n", ran.rstrip(b"\n") * 20):
+        with open(os.path.join(own, "lock"), "wb") as f:
+            f.write(lock)
+        r = h.run(["train", cfg, "--set", "model.dim=32"] + logs)
+        expect_refused(h, r, ["already holds checkpoints"], "another model in a run's run.dir")
+        U.same_snapshot(held, U.snapshot(own), "a run's run.dir after a refused start")
+        check(os.path.isfile(os.path.join(own, "lock")) and
+              U.read_bytes(os.path.join(own, "lock")) == lock,
+              "the run's lock file (%d bytes) went or changed", len(lock))
     os.makedirs(os.path.join(own, "op_profile-rank0.json"))
     lock = U.read_bytes(os.path.join(own, "lock"))
     held = U.snapshot(own)
@@ -4074,6 +4083,83 @@ def test_refused_starts_beside_other_jobs_take_back_only_their_own(h):
     r = h.run(["train", cfg, "--set", "train.resume=auto", "--set", "train.epochs=3"], timeout=120)
     r.expect(0, "A's run resumed after B's refusal")
 
+def nested_run_dir(h):
+    """(t, t/a/run, a config training there, the environment of a start
+    refused after its lock by a test fault), with only t made."""
+    top = h.path("t")
+    os.makedirs(top)
+    run_dir = os.path.abspath(os.path.join(top, "a", "run"))
+    cfg = U.write_config(h, "nested.yaml", keys(h, run_dir, **{"train.checkpoint_every": "0"}))
+    return top, run_dir, cfg, dict(untraced_leaks_env(), PIPETRAIN_TEST_FAULT="0:0:fail:settling")
+
+
+def test_start_making_a_run_dir_a_refused_start_removes(h):
+    """A, refused after its lock (a test fault), made directories a/ and
+    a/run of its run.dir t/a/run; B, a healthy start into the same run.dir,
+    waits in its mkdir of a/run (strace) while A takes back both. B's mkdir
+    then fails (a/ is gone): B makes the path again and trains. It ended
+    with exit 2, blaming run.dir."""
+    if not shutil.which("strace"):
+        return "skipped: needs strace"
+    top, run_dir, cfg, env = nested_run_dir(h)
+    # A: held 2 s in its lock's flock, once it made a/, a/run and the lock file
+    a = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
+                          "inject=flock:delay_enter=2000000:when=1", h.binary, "train", cfg],
+                         cwd=h.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, errors="replace")
+    deadline = time.time() + 60
+    while (not os.path.exists(os.path.join(run_dir, "lock")) and a.poll() is None and
+           time.time() < deadline):
+        time.sleep(0.01)
+    held = a.poll() is None and os.path.exists(os.path.join(run_dir, "lock"))
+    # B: its mkdir of a/run (the last of one mkdir per level of the path)
+    # held 4 s, past A's refusal
+    levels = len([c for c in run_dir.split("/") if c])
+    b = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=mkdir", "-e",
+                          "inject=mkdir:delay_enter=4000000:when=%d" % levels, h.binary, "train",
+                          cfg], cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                         errors="replace")
+    _, a_err = a.communicate(timeout=120)
+    gone = not os.path.exists(os.path.join(top, "a"))
+    b_waits = b.poll() is None
+    _, b_err = b.communicate(timeout=120)
+    check(held and a.returncode != 0 and "injected fault" in a_err and gone and b_waits,
+          "A: held in flock %s, exit %s, took run.dir back %s, B still waiting %s:\n%s", held,
+          a.returncode, gone, b_waits, U.tail(a_err, 1500))
+    check(b.returncode == 0, "B: exit %s\n%s", b.returncode, U.tail(b_err, 1500))
+    check(os.path.isfile(os.path.join(run_dir, "metrics.jsonl")), "B's run.dir: %s",
+          os.listdir(run_dir) if os.path.isdir(run_dir) else "none")
+
+def test_refused_start_takes_back_the_highest_directory_it_made(h):
+    """A makes t/a (its session), but t/a/run is there when its mkdir of it
+    runs (C, held in its lock's flock, made it) and gone once that mkdir
+    returns (C, refused, took it back): A makes it again, and, refused
+    itself (a test fault), takes back t/a/run and t/a, leaving t as it was.
+    strace holds A's mkdir of t/a/run before (1 s) and after (2 s) it runs."""
+    if not shutil.which("strace"):
+        return "skipped: needs strace"
+    top, run_dir, cfg, env = nested_run_dir(h)
+    levels = len([c for c in run_dir.split("/") if c])
+    a = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=mkdir", "-e",
+                          "inject=mkdir:delay_enter=1000000:delay_exit=2000000:when=%d" % levels,
+                          h.binary, "train", cfg], cwd=h.dir, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                         errors="replace")
+    deadline = time.time() + 60
+    while not os.path.isdir(os.path.join(top, "a")) and a.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    c = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
+                          "inject=flock:delay_enter=1500000:when=1", h.binary, "train", cfg],
+                         cwd=h.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, errors="replace")
+    _, c_err = c.communicate(timeout=120)
+    _, a_err = a.communicate(timeout=120)
+    for p, err, who in ((a, a_err, "A"), (c, c_err, "C")):
+        check(p.returncode == 1 and "injected fault" in err, "%s: exit %s, not the fault's:\n%s",
+              who, p.returncode, U.tail(err, 1500))
+    check(os.listdir(top) == [], "left in t: %s", os.listdir(top))
+
 def inspected(h, path, *extra):
     r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)
     return r.out if extra else json.loads(r.out)
@@ -4344,6 +4430,8 @@ def tests():
         test_checkpoint_files_are_recfiles, test_leftovers_of_a_crashed_save_are_removed,
         test_two_jobs_in_one_run_dir, test_start_waiting_for_its_lock_keeps_its_logs,
         test_refused_starts_beside_other_jobs_take_back_only_their_own,
+        test_start_making_a_run_dir_a_refused_start_removes,
+        test_refused_start_takes_back_the_highest_directory_it_made,
         test_run_dir_inside_checkpoints,
         test_refused_start_in_a_run_dir_of_copied_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_go_back_while_a_later_step_is_read, test_run_dir_changed_while_training,

@@ -402,6 +402,16 @@ def read_only_on_rank1(tools, work):
     return failures
 
 
+def reported(name, problems, out, ok):
+    """Prints ok or FAIL with the problems and the output's end; returns
+    the failures (0 or 1)."""
+    if problems:
+        print("FAIL %s: %s\n%s" % (name, "; ".join(problems), out[-2000:]), flush=True)
+        return 1
+    print("ok   %s: %s" % (name, ok), flush=True)
+    return 0
+
+
 def log_unopenable_on_rank1(tools, work):
     """A run.dir that holds a one-process run's logs (metrics-rank0.jsonl,
     samples-rank0.jsonl), resumed on 2 ranks where rank 1's samples log
@@ -435,12 +445,31 @@ def log_unopenable_on_rank1(tools, work):
     if now != was:
         problems.append("run.dir changed: removed %s, added %s" % (
             sorted(n for n, _ in set(was) - set(now)), sorted(n for n, _ in set(now) - set(was))))
-    if problems:
-        print("FAIL a log rank 1 cannot open: %s\n%s" % ("; ".join(problems), out[-2000:]),
-              flush=True)
-        return 1
-    print("ok   a log rank 1 cannot open: refused, exit 2, run.dir as it was", flush=True)
-    return 0
+    return reported("a log rank 1 cannot open", problems, out,
+                    "refused, exit 2, run.dir as it was")
+
+
+def rank1_stopped_with_its_logs_open(tools, work):
+    """Rank 1 stops (SIGSTOP) right after it opened its logs, under the lock,
+    in a run.dir the job made: rank 0 gives up after run.timeout_s and the
+    job ends with exit 1; run.dir goes with rank 1's empty log in it. Rank 1
+    never reaches the refusal, so rank 0 takes back the empty logs that were
+    not there when it took the lock, whichever rank made them (each rank
+    used to take back only its own, and the run.dir stayed)."""
+    run = os.path.join(work, "stopped-run")
+    cfg = os.path.join(work, "stopped.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(run=run, batch=4, stages=1, replicas=2, micro=1))
+    rc, _, out = tools.run(2, ["train", cfg, "--set", "run.rank_metrics=true", "--set",
+                               "run.timeout_s=3"], check=False, timeout=300,
+                           env={"PIPETRAIN_TEST_FAULT": "1:0:sigstop:settling"})
+    problems = [] if rc == 1 else ["exit status %d, not 1" % rc]
+    if "rank 1 is in no wait" not in out:
+        problems.append("rank 1 is not named")
+    if os.path.exists(run):
+        problems.append("run.dir left: %s" % sorted(os.listdir(run)))
+    return reported("rank 1 stopped with its logs open", problems, out,
+                    "exit 1, no run.dir left")
 
 
 def extra_tensor_in_init(tools, work):
@@ -756,6 +785,7 @@ def main():
         failures += configs_differ(tools, work)
         failures += read_only_on_rank1(tools, work)
         failures += log_unopenable_on_rank1(tools, work)
+        failures += rank1_stopped_with_its_logs_open(tools, work)
         failures += extra_tensor_in_init(tools, work)
         failures += eval_with_cache_under_memory(tools, work)
         failures += memory_suggestions_on_replicas(tools, work)
