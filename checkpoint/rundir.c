@@ -1045,6 +1045,7 @@ void pt_rundir_logs_note(const char *run_dir, pt_rundir_logs *logs)
     size_t cap = 0;
     struct dirent *e;
     int ok = 1;
+    errno = 0;
     while (ok && (e = readdir(d))) {
         if (!log_name(e->d_name))
             continue;
@@ -1063,7 +1064,10 @@ void pt_rundir_logs_note(const char *run_dir, pt_rundir_logs *logs)
         }
         memcpy(logs->names + logs->len, e->d_name, n);
         logs->len += n;
+        errno = 0;
     }
+    if (errno != 0) /* a listing cut short: what was there is not known */
+        ok = 0;
     closedir(d);
     logs->unknown = !ok;
 }

@@ -734,7 +734,10 @@ refused:
     pt_err ignored = {0};
     pt_barrier(pt_comm_world(comm), &ignored);
     if (pt_comm_rank(comm) == 0) {
-        if (lock.fd >= 0)
+        /* (by their names: only while run.dir is still the directory
+         * locked, not one put in its place, moved or made anew, where
+         * another job's logs may be) */
+        if (lock.fd >= 0 && pt_rundir_lock_check(&lock, cfg->run.dir, &ignored) == 0)
             pt_rundir_logs_undo(cfg->run.dir, &logs_there);
         pt_rundir_lock_undo(&lock, cfg->run.dir);
         /* the highest level this start made: by the session, or by the

@@ -4160,6 +4160,40 @@ def test_refused_start_takes_back_the_highest_directory_it_made(h):
               who, p.returncode, U.tail(err, 1500))
     check(os.listdir(top) == [], "left in t: %s", os.listdir(top))
 
+def test_refused_start_whose_run_dir_was_replaced(h):
+    """A, to be refused after its lock (it resumes a damaged checkpoint),
+    waits with its logs open (a test pause) while its run.dir is removed
+    and B starts a run at that path, its own logs open and still empty (the
+    same pause). A, refused, took back the empty logs at its run.dir's path
+    that it had not seen there: B's, which B then wrote into removed files.
+    A refusal now takes back logs only while run.dir is the directory it
+    locked."""
+    damaged = damaged_step(h)
+    run_dir = h.path("replaced")
+    logs = {"run.rank_metrics": "true"}
+    cfg = U.write_config(h, "replaced.yaml", keys(h, run_dir, **logs))
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
+
+    def start(args):
+        return subprocess.Popen([h.binary, "train", cfg] + args, cwd=h.dir, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace")
+    a = start(["--set", "train.resume=" + damaged])
+    deadline = time.time() + 60
+    while (not os.path.exists(os.path.join(run_dir, "metrics.jsonl")) and a.poll() is None and
+           time.time() < deadline):
+        time.sleep(0.01)
+    shutil.rmtree(run_dir)
+    b = start([])
+    _, a_err = a.communicate(timeout=120)
+    _, b_err = b.communicate(timeout=120)
+    check(a.returncode == 2, "A: exit %s\n%s", a.returncode, U.tail(a_err, 1500))
+    check(b.returncode == 0, "B: exit %s\n%s", b.returncode, U.tail(b_err, 1500))
+    for name in ("metrics.jsonl", "metrics-rank0.jsonl"):
+        path = os.path.join(run_dir, name)
+        check(os.path.isfile(path) and os.path.getsize(path) > 0,
+              "B's %s is gone or empty after A's refusal: %s", name, sorted(os.listdir(run_dir)))
+
 def inspected(h, path, *extra):
     r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)
     return r.out if extra else json.loads(r.out)
@@ -4432,6 +4466,7 @@ def tests():
         test_refused_starts_beside_other_jobs_take_back_only_their_own,
         test_start_making_a_run_dir_a_refused_start_removes,
         test_refused_start_takes_back_the_highest_directory_it_made,
+        test_refused_start_whose_run_dir_was_replaced,
         test_run_dir_inside_checkpoints,
         test_refused_start_in_a_run_dir_of_copied_checkpoints,
         test_prune_spares_a_held_checkpoint, test_eval_while_training, test_go_back_while_a_later_step_is_read, test_run_dir_changed_while_training,
