@@ -1022,7 +1022,14 @@ int pt_rundir_make(const char *run_dir, size_t *made, pt_err *err)
         if (now && (!*made || now < *made))
             *made = now;
         struct stat st;
-        if (rc == 0 || tries >= 20 || lstat(run_dir, &st) == 0 || errno != ENOENT)
+        if (rc == 0)
+            return 0;
+        /* made again by a third start meanwhile: there, as wanted */
+        if (stat(run_dir, &st) == 0 && S_ISDIR(st.st_mode))
+            return 0;
+        /* tried again while it is not there (a level went between its
+         * making and the next's); a cause that stays fails each try */
+        if (tries >= 20 || errno != ENOENT)
             return rc;
     }
 }
@@ -1173,6 +1180,13 @@ reopen:;
     }
     if (!locked) {
         int e = errno;
+        /* a lock file this start made and could not lock (no locks on this
+         * file system) goes with the refusal: only while its name is still
+         * this file, and not when another job holds it */
+        struct stat named;
+        if (created && e != EWOULDBLOCK && lstat(path, &named) == 0 &&
+            named.st_dev == st.st_dev && named.st_ino == st.st_ino)
+            unlink(path);
         char holder[256] = "";
         ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
         holder[got > 0 ? got : 0] = '\0';

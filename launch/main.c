@@ -506,9 +506,8 @@ static int cmd_train(pt_comm *comm, const cli *a)
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
-    /* the directories of run.dir's path the session made (rank 0's; one
-     * refused leaves none: it is refused before it makes run.dir, or in a
-     * run.dir that was there) */
+    /* the directories of run.dir's path the session made (rank 0's; a
+     * session refused takes back those it made itself) */
     const size_t run_dir_made = rc == 0 ? s->run_dir_made : 0;
     if (rc == 0 && pt_comm_rank(comm) == 0 &&
         (rc = pt_rundir_lock_take(&lock, cfg->run.dir, &err)) == PT_EINPUT)
@@ -729,15 +728,19 @@ refused:
      * again). Where the lock was not taken (another job holds it, or the
      * lock file could not be made), only those directories: a start makes
      * nothing in run.dir before its lock */
-    pt_rundir_resuming_undo(cfg->run.dir, &resuming_was);
-    pt_session_close(s);
+    /* (by their names: only while run.dir is still the directory locked,
+     * not one put in its place, moved or made anew, where another job's
+     * files may be) */
     pt_err ignored = {0};
+    const int still_locked = lock.fd >= 0 && pt_rundir_lock_check(&lock, cfg->run.dir, &ignored) == 0;
+    if (still_locked)
+        pt_rundir_resuming_undo(cfg->run.dir, &resuming_was);
+    else
+        pt_rundir_resuming_keep(&resuming_was); /* (what it kept, freed) */
+    pt_session_close(s);
     pt_barrier(pt_comm_world(comm), &ignored);
     if (pt_comm_rank(comm) == 0) {
-        /* (by their names: only while run.dir is still the directory
-         * locked, not one put in its place, moved or made anew, where
-         * another job's logs may be) */
-        if (lock.fd >= 0 && pt_rundir_lock_check(&lock, cfg->run.dir, &ignored) == 0)
+        if (still_locked)
             pt_rundir_logs_undo(cfg->run.dir, &logs_there);
         pt_rundir_lock_undo(&lock, cfg->run.dir);
         /* the highest level this start made: by the session, or by the

@@ -683,8 +683,8 @@ agree: /* every rank fails here or goes on together: what follows is collective 
         (rc = pt_run_agree(&s->run, pt_session_same_data(s, err), err)))
         goto fail;
     if (mode == PT_RUN_TRAIN) {
-        /* rank 0 makes run.dir once every input has proved good; then every
-         * rank opens its own files in it */
+        /* rank 0 makes run.dir once every input has proved good (every rank
+         * opens its logs there once rank 0 holds its lock: cmd_train) */
         size_t made = 0;
         rc = s->rank == 0 ? pt_rundir_make(c->run.dir, &made, err) : 0;
         if (rc) /* a refused run leaves no directory it made, parents included */
@@ -715,6 +715,10 @@ agree: /* every rank fails here or goes on together: what follows is collective 
     }
     return 0;
 fail:
+    /* a run.dir this session made goes with its refusal (nothing is in it
+     * yet: the logs open under the lock) */
+    if (s->run_dir_made)
+        pt_rmdir_made(s->cfg.run.dir, s->run_dir_made);
     pt_session_close(s);
     return rc;
 }

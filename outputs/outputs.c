@@ -641,8 +641,8 @@ int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err)
         if (lstat(path, &st) != 0 || (!marker && !S_ISREG(st.st_mode)))
             continue; /* a link, FIFO or directory: refused where it is opened, as such */
         if (S_ISREG(st.st_mode) && st.st_size == 0)
-            continue; /* nothing to lose; and a start killed between making its log and its
-                       * lock leaves an empty metrics.jsonl, which must not lock it out */
+            continue; /* nothing to lose (and an empty metrics.jsonl, which a start of an
+                       * older pipetrain killed before its lock left, must not lock it out) */
         if (strcmp(e->d_name, "profile.json") == 0 && *profile && realpath(path, real) &&
             strcmp(real, profile) == 0)
             continue;

@@ -3972,10 +3972,11 @@ def test_start_waiting_for_its_lock_keeps_its_logs(h):
     written to a removed file. Where the run.dir was not there when B
     started, B removed it, made by A, empty: A ended with exit 1 (or 2,
     blaming run.dir). Logs are now opened under the lock, and a start undoes
-    only a run.dir it made itself. In a run.dir that was there, strace holds
-    B in its undo's flock and lets it go first; in a fresh one B is stopped
-    (SIGSTOP) while it loads its data, after it looked at run.dir and
-    before it is refused, and let go once A waits in its flock."""
+    only a run.dir it made itself. In a run.dir that was there, B runs
+    first (under strace, which held it in its undo's flock when it took the
+    lock to undo), then A; in a fresh one B is stopped (SIGSTOP) while it
+    loads its data, after it looked at run.dir and before it is refused,
+    and let go once A waits in its flock."""
     if not shutil.which("strace") or FLOCK_SYSCALL is None:
         return "skipped: needs strace on x86_64 or aarch64"
 
@@ -3993,7 +3994,7 @@ def test_start_waiting_for_its_lock_keeps_its_logs(h):
         deadline = time.time() + 60
         if case == "existing":
             b = start_held(h, ["train", cfg_b], 5)
-            b_held = held_in_flock(b, deadline)  # B, refused, undoes nothing there now
+            b_held = held_in_flock(b, deadline)  # (B, refused before its lock, ends now)
             a = start_held(h, ["train", cfg_a], 8)
             a_held = held_in_flock(a, deadline)
         else:
@@ -4069,14 +4070,18 @@ def test_refused_starts_beside_other_jobs_take_back_only_their_own(h):
     run_dir = h.path("lock-made-for-another")
     os.makedirs(run_dir)
     cfg = U.write_config(h, "lock-made-for-another.yaml", keys(h, run_dir, **logs))
-    b = start_held(h, ["train", cfg, "--set", "train.resume=" + damaged], 10)
+    # (B's wait outlasts A's whole run, under load and ASan too)
+    b = start_held(h, ["train", cfg, "--set", "train.resume=" + damaged], 20)
     b_held = held_in_flock(b, time.time() + 60)
     made = os.path.isfile(os.path.join(run_dir, "lock"))
     h.run(["train", cfg], timeout=120).expect(0, "A, while B waits for the lock file it made")
     lock = U.read_bytes(os.path.join(run_dir, "lock"))
+    a_done = b.poll() is None
     _, err = b.communicate(timeout=120)
-    check(b_held and made and b.returncode == 2, "B: held %s, lock file made %s, exit %s:\n%s",
-          b_held, made, b.returncode, U.tail(err, 1500))
+    check(b_held and made and a_done and b.returncode == 2 and
+          os.path.basename(U.unit_files(damaged)[0]) in err,
+          "B: held %s, lock file made %s, still waiting after A %s, exit %s:\n%s",
+          b_held, made, a_done, b.returncode, U.tail(err, 1500))
     check(os.path.isfile(os.path.join(run_dir, "lock")) and
           U.read_bytes(os.path.join(run_dir, "lock")) == lock,
           "B's refusal took or changed A's lock file: %s", sorted(os.listdir(run_dir)))
@@ -4096,15 +4101,16 @@ def nested_run_dir(h):
 def test_start_making_a_run_dir_a_refused_start_removes(h):
     """A, refused after its lock (a test fault), made directories a/ and
     a/run of its run.dir t/a/run; B, a healthy start into the same run.dir,
-    waits in its mkdir of a/run (strace) while A takes back both. B's mkdir
+    waits in its mkdir of a/run (strace) while A takes back both (A waits
+    4 s in its lock's flock first, B 7 s in that mkdir). B's mkdir
     then fails (a/ is gone): B makes the path again and trains. It ended
     with exit 2, blaming run.dir."""
     if not shutil.which("strace"):
         return "skipped: needs strace"
     top, run_dir, cfg, env = nested_run_dir(h)
-    # A: held 2 s in its lock's flock, once it made a/, a/run and the lock file
+    # A: held 4 s in its lock's flock, once it made a/, a/run and the lock file
     a = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
-                          "inject=flock:delay_enter=2000000:when=1", h.binary, "train", cfg],
+                          "inject=flock:delay_enter=4000000:when=1", h.binary, "train", cfg],
                          cwd=h.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True, errors="replace")
     deadline = time.time() + 60
@@ -4113,11 +4119,11 @@ def test_start_making_a_run_dir_a_refused_start_removes(h):
         time.sleep(0.01)
     held = a.poll() is None and os.path.exists(os.path.join(run_dir, "lock"))
     # B: its mkdir of a/run (the last of one mkdir per level of the path)
-    # held 4 s, past A's refusal
+    # held 7 s, past A's refusal
     levels = len([c for c in run_dir.split("/") if c])
-    b = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=mkdir", "-e",
-                          "inject=mkdir:delay_enter=4000000:when=%d" % levels, h.binary, "train",
-                          cfg], cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
+    b = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=mkdir,mkdirat", "-e",
+                          "inject=mkdir,mkdirat:delay_enter=7000000:when=%d" % levels, h.binary,
+                          "train", cfg], cwd=h.dir, env=untraced_leaks_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                          errors="replace")
     _, a_err = a.communicate(timeout=120)
@@ -4136,13 +4142,15 @@ def test_refused_start_takes_back_the_highest_directory_it_made(h):
     runs (C, held in its lock's flock, made it) and gone once that mkdir
     returns (C, refused, took it back): A makes it again, and, refused
     itself (a test fault), takes back t/a/run and t/a, leaving t as it was.
-    strace holds A's mkdir of t/a/run before (1 s) and after (2 s) it runs."""
+    strace holds A's mkdir of t/a/run before (3 s) and after (8 s) it runs,
+    and C in its flock (4 s): C has made t/a/run by the time A's mkdir runs,
+    and has taken it back by the time that mkdir returns."""
     if not shutil.which("strace"):
         return "skipped: needs strace"
     top, run_dir, cfg, env = nested_run_dir(h)
     levels = len([c for c in run_dir.split("/") if c])
     a = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=mkdir", "-e",
-                          "inject=mkdir:delay_enter=1000000:delay_exit=2000000:when=%d" % levels,
+                          "inject=mkdir:delay_enter=3000000:delay_exit=8000000:when=%d" % levels,
                           h.binary, "train", cfg], cwd=h.dir, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                          errors="replace")
@@ -4150,7 +4158,7 @@ def test_refused_start_takes_back_the_highest_directory_it_made(h):
     while not os.path.isdir(os.path.join(top, "a")) and a.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     c = subprocess.Popen(["strace", "-f", "-o", "/dev/null", "-e", "trace=flock", "-e",
-                          "inject=flock:delay_enter=1500000:when=1", h.binary, "train", cfg],
+                          "inject=flock:delay_enter=4000000:when=1", h.binary, "train", cfg],
                          cwd=h.dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True, errors="replace")
     _, c_err = c.communicate(timeout=120)
@@ -4158,41 +4166,65 @@ def test_refused_start_takes_back_the_highest_directory_it_made(h):
     for p, err, who in ((a, a_err, "A"), (c, c_err, "C")):
         check(p.returncode == 1 and "injected fault" in err, "%s: exit %s, not the fault's:\n%s",
               who, p.returncode, U.tail(err, 1500))
-    check(os.listdir(top) == [], "left in t: %s", os.listdir(top))
+    check(os.listdir(top) == [], "left in t: %s", [os.path.relpath(os.path.join(d, n), top)
+                                                   for d, ds, fs in os.walk(top) for n in ds + fs])
+
+def stopped_itself(p, deadline):
+    """Whether process p stopped (SIGSTOP: the test fault "sigstop")."""
+    while p.poll() is None and time.time() < deadline:
+        try:
+            if open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()[0] == "T":
+                return True
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return False
+
 
 def test_refused_start_whose_run_dir_was_replaced(h):
     """A, to be refused after its lock (it resumes a damaged checkpoint),
-    waits with its logs open (a test pause) while its run.dir is removed
-    and B starts a run at that path, its own logs open and still empty (the
-    same pause). A, refused, took back the empty logs at its run.dir's path
-    that it had not seen there: B's, which B then wrote into removed files.
-    A refusal now takes back logs only while run.dir is the directory it
-    locked."""
+    stops (a test fault) with its logs open; its run.dir is removed, and B
+    starts a run at that path and stops the same way, its own logs open and
+    empty. A, let go and refused, took back the empty logs at its run.dir's
+    path that it had not seen there: B's, which B then wrote into removed
+    files. A refusal now takes back what is at run.dir's path only while it
+    is the directory it locked."""
     damaged = damaged_step(h)
     run_dir = h.path("replaced")
-    logs = {"run.rank_metrics": "true"}
-    cfg = U.write_config(h, "replaced.yaml", keys(h, run_dir, **logs))
-    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:pause:settling")
+    cfg = U.write_config(h, "replaced.yaml", keys(h, run_dir, **{"run.rank_metrics": "true"}))
+    env = dict(U.sanitizer_env(), PIPETRAIN_TEST_FAULT="0:0:sigstop:settling")
+    logs = [os.path.join(run_dir, n) for n in ("metrics.jsonl", "metrics-rank0.jsonl")]
 
     def start(args):
         return subprocess.Popen([h.binary, "train", cfg] + args, cwd=h.dir, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, text=True, errors="replace")
     a = start(["--set", "train.resume=" + damaged])
-    deadline = time.time() + 60
-    while (not os.path.exists(os.path.join(run_dir, "metrics.jsonl")) and a.poll() is None and
-           time.time() < deadline):
-        time.sleep(0.01)
-    shutil.rmtree(run_dir)
-    b = start([])
-    _, a_err = a.communicate(timeout=120)
-    _, b_err = b.communicate(timeout=120)
-    check(a.returncode == 2, "A: exit %s\n%s", a.returncode, U.tail(a_err, 1500))
-    check(b.returncode == 0, "B: exit %s\n%s", b.returncode, U.tail(b_err, 1500))
-    for name in ("metrics.jsonl", "metrics-rank0.jsonl"):
-        path = os.path.join(run_dir, name)
-        check(os.path.isfile(path) and os.path.getsize(path) > 0,
-              "B's %s is gone or empty after A's refusal: %s", name, sorted(os.listdir(run_dir)))
+    b = None
+    try:
+        deadline = time.time() + 120
+        check(stopped_itself(a, deadline) and all(os.path.isfile(l) for l in logs),
+              "A did not stop with its logs open (exit %s)", a.poll())
+        shutil.rmtree(run_dir)
+        b = start([])
+        check(stopped_itself(b, deadline) and all(os.path.isfile(l) for l in logs),
+              "B did not stop with its logs open (exit %s)", b.poll())
+        a.send_signal(signal.SIGCONT)
+        _, a_err = a.communicate(timeout=120)
+        check(a.returncode == 2 and os.path.basename(U.unit_files(damaged)[0]) in a_err,
+              "A: exit %s, not refused for the damaged checkpoint:\n%s", a.returncode,
+              U.tail(a_err, 1500))
+        check(all(os.path.isfile(l) for l in logs), "A's refusal took B's logs: %s",
+              sorted(os.listdir(run_dir)))
+        b.send_signal(signal.SIGCONT)
+        _, b_err = b.communicate(timeout=120)
+        check(b.returncode == 0, "B: exit %s\n%s", b.returncode, U.tail(b_err, 1500))
+        check(all(os.path.getsize(l) > 0 for l in logs), "B's logs are empty")
+    finally:
+        for p in (a, b):
+            if p and p.poll() is None:
+                p.kill()
+                p.communicate()
 
 def inspected(h, path, *extra):
     r = h.run(["inspect", path] + list(extra)).expect(0, "inspect " + path)

@@ -132,26 +132,27 @@ def foreign_save_fails_on_rank1(tools, work, straight):
 
 def go_back_while_read_short_timeout(tools, work):
     """A resume of step 4 on 2 ranks whose later step 8 another process
-    reads (it holds the manifest for 6 s): rank 0 waits for the read to
-    end before it moves step 8 to abandoned/, and says it is busy while
-    it waits, so rank 1, waiting for it under a run.timeout_s of 2 s,
-    waits on. Rank 1 used to give up after 2 s ("rank 0 is in no wait")."""
+    reads (it holds the manifest for 8 s from before the start): rank 0
+    waits for the read to end before it moves step 8 to abandoned/, and
+    says it is busy while it waits, so rank 1, waiting for it under a
+    run.timeout_s of 3 s, waits on. Rank 1 used to give up after the
+    timeout ("rank 0 is in no wait")."""
     quick = dict(COMMON, train__checkpoint_every=4)
     run_dir = os.path.join(work, "go-back-while-read")
     tools.run(2, ["train", CONFIG] + h.sets(run__dir=run_dir, train__max_steps=8, **quick))
     step = lambda s: os.path.join(run_dir, "checkpoints", "step_%010d" % s)
     fd = os.open(os.path.join(step(8), "manifest"), os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_SH)
-    timer = threading.Timer(6, os.close, (fd,))
+    timer = threading.Timer(8, os.close, (fd,))
     timer.start()
     try:
         rc, seconds, out = tools.run(2, ["train", CONFIG] + h.sets(
-            run__dir=run_dir, train__max_steps=10, train__resume=step(4), run__timeout_s=2,
+            run__dir=run_dir, train__max_steps=10, train__resume=step(4), run__timeout_s=3,
             **quick), check=False)
     finally:
         timer.join()
     moved = glob.glob(os.path.join(run_dir, "abandoned", "after-step_0000000004.*", "step_%010d" % 8))
-    if rc != 0 or "1 later checkpoint" not in out or len(moved) != 1 or seconds < 6:
+    if rc != 0 or "1 later checkpoint" not in out or len(moved) != 1 or seconds < 8:
         print("FAIL go-back while read: exit %d after %.1f s, step 8 moved to %s:\n%s"
               % (rc, seconds, moved, out[-2000:]))
         return ["go-back while read"]
