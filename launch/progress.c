@@ -30,20 +30,21 @@ double pt_unix_time(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err)
+void pt_progress_open(pt_progress *p, int64_t every, int quiet)
 {
     memset(p, 0, sizeof *p);
     p->tty = isatty(STDERR_FILENO);
     p->quiet = quiet;
     p->every = every > 0 ? every : 1;
     p->start = pt_now();
-    if (metrics_path) {
-        int rc = pt_log_open(metrics_path, &p->metrics, err);
-        if (rc)
-            return rc;
+}
+
+int pt_progress_open_log(pt_progress *p, const char *metrics_path, pt_err *err)
+{
+    int rc = pt_log_open(metrics_path, &p->metrics, err);
+    if (rc == 0)
         snprintf(p->metrics_path, sizeof p->metrics_path, "%s", metrics_path);
-    }
-    return 0;
+    return rc;
 }
 
 void pt_progress_close(pt_progress *p)

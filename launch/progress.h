@@ -41,8 +41,11 @@ typedef struct pt_progress {
 double pt_now(void);      /* monotonic seconds */
 double pt_unix_time(void); /* seconds since 1970 (the wall clock, for logs) */
 
-/* metrics_path may be NULL. */
-int pt_progress_open(pt_progress *p, const char *metrics_path, int64_t every, int quiet, pt_err *err);
+/* The progress lines (to stderr; none when quiet). */
+void pt_progress_open(pt_progress *p, int64_t every, int quiet);
+/* RUN_DIR/metrics.jsonl at metrics_path, opened for the progress events
+ * (under run.dir's lock: pt_session_open_logs). */
+int pt_progress_open_log(pt_progress *p, const char *metrics_path, pt_err *err);
 void pt_progress_close(pt_progress *p);
 
 typedef struct pt_step_report {

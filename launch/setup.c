@@ -287,21 +287,20 @@ void pt_session_rank_file(const pt_session *s, const char *name, char *path, siz
 int pt_session_open_logs(pt_session *s, pt_err *err)
 {
     const pt_config *c = &s->cfg;
-    char paths[3][PT_PATH_MAX + 64];
-    snprintf(paths[0], sizeof paths[0], "%s/metrics.jsonl", c->run.dir);
-    pt_session_rank_file(s, "metrics", paths[1], sizeof paths[1]);
-    pt_session_rank_file(s, "samples", paths[2], sizeof paths[2]);
-    FILE **files[3] = {&s->progress.metrics, &s->rank_metrics, &s->sample_log};
-    const int wanted[3] = {s->rank == 0 && c->run.metrics, c->run.rank_metrics, c->run.log_samples};
+    char path[PT_PATH_MAX + 64];
     int rc = 0;
-    for (int i = 0; rc == 0 && i < 3; i++) {
-        if (!wanted[i])
-            continue;
-        rc = pt_log_open(paths[i], files[i], err);
+    if (s->rank == 0 && c->run.metrics) {
+        snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.dir);
+        rc = pt_progress_open_log(&s->progress, path, err);
     }
-    if (s->progress.metrics)
-        snprintf(s->progress.metrics_path, sizeof s->progress.metrics_path, "%s/metrics.jsonl",
-                 c->run.dir);
+    if (rc == 0 && c->run.rank_metrics) {
+        pt_session_rank_file(s, "metrics", path, sizeof path);
+        rc = pt_log_open(path, &s->rank_metrics, err);
+    }
+    if (rc == 0 && c->run.log_samples) {
+        pt_session_rank_file(s, "samples", path, sizeof path);
+        rc = pt_log_open(path, &s->sample_log, err);
+    }
     if (rc == PT_EINPUT) /* a log run.dir cannot hold: the key that put it there */
         pt_config_key_prefix(c, err, "run.dir");
     s->run.spec.sample_log = s->sample_log;
@@ -698,8 +697,7 @@ agree: /* every rank fails here or goes on together: what follows is collective 
             goto fail;
         /* the logs are opened under the lock (pt_session_open_logs); the
          * progress lines only here */
-        if ((rc = pt_progress_open(&s->progress, NULL, c->train.log_every, s->rank != 0, err)))
-            goto fail;
+        pt_progress_open(&s->progress, c->train.log_every, s->rank != 0);
         /* run.profile_ops writes RUN_DIR/op_profile-rank<R>.json at the end:
          * what is in its way is refused now, not after the training */
         char path[PT_PATH_MAX + 64];
