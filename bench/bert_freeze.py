@@ -25,7 +25,9 @@ Freeze decisions (but the bottom-d runs') come after epoch --start and every
 Everything else is the demo config: same data order, same learning-rate
 schedule (linear warm-up and decay over the run's steps) with the peak
 learning rate --lr in every run (the demo config's is 5e-5); freezing only
-removes work. Each run evaluates on the whole test subset after every epoch
+removes work. --freeze-lr gives the freezing runs a peak learning rate of
+their own (the baseline keeps --lr): fewer blocks train in them, and a
+larger step might make up for it; their names then say it. Each run evaluates on the whole test subset after every epoch
 (train.eval_every 1, train.eval_examples 0; with the cache on, the frozen
 prefix of the test verses is cached too) and saves one checkpoint, at the end
 (train.checkpoint_every is set past the run's last step).
@@ -87,7 +89,8 @@ test of every path in a minute or two (its accuracies mean nothing). The full ru
 on the 2-core development machine.
 
 usage: bert_freeze.py PIPETRAIN [--train 5000] [--test 1000] [--epochs 6]
-                      [--context 32] [--threads 2] [--lr 5e-5] [--alphas 0.33,0.5,0.7]
+                      [--context 32] [--threads 2] [--lr 5e-5] [--freeze-lr LR]
+                      [--alphas 0.33,0.5,0.7]
                       [--auto-alpha 0.5] [--nocache-alpha 0.5] [--bottom 2,4]
                       [--staged A:E,...] [--start 1]
                       [--every 1] [--data-seed 1] [--seeds 1] [--holdout N|all] [--out DIR]
@@ -218,6 +221,9 @@ def settings(args):
         runs.append(("schedule %s from the start, every %d epoch%s, cache" % (a, e, "s" if e > 1 else ""), "staged-%s-%d-cache" % (a, e),
                      {"freeze.policy": "schedule", "freeze.alpha": a, "freeze.start": 0, "freeze.every": e,
                       "freeze.unit": "epoch", "cache.enabled": "true"}))
+    if args.freeze_lr is not None and args.freeze_lr != args.lr:
+        runs[1:] = [("%s, lr %s" % (name, args.freeze_lr), slug, dict(extra, **{"train.lr": args.freeze_lr}))
+                    for name, slug, extra in runs[1:]]
     return runs
 
 
@@ -506,6 +512,7 @@ def main():
     ap.add_argument("--context", type=int, default=32, help="model.context in tokens, [CLS] and [SEP] included")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", default="5e-5", help="train.lr (the peak learning rate) of every run")
+    ap.add_argument("--freeze-lr", help="train.lr of the freezing runs (default: --lr)")
     ap.add_argument("--dropout", default="auto",
                     help="model.dropout and model.attention_dropout (auto: MiniLM's 0.1, the demo's; "
                          "0: the evaluation form, as the README's learning-rate sweep was measured)")
@@ -536,12 +543,14 @@ def main():
             raise ValueError
         args.staged = [(a.split(":")[0].strip(), int(a.split(":")[1])) for a in args.staged.split(",") if a.strip()]
         float(args.lr)
+        if args.freeze_lr is not None:
+            float(args.freeze_lr)
         args.seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
         if (not args.seeds or len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0
                 or max(args.seeds) > 9.2e18):  # run.seed's range (pipetrain keys)
             raise ValueError
     except (ValueError, IndexError):
-        fail("--staged wants ALPHA:EVERY[,ALPHA:EVERY...], --lr a number, --holdout N (1 or more) or all, "
+        fail("--staged wants ALPHA:EVERY[,ALPHA:EVERY...], --lr and --freeze-lr numbers, --holdout N (1 or more) or all, "
              "and --seeds distinct integers from 0 to 9.2e18")
     binary = os.path.abspath(args.pipetrain)
     if not os.access(binary, os.X_OK):
@@ -585,9 +594,10 @@ def main():
     steps = args.epochs * (args.train // batch)  # a last partial batch is dropped
     # cached activations: one context x 384 float32 row block per verse (training and test), with room to spare
     cache_gib = max(1, math.ceil(1.5 * (args.train + args.test) * args.context * 384 * 4 / 2**30))
+    lr = args.lr if args.freeze_lr in (None, args.lr) else "%s (freezing runs %s)" % (args.lr, args.freeze_lr)
     title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, peak lr %s, "
              "%d threads; freezing decided after epoch %d, then every %d (but the runs decided from the start)"
-             % (args.train, args.test, args.context, args.epochs, args.lr, args.threads, args.start, args.every))
+             % (args.train, args.test, args.context, args.epochs, lr, args.threads, args.start, args.every))
     print(title)
     print("subsets (stratified by label, seed %d): %s" % (args.data_seed, ", ".join(
         "%s %d/%d" % (l, a, b) for l, (a, b) in sorted(per_label.items()))))

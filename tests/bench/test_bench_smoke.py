@@ -9,7 +9,7 @@ Run here: torch_speed (--quick --no-pypi, the demo ViT and the MiniLM
 fine-tuning: nothing is downloaded), op_breakdown --quick, compare_builds (the binary against
 itself), pipeline_speed (K = 1 and 2), bert_freeze on 128 verses for 2 epochs (the
 baseline, one schedule and a frozen bottom, for 2 training seeds, each also evaluated on 64
-held-out verses; needs datasets/ from scripts/setup.sh, as torch_speed's
+held-out verses, the freezing runs at a peak learning rate of their own; needs datasets/ from scripts/setup.sh, as torch_speed's
 minilm does; its --quick takes a minute). Left
 out for their length or their needs: freeze_speed, elastic_ablation,
 steady_speed (minutes even in their quick modes), gpt2_gpu and gpu_kernels
@@ -52,14 +52,15 @@ def main():
         ("bert_freeze", [PY, os.path.join(bench, "bert_freeze.py"), binary, "--train", "128", "--test", "64",
                          "--epochs", "2", "--context", "16", "--alphas", "0.5", "--auto-alpha", "",
                          "--nocache-alpha", "", "--bottom", "2", "--threads", "1", "--holdout", "64",
-                         "--seeds", "1,2", "--out", os.path.join(work, "bert_freeze")],
+                         "--seeds", "1,2", "--lr", "5e-5", "--freeze-lr", "1e-4",
+                         "--out", os.path.join(work, "bert_freeze")],
          [r"\| baseline \(no freezing\) \| [0-9.]+% \| 1\.00x \|", r"\| 0\.5 \| [0-9.]+% \| [0-9.]+x \|",
           r"held-out verses: accuracy [0-9.]+% \(64 verses",
-          r"\| [0-9.]+% \| \+0\.00 \(0\.00\) \|\n\| schedule 0\.5, cache \|.*\| [0-9.]+% \| [-+][0-9.]+ \([0-9.]+\) \|",
+          r"\| [0-9.]+% \| \+0\.00 \(0\.00\) \|\n\| schedule 0\.5, cache, lr 1e-4 \|.*\| [0-9.]+% \| [-+][0-9.]+ \([0-9.]+\) \|",
           r"target \(>= 2\.5x end to end, <= 0\.3 point below the baseline's accuracy on the held-out verses",
           r"training seed 2 \(run\.seed\):",
           r"across 2 training seeds \(1, 2\), each run against the baseline of its seed:",
-          r"\| bottom 2 frozen from the start, cache \| [0-9.]+x \| [-+][0-9.]+ [-+][0-9.]+ \| [-+][0-9.]+ \| "
+          r"\| bottom 2 frozen from the start, cache, lr 1e-4 \| [0-9.]+x \| [-+][0-9.]+ [-+][0-9.]+ \| [-+][0-9.]+ \| "
           r"[0-9.]+ \| [0-9.]+ \| [0-9.]+ \|",
           r"target across the seeds \(>= 2\.5x mean speedup, mean difference <= 0\.3 point below the baseline, "
           r"held out; SE: both\)"]),
@@ -71,6 +72,7 @@ def main():
         missing = [w for w in wants if not re.search(w, r.stdout)]
         if name == "bert_freeze" and r.returncode == 0:
             missing += seeds_differ(os.path.join(work, "bert_freeze", "results.json"))
+            missing += peak_lrs(os.path.join(work, "bert_freeze"))
         ok = r.returncode == 0 and not missing
         print("%s %-15s %5.1f s%s" % ("ok  " if ok else "FAIL", name, time.time() - t0,
                                       "" if ok else "  exit %d, missing %s" % (r.returncode, missing)),
@@ -99,5 +101,26 @@ def seeds_differ(results):
     return wrong
 
 
+def peak_lrs(out):
+    """bert_freeze --lr 5e-5 --freeze-lr 1e-4: every freezing run stepped at
+    twice its seed's baseline's learning rate, step by step (the step records'
+    lr in each run's metrics.jsonl: the same schedule, another peak). What is
+    wrong, as a list."""
+    wrong, lrs = [], {}
+    with open(os.path.join(out, "results.json")) as f:
+        runs = json.load(f)["runs"]
+    for r in runs:
+        with open(os.path.join(out, "runs", r["slug"], "metrics.jsonl")) as f:
+            lrs[r["slug"]] = [json.loads(l)["lr"] for l in f if '"event": "step"' in l]
+    for r in runs:
+        base = lrs[[b["slug"] for b in runs if b["setting"] == "baseline" and b["seed"] == r["seed"]][0]]
+        want = base if r["setting"] == "baseline" else [2 * x for x in base]
+        got = lrs[r["slug"]]
+        if not got or len(got) != len(want) or any(abs(a - b) > 1e-9 * b for a, b in zip(got, want)):
+            wrong.append("%s stepped at lr %s, not %s" % (r["slug"], got[:4], want[:4]))
+    return wrong
+
+
 if __name__ == "__main__":
     main()
+
