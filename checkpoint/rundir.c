@@ -1019,8 +1019,7 @@ int pt_rundir_make(const char *run_dir, size_t *made, pt_err *err)
     for (int tries = 0;; tries++) {
         size_t now = 0;
         int rc = pt_mkdir_p_made(run_dir, 0755, &now, NULL, err);
-        if (now && (!*made || now < *made))
-            *made = now;
+        *made = pt_made_either(*made, now);
         struct stat st;
         if (rc == 0)
             return 0;
@@ -1126,8 +1125,7 @@ int pt_rundir_lock_take(pt_rundir_lock *lock, const char *run_dir, pt_err *err)
 remake:;
     size_t made = 0;
     int rc = pt_rundir_make(run_dir, &made, err);
-    if (made && (!lock->made || made < lock->made))
-        lock->made = made; /* (the highest level made, over the tries) */
+    lock->made = pt_made_either(lock->made, made); /* (over the tries) */
     if (rc)
         return rc;
     /* never through a link (the file it leads to would be truncated and

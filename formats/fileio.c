@@ -862,6 +862,11 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err)
     return pt_mkdir_p_made(path, mode, &made, NULL, err);
 }
 
+size_t pt_made_either(size_t a, size_t b)
+{
+    return !a ? b : !b ? a : a < b ? a : b;
+}
+
 void pt_rmdir_made(const char *path, size_t made)
 {
     char *dir = made ? copy_string(path) : NULL;

@@ -126,6 +126,9 @@ int pt_mkdir_p(const char *path, mode_t mode, pt_err *err);
  * of -1 does nothing). */
 int pt_mkdir_p_made(const char *path, mode_t mode, size_t *made, int *slot, pt_err *err);
 void pt_rmdir_made(const char *path, size_t made);
+/* Of two such prefix lengths of one path, the one that takes back more: the
+ * shorter nonzero one (0: neither made anything). */
+size_t pt_made_either(size_t a, size_t b);
 /* PT_EINPUT when a '.' or '..' component of path follows one that does not
  * exist (yet): pt_mkdir_p_made's refusal, for a caller to make before its
  * work. */

@@ -745,10 +745,7 @@ refused:
         pt_rundir_lock_undo(&lock, cfg->run.dir);
         /* the highest level this start made: by the session, or by the
          * lock's taking when run.dir went in between */
-        size_t made = run_dir_made;
-        if (lock.made && (!made || lock.made < made))
-            made = lock.made;
-        pt_rmdir_made(cfg->run.dir, made);
+        pt_rmdir_made(cfg->run.dir, pt_made_either(run_dir_made, lock.made));
     }
 done:
     pt_session_close(s);

@@ -395,6 +395,9 @@ static void test_mkdir_p_made(void)
     CU_ASSERT_FATAL(pt_write_file_atomic(file, "x", 1, &err) == 0);
     pt_rmdir_made(deep, made); /* c goes; b holds a file: b and a stay */
     CU_ASSERT(stat(c, &st) != 0 && stat(file, &st) == 0 && stat(a, &st) == 0);
+    /* two makings of one path: the shorter prefix made takes back more */
+    CU_ASSERT(pt_made_either(0, 0) == 0 && pt_made_either(0, 7) == 7 && pt_made_either(7, 0) == 7);
+    CU_ASSERT(pt_made_either(5, 7) == 5 && pt_made_either(7, 5) == 5 && pt_made_either(5, 5) == 5);
 
     char *under = join_path(dir, "a/kept/x/y");
     char *blocker = join_path(dir, "a/kept");
