@@ -3440,8 +3440,9 @@ def test_run_dir_inside_checkpoints(h):
     nothing there changes: that run's saves and pruning would remove this
     run's lock and logs while it trains, letting a second job into its
     run.dir (the slip of naming a checkpoint in run.dir instead of
-    train.resume used to be accepted). Directories that pruning never
-    touches are run directories like any other."""
+    train.resume used to be accepted); `plan` refuses it alike (it planned
+    such a run). Directories that pruning never touches are run
+    directories like any other."""
     cfg, run_dir = trained(h)
     ckpts = os.path.join(run_dir, "checkpoints")
     step = os.path.join(ckpts, "step_%010d" % LAST)
@@ -3459,9 +3460,10 @@ def test_run_dir_inside_checkpoints(h):
                          (os.path.join(ckpts, "zz", "y", "..", "..", "step_%010d" % LAST),
                           "is in checkpoint directory")):
         for extra in ([], ["--set", "train.resume=" + step]):
-            r = h.run(["train", cfg, "--set", "run.dir=" + where] + extra).expect(2)
-            r.one_error("run.dir", words, "not a run directory")
-            U.same_snapshot(before, U.snapshot(run_dir), "the run after run.dir %s" % where)
+            for cmd in ("train", "plan"):
+                r = h.run([cmd, cfg, "--set", "run.dir=" + where] + extra).expect(2, cmd)
+                r.one_error("run.dir", words, "not a run directory")
+                U.same_snapshot(before, U.snapshot(run_dir), "the run after %s's run.dir %s" % (cmd, where))
     # look-alikes that no pruning touches: a directory called checkpoints
     # beside another tool's metrics.jsonl and lock, a step_ name that is not
     # a step, a name in a run's checkpoints that is not a step

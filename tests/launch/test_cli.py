@@ -399,8 +399,8 @@ def test_train_inputs_are_not_run_files(h):
     """train never writes over nor removes one of its own inputs: a config,
     data file or vocabulary that is one of the files run.dir keeps (its
     lock, logs and profiles), or lies in run.dir's checkpoints, or is a
-    link to such a file, is refused (exit 2, naming the key) and left as it
-    was; the same files elsewhere train."""
+    link to such a file, is refused (exit 2, naming the key; by `plan`
+    too) and left as it was; the same files elsewhere train."""
     corpus = "".join("%d the beginning of the earth was without form and void\n" % i
                      for i in range(300))
     text_keys = {"data.kind": "text", "data.text": None}
@@ -439,9 +439,10 @@ def test_train_inputs_are_not_run_files(h):
             cfg = U.write_config(h, "c-%s.yaml" % kind, k)
             before = U.snapshot(run_dir)
             locked = open(at).read() if where == "lock" else None
-            r = h.run(["train", cfg]).expect(2, "%s %s at %s" % (kind, key, where))
-            r.one_error(key, at, "checkpoints" if "checkpoints" in where
-                        else "is one of the files run.dir", strict=False)
+            for cmd in ("plan", "train"):
+                r = h.run([cmd, cfg]).expect(2, "%s: %s %s at %s" % (cmd, kind, key, where))
+                r.one_error(key, at, "checkpoints" if "checkpoints" in where
+                            else "is one of the files run.dir", strict=False)
             U.same_snapshot(before, U.snapshot(run_dir), "run.dir")
             if locked is not None:
                 check(open(at).read() == locked, "the input at run.dir/lock was changed")
@@ -498,8 +499,9 @@ def test_run_dir_of_someone_else(h):
     """A run.dir that exists but that no run has used (it holds no lock
     file) and that holds a regular file under one of the names of a run's
     logs or profile, or a file named lock that is no run's lock, is
-    refused (exit 2, naming run.dir and the file) and left as it was, lock
-    and all: the run would append to or replace the user's file. So is
+    refused (exit 2, naming run.dir and the file; by `plan` too) and left
+    as it was, lock and all: the run would append to or replace the user's
+    file. So is
     anything named resuming there (the first save removes the marker of
     that name). An empty file is nothing to lose (a start killed between
     making its log and its lock leaves one) and trains. Other
@@ -518,6 +520,8 @@ def test_run_dir_of_someone_else(h):
         else:
             U.write(os.path.join(run_dir, name), "the user's own\n")
         cfg = U.write_config(h, "theirs.yaml", tiny_keys("gpt", run_dir))
+        r = h.run(["plan", cfg]).expect(2, "plan of a run.dir holding someone's " + name)
+        r.one_error("run.dir", run_dir, name, strict=False)
         r = h.run(["train", cfg]).expect(2, "a run.dir holding someone's " + name)
         r.one_error("run.dir", run_dir, name, strict=False)
         check(sorted(os.listdir(run_dir)) == [name], "the refused run left %s in run.dir",
@@ -565,8 +569,8 @@ def test_cache_disk_dir_in_checkpoints(h):
     """cache.disk_dir in a checkpoint (its step directory), or in a run's
     checkpoints/, is refused (exit 2, naming the key): a pruning removes
     whole step directories, the disk tier's file with them, and a
-    checkpoint holds only its own files. Nothing there changes. A
-    directory of its own trains."""
+    checkpoint holds only its own files. Nothing there changes. `plan`
+    refuses it alike. A directory of its own trains."""
     first = h.path("ckpt-run")
     h.run(["train", U.write_config(h, "first.yaml", tiny_keys("gpt", first))]).expect(
         0, "a run with a checkpoint")
@@ -581,10 +585,11 @@ def test_cache_disk_dir_in_checkpoints(h):
         run_dir = h.path("disk-" + name)
         cfg = U.write_config(h, "disk-%s.yaml" % name, tiny_keys("gpt", run_dir, **dict(
             keys, **{"cache.disk_dir": where})))
-        r = h.run(["train", cfg]).expect(rc, "cache.disk_dir " + name)
-        if rc:
-            r.one_error("cache.disk_dir", strict=False)
-            check(not os.path.exists(run_dir), "a refused run left %s", run_dir)
+        for cmd in ("plan", "train"):
+            r = h.run([cmd, cfg]).expect(rc, "%s of cache.disk_dir %s" % (cmd, name))
+            if rc:
+                r.one_error("cache.disk_dir", strict=False)
+                check(not os.path.exists(run_dir), "a refused %s left %s", cmd, run_dir)
     after = U.snapshot(first)
     check(after == before, "the checkpointed run changed: %s",
           sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k)))

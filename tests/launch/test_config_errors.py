@@ -2159,17 +2159,18 @@ def test_run_dir_real_path_past_path_max(h):
     paths may hold (a relative run.dir of two 200-byte names from a working
     directory 3,800 bytes deep): refused at the start, exit 2, naming
     run.dir once. It trained, and then nothing could resolve it to resume
-    (`run.dir: run.dir: the real path ... cannot be found`). A short one
-    in the same place trains and resumes."""
+    (`run.dir: run.dir: the real path ... cannot be found`). `plan` refuses
+    it alike. A short one in the same place trains and resumes."""
     deep = h.dir
     while len(deep) < 3800:
         deep = os.path.join(deep, "d" * min(200, 3800 - len(deep)))
     os.makedirs(deep)
     cfg = U.write_config(h, "deep.yaml", base(h, "vit", **{"run.dir": "a" * 200 + "/" + "b" * 200}))
-    r = h.run(["train", cfg], cwd=deep).expect(2, "a run.dir past PATH_MAX")
-    line = r.one_error("run.dir", "real path would be", strict=False)
-    check(line.count("run.dir") == 1, "run.dir named more than once: %s", line)
-    check(not os.path.exists(os.path.join(deep, "a" * 200)), "a refused run made its run.dir")
+    for cmd in ("plan", "train"):  # plan refuses what train would (it planned it)
+        r = h.run([cmd, cfg], cwd=deep).expect(2, "%s of a run.dir past PATH_MAX" % cmd)
+        line = r.one_error("run.dir", "real path would be", strict=False)
+        check(line.count("run.dir") == 1, "run.dir named more than once: %s", line)
+        check(not os.path.exists(os.path.join(deep, "a" * 200)), "a refused %s made its run.dir", cmd)
     short = U.write_config(h, "short.yaml", base(h, "vit", **{"run.dir": "r"}))
     h.run(["train", short], cwd=deep).expect(0, "a short run.dir there")
     h.run(["train", short, "--set", "train.resume=auto", "--set", "train.max_steps=3"],
