@@ -15,7 +15,8 @@ off); the norm does. And each block's gradient norm, as the auto freeze
 policy takes it: one decision after the last step (it freezes nothing that
 trains) logs every block's mean norm per step, against torch's. One case's
 5 steps cross two epochs with clipping above every norm, so Adam's step
-count must run on across epochs and the clip must leave the gradients alone.
+count must run on across epochs and the clip must leave the gradients alone;
+one GPT case trains with train.grad_clip 0, no clipping.
 
 Tolerance 1e-4: float32 rounding differs between two implementations by a few
 1e-7 per op; through ~20 layers of ops and 5 Adam steps (which divide by
@@ -107,7 +108,9 @@ def torch_train(model, batches, loss_fn, clip):
         # the auto freeze policy takes it: before clipping
         blocks.append([math.sqrt(sum(float((p.grad.double() ** 2).sum()) for n, p in named
                                      if n.startswith("blocks.%d." % b))) for b in range(layers)])
-        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)))
+        # (train.grad_clip 0 is no clipping; torch's max_norm 0 would zero them)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                          clip if clip > 0 else math.inf)))
         opt.step()
         sched.step()
         losses.append(loss.item())
@@ -257,6 +260,8 @@ GPT_SHAPES = [
     dict(dim=32, layers=2, heads=2, mlp=64, context=16, batch=8, micro=2, threads=1),
     dict(dim=40, layers=3, heads=5, mlp=72, context=23, batch=6, micro=3, threads=2),
     dict(dim=96, layers=1, heads=3, mlp=384, context=64, batch=3, micro=1, threads=3),
+    # train.grad_clip 0: no clipping at all (the gradients as they are)
+    dict(dim=32, layers=2, heads=2, mlp=64, context=16, batch=8, micro=2, threads=1, clip=0.0),
 ]
 
 
