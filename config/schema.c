@@ -88,8 +88,10 @@ const pt_key_spec pt_config_keys[] = {
      "0.02", "standard deviation of the normal initialisation of weights (at least about float32's "
      "smallest normal number)"},
     {"model.init_from", PT_K_STR, AT(model.init_from), 0, 0, NULL, PT_F_FILE, "",
-     "start from these weights (safetensors, names as `pipetrain export` writes; bert: a Hugging "
-     "Face BERT directory with config.json and model.safetensors, or its model.safetensors)"},
+     "start from these weights (safetensors, names as `pipetrain export` writes; vit and gpt: "
+     "refused when the `model.heads` or `model.ln_eps` the export recorded differs; bert: a "
+     "Hugging Face BERT directory with config.json and model.safetensors, or its "
+     "model.safetensors)"},
 
     /* data */
     {"data.kind", PT_K_ENUM, AT(data.kind), 0, 0,

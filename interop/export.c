@@ -164,8 +164,14 @@ int pt_export(const char *ckpt, const char *out, const char *version, pt_err *er
     if (rc == 0 && (rc = pt_backend_open(&be, "cpu", 1, err)) == 0 &&
         (rc = pt_segment_create(&seg, &arch, be, &spec, err)) == 0 &&
         (rc = pt_checkpoint_load_segment(seg, ckpt, err)) == 0) {
+        /* with what the weights' shapes cannot tell, for model.init_from
+         * to check (pt_weights_check_recorded) */
+        char heads[32], ln_eps[32];
+        snprintf(heads, sizeof heads, "%d", arch.heads);
+        pt_number_text(pt_arch_ln_eps(&arch), ln_eps, sizeof ln_eps);
         const char *meta[] = {"format", "pt", "producer", producer,
-                              "model.kind", pt_config_word("model.kind", cfg->model.kind), NULL};
+                              "model.kind", pt_config_word("model.kind", cfg->model.kind),
+                              "model.heads", heads, "model.ln_eps", ln_eps, NULL};
         if (arch.kind == PT_MODEL_BERT) { /* a Hugging Face model directory */
             char **labels = NULL;
             int n_labels = 0;

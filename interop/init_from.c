@@ -103,8 +103,13 @@ int pt_init_from_check(const pt_config *c, const pt_arch *a, pt_err *err)
         return 0;
     int rc;
     if (c->model.kind != PT_MODEL_BERT) {
-        if ((rc = pt_err_input(pt_weights_check_shapes(a, c->model.init_from, err), err)))
-            pt_config_key_prefix(c, err, "model.init_from");
+        const char *key = NULL;
+        int recorded;
+        if ((rc = pt_err_input(pt_weights_check_shapes(a, c->model.init_from, err), err)) == 0)
+            rc = pt_err_input(pt_weights_check_recorded(a, c->model.init_from, &key, &recorded, err),
+                              err);
+        if (rc)
+            pt_config_key_prefix(c, err, key ? key : "model.init_from");
         return rc;
     }
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32];
@@ -266,11 +271,35 @@ static void note_init_config(const pt_config *c, const char *config, int trainin
             c->model.init_from, config, c->model.heads, pt_arch_ln_eps(&a), dropout);
 }
 
-/* A bert taking model.init_from's weights: the notes above. */
+/* Weights of a vit or gpt that do not record what their shapes cannot tell
+ * (an export written before exports recorded them, or weights written
+ * elsewhere):
+ * taken as the config says, unchecked. */
+static void note_init_unrecorded(const pt_config *c)
+{
+    pt_arch a;
+    pt_config_arch(c, &a);
+    const char *key;
+    int recorded = 0;
+    pt_err ignored = {0};
+    if (pt_weights_check_recorded(&a, c->model.init_from, &key, &recorded, &ignored) != 0 || recorded)
+        return; /* refused (pt_init_from_check says why), or checked */
+    fprintf(stderr, "pipetrain: note: model.init_from '%s' does not record the model.heads and "
+            "model.ln_eps of the model it holds (an export of an older pipetrain, or weights "
+            "written elsewhere): %d heads and %g are taken as the config says, unchecked, as "
+            "the weights' shapes do not tell them\n",
+            c->model.init_from, c->model.heads, pt_arch_ln_eps(&a));
+}
+
+/* A model taking model.init_from's weights: the notes above. */
 void pt_init_from_notes(const pt_config *c, int training)
 {
     char weights[PT_PATH_MAX + 32], config[PT_PATH_MAX + 32], vocab[PT_PATH_MAX + 32];
     char tokenizer[PT_PATH_MAX + 32];
+    if (c->model.kind != PT_MODEL_BERT && *c->model.init_from) {
+        note_init_unrecorded(c);
+        return;
+    }
     if (c->model.kind != PT_MODEL_BERT ||
         c->data.kind != PT_DATA_TEXT_CLASSIFICATION || !*c->model.init_from)
         return;

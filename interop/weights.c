@@ -8,7 +8,9 @@
 
 #include "formats/formats.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,52 @@ int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err)
     }
     if (rc == 0)
         rc = unknown_tensor(a, f, path, err);
+    pt_st_close(f);
+    return rc;
+}
+
+int pt_weights_check_recorded(const pt_arch *a, const char *path, const char **key, int *recorded,
+                              pt_err *err)
+{
+    *key = NULL;
+    *recorded = 0;
+    pt_st_file *f;
+    int rc = pt_st_open(&f, path, err);
+    if (rc)
+        return rc;
+    const char *heads = pt_st_metadata(f, "model.heads"), *eps = pt_st_metadata(f, "model.ln_eps");
+    char *end = "";
+    long h = 0;
+    double e = 0;
+    if (heads) {
+        errno = 0;
+        h = strtol(heads, &end, 10);
+    }
+    if (heads && (errno || end == heads || *end || h < 1 || h > INT32_MAX))
+        rc = pt_fail(err, PT_EINPUT, "'%s': its metadata's model.heads is '%.40s', not a count of "
+                     "heads", path, heads);
+    if (rc == 0 && eps) {
+        e = strtod(eps, &end);
+        if (end == eps || *end || !(e > 0 && e < 1))
+            rc = pt_fail(err, PT_EINPUT, "'%s': its metadata's model.ln_eps is '%.40s', not a "
+                         "LayerNorm epsilon", path, eps);
+    }
+    if (rc == 0 && heads && h != a->heads) {
+        *key = "model.heads";
+        rc = pt_fail(err, PT_EINPUT, "%d, but model.init_from's weights '%s' are of a model of "
+                     "%ld heads (their metadata's model.heads): split into %d they compute "
+                     "another function; set model.heads: %ld",
+                     a->heads, path, h, a->heads, h);
+    }
+    if (rc == 0 && eps && e != pt_arch_ln_eps(a)) {
+        *key = "model.ln_eps";
+        char mine[40];
+        pt_number_text(pt_arch_ln_eps(a), mine, sizeof mine);
+        rc = pt_fail(err, PT_EINPUT, "%s, but model.init_from's weights '%s' are of a model "
+                     "trained with %s (their metadata's model.ln_eps); set model.ln_eps: %s",
+                     mine, path, eps, eps);
+    }
+    *recorded = heads && eps;
     pt_st_close(f);
     return rc;
 }

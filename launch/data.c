@@ -11,6 +11,7 @@
 #include "interop/interop.h"
 #include "hf/hf.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +328,38 @@ static void note_label_names(const pt_config *c, const pt_dataset *train)
  * data.test_file (its labels must be the training file's) or drawn from the
  * training file (data.test_fraction). The training file is read in eval
  * too: its labels number the classes. Errors name the key of the file. */
+/* A data.vocab with fewer tokens than model.vocab is allowed (a checkpoint
+ * that pads its embedding keeps rows no token reaches), but padding adds
+ * fewer than 128 rows, and a last line without a newline is what a copy cut
+ * short leaves: either is worth a note, as the words such a file lost are
+ * read as [UNK] without a word. */
+static void note_vocab_short(const pt_config *c, const pt_vocab *v)
+{
+    const int32_t n = pt_vocab_size(v), rows = (int32_t)c->model.vocab;
+    if (n >= rows)
+        return;
+    char last = '\n';
+    const int fd = open(c->data.vocab, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        pread(fd, &last, 1, st.st_size - 1) != 1)
+        last = '\n';
+    if (fd >= 0)
+        close(fd);
+    if (rows - n < 128 && last == '\n')
+        return;
+    char tok[260], unended[300] = "";
+    const char *t = pt_vocab_token(v, n - 1);
+    pt_utf8_printable(t, strlen(t), tok, 65);
+    if (last != '\n')
+        snprintf(unended, sizeof unended, ", and its last line, '%s', has no newline", tok);
+    fprintf(stderr, "pipetrain: note: '%s' (data.vocab) has %d tokens, %d fewer than model.vocab "
+            "(%d)%s%s: if the file was cut short, the words it lost are read as [UNK] (a padded "
+            "embedding is as it should be)\n",
+            c->data.vocab, (int)n, (int)(rows - n), (int)rows,
+            rows - n >= 128 ? ", more than padding adds (under 128 rows)" : "", unended);
+}
+
 static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -350,6 +383,8 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         pt_vocab_free(vocab);
         return rc;
     }
+    if (mode != PT_RUN_EVAL && r->rank == 0)
+        note_vocab_short(c, vocab);
     if (pt_vocab_specials(vocab).pad != 0) {
         rc = pt_config_key_fail(c, err, "data.vocab",
                                 "'%s' has [PAD] at id %d; pipetrain's bert pads with id 0",

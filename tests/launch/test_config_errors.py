@@ -1088,6 +1088,121 @@ def test_init_from_nan_or_inf(h):
     check(not os.path.exists(out), "--logits was written from NaN logits")
 
 
+
+def st_with_metadata(src, dst, meta):
+    """A copy of safetensors file src whose __metadata__ is meta (None: none)."""
+    data = U.read_bytes(src)
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    if meta is not None:
+        header["__metadata__"] = meta
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return U.write(dst, struct.pack("<Q", len(text)) + text + data[8 + n:], "wb")
+
+
+def test_init_from_records_heads_and_ln_eps(h):
+    """What a vit's or gpt's weights' shapes cannot tell, model.heads and
+    model.ln_eps, `export` records in the file's metadata, and
+    model.init_from checks it: another value is refused by train, plan and
+    eval --init, exit 2, naming that key and the value to set, with nothing
+    made (split into other heads, or normalised with another epsilon, the
+    same weights compute another function; they loaded silently). The same
+    values load, ln_eps also as the default it stands for. Weights that do
+    not record them (an older export, or written elsewhere) load with one
+    note saying they go unchecked; a recorded value that is not one is
+    refused naming model.init_from."""
+    for kind, eps in (("vit", None), ("gpt", "3e-07")):
+        run = h.path("rec-" + kind)
+        keys = {"run.dir": run, "train.max_steps": "1"}
+        if eps:
+            keys["model.ln_eps"] = eps
+        h.run(["train", U.write_config(h, "rec.yaml", base(h, kind, **keys))]).expect(0)
+        w = h.path("rec-%s.safetensors" % kind)
+        h.run(["export", U.ckpt(run, 1), w]).expect(0)
+        data = U.read_bytes(w)
+        (n,) = struct.unpack("<Q", data[:8])
+        meta = json.loads(data[8:8 + n])["__metadata__"]
+        check(meta.get("model.heads") == "2" and meta.get("model.ln_eps") == (eps or "1e-05"),
+              "%s export's metadata: %s", kind, meta)
+        again = h.path("rec2-" + kind)
+        use = dict(base(h, kind), **{"run.dir": again, "model.init_from": w})
+        if eps:
+            use["model.ln_eps"] = eps
+        for key, value, want in (("model.heads", "4", "2"), ("model.heads", "1", "2"),
+                                 ("model.ln_eps", "1e-6", eps or "1e-05")):
+            text = U.render(dict(use, **{key: value}))
+            cfg = U.write(h.path("other.yaml"), text)
+            for cmd in (["train", cfg], ["plan", cfg], ["eval", cfg, "--init"]):
+                r = h.run(cmd).expect(2, "%s %s: %s %s over recorded %s" % (kind, cmd[0], key, value, want))
+                r.one_error("%s:%d: %s: " % (cfg, U.line_of(text, key), key), "'%s'" % w,
+                            "their metadata's %s" % key, "set %s: %s" % (key, want))
+                check(not os.path.exists(again), "a refused %s made run.dir", cmd[0])
+        # the recorded values, and ln_eps as the default it stands for
+        same = [{}] if eps else [{}, {"model.ln_eps": "0.00001"}]
+        for extra in same:
+            r = h.run(["train", U.write_config(h, "same.yaml", dict(use, **extra))]).expect(
+                0, "%s: the recorded values %s" % (kind, extra))
+            check("model.init_from" not in r.err, "%s: a note on recorded weights:\n%s", kind, r.err)
+            shutil.rmtree(again)
+        # weights that record neither: loaded, with one note
+        bare = st_with_metadata(w, h.path("bare-%s.safetensors" % kind), {"format": "pt"})
+        r = h.run(["train", U.write_config(h, "bare.yaml", dict(use, **{"model.init_from": bare}))]).expect(
+            0, "%s weights without the record" % kind)
+        check(r.err.count("does not record the model.heads and model.ln_eps") == 1 and
+              "unchecked" in r.err, "%s: no note, or more than one:\n%s", kind, r.err)
+        shutil.rmtree(again)
+        # a record that is no value
+        for key, value in (("model.heads", "two"), ("model.heads", "0"), ("model.ln_eps", "nan"),
+                           ("model.ln_eps", "1e-5x")):
+            odd = st_with_metadata(w, h.path("odd.safetensors"), dict(meta, **{key: value}))
+            text = U.render(dict(use, **{"model.init_from": odd}))
+            cfg = U.write(h.path("odd.yaml"), text)
+            r = h.run(["train", cfg]).expect(2, "%s: metadata %s %s" % (kind, key, value))
+            r.one_error("%s:%d: model.init_from: " % (cfg, U.line_of(text, "model.init_from")),
+                        "its metadata's %s is '%s'" % (key, value))
+            check(not os.path.exists(again), "a refused run made run.dir")
+
+
+def test_vocab_shorter_than_model_vocab_noted(h):
+    """A data.vocab of fewer tokens than model.vocab trains (a checkpoint
+    that pads its embedding keeps rows no token reaches), but one that looks
+    cut short gets one note from train and plan, naming the file: more rows
+    missing than padding adds (128 or more), or a last line without a
+    newline. The words such a file lost are read as [UNK]; it trained
+    without a word. An exact vocabulary, one padded by fewer than 128 rows,
+    and one whose last line lacks a newline but nothing else, get none."""
+    files = U.bert_files(h, 40, 1)
+    keys = dict(base(h, "gpt"), **files)
+    keys.update({"model.kind": "bert", "model.context": "17", "model.positions": "20",
+                 "model.classes": "3", "data.kind": "text_classification", "sample.length": None,
+                 "data.synthetic_examples": None})
+    whole = open(files["data.vocab"]).read()
+    lines = whole.splitlines()
+    rows = len(lines)
+    cut = "\n".join(lines[:-3]) + "\n" + lines[-3][:3]  # an interrupted copy
+    for name, text, model_vocab, noted in (
+            ("exact", whole, rows, None), ("padded by 8", whole, rows + 8, None),
+            ("padded by 127", whole, rows + 127, None),
+            ("no last newline, no row missing", whole.rstrip("\n"), rows, None),
+            ("200 rows missing", whole, rows + 200, "more than padding adds"),
+            ("cut inside its last line", cut, rows, "its last line, '%s', has no newline" % lines[-3][:3])):
+        vocab = U.write(h.path("v.txt"), text)
+        run = h.path("short-run")
+        cfg = U.write_config(h, "short.yaml", dict(keys, **{"data.vocab": vocab, "model.vocab": str(model_vocab),
+                                                            "run.dir": run}))
+        for cmd in ("plan", "train"):
+            r = h.run([cmd, cfg]).expect(0, "%s of a vocabulary %s" % (cmd, name))
+            notes = [l for l in r.err.splitlines() if "(data.vocab) has" in l]
+            if noted:
+                check(len(notes) == 1 and noted in notes[0] and "'%s'" % vocab in notes[0] and
+                      "fewer than model.vocab (%d)" % model_vocab in notes[0],
+                      "%s, vocabulary %s: not one note saying %r:\n%s", cmd, name, noted, r.err)
+            else:
+                check(not notes, "%s, vocabulary %s: a note:\n%s", cmd, name, r.err)
+        shutil.rmtree(run)
+
 def test_profile_refused_with_its_key(h):
     """pipeline.profile: a run's RUN_DIR/profile.json plans a new run alike;
     a file that is not one, is damaged, or was measured for another model or
@@ -2748,7 +2863,9 @@ def test_eval_output_errors(h):
 TESTS = [test_base_config_trains, test_boundaries_accepted, test_base_gpt_config_trains,
          test_yaml_unterminated_quote, test_duplicate_key_names_both_lines, test_duplicate_section,
          test_config_of_1_mib_is_read, test_deep_config_in_checkpoint_refused_fast,
-         test_integer_bounds_accepted, test_init_from_nan_or_inf, test_bf16_without_a_gpu,
+         test_integer_bounds_accepted, test_init_from_nan_or_inf, test_init_from_records_heads_and_ln_eps,
+         test_vocab_shorter_than_model_vocab_noted,
+         test_bf16_without_a_gpu,
          test_auto_freeze_of_many_blocks_logged_whole, test_profile_refused_with_its_key,
          test_text_classification_data_errors, test_data_beyond_the_address_space_limit,
          test_tokenizer_config_errors,
