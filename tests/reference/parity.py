@@ -86,6 +86,12 @@ def perturbed_init(model, seed):
     return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
 
 
+def recorded(shape):
+    """What the weights' metadata says of the model, as `pipetrain export`
+    writes it: model.init_from checks it against the config."""
+    return {"model.heads": str(shape["heads"]), "model.ln_eps": "1e-05"}
+
+
 def torch_train(model, batches, loss_fn, clip):
     decay = [p for n, p in model.named_parameters() if M.decays(n, p)]
     other = [p for n, p in model.named_parameters() if not M.decays(n, p)]
@@ -285,7 +291,7 @@ def vit_case(binary, work, shape):
     torch.manual_seed(0)
     ref = M.PipetrainViT(dim, shape["layers"], shape["heads"], shape["mlp"], 1, size, shape["patch"], 10)
     init = perturbed_init(ref, 1)
-    st.save(os.path.join(work, "init.safetensors"), init)
+    st.save(os.path.join(work, "init.safetensors"), init, recorded(shape))
     config = common_config(work, shape) + f"""
   kind: vit
   dim: {dim}
@@ -333,7 +339,7 @@ def gpt_case(binary, work, shape):
     torch.manual_seed(0)
     ref = M.PipetrainGPT(dim, shape["layers"], shape["heads"], shape["mlp"], 256, context)
     init = perturbed_init(ref, 2)
-    st.save(os.path.join(work, "init.safetensors"), init)
+    st.save(os.path.join(work, "init.safetensors"), init, recorded(shape))
     config = common_config(work, shape) + f"""
   kind: gpt
   dim: {dim}

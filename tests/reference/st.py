@@ -25,8 +25,12 @@ def load(path):
     return out
 
 
-def save(path, tensors):
+def save(path, tensors, metadata=None):
+    """metadata: a dict of strings for the header's __metadata__ (pipetrain's
+    model.init_from checks a vit's or gpt's model.heads and model.ln_eps there)."""
     header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = dict(metadata)
     for name, arr in tensors.items():
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         raw = arr.tobytes()
