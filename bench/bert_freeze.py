@@ -221,7 +221,7 @@ def settings(args):
         runs.append(("schedule %s from the start, every %d epoch%s, cache" % (a, e, "s" if e > 1 else ""), "staged-%s-%d-cache" % (a, e),
                      {"freeze.policy": "schedule", "freeze.alpha": a, "freeze.start": 0, "freeze.every": e,
                       "freeze.unit": "epoch", "cache.enabled": "true"}))
-    if args.freeze_lr is not None and args.freeze_lr != args.lr:
+    if args.freeze_lr is not None and float(args.freeze_lr) != float(args.lr):
         runs[1:] = [("%s, lr %s" % (name, args.freeze_lr), slug, dict(extra, **{"train.lr": args.freeze_lr}))
                     for name, slug, extra in runs[1:]]
     return runs
@@ -594,7 +594,8 @@ def main():
     steps = args.epochs * (args.train // batch)  # a last partial batch is dropped
     # cached activations: one context x 384 float32 row block per verse (training and test), with room to spare
     cache_gib = max(1, math.ceil(1.5 * (args.train + args.test) * args.context * 384 * 4 / 2**30))
-    lr = args.lr if args.freeze_lr in (None, args.lr) else "%s (freezing runs %s)" % (args.lr, args.freeze_lr)
+    lr = (args.lr if args.freeze_lr is None or float(args.freeze_lr) == float(args.lr)
+          else "%s (freezing runs %s)" % (args.lr, args.freeze_lr))
     title = ("all-MiniLM-L6-v2 on KJV parts: %d train / %d test verses, context %d, %d epochs, peak lr %s, "
              "%d threads; freezing decided after epoch %d, then every %d (but the runs decided from the start)"
              % (args.train, args.test, args.context, args.epochs, lr, args.threads, args.start, args.every))

@@ -282,13 +282,21 @@ static void note_init_unrecorded(const pt_config *c)
     const char *key;
     int recorded = 0;
     pt_err ignored = {0};
-    if (pt_weights_check_recorded(&a, c->model.init_from, &key, &recorded, &ignored) != 0 || recorded)
+    const int both = PT_RECORDED_HEADS | PT_RECORDED_LN_EPS;
+    if (pt_weights_check_recorded(&a, c->model.init_from, &key, &recorded, &ignored) != 0 ||
+        recorded == both)
         return; /* refused (pt_init_from_check says why), or checked */
-    fprintf(stderr, "pipetrain: note: model.init_from '%s' does not record the model.heads and "
-            "model.ln_eps of the model it holds (an export of an older pipetrain, or weights "
-            "written elsewhere): %d heads and %g are taken as the config says, unchecked, as "
-            "the weights' shapes do not tell them\n",
-            c->model.init_from, c->model.heads, pt_arch_ln_eps(&a));
+    char eps[40], heads[64] = "", ln[96] = "";
+    pt_number_text(pt_arch_ln_eps(&a), eps, sizeof eps);
+    if (!(recorded & PT_RECORDED_HEADS))
+        snprintf(heads, sizeof heads, "model.heads (%d)", c->model.heads);
+    if (!(recorded & PT_RECORDED_LN_EPS))
+        snprintf(ln, sizeof ln, "model.ln_eps (%s)", eps);
+    fprintf(stderr, "pipetrain: note: model.init_from '%s' does not record the %s%s%s of the "
+            "model it holds (an export of an older pipetrain, or weights written elsewhere): "
+            "taken as the config says, unchecked, as the weights' shapes do not tell %s\n",
+            c->model.init_from, heads, *heads && *ln ? " and " : "", ln,
+            *heads && *ln ? "them" : "it");
 }
 
 /* A model taking model.init_from's weights: the notes above. */

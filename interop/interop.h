@@ -35,7 +35,9 @@ int pt_weights_check_shapes(const pt_arch *a, const char *path, pt_err *err);
 /* What the weights' shapes cannot tell, as the file's metadata records it
  * (pipetrain export writes model.heads and model.ln_eps): one that differs
  * from model a is PT_EINPUT with *key the model.* key, a value that is not
- * one PT_EINPUT with *key NULL; *recorded: whether the file records both. */
+ * one PT_EINPUT with *key NULL; *recorded: which the file records
+ * (PT_RECORDED_HEADS | PT_RECORDED_LN_EPS). */
+enum { PT_RECORDED_HEADS = 1, PT_RECORDED_LN_EPS = 2 };
 int pt_weights_check_recorded(const pt_arch *a, const char *path, const char **key, int *recorded,
                               pt_err *err);
 /* Writes every parameter of the segment's units. meta: NULL or a
@@ -62,8 +64,9 @@ void pt_init_from_digest(const pt_config *c, char hex[65]);
  * keys then, before the model is allocated). `note`: this process says
  * when that file's classifier_dropout is not used. */
 int pt_init_from_dropout(const pt_config *c, pt_arch *a, int note, pt_err *err);
-/* A vit or gpt taking its weights: a note when the file does not record
- * model.heads and model.ln_eps (pt_weights_check_recorded). A bert taking its weights: a note when data.vocab differs from the
+/* A vit or gpt taking its weights: a note naming what of model.heads and
+ * model.ln_eps the file does not record (pt_weights_check_recorded). A
+ * bert taking its weights: a note when data.vocab differs from the
  * vocab.txt beside them (the ids reach rows pretrained for other tokens),
  * one when the run normalises texts otherwise than the
  * tokenizer_config.json beside them says, and one when no config.json is

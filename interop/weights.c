@@ -116,7 +116,7 @@ int pt_weights_check_recorded(const pt_arch *a, const char *path, const char **k
                      "trained with %s (their metadata's model.ln_eps); set model.ln_eps: %s",
                      mine, path, eps, eps);
     }
-    *recorded = heads && eps;
+    *recorded = (heads ? PT_RECORDED_HEADS : 0) | (eps ? PT_RECORDED_LN_EPS : 0);
     pt_st_close(f);
     return rc;
 }

@@ -11,7 +11,6 @@
 #include "interop/interop.h"
 #include "hf/hf.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,43 +322,36 @@ static void note_label_names(const pt_config *c, const pt_dataset *train)
                 c->data.train_file, k, train->label_names[k], train->label_names[instead]);
 }
 
+/* A data.vocab of n tokens (its last line ended without a newline:
+ * unended) under model.vocab rows. Fewer tokens than rows is allowed (a
+ * checkpoint that pads its embedding keeps rows no token reaches), but
+ * padding adds fewer than 128 rows, and a last line without a newline is
+ * what a copy cut short leaves: either is worth a note, as the words such a
+ * file lost are read as [UNK] without a word. */
+static void note_vocab_short(const pt_config *c, int32_t n, int unended, const char *last)
+{
+    const int32_t rows = (int32_t)c->model.vocab;
+    if (n >= rows || (rows - n < 128 && !unended))
+        return;
+    char tok[260], why[400];
+    pt_utf8_printable(last, strlen(last), tok, 65);
+    if (rows - n >= 128)
+        snprintf(why, sizeof why, "more than a padded embedding adds (under 128 rows)%s%s%s",
+                 unended ? "; its last line, '" : "", unended ? tok : "",
+                 unended ? "', has no newline" : "");
+    else
+        snprintf(why, sizeof why, "and its last line, '%s', has no newline", tok);
+    fprintf(stderr, "pipetrain: note: '%s' (data.vocab) has %d tokens, %d fewer than model.vocab "
+            "(%d), %s: if the file was cut short, the words it lost are read as [UNK]; if the "
+            "model's rows are as meant, this is no error (else set model.vocab: %d)\n",
+            c->data.vocab, (int)n, (int)(rows - n), (int)rows, why, (int)n);
+}
+
 /* Text classification: the labelled texts of data.train_file, tokenized with
  * data.vocab into model.context tokens each; the test split from
  * data.test_file (its labels must be the training file's) or drawn from the
  * training file (data.test_fraction). The training file is read in eval
  * too: its labels number the classes. Errors name the key of the file. */
-/* A data.vocab with fewer tokens than model.vocab is allowed (a checkpoint
- * that pads its embedding keeps rows no token reaches), but padding adds
- * fewer than 128 rows, and a last line without a newline is what a copy cut
- * short leaves: either is worth a note, as the words such a file lost are
- * read as [UNK] without a word. */
-static void note_vocab_short(const pt_config *c, const pt_vocab *v)
-{
-    const int32_t n = pt_vocab_size(v), rows = (int32_t)c->model.vocab;
-    if (n >= rows)
-        return;
-    char last = '\n';
-    const int fd = open(c->data.vocab, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
-        pread(fd, &last, 1, st.st_size - 1) != 1)
-        last = '\n';
-    if (fd >= 0)
-        close(fd);
-    if (rows - n < 128 && last == '\n')
-        return;
-    char tok[260], unended[300] = "";
-    const char *t = pt_vocab_token(v, n - 1);
-    pt_utf8_printable(t, strlen(t), tok, 65);
-    if (last != '\n')
-        snprintf(unended, sizeof unended, ", and its last line, '%s', has no newline", tok);
-    fprintf(stderr, "pipetrain: note: '%s' (data.vocab) has %d tokens, %d fewer than model.vocab "
-            "(%d)%s%s: if the file was cut short, the words it lost are read as [UNK] (a padded "
-            "embedding is as it should be)\n",
-            c->data.vocab, (int)n, (int)(rows - n), (int)rows,
-            rows - n >= 128 ? ", more than padding adds (under 128 rows)" : "", unended);
-}
-
 static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
 {
     const pt_config *c = &r->cfg;
@@ -383,8 +375,6 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         pt_vocab_free(vocab);
         return rc;
     }
-    if (mode != PT_RUN_EVAL && r->rank == 0)
-        note_vocab_short(c, vocab);
     if (pt_vocab_specials(vocab).pad != 0) {
         rc = pt_config_key_fail(c, err, "data.vocab",
                                 "'%s' has [PAD] at id %d; pipetrain's bert pads with id 0",
@@ -418,6 +408,11 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
                                 c->data.test_fraction, (long long)n, n == 1 ? "" : "s",
                                 c->data.train_file, (long long)test, (long long)(n - test));
     }
+    /* (what note_vocab_short says, once the data has loaded) */
+    const int32_t tokens = pt_vocab_size(vocab);
+    const int unended = pt_vocab_unended(vocab);
+    char last[PT_VOCAB_MAX_TOKEN_BYTES + 1];
+    snprintf(last, sizeof last, "%s", pt_vocab_token(vocab, tokens - 1));
     pt_vocab_free(vocab);
     if (rc)
         return rc;
@@ -438,6 +433,8 @@ static int load_textcls(pt_session *r, pt_run_mode mode, pt_err *err)
         note_label_counts(c, &r->train, &r->test);
     if (mode == PT_RUN_TRAIN && r->rank == 0)
         note_label_names(c, &r->train);
+    if (mode != PT_RUN_EVAL && r->rank == 0)
+        note_vocab_short(c, tokens, unended, last);
     if (mode == PT_RUN_EVAL)
         pt_dataset_free(&r->train); /* evaluation needs only the test split */
     return 0;

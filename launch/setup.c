@@ -508,8 +508,8 @@ int pt_session_open(pt_session *s, pt_comm *comm, const pt_config *cfg, pt_run_m
     s->rank = pt_comm_rank(comm);
     const pt_config *c = &s->cfg;
     /* a checkpoint will give the weights: an eval's, or the one a resume
-     * would take */
-    const int from_ckpt = resume && *resume && mode != PT_RUN_PLAN;
+     * would take (a plan of a resume, as train: model.init_from unread) */
+    const int from_ckpt = resume && *resume;
     pt_config_arch(cfg, &s->arch);
     s->norm_auto = (c->data.lowercase == PT_AUTO) | (c->data.strip_accents == PT_AUTO) << 1 |
                    (c->data.split_cjk == PT_AUTO) << 2;

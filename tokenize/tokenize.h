@@ -71,6 +71,10 @@ void pt_vocab_free(pt_vocab *v);
 /* Number of tokens (= 1 + the largest id). */
 int32_t pt_vocab_size(const pt_vocab *v);
 
+/* Whether the file's last line ended without a "\n" (allowed: what a copy
+ * cut short leaves, too). */
+int pt_vocab_unended(const pt_vocab *v);
+
 /* The id of a token (n bytes), or -1 if it is not in the vocabulary. */
 int32_t pt_vocab_id(const pt_vocab *v, const char *token, size_t n);
 

@@ -21,6 +21,7 @@ struct pt_vocab {
     uint64_t *keys;    /* [count] sorted[i]'s token's first 8 bytes (vocab.c's prefix_key) */
     pt_vocab_special special;
     pt_normalize norm;
+    int unended;       /* the last line had no "\n" (pt_vocab_unended) */
 };
 
 /* What pt_utf8_next reports for an ill-formed subpart (U+FFFD). */

@@ -93,6 +93,8 @@ int32_t pt_vocab_id(const pt_vocab *v, const char *token, size_t n)
 
 int32_t pt_vocab_size(const pt_vocab *v) { return v ? v->count : 0; }
 
+int pt_vocab_unended(const pt_vocab *v) { return v && v->unended; }
+
 const char *pt_vocab_token(const pt_vocab *v, int32_t id)
 {
     if (!v || id < 0 || id >= v->count)
@@ -326,6 +328,7 @@ int pt_vocab_load(pt_vocab **out, const char *path, pt_err *err)
         }
         if (c == EOF && len == 0)
             break;
+        v->unended = c == EOF;
         lineno++;
         if (len > LINE_COUNTED) {
             rc = pt_fail(err, PT_EINPUT, "'%s':%ld: token of more than %d bytes (at most %d)",

@@ -1088,7 +1088,6 @@ def test_init_from_nan_or_inf(h):
     check(not os.path.exists(out), "--logits was written from NaN logits")
 
 
-
 def st_with_metadata(src, dst, meta):
     """A copy of safetensors file src whose __metadata__ is meta (None: none)."""
     data = U.read_bytes(src)
@@ -1146,13 +1145,24 @@ def test_init_from_records_heads_and_ln_eps(h):
                 0, "%s: the recorded values %s" % (kind, extra))
             check("model.init_from" not in r.err, "%s: a note on recorded weights:\n%s", kind, r.err)
             shutil.rmtree(again)
-        # weights that record neither: loaded, with one note
-        bare = st_with_metadata(w, h.path("bare-%s.safetensors" % kind), {"format": "pt"})
-        r = h.run(["train", U.write_config(h, "bare.yaml", dict(use, **{"model.init_from": bare}))]).expect(
-            0, "%s weights without the record" % kind)
-        check(r.err.count("does not record the model.heads and model.ln_eps") == 1 and
-              "unchecked" in r.err, "%s: no note, or more than one:\n%s", kind, r.err)
-        shutil.rmtree(again)
+        # weights that record neither, or one of them: loaded, with one note
+        # naming what goes unchecked; what is recorded is still checked
+        said = {"model.heads": "model.heads (2)", "model.ln_eps": "model.ln_eps (%s)" % (eps or "1e-05")}
+        for kept in ((), ("model.heads",), ("model.ln_eps",)):
+            bare = st_with_metadata(w, h.path("bare-%s.safetensors" % kind),
+                                    dict({"format": "pt"}, **{k: meta[k] for k in kept}))
+            r = h.run(["train", U.write_config(h, "bare.yaml", dict(use, **{"model.init_from": bare}))]).expect(
+                0, "%s weights recording only %s" % (kind, kept))
+            unsaid = " and ".join(said[k] for k in ("model.heads", "model.ln_eps") if k not in kept)
+            notes = [l for l in r.err.splitlines() if "does not record" in l]
+            check(len(notes) == 1 and "does not record the %s of the model" % unsaid in notes[0] and
+                  "unchecked" in notes[0] and all(said[k] not in notes[0] for k in kept),
+                  "%s recording %s: not one note naming %s:\n%s", kind, kept, unsaid, r.err)
+            shutil.rmtree(again)
+            for k in kept:  # still checked
+                other = {"model.heads": "4", "model.ln_eps": "1e-6"}[k]
+                h.run(["plan", U.write_config(h, "bare.yaml", dict(use, **{"model.init_from": bare, k: other}))]).expect(
+                    2, "%s recording %s, config %s %s" % (kind, kept, k, other)).one_error(k, "their metadata's " + k)
         # a record that is no value
         for key, value in (("model.heads", "two"), ("model.heads", "0"), ("model.ln_eps", "nan"),
                            ("model.ln_eps", "1e-5x")):
@@ -1163,6 +1173,19 @@ def test_init_from_records_heads_and_ln_eps(h):
             r.one_error("%s:%d: model.init_from: " % (cfg, U.line_of(text, "model.init_from")),
                         "its metadata's %s is '%s'" % (key, value))
             check(not os.path.exists(again), "a refused run made run.dir")
+        # a resume takes the checkpoint's weights, not model.init_from's, so
+        # neither train nor plan of it checks them (an export of another
+        # model at that path since)
+        resume = dict(base(h, kind), **{"run.dir": run, "train.resume": "auto", "train.max_steps": "2",
+                                        "model.init_from": h.path("rec-h4-%s.safetensors" % kind)})
+        if eps:
+            resume["model.ln_eps"] = eps
+        h.run(["train", U.write_config(h, "h4.yaml", dict(resume, **{
+            "run.dir": h.path("h4-" + kind), "model.heads": "4", "model.init_from": None, "train.resume": None}))]).expect(0)
+        h.run(["export", U.ckpt(h.path("h4-" + kind), 2), resume["model.init_from"]]).expect(0)
+        cfg = U.write_config(h, "resume.yaml", resume)
+        for cmd in ("plan", "train"):
+            h.run([cmd, cfg]).expect(0, "%s of a resume beside an init_from of 4 heads" % cmd)
 
 
 def test_vocab_shorter_than_model_vocab_noted(h):
@@ -1186,7 +1209,8 @@ def test_vocab_shorter_than_model_vocab_noted(h):
             ("exact", whole, rows, None), ("padded by 8", whole, rows + 8, None),
             ("padded by 127", whole, rows + 127, None),
             ("no last newline, no row missing", whole.rstrip("\n"), rows, None),
-            ("200 rows missing", whole, rows + 200, "more than padding adds"),
+            ("128 rows missing", whole, rows + 128, "more than a padded embedding adds"),
+            ("200 rows missing", whole, rows + 200, "more than a padded embedding adds"),
             ("cut inside its last line", cut, rows, "its last line, '%s', has no newline" % lines[-3][:3])):
         vocab = U.write(h.path("v.txt"), text)
         run = h.path("short-run")
@@ -1197,7 +1221,8 @@ def test_vocab_shorter_than_model_vocab_noted(h):
             notes = [l for l in r.err.splitlines() if "(data.vocab) has" in l]
             if noted:
                 check(len(notes) == 1 and noted in notes[0] and "'%s'" % vocab in notes[0] and
-                      "fewer than model.vocab (%d)" % model_vocab in notes[0],
+                      "fewer than model.vocab (%d)" % model_vocab in notes[0] and
+                      "set model.vocab: %d" % (len(text.splitlines())) in notes[0],
                       "%s, vocabulary %s: not one note saying %r:\n%s", cmd, name, noted, r.err)
             else:
                 check(not notes, "%s, vocabulary %s: a note:\n%s", cmd, name, r.err)
