@@ -460,6 +460,14 @@ static void test_vocab_errors(void)
         write_text(path0, sizeof path0, "vocab.txt", edge, strlen(edge));
         v = NULL;
         CU_ASSERT(pt_vocab_load(&v, path0, &err) == 0 && pt_vocab_size(v) == 6);
+        CU_ASSERT(!pt_vocab_unended(v)); /* its last line ends */
+        pt_vocab_free(v);
+        unlink(path0);
+        /* without its last newline (or "\r\n"): the same tokens, unended */
+        write_text(path0, sizeof path0, "vocab.txt", edge, strlen(edge) - (cr ? 2 : 1));
+        v = NULL;
+        CU_ASSERT(pt_vocab_load(&v, path0, &err) == 0 && pt_vocab_size(v) == 6 &&
+                  strcmp(pt_vocab_token(v, 5), "z") == 0 && pt_vocab_unended(v));
         pt_vocab_free(v);
         unlink(path0);
         rmdir(g_dir);
