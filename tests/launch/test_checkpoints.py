@@ -4056,6 +4056,10 @@ def test_refused_starts_beside_other_jobs_take_back_only_their_own(h):
     deadline = time.time() + 60
     a = start_held(h, refused, 3, when=2)  # its second: RUN_DIR/resuming's, logs open
     a_held = held_in_flock(a, deadline)
+    # (held_in_flock may have seen A in its first flock, the lock's, which
+    # it passes at once: its logs open after it, before the one held)
+    while a.poll() is None and "metrics.jsonl" not in os.listdir(run_dir) and time.time() < deadline:
+        time.sleep(0.01)
     opened = sorted(os.listdir(run_dir))
     b = start_held(h, refused, 5)
     b_held = held_in_flock(b, deadline)
