@@ -463,33 +463,6 @@ static void resume_planned(const pt_config *cfg, char *out, size_t n)
         snprintf(out, n, "%s", cfg->train.resume);
 }
 
-/* What train refuses of where a run's files go, from the config and what is
- * on disk (train before its session makes run.dir; plan alike, making
- * nothing): rank 0 checks run.dir, every rank its own cache.disk_dir. */
-static int run_dir_placement(pt_comm *comm, const pt_config *cfg, pt_err *err)
-{
-    /* not inside another run's checkpoints, whose pruning would take this
-     * run's lock and logs */
-    int rc = pt_comm_rank(comm) == 0 ? pt_output_run_dir_ok(cfg->run.dir, err) : 0;
-    if (rc == PT_EINPUT)
-        pt_config_key_prefix(cfg, err, "run.dir");
-    /* nor may the run's files or checkpoints be any of its inputs */
-    const char *input_key = NULL;
-    if (rc == 0 && pt_comm_rank(comm) == 0 &&
-        (rc = pt_run_dir_not_over_inputs(cfg, &input_key, err)) == PT_EINPUT && input_key)
-        pt_config_key_prefix(cfg, err, input_key);
-    /* nor may run.dir hold another's files under the run's files' names */
-    if (rc == 0 && pt_comm_rank(comm) == 0 && (rc = pt_run_dir_not_foreign(cfg, err)) == PT_EINPUT)
-        pt_config_key_prefix(cfg, err, "run.dir");
-    /* nor may the cache's disk tier keep its file in a checkpoint, which a
-     * pruning removes under it (every rank's node: each checks its own) */
-    if (rc == 0 && pt_config_cache_on(cfg) && *cfg->cache.disk_dir &&
-        (rc = pt_output_dir_not_in_checkpoints("the directory", cfg->cache.disk_dir, err)) ==
-            PT_EINPUT)
-        pt_config_key_prefix(cfg, err, "cache.disk_dir");
-    return rc;
-}
-
 static int cmd_train(pt_comm *comm, const cli *a)
 {
     pt_err err = {0};
@@ -512,7 +485,7 @@ static int cmd_train(pt_comm *comm, const cli *a)
     char planned[PT_PATH_MAX + 64];
     resume_planned(cfg, planned, sizeof planned);
     /* (before the session, which makes run.dir) */
-    int rc = run_dir_placement(comm, cfg, &err);
+    int rc = pt_output_run_placement(cfg, pt_comm_rank(comm) == 0, &err);
     if ((rc = setup_failed(comm, rc, &err)))
         goto done;
     rc = pt_session_open(s, comm, cfg, PT_RUN_TRAIN, planned, &err);
@@ -968,7 +941,7 @@ static int cmd_plan(pt_comm *comm, const cli *a)
                 planned);
     /* where the run's files would go, as train checks it (not whether run.dir
      * can be made, which only making it tells) */
-    int rc = setup_failed(comm, run_dir_placement(comm, &a->cfg, &err), &err);
+    int rc = setup_failed(comm, pt_output_run_placement(&a->cfg, pt_comm_rank(comm) == 0, &err), &err);
     if (rc == 0)
         rc = setup_failed(comm, pt_session_open(s, comm, &a->cfg, PT_RUN_PLAN, planned, &err), &err);
     if (rc == 0) {

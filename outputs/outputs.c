@@ -762,3 +762,27 @@ void pt_output_run_of_checkpoint(const char *ckpt, char *out, size_t n)
     if (realpath(out, a) && realpath(lexical, b) && strcmp(a, b) == 0)
         snprintf(out, n, "%s", lexical);
 }
+
+int pt_output_run_placement(const pt_config *cfg, int run_dir, pt_err *err)
+{
+    /* not inside another run's checkpoints, whose pruning would take this
+     * run's lock and logs */
+    int rc = run_dir ? pt_output_run_dir_ok(cfg->run.dir, err) : 0;
+    if (rc == PT_EINPUT)
+        pt_config_key_prefix(cfg, err, "run.dir");
+    /* nor may the run's files or checkpoints be any of its inputs */
+    const char *input_key = NULL;
+    if (rc == 0 && run_dir && (rc = pt_run_dir_not_over_inputs(cfg, &input_key, err)) == PT_EINPUT &&
+        input_key)
+        pt_config_key_prefix(cfg, err, input_key);
+    /* nor may run.dir hold another's files under the run's files' names */
+    if (rc == 0 && run_dir && (rc = pt_run_dir_not_foreign(cfg, err)) == PT_EINPUT)
+        pt_config_key_prefix(cfg, err, "run.dir");
+    /* nor may the cache's disk tier keep its file in a checkpoint, which a
+     * pruning removes under it */
+    if (rc == 0 && pt_config_cache_on(cfg) && *cfg->cache.disk_dir &&
+        (rc = pt_output_dir_not_in_checkpoints("the directory", cfg->cache.disk_dir, err)) ==
+            PT_EINPUT)
+        pt_config_key_prefix(cfg, err, "cache.disk_dir");
+    return rc;
+}

@@ -64,6 +64,13 @@ int pt_run_dir_not_over_inputs(const pt_config *cfg, const char **key, pt_err *e
  * the run would append to or replace (pipeline.profile's file excepted). */
 int pt_run_dir_not_foreign(const pt_config *cfg, pt_err *err);
 
+/* What train refuses of where a run's files go, from the config and what is
+ * on disk, the checks above with the config key named (train before its
+ * session makes run.dir; plan alike, making nothing): run.dir's where
+ * run_dir is set (one process of the job: rank 0), cache.disk_dir's on every
+ * process (each checks its own node's). */
+int pt_output_run_placement(const pt_config *cfg, int run_dir, pt_err *err);
+
 /* An export at out (dir: a bert export's directory, checked file by file)
  * replaces none of the inputs cfg names: model.init_from and the files
  * beside it, data.vocab, the data files (text classification, IDX images and
